@@ -1,0 +1,52 @@
+"""Helpers shared by the CLI commands: error handling, JSON output, progress."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable
+
+import click
+
+from privaudit.errors import PrivauditError
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Turn privaudit errors into a one-paragraph message on stderr and the
+    error's exit code; never a traceback for bad input."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PrivauditError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except FileExistsError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def echo_json(obj: Any) -> None:
+    """Print ``obj`` as JSON on stdout (nothing else)."""
+    click.echo(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(o: Any):
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def stderr_is_tty() -> bool:
+    """Progress bars and chatter go to stderr only when it is a terminal."""
+    return sys.stderr.isatty()

@@ -1,0 +1,73 @@
+"""Named exceptions for privaudit.
+
+Every error raised on bad user input is one of these, with a message that
+says what is wrong, where (file, episode, row, column or key) and how to fix
+it. The CLI maps them to exit codes (see ``EXIT_CODES``).
+"""
+
+from __future__ import annotations
+
+
+class PrivauditError(Exception):
+    """Base class of every privaudit error."""
+
+    exit_code = 1
+
+
+class SpecError(PrivauditError, ValueError):
+    """The domain spec is missing, unreadable or breaks its JSON Schema (exit 2)."""
+
+    exit_code = 2
+
+
+class UsageError(PrivauditError, ValueError):
+    """A parameter has an invalid value, e.g. ``rho <= 0`` (exit 2)."""
+
+    exit_code = 2
+
+
+class LogReadError(PrivauditError, ValueError):
+    """The logs cannot be read: missing, not Parquet, unusable column types (exit 1)."""
+
+    exit_code = 1
+
+
+class ValidationFailed(PrivauditError, ValueError):
+    """The logs break one or more validation rules (exit 1).
+
+    ``report`` holds the full validation report (a dict, see
+    ``privaudit.data.validate``).
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, report: dict | None = None):
+        super().__init__(message)
+        self.report = report
+
+
+class ArtifactError(PrivauditError, ValueError):
+    """An artifact (release, policy, report, MDP file) is missing, corrupt,
+    of an unknown format version, or does not match the spec (exit 1)."""
+
+    exit_code = 1
+
+
+class BudgetExceededError(PrivauditError, ValueError):
+    """A release would exceed the budget recorded in the ledger (exit 3)."""
+
+    exit_code = 3
+
+
+class AccountingError(PrivauditError, ValueError):
+    """A privacy event or conversion the accountant does not support (exit 2)."""
+
+    exit_code = 2
+
+
+EXIT_CODES = {
+    "ok": 0,
+    "invalid_data": 1,
+    "usage": 2,
+    "budget_or_violation": 3,
+}

@@ -1,0 +1,203 @@
+"""A finite-horizon tabular MDP with exact, vectorized evaluation.
+
+Conventions: steps h = 0..H-1 (the papers' h = 1..H shifted by one), values
+are undiscounted sums of rewards over at most H steps from a start state drawn
+from ``d0``. Terminal states are absorbing with reward 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from privaudit.errors import UsageError
+
+
+@dataclass(frozen=True, repr=False)
+class TabularMDP:
+    """An episodic tabular MDP.
+
+    Attributes
+    ----------
+    P : ndarray, shape (H, S, A, S) or (S, A, S), float64
+        Transition probabilities P_h(s' | s, a); rows sum to 1. A 3-d array
+        is a stationary MDP (the same P at every step).
+    r : ndarray, shape (S, A), (S, A, S), (H, S, A) or (H, S, A, S), float64
+        Reward r(s, a) or r(s, a, s') in reward units, optionally per step.
+    d0 : ndarray, shape (S,)
+        Initial-state distribution.
+    horizon : int
+        H, the number of steps.
+    terminal_states : tuple of int
+        Absorbing states with reward 0; their rows of P and r are overridden.
+    name : str
+        A label for reports.
+
+    Notes
+    -----
+    ``expected_reward(h)`` gives r_h(s, a) = sum_{s'} P_h(s'|s,a) r(s,a,s') of
+    shape (S, A); ``transition(h)`` gives P_h of shape (S, A, S). Both already
+    apply the terminal-state override.
+    """
+
+    P: np.ndarray
+    r: np.ndarray
+    d0: np.ndarray
+    horizon: int
+    terminal_states: tuple[int, ...] = ()
+    name: str = "tabular"
+    _Pt: np.ndarray = field(init=False, compare=False)
+    _rt: np.ndarray = field(init=False, compare=False)
+
+    def __post_init__(self):
+        P = np.asarray(self.P, dtype=np.float64)
+        r = np.asarray(self.r, dtype=np.float64)
+        d0 = np.asarray(self.d0, dtype=np.float64)
+        H = int(self.horizon)
+        if H < 1:
+            raise UsageError(f"`horizon` must be >= 1. Got {H}.")
+        if P.ndim not in (3, 4):
+            raise UsageError(f"`P` must have shape (S, A, S) or (H, S, A, S). Got {P.shape}.")
+        if P.ndim == 4 and P.shape[0] != H:
+            raise UsageError(f"`P` has {P.shape[0]} steps but horizon is {H}.")
+        S, A = P.shape[-3], P.shape[-2]
+        if P.shape[-1] != S:
+            raise UsageError(f"`P` last axis must be S={S}. Got shape {P.shape}.")
+        if d0.shape != (S,) or abs(d0.sum() - 1) > 1e-6 or (d0 < 0).any():
+            raise UsageError(f"`d0` must be a probability vector of shape ({S},).")
+        if (P < -1e-12).any() or np.abs(P.sum(-1) - 1).max() > 1e-6:
+            raise UsageError("`P` rows must be probability vectors (non-negative, summing to 1).")
+        # Expected reward r_h(s, a) per step, shape (H?, S, A)
+        if r.shape == (S, A):
+            rsa = r
+        elif r.shape == (S, A, S):
+            rsa = None
+        elif r.shape == (H, S, A):
+            rsa = r
+        elif r.shape == (H, S, A, S):
+            rsa = None
+        else:
+            raise UsageError(f"`r` must have shape (S, A), (S, A, S), (H, S, A) or (H, S, A, S). Got {r.shape}.")
+        if rsa is None:
+            rsa = (P * r).sum(-1)  # broadcasts over H when either is per-step
+        Pt, rt = P.copy(), np.array(rsa, dtype=np.float64)
+        for t in self.terminal_states:
+            Pt[..., t, :, :] = 0.0
+            Pt[..., t, :, t] = 1.0
+            rt[..., t, :] = 0.0
+        object.__setattr__(self, "_Pt", Pt)
+        object.__setattr__(self, "_rt", rt)
+        object.__setattr__(self, "P", P)
+        object.__setattr__(self, "r", r)
+        object.__setattr__(self, "d0", d0)
+        object.__setattr__(self, "horizon", H)
+        object.__setattr__(self, "terminal_states", tuple(int(t) for t in self.terminal_states))
+
+    @property
+    def n_states(self) -> int:
+        """S."""
+        return self.P.shape[-1]
+
+    @property
+    def n_actions(self) -> int:
+        """A."""
+        return self.P.shape[-2]
+
+    @property
+    def stationary(self) -> bool:
+        """True when P (and the expected reward) do not depend on h."""
+        return self.P.ndim == 3 and self._rt.ndim == 2
+
+    def transition(self, h: int) -> np.ndarray:
+        """P_h of shape (S, A, S) with terminal states absorbing."""
+        return self._Pt if self._Pt.ndim == 3 else self._Pt[h]
+
+    def expected_reward(self, h: int) -> np.ndarray:
+        """r_h(s, a) = E[r | s, a] of shape (S, A), 0 at terminal states."""
+        return self._rt if self._rt.ndim == 2 else self._rt[h]
+
+    def __repr__(self) -> str:
+        return (f"TabularMDP(name={self.name!r}, H={self.horizon}, S={self.n_states}, "
+                f"A={self.n_actions}, stationary={self.stationary}, terminals={len(self.terminal_states)})")
+
+
+def _policy_at(pi: np.ndarray, h: int) -> np.ndarray:
+    return pi if pi.ndim == 2 else pi[h]
+
+
+def _check_policy(mdp: TabularMDP, pi: np.ndarray) -> np.ndarray:
+    pi = np.asarray(pi, dtype=np.float64)
+    S, A, H = mdp.n_states, mdp.n_actions, mdp.horizon
+    if pi.shape not in ((S, A), (H, S, A)):
+        raise UsageError(f"policy must have shape ({S}, {A}) or ({H}, {S}, {A}). Got {pi.shape}.")
+    if (pi < -1e-12).any() or np.abs(pi.sum(-1) - 1).max() > 1e-6:
+        raise UsageError("policy rows pi(. | s) must be probability vectors (non-negative, summing to 1).")
+    return pi
+
+
+def policy_values(mdp: TabularMDP, pi: np.ndarray) -> np.ndarray:
+    """Exact state values V^pi_h(s) by backward induction.
+
+    Parameters
+    ----------
+    mdp : TabularMDP
+    pi : ndarray, shape (H, S, A) or (S, A)
+        Stochastic policy pi_h(a | s).
+
+    Returns
+    -------
+    ndarray, shape (H + 1, S)
+        V[h, s] = expected sum of rewards from step h on; V[H] = 0.
+
+    Raises
+    ------
+    UsageError
+        If the policy's shape or rows are invalid.
+    """
+    pi = _check_policy(mdp, pi)
+    H, S = mdp.horizon, mdp.n_states
+    V = np.zeros((H + 1, S))
+    for h in range(H - 1, -1, -1):  # backward over steps, vectorized over (s, a, s')
+        Q = mdp.expected_reward(h) + mdp.transition(h) @ V[h + 1]
+        V[h] = (_policy_at(pi, h) * Q).sum(-1)
+    return V
+
+
+def evaluate_policy(mdp: TabularMDP, pi: np.ndarray) -> float:
+    """Exact value v^pi = E_{s ~ d0}[V^pi_0(s)] of a stochastic policy.
+
+    Parameters
+    ----------
+    mdp : TabularMDP
+    pi : ndarray, shape (H, S, A) or (S, A)
+
+    Returns
+    -------
+    float
+        The expected undiscounted return over H steps.
+    """
+    return float(mdp.d0 @ policy_values(mdp, pi)[0])
+
+
+def value_iteration(mdp: TabularMDP) -> tuple[np.ndarray, np.ndarray, float]:
+    """Optimal policy and values by finite-horizon backward induction.
+
+    Returns
+    -------
+    pi : ndarray, shape (H, S, A)
+        A deterministic optimal policy (one-hot rows; ties to the lowest action).
+    V : ndarray, shape (H + 1, S)
+        Optimal values V*_h(s); V[H] = 0.
+    value : float
+        v* = d0 . V*_0.
+    """
+    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    V = np.zeros((H + 1, S))
+    pi = np.zeros((H, S, A))
+    for h in range(H - 1, -1, -1):
+        Q = mdp.expected_reward(h) + mdp.transition(h) @ V[h + 1]
+        best = Q.argmax(-1)
+        pi[h, np.arange(S), best] = 1.0
+        V[h] = Q[np.arange(S), best]
+    return pi, V, float(mdp.d0 @ V[0])

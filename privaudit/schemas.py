@@ -1,0 +1,48 @@
+"""Access to the JSON Schemas in the repository's ``schemas/`` folder."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+#: Folder of the JSON Schemas (``schemas/`` at the repository root).
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> dict[str, Any]:
+    """Return the JSON Schema ``schemas/<name>.schema.json`` as a dict.
+
+    Raises
+    ------
+    FileNotFoundError
+        If no such schema exists.
+    """
+    path = SCHEMA_DIR / f"{name}.schema.json"
+    with path.open() as f:
+        return json.load(f)
+
+
+def schema_errors(instance: Any, name: str) -> list[str]:
+    """Validate ``instance`` against schema ``name``; return readable errors.
+
+    Each message names the key (as a JSON path such as ``$.privacy_unit.max_episodes``)
+    and the reason. An empty list means the instance is valid.
+    """
+    validator = jsonschema.Draft202012Validator(load_schema(name))
+    out = []
+    for err in sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
+        path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+        out.append(f"{path}: {err.message}")
+    return out
+
+
+def validate_or_raise(instance: Any, name: str, exc_type: type[Exception], what: str) -> None:
+    """Raise ``exc_type`` naming ``what`` and every schema error, if any."""
+    errors = schema_errors(instance, name)
+    if errors:
+        raise exc_type(f"{what} breaks schema '{name}':\n  " + "\n  ".join(errors))

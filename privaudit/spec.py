@@ -1,0 +1,207 @@
+"""The domain spec: the public facts about a trajectory dataset.
+
+S, A, the horizon H, terminal states, the reward range, the privacy unit and
+the most episodes one unit may contribute, the column mapping and the feature
+map all come from here and never from the data (DESIGN.md "The trajectory
+table"). A spec is a JSON file validated by ``schemas/spec.schema.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privaudit.errors import SpecError
+from privaudit.schemas import validate_or_raise
+
+#: The standard column names of the trajectory table.
+STANDARD_COLUMNS = (
+    "episode_id", "step", "state", "action", "reward", "next_state",
+    "terminated", "truncated", "unit_id", "features",
+)
+#: Columns every log must have (after mapping).
+REQUIRED_COLUMNS = ("episode_id", "step", "state", "action", "reward", "next_state")
+
+SPEC_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DomainSpec:
+    """Public domain of a trajectory dataset (immutable).
+
+    Attributes
+    ----------
+    horizon : int
+        H, the most steps per episode; steps are h = 0..H-1.
+    n_states : int
+        S; states are integers in [0, S).
+    n_actions : int
+        A; actions are integers in [0, A).
+    reward_range : tuple[float, float]
+        (r_min, r_max); rewards are clipped into it and scaled to [0, 1] before
+        any statistic.
+    max_episodes_per_unit : int
+        k, the most episodes one privacy unit may contribute.
+    unit_column : str or None
+        Standard name ``unit_id`` is used when the spec names a unit column;
+        None means each episode is its own privacy unit.
+    terminal_states : tuple[int, ...]
+        States where the MDP ends (absorbing, reward 0 afterwards).
+    public_reward : dict or None
+        ``{"kind": "next_state", "values": {s': r}}`` when the reward function is
+        public (then rewards are not released); None when rewards are private.
+    columns : dict[str, str]
+        Standard name -> the user's column name (identity for unlisted names).
+    features : dict or None
+        Feature-map settings for linear learners.
+    dataset_id : str
+        Dataset name for the budget ledger ("unnamed" if absent).
+    raw : dict
+        The JSON document as read (for hashing and writing back).
+    source : Path or None
+        Where the spec was read from (relative feature-table paths resolve there).
+    """
+
+    horizon: int
+    n_states: int
+    n_actions: int
+    reward_range: tuple[float, float]
+    max_episodes_per_unit: int
+    unit_column: str | None = None
+    terminal_states: tuple[int, ...] = ()
+    public_reward: dict | None = None
+    columns: dict = field(default_factory=dict)
+    features: dict | None = None
+    dataset_id: str = "unnamed"
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+    source: Path | None = field(default=None, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dict(cls, doc: Any, source: Path | None = None) -> "DomainSpec":
+        """Build a spec from a parsed JSON document.
+
+        Raises
+        ------
+        SpecError
+            If the document breaks ``schemas/spec.schema.json`` (the message
+            names each offending key and the reason) or is inconsistent
+            (terminal state outside [0, S), r_min > r_max, ...).
+        """
+        where = f"spec {source}" if source else "spec"
+        validate_or_raise(doc, "spec", SpecError, where)
+        S, A = doc["n_states"], doc["n_actions"]
+        lo, hi = float(doc["reward_range"][0]), float(doc["reward_range"][1])
+        if not (np.isfinite(lo) and np.isfinite(hi)) or lo >= hi:
+            raise SpecError(f"{where}: $.reward_range must hold [r_min, r_max] with r_min < r_max. Found {doc['reward_range']}.")
+        terminals = tuple(int(t) for t in doc.get("terminal_states", []))
+        bad = [t for t in terminals if t >= S]
+        if bad:
+            raise SpecError(f"{where}: $.terminal_states must lie in [0, n_states={S}). Found {bad}.")
+        pr = doc.get("public_reward")
+        if pr is not None:
+            bad_keys = [k for k in pr["values"] if int(k) >= S]
+            if bad_keys:
+                raise SpecError(f"{where}: $.public_reward.values keys must be states in [0, {S}). Found {bad_keys}.")
+            bad_vals = [v for v in pr["values"].values() if not lo <= v <= hi]
+            if bad_vals:
+                raise SpecError(f"{where}: $.public_reward.values must lie in reward_range {[lo, hi]}. Found {bad_vals}.")
+        unit = doc["privacy_unit"].get("column")
+        return cls(
+            horizon=int(doc["horizon"]),
+            n_states=int(S),
+            n_actions=int(A),
+            reward_range=(lo, hi),
+            max_episodes_per_unit=int(doc["privacy_unit"]["max_episodes"]),
+            unit_column=unit,
+            terminal_states=terminals,
+            public_reward=pr,
+            columns=dict(doc.get("columns", {})),
+            features=doc.get("features"),
+            dataset_id=doc.get("dataset_id", "unnamed"),
+            raw=json.loads(json.dumps(doc)),
+            source=source,
+        )
+
+    @property
+    def H(self) -> int:  # noqa: N802 - the field's standard symbol
+        """Alias of ``horizon``."""
+        return self.horizon
+
+    @property
+    def S(self) -> int:  # noqa: N802
+        """Alias of ``n_states``."""
+        return self.n_states
+
+    @property
+    def A(self) -> int:  # noqa: N802
+        """Alias of ``n_actions``."""
+        return self.n_actions
+
+    def column(self, standard: str) -> str:
+        """The user's name for standard column ``standard``.
+
+        ``unit_id`` maps to the privacy-unit column when the spec names one.
+        """
+        if standard == "unit_id" and "unit_id" not in self.columns and self.unit_column:
+            return self.unit_column
+        return self.columns.get(standard, standard)
+
+    def public_reward_vector(self) -> np.ndarray | None:
+        """r(s') of shape (S,) for a ``next_state`` public reward, else None."""
+        if self.public_reward is None:
+            return None
+        r = np.zeros(self.n_states)
+        for k, v in self.public_reward["values"].items():
+            r[int(k)] = float(v)
+        return r
+
+    def to_dict(self) -> dict:
+        """The JSON document of this spec."""
+        return json.loads(json.dumps(self.raw))
+
+    def hash(self) -> str:
+        """SHA-256 of the canonical JSON of the spec (sorted keys), as hex.
+
+        Recorded in release manifests so learners can check that a release
+        and a spec belong together.
+        """
+        canon = json.dumps(self.raw, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()
+
+    def __repr__(self) -> str:
+        return (f"DomainSpec(H={self.horizon}, S={self.n_states}, A={self.n_actions}, "
+                f"reward_range={self.reward_range}, k={self.max_episodes_per_unit}, "
+                f"unit={self.unit_column!r}, terminals={len(self.terminal_states)})")
+
+
+def load_spec(path: str | Path) -> DomainSpec:
+    """Read and validate a domain spec from a JSON file.
+
+    Raises
+    ------
+    SpecError
+        If the file is missing, not JSON, or breaks the schema.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpecError(f"cannot read spec {p}: {e.strerror or e}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"spec {p} is not valid JSON: line {e.lineno} column {e.colno}: {e.msg}") from None
+    return DomainSpec.from_dict(doc, source=p.resolve())
+
+
+def write_spec(spec_doc: dict, path: str | Path) -> None:
+    """Validate ``spec_doc`` and write it atomically to ``path`` as JSON."""
+    DomainSpec.from_dict(spec_doc)
+    from privaudit.io_utils import atomic_write_text
+    atomic_write_text(Path(path), json.dumps(spec_doc, indent=2) + "\n")

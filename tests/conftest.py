@@ -1,0 +1,37 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "sample_data"
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO
+
+
+def tiny_spec_doc(H=3, S=4, A=2, k=1, terminals=(3,), unit_column=None, reward_range=(0.0, 1.0)):
+    """A small valid spec document (dict) for tests."""
+    return {
+        "format_version": 1,
+        "dataset_id": "tiny",
+        "horizon": H,
+        "n_states": S,
+        "n_actions": A,
+        "terminal_states": list(terminals),
+        "reward_range": list(reward_range),
+        "privacy_unit": {"column": unit_column, "max_episodes": k},
+    }
+
+
+@pytest.fixture
+def tiny_spec_file(tmp_path) -> Path:
+    p = tmp_path / "spec.json"
+    p.write_text(json.dumps(tiny_spec_doc()))
+    return p
