@@ -1,0 +1,195 @@
+"""The policy artifact: a folder with ``policy.parquet`` + ``policy.json``.
+
+``policy.parquet`` has one row per (h, state, action) with non-zero
+probability (columns h, state, action, probability); ``policy.json`` is the
+manifest (schema ``schemas/policy.schema.json``): algorithm, parameters, the
+privacy guarantee inherited from the release (or ``{"private": false}``) and
+the format version. Linear learners may add named arrays (weights w_h,
+penalty matrices) in ``extras.parquet`` (columns name, h, i, j, value).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from privaudit import FORMAT_VERSION, __version__
+from privaudit.errors import ArtifactError, UsageError
+from privaudit.io_utils import atomic_dir
+from privaudit.schemas import schema_errors
+
+
+@dataclass(frozen=True, repr=False)
+class Policy:
+    """A learned policy and its manifest.
+
+    Attributes
+    ----------
+    table : ndarray, shape (H, S, A), float64
+        pi_h(a | s); each row sums to 1.
+    algorithm : str
+        Learner name (``ve``, ``apvi``, ``dp-apvi``, ``pevi``, ...).
+    parameters : dict
+        The learner's parameters (JSON-serialisable).
+    privacy : dict
+        ``{"private": False}`` or ``{"private": True, "guarantee": {...}, "release": path}``.
+    spec_hash : str or None
+        Hash of the domain spec the policy was trained under.
+    extras : dict[str, ndarray]
+        Extra named arrays of shape (H,), (H, d) or (H, d, d), e.g. linear weights.
+    """
+
+    table: np.ndarray
+    algorithm: str
+    parameters: dict = field(default_factory=dict)
+    privacy: dict = field(default_factory=lambda: {"private": False})
+    spec_hash: str | None = None
+    stationary: bool = False
+    extras: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        t = np.asarray(self.table, dtype=np.float64)
+        if t.ndim != 3:
+            raise UsageError(f"policy table must have shape (H, S, A). Got {t.shape}.")
+        if (t < -1e-12).any() or np.abs(t.sum(-1) - 1).max() > 1e-6:
+            raise UsageError("policy table rows pi_h(. | s) must be probability vectors.")
+        object.__setattr__(self, "table", t)
+
+    @property
+    def horizon(self) -> int:
+        return self.table.shape[0]
+
+    def manifest(self) -> dict:
+        """The ``policy.json`` document."""
+        H, S, A = self.table.shape
+        return {
+            "format_version": FORMAT_VERSION,
+            "kind": "privaudit-policy",
+            "algorithm": self.algorithm,
+            "parameters": self.parameters,
+            "horizon": H,
+            "n_states": S,
+            "n_actions": A,
+            "stationary": self.stationary,
+            "spec_hash": self.spec_hash,
+            "software_version": __version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "extras": sorted(self.extras),
+            "privacy": self.privacy,
+        }
+
+    def __repr__(self) -> str:
+        return (f"Policy(algorithm={self.algorithm!r}, shape={self.table.shape}, "
+                f"private={self.privacy.get('private')}, extras={sorted(self.extras)})")
+
+
+def save_policy(policy: Policy, out: str | Path, overwrite: bool = False) -> Path:
+    """Write ``policy`` as a folder ``out`` (atomically: temp folder then rename).
+
+    Raises
+    ------
+    FileExistsError
+        If ``out`` exists and ``overwrite`` is False.
+    """
+    out = Path(out)
+    doc = policy.manifest()
+    errs = schema_errors(doc, "policy")
+    if errs:  # a bug in the caller, not user input: still never write a bad artifact
+        raise ArtifactError("policy manifest breaks schemas/policy.schema.json: " + "; ".join(errs))
+    h, s, a = np.nonzero(policy.table > 0)
+    table = pl.DataFrame({
+        "h": h.astype(np.int32), "state": s.astype(np.int32), "action": a.astype(np.int32),
+        "probability": policy.table[h, s, a],
+    })
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        table.write_parquet(tmp / "policy.parquet")
+        if policy.extras:
+            frames = []
+            for name, arr in policy.extras.items():
+                arr = np.asarray(arr, dtype=np.float64)
+                arr3 = arr.reshape(arr.shape + (1,) * (3 - arr.ndim)) if arr.ndim < 3 else arr
+                if arr.ndim > 3:
+                    raise UsageError(f"extra array {name!r} must have at most 3 dimensions. Got {arr.shape}.")
+                idx = np.indices(arr3.shape).reshape(3, -1)
+                frames.append(pl.DataFrame({
+                    "name": [name] * idx.shape[1], "ndim": np.full(idx.shape[1], arr.ndim, np.int8),
+                    "h": idx[0].astype(np.int32), "i": idx[1].astype(np.int32), "j": idx[2].astype(np.int32),
+                    "value": arr3.reshape(-1),
+                }))
+            pl.concat(frames).write_parquet(tmp / "extras.parquet")
+        (tmp / "policy.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return out
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a policy folder written by :func:`save_policy`.
+
+    Raises
+    ------
+    ArtifactError
+        If ``policy.json`` or ``policy.parquet`` is missing or corrupt, the
+        manifest breaks its schema, or its ``format_version`` is unknown.
+    """
+    path = Path(path)
+    man_path = path / "policy.json"
+    if not man_path.is_file():
+        raise ArtifactError(f"{path} is not a policy folder: {man_path.name} is missing")
+    try:
+        doc = json.loads(man_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ArtifactError(f"{man_path} is not valid JSON: {e.msg} (line {e.lineno})") from None
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(
+            f"{man_path}: format_version {doc.get('format_version')!r} is not supported "
+            f"(this privaudit reads version {FORMAT_VERSION})")
+    errs = schema_errors(doc, "policy")
+    if errs:
+        raise ArtifactError(f"{man_path} breaks schemas/policy.schema.json: " + "; ".join(errs))
+    H, S, A = doc["horizon"], doc["n_states"], doc["n_actions"]
+    try:
+        df = pl.read_parquet(path / "policy.parquet")
+    except Exception as e:  # noqa: BLE001 - any read failure is a corrupt artifact
+        raise ArtifactError(f"cannot read {path / 'policy.parquet'}: {e}") from None
+    table = np.zeros((H, S, A))
+    h, s, a = (df[c].to_numpy() for c in ("h", "state", "action"))
+    if len(df) and (h.max() >= H or s.max() >= S or a.max() >= A or min(h.min(), s.min(), a.min()) < 0):
+        raise ArtifactError(f"{path / 'policy.parquet'} has (h, state, action) outside ({H}, {S}, {A})")
+    table[h, s, a] = df["probability"].to_numpy()
+    extras = {}
+    if doc.get("extras"):
+        ex = pl.read_parquet(path / "extras.parquet")
+        for name in doc["extras"]:
+            part = ex.filter(pl.col("name") == name)
+            ndim = int(part["ndim"][0])
+            shape3 = (part["h"].max() + 1, part["i"].max() + 1, part["j"].max() + 1)
+            arr = np.zeros(shape3)
+            arr[part["h"].to_numpy(), part["i"].to_numpy(), part["j"].to_numpy()] = part["value"].to_numpy()
+            extras[name] = arr.reshape(shape3[:ndim])
+    try:
+        return Policy(table=table, algorithm=doc["algorithm"], parameters=doc["parameters"],
+                      privacy=doc["privacy"], spec_hash=doc.get("spec_hash"),
+                      stationary=bool(doc.get("stationary", False)), extras=extras)
+    except UsageError as e:
+        raise ArtifactError(f"{path}: {e}") from None
+
+
+def greedy_table(Q: np.ndarray) -> np.ndarray:
+    """One-hot greedy policy argmax_a Q_h(s, a) (ties to the lowest action).
+
+    Parameters
+    ----------
+    Q : ndarray, shape (H, S, A)
+
+    Returns
+    -------
+    ndarray, shape (H, S, A)
+    """
+    best = Q.argmax(-1)
+    pi = np.zeros(Q.shape)
+    np.put_along_axis(pi, best[..., None], 1.0, axis=-1)
+    return pi
