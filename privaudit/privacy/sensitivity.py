@@ -1,0 +1,172 @@
+"""Sensitivities of the count statistics released from tabular logs.
+
+Neighbouring relation: **substitution of one privacy unit** (seed 000 uses
+"replace one trajectory", the case ``max_episodes = 1``). Before any count is
+taken, contribution bounding (``privaudit.data``) keeps at most ``k =
+max_episodes`` episodes per unit and at most ``H`` steps per episode, and
+scales rewards into [0, 1]. The bounds below hold for *any* input once that
+bounding is done; they are not read off the data.
+
+Families (steps are 0-based, h = 0..H-1; the papers use 1..H):
+
+``visits``       n_h(s, a), shape (H, S, A): one count per logged step.
+``transitions``  n_h(s, a, s'), shape (H, S, A, S): one count per logged step,
+                 including a step into a terminal state; nothing after
+                 termination is counted.
+``rewards``      R_h(s, a), shape (H, S, A): sum of the rewards, scaled into
+                 [0, 1], of the steps logged at (h, s, a).
+
+``stationary=True`` pools each family over h (shapes (S, A), (S, A, S),
+(S, A)).
+
+Proof sketch (all families, per-h layout). Let u be the vector of one unit's
+contribution to a family and v the contribution of its replacement; every
+other unit contributes the same to both datasets, so the change of the count
+vector is u - v. For a fixed step h, each of the unit's at most k episodes
+adds at most 1 to the h-slice u_h (one step, or one reward in [0, 1]), and
+u_h >= 0, so ||u_h||_1 <= k and ||u_h||_2 <= ||u_h||_1 <= k. Then
+
+* L1: ||u - v||_1 <= sum_h (||u_h||_1 + ||v_h||_1) <= 2kH;
+* L2: since u_h, v_h >= 0, <u_h, v_h> >= 0, so
+  ||u_h - v_h||_2^2 <= ||u_h||_2^2 + ||v_h||_2^2 <= 2k^2, and summing over
+  the H steps gives ||u - v||_2 <= k sqrt(2H).
+
+Both are attained: let all k episodes of u be one full-length (H-step)
+episode repeated k times, and all k of v another one that differs from it
+at every step (needs S*A >= 2; for rewards, both with reward 1 at every step).
+
+Stationary layout: the pooled vector has ||u||_1 <= kH, so
+||u - v||_1 <= 2kH and ||u - v||_2^2 <= ||u||_2^2 + ||v||_2^2 <= 2 (kH)^2,
+i.e. L2 = kH sqrt(2). Attained by k copies of an episode that stays in one
+(s, a) (a self-loop s -> s for transitions) for H steps against another cell.
+
+Several families released together: the released vector is the concatenation,
+so L1 adds and L2 adds in squares; the same pair (u, v) attains every family's
+maximum at once, so the combined bounds are attained too. Visits +
+transitions, per-h, k = 1: L1 = 4H and L2 = 2 sqrt(H), which are seed 000's
+Lap(4H/eps) and sigma^2 = 2H/rho (ALGORITHMS.md 1.3, 1.4).
+
+``tests/test_sensitivity.py`` checks every formula by brute force over all
+substitutions on tiny domains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from privaudit.errors import UsageError
+
+#: Families a release may contain.
+FAMILIES = ("visits", "transitions", "rewards")
+
+#: The only neighbouring relation privaudit supports.
+NEIGHBOURING = "substitution"
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """Sensitivity of one released family (or of several released together).
+
+    Attributes
+    ----------
+    l1 : float
+        L1 sensitivity (counts; rewards in units of the [0, 1]-scaled reward).
+    l2 : float
+        L2 sensitivity (same units).
+    family : str
+        ``"visits"``, ``"transitions"``, ``"rewards"`` or a ``+``-joined
+        combination such as ``"visits+transitions"``.
+    neighbouring : str
+        Neighbouring relation, always ``"substitution"`` (replace one unit).
+    """
+
+    l1: float
+    l2: float
+    family: str
+    neighbouring: str = NEIGHBOURING
+
+    def as_dict(self) -> dict:
+        """JSON-ready dict (for manifests)."""
+        return {"l1": self.l1, "l2": self.l2, "family": self.family,
+                "neighbouring": self.neighbouring}
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UsageError(f"`{name}` must be an integer >= {minimum}. Found {value!r}.")
+    return value
+
+
+def count_sensitivity(horizon: int, max_episodes: int, stationary: bool,
+                      family: str) -> Sensitivity:
+    """L1 and L2 sensitivity of one count family under substitution of one unit.
+
+    Parameters
+    ----------
+    horizon : int
+        H, the most steps kept per episode (>= 1).
+    max_episodes : int
+        k, the most episodes kept per privacy unit (>= 1).
+    stationary : bool
+        True when the counts are pooled over h (one table instead of H).
+    family : str
+        ``"visits"``, ``"transitions"``, ``"rewards"``, or several joined by
+        ``+`` (e.g. ``"visits+transitions"``), released together.
+
+    Returns
+    -------
+    Sensitivity
+        Per family, per-h: L1 = 2kH, L2 = k sqrt(2H); stationary: L1 = 2kH,
+        L2 = kH sqrt(2). Joined families: L1 summed, L2 root-sum-of-squares.
+        Every value is attained on some pair of neighbouring datasets when
+        S*A >= 2 (see the module docstring for the proof).
+
+    Raises
+    ------
+    UsageError
+        Unknown family, or H, k not positive integers.
+
+    References
+    ----------
+    Qiao & Wang, Offline RL with DP (seed 000), Thm 3.3 proof; ALGORITHMS.md
+    1.3 (L2 = 2 sqrt(H)) and 1.4 (L1 = 4H) for visits + transitions, k = 1.
+    The k > 1, stationary and reward cases are our derivation [D].
+    """
+    H = _check_int("horizon", horizon, 1)
+    k = _check_int("max_episodes", max_episodes, 1)
+    parts = family.split("+") if isinstance(family, str) else [family]
+    if not parts or any(p not in FAMILIES for p in parts) or len(set(parts)) != len(parts):
+        raise UsageError(
+            f"`family` must be one of {FAMILIES} or a '+'-joined combination of "
+            f"distinct ones. Found {family!r}.")
+    l1_one = 2.0 * k * H
+    l2_one = k * H * math.sqrt(2.0) if stationary else k * math.sqrt(2.0 * H)
+    m = len(parts)
+    return Sensitivity(l1=m * l1_one, l2=math.sqrt(m) * l2_one, family="+".join(parts))
+
+
+def combine(sensitivities: Iterable[Sensitivity]) -> Sensitivity:
+    """Sensitivity of several families released together (concatenated vector).
+
+    L1 adds; L2 adds in squares. Valid (an upper bound) for any families;
+    attained for the count families above because one pair of neighbouring
+    datasets attains all their maxima at once.
+
+    Raises
+    ------
+    UsageError
+        Empty input, or mixed neighbouring relations.
+    """
+    sens = list(sensitivities)
+    if not sens:
+        raise UsageError("`sensitivities` must hold at least one Sensitivity. Found none.")
+    rel = {s.neighbouring for s in sens}
+    if len(rel) != 1:
+        raise UsageError(f"cannot combine sensitivities under different neighbouring "
+                         f"relations. Found {sorted(rel)}.")
+    return Sensitivity(l1=sum(s.l1 for s in sens),
+                       l2=math.sqrt(sum(s.l2 ** 2 for s in sens)),
+                       family="+".join(s.family for s in sens),
+                       neighbouring=rel.pop())
