@@ -18,7 +18,8 @@ from privaudit.cli.common import echo_json, handle_errors
 def command(policy, mdp, horizon, as_json):
     """Evaluate POLICY exactly (backward induction, no sampling) on an MDP.
 
-    POLICY is a .npy array pi_h(a | s) of shape (H, S, A) or (S, A). Prints
+    POLICY is a policy folder written by `privaudit train`, or a .npy array
+    pi_h(a | s) of shape (H, S, A) or (S, A). Prints
     the policy's value v = E[sum of rewards over H steps], the optimal value
     (value iteration) and, for icu-sepsis, the clinicians' and the uniform
     policy's values. Exit codes: 0 ok, 1 unreadable or invalid policy/MDP

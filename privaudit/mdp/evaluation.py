@@ -27,7 +27,10 @@ def load_policy_table(path: str | Path, S: int, A: int, H: int) -> np.ndarray:
     Parameters
     ----------
     path : path
-        A ``.npy`` array of shape (H, S, A) (per step) or (S, A) (stationary).
+        A policy folder written by ``privaudit train`` (``policy.json`` +
+        ``policy.parquet``, read by ``privaudit.learners.policy.load_policy``,
+        which checks its format version), or a ``.npy`` array of shape
+        (H, S, A) (per step) or (S, A) (stationary).
     S, A, H : int
         The MDP's numbers of states, actions and steps.
 
@@ -39,11 +42,20 @@ def load_policy_table(path: str | Path, S: int, A: int, H: int) -> np.ndarray:
     Raises
     ------
     ArtifactError
-        If the file is missing or not a ``.npy`` array, has another shape,
+        If the file is missing or not a ``.npy`` array (or a policy folder
+        that ``load_policy`` refuses), has another shape,
         holds NaN/inf or negative entries, or a row whose sum is not 1 (the
         message names the first offending (h, s)).
     """
     path = Path(path)
+    if path.is_dir():
+        from privaudit.learners.policy import load_policy
+
+        table = load_policy(path).table
+        if table.shape != (H, S, A):
+            raise ArtifactError(f"policy {path} has shape {table.shape}; the MDP needs ({H}, {S}, {A}) "
+                                f"(H={H}, S={S}, A={A}). Train it under the MDP's spec (and horizon).")
+        return table
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:

@@ -1,0 +1,127 @@
+"""``privaudit train``: an offline policy from logs or from a DP release."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from privaudit.cli.common import echo_json, handle_errors
+
+ALGOS = ("ve", "apvi", "apvi-hoeffding", "dp-apvi", "pevi", "vapvi", "dp-vapvi")
+
+
+def release_dir_for(out: Path) -> Path:
+    """Where ``train`` keeps the release it makes from logs: ``POLICY.release`` next to POLICY."""
+    return out.with_name(out.name + ".release")
+
+
+@click.command("train", short_help="Train an offline policy (DP-APVI, APVI, VE, ...) from logs or a release.")
+@click.argument("logs", metavar="[LOGS]", required=False, type=click.Path(dir_okay=True))
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
+              help="Domain spec JSON (required with LOGS; with --release, checked against the release).")
+@click.option("--release", "release_dir", type=click.Path(file_okay=False), default=None,
+              help="Train on this release folder instead of LOGS (post-processing: spends no budget).")
+@click.option("--algo", required=True, type=click.Choice(ALGOS),
+              help="ve | apvi | apvi-hoeffding | dp-apvi (tabular); pevi | vapvi | dp-vapvi (linear).")
+@click.option("--rho", type=float, default=None, help="zCDP budget of the release (dp-* on LOGS).")
+@click.option("--epsilon", type=float, default=None, help="epsilon (with --delta for Gaussian; alone for Laplace).")
+@click.option("--delta", type=float, default=None, help="delta of (epsilon, delta)-DP (Gaussian).")
+@click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
+@click.option("--noise", type=click.Choice(["rounded", "exact"]), default="rounded", show_default=True,
+              help="Noise sampler of the release made from LOGS.")
+@click.option("--stationary", is_flag=True, help="Pool counts over h (stationary MDP, e.g. ICU-Sepsis).")
+@click.option("--failure-prob", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+              help="Learner's failure probability delta (iota = log(HSA/delta), E). Default 0.05.")
+@click.option("--ledger", type=click.Path(dir_okay=False), default=None,
+              help="Budget ledger charged by the release made from LOGS.")
+@click.option("--out", "out", required=True, type=click.Path(), help="Policy folder to write.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="TESTS ONLY: seed the release's noise (rng mode seeded-insecure).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@handle_errors
+def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, noise, stationary,
+            failure_prob, ledger, out, seed, as_json):
+    """Train a policy and write it as a folder (policy.parquet + policy.json).
+
+    From LOGS with a DP algorithm (dp-apvi), the counts are released first
+    (the budget is spent and the release is kept next to the policy as
+    OUT.release); the policy is post-processing of that release. From
+    --release DIR nothing more is spent. A non-private algorithm on LOGS
+    prints a warning: its policy can reveal patients' records.
+
+    Exit codes: 0 ok; 1 invalid logs, a missing/corrupt release or a release
+    made under another spec; 2 bad arguments or spec; 3 budget exceeded.
+
+    \b
+    Examples:
+      privaudit train logs.parquet --spec spec.json --algo dp-apvi --epsilon 5 --delta 1e-6 --stationary --out pol
+      privaudit train --release rel --spec spec.json --algo dp-apvi --out pol
+      privaudit train logs.parquet --spec spec.json --algo apvi --out pol_nonprivate
+    """
+    from privaudit.errors import UsageError
+    from privaudit.learners.policy import save_policy
+    from privaudit.learners.train import LINEAR_ALGOS, PRIVATE_ALGOS, check_out_free
+    from privaudit.spec import load_spec
+
+    def say(msg: str) -> None:
+        click.echo(msg, err=True)
+
+    if (logs is None) == (release_dir is None):
+        raise UsageError("give exactly one input: LOGS (with --spec SPEC) or --release DIR.")
+    out = Path(out)
+    spec = load_spec(spec_path) if spec_path else None
+    params = {} if failure_prob is None else {"failure_prob": failure_prob}
+    budget_given = any(v is not None for v in (rho, epsilon, delta))
+
+    if release_dir is not None:
+        from privaudit.learners.train import train_from_release
+
+        if budget_given or ledger is not None or seed is not None:
+            raise UsageError("--release trains on an existing release and spends nothing more: "
+                             "--rho/--epsilon/--delta/--ledger/--seed do not apply.")
+        check_out_free(out)
+        policy = train_from_release(release_dir, algo=algo, spec=spec,
+                                    stationary=True if stationary else None, params=params)
+        release_used = Path(release_dir)
+    elif algo in LINEAR_ALGOS:
+        if spec is None:
+            raise UsageError("LOGS needs --spec SPEC (the public domain of the logs).")
+        check_out_free(out)
+        if algo not in PRIVATE_ALGOS:
+            say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private.")
+        from privaudit.learners.linear import train_from_logs as linear_train_from_logs
+
+        policy = linear_train_from_logs(logs, spec, algo, rho=rho, epsilon=epsilon, delta=delta, seed=seed,
+                                        params=params or None)
+        release_used = None
+    else:
+        from privaudit.learners.train import train_from_logs
+
+        if spec is None:
+            raise UsageError("LOGS needs --spec SPEC (the public domain of the logs).")
+        release_used = release_dir_for(out) if algo in PRIVATE_ALGOS else None
+        check_out_free(out, release_used)
+        if algo in PRIVATE_ALGOS:
+            if not budget_given:
+                raise UsageError(f"--algo {algo} releases the counts first: give a budget "
+                                 "(--rho R, or --epsilon E --delta D; Laplace: --epsilon E).")
+            say(f"releasing DP counts of {logs} first ({mechanism}, "
+                + (f"rho={rho}" if rho is not None else f"epsilon={epsilon}" + (f", delta={delta}" if delta else ""))
+                + f"{', stationary' if stationary else ''}) into {release_used}: this spends privacy budget.")
+        else:
+            say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
+                "and can reveal patients' records. Use --algo dp-apvi for a private policy.")
+        policy = train_from_logs(logs, spec, algo=algo, stationary=stationary, rho=rho, epsilon=epsilon,
+                                 delta=delta, mechanism=mechanism, noise=noise, release_out=release_used,
+                                 ledger=ledger, seed=seed, params=params, echo=say)
+    save_policy(policy, out)
+    summary = {"policy": str(out), "algorithm": policy.algorithm, "private": bool(policy.privacy.get("private")),
+               "release": str(release_used) if release_used is not None else None,
+               "stationary": policy.stationary, "shape": list(policy.table.shape),
+               "parameters": policy.parameters}
+    if as_json:
+        echo_json(summary)
+    else:
+        click.echo(f"wrote {out} ({policy.algorithm}, "
+                   f"{'private: ' + str(policy.privacy.get('guarantee', {}).get('definition', 'DP')) if summary['private'] else 'NOT private'})")

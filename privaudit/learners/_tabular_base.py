@@ -1,0 +1,165 @@
+"""Shared plumbing of the tabular learners: per-step model, rewards, fitted attributes.
+
+Not public API: the learners are :class:`privaudit.learners.apvi.APVI`,
+:class:`privaudit.learners.dp_apvi.DPAPVI` and
+:class:`privaudit.learners.ve.ValueIterationCE`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from privaudit.errors import UsageError
+from privaudit.learners.pessimism import PVIResult, pessimistic_value_iteration
+from privaudit.learners.policy import Policy, greedy_table
+from privaudit.learners.tabular_counts import TabularCounts
+
+
+def transition_estimate(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> np.ndarray:
+    """P̃(s' | s, a) = ñ_{s,a,s'} / ñ_{s,a} where ñ_{s,a} > E, else 1/S (seed 000 eq. (3)).
+
+    Delegates to ``privaudit.privacy.projection.private_transition_estimate``
+    (E = 0 gives the empirical P̂ of APVI with uniform rows where n = 0).
+
+    Parameters
+    ----------
+    n_sas : ndarray, shape (..., S)
+    n_sa : ndarray, shape (...)
+    E : float
+
+    Returns
+    -------
+    ndarray, shape (..., S), float64, rows summing to 1.
+    """
+    from privaudit.privacy.projection import private_transition_estimate
+
+    return private_transition_estimate(n_sas, n_sa, E)
+
+
+class StepModel:
+    """(P̃_h, r_h, ñ_h) for one step at a time, computed on demand and cached for one h.
+
+    Parameters
+    ----------
+    counts : TabularCounts
+    reward : None, ndarray (S,), (S, A) or (H, S, A)
+        None: mean reward from the reward sums, clip(R_h / ñ_h, 0, 1) on pairs
+        with ñ_h > E (0 elsewhere; those pairs get the fallback anyway).
+        (S,): public next-state reward r(s'); r̃_h(s, a) = sum_s' P̃_h(s'|s,a) r(s').
+        (S, A) / (H, S, A): known mean reward r_h(s, a) (paper footnote 3).
+    E : float
+        Noise bound (0 for exact counts).
+    prepare : callable (n_sas (S, A, S), n_sa (S, A)) -> (ñ_sas, ñ_sa)
+        Turns the raw slices into the counts used (identity for exact counts;
+        clip-and-project for DP-APVI).
+    """
+
+    def __init__(self, counts: TabularCounts, reward, E: float, prepare):
+        self.counts, self.E, self.prepare = counts, float(E), prepare
+        S, A, H = counts.n_states, counts.n_actions, counts.horizon
+        self._key = None
+        self._val = None
+        self._h = None
+        self._out = None
+        if reward is None:
+            if counts.reward_sums is None:
+                raise UsageError("no reward: the counts carry no reward sums and no reward was given. "
+                                 "Pass the known reward r(s, a) / public next-state reward r(s'), or "
+                                 "use logs/a release whose spec has private rewards.")
+            self.kind = "sums"
+        else:
+            reward = np.asarray(reward, dtype=np.float64)
+            if reward.shape == (S,):
+                self.kind = "next_state"
+            elif reward.shape in ((S, A), (H, S, A)):
+                self.kind = "mean"
+            else:
+                raise UsageError(f"`reward` must have shape ({S},) (next-state reward), ({S}, {A}) or "
+                                 f"({H}, {S}, {A}). Got {reward.shape}.")
+            if not np.isfinite(reward).all() or reward.min() < 0 or reward.max() > 1:
+                raise UsageError("`reward` must lie in [0, 1] (scale it by the spec's reward_range).")
+        self.reward = reward
+
+    def step(self, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """P̃_h (S, A, S), r_h (S, A), ñ_h (S, A) for step h."""
+        if h == self._h:
+            return self._out
+        key = 0 if self.counts.stationary else h
+        if key != self._key:
+            n_sas, n_sa = self.prepare(self.counts.transitions(h), self.counts.visits_at(h))
+            P = transition_estimate(n_sas, n_sa, self.E)
+            del n_sas
+            self._val = (P, n_sa)
+            self._key = key
+        P, n_sa = self._val
+        if self.kind == "next_state":
+            r = P @ self.reward
+        elif self.kind == "mean":
+            r = self.reward if self.reward.ndim == 2 else self.reward[h]
+        else:
+            R = np.asarray(self.counts.reward_sums_at(h), dtype=np.float64)
+            ok = n_sa > self.E
+            r = np.where(ok, np.clip(R / np.where(ok, n_sa, 1.0), 0.0, 1.0), 0.0)
+        self._h, self._out = h, (P, r, n_sa)
+        return self._out
+
+
+class TabularLearnerBase:
+    """sklearn-style base: parameters in ``__init__``, ``fit`` returns self.
+
+    Fitted attributes (set by ``_run``):
+
+    Q_ : ndarray (H, S, A)
+        Clipped pessimistic Q̄_h(s, a).
+    V_ : ndarray (H + 1, S)
+        Ṽ_h(s) = max_a Q̄_h(s, a), V_[H] = 0: the learner's (pessimistic)
+        value estimate of its policy from each state.
+    penalty_ : ndarray (H, S, A)
+        Γ_h(s, a).
+    trusted_ : ndarray (H, S, A) bool
+        Pairs with ñ_h(s, a) > E (the rest got the fallback, Q = 0).
+    visits_used_ : ndarray (H, S, A)
+        ñ_h(s, a) the penalty used (see the learner for what it holds).
+    E_ : float
+        The noise bound used (0 for the non-private learners).
+    iota_ : float
+        ι = log(H S A / delta).
+    policy_ : Policy
+        Greedy policy argmax_a Q̄_h(s, a) (ties to the lowest action).
+    """
+
+    algorithm = "tabular"
+    _param_names: tuple[str, ...] = ()
+
+    def get_params(self) -> dict:
+        """The constructor parameters (JSON-serialisable)."""
+        return {k: getattr(self, k) for k in self._param_names}
+
+    def value_estimate(self, d0: np.ndarray) -> float:
+        """Pessimistic value estimate d0 . Ṽ_0 at the start distribution ``d0`` (S,)."""
+        return float(np.asarray(d0, dtype=np.float64) @ self.V_[0])
+
+    def _run(self, counts: TabularCounts, reward, *, E: float, prepare, penalty: str,
+             C1: float, C2: float, C: float, failure_prob: float, lower_order: bool,
+             terminal_states: Sequence[int], privacy: dict, spec_hash: str | None) -> None:
+        model = StepModel(counts, reward, E, prepare)
+        H = counts.horizon
+        used = np.zeros((H, counts.n_states, counts.n_actions))
+
+        def n_at(h):
+            n = model.step(h)[2]
+            used[h] = n
+            return n
+
+        res: PVIResult = pessimistic_value_iteration(
+            lambda h: model.step(h)[0], lambda h: model.step(h)[1], n_at,
+            horizon=H, E=E, penalty=penalty, C1=C1, C2=C2, C=C, failure_prob=failure_prob,
+            lower_order=lower_order, terminal_states=terminal_states)
+        self.Q_, self.V_, self.penalty_, self.trusted_ = res.Q, res.V, res.penalty, res.trusted
+        self.visits_used_ = used
+        self.E_, self.iota_ = float(E), res.iota
+        params = dict(self.get_params(), E=float(E), stationary=bool(counts.stationary))
+        self.policy_ = Policy(table=greedy_table(res.Q), algorithm=self.algorithm, parameters=params,
+                              privacy=privacy, spec_hash=spec_hash, stationary=bool(counts.stationary))

@@ -1,0 +1,221 @@
+"""Backward pessimistic value iteration: the shared core of the tabular learners.
+
+One function, :func:`pessimistic_value_iteration`, runs the loop of seed 000
+(Qiao & Wang, *Offline RL with DP*) Algorithm 1, lines 2-9, restated in
+ALGORITHMS.md 1.2 step 6. DP-APVI, APVI, their Hoeffding variants and the
+certainty-equivalent baseline all call it with different counts, thresholds
+and penalties:
+
+================  ======================  ==========  ==================
+learner           counts n                E           penalty
+================  ======================  ==========  ==================
+DP-APVI           projected noisy ñ        E_rho/E_eps bernstein
+APVI              exact n                  0           bernstein
+APVI-Hoeffding    exact n (or ñ)           0 (or E)    hoeffding
+VE (CE baseline)  exact n                  0           none
+================  ======================  ==========  ==================
+
+Steps are 0-based in code, h = 0..H-1 (the paper's h = 1..H shifted by one),
+so the paper's clip to [0, H - h + 1] is the clip to [0, H - h] here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from privaudit.errors import UsageError
+
+#: Paper constants (seed 000 Alg. 1; ALGORITHMS.md 1.2 [Q:ICLR]).
+C1_DEFAULT = math.sqrt(2.0)
+C2_DEFAULT = 16.0
+#: "any constant C > 1" of the fallback penalty C*H; 2 is our choice.
+C_DEFAULT = 2.0
+#: Default failure probability delta of the learner's confidence bounds
+#: (not a privacy parameter; the paper leaves its value free).
+FAILURE_PROB_DEFAULT = 0.05
+#: Coefficient of APVI's optional lower-order term 16 H iota / n
+#: (Yin & Wang 2021b, ALGORITHMS.md 1.7, tag [R]).
+APVI_LOWER_ORDER_COEF = 16.0
+
+PENALTIES = ("bernstein", "hoeffding", "none")
+
+ArrayOrStep = np.ndarray | Callable[[int], np.ndarray]
+
+
+@dataclass(frozen=True, repr=False)
+class PVIResult:
+    """Output of :func:`pessimistic_value_iteration`.
+
+    Attributes
+    ----------
+    Q : ndarray, shape (H, S, A), float64
+        Q̄_h(s, a), the clipped pessimistic action values.
+    V : ndarray, shape (H + 1, S), float64
+        Ṽ_h(s) = max_a Q̄_h(s, a); V[H] = 0.
+    penalty : ndarray, shape (H, S, A), float64
+        Γ_h(s, a) as used (C * H on fallback pairs).
+    trusted : ndarray, shape (H, S, A), bool
+        Pairs with n_h(s, a) > E (the others got the fallback Γ = C * H).
+    iota : float
+        ι = log(H S A / delta).
+    """
+
+    Q: np.ndarray
+    V: np.ndarray
+    penalty: np.ndarray
+    trusted: np.ndarray
+    iota: float
+
+    def __repr__(self) -> str:
+        return f"PVIResult(Q={self.Q.shape}, V={self.V.shape}, iota={self.iota:.3f})"
+
+
+def _step_getter(x: ArrayOrStep | Sequence[np.ndarray], ndim: int, name: str) -> Callable[[int], np.ndarray]:
+    """Turn an array with an optional leading H axis, or a callable h -> array, into h -> array."""
+    if callable(x):
+        return x
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == ndim:
+        return lambda h: arr
+    if arr.ndim == ndim + 1:
+        return lambda h: arr[h]
+    raise UsageError(f"`{name}` must have {ndim} or {ndim + 1} dimensions (stationary or per step). "
+                     f"Found shape {arr.shape}.")
+
+
+def pessimistic_value_iteration(
+    P: ArrayOrStep,
+    r: ArrayOrStep,
+    n: ArrayOrStep,
+    *,
+    horizon: int,
+    E: float = 0.0,
+    penalty: str = "bernstein",
+    C1: float = C1_DEFAULT,
+    C2: float = C2_DEFAULT,
+    C: float = C_DEFAULT,
+    failure_prob: float = FAILURE_PROB_DEFAULT,
+    lower_order: bool = False,
+    terminal_states: Sequence[int] = (),
+) -> PVIResult:
+    """Backward pessimistic value iteration (seed 000 Algorithm 1, lines 2-9).
+
+    Parameters
+    ----------
+    P : ndarray (S, A, S) or (H, S, A, S), or callable h -> (S, A, S)
+        Transition estimate P̃_h(s' | s, a) (rows are probability vectors;
+        uniform 1/S where n <= E, eq. (3)). A 3-d array is used at every h
+        (stationary model).
+    r : ndarray (S, A) or (H, S, A), or callable h -> (S, A)
+        Known (or estimated) mean reward r_h(s, a) in [0, 1].
+    n : ndarray (S, A) or (H, S, A), or callable h -> (S, A)
+        Visit counts ñ_h(s, a) (projected private counts for DP-APVI, exact
+        counts for APVI), float or int.
+    horizon : int
+        H.
+    E : float, default 0
+        Noise bound E_rho / E_eps (ALGORITHMS.md 1.2 step 1, 1.4); 0 for the
+        non-private learners.
+    penalty : {"bernstein", "hoeffding", "none"}
+        Main penalty term: Bernstein C1 sqrt(Var_P̃(Ṽ_{h+1}) ι / (ñ - E))
+        (Alg. 1 line 5), Hoeffding C1 H sqrt(ι / (ñ - E)) (seed 000 section 3,
+        "Comparison to Hoeffding type pessimism"), or none (certainty
+        equivalence).
+    C1, C2 : float
+        Penalty constants, paper values sqrt(2) and 16. The C2 S H E ι / ñ
+        term is added for every penalty kind (it is 0 when E = 0).
+    C : float, default 2
+        Fallback penalty C * H for pairs with ñ <= E; must be > 1 so that the
+        clip makes those Q values exactly 0.
+    failure_prob : float, default 0.05
+        delta of ι = log(H S A / delta).
+    lower_order : bool, default False
+        Add APVI's lower-order term 16 H ι / ñ (Yin & Wang 2021b, [R]).
+    terminal_states : sequence of int
+        Public absorbing states with reward 0 (from the spec): their Q is set
+        to 0, which is their true value.
+
+    Returns
+    -------
+    PVIResult
+        Q (H, S, A), V (H + 1, S), penalty (H, S, A), trusted (H, S, A), iota.
+
+    Raises
+    ------
+    UsageError
+        Bad constants (C <= 1, failure_prob outside (0, 1), E < 0, unknown
+        penalty) or inconsistent shapes.
+
+    Notes
+    -----
+    Vectorized over (s, a, s') at each h; only h is looped. Var_p(V) is
+    computed as sum p V^2 - (sum p V)^2 and clipped at 0 (rounding).
+    With 0-based h the clip of line 7 is [0, H - h]. A pair with ñ <= E gets
+    Γ = C H > H >= r + P̃ Ṽ_{h+1}, so its clipped Q is exactly 0
+    (ALGORITHMS.md 1.2 "What happens when ñ <= E_rho").
+
+    References
+    ----------
+    Qiao & Wang, Offline RL with DP (seed 000), Algorithm 1 and eqs. (1)-(3);
+    ALGORITHMS.md 1.2 step 6, 1.5 (Hoeffding variant), 1.7 (APVI).
+    """
+    H = int(horizon)
+    if H < 1:
+        raise UsageError(f"`horizon` must be >= 1. Got {horizon}.")
+    if penalty not in PENALTIES:
+        raise UsageError(f"`penalty` must be one of {PENALTIES}. Got {penalty!r}.")
+    if not C > 1:
+        raise UsageError(f"`C` must be > 1 (the fallback C*H must exceed every value). Got {C}.")
+    if not 0 < failure_prob < 1:
+        raise UsageError(f"`failure_prob` must lie in (0, 1). Got {failure_prob}.")
+    if not (E >= 0 and np.isfinite(E)):
+        raise UsageError(f"`E` must be a finite number >= 0. Got {E}.")
+    if C1 < 0 or C2 < 0:
+        raise UsageError(f"`C1` and `C2` must be >= 0. Got C1={C1}, C2={C2}.")
+    P_at, r_at, n_at = _step_getter(P, 3, "P"), _step_getter(r, 2, "r"), _step_getter(n, 2, "n")
+    P0 = np.asarray(P_at(H - 1))
+    S, A = P0.shape[0], P0.shape[1]
+    if P0.shape != (S, A, S):
+        raise UsageError(f"`P` at step h must have shape (S, A, S). Got {P0.shape}.")
+    iota = math.log(H * S * A / failure_prob)                   # step 1: ι = log(HSA/δ)
+    terminals = np.asarray(list(terminal_states), dtype=np.int64)
+
+    Q = np.zeros((H, S, A))
+    V = np.zeros((H + 1, S))                                    # Ṽ_{H+1} = 0 (paper indexing)
+    G = np.zeros((H, S, A))
+    trusted_all = np.zeros((H, S, A), dtype=bool)
+    for h in range(H - 1, -1, -1):                              # Alg. 1 loop: h = H, ..., 1 (paper) = H-1..0
+        P_h = np.asarray(P_at(h), dtype=np.float64).reshape(S * A, S)
+        r_h = np.asarray(r_at(h), dtype=np.float64)
+        n_h = np.asarray(n_at(h), dtype=np.float64)
+        if r_h.shape != (S, A) or n_h.shape != (S, A):
+            raise UsageError(f"`r` and `n` at step h={h} must have shape ({S}, {A}). "
+                             f"Got {r_h.shape} and {n_h.shape}.")
+        V_next = V[h + 1]
+        PV = (P_h @ V_next).reshape(S, A)
+        Q_tilde = r_h + PV                                      # 6.1: Q̃ = r + P̃ Ṽ_{h+1}
+        trusted = n_h > E
+        n_safe = np.where(trusted, n_h, 1.0)                    # avoid 0-division; masked below
+        gap = np.where(trusted, n_h - E, 1.0)                   # ñ - E > 0 on trusted pairs
+        if penalty == "bernstein":                              # 6.2, Alg. 1 line 5 (Bernstein)
+            var = np.maximum((P_h @ (V_next * V_next)).reshape(S, A) - PV * PV, 0.0)
+            gamma = C1 * np.sqrt(var * iota / gap)
+        elif penalty == "hoeffding":                            # section 3 Hoeffding variant
+            gamma = C1 * H * np.sqrt(iota / gap)
+        else:
+            gamma = np.zeros((S, A))
+        if E > 0:                                               # + C2 S H E ι / ñ
+            gamma = gamma + C2 * S * H * E * iota / n_safe
+        if lower_order:                                         # APVI's 16 H ι / n [R]
+            gamma = gamma + APVI_LOWER_ORDER_COEF * H * iota / n_safe
+        gamma = np.where(trusted, gamma, C * H)                 # 6.2 else-branch: Γ = C H
+        Q_h = np.clip(Q_tilde - gamma, 0.0, float(H - h))       # 6.3-6.4: clip to [0, H-h+1] (1-based h)
+        if terminals.size:
+            Q_h[terminals] = 0.0
+        Q[h], G[h], trusted_all[h] = Q_h, gamma, trusted
+        V[h] = Q_h.max(axis=1)                                  # 6.5: Ṽ_h = max_a Q̄_h (greedy π̂_h)
+    return PVIResult(Q=Q, V=V, penalty=G, trusted=trusted_all, iota=iota)

@@ -1,0 +1,163 @@
+"""Train a tabular policy from logs or from a release: the Python API behind ``privaudit train``.
+
+* :func:`train_from_release`: DP-APVI on a release (post-processing; spends nothing).
+* :func:`train_from_logs`: a non-private learner (ve, apvi, apvi-hoeffding) on
+  exact counts, or dp-apvi after releasing the counts first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from privaudit.errors import ArtifactError, UsageError
+from privaudit.learners.apvi import APVI, APVIHoeffding
+from privaudit.learners.dp_apvi import DPAPVI
+from privaudit.learners.policy import Policy
+from privaudit.learners.ve import ValueIterationCE
+from privaudit.spec import DomainSpec
+
+#: Tabular algorithms and their learner classes.
+TABULAR_ALGOS = {"ve": ValueIterationCE, "apvi": APVI, "apvi-hoeffding": APVIHoeffding, "dp-apvi": DPAPVI}
+#: Linear algorithms (``privaudit.learners.linear.train_from_logs``).
+LINEAR_ALGOS = ("pevi", "vapvi", "dp-vapvi")
+#: Algorithms that need a privacy budget.
+PRIVATE_ALGOS = ("dp-apvi", "dp-vapvi")
+
+
+def _learner(algo: str, params: dict | None):
+    cls = TABULAR_ALGOS[algo]
+    try:
+        return cls(**(params or {}))
+    except TypeError as e:
+        raise UsageError(f"bad parameters for {algo}: {e}") from None
+
+
+def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: DomainSpec | None = None,
+                       stationary: bool | None = None, params: dict | None = None) -> Policy:
+    """DP-APVI on a release folder: post-processing, no further privacy cost.
+
+    Parameters
+    ----------
+    release_dir : path
+        A folder written by ``privaudit release`` (``manifest.json`` + tables).
+    algo : str
+        Must be ``dp-apvi`` (the non-private learners read exact counts).
+    spec : DomainSpec, optional
+        If given, the release's spec hash must equal ``spec.hash()``.
+    stationary : bool, optional
+        If given, must match the release (``--stationary``).
+    params : dict, optional
+        DPAPVI constructor parameters (failure_prob, C1, C2, C, penalty).
+
+    Returns
+    -------
+    Policy
+        Its privacy record is the release's guarantee.
+
+    Raises
+    ------
+    ArtifactError
+        Missing/invalid manifest or tables; a release made under another spec.
+    UsageError
+        A non-DP algorithm, or ``stationary`` contradicting the release.
+    """
+    from privaudit.stats.release import load_release
+
+    if algo != "dp-apvi":
+        raise UsageError(f"--algo {algo} cannot train on a release: a release holds noisy counts, which only "
+                         "dp-apvi is built for (ve/apvi/apvi-hoeffding read exact logs: pass LOGS --spec SPEC).")
+    release = load_release(release_dir)
+    if spec is not None and release.spec_hash != spec.hash():
+        raise ArtifactError(
+            f"release {release_dir} was made under another spec: its spec_hash is {release.spec_hash}, "
+            f"the --spec file hashes to {spec.hash()}. Pass the spec the release was made with (or omit --spec).")
+    if stationary is not None and bool(stationary) != release.stationary:
+        raise UsageError(f"release {release_dir} is {'stationary' if release.stationary else 'per-step'} "
+                         f"but --stationary was {'given' if stationary else 'not given'}; drop the flag "
+                         "(the release decides) or use a release made with the same setting.")
+    learner = _learner(algo, params).fit(release, release_path=str(release_dir))
+    return learner.policy_
+
+
+def train_from_logs(logs: str | Path, spec: DomainSpec, *, algo: str, stationary: bool = False,
+                    rho: float | None = None, epsilon: float | None = None, delta: float | None = None,
+                    mechanism: str = "gaussian", noise: str = "rounded", release_out: str | Path | None = None,
+                    ledger: str | Path | None = None, seed: int | None = None, params: dict | None = None,
+                    echo: Callable[[str], None] | None = None) -> Policy:
+    """Train a tabular policy from Parquet logs.
+
+    Parameters
+    ----------
+    logs : path
+        Parquet file or folder of the standard trajectory table.
+    spec : DomainSpec
+    algo : {"ve", "apvi", "apvi-hoeffding", "dp-apvi"}
+    stationary : bool
+        Pool counts over h.
+    rho, epsilon, delta, mechanism, noise, ledger, seed
+        dp-apvi only: the release's budget and options
+        (``privaudit.stats.release.release_logs``); ``seed`` makes the
+        release's noise reproducible (tests only, rng "seeded-insecure").
+    release_out : path
+        dp-apvi only: where the release is written (kept next to the policy).
+    params : dict, optional
+        Learner constructor parameters.
+    echo : callable, optional
+        Messages for the data holder (stderr in the CLI).
+
+    Returns
+    -------
+    Policy
+
+    Raises
+    ------
+    UsageError
+        A budget given to a non-private algorithm, none to dp-apvi, or a
+        missing ``release_out``.
+    LogReadError, ValidationFailed, BudgetExceededError
+        From reading, validating or releasing the logs.
+    """
+    if algo not in TABULAR_ALGOS:
+        raise UsageError(f"unknown tabular algorithm {algo!r}; choose one of {sorted(TABULAR_ALGOS)}.")
+    say = echo or (lambda s: None)
+    if algo == "dp-apvi":
+        from privaudit.stats.release import release_logs
+
+        if release_out is None:
+            raise UsageError("dp-apvi on logs needs a release folder to write (release_out).")
+        release_logs(logs, spec, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                     stationary=stationary, noise=noise, out=release_out, ledger=ledger, seed=seed,
+                     echo=say)
+        return train_from_release(release_out, algo=algo, spec=spec, params=params)
+    if any(v is not None for v in (rho, epsilon, delta)):
+        raise UsageError(f"--algo {algo} is not private: it takes no budget (--rho/--epsilon/--delta). "
+                         "Use --algo dp-apvi for a differentially private policy.")
+    from privaudit.data.validate import validate_logs
+    from privaudit.errors import ValidationFailed
+    from privaudit.learners.tabular_counts import exact_counts_from_logs
+    from privaudit.stats.release import BOUNDING_RULES
+
+    # Same rules as a release: bounding repairs k, H and the reward range; the rest is fatal.
+    report = validate_logs(logs, spec, max_errors=20)
+    broken = {r: n for r, n in report.counts.items() if n and r not in BOUNDING_RULES}
+    if broken:
+        raise ValidationFailed(f"{logs}: the logs break validation rules "
+                               f"{', '.join(f'{r} ({n})' for r, n in broken.items())}; no policy was trained. "
+                               f"Run `privaudit validate {logs} --spec SPEC` for details.", report.to_dict())
+    counts = exact_counts_from_logs(logs, spec, stationary=stationary)
+    learner = _learner(algo, params).fit(counts, spec.public_reward_vector(),
+                                         terminal_states=spec.terminal_states, spec_hash=spec.hash())
+    return learner.policy_
+
+
+def check_out_free(*paths: Path) -> None:
+    """Refuse to start when an output already exists (before any budget is spent)."""
+    for p in paths:
+        if p is not None and Path(p).exists():
+            raise UsageError(f"{p} already exists; choose another --out or remove it.")
+    return None
+
+
+__all__ = ["TABULAR_ALGOS", "LINEAR_ALGOS", "PRIVATE_ALGOS", "train_from_release", "train_from_logs",
+           "check_out_free", "ArtifactError"]
