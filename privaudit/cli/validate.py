@@ -1,0 +1,63 @@
+"""``privaudit validate``: check Parquet trajectory logs against a domain spec."""
+
+from __future__ import annotations
+
+import click
+
+from privaudit.cli.common import echo_json, handle_errors
+
+_HELP = """Check trajectory logs against a domain spec; writes nothing.
+
+LOGS is a Parquet file or a folder of Parquet parts (*.parquet, read in name
+order). Prints the rows, episodes and units, the violations per rule and the
+first examples of each broken rule (rule, episode, step, row, column).
+These figures describe the private data: they are for the data holder only.
+
+Exit codes: 0 valid; 1 invalid data, or the logs cannot be read;
+2 usage or spec error.
+"""
+
+
+@click.command("validate", help=_HELP, short_help="Check Parquet trajectory logs against a domain spec.")
+@click.argument("logs", type=click.Path(path_type=str))
+@click.option("--spec", "spec_path", required=True, type=click.Path(path_type=str),
+              help="Domain spec (JSON) with S, A, H, reward range, privacy unit, column mapping.")
+@click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")
+@click.option("--max-errors", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Most examples listed per broken rule (counts are always complete).")
+@handle_errors
+def command(logs: str, spec_path: str, as_json: bool, max_errors: int) -> None:
+    from privaudit.data.validate import RULES, validate_logs
+    from privaudit.spec import load_spec
+
+    spec = load_spec(spec_path)
+    report = validate_logs(logs, spec, max_errors=max_errors)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        click.echo(_human(report, RULES))
+    if not report.ok:
+        raise SystemExit(1)
+
+
+def _human(report, rules) -> str:
+    ep = "unknown" if report.episodes is None else f"{report.episodes:,}"
+    un = "unknown" if report.units is None else f"{report.units:,}"
+    lines = [f"{report.path}: {report.rows:,} rows, {ep} episodes, {un} privacy units",
+             "(private figures: for the data holder only, never to be released)", ""]
+    broken = {r: n for r, n in report.counts.items() if n}
+    if not broken:
+        lines.append(f"valid: all {len(report.counts)} rules checked hold.")
+    else:
+        lines.append(f"INVALID: {sum(broken.values()):,} violations of {len(broken)} rules")
+        width = max(len(r) for r in broken)
+        for r, n in broken.items():
+            lines.append(f"  {r:<{width}}  {n:>10,}  {rules[r][1]}")
+    if report.skipped:
+        lines.append("not checked (a column they need is missing or unusable): " + ", ".join(report.skipped))
+    if report.violations:
+        lines += ["", f"first violations (at most {report.max_errors} per rule):"]
+        for v in report.violations:
+            lines.append(f"  [{v['rule']}] {v['message']}"
+                         + (f" (column {v['column']})" if v["column"] else ""))
+    return "\n".join(lines)

@@ -1,0 +1,221 @@
+"""Validation rules across the rows of an episode or a privacy unit.
+
+Checking that the steps of every episode are 0..L-1 and that ``next_state``
+of step h equals ``state`` of step h+1 exactly would need the whole table
+in a hash table or sorted (memory proportional to the rows). Instead one
+streaming pass aggregates every episode into a few numbers (memory
+proportional to the episodes), and only the episodes that this pass flags
+are re-read and checked exactly, in chunks of bounded size.
+
+The flagging test is a telescoping sum of hashes. With g a 64-bit hash of an
+Int64 and the L steps h_i of an episode,
+
+    sum_i g(h_i + 1) + g(0) == sum_i g(h_i) + g(L)
+
+holds for every g iff the multiset {h_i} is exactly {0, ..., L-1} (the
+multiplicities c_j must satisfy c_{j-1} - c_j = [j = L] - [j = 0]). With
+pair keys k(h, s) = h * 2^32 + s and the steps already 0..L-1,
+
+    sum_i g(k(h_i + 1, s'_i)) + g(k(0, s_0)) == sum_i g(k(h_i, s_i)) + g(k(L, s'_{L-1}))
+
+holds for every g iff s'_h = s_{h+1} for h = 0..L-2. Each side is summed
+separately on the low and high 32-bit halves of g (no overflow below 2^32
+rows per episode). A broken episode passes both halves only if a fixed
+non-zero integer combination of hash values vanishes: about 2^-64 for a
+hash that behaves randomly, i.e. no practical chance of a missed
+violation. A valid episode always passes (no false alarm), and every
+flagged episode is then checked exactly, so reported violations are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from privaudit.data.io import ROW, OpenLog
+
+#: Fixed hash seed (a constant of the algorithm, not randomness).
+HASH_SEED = 0x5EED_0F_A11
+#: Most rows re-read at once when checking flagged episodes exactly.
+CHUNK_ROWS = 2_000_000
+_P32 = 2**32
+
+
+def _halves(e: pl.Expr, name: str) -> list[pl.Expr]:
+    """Sums of the low and high 32-bit halves of g(e) (UInt64, no overflow)."""
+    h = e.hash(HASH_SEED)
+    return [(h % _P32).sum().alias(f"{name}_lo"), (h // _P32).sum().alias(f"{name}_hi")]
+
+
+def _equal(left: str, right: str, left_extra: pl.Expr, right_extra: pl.Expr) -> pl.Expr:
+    """sum(left) + g(left_extra) == sum(right) + g(right_extra), on both halves."""
+    gl, gr = left_extra.hash(HASH_SEED), right_extra.hash(HASH_SEED)
+    return (((pl.col(f"{left}_lo") + gl % _P32) == (pl.col(f"{right}_lo") + gr % _P32))
+            & ((pl.col(f"{left}_hi") + gl // _P32) == (pl.col(f"{right}_hi") + gr // _P32)))
+
+
+@dataclass
+class EpisodeTable:
+    """One row per episode (memory proportional to the number of episodes).
+
+    Columns: ``episode_id``; ``n`` (rows with a non-null step); ``smax``
+    (largest step); ``row0`` (first row index); ``suspect`` (bool: the hash
+    test flags broken steps, a broken next_state chain or several units);
+    ``unit`` (the episode's smallest unit_id) when units are checked.
+    """
+
+    frame: pl.DataFrame
+
+
+def episode_table(log: OpenLog, check_chain: bool, check_units: bool) -> EpisodeTable:
+    """Aggregate every episode in one streaming pass (see module docstring).
+
+    Rows with a null ``episode_id`` are left out (the null rule reports them).
+    """
+    c = pl.col
+    hc = c("step").cast(pl.Int64, strict=False).clip(-1, 2**30)
+    aggs = [hc.count().alias("n"), c("step").max().alias("smax"), c(ROW).min().alias("row0"),
+            *_halves(hc + 1, "up"), *_halves(hc, "at")]
+    if check_chain:
+        s = c("state").cast(pl.Int64, strict=False).clip(0, _P32 - 1)
+        ns = c("next_state").cast(pl.Int64, strict=False).clip(0, _P32 - 1)
+        aggs += [*_halves((hc + 1) * _P32 + ns, "kn"), *_halves(hc * _P32 + s, "kc"),
+                 pl.when(hc == 0).then(s).min().alias("s0"),
+                 (hc * _P32 + ns).max().alias("klast")]
+    if check_units:
+        aggs += [c("unit_id").min().alias("unit"), c("unit_id").max().alias("unit_max")]
+    steps_ok = _equal("up", "at", pl.lit(0, dtype=pl.Int64), c("n").cast(pl.Int64))
+    suspect = ~steps_ok
+    if check_chain:
+        chain_ok = _equal("kn", "kc", c("s0"), c("klast") + _P32).fill_null(False)
+        suspect = suspect | ~chain_ok
+    if check_units:
+        suspect = suspect | (c("unit") != c("unit_max")).fill_null(False)
+    keep = ["episode_id", "n", "smax", "row0", "suspect"] + (["unit"] if check_units else [])
+    frame = (log.frame.filter(c("episode_id").is_not_null())
+             .group_by("episode_id").agg(aggs)
+             .with_columns(suspect.alias("suspect"))
+             .select(keep)
+             .collect(engine="streaming"))
+    return EpisodeTable(frame)
+
+
+def _chunks(suspects: pl.DataFrame) -> list[pl.Series]:
+    """Split the suspect episodes (sorted by first row) into chunks of at most
+    CHUNK_ROWS rows (an episode larger than that is a chunk of its own)."""
+    if suspects.height == 0:
+        return []
+    n = suspects["n"].to_numpy().astype(np.int64)
+    ends = np.cumsum(n)
+    chunk = (ends - n) // CHUNK_ROWS
+    ids = suspects["episode_id"]
+    return [ids.filter(pl.Series(chunk == k)) for k in np.unique(chunk)]
+
+
+def exact_episode_checks(log: OpenLog, table: EpisodeTable, check_chain: bool,
+                         check_units: bool) -> dict[str, pl.DataFrame]:
+    """Check the flagged episodes exactly; return the violating rows per rule.
+
+    Returns
+    -------
+    dict
+        rule -> DataFrame with columns ``row, episode_id, step, column, detail``
+        (all violations, in row order), for rules ``step_duplicate``,
+        ``step_gap``, ``next_state_mismatch`` and ``unit_not_unique``.
+        Memory: at most about CHUNK_ROWS rows at a time (plus the output).
+    """
+    out: dict[str, list[pl.DataFrame]] = {r: [] for r in
+                                          ("step_duplicate", "step_gap", "next_state_mismatch", "unit_not_unique")}
+    suspects = table.frame.filter(pl.col("suspect")).sort("row0")
+    cols = [ROW, "episode_id", "step"] + (["state", "next_state"] if check_chain else []) \
+        + (["unit_id"] if check_units else [])
+    for ids in _chunks(suspects):
+        d = (log.frame.filter(pl.col("episode_id").is_in(ids.implode()) & pl.col("step").is_not_null())
+             .select(cols).collect(engine="streaming"))
+        for rule, df in _exact(d, check_chain, check_units).items():
+            out[rule].append(df)
+    return {r: (pl.concat(v).sort(ROW) if v else None) for r, v in out.items()}
+
+
+def _exact(d: pl.DataFrame, check_chain: bool, check_units: bool) -> dict[str, pl.DataFrame]:
+    """Exact checks on the rows ``d`` of whole episodes (in memory)."""
+    c, ep = pl.col, "episode_id"
+    res = {}
+    key = [ep, "step"]
+    d = d.with_columns(pl.len().over(key).alias("_k"), c(ROW).min().over(key).alias("_first"))
+    dup = d.filter((c("_k") > 1) & (c(ROW) != c("_first")))
+    res["step_duplicate"] = dup.select(ROW, ep, "step", pl.lit("step").alias("column"),
+                                       pl.format("step {} also at row {}", "step", "_first").alias("detail"))
+    u = d.filter(c(ROW) == c("_first")).sort(ep, "step")
+    prev = c("step").shift(1).over(ep)
+    u = u.with_columns(prev.alias("_prev"))
+    gap = u.filter((c("_prev").is_null() & (c("step") != 0))
+                   | (c("_prev").is_not_null() & (c("step").cast(pl.Int64) != c("_prev").cast(pl.Int64) + 1)))
+    res["step_gap"] = gap.select(
+        ROW, ep, "step", pl.lit("step").alias("column"),
+        pl.when(c("_prev").is_null()).then(pl.format("episode starts at step {}; steps must start at 0", "step"))
+        .otherwise(pl.format("step {} follows step {}; the steps between are missing", "step", "_prev"))
+        .alias("detail"))
+    bad = pl.concat([dup.select(ep), gap.select(ep)]).unique()
+    if check_chain:
+        ok = d.join(bad, on=ep, how="anti").sort(ep, "step")
+        nxt_state, nxt_row = c("state").shift(-1).over(ep), c(ROW).shift(-1).over(ep)
+        ok = ok.with_columns(nxt_state.alias("_ns"), nxt_row.alias("_nr"))
+        mis = ok.filter(c("_ns").is_not_null() & c("next_state").is_not_null() & (c("next_state") != c("_ns")))
+        res["next_state_mismatch"] = mis.select(
+            ROW, ep, "step", pl.lit("next_state").alias("column"),
+            pl.format("next_state {} but the next step (row {}) has state {}", "next_state", "_nr", "_ns")
+            .alias("detail"))
+    if check_units:
+        s = d.sort(ROW).with_columns(c("unit_id").first().over(ep).alias("_u0"),
+                                     c(ROW).first().over(ep).alias("_r0"))
+        mix = s.filter(c("unit_id").is_not_null() & (c("unit_id") != c("_u0")))
+        res["unit_not_unique"] = mix.select(
+            ROW, ep, "step", pl.lit("unit_id").alias("column"),
+            pl.format("unit_id {} differs from unit_id {} on the episode's first row {}", "unit_id", "_u0", "_r0")
+            .alias("detail"))
+    return res
+
+
+def flag_not_last(log: OpenLog, table: EpisodeTable, flags: list[str]) -> pl.LazyFrame:
+    """Rows carrying a terminated/truncated flag before their episode's last step.
+
+    Joins only the flagged rows with the episode table (memory proportional
+    to the episodes). Columns: ``row, episode_id, step, column, detail``.
+    """
+    c = pl.col
+    any_flag = pl.any_horizontal([c(f).fill_null(False) for f in flags])
+    which = c(flags[0]).fill_null(False)
+    col = (pl.when(which).then(pl.lit(flags[0])).otherwise(pl.lit(flags[-1]))) if len(flags) > 1 else pl.lit(flags[0])
+    last = table.frame.lazy().select("episode_id", "smax")
+    return (log.frame.filter(any_flag & c("step").is_not_null())
+            .select(ROW, "episode_id", "step", col.alias("column"))
+            .join(last, on="episode_id", how="inner")
+            .filter(c("step") < c("smax"))
+            .select(ROW, "episode_id", "step", "column",
+                    pl.format("{} flag at step {} but the episode continues to step {}", "column", "step", "smax")
+                    .alias("detail")))
+
+
+def too_many_episodes(table: EpisodeTable, k: int) -> tuple[int, pl.DataFrame]:
+    """Units with more than k episodes.
+
+    Returns the number of such units and, for each, its (k+1)-th episode by
+    first row (columns ``row, episode_id, step, column, detail``).
+    """
+    c = pl.col
+    e = table.frame.filter(c("unit").is_not_null())
+    per_unit = e.group_by("unit").agg(pl.len().alias("_m"))
+    over = per_unit.filter(c("_m") > k)
+    if over.height == 0:
+        return 0, None
+    ex = (e.join(over, on="unit").sort("row0")
+          .with_columns(pl.int_range(pl.len()).over("unit").alias("_rank"))
+          .filter(c("_rank") == k)
+          .select(c("row0").alias(ROW), "episode_id", pl.lit(None, dtype=pl.Int64).alias("step"),
+                  pl.lit("unit_id").alias("column"),
+                  pl.format("unit {} has {} episodes; at most {} allowed (spec privacy_unit.max_episodes); "
+                            "this is its episode number {}", "unit", "_m", pl.lit(k), pl.lit(k + 1)).alias("detail")))
+    return over.height, ex

@@ -1,0 +1,263 @@
+"""Reading trajectory logs: a Parquet file or a folder of Parquet parts.
+
+The trajectory table (DESIGN.md "The trajectory table") has one row per step
+h of an episode. Users' own column names map onto the standard names
+(``episode_id, step, state, action, reward, next_state, terminated,
+truncated, unit_id, features``) through the domain spec's ``columns``.
+
+Everything here is lazy: :func:`scan_logs` returns a ``polars.LazyFrame``
+that reads the files only when collected, so downstream code can aggregate a
+log larger than memory with the streaming engine. Only Parquet footers
+(schema, row counts) are read eagerly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from privaudit.errors import LogReadError
+from privaudit.spec import REQUIRED_COLUMNS, STANDARD_COLUMNS, DomainSpec
+
+#: Name of the 0-based row index column added by :func:`scan_logs`.
+ROW = "row"
+
+#: Standard column -> a test of its dtype and the words used in error messages.
+INT_COLUMNS = ("step", "state", "action", "next_state")
+FLAG_COLUMNS = ("terminated", "truncated")
+ID_COLUMNS = ("episode_id", "unit_id")
+
+
+def dtype_problem(std: str, dtype: pl.DataType) -> str | None:
+    """Why ``dtype`` is not usable for standard column ``std`` (None if it is).
+
+    Usable types: integers for ``step, state, action, next_state``; any
+    numeric type for ``reward``; Boolean for ``terminated, truncated``;
+    integer, string or categorical for ``episode_id, unit_id``; a list or
+    array of numbers for ``features``.
+    """
+    if std in INT_COLUMNS:
+        if dtype.is_integer():
+            return None
+        return f"must hold integers; found {dtype}. Cast it to an integer type (e.g. Int64) when writing the file"
+    if std == "reward":
+        if dtype.is_numeric():
+            return None
+        return f"must hold numbers; found {dtype}"
+    if std in FLAG_COLUMNS:
+        if dtype == pl.Boolean:
+            return None
+        return f"must hold booleans; found {dtype}. Write true/false, not 0/1 or strings"
+    if std in ID_COLUMNS:
+        if dtype.is_integer() or dtype in (pl.String, pl.Categorical) or isinstance(dtype, (pl.Categorical, pl.Enum)):
+            return None
+        return f"must hold integers or strings; found {dtype}"
+    if std == "features":
+        if isinstance(dtype, (pl.List, pl.Array)) and dtype.inner.is_numeric():
+            return None
+        return f"must hold lists of numbers; found {dtype}"
+    return None
+
+
+@dataclass(frozen=True)
+class LogPart:
+    """One Parquet file of a log.
+
+    Attributes
+    ----------
+    file : Path
+        The file.
+    n_rows : int
+        Rows in this file (from the Parquet footer).
+    offset : int
+        Row index (0-based, in the concatenated input) of this file's first row.
+    schema : dict[str, pl.DataType]
+        Column name (the user's) -> polars dtype.
+    """
+
+    file: Path
+    n_rows: int
+    offset: int
+    schema: dict = field(repr=False)
+
+
+def list_parts(path: str | Path) -> list[LogPart]:
+    """The Parquet files of a log, in reading order, with their row offsets.
+
+    A folder is read as the files ``*.parquet`` directly inside it, sorted
+    by name; their rows are concatenated in that order.
+
+    Parameters
+    ----------
+    path : str or Path
+        A Parquet file or a folder of Parquet parts.
+
+    Returns
+    -------
+    list of LogPart
+        At least one part.
+
+    Raises
+    ------
+    LogReadError
+        If the path does not exist, a folder holds no ``*.parquet`` file, or
+        a file is not readable Parquet (the message names the file).
+    """
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.glob("*.parquet") if f.is_file())
+        if not files:
+            raise LogReadError(f"{p}: folder holds no *.parquet file. Point LOGS at a Parquet file or a folder of Parquet parts.")
+    elif p.is_file():
+        files = [p]
+    else:
+        raise LogReadError(f"{p}: no such file or folder.")
+    parts, offset = [], 0
+    for f in files:
+        try:
+            import pyarrow.parquet as pq
+
+            n = pq.read_metadata(f).num_rows
+            schema = dict(pl.read_parquet_schema(f))
+        except Exception as e:  # pyarrow / polars raise many types for bad files
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise LogReadError(f"{f}: not a readable Parquet file ({reason}). "
+                               "Write the logs with a Parquet writer (polars, pyarrow, pandas.to_parquet).") from None
+        parts.append(LogPart(file=f, n_rows=int(n), offset=offset, schema=schema))
+        offset += int(n)
+    return parts
+
+
+def read_schema(path: str | Path) -> dict[str, pl.DataType]:
+    """Column name -> polars dtype of a log (the first part's, user's names).
+
+    Reads only the Parquet footer. Raises :class:`LogReadError` like
+    :func:`list_parts`.
+    """
+    return dict(list_parts(path)[0].schema)
+
+
+@dataclass(frozen=True)
+class OpenLog:
+    """A lazily scanned log before strict checks (used by validation).
+
+    Attributes
+    ----------
+    frame : pl.LazyFrame
+        Standard column names for every present column, plus ``row``.
+    parts : list of LogPart
+    source : dict[str, str]
+        Standard name -> the user's column name, for present columns.
+    dtypes : dict[str, pl.DataType]
+        Standard name -> dtype as stored, for present columns.
+    missing : tuple of str
+        Required standard columns absent from the files.
+    unit_is_episode : bool
+        True when the spec names no privacy-unit column (``unit_id`` is then
+        a copy of ``episode_id``).
+    """
+
+    frame: pl.LazyFrame
+    parts: list
+    source: dict
+    dtypes: dict
+    missing: tuple
+    unit_is_episode: bool
+
+    def locate(self, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """Map global row indices to (file, row within that file)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts = np.array([p.offset for p in self.parts], dtype=np.int64)
+        idx = np.clip(np.searchsorted(starts, rows, side="right") - 1, 0, len(self.parts) - 1)
+        return [str(self.parts[i].file) for i in idx], rows - starts[idx]
+
+
+def open_log(path: str | Path, spec: DomainSpec) -> OpenLog:
+    """Scan a log lazily, renaming present columns to the standard names.
+
+    Unlike :func:`scan_logs` this does not refuse missing columns or unusable
+    types; it reports them so that validation can list every problem.
+
+    Raises
+    ------
+    LogReadError
+        Unreadable files, or parts whose schemas disagree on a used column.
+    """
+    parts = list_parts(path)
+    first = parts[0]
+    unit_is_episode = spec.unit_column is None
+    wanted = [c for c in STANDARD_COLUMNS if not (c == "unit_id" and unit_is_episode)]
+    source = {c: spec.column(c) for c in wanted if spec.column(c) in first.schema}
+    for part in parts[1:]:
+        for std, name in source.items():
+            if name not in part.schema:
+                raise LogReadError(f"{part.file}: column '{name}' ({std}) is missing, but {first.file} has it. "
+                                   "All parts of a log must have the same columns.")
+            if part.schema[name] != first.schema[name]:
+                raise LogReadError(f"{part.file}: column '{name}' has type {part.schema[name]}, but {first.file} "
+                                   f"has {first.schema[name]}. Write all parts with the same schema.")
+    required = list(REQUIRED_COLUMNS) + ([] if unit_is_episode else ["unit_id"])
+    missing = tuple(c for c in required if c not in source)
+    dtypes = {std: first.schema[name] for std, name in source.items()}
+    lf = pl.scan_parquet([str(p.file) for p in parts], row_index_name=ROW, glob=False, extra_columns="ignore")
+    exprs = [pl.col(ROW)]
+    for std, name in source.items():
+        e = pl.col(name)
+        if std in ID_COLUMNS and isinstance(dtypes[std], (pl.Categorical, pl.Enum)):
+            e = e.cast(pl.String)
+        exprs.append(e.alias(std))
+    if unit_is_episode and "episode_id" in source:
+        exprs.append(pl.col(source["episode_id"]).alias("unit_id"))
+    return OpenLog(frame=lf.select(exprs), parts=parts, source=source, dtypes=dtypes,
+                   missing=missing, unit_is_episode=unit_is_episode)
+
+
+def scan_logs(path: str | Path, spec: DomainSpec) -> pl.LazyFrame:
+    """Lazily scan trajectory logs with the standard column names.
+
+    Parameters
+    ----------
+    path : str or Path
+        A Parquet file, or a folder whose ``*.parquet`` files (sorted by name)
+        are the parts of one log.
+    spec : DomainSpec
+        Maps the user's column names to the standard ones (``spec.column``).
+
+    Returns
+    -------
+    pl.LazyFrame
+        Columns ``row`` (UInt32 or UInt64: 0-based position of the row in the
+        concatenated input), ``episode_id, step, state, action, reward,
+        next_state, unit_id`` always; ``terminated, truncated, features`` when
+        the files have them. ``unit_id`` is a copy of ``episode_id`` when the
+        spec names no privacy-unit column (each episode its own unit). Other
+        columns of the files are dropped. Nothing is read until collected.
+
+    Raises
+    ------
+    LogReadError
+        If the path is missing, a folder holds no Parquet part, a file is not
+        readable Parquet, parts disagree on a column's type, or a required
+        column is missing or has an unusable type (the message names the file
+        and the column). Errors in the data pages themselves surface when the
+        frame is collected (as polars exceptions).
+
+    Notes
+    -----
+    This only reads; it checks no row. Run :func:`privaudit.data.validate.validate_logs`
+    to check the rows against the spec (ranges, steps, horizon, units).
+    """
+    log = open_log(path, spec)
+    where = str(log.parts[0].file) if len(log.parts) == 1 else f"{path} (first part {log.parts[0].file})"
+    if log.missing:
+        names = ", ".join(f"'{spec.column(c)}' ({c})" for c in log.missing)
+        raise LogReadError(f"{where}: required column(s) missing: {names}. "
+                           "Rename them in the file or map them in the spec's \"columns\".")
+    for std, dt in log.dtypes.items():
+        why = dtype_problem(std, dt)
+        if why:
+            raise LogReadError(f"{where}: column '{log.source[std]}' ({std}) {why}.")
+    return log.frame

@@ -1,0 +1,326 @@
+"""Validate trajectory logs against a domain spec.
+
+Every rule is a polars expression over a lazy scan of the log, collected
+with the streaming engine: row rules in one pass that sums their violations
+(plus one pass per broken rule for its first examples), episode rules from
+a per-episode aggregate (see :mod:`privaudit.data.episode_checks`). Memory
+grows with the number of episodes, not of rows; no Python loop runs over
+rows. Validation reads and never writes.
+
+The rule names below are stable (scripts may match on them); see
+docs/validate.md for examples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from privaudit.data import episode_checks as ec
+from privaudit.data.io import FLAG_COLUMNS, ROW, OpenLog, dtype_problem, open_log
+from privaudit.errors import LogReadError, UsageError, ValidationFailed
+from privaudit.spec import DomainSpec
+
+#: rule -> (counted per, meaning). Order is the order of reports.
+RULES: dict[str, tuple[str, str]] = {
+    "missing_column": ("column", "a required column is absent (after the spec's column mapping)"),
+    "column_type": ("column", "a column has an unusable type (integers for step/state/action/next_state, "
+                              "numbers for reward, booleans for flags, int or string ids, lists of numbers for features)"),
+    "empty_log": ("log", "the log has no rows"),
+    "null_value": ("row and column", "a value is null"),
+    "not_finite": ("row and column", "reward is NaN or infinite, or features hold a null, NaN or infinity"),
+    "state_out_of_range": ("row", "state is outside [0, S)"),
+    "action_out_of_range": ("row", "action is outside [0, A)"),
+    "next_state_out_of_range": ("row", "next_state is outside [0, S)"),
+    "reward_out_of_range": ("row", "reward is outside the spec's reward_range [r_min, r_max]"),
+    "episode_too_long": ("row", "step h >= H: the episode has more than H steps"),
+    "terminated_and_truncated": ("row", "a row is flagged both terminated and truncated"),
+    "continues_after_terminal": ("row", "the row's state is a terminal state: the episode should have ended "
+                                        "at the step that entered it"),
+    "terminated_mismatch": ("row", "terminated is not equal to 'next_state is a terminal state' "
+                                   "(checked when the spec declares terminal states)"),
+    "step_duplicate": ("row", "(episode_id, step) repeats an earlier row"),
+    "step_gap": ("row", "the steps of an episode are not contiguous from 0 (reported at the first step after a gap, "
+                        "or at a first step other than 0)"),
+    "next_state_mismatch": ("row", "next_state of step h differs from state of step h+1 "
+                                   "(checked in episodes whose steps are 0..L-1)"),
+    "flag_not_last": ("row", "a terminated/truncated flag sits on a row that is not the episode's last step"),
+    "unit_not_unique": ("row", "an episode's rows carry different unit_id values"),
+    "too_many_episodes": ("unit", "a privacy unit has more episodes than the spec's privacy_unit.max_episodes (k)"),
+}
+
+_VIOLATION_KEYS = ("rule", "episode_id", "step", "row", "column", "message", "file", "file_row")
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Result of :func:`validate_logs` (immutable).
+
+    The counts here (rows, episodes, units, violations) are facts about the
+    private data: they are shown only to the data holder, locally, and must
+    never be copied into a release.
+
+    Attributes
+    ----------
+    ok : bool
+        True when no rule is broken.
+    rows : int
+        Rows in the log (all parts).
+    episodes, units : int or None
+        Distinct non-null episode ids / privacy units; None when the columns
+        needed to count them are missing or unusable.
+    counts : dict[str, int]
+        Rule -> number of violations, for every rule that was checked
+        (0 included); unit of counting in :data:`RULES`.
+    violations : list of dict
+        At most ``max_errors`` examples of each broken rule, in rule order then
+        row order; keys ``rule, episode_id, step, row, column, message, file,
+        file_row`` (``row`` 0-based in the concatenated input, ``file_row``
+        0-based within ``file``; None where not applicable).
+    skipped : tuple of str
+        Rules not checked because a column they need is missing or unusable.
+    path : str
+        The log that was checked.
+    """
+
+    ok: bool
+    rows: int
+    episodes: int | None
+    units: int | None
+    counts: dict
+    violations: list
+    skipped: tuple = ()
+    path: str = ""
+    max_errors: int = field(default=20, repr=False)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (keys as the attributes)."""
+        return {"ok": self.ok, "path": self.path, "rows": self.rows, "episodes": self.episodes,
+                "units": self.units, "counts": dict(self.counts), "skipped": list(self.skipped),
+                "max_errors": self.max_errors, "violations": [dict(v) for v in self.violations]}
+
+    def raise_if_invalid(self) -> None:
+        """Raise :class:`ValidationFailed` (carrying ``to_dict()``) unless ok."""
+        if not self.ok:
+            broken = ", ".join(f"{r} ({n})" for r, n in self.counts.items() if n)
+            raise ValidationFailed(f"{self.path}: logs break validation rules: {broken}. "
+                                   f"Run `privaudit validate {self.path} --spec SPEC` for details.",
+                                   report=self.to_dict())
+
+
+def _row_rules(log: OpenLog, spec: DomainSpec, usable: set[str]) -> list[tuple]:
+    """(rule, column, expr, message template) for the row rules whose columns are usable.
+
+    The template is a polars expression giving the message from the row.
+    """
+    c, S, A, H = pl.col, spec.n_states, spec.n_actions, spec.horizon
+    lo, hi = spec.reward_range
+    out = []
+    for std in log.source:
+        if std in usable:
+            out.append(("null_value", std, c(std).is_null(), pl.lit(f"{std} is null")))
+    if "reward" in usable and log.dtypes["reward"].is_float():
+        out.append(("not_finite", "reward", c("reward").is_not_null() & ~c("reward").is_finite(),
+                    pl.format("reward is {}", "reward")))
+    if "features" in usable:
+        f = c("features")
+        if isinstance(log.dtypes["features"], pl.Array):
+            f = f.arr.to_list()
+        el = pl.element()
+        bad = f.list.eval(el.is_null() | ~el.cast(pl.Float64).is_finite()).list.any()
+        out.append(("not_finite", "features", bad.fill_null(False), pl.lit("features hold a null, NaN or infinity")))
+    for std, n, sym in (("state", S, "S"), ("action", A, "A"), ("next_state", S, "S")):
+        if std in usable:
+            out.append((f"{std}_out_of_range", std, (c(std) < 0) | (c(std) >= n),
+                        pl.format(f"{std} {{}} is outside [0, {sym}={n})", std)))
+    if "reward" in usable:
+        r = c("reward").cast(pl.Float64)
+        out.append(("reward_out_of_range", "reward", r.is_finite() & ((r < lo) | (r > hi)),
+                    pl.format(f"reward {{}} is outside reward_range [{lo}, {hi}]", "reward")))
+    if "step" in usable:
+        out.append(("episode_too_long", "step", c("step") >= H,
+                    pl.format(f"step {{}} >= H={H}: the episode has more than H steps", "step")))
+    if {"terminated", "truncated"} <= usable:
+        out.append(("terminated_and_truncated", "truncated", c("terminated") & c("truncated"),
+                    pl.lit("both terminated and truncated are true; at most one may be")))
+    terminals = list(spec.terminal_states)
+    if terminals and "state" in usable:
+        out.append(("continues_after_terminal", "state", c("state").is_in(terminals),
+                    pl.format("state {} is terminal; the episode should have ended at the step entering it", "state")))
+    if terminals and {"terminated", "next_state"} <= usable:
+        into = c("next_state").is_in(terminals)
+        out.append(("terminated_mismatch", "terminated", c("terminated") != into,
+                    pl.when(into).then(pl.format("next_state {} is terminal but terminated is false", "next_state"))
+                    .otherwise(pl.format("terminated is true but next_state {} is not a terminal state",
+                                         "next_state"))))
+    return out
+
+
+def _records(df: pl.DataFrame | None, rule: str, log: OpenLog, n: int) -> list[dict]:
+    """Violation dicts from a frame with ``row, episode_id, step, column, detail``."""
+    if df is None or df.height == 0:
+        return []
+    df = df.sort(ROW).head(n)
+    rows = df[ROW].to_list()
+    files, file_rows = log.locate(rows)
+    ep = df["episode_id"].to_list() if "episode_id" in df.columns else [None] * len(rows)
+    st = df["step"].to_list() if "step" in df.columns else [None] * len(rows)
+    out = []
+    for i, r in enumerate(rows):
+        where = f"row {r}" + (f" ({files[i]} row {int(file_rows[i])})" if len(log.parts) > 1 else "")
+        if ep[i] is not None:
+            where += f", episode {ep[i]}"
+        if st[i] is not None:
+            where += f", step {st[i]}"
+        out.append({"rule": rule, "episode_id": ep[i], "step": st[i], "row": int(r),
+                    "column": df["column"][i], "message": f"{where}: {df['detail'][i]}",
+                    "file": files[i], "file_row": int(file_rows[i])})
+    return out
+
+
+def _schema_violation(rule: str, column: str, message: str, log: OpenLog) -> dict:
+    files = sorted({str(p.file) for p in log.parts})
+    return {"rule": rule, "episode_id": None, "step": None, "row": None, "column": column,
+            "message": message, "file": files[0] if len(files) == 1 else None, "file_row": None}
+
+
+def validate_logs(path: str | Path, spec: DomainSpec, max_errors: int = 20) -> ValidationReport:
+    """Check a trajectory log against the domain spec, every rule of :data:`RULES`.
+
+    Parameters
+    ----------
+    path : str or Path
+        A Parquet file or a folder of Parquet parts (see
+        :func:`privaudit.data.io.scan_logs`).
+    spec : DomainSpec
+        The public domain: S, A, H, reward range, terminal states, privacy
+        unit and k, column mapping.
+    max_errors : int
+        Most examples listed per broken rule (counts are always complete).
+
+    Returns
+    -------
+    ValidationReport
+        ``ok`` is False when any rule is broken. Rows, episodes, units and
+        counts are private facts, shown only to the data holder (validation
+        output is local and never a release).
+
+    Raises
+    ------
+    LogReadError
+        If the log cannot be read (missing, not Parquet, corrupt, parts with
+        different schemas). Broken rows are not errors: they are reported.
+    UsageError
+        If ``max_errors`` < 0.
+
+    Notes
+    -----
+    Terminal states: a row whose state is terminal is a violation
+    (``continues_after_terminal``), so a step into a terminal state must be
+    the episode's last. When the log has a ``terminated`` column and the spec
+    declares terminal states, ``terminated`` must be true exactly on rows
+    whose next_state is terminal (``terminated_mismatch``).
+    Steps are 0-based (h = 0..H-1; the papers count 1..H).
+    """
+    if max_errors < 0:
+        raise UsageError(f"max_errors must be >= 0. Got {max_errors}.")
+    log = open_log(path, spec)
+    try:
+        return _validate(log, spec, max_errors, str(path))
+    except pl.exceptions.PolarsError as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise LogReadError(f"{path}: reading the log failed ({reason}). "
+                           "A file may be corrupt; rewrite it with a Parquet writer.") from None
+
+
+def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationReport:
+    counts: dict[str, int] = {}
+    viol: dict[str, list[dict]] = {}
+    rows = sum(p.n_rows for p in log.parts)
+    for std in log.missing:
+        counts["missing_column"] = counts.get("missing_column", 0) + 1
+        viol.setdefault("missing_column", []).append(_schema_violation(
+            "missing_column", std, f"required column '{spec.column(std)}' ({std}) is missing; rename it in the "
+            "file or map it in the spec's \"columns\"", log))
+    usable = set()
+    for std, dt in log.dtypes.items():
+        why = dtype_problem(std, dt)
+        if why:
+            counts["column_type"] = counts.get("column_type", 0) + 1
+            viol.setdefault("column_type", []).append(_schema_violation(
+                "column_type", std, f"column '{log.source[std]}' ({std}) {why}", log))
+        else:
+            usable.add(std)
+    if log.unit_is_episode and "episode_id" in usable:
+        usable.add("unit_id")
+    counts.setdefault("missing_column", 0)
+    counts.setdefault("column_type", 0)
+    counts["empty_log"] = int(rows == 0)
+    if rows == 0:
+        viol["empty_log"] = [_schema_violation("empty_log", None, "the log has no rows", log)]
+        return _report(counts, viol, rows, 0, 0, set(RULES) - set(counts), path, n)
+
+    # --- row rules: one streaming pass for all counts, one per broken rule for examples
+    rules = _row_rules(log, spec, usable)
+    ctx = [c for c in ("episode_id", "step") if c in usable]
+    if rules:
+        sums = log.frame.select([e.sum().alias(str(i)) for i, (_, _, e, _) in enumerate(rules)]) \
+            .collect(engine="streaming").row(0)
+    else:
+        sums = ()
+    for (rule, col, expr, msg), k in zip(rules, sums):
+        counts[rule] = counts.get(rule, 0) + int(k or 0)
+        if k and n:
+            df = (log.frame.filter(expr).select(ROW, *ctx, pl.lit(col).alias("column"), msg.alias("detail"))
+                  .sort(ROW).head(n).collect(engine="streaming"))
+            viol.setdefault(rule, []).extend(_records(df, rule, log, n))
+
+    # --- episode and unit rules
+    episodes = units = None
+    if {"episode_id", "step"} <= usable:
+        check_chain = {"state", "next_state"} <= usable
+        check_units = not log.unit_is_episode and "unit_id" in usable
+        table = ec.episode_table(log, check_chain, check_units)
+        episodes = table.frame.height
+        units = episodes if log.unit_is_episode else (table.frame["unit"].n_unique() if check_units else None)
+        for rule, df in ec.exact_episode_checks(log, table, check_chain, check_units).items():
+            if rule == "next_state_mismatch" and not check_chain or rule == "unit_not_unique" and not check_units:
+                continue
+            counts[rule] = 0 if df is None else df.height
+            viol[rule] = _records(df, rule, log, n)
+        flags = [f for f in FLAG_COLUMNS if f in usable]
+        if flags:
+            fl = ec.flag_not_last(log, table, flags).collect(engine="streaming")
+            counts["flag_not_last"] = fl.height
+            viol["flag_not_last"] = _records(fl, "flag_not_last", log, n)
+        if check_units:
+            k, df = ec.too_many_episodes(table, spec.max_episodes_per_unit)
+            counts["too_many_episodes"] = k
+            viol["too_many_episodes"] = _records(df, "too_many_episodes", log, n)
+    skipped = set(RULES) - set(counts)
+    if log.unit_is_episode:  # one episode per unit: the unit rules hold by construction
+        skipped -= {"unit_not_unique", "too_many_episodes"}
+        counts.setdefault("unit_not_unique", 0)
+        counts.setdefault("too_many_episodes", 0)
+    if not spec.terminal_states:
+        skipped -= {"continues_after_terminal", "terminated_mismatch"}
+    if "terminated" not in log.source:
+        skipped -= {"terminated_mismatch", "terminated_and_truncated"}
+    if not (set(FLAG_COLUMNS) & set(log.source)):
+        skipped -= {"flag_not_last"}
+    if "truncated" not in log.source:
+        skipped -= {"terminated_and_truncated"}
+    if "features" not in log.source and "reward" in usable and not log.dtypes["reward"].is_float():
+        skipped -= {"not_finite"}
+    return _report(counts, viol, rows, episodes, units, skipped, path, n)
+
+
+def _report(counts, viol, rows, episodes, units, skipped, path, n) -> ValidationReport:
+    order = list(RULES)
+    counts = {r: counts[r] for r in order if r in counts}
+    violations = [v for r in order for v in viol.get(r, [])[: n]]
+    return ValidationReport(ok=not any(counts.values()), rows=int(rows), episodes=episodes, units=units,
+                            counts=counts, violations=violations,
+                            skipped=tuple(r for r in order if r in skipped), path=path, max_errors=n)

@@ -1,0 +1,349 @@
+"""Tests of `privaudit validate`: one tiny table per rule, read errors, spec errors.
+
+Each broken table breaks exactly one rule of a valid base table; the test
+asserts the rule, the episode and the row reported, and exit code 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from privaudit.cli import main
+from privaudit.data import episode_checks
+from privaudit.data.io import open_log, scan_logs
+from privaudit.data.validate import RULES, validate_logs
+from privaudit.errors import LogReadError
+from privaudit.spec import DomainSpec
+from tests.conftest import tiny_spec_doc
+
+# H=3, S=4, A=2, terminal state 3, rewards in [0, 1].
+# rows 0-2: episode 10, steps 0..2, states 0 -> 1 -> 2 -> 0, truncated at the end;
+# row 3: episode 11, one step from state 1 into terminal state 3.
+BASE = {
+    "episode_id": [10, 10, 10, 11],
+    "step": [0, 1, 2, 0],
+    "state": [0, 1, 2, 1],
+    "action": [0, 1, 0, 1],
+    "reward": [0.0, 0.5, 1.0, 0.0],
+    "next_state": [1, 2, 0, 3],
+    "terminated": [False, False, False, True],
+    "truncated": [False, False, True, False],
+    "patient": [7, 7, 7, 8],
+}
+UNIT_SPEC = {"unit_column": "patient", "k": 2}
+
+
+def table(**changes) -> pl.DataFrame:
+    """BASE with some columns replaced (a dict value: {row: new value})."""
+    cols = {k: list(v) for k, v in BASE.items()}
+    for col, edit in changes.items():
+        if isinstance(edit, dict):
+            for i, v in edit.items():
+                cols[col][i] = v
+        else:
+            cols[col] = edit
+    schema = {"episode_id": pl.Int64, "step": pl.Int64, "state": pl.Int64, "action": pl.Int64,
+              "reward": pl.Float64, "next_state": pl.Int64, "terminated": pl.Boolean,
+              "truncated": pl.Boolean, "patient": pl.Int64}
+    return pl.DataFrame(cols, schema={k: schema.get(k, None) for k in cols})
+
+
+def run(tmp_path: Path, df: pl.DataFrame | None, spec_doc: dict | None = None, *args, logs: Path | None = None):
+    """Write df and spec, run `privaudit validate --json`; return (exit code, report or None, result)."""
+    if logs is None:
+        logs = tmp_path / "logs.parquet"
+        df.write_parquet(logs)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_doc if spec_doc is not None else tiny_spec_doc()))
+    res = CliRunner().invoke(main, ["validate", str(logs), "--spec", str(spec), "--json", *args])
+    report = json.loads(res.stdout) if res.stdout.strip() else None
+    return res.exit_code, report, res
+
+
+def broken_rules(report: dict) -> set[str]:
+    return {r for r, n in report["counts"].items() if n}
+
+
+def test_valid_table_exit_0(tmp_path):
+    code, rep, _ = run(tmp_path, table())
+    assert code == 0, rep
+    assert rep["ok"] and rep["violations"] == []
+    assert (rep["rows"], rep["episodes"], rep["units"]) == (4, 2, 2)
+    assert rep["skipped"] == []
+
+
+def test_valid_table_with_units_exit_0(tmp_path):
+    code, rep, _ = run(tmp_path, table(), tiny_spec_doc(unit_column="patient", k=1))
+    assert code == 0, rep
+    assert rep["units"] == 2
+    assert "too_many_episodes" in rep["counts"] and "unit_not_unique" in rep["counts"]
+
+
+# (rule, changes to BASE, spec overrides, expected episode_id, expected row, expected column)
+CASES = [
+    ("null_value", {"reward": {1: None}}, {}, 10, 1, "reward"),
+    ("not_finite", {"reward": {1: float("nan")}}, {}, 10, 1, "reward"),
+    ("state_out_of_range", {"state": {3: 5}}, {}, 11, 3, "state"),
+    ("action_out_of_range", {"action": {1: 2}}, {}, 10, 1, "action"),
+    ("next_state_out_of_range", {"next_state": {2: 4}}, {}, 10, 2, "next_state"),
+    ("reward_out_of_range", {"reward": {2: 1.5}}, {}, 10, 2, "reward"),
+    ("terminated_and_truncated", {"truncated": {3: True}}, {}, 11, 3, "truncated"),
+    ("terminated_mismatch", {"terminated": {3: False}}, {}, 11, 3, "terminated"),
+    ("step_duplicate", {"step": {2: 1}}, {}, 10, 2, "step"),
+    ("step_gap", {"step": {3: 1}}, {}, 11, 3, "step"),
+    ("next_state_mismatch", {"next_state": {0: 2}}, {}, 10, 0, "next_state"),
+    ("flag_not_last", {"truncated": {1: True}}, {}, 10, 1, "truncated"),
+    ("unit_not_unique", {"patient": {2: 8}}, UNIT_SPEC, 10, 2, "unit_id"),
+    ("too_many_episodes", {"patient": [7, 7, 7, 7]}, {"unit_column": "patient", "k": 1}, 11, 3, "unit_id"),
+]
+
+
+@pytest.mark.parametrize("rule,changes,spec_over,episode,row,column", CASES, ids=[c[0] for c in CASES])
+def test_each_rule_alone(tmp_path, rule, changes, spec_over, episode, row, column):
+    code, rep, res = run(tmp_path, table(**changes), tiny_spec_doc(**spec_over))
+    assert code == 1, res.output
+    assert broken_rules(rep) == {rule}
+    v = [v for v in rep["violations"] if v["rule"] == rule]
+    assert len(v) == 1 and rep["counts"][rule] == 1
+    assert (v[0]["episode_id"], v[0]["row"], v[0]["column"]) == (episode, row, column)
+    assert not rep["ok"]
+
+
+def test_episode_too_long(tmp_path):
+    # episode 10 gets a fourth step (h = 3 = H) at row 3; episode 11 moves to row 4
+    rows = {k: v[:3] + [v[2]] + v[3:] for k, v in BASE.items()}
+    rows.update(step=[0, 1, 2, 3, 0], state=[0, 1, 2, 0, 1], next_state=[1, 2, 0, 1, 3],
+                truncated=[False, False, False, True, False])
+    code, rep, _ = run(tmp_path, pl.DataFrame(rows))
+    assert code == 1
+    assert broken_rules(rep) == {"episode_too_long"}
+    v = rep["violations"][0]
+    assert (v["rule"], v["episode_id"], v["step"], v["row"]) == ("episode_too_long", 10, 3, 3)
+
+
+def test_continues_after_terminal(tmp_path):
+    # a third episode (row 4) that starts in terminal state 3
+    df = pl.concat([table(), table().head(1).with_columns(
+        episode_id=pl.lit(12, pl.Int64), state=pl.lit(3, pl.Int64), next_state=pl.lit(3, pl.Int64),
+        terminated=pl.lit(True))])
+    code, rep, _ = run(tmp_path, df)
+    assert code == 1
+    assert broken_rules(rep) == {"continues_after_terminal"}
+    v = rep["violations"][0]
+    assert (v["episode_id"], v["row"], v["column"]) == (12, 4, "state")
+
+
+def test_missing_column(tmp_path):
+    code, rep, _ = run(tmp_path, table().drop("action"))
+    assert code == 1
+    assert broken_rules(rep) == {"missing_column"}
+    assert rep["violations"][0]["column"] == "action"
+    assert "action_out_of_range" in rep["skipped"]
+
+
+def test_column_type(tmp_path):
+    code, rep, _ = run(tmp_path, table().with_columns(pl.col("state").cast(pl.Float64)))
+    assert code == 1
+    assert broken_rules(rep) == {"column_type"}
+    v = rep["violations"][0]
+    assert v["column"] == "state" and "integers" in v["message"]
+
+
+def test_empty_log(tmp_path):
+    code, rep, _ = run(tmp_path, table().head(0))
+    assert code == 1
+    assert broken_rules(rep) == {"empty_log"} and rep["rows"] == 0
+
+
+def test_human_output_names_rule_episode_row(tmp_path):
+    df = table(action={1: 2})
+    df.write_parquet(tmp_path / "l.parquet")
+    (tmp_path / "s.json").write_text(json.dumps(tiny_spec_doc()))
+    res = CliRunner().invoke(main, ["validate", str(tmp_path / "l.parquet"), "--spec", str(tmp_path / "s.json")])
+    assert res.exit_code == 1
+    assert "action_out_of_range" in res.stdout and "row 1, episode 10, step 1" in res.stdout
+
+
+def test_max_errors_caps_examples_not_counts(tmp_path):
+    code, rep, _ = run(tmp_path, table(action=[2, 2, 2, 2]), None, "--max-errors", "2")
+    assert code == 1
+    assert rep["counts"]["action_out_of_range"] == 4
+    assert [v["row"] for v in rep["violations"]] == [0, 1]
+
+
+def test_column_mapping(tmp_path):
+    names = {"episode_id": "stay", "step": "t", "state": "s", "action": "a", "reward": "r",
+             "next_state": "s_next", "terminated": "died_or_discharged", "truncated": "cut"}
+    doc = tiny_spec_doc(unit_column="patient", k=1) | {"columns": names}
+    df = table().rename(names).with_columns(state=pl.lit("not used"))  # an unmapped 'state' is ignored
+    code, rep, _ = run(tmp_path, df, doc)
+    assert code == 0, rep
+    code, rep, _ = run(tmp_path, table(action={2: 9}).rename(names), doc)
+    assert code == 1
+    v = rep["violations"][0]
+    assert (v["rule"], v["episode_id"], v["row"], v["column"]) == ("action_out_of_range", 10, 2, "action")
+    code, rep, _ = run(tmp_path, table().rename(names).drop("s"), doc)
+    assert code == 1 and "'s' (state)" in rep["violations"][0]["message"]
+
+
+def test_folder_of_parts_reports_file_and_row(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    df = table(state={3: 5})
+    df.head(2).write_parquet(folder / "part-000.parquet")
+    df.tail(2).write_parquet(folder / "part-001.parquet")
+    (folder / "README.txt").write_text("not a part")
+    code, rep, _ = run(tmp_path, None, logs=folder)
+    assert code == 1
+    assert rep["rows"] == 4 and rep["episodes"] == 2
+    v = rep["violations"][0]
+    assert (v["rule"], v["row"], v["file_row"]) == ("state_out_of_range", 3, 1)
+    assert Path(v["file"]).name == "part-001.parquet"
+    # the same parts without the break are valid
+    table().head(2).write_parquet(folder / "part-000.parquet")
+    table().tail(2).write_parquet(folder / "part-001.parquet")
+    assert run(tmp_path, None, logs=folder)[0] == 0
+
+
+def test_parts_with_different_types(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    table().head(2).write_parquet(folder / "a.parquet")
+    table().tail(2).with_columns(pl.col("state").cast(pl.Int32)).write_parquet(folder / "b.parquet")
+    code, rep, res = run(tmp_path, None, logs=folder)
+    assert code == 1 and rep is None
+    assert "b.parquet" in res.stderr and "state" in res.stderr and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("kind", ["text", "truncated", "missing", "empty_folder"])
+def test_unreadable_logs_exit_1(tmp_path, kind):
+    logs = tmp_path / "logs.parquet"
+    if kind == "text":
+        logs.write_text("episode_id,step\n1,0\n")
+    elif kind == "truncated":
+        table().write_parquet(logs)
+        logs.write_bytes(logs.read_bytes()[:-20])
+    elif kind == "empty_folder":
+        logs = tmp_path / "empty"
+        logs.mkdir()
+    code, rep, res = run(tmp_path, None, logs=logs)
+    assert code == 1 and rep is None
+    assert str(logs) in res.stderr and "Traceback" not in res.output
+    expected = {"text": "not a readable Parquet", "truncated": "not a readable Parquet",
+                "missing": "no such file", "empty_folder": "no *.parquet"}[kind]
+    assert expected in res.stderr
+
+
+@pytest.mark.parametrize("key,value,named", [
+    ("horizon", 0, "$.horizon"),
+    ("n_states", "four", "$.n_states"),
+    ("privacy_unit", {"column": None}, "$.privacy_unit"),
+    ("colour", "blue", "colour"),
+])
+def test_spec_errors_exit_2(tmp_path, key, value, named):
+    doc = tiny_spec_doc() | {key: value}
+    code, rep, res = run(tmp_path, table(), doc)
+    assert code == 2 and rep is None
+    assert named in res.stderr and "Traceback" not in res.output
+
+
+def test_missing_spec_and_bad_option_exit_2(tmp_path):
+    table().write_parquet(tmp_path / "l.parquet")
+    r = CliRunner().invoke(main, ["validate", str(tmp_path / "l.parquet"), "--spec", str(tmp_path / "nope.json")])
+    assert r.exit_code == 2 and "nope.json" in r.stderr
+    r = CliRunner().invoke(main, ["validate", str(tmp_path / "l.parquet")])
+    assert r.exit_code == 2
+    r = CliRunner().invoke(main, ["validate", str(tmp_path / "l.parquet"), "--spec", "x", "--max-errors", "-1"])
+    assert r.exit_code == 2
+
+
+def test_rules_documented():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "validate.md").read_text()
+    for rule in RULES:
+        assert f"`{rule}`" in doc, rule
+
+
+# ----------------------------------------------------------------- library level
+
+
+def random_log(rng: np.random.Generator, n_episodes: int, H: int, S: int, A: int) -> pl.DataFrame:
+    """A valid log: episodes of random length 1..H with a consistent state chain, rows shuffled."""
+    L = rng.integers(1, H + 1, size=n_episodes)
+    n = int(L.sum())
+    ep = np.repeat(np.arange(n_episodes), L)
+    step = np.arange(n) - np.repeat(np.cumsum(L) - L, L)
+    chain = rng.integers(0, S, size=n + n_episodes)
+    idx = np.arange(n) + ep
+    df = pl.DataFrame({"episode_id": ep, "step": step, "state": chain[idx], "action": rng.integers(0, A, n),
+                       "reward": rng.random(n), "next_state": chain[idx + 1]})
+    return df.sample(fraction=1.0, shuffle=True, seed=int(rng.integers(2**31)))
+
+
+def test_hash_screen_finds_exactly_the_broken_episodes(tmp_path, monkeypatch):
+    """Breaks chosen at random in shuffled rows are all found, with exact counts,
+    also when the flagged episodes are re-read in several small chunks."""
+    monkeypatch.setattr(episode_checks, "CHUNK_ROWS", 50)
+    rng = np.random.default_rng(20240601)
+    H, S, A = 6, 9, 3
+    df = random_log(rng, 400, H, S, A).with_row_index("pos")
+    spec = DomainSpec.from_dict(tiny_spec_doc(H=H, S=S, A=A, terminals=()))
+    path = tmp_path / "l.parquet"
+    df.drop("pos").write_parquet(path)
+    assert validate_logs(path, spec).ok
+
+    n_steps = pl.col("step").max().over("episode_id") + 1
+    mid = df.filter((n_steps >= 2) & (n_steps < H))
+    eps = rng.choice(mid["episode_id"].unique().to_numpy(), size=30, replace=False)
+    chain_eps, dup_eps, gap_eps = eps[:10], eps[10:20], eps[20:]
+    # chain: step 0's next_state shifted by one (mod S);
+    # dup: the last step relabelled 0; gap: the last step L-1 relabelled L (< H)
+    first, last = pl.col("step") == 0, pl.col("step") == n_steps - 1
+    df2 = df.with_columns(
+        next_state=pl.when(first & pl.col("episode_id").is_in(chain_eps)).then((pl.col("next_state") + 1) % S)
+        .otherwise(pl.col("next_state")),
+        step=pl.when(last & pl.col("episode_id").is_in(dup_eps)).then(0)
+        .when(last & pl.col("episode_id").is_in(gap_eps)).then(pl.col("step") + 1).otherwise(pl.col("step")))
+    df2.drop("pos").write_parquet(path)
+    # the streaming screen flags exactly the 30 broken episodes (a valid one never passes as broken)
+    screen = episode_checks.episode_table(open_log(path, spec), check_chain=True, check_units=False)
+    assert set(screen.frame.filter(pl.col("suspect"))["episode_id"].to_list()) == set(eps.tolist())
+    rep = validate_logs(path, spec, max_errors=100)
+    assert rep.counts["next_state_mismatch"] == 10
+    assert rep.counts["step_duplicate"] == 10
+    assert rep.counts["step_gap"] == 10
+    assert broken_rules(rep.to_dict()) == {"next_state_mismatch", "step_duplicate", "step_gap"}
+    found = {v["rule"]: set() for v in rep.violations}
+    for v in rep.violations:
+        found[v["rule"]].add(v["episode_id"])
+    assert found["next_state_mismatch"] == set(chain_eps.tolist())
+    assert found["step_duplicate"] == set(dup_eps.tolist())
+    assert found["step_gap"] == set(gap_eps.tolist())
+    # rows point at the broken rows of the file
+    mism = [v for v in rep.violations if v["rule"] == "next_state_mismatch"]
+    assert all(df2["step"][v["row"]] == 0 and df2["episode_id"][v["row"]] == v["episode_id"] for v in mism)
+
+
+def test_scan_logs_standard_names_and_row_index(tmp_path):
+    names = {"episode_id": "stay", "state": "s"}
+    df = table().rename(names)
+    df.write_parquet(tmp_path / "l.parquet")
+    spec = DomainSpec.from_dict(tiny_spec_doc() | {"columns": names})
+    out = scan_logs(tmp_path / "l.parquet", spec).collect()
+    assert out.columns == ["row", "episode_id", "step", "state", "action", "reward", "next_state",
+                           "terminated", "truncated", "unit_id"]
+    assert out["row"].to_list() == [0, 1, 2, 3]
+    assert out["unit_id"].to_list() == BASE["episode_id"] == out["episode_id"].to_list()
+    spec_u = DomainSpec.from_dict(tiny_spec_doc(unit_column="patient") | {"columns": names})
+    assert scan_logs(tmp_path / "l.parquet", spec_u).collect()["unit_id"].to_list() == BASE["patient"]
+    df.drop("reward").write_parquet(tmp_path / "m.parquet")
+    with pytest.raises(LogReadError, match="reward"):
+        scan_logs(tmp_path / "m.parquet", spec)
+    df.with_columns(pl.col("terminated").cast(pl.Int8)).write_parquet(tmp_path / "t.parquet")
+    with pytest.raises(LogReadError, match="booleans"):
+        scan_logs(tmp_path / "t.parquet", spec)
