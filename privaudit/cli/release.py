@@ -1,0 +1,82 @@
+"""``privaudit release``: differentially private counts of tabular logs, with their guarantee."""
+
+from __future__ import annotations
+
+import click
+
+from privaudit.cli.common import echo_json, handle_errors
+
+_HELP = """Release noisy visit counts n_h(s,a), transition counts n_h(s,a,s') and,
+unless the spec declares the reward public, reward sums R_h(s,a) of the
+logs LOGS, over the whole domain declared by SPEC, into the folder DIR
+(--out), with the guarantee in DIR/manifest.json.
+
+Budget: --rho R (Gaussian, rho-zCDP), or --epsilon E --delta D (Gaussian,
+converted to the largest rho giving (E, D)-DP), or --mechanism laplace
+--epsilon E (pure E-DP). With --ledger FILE the release is checked against
+the dataset's remaining budget before any row is read, and charged once
+DIR is complete.
+
+Before counting, the logs are validated (rules that cannot be repaired are
+fatal: the same located errors as `privaudit validate`), then bounded: at
+most k episodes per privacy unit, steps h < H, rewards clipped into the
+declared range and scaled to [0, 1]. What bounding dropped is printed on
+stderr and written to DIR.local-log.json beside (not inside) DIR: these
+are private facts for the data holder, never part of the release.
+
+--seed makes the noise reproducible, for tests only: the manifest then says
+rng "seeded-insecure" (the seed itself is never written), since anyone who
+knows the seed can subtract the noise.
+
+Exit codes: 0 ok; 1 invalid or unreadable logs; 2 usage or spec error
+(e.g. rho <= 0, DIR exists); 3 budget exceeded. On error nothing is written.
+
+\b
+Example:
+  privaudit release logs.parquet --spec spec.json --rho 1 --out rel/ \\
+      --ledger budget.jsonl
+"""
+
+
+@click.command("release", help=_HELP, short_help="Release DP counts of tabular logs (Parquet + manifest).")
+@click.argument("logs", type=click.Path(path_type=str))
+@click.option("--spec", "spec_path", required=True, type=click.Path(path_type=str), help="Domain spec (JSON).")
+@click.option("--rho", type=float, default=None, help="zCDP budget rho (Gaussian).")
+@click.option("--epsilon", type=float, default=None, help="epsilon: with --delta (Gaussian) or alone (Laplace).")
+@click.option("--delta", type=float, default=None, help="delta of an (epsilon, delta) target (Gaussian only).")
+@click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
+@click.option("--stationary", is_flag=True, help="Pool the counts over h (tables (S,A), (S,A,S)).")
+@click.option("--noise", type=click.Choice(["rounded", "exact"]), default="rounded", show_default=True,
+              help="rounded: continuous noise rounded to integers; exact: exact discrete Gaussian/Laplace (slower).")
+@click.option("--out", "out", required=True, type=click.Path(path_type=str), help="Release folder DIR to create.")
+@click.option("--ledger", type=click.Path(path_type=str), default=None, help="Budget ledger (privaudit budget init).")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="Noise seed, for tests only (rng mode seeded-insecure; never written).")
+@click.option("--json", "as_json", is_flag=True, help="Print only a JSON summary (the manifest path and guarantee).")
+@handle_errors
+def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, as_json):
+    from privaudit.stats.release import release_logs
+
+    info = release_logs(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                        stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed,
+                        echo=lambda text: click.echo(text, err=True))
+    g = info.manifest["guarantee"]
+    summary = {"release": str(info.out), "manifest": str(info.out / "manifest.json"),
+               "local_log": str(info.local_log), "mechanism": info.manifest["mechanism"],
+               "definition": g["definition"], "rho": g["rho"], "epsilon": g["epsilon"], "delta": g["delta"],
+               "families": list(info.manifest["families"]), "rng": info.manifest["rng"],
+               "ledger": ledger}
+    if as_json:
+        echo_json(summary)
+        return
+    fam = ", ".join(f"{f} ({p['noise_scale_name']}={p['noise_scale']:.4g})"
+                    for f, p in info.manifest["families"].items())
+    click.echo(f"released {fam} to {info.out}")
+    eps = f"epsilon={g['epsilon']:.4g}, delta={g['delta']:g}"
+    click.echo(f"guarantee: {g['definition']} rho={g['rho']:.6g} ({eps}); neighbouring: "
+               f"{info.manifest['neighbouring']}; unit {info.manifest['privacy_unit']['column']}, "
+               f"k={info.manifest['privacy_unit']['max_episodes']}")
+    if info.manifest["rng"] != "secure":
+        click.echo("WARNING: seeded noise (--seed): for tests only; this release is not private "
+                   "against anyone who knows the seed.", err=True)
+    click.echo(f"local bounding log (private, do not share): {info.local_log}", err=True)

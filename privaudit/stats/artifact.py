@@ -1,0 +1,311 @@
+"""The on-disk release format: Parquet tables + ``manifest.json``; reader.
+
+Layout of a release folder (format version 1, see docs/release.md):
+
+``visits.parquet``       columns (h, state, action, value): n'_h(s, a)
+``transitions.parquet``  columns (h, state, action, next_state, value): n'_h(s, a, s')
+``rewards.parquet``      columns (h, state, action, value): R'_h(s, a), only when
+                         the reward function is private
+``manifest.json``        the guarantee, validated by ``schemas/release_manifest.schema.json``
+
+Stationary releases have no ``h`` column. Every table is dense over the
+declared domain (one row per cell, observed or not), sorted row-major by
+(h, state, action[, next_state]). ``transitions.parquet`` holds one row group
+per h (H row groups; one for a stationary release), so a learner reads one
+h-slice of S*A*S cells at a time. Index columns are int16 (int32 when S or A
+exceed 32767), value int32 (int64 only if a value needs it); zstd level 1 with
+dictionary encoding: the sorted index columns compress to almost nothing, the
+noisy values to roughly their entropy.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from privaudit import FORMAT_VERSION
+from privaudit.errors import ArtifactError
+from privaudit.schemas import schema_errors
+
+MANIFEST = "manifest.json"
+FILES = {"visits": "visits.parquet", "transitions": "transitions.parquet", "rewards": "rewards.parquet"}
+_WRITE_OPTS = dict(compression="zstd", compression_level=1, use_dictionary=True, write_statistics=False)
+
+
+def index_type(n: int) -> pa.DataType:
+    """Smallest signed integer Arrow type holding 0..n-1 (at least int16)."""
+    return pa.int16() if n <= 2**15 else pa.int32()
+
+
+def value_array(values: np.ndarray) -> pa.Array:
+    """int32 Arrow array of ``values`` (int64 if any value needs it)."""
+    v = np.asarray(values).ravel()
+    if v.size and (v.min() < -(2**31) or v.max() >= 2**31):
+        return pa.array(v.astype(np.int64, copy=False))
+    return pa.array(v.astype(np.int32))
+
+
+def _index_arrays(shape: tuple[int, ...], names: list[str]) -> dict[str, pa.Array]:
+    """Row-major index columns of a dense table of ``shape`` (without h)."""
+    out = {}
+    total = int(np.prod(shape))
+    for i, (name, n) in enumerate(zip(names, shape)):
+        inner = int(np.prod(shape[i + 1:]))
+        outer = total // (n * inner)
+        dtype = index_type(n).to_pandas_dtype()
+        out[name] = pa.array(np.tile(np.repeat(np.arange(n, dtype=dtype), inner), outer))
+    return out
+
+
+def write_sa_table(path: Path, values: np.ndarray, *, stationary: bool) -> None:
+    """Write a dense (H, S, A) or (S, A) table with columns (h,) state, action, value.
+
+    One row group per h (a single one when stationary).
+    """
+    names = ["state", "action"]
+    shape = values.shape if stationary else values.shape[1:]
+    cols = _index_arrays(shape, names)
+    schema = _schema(["h"] if not stationary else [], values.shape, names, value_array(values).type)
+    with pq.ParquetWriter(path, schema, **_WRITE_OPTS) as w:
+        slices = [values] if stationary else list(values)
+        for h, sl in enumerate(slices):
+            tab = _slice_table(schema, h, cols, sl, stationary)
+            w.write_table(tab, row_group_size=tab.num_rows)
+
+
+def _schema(h_cols: list[str], full_shape: tuple[int, ...], names: list[str], vtype) -> pa.Schema:
+    fields = [pa.field("h", index_type(full_shape[0]))] if h_cols else []
+    dims = full_shape[1:] if h_cols else full_shape
+    fields += [pa.field(n, index_type(d)) for n, d in zip(names, dims)]
+    fields.append(pa.field("value", vtype))
+    return pa.schema(fields)
+
+
+def _slice_table(schema: pa.Schema, h: int, cols: dict, values: np.ndarray, stationary: bool) -> pa.Table:
+    arrays = {}
+    n = values.size
+    if not stationary:
+        arrays["h"] = pa.array(np.full(n, h, dtype=schema.field("h").type.to_pandas_dtype()))
+    arrays.update(cols)
+    v = value_array(values)
+    if v.type != schema.field("value").type:
+        v = v.cast(schema.field("value").type)  # int32 slice into an int64 file
+    arrays["value"] = v
+    return pa.table(arrays, schema=schema)
+
+
+class TransitionWriter:
+    """Write ``transitions.parquet`` one h-slice (S, A, S) at a time, one row group each.
+
+    Parameters
+    ----------
+    path : Path
+    H, S, A : int
+        Declared domain; ``stationary`` writes a single slice without an h column.
+    value_type : pyarrow DataType
+        int32 normally; the caller passes int64 when values may not fit.
+    """
+
+    def __init__(self, path: Path, H: int, S: int, A: int, *, stationary: bool,
+                 value_type: pa.DataType = pa.int32()):
+        self.stationary = stationary
+        names = ["state", "action", "next_state"]
+        self.schema = _schema([] if stationary else ["h"], (H, S, A, S) if not stationary else (S, A, S),
+                              names, value_type)
+        self.cols = _index_arrays((S, A, S), names)
+        self.writer = pq.ParquetWriter(path, self.schema, **_WRITE_OPTS)
+
+    def write(self, h: int, values: np.ndarray) -> None:
+        """Append the slice of step ``h``: ``values`` of shape (S, A, S), integers."""
+        tab = _slice_table(self.schema, h, self.cols, values, self.stationary)
+        self.writer.write_table(tab, row_group_size=tab.num_rows)  # one row group per h
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+# --------------------------------------------------------------------------- reading
+@dataclass(frozen=True, repr=False)
+class Release:
+    """A private release read back from its folder (see :func:`load_release`).
+
+    Attributes
+    ----------
+    path : Path
+        The release folder.
+    manifest : dict
+        ``manifest.json`` (validated against its schema).
+    visits : ndarray of int64, shape (H, S, A), or (S, A) if stationary
+        Noisy visit counts n'_h(s, a) (may be negative: no clipping applied).
+    rewards : ndarray of int64 or None, same shape as ``visits``
+        Noisy reward sums in units of ``manifest["families"]["rewards"]["value_unit"]``
+        of the [0, 1]-scaled reward; None when the reward is public.
+
+    Notes
+    -----
+    Transition counts n'_h(s, a, s') are read lazily, one h at a time, with
+    :meth:`transitions_h` (ICU-Sepsis: 12.8 M cells per h).
+    """
+
+    path: Path
+    manifest: dict
+    visits: np.ndarray
+    rewards: np.ndarray | None = None
+    _n_row_groups: int = field(default=0)
+
+    @property
+    def H(self) -> int:  # noqa: N802
+        return int(self.manifest["domain"]["H"])
+
+    @property
+    def S(self) -> int:  # noqa: N802
+        return int(self.manifest["domain"]["S"])
+
+    @property
+    def A(self) -> int:  # noqa: N802
+        return int(self.manifest["domain"]["A"])
+
+    @property
+    def stationary(self) -> bool:
+        return bool(self.manifest["domain"]["stationary"])
+
+    @property
+    def spec_hash(self) -> str:
+        return self.manifest["spec_hash"]
+
+    def transitions_h(self, h: int) -> np.ndarray:
+        """Noisy transition counts n'_h(s, a, s') of step ``h``, shape (S, A, S), int64.
+
+        For a stationary release every h in [0, H) returns the pooled table.
+
+        Raises
+        ------
+        ArtifactError
+            If ``h`` is outside [0, H) or the row group is not the dense,
+            sorted (S, A, S) slice the format promises.
+        """
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < self.H:
+            raise ArtifactError(f"`h` must be an integer step in [0, {self.H}). Found {h!r}.")
+        S, A = self.S, self.A
+        group = 0 if self.stationary else int(h)
+        path = self.path / FILES["transitions"]
+        try:
+            tab = pq.ParquetFile(path).read_row_group(group)
+        except (OSError, pa.ArrowException) as e:
+            raise ArtifactError(f"{path}: cannot read row group {group}: {e}") from None
+        want = ["state", "action", "next_state", "value"] + ([] if self.stationary else ["h"])
+        missing = [c for c in want if c not in tab.column_names]
+        if missing or tab.num_rows != S * A * S:
+            raise ArtifactError(f"{path}: row group {group} must hold {S * A * S} rows with columns {want}; "
+                                f"found {tab.num_rows} rows, missing {missing}. The release is corrupt.")
+        _check_dense(path, tab, ["state", "action", "next_state"], (S, A, S),
+                     None if self.stationary else int(h))
+        return tab.column("value").to_numpy().astype(np.int64).reshape(S, A, S)
+
+    def iter_transitions(self):
+        """Yield (h, n'_h of shape (S, A, S)) for h = 0..H-1 (once if stationary)."""
+        for h in range(1 if self.stationary else self.H):
+            yield h, self.transitions_h(h)
+
+    def __repr__(self) -> str:
+        fam = list(self.manifest["families"])
+        r = None if self.rewards is None else self.rewards.shape
+        return (f"Release(H={self.H}, S={self.S}, A={self.A}, stationary={self.stationary}, "
+                f"families={fam}, visits{self.visits.shape}, rewards={r}, "
+                f"mechanism={self.manifest['mechanism']!r}, rho={self.manifest['guarantee']['rho']:.6g})")
+
+
+def _check_dense(path: Path, tab: pa.Table, names: list[str], shape: tuple[int, ...], h: int | None) -> None:
+    """Raise ArtifactError unless ``tab`` lists every cell of ``shape`` once, row-major."""
+    flat = np.zeros(tab.num_rows, dtype=np.int64)
+    for n, d in zip(names, shape):
+        flat = flat * d + tab.column(n).to_numpy().astype(np.int64)
+    if not np.array_equal(flat, np.arange(tab.num_rows, dtype=np.int64)):
+        raise ArtifactError(f"{path}: rows must list every cell of {names} of shape {shape} once, "
+                            f"sorted row-major. The release is corrupt.")
+    if h is not None:
+        hc = tab.column("h").to_numpy()
+        if hc.size and (hc.min() != h or hc.max() != h):
+            raise ArtifactError(f"{path}: row group {h} must hold h = {h} only. The release is corrupt.")
+
+
+def _read_sa(path: Path, H: int, S: int, A: int, stationary: bool) -> np.ndarray:
+    try:
+        tab = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        raise ArtifactError(f"{path}: cannot read: {e}") from None
+    names = ["state", "action"] if stationary else ["h", "state", "action"]
+    shape = (S, A) if stationary else (H, S, A)
+    missing = [c for c in names + ["value"] if c not in tab.column_names]
+    if missing or tab.num_rows != int(np.prod(shape)):
+        raise ArtifactError(f"{path}: must hold {int(np.prod(shape))} rows with columns {names + ['value']}; "
+                            f"found {tab.num_rows} rows, missing {missing}. The release is corrupt.")
+    _check_dense(path, tab, names, shape, None)
+    return tab.column("value").to_numpy().astype(np.int64).reshape(shape)
+
+
+def read_manifest(path: Path) -> dict:
+    """Read and check ``manifest.json`` of a release folder.
+
+    Raises
+    ------
+    ArtifactError
+        Missing or unreadable manifest, unknown ``format_version``, or a
+        manifest that breaks ``schemas/release_manifest.schema.json``.
+    """
+    mpath = Path(path) / MANIFEST
+    try:
+        doc = json.loads(mpath.read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{path} is not a privaudit release: {MANIFEST} is missing.") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{mpath}: cannot read: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
+        found = doc.get("format_version") if isinstance(doc, dict) else type(doc).__name__
+        raise ArtifactError(f"{mpath}: format_version must be {FORMAT_VERSION}. Found {found!r}; "
+                            f"use the privaudit version that wrote it.")
+    errors = schema_errors(doc, "release_manifest")
+    if errors:
+        raise ArtifactError(f"{mpath} breaks schema 'release_manifest':\n  " + "\n  ".join(errors))
+    return doc
+
+
+def load_release(path: str | Path) -> Release:
+    """Read a release folder written by ``privaudit release``.
+
+    Parameters
+    ----------
+    path : str or Path
+        The release folder.
+
+    Returns
+    -------
+    Release
+        Visits (and rewards) loaded; transitions read per h on demand.
+
+    Raises
+    ------
+    ArtifactError
+        Missing files, unknown format version, a manifest that breaks its
+        schema, or tables that are not dense over the declared domain.
+    """
+    path = Path(path)
+    m = read_manifest(path)
+    d = m["domain"]
+    H, S, A, st = d["H"], d["S"], d["A"], d["stationary"]
+    visits = _read_sa(path / FILES["visits"], H, S, A, st)
+    rewards = _read_sa(path / FILES["rewards"], H, S, A, st) if "rewards" in m["families"] else None
+    tpath = path / FILES["transitions"]
+    try:
+        n_groups = pq.ParquetFile(tpath).num_row_groups
+    except (OSError, pa.ArrowException) as e:
+        raise ArtifactError(f"{tpath}: cannot read: {e}") from None
+    if n_groups != (1 if st else H):
+        raise ArtifactError(f"{tpath}: must hold {1 if st else H} row groups (one per h); found {n_groups}. "
+                            f"The release is corrupt.")
+    return Release(path=path, manifest=m, visits=visits, rewards=rewards, _n_row_groups=n_groups)

@@ -1,0 +1,523 @@
+"""Differentially private release of tabular counts (``privaudit release``).
+
+Pipeline (DESIGN.md "The privacy model"; ALGORITHMS.md 1.2-1.4):
+
+1. check the arguments and the budget (the ledger) **before** reading a row
+   or drawing any noise;
+2. validate the logs; rules that bounding cannot repair are fatal (see
+   :data:`BOUNDING_RULES` for the ones bounding enforces instead);
+3. bound contributions (k episodes per unit, H steps, rewards clipped and
+   scaled to [0, 1]: ``privaudit.data.bounding``);
+4. exact counts per family (``privaudit.stats.counts``), dense over the
+   declared domain;
+5. add independent noise to **every** cell (observed or not), integers out;
+6. write the folder under a temporary name, charge the ledger, rename.
+
+Ledger order: *write-to-temporary, charge, rename*. The charge happens once
+the files are complete but before they appear under the final name. If the
+charge is refused (another release took the budget meanwhile) nothing is
+released. If the rename failed after a successful charge, the budget would be
+over-counted (safe) but never under-counted: an entry is never lost.
+
+Budget split between families: one noise scale for all families (in
+scaled-reward units for rewards), computed from the combined sensitivity;
+each family's share is its part of the total (Gaussian: rho_f =
+l2_f^2 / (2 sigma^2), summing to rho; Laplace: eps_f = l1_f / b, summing to eps).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from privaudit import FORMAT_VERSION, __version__
+from privaudit.data.bounding import BoundingReport, bound_contributions
+from privaudit.errors import PrivauditError, UsageError, ValidationFailed
+from privaudit.io_utils import atomic_dir, atomic_write_text
+from privaudit.privacy import mechanisms, sensitivity
+from privaudit.schemas import validate_or_raise
+from privaudit.spec import DomainSpec, load_spec
+from privaudit.stats import counts
+from privaudit.stats.artifact import (FILES, MANIFEST, Release, TransitionWriter, load_release,
+                                      write_sa_table)
+
+__all__ = ["release_logs", "ReleaseInfo", "Budget", "resolve_budget", "load_release", "Release",
+           "local_log_path", "REWARD_QUANTUM", "BOUNDING_RULES"]
+
+#: Rewards are summed in units of 1/REWARD_QUANTUM of the scaled reward, so
+#: that reward sums are integers like counts (no float side channel, and the
+#: exact discrete samplers apply). A public constant, not read off the data.
+#: With ``noise="exact"`` and a Gaussian sigma too large for the exact sampler
+#: in these units, the quantum is coarsened by powers of 10 (a function of the
+#: public sigma only; see :func:`reward_quantum`).
+REWARD_QUANTUM = 1000
+#: Largest noise scale (stored units) for which exact Gaussian rewards keep the full quantum.
+_EXACT_SIGMA_LIMIT = 1.0e4
+
+#: delta at which (epsilon, delta) is reported when only rho is given.
+DEFAULT_REPORT_DELTA = 1e-6
+
+#: Validation rules (``privaudit.data.validate.RULES``) that contribution
+#: bounding enforces instead of refusing the logs: more than k episodes per unit
+#: (keep k), steps h >= H (truncate), rewards outside the declared range (clip).
+#: Every other rule (missing columns, nulls, NaN rewards, states/actions outside
+#: the domain, broken episode structure, rows after a terminal, an episode
+#: split across units, ...) is fatal before a release: bounding cannot repair it
+#: without guessing, and counting such rows would break the domain or the
+#: sensitivity argument.
+BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range")
+
+NEIGHBOURING = "substitution: replace all data of one privacy unit"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The privacy budget of one release, resolved from the user's arguments.
+
+    Attributes
+    ----------
+    mechanism : {"gaussian", "laplace"}
+    rho : float
+        zCDP parameter of the release. Gaussian: the budget; Laplace: eps^2/2
+        (pure eps-DP implies (eps^2/2)-zCDP, Bun & Steinke 2016 Prop. 1.4),
+        the amount charged to the ledger.
+    epsilon : float or None
+        Pure-DP epsilon (Laplace only).
+    requested : dict
+        The arguments as given (rho, or epsilon and delta).
+    """
+
+    mechanism: str
+    rho: float
+    epsilon: float | None
+    requested: dict
+
+
+def _positive(name: str, v) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise UsageError(f"`{name}` must be a number > 0. Found {v!r}.") from None
+    if not (math.isfinite(x) and x > 0):
+        raise UsageError(f"`{name}` must be a finite number > 0. Found {v!r}.")
+    return x
+
+
+def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism="gaussian") -> Budget:
+    """Check the budget arguments and turn them into a :class:`Budget`.
+
+    Gaussian: ``rho`` alone, or ``epsilon`` and ``delta`` (converted by
+    ``accounting.dp_to_zcdp``: the largest rho whose tight CKS conversion
+    gives at most epsilon at delta). Laplace: ``epsilon`` alone (pure DP).
+
+    Raises
+    ------
+    UsageError
+        Missing, conflicting or out-of-range values (rho <= 0, delta not in
+        (0, 1), ...).
+    """
+    if mechanism not in mechanisms.MECHANISMS:
+        raise UsageError(f"`mechanism` must be one of {mechanisms.MECHANISMS}. Found {mechanism!r}.")
+    if mechanism == "laplace":
+        if rho is not None:
+            raise UsageError("the Laplace mechanism is pure epsilon-DP: give --epsilon, not --rho.")
+        if epsilon is None:
+            raise UsageError("the Laplace mechanism needs --epsilon E.")
+        if delta not in (None, 0, 0.0):
+            raise UsageError(f"the Laplace mechanism is pure epsilon-DP (delta = 0): omit --delta. Found {delta!r}.")
+        eps = _positive("epsilon", epsilon)
+        return Budget("laplace", eps * eps / 2.0, eps, {"epsilon": eps})
+    if rho is not None:
+        if epsilon is not None or delta is not None:
+            raise UsageError("give either --rho R or --epsilon E --delta D, not both.")
+        r = _positive("rho", rho)
+        return Budget("gaussian", r, None, {"rho": r})
+    if epsilon is None or delta is None:
+        raise UsageError("give a budget: --rho R, or --epsilon E with --delta D.")
+    eps = _positive("epsilon", epsilon)
+    d = _positive("delta", delta)
+    if d >= 1:
+        raise UsageError(f"`delta` must be in (0, 1). Found {delta!r}.")
+    from privaudit.privacy import accounting
+
+    return Budget("gaussian", float(accounting.dp_to_zcdp(eps, d)), None, {"epsilon": eps, "delta": d})
+
+
+@dataclass(frozen=True)
+class ReleaseInfo:
+    """What :func:`release_logs` did.
+
+    Attributes
+    ----------
+    out : Path
+        The release folder.
+    manifest : dict
+        Its manifest (public).
+    local_log : Path
+        The local, NOT-for-release log of bounding facts next to ``out``.
+    bounding : BoundingReport
+        PRIVATE counts of what bounding changed (for the data holder only).
+    timings : dict[str, float]
+        Wall seconds per stage: validate, read_count, noise, write (write
+        overlaps the noise of the next h), total.
+    """
+
+    out: Path
+    manifest: dict
+    local_log: Path
+    bounding: BoundingReport = field(repr=False)
+    timings: dict = field(default_factory=dict, repr=False)
+
+
+def local_log_path(out: Path) -> Path:
+    """``<out>.local-log.json``: beside the release folder, never inside it."""
+    out = Path(out)
+    return out.with_name(out.name + ".local-log.json")
+
+
+def _families(spec: DomainSpec) -> list[str]:
+    return ["visits", "transitions"] + ([] if spec.public_reward is not None else ["rewards"])
+
+
+def _plan_noise(spec: DomainSpec, budget: Budget, stationary: bool, noise: str) -> dict:
+    """Per-family sensitivity, noise scale and budget share, in stored value units.
+
+    ``accounting.split_budget`` gives one noise scale (sigma or b, in natural
+    units: counts, or the [0, 1]-scaled reward) from the families' combined
+    sensitivity, and each family's share of the budget. Rewards are stored in
+    units of 1/q, so their sensitivity and scale are multiplied by
+    the quantum q (:func:`reward_quantum`); the ratio sensitivity/scale, hence the privacy cost, is
+    unchanged.
+    """
+    from privaudit.privacy import accounting
+
+    sens = [sensitivity.count_sensitivity(spec.H, spec.max_episodes_per_unit, stationary, f)
+            for f in _families(spec)]
+    total = budget.rho if budget.mechanism == "gaussian" else budget.epsilon
+    split = accounting.split_budget(total, sens, mechanism=budget.mechanism)
+    key = "rho" if budget.mechanism == "gaussian" else "epsilon"
+    q = reward_quantum(split.scale, budget.mechanism, noise)
+    plan = {}
+    for s in sens:
+        unit = q if s.family == "rewards" else 1
+        plan[s.family] = dict(l1=s.l1 * unit, l2=s.l2 * unit, scale=split.scale * unit,
+                              name="sigma" if budget.mechanism == "gaussian" else "laplace_b",
+                              budget={key: split.shares[s.family]}, quantum=unit)
+    return plan
+
+
+def reward_quantum(scale: float, mechanism: str, noise: str) -> int:
+    """Reward sums are stored in units of 1/q of the scaled reward; q from public facts only.
+
+    q = REWARD_QUANTUM, except for exact discrete Gaussian noise, whose sampler
+    is limited in sigma: then the largest power of 10 <= REWARD_QUANTUM with
+    q * sigma <= 1e4 (at least 1). Rounding each row's reward to 1/q biases a
+    sum of n rewards by at most n / (2q).
+    """
+    q = REWARD_QUANTUM
+    if noise == "exact" and mechanism == "gaussian":
+        while q > 1 and q * scale > _EXACT_SIGMA_LIMIT:
+            q //= 10
+    return q
+
+
+def _guarantee(budget: Budget) -> dict:
+    from privaudit.privacy import accounting
+
+    if budget.mechanism == "laplace":
+        return {"definition": "pure-DP", "rho": budget.rho, "epsilon": budget.epsilon, "delta": 0.0,
+                "conversion": "none: pure epsilon-DP (implies rho = epsilon^2/2 zCDP, charged to the ledger)",
+                "requested": budget.requested, "ledger_charge_rho": budget.rho}
+    delta = budget.requested.get("delta", DEFAULT_REPORT_DELTA)
+    return {"definition": "zCDP", "rho": budget.rho,
+            "epsilon": float(accounting.zcdp_to_dp(budget.rho, delta)), "delta": delta,
+            "conversion": "Canonne-Kamath-Steinke 2020 tight zCDP -> (epsilon, delta) conversion"
+                          + ("" if "delta" in budget.requested else
+                             f" at the default reporting delta {DEFAULT_REPORT_DELTA:g}"),
+            "epsilon_simple": float(accounting.zcdp_to_dp_simple(budget.rho, delta)),
+            "requested": budget.requested, "ledger_charge_rho": budget.rho}
+
+
+def _manifest(spec: DomainSpec, budget: Budget, plan: dict, *, stationary: bool, noise: str,
+              seeded: bool) -> dict:
+    H, S, A = spec.H, spec.S, spec.A
+    lead = [] if stationary else ["h"]
+    shape_sa = [S, A] if stationary else [H, S, A]
+    fam_layout = {
+        "visits": (lead + ["state", "action", "value"], shape_sa),
+        "transitions": (lead + ["state", "action", "next_state", "value"], shape_sa + [S]),
+        "rewards": (lead + ["state", "action", "value"], shape_sa),
+    }
+    families = {}
+    for f, p in plan.items():
+        cols, shape = fam_layout[f]
+        families[f] = {"file": FILES[f], "columns": cols, "shape": shape,
+                       "value_unit": 1.0 / p["quantum"],
+                       "l1_sensitivity": p["l1"], "l2_sensitivity": p["l2"],
+                       "noise_scale": p["scale"], "noise_scale_name": p["name"], "budget": p["budget"]}
+    m = {
+        "format_version": FORMAT_VERSION,
+        "kind": "privaudit-release",
+        "software": {"name": "privaudit", "version": __version__},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "spec_hash": spec.hash(),
+        "dataset_id": spec.dataset_id,
+        "domain": {"H": H, "S": S, "A": A, "stationary": stationary,
+                   "terminal_states": list(spec.terminal_states), "reward_range": list(spec.reward_range)},
+        "privacy_unit": {"column": spec.unit_column or "episode_id", "max_episodes": spec.max_episodes_per_unit},
+        "neighbouring": NEIGHBOURING,
+        "bounding": {
+            "episodes_per_unit": f"at most k={spec.max_episodes_per_unit} episodes per unit: the k with the "
+                                 "smallest (hash(episode_id), episode_id) inside the unit",
+            "steps": f"rows with step h >= H={H} dropped (h is 0-based)",
+            "rewards": f"clipped into {list(spec.reward_range)} and scaled to [0, 1]"
+                       + ("" if spec.public_reward is not None else
+                          f"; rounded to a multiple of 1/{plan['rewards']['quantum']} per row before summation"),
+            "terminal": "rows whose state is terminal are not counted; transitions into a terminal state are",
+        },
+        "mechanism": budget.mechanism,
+        "noise": noise,
+        "rng": "seeded-insecure" if seeded else "secure",
+        "families": families,
+        "guarantee": _guarantee(budget),
+        "budget_split": ("one noise scale for all families from their combined sensitivity "
+                         + ("(L2 in quadrature); family rho_f = l2_f^2 / (2 sigma^2)"
+                            if budget.mechanism == "gaussian" else "(L1 summed); family eps_f = l1_f / b")
+                         + "; reward sensitivities and scales are in stored units (x reward_quantum)"),
+        "values": "noisy integer counts (value * value_unit), every cell of the declared domain, "
+                  "before any clipping at 0 (clipping and projection are the learner's post-processing)",
+        "public_reward": spec.public_reward,
+    }
+    if "rewards" in plan:
+        m["reward_quantum"] = plan["rewards"]["quantum"]
+    validate_or_raise(m, "release_manifest", PrivauditError, "release manifest (internal error)")
+    return m
+
+
+def _validate(logs: Path, spec: DomainSpec) -> None:
+    """Validate the logs; raise ValidationFailed if a fatal rule is broken.
+
+    Fatal: every rule of ``privaudit.data.validate.RULES`` except
+    :data:`BOUNDING_RULES`. The message lists the located examples exactly as
+    ``privaudit validate`` prints them (``[rule] message (column c)``); the
+    exception's ``report`` is the validation report restricted to fatal rules.
+    The report describes the private data: it goes to the data holder only.
+    """
+    from privaudit.data.validate import RULES, validate_logs
+
+    report = validate_logs(logs, spec, max_errors=20)
+    fatal = {r: n for r, n in report.counts.items() if n and r not in BOUNDING_RULES}
+    if report.ok or not fatal:
+        return
+    width = max(len(r) for r in fatal)
+    lines = [f"{logs}: the logs break {len(fatal)} validation rule(s) that contribution bounding cannot "
+             f"repair; nothing was released. Fix them (`privaudit validate {logs} --spec SPEC` lists them):"]
+    lines += [f"  {r:<{width}}  {n:>10,}  {RULES[r][1]}" for r, n in fatal.items()]
+    examples = [v for v in report.violations if v["rule"] in fatal]
+    if examples:
+        lines.append(f"first violations (at most {report.max_errors} per rule):")
+        lines += [f"  [{v['rule']}] {v['message']}" + (f" (column {v['column']})" if v["column"] else "")
+                  for v in examples]
+    d = report.to_dict()
+    d["ok"] = False
+    d["counts"] = {r: n for r, n in report.counts.items() if r not in BOUNDING_RULES}
+    d["violations"] = examples
+    d["bounding_rules"] = list(BOUNDING_RULES)
+    raise ValidationFailed("\n".join(lines), d)
+
+
+def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None = None,
+                 delta: float | None = None, mechanism: str = "gaussian", stationary: bool = False,
+                 noise: str = "rounded", out, ledger=None, seed: int | None = None,
+                 echo=None) -> ReleaseInfo:
+    """Release noisy visit, transition (and reward-sum) counts of tabular logs.
+
+    Parameters
+    ----------
+    logs : str or Path
+        A Parquet file or folder of parts (``privaudit.data.io.scan_logs``).
+    spec : DomainSpec, str or Path
+        The public domain spec (or its file).
+    rho : float, optional
+        zCDP budget (Gaussian).
+    epsilon, delta : float, optional
+        (epsilon, delta)-DP target (Gaussian: converted to rho), or pure
+        epsilon (Laplace, no delta).
+    mechanism : {"gaussian", "laplace"}
+    stationary : bool
+        Pool counts over h (shapes (S, A), (S, A, S); sensitivities change:
+        ``privaudit.privacy.sensitivity``).
+    noise : {"rounded", "exact"}
+        Rounded continuous noise or exact discrete samplers
+        (``privaudit.privacy.mechanisms``).
+    out : str or Path
+        Release folder to create (must not exist).
+    ledger : str or Path, optional
+        Budget ledger: checked before anything is read, charged on success.
+    seed : int, optional
+        For tests only: rng mode ``seeded-insecure`` (the value is never
+        written). None draws OS entropy.
+    echo : callable, optional
+        ``echo(text)`` for messages to the data holder (stderr in the CLI).
+
+    Returns
+    -------
+    ReleaseInfo
+
+    Raises
+    ------
+    UsageError
+        Bad budget arguments, ``out`` exists, bad noise mode.
+    SpecError
+        Missing or invalid spec.
+    BudgetExceededError
+        The ledger refuses the release (before any noise is drawn).
+    LogReadError, ValidationFailed
+        Unreadable logs, or rules broken that bounding cannot repair.
+
+    References
+    ----------
+    Qiao & Wang, Offline RL with DP (seed 000), eq. (1) and Thm 3.3;
+    ALGORITHMS.md 1.2 (steps 2-3), 1.3, 1.4.
+    """
+    t_start = time.perf_counter()
+    budget = resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism)
+    if noise not in mechanisms.NOISE_MODES:
+        raise UsageError(f"`noise` must be one of {mechanisms.NOISE_MODES}. Found {noise!r}.")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise UsageError(f"`seed` must be a non-negative integer. Found {seed!r}.")
+    spec = spec if isinstance(spec, DomainSpec) else load_spec(spec)
+    out = Path(out)
+    if out.exists():
+        raise UsageError(f"{out} already exists; choose another --out or remove it.")
+    logs = Path(logs)
+    plan = _plan_noise(spec, budget, stationary, noise)  # may raise on bad H, k
+    if ledger is not None:
+        from privaudit.privacy import ledger as ledger_mod
+
+        # exact charge: rho, or eps^2/2 as an exact fraction for pure DP
+        charge_rho = budget.rho if budget.mechanism == "gaussian" else ledger_mod.rho_of_pure_dp(budget.epsilon)
+        ledger_mod.check_budget(Path(ledger), spec.dataset_id, charge_rho)
+    manifest = _manifest(spec, budget, plan, stationary=stationary, noise=noise, seeded=seed is not None)
+
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    _validate(logs, spec)
+    timings["validate"] = time.perf_counter() - t
+
+    from privaudit.data.io import scan_logs
+
+    t = time.perf_counter()
+    bounded, report = bound_contributions(scan_logs(logs, spec), spec)
+    cols = ["step", "state", "action", "next_state"]
+    frame = bounded.select([pl.col(c).cast(pl.Int32) for c in cols] + [pl.col("reward")]).collect()
+    visits = counts.visit_counts(frame, spec, stationary=stationary)
+    rewards = (counts.reward_sums(frame, spec, stationary=stationary, quantum=plan["rewards"]["quantum"])
+               if "rewards" in plan else None)
+    transitions = counts.iter_transition_counts(frame, spec, stationary=stationary)
+    timings["read_count"] = time.perf_counter() - t
+    if echo is not None:
+        echo(report.summary())
+
+    rng = np.random.default_rng(seed)
+    rng_visits, rng_trans, rng_rewards = rng.spawn(3)
+    t_noise = t_write = 0.0
+    try:
+        with atomic_dir(out) as tmp:
+            t = time.perf_counter()
+            noisy_v = mechanisms.add_noise(visits, mechanism=budget.mechanism, scale=plan["visits"]["scale"],
+                                           rng=rng_visits, noise=noise)
+            noisy_r = (None if rewards is None else
+                       mechanisms.add_noise(rewards, mechanism=budget.mechanism, scale=plan["rewards"]["scale"],
+                                            rng=rng_rewards, noise=noise))
+            del visits, rewards
+            t_noise += time.perf_counter() - t
+            t = time.perf_counter()
+            write_sa_table(tmp / FILES["visits"], noisy_v, stationary=stationary)
+            if noisy_r is not None:
+                write_sa_table(tmp / FILES["rewards"], noisy_r, stationary=stationary)
+            t_write += time.perf_counter() - t
+            t_noise, t_write, t_count = _write_transitions(tmp, spec, plan, budget, transitions, rng_trans,
+                                                           noise, stationary, t_noise, t_write)
+            timings["read_count"] += t_count
+            atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+            if ledger is not None:
+                ledger_mod.charge(Path(ledger), spec.dataset_id, charge_rho, _ledger_description(out, budget))
+    finally:
+        del frame
+    timings["noise"] = t_noise
+    timings["write"] = t_write
+    log_path = local_log_path(out)
+    atomic_write_text(log_path, json.dumps({
+        "WARNING": "PRIVATE: facts about the private logs. Not part of the release; do not share.",
+        "release": str(out), "created": manifest["created"], "spec_hash": manifest["spec_hash"],
+        "logs": str(logs), "bounding": report.to_dict(),
+    }, indent=2) + "\n")
+    timings["total"] = time.perf_counter() - t_start
+    return ReleaseInfo(out=out, manifest=manifest, local_log=log_path, bounding=report, timings=timings)
+
+
+def _ledger_description(out: Path, budget: Budget) -> str:
+    what = (f"rho={budget.rho!r}" if budget.mechanism == "gaussian"
+            else f"laplace epsilon={budget.epsilon!r} (charged rho=eps^2/2)")
+    return f"release {out.name}: {budget.mechanism}, {what}"
+
+
+def _write_transitions(tmp: Path, spec: DomainSpec, plan: dict, budget: Budget, transitions, rng,
+                       noise: str, stationary: bool, t_noise: float, t_write: float):
+    """Noise and write the transition slices; writing slice h overlaps the noise of slice h+1.
+
+    Returns the updated (noise, write, count) seconds. The write of each slice
+    runs in one background thread (pyarrow releases the GIL); at most two
+    slices are in memory at once.
+    """
+    S, A = spec.S, spec.A
+    scale = plan["transitions"]["scale"]
+    import pyarrow as pa
+
+    # int32 holds |value| < 2^31; counts are <= rows and the noise is tiny next to that,
+    # but a pathological scale (epsilon ~ 1e-8) would not fit: then use int64.
+    big = scale * 50 > 2**30
+    writer = TransitionWriter(tmp / FILES["transitions"], spec.H, S, A, stationary=stationary,
+                              value_type=pa.int64() if big else pa.int32())
+    t_count = 0.0
+    pending = None
+
+    def timed_write(h, values):
+        t0 = time.perf_counter()
+        writer.write(h, values)
+        return time.perf_counter() - t0
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        try:
+            while True:
+                t = time.perf_counter()
+                item = next(transitions, None)
+                t_count += time.perf_counter() - t
+                if item is None:
+                    break
+                h, exact = item
+                t = time.perf_counter()
+                noisy = mechanisms.add_noise(exact, mechanism=budget.mechanism, scale=scale, rng=rng, noise=noise)
+                del exact
+                t_noise += time.perf_counter() - t
+                if pending is not None:
+                    t_write += pending.result()
+                pending = pool.submit(timed_write, h, noisy)
+            if pending is not None:
+                t_write += pending.result()
+                pending = None
+        finally:
+            if pending is not None:
+                pending.exception()
+            writer.close()
+    return t_noise, t_write, t_count
