@@ -63,3 +63,29 @@ def show_cmd(file, as_json):
     click.echo(f"entries   {st['n_entries']}")
     for e in st["entries"]:
         click.echo(f"  #{e['seq']:<3} {e['timestamp']}  rho={e['rho']:<12} {e['description']}")
+
+
+@command.command("charge")
+@click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--dataset", "dataset_id", required=True, help="Dataset the ledger protects (must match).")
+@click.option("--rho", default=None, help="zCDP rho spent (> 0), stored exactly as written.")
+@click.option("--epsilon", default=None, help="Pure eps-DP spent instead; charged as rho = eps^2/2.")
+@click.option("--description", required=True, help="What was released (kept in the ledger).")
+@click.option("--json", "as_json", is_flag=True, help="Print the entry appended as JSON.")
+@handle_errors
+def charge_cmd(file, dataset_id, rho, epsilon, description, as_json):
+    """Record a release made outside ``privaudit release`` (exit 3 if it does not fit).
+
+    Example: privaudit budget charge icu.ledger --dataset icu-2024 --rho 0.25 --description "manual table"
+    """
+    from privaudit.errors import UsageError
+    from privaudit.privacy.ledger import charge, rho_of_pure_dp
+
+    if (rho is None) == (epsilon is None):
+        raise UsageError("give exactly one of --rho or --epsilon.")
+    amount = rho if rho is not None else rho_of_pure_dp(epsilon)
+    entry = charge(file, dataset_id, amount, description)
+    if as_json:
+        echo_json(entry)
+    else:
+        click.echo(f"charged rho = {entry['rho']} to {file} (entry #{entry['seq']})")

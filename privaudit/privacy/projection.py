@@ -99,6 +99,7 @@ def project_counts(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> tuple[np.nd
     low = np.maximum(lo_t, b1 - e)
     high = np.minimum(total + S * t, b1 + e)
     target = np.clip(total, low, np.maximum(low, high))
+    target = np.where(t == 0, total, target)  # already consistent: x = a exactly
     up = target >= total
     # sum x must rise: x = a + c, c = (target - total)/S in [0, t]
     c_up = np.where(up, (target - total) / S, 0.0)
