@@ -1,0 +1,17 @@
+"""Offline linear-MDP learners: PEVI, VAPVI and DP-VAPVI (seed 000 Algorithm 2).
+
+See docs/linear.md. ``train_from_logs`` is the entry point used by
+``privaudit train --algo pevi|vapvi|dp-vapvi``.
+"""
+
+from privaudit.learners.linear.data import LinearData, StepData
+from privaudit.learners.linear.estimators import DPVAPVI, PEVI, VAPVI
+
+__all__ = ["DPVAPVI", "PEVI", "VAPVI", "LinearData", "StepData", "train_from_logs"]
+
+
+def __getattr__(name):  # lazy: the log reader pulls in polars I/O
+    if name == "train_from_logs":
+        from privaudit.learners.linear.logs import train_from_logs
+        return train_from_logs
+    raise AttributeError(name)

@@ -1,0 +1,167 @@
+"""The backward pass shared by PEVI, VAPVI and DP-VAPVI (finite states).
+
+One function, :func:`backward_pass`, reads top to bottom as seed 000
+Algorithm 2 (line numbers of the paper in comments; steps are 0-based here,
+h = H-1, ..., 0 for the paper's h = H, ..., 1, so the paper's H - h + 1 is
+H - h). VAPVI is the same pass without noise; PEVI skips the variance
+estimate (sigma^2 = 1) and uses the penalty beta * ||phi||_{Lambda^-1}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from privaudit.learners.linear.data import LinearData, StepData
+from privaudit.mdp.features import FeatureMap
+
+#: Default memory cap (bytes) of one chunk of phi(s, .) blocks when computing Q over states.
+DEFAULT_CHUNK_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True, repr=False)
+class LinearFit:
+    """Result of a backward pass (all post-processing of the released statistics).
+
+    Attributes
+    ----------
+    w : ndarray, shape (H, d)
+        Regression weights w_h (line 10).
+    Lambda_inv : ndarray, shape (H, d, d)
+        Inverse of the (noisy, eigenvalue-floored) weighted Gram matrix Lambda_h (line 9).
+    Q : ndarray, shape (H, S, A)
+        Pessimistic Q_h(s, a) in [0, H - h] (line 13).
+    offset : ndarray, shape (H,)
+        The additive penalty term (D/K) per step.
+    """
+
+    w: np.ndarray
+    Lambda_inv: np.ndarray
+    Q: np.ndarray
+    offset: np.ndarray
+
+    def __repr__(self) -> str:
+        return f"LinearFit(H={self.w.shape[0]}, d={self.w.shape[1]})"
+
+
+def floored_inverse(M: np.ndarray, floor: float) -> np.ndarray:
+    """Inverse of sym(M) with eigenvalues floored at ``floor`` (ALGORITHMS.md 2.5 "Robustness").
+
+    Post-processing of a released matrix: costs no privacy. Without noise
+    (M = Gram + floor * I) the floor changes nothing.
+    """
+    S = 0.5 * (M + M.T)
+    e, U = np.linalg.eigh(S)
+    e = np.maximum(e, floor)
+    return (U / e) @ U.T
+
+
+def _step_values(step: StepData, V_next: np.ndarray) -> np.ndarray:
+    """V_{h+1}(s') of each distinct transition, shape (t,); 0 where t_next = -1."""
+    return np.where(step.t_next >= 0, V_next[np.maximum(step.t_next, 0)], 0.0)
+
+
+def _pair_sum(step: StepData, values: np.ndarray) -> np.ndarray:
+    """sum over rows of each pair of values(s'), shape (m,): sum_{s'} n_h(s,a,s') values."""
+    return np.bincount(step.t_pair, weights=step.t_n * values, minlength=len(step.s))
+
+
+def q_values(fmap: FeatureMap, w: np.ndarray, Lambda_inv: np.ndarray, penalty_scale: float, offset: float,
+             cap: float, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> np.ndarray:
+    """Q(s, a) = clip(phi^T w - penalty_scale * ||phi||_{Lambda^-1} - offset, 0, cap) for every state.
+
+    Processes states in chunks of at most ``chunk_bytes`` of phi blocks (memory cap).
+
+    Returns
+    -------
+    ndarray, shape (S, A)
+    """
+    S, A, d = fmap.table.shape
+    per_state = max(1, A * d * 8 * 2)
+    c = max(1, int(chunk_bytes // per_state))
+    Q = np.empty((S, A))
+    for lo in range(0, S, c):  # chunks of states, vectorized inside
+        Phi = fmap.table[lo:lo + c]  # (c, A, d)
+        lin = Phi @ w
+        quad = np.einsum("cad,cad->ca", Phi @ Lambda_inv, Phi)
+        Q[lo:lo + c] = lin - penalty_scale * np.sqrt(np.maximum(quad, 0.0)) - offset
+    return np.clip(Q, 0.0, cap)
+
+
+def backward_pass(data: LinearData, fmap: FeatureMap, *, lam: float, penalty_scale: float, offset: float,
+                  variance_aware: bool, data_var: LinearData | None = None,
+                  noise: Callable[[int], dict] | None = None,
+                  chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> LinearFit:
+    """Pessimistic value iteration over h = H-1..0 (seed 000 Alg. 2 lines 2-14).
+
+    Parameters
+    ----------
+    data : LinearData
+        D, the regression data (lines 9-10).
+    fmap : FeatureMap
+        phi over the spec's (S, A), ||phi|| <= 1.
+    lam : float
+        Ridge lambda > 0 (also the eigenvalue floor).
+    penalty_scale : float
+        C * sqrt(d) (VAPVI, DP-VAPVI; line 11) or beta (PEVI).
+    offset : float
+        The additive penalty D/K (line 11), 0 for PEVI.
+    variance_aware : bool
+        Estimate sigma_h^2 (lines 4-8); False gives sigma^2 = 1 (PEVI).
+    data_var : LinearData, optional
+        D', the variance data (lines 4-6); ``data`` when None (no split).
+    noise : callable, optional
+        ``noise(h)`` returns that step's fresh draws ``phi1, phi2, phi3, K1, K2``
+        (see ``privacy.draw_step_noise``); None means no noise (VAPVI, PEVI).
+    chunk_bytes : int
+        Memory cap of one chunk in ``q_values``.
+
+    Returns
+    -------
+    LinearFit
+    """
+    H, S, A, d = data.H, fmap.n_states, fmap.n_actions, fmap.dim
+    dv = data if data_var is None else data_var
+    I = np.eye(d)
+    w_all, Li_all, Q_all = np.zeros((H, d)), np.zeros((H, d, d)), np.zeros((H, S, A))
+    V_next = np.zeros(S)  # V_H = 0 (paper: V_{H+1} = 0)
+    for h in range(H - 1, -1, -1):
+        z = noise(h) if noise is not None else None  # fresh draws for this h only
+        cap = float(H - h)  # paper's H - h + 1
+        st = data.steps[h]
+        P = fmap.phi(st.s, st.a)  # (m, d)
+        v = _step_values(st, V_next)
+        if variance_aware:
+            sv = dv.steps[h]
+            Pv = fmap.phi(sv.s, sv.a)
+            vv = _step_values(sv, V_next)
+            # line 4: Sigma_h = sum phi phi^T + lambda I (+ K_1)
+            Sigma = (Pv * sv.n[:, None]).T @ Pv + lam * I
+            # lines 5-6: second- and first-moment statistics (+ phi_1, phi_2)
+            b1 = Pv.T @ _pair_sum(sv, vv**2)
+            b2 = Pv.T @ _pair_sum(sv, vv)
+            if z is not None:
+                Sigma, b1, b2 = Sigma + z["K1"], b1 + z["phi1"], b2 + z["phi2"]
+            Sinv = floored_inverse(Sigma, lam)
+            beta, theta = Sinv @ b1, Sinv @ b2
+            # lines 7-8: clipped variance, sigma^2 = max(1, Var)
+            var = np.clip(P @ beta, 0.0, cap**2) - np.clip(P @ theta, 0.0, cap) ** 2
+            sig2 = np.maximum(1.0, var)
+        else:
+            sig2 = np.ones(len(st.s))
+        # line 9: Lambda_h = sum phi phi^T / sigma^2 + lambda I (+ K_2)
+        Lam = (P * (st.n / sig2)[:, None]).T @ P + lam * I
+        # line 10: w_h = Lambda_h^-1 [ sum phi (r + V_{h+1}(s')) / sigma^2 (+ phi_3) ]
+        b3 = P.T @ ((st.r_sum + _pair_sum(st, v)) / sig2)
+        if z is not None:
+            Lam, b3 = Lam + z["K2"], b3 + z["phi3"]
+        Linv = floored_inverse(Lam, lam)
+        w = Linv @ b3
+        # lines 11-13: Gamma = scale * ||phi||_{Lambda^-1} + D/K ; Q = min(phi^T w - Gamma, H - h + 1)^+
+        Q = q_values(fmap, w, Linv, penalty_scale, offset, cap, chunk_bytes)
+        # line 14: greedy policy and V_h = max_a Q_h (computed once on the S states, then indexed)
+        V_next = Q.max(-1)
+        w_all[h], Li_all[h], Q_all[h] = w, Linv, Q
+    return LinearFit(w=w_all, Lambda_inv=Li_all, Q=Q_all, offset=np.full(H, float(offset)))

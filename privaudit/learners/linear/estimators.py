@@ -1,0 +1,201 @@
+"""PEVI, VAPVI and DP-VAPVI estimators (scikit-learn style: parameters in
+``__init__``, ``fit`` returns self, fitted results end in ``_``).
+
+Defaults and their provenance (ALGORITHMS.md 2.3, 2.6, 2.7):
+
+* lambda = 1 ([D]; the theorem needs 0 < lambda < kappa, but kappa = 0 for the
+  seed's map, see ``synthetic_linear.coverage_kappa``);
+* C = 1 ([D], "universal constant", value unreported);
+* D: ``d_scale`` times the formula of ``privacy.d_constant`` (O~ constants 1).
+  Default ``d_scale = 0``: with O~ constants 1 the term D/K exceeds H for
+  every K below about 10^5 on the seed's instance even without noise
+  (VAPVI: 2 H^3 sqrt(d) / K = 50 596 / K), which makes Q = 0 everywhere;
+  the paper's simulations evidently used other values (not reported);
+* PEVI: beta = c d H sqrt(log(2 d H K / xi)) with c = 1, xi = 0.05 ([R],
+  Jin, Yang & Wang 2021), or an explicit ``beta``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privaudit.errors import UsageError
+from privaudit.learners.linear import privacy as _privacy
+from privaudit.learners.linear.core import DEFAULT_CHUNK_BYTES, backward_pass
+from privaudit.learners.linear.data import LinearData
+from privaudit.learners.policy import Policy, greedy_table
+from privaudit.mdp.features import FeatureMap
+
+
+def _check_common(data: LinearData, fmap: FeatureMap, data_var: LinearData | None) -> None:
+    if (data.S, data.A) != (fmap.n_states, fmap.n_actions):
+        raise UsageError(f"feature map covers (S, A) = ({fmap.n_states}, {fmap.n_actions}) "
+                         f"but the data has ({data.S}, {data.A}).")
+    if data_var is not None and (data_var.H, data_var.S, data_var.A) != (data.H, data.S, data.A):
+        raise UsageError("D and D' must share (H, S, A).")
+
+
+class _LinearLearner:
+    """Shared fitted-state handling; subclasses define ``algorithm`` and ``fit``."""
+
+    algorithm = "linear"
+
+    def _store(self, fit, fmap: FeatureMap) -> None:
+        self.w_ = fit.w
+        self.Lambda_inv_ = fit.Lambda_inv
+        self.Q_ = fit.Q
+        self.offset_ = fit.offset
+        self.table_ = greedy_table(fit.Q)
+        self.features_ = fmap.manifest()
+
+    def get_params(self) -> dict:
+        """The constructor parameters (JSON-ready)."""
+        return {k: v for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_")}
+
+    def to_policy(self, privacy: dict | None = None, spec_hash: str | None = None) -> Policy:
+        """The policy artifact: greedy table (H, S, A) plus extras ``w`` (H, d),
+        ``Lambda_inv`` (H, d, d), ``penalty_offset`` (H,); parameters include the feature map.
+
+        Raises
+        ------
+        UsageError
+            If the estimator is not fitted.
+        """
+        if not hasattr(self, "w_"):
+            raise UsageError(f"{type(self).__name__} is not fitted: call fit() first.")
+        params = {**self.get_params(), "features": self.features_}
+        return Policy(table=self.table_, algorithm=self.algorithm, parameters=params,
+                      privacy=privacy or {"private": False}, spec_hash=spec_hash,
+                      extras={"w": self.w_, "Lambda_inv": self.Lambda_inv_, "penalty_offset": self.offset_})
+
+
+class PEVI(_LinearLearner):
+    """PEVI (Jin, Yang & Wang 2021), linear-MDP version (ALGORITHMS.md 2.7). Not private.
+
+    Parameters
+    ----------
+    lam : float
+        Ridge lambda (theorem: 1).
+    beta : float, optional
+        Penalty multiplier; default c d H sqrt(log(2 d H K / xi)).
+    c, xi : float
+        Constants of the default beta ([R]).
+    chunk_bytes : int
+        Memory cap of one chunk of the Q computation.
+    """
+
+    algorithm = "pevi"
+
+    def __init__(self, *, lam: float = 1.0, beta: float | None = None, c: float = 1.0, xi: float = 0.05,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        self.lam, self.beta, self.c, self.xi, self.chunk_bytes = lam, beta, c, xi, chunk_bytes
+
+    def fit(self, data: LinearData, fmap: FeatureMap) -> "PEVI":
+        """Run PEVI on the aggregated logs; sets ``w_``, ``Lambda_inv_``, ``Q_``, ``table_``."""
+        _check_common(data, fmap, None)
+        d, H, K = fmap.dim, data.H, max(data.n_episodes, 1)
+        beta = self.beta if self.beta is not None else self.c * d * H * np.sqrt(np.log(2 * d * H * K / self.xi))
+        self.beta_ = float(beta)
+        fit = backward_pass(data, fmap, lam=self.lam, penalty_scale=beta, offset=0.0, variance_aware=False,
+                            chunk_bytes=self.chunk_bytes)
+        self._store(fit, fmap)
+        return self
+
+
+class VAPVI(_LinearLearner):
+    """VAPVI (Yin, Duan, Wang & Wang 2022): DP-VAPVI without noise (ALGORITHMS.md 2.6). Not private.
+
+    Parameters
+    ----------
+    C : float
+        Penalty constant (line 11).
+    lam : float
+        Ridge lambda.
+    d_scale : float
+        Multiple of the additive term 2 H^3 sqrt(d) / K (default 0, module docstring).
+    chunk_bytes : int
+        Memory cap of one chunk of the Q computation.
+    """
+
+    algorithm = "vapvi"
+
+    def __init__(self, *, C: float = 1.0, lam: float = 1.0, d_scale: float = 0.0,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        self.C, self.lam, self.d_scale, self.chunk_bytes = C, lam, d_scale, chunk_bytes
+
+    def fit(self, data: LinearData, fmap: FeatureMap, data_var: LinearData | None = None) -> "VAPVI":
+        """Run VAPVI on D (and D' for the variance when given)."""
+        _check_common(data, fmap, data_var)
+        offset = self.d_scale * _privacy.d_constant(data.H, fmap.dim, None, None) / max(data.n_episodes, 1)
+        fit = backward_pass(data, fmap, lam=self.lam, penalty_scale=self.C * np.sqrt(fmap.dim), offset=offset,
+                            variance_aware=True, data_var=data_var, chunk_bytes=self.chunk_bytes)
+        self._store(fit, fmap)
+        return self
+
+
+class DPVAPVI(_LinearLearner):
+    """DP-VAPVI (seed 000 Algorithm 2): rho-zCDP under substitution of one privacy unit.
+
+    Parameters
+    ----------
+    rho : float
+        Total zCDP budget; each of the 5H statistics gets rho_0 = rho/(5H).
+    C, lam, d_scale : float
+        As in VAPVI; D = ``d_scale`` * ``privacy.d_constant`` (needs ``kappa`` when > 0).
+    kappa : float, optional
+        Public coverage constant for D (never computed from the logs).
+    delta_fail : float
+        Failure probability in E and L (not the DP delta).
+    c1, c2 : float
+        GOE tail constants of E ([R], 1).
+    k : int
+        Most episodes per privacy unit (noise scales multiply by k).
+    chunk_bytes : int
+        Memory cap of one chunk of the Q computation.
+
+    Notes
+    -----
+    Noise is drawn fresh for every statistic and every step h from a child
+    stream ``rng.spawn(H)[h]`` (ALGORITHMS.md 2.5 "noise per h"): the 5H
+    draws are independent. Privacy holds for any data given the bounds
+    ||phi|| <= 1 (FeatureMap checks), r in [0, 1] and k episodes per unit
+    (enforced upstream by contribution bounding).
+    """
+
+    algorithm = "dp-vapvi"
+
+    def __init__(self, rho: float, *, C: float = 1.0, lam: float = 1.0, d_scale: float = 0.0,
+                 kappa: float | None = None, delta_fail: float = 0.05, c1: float = 1.0, c2: float = 1.0,
+                 k: int = 1, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        self.rho, self.C, self.lam, self.d_scale, self.kappa = rho, C, lam, d_scale, kappa
+        self.delta_fail, self.c1, self.c2, self.k, self.chunk_bytes = delta_fail, c1, c2, k, chunk_bytes
+
+    def fit(self, data: LinearData, fmap: FeatureMap, *, rng: np.random.Generator,
+            data_var: LinearData | None = None) -> "DPVAPVI":
+        """Run DP-VAPVI; the released object is the fitted policy (noisy statistics stay internal).
+
+        Raises
+        ------
+        UsageError
+            If rho <= 0, lam <= 0, the data does not match the map, or
+            d_scale > 0 without a public kappa.
+        """
+        _check_common(data, fmap, data_var)
+        if not self.lam > 0:
+            raise UsageError(f"`lam` must be > 0. Got {self.lam}.")
+        H, d = data.H, fmap.dim
+        scales = _privacy.noise_scales(self.rho, H, d, k=int(self.k), delta_fail=self.delta_fail,
+                                       c1=self.c1, c2=self.c2)
+        offset = 0.0
+        if self.d_scale:
+            offset = self.d_scale * _privacy.d_constant(H, d, self.kappa, scales) / max(data.n_episodes, 1)
+        streams = rng.spawn(H)  # one independent child stream per step h
+
+        def noise(h: int) -> dict:
+            return _privacy.draw_step_noise(streams[h], d, scales)
+
+        fit = backward_pass(data, fmap, lam=self.lam, penalty_scale=self.C * np.sqrt(d), offset=offset,
+                            variance_aware=True, data_var=data_var, noise=noise, chunk_bytes=self.chunk_bytes)
+        self.scales_ = scales
+        self._store(fit, fmap)
+        return self

@@ -1,0 +1,173 @@
+"""``train_from_logs``: PEVI / VAPVI / DP-VAPVI on Parquet logs (``privaudit train --algo ...``).
+
+Pipeline: validate (fatal rules refuse the logs) -> ``scan_logs`` ->
+``bound_contributions`` (keep k episodes per unit, truncate to H, clip and
+scale rewards to [0, 1]) -> aggregate per step (``LinearData``) -> learner.
+The feature map comes from the spec (``features``), never from the data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from privaudit.errors import UsageError
+from privaudit.learners.linear.data import LinearData
+from privaudit.learners.linear.estimators import DPVAPVI, PEVI, VAPVI
+from privaudit.learners.policy import Policy
+from privaudit.mdp.features import feature_map_from_spec
+from privaudit.spec import DomainSpec
+
+#: Learner classes by ``--algo`` name.
+LINEAR_LEARNERS = {"pevi": PEVI, "vapvi": VAPVI, "dp-vapvi": DPVAPVI}
+#: Parameters handled here rather than by the learner.
+_RUN_PARAMS = ("split",)
+
+
+def _rows_from_logs(logs, spec: DomainSpec) -> pl.DataFrame:
+    """Validated, bounded rows (episode_id, step, state, action, reward in [0, 1], next_state, terminated)."""
+    from privaudit.data.bounding import bound_contributions
+    from privaudit.data.io import scan_logs
+    from privaudit.stats.release import _validate  # same fatal rules as a release
+
+    _validate(Path(logs), spec)
+    lf, _report = bound_contributions(scan_logs(logs, spec), spec)  # _report is private: never released
+    cols = ["episode_id", "step", "state", "action", "reward", "next_state"]
+    return lf.select(cols).collect()
+
+
+def data_from_frame(df: pl.DataFrame, spec: DomainSpec, episode_mask: np.ndarray | None = None) -> LinearData:
+    """Aggregate bounded rows into ``LinearData`` over the spec's (H, S, A).
+
+    Parameters
+    ----------
+    df : polars.DataFrame
+        Bounded rows with columns episode_id, step, state, action, reward
+        (in [0, 1]), next_state.
+    spec : DomainSpec
+        Terminal states make V_{h+1}(s') = 0.
+    episode_mask : ndarray of bool, shape (n_rows,), optional
+        Keep only these rows (a half of the episodes for the D / D' split).
+    """
+    if episode_mask is not None:
+        df = df.filter(pl.Series(episode_mask))
+    s_next = df["next_state"].to_numpy()
+    end = np.isin(s_next, np.asarray(spec.terminal_states, dtype=np.int64))
+    K = df["episode_id"].n_unique()
+    return LinearData.from_rows(df["step"].to_numpy(), df["state"].to_numpy(), df["action"].to_numpy(),
+                                df["reward"].to_numpy(), s_next, end, H=spec.horizon, S=spec.n_states,
+                                A=spec.n_actions, n_episodes=K)
+
+
+def guarantee(rho: float, requested: dict, spec: DomainSpec, rng_mode: str) -> dict:
+    """The policy manifest's privacy guarantee for DP-VAPVI at total ``rho``."""
+    from privaudit.privacy import accounting
+    from privaudit.stats.release import DEFAULT_REPORT_DELTA, NEIGHBOURING
+
+    delta = requested.get("delta", DEFAULT_REPORT_DELTA)
+    H = spec.horizon
+    return {
+        "definition": "zCDP", "rho": rho, "epsilon": float(accounting.zcdp_to_dp(rho, delta)), "delta": delta,
+        "conversion": "Canonne-Kamath-Steinke 2020 tight zCDP -> (epsilon, delta) conversion"
+                      + ("" if "delta" in requested else f" at the default reporting delta {DEFAULT_REPORT_DELTA:g}"),
+        "requested": requested,
+        "mechanism": f"DP-VAPVI (Qiao & Wang, Alg. 2): 5H = {5 * H} Gaussian releases (3 vectors, 2 symmetric "
+                     f"matrices per step h, fresh noise per h), rho_0 = rho/(5H) = {rho / (5 * H):.6g} each; "
+                     "matrix noise calibrated for substitution (Frobenius sensitivity sqrt(2) k)",
+        "neighbouring": NEIGHBOURING,
+        "privacy_unit": spec.unit_column or "episode_id",
+        "max_episodes_per_unit": spec.max_episodes_per_unit,
+        "released_object": "the policy (greedy table, w_h, Lambda_h^-1); the noisy statistics are not output",
+        "rng": rng_mode,
+    }
+
+
+def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = None, epsilon: float | None = None,
+                    delta: float | None = None, seed: int | None = None, params: dict | None = None) -> Policy:
+    """Train PEVI, VAPVI or DP-VAPVI on Parquet logs with the spec's feature map.
+
+    Parameters
+    ----------
+    logs : str or Path
+        Parquet file or folder of the standard trajectory table.
+    spec : DomainSpec
+        Must have a ``features`` object (one-hot, synthetic-linear, state-table-x-action).
+    algo : {"pevi", "vapvi", "dp-vapvi"}
+    rho : float, optional
+        dp-vapvi: total zCDP budget.
+    epsilon, delta : float, optional
+        dp-vapvi: (epsilon, delta)-DP target instead of rho, converted by
+        ``accounting.dp_to_zcdp`` (CKS, tight).
+    seed : int, optional
+        TESTS ONLY: seeds the noise (recorded as rng "seeded-insecure", the
+        seed itself is never written). Also seeds the D/D' split.
+    params : dict, optional
+        Learner parameters (e.g. ``C``, ``lam``, ``d_scale``, ``kappa``,
+        ``beta``); ``failure_prob`` maps to ``delta_fail``; ``split`` (bool,
+        default False as in the paper's simulations) splits the episodes
+        at random into D (regression) and D' (variance).
+
+    Returns
+    -------
+    Policy
+        Greedy table (H, S, A), extras ``w``, ``Lambda_inv``, ``penalty_offset``;
+        dp-vapvi carries its guarantee in ``privacy``.
+
+    Raises
+    ------
+    UsageError
+        Unknown algo or parameter, a budget for a non-private learner or none
+        for dp-vapvi. With k = max_episodes_per_unit > 1, dp-vapvi multiplies
+        every sensitivity (and noise scale) by k.
+    SpecError
+        The spec has no usable ``features``.
+    LogReadError, ValidationFailed
+        From reading or validating the logs.
+    """
+    if algo not in LINEAR_LEARNERS:
+        raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {sorted(LINEAR_LEARNERS)}.")
+    params = dict(params or {})
+    if "failure_prob" in params:
+        params["delta_fail"] = params.pop("failure_prob")
+        if algo != "dp-vapvi":
+            params.pop("delta_fail")
+    split = bool(params.pop("split", False))
+    budget_given = any(v is not None for v in (rho, epsilon, delta))
+    if algo != "dp-vapvi" and budget_given:
+        raise UsageError(f"--algo {algo} is not private: it takes no budget (--rho/--epsilon/--delta).")
+    budget = None
+    if algo == "dp-vapvi":
+        from privaudit.stats.release import resolve_budget
+
+        budget = resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
+        params["k"] = spec.max_episodes_per_unit
+    fmap = feature_map_from_spec(spec)  # before reading any row: a spec error costs nothing
+    try:
+        learner = LINEAR_LEARNERS[algo](budget.rho, **params) if budget else LINEAR_LEARNERS[algo](**params)
+    except TypeError as e:
+        raise UsageError(f"bad parameters for {algo}: {e}") from None
+    df = _rows_from_logs(Path(logs), spec)
+    rng = np.random.default_rng(seed)
+    split_rng, noise_rng = rng.spawn(2)
+    data_var = None
+    if split:
+        eps_ids = df["episode_id"].unique().sort()
+        in_d = pl.Series(split_rng.random(len(eps_ids)) < 0.5)
+        chosen = eps_ids.filter(in_d)
+        mask = df["episode_id"].is_in(chosen).to_numpy()
+        data, data_var = data_from_frame(df, spec, mask), data_from_frame(df, spec, ~mask)
+    else:
+        data = data_from_frame(df, spec)
+    if algo == "dp-vapvi":
+        learner.fit(data, fmap, rng=noise_rng, data_var=data_var)
+        privacy = {"private": True,
+                   "guarantee": guarantee(budget.rho, budget.requested, spec,
+                                          "seeded-insecure" if seed is not None else "secure")}
+    else:
+        learner.fit(data, fmap, data_var=data_var) if algo == "vapvi" else learner.fit(data, fmap)
+        privacy = {"private": False, "note": f"{algo} reads the exact logs: not differentially private"}
+    policy = learner.to_policy(privacy=privacy, spec_hash=spec.hash())
+    policy.parameters["split"] = split
+    return policy
