@@ -131,7 +131,7 @@ def test_evaluate_refuses_bad_policy(random_files, array, message):
     (["simulate", "icu-sepsis", "-n", "5", "--states", "3", "--out", "{d}/x.parquet", "--spec-out",
       "{d}/x.json"], 2, "--states does not apply"),
     (["simulate", "random-tabular", "-n", "5", "--states", "3", "--actions", "2", "--horizon", "2",
-      "--out", "{d}/x.parquet", "--spec-out", "{d}/x.json"], 2, "only for icu-sepsis"),
+      "--out", "{d}/x.parquet", "--spec-out", "{d}/x.json"], 2, "not defined for the random-tabular MDP"),
     (["simulate", "icu-sepsis", "-n", "5", "--behaviour", "mix:x", "--out", "{d}/x.parquet", "--spec-out",
       "{d}/x.json"], 2, "mix:W"),
     (["simulate", "icu-sepsis", "-n", "0", "--out", "{d}/x.parquet", "--spec-out", "{d}/x.json"], 2, "episodes"),

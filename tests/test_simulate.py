@@ -163,8 +163,8 @@ def test_behaviour_policies(icu):
     np.testing.assert_array_equal(behaviour_policy("uniform", icu), np.full((716, 25), 1 / 25))
     m = random_tabular_mdp(3, 2, 2, 0)
     np.testing.assert_allclose(behaviour_policy("mix:0.5", m), 0.25 + 0.5 * random_base_policy(3, 2))
-    for bad, msg in (("clinicians", "only for icu-sepsis"), ("mix:1.5", "in \\[0, 1\\]"),
-                     ("mix:abc", "mix:W"), ("greedy", "unknown behaviour")):
+    for bad, msg in (("clinicians", "not defined for the random-tabular MDP"), ("mix:1.5", "in \\[0, 1\\]"),
+                     ("mix:abc", "mix:W"), ("greedy", "choose one of: uniform, mix:W")):
         with pytest.raises(UsageError, match=msg):
             behaviour_policy(bad, m)
 
@@ -178,3 +178,18 @@ def test_simulate_refuses_bad_input():
     bad = TabularMDP(P=m.P, r=m.r, d0=np.array([0.5, 0.5, 0.0]), horizon=2, terminal_states=(1,))
     with pytest.raises(UsageError, match="terminal"):
         simulate(bad, behaviour_policy("uniform", m), 5, rng=np.random.default_rng(0))
+
+
+def test_registry_entry_behaviours_extend_names():
+    # An MDP entry may name its own behaviours and the base of mix:W (the extension point
+    # used by MDPs other than ICU-Sepsis).
+    from privaudit.mdp.registry import MDPEntry
+
+    m = random_tabular_mdp(3, 2, 2, 0)
+    greedy = np.tile([1.0, 0.0], (3, 1))
+    entry = MDPEntry(build=None, options={}, spec_doc=None, summary="",
+                     behaviours={"greedy": lambda mdp: greedy}, mix_base="greedy")
+    np.testing.assert_array_equal(behaviour_policy("greedy", m, entry=entry), greedy)
+    np.testing.assert_allclose(behaviour_policy("mix:0.4", m, entry=entry), 0.4 * 0.5 + 0.6 * greedy)
+    with pytest.raises(UsageError, match="greedy"):
+        behaviour_policy("clinicians", m, entry=entry)

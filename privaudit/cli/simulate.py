@@ -32,8 +32,8 @@ Example:
 @click.argument("mdp_name", metavar="MDP", type=click.Choice(list(MDP_REGISTRY)))
 @click.option("--episodes", "-n", type=click.IntRange(min=1), required=True, help="Number of episodes n.")
 @click.option("--behaviour", default="clinicians", show_default=True,
-              help="Behaviour policy: clinicians (icu-sepsis only) | uniform | mix:W "
-                   "(W*uniform + (1-W)*base; base = clinicians on icu-sepsis, a fixed random policy otherwise).")
+              help="Behaviour policy: uniform | mix:W (W*uniform + (1-W)*base) | a policy the MDP names "
+                   "(icu-sepsis: clinicians, also the base of mix:W; elsewhere the base is a fixed random policy).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed of the simulation (default: OS entropy).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), required=True, help="Output Parquet file LOGS.parquet.")
@@ -53,8 +53,8 @@ def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon
     from privaudit.spec import DomainSpec, write_spec
 
     mdp = build_mdp(mdp_name, horizon=horizon, states=states, actions=actions, instance_seed=instance_seed)
-    pi = behaviour_policy(behaviour, mdp)
     entry = MDP_REGISTRY[mdp_name]
+    pi = behaviour_policy(behaviour, mdp, entry=entry)
     description = f"Simulated from the {mdp_name} MDP with behaviour policy {behaviour} (privaudit simulate)."
     spec_doc = entry.spec_doc(mdp, dataset_id or f"{mdp_name}-simulated", description)
     DomainSpec.from_dict(spec_doc)  # refuse a bad spec before any work

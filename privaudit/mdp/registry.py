@@ -3,14 +3,15 @@
 Adding an MDP is one entry in ``MDP_REGISTRY``: a builder taking keyword
 arguments among ``horizon, states, actions, instance_seed`` (the CLI options
 of ``privaudit simulate``), the defaults of those it accepts (``None`` =
-required), a spec-document builder and, optionally, reference policy values
-reported by ``evaluate``. The CLI's MDP choice list, its validation of the
+required), a spec-document builder and, optionally, named behaviour policies
+(``--behaviour NAME``), the base policy of ``mix:W``, and reference policy
+values reported by ``evaluate``. The CLI's MDP choice list, its validation of the
 size options and ``--mdp NAME`` in ``evaluate`` all read this dict.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -41,6 +42,12 @@ class MDPEntry:
     references : callable or None
         ``references(mdp) -> dict[str, float] | None``: exact values of
         reference policies that ``evaluate`` prints next to the policy's value.
+    behaviours : dict[str, callable]
+        Named behaviour policies of this MDP besides ``uniform`` and
+        ``mix:W``: name -> ``policy(mdp) -> ndarray (S, A) or (H, S, A)``.
+    mix_base : str or None
+        The key of ``behaviours`` that ``mix:W`` mixes with uniform; None: the
+        fixed random policy ``privaudit.mdp.simulate.random_base_policy``.
     """
 
     build: Callable[..., TabularMDP]
@@ -48,6 +55,8 @@ class MDPEntry:
     spec_doc: Callable[[TabularMDP, str, str | None], dict]
     summary: str
     references: Callable[[TabularMDP], dict] | None = None
+    behaviours: dict = field(default_factory=dict)
+    mix_base: str | None = None
 
 
 def _icu_build(horizon: int) -> TabularMDP:
@@ -69,6 +78,11 @@ def _icu_references(mdp: TabularMDP) -> dict:
             "uniform": evaluate_policy(mdp, uniform)}
 
 
+def _icu_clinicians(mdp: TabularMDP) -> np.ndarray:
+    from privaudit.mdp.icu_sepsis import clinicians_policy
+    return clinicians_policy()
+
+
 def _random_build(horizon: int, states: int, actions: int, instance_seed: int) -> TabularMDP:
     from privaudit.mdp.random_tabular import random_tabular_mdp
     return random_tabular_mdp(states, actions, horizon, instance_seed)
@@ -84,7 +98,7 @@ MDP_REGISTRY: dict[str, MDPEntry] = {
     "icu-sepsis": MDPEntry(
         build=_icu_build, options={"horizon": 20}, spec_doc=_icu_spec,
         summary="ICU-Sepsis (S=716, A=25; Choudhary, Gupta & Thomas 2024)",
-        references=_icu_references),
+        references=_icu_references, behaviours={"clinicians": _icu_clinicians}, mix_base="clinicians"),
     "random-tabular": MDPEntry(
         build=_random_build,
         options={"horizon": None, "states": None, "actions": None, "instance_seed": 0},

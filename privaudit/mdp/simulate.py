@@ -212,45 +212,43 @@ def random_base_policy(n_states: int, n_actions: int, seed: int = BASE_POLICY_SE
     return np.random.default_rng(seed).dirichlet(np.ones(n_actions), size=n_states)
 
 
-def behaviour_policy(name: str, mdp: TabularMDP) -> np.ndarray:
+def behaviour_policy(name: str, mdp: TabularMDP, entry=None) -> np.ndarray:
     """The behaviour policy called ``name`` for ``mdp``.
 
     Parameters
     ----------
     name : str
-        ``clinicians`` (ICU-Sepsis only: its clinicians' policy), ``uniform``,
-        or ``mix:W`` with 0 <= W <= 1: W * uniform + (1 - W) * base, where base
-        is the clinicians' policy for ICU-Sepsis and, for any other MDP, the
-        fixed random policy ``random_base_policy(S, A)`` (Dirichlet(1) rows,
-        seed ``BASE_POLICY_SEED``).
+        ``uniform``; ``mix:W`` with 0 <= W <= 1, meaning W * uniform +
+        (1 - W) * base; or a behaviour named by the MDP's registry entry
+        (ICU-Sepsis: ``clinicians``). The base of ``mix:W`` is the entry's
+        ``mix_base`` (ICU-Sepsis: the clinicians' policy) or, when it has
+        none, the fixed random policy ``random_base_policy(S, A)``
+        (Dirichlet(1) rows, seed ``BASE_POLICY_SEED``).
     mdp : TabularMDP
-        ICU-Sepsis is recognised by ``mdp.name == "icu-sepsis"``.
+    entry : privaudit.mdp.registry.MDPEntry, optional
+        The MDP's registry entry; default ``MDP_REGISTRY.get(mdp.name)``.
 
     Returns
     -------
-    ndarray, shape (S, A)
-        A stationary stochastic policy.
+    ndarray, shape (S, A) or (H, S, A)
+        A stochastic policy (stationary unless a named behaviour is per-step).
 
     Raises
     ------
     UsageError
-        For an unknown name, ``clinicians`` on another MDP, or W outside [0, 1].
+        For a name the MDP does not define (e.g. ``clinicians`` on
+        random-tabular), or W outside [0, 1].
     """
-    icu = mdp.name == "icu-sepsis"
+    from privaudit.mdp.registry import MDP_REGISTRY
 
-    def base():
-        if icu:
-            from privaudit.mdp.icu_sepsis import clinicians_policy
-            return clinicians_policy()
-        return random_base_policy(mdp.n_states, mdp.n_actions)
-
+    if entry is None:
+        entry = MDP_REGISTRY.get(mdp.name)
+    named = dict(entry.behaviours) if entry is not None else {}
+    mix_base = entry.mix_base if entry is not None else None
     if name == "uniform":
         return uniform_policy(mdp)
-    if name == "clinicians":
-        if not icu:
-            raise UsageError(f"behaviour `clinicians` exists only for icu-sepsis, not {mdp.name!r}; "
-                             "use `uniform` or `mix:W`.")
-        return base()
+    if name in named:
+        return np.asarray(named[name](mdp), dtype=np.float64)
     if name.startswith("mix:"):
         try:
             w = float(name[4:])
@@ -258,5 +256,8 @@ def behaviour_policy(name: str, mdp: TabularMDP) -> np.ndarray:
             w = float("nan")
         if not 0.0 <= w <= 1.0:
             raise UsageError(f"behaviour `{name}`: W in mix:W must be a number in [0, 1], e.g. mix:0.3.")
-        return w * uniform_policy(mdp) + (1.0 - w) * base()
-    raise UsageError(f"unknown behaviour {name!r}; choose clinicians, uniform or mix:W (0 <= W <= 1).")
+        base = (named[mix_base](mdp) if mix_base is not None
+                else random_base_policy(mdp.n_states, mdp.n_actions))
+        return w * uniform_policy(mdp) + (1.0 - w) * np.asarray(base, dtype=np.float64)
+    choices = ", ".join(["uniform", "mix:W (0 <= W <= 1)", *named])
+    raise UsageError(f"behaviour {name!r} is not defined for the {mdp.name} MDP; choose one of: {choices}.")
