@@ -1,0 +1,12 @@
+"""Empirical DP auditing: neighbouring pairs, attacks, valid epsilon lower bounds.
+
+Entry point: :func:`run_audit`. See ``docs/audit.md``.
+"""
+
+from privaudit.audit.model import Claim
+from privaudit.audit.neighbours import NeighbouringPair, check_neighbours, load_pair, make_pair
+from privaudit.audit.report import AuditReport, load_report
+from privaudit.audit.runner import run_audit
+
+__all__ = ["AuditReport", "Claim", "NeighbouringPair", "check_neighbours", "load_pair", "load_report",
+           "make_pair", "run_audit"]

@@ -1,0 +1,195 @@
+"""Attacks: scalar scores on mechanism outputs, fitted on the selection split.
+
+Each candidate maps a batch of flattened outputs ``X`` of shape (n, d) to a
+score of shape (n,); larger means "looks like D'". An event is
+``{score > t}`` (direction "+") or ``{score <= t}`` (direction "-"). The
+candidates are fitted on the selection split only; the runner then chooses
+one (candidate, threshold) per direction on that split and counts it on the
+independent evaluation split (AUDITING.md 4.1-4.5).
+
+The battery covers the bug classes of AUDITING.md that reach a count
+release:
+
+* ``mean_difference``: projection on mean(D') - mean(D), the Neyman-Pearson
+  direction for isotropic Gaussian noise (AUDITING.md 4.1);
+* ``fisher``: Fisher's discriminant Sigma^-1 (mean(D') - mean(D)) with the
+  pooled covariance; catches noise shared between cells (e.g. one draw reused
+  across steps h, ALGORITHMS.md 2.5/7.3), where differences are noise-free;
+* ``exact_zero``, ``non_finite``, ``integer_valued``: indicator features
+  weighted by their frequency difference; catch cells released only when
+  observed (support leak), domains read off the data (B10) and outputs
+  without noise;
+* ``output_identity``: likelihood ratio of the whole output (hashed), with
+  counts from the selection split; catches deterministic or discrete outputs
+  (a policy, an un-noised release);
+* ``granularity_2^-m``: mean difference of frac(y 2^m) on the most shifted
+  cells (m = 8, 16, 24); catches noise on a coarse grid added to real-valued
+  data, whose low-order digits then carry the data (B1-B3 "granularity");
+* ``laplace_lr``: sum over cells of |y - median_D| - |y - median_D'|, the
+  Neyman-Pearson statistic for Laplace noise (AUDITING.md 4.2);
+* user or adapter scores (e.g. "the policy acts as the canary did").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+#: Dimension above which the Fisher discriminant is skipped (d x d covariance).
+FISHER_MAX_DIM = 400
+#: Cells used by the granularity candidates.
+GRANULARITY_CELLS = 8
+#: Grids 2^-m probed by the granularity candidates: frac(y 2^m) is constant
+#: per dataset when noise on a grid coarser than 2^-m is added to real data.
+GRANULARITY_BITS = (8, 16, 24)
+_HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
+
+
+def finite(X: np.ndarray) -> np.ndarray:
+    """X with NaN/inf replaced by 0 (float64)."""
+    X = np.asarray(X, dtype=np.float64)
+    return np.where(np.isfinite(X), X, 0.0)
+
+
+def row_hash(X: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row's exact bit pattern, shape (n,) uint64."""
+    B = np.ascontiguousarray(np.asarray(X, dtype=np.float64)).view(np.uint64)
+    h = np.zeros(B.shape[0], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(B.shape[1]):  # loop over columns only; rows stay vectorized
+            h = (h ^ B[:, j]) * _HASH_MULT
+            h ^= h >> np.uint64(29)
+    return h
+
+
+@dataclass
+class Candidate:
+    """A fitted scalar score.
+
+    Attributes
+    ----------
+    name : str
+    score : callable
+        ``score(X: (n, d) float64) -> (n,) float64``.
+    info : dict
+        JSON-able description of what was fitted (no private data).
+    """
+
+    name: str
+    score: Callable[[np.ndarray], np.ndarray]
+    info: dict = field(default_factory=dict)
+
+
+def _linear(name: str, w: np.ndarray, transform: Callable, info: dict) -> Candidate:
+    def score(X, w=w):
+        return transform(X) @ w
+    return Candidate(name, score, {**info, "nonzero_weights": int(np.count_nonzero(w))})
+
+
+def _lr_table(k0: np.ndarray, k1: np.ndarray):
+    """Log likelihood-ratio per key with add-1/2 smoothing, from selection keys."""
+    keys = np.concatenate([k0, k1])
+    uniq, inv = np.unique(keys, return_inverse=True)
+    c0 = np.bincount(inv[: len(k0)], minlength=len(uniq)).astype(float)
+    c1 = np.bincount(inv[len(k0):], minlength=len(uniq)).astype(float)
+    lr = np.log((c1 + 0.5) / (len(k1) + 0.5)) - np.log((c0 + 0.5) / (len(k0) + 0.5))
+
+    def lookup(keys_new):
+        pos = np.searchsorted(uniq, keys_new)
+        pos = np.minimum(pos, len(uniq) - 1)
+        hit = uniq[pos] == keys_new
+        return np.where(hit, lr[pos], 0.0)
+    return lookup, len(uniq)
+
+
+def fit_candidates(X0: np.ndarray, X1: np.ndarray, extra: list[Candidate] | None = None) -> list[Candidate]:
+    """Fit the battery of candidate scores on the selection split.
+
+    Parameters
+    ----------
+    X0, X1 : ndarray, shape (n0, d), (n1, d)
+        Flattened outputs on D and on D' (selection split only).
+    extra : list of Candidate, optional
+        Fixed scores (user ``--score``, adapter scores) appended unchanged.
+
+    Returns
+    -------
+    list of Candidate
+    """
+    X0 = np.asarray(X0, dtype=np.float64)
+    X1 = np.asarray(X1, dtype=np.float64)
+    d = X0.shape[1]
+    F0, F1 = finite(X0), finite(X1)
+    m0, m1 = F0.mean(axis=0), F1.mean(axis=0)
+    diff = m1 - m0
+    out: list[Candidate] = [_linear("mean_difference", diff, finite, {"kind": "linear"})]
+
+    if 1 < d <= FISHER_MAX_DIM:
+        C = (np.cov(F0, rowvar=False) * (len(F0) - 1) + np.cov(F1, rowvar=False) * (len(F1) - 1))
+        C /= max(len(F0) + len(F1) - 2, 1)
+        C = np.atleast_2d(C)
+        ridge = 1e-9 * max(np.trace(C) / d, 1e-300) + 1e-300
+        try:
+            w = np.linalg.solve(C + ridge * np.eye(d), diff)
+            if np.all(np.isfinite(w)):
+                out.append(_linear("fisher", w, finite, {"kind": "linear", "ridge": float(ridge)}))
+        except np.linalg.LinAlgError:
+            pass
+
+    indicators = {
+        "exact_zero": lambda X: (np.asarray(X) == 0).astype(np.float64),
+        "non_finite": lambda X: (~np.isfinite(np.asarray(X, dtype=np.float64))).astype(np.float64),
+        "integer_valued": lambda X: _is_integer(X).astype(np.float64),
+    }
+    for name, tf in indicators.items():
+        w = tf(X1).mean(axis=0) - tf(X0).mean(axis=0)
+        if np.any(w != 0):
+            out.append(_linear(name, w, tf, {"kind": "indicator"}))
+
+    look, n_keys = _lr_table(row_hash(X0), row_hash(X1))
+    if n_keys < len(X0) + len(X1):  # some output repeats: the identity carries information
+        out.append(Candidate("output_identity", lambda X, f=look: f(row_hash(X)),
+                             {"kind": "likelihood_ratio", "distinct_outputs": int(n_keys)}))
+
+    cells = np.argsort(-np.abs(diff), kind="stable")[: min(GRANULARITY_CELLS, d)]
+    for m in GRANULARITY_BITS:
+        tf = lambda X, c=cells, m=m: _frac(finite(np.asarray(X, dtype=np.float64)[:, c]) * 2.0 ** m)  # noqa: E731
+        w = tf(X1).mean(axis=0) - tf(X0).mean(axis=0)
+        if np.any(w != 0):
+            out.append(_linear(f"granularity_2^-{m}", w, tf, {"kind": "granularity", "cells": cells.tolist()}))
+
+    med0, med1 = np.median(F0, axis=0), np.median(F1, axis=0)
+    moved = np.flatnonzero(med0 != med1)
+    if moved.size:
+        def laplace_lr(X, j=moved, a=med0[moved], b=med1[moved]):
+            Y = finite(np.asarray(X)[:, j])
+            return (np.abs(Y - a) - np.abs(Y - b)).sum(axis=1)
+        out.append(Candidate("laplace_lr", laplace_lr, {"kind": "likelihood_ratio", "cells": int(moved.size)}))
+    return out + list(extra or [])
+
+
+def _is_integer(X):
+    X = np.asarray(X, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(X) & (X == np.round(X))
+
+
+def _frac(X):
+    X = finite(X)
+    return X - np.floor(X)
+
+
+def fixed_candidate(name: str, fn: Callable[[np.ndarray], np.ndarray], shape: tuple) -> Candidate:
+    """Wrap a user or adapter score ``fn(outputs: (n, *shape)) -> (n,)`` (larger =
+    more like D') as a candidate on flattened outputs. It is not fitted, so it
+    costs nothing extra in the confidence budget beyond being one more choice
+    made on the selection split."""
+    def score(X, fn=fn, shape=shape):
+        s = np.asarray(fn(np.asarray(X).reshape((len(X),) + tuple(shape))), dtype=np.float64)
+        if s.shape != (len(X),):
+            from privaudit.errors import UsageError
+            raise UsageError(f"score `{name}` must return shape ({len(X)},). Found {s.shape}.")
+        return np.where(np.isfinite(s), s, 0.0)
+    return Candidate(name, score, {"kind": "fixed"})

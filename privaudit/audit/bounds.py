@@ -1,0 +1,246 @@
+"""Confidence bounds that turn attack counts into a lower bound on epsilon.
+
+Everything here is pure arithmetic on counts; every rounding goes the
+pessimistic way for the auditor (lower bounds down, upper bounds up), so
+that a reported violation is a real one with the stated confidence
+(AUDITING.md soundness traps 2-4).
+
+References
+----------
+* Clopper & Pearson (1934), exact binomial confidence bounds.
+* Kairouz, Oh, Viswanath (2015): an (eps, delta)-DP mechanism has
+  FNR >= max(0, 1 - delta - e^eps FPR, e^-eps (1 - delta - FPR)) for every test.
+* Dong, Roth, Su (2019), "Gaussian differential privacy", eq. (6) (trade-off of
+  mu-GDP: FNR = Phi(Phi^-1(1 - FPR) - mu)) and Cor. 2.13 (its privacy profile).
+* Nasr et al. (2023), "Tight auditing of DP-SGD": fitting mu to a trade-off point.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import optimize, stats
+
+from privaudit.errors import UsageError
+
+#: Relative slack applied when rounding a bound pessimistically.
+_REL = 1e-10
+
+
+def cp_lower(k, n, alpha):
+    """One-sided Clopper-Pearson lower bound on a binomial proportion.
+
+    Parameters
+    ----------
+    k : int or ndarray
+        Successes, 0 <= k <= n (fractional values are allowed only for the
+        *plug-in* predictions of :func:`predict_objective`).
+    n : int or ndarray
+        Trials, n >= 1.
+    alpha : float
+        One-sided error probability, 0 < alpha < 1.
+
+    Returns
+    -------
+    float or ndarray
+        p_L with P(p < p_L) <= alpha; 0 when k = 0. Rounded down.
+    """
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore"):
+        lo = stats.beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)
+    lo = np.where(k <= 0, 0.0, lo)
+    return np.clip(lo * (1 - _REL), 0.0, 1.0)
+
+
+def cp_upper(k, n, alpha):
+    """One-sided Clopper-Pearson upper bound on a binomial proportion.
+
+    Returns p_U with P(p > p_U) <= alpha; 1 when k = n. Rounded up.
+    See :func:`cp_lower` for the parameters.
+    """
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore"):
+        hi = stats.beta.ppf(1 - alpha, k + 1, np.maximum(n - k, 1e-300))
+    hi = np.where(k >= n, 1.0, hi)
+    return np.clip(hi * (1 + _REL) + 1e-300, 0.0, 1.0)
+
+
+def eps_from_rates(tpr_lb, fpr_ub, delta):
+    """Generic (eps, delta) lower bound from one trade-off point.
+
+    eps_lb = ln((TPR_LB - delta) / FPR_UB), 0 when negative or undefined
+    (Kairouz et al. 2015; AUDITING.md 4.2/4.3). Valid for any (eps, delta)
+    claim when TPR_LB and FPR_UB hold jointly.
+
+    Parameters
+    ----------
+    tpr_lb, fpr_ub : float or ndarray
+        Lower bound on P_{D'}(E) and upper bound on P_D(E) for one event E.
+    delta : float
+        The claim's delta, 0 <= delta < 1.
+
+    Returns
+    -------
+    float or ndarray
+        eps_lb >= 0, rounded down.
+    """
+    tpr_lb = np.asarray(tpr_lb, dtype=float)
+    fpr_ub = np.asarray(fpr_ub, dtype=float)
+    num = tpr_lb - delta
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.log(num) - np.log(fpr_ub)
+    e = np.where((num > 0) & (fpr_ub > 0) & np.isfinite(e), e, 0.0)
+    return np.maximum(e * (1 - _REL) - 1e-12, 0.0)
+
+
+def gdp_mu_from_rates(fpr_ub, fnr_ub):
+    """Lower bound on the GDP parameter mu from one trade-off point.
+
+    mu_lb = Phi^-1(1 - FPR_UB) - Phi^-1(FNR_UB) (Dong-Roth-Su 2019 eq. 6),
+    0 when negative. Symmetric in (FPR, FNR), so one formula covers both
+    directions. Valid only against a claim derived from a Gaussian / GDP
+    analysis (AUDITING.md 4.1 "validity caveat").
+    """
+    fpr_ub = np.clip(np.asarray(fpr_ub, dtype=float), 1e-300, 1.0)
+    fnr_ub = np.clip(np.asarray(fnr_ub, dtype=float), 1e-300, 1.0)
+    mu = stats.norm.isf(fpr_ub) - stats.norm.ppf(fnr_ub)
+    mu = np.where(np.isfinite(mu), mu, 0.0)
+    return np.maximum(mu * (1 - _REL) - 1e-12, 0.0)
+
+
+def gaussian_delta(eps: float, mu: float) -> float:
+    """Privacy profile of mu-GDP: the smallest delta at which it is (eps, delta)-DP.
+
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
+    (Balle & Wang 2018; Dong-Roth-Su Cor. 2.13), computed in log space.
+    """
+    if mu <= 0:
+        return 0.0
+    a = stats.norm.logcdf(-eps / mu + mu / 2)
+    b = eps + stats.norm.logcdf(-eps / mu - mu / 2)
+    if b >= a:
+        return 0.0
+    return float(math.exp(a) * -math.expm1(b - a))
+
+
+def gdp_eps(mu: float, delta: float, *, upper: bool = False) -> float:
+    """epsilon of mu-GDP at ``delta``: the root of ``gaussian_delta(eps, mu) = delta``.
+
+    Parameters
+    ----------
+    mu : float
+        GDP parameter >= 0.
+    delta : float
+        0 < delta < 1.
+    upper : bool
+        Round the root up (for a claimed value) instead of down (for a
+        lower bound).
+
+    Returns
+    -------
+    float
+        eps >= 0.
+
+    Raises
+    ------
+    UsageError
+        If delta is not in (0, 1).
+    """
+    if not 0 < delta < 1:
+        raise UsageError(f"`delta` must lie in (0, 1) for a GDP conversion. Found {delta}.")
+    if mu <= 0 or gaussian_delta(0.0, mu) <= delta:
+        return 0.0
+    hi = max(1.0, mu * mu)
+    while gaussian_delta(hi, mu) > delta:
+        hi *= 2
+    tol = 1e-12 * max(1.0, hi)
+    root = optimize.brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, hi, xtol=tol, rtol=1e-14)
+    return root + 2 * tol if upper else max(root - 2 * tol, 0.0)
+
+
+def gdp_mu_from_eps(eps: float, delta: float) -> float:
+    """The largest mu whose mu-GDP profile gives (eps, delta): the mu a Gaussian
+    (eps, delta) claim implies. Rounded up (generous to the claim)."""
+    if not 0 < delta < 1:
+        raise UsageError(f"`delta` must lie in (0, 1) for a Gaussian claim. Found {delta}.")
+    lo, hi = 1e-9, 1.0
+    while gaussian_delta(eps, hi) < delta:
+        hi *= 2
+    root = optimize.brentq(lambda m: gaussian_delta(eps, m) - delta, lo, hi, xtol=1e-13, rtol=1e-14)
+    return root * (1 + 1e-9) + 1e-12
+
+
+def tradeoff_eps_delta(fpr, eps: float, delta: float):
+    """Smallest FNR an (eps, delta)-DP mechanism allows at FPR ``fpr``:
+    max(0, 1 - delta - e^eps FPR, e^-eps (1 - delta - FPR))."""
+    fpr = np.asarray(fpr, dtype=float)
+    return np.maximum.reduce([np.zeros_like(fpr), 1 - delta - np.exp(eps) * fpr,
+                              np.exp(-eps) * (1 - delta - fpr)])
+
+
+def tradeoff_gdp(fpr, mu: float):
+    """Smallest FNR of mu-GDP at FPR ``fpr``: Phi(Phi^-1(1 - FPR) - mu)."""
+    fpr = np.clip(np.asarray(fpr, dtype=float), 0.0, 1.0)
+    return stats.norm.cdf(stats.norm.isf(fpr) - mu)
+
+
+def perfect_separation_cap(n0: int, n1: int, alpha_bound: float, delta: float) -> dict:
+    """The resolution limit: the bounds an audit reports when the event
+    separates the evaluation runs perfectly (TP = n1, FP = 0).
+
+    Returns
+    -------
+    dict
+        ``epsilon`` (generic cap), ``mu`` (GDP cap) and
+        ``min_detectable_probability`` (about 3/n: events rarer than this are
+        invisible, AUDITING.md trap 7).
+    """
+    tpr_lb = float(cp_lower(n1, n1, alpha_bound))
+    fpr_ub = float(cp_upper(0, n0, alpha_bound))
+    return {
+        "epsilon": float(eps_from_rates(tpr_lb, fpr_ub, delta)),
+        "mu": float(gdp_mu_from_rates(fpr_ub, 1 - tpr_lb)),
+        "min_detectable_probability": float(-math.log(alpha_bound) / min(n0, n1)),
+    }
+
+
+def predict_objective(c0, c1, n_sel0, n_sel1, n_ev0, n_ev1, alpha_bound, delta, kind):
+    """Plug-in prediction, from selection-split counts, of the bound an event
+    would give on the evaluation split (used only to *choose* events; never
+    reported).
+
+    Parameters
+    ----------
+    c0, c1 : ndarray
+        Selection counts of the event under D (false positives) and D' (true
+        positives), one entry per candidate event.
+    n_sel0, n_sel1, n_ev0, n_ev1 : int
+        Selection and evaluation sizes per side.
+    alpha_bound : float
+        Error probability of each one-sided bound.
+    delta : float
+    kind : {"generic", "gaussian"}
+        Objective: eps_lb, or mu_lb.
+
+    Returns
+    -------
+    ndarray
+        Predicted eps_lb (generic) or mu_lb (gaussian) per event.
+    """
+    k0 = np.asarray(c0, float) / n_sel0 * n_ev0
+    k1 = np.asarray(c1, float) / n_sel1 * n_ev1
+    fpr_ub = cp_upper(k0, n_ev0, alpha_bound)
+    tpr_lb = cp_lower(k1, n_ev1, alpha_bound)
+    if kind == "gaussian":
+        return gdp_mu_from_rates(fpr_ub, 1 - tpr_lb)
+    return eps_from_rates(tpr_lb, fpr_ub, delta)
+
+
+__all__ = [
+    "cp_lower", "cp_upper", "eps_from_rates", "gdp_mu_from_rates", "gaussian_delta", "gdp_eps",
+    "gdp_mu_from_eps", "tradeoff_eps_delta", "tradeoff_gdp", "perfect_separation_cap",
+    "predict_objective",
+]

@@ -1,0 +1,247 @@
+"""Neighbouring pairs (D, D') for an audit: canaries and explicit pairs.
+
+privaudit's neighbouring relation is substitution: D' is D with all the data
+of one privacy unit replaced by other data (DESIGN.md "The privacy model";
+ALGORITHMS.md "Neighbouring datasets"). An audit's violation finding is only
+sound for such a pair, so explicit pairs are checked before use.
+
+Canary strategies (``make_pair``)
+---------------------------------
+``rare``
+    Remove the unit with the most rows (the longest contribution; ties: the
+    smallest id) and add one canary episode of H steps that, at each step h,
+    sits in the least-visited (h, s, a) cell of D over non-terminal states
+    (ties: a cell not used at an earlier step, then the smallest (s, a); so the
+    canary does not repeat one cell at every h, which would hide noise shared
+    across h). Its next state at step h is its state at
+    h + 1, so its transition cells are as rare as its visit cells. It ends in
+    an extreme reward: the state with the largest public reward when the spec
+    declares a public reward function (e.g. ICU-Sepsis survival, state 714),
+    else reward r_max at the last step (r_min before). This makes the pair as
+    distinguishable as the data allows: removed and added cells do not cancel,
+    and the added cells go from (nearly) 0 to 1 (AUDITING.md 4.3 "canary
+    trajectories"). The auditor is the data holder's tool, so it may read D.
+``random``
+    Remove a uniformly random unit and add an episode of H steps with uniform
+    non-terminal states and actions and uniform rewards in the range (or the
+    public reward). A typical, not a worst-case, neighbour.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from privaudit.errors import LogReadError, UsageError
+from privaudit.spec import DomainSpec
+
+CANARY_STRATEGIES = ("rare", "random")
+
+
+@dataclass(frozen=True)
+class NeighbouringPair:
+    """Two datasets that differ in one privacy unit (substitution).
+
+    Attributes
+    ----------
+    d : polars.DataFrame
+        D, standard trajectory schema.
+    d_prime : polars.DataFrame
+        D', same schema.
+    description : dict
+        JSON-able: ``kind`` (``canary-rare``, ``canary-random``, ``explicit``,
+        ``identical``), ``relation`` (``substitution``), the removed unit (as
+        a hash, never its id), the canary episode's steps.
+    """
+
+    d: pl.DataFrame
+    d_prime: pl.DataFrame
+    description: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"NeighbouringPair(kind={self.description.get('kind')!r}, rows={self.d.height}/{self.d_prime.height})"
+
+
+def _unit_col(df: pl.DataFrame) -> str:
+    return "unit_id" if "unit_id" in df.columns else "episode_id"
+
+
+def _opaque(value) -> str:
+    """A short hash naming a unit in the report without writing its id."""
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:12]
+
+
+def _fresh_id(series: pl.Series, tag: str):
+    if series.dtype.is_integer():
+        return int(series.max()) + 1 if series.len() else 0
+    return f"{tag}-{series.n_unique()}"
+
+
+def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
+              *, rng: np.random.Generator) -> NeighbouringPair:
+    """Build D' from D = ``logs`` by replacing one privacy unit with a canary.
+
+    Parameters
+    ----------
+    logs : polars.DataFrame
+        D in the standard schema (``episode_id``, ``step``, ``state``,
+        ``action``, ``reward``, ``next_state``, optional ``terminated``,
+        ``truncated``, ``unit_id``).
+    spec : DomainSpec
+        Supplies H, S, A, terminal states, the reward range and public reward.
+    strategy : {"rare", "random"}
+        See the module docstring.
+    rng : numpy.random.Generator
+        Used by ``random`` only.
+
+    Returns
+    -------
+    NeighbouringPair
+
+    Raises
+    ------
+    UsageError
+        Unknown strategy, empty logs, or no non-terminal state.
+    """
+    if strategy not in CANARY_STRATEGIES:
+        raise UsageError(f"`--canary` must be one of {CANARY_STRATEGIES}. Found {strategy!r}.")
+    if logs.height == 0:
+        raise UsageError("the logs are empty: an audit needs at least one privacy unit to replace.")
+    H, S, A = spec.horizon, spec.n_states, spec.n_actions
+    lo, hi = spec.reward_range
+    unit = _unit_col(logs)
+    nonterm = np.setdiff1d(np.arange(S), np.asarray(spec.terminal_states, dtype=int))
+    if nonterm.size == 0:
+        raise UsageError("the spec declares every state terminal; no canary episode is possible.")
+    per_unit = logs.group_by(unit).len().sort([pl.col("len"), pl.col(unit)], descending=[True, False])
+    if strategy == "rare":
+        removed = per_unit[unit][0]
+        counts = _visit_counts(logs, H, S, A)[:, nonterm, :].reshape(H, -1)  # (H, S_nt * A)
+        flat = np.empty(H, dtype=np.int64)
+        used: set[int] = set()
+        for h in range(H):  # among the least-visited cells, prefer one not used at an earlier step
+            ties = np.flatnonzero(counts[h] == counts[h].min())
+            fresh = [c for c in ties[: H + 1] if c not in used]
+            flat[h] = fresh[0] if fresh else ties[0]
+            used.add(int(flat[h]))
+        states = nonterm[flat // A]
+        actions = flat % A
+    else:
+        removed = per_unit[unit][int(rng.integers(per_unit.height))]
+        states = rng.choice(nonterm, size=H)
+        actions = rng.integers(0, A, size=H)
+    next_states = np.empty(H, dtype=np.int64)
+    next_states[:-1] = states[1:]
+    pub = spec.public_reward_vector()
+    if pub is not None:
+        next_states[-1] = int(np.argmax(pub)) if strategy == "rare" else int(rng.integers(S))
+        rewards = pub[next_states]
+    else:
+        next_states[-1] = states[0] if strategy == "rare" else int(rng.choice(nonterm))
+        if strategy == "rare":
+            rewards = np.full(H, lo, dtype=float)
+            rewards[-1] = hi
+        else:
+            rewards = rng.uniform(lo, hi, size=H)
+    ends_terminal = int(next_states[-1]) in set(spec.terminal_states)
+    canary = {
+        "episode_id": [_fresh_id(logs["episode_id"], "canary")] * H,
+        "step": list(range(H)),
+        "state": states.tolist(), "action": actions.tolist(),
+        "reward": rewards.tolist(), "next_state": next_states.tolist(),
+    }
+    if "terminated" in logs.columns:
+        canary["terminated"] = [False] * (H - 1) + [ends_terminal]
+    if "truncated" in logs.columns:
+        canary["truncated"] = [False] * (H - 1) + [not ends_terminal]
+    if "unit_id" in logs.columns:
+        canary["unit_id"] = [_fresh_id(logs["unit_id"], "canary")] * H
+    canary_df = pl.DataFrame(canary).with_columns(
+        [pl.lit(None).cast(logs.schema[c]).alias(c) for c in logs.columns if c not in canary]
+    ).select(logs.columns).cast(logs.schema)
+    d_prime = pl.concat([logs.filter(pl.col(unit) != removed), canary_df])
+    removed_rows = int(logs.filter(pl.col(unit) == removed).height)
+    description = {
+        "kind": f"canary-{strategy}",
+        "relation": "substitution",
+        "removed_unit": {"hash": _opaque(removed), "rows": removed_rows},
+        "canary": {"steps": [
+            {"h": h, "state": int(states[h]), "action": int(actions[h]),
+             "reward": float(rewards[h]), "next_state": int(next_states[h])} for h in range(H)]},
+    }
+    return NeighbouringPair(logs, d_prime, description)
+
+
+def _visit_counts(logs: pl.DataFrame, H: int, S: int, A: int) -> np.ndarray:
+    """n_h(s, a) of D over the declared domain (rows outside it are ignored)."""
+    cells = (logs.filter((pl.col("step") < H) & pl.col("state").is_between(0, S - 1)
+                         & pl.col("action").is_between(0, A - 1))
+             .group_by("step", "state", "action").len())
+    out = np.zeros((H, S, A), dtype=np.int64)
+    out[cells["step"].to_numpy(), cells["state"].to_numpy(), cells["action"].to_numpy()] = cells["len"].to_numpy()
+    return out
+
+
+def _unit_fingerprints(df: pl.DataFrame, unit: str) -> dict:
+    h = df.with_columns(pl.struct(pl.all()).hash(seed=7).alias("_h"))
+    agg = h.group_by(unit).agg(
+        (pl.col("_h") // (1 << 33)).cast(pl.Int64).sum().alias("a"),
+        (pl.col("_h") % (1 << 32)).cast(pl.Int64).sum().alias("b"),
+        pl.len().alias("n"))
+    return {u: (a, b, n) for u, a, b, n in agg.iter_rows()}
+
+
+def check_neighbours(d: pl.DataFrame, d_prime: pl.DataFrame) -> dict:
+    """Check that (D, D') differ by the substitution of at most one unit.
+
+    Returns
+    -------
+    dict
+        ``{"kind": "identical" | "explicit", "relation": "substitution",
+        "removed_units": int, "added_units": int}``.
+
+    Raises
+    ------
+    UsageError
+        If the columns differ, or more than one unit differs, or the pair is
+        an addition/removal (then a lower bound above the claim would not show
+        a violation of a substitution claim).
+    """
+    if set(d.columns) != set(d_prime.columns):
+        raise UsageError(f"the pair's columns differ: D has {sorted(d.columns)}, D' has {sorted(d_prime.columns)}.")
+    d_prime = d_prime.select(d.columns).cast(d.schema)
+    unit = _unit_col(d)
+    f0, f1 = _unit_fingerprints(d, unit), _unit_fingerprints(d_prime, unit)
+    removed = [u for u, fp in f0.items() if f1.get(u) != fp]
+    added = [u for u, fp in f1.items() if f0.get(u) != fp]
+    if (len(removed), len(added)) not in ((0, 0), (1, 1)):
+        raise UsageError(
+            f"D and D' must differ by replacing exactly one privacy unit ({unit}); "
+            f"found {len(removed)} unit(s) of D not in D' and {len(added)} unit(s) of D' not in D. "
+            "Build D' from D by removing one unit and adding one (or use --canary).")
+    return {"kind": "identical" if not removed else "explicit", "relation": "substitution",
+            "removed_units": len(removed), "added_units": len(added)}
+
+
+def load_pair(path_d: str | Path, path_d_prime: str | Path) -> NeighbouringPair:
+    """Read an explicit pair of Parquet logs (standard column names) and check it.
+
+    Raises
+    ------
+    LogReadError
+        If a file cannot be read.
+    UsageError
+        If the two are not substitution neighbours (see ``check_neighbours``).
+    """
+    frames = []
+    for p in (path_d, path_d_prime):
+        try:
+            frames.append(pl.read_parquet(p))
+        except Exception as e:  # polars raises several types for unreadable files
+            raise LogReadError(f"cannot read logs {p}: {e}") from None
+    desc = check_neighbours(*frames)
+    return NeighbouringPair(frames[0], frames[1].select(frames[0].columns).cast(frames[0].schema), desc)

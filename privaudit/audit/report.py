@@ -1,0 +1,234 @@
+"""The audit report: verdict, bounds, the chosen events, JSON and PNG output.
+
+An audit can show that a claim is false (``violation``); it can never show
+that a mechanism is private. A run without a violation says only that none
+was found at the audit's resolution (AUDITING.md trap 7), which the report
+states with the perfect-separation cap.
+
+The report is written for the data holder; it names the removed unit only by
+a hash and contains no statistic of the logs beyond the canary (synthetic)
+and the observed sensitivity of the pair.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from privaudit import __version__
+from privaudit.audit import bounds as B
+from privaudit.cli.common import _json_default  # numpy scalars/arrays -> JSON
+from privaudit.errors import ArtifactError
+from privaudit.io_utils import atomic_path, atomic_write_text
+from privaudit.schemas import schema_errors
+
+REPORT_FORMAT_VERSION = 1
+VIOLATION = "violation"
+NO_VIOLATION = "no violation found"
+
+
+@dataclass
+class AuditReport:
+    """Result of :func:`privaudit.audit.run_audit`.
+
+    Attributes
+    ----------
+    verdict : str
+        ``"violation"`` or ``"no violation found"``.
+    epsilon_lower_bound : float or None
+        The largest eps lower bound valid for the claim (None when only the
+        gray-box check ran).
+    data : dict
+        The full JSON document (``schemas/audit_report.schema.json``).
+    """
+
+    verdict: str
+    epsilon_lower_bound: float | None
+    data: dict = field(default_factory=dict)
+
+    @property
+    def violation(self) -> bool:
+        return self.verdict == VIOLATION
+
+    @property
+    def exit_code(self) -> int:
+        """0 no violation found, 3 violation (CLI convention)."""
+        return 3 if self.violation else 0
+
+    def to_dict(self) -> dict:
+        return json.loads(json.dumps(self.data, default=_json_default))
+
+    def __repr__(self) -> str:
+        lb = "n/a" if self.epsilon_lower_bound is None else f"{self.epsilon_lower_bound:.4g}"
+        return (f"AuditReport(verdict={self.verdict!r}, epsilon_lower_bound={lb}, "
+                f"claimed_epsilon={self.data.get('claimed_epsilon'):.4g})")
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def _base(cls, mechanism, claim, confidence, pair, graybox, selection_trials, evaluation_trials,
+              rng_mode, resolution, runtime_s) -> dict:
+        return {
+            "format_version": REPORT_FORMAT_VERSION,
+            "software": {"name": "privaudit", "version": __version__},
+            "mechanism": mechanism,
+            "claim": claim.to_dict(),
+            "claimed_epsilon": claim.epsilon,
+            "delta": claim.delta,
+            "confidence": confidence,
+            "neighbouring_pair": pair,
+            "graybox": graybox,
+            "selection_trials": selection_trials,
+            "evaluation_trials": evaluation_trials,
+            "resolution_limit": resolution,
+            "rng_mode": rng_mode,
+            "runtime_s": runtime_s,
+        }
+
+    @classmethod
+    def graybox_only(cls, *, mechanism, claim, confidence, pair, graybox, selection_trials,
+                     evaluation_trials, rng_mode, resolution, runtime_s) -> "AuditReport":
+        """A report whose verdict comes from the gray-box check alone (no trials ran)."""
+        d = cls._base(mechanism, claim, confidence, pair, graybox, 0, 0, rng_mode, resolution, runtime_s)
+        excess = [f for f in graybox["families"] if f["exceeds"]]
+        lb = max((f.get("epsilon_at_change") or 0.0 for f in excess), default=0.0)
+        d.update({
+            "verdict": VIOLATION, "trials": 0,
+            "epsilon_lower_bound": None,
+            "method": {"test": "gray-box", "valid_for_claim": ["gray-box"],
+                       "description": "pre-noise statistics of D and D' differ by more than the declared "
+                                      "sensitivity; no sampling needed"},
+            "events": [], "chosen_event": None, "candidates": [],
+            "messages": [f"gray-box: {f['name']} changes by L1 {f['l1']} / L2 {f['l2']} (non-finite: "
+                         f"{f['non_finite']}), declared L1 {f['declared_l1']} / L2 {f['declared_l2']}"
+                         for f in excess]
+            + ([f"at the mechanism's noise this pair costs epsilon {lb:.4g} at delta {claim.delta}"] if lb else []),
+        })
+        return cls(VIOLATION, None, d)
+
+    @classmethod
+    def from_events(cls, *, mechanism, claim, confidence, pair, graybox, selection_trials,
+                    evaluation_trials, rng_mode, resolution, runtime_s, events, candidates,
+                    batched, output_shape, trials, alpha_per_bound) -> "AuditReport":
+        """Build the report from the two evaluated events (one per direction)."""
+        d = cls._base(mechanism, claim, confidence, pair, graybox, selection_trials, evaluation_trials,
+                      rng_mode, resolution, runtime_s)
+        eps_generic = max(e["epsilon_lower_bound"] for e in events)
+        mu_lb = max(e["mu_lower_bound"] for e in events)
+        eps_gdp = B.gdp_eps(mu_lb, claim.delta) if claim.delta > 0 else None
+        gaussian_valid = claim.kind == "gaussian"
+        if gaussian_valid:
+            eps_lb = max(eps_generic, eps_gdp)
+            violated = eps_lb > claim.epsilon or mu_lb > claim.mu
+            test = "gaussian"
+        else:
+            eps_lb = eps_generic
+            violated = eps_generic > claim.epsilon
+            test = "generic"
+        violated = violated or graybox["violation"]
+        best = max(events, key=lambda e: (e["mu_lower_bound"] if gaussian_valid else e["epsilon_lower_bound"]))
+        verdict = VIOLATION if violated else NO_VIOLATION
+        msgs = []
+        if graybox["violation"]:
+            msgs.append("gray-box: a pre-noise statistic changes by more than its declared sensitivity")
+        if not violated:
+            cap = resolution["epsilon_gaussian"] if gaussian_valid and "epsilon_gaussian" in resolution else resolution["epsilon"]
+            msgs.append(f"no violation found at this resolution: with {evaluation_trials} evaluation runs per side "
+                        f"the largest provable epsilon is {cap:.3g}; events rarer than about "
+                        f"{resolution['min_detectable_probability']:.2g} are invisible. This does not show the "
+                        "mechanism is private.")
+        d.update({
+            "verdict": verdict, "trials": trials,
+            "epsilon_lower_bound": eps_lb,
+            "method": {
+                "test": test,
+                "valid_for_claim": ["generic", "gaussian"] if gaussian_valid else ["generic"],
+                "bounds": "one-sided Clopper-Pearson",
+                "selection": "events chosen on a selection split, counted on an independent evaluation split",
+                "bonferroni": {"directions": 2, "bounds_per_direction": 2, "alpha_per_bound": alpha_per_bound},
+                "generic": {"epsilon_lower_bound": eps_generic, "valid": True,
+                            "formula": "max over directions of ln((CP_L(TPR) - delta) / CP_U(FPR))"},
+                "gaussian": {"mu_lower_bound": mu_lb, "epsilon_lower_bound": eps_gdp, "valid": gaussian_valid,
+                             "claimed_mu": claim.mu,
+                             "formula": "mu = Phi^-1(1 - FPR_UB) - Phi^-1(FNR_UB), eps from the GDP privacy profile"},
+                "batched": batched, "output_shape": output_shape,
+            },
+            "events": events,
+            "chosen_event": {k: v for k, v in best.items() if k != "roc"},
+            "candidates": candidates,
+            "messages": msgs,
+        })
+        return cls(verdict, eps_lb, d)
+
+    # ------------------------------------------------------------------ output
+    def validate(self) -> None:
+        """Raise ArtifactError if the document breaks its schema."""
+        errs = schema_errors(self.to_dict(), "audit_report")
+        if errs:
+            raise ArtifactError("audit report breaks schema 'audit_report':\n  " + "\n  ".join(errs))
+
+    def write_json(self, path: str | Path) -> Path:
+        """Validate and write the report atomically."""
+        self.validate()
+        atomic_write_text(Path(path), json.dumps(self.data, indent=2, default=_json_default) + "\n")
+        return Path(path)
+
+    def plot(self, path: str | Path) -> Path:
+        """PNG of the trade-off: the evaluated points with their one-sided
+        confidence regions, the empirical curves of the chosen scores, and the
+        region the claim allows (and, for a Gaussian claim, the mu-GDP curve)."""
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        c = self.data["claim"]
+        fig, ax = plt.subplots(figsize=(6, 5.5))
+        a = np.linspace(0, 1, 801)
+        ax.fill_between(a, 0, B.tradeoff_eps_delta(a, c["epsilon"], c["delta"]), color="tab:red", alpha=0.15,
+                        label=f"forbidden by ({c['epsilon']:.3g}, {c['delta']:.2g})-DP")
+        ax.plot(a, B.tradeoff_eps_delta(a, c["epsilon"], c["delta"]), color="tab:red", lw=1)
+        if c.get("mu"):
+            ax.plot(a, B.tradeoff_gdp(a, c["mu"]), color="tab:purple", lw=1, ls="--",
+                    label=f"claimed {c['mu']:.3g}-GDP")
+        for e, col in zip(self.data.get("events", []), ("tab:blue", "tab:green")):
+            roc = np.asarray(e["roc"])
+            ax.plot(roc[:, 0], roc[:, 1], color=col, lw=0.8, alpha=0.6)
+            ax.plot([e["fpr"]], [e["fnr"]], "o", color=col,
+                    label=f"{e['direction']}: {e['candidate']} (eps_lb {e['epsilon_lower_bound']:.3g})")
+            ax.add_patch(plt.Rectangle((0, 0), e["fpr_upper"], e["fnr_upper"], fill=False, ec=col, ls=":"))
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("false positive rate (type I)")
+        ax.set_ylabel("false negative rate (type II)")
+        lb = self.epsilon_lower_bound
+        ax.set_title(f"{self.data['mechanism']}: {self.verdict}"
+                     + ("" if lb is None else f", eps_lb = {lb:.3g}"), fontsize=10)
+        ax.legend(fontsize=7, loc="upper right")
+        fig.tight_layout()
+        with atomic_path(Path(path)) as tmp:
+            fig.savefig(tmp, format="png", dpi=110)
+        plt.close(fig)
+        return Path(path)
+
+
+def load_report(path: str | Path) -> dict:
+    """Read and check a report written by :meth:`AuditReport.write_json`.
+
+    Raises
+    ------
+    ArtifactError
+        Unreadable, unknown format version, or schema errors.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"cannot read audit report {path}: {e}") from None
+    if doc.get("format_version") != REPORT_FORMAT_VERSION:
+        raise ArtifactError(f"audit report {path}: unknown format_version {doc.get('format_version')!r} "
+                            f"(this privaudit reads {REPORT_FORMAT_VERSION}).")
+    errs = schema_errors(doc, "audit_report")
+    if errs:
+        raise ArtifactError(f"audit report {path} breaks schema 'audit_report':\n  " + "\n  ".join(errs))
+    return doc

@@ -1,0 +1,344 @@
+"""Run an audit: sample a mechanism on D and D', attack, bound epsilon.
+
+Protocol (AUDITING.md 4.1-4.5; every soundness trap of its section 1 is
+avoided as noted):
+
+1. Gray-box check (zero samples): when the mechanism exposes its pre-noise
+   statistics, their L1/L2 change between D and D' is compared with the
+   declared sensitivity; an excess is a violation finding.
+2. Selection split: ``n_sel`` runs per side. The candidate scores of
+   :mod:`privaudit.audit.attacks` are fitted on it, and for each direction
+   ("+": event {score > t} supports D'; "-": {score <= t} supports D) one
+   (candidate, threshold) is chosen by the plug-in prediction of its bound.
+3. Evaluation split: ``trials - n_sel`` fresh runs per side, independent of
+   the selection split. Only the two chosen events are counted, so the only
+   multiplicity left is two directions x two one-sided bounds: each
+   Clopper-Pearson bound gets alpha / 4 (trap 1, 2). Counts are integers, no
+   randomized tie-breaking (trap 4, 5).
+4. eps_lb = max over directions of ln((CP_L(TPR) - delta) / CP_U(FPR)); for a
+   Gaussian claim also mu_lb = Phi^-1(1 - FPR_UB) - Phi^-1(FNR_UB) and its
+   eps at delta. Verdict ``violation`` when a valid bound exceeds the claim,
+   else ``no violation found`` with the resolution limit (trap 7).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import polars as pl
+
+from privaudit.audit import bounds as B
+from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
+from privaudit.audit.model import Claim, FileFunction, flatten_runs, is_batched
+from privaudit.audit.neighbours import NeighbouringPair, make_pair
+from privaudit.audit.report import AuditReport
+from privaudit.errors import UsageError
+
+#: Default share of the trials used to choose the events.
+SELECTION_FRACTION = 0.3
+#: Cells per batched chunk (memory of one chunk ~ 8 bytes x this).
+CHUNK_CELLS = 4_000_000
+#: Most thresholds tried per candidate on the selection split.
+MAX_THRESHOLDS = 3000
+
+
+# --------------------------------------------------------------------------- sampling
+
+def _run_serial(fn, logs, rng, n):
+    outs = [np.asarray(fn(logs, rng)) for _ in range(n)]
+    shapes = {o.shape for o in outs}
+    if len(shapes) != 1:
+        raise UsageError(f"the mechanism must return a fixed shape; got shapes {sorted(shapes)}.")
+    return np.stack(outs).reshape(n, -1).astype(np.float64), outs[0].shape
+
+
+class _Sampler:
+    """Draws independent runs of one mechanism on one dataset."""
+
+    def __init__(self, fn, batched: bool, n_jobs: int, progress):
+        self.fn, self.batched, self.n_jobs, self.progress = fn, batched, n_jobs, progress
+        self.shape = None
+        self._pool = None
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def draw(self, logs: pl.DataFrame, n: int, rng: np.random.Generator) -> np.ndarray:
+        if self.batched:
+            parts, done = [], 0
+            while done < n:
+                per = 256 if self.shape is None else max(1, CHUNK_CELLS // max(1, int(np.prod(self.shape))))
+                size = min(per, n - done)
+                out = np.asarray(self.fn(logs, rng.spawn(1)[0], n_runs=size))
+                if self.shape is None:
+                    self.shape = out.shape[1:]
+                elif out.shape[1:] != self.shape:
+                    raise UsageError(f"the mechanism must return a fixed shape; got {out.shape[1:]} after {self.shape}.")
+                parts.append(flatten_runs(out, size))
+                done += size
+                self.progress(size)
+            return np.concatenate(parts)
+        if self.n_jobs <= 1 or n < 2 * self.n_jobs:
+            out, shape = _run_serial(self.fn, logs, rng, n)
+            self.progress(n)
+        else:
+            if self._pool is None:
+                self._pool = cf.ProcessPoolExecutor(self.n_jobs, mp_context=mp.get_context("spawn"))
+            k = min(n, 4 * self.n_jobs)
+            sizes = [n // k + (i < n % k) for i in range(k)]
+            futs = [self._pool.submit(_run_serial, self.fn, logs, c, s) for s, c in zip(sizes, rng.spawn(k))]
+            parts = []
+            for f, s in zip(futs, sizes):
+                part, shape = f.result()
+                parts.append(part)
+                self.progress(s)
+            out = np.concatenate(parts)
+        if self.shape is None:
+            self.shape = shape
+        if shape != self.shape or out.shape[1] != int(np.prod(self.shape)):
+            raise UsageError(f"the mechanism must return a fixed shape; got {out.shape[1]} cells, expected {self.shape}.")
+        return out
+
+
+# --------------------------------------------------------------------------- gray-box
+
+def graybox_check(mech, pair: NeighbouringPair, delta: float) -> dict:
+    """Compare the pre-noise change between D and D' with the declared sensitivity.
+
+    Returns
+    -------
+    dict
+        ``checked`` (bool), ``violation`` (bool), ``families``: per statistic
+        the observed L1/L2 change, the declared ones, and when the noise is
+        known the privacy the observed change costs at this noise
+        (``epsilon_at_change``: Gaussian -> GDP eps at delta with
+        mu = L2 / sigma; Laplace -> L1 / b).
+    """
+    if not (hasattr(mech, "exact_statistics") and hasattr(mech, "declared_sensitivity")):
+        return {"checked": False, "violation": False, "families": []}
+    s0, s1 = mech.exact_statistics(pair.d), mech.exact_statistics(pair.d_prime)
+    declared = mech.declared_sensitivity()
+    noise = mech.noise() if hasattr(mech, "noise") else {}
+    fams, bad = [], False
+    for name in s0:
+        a, b = np.asarray(s0[name], dtype=np.float64), np.asarray(s1[name], dtype=np.float64)
+        if a.shape != b.shape:
+            raise UsageError(f"statistic {name!r} has shape {a.shape} on D and {b.shape} on D'.")
+        diff = b - a
+        nonfinite = bool(~np.all(np.isfinite(a)) or ~np.all(np.isfinite(b)))
+        l1 = float(np.abs(diff).sum()) if not nonfinite else None
+        l2 = float(np.sqrt((diff ** 2).sum())) if not nonfinite else None
+        dec = declared.get(name, {})
+        ex = nonfinite or (l1 > dec.get("l1", math.inf) * (1 + 1e-12)) or (l2 > dec.get("l2", math.inf) * (1 + 1e-12))
+        row = {"name": name, "l1": l1, "l2": l2, "declared_l1": dec.get("l1"), "declared_l2": dec.get("l2"),
+               "cells_changed": int(np.count_nonzero(diff)), "non_finite": nonfinite, "exceeds": bool(ex)}
+        nz = noise.get(name)
+        if nz and not nonfinite:
+            if nz["mechanism"] == "gaussian" and delta > 0:
+                row["epsilon_at_change"] = B.gdp_eps(l2 / nz["scale"], delta)
+            elif nz["mechanism"] == "laplace":
+                row["epsilon_at_change"] = l1 / nz["scale"]
+        fams.append(row)
+        bad |= ex
+    return {"checked": True, "violation": bool(bad), "families": fams}
+
+
+# --------------------------------------------------------------------------- choice
+
+def _grid(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
+    pooled = np.sort(np.concatenate([s0, s1]))
+    u = np.unique(pooled)
+    if len(u) <= MAX_THRESHOLDS:
+        return u
+    N = len(pooled)
+    idx = np.unique(np.concatenate([np.linspace(0, N - 1, MAX_THRESHOLDS - 600).astype(int),
+                                    np.arange(min(300, N)), N - 1 - np.arange(min(300, N))]))
+    return np.unique(pooled[idx])
+
+
+def _choose(cands: list[Candidate], X0, X1, n_ev0, n_ev1, alpha_b, delta, objective):
+    """Per direction, the (candidate, threshold) with the best predicted bound."""
+    n0, n1 = len(X0), len(X1)
+    best = {"+": (-1.0, None, None), "-": (-1.0, None, None)}
+    for c in cands:
+        s0, s1 = np.sort(c.score(X0)), np.sort(c.score(X1))
+        t = _grid(s0, s1)
+        gt0 = n0 - np.searchsorted(s0, t, side="right")
+        gt1 = n1 - np.searchsorted(s1, t, side="right")
+        plus = B.predict_objective(gt0, gt1, n0, n1, n_ev0, n_ev1, alpha_b, delta, objective)
+        minus = B.predict_objective(n1 - gt1, n0 - gt0, n1, n0, n_ev1, n_ev0, alpha_b, delta, objective)
+        for d, v in (("+", plus), ("-", minus)):
+            i = int(np.argmax(v))
+            if v[i] > best[d][0]:
+                best[d] = (float(v[i]), c, float(t[i]))
+    return best
+
+
+# --------------------------------------------------------------------------- audit
+
+def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, *, claim: Claim,
+              pair: NeighbouringPair | None = None, canary: str = "rare", trials: int = 100_000,
+              confidence: float = 0.95, selection_fraction: float = SELECTION_FRACTION,
+              scores: Sequence[tuple[str, Callable]] = (), seed: int | None = None,
+              n_jobs: int | None = None, graybox: bool = True, stop_on_graybox: bool = True,
+              mechanism_name: str | None = None, progress: bool | None = None) -> AuditReport:
+    """Audit ``mechanism`` against ``claim`` on a neighbouring pair.
+
+    Parameters
+    ----------
+    mechanism : callable
+        ``fn(logs, rng) -> ndarray`` (fixed shape), optionally batched with
+        keyword ``n_runs`` and the hooks of :mod:`privaudit.audit.model`.
+    logs : polars.DataFrame, optional
+        D (standard schema); needed unless ``pair`` is given.
+    spec : DomainSpec, optional
+        Needed to build a canary.
+    claim : Claim
+        The DP claim under test.
+    pair : NeighbouringPair, optional
+        An explicit pair (else a canary pair of strategy ``canary``).
+    canary : {"rare", "random"}
+    trials : int
+        Runs per side (selection + evaluation), >= 20.
+    confidence : float
+        1 - alpha, the probability that a reported lower bound is valid.
+    selection_fraction : float
+        Share of the trials that choose the events, in (0, 1).
+    scores : sequence of (name, fn)
+        User scores ``fn(outputs: (n, *shape)) -> (n,)``, larger = more like D'.
+    seed : int or None
+        Seeds the audit's generator (OS entropy when None).
+    n_jobs : int or None
+        Worker processes for unbatched mechanisms (default: CPU count).
+    graybox : bool
+        Run the gray-box sensitivity check when the mechanism supports it.
+    stop_on_graybox : bool
+        Skip the trials when the gray-box check already found a violation.
+    mechanism_name : str, optional
+        Shown in the report.
+    progress : bool or None
+        Progress bar on stderr (default: only when stderr is a terminal).
+
+    Returns
+    -------
+    AuditReport
+
+    Raises
+    ------
+    UsageError
+        Bad trials / confidence / fractions, no logs and no pair, a mechanism
+        whose output shape changes.
+    """
+    t_start = time.perf_counter()
+    if not isinstance(trials, (int, np.integer)) or trials < 20:
+        raise UsageError(f"`--trials` must be an integer >= 20. Found {trials!r}.")
+    if not 0.5 <= confidence < 1:
+        raise UsageError(f"`--confidence` must lie in [0.5, 1). Found {confidence}.")
+    if not 0 < selection_fraction < 1:
+        raise UsageError(f"`selection_fraction` must lie in (0, 1). Found {selection_fraction}.")
+    rng = np.random.default_rng(seed)
+    r_pair, r_sel, r_ev = rng.spawn(3)
+    if pair is None:
+        if logs is None or spec is None:
+            raise UsageError("an audit needs the logs and the spec (to build a canary) or an explicit pair.")
+        pair = make_pair(logs, spec, canary, rng=r_pair)
+    mech = mechanism.prepare(pair.d, pair.d_prime) if hasattr(mechanism, "prepare") else mechanism
+    name = mechanism_name or getattr(mechanism, "name", None) or getattr(mechanism, "__name__", repr(mechanism))
+    alpha = 1 - confidence
+    alpha_b = alpha / 4  # 2 directions x (TPR lower, FPR upper)
+    n_sel = max(1, int(round(trials * selection_fraction)))
+    n_ev = int(trials) - n_sel
+    if n_ev < 10 or n_sel < 10:
+        raise UsageError(f"`--trials` {trials} leaves {n_sel} selection and {n_ev} evaluation runs; both need >= 10.")
+    gb = graybox_check(mech, pair, claim.delta) if graybox else {"checked": False, "violation": False, "families": []}
+    base = dict(mechanism=str(name), claim=claim, confidence=confidence, pair=pair.description,
+                graybox=gb, selection_trials=n_sel, evaluation_trials=n_ev,
+                rng_mode="seeded" if seed is not None else "os-entropy")
+    cap = B.perfect_separation_cap(n_ev, n_ev, alpha_b, claim.delta)
+    if claim.delta > 0:
+        cap["epsilon_gaussian"] = B.gdp_eps(cap["mu"], claim.delta)
+    if gb["violation"] and stop_on_graybox:
+        return AuditReport.graybox_only(**base, resolution=cap, runtime_s=time.perf_counter() - t_start)
+
+    fn = mech.load() if isinstance(mech, FileFunction) and is_batched(mech.load()) else mech
+    batched = is_batched(fn)
+    jobs = n_jobs or os.cpu_count() or 1
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = None
+    if show:
+        from tqdm import tqdm
+        bar = tqdm(total=2 * int(trials), desc="audit runs", unit="run", file=sys.stderr)
+    sampler = _Sampler(fn, batched, jobs, bar.update if bar else (lambda k: None))
+    try:
+        s0_sel, s1_sel = r_sel.spawn(2)
+        X0 = sampler.draw(pair.d, n_sel, s0_sel)
+        X1 = sampler.draw(pair.d_prime, n_sel, s1_sel)
+        extra = [fixed_candidate(n, f, sampler.shape) for n, f in scores]
+        if hasattr(mech, "attack_scores"):
+            extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
+        cands = fit_candidates(X0, X1, extra)
+        objective = "gaussian" if claim.kind == "gaussian" else "generic"
+        chosen = _choose(cands, X0, X1, n_ev, n_ev, alpha_b, claim.delta, objective)
+        del X0, X1
+        ev_scores = {d: ([], []) for d in "+-"}
+        per = max(1, CHUNK_CELLS // max(1, int(np.prod(sampler.shape))))
+        sizes = [min(per, n_ev - s) for s in range(0, n_ev, per)]
+        for size, child in zip(sizes, r_ev.spawn(len(sizes))):
+            c0, c1 = child.spawn(2)
+            for side, data, r in ((0, pair.d, c0), (1, pair.d_prime, c1)):
+                X = sampler.draw(data, size, r)
+                for d in "+-":
+                    ev_scores[d][side].append(chosen[d][1].score(X))
+    finally:
+        sampler.close()
+        if bar:
+            bar.close()
+    events = []
+    for d in "+-":
+        _, cand, t = chosen[d]
+        e0, e1 = np.concatenate(ev_scores[d][0]), np.concatenate(ev_scores[d][1])
+        gt0, gt1 = int((e0 > t).sum()), int((e1 > t).sum())
+        if d == "+":  # event {s > t}: positives are D' runs
+            fp, tp, n_fp, n_tp = gt0, gt1, n_ev, n_ev
+        else:         # event {s <= t}: positives are D runs
+            fp, tp, n_fp, n_tp = n_ev - gt1, n_ev - gt0, n_ev, n_ev
+        fpr_ub = float(B.cp_upper(fp, n_fp, alpha_b))
+        tpr_lb = float(B.cp_lower(tp, n_tp, alpha_b))
+        events.append({
+            "direction": "D' vs D" if d == "+" else "D vs D'",
+            "candidate": cand.name, "candidate_info": cand.info,
+            "event": f"score > {t:.6g}" if d == "+" else f"score <= {t:.6g}", "threshold": t,
+            "counts": {"false_positives": fp, "negatives_evaluated": n_fp,
+                       "true_positives": tp, "positives_evaluated": n_tp},
+            "fpr": fp / n_fp, "fnr": 1 - tp / n_tp,
+            "fpr_upper": fpr_ub, "tpr_lower": tpr_lb, "fnr_upper": 1 - tpr_lb,
+            "epsilon_lower_bound": float(B.eps_from_rates(tpr_lb, fpr_ub, claim.delta)),
+            "mu_lower_bound": float(B.gdp_mu_from_rates(fpr_ub, 1 - tpr_lb)),
+            "roc": _roc(e0, e1, d),
+        })
+    return AuditReport.from_events(**base, events=events, resolution=cap, candidates=[c.name for c in cands],
+                                   batched=batched, output_shape=list(sampler.shape or ()),
+                                   trials=int(trials), alpha_per_bound=alpha_b,
+                                   runtime_s=time.perf_counter() - t_start)
+
+
+def _roc(e0: np.ndarray, e1: np.ndarray, d: str, points: int = 60) -> list[list[float]]:
+    """Empirical (FPR, FNR) curve of a chosen score on the evaluation split
+    (descriptive, for the plot; not a bound)."""
+    t = np.unique(np.quantile(np.concatenate([e0, e1]), np.linspace(0, 1, points)))
+    s0, s1 = np.sort(e0), np.sort(e1)
+    gt0 = 1 - np.searchsorted(s0, t, side="right") / len(s0)
+    gt1 = 1 - np.searchsorted(s1, t, side="right") / len(s1)
+    if d == "+":
+        fpr, fnr = gt0, 1 - gt1
+    else:
+        fpr, fnr = 1 - gt1, gt0
+    return [[float(a), float(b)] for a, b in zip(fpr, fnr)]
