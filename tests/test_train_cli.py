@@ -1,0 +1,131 @@
+"""``privaudit train`` (and ``evaluate`` on its output): artifacts, privacy plumbing, refusals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from privaudit.cli import main
+from privaudit.learners.apvi import APVI
+from privaudit.learners.policy import load_policy
+from privaudit.learners.tabular_counts import exact_counts
+from privaudit.mdp.io import save_mdp
+from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
+from privaudit.mdp.simulate import simulate, uniform_policy, write_logs
+from privaudit.mdp.tabular import evaluate_policy
+from privaudit.spec import DomainSpec
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("train")
+    mdp = random_tabular_mdp(4, 2, 3, instance_seed=8)
+    doc = random_tabular_spec_doc(mdp)
+    (d / "spec.json").write_text(json.dumps(doc))
+    other = dict(doc, dataset_id="another-dataset")
+    (d / "other_spec.json").write_text(json.dumps(other))
+    df = simulate(mdp, uniform_policy(mdp), 5000, np.random.default_rng(0))
+    write_logs(df, d / "logs.parquet")
+    save_mdp(mdp, d / "mdp.npz")
+    return {"dir": d, "mdp": mdp, "spec": DomainSpec.from_dict(doc), "df": df}
+
+
+def run(*args):
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    return res
+
+
+def test_non_private_train_warns_and_round_trips(world):
+    d = world["dir"]
+    res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "apvi", "--out", d / "p_apvi")
+    assert res.exit_code == 0, res.output
+    assert "NOT differentially private" in res.stderr
+    pol = load_policy(d / "p_apvi")
+    direct = APVI().fit(exact_counts(world["df"], world["spec"]), terminal_states=())
+    np.testing.assert_array_equal(pol.table, direct.policy_.table)
+    assert pol.privacy["private"] is False and pol.algorithm == "apvi"
+    assert pol.spec_hash == world["spec"].hash()
+    # evaluate reads the folder and reports the same exact value
+    ev = run("evaluate", d / "p_apvi", "--mdp", d / "mdp.npz", "--json")
+    assert ev.exit_code == 0, ev.output
+    assert json.loads(ev.stdout)["value"] == pytest.approx(evaluate_policy(world["mdp"], direct.policy_.table))
+
+
+def test_dp_train_releases_first_then_release_is_reused(world):
+    d = world["dir"]
+    init = run("budget", "init", d / "ledger.jsonl", "--dataset", world["spec"].dataset_id, "--rho-total", "10")
+    assert init.exit_code == 0, init.output
+    res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "dp-apvi", "--rho", "5",
+              "--ledger", d / "ledger.jsonl", "--seed", "3", "--out", d / "p_dp", "--json")
+    assert res.exit_code == 0, res.output
+    assert "releasing DP counts" in res.stderr
+    rel = d / "p_dp.release"
+    assert (rel / "manifest.json").is_file()
+    summary = json.loads(res.stdout)
+    assert summary["private"] is True and summary["release"] == str(rel)
+    pol = load_policy(d / "p_dp")
+    man = json.loads((rel / "manifest.json").read_text())
+    assert pol.privacy["private"] is True
+    assert pol.privacy["guarantee"]["rho"] == man["guarantee"]["rho"] == 5.0
+    charged = (d / "ledger.jsonl").read_text()
+    assert len(charged.splitlines()) == 2                                 # header + this release
+    # from the release: same policy (post-processing is deterministic), nothing more spent
+    res2 = run("train", "--release", rel, "--spec", d / "spec.json", "--algo", "dp-apvi", "--out", d / "p_dp2")
+    assert res2.exit_code == 0, res2.output
+    np.testing.assert_array_equal(load_policy(d / "p_dp2").table, pol.table)
+    assert (d / "ledger.jsonl").read_text() == charged
+    # a release spends nothing more: budget options are refused
+    res3 = run("train", "--release", rel, "--algo", "dp-apvi", "--rho", "1", "--out", d / "p_dp3")
+    assert res3.exit_code == 2 and "spends nothing more" in res3.stderr
+    # the stationary flag must match the release
+    res4 = run("train", "--release", rel, "--algo", "dp-apvi", "--stationary", "--out", d / "p_dp4")
+    assert res4.exit_code == 2 and "per-step" in res4.stderr
+
+
+def test_release_with_another_spec_is_refused(world):
+    d = world["dir"]
+    res = run("release", d / "logs.parquet", "--spec", d / "spec.json", "--rho", "1", "--seed", "1",
+              "--out", d / "rel_a")
+    assert res.exit_code == 0, res.output
+    bad = run("train", "--release", d / "rel_a", "--spec", d / "other_spec.json", "--algo", "dp-apvi",
+              "--out", d / "p_bad")
+    assert bad.exit_code == 1
+    assert "another spec" in bad.stderr and "Traceback" not in bad.output
+    assert not (d / "p_bad").exists()
+
+
+def test_missing_manifest_is_refused(world, tmp_path):
+    empty = tmp_path / "not_a_release"
+    empty.mkdir()
+    res = run("train", "--release", empty, "--algo", "dp-apvi", "--out", tmp_path / "p")
+    assert res.exit_code == 1 and "manifest.json is missing" in res.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_usage_errors(world, tmp_path):
+    d = world["dir"]
+    both = run("train", d / "logs.parquet", "--release", d / "x", "--algo", "apvi", "--out", tmp_path / "p")
+    assert both.exit_code == 2 and "exactly one input" in both.stderr
+    budget = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "apvi", "--rho", "1",
+                 "--out", tmp_path / "p")
+    assert budget.exit_code == 2 and "not private" in budget.stderr
+    nobudget = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "dp-apvi",
+                   "--out", tmp_path / "p")
+    assert nobudget.exit_code == 2 and "give a budget" in nobudget.stderr
+    assert not (tmp_path / "p.release").exists()
+    nonprivate_on_release = run("train", "--release", d / "rel_a", "--algo", "ve", "--out", tmp_path / "p")
+    assert nonprivate_on_release.exit_code == 2 and "dp-apvi" in nonprivate_on_release.stderr
+
+
+def test_evaluate_refuses_unknown_policy_version(world, tmp_path):
+    d = world["dir"]
+    assert run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "ve",
+               "--out", tmp_path / "p").exit_code == 0
+    doc = json.loads((tmp_path / "p" / "policy.json").read_text())
+    doc["format_version"] = 99
+    (tmp_path / "p" / "policy.json").write_text(json.dumps(doc))
+    res = run("evaluate", tmp_path / "p", "--mdp", d / "mdp.npz")
+    assert res.exit_code == 1 and "format_version" in res.stderr
