@@ -241,7 +241,8 @@ def zcdp_to_dp(rho: float, delta: float) -> float:
     Returns
     -------
     float
-        eps, never above ``zcdp_to_dp_simple(rho, delta)``.
+        eps >= 0, never above ``zcdp_to_dp_simple(rho, delta)``; 0 when the
+        bound is already <= 0 at this delta (tiny rho, large delta).
 
     Raises
     ------
@@ -264,8 +265,12 @@ def zcdp_to_dp(rho: float, delta: float) -> float:
     res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded",
                                    options={"xatol": 1e-12, "maxiter": 500})
     best = min(float(res.fun), float(vals[i])) if res.success else float(vals[i])
-    if not math.isfinite(best) or best <= 0:
+    if not math.isfinite(best):
         raise AccountingError(f"zCDP->DP conversion failed numerically for rho={rho}, delta={delta}.")
+    if best <= 0:
+        # the bound reaches eps <= 0 at this delta: (0, delta)-DP holds (delta(alpha, eps)
+        # decreases in eps), as dp_accounting also reports
+        return 0.0
     eps = best * (1.0 + 1e-12)
     simple = zcdp_to_dp_simple(rho, delta)
     return min(eps, simple)

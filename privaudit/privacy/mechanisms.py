@@ -375,17 +375,21 @@ def _uniform_below(n: int, rng) -> int:
             return x
 
 
-def _bernoulli_exp_scalar(gamma: Fraction, rng) -> bool:
-    """Bernoulli(exp(-gamma)) for a Fraction gamma >= 0, exactly (CKS Algorithm 1)."""
-    whole = math.floor(gamma)
-    for _ in range(whole):
-        if not _bernoulli_exp_scalar(Fraction(1), rng):
-            return False
-    g = gamma - whole
+def _bernoulli_exp_le1_scalar(g: Fraction, rng) -> bool:
+    """Bernoulli(exp(-g)) for a Fraction 0 <= g <= 1 (CKS Algorithm 1, gamma <= 1)."""
     k = 1
     while _uniform_below(g.denominator * k, rng) < g.numerator:
         k += 1
     return k % 2 == 1
+
+
+def _bernoulli_exp_scalar(gamma: Fraction, rng) -> bool:
+    """Bernoulli(exp(-gamma)) for a Fraction gamma >= 0, exactly (CKS Algorithm 1)."""
+    whole = math.floor(gamma)
+    for _ in range(whole):
+        if not _bernoulli_exp_le1_scalar(Fraction(1), rng):
+            return False
+    return _bernoulli_exp_le1_scalar(gamma - whole, rng)
 
 
 # ----------------------------------------------------------------------------

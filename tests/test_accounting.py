@@ -1,0 +1,167 @@
+"""Privacy events, the accountant, conversions (vs Google's dp_accounting), budget split."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from privaudit.errors import AccountingError, UsageError
+from privaudit.privacy.accounting import (Accountant, PrivacyEvent, dp_to_zcdp, gaussian_event,
+                                          laplace_event, split_budget, zcdp_to_dp,
+                                          zcdp_to_dp_simple)
+from privaudit.privacy.sensitivity import count_sensitivity
+
+dp_accounting = pytest.importorskip("dp_accounting")
+
+
+def test_events():
+    e = gaussian_event("visits+transitions", 2 * math.sqrt(20), math.sqrt(40 / 0.5))
+    assert e.rho == pytest.approx(0.5, rel=1e-15) and e.rho >= 0.5 * (1 - 1e-16)
+    assert e.epsilon is None and e.neighbouring == "substitution"
+    lap = laplace_event("visits+transitions", 80, 40)
+    assert lap.epsilon == pytest.approx(2.0) and lap.rho is None
+    with pytest.raises(AttributeError):
+        e.rho = 0.1  # frozen
+    with pytest.raises(AccountingError):
+        gaussian_event("visits", 1.0, 0.0)
+    assert e.as_dict()["scale"] == e.scale
+
+
+def test_accountant_composes_and_refuses_before_changing_state():
+    acc = Accountant()
+    acc.add(gaussian_event("visits", 1.0, 1.0)).add(gaussian_event("transitions", 2.0, 2.0))
+    assert acc.total_rho() == pytest.approx(1.0)
+    with pytest.raises(AccountingError, match="not pure"):
+        acc.total_epsilon()
+    bad = [PrivacyEvent("cauchy", "visits", 1.0, 1.0, 1.0, 0.1, None),
+           PrivacyEvent("gaussian", "visits", 1.0, 1.0, 1.0, None, None),
+           PrivacyEvent("gaussian", "visits", 1.0, 1.0, 1.0, 0.1, None, neighbouring="add/remove"),
+           PrivacyEvent("gaussian", "visits", 1.0, 1.0, 1.0, 0.1, None, privacy_unit="row"),
+           "not an event"]
+    for ev in bad:
+        with pytest.raises(AccountingError):
+            acc.add(ev)
+    assert len(acc.events) == 2 and acc.total_rho() == pytest.approx(1.0)
+    # mixing: a pure eps-DP event counts as eps^2/2 zCDP (Bun-Steinke Prop. 1.4)
+    acc.add(laplace_event("rewards", 1.0, 2.0))
+    assert acc.total_rho() == pytest.approx(1.125)
+    assert acc.epsilon_delta(1e-6) == zcdp_to_dp(acc.total_rho(), 1e-6)
+    pure = Accountant().add(laplace_event("a", 1.0, 2.0)).add(laplace_event("b", 3.0, 2.0))
+    assert pure.total_epsilon() == pytest.approx(2.0) and pure.epsilon_delta(1e-6) == pure.total_epsilon()
+
+
+RHOS = [1e-4, 0.01, 0.1, 0.5, 1.0, 5.0, 50.0]
+DELTAS = [1e-12, 1e-8, 1e-5, 1e-2]
+
+
+@pytest.mark.parametrize("rho", RHOS)
+@pytest.mark.parametrize("delta", DELTAS)
+def test_cks_against_dp_accounting_rdp(rho, delta):
+    # A Gaussian of noise multiplier sigma is (alpha, alpha / (2 sigma^2))-RDP, i.e.
+    # rho-zCDP with rho = 1 / (2 sigma^2). dp_accounting applies the same CKS
+    # Prop. 12 conversion over a finite grid of orders, so its eps is >= ours and
+    # close to it on a fine grid.
+    sigma = math.sqrt(1 / (2 * rho))
+    orders = np.concatenate([1.0 + np.geomspace(0.011, 1e5, 6000)])
+    acc = dp_accounting.rdp.RdpAccountant(orders=list(orders))
+    acc.compose(dp_accounting.GaussianDpEvent(noise_multiplier=sigma))
+    theirs = acc.get_epsilon(delta)
+    ours = zcdp_to_dp(rho, delta)
+    assert ours <= theirs * (1 + 1e-9)
+    assert theirs <= ours * (1 + 2e-3)
+    assert ours <= zcdp_to_dp_simple(rho, delta)
+
+
+@pytest.mark.parametrize("rho,delta", [(0.05, 1e-6), (0.5, 1e-5), (2.0, 1e-8)])
+def test_cks_is_above_the_exact_gaussian_pld(rho, delta):
+    # zCDP -> DP is an upper bound for the Gaussian mechanism, whose exact
+    # (eps, delta) curve the PLD accountant computes (pessimistic discretisation).
+    sigma = math.sqrt(1 / (2 * rho))
+    pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    pld.compose(dp_accounting.GaussianDpEvent(noise_multiplier=sigma))
+    exact = pld.get_epsilon(delta)
+    ours = zcdp_to_dp(rho, delta)
+    assert exact <= ours
+    assert ours < 1.6 * exact  # and not absurdly loose
+
+
+def _cks_longdouble(alpha, rho, delta):
+    a = np.asarray(alpha, dtype=np.longdouble)
+    L = np.log(np.longdouble(1) / np.longdouble(delta))
+    return a * np.longdouble(rho) + (L - np.log(a)) / (a - 1) + np.log1p(-1 / a)
+
+
+def test_cks_strictly_improves_simple_and_is_the_infimum():
+    for rho in RHOS:
+        for delta in DELTAS:
+            ours = zcdp_to_dp(rho, delta)
+            simple = zcdp_to_dp_simple(rho, delta)
+            if ours == 0.0:  # (0, delta)-DP: the KL case, also 0 in dp_accounting
+                assert rho < 1e-3 and delta >= 1e-2
+                continue
+            assert ours < simple
+            # brute force: coarse grid over alpha, then a fine long-double grid around
+            # its minimum. ours is a true value of the bound rounded up by 1e-12, so
+            # it lies in [inf, inf * (1 + 2e-12)] up to the grid's own resolution.
+            alpha = 1 + np.geomspace(1e-9, 1e9, 20_001)
+            j = int(np.argmin(_cks_longdouble(alpha, rho, delta)))
+            fine = np.linspace(alpha[max(j - 1, 0)], alpha[j + 1], 200_001)
+            inf_ = float(_cks_longdouble(fine, rho, delta).min())
+            assert inf_ * (1 - 1e-13) <= ours <= inf_ * (1 + 3e-12)
+
+
+def test_known_value():
+    # rho = 1, delta = 1e-6: simple conversion 1 + 2 sqrt(log 1e6) = 8.4338...
+    assert zcdp_to_dp_simple(1.0, 1e-6) == pytest.approx(1 + 2 * math.sqrt(6 * math.log(10)))
+    assert zcdp_to_dp(0.0, 1e-6) == 0.0
+
+
+@pytest.mark.parametrize("eps", [0.1, 1.0, 3.0, 10.0])
+@pytest.mark.parametrize("delta", [1e-9, 1e-5])
+def test_round_trips(eps, delta):
+    rho = dp_to_zcdp(eps, delta)
+    back = zcdp_to_dp(rho, delta)
+    assert back <= eps and back == pytest.approx(eps, rel=1e-9)
+    assert dp_to_zcdp(zcdp_to_dp(0.3, delta), delta) == pytest.approx(0.3, rel=1e-9)
+    # the tight conversion allows a larger rho than inverting the simple one
+    assert rho > (math.sqrt(math.log(1 / delta) + eps) - math.sqrt(math.log(1 / delta))) ** 2 * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("bad", [dict(rho=-1, delta=1e-5), dict(rho=1, delta=0), dict(rho=1, delta=1),
+                                 dict(rho=float("nan"), delta=0.1)])
+def test_conversion_bad_input(bad):
+    with pytest.raises(UsageError):
+        zcdp_to_dp(**bad)
+    with pytest.raises(UsageError):
+        zcdp_to_dp_simple(**bad)
+    with pytest.raises(UsageError):
+        dp_to_zcdp(0.0, 1e-5)
+
+
+def test_split_budget_gaussian_matches_paper():
+    H, rho = 20, 0.8
+    fam = [count_sensitivity(H, 1, False, f) for f in ("visits", "transitions")]
+    split = split_budget(rho, fam)
+    assert split.scale == pytest.approx(math.sqrt(2 * H / rho), rel=1e-14)  # seed 000 eq. (1)
+    assert split.shares["visits"] == pytest.approx(rho / 2) == split.shares["transitions"]
+    assert math.fsum(split.shares.values()) == pytest.approx(rho, rel=1e-14)
+    three = split_budget(rho, fam + [count_sensitivity(H, 1, False, "rewards")])
+    assert three.scale == pytest.approx(math.sqrt(3 * H / rho), rel=1e-14)
+    assert three.shares["rewards"] == pytest.approx(rho / 3)
+    assert three.as_dict()["combined_sensitivity"]["l2"] == pytest.approx(math.sqrt(6 * H))
+
+
+def test_split_budget_laplace_and_errors():
+    H, eps = 10, 2.0
+    fam = [count_sensitivity(H, 1, False, f) for f in ("visits", "transitions")]
+    split = split_budget(eps, fam, mechanism="laplace")
+    assert split.scale == pytest.approx(4 * H / eps)  # Lap(4H/eps), ALGORITHMS.md 1.4
+    assert split.shares["visits"] == pytest.approx(1.0)
+    with pytest.raises(UsageError):
+        split_budget(eps, fam + fam[:1])
+    with pytest.raises(UsageError):
+        split_budget(0.0, fam)
+    with pytest.raises(UsageError):
+        split_budget(eps, fam, mechanism="exponential")
