@@ -1,0 +1,339 @@
+"""privaudit release: noise scale, manifest, dense domain, ledger, bad input, read-back."""
+
+import json
+import math
+import re
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+
+from privaudit.cli import main
+from privaudit.errors import ArtifactError, BudgetExceededError, UsageError
+from privaudit.privacy import ledger as ledger_mod
+from privaudit.schemas import schema_errors
+from privaudit.stats import release as release_mod
+from privaudit.stats.release import load_release, release_logs
+from tests._release_logs import random_log, slow_counts, write_spec
+
+H, S, A = 5, 30, 5
+TERMINALS = (29,)
+SEED = 987654321987
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A valid log (both with private and public rewards specs) and its exact statistics."""
+    d = tmp_path_factory.mktemp("rel")
+    rng = np.random.default_rng(5)
+    df = random_log(rng, 173, H=H, S=S, A=A, terminals=TERMINALS, avoid_states=(7, 8))
+    logs = d / "logs.parquet"
+    df.write_parquet(logs)
+    n, t, _ = slow_counts(df, H, S, A, TERMINALS)
+    rq = np.zeros((H, S, A), dtype=np.int64)
+    for row in df.iter_rows(named=True):
+        rq[row["step"], row["state"], row["action"]] += int(round(row["reward"] * release_mod.REWARD_QUANTUM))
+    return {"dir": d, "df": df, "logs": logs, "n": n, "t": t, "rq": rq,
+            "spec_private": write_spec(d, "private.json", H=H, S=S, A=A, terminals=TERMINALS),
+            "spec_public": write_spec(d, "public.json", H=H, S=S, A=A, terminals=TERMINALS,
+                                      public_reward={28: 1.0})}
+
+
+def _all_transitions(rel):
+    return np.stack([rel.transitions_h(h) for h in range(rel.H)])
+
+
+# ----------------------------------------------------------------------------- noise scale
+def _var_rounded_or_exact(mech, scale, noise):
+    """Variance and 4th moment of one cell's integer noise (analytic, see comments)."""
+    if mech == "gaussian":
+        # rounded: Var(round(Z)) = sigma^2 + 1/12 (Sheppard; error ~exp(-2 pi^2 sigma^2) ~ 0 at sigma > 2);
+        # exact: the discrete Gaussian N_Z(0, sigma^2) has variance sigma^2 up to the same negligible term.
+        v = scale ** 2 + (1 / 12 if noise == "rounded" else 0.0)
+        return v, 3 * v ** 2
+    if noise == "rounded":  # Var(round(L_b)) = 2b^2 + 1/12 up to O(exp(-2 pi b)) terms; E L^4 = 24 b^4
+        return 2 * scale ** 2 + 1 / 12, 24 * scale ** 4
+    # discrete Laplace P(y) ~ exp(-|y|/b): with p = exp(-1/b), Var = 2p/(1-p)^2,
+    # E Y^4 = 2 p (1 + 11p + 11p^2 + p^3) / (1-p)^4 (moments of the two-sided geometric)
+    p = math.exp(-1 / scale)
+    return 2 * p / (1 - p) ** 2, 2 * p * (1 + 11 * p + 11 * p * p + p ** 3) / (1 - p) ** 4
+
+
+@pytest.mark.parametrize("mech,noise,budget", [
+    ("gaussian", "rounded", {"rho": 0.5}),
+    ("gaussian", "exact", {"rho": 0.5}),
+    ("laplace", "rounded", {"epsilon": 2.0}),
+    ("laplace", "exact", {"epsilon": 2.0}),
+])
+def test_noise_variance_matches_manifest_scale(data, tmp_path, mech, noise, budget):
+    """sum over all cells of (release - exact)^2 / v_f lies in its sampling interval.
+
+    Gaussian: each standardized square is ~chi^2_1, so T ~ chi^2_N (N = 24000 cells);
+    the interval is the central 1 - 1e-6 chi-square interval (false-failure probability 1e-6).
+    Laplace: T is a sum of N iid terms with mean 1 and variance m4/v^2 - 1; normal
+    approximation (N = 24000) at z = 5.0 two-sided (false failure ~6e-7 plus the CLT error).
+    The same statistic with the scale inflated by 15% must fall outside the interval
+    (the test has power against a wrong sigma/b).
+    """
+    out = tmp_path / "rel"
+    release_logs(data["logs"], data["spec_private"], mechanism=mech, noise=noise, out=out, seed=3, **budget)
+    rel = load_release(out)
+    fams = rel.manifest["families"]
+    diffs = {"visits": rel.visits - data["n"], "transitions": _all_transitions(rel) - data["t"],
+             "rewards": rel.rewards - data["rq"]}
+    T = {1.0: 0.0, 1.15: 0.0}
+    N = 0
+    for f, d in diffs.items():
+        for infl in T:
+            v, _ = _var_rounded_or_exact(mech, fams[f]["noise_scale"] * infl, noise)
+            T[infl] += float(np.sum(d.astype(np.float64) ** 2)) / v
+        N += d.size
+        mean_ok = abs(d.mean()) < 5.0 * math.sqrt(_var_rounded_or_exact(mech, fams[f]["noise_scale"], noise)[0] / d.size)
+        assert mean_ok, f
+    if mech == "gaussian":
+        lo, hi = stats.chi2.ppf([0.5e-6, 1 - 0.5e-6], N)
+    else:
+        v, m4 = _var_rounded_or_exact(mech, fams["visits"]["noise_scale"], noise)
+        half = 5.0 * math.sqrt(N * (m4 / v ** 2 - 1))
+        lo, hi = N - half, N + half
+    assert lo < T[1.0] < hi
+    assert not lo < T[1.15] < hi
+
+
+# ----------------------------------------------------------------------------- paper values
+@pytest.mark.parametrize("k", [1, 2])
+def test_gaussian_sigma_is_seed_paper_eq1(data, tmp_path, k):
+    """Visits + transitions, public reward: sigma^2 = 2H/rho (seed 000 eq. (1)) times k^2."""
+    spec = write_spec(tmp_path, H=H, S=S, A=A, terminals=TERMINALS, public_reward={28: 1.0}, k=k)
+    info = release_logs(data["logs"], spec, rho=0.7, out=tmp_path / "r", seed=1)
+    fams = info.manifest["families"]
+    assert set(fams) == {"visits", "transitions"} and not (tmp_path / "r" / "rewards.parquet").exists()
+    for f in fams.values():
+        assert f["noise_scale"] ** 2 == pytest.approx(k * k * 2 * H / 0.7, rel=1e-12)
+        assert f["budget"]["rho"] == pytest.approx(0.35, rel=1e-12)
+    assert info.manifest["guarantee"]["rho"] == 0.7
+
+
+def test_laplace_scale_is_seed_paper_4H_over_eps(data, tmp_path):
+    info = release_logs(data["logs"], data["spec_public"], mechanism="laplace", epsilon=1.5,
+                        out=tmp_path / "r", seed=1)
+    m = info.manifest
+    assert m["families"]["visits"]["noise_scale"] == pytest.approx(4 * H / 1.5, rel=1e-12)
+    assert m["guarantee"]["definition"] == "pure-DP" and m["guarantee"]["delta"] == 0
+    assert m["guarantee"]["rho"] == pytest.approx(1.5 ** 2 / 2)
+
+
+def test_private_rewards_share_sigma_and_split(data, tmp_path):
+    """Three families with equal per-family L2: sigma^2 = 3H/rho, rho/3 each; rewards in 1/q units."""
+    info = release_logs(data["logs"], data["spec_private"], rho=1.0, out=tmp_path / "r", seed=1)
+    f = info.manifest["families"]
+    q = info.manifest["reward_quantum"]
+    assert f["visits"]["noise_scale"] ** 2 == pytest.approx(3 * H, rel=1e-12)
+    assert f["rewards"]["noise_scale"] == pytest.approx(q * f["visits"]["noise_scale"], rel=1e-12)
+    assert f["rewards"]["value_unit"] == 1 / q
+    assert sum(x["budget"]["rho"] for x in f.values()) == pytest.approx(1.0, rel=1e-12)
+
+
+def test_epsilon_delta_target_converts_to_rho(data, tmp_path):
+    from privaudit.privacy import accounting
+
+    info = release_logs(data["logs"], data["spec_public"], epsilon=1.0, delta=1e-6, out=tmp_path / "r", seed=1)
+    g = info.manifest["guarantee"]
+    assert g["rho"] == pytest.approx(accounting.dp_to_zcdp(1.0, 1e-6), rel=1e-12)
+    assert g["epsilon"] <= 1.0 + 1e-9 and g["epsilon"] == pytest.approx(1.0, rel=1e-6)
+    assert g["epsilon_simple"] > g["epsilon"]  # the simple conversion is looser
+
+
+# ----------------------------------------------------------------------------- manifest / no seed
+def test_manifest_validates_and_dir_holds_no_seed_nor_counts(data, tmp_path):
+    out = tmp_path / "r"
+    info = release_logs(data["logs"], data["spec_private"], rho=1.0, out=out, seed=SEED)
+    m = json.loads((out / "manifest.json").read_text())
+    assert schema_errors(m, "release_manifest") == []
+    assert m["rng"] == "seeded-insecure" and m["neighbouring"].startswith("substitution")
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "rewards.parquet",
+                                                     "transitions.parquet", "visits.parquet"]
+    needles = [str(SEED).encode(), hex(SEED).encode(), SEED.to_bytes(8, "little"), SEED.to_bytes(8, "big")]
+    for p in out.iterdir():
+        blob = p.read_bytes()
+        for needle in needles:
+            assert needle not in blob, (p.name, needle)
+    # no count of the private logs in the manifest: rows, episodes
+    numbers = {float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", (out / "manifest.json").read_text())}
+    df = data["df"]
+    for private in (df.height, df["episode_id"].n_unique()):
+        assert float(private) not in numbers
+    # the local log is beside the release, not in it, and holds the private facts
+    assert info.local_log.parent == out.parent and info.local_log.name == "r.local-log.json"
+    local = json.loads(info.local_log.read_text())
+    assert local["bounding"]["episodes"] == df["episode_id"].n_unique() and "PRIVATE" in local["WARNING"]
+
+
+def test_secure_rng_without_seed(data, tmp_path):
+    a = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "a")
+    b = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "b")
+    assert a.manifest["rng"] == "secure"
+    assert not np.array_equal(load_release(a.out).visits, load_release(b.out).visits)
+
+
+def test_seed_reproduces(data, tmp_path):
+    a = load_release(release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "a", seed=4).out)
+    b = load_release(release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "b", seed=4).out)
+    np.testing.assert_array_equal(a.visits, b.visits)
+    np.testing.assert_array_equal(a.transitions_h(2), b.transitions_h(2))
+
+
+# ----------------------------------------------------------------------------- dense domain, layout
+def test_dense_domain_unvisited_cells_get_noise(data, tmp_path):
+    rel = load_release(release_logs(data["logs"], data["spec_public"], rho=0.5, out=tmp_path / "r", seed=2).out)
+    assert data["n"][:, 7:9].sum() == 0 and data["t"][:, 7:9].sum() == 0  # never visited
+    t = _all_transitions(rel)
+    assert rel.visits.shape == (H, S, A) and t.shape == (H, S, A, S)
+    # sigma^2 = 20: P(round(Z) = 0) = 0.089, so about 91% of the unvisited cells are non-zero;
+    # >= 80% fails with probability < 1e-10 over the 7500 transition cells (binomial tail)
+    assert (t[:, 7:9] != 0).mean() > 0.8
+    assert (rel.visits[:, 7:9] != 0).mean() > 0.75  # 250 cells: P(fail) < 1e-6
+    assert (t < 0).any()  # released before any clipping at 0
+    pf = pq.ParquetFile(tmp_path / "r" / "transitions.parquet")
+    assert pf.num_row_groups == H and pf.metadata.num_rows == H * S * A * S
+    assert pf.schema_arrow.names == ["h", "state", "action", "next_state", "value"]
+    assert "visits(5, 30, 5)" in repr(rel) and str(int(rel.visits[0, 0, 0])) + "," not in repr(rel)
+
+
+def test_stationary_release_shapes(data, tmp_path):
+    info = release_logs(data["logs"], data["spec_public"], rho=1.0, stationary=True, out=tmp_path / "r", seed=2)
+    rel = load_release(info.out)
+    assert rel.stationary and rel.visits.shape == (S, A)
+    assert rel.transitions_h(0).shape == (S, A, S)
+    np.testing.assert_array_equal(rel.transitions_h(0), rel.transitions_h(H - 1))  # pooled for every h
+    assert "h" not in pq.ParquetFile(tmp_path / "r" / "visits.parquet").schema_arrow.names
+    f = info.manifest["families"]["visits"]
+    assert f["l2_sensitivity"] == pytest.approx(H * math.sqrt(2)) and f["shape"] == [S, A]
+    diff = rel.visits - data["n"].sum(axis=0)
+    assert abs(diff.std() - f["noise_scale"]) < 0.2 * f["noise_scale"]  # 150 cells: loose sanity check
+
+
+def test_reader_refuses_unknown_version_and_bad_manifest(data, tmp_path):
+    out = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "r", seed=2).out
+    mpath = out / "manifest.json"
+    m = json.loads(mpath.read_text())
+    mpath.write_text(json.dumps({**m, "format_version": 2}))
+    with pytest.raises(ArtifactError, match="format_version"):
+        load_release(out)
+    bad = dict(m)
+    del bad["guarantee"]
+    mpath.write_text(json.dumps(bad))
+    with pytest.raises(ArtifactError, match="guarantee"):
+        load_release(out)
+    mpath.write_text(json.dumps(m))
+    rel = load_release(out)
+    with pytest.raises(ArtifactError):
+        rel.transitions_h(H)
+
+
+# ----------------------------------------------------------------------------- ledger, errors
+def _no_leftovers(parent, allowed):
+    assert sorted(p.name for p in parent.iterdir()) == sorted(allowed)
+
+
+def test_ledger_refusal_before_reading_or_noise(data, tmp_path, monkeypatch):
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, "tiny-release", 0.5)
+    calls = []
+    monkeypatch.setattr("privaudit.privacy.mechanisms.add_noise", lambda *a, **k: calls.append("noise"))
+    monkeypatch.setattr("privaudit.data.io.scan_logs", lambda *a, **k: calls.append("scan"))
+    monkeypatch.setattr("privaudit.data.validate.validate_logs", lambda *a, **k: calls.append("validate"))
+    with pytest.raises(BudgetExceededError):
+        release_logs(data["logs"], data["spec_public"], rho=0.6, out=tmp_path / "r", ledger=led)
+    res = CliRunner().invoke(main, ["release", str(data["logs"]), "--spec", str(data["spec_public"]),
+                                    "--rho", "0.6", "--out", str(tmp_path / "r"), "--ledger", str(led)])
+    assert res.exit_code == 3 and "exceed" in res.output
+    assert calls == []
+    _no_leftovers(tmp_path, ["budget.jsonl"])
+    assert len(led.read_text().splitlines()) == 1  # nothing charged
+
+
+def test_ledger_charged_on_success(data, tmp_path):
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, "tiny-release", 1.0)
+    release_logs(data["logs"], data["spec_public"], rho=0.25, out=tmp_path / "a", ledger=led, seed=1)
+    release_logs(data["logs"], data["spec_public"], mechanism="laplace", epsilon=1.0, out=tmp_path / "b",
+                 ledger=led, seed=1)
+    status = ledger_mod.ledger_status(led)
+    assert status["rho_spent"] == "0.75"  # 0.25 + 1^2/2, exact
+    with pytest.raises(BudgetExceededError):
+        release_logs(data["logs"], data["spec_public"], rho=0.3, out=tmp_path / "c", ledger=led)
+    assert not (tmp_path / "c").exists()
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, ["release", *map(str, args)])
+
+
+@pytest.mark.parametrize("extra,code", [
+    (["--rho", "0"], 2), (["--rho", "-1"], 2), (["--rho", "nan"], 2),
+    (["--epsilon", "1"], 2),  # gaussian needs delta
+    (["--epsilon", "1", "--delta", "1.5"], 2),
+    (["--rho", "1", "--epsilon", "1", "--delta", "1e-5"], 2),
+    (["--mechanism", "laplace", "--rho", "1"], 2),
+    (["--mechanism", "laplace", "--epsilon", "1", "--delta", "1e-5"], 2),
+    ([], 2),
+])
+def test_bad_budget_arguments_exit_2_nothing_written(data, tmp_path, extra, code):
+    res = _cli(data["logs"], "--spec", data["spec_public"], "--out", tmp_path / "r", *extra)
+    assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output
+    _no_leftovers(tmp_path, [])
+
+
+def test_missing_spec_and_existing_out(data, tmp_path):
+    res = _cli(data["logs"], "--spec", tmp_path / "nope.json", "--rho", "1", "--out", tmp_path / "r")
+    assert res.exit_code == 2 and "nope.json" in res.output
+    (tmp_path / "r").mkdir()
+    res = _cli(data["logs"], "--spec", data["spec_public"], "--rho", "1", "--out", tmp_path / "r")
+    assert res.exit_code == 2 and "exists" in res.output
+    _no_leftovers(tmp_path, ["r"])
+    with pytest.raises(UsageError):
+        release_logs(data["logs"], data["spec_public"], rho=1, out=tmp_path / "s", seed=-1)
+
+
+def test_invalid_logs_same_located_errors_as_validate(data, tmp_path):
+    bad = data["df"].with_columns(
+        pl.when(pl.col("episode_id") == 3).then(S + 4).otherwise(pl.col("state")).alias("state"),
+        pl.when(pl.col("episode_id") == 8).then(None).otherwise(pl.col("action")).alias("action"))
+    logs = tmp_path / "in" / "bad.parquet"
+    logs.parent.mkdir()
+    bad.write_parquet(logs)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    res = _cli(logs, "--spec", data["spec_public"], "--rho", "1", "--out", out_dir / "r")
+    assert res.exit_code == 1
+    val = CliRunner().invoke(main, ["validate", str(logs), "--spec", str(data["spec_public"])])
+    located = [ln.strip() for ln in val.output.splitlines() if ln.strip().startswith("[")]
+    assert any("state_out_of_range" in ln for ln in located) and any("null_value" in ln for ln in located)
+    for ln in located:
+        assert ln in res.output
+    _no_leftovers(out_dir, [])
+
+
+def test_bounding_rules_do_not_refuse_but_are_reported_locally(tmp_path):
+    """More than k episodes per unit, episodes longer than H and rewards out of range are bounded."""
+    rng = np.random.default_rng(9)
+    df = random_log(rng, 120, H=H, S=S, A=A, terminals=TERMINALS, max_len=H + 3, n_units=30,
+                    reward_spill=0.5)
+    logs = tmp_path / "logs.parquet"
+    df.write_parquet(logs)
+    spec = write_spec(tmp_path, H=H, S=S, A=A, terminals=TERMINALS, unit_column="patient", k=2)
+    val = CliRunner().invoke(main, ["validate", str(logs), "--spec", str(spec)])
+    assert val.exit_code == 1 and "too_many_episodes" in val.output and "episode_too_long" in val.output
+    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1")
+    assert res.exit_code == 0, res.output
+    local = json.loads((tmp_path / "r.local-log.json").read_text())["bounding"]
+    assert local["episodes_dropped"] > 0 and local["steps_dropped"] > 0 and local["rewards_clipped"] > 0
+    assert "contribution bounding" in res.output  # the stderr summary (CliRunner merges streams)
+    m = load_release(tmp_path / "r").manifest
+    assert m["privacy_unit"] == {"column": "patient", "max_episodes": 2}
+    assert "local-log" not in " ".join(p.name for p in (tmp_path / "r").iterdir())
