@@ -68,6 +68,56 @@ def _pair_sum(step: StepData, values: np.ndarray) -> np.ndarray:
     return np.bincount(step.t_pair, weights=step.t_n * values, minlength=len(step.s))
 
 
+def variance_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact statistics of lines 4-6 (before noise): sum phi phi^T, sum phi V^2, sum phi V.
+
+    Parameters
+    ----------
+    step : StepData
+        D' at step h.
+    Phi : ndarray, shape (m, d)
+        phi(s, a) of the step's pairs.
+    V_next : ndarray, shape (S,)
+        V_{h+1} over the states.
+
+    Returns
+    -------
+    gram : ndarray, shape (d, d)
+    b1 : ndarray, shape (d,)
+        Sensitivity 2H^2 k (``privacy.sensitivities``).
+    b2 : ndarray, shape (d,)
+        Sensitivity 2H k.
+    """
+    v = _step_values(step, V_next)
+    gram = (Phi * step.n[:, None]).T @ Phi
+    return gram, Phi.T @ _pair_sum(step, v**2), Phi.T @ _pair_sum(step, v)
+
+
+def regression_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray,
+                          sig2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact statistics of lines 9-10 (before noise): sum phi phi^T / sigma^2 and sum phi (r + V) / sigma^2.
+
+    Parameters
+    ----------
+    step : StepData
+        D at step h.
+    Phi : ndarray, shape (m, d)
+    V_next : ndarray, shape (S,)
+    sig2 : ndarray, shape (m,)
+        sigma_h^2(s, a) >= 1 per pair (1 for PEVI).
+
+    Returns
+    -------
+    gram : ndarray, shape (d, d)
+        Frobenius sensitivity sqrt(2) k.
+    b3 : ndarray, shape (d,)
+        Sensitivity 2H k.
+    """
+    v = _step_values(step, V_next)
+    gram = (Phi * (step.n / sig2)[:, None]).T @ Phi
+    return gram, Phi.T @ ((step.r_sum + _pair_sum(step, v)) / sig2)
+
+
 def q_values(fmap: FeatureMap, w: np.ndarray, Lambda_inv: np.ndarray, penalty_scale: float, offset: float,
              cap: float, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> np.ndarray:
     """Q(s, a) = clip(phi^T w - penalty_scale * ||phi||_{Lambda^-1} - offset, 0, cap) for every state.
@@ -132,16 +182,12 @@ def backward_pass(data: LinearData, fmap: FeatureMap, *, lam: float, penalty_sca
         cap = float(H - h)  # paper's H - h + 1
         st = data.steps[h]
         P = fmap.phi(st.s, st.a)  # (m, d)
-        v = _step_values(st, V_next)
         if variance_aware:
             sv = dv.steps[h]
             Pv = fmap.phi(sv.s, sv.a)
-            vv = _step_values(sv, V_next)
-            # line 4: Sigma_h = sum phi phi^T + lambda I (+ K_1)
-            Sigma = (Pv * sv.n[:, None]).T @ Pv + lam * I
-            # lines 5-6: second- and first-moment statistics (+ phi_1, phi_2)
-            b1 = Pv.T @ _pair_sum(sv, vv**2)
-            b2 = Pv.T @ _pair_sum(sv, vv)
+            # lines 4-6: Sigma_h = sum phi phi^T + lambda I (+ K_1); second and first moments (+ phi_1, phi_2)
+            gram, b1, b2 = variance_statistics(sv, Pv, V_next)
+            Sigma = gram + lam * I
             if z is not None:
                 Sigma, b1, b2 = Sigma + z["K1"], b1 + z["phi1"], b2 + z["phi2"]
             Sinv = floored_inverse(Sigma, lam)
@@ -152,9 +198,9 @@ def backward_pass(data: LinearData, fmap: FeatureMap, *, lam: float, penalty_sca
         else:
             sig2 = np.ones(len(st.s))
         # line 9: Lambda_h = sum phi phi^T / sigma^2 + lambda I (+ K_2)
-        Lam = (P * (st.n / sig2)[:, None]).T @ P + lam * I
         # line 10: w_h = Lambda_h^-1 [ sum phi (r + V_{h+1}(s')) / sigma^2 (+ phi_3) ]
-        b3 = P.T @ ((st.r_sum + _pair_sum(st, v)) / sig2)
+        wgram, b3 = regression_statistics(st, P, V_next, sig2)
+        Lam = wgram + lam * I
         if z is not None:
             Lam, b3 = Lam + z["K2"], b3 + z["phi3"]
         Linv = floored_inverse(Lam, lam)

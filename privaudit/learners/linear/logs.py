@@ -156,7 +156,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         eps_ids = df["episode_id"].unique().sort()
         in_d = pl.Series(split_rng.random(len(eps_ids)) < 0.5)
         chosen = eps_ids.filter(in_d)
-        mask = df["episode_id"].is_in(chosen).to_numpy()
+        mask = df["episode_id"].is_in(chosen.implode()).to_numpy()
         data, data_var = data_from_frame(df, spec, mask), data_from_frame(df, spec, ~mask)
     else:
         data = data_from_frame(df, spec)
