@@ -347,3 +347,33 @@ def test_scan_logs_standard_names_and_row_index(tmp_path):
     df.with_columns(pl.col("terminated").cast(pl.Int8)).write_parquet(tmp_path / "t.parquet")
     with pytest.raises(LogReadError, match="booleans"):
         scan_logs(tmp_path / "t.parquet", spec)
+
+
+def test_step_screen_without_usable_states(tmp_path):
+    """With state unusable the step-only hash test still finds a duplicate step."""
+    df = table(step={2: 1}).with_columns(pl.col("state").cast(pl.Float64))
+    code, rep, _ = run(tmp_path, df)
+    assert code == 1
+    assert broken_rules(rep) == {"column_type", "step_duplicate"}
+    assert "next_state_mismatch" in rep["skipped"]
+    v = [v for v in rep["violations"] if v["rule"] == "step_duplicate"][0]
+    assert (v["episode_id"], v["row"]) == (10, 2)
+
+
+def test_broken_sample_is_reproducible_and_breaks_seven_rules(tmp_path, repo_root):
+    import importlib.util
+
+    mod_path = repo_root / "sample_data" / "make_broken_logs.py"
+    spec_ = importlib.util.spec_from_file_location("make_broken_logs", mod_path)
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    logs, spec_path = mod.make_broken_logs(tmp_path)
+    assert logs.read_bytes() == (repo_root / "sample_data" / "broken_logs.parquet").read_bytes()
+    assert spec_path.read_text() == (repo_root / "sample_data" / "broken_spec.json").read_text()
+    code, rep, _ = run(tmp_path, None, json.loads(spec_path.read_text()), logs=logs)
+    assert code == 1
+    assert broken_rules(rep) == {"null_value", "action_out_of_range", "reward_out_of_range", "step_gap",
+                                 "next_state_mismatch", "flag_not_last", "too_many_episodes"}
+    got = {v["rule"]: v["episode_id"] for v in rep["violations"]}
+    assert got == {"null_value": 103, "action_out_of_range": 104, "reward_out_of_range": 105, "step_gap": 107,
+                   "next_state_mismatch": 106, "flag_not_last": 108, "too_many_episodes": 111}

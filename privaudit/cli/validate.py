@@ -58,6 +58,8 @@ def _human(report, rules) -> str:
     if report.violations:
         lines += ["", f"first violations (at most {report.max_errors} per rule):"]
         for v in report.violations:
-            lines.append(f"  [{v['rule']}] {v['message']}"
-                         + (f" (column {v['column']})" if v["column"] else ""))
+            col = v["column"]
+            if col and v.get("file_column") not in (None, col):
+                col = f"{col} = '{v['file_column']}' in the file"
+            lines.append(f"  [{v['rule']}] {v['message']}" + (f" (column {col})" if col else ""))
     return "\n".join(lines)

@@ -14,11 +14,16 @@ Int64 and the L steps h_i of an episode,
 
 holds for every g iff the multiset {h_i} is exactly {0, ..., L-1} (the
 multiplicities c_j must satisfy c_{j-1} - c_j = [j = L] - [j = 0]). With
-pair keys k(h, s) = h * 2^32 + s and the steps already 0..L-1,
+pair keys k(h, s) = h * 2^32 + s, s_0 the state at step 0 and s'_last the
+next_state at the largest step h_max,
 
-    sum_i g(k(h_i + 1, s'_i)) + g(k(0, s_0)) == sum_i g(k(h_i, s_i)) + g(k(L, s'_{L-1}))
+    sum_i g(k(h_i + 1, s'_i)) + g(k(0, s_0)) == sum_i g(k(h_i, s_i)) + g(k(h_max + 1, s'_last))
 
-holds for every g iff s'_h = s_{h+1} for h = 0..L-2. Each side is summed
+holds for every g iff the steps are exactly 0..h_max (map each pair (h, s)
+to h: the step identity above with L = h_max + 1) and s'_h = s_{h+1} for
+h < h_max; so this one test screens both the step rules and the
+next_state chain (the step-only test is used when state or next_state is
+unusable). Each side is summed
 separately on the low and high 32-bit halves of g (no overflow below 2^32
 rows per episode). A broken episode passes both halves only if a fixed
 non-zero integer combination of hash values vanishes: about 2^-64 for a
@@ -76,22 +81,21 @@ def episode_table(log: OpenLog, check_chain: bool, check_units: bool) -> Episode
     """
     c = pl.col
     hc = c("step").cast(pl.Int64, strict=False).clip(-1, 2**30)
-    aggs = [hc.count().alias("n"), c("step").max().alias("smax"), c(ROW).min().alias("row0"),
-            *_halves(hc + 1, "up"), *_halves(hc, "at")]
+    aggs = [hc.count().alias("n"), c("step").max().alias("smax"), c(ROW).min().alias("row0")]
     if check_chain:
+        # the pair test alone implies steps 0..smax (see module docstring)
         s = c("state").cast(pl.Int64, strict=False).clip(0, _P32 - 1)
         ns = c("next_state").cast(pl.Int64, strict=False).clip(0, _P32 - 1)
         aggs += [*_halves((hc + 1) * _P32 + ns, "kn"), *_halves(hc * _P32 + s, "kc"),
                  pl.when(hc == 0).then(s).min().alias("s0"),
                  (hc * _P32 + ns).max().alias("klast")]
+        ok = _equal("kn", "kc", c("s0"), c("klast") + _P32).fill_null(False)
+    else:
+        aggs += [*_halves(hc + 1, "up"), *_halves(hc, "at")]
+        ok = _equal("up", "at", pl.lit(0, dtype=pl.Int64), c("n").cast(pl.Int64))
+    suspect = ~ok
     if check_units:
         aggs += [c("unit_id").min().alias("unit"), c("unit_id").max().alias("unit_max")]
-    steps_ok = _equal("up", "at", pl.lit(0, dtype=pl.Int64), c("n").cast(pl.Int64))
-    suspect = ~steps_ok
-    if check_chain:
-        chain_ok = _equal("kn", "kc", c("s0"), c("klast") + _P32).fill_null(False)
-        suspect = suspect | ~chain_ok
-    if check_units:
         suspect = suspect | (c("unit") != c("unit_max")).fill_null(False)
     keep = ["episode_id", "n", "smax", "row0", "suspect"] + (["unit"] if check_units else [])
     frame = (log.frame.filter(c("episode_id").is_not_null())

@@ -51,7 +51,6 @@ RULES: dict[str, tuple[str, str]] = {
     "too_many_episodes": ("unit", "a privacy unit has more episodes than the spec's privacy_unit.max_episodes (k)"),
 }
 
-_VIOLATION_KEYS = ("rule", "episode_id", "step", "row", "column", "message", "file", "file_row")
 
 
 @dataclass(frozen=True)
@@ -76,9 +75,11 @@ class ValidationReport:
         (0 included); unit of counting in :data:`RULES`.
     violations : list of dict
         At most ``max_errors`` examples of each broken rule, in rule order then
-        row order; keys ``rule, episode_id, step, row, column, message, file,
-        file_row`` (``row`` 0-based in the concatenated input, ``file_row``
-        0-based within ``file``; None where not applicable).
+        row order; keys ``rule, episode_id, step, row, column, file_column,
+        message, file, file_row`` (``column`` the standard name,
+        ``file_column`` the name in the file; ``row`` 0-based in the
+        concatenated input, ``file_row`` 0-based within ``file``; None where
+        not applicable).
     skipped : tuple of str
         Rules not checked because a column they need is missing or unusable.
     path : str
@@ -174,16 +175,18 @@ def _records(df: pl.DataFrame | None, rule: str, log: OpenLog, n: int) -> list[d
             where += f", episode {ep[i]}"
         if st[i] is not None:
             where += f", step {st[i]}"
+        col = df["column"][i]
         out.append({"rule": rule, "episode_id": ep[i], "step": st[i], "row": int(r),
-                    "column": df["column"][i], "message": f"{where}: {df['detail'][i]}",
+                    "column": col, "file_column": log.source.get(col, col), "message": f"{where}: {df['detail'][i]}",
                     "file": files[i], "file_row": int(file_rows[i])})
     return out
 
 
-def _schema_violation(rule: str, column: str, message: str, log: OpenLog) -> dict:
+def _schema_violation(rule: str, column: str | None, message: str, log: OpenLog,
+                      file_column: str | None = None) -> dict:
     files = sorted({str(p.file) for p in log.parts})
     return {"rule": rule, "episode_id": None, "step": None, "row": None, "column": column,
-            "message": message, "file": files[0] if len(files) == 1 else None, "file_row": None}
+            "file_column": file_column, "message": message, "file": files[0] if len(files) == 1 else None, "file_row": None}
 
 
 def validate_logs(path: str | Path, spec: DomainSpec, max_errors: int = 20) -> ValidationReport:
@@ -243,14 +246,14 @@ def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationRe
         counts["missing_column"] = counts.get("missing_column", 0) + 1
         viol.setdefault("missing_column", []).append(_schema_violation(
             "missing_column", std, f"required column '{spec.column(std)}' ({std}) is missing; rename it in the "
-            "file or map it in the spec's \"columns\"", log))
+            "file or map it in the spec's \"columns\"", log, spec.column(std)))
     usable = set()
     for std, dt in log.dtypes.items():
         why = dtype_problem(std, dt)
         if why:
             counts["column_type"] = counts.get("column_type", 0) + 1
             viol.setdefault("column_type", []).append(_schema_violation(
-                "column_type", std, f"column '{log.source[std]}' ({std}) {why}", log))
+                "column_type", std, f"column '{log.source[std]}' ({std}) {why}", log, log.source[std]))
         else:
             usable.add(std)
     if log.unit_is_episode and "episode_id" in usable:
