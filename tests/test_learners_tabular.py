@@ -295,3 +295,19 @@ def test_pessimism_holds_over_seeds():
     assert viol["apvi"] <= 8 and viol["apvi-hoeffding"] <= 8 and viol["dp-apvi"] <= 8
     # the check can see a violation: the plug-in (VE) estimate is optimistic on some seeds
     assert viol["ve"] >= 1
+
+
+def test_tie_break_among_fallback_actions():
+    """All actions of a state fall back to Q = 0: "visits" takes the most-visited one, "first" action 0."""
+    H, S, A = 1, 2, 3
+    visits = np.array([[[2, 5, 1], [100, 100, 100]]])      # state 0: every pair below E = 10
+    trans = np.zeros((1, S, A, S), dtype=np.int64)
+    trans[0, :, :, 1] = visits[0]
+    counts = TabularCounts.from_arrays(visits, trans, horizon=H, noisy=True)
+    reward = np.full((S, A), 0.5)
+    by_visits = DPAPVI(noise_bound=10.0, C2=0.0).fit(counts, reward)
+    first = DPAPVI(noise_bound=10.0, C2=0.0, tie_break="first").fit(counts, reward)
+    assert (by_visits.Q_[0, 0] == 0).all()
+    assert by_visits.policy_.table[0, 0].argmax() == 1 and first.policy_.table[0, 0].argmax() == 0
+    with pytest.raises(UsageError, match="tie_break"):
+        APVI(tie_break="random").fit(TabularCounts.from_arrays(visits, trans, horizon=H), reward)

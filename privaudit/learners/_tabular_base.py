@@ -13,7 +13,42 @@ import numpy as np
 
 from privaudit.errors import UsageError
 from privaudit.learners.pessimism import PVIResult, pessimistic_value_iteration
-from privaudit.learners.policy import Policy, greedy_table
+from privaudit.learners.policy import Policy
+
+#: Tie-breaking rules among actions of equal (pessimistic) value.
+TIE_BREAKS = ("visits", "first")
+
+
+def greedy_with_ties(Q: np.ndarray, visits: np.ndarray, tie_break: str = "visits") -> np.ndarray:
+    """One-hot greedy policy argmax_a Q_h(s, a) with a documented tie-break.
+
+    Parameters
+    ----------
+    Q : ndarray, shape (H, S, A)
+    visits : ndarray, shape (H, S, A)
+        The counts the learner used (exact n, or projected noisy ñ: using
+        them is post-processing of the release).
+    tie_break : {"visits", "first"}
+        Among the maximisers of Q_h(s, .) (exactly equal values, typically
+        all 0 where every action fell back), "visits" takes the most-visited
+        action (the behaviour's habit; then the lowest index), "first" the
+        lowest action index. Any maximiser is an argmax, so both are the
+        paper's greedy step (Alg. 1; ALGORITHMS.md 1.2 step 6.5).
+
+    Returns
+    -------
+    ndarray, shape (H, S, A), one-hot rows.
+    """
+    if tie_break not in TIE_BREAKS:
+        raise UsageError(f"`tie_break` must be one of {TIE_BREAKS}. Got {tie_break!r}.")
+    if tie_break == "first":
+        best = Q.argmax(-1)
+    else:
+        is_max = Q == Q.max(-1, keepdims=True)
+        best = np.where(is_max, visits, -np.inf).argmax(-1)
+    pi = np.zeros(Q.shape)
+    np.put_along_axis(pi, best[..., None], 1.0, axis=-1)
+    return pi
 from privaudit.learners.tabular_counts import TabularCounts
 
 
@@ -127,7 +162,9 @@ class TabularLearnerBase:
     iota_ : float
         ι = log(H S A / delta).
     policy_ : Policy
-        Greedy policy argmax_a Q̄_h(s, a) (ties to the lowest action).
+        Greedy policy argmax_a Q̄_h(s, a); ties (e.g. every action fell back
+        to 0) go to the most-visited action (``tie_break="visits"``) or the
+        lowest index (``"first"``), see :func:`greedy_with_ties`.
     """
 
     algorithm = "tabular"
@@ -161,5 +198,5 @@ class TabularLearnerBase:
         self.visits_used_ = used
         self.E_, self.iota_ = float(E), res.iota
         params = dict(self.get_params(), E=float(E), stationary=bool(counts.stationary))
-        self.policy_ = Policy(table=greedy_table(res.Q), algorithm=self.algorithm, parameters=params,
+        self.policy_ = Policy(table=greedy_with_ties(res.Q, used, getattr(self, "tie_break", "visits")), algorithm=self.algorithm, parameters=params,
                               privacy=privacy, spec_hash=spec_hash, stationary=bool(counts.stationary))

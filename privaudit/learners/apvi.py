@@ -45,6 +45,9 @@ class APVI(TabularLearnerBase):
         Add 16 H ι / n (Yin & Wang 2021b, [R]).
     penalty : {"bernstein", "hoeffding"}
         Main penalty term (``APVIHoeffding`` sets "hoeffding").
+    tie_break : {"visits", "first"}, default "visits"
+        Among equal Q values, the most-visited action or the lowest index
+        (``privaudit.learners._tabular_base.greedy_with_ties``).
 
     Attributes
     ----------
@@ -57,15 +60,17 @@ class APVI(TabularLearnerBase):
     """
 
     algorithm = "apvi"
-    _param_names = ("failure_prob", "C1", "C", "lower_order", "penalty")
+    _param_names = ("failure_prob", "C1", "C", "lower_order", "penalty", "tie_break")
 
     def __init__(self, *, failure_prob: float = FAILURE_PROB_DEFAULT, C1: float = C1_DEFAULT,
-                 C: float = C_DEFAULT, lower_order: bool = False, penalty: str = "bernstein"):
+                 C: float = C_DEFAULT, lower_order: bool = False, penalty: str = "bernstein",
+                 tie_break: str = "visits"):
         self.failure_prob = failure_prob
         self.C1 = C1
         self.C = C
         self.lower_order = lower_order
         self.penalty = penalty
+        self.tie_break = tie_break
 
     def fit(self, counts: TabularCounts, reward=None, *, terminal_states: Sequence[int] = (),
             spec_hash: str | None = None) -> "APVI":
@@ -111,5 +116,6 @@ class APVIHoeffding(APVI):
     algorithm = "apvi-hoeffding"
 
     def __init__(self, *, failure_prob: float = FAILURE_PROB_DEFAULT, C1: float = C1_DEFAULT,
-                 C: float = C_DEFAULT, lower_order: bool = False):
-        super().__init__(failure_prob=failure_prob, C1=C1, C=C, lower_order=lower_order, penalty="hoeffding")
+                 C: float = C_DEFAULT, lower_order: bool = False, tie_break: str = "visits"):
+        super().__init__(failure_prob=failure_prob, C1=C1, C=C, lower_order=lower_order, penalty="hoeffding",
+                         tie_break=tie_break)

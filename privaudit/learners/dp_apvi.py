@@ -127,6 +127,9 @@ class DPAPVI(TabularLearnerBase):
     noise_bound : float or None
         E. None: derived from the release manifest (required when ``fit``
         gets bare ``TabularCounts``).
+    tie_break : {"visits", "first"}, default "visits"
+        Among equal Q values (e.g. all 0), the action with the largest
+        projected noisy count ñ (post-processing) or the lowest index.
 
     Attributes
     ----------
@@ -140,16 +143,17 @@ class DPAPVI(TabularLearnerBase):
     """
 
     algorithm = "dp-apvi"
-    _param_names = ("failure_prob", "C1", "C2", "C", "penalty", "noise_bound")
+    _param_names = ("failure_prob", "C1", "C2", "C", "penalty", "noise_bound", "tie_break")
 
     def __init__(self, *, failure_prob: float = FAILURE_PROB_DEFAULT, C1: float = C1_DEFAULT,
                  C2: float = C2_DEFAULT, C: float = C_DEFAULT, penalty: str = "bernstein",
-                 noise_bound: float | None = None):
+                 noise_bound: float | None = None, tie_break: str = "visits"):
         self.failure_prob = failure_prob
         self.C1 = C1
         self.C2 = C2
         self.C = C
         self.penalty = penalty
+        self.tie_break = tie_break
         self.noise_bound = noise_bound
 
     def fit(self, data, reward=None, *, terminal_states: Sequence[int] | None = None,

@@ -26,7 +26,12 @@ from privaudit.learners.tabular_counts import TabularCounts
 
 
 class ValueIterationCE(TabularLearnerBase):
-    """Certainty-equivalent value iteration on exact counts (no parameters).
+    """Certainty-equivalent value iteration on exact counts.
+
+    Parameters
+    ----------
+    tie_break : {"visits", "first"}, default "visits"
+        Among equal Q values, the most-visited action or the lowest index.
 
     Attributes
     ----------
@@ -36,7 +41,10 @@ class ValueIterationCE(TabularLearnerBase):
     """
 
     algorithm = "ve"
-    _param_names = ()
+    _param_names = ("tie_break",)
+
+    def __init__(self, *, tie_break: str = "visits"):
+        self.tie_break = tie_break
 
     def fit(self, counts: TabularCounts, reward=None, *, terminal_states: Sequence[int] = (),
             spec_hash: str | None = None) -> "ValueIterationCE":
