@@ -146,3 +146,25 @@ def test_spec_k_scales_noise(tmp_path):
     write_logs(df, tmp_path / "logs.parquet")
     pol = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", rho=1.0, seed=0)
     assert pol.parameters["k"] == 2 and pol.privacy["guarantee"]["max_episodes_per_unit"] == 2
+
+
+def test_cli_simulate_train_evaluate(tmp_path):
+    from click.testing import CliRunner
+
+    from privaudit.cli import main
+
+    run = lambda *a: CliRunner().invoke(main, [str(x) for x in a])  # noqa: E731
+    r = run("simulate", "synthetic-linear", "--episodes", 200, "--seed", 1, "--instance-seed", 2,
+            "--out", tmp_path / "l.parquet", "--spec-out", tmp_path / "s.json")
+    assert r.exit_code == 0, r.output
+    r = run("train", tmp_path / "l.parquet", "--spec", tmp_path / "s.json", "--algo", "dp-vapvi", "--rho", 5,
+            "--out", tmp_path / "pol")
+    assert r.exit_code == 0, r.output
+    r = run("evaluate", tmp_path / "pol", "--mdp", "synthetic-linear", "--instance-seed", 2, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    pol = load_policy(tmp_path / "pol")
+    assert out["value"] == pytest.approx(evaluate_policy(synthetic_linear_mdp(2), pol.table))
+    assert out["optimal_value"] == pytest.approx(value_iteration(synthetic_linear_mdp(2))[2])
+    r = run("evaluate", tmp_path / "pol", "--mdp", "icu-sepsis", "--instance-seed", 2)
+    assert r.exit_code == 2 and "--instance-seed does not apply" in r.output

@@ -81,7 +81,8 @@ def load_policy_table(path: str | Path, S: int, A: int, H: int) -> np.ndarray:
     return pi
 
 
-def resolve_mdp(mdp: str | Path | TabularMDP, horizon: int | None = None) -> TabularMDP:
+def resolve_mdp(mdp: str | Path | TabularMDP, horizon: int | None = None, *,
+                instance_seed: int | None = None) -> TabularMDP:
     """The MDP named by ``mdp``: a registry name, an ``.npz`` path, or a TabularMDP.
 
     Parameters
@@ -92,6 +93,8 @@ def resolve_mdp(mdp: str | Path | TabularMDP, horizon: int | None = None) -> Tab
     horizon : int, optional
         H for a named MDP (default: the entry's, 20 for icu-sepsis). Not
         allowed with a file or object (their H is fixed).
+    instance_seed : int, optional
+        Instance of a seeded named MDP (synthetic-linear); entry default when None.
 
     Raises
     ------
@@ -111,13 +114,15 @@ def resolve_mdp(mdp: str | Path | TabularMDP, horizon: int | None = None) -> Tab
         if needs:
             raise UsageError(f"the {key} MDP needs {needs} to be built; save it with `privaudit simulate "
                              f"{key} ... --mdp-out MDP.npz` and pass --mdp MDP.npz.")
-        return build_mdp(key, horizon=horizon)
+        return build_mdp(key, horizon=horizon, instance_seed=instance_seed)
     path = Path(key)
     if not path.exists():
         raise UsageError(f"--mdp {key!r} is neither a known MDP ({', '.join(MDP_REGISTRY)}) nor an "
                          "existing .npz file (write one with `privaudit simulate ... --mdp-out MDP.npz`).")
     if horizon is not None:
         raise UsageError(f"--horizon applies only to a named MDP; {path} fixes its own horizon.")
+    if instance_seed is not None:
+        raise UsageError(f"--instance-seed applies only to a named MDP; {path} is one fixed instance.")
     return load_mdp(path)
 
 

@@ -93,6 +93,30 @@ def _random_spec(mdp: TabularMDP, dataset_id: str, description: str | None) -> d
     return random_tabular_spec_doc(mdp, dataset_id=dataset_id, description=description)
 
 
+def _synthetic_linear_build(horizon: int, instance_seed: int) -> TabularMDP:
+    from privaudit.mdp.synthetic_linear import synthetic_linear_mdp
+    return synthetic_linear_mdp(instance_seed, horizon)
+
+
+def _synthetic_linear_spec(mdp: TabularMDP, dataset_id: str, description: str | None) -> dict:
+    from privaudit.mdp.synthetic_linear import synthetic_linear_spec_doc
+    doc = synthetic_linear_spec_doc(mdp.horizon, dataset_id=dataset_id)
+    if description:
+        doc["description"] = description
+    return doc
+
+
+def _synthetic_linear_behaviour(mdp: TabularMDP) -> np.ndarray:
+    from privaudit.mdp.synthetic_linear import behaviour_policy as seed_behaviour
+    return seed_behaviour()
+
+
+def _synthetic_linear_references(mdp: TabularMDP) -> dict:
+    uniform = np.full((mdp.n_states, mdp.n_actions), 1.0 / mdp.n_actions)
+    return {"seed-behaviour": evaluate_policy(mdp, _synthetic_linear_behaviour(mdp)),
+            "uniform": evaluate_policy(mdp, uniform)}
+
+
 #: name -> MDPEntry. The first key is the default in help texts.
 MDP_REGISTRY: dict[str, MDPEntry] = {
     "icu-sepsis": MDPEntry(
@@ -104,6 +128,12 @@ MDP_REGISTRY: dict[str, MDPEntry] = {
         options={"horizon": None, "states": None, "actions": None, "instance_seed": 0},
         spec_doc=_random_spec,
         summary="seeded random tabular MDP (--states --actions --horizon [--instance-seed])"),
+    "synthetic-linear": MDPEntry(
+        build=_synthetic_linear_build, options={"horizon": 20, "instance_seed": 0},
+        spec_doc=_synthetic_linear_spec,
+        summary="the seed paper's synthetic linear MDP (S=2, A=100, d=10; [--instance-seed]; behaviour 'seed')",
+        references=_synthetic_linear_references, behaviours={"seed": _synthetic_linear_behaviour},
+        mix_base="seed"),
 }
 
 
