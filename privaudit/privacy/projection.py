@@ -23,7 +23,8 @@ def _lo_inverse(a_desc: np.ndarray, csum: np.ndarray, c: np.ndarray) -> np.ndarr
     """
     R, S = a_desc.shape
     j = np.arange(1, S + 1, dtype=np.float64)
-    lo_at = csum - j * a_desc  # Lo(a_(j)), (R, S), non-decreasing along the row
+    lo_at = np.multiply(a_desc, j)          # Lo(a_(j)) = C_j - j a_(j), non-decreasing in j
+    np.subtract(csum, lo_at, out=lo_at)
     k = np.count_nonzero(lo_at < c[:, None], axis=1)  # >= 1 when c > 0
     kk = np.maximum(k, 1)
     ck = np.take_along_axis(csum, (kk - 1)[:, None], axis=1)[:, 0]
@@ -38,13 +39,18 @@ def project_counts(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> tuple[np.nd
 
         min_x max_{s'} |x_{s'} - n'_{s'}|  s.t.  |sum_{s'} x_{s'} - n'| <= E/2,  x >= 0,
 
-    exactly (no iterative tolerance): with a = n'_{h,s,a,.}, b = n'_{h,s,a},
-    e = E/2, the optimal max-deviation is t* = max(t1, t2) where
-    t1 = max(0, (b - e - sum a)/S) and t2 is the smallest t with
-    Lo(t) = sum max(0, a_i - t) <= b + e (sort-based, piecewise linear). A
-    minimiser is x_i = max(a_i + c, 0) with c in [-t*, t*] chosen so that
-    sum x = T, T the target sum closest to sum a inside
-    [max(Lo(t*), b - e), min(sum a + S t*, b + e)] (ALGORITHMS.md 1.6).
+    exactly (no iterative tolerance). With a = n'_{h,s,a,.}, b = n'_{h,s,a},
+    e = E/2 and Lo(t) = sum_i max(0, a_i - t) (ALGORITHMS.md 1.6), the optimal
+    max-deviation is t* = max(t1, t2), t1 = max(0, (b - e - sum a)/S) and t2
+    the smallest t >= 0 with Lo(t) <= b + e (sort-based: Lo is piecewise
+    linear with breakpoints at the a_i). At most one of them is positive, and
+    a minimiser is then explicit:
+
+    * sum a < b - e: x = a + t1 (every cell raised equally; sum x = b - e);
+    * sum a > b + e: x = max(a - t2, 0) (sum x = Lo(t2) = b + e);
+    * otherwise x = a (already consistent, t* = 0).
+
+    Each |x_i - a_i| <= t*, so x attains the optimum of the LP of Remark 3.1.
 
     Parameters
     ----------
@@ -88,25 +94,38 @@ def project_counts(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> tuple[np.nd
     lead, S = a.shape[:-1], a.shape[-1]
     a2 = a.reshape(-1, S)
     b1 = b.reshape(-1)
-    e = 0.5 * float(E)
-    total = a2.sum(axis=1)
-    a_desc = -np.sort(-a2, axis=1)
-    csum = np.cumsum(a_desc, axis=1)
-    t1 = np.maximum(0.0, (b1 - e - total) / S)
-    t2 = _lo_inverse(a_desc, csum, b1 + e)
-    t = np.maximum(t1, t2)
-    lo_t = np.maximum(0.0, a_desc - t[:, None]).sum(axis=1)
-    low = np.maximum(lo_t, b1 - e)
-    high = np.minimum(total + S * t, b1 + e)
-    target = np.clip(total, low, np.maximum(low, high))
-    target = np.where(t == 0, total, target)  # already consistent: x = a exactly
-    up = target >= total
-    # sum x must rise: x = a + c, c = (target - total)/S in [0, t]
-    c_up = np.where(up, (target - total) / S, 0.0)
-    # sum x must fall: x = max(a - u, 0), u = Lo^{-1}(target) in [0, t]
-    u = _lo_inverse(a_desc, csum, np.where(up, total, target))
-    x = np.where(up[:, None], a2 + c_up[:, None], np.maximum(a2 - u[:, None], 0.0))
+    x = np.empty_like(a2)
+    rows = max(1, _BLOCK_CELLS // max(S, 1))  # blocks of rows keep temporaries in cache
+    for start in range(0, a2.shape[0], rows):
+        x[start:start + rows] = _project_block(a2[start:start + rows], b1[start:start + rows],
+                                               0.5 * float(E))
     return x.reshape(lead + (S,)), x.sum(axis=1).reshape(lead)
+
+
+#: cells per block of rows in project_counts (about 4 MB of float64 per temporary)
+_BLOCK_CELLS = 1 << 19
+
+
+def _project_block(a2: np.ndarray, b1: np.ndarray, e: float) -> np.ndarray:
+    """project_counts on rows (R, S) with visit counts (R,) and half-width e."""
+    S = a2.shape[1]
+    total = a2.sum(axis=1)
+    x = a2.copy()
+    # sum too small: t* = t1 = (b - e - sum a) / S, x = a + t1 (sum x = b - e)
+    low = np.nonzero(total < b1 - e)[0]
+    if low.size:
+        x[low] += ((b1[low] - e - total[low]) / S)[:, None]
+    # sum too large: t* = t2 = Lo^{-1}(b + e), x = max(a - t2, 0) (sum x = Lo(t2) = b + e)
+    high = np.nonzero(total > b1 + e)[0]
+    if high.size:
+        a = a2[high]
+        a_desc = -np.sort(-a, axis=1)
+        csum = np.cumsum(a_desc, axis=1)
+        t2 = _lo_inverse(a_desc, csum, b1[high] + e)
+        np.subtract(a, t2[:, None], out=a)
+        np.maximum(a, 0.0, out=a)
+        x[high] = a
+    return x
 
 
 def private_transition_estimate(n_tilde_sas: np.ndarray, n_tilde_sa: np.ndarray,
