@@ -45,6 +45,8 @@ from privaudit.errors import UsageError
 SELECTION_FRACTION = 0.3
 #: Cells per batched chunk (memory of one chunk ~ 8 bytes x this).
 CHUNK_CELLS = 4_000_000
+#: Serial work (seconds) below which unbatched runs stay in this process.
+PARALLEL_MIN_SERIAL_S = 20.0
 #: Most thresholds tried per candidate on the selection split.
 MAX_THRESHOLDS = 3000
 
@@ -65,6 +67,7 @@ class _Sampler:
     def __init__(self, fn, batched: bool, n_jobs: int, progress):
         self.fn, self.batched, self.n_jobs, self.progress = fn, batched, n_jobs, progress
         self.shape = None
+        self.per_run_s = None
         self._pool = None
 
     def close(self):
@@ -86,7 +89,15 @@ class _Sampler:
                 done += size
                 self.progress(size)
             return np.concatenate(parts)
-        if self.n_jobs <= 1 or n < 2 * self.n_jobs:
+        if self.per_run_s is None:  # time one run: processes only pay off for slow mechanisms
+            t = time.perf_counter()
+            first, shape = _run_serial(self.fn, logs, rng, 1)
+            self.per_run_s = time.perf_counter() - t
+            self.shape = shape
+            self.progress(1)
+            rest = self.draw(logs, n - 1, rng) if n > 1 else first[:0]
+            return np.concatenate([first, rest])
+        if self.n_jobs <= 1 or n < 2 * self.n_jobs or self.per_run_s * n < PARALLEL_MIN_SERIAL_S:
             out, shape = _run_serial(self.fn, logs, rng, n)
             self.progress(n)
         else:

@@ -1,0 +1,298 @@
+"""Built-in mechanisms for the auditor: the tabular release and DP-APVI.
+
+Both adapters run the library's own code path for everything that decides
+privacy: contribution bounding (``privaudit.data.bounding``), exact counts
+(``privaudit.stats.counts``), sensitivities and noise scales
+(``privaudit.stats.release._plan_noise`` -> ``privaudit.privacy``), and
+noise (``privaudit.privacy.mechanisms.add_noise``). A bug there changes what
+the audit sees; nothing is re-implemented here.
+
+Release view. A full release at the ICU-Sepsis shape has 256 M cells, too
+many to repeat 1e5 times. :class:`ReleaseMechanism` outputs the released
+values on a public *view*: every cell whose exact statistic differs between D
+and D' plus ``view_extra`` other cells per family drawn with a fixed public
+seed. The view is fixed before any trial, from the pair alone (the auditor's
+choice, not the noise). Projecting the output onto a view is
+post-processing, so a lower bound for the view's output is a lower bound
+for the full release. The noise of the cells outside the view is independent
+of the view (``add_noise`` draws every cell independently), so this loses no
+power for a correct release; a release bug that couples cells (noise reused
+across steps h) is visible only if coupled cells fall in the view, which the
+extra cells make possible but not certain.
+
+DP-APVI. Each run draws a whole release over the declared domain (every
+visit and transition cell, exactly as ``release_logs`` would), fits
+:class:`privaudit.learners.dp_apvi.DPAPVI` on it and outputs the greedy
+policy's action table pi_h(s), shape (H, S). This costs one full release per
+run: practical for small domains, minutes per hundred runs at the ICU-Sepsis
+shape.
+
+DP-VAPVI: not yet adapted. Hook: a class with ``__call__(logs, rng)``
+returning the policy weights (or greedy actions at probe states), plus the
+gray-box hooks over the Gram matrices and vectors; register it in
+``MECHANISMS`` below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from privaudit.errors import UsageError
+from privaudit.spec import DomainSpec
+
+#: Extra public cells per family added to the release view.
+VIEW_EXTRA = 64
+#: Public seed that picks the extra view cells (not a noise seed).
+VIEW_SEED = 20240601
+
+
+def _fingerprint(logs: pl.DataFrame) -> tuple:
+    h = logs.hash_rows(seed=3)
+    return (logs.height, int((h % 1_000_003).sum()), int((h // 1_000_003 % 1_000_033).sum()))
+
+
+class _LibraryStatistics:
+    """Exact statistics of logs through the library's bounding and counting."""
+
+    def __init__(self, spec: DomainSpec, *, rho=None, epsilon=None, delta=None, mechanism="gaussian",
+                 stationary=False, noise="rounded"):
+        from privaudit.stats.release import _plan_noise, resolve_budget
+
+        self.spec, self.stationary, self.noise_mode = spec, bool(stationary), noise
+        self.budget = resolve_budget(rho=rho, epsilon=epsilon, delta=None if rho is not None else delta,
+                                     mechanism=mechanism)
+        self.delta = delta
+        self.plan = _plan_noise(spec, self.budget, self.stationary, noise)
+        self._fp: dict[tuple, str] = {}
+
+    def bounded_frame(self, logs: pl.DataFrame) -> pl.DataFrame:
+        from privaudit.data.bounding import bound_contributions
+
+        bounded, _ = bound_contributions(logs.lazy(), self.spec)  # bounding report: private, discarded
+        cols = ["step", "state", "action", "next_state"]
+        return bounded.select([pl.col(c).cast(pl.Int32) for c in cols] + [pl.col("reward")]).collect()
+
+    def sa_families(self, frame: pl.DataFrame) -> dict:
+        from privaudit.stats import counts
+
+        out = {"visits": counts.visit_counts(frame, self.spec, stationary=self.stationary)}
+        if "rewards" in self.plan:
+            out["rewards"] = counts.reward_sums(frame, self.spec, stationary=self.stationary,
+                                                quantum=self.plan["rewards"]["quantum"])
+        return out
+
+    def transition_slices(self, frame: pl.DataFrame):
+        from privaudit.stats import counts
+
+        return counts.iter_transition_counts(frame, self.spec, stationary=self.stationary)
+
+    def which(self, logs: pl.DataFrame) -> str:
+        """'d' or 'd_prime' for a dataset bound by ``prepare``."""
+        for key in ("d", "d_prime"):
+            if logs is getattr(self, "_" + key, None):
+                return key
+        key = self._fp.get(_fingerprint(logs))
+        if key is None:
+            raise UsageError("this audit mechanism was prepared for a pair (D, D') and got other logs; "
+                             "call prepare(d, d_prime) for them first.")
+        return key
+
+    def bind(self, d: pl.DataFrame, d_prime: pl.DataFrame) -> None:
+        self._d, self._d_prime = d, d_prime
+        self._fp = {_fingerprint(d): "d", _fingerprint(d_prime): "d_prime"}
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_d", None)
+        state.pop("_d_prime", None)
+        return state
+
+    def claim(self):
+        """The claim the release manifest would state (CKS conversion for rho)."""
+        from privaudit.audit.model import Claim
+
+        if self.budget.mechanism == "laplace":
+            return Claim.from_epsilon(self.budget.epsilon, 0.0)
+        return Claim.from_rho(self.budget.rho, self.delta or 1e-5, kind="gaussian")
+
+    def declared_sensitivity(self) -> dict:
+        return {f: {"l1": p["l1"], "l2": p["l2"]} for f, p in self.plan.items()}
+
+    def noise(self) -> dict:
+        return {f: {"mechanism": self.budget.mechanism, "scale": p["scale"]} for f, p in self.plan.items()}
+
+
+class ReleaseMechanism(_LibraryStatistics):
+    """The tabular release (``privaudit release``) seen on a public view.
+
+    Parameters
+    ----------
+    spec : DomainSpec
+    rho, epsilon, delta, mechanism, stationary, noise
+        As for :func:`privaudit.stats.release.release_logs`.
+    view_extra : int
+        Cells per family added to the view besides the changed ones.
+
+    Notes
+    -----
+    Batched: ``fn(logs, rng, n_runs=N)`` returns (N, M) int64, the noisy
+    values of the M view cells (visits, then transitions, then rewards, each
+    in the release's stored units). Call :meth:`prepare` first (the auditor
+    does).
+    """
+
+    name = "release"
+
+    def __init__(self, spec, *, view_extra: int = VIEW_EXTRA, **kw):
+        super().__init__(spec, **kw)
+        self.view_extra = int(view_extra)
+        self.view: dict[str, np.ndarray] = {}
+        self.values: dict[str, dict[str, np.ndarray]] = {}
+
+    def prepare(self, d: pl.DataFrame, d_prime: pl.DataFrame) -> "ReleaseMechanism":
+        """Compute the exact statistics of D and D' (library path) and fix the view."""
+        f0, f1 = self.bounded_frame(d), self.bounded_frame(d_prime)
+        pick = np.random.default_rng(VIEW_SEED)
+        full0, full1 = self.sa_families(f0), self.sa_families(f1)
+        changed, vals0, vals1, sizes = {}, {}, {}, {}
+        for fam in full0:
+            a, b = full0[fam].reshape(-1), full1[fam].reshape(-1)
+            changed[fam] = np.flatnonzero(a != b)
+            sizes[fam] = a.size
+            vals0[fam], vals1[fam] = a, b
+        # transitions: one h-slice at a time (102 MB each at the ICU-Sepsis shape)
+        tc, t0, t1 = [], [], []
+        per_h = None
+        for (h, s0), (_, s1) in zip(self.transition_slices(f0), self.transition_slices(f1)):
+            per_h = s0.size
+            idx = np.flatnonzero(s0.reshape(-1) != s1.reshape(-1))
+            tc.append(idx + h * per_h)
+        n_slices = 1 if self.stationary else self.spec.H
+        sizes["transitions"] = per_h * n_slices
+        changed["transitions"] = np.concatenate(tc)
+        views = {}
+        for fam in ("visits", "transitions", "rewards"):
+            if fam not in sizes:
+                continue
+            extra = pick.choice(sizes[fam], size=min(self.view_extra, sizes[fam]), replace=False)
+            views[fam] = np.union1d(changed[fam], extra)
+        tv = views["transitions"]
+        for (h, s0), (_, s1) in zip(self.transition_slices(f0), self.transition_slices(f1)):
+            sel = tv[(tv >= h * per_h) & (tv < (h + 1) * per_h)] - h * per_h
+            t0.append(s0.reshape(-1)[sel])
+            t1.append(s1.reshape(-1)[sel])
+        self.view = views
+        self.values = {"d": {}, "d_prime": {}}
+        for fam in views:
+            if fam == "transitions":
+                self.values["d"][fam], self.values["d_prime"][fam] = np.concatenate(t0), np.concatenate(t1)
+            else:
+                self.values["d"][fam] = vals0[fam][views[fam]]
+                self.values["d_prime"][fam] = vals1[fam][views[fam]]
+        self.changed_cells = {f: int(c.size) for f, c in changed.items()}
+        self.bind(d, d_prime)
+        return self
+
+    def exact_statistics(self, logs: pl.DataFrame) -> dict:
+        """Exact statistics on the view (it holds every changed cell, so the
+        L1/L2 change equals that of the full statistics)."""
+        return {f: v.copy() for f, v in self.values[self.which(logs)].items()}
+
+    def __call__(self, logs: pl.DataFrame, rng: np.random.Generator, n_runs: int = 1) -> np.ndarray:
+        from privaudit.privacy.mechanisms import add_noise
+
+        if not self.values:
+            raise UsageError("ReleaseMechanism: call prepare(d, d_prime) before running it.")
+        vals = self.values[self.which(logs)]
+        rngs = rng.spawn(len(vals))
+        parts = [add_noise(np.broadcast_to(v, (n_runs, v.size)).copy(), mechanism=self.budget.mechanism,
+                           scale=self.plan[f]["scale"], rng=r, noise=self.noise_mode)
+                 for (f, v), r in zip(vals.items(), rngs)]
+        return np.concatenate(parts, axis=1)
+
+
+class DPAPVIMechanism(_LibraryStatistics):
+    """DP-APVI end to end: a full release per run, then the learner; output pi_h(s).
+
+    Parameters
+    ----------
+    spec : DomainSpec
+    rho, epsilon, delta, mechanism, stationary, noise
+        The release's budget (as ``privaudit release``).
+    learner_params : dict, optional
+        Passed to :class:`privaudit.learners.dp_apvi.DPAPVI`.
+
+    Notes
+    -----
+    Output: int64 array (H, S), the greedy action at each (h, s). Not batched
+    (runs are spread over processes by the auditor).
+    """
+
+    name = "dp-apvi"
+
+    def __init__(self, spec, *, learner_params: dict | None = None, **kw):
+        super().__init__(spec, **kw)
+        self.learner_params = dict(learner_params or {})
+        self.exact: dict[str, dict] = {}
+
+    def prepare(self, d: pl.DataFrame, d_prime: pl.DataFrame) -> "DPAPVIMechanism":
+        from privaudit.learners.dp_apvi import release_noise_bound
+        from privaudit.stats.release import _manifest
+
+        for key, logs in (("d", d), ("d_prime", d_prime)):
+            frame = self.bounded_frame(logs)
+            fams = self.sa_families(frame)
+            fams["transitions"] = np.stack([s for _, s in self.transition_slices(frame)])
+            self.exact[key] = fams
+        man = _manifest(self.spec, self.budget, self.plan, stationary=self.stationary, noise=self.noise_mode,
+                        seeded=True)
+        fp = self.learner_params.get("failure_prob", 0.05)
+        self.E = release_noise_bound(man, fp)
+        self.bind(d, d_prime)
+        return self
+
+    def exact_statistics(self, logs: pl.DataFrame) -> dict:
+        return {f: v for f, v in self.exact[self.which(logs)].items()}
+
+    def __call__(self, logs: pl.DataFrame, rng: np.random.Generator) -> np.ndarray:
+        from privaudit.learners.dp_apvi import DPAPVI
+        from privaudit.learners.tabular_counts import TabularCounts
+        from privaudit.privacy.mechanisms import add_noise
+
+        if not self.exact:
+            raise UsageError("DPAPVIMechanism: call prepare(d, d_prime) before running it.")
+        ex = self.exact[self.which(logs)]
+        r_v, r_t, r_r = rng.spawn(3)
+        mech, mode = self.budget.mechanism, self.noise_mode
+        visits = add_noise(ex["visits"], mechanism=mech, scale=self.plan["visits"]["scale"], rng=r_v, noise=mode)
+        trans = add_noise(ex["transitions"], mechanism=mech, scale=self.plan["transitions"]["scale"],
+                          rng=r_t, noise=mode)
+        rsum = None
+        if "rewards" in ex:
+            q = self.plan["rewards"]["quantum"]
+            rsum = add_noise(ex["rewards"], mechanism=mech, scale=self.plan["rewards"]["scale"],
+                             rng=r_r, noise=mode) / q
+        counts = TabularCounts.from_arrays(visits if not self.stationary else visits, trans if not self.stationary
+                                           else trans[0], horizon=self.spec.H, reward_sums=rsum, noisy=True)
+        learner = DPAPVI(noise_bound=self.E, **self.learner_params)
+        learner.fit(counts, self.spec.public_reward_vector(), terminal_states=self.spec.terminal_states)
+        return np.argmax(learner.policy_.table, axis=-1).astype(np.int64)
+
+    def attack_scores(self, pair) -> list:
+        """"The policy acts as the canary did": number of canary steps (h, s_h)
+        where pi_h(s_h) equals the canary's action a_h."""
+        steps = (pair.description.get("canary") or {}).get("steps")
+        if not steps:
+            return []
+        h = np.array([s["h"] for s in steps])
+        s_ = np.array([s["state"] for s in steps])
+        a = np.array([s["action"] for s in steps])
+
+        def canary_actions(out, h=h, s_=s_, a=a):
+            return (out[:, h, s_] == a).sum(axis=1).astype(np.float64)
+        return [("policy_follows_canary", canary_actions)]
+
+
+#: --mechanism names of the CLI -> adapter class
+MECHANISMS = {"release": ReleaseMechanism, "dp-apvi": DPAPVIMechanism}
