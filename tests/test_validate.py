@@ -377,3 +377,19 @@ def test_broken_sample_is_reproducible_and_breaks_seven_rules(tmp_path, repo_roo
     got = {v["rule"]: v["episode_id"] for v in rep["violations"]}
     assert got == {"null_value": 103, "action_out_of_range": 104, "reward_out_of_range": 105, "step_gap": 107,
                    "next_state_mismatch": 106, "flag_not_last": 108, "too_many_episodes": 111}
+
+
+def test_other_integer_types_and_string_ids(tmp_path):
+    """Narrow/unsigned integers, string episode ids and categorical units are usable;
+    a huge unsigned step is reported (as too long and as a gap), not a crash."""
+    df = table().with_columns(pl.col("episode_id").cast(pl.String), pl.col("state").cast(pl.UInt8),
+                              pl.col("step").cast(pl.UInt64), pl.col("next_state").cast(pl.Int16),
+                              pl.col("patient").cast(pl.String).cast(pl.Categorical))
+    code, rep, _ = run(tmp_path, df, tiny_spec_doc(unit_column="patient"))
+    assert code == 0, rep
+    code, rep, _ = run(tmp_path, df.with_columns(step=pl.Series([0, 1, 2**63 + 5, 0], dtype=pl.UInt64)),
+                       tiny_spec_doc(unit_column="patient"))
+    assert code == 1
+    assert broken_rules(rep) == {"episode_too_long", "step_gap"}
+    assert {(v["rule"], v["episode_id"], v["row"]) for v in rep["violations"]} == {
+        ("episode_too_long", "10", 2), ("step_gap", "10", 2)}

@@ -48,6 +48,13 @@ CHUNK_ROWS = 2_000_000
 _P32 = 2**32
 
 
+def _clipped(name: str, dtype: pl.DataType, lo: int, hi: int) -> pl.Expr:
+    """Integer column ``name`` clipped into [lo, hi] as Int64 (no overflow for any integer type)."""
+    if dtype.is_unsigned_integer():
+        return pl.col(name).cast(pl.UInt64).clip(upper_bound=hi).cast(pl.Int64).clip(lower_bound=lo)
+    return pl.col(name).cast(pl.Int64).clip(lo, hi)
+
+
 def _halves(e: pl.Expr, name: str) -> list[pl.Expr]:
     """Sums of the low and high 32-bit halves of g(e) (UInt64, no overflow)."""
     h = e.hash(HASH_SEED)
@@ -80,12 +87,12 @@ def episode_table(log: OpenLog, check_chain: bool, check_units: bool) -> Episode
     Rows with a null ``episode_id`` are left out (the null rule reports them).
     """
     c = pl.col
-    hc = c("step").cast(pl.Int64, strict=False).clip(-1, 2**30)
+    hc = _clipped("step", log.dtypes["step"], -1, 2**30)
     aggs = [hc.count().alias("n"), c("step").max().alias("smax"), c(ROW).min().alias("row0")]
     if check_chain:
         # the pair test alone implies steps 0..smax (see module docstring)
-        s = c("state").cast(pl.Int64, strict=False).clip(0, _P32 - 1)
-        ns = c("next_state").cast(pl.Int64, strict=False).clip(0, _P32 - 1)
+        s = _clipped("state", log.dtypes["state"], 0, _P32 - 1)
+        ns = _clipped("next_state", log.dtypes["next_state"], 0, _P32 - 1)
         aggs += [*_halves((hc + 1) * _P32 + ns, "kn"), *_halves(hc * _P32 + s, "kc"),
                  pl.when(hc == 0).then(s).min().alias("s0"),
                  (hc * _P32 + ns).max().alias("klast")]
@@ -156,7 +163,7 @@ def _exact(d: pl.DataFrame, check_chain: bool, check_units: bool) -> dict[str, p
     prev = c("step").shift(1).over(ep)
     u = u.with_columns(prev.alias("_prev"))
     gap = u.filter((c("_prev").is_null() & (c("step") != 0))
-                   | (c("_prev").is_not_null() & (c("step").cast(pl.Int64) != c("_prev").cast(pl.Int64) + 1)))
+                   | (c("_prev").is_not_null() & (c("step") != c("_prev") + 1)))
     res["step_gap"] = gap.select(
         ROW, ep, "step", pl.lit("step").alias("column"),
         pl.when(c("_prev").is_null()).then(pl.format("episode starts at step {}; steps must start at 0", "step"))
