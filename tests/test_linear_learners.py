@@ -63,7 +63,7 @@ def test_dpvapvi_without_noise_is_vapvi(monkeypatch):
     _, data = _data(200, 3)
     v = VAPVI().fit(data, FMAP)
     d = 10
-    monkeypatch.setattr(lp, "draw_step_noise", lambda rng, dim, scales: {
+    monkeypatch.setattr(lp, "draw_step_noise", lambda rng, dim, scales, shift=1.0: {
         "K1": np.zeros((d, d)), "K2": np.zeros((d, d)), "phi1": np.zeros(d), "phi2": np.zeros(d), "phi3": np.zeros(d)})
     z = DPVAPVI(1.0).fit(data, FMAP, rng=np.random.default_rng(0))
     np.testing.assert_array_equal(z.w_, v.w_)

@@ -89,8 +89,8 @@ def test_noise_is_fresh_for_every_h(monkeypatch):
     calls = []
     real = lp.draw_step_noise
 
-    def recording(rng, d, scales):
-        z = real(rng, d, scales)
+    def recording(rng, d, scales, shift=1.0):
+        z = real(rng, d, scales, shift)
         calls.append((rng, z))
         return z
 

@@ -150,6 +150,11 @@ class DPVAPVI(_LinearLearner):
         GOE tail constants of E ([R], 1).
     k : int
         Most episodes per privacy unit (noise scales multiply by k).
+    shift : float
+        Multiple of the (E/2) I shift in K_1, K_2 (default 1, the paper's).
+        The shift is data-independent, so any value keeps the guarantee; 0 is
+        a diagnostic (K_i may then be indefinite; the eigenvalue floor at
+        lambda keeps the inverses finite).
     chunk_bytes : int
         Memory cap of one chunk of the Q computation.
 
@@ -166,9 +171,10 @@ class DPVAPVI(_LinearLearner):
 
     def __init__(self, rho: float, *, C: float = 1.0, lam: float = 1.0, d_scale: float = 0.0,
                  kappa: float | None = None, delta_fail: float = 0.05, c1: float = 1.0, c2: float = 1.0,
-                 k: int = 1, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+                 k: int = 1, shift: float = 1.0, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
         self.rho, self.C, self.lam, self.d_scale, self.kappa = rho, C, lam, d_scale, kappa
         self.delta_fail, self.c1, self.c2, self.k, self.chunk_bytes = delta_fail, c1, c2, k, chunk_bytes
+        self.shift = shift
 
     def fit(self, data: LinearData, fmap: FeatureMap, *, rng: np.random.Generator,
             data_var: LinearData | None = None) -> "DPVAPVI":
@@ -192,7 +198,7 @@ class DPVAPVI(_LinearLearner):
         streams = rng.spawn(H)  # one independent child stream per step h
 
         def noise(h: int) -> dict:
-            return _privacy.draw_step_noise(streams[h], d, scales)
+            return _privacy.draw_step_noise(streams[h], d, scales, shift=self.shift)
 
         fit = backward_pass(data, fmap, lam=self.lam, penalty_scale=self.C * np.sqrt(d), offset=offset,
                             variance_aware=True, data_var=data_var, noise=noise, chunk_bytes=self.chunk_bytes)

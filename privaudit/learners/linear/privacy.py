@@ -161,7 +161,7 @@ def symmetric_gaussian(rng: np.random.Generator, d: int, sigma_z: float) -> np.n
     return (Z + Z.T) / np.sqrt(2.0)
 
 
-def draw_step_noise(rng: np.random.Generator, d: int, scales: DPVAPVINoiseScales) -> dict:
+def draw_step_noise(rng: np.random.Generator, d: int, scales: DPVAPVINoiseScales, shift: float = 1.0) -> dict:
     """Fresh noise for the 5 statistics of one step h (seed 000 Alg. 2 line 1, drawn per h).
 
     Parameters
@@ -171,6 +171,8 @@ def draw_step_noise(rng: np.random.Generator, d: int, scales: DPVAPVINoiseScales
     d : int
         Feature dimension.
     scales : DPVAPVINoiseScales
+    shift : float
+        Multiple of the data-independent (E/2) I shift (1 = the paper's).
 
     Returns
     -------
@@ -178,11 +180,11 @@ def draw_step_noise(rng: np.random.Generator, d: int, scales: DPVAPVINoiseScales
         ``phi1`` (d,), ``phi2`` (d,), ``phi3`` (d,), ``K1`` (d, d), ``K2`` (d, d),
         with K_i = (E/2) I + (Z + Z^T)/sqrt(2).
     """
-    shift = 0.5 * scales.E * np.eye(d)
+    I_shift = 0.5 * shift * scales.E * np.eye(d)
     return {
-        "K1": shift + symmetric_gaussian(rng, d, scales.sigma_z),
+        "K1": I_shift + symmetric_gaussian(rng, d, scales.sigma_z),
         "phi1": rng.normal(0.0, scales.sigma_v2, size=d),
         "phi2": rng.normal(0.0, scales.sigma_v, size=d),
-        "K2": shift + symmetric_gaussian(rng, d, scales.sigma_z),
+        "K2": I_shift + symmetric_gaussian(rng, d, scales.sigma_z),
         "phi3": rng.normal(0.0, scales.sigma_r, size=d),
     }
