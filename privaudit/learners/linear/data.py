@@ -102,20 +102,30 @@ class LinearData:
         UsageError
             If an index is outside the domain or a reward outside [0, 1].
         """
-        h, s, a, s_next = (np.asarray(x, dtype=np.int64) for x in (h, s, a, s_next))
+        # memory: inputs keep their (possibly small) dtypes; one int64 key array at a time
+        h, s, a, s_next = (np.asarray(x) for x in (h, s, a, s_next))
         r = np.asarray(r, dtype=np.float64)
         end = np.asarray(end, dtype=bool) | (h == H - 1)
         for name, x, hi in (("step", h, H), ("state", s, S), ("action", a, A), ("next_state", s_next, S)):
+            if not np.issubdtype(x.dtype, np.integer) and len(x):
+                raise UsageError(f"column `{name}` must hold integers. Found dtype {x.dtype}.")
             if len(x) and (x.min() < 0 or x.max() >= hi):
                 raise UsageError(f"column `{name}` must lie in [0, {hi}); bound and validate the logs first.")
         if len(r) and (r.min() < 0 or r.max() > 1 or not np.isfinite(r).all()):
             raise UsageError("rewards must be clipped and scaled into [0, 1] before the linear learners.")
-        key = (h * S + s) * A + a
+        key = h.astype(np.int64)
+        key *= S
+        key += s
+        key *= A
+        key += a
         pair_keys, pair_inv, n = _aggregate(key, H * S * A)
+        del key
         r_sum = np.bincount(pair_inv, weights=r, minlength=len(pair_keys))
-        nxt = np.where(end, 0, s_next + 1)
-        tkey = pair_inv * (S + 1) + nxt
+        tkey = pair_inv
+        tkey *= S + 1
+        tkey += np.where(end, 0, s_next.astype(np.int64) + 1)
         t_keys, _, t_n = _aggregate(tkey, len(pair_keys) * (S + 1))
+        del tkey
         t_pair, t_next = t_keys // (S + 1), t_keys % (S + 1) - 1
         ph = pair_keys // (S * A)
         bounds = np.searchsorted(ph, np.arange(H + 1))
