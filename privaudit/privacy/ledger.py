@@ -54,7 +54,7 @@ def _amount(name: str, value) -> tuple[Fraction, str]:
         if isinstance(value, float):
             text = repr(value)
         elif isinstance(value, Fraction):
-            text = str(value)
+            text = _fmt(value) if _is_decimal(value) else str(value)
         else:
             text = str(value).strip()
         frac = Fraction(text)
@@ -259,6 +259,15 @@ def charge(path, dataset_id: str, rho, description: str) -> dict:
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
     return entry
+
+
+def _is_decimal(x: Fraction) -> bool:
+    """True when x has a finite decimal expansion."""
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    return d == 1
 
 
 def _fmt(x: Fraction) -> str:
