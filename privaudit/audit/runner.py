@@ -184,8 +184,13 @@ def _choose(cands: list[Candidate], X0, X1, n_ev0, n_ev1, alpha_b, delta, object
         t = _grid(s0, s1)
         gt0 = n0 - np.searchsorted(s0, t, side="right")
         gt1 = n1 - np.searchsorted(s1, t, side="right")
-        plus = B.predict_objective(gt0, gt1, n0, n1, n_ev0, n_ev1, alpha_b, delta, objective)
-        minus = B.predict_objective(n1 - gt1, n0 - gt0, n1, n0, n_ev1, n_ev0, alpha_b, delta, objective)
+        # Score each event by the bound the selection split itself proves, simultaneously over
+        # every event tried (Bonferroni over candidates x thresholds x directions). A plug-in
+        # estimate, or a per-event bound, favours far-tail events whose few counts are mostly
+        # noise (winner's curse) and that then fail on the evaluation split.
+        a_sel = alpha_b / (2 * len(cands) * len(t))
+        plus = B.predict_objective(gt0, gt1, n0, n1, n0, n1, a_sel, delta, objective)
+        minus = B.predict_objective(n1 - gt1, n0 - gt0, n1, n0, n1, n0, a_sel, delta, objective)
         for d, v in (("+", plus), ("-", minus)):
             i = int(np.argmax(v))
             if v[i] > best[d][0]:
