@@ -134,10 +134,12 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
     Parameters
     ----------
     lf : polars.LazyFrame
-        Validated logs with the standard column names (``episode_id``,
-        ``step``, ``state``, ``action``, ``reward``, ``next_state``, optional
-        ``unit_id``), as returned by ``privaudit.data.io.scan_logs``. One row
-        per step; steps 0-based and contiguous inside an episode.
+        Logs with the standard column names (``episode_id``, ``step``,
+        ``state``, ``action``, ``reward``, ``next_state``, optional
+        ``unit_id``), as returned by ``privaudit.data.io.scan_logs``, that pass
+        validation's fatal rules (``privaudit.stats.release.BOUNDING_RULES``
+        lists the only rules allowed to fail): one row per step, steps
+        0..L-1 once each, one unit per episode.
     spec : DomainSpec
         Supplies k (``max_episodes_per_unit``), H and ``reward_range``.
 
@@ -151,49 +153,47 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
 
     Notes
     -----
-    One pass over the logs computes a per-episode summary (unit, steps,
-    steps >= H, rewards out of range); the keep-k decision is taken on that
-    summary and applied with a semi-join, so no Python loop touches rows.
-    The bounded frame guarantees, for any input, the contribution bounds the
-    sensitivities assume (``privaudit.privacy.sensitivity``): one unit adds at
-    most k episodes of at most H steps each, each reward in [0, 1].
+    An episode is identified by its step-0 row (exactly one per episode in
+    validated logs), which gives its unit. Episodes per unit come from a
+    group-by over those rows; only units with more than k episodes are
+    ranked, and their surplus episodes are removed with an anti-join. One
+    more streaming pass counts the steps dropped and rewards clipped. No
+    Python loop touches rows. For such logs the bounded frame guarantees the
+    contribution bounds the sensitivities assume
+    (``privaudit.privacy.sensitivity``): one unit adds at most k episodes of
+    at most H steps each, each reward in [0, 1].
     """
     H, k = spec.horizon, spec.max_episodes_per_unit
     lo, hi = spec.reward_range
     unit = unit_column_of(lf)
-    out_of_range = (pl.col("reward") < lo) | (pl.col("reward") > hi)
-    per_episode = (
-        lf.group_by("episode_id")
-        .agg(
-            pl.col(unit).first().alias("_unit") if unit != "episode_id" else pl.col("episode_id").first().alias("_unit"),
-            pl.len().alias("_rows"),
-            (pl.col("step") >= H).sum().alias("_over_H"),
-            ((pl.col("step") < H) & out_of_range).sum().alias("_clipped"),
-        )
-        .with_columns(episode_priority(pl.col("episode_id")).alias("_key"))
-        .sort(["_unit", "_key", "episode_id"])
-        .with_columns(pl.int_range(pl.len()).over("_unit").alias("_rank"))
-        .collect()
-    )
-    keep = per_episode["_rank"] < k
-    kept = per_episode.filter(keep)
-    dropped = per_episode.filter(~keep)
+    c = pl.col
+    episodes = (lf.filter(c("step") == 0)
+                .select(c("episode_id"), c(unit).alias("_unit")).unique())
+    per_unit = episodes.group_by("_unit").agg(pl.len().cast(pl.Int64).alias("_m"))
+    unit_stats, = pl.collect_all([per_unit.select(pl.len().alias("units"), c("_m").sum().alias("episodes"),
+                                                  (c("_m") > k).sum().alias("over"),
+                                                  (c("_m") - k).clip(lower_bound=0).sum().alias("dropped"))])
+    n_units, n_episodes, units_over_k, n_dropped = (int(unit_stats[x][0] or 0)
+                                                    for x in ("units", "episodes", "over", "dropped"))
+    kept = lf
+    if n_dropped:
+        dropped = (episodes.join(per_unit.filter(c("_m") > k), on="_unit")
+                   .with_columns(episode_priority(c("episode_id")).alias("_key"))
+                   .sort(["_unit", "_key", "episode_id"])
+                   .filter(pl.int_range(pl.len()).over("_unit") >= k)
+                   .select("episode_id").collect())
+        kept = lf.join(dropped.lazy(), on="episode_id", how="anti")
+    out_of_range = (c("reward") < lo) | (c("reward") > hi)
+    row_stats = [kept.select((c("step") >= H).sum().alias("over_H"), (c("step") == H).sum().alias("truncated"),
+                             ((c("step") < H) & out_of_range).sum().alias("clipped"), pl.len().alias("rows"))]
+    if n_dropped:
+        row_stats.append(lf.select(pl.len().alias("rows")))
+    stats = pl.collect_all(row_stats)
+    rows_dropped = int(stats[1]["rows"][0]) - int(stats[0]["rows"][0]) if n_dropped else 0
     report = BoundingReport(
-        units=int(per_episode["_unit"].n_unique()) if per_episode.height else 0,
-        episodes=per_episode.height,
-        units_over_k=int(dropped["_unit"].n_unique()) if dropped.height else 0,
-        episodes_dropped=dropped.height,
-        rows_dropped_with_episodes=int(dropped["_rows"].sum()) if dropped.height else 0,
-        episodes_truncated=int((kept["_over_H"] > 0).sum()),
-        steps_dropped=int(kept["_over_H"].sum()) if kept.height else 0,
-        rewards_clipped=int(kept["_clipped"].sum()) if kept.height else 0,
-        k=k,
-        H=H,
-    )
-    bounded = lf
-    if dropped.height:
-        bounded = bounded.join(kept.lazy().select("episode_id"), on="episode_id", how="semi")
-    bounded = bounded.filter(pl.col("step") < H).with_columns(
-        ((pl.col("reward").cast(pl.Float64).clip(lo, hi) - lo) / (hi - lo)).alias("reward")
-    )
+        units=n_units, episodes=n_episodes, units_over_k=units_over_k, episodes_dropped=n_dropped,
+        rows_dropped_with_episodes=rows_dropped, episodes_truncated=int(stats[0]["truncated"][0]),
+        steps_dropped=int(stats[0]["over_H"][0]), rewards_clipped=int(stats[0]["clipped"][0]), k=k, H=H)
+    bounded = kept.filter(c("step") < H).with_columns(
+        ((c("reward").cast(pl.Float64).clip(lo, hi) - lo) / (hi - lo)).alias("reward"))
     return bounded, report

@@ -49,17 +49,19 @@ def _counted_rows(frame: Frame, spec: DomainSpec, columns: list[str]) -> pl.Lazy
                      + ([pl.col("reward")] if "reward" in lf.collect_schema().names() else []))
 
 
-def _check_domain(cells: pl.DataFrame, spec: DomainSpec, columns: list[str]) -> None:
+def _check_domain(bounds: pl.DataFrame, spec: DomainSpec, columns: list[str]) -> None:
     """Refuse indices outside the declared domain (a privacy invariant: no assert).
 
-    Validation rejects such rows before a release; this is the last guard so
-    that an unvalidated frame can never be scattered out of bounds or wrap.
+    ``bounds`` holds ``<col>_lo`` / ``<col>_hi`` (min and max; null when no
+    row counts). Validation rejects such rows before a release; this is the
+    last guard so that an unvalidated frame can never be scattered out of
+    bounds or alias another cell through the flat index.
     """
     bound = {"step": spec.H, "state": spec.S, "action": spec.A, "next_state": spec.S}
     for c in columns:
-        if cells.height == 0:
-            return
-        lo, hi = cells[c].min(), cells[c].max()
+        lo, hi = bounds[c + "_lo"][0], bounds[c + "_hi"][0]
+        if lo is None:
+            continue
         if lo < 0 or hi >= bound[c]:
             raise ValidationFailed(
                 f"column '{c}' holds values in [{lo}, {hi}] outside the declared domain [0, {bound[c]}) "
@@ -75,21 +77,122 @@ def _cell_index(columns: list[str], sizes: list[int]) -> pl.Expr:
     return idx
 
 
-def _sa_table(frame: Frame, spec: DomainSpec, stationary: bool, value: pl.Expr | None,
-              dtype) -> np.ndarray:
-    """Dense (H, S, A) or (S, A) table of ``sum(value)`` (``count`` if value is None)."""
+class SparseCounts:
+    """The observed cells of one log, from a single polars group-by.
+
+    Every statistic (visits, reward sums, transition slices) is a dense
+    scatter of this sparse table, so the rows are aggregated once.
+
+    Attributes
+    ----------
+    spec : DomainSpec
+    stationary : bool
+    cells : polars.DataFrame
+        Columns ``i`` (Int64, flat transition-cell index
+        ``((h*S + s)*A + a)*S + s'``, or ``(s*A + a)*S + s'`` if stationary;
+        sorted, unique), ``n`` (Int64 count) and, when rewards were asked
+        for, ``r`` (sum of rewards of the cell: Float64, or Int64 in units of
+        1/quantum). At most one row per log row; PRIVATE exact statistics.
+    """
+
+    def __init__(self, spec: DomainSpec, stationary: bool, cells: pl.DataFrame):
+        self.spec, self.stationary, self.cells = spec, stationary, cells
+        S, A = spec.S, spec.A
+        self._per_h = S * A * S
+        flat = cells["i"].to_numpy()
+        n_slices = 1 if stationary else spec.H
+        self._bounds = np.searchsorted(flat, np.arange(n_slices + 1, dtype=np.int64) * self._per_h)
+
+    def __repr__(self) -> str:  # exact counts are private: shapes only
+        return f"SparseCounts(H={self.spec.H}, S={self.spec.S}, A={self.spec.A}, stationary={self.stationary})"
+
+    @property
+    def sa_shape(self) -> tuple[int, ...]:
+        """(S, A) if stationary else (H, S, A)."""
+        sp = self.spec
+        return (sp.S, sp.A) if self.stationary else (sp.H, sp.S, sp.A)
+
+    def _sa(self, column: str, dtype) -> np.ndarray:
+        S = self.spec.S
+        agg = (self.cells.lazy().group_by((pl.col("i") // S).alias("j")).agg(pl.col(column).sum())
+               .collect())
+        out = np.zeros(int(np.prod(self.sa_shape)), dtype=dtype)
+        out[agg["j"].to_numpy()] = agg[column].to_numpy().astype(dtype, copy=False)
+        return out.reshape(self.sa_shape)
+
+    def visits(self) -> np.ndarray:
+        """n_h(s, a), shape (H, S, A) or (S, A), int64 (= sum over s' of the transitions)."""
+        return self._sa("n", np.int64)
+
+    def rewards(self) -> np.ndarray:
+        """R_h(s, a), shape (H, S, A) or (S, A): float64 sums, or int64 units of 1/quantum."""
+        if "r" not in self.cells.columns:
+            raise ValueError("reward sums were not aggregated (rewards=False)")
+        return self._sa("r", np.int64 if self.cells.schema["r"].is_integer() else np.float64)
+
+    def transitions_h(self, h: int) -> np.ndarray:
+        """n_h(s, a, s') of step h (the pooled table if stationary), shape (S, A, S), int64, fresh."""
+        S, A = self.spec.S, self.spec.A
+        g = 0 if self.stationary else int(h)
+        lo, hi = self._bounds[g], self._bounds[g + 1]
+        out = np.zeros(self._per_h, dtype=np.int64)
+        out[self.cells["i"][lo:hi].to_numpy() - g * self._per_h] = self.cells["n"][lo:hi].to_numpy()
+        return out.reshape(S, A, S)
+
+    def iter_transitions(self) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield (h, n_h of shape (S, A, S)) for h = 0..H-1 (once, h = 0, if stationary)."""
+        for h in range(1 if self.stationary else self.spec.H):
+            yield h, self.transitions_h(h)
+
+
+def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
+                  rewards: bool = True, quantum: int | None = None) -> SparseCounts:
+    """Aggregate bounded logs once into their observed transition cells.
+
+    Parameters
+    ----------
+    frame : polars LazyFrame or DataFrame
+        Bounded logs (``privaudit.data.bounding``) with ``step, state,
+        action, next_state`` and, if ``rewards``, ``reward`` scaled into [0, 1].
+    spec : DomainSpec
+        Declared domain (H, S, A, terminal states).
+    stationary : bool
+        Pool over h.
+    rewards : bool
+        Also sum the rewards per cell.
+    quantum : int or None
+        Round each row's reward to a multiple of 1/quantum and sum integers
+        (``round(r * quantum)``; see :func:`reward_sums`). None sums floats.
+
+    Returns
+    -------
+    SparseCounts
+
+    Raises
+    ------
+    ValidationFailed
+        If an index lies outside the declared domain (unvalidated input).
+
+    Notes
+    -----
+    One polars group-by over the flat cell index; rows whose state is
+    terminal are left out (see the module docstring). Memory: the sparse
+    result, at most one row per log row.
+    """
     H, S, A = spec.H, spec.S, spec.A
-    cols = (["state", "action"] if stationary else ["step", "state", "action"])
-    sizes = [S, A] if stationary else [H, S, A]
+    cols = ["state", "action", "next_state"] if stationary else ["step", "state", "action", "next_state"]
+    sizes = [S, A, S] if stationary else [H, S, A, S]
     lf = _counted_rows(frame, spec, cols)
-    agg = pl.len().alias("v") if value is None else value.sum().alias("v")
-    cells = lf.group_by(cols).agg(agg).collect()
-    _check_domain(cells, spec, cols)
-    out = np.zeros(int(np.prod(sizes)), dtype=dtype)
-    if cells.height:
-        flat = np.ravel_multi_index(tuple(cells[c].to_numpy() for c in cols), sizes)
-        out[flat] = cells["v"].to_numpy().astype(dtype, copy=False)
-    return out.reshape(sizes)
+    rng_ = lf.select([e for c in cols for e in (pl.col(c).min().alias(c + "_lo"), pl.col(c).max().alias(c + "_hi"))])
+    aggs = [pl.len().cast(pl.Int64).alias("n")]
+    if rewards:
+        r = pl.col("reward").cast(pl.Float64)
+        aggs.append((r * int(quantum)).round(0).cast(pl.Int64).sum().alias("r") if quantum is not None
+                    else r.sum().alias("r"))
+    cells_lf = lf.group_by(_cell_index(cols, sizes).alias("i")).agg(aggs).sort("i")
+    bounds, cells = pl.collect_all([rng_, cells_lf])
+    _check_domain(bounds, spec, cols)
+    return SparseCounts(spec, stationary, cells)
 
 
 def visit_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False) -> np.ndarray:
@@ -98,7 +201,7 @@ def visit_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False) ->
     Parameters
     ----------
     frame : polars LazyFrame or DataFrame
-        Bounded logs with columns ``step``, ``state``, ``action``.
+        Bounded logs with columns ``step``, ``state``, ``action``, ``next_state``.
     spec : DomainSpec
         Declared domain (H, S, A, terminal states).
     stationary : bool
@@ -117,7 +220,7 @@ def visit_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False) ->
     ----------
     Qiao & Wang, Offline RL with DP, Alg. 1 raw counts; ALGORITHMS.md 1.2 step 2.
     """
-    return _sa_table(frame, spec, stationary, None, np.int64)
+    return sparse_counts(frame, spec, stationary=stationary, rewards=False).visits()
 
 
 def reward_sums(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
@@ -143,56 +246,26 @@ def reward_sums(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
     -------
     ndarray, shape (H, S, A) or (S, A); float64, or int64 when ``quantum`` is set.
     """
-    if quantum is None:
-        return _sa_table(frame, spec, stationary, pl.col("reward").cast(pl.Float64), np.float64)
-    q = (pl.col("reward").cast(pl.Float64) * int(quantum)).round(0).cast(pl.Int64)
-    return _sa_table(frame, spec, stationary, q, np.int64)
+    return sparse_counts(frame, spec, stationary=stationary, quantum=quantum).rewards()
 
 
 def iter_transition_counts(frame: Frame, spec: DomainSpec, *,
                            stationary: bool = False) -> Iterator[tuple[int, np.ndarray]]:
     """Exact transition counts n_h(s, a, s'), one step h at a time.
 
-    Parameters
-    ----------
-    frame : polars LazyFrame or DataFrame
-        Bounded logs with ``step``, ``state``, ``action``, ``next_state``.
-    spec : DomainSpec
-    stationary : bool
-        Pool over h: yields a single ``(0, counts)`` pair of the pooled table.
-
     Yields
     ------
     h : int
-        Step, 0..H-1 (0 for the pooled table).
+        Step, 0..H-1 (a single h = 0 for the pooled stationary table).
     counts : ndarray of int64, shape (S, A, S)
-        n_h(s, a, s'); a fresh array each time (the caller may keep or free it).
+        n_h(s, a, s'); a fresh array each time.
 
     Notes
     -----
-    One polars group-by over the flat cell index ``((h*S + s)*A + a)*S + s'``
-    gives the observed cells (at most one per row), sorted; each h-slice is
-    scattered into a dense (S, A, S) array only when requested. Peak memory:
-    the sparse result plus one dense h-slice (ICU-Sepsis: 12.8 M cells, 102 MB).
+    Peak memory: the sparse cells plus one dense h-slice (ICU-Sepsis:
+    12.8 M cells, 102 MB), never the whole (H, S, A, S) table.
     """
-    H, S, A = spec.H, spec.S, spec.A
-    cols = ["state", "action", "next_state"] if stationary else ["step", "state", "action", "next_state"]
-    sizes = [S, A, S] if stationary else [H, S, A, S]
-    cells = (_counted_rows(frame, spec, cols).group_by(cols).agg(pl.len().alias("v"))
-             .collect())
-    _check_domain(cells, spec, cols)
-    cells = cells.select(_cell_index(cols, sizes).alias("i"), pl.col("v")).sort("i")
-    flat = cells["i"].to_numpy()
-    counts = cells["v"].to_numpy().astype(np.int64)
-    del cells
-    per_h = S * A * S
-    n_slices = 1 if stationary else H
-    bounds = np.searchsorted(flat, np.arange(n_slices + 1, dtype=np.int64) * per_h)
-    for h in range(n_slices):
-        lo, hi = bounds[h], bounds[h + 1]
-        out = np.zeros(per_h, dtype=np.int64)
-        out[flat[lo:hi] - h * per_h] = counts[lo:hi]
-        yield h, out.reshape(S, A, S)
+    yield from sparse_counts(frame, spec, stationary=stationary, rewards=False).iter_transitions()
 
 
 def transition_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False) -> np.ndarray:

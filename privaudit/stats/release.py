@@ -419,11 +419,14 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     t = time.perf_counter()
     bounded, report = bound_contributions(scan_logs(logs, spec), spec)
     cols = ["step", "state", "action", "next_state"]
-    frame = bounded.select([pl.col(c).cast(pl.Int32) for c in cols] + [pl.col("reward")]).collect()
-    visits = counts.visit_counts(frame, spec, stationary=stationary)
-    rewards = (counts.reward_sums(frame, spec, stationary=stationary, quantum=plan["rewards"]["quantum"])
-               if "rewards" in plan else None)
-    transitions = counts.iter_transition_counts(frame, spec, stationary=stationary)
+    frame = bounded.select([pl.col(c).cast(pl.Int32) for c in cols]
+                           + ([pl.col("reward")] if "rewards" in plan else [])).collect()
+    exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards="rewards" in plan,
+                                 quantum=plan["rewards"]["quantum"] if "rewards" in plan else None)
+    del frame
+    visits = exact.visits()
+    rewards = exact.rewards() if "rewards" in plan else None
+    transitions = exact.iter_transitions()
     timings["read_count"] = time.perf_counter() - t
     if echo is not None:
         echo(report.summary())
@@ -453,7 +456,7 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
             if ledger is not None:
                 ledger_mod.charge(Path(ledger), spec.dataset_id, charge_rho, _ledger_description(out, budget))
     finally:
-        del frame
+        del exact, transitions
     timings["noise"] = t_noise
     timings["write"] = t_write
     log_path = local_log_path(out)

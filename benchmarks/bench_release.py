@@ -1,0 +1,118 @@
+"""Release speed and memory at the ICU-Sepsis shape (H=20, S=716, A=25: 256 M transition cells).
+
+Run: python benchmarks/bench_release.py [--episodes 1000000] [--seed 0] [--noise rounded]
+
+Simulates the clinicians' policy on ICU-Sepsis (``privaudit.mdp.simulate``,
+cached under the temp folder), then runs one Gaussian release (rho = 1) of
+the log in a fresh child process so that its peak resident memory is the
+release's own. Prints the wall time per stage (validate, read + bound + count,
+noise, write; writing slice h overlaps the noise of slice h + 1, so the stage
+times add up to more than the total), peak RSS, the release's size on disk and
+the time to read it back (visits, then every h-slice of the transitions).
+Target: whole release <= 30 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def make_logs(episodes: int, seed: int, folder: Path) -> tuple[Path, Path]:
+    """Simulate (or reuse) the ICU-Sepsis log and its spec."""
+    import numpy as np
+
+    from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
+    from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
+    from privaudit.spec import write_spec
+
+    logs, spec = folder / f"icu_{episodes}_{seed}.parquet", folder / f"icu_{episodes}_{seed}.spec.json"
+    if logs.exists() and spec.exists():
+        return logs, spec
+    mdp = build_mdp("icu-sepsis")
+    df = simulate(mdp, behaviour_policy("clinicians", mdp), episodes, rng=np.random.default_rng(seed))
+    write_logs(df, logs)
+    write_spec(MDP_REGISTRY["icu-sepsis"].spec_doc(mdp, "icu-sepsis-bench", "benchmark log"), spec)
+    return logs, spec
+
+
+def child(logs: str, spec: str, out: str, noise: str) -> None:
+    """One release; prints its timings and peak RSS as JSON."""
+    from privaudit.stats.release import release_logs
+
+    t = time.perf_counter()
+    info = release_logs(logs, spec, rho=1.0, out=out, noise=noise)
+    wall = time.perf_counter() - t
+    print(json.dumps({"timings": info.timings, "wall_s": wall,
+                      "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def read_back(out: Path) -> dict:
+    from privaudit.stats.release import load_release
+
+    t = time.perf_counter()
+    rel = load_release(out)
+    t_load = time.perf_counter() - t
+    t = time.perf_counter()
+    for _h, _sl in rel.iter_transitions():
+        pass
+    t_all = time.perf_counter() - t
+    return {"load_s": t_load, "transitions_per_h_s": t_all / rel.H, "transitions_all_s": t_all}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--episodes", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--noise", choices=["rounded", "exact"], default="rounded")
+    ap.add_argument("--child", nargs=4, metavar=("LOGS", "SPEC", "OUT", "NOISE"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(*a.child)
+        return
+    cache = Path(tempfile.gettempdir()) / "privaudit-bench"
+    cache.mkdir(exist_ok=True)
+    t = time.perf_counter()
+    logs, spec = make_logs(a.episodes, a.seed, cache)
+    t_sim = time.perf_counter() - t
+    import polars as pl
+
+    rows = pl.scan_parquet(logs).select(pl.len()).collect().item()
+    out = cache / "release"
+    shutil.rmtree(out, ignore_errors=True)
+    (cache / "release.local-log.json").unlink(missing_ok=True)
+    env = dict(os.environ, POLARS_MAX_THREADS="2")
+    res = subprocess.run([sys.executable, __file__, "--child", str(logs), str(spec), str(out), a.noise],
+                         capture_output=True, text=True, env=env)
+    if res.returncode:
+        sys.exit(res.stderr)
+    r = json.loads(res.stdout.strip().splitlines()[-1])
+    sizes = {p.name: p.stat().st_size / 1e6 for p in out.iterdir()}
+    rb = read_back(out)
+    tm = r["timings"]
+    print(f"ICU-Sepsis shape H=20, S=716, A=25 (256 M transition cells); {a.episodes:,} episodes, "
+          f"{rows:,} rows (log {'simulated' if t_sim > 1 else 'cached'} in {t_sim:.1f} s); "
+          f"Gaussian rho=1, noise={a.noise}; {os.cpu_count()} cores")
+    print(f"  validate             {tm['validate']:6.2f} s")
+    print(f"  read + bound + count {tm['read_count']:6.2f} s")
+    print(f"  noise                {tm['noise']:6.2f} s")
+    print(f"  write (overlapped)   {tm['write']:6.2f} s")
+    print(f"  whole release        {r['wall_s']:6.2f} s   (target <= 30 s)")
+    print(f"  peak RSS             {r['peak_rss_MB']:6.0f} MB")
+    print("  on disk              " + ", ".join(f"{k} {v:.1f} MB" for k, v in sorted(sizes.items())))
+    print(f"  read back: load_release {rb['load_s']:.2f} s; transitions_h {rb['transitions_per_h_s']:.2f} s per h "
+          f"({rb['transitions_all_s']:.1f} s for all 20)")
+    shutil.rmtree(out, ignore_errors=True)
+    (cache / "release.local-log.json").unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
