@@ -313,6 +313,8 @@ def test_hash_screen_finds_exactly_the_broken_episodes(tmp_path, monkeypatch):
     # the streaming screen flags exactly the 30 broken episodes (a valid one never passes as broken)
     screen = episode_checks.episode_table(open_log(path, spec), check_chain=True, check_units=False)
     assert set(screen.frame.filter(pl.col("suspect"))["episode_id"].to_list()) == set(eps.tolist())
+    steps_only = episode_checks.episode_table(open_log(path, spec), check_chain=False, check_units=False)
+    assert set(steps_only.frame.filter(pl.col("suspect"))["episode_id"].to_list()) == set(eps[10:].tolist())
     rep = validate_logs(path, spec, max_errors=100)
     assert rep.counts["next_state_mismatch"] == 10
     assert rep.counts["step_duplicate"] == 10

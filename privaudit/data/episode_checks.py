@@ -8,22 +8,23 @@ proportional to the episodes), and only the episodes that this pass flags
 are re-read and checked exactly, in chunks of bounded size.
 
 The flagging test is a telescoping sum of hashes. With g a 64-bit hash of an
-Int64 and the L steps h_i of an episode,
+Int64, the rows i of an episode with steps h_i, and h_max their largest,
 
-    sum_i g(h_i + 1) + g(0) == sum_i g(h_i) + g(L)
+    sum_i g(h_i + 1) == sum_{i: h_i != 0} g(h_i) + g(h_max + 1)
 
-holds for every g iff the multiset {h_i} is exactly {0, ..., L-1} (the
-multiplicities c_j must satisfy c_{j-1} - c_j = [j = L] - [j = 0]). With
-pair keys k(h, s) = h * 2^32 + s, s_0 the state at step 0 and s'_last the
-next_state at the largest step h_max,
+holds for every g iff the multiset {h_i} is exactly {0, ..., h_max}: the
+multiplicities c_j must satisfy c_{-1} = 0 and c_{j-1} - c_j = [j = h_max + 1]
+for j != 0, so c_j = 1 on 0..h_max and 0 elsewhere. With pair keys
+k(h, s) = h * 2^32 + s and s'_last the next_state at step h_max,
 
-    sum_i g(k(h_i + 1, s'_i)) + g(k(0, s_0)) == sum_i g(k(h_i, s_i)) + g(k(h_max + 1, s'_last))
+    sum_i g(k(h_i + 1, s'_i)) == sum_{i: h_i != 0} g(k(h_i, s_i)) + g(k(h_max + 1, s'_last))
 
 holds for every g iff the steps are exactly 0..h_max (map each pair (h, s)
-to h: the step identity above with L = h_max + 1) and s'_h = s_{h+1} for
-h < h_max; so this one test screens both the step rules and the
-next_state chain (the step-only test is used when state or next_state is
-unusable). Each side is summed
+to h: the identity above) and s'_h = s_{h+1} for h < h_max; so this one
+test screens both the step rules and the next_state chain (the step-only
+test is used when state or next_state is unusable). Steps are clipped into
+[-1, 2^30] and states into [0, 2^32) first, which keeps every key in Int64
+and changes no valid episode. Each side is summed
 separately on the low and high 32-bit halves of g (no overflow below 2^32
 rows per episode). A broken episode passes both halves only if a fixed
 non-zero integer combination of hash values vanishes: about 2^-64 for a
@@ -55,25 +56,32 @@ def _clipped(name: str, dtype: pl.DataType, lo: int, hi: int) -> pl.Expr:
     return pl.col(name).cast(pl.Int64).clip(lo, hi)
 
 
-def _halves(e: pl.Expr, name: str) -> list[pl.Expr]:
-    """Sums of the low and high 32-bit halves of g(e) (UInt64, no overflow)."""
-    h = e.hash(HASH_SEED)
-    return [(h % _P32).sum().alias(f"{name}_lo"), (h // _P32).sum().alias(f"{name}_hi")]
+def _half_diffs(up: pl.Expr, at: pl.Expr) -> list[pl.Expr]:
+    """Per row: g(up) - g(at) on the low and high 32-bit halves (Int64, exact)."""
+    gu, ga = up.hash(HASH_SEED), at.hash(HASH_SEED)
+    lo_a = pl.when(at.is_null()).then(0).otherwise((ga % _P32).cast(pl.Int64))
+    hi_a = pl.when(at.is_null()).then(0).otherwise((ga // _P32).cast(pl.Int64))
+    return [((gu % _P32).cast(pl.Int64) - lo_a).alias("_dlo"), ((gu // _P32).cast(pl.Int64) - hi_a).alias("_dhi")]
 
 
-def _equal(left: str, right: str, left_extra: pl.Expr, right_extra: pl.Expr) -> pl.Expr:
-    """sum(left) + g(left_extra) == sum(right) + g(right_extra), on both halves."""
-    gl, gr = left_extra.hash(HASH_SEED), right_extra.hash(HASH_SEED)
-    return (((pl.col(f"{left}_lo") + gl % _P32) == (pl.col(f"{right}_lo") + gr % _P32))
-            & ((pl.col(f"{left}_hi") + gl // _P32) == (pl.col(f"{right}_hi") + gr // _P32)))
+def _balanced(at_extra: pl.Expr) -> pl.Expr:
+    """sum(g(up)) == sum(g(at)) + g(at_extra), on both halves.
+
+    The per-episode sums of ``_dlo``/``_dhi`` are below 2^32 * rows in size,
+    so Int64 is exact for episodes of fewer than 2^31 rows.
+    """
+    ga = at_extra.hash(HASH_SEED)
+    lo = pl.col("dlo") - (ga % _P32).cast(pl.Int64)
+    hi = pl.col("dhi") - (ga // _P32).cast(pl.Int64)
+    return (lo == 0) & (hi == 0)
 
 
 @dataclass
 class EpisodeTable:
     """One row per episode (memory proportional to the number of episodes).
 
-    Columns: ``episode_id``; ``n`` (rows with a non-null step); ``smax``
-    (largest step); ``row0`` (first row index); ``suspect`` (bool: the hash
+    Columns: ``episode_id``; ``n`` (rows); ``hmax`` (largest step, clipped
+    into [-1, 2^30]); ``row0`` (first row index); ``suspect`` (bool: the hash
     test flags broken steps, a broken next_state chain or several units);
     ``unit`` (the episode's smallest unit_id) when units are checked.
     """
@@ -88,26 +96,32 @@ def episode_table(log: OpenLog, check_chain: bool, check_units: bool) -> Episode
     """
     c = pl.col
     hc = _clipped("step", log.dtypes["step"], -1, 2**30)
-    aggs = [hc.count().alias("n"), c("step").max().alias("smax"), c(ROW).min().alias("row0")]
+    aggs = [pl.len().alias("n"), c(ROW).min().alias("row0"), c("_dlo").sum().alias("dlo"),
+            c("_dhi").sum().alias("dhi")]
+    not0 = pl.when(hc != 0)
     if check_chain:
-        # the pair test alone implies steps 0..smax (see module docstring)
+        # the pair test alone implies steps 0..h_max (see module docstring)
         s = _clipped("state", log.dtypes["state"], 0, _P32 - 1)
         ns = _clipped("next_state", log.dtypes["next_state"], 0, _P32 - 1)
-        aggs += [*_halves((hc + 1) * _P32 + ns, "kn"), *_halves(hc * _P32 + s, "kc"),
-                 pl.when(hc == 0).then(s).min().alias("s0"),
-                 (hc * _P32 + ns).max().alias("klast")]
-        ok = _equal("kn", "kc", c("s0"), c("klast") + _P32).fill_null(False)
+        rows = [*_half_diffs((hc + 1) * _P32 + ns, not0.then(hc * _P32 + s)), (hc * _P32 + ns).alias("_k")]
+        aggs += [c("_k").max().alias("klast")]
+        post = [(c("klast") // _P32).alias("hmax")]
+        ok = _balanced(c("klast") + _P32)
     else:
-        aggs += [*_halves(hc + 1, "up"), *_halves(hc, "at")]
-        ok = _equal("up", "at", pl.lit(0, dtype=pl.Int64), c("n").cast(pl.Int64))
+        rows = [*_half_diffs(hc + 1, not0.then(hc)), hc.alias("_k")]
+        aggs += [c("_k").max().alias("hmax")]
+        post = []
+        ok = _balanced(c("hmax") + 1)
     suspect = ~ok
     if check_units:
         aggs += [c("unit_id").min().alias("unit"), c("unit_id").max().alias("unit_max")]
         suspect = suspect | (c("unit") != c("unit_max")).fill_null(False)
-    keep = ["episode_id", "n", "smax", "row0", "suspect"] + (["unit"] if check_units else [])
+    keep = ["episode_id", "n", "hmax", "row0", "suspect"] + (["unit"] if check_units else [])
     frame = (log.frame.filter(c("episode_id").is_not_null())
+             .with_columns(rows)
              .group_by("episode_id").agg(aggs)
-             .with_columns(suspect.alias("suspect"))
+             .with_columns(post)
+             .with_columns(suspect.fill_null(True).alias("suspect"))
              .select(keep)
              .collect(engine="streaming"))
     return EpisodeTable(frame)
@@ -200,13 +214,14 @@ def flag_not_last(log: OpenLog, table: EpisodeTable, flags: list[str]) -> pl.Laz
     any_flag = pl.any_horizontal([c(f).fill_null(False) for f in flags])
     which = c(flags[0]).fill_null(False)
     col = (pl.when(which).then(pl.lit(flags[0])).otherwise(pl.lit(flags[-1]))) if len(flags) > 1 else pl.lit(flags[0])
-    last = table.frame.lazy().select("episode_id", "smax")
+    last = table.frame.lazy().select("episode_id", "hmax")
+    hc = _clipped("step", log.dtypes["step"], -1, 2**30)
     return (log.frame.filter(any_flag & c("step").is_not_null())
-            .select(ROW, "episode_id", "step", col.alias("column"))
+            .select(ROW, "episode_id", "step", hc.alias("_h"), col.alias("column"))
             .join(last, on="episode_id", how="inner")
-            .filter(c("step") < c("smax"))
+            .filter(c("_h") < c("hmax"))
             .select(ROW, "episode_id", "step", "column",
-                    pl.format("{} flag at step {} but the episode continues to step {}", "column", "step", "smax")
+                    pl.format("{} flag at step {} but the episode continues to step {}", "column", "step", "hmax")
                     .alias("detail")))
 
 
