@@ -238,37 +238,42 @@ def _exact_sampler(mechanism: str, scale: float):
 # exact samplers (CKS 2020), vectorized
 
 
-def _bernoulli_exp_le1(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) for 0 <= num <= den, exactly (CKS Algorithm 1, gamma <= 1)."""
-    n = num.shape[0]
-    K = np.ones(n, dtype=np.int64)
-    active = np.ones(n, dtype=bool)
+def _bernoulli_exp_le1(num, den: int, n: int, rng) -> np.ndarray:
+    """n draws of Bernoulli(exp(-num/den)), 0 <= num <= den, exactly (CKS Algorithm 1, gamma <= 1).
+
+    ``num`` is an int64 array of shape (n,) or an int; ``den`` one int. Loop:
+    K = 1, 2, ...: draw A ~ Bernoulli(gamma / K) as U < num with U uniform on
+    {0, ..., den K - 1}; stop at the first A = 0 and return [K odd]. All draws
+    still running in round K share K, so each round is one vectorized draw.
+    """
+    result = np.empty(n, dtype=bool)
     idx = np.arange(n)
+    k = 1
     while idx.size:
-        if int(K[idx].max()) >= _K_LIMIT:  # probability < 1/64!, never in practice
+        if k >= _K_LIMIT:  # probability < 1/64!, never in practice
             raise RuntimeError("exact Bernoulli loop ran past its bound; report this")
-        a = rng.integers(0, den[idx] * K[idx]) < num[idx]
-        K[idx[a]] += 1
-        active[idx[~a]] = False
+        bound = num[idx] if isinstance(num, np.ndarray) else num
+        a = rng.integers(0, den * k, idx.size) < bound
+        result[idx[~a]] = (k % 2) == 1
         idx = idx[a]
-    del active
-    return (K % 2) == 1
+        k += 1
+    return result
 
 
-def _bernoulli_exp(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) for any num >= 0, den >= 1, exactly (CKS Algorithm 1)."""
+def _bernoulli_exp(num: np.ndarray, den: int, rng) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) for an int64 array num >= 0 and one int den >= 1, exactly
+    (CKS Algorithm 1: floor(gamma) draws of Bernoulli(exp(-1)), then the fraction)."""
     whole, rem = np.divmod(num, den)
     result = np.ones(num.shape[0], dtype=bool)
     idx = np.nonzero(whole > 0)[0]
     j = 0
-    one = np.ones(1, dtype=np.int64)
     while idx.size:  # whole[i] draws of Bernoulli(exp(-1)); stop at the first 0
-        b = _bernoulli_exp_le1(np.broadcast_to(one, idx.shape), np.broadcast_to(one, idx.shape), rng)
+        b = _bernoulli_exp_le1(1, 1, idx.size, rng)
         result[idx[~b]] = False
         j += 1
         idx = idx[b & (whole[idx] > j)]
     idx = np.nonzero(result)[0]
-    result[idx] = _bernoulli_exp_le1(rem[idx], den[idx], rng)
+    result[idx] = _bernoulli_exp_le1(rem[idx], den, idx.size, rng)
     return result
 
 
@@ -276,9 +281,8 @@ def _geometric_exp1(m: int, rng) -> np.ndarray:
     """Number of successes of Bernoulli(exp(-1)) before the first failure, m draws."""
     v = np.zeros(m, dtype=np.int64)
     idx = np.arange(m)
-    one = np.ones(1, dtype=np.int64)
     while idx.size:
-        b = _bernoulli_exp_le1(np.broadcast_to(one, idx.shape), np.broadcast_to(one, idx.shape), rng)
+        b = _bernoulli_exp_le1(1, 1, idx.size, rng)
         v[idx[b]] += 1
         idx = idx[b]
     return v
@@ -308,7 +312,7 @@ def discrete_laplace(t: int, s: int, m: int, *, rng: np.random.Generator) -> np.
     while todo.size:
         k = todo.size
         u = rng.integers(0, t, k)
-        d = _bernoulli_exp(u, np.full(k, t, dtype=np.int64), rng)
+        d = _bernoulli_exp(u, t, rng)
         v = _geometric_exp1(k, rng)
         y = (u + t * v) // s
         neg = rng.integers(0, 2, k).astype(bool)
@@ -333,7 +337,7 @@ def _discrete_gaussian_pq(p: int, q: int, m: int, rng) -> np.ndarray:
         accept = np.zeros(k, dtype=bool)
         i_small = np.nonzero(small)[0]
         num = (ay[i_small] * (t * q) - p) ** 2
-        accept[i_small] = _bernoulli_exp(num, np.full(i_small.size, den_val, dtype=np.int64), rng)
+        accept[i_small] = _bernoulli_exp(num, den_val, rng)
         for i in np.nonzero(~small)[0]:  # astronomically rare: exact Python ints
             accept[i] = _bernoulli_exp_scalar(Fraction((int(ay[i]) * t * q - p) ** 2, den_val), rng)
         out[todo[accept]] = y[accept]
