@@ -199,6 +199,11 @@ def test_public_next_state_reward_and_terminal_states():
     assert ve.Q_[0, 0, 0] == pytest.approx(0.7) and ve.Q_[0, 1, 0] == 0.0
     ve_t = ValueIterationCE().fit(counts, np.array([0.0, 0.0, 1.0]), terminal_states=[0])
     assert ve_t.Q_[0, 0, 0] == 0.0
+    # the Bernstein variance includes the next-state reward: Var_{P̂}(r(s') + V_1(s')) = 0.7 * 0.3 at H = 1
+    apvi = APVI(failure_prob=0.05).fit(counts, np.array([0.0, 0.0, 1.0]))
+    iota = math.log(1 * 3 * 1 / 0.05)
+    assert apvi.penalty_[0, 0, 0] == pytest.approx(math.sqrt(2) * math.sqrt(0.21 * iota / 100))
+    assert apvi.penalty_[0, 1, 0] == 0.0                                    # r(s') = 0 on both successors
 
 
 def test_private_reward_sums_are_averaged_and_clipped():

@@ -193,7 +193,8 @@ class TabularLearnerBase:
         res: PVIResult = pessimistic_value_iteration(
             lambda h: model.step(h)[0], lambda h: model.step(h)[1], n_at,
             horizon=H, E=E, penalty=penalty, C1=C1, C2=C2, C=C, failure_prob=failure_prob,
-            lower_order=lower_order, terminal_states=terminal_states)
+            lower_order=lower_order, terminal_states=terminal_states,
+            next_state_reward=model.reward if model.kind == "next_state" else None)
         self.Q_, self.V_, self.penalty_, self.trusted_ = res.Q, res.V, res.penalty, res.trusted
         self.visits_used_ = used
         self.E_, self.iota_ = float(E), res.iota

@@ -101,6 +101,7 @@ def pessimistic_value_iteration(
     failure_prob: float = FAILURE_PROB_DEFAULT,
     lower_order: bool = False,
     terminal_states: Sequence[int] = (),
+    next_state_reward: np.ndarray | None = None,
 ) -> PVIResult:
     """Backward pessimistic value iteration (seed 000 Algorithm 1, lines 2-9).
 
@@ -138,6 +139,11 @@ def pessimistic_value_iteration(
     terminal_states : sequence of int
         Public absorbing states with reward 0 (from the spec): their Q is set
         to 0, which is their true value.
+    next_state_reward : ndarray (S,), optional
+        When the reward is a public function of the next state, r(s') (then
+        ``r`` must be sum_s' P̃ r(s')), the Bernstein variance is taken of
+        r(s') + Ṽ_{h+1}(s'), the quantity whose mean Q̃ estimates; the paper's
+        r(s, a) is deterministic and adds no variance [D].
 
     Returns
     -------
@@ -198,11 +204,13 @@ def pessimistic_value_iteration(
         V_next = V[h + 1]
         PV = (P_h @ V_next).reshape(S, A)
         Q_tilde = r_h + PV                                      # 6.1: Q̃ = r + P̃ Ṽ_{h+1}
+        W = V_next if next_state_reward is None else V_next + next_state_reward
+        PW = PV if next_state_reward is None else Q_tilde
         trusted = n_h > E
         n_safe = np.where(trusted, n_h, 1.0)                    # avoid 0-division; masked below
         gap = np.where(trusted, n_h - E, 1.0)                   # ñ - E > 0 on trusted pairs
         if penalty == "bernstein":                              # 6.2, Alg. 1 line 5 (Bernstein)
-            var = np.maximum((P_h @ (V_next * V_next)).reshape(S, A) - PV * PV, 0.0)
+            var = np.maximum((P_h @ (W * W)).reshape(S, A) - PW * PW, 0.0)
             gamma = C1 * np.sqrt(var * iota / gap)
         elif penalty == "hoeffding":                            # section 3 Hoeffding variant
             gamma = C1 * H * np.sqrt(iota / gap)
