@@ -106,7 +106,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     else:
         mech = FileFunction(mechanism)
         name = mechanism
-    score_fns = [(s, FileFunction(s)) for s in scores]
+    score_fns = [("user:" + s.rpartition(":")[2], FileFunction(s)) for s in scores]
     if pair is not None:
         p = load_pair(*pair)
         logs = None

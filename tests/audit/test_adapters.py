@@ -1,0 +1,85 @@
+"""The built-in adapters run the library's code path, and the auditor sees its bugs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from privaudit.audit import make_pair, run_audit
+from privaudit.audit.adapters import DPAPVIMechanism, ReleaseMechanism
+from privaudit.privacy import sensitivity
+from tests.audit.helpers import H, tiny_logs, tiny_spec
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_pair(tiny_logs(), tiny_spec(), "rare", rng=np.random.default_rng(0))
+
+
+def test_release_view_holds_every_changed_cell_and_declared_sensitivities(pair):
+    spec = tiny_spec()
+    m = ReleaseMechanism(spec, rho=0.5, delta=1e-5).prepare(pair.d, pair.d_prime)
+    s0, s1 = m.exact_statistics(pair.d), m.exact_statistics(pair.d_prime)
+    # the rare canary replaces a full episode: H cells -1 and H cells +1 per count family
+    for fam in ("visits", "transitions"):
+        diff = s1[fam] - s0[fam]
+        assert np.count_nonzero(diff) == 2 * H == m.changed_cells[fam]
+        assert np.sqrt((diff ** 2).sum()) == pytest.approx(m.declared_sensitivity()[fam]["l2"])
+    out = m(pair.d, np.random.default_rng(1), n_runs=5)
+    assert out.shape == (5, sum(v.size for v in s0.values())) and out.dtype == np.int64
+
+
+def test_release_noise_has_the_planned_scale(pair):
+    m = ReleaseMechanism(tiny_spec(), rho=0.5, delta=1e-5).prepare(pair.d, pair.d_prime)
+    n = 20_000
+    out = m(pair.d, np.random.default_rng(2), n_runs=n)
+    nv = m.values["d"]["visits"].size
+    resid = out[:, :nv] - m.values["d"]["visits"]
+    sigma = m.plan["visits"]["scale"]
+    # rounded Gaussian: variance sigma^2 + 1/12; the sample variance over n*nv draws has relative
+    # sd sqrt(2/(n nv)) < 0.3%; tolerance 2% (failure probability ~0)
+    assert resid.var() == pytest.approx(sigma ** 2 + 1 / 12, rel=0.02)
+
+
+def test_correct_release_passes_and_an_overspent_release_is_flagged():
+    spec, logs = tiny_spec(), tiny_logs()
+    m = ReleaseMechanism(spec, rho=0.5, delta=1e-5)
+    r = run_audit(m, logs, spec, claim=m.claim(), trials=20_000, seed=5, progress=False)
+    assert r.verdict == "no violation found" and r.data["graybox"]["checked"]
+    over = ReleaseMechanism(spec, rho=4.0, delta=1e-5)  # runs at rho = 4, claims rho = 0.5
+    r = run_audit(over, logs, spec, claim=m.claim(), trials=20_000, seed=5, progress=False)
+    assert r.verdict == "violation"
+
+
+def test_graybox_sees_a_sensitivity_bug_in_the_library(monkeypatch):
+    """Patch the library's count sensitivity to the add/remove value k sqrt(H): the release
+    adapter (which calls the library) declares it, and the gray-box check flags it."""
+    real = sensitivity.count_sensitivity
+
+    def add_remove(horizon, max_episodes, stationary, family):
+        s = real(horizon, max_episodes, stationary, family)
+        return sensitivity.Sensitivity(l1=s.l1 / 2, l2=s.l2 / math.sqrt(2), family=s.family)
+
+    monkeypatch.setattr(sensitivity, "count_sensitivity", add_remove)
+    spec, logs = tiny_spec(), tiny_logs()
+    m = ReleaseMechanism(spec, rho=0.5, delta=1e-5)
+    r = run_audit(m, logs, spec, claim=m.claim(), trials=1000, seed=0, progress=False)
+    assert r.verdict == "violation" and r.data["method"]["test"] == "gray-box"
+    assert {f["name"] for f in r.data["graybox"]["families"] if f["exceeds"]} >= {"visits", "transitions"}
+
+
+def test_dp_apvi_outputs_a_policy_and_is_flagged_when_run_with_far_less_noise():
+    spec, logs = tiny_spec(), tiny_logs()
+    m = DPAPVIMechanism(spec, rho=0.5, delta=1e-5)
+    pair = make_pair(logs, spec, "rare", rng=np.random.default_rng(0))
+    m.prepare(pair.d, pair.d_prime)
+    pi = m(pair.d, np.random.default_rng(0))
+    assert pi.shape == (spec.horizon, spec.n_states) and pi.dtype == np.int64
+    assert [n for n, _ in m.attack_scores(pair)] == ["policy_follows_canary"]
+    loud = DPAPVIMechanism(spec, rho=1e6, delta=1e-5)  # almost no noise, claims rho = 0.5
+    r = run_audit(loud, logs, spec, claim=m.claim(), trials=300, seed=1, n_jobs=1, progress=False)
+    assert r.verdict == "violation", r.data["chosen_event"]
+    ok = run_audit(m, logs, spec, claim=m.claim(), trials=300, seed=1, n_jobs=1, progress=False)
+    assert ok.verdict == "no violation found"

@@ -1,0 +1,80 @@
+"""Canary pairs and the substitution check."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from privaudit.audit import check_neighbours, load_pair, make_pair
+from privaudit.errors import UsageError
+from privaudit.spec import DomainSpec
+from tests.audit.helpers import A, H, S, tiny_logs, tiny_spec
+
+
+def _check_episode(steps, spec):
+    assert [s["h"] for s in steps] == list(range(spec.horizon))
+    for a, b in zip(steps, steps[1:]):
+        assert a["next_state"] == b["state"]  # a valid chain
+    assert all(s["state"] not in spec.terminal_states for s in steps)
+    assert all(0 <= s["action"] < spec.n_actions and 0 <= s["state"] < spec.n_states for s in steps)
+
+
+def test_rare_canary_uses_unvisited_cells_and_ends_at_r_max():
+    spec, logs = tiny_spec(), tiny_logs()
+    p = make_pair(logs, spec, "rare", rng=np.random.default_rng(0))
+    steps = p.description["canary"]["steps"]
+    _check_episode(steps, spec)
+    assert all(s["state"] == S - 1 for s in steps)  # the only unvisited state
+    assert len({(s["state"], s["action"]) for s in steps}) == min(H, A)  # varies across h when it can
+    assert steps[-1]["reward"] == 1.0 and all(s["reward"] == 0.0 for s in steps[:-1])
+    assert check_neighbours(p.d, p.d_prime)["removed_units"] == 1
+    assert p.d_prime["unit_id"].n_unique() == logs["unit_id"].n_unique()
+    assert p.d_prime.schema == logs.schema
+    assert set(p.description["removed_unit"]) == {"hash", "rows"}
+
+
+def test_rare_canary_with_public_reward_ends_in_the_rewarding_terminal_state():
+    doc = tiny_spec().to_dict()
+    doc.update({"terminal_states": [3], "public_reward": {"kind": "next_state", "values": {"3": 1.0}}})
+    spec = DomainSpec.from_dict(doc)
+    logs = tiny_logs().with_columns(terminated=pl.lit(False), truncated=pl.lit(False))
+    p = make_pair(logs, spec, "rare", rng=np.random.default_rng(0))
+    steps = p.description["canary"]["steps"]
+    _check_episode(steps, spec)
+    assert steps[-1]["next_state"] == 3 and steps[-1]["reward"] == 1.0
+    canary = p.d_prime.filter(pl.col("unit_id") == p.d_prime["unit_id"].max())
+    assert canary["terminated"].to_list() == [False] * (H - 1) + [True]
+
+
+def test_random_canary_depends_on_the_rng_and_is_valid():
+    spec, logs = tiny_spec(), tiny_logs()
+    a = make_pair(logs, spec, "random", rng=np.random.default_rng(1))
+    b = make_pair(logs, spec, "random", rng=np.random.default_rng(2))
+    _check_episode(a.description["canary"]["steps"], spec)
+    assert a.description["canary"] != b.description["canary"]
+    check_neighbours(a.d, a.d_prime)
+
+
+def test_check_neighbours_rejects_non_neighbours(tmp_path):
+    logs = tiny_logs()
+    two_changed = logs.with_columns(pl.when(pl.col("unit_id").is_in([2, 3])).then(1 - pl.col("action"))
+                                    .otherwise(pl.col("action"))
+                                    .cast(logs.schema["action"]).alias("action"))
+    with pytest.raises(UsageError, match="exactly one privacy unit"):
+        check_neighbours(logs, two_changed)
+    with pytest.raises(UsageError, match="exactly one privacy unit"):  # add/remove is not substitution
+        check_neighbours(logs, logs.filter(pl.col("unit_id") != 5))
+    assert check_neighbours(logs, logs)["kind"] == "identical"
+    p = make_pair(logs, tiny_spec(), "rare", rng=np.random.default_rng(0))
+    p.d.write_parquet(tmp_path / "d.parquet")
+    p.d_prime.write_parquet(tmp_path / "d2.parquet")
+    q = load_pair(tmp_path / "d.parquet", tmp_path / "d2.parquet")
+    assert q.description["kind"] == "explicit" and q.d_prime.height == p.d_prime.height
+
+
+def test_unknown_strategy_and_empty_logs():
+    with pytest.raises(UsageError, match="--canary"):
+        make_pair(tiny_logs(), tiny_spec(), "loud", rng=np.random.default_rng(0))
+    with pytest.raises(UsageError, match="empty"):
+        make_pair(tiny_logs().head(0), tiny_spec(), "rare", rng=np.random.default_rng(0))
