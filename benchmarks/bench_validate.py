@@ -2,7 +2,8 @@
 
 Makes a log of about ``--rows`` rows (default 10 million) once, cached in
 ``--workdir``, then validates it in a fresh subprocess per repeat and prints
-the wall time of ``validate_logs`` (in the child), rows per second and the
+the wall time of ``validate_logs`` (in the child), rows per second, the
+CPU time (user + system: less sensitive to other load on a shared machine) and the
 child's peak resident set size (``resource.getrusage(RUSAGE_SELF)`` in the
 child, interpreter and imports included).
 
@@ -36,11 +37,14 @@ import json, resource, sys, time
 from privaudit.data.validate import validate_logs
 from privaudit.spec import load_spec
 spec = load_spec(sys.argv[2])
-t = time.perf_counter()
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+t, c = time.perf_counter(), cpu()
 rep = validate_logs(sys.argv[1], spec)
-dt = time.perf_counter() - t
+dt, dc = time.perf_counter() - t, cpu() - c
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-print(json.dumps({"seconds": dt, "rows": rep.rows, "episodes": rep.episodes, "ok": rep.ok, "peak_rss_mib": peak}))
+print(json.dumps({"seconds": dt, "cpu_seconds": dc, "rows": rep.rows, "episodes": rep.episodes, "ok": rep.ok, "peak_rss_mib": peak}))
 """
 
 
@@ -112,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(a.repeats):
         r = measure(logs, spec, a.threads)
         print(f"run {i + 1}: {r['rows']:,} rows, {r['episodes']:,} episodes, valid={r['ok']}: "
-              f"{r['seconds']:.2f} s, {r['rows'] / r['seconds'] / 1e6:.1f} M rows/s, "
+              f"{r['seconds']:.2f} s, {r['rows'] / r['seconds'] / 1e6:.1f} M rows/s "
+              f"(CPU {r['cpu_seconds']:.2f} s), "
               f"peak RSS {r['peak_rss_mib']:.0f} MiB (threads={a.threads})")
         if not r["ok"]:
             print("error: the benchmark log is not valid", file=sys.stderr)

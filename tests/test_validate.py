@@ -89,6 +89,7 @@ def test_valid_table_with_units_exit_0(tmp_path):
 CASES = [
     ("null_value", {"reward": {1: None}}, {}, 10, 1, "reward"),
     ("not_finite", {"reward": {1: float("nan")}}, {}, 10, 1, "reward"),
+    ("not_finite", {"features": [[0.5, 0.1], [0.2, float("inf")], [0.0, 0.0], [1.0, 0.3]]}, {}, 10, 1, "features"),
     ("state_out_of_range", {"state": {3: 5}}, {}, 11, 3, "state"),
     ("action_out_of_range", {"action": {1: 2}}, {}, 10, 1, "action"),
     ("next_state_out_of_range", {"next_state": {2: 4}}, {}, 10, 2, "next_state"),
@@ -104,7 +105,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("rule,changes,spec_over,episode,row,column", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("rule,changes,spec_over,episode,row,column", CASES,
+                         ids=[f"{c[0]}-{c[5]}" for c in CASES])
 def test_each_rule_alone(tmp_path, rule, changes, spec_over, episode, row, column):
     code, rep, res = run(tmp_path, table(**changes), tiny_spec_doc(**spec_over))
     assert code == 1, res.output
