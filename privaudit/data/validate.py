@@ -323,7 +323,8 @@ def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationRe
 def _report(counts, viol, rows, episodes, units, skipped, path, n) -> ValidationReport:
     order = list(RULES)
     counts = {r: counts[r] for r in order if r in counts}
-    violations = [v for r in order for v in viol.get(r, [])[: n]]
+    by_row = lambda v: (v["row"] is None, v["row"] or 0)  # noqa: E731
+    violations = [v for r in order for v in sorted(viol.get(r, []), key=by_row)[: n]]
     return ValidationReport(ok=not any(counts.values()), rows=int(rows), episodes=episodes, units=units,
                             counts=counts, violations=violations,
                             skipped=tuple(r for r in order if r in skipped), path=path, max_errors=n)
