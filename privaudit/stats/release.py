@@ -41,7 +41,7 @@ import polars as pl
 
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.data.bounding import BoundingReport, bound_contributions
-from privaudit.errors import PrivauditError, UsageError, ValidationFailed
+from privaudit.errors import LogReadError, PrivauditError, UsageError, ValidationFailed
 from privaudit.io_utils import atomic_dir, atomic_write_text
 from privaudit.privacy import mechanisms, sensitivity
 from privaudit.schemas import validate_or_raise
@@ -417,12 +417,16 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     from privaudit.data.io import scan_logs
 
     t = time.perf_counter()
-    bounded, report = bound_contributions(scan_logs(logs, spec), spec)
-    cols = ["step", "state", "action", "next_state"]
-    frame = bounded.select([pl.col(c).cast(pl.Int32) for c in cols]
-                           + ([pl.col("reward")] if "rewards" in plan else [])).collect()
-    exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards="rewards" in plan,
-                                 quantum=plan["rewards"]["quantum"] if "rewards" in plan else None)
+    try:
+        bounded, report = bound_contributions(scan_logs(logs, spec), spec)
+        cols = ["step", "state", "action", "next_state"]
+        frame = bounded.select([pl.col(c).cast(pl.Int32) for c in cols]
+                               + ([pl.col("reward")] if "rewards" in plan else [])).collect()
+        exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards="rewards" in plan,
+                                     quantum=plan["rewards"]["quantum"] if "rewards" in plan else None)
+    except pl.exceptions.PolarsError as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise LogReadError(f"{logs}: reading the logs failed ({reason}); nothing was released.") from None
     del frame
     visits = exact.visits()
     rewards = exact.rewards() if "rewards" in plan else None
