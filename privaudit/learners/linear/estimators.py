@@ -7,10 +7,11 @@ Defaults and their provenance (ALGORITHMS.md 2.3, 2.6, 2.7):
   seed's map, see ``synthetic_linear.coverage_kappa``);
 * C = 1 ([D], "universal constant", value unreported);
 * D: ``d_scale`` times the formula of ``privacy.d_constant`` (O~ constants 1).
-  Default ``d_scale = 0``: with O~ constants 1 the term D/K exceeds H for
-  every K below about 10^5 on the seed's instance even without noise
-  (VAPVI: 2 H^3 sqrt(d) / K = 50 596 / K), which makes Q = 0 everywhere;
-  the paper's simulations evidently used other values (not reported);
+  Default ``d_scale = 0``: with O~ constants 1 the term D/K exceeds H on
+  the seed's instance for K < 2 530 even without noise (VAPVI: 2 H^3 sqrt(d)
+  / K = 50 596 / K), and the noise terms (H^2 L / kappa, ...) are larger by
+  orders of magnitude, which makes Q = 0 everywhere; the paper's
+  simulations evidently used other values (not reported);
 * PEVI: beta = c d H sqrt(log(2 d H K / xi)) with c = 1, xi = 0.05 ([R],
   Jin, Yang & Wang 2021), or an explicit ``beta``.
 """
