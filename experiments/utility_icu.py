@@ -143,7 +143,7 @@ def run(args) -> list[dict]:
                           f"certified={rows[-1]['certified']:.4f} trusted={trusted:.3f} "
                           f"({rows[-1]['seconds']:.1f}s)", file=sys.stderr, flush=True)
 
-                for algo, make in (("ve", ValueIterationCE), ("apvi", APVI),
+                for algo, make in (("ve", ValueIterationCE), ("apvi", lambda: APVI(lower_order=False)),
                                    ("apvi+16Hι/n", lambda: APVI(lower_order=True))):
                     t = time.perf_counter()
                     learner = make().fit(exact, reward, terminal_states=terminals)
@@ -155,6 +155,9 @@ def run(args) -> list[dict]:
                         counts, reward, terminal_states=terminals)
                     record("dp-apvi", eps, learner, {"E": E, "rho": rho, "sigma": sigma}, t)
                 del exact
+        if args.partial is not None:                   # checkpoint after every seed
+            args.partial.parent.mkdir(parents=True, exist_ok=True)
+            args.partial.write_text(json.dumps({"runs": rows}))
     return rows
 
 
@@ -241,9 +244,16 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=2026, help="root seed of the experiment (simulated data)")
     p.add_argument("--out", type=Path, default=ROOT / "experiments" / "out")
     p.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "utility_icu.png")
+    p.add_argument("--from-json", type=Path, default=None,
+                   help="only re-make the tables and plot from a saved utility_icu.json / partial file")
     args = p.parse_args(argv)
+    args.partial = args.out / "utility_icu.partial.json"
     t0 = time.perf_counter()
-    rows = run(args)
+    if args.from_json is not None:
+        rows = json.loads(args.from_json.read_text())["runs"]
+        args.n = sorted({r["n"] for r in rows})
+    else:
+        rows = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"seed": args.seed, "seeds": args.seeds, "seeds_large": args.seeds_large, "n": args.n,
             "eps": args.eps, "dp_delta": DP_DELTA, "failure_prob": FAILURE_PROB,
