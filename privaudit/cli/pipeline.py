@@ -1,0 +1,85 @@
+"""``privaudit pipeline``: validate -> release -> train -> evaluate -> audit -> report, in one command."""
+
+from __future__ import annotations
+
+import click
+
+from privaudit.cli.common import echo_json, handle_errors
+
+_HELP = """Run the main job end to end on LOGS into the folder DIR (--out):
+validate the logs against SPEC, release DP counts, train DP-APVI on the
+release (and DP-VAPVI when SPEC declares a feature map, splitting the
+budget), evaluate the policies exactly on a known MDP (--mdp), audit the
+release at its claimed budget, and write summary.json, report.md and
+figures.
+
+With no LOGS, the bundled sample is used: 20,000 ICU-Sepsis episodes
+under the clinicians' policy, its spec, and --mdp icu-sepsis.
+
+Budget: --rho R (total zCDP) or --epsilon E --delta D (total
+(E, D)-DP). The guarantee in DIR/summary.json is the composition of
+everything DIR holds. --stationary (default) pools counts over the steps
+h; --per-step releases one table per h (slower, noisier per cell).
+
+DIR is built under a temporary name and appears only when every stage
+succeeded; invalid logs stop the run with the located errors and nothing
+is written. An existing DIR is refused; --overwrite replaces it only if it
+holds a previous pipeline output. What contribution bounding dropped goes to
+DIR/private/local-log.json only (never to share; see report.md for which
+files may leave the building).
+
+--seed makes the noise reproducible, for tests only: the outputs are then
+marked rng "seeded-insecure" (the seed itself is written nowhere).
+
+Exit codes: 0 ok; 1 invalid or unreadable logs; 2 usage or spec error
+(DIR exists, bad budget, MDP not matching the spec). An audit violation
+is reported in the summary and report (exit 3).
+
+\b
+Examples:
+  privaudit pipeline --rho 1 --out run1
+  privaudit pipeline logs.parquet --spec spec.json --epsilon 4 --delta 1e-6 \\
+      --out run2 --mdp icu-sepsis
+"""
+
+
+@click.command("pipeline", help=_HELP, short_help="The main job: validate, release, train, evaluate, audit, report.")
+@click.argument("logs", metavar="[LOGS]", required=False, type=click.Path(path_type=str))
+@click.option("--spec", "spec_path", type=click.Path(path_type=str), default=None,
+              help="Domain spec (JSON); required with LOGS.")
+@click.option("--rho", type=float, default=None, help="Total zCDP budget rho.")
+@click.option("--epsilon", type=float, default=None, help="Total epsilon (with --delta).")
+@click.option("--delta", type=float, default=None, help="delta of the (epsilon, delta) target.")
+@click.option("--out", "out", required=True, type=click.Path(path_type=str), help="Output folder DIR to create.")
+@click.option("--mdp", default=None,
+              help="icu-sepsis or MDP.npz (privaudit simulate --mdp-out): evaluate the policies on it "
+                   "(default with no LOGS: icu-sepsis).")
+@click.option("--stationary/--per-step", default=True, show_default=True,
+              help="Pool counts over the steps h (stationary MDP) or release one table per h.")
+@click.option("--audit-trials", type=click.IntRange(min=0), default=4000, show_default=True,
+              help="Runs per side of the release audit (0 skips the audit).")
+@click.option("--linear-share", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
+              show_default=True, help="Share of rho given to DP-VAPVI when the spec declares a feature map.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="TESTS ONLY: seed the noise and the audit (rng seeded-insecure; never written).")
+@click.option("--overwrite", is_flag=True, help="Replace DIR if it holds a previous pipeline output.")
+@click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
+@handle_errors
+def command(logs, spec_path, rho, epsilon, delta, out, mdp, stationary, audit_trials, linear_share, seed,
+            overwrite, as_json):
+    from privaudit.pipeline import run_pipeline
+    from privaudit.pipeline.report import format_table
+
+    summary = run_pipeline(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp, seed=seed,
+                           stationary=stationary, audit_trials=audit_trials, linear_share=linear_share,
+                           overwrite=overwrite, echo=lambda s: click.echo(s, err=True))
+    private_log = summary.pop("private_log")
+    if as_json:
+        echo_json(summary)
+    else:
+        click.echo(format_table(summary, out))
+    click.echo(f"private log (bounding facts; do not share): {private_log}", err=True)
+    if summary["audit"] is not None and summary["audit"]["verdict"] == "violation":
+        click.echo("AUDIT VIOLATION: the release's privacy claim is false at the stated confidence; "
+                   "do not share the outputs. See audit/audit_report.json.", err=True)
+        raise SystemExit(3)

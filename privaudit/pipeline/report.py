@@ -1,0 +1,314 @@
+"""The pipeline's outputs: evaluation, ``summary.json``, figures, ``report.md``, the stdout table.
+
+Nothing here reads the private logs: every input is already public
+(the release manifest, DP policies, values on a public MDP) or, for the
+audit, its verdict and bound (see docs/pipeline.md, "What may leave the
+building").
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from privaudit import FORMAT_VERSION, __version__
+from privaudit.errors import ArtifactError
+from privaudit.io_utils import atomic_path, atomic_write_text
+from privaudit.schemas import schema_errors
+
+SUMMARY_KIND = "privaudit-pipeline-summary"
+#: Files and folders of the output that may be shared outside the hospital.
+MAY_LEAVE = ("release/", "policies/", "summary.json", "report.md", "figures/values.png")
+#: Files and folders that must stay with the data holder.
+MUST_NOT_LEAVE = ("private/", "audit/")
+
+
+def evaluate_all(mdp, tables: dict, name: str | None = None) -> dict:
+    """Exact values of the learned policies on a known MDP, with v* and reference policies.
+
+    Parameters
+    ----------
+    mdp : TabularMDP
+    tables : dict[str, ndarray of shape (H, S, A)]
+        Policy name -> pi_h(a | s).
+    name : str, optional
+        How the MDP was named by the user (``icu-sepsis`` or a file path).
+
+    Returns
+    -------
+    dict
+        ``mdp``, ``source``, ``horizon``, ``optimal_value`` (v*, value
+        iteration), ``references`` (e.g. ICU-Sepsis ``clinicians``,
+        ``uniform``; empty when the MDP has none), ``values`` (name -> v^pi).
+        Values are expected undiscounted returns over H steps (for
+        ICU-Sepsis: the probability of survival within H = 20 steps).
+    """
+    from privaudit.mdp.registry import MDP_REGISTRY
+    from privaudit.mdp.tabular import evaluate_policy, value_iteration
+
+    _, _, optimal = value_iteration(mdp)
+    entry = MDP_REGISTRY.get(mdp.name)
+    refs = entry.references(mdp) if entry is not None and entry.references is not None else None
+    return {"mdp": mdp.name, "source": name, "horizon": mdp.horizon, "optimal_value": float(optimal),
+            "references": {k: float(v) for k, v in (refs or {}).items()},
+            "values": {n: float(evaluate_policy(mdp, t)) for n, t in tables.items()}}
+
+
+def audit_summary(report) -> dict:
+    """The audit's public outcome for ``summary.json`` (no canary cells, no unit facts)."""
+    d = report.to_dict()
+    res = d.get("resolution_limit", {})
+    claim = d["claim"]
+    return {
+        "mechanism": d["mechanism"],
+        "claim": {"rho": claim.get("rho"), "epsilon": claim["epsilon"], "delta": claim["delta"],
+                  "kind": claim["kind"]},
+        "verdict": d["verdict"],
+        "epsilon_lower_bound": d.get("epsilon_lower_bound"),
+        "confidence": d["confidence"],
+        "trials_per_side": d.get("trials", 0),
+        "evaluation_trials_per_side": d.get("evaluation_trials", 0),
+        "test": d["method"]["test"],
+        "pair": d["neighbouring_pair"].get("construction", d["neighbouring_pair"].get("kind")),
+        "graybox": {"checked": bool(d["graybox"]["checked"]), "violation": bool(d["graybox"]["violation"])},
+        "resolution_epsilon": res.get("epsilon_gaussian", res.get("epsilon")),
+        "report": "audit/audit_report.json",
+        "figure": "figures/audit_tradeoff.png",
+    }
+
+
+def plot_values(evaluation: dict, path: Path) -> Path:
+    """Bar chart: each learned policy's value next to the reference policies and v*."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [("optimal (v*)", evaluation["optimal_value"], "tab:green")]
+    rows += [(f"{n} (learned, DP)", v, "tab:blue") for n, v in evaluation["values"].items()]
+    rows += [(n, v, "tab:gray") for n, v in evaluation["references"].items()]
+    fig, ax = plt.subplots(figsize=(6.5, 0.55 * len(rows) + 1.4))
+    y = np.arange(len(rows))[::-1]
+    vals = [r[1] for r in rows]
+    ax.barh(y, vals, color=[r[2] for r in rows])
+    for yi, v in zip(y, vals):
+        ax.text(v, yi, f" {v:.4f}", va="center", fontsize=8)
+    ax.set_yticks(y, [r[0] for r in rows], fontsize=8)
+    lo = min(vals)
+    ax.set_xlim(max(0.0, lo - 0.25 * (max(vals) - lo + 1e-9) - 0.02), max(vals) * 1.08 + 1e-9)
+    ax.set_xlabel(f"exact value v^pi on {evaluation['mdp']} (H = {evaluation['horizon']})")
+    ax.set_title("learned policies vs reference policies", fontsize=10)
+    fig.tight_layout()
+    with atomic_path(Path(path)) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def build_summary(*, spec, manifest: dict, guarantee: dict, policies: dict, evaluation: dict | None,
+                  audit: dict | None, stationary: bool, seeded: bool, tmp: Path) -> dict:
+    """The ``summary.json`` document (schema ``schemas/summary.schema.json``).
+
+    Holds no seed, no count of rows, episodes or units, no timing (a
+    runtime grows with the private data's size), no path outside the output
+    folder.
+    """
+    pol_entries = []
+    for name, pol in policies.items():
+        e = {"name": name, "algorithm": pol.algorithm, "path": f"policies/{name}",
+             "privacy_part": "release" if name == "dp-apvi" else name,
+             "value": None, "optimal_value": None, "clinicians_value": None, "gap": None}
+        if evaluation is not None:
+            v = evaluation["values"][name]
+            e.update(value=v, optimal_value=evaluation["optimal_value"],
+                     clinicians_value=evaluation["references"].get("clinicians"),
+                     gap=evaluation["optimal_value"] - v)
+        pol_entries.append(e)
+    figures = {}
+    if evaluation is not None:
+        figures["values"] = "figures/values.png"
+    if audit is not None:
+        figures["audit_tradeoff"] = "figures/audit_tradeoff.png"
+    fams = manifest["families"]
+    return {
+        "format_version": FORMAT_VERSION,
+        "kind": SUMMARY_KIND,
+        "software": {"name": "privaudit", "version": __version__},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "dataset_id": spec.dataset_id,
+        "spec_hash": spec.hash(),
+        "domain": {"H": spec.H, "S": spec.S, "A": spec.A, "stationary": stationary},
+        "rng": "seeded-insecure" if seeded else "secure",
+        "privacy": guarantee,
+        "release": {"path": "release", "manifest": "release/manifest.json", "families": list(fams),
+                    "stationary": stationary,
+                    "noise_scale": {f: float(p["noise_scale"]) for f, p in fams.items()}},
+        "policies": pol_entries,
+        "evaluation": evaluation,
+        "audit": audit,
+        "artifacts": {
+            "summary": "summary.json", "report": "report.md", "release": "release",
+            "policies": {p["name"]: p["path"] for p in pol_entries}, "figures": figures,
+            "audit_report": None if audit is None else "audit/audit_report.json",
+            "private_log": "private/local-log.json",
+        },
+        "sharing": _sharing(audit),
+    }
+
+
+def _sharing(audit: dict | None) -> dict:
+    """Which outputs may leave the building: none at all when the audit found a violation."""
+    may = list(MAY_LEAVE) + (["figures/audit_tradeoff.png"] if audit else [])
+    if audit is not None and audit["verdict"] == "violation":
+        return {"may_leave": [], "must_not_leave": may + list(MUST_NOT_LEAVE)}
+    return {"may_leave": may, "must_not_leave": list(MUST_NOT_LEAVE)}
+
+
+def write_summary(summary: dict, path: Path) -> Path:
+    """Validate against ``schemas/summary.schema.json`` and write atomically.
+
+    Raises
+    ------
+    ArtifactError
+        If the document breaks the schema (a bug: nothing half-valid is written).
+    """
+    errs = schema_errors(summary, "summary")
+    if errs:
+        raise ArtifactError("pipeline summary breaks schemas/summary.schema.json (internal error):\n  "
+                            + "\n  ".join(errs))
+    atomic_write_text(Path(path), json.dumps(summary, indent=2) + "\n")
+    return Path(path)
+
+
+def load_summary(path: str | Path) -> dict:
+    """Read a ``summary.json`` and check its format version and schema.
+
+    Raises
+    ------
+    ArtifactError
+        Unreadable, another format version, or schema errors.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"cannot read pipeline summary {path}: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(f"{path}: unknown format_version {doc.get('format_version') if isinstance(doc, dict) else None!r} "
+                            f"(this privaudit reads {FORMAT_VERSION}).")
+    errs = schema_errors(doc, "summary")
+    if errs:
+        raise ArtifactError(f"{path} breaks schemas/summary.schema.json:\n  " + "\n  ".join(errs))
+    return doc
+
+
+def _f(x, nd=4) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def values_table(summary: dict) -> list[tuple[str, str, str, str]]:
+    """Rows (policy, value, clinicians, optimal) for the stdout table and the report."""
+    return [(p["name"], _f(p["value"]), _f(p["clinicians_value"]), _f(p["optimal_value"]))
+            for p in summary["policies"]]
+
+
+def format_table(summary: dict, out: str) -> str:
+    """The short table printed on stdout at the end of ``privaudit pipeline``."""
+    g = summary["privacy"]
+    lines = [f"privaudit pipeline: {out}",
+             f"  guarantee   rho={g['rho']:.6g}-zCDP => ({g['epsilon']:.4g}, {g['delta']:g})-DP; "
+             f"unit {g['privacy_unit']['column']}, k={g['privacy_unit']['max_episodes']}, substitution"]
+    if len(g["parts"]) > 1:
+        lines.append("  split       " + ", ".join(f"{p['name']} rho={p['rho']:.4g}" for p in g["parts"]))
+    rows = values_table(summary)
+    w = max(len(r[0]) for r in rows + [("policy",)])
+    lines.append(f"  {'policy':<{w}}  {'value':>8}  {'clinicians':>10}  {'optimal':>8}")
+    lines += [f"  {a:<{w}}  {b:>8}  {c:>10}  {d:>8}" for a, b, c, d in rows]
+    a = summary["audit"]
+    if a is None:
+        lines.append("  audit       skipped")
+    else:
+        lb = "n/a" if a["epsilon_lower_bound"] is None else f"{a['epsilon_lower_bound']:.3g}"
+        lines.append(f"  audit       {a['verdict']}: eps lower bound {lb} vs claimed {a['claim']['epsilon']:.4g} "
+                     f"({a['evaluation_trials_per_side']} evaluation runs per side)")
+    lines.append(f"  report      {out}/report.md   summary {out}/summary.json")
+    if summary["rng"] != "secure":
+        lines.append("  WARNING     seeded noise (--seed): for tests only, NOT private against anyone who knows the seed")
+    return "\n".join(lines)
+
+
+def render_markdown(summary: dict) -> str:
+    """The human report ``report.md`` (links are relative to the output folder)."""
+    g = summary["privacy"]
+    dom = summary["domain"]
+    unit = g["privacy_unit"]
+    L = ["# privaudit pipeline report", "",
+         f"Dataset `{summary['dataset_id']}` (spec hash `{summary['spec_hash'][:12]}...`), "
+         f"H = {dom['H']}, S = {dom['S']}, A = {dom['A']}; counts "
+         f"{'pooled over steps (stationary)' if dom['stationary'] else 'per step h'}. "
+         f"privaudit {summary['software']['version']}, {summary['created']}.", ""]
+    if summary["rng"] != "secure":
+        L += ["> **WARNING: seeded noise (`--seed`).** For tests only: anyone who knows the seed can remove "
+              "the noise. Do not share these outputs as private.", ""]
+    L += ["## Privacy guarantee", "",
+          f"Everything under `release/` and `policies/` together is **rho = {g['rho']:.6g} zCDP**, hence "
+          f"**({g['epsilon']:.4g}, {g['delta']:g})-DP** ({g['conversion']}).", "",
+          f"* Neighbouring datasets: {g['neighbouring']}.",
+          f"* Privacy unit: `{unit['column']}`, at most k = {unit['max_episodes']} episode(s) per unit "
+          "(extra episodes are dropped before counting). The guarantee protects one unit's whole contribution.",
+          f"* Composition: {g['composition']}."]
+    for p in g["parts"]:
+        L.append(f"* Part `{p['name']}`: rho = {p['rho']:.6g} (alone: epsilon {p['epsilon_alone']:.4g} at "
+                 f"delta {g['delta']:g}); {p['what']}.")
+    L += ["", "## Learned policies", ""]
+    ev = summary["evaluation"]
+    if ev is None:
+        L += ["No MDP was given (`--mdp`), so the policies were not evaluated. They are in `policies/`.", ""]
+    else:
+        L += [f"Exact values on the MDP `{ev['mdp']}` (H = {ev['horizon']}): the expected total reward over "
+              "H steps" + (" = the probability of survival within H steps" if ev["mdp"] == "icu-sepsis" else "")
+              + ". Each learned policy is post-processing of a DP output.", "",
+              "| policy | value | clinicians | optimal |", "|---|---|---|---|"]
+        L += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in values_table(summary)]
+        if ev["references"]:
+            L += ["", "Reference policies: " + ", ".join(f"{k} {v:.4f}" for k, v in ev["references"].items())
+                  + f"; optimal {ev['optimal_value']:.4f}."]
+        L += ["", "![values](figures/values.png)", ""]
+    L += ["## Audit of the release", ""]
+    a = summary["audit"]
+    if a is None:
+        L += ["Skipped (`--audit-trials 0`).", ""]
+    else:
+        lb = "n/a" if a["epsilon_lower_bound"] is None else f"{a['epsilon_lower_bound']:.3g}"
+        L += [f"The release was run {a['trials_per_side']} times on the logs D and on a neighbour D' "
+              f"(`{a['pair']}`: one unit replaced by a canary episode), attacked, and the attack's error rates "
+              f"turned into a lower bound on epsilon valid with confidence {a['confidence']}.", "",
+              f"* Verdict: **{a['verdict']}**; epsilon lower bound **{lb}** vs claimed "
+              f"{a['claim']['epsilon']:.4g} at delta {a['claim']['delta']:g} (test: {a['test']}).",
+              f"* Gray-box check of the sensitivities on this pair: "
+              f"{'violation' if a['graybox']['violation'] else 'passed' if a['graybox']['checked'] else 'not run'}.",
+              f"* Resolution: with {a['evaluation_trials_per_side']} evaluation runs per side no bound above about "
+              f"{a['resolution_epsilon']:.3g} could be proved.", "",
+              "An audit can prove a claim **false** (a bound above the claim); it can never prove it true. "
+              "\"No violation found\" means only that this attack, at this number of runs, found none.", "",
+              "![audit trade-off](figures/audit_tradeoff.png)", ""]
+    L += ["## Files: what may leave the building", "",
+          "| path | may leave? | what |", "|---|---|---|",
+          "| `release/` | yes | the DP release: noisy counts over the whole declared domain + `manifest.json` "
+          "(guarantee, no seed, no raw count) |",
+          "| `policies/` | yes | DP policies (post-processing of DP outputs) |",
+          "| `summary.json`, `report.md` | yes | guarantee, values on a public MDP, audit verdict; no count of "
+          "rows, episodes or units, no timing, no seed |",
+          "| `figures/values.png` | yes | the values chart |"]
+    if a is not None:
+        L.append("| `figures/audit_tradeoff.png` | yes | the audit's trade-off curve (same content as its verdict) |")
+        L.append("| `audit/` | **no** | the full audit report names the canary cells, chosen as the rarest "
+                 "cells of the private logs, and the replaced unit's length |")
+    L += ["| `private/local-log.json` | **no** | what contribution bounding dropped or clipped, stage "
+          "timings: facts about the private logs, for the data holder only |", "",
+          "The audit's verdict and bound in the summary are computed from the logs without added noise; they "
+          "depend on the logs only through the replaced unit and the canary's cells. Remove the `audit` part "
+          "of `summary.json` and this report's audit section if your governance requires every shared number "
+          "to be differentially private.", ""]
+    return "\n".join(L)

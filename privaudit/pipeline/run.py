@@ -1,0 +1,317 @@
+"""``run_pipeline``: validate -> release -> train -> evaluate -> audit -> report, in one call.
+
+What a hospital analyst runs on day one (``privaudit pipeline``). Every
+artifact is built in a temporary folder next to ``out`` and renamed to
+``out`` only when all stages succeeded, so a failure (invalid logs, a bad
+spec, an interrupted run) leaves ``out`` absent or unchanged.
+
+Layout of ``out`` (see docs/pipeline.md)::
+
+    summary.json              guarantee, values, audit verdict (schemas/summary.schema.json)
+    report.md                 the human report
+    figures/values.png        learned value vs clinicians vs optimum
+    figures/audit_tradeoff.png
+    release/                  the DP release (manifest.json + Parquet tables)
+    policies/dp-apvi/         policy.json + policy.parquet
+    policies/dp-vapvi/        (when the spec declares a feature map)
+    audit/audit_report.json   INTERNAL: names the canary cells chosen from the data
+    private/local-log.json    PRIVATE: bounding facts, stage timings
+
+Privacy: the release is the only access to the logs unless the spec declares
+a feature map (then DP-VAPVI is a second one, and the budget is split; see
+:mod:`privaudit.pipeline.guarantee`). DP-APVI, the evaluation on a public
+MDP and the figures are post-processing. The audit reads the logs again but
+publishes nothing of them beyond its verdict and bound (see docs/pipeline.md).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from privaudit.errors import UsageError
+from privaudit.io_utils import atomic_dir, atomic_write_text
+from privaudit.pipeline.guarantee import LINEAR_SHARE_DEFAULT, composed_guarantee, plan_budget
+from privaudit.pipeline.report import SUMMARY_KIND
+from privaudit.spec import DomainSpec, load_spec
+
+#: Bundled sample: 20,000 ICU-Sepsis episodes under the clinicians' policy, and its spec.
+SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_data"
+SAMPLE_LOGS = SAMPLE_DIR / "icu_sepsis_clinicians_20k.parquet"
+SAMPLE_SPEC = SAMPLE_DIR / "icu_sepsis_spec.json"
+#: Audit runs per side by default (selection + evaluation): seconds on ICU-Sepsis.
+AUDIT_TRIALS_DEFAULT = 4000
+#: Stages, in order (progress bar and timings).
+STAGES = ("validate", "release", "train", "evaluate", "audit", "report")
+
+
+def _child_seeds(seed: int | None, n: int) -> list[int | None]:
+    """n independent integer seeds from one (None -> None: OS entropy everywhere)."""
+    if seed is None:
+        return [None] * n
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UsageError(f"`seed` must be a non-negative integer. Found {seed!r}.")
+    return [int(s.generate_state(1, np.uint64)[0] >> np.uint64(1)) for s in np.random.SeedSequence(int(seed)).spawn(n)]
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an existing ``out`` unless ``overwrite`` and it holds a previous pipeline output."""
+    if not out.exists():
+        return
+    if not overwrite:
+        raise UsageError(f"{out} already exists; choose another --out, remove it, or pass --overwrite.")
+    summary = out / "summary.json"
+    try:
+        kind = json.loads(summary.read_text()).get("kind") if summary.is_file() else None
+    except (OSError, json.JSONDecodeError, AttributeError):
+        kind = None
+    if not out.is_dir() or kind != SUMMARY_KIND:
+        raise UsageError(f"--overwrite replaces only a previous pipeline output (a folder with a summary.json "
+                         f"of kind {SUMMARY_KIND!r}); {out} is not one. Choose another --out.")
+
+
+def _resolve_mdp(mdp, spec: DomainSpec):
+    from privaudit.mdp.evaluation import resolve_mdp
+    from privaudit.mdp.registry import MDP_REGISTRY
+
+    if mdp is None:
+        return None
+    m = resolve_mdp(mdp, spec.horizon if str(mdp) in MDP_REGISTRY else None)
+    if (m.horizon, m.n_states, m.n_actions) != (spec.H, spec.S, spec.A):
+        raise UsageError(f"--mdp {mdp} has (H, S, A) = ({m.horizon}, {m.n_states}, {m.n_actions}) but the spec "
+                         f"declares ({spec.H}, {spec.S}, {spec.A}); pass the MDP the logs come from, or omit --mdp.")
+    return m
+
+
+class _Progress:
+    """One bar over the stages, on stderr, only when asked (default: stderr is a terminal)."""
+
+    def __init__(self, show: bool):
+        self.bar = None
+        if show:
+            from tqdm import tqdm
+            self.bar = tqdm(total=len(STAGES), desc="pipeline", unit="stage", file=sys.stderr,
+                            bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {elapsed}")
+
+    def stage(self, name: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description(f"pipeline [{name}]")
+
+    def done(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec | None = None, *,
+                 rho: float | None = None, epsilon: float | None = None, delta: float | None = None,
+                 out: str | Path, mdp: str | Path | None = None, seed: int | None = None,
+                 stationary: bool = True, audit_trials: int = AUDIT_TRIALS_DEFAULT,
+                 linear_share: float = LINEAR_SHARE_DEFAULT, overwrite: bool = False,
+                 progress: bool | None = None, echo: Callable[[str], None] | None = None) -> dict:
+    """Run validate -> release -> train -> evaluate -> audit -> report into the folder ``out``.
+
+    Parameters
+    ----------
+    logs : path, optional
+        Parquet file or folder of parts. None: the bundled ICU-Sepsis sample
+        (20,000 episodes of the clinicians' policy) with its spec and, unless
+        ``mdp`` is given, ``mdp="icu-sepsis"``.
+    spec : path or DomainSpec, optional
+        The public domain spec; required with ``logs``.
+    rho : float, optional
+        Total zCDP budget of everything the pipeline outputs.
+    epsilon, delta : float, optional
+        Total (epsilon, delta)-DP target instead of ``rho``.
+    out : path
+        Output folder; must not exist (see ``overwrite``).
+    mdp : str or path, optional
+        ``icu-sepsis`` or an MDP ``.npz`` (``privaudit simulate --mdp-out``):
+        evaluate the learned policies exactly on it. Its (H, S, A) must match
+        the spec. None: no evaluation (values are absent from the summary).
+    seed : int, optional
+        TESTS ONLY: makes the release noise, DP-VAPVI noise and the audit
+        reproducible. The release is then marked rng "seeded-insecure"; the
+        seed is written nowhere.
+    stationary : bool, default True
+        Release counts pooled over h (tables (S, A) and (S, A, S)) rather than
+        per step. See docs/pipeline.md: for a time-homogeneous process such as
+        ICU-Sepsis, pooling gives each cell about H times the count for sqrt(H)
+        times the noise (L2 sensitivity kH sqrt(2) vs k sqrt(2H)), and it is
+        the only setting that fits the 2-minute target at S = 716.
+    audit_trials : int, default 4000
+        Runs per side of the release audit (>= 20); 0 skips the audit.
+    linear_share : float, default 0.5
+        Share of the budget given to DP-VAPVI when the spec has a feature map.
+    overwrite : bool
+        Replace ``out`` if it holds a previous pipeline output (a
+        ``summary.json`` of this kind); any other existing path is refused.
+    progress : bool, optional
+        Progress bars on stderr (default: only when stderr is a terminal).
+    echo : callable, optional
+        ``echo(text)`` for messages to the data holder (stderr in the CLI).
+
+    Returns
+    -------
+    dict
+        The summary (as written to ``out/summary.json``), plus the key
+        ``private_log`` (absolute path, not in the file).
+
+    Raises
+    ------
+    UsageError
+        Bad or conflicting arguments, ``out`` exists, an MDP that does not fit
+        the spec (all before any row is read or noise drawn).
+    SpecError
+        Missing or invalid spec.
+    LogReadError, ValidationFailed
+        Unreadable logs, or logs breaking rules that bounding cannot repair
+        (the message lists the located errors); nothing is written.
+
+    References
+    ----------
+    Qiao & Wang, Offline RL with DP (seed 000), Algorithms 1 and 2;
+    ALGORITHMS.md 1-2; AUDITING.md 4.1.
+    """
+    t0 = time.perf_counter()
+    say = echo or (lambda s: None)
+    timings: dict[str, float] = {}
+    # ---------------------------------------------------------------- arguments (nothing read yet)
+    if logs is None:
+        if spec is not None:
+            raise UsageError("--spec needs LOGS; with no LOGS the bundled ICU-Sepsis sample and its spec are used.")
+        logs, spec = SAMPLE_LOGS, SAMPLE_SPEC
+        mdp = "icu-sepsis" if mdp is None else mdp
+    elif spec is None:
+        raise UsageError("LOGS needs --spec SPEC (the public domain spec of the logs).")
+    spec = spec if isinstance(spec, DomainSpec) else load_spec(spec)
+    logs, out = Path(logs), Path(out)
+    if not isinstance(stationary, bool):
+        raise UsageError(f"`stationary` must be True or False. Found {stationary!r}.")
+    if isinstance(audit_trials, bool) or not isinstance(audit_trials, (int, np.integer)) \
+            or (audit_trials != 0 and audit_trials < 20):
+        raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= 20. Found {audit_trials!r}.")
+    linear = bool(spec.features)
+    plan = plan_budget(rho=rho, epsilon=epsilon, delta=delta, linear=linear, linear_share=linear_share)
+    seeds = _child_seeds(seed, 3)
+    _check_out(out, overwrite)
+    if linear:
+        from privaudit.mdp.features import feature_map_from_spec
+        feature_map_from_spec(spec)  # a bad feature map costs nothing
+    the_mdp = _resolve_mdp(mdp, spec)
+    bar = _Progress(sys.stderr.isatty() if progress is None else bool(progress))
+    try:
+        # ------------------------------------------------------------ validate
+        bar.stage("validate")
+        from privaudit.stats.release import _validate as validate_for_release
+
+        t = time.perf_counter()
+        validate_for_release(logs, spec)  # located errors; raises before any folder exists
+        timings["validate"] = time.perf_counter() - t
+        bar.done()
+        with atomic_dir(out, overwrite=True) as tmp:
+            summary, private = _stages(tmp, logs, spec, plan, the_mdp, mdp, stationary, audit_trials,
+                                       seeds, seed is not None, bar, timings, progress, say)
+            timings["total"] = time.perf_counter() - t0
+            private["timings_s"] = timings
+            atomic_write_text(tmp / "private" / "local-log.json", json.dumps(private, indent=2) + "\n")
+    finally:
+        bar.close()
+    summary = dict(summary)
+    summary["private_log"] = str((out / "private" / "local-log.json").resolve())
+    return summary
+
+
+def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, stationary: bool,
+            audit_trials: int, seeds, seeded: bool, bar: _Progress, timings: dict, progress, say):
+    """release -> train -> evaluate -> audit -> report inside the temporary folder ``tmp``."""
+    from privaudit.learners.dp_apvi import DPAPVI
+    from privaudit.learners.policy import save_policy
+    from privaudit.pipeline import report as rep
+    from privaudit.stats.release import load_release, release_logs
+
+    # ---------------------------------------------------------------- release
+    bar.stage("release")
+    t = time.perf_counter()
+    info = release_logs(logs, spec, **plan.release_args, mechanism="gaussian", stationary=stationary,
+                        noise="rounded", out=tmp / "release", seed=seeds[0])
+    local = json.loads(info.local_log.read_text())
+    info.local_log.unlink()  # folded into private/local-log.json below
+    manifest = info.manifest
+    timings["release"] = time.perf_counter() - t
+    bar.done()
+
+    # ---------------------------------------------------------------- train (post-processing + DP-VAPVI)
+    bar.stage("train")
+    t = time.perf_counter()
+    policies = {}
+    learner = DPAPVI().fit(load_release(tmp / "release"), release_path="../../release")
+    policies["dp-apvi"] = learner.policy_
+    linear_rho = None
+    if plan.rho_linear is not None:
+        from privaudit.learners.linear import train_from_logs as train_linear
+
+        pol = train_linear(logs, spec, "dp-vapvi", rho=plan.rho_linear, seed=seeds[1])
+        policies["dp-vapvi"] = pol
+        linear_rho = float(pol.privacy["guarantee"]["rho"])
+    for name, pol in policies.items():
+        save_policy(pol, tmp / "policies" / name)
+    guarantee = composed_guarantee(plan, manifest, spec, linear_rho)
+    timings["train"] = time.perf_counter() - t
+    bar.done()
+
+    # ---------------------------------------------------------------- evaluate
+    bar.stage("evaluate")
+    t = time.perf_counter()
+    evaluation = None if the_mdp is None else rep.evaluate_all(
+        the_mdp, {n: p.table for n, p in policies.items()}, str(mdp_arg))
+    timings["evaluate"] = time.perf_counter() - t
+    bar.done()
+
+    # ---------------------------------------------------------------- audit
+    bar.stage("audit")
+    t = time.perf_counter()
+    audit = None
+    if audit_trials:
+        from privaudit.data.io import scan_logs
+        from privaudit.pipeline.audit_release import audit_release
+
+        frame = scan_logs(logs, spec).drop("row").collect()
+        report = audit_release(frame, spec, manifest, rho=float(manifest["guarantee"]["rho"]), delta=plan.delta,
+                               trials=int(audit_trials), seed=seeds[2], progress=progress)
+        del frame
+        report.write_json(tmp / "audit" / "audit_report.json")
+        report.plot(tmp / "figures" / "audit_tradeoff.png")
+        audit = rep.audit_summary(report)
+    timings["audit"] = time.perf_counter() - t
+    bar.done()
+
+    # ---------------------------------------------------------------- report
+    bar.stage("report")
+    t = time.perf_counter()
+    if evaluation is not None:
+        rep.plot_values(evaluation, tmp / "figures" / "values.png")
+    summary = rep.build_summary(spec=spec, manifest=manifest, guarantee=guarantee, policies=policies,
+                                evaluation=evaluation, audit=audit, stationary=stationary,
+                                seeded=seeded, tmp=tmp)
+    rep.write_summary(summary, tmp / "summary.json")
+    atomic_write_text(tmp / "report.md", rep.render_markdown(summary))
+    timings["report"] = time.perf_counter() - t
+    bar.done()
+    private = {
+        "WARNING": "PRIVATE: facts about the private logs, for the data holder only. Never share this file.",
+        "created": summary["created"],
+        "logs": str(logs.resolve()),
+        "spec": str(spec.source) if spec.source else None,
+        "validation": "passed every rule that contribution bounding cannot repair",
+        "bounding": local.get("bounding"),
+    }
+    return summary, private
