@@ -18,8 +18,10 @@ under the clinicians' policy, its spec, and --mdp icu-sepsis.
 
 Budget: --rho R (total zCDP) or --epsilon E --delta D (total
 (E, D)-DP). The guarantee in DIR/summary.json is the composition of
-everything DIR holds. --stationary (default) pools counts over the steps
-h; --per-step releases one table per h (slower, noisier per cell).
+everything DIR holds. --stationary pools counts over the steps h;
+--per-step releases one table per h (slower, noisier per cell); the
+default follows --mdp (icu-sepsis is stationary) and is --stationary
+without one.
 
 DIR is built under a temporary name and appears only when every stage
 succeeded; invalid logs stop the run with the located errors and nothing
@@ -54,8 +56,9 @@ Examples:
 @click.option("--mdp", default=None,
               help="icu-sepsis or MDP.npz (privaudit simulate --mdp-out): evaluate the policies on it "
                    "(default with no LOGS: icu-sepsis).")
-@click.option("--stationary/--per-step", default=True, show_default=True,
-              help="Pool counts over the steps h (stationary MDP) or release one table per h.")
+@click.option("--stationary/--per-step", default=None,
+              help="Pool counts over the steps h (a time-homogeneous process) or release one table per h. "
+                   "Default: as the --mdp is (icu-sepsis: stationary); without --mdp, stationary.")
 @click.option("--audit-trials", type=click.IntRange(min=0), default=4000, show_default=True,
               help="Runs per side of the release audit (0 skips the audit).")
 @click.option("--linear-share", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,

@@ -1,0 +1,302 @@
+"""``privaudit pipeline``: artifacts, summary schema and consistency, refusals, nothing half-written.
+
+A small world: a random tabular MDP (S=5, A=3, H=4, non-stationary), 2000
+episodes of a mix:0.5 behaviour, its MDP file, and two specs (tabular only;
+with a one-hot feature map, which adds DP-VAPVI and splits the budget).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from privaudit.cli import main
+from privaudit.data.bounding import bound_contributions
+from privaudit.data.io import scan_logs
+from privaudit.errors import UsageError
+from privaudit.learners.policy import load_policy
+from privaudit.mdp.io import save_mdp
+from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
+from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
+from privaudit.mdp.tabular import evaluate_policy, value_iteration
+from privaudit.pipeline import load_summary, run_pipeline
+from privaudit.pipeline.audit_release import ReleaseAudit, stationary_pair
+from privaudit.pipeline.run import _child_seeds
+from privaudit.privacy import accounting
+from privaudit.schemas import schema_errors
+from privaudit.spec import DomainSpec
+from privaudit.stats.counts import transition_counts, visit_counts
+
+#: A distinctive seed: its digits (and those of its child seeds) must appear in no output.
+SEED = 918273645
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pipeline")
+    mdp = random_tabular_mdp(5, 3, 4, instance_seed=2)
+    doc = random_tabular_spec_doc(mdp, dataset_id="rt-pipeline")
+    (d / "spec.json").write_text(json.dumps(doc))
+    (d / "spec_linear.json").write_text(json.dumps(dict(doc, features={"map": "one-hot"})))
+    df = simulate(mdp, behaviour_policy("mix:0.5", mdp), 2000, np.random.default_rng(11))
+    write_logs(df, d / "logs.parquet")
+    save_mdp(mdp, d / "mdp.npz")
+    return {"dir": d, "mdp": mdp, "doc": doc, "df": df}
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["pipeline", *[str(a) for a in args]])
+
+
+def tree(path: Path) -> dict:
+    """Relative path -> bytes of every file under ``path``."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def linear_run(world):
+    """One full run with a feature map: both learners, (epsilon, delta) budget, MDP file."""
+    out = world["dir"] / "run_linear"
+    res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec_linear.json", "--epsilon", 4,
+              "--delta", 1e-6, "--mdp", world["dir"] / "mdp.npz", "--out", out, "--seed", SEED,
+              "--audit-trials", 600)
+    assert res.exit_code == 0, res.output
+    return out, res
+
+
+def test_every_artifact_and_a_valid_summary(linear_run):
+    out, res = linear_run
+    for rel in ("summary.json", "report.md", "figures/values.png", "figures/audit_tradeoff.png",
+                "release/manifest.json", "release/visits.parquet", "release/transitions.parquet",
+                "release/rewards.parquet", "policies/dp-apvi/policy.json", "policies/dp-apvi/policy.parquet",
+                "policies/dp-vapvi/policy.json", "audit/audit_report.json", "private/local-log.json"):
+        assert (out / rel).is_file(), rel
+    for png in out.glob("figures/*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    s = load_summary(out / "summary.json")  # format version + schema
+    assert schema_errors(s, "summary") == []
+    # every path the summary names exists, relative to the output folder
+    arts = s["artifacts"]
+    named = [arts["summary"], arts["report"], arts["release"], arts["audit_report"], arts["private_log"],
+             *arts["policies"].values(), *arts["figures"].values()]
+    assert all((out / p).exists() for p in named)
+    assert set(arts["policies"]) == {"dp-apvi", "dp-vapvi"}
+    assert "private/" in s["sharing"]["must_not_leave"] and "release/" in s["sharing"]["may_leave"]
+    # the stdout table names both policies
+    assert "dp-apvi" in res.output and "dp-vapvi" in res.output and "guarantee" in res.output
+    # nothing is left beside the output folder (the temporary build folder was renamed)
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".run_linear")] == []
+
+
+def test_composed_guarantee_is_what_was_asked(linear_run):
+    out, _ = linear_run
+    s = load_summary(out / "summary.json")
+    g = s["privacy"]
+    # the total is the request: epsilon 4 at delta 1e-6 (CKS; dp_to_zcdp returns rho with eps(rho) <= 4)
+    assert g["requested"] == {"epsilon": 4.0, "delta": 1e-6} and g["delta"] == 1e-6
+    assert g["epsilon"] <= 4.0 * (1 + 1e-9) and g["epsilon"] >= 4.0 * (1 - 1e-9)
+    asked_rho = accounting.dp_to_zcdp(4.0, 1e-6)
+    assert math.isclose(g["rho"], asked_rho, rel_tol=1e-9)
+    # composition: the parts add up; each part is what its artifact records
+    parts = {p["name"]: p for p in g["parts"]}
+    assert set(parts) == {"release", "dp-vapvi"}
+    assert math.isclose(parts["release"]["rho"] + parts["dp-vapvi"]["rho"], g["rho"], rel_tol=1e-12)
+    assert g["split"] == {"release": 0.5, "dp-vapvi": 0.5}
+    manifest = json.loads((out / "release/manifest.json").read_text())
+    assert manifest["guarantee"]["rho"] == parts["release"]["rho"]
+    assert manifest["rng"] == "seeded-insecure" and s["rng"] == "seeded-insecure"
+    lin = load_policy(out / "policies/dp-vapvi")
+    assert lin.privacy["guarantee"]["rho"] == parts["dp-vapvi"]["rho"]
+    apvi = load_policy(out / "policies/dp-apvi")
+    assert apvi.privacy["guarantee"]["rho"] == parts["release"]["rho"]  # post-processing of the release
+    # each part alone is weaker than the whole
+    assert all(p["epsilon_alone"] < g["epsilon"] for p in parts.values())
+    # the audit tested the release's own claim
+    assert math.isclose(s["audit"]["claim"]["rho"], parts["release"]["rho"], rel_tol=1e-12)
+
+
+def test_values_are_exact_and_consistent(world, linear_run):
+    out, _ = linear_run
+    s = load_summary(out / "summary.json")
+    mdp = world["mdp"]
+    _, _, v_star = value_iteration(mdp)
+    ev = s["evaluation"]
+    assert ev["source"].endswith("mdp.npz") and ev["references"] == {}
+    assert math.isclose(ev["optimal_value"], v_star, rel_tol=1e-12)
+    for p in s["policies"]:
+        v = evaluate_policy(mdp, load_policy(out / p["path"]).table)  # independent re-evaluation
+        assert math.isclose(p["value"], v, rel_tol=1e-12, abs_tol=1e-12)
+        assert p["value"] <= p["optimal_value"] + 1e-9
+        assert math.isclose(p["gap"], p["optimal_value"] - p["value"], abs_tol=1e-12)
+        assert p["clinicians_value"] is None  # random-tabular has no clinicians' policy
+    # the MDP file fixes the structure: random-tabular is per-step, so the release is too
+    assert s["domain"]["stationary"] is False
+    assert json.loads((out / "release/manifest.json").read_text())["domain"]["stationary"] is False
+
+
+def test_no_seed_and_no_private_count_in_shared_outputs(world, linear_run):
+    out, _ = linear_run
+    seeds = [SEED, *_child_seeds(SEED, 3)]
+    for rel, data in tree(out).items():
+        text = data.decode("latin-1")
+        for sd in seeds:
+            assert str(sd) not in text, (rel, sd)
+    s = load_summary(out / "summary.json")
+    flat = json.dumps(s)
+    for key in ("rows", "episodes", "units", "timings", "seed", "bounding"):
+        assert f'"{key}"' not in flat, key
+    # the bounding facts are kept, but only in the private log
+    private = json.loads((out / "private/local-log.json").read_text())
+    assert private["bounding"]["episodes"] == world["df"]["episode_id"].n_unique()
+    assert "timings_s" in private
+    assert not (out / "release.local-log.json").exists()
+    assert list((out / "release").iterdir()) and all(
+        p.suffix in (".json", ".parquet") for p in (out / "release").iterdir())
+
+
+def test_rho_budget_without_features_and_no_audit(world, tmp_path):
+    out = tmp_path / "run"
+    s = run_pipeline(world["dir"] / "logs.parquet", world["dir"] / "spec.json", rho=0.5, out=out,
+                     mdp=world["dir"] / "mdp.npz", stationary=True, audit_trials=0, seed=3)
+    g = s["privacy"]
+    # the accountant rounds up by at most a few ulps, never down
+    assert 0.5 <= g["rho"] <= 0.5 * (1 + 1e-12)
+    assert [p["name"] for p in g["parts"]] == ["release"] and g["split"] == {"release": 1.0}
+    assert math.isclose(g["epsilon"], accounting.zcdp_to_dp(0.5, 1e-6), rel_tol=1e-12)
+    assert s["audit"] is None and not (out / "audit").exists()
+    assert s["artifacts"]["figures"] == {"values": "figures/values.png"}
+    assert s["domain"]["stationary"] is True
+    assert [p["name"] for p in s["policies"]] == ["dp-apvi"]
+    assert Path(s["private_log"]).is_file()
+
+
+def broken_logs(world, path: Path) -> Path:
+    bad = world["df"].with_columns(
+        pl.when(pl.int_range(pl.len()) == 5).then(7).otherwise(pl.col("action")).alias("action"))
+    write_logs(bad, path)
+    return path
+
+
+def test_invalid_logs_stop_at_validation_and_write_nothing(world, tmp_path):
+    logs = broken_logs(world, tmp_path / "bad.parquet")
+    out = tmp_path / "out"
+    res = run(logs, "--spec", world["dir"] / "spec.json", "--rho", 1, "--out", out, "--audit-trials", 0)
+    assert res.exit_code == 1, res.output
+    assert "action_out_of_range" in res.output and "row 5" in res.output  # located
+    assert "Traceback" not in res.output
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet"]  # no temporary folder left
+
+
+def test_existing_dir_refused_unless_overwrite_of_a_pipeline_output(world, tmp_path):
+    args = [world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 1,
+            "--audit-trials", 0]
+    # a folder that is not a pipeline output: refused, with or without --overwrite, untouched
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    for extra in ([], ["--overwrite"]):
+        res = run(*args, "--out", other, *extra)
+        assert res.exit_code == 2, res.output
+        assert tree(other) == {"notes.txt": b"keep me"}
+    # a previous pipeline output: refused without --overwrite, replaced with it
+    out = tmp_path / "out"
+    assert run(*args, "--out", out).exit_code == 0
+    (out / "marker").write_text("old")
+    before = tree(out)
+    res = run(*args, "--out", out)
+    assert res.exit_code == 2 and "--overwrite" in res.output
+    assert tree(out) == before
+    # invalid logs with --overwrite: stops at validation, the old output is unchanged
+    bad = broken_logs(world, tmp_path / "bad.parquet")
+    res = run(bad, *args[1:], "--out", out, "--overwrite")
+    assert res.exit_code == 1 and tree(out) == before
+    res = run(*args, "--out", out, "--overwrite")
+    assert res.exit_code == 0, res.output
+    assert not (out / "marker").exists() and (out / "summary.json").is_file()
+
+
+def test_refusals_before_any_work(world, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(UsageError, match="needs --spec"):
+        run_pipeline(world["dir"] / "logs.parquet", rho=1, out=out)
+    with pytest.raises(UsageError, match="declares"):  # the MDP does not fit the spec
+        run_pipeline(world["dir"] / "logs.parquet", world["dir"] / "spec.json", rho=1, out=out, mdp="icu-sepsis")
+    with pytest.raises(UsageError):
+        run_pipeline(world["dir"] / "logs.parquet", world["dir"] / "spec.json", rho=1, epsilon=1, out=out)
+    with pytest.raises(UsageError, match="audit_trials"):
+        run_pipeline(world["dir"] / "logs.parquet", world["dir"] / "spec.json", rho=1, out=out, audit_trials=5)
+    assert not out.exists()
+    res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", -1, "--out", out)
+    assert res.exit_code == 2 and not out.exists()
+
+
+# --------------------------------------------------------------------------- the audit adapter
+
+def _bounded(df, spec):
+    return bound_contributions(df.lazy(), spec)[0].collect()
+
+
+@pytest.mark.parametrize("stationary", [True, False])
+def test_audit_adapter_outputs_exactly_the_changed_cells(world, stationary):
+    """Oracle: the dense library counts of D and D'; the adapter's cells are their difference's support."""
+    spec = DomainSpec.from_dict(world["doc"])
+    logs = scan_logs(world["dir"] / "logs.parquet", spec).drop("row").collect()
+    from privaudit.audit.neighbours import make_pair
+    pair = stationary_pair(logs, spec) if stationary else make_pair(logs, spec, "rare", rng=np.random.default_rng(0))
+    families = {"visits": {"noise_scale": 2.0, "l1_sensitivity": 1.0, "l2_sensitivity": 1.0},
+                "transitions": {"noise_scale": 2.0, "l1_sensitivity": 1.0, "l2_sensitivity": 1.0}}
+    manifest = {"domain": {"stationary": stationary}, "mechanism": "gaussian", "noise": "rounded",
+                "families": families}
+    mech = ReleaseAudit(spec, manifest).prepare(pair.d, pair.d_prime)
+    b0, b1 = _bounded(pair.d, spec), _bounded(pair.d_prime, spec)
+    for fam, fn in (("visits", visit_counts), ("transitions", transition_counts)):
+        n0, n1 = (fn(b, spec, stationary=stationary).reshape(-1) for b in (b0, b1))
+        changed = np.flatnonzero(n0 != n1)
+        assert np.array_equal(mech.exact_statistics(pair.d)[fam], n0[changed])
+        assert np.array_equal(mech.exact_statistics(pair.d_prime)[fam], n1[changed])
+    if stationary:
+        # the worst-case canary puts all H steps in one pooled cell: a change of H there
+        assert np.abs(mech.exact_statistics(pair.d_prime)["visits"]
+                      - mech.exact_statistics(pair.d)["visits"]).max() == spec.H
+    out = mech(pair.d, np.random.default_rng(1), n_runs=3)
+    assert out.shape == (3, sum(len(v) for v in mech.exact_statistics(pair.d).values()))
+    assert out.dtype == np.int64
+
+
+def test_a_release_noisier_on_paper_than_in_fact_is_a_violation(world, tmp_path, monkeypatch):
+    """A broken release (noise 20x smaller than the manifest says) must be flagged: exit 3, nothing may leave.
+
+    The claim is rho = 1, i.e. mu = sqrt(2) GDP. The broken noise makes the
+    pair's outputs about 20x further apart (mu ~ 28), so the 420 evaluation
+    runs per side separate completely; the one-sided Clopper-Pearson bounds at
+    alpha/4 = 0.0125 then give FPR_UB = FNR_UB = 1 - 0.0125^(1/420) ~ 0.0104
+    and mu_lb = 2 Phi^-1(0.9896) ~ 4.6 > sqrt(2). A miss needs a Gaussian
+    deviation of > 10 sigma on the chosen score: probability < 1e-20.
+    """
+    import privaudit.pipeline.audit_release as ar
+
+    real = ar.mechanisms.add_noise
+
+    class Broken:
+        @staticmethod
+        def add_noise(values, *, mechanism, scale, rng, noise):
+            return real(values, mechanism=mechanism, scale=scale / 20, rng=rng, noise=noise)
+
+    monkeypatch.setattr(ar, "mechanisms", Broken)
+    out = tmp_path / "out"
+    res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 1, "--out", out,
+              "--mdp", world["dir"] / "mdp.npz", "--audit-trials", 600, "--seed", 4)
+    assert res.exit_code == 3, res.output
+    s = load_summary(out / "summary.json")
+    assert s["audit"]["verdict"] == "violation"
+    report = json.loads((out / "audit/audit_report.json").read_text())
+    assert report["method"]["gaussian"]["mu_lower_bound"] > 4.0 > report["claim"]["mu"]
+    assert s["sharing"]["may_leave"] == []
+    assert "release/" in s["sharing"]["must_not_leave"]
