@@ -21,6 +21,11 @@ Canary strategies (``make_pair``)
     distinguishable as the data allows: removed and added cells do not cancel,
     and the added cells go from (nearly) 0 to 1 (AUDITING.md 4.3 "canary
     trajectories"). The auditor is the data holder's tool, so it may read D.
+``repeat``
+    As ``rare``, but the canary stays in one cell: the least-visited
+    non-terminal (s, a) over all steps, repeated at every h with the
+    self-loop s -> s. This attains the sensitivity of statistics pooled over
+    h (``--stationary`` releases, L2 = kH sqrt(2)), which ``rare`` does not.
 ``random``
     Remove a uniformly random unit and add an episode of H steps with uniform
     non-terminal states and actions and uniform rewards in the range (or the
@@ -39,7 +44,7 @@ import polars as pl
 from privaudit.errors import LogReadError, UsageError
 from privaudit.spec import DomainSpec
 
-CANARY_STRATEGIES = ("rare", "random")
+CANARY_STRATEGIES = ("rare", "repeat", "random")
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,13 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
     if nonterm.size == 0:
         raise UsageError("the spec declares every state terminal; no canary episode is possible.")
     per_unit = logs.group_by(unit).len().sort([pl.col("len"), pl.col(unit)], descending=[True, False])
-    if strategy == "rare":
+    if strategy == "repeat":
+        removed = per_unit[unit][0]
+        counts = _visit_counts(logs, H, S, A)[:, nonterm, :].sum(axis=0).reshape(-1)
+        flat = np.full(H, int(counts.argmin()), dtype=np.int64)
+        states = nonterm[flat // A]
+        actions = flat % A
+    elif strategy == "rare":
         removed = per_unit[unit][0]
         counts = _visit_counts(logs, H, S, A)[:, nonterm, :].reshape(H, -1)  # (H, S_nt * A)
         flat = np.empty(H, dtype=np.int64)
@@ -138,11 +149,11 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
     next_states[:-1] = states[1:]
     pub = spec.public_reward_vector()
     if pub is not None:
-        next_states[-1] = int(np.argmax(pub)) if strategy == "rare" else int(rng.integers(S))
+        next_states[-1] = int(np.argmax(pub)) if strategy != "random" else int(rng.integers(S))
         rewards = pub[next_states]
     else:
-        next_states[-1] = states[0] if strategy == "rare" else int(rng.choice(nonterm))
-        if strategy == "rare":
+        next_states[-1] = states[-1] if strategy != "random" else int(rng.choice(nonterm))
+        if strategy != "random":
             rewards = np.full(H, lo, dtype=float)
             rewards[-1] = hi
         else:

@@ -133,6 +133,12 @@ class AuditReport:
         msgs = []
         if graybox["violation"]:
             msgs.append("gray-box: a pre-noise statistic changes by more than its declared sensitivity")
+        weak = [f for f in graybox.get("families", []) if f.get("l2") is not None and f.get("declared_l2")
+                and f["l2"] < 0.5 * f["declared_l2"]]
+        for f in weak:
+            msgs.append(f"the pair changes {f['name']} by L2 {f['l2']:.4g}, under half its declared sensitivity "
+                        f"{f['declared_l2']:.4g}: this audit cannot reach the claim; try a stronger pair "
+                        "(e.g. --canary repeat for statistics pooled over h)")
         if not violated:
             cap = resolution["epsilon_gaussian"] if gaussian_valid and "epsilon_gaussian" in resolution else resolution["epsilon"]
             msgs.append(f"no violation found at this resolution: with {evaluation_trials} evaluation runs per side "

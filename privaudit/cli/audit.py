@@ -30,7 +30,7 @@ def _read_logs(path: str, spec):
 @click.option("--claim-kind", type=click.Choice(["gaussian", "generic"]), default=None,
               help="gaussian: the claim comes from a Gaussian/GDP analysis (GDP test valid). "
                    "Default: gaussian for --claim-rho, generic for --claim-epsilon.")
-@click.option("--canary", type=click.Choice(["rare", "random"]), default="rare", show_default=True,
+@click.option("--canary", type=click.Choice(["rare", "repeat", "random"]), default="rare", show_default=True,
               help="How D' is built from D (docs/audit.md).")
 @click.option("--pair", nargs=2, type=click.Path(exists=True, dir_okay=False), default=None,
               metavar="D.parquet D2.parquet", help="An explicit neighbouring pair (standard column names).")

@@ -78,3 +78,18 @@ def test_unknown_strategy_and_empty_logs():
         make_pair(tiny_logs(), tiny_spec(), "loud", rng=np.random.default_rng(0))
     with pytest.raises(UsageError, match="empty"):
         make_pair(tiny_logs().head(0), tiny_spec(), "rare", rng=np.random.default_rng(0))
+
+
+def test_repeat_canary_attains_the_stationary_sensitivity():
+    from privaudit.audit.adapters import ReleaseMechanism
+
+    spec, logs = tiny_spec(), tiny_logs()
+    p = make_pair(logs, spec, "repeat", rng=np.random.default_rng(0))
+    steps = p.description["canary"]["steps"]
+    _check_episode(steps, spec)
+    assert len({(s["state"], s["action"], s["next_state"]) for s in steps}) == 1
+    m = ReleaseMechanism(spec, rho=0.5, delta=1e-5, stationary=True).prepare(p.d, p.d_prime)
+    diff = m.exact_statistics(p.d_prime)["visits"] - m.exact_statistics(p.d)["visits"]
+    # the canary adds H to one pooled cell; the removed episode (one cell at every h in the
+    # helper logs) removes H from another: L2 = H sqrt(2), the declared stationary sensitivity
+    assert np.sqrt((diff ** 2).sum()) == pytest.approx(m.declared_sensitivity()["visits"]["l2"])
