@@ -51,8 +51,9 @@ def child(logs: str, spec: str, out: str, noise: str) -> None:
     t = time.perf_counter()
     info = release_logs(logs, spec, rho=1.0, out=out, noise=noise)
     wall = time.perf_counter() - t
-    print(json.dumps({"timings": info.timings, "wall_s": wall,
-                      "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"timings": info.timings, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+                      "peak_rss_MB": ru.ru_maxrss / 1024}))
 
 
 def read_back(out: Path) -> dict:
@@ -90,6 +91,7 @@ def main():
     shutil.rmtree(out, ignore_errors=True)
     (cache / "release.local-log.json").unlink(missing_ok=True)
     env = dict(os.environ, POLARS_MAX_THREADS="2")
+    load0 = os.getloadavg()[0]
     res = subprocess.run([sys.executable, __file__, "--child", str(logs), str(spec), str(out), a.noise],
                          capture_output=True, text=True, env=env)
     if res.returncode:
@@ -105,7 +107,8 @@ def main():
     print(f"  read + bound + count {tm['read_count']:6.2f} s")
     print(f"  noise                {tm['noise']:6.2f} s")
     print(f"  write (overlapped)   {tm['write']:6.2f} s")
-    print(f"  whole release        {r['wall_s']:6.2f} s   (target <= 30 s)")
+    print(f"  whole release        {r['wall_s']:6.2f} s   (target <= 30 s); CPU time {r['cpu_s']:.1f} s "
+          f"(user + sys, all threads); load average at start {load0:.1f}")
     print(f"  peak RSS             {r['peak_rss_MB']:6.0f} MB")
     print("  on disk              " + ", ".join(f"{k} {v:.1f} MB" for k, v in sorted(sizes.items())))
     print(f"  read back: load_release {rb['load_s']:.2f} s; transitions_h {rb['transitions_per_h_s']:.2f} s per h "
