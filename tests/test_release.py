@@ -337,3 +337,21 @@ def test_bounding_rules_do_not_refuse_but_are_reported_locally(tmp_path):
     m = load_release(tmp_path / "r").manifest
     assert m["privacy_unit"] == {"column": "patient", "max_episodes": 2}
     assert "local-log" not in " ".join(p.name for p in (tmp_path / "r").iterdir())
+
+
+def test_release_checks_its_spec(data, tmp_path):
+    from privaudit.spec import load_spec
+
+    rel = load_release(release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "r", seed=2).out)
+    rel.check_spec(load_spec(data["spec_public"]))
+    with pytest.raises(ArtifactError, match="spec hash"):
+        rel.check_spec(load_spec(data["spec_private"]))
+
+
+def test_reward_quantum_coarsens_only_for_exact_gaussian():
+    q = release_mod.REWARD_QUANTUM
+    assert release_mod.reward_quantum(6.3, "gaussian", "rounded") == q
+    assert release_mod.reward_quantum(6.3, "gaussian", "exact") == q  # 6300 <= 1e4
+    assert release_mod.reward_quantum(60.0, "gaussian", "exact") == q // 10  # 60000 > 1e4, 6000 <= 1e4
+    assert release_mod.reward_quantum(2e4, "gaussian", "exact") == 1
+    assert release_mod.reward_quantum(1e3, "laplace", "exact") == q

@@ -180,6 +180,18 @@ class Release:
     def spec_hash(self) -> str:
         return self.manifest["spec_hash"]
 
+    def check_spec(self, spec) -> None:
+        """Raise ArtifactError unless ``spec`` (a DomainSpec) is the spec this release was made with.
+
+        Compares ``spec.hash()`` with the manifest's ``spec_hash``, then H, S, A.
+        """
+        if spec.hash() != self.spec_hash:
+            raise ArtifactError(f"{self.path}: the release was made with spec hash {self.spec_hash[:12]}..., "
+                                f"not with this spec ({spec.hash()[:12]}...). Use the spec the release was made with.")
+        if (spec.H, spec.S, spec.A) != (self.H, self.S, self.A):
+            raise ArtifactError(f"{self.path}: release domain (H, S, A) = {(self.H, self.S, self.A)} differs from "
+                                f"the spec's {(spec.H, spec.S, spec.A)}.")
+
     def transitions_h(self, h: int) -> np.ndarray:
         """Noisy transition counts n'_h(s, a, s') of step ``h``, shape (S, A, S), int64.
 
