@@ -133,6 +133,11 @@ class AuditReport:
         msgs = []
         if graybox["violation"]:
             msgs.append("gray-box: a pre-noise statistic changes by more than its declared sensitivity")
+        if gaussian_valid and mu_lb > claim.mu:
+            msgs.append(f"GDP test: mu lower bound {mu_lb:.4g} > claimed mu {claim.mu:.4g}: the mechanism is not "
+                        "the Gaussian mechanism its claim describes")
+        if eps_lb > claim.epsilon:
+            msgs.append(f"epsilon lower bound {eps_lb:.4g} > claimed epsilon {claim.epsilon:.4g} at delta {claim.delta:g}")
         weak = [f for f in graybox.get("families", []) if f.get("l2") is not None and f.get("declared_l2")
                 and f["l2"] < 0.5 * f["declared_l2"]]
         for f in weak:

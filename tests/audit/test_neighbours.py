@@ -93,3 +93,15 @@ def test_repeat_canary_attains_the_stationary_sensitivity():
     # the canary adds H to one pooled cell; the removed episode (one cell at every h in the
     # helper logs) removes H from another: L2 = H sqrt(2), the declared stationary sensitivity
     assert np.sqrt((diff ** 2).sum()) == pytest.approx(m.declared_sensitivity()["visits"]["l2"])
+
+
+def test_reports_of_every_canary_strategy_validate():
+    from privaudit.audit import run_audit
+    from privaudit.audit.catalogue import CatalogueMechanism
+
+    spec, logs = tiny_spec(), tiny_logs()
+    m = CatalogueMechanism("gaussian", spec)
+    for canary in ("rare", "repeat", "random"):
+        r = run_audit(m, logs, spec, claim=m.claim(), canary=canary, trials=200, seed=0, progress=False)
+        r.validate()
+        assert r.data["neighbouring_pair"]["kind"] == f"canary-{canary}"
