@@ -223,7 +223,7 @@ def test_parts_with_different_types(tmp_path):
     assert "b.parquet" in res.stderr and "state" in res.stderr and "Traceback" not in res.output
 
 
-@pytest.mark.parametrize("kind", ["text", "truncated", "missing", "empty_folder"])
+@pytest.mark.parametrize("kind", ["text", "truncated", "corrupt_pages", "missing", "empty_folder"])
 def test_unreadable_logs_exit_1(tmp_path, kind):
     logs = tmp_path / "logs.parquet"
     if kind == "text":
@@ -231,6 +231,14 @@ def test_unreadable_logs_exit_1(tmp_path, kind):
     elif kind == "truncated":
         table().write_parquet(logs)
         logs.write_bytes(logs.read_bytes()[:-20])
+    elif kind == "corrupt_pages":  # footer intact, data pages scrambled
+        n = 20_000
+        pl.DataFrame({c: np.arange(n) % 3 for c in ("episode_id", "step", "state", "action", "reward",
+                                                      "next_state")}).write_parquet(logs, compression="uncompressed")
+        b = bytearray(logs.read_bytes())
+        for i in range(64, len(b) - 4096, 7):
+            b[i] = (b[i] * 31 + 7) % 256
+        logs.write_bytes(bytes(b))
     elif kind == "empty_folder":
         logs = tmp_path / "empty"
         logs.mkdir()
@@ -238,6 +246,7 @@ def test_unreadable_logs_exit_1(tmp_path, kind):
     assert code == 1 and rep is None
     assert str(logs) in res.stderr and "Traceback" not in res.output
     expected = {"text": "not a readable Parquet", "truncated": "not a readable Parquet",
+                "corrupt_pages": "reading the log failed",
                 "missing": "no such file", "empty_folder": "no *.parquet"}[kind]
     assert expected in res.stderr
 
