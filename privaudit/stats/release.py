@@ -32,6 +32,7 @@ import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -77,6 +78,31 @@ DEFAULT_REPORT_DELTA = 1e-6
 BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range")
 
 NEIGHBOURING = "substitution: replace all data of one privacy unit"
+
+
+class _Clock:
+    """Wall and CPU seconds per stage (for ReleaseInfo.timings and the benchmark).
+
+    ``cpu`` is the calling thread's CPU time (``time.thread_time``) by
+    default, or the whole process's (``time.process_time``) for stages that
+    run polars' thread pool alone.
+    """
+
+    def __init__(self):
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str, cpu=time.thread_time):
+        w, c = time.perf_counter(), cpu()
+        try:
+            yield
+        finally:
+            self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - w
+            self.cpu[name] = self.cpu.get(name, 0.0) + cpu() - c
+
+    def as_dict(self) -> dict:
+        return {**self.wall, **{f"{k}_cpu": v for k, v in self.cpu.items()}}
 
 
 @dataclass(frozen=True)
@@ -168,7 +194,9 @@ class ReleaseInfo:
         PRIVATE counts of what bounding changed (for the data holder only).
     timings : dict[str, float]
         Wall seconds per stage: validate, read_count, noise, write (write
-        overlaps the noise of the next h), total.
+        overlaps the noise of the next h), total; and CPU seconds per stage
+        under ``<stage>_cpu`` (process CPU for validate and read_count, the
+        stage's own thread for noise and write).
     """
 
     out: Path
@@ -409,66 +437,58 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         ledger_mod.check_budget(Path(ledger), spec.dataset_id, charge_rho)
     manifest = _manifest(spec, budget, plan, stationary=stationary, noise=noise, seeded=seed is not None)
 
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-    _validate(logs, spec)
-    timings["validate"] = time.perf_counter() - t
+    clock = _Clock()
+    with clock.stage("validate", cpu=time.process_time):
+        _validate(logs, spec)
 
     from privaudit.data.io import scan_logs
 
-    t = time.perf_counter()
-    try:
-        bounded, report = bound_contributions(scan_logs(logs, spec), spec)
-        cols = ["step", "state", "action", "next_state"]
-        frame = bounded.select([pl.col(c).cast(pl.Int32) for c in cols]
-                               + ([pl.col("reward")] if "rewards" in plan else [])).collect()
-        exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards="rewards" in plan,
-                                     quantum=plan["rewards"]["quantum"] if "rewards" in plan else None)
-    except pl.exceptions.PolarsError as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise LogReadError(f"{logs}: reading the logs failed ({reason}); nothing was released.") from None
-    del frame
-    visits = exact.visits()
-    rewards = exact.rewards() if "rewards" in plan else None
-    transitions = exact.iter_transitions()
-    timings["read_count"] = time.perf_counter() - t
+    with clock.stage("read_count", cpu=time.process_time):
+        try:
+            bounded, report = bound_contributions(scan_logs(logs, spec), spec)
+            cols = ["step", "state", "action", "next_state"]
+            frame = bounded.select([pl.col(c).cast(pl.Int32) for c in cols]
+                                   + ([pl.col("reward")] if "rewards" in plan else [])).collect()
+            exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards="rewards" in plan,
+                                         quantum=plan["rewards"]["quantum"] if "rewards" in plan else None)
+        except pl.exceptions.PolarsError as e:
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise LogReadError(f"{logs}: reading the logs failed ({reason}); nothing was released.") from None
+        del frame
+        visits = exact.visits()
+        rewards = exact.rewards() if "rewards" in plan else None
+        transitions = exact.iter_transitions()
     if echo is not None:
         echo(report.summary())
 
     rng = np.random.default_rng(seed)
     rng_visits, rng_trans, rng_rewards = rng.spawn(3)
-    t_noise = t_write = 0.0
     try:
         with atomic_dir(out) as tmp:
-            t = time.perf_counter()
-            noisy_v = mechanisms.add_noise(visits, mechanism=budget.mechanism, scale=plan["visits"]["scale"],
-                                           rng=rng_visits, noise=noise)
-            noisy_r = (None if rewards is None else
-                       mechanisms.add_noise(rewards, mechanism=budget.mechanism, scale=plan["rewards"]["scale"],
-                                            rng=rng_rewards, noise=noise))
-            del visits, rewards
-            t_noise += time.perf_counter() - t
-            t = time.perf_counter()
-            write_sa_table(tmp / FILES["visits"], noisy_v, stationary=stationary)
-            if noisy_r is not None:
-                write_sa_table(tmp / FILES["rewards"], noisy_r, stationary=stationary)
-            t_write += time.perf_counter() - t
-            t_noise, t_write, t_count = _write_transitions(tmp, spec, plan, budget, transitions, rng_trans,
-                                                           noise, stationary, t_noise, t_write)
-            timings["read_count"] += t_count
+            with clock.stage("noise"):
+                noisy_v = mechanisms.add_noise(visits, mechanism=budget.mechanism,
+                                               scale=plan["visits"]["scale"], rng=rng_visits, noise=noise)
+                noisy_r = (None if rewards is None else
+                           mechanisms.add_noise(rewards, mechanism=budget.mechanism,
+                                                scale=plan["rewards"]["scale"], rng=rng_rewards, noise=noise))
+                del visits, rewards
+            with clock.stage("write"):
+                write_sa_table(tmp / FILES["visits"], noisy_v, stationary=stationary)
+                if noisy_r is not None:
+                    write_sa_table(tmp / FILES["rewards"], noisy_r, stationary=stationary)
+            _write_transitions(tmp, spec, plan, budget, transitions, rng_trans, noise, stationary, clock)
             atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2) + "\n")
             if ledger is not None:
                 ledger_mod.charge(Path(ledger), spec.dataset_id, charge_rho, _ledger_description(out, budget))
     finally:
         del exact, transitions
-    timings["noise"] = t_noise
-    timings["write"] = t_write
     log_path = local_log_path(out)
     atomic_write_text(log_path, json.dumps({
         "WARNING": "PRIVATE: facts about the private logs. Not part of the release; do not share.",
         "release": str(out), "created": manifest["created"], "spec_hash": manifest["spec_hash"],
         "logs": str(logs), "bounding": report.to_dict(),
     }, indent=2) + "\n")
+    timings = clock.as_dict()
     timings["total"] = time.perf_counter() - t_start
     return ReleaseInfo(out=out, manifest=manifest, local_log=log_path, bounding=report, timings=timings)
 
@@ -480,51 +500,46 @@ def _ledger_description(out: Path, budget: Budget) -> str:
 
 
 def _write_transitions(tmp: Path, spec: DomainSpec, plan: dict, budget: Budget, transitions, rng,
-                       noise: str, stationary: bool, t_noise: float, t_write: float):
+                       noise: str, stationary: bool, clock: _Clock) -> None:
     """Noise and write the transition slices; writing slice h overlaps the noise of slice h+1.
 
-    Returns the updated (noise, write, count) seconds. The write of each slice
-    runs in one background thread (pyarrow releases the GIL); at most two
-    slices are in memory at once.
+    The write of each slice runs in one background thread (pyarrow releases
+    the GIL); at most two noisy slices are in memory at once. Stage times go
+    to ``clock`` (the writer thread's CPU time under "write").
     """
-    S, A = spec.S, spec.A
-    scale = plan["transitions"]["scale"]
     import pyarrow as pa
 
+    scale = plan["transitions"]["scale"]
     # int32 holds |value| < 2^31; counts are <= rows and the noise is tiny next to that,
     # but a pathological scale (epsilon ~ 1e-8) would not fit: then use int64.
     big = scale * 50 > 2**30
-    writer = TransitionWriter(tmp / FILES["transitions"], spec.H, S, A, stationary=stationary,
+    writer = TransitionWriter(tmp / FILES["transitions"], spec.H, spec.S, spec.A, stationary=stationary,
                               value_type=pa.int64() if big else pa.int32())
-    t_count = 0.0
-    pending = None
 
     def timed_write(h, values):
-        t0 = time.perf_counter()
-        writer.write(h, values)
-        return time.perf_counter() - t0
+        with clock.stage("write"):
+            writer.write(h, values)
 
+    pending = None
     with ThreadPoolExecutor(max_workers=1) as pool:
         try:
             while True:
-                t = time.perf_counter()
-                item = next(transitions, None)
-                t_count += time.perf_counter() - t
+                with clock.stage("read_count"):  # scatter of the next exact h-slice
+                    item = next(transitions, None)
                 if item is None:
                     break
                 h, exact = item
-                t = time.perf_counter()
-                noisy = mechanisms.add_noise(exact, mechanism=budget.mechanism, scale=scale, rng=rng, noise=noise)
+                with clock.stage("noise"):
+                    noisy = mechanisms.add_noise(exact, mechanism=budget.mechanism, scale=scale, rng=rng,
+                                                 noise=noise)
                 del exact
-                t_noise += time.perf_counter() - t
                 if pending is not None:
-                    t_write += pending.result()
+                    pending.result()
                 pending = pool.submit(timed_write, h, noisy)
             if pending is not None:
-                t_write += pending.result()
+                pending.result()
                 pending = None
         finally:
             if pending is not None:
                 pending.exception()
             writer.close()
-    return t_noise, t_write, t_count
