@@ -17,8 +17,6 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit.data.bounding import bound_contributions
-from privaudit.data.io import scan_logs
 from privaudit.errors import UsageError
 from privaudit.learners.policy import load_policy
 from privaudit.mdp.io import save_mdp
@@ -26,12 +24,9 @@ from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec
 from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline import load_summary, run_pipeline
-from privaudit.pipeline.audit_release import ReleaseAudit, stationary_pair
 from privaudit.pipeline.run import _child_seeds
 from privaudit.privacy import accounting
 from privaudit.schemas import schema_errors
-from privaudit.spec import DomainSpec
-from privaudit.stats.counts import transition_counts, visit_counts
 
 #: A distinctive seed: its digits (and those of its child seeds) must appear in no output.
 SEED = 918273645
@@ -176,6 +171,20 @@ def test_rho_budget_without_features_and_no_audit(world, tmp_path):
     assert Path(s["private_log"]).is_file()
 
 
+def test_stationary_release_is_audited_on_the_pooled_worst_case(world, tmp_path):
+    out = tmp_path / "run"
+    s = run_pipeline(world["dir"] / "logs.parquet", world["dir"] / "spec.json", rho=1, out=out,
+                     stationary=True, audit_trials=200, seed=8)
+    assert s["evaluation"] is None and all(p["value"] is None for p in s["policies"])
+    a = s["audit"]
+    assert a["pair"] == "canary-repeat" and a["graybox"] == {"checked": True, "violation": False}
+    assert a["claim"]["kind"] == "gaussian" and math.isclose(a["claim"]["rho"], 1.0, rel_tol=1e-12)
+    report = json.loads((out / a["report"]).read_text())
+    visits = next(f for f in report["graybox"]["families"] if f["name"] == "visits")
+    # one cell gains H = 4 visits from the canary: the L2 change is at least H (pooled worst case)
+    assert visits["l2"] >= world["doc"]["horizon"] and visits["l2"] <= visits["declared_l2"]
+
+
 def broken_logs(world, path: Path) -> Path:
     bad = world["df"].with_columns(
         pl.when(pl.int_range(pl.len()) == 5).then(7).otherwise(pl.col("action")).alias("action"))
@@ -237,41 +246,14 @@ def test_refusals_before_any_work(world, tmp_path):
     assert res.exit_code == 2 and not out.exists()
 
 
-# --------------------------------------------------------------------------- the audit adapter
-
-def _bounded(df, spec):
-    return bound_contributions(df.lazy(), spec)[0].collect()
-
-
-@pytest.mark.parametrize("stationary", [True, False])
-def test_audit_adapter_outputs_exactly_the_changed_cells(world, stationary):
-    """Oracle: the dense library counts of D and D'; the adapter's cells are their difference's support."""
-    spec = DomainSpec.from_dict(world["doc"])
-    logs = scan_logs(world["dir"] / "logs.parquet", spec).drop("row").collect()
-    from privaudit.audit.neighbours import make_pair
-    pair = stationary_pair(logs, spec) if stationary else make_pair(logs, spec, "rare", rng=np.random.default_rng(0))
-    families = {"visits": {"noise_scale": 2.0, "l1_sensitivity": 1.0, "l2_sensitivity": 1.0},
-                "transitions": {"noise_scale": 2.0, "l1_sensitivity": 1.0, "l2_sensitivity": 1.0}}
-    manifest = {"domain": {"stationary": stationary}, "mechanism": "gaussian", "noise": "rounded",
-                "families": families}
-    mech = ReleaseAudit(spec, manifest).prepare(pair.d, pair.d_prime)
-    b0, b1 = _bounded(pair.d, spec), _bounded(pair.d_prime, spec)
-    for fam, fn in (("visits", visit_counts), ("transitions", transition_counts)):
-        n0, n1 = (fn(b, spec, stationary=stationary).reshape(-1) for b in (b0, b1))
-        changed = np.flatnonzero(n0 != n1)
-        assert np.array_equal(mech.exact_statistics(pair.d)[fam], n0[changed])
-        assert np.array_equal(mech.exact_statistics(pair.d_prime)[fam], n1[changed])
-    if stationary:
-        # the worst-case canary puts all H steps in one pooled cell: a change of H there
-        assert np.abs(mech.exact_statistics(pair.d_prime)["visits"]
-                      - mech.exact_statistics(pair.d)["visits"]).max() == spec.H
-    out = mech(pair.d, np.random.default_rng(1), n_runs=3)
-    assert out.shape == (3, sum(len(v) for v in mech.exact_statistics(pair.d).values()))
-    assert out.dtype == np.int64
-
+# --------------------------------------------------------------------------- the audit stage
 
 def test_a_release_noisier_on_paper_than_in_fact_is_a_violation(world, tmp_path, monkeypatch):
-    """A broken release (noise 20x smaller than the manifest says) must be flagged: exit 3, nothing may leave.
+    """A broken noise sampler (20x too little noise) must be flagged: exit 3, nothing may leave.
+
+    ``privaudit.privacy.mechanisms.add_noise`` is patched, so the release and
+    the audited mechanism (the library's own code path) are both broken, as
+    they would be by a real bug; the manifest still claims rho = 1.
 
     The claim is rho = 1, i.e. mu = sqrt(2) GDP. The broken noise makes the
     pair's outputs about 20x further apart (mu ~ 28), so the 420 evaluation
@@ -280,16 +262,14 @@ def test_a_release_noisier_on_paper_than_in_fact_is_a_violation(world, tmp_path,
     and mu_lb = 2 Phi^-1(0.9896) ~ 4.6 > sqrt(2). A miss needs a Gaussian
     deviation of > 10 sigma on the chosen score: probability < 1e-20.
     """
-    import privaudit.pipeline.audit_release as ar
+    from privaudit.privacy import mechanisms
 
-    real = ar.mechanisms.add_noise
+    real = mechanisms.add_noise
 
-    class Broken:
-        @staticmethod
-        def add_noise(values, *, mechanism, scale, rng, noise):
-            return real(values, mechanism=mechanism, scale=scale / 20, rng=rng, noise=noise)
+    def broken(values, *, mechanism, scale, rng, noise="rounded"):
+        return real(values, mechanism=mechanism, scale=scale / 20, rng=rng, noise=noise)
 
-    monkeypatch.setattr(ar, "mechanisms", Broken)
+    monkeypatch.setattr(mechanisms, "add_noise", broken)
     out = tmp_path / "out"
     res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 1, "--out", out,
               "--mdp", world["dir"] / "mdp.npz", "--audit-trials", 600, "--seed", 4)

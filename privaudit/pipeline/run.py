@@ -291,8 +291,8 @@ def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, sta
         from privaudit.pipeline.audit_release import audit_release
 
         frame = scan_logs(logs, spec).drop("row").collect()
-        report = audit_release(frame, spec, manifest, rho=float(manifest["guarantee"]["rho"]), delta=plan.delta,
-                               trials=int(audit_trials), seed=seeds[2], progress=progress)
+        report = audit_release(frame, spec, manifest, delta=plan.delta, trials=int(audit_trials),
+                               seed=seeds[2], progress=progress)
         del frame
         report.write_json(tmp / "audit" / "audit_report.json")
         report.plot(tmp / "figures" / "audit_tradeoff.png")
