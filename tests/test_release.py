@@ -355,3 +355,19 @@ def test_reward_quantum_coarsens_only_for_exact_gaussian():
     assert release_mod.reward_quantum(60.0, "gaussian", "exact") == q // 10  # 60000 > 1e4, 6000 <= 1e4
     assert release_mod.reward_quantum(2e4, "gaussian", "exact") == 1
     assert release_mod.reward_quantum(1e3, "laplace", "exact") == q
+
+
+def test_reader_refuses_a_table_out_of_order(data, tmp_path):
+    import pyarrow as pa
+
+    out = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "r", seed=2).out
+    path = out / "transitions.parquet"
+    tab = pq.read_table(path)
+    ns = tab.column("next_state").to_numpy().copy()
+    ns[[5, 6]] = ns[[6, 5]]  # two cells swapped: same multiset, wrong order
+    tab = tab.set_column(tab.schema.get_field_index("next_state"), "next_state", pa.array(ns))
+    pq.write_table(tab, path, row_group_size=S * A * S)
+    rel = load_release(out)
+    with pytest.raises(ArtifactError, match="corrupt"):
+        rel.transitions_h(0)
+    rel.transitions_h(1)  # the other row groups are intact

@@ -235,13 +235,19 @@ class Release:
 
 
 def _check_dense(path: Path, tab: pa.Table, names: list[str], shape: tuple[int, ...], h: int | None) -> None:
-    """Raise ArtifactError unless ``tab`` lists every cell of ``shape`` once, row-major."""
-    flat = np.zeros(tab.num_rows, dtype=np.int64)
-    for n, d in zip(names, shape):
-        flat = flat * d + tab.column(n).to_numpy().astype(np.int64)
-    if not np.array_equal(flat, np.arange(tab.num_rows, dtype=np.int64)):
-        raise ArtifactError(f"{path}: rows must list every cell of {names} of shape {shape} once, "
-                            f"sorted row-major. The release is corrupt.")
+    """Raise ArtifactError unless ``tab`` lists every cell of ``shape`` once, row-major.
+
+    Column ``names[i]``, reshaped to ``shape``, must equal ``arange(shape[i])``
+    along axis i (a broadcast comparison: no int64 copy of the columns).
+    """
+    for i, (n, d) in enumerate(zip(names, shape)):
+        col = tab.column(n)
+        if col.null_count:
+            raise ArtifactError(f"{path}: column '{n}' holds nulls. The release is corrupt.")
+        along = np.arange(d).reshape([d if j == i else 1 for j in range(len(shape))])
+        if not np.array_equal(col.to_numpy().reshape(shape), np.broadcast_to(along, shape)):
+            raise ArtifactError(f"{path}: rows must list every cell of {names} of shape {shape} once, "
+                                f"sorted row-major. The release is corrupt.")
     if h is not None:
         hc = tab.column("h").to_numpy()
         if hc.size and (hc.min() != h or hc.max() != h):
