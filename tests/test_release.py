@@ -371,3 +371,22 @@ def test_reader_refuses_a_table_out_of_order(data, tmp_path):
     with pytest.raises(ArtifactError, match="corrupt"):
         rel.transitions_h(0)
     rel.transitions_h(1)  # the other row groups are intact
+
+
+def test_two_releases_at_once_one_budget(data, tmp_path):
+    """Budget for one release only: exactly one of two concurrent releases is written and charged."""
+    import subprocess
+    import sys
+
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, "tiny-release", 1.0)
+    procs = [subprocess.Popen([sys.executable, "-c", "from privaudit.cli import main; main()",
+                               "release", str(data["logs"]),
+                               "--spec", str(data["spec_public"]), "--rho", "0.75",
+                               "--out", str(tmp_path / f"r{i}"), "--ledger", str(led)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
+    codes = sorted(p.wait(timeout=120) for p in procs)
+    assert codes == [0, 3]
+    written = [p.name for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(written) == 1 and not any(p.name.startswith(".") for p in tmp_path.iterdir())
+    assert ledger_mod.ledger_status(led)["rho_spent"] == "0.75"
