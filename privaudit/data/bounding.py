@@ -1,4 +1,4 @@
-"""Contribution bounding: make the declared sensitivities true for any input.
+"""Contribution bounding: make the declared sensitivities true for any valid-structure logs.
 
 Before any statistic (DESIGN.md "The privacy model"):
 
@@ -19,7 +19,8 @@ What validation rejects (nulls, states/actions/next states outside the
 domain, broken episode structure, an episode split across units, rows after a
 terminal) is *not* repaired here: those rules are fatal before a release (see
 ``privaudit.stats.release``). Only the three rules above are enforced by
-bounding instead of refusal.
+bounding instead of refusal. The bounds hold for any logs that pass those
+fatal rules, whatever their number of episodes per unit, lengths or rewards.
 
 The :class:`BoundingReport` counts what was dropped or clipped. Those numbers
 are facts about the private data: they are shown to the data holder (stderr
@@ -34,8 +35,8 @@ import polars as pl
 
 from privaudit.spec import DomainSpec
 
-#: Fixed seed of polars' hash for the episode priority key. Public constants,
-#: not noise seeds: the keep-k rule must be deterministic and data-independent.
+#: Fixed seed of polars' hash for the episode priority key. A public constant,
+#: not a noise seed: the keep-k rule must be deterministic and data-independent.
 _PRIORITY_HASH_SEED = 0x5EED0DDB
 
 
