@@ -161,6 +161,41 @@ def run(args) -> list[dict]:
     return rows
 
 
+def noise_bound_for(epsilon: float, stationary: bool) -> float:
+    """The learner's E for an ICU-Sepsis (epsilon, 1e-6) Gaussian release (public numbers only)."""
+    spec = DomainSpec.from_dict(icu_sepsis_spec_doc())
+    plan = _plan_noise(spec, resolve_budget(epsilon=epsilon, delta=DP_DELTA, mechanism="gaussian"),
+                       stationary, "rounded")
+    manifest = {"domain": {"H": spec.H, "S": spec.S, "A": spec.A, "stationary": stationary},
+                "mechanism": "gaussian", "noise": "rounded",
+                "families": {f: {"noise_scale": plan[f]["scale"]} for f in ("visits", "transitions")}}
+    return release_noise_bound(manifest, FAILURE_PROB)
+
+
+def rows_from_log(text: str) -> list[dict]:
+    """Parse the progress lines ``seed k: ...`` / ``n=... variant algo eps=... value=...`` of a run."""
+    import re
+
+    rows, seed = [], None
+    pat = re.compile(r"n=\s*(\d+) (\S+)\s+(\S+)\s+eps=(\S+)\s+value=([\d.]+) certified=([\d.]+) "
+                     r"trusted=([\d.]+) \(([\d.]+)s\)")
+    for line in text.splitlines():
+        m0 = re.match(r"seed (\d+):", line)
+        if m0:
+            seed = int(m0.group(1))
+            continue
+        m = pat.search(line)
+        if m and seed is not None:
+            n, variant, algo, eps, v, c, tr, sec = m.groups()
+            eps = None if eps == "None" else float(eps)
+            row = dict(seed=seed, n=int(n), variant=variant, algo=algo, epsilon=eps, value=float(v),
+                       certified=float(c), trusted_share=float(tr), seconds=float(sec))
+            if eps is not None:
+                row["E"] = noise_bound_for(eps, variant == "stationary")
+            rows.append(row)
+    return rows
+
+
 def summarize(rows: list[dict], ns: list[int]) -> str:
     df = pl.DataFrame(rows, infer_schema_length=None)
     clin, opt = REFERENCE_VALUES["clinicians"], REFERENCE_VALUES["optimal"]
@@ -246,10 +281,16 @@ def main(argv=None):
     p.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "utility_icu.png")
     p.add_argument("--from-json", type=Path, default=None,
                    help="only re-make the tables and plot from a saved utility_icu.json / partial file")
+    p.add_argument("--from-log", type=Path, default=None,
+                   help="only re-make the tables and plot from this script's stderr progress log "
+                        "(recovery when a run was stopped before writing its JSON)")
     args = p.parse_args(argv)
     args.partial = args.out / "utility_icu.partial.json"
     t0 = time.perf_counter()
-    if args.from_json is not None:
+    if args.from_log is not None:
+        rows = rows_from_log(args.from_log.read_text())
+        args.n = sorted({r["n"] for r in rows})
+    elif args.from_json is not None:
         rows = json.loads(args.from_json.read_text())["runs"]
         args.n = sorted({r["n"] for r in rows})
     else:
