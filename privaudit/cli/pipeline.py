@@ -33,9 +33,10 @@ files may leave the building).
 --seed makes the noise reproducible, for tests only: the outputs are then
 marked rng "seeded-insecure" (the seed itself is written nowhere).
 
-Exit codes: 0 ok; 1 invalid or unreadable logs; 2 usage or spec error
-(DIR exists, bad budget, MDP not matching the spec). An audit violation
-is reported in the summary and report (exit 3).
+Exit codes: 0 ok; 1 invalid or unreadable logs (nothing written); 2 usage
+or spec error (DIR exists, bad budget, MDP not matching the spec; nothing
+written); 3 the audit found a violation (DIR is written for inspection and
+its summary.json marks no file as shareable).
 
 \b
 Examples:

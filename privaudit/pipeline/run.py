@@ -96,7 +96,7 @@ class _Progress:
         if show:
             from tqdm import tqdm
             self.bar = tqdm(total=len(STAGES), desc="pipeline", unit="stage", file=sys.stderr,
-                            bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {elapsed}")
+                            bar_format="{desc}{n_fmt}/{total_fmt} stages |{bar}| {elapsed}")
 
     def stage(self, name: str) -> None:
         if self.bar is not None:
