@@ -150,3 +150,14 @@ def test_cli_bad_arguments(random_files, args, code, message):
     assert message in res.stderr, res.stderr
     assert "Traceback" not in res.output
     assert not (d / "x.parquet").exists() and not (d / "x.json").exists()  # nothing written on error
+
+
+def test_simulate_random_tabular_defaults_to_uniform_behaviour(tmp_path):
+    # random-tabular names no behaviour of its own: the default must be uniform,
+    # not the icu-sepsis-only "clinicians" (which would exit 2).
+    res = _run("simulate", "random-tabular", "--states", 3, "--actions", 2, "--horizon", 2,
+               "--episodes", 50, "--seed", 0, "--out", tmp_path / "l.parquet",
+               "--spec-out", tmp_path / "s.json")
+    assert res.exit_code == 0, res.output
+    assert "behaviour uniform" in res.output
+    assert pl.read_parquet(tmp_path / "l.parquet")["episode_id"].n_unique() == 50

@@ -32,7 +32,7 @@ Example:
 @click.argument("mdp_name", metavar="MDP", type=click.Choice(list(MDP_REGISTRY)))
 @click.option("--episodes", "-n", type=click.IntRange(min=1), required=True, help="Number of episodes n.")
 @click.option("--behaviour", default=None,
-              help="Behaviour policy (default: the MDP's first named behaviour, else clinicians): uniform | mix:W (W*uniform + (1-W)*base) | a policy the MDP names "
+              help="Behaviour policy (default: the MDP's first named behaviour, else uniform): uniform | mix:W (W*uniform + (1-W)*base) | a policy the MDP names "
                    "(icu-sepsis: clinicians; synthetic-linear: seed = a 0 w.p. 0.6; also the base of mix:W; elsewhere the base is a fixed random policy).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed of the simulation (default: OS entropy).")
@@ -55,7 +55,7 @@ def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon
     mdp = build_mdp(mdp_name, horizon=horizon, states=states, actions=actions, instance_seed=instance_seed)
     entry = MDP_REGISTRY[mdp_name]
     if behaviour is None:
-        behaviour = next(iter(entry.behaviours), "clinicians")
+        behaviour = next(iter(entry.behaviours), "uniform")
     pi = behaviour_policy(behaviour, mdp, entry=entry)
     description = f"Simulated from the {mdp_name} MDP with behaviour policy {behaviour} (privaudit simulate)."
     spec_doc = entry.spec_doc(mdp, dataset_id or f"{mdp_name}-simulated", description)
