@@ -131,7 +131,8 @@ def test_evaluate_refuses_bad_policy(random_files, array, message):
     (["simulate", "icu-sepsis", "-n", "5", "--states", "3", "--out", "{d}/x.parquet", "--spec-out",
       "{d}/x.json"], 2, "--states does not apply"),
     (["simulate", "random-tabular", "-n", "5", "--states", "3", "--actions", "2", "--horizon", "2",
-      "--out", "{d}/x.parquet", "--spec-out", "{d}/x.json"], 2, "not defined for the random-tabular MDP"),
+      "--behaviour", "clinicians", "--out", "{d}/x.parquet", "--spec-out", "{d}/x.json"], 2,
+     "not defined for the random-tabular MDP"),
     (["simulate", "icu-sepsis", "-n", "5", "--behaviour", "mix:x", "--out", "{d}/x.parquet", "--spec-out",
       "{d}/x.json"], 2, "mix:W"),
     (["simulate", "icu-sepsis", "-n", "0", "--out", "{d}/x.parquet", "--spec-out", "{d}/x.json"], 2, "episodes"),
@@ -155,7 +156,7 @@ def test_cli_bad_arguments(random_files, args, code, message):
 def test_simulate_random_tabular_defaults_to_uniform_behaviour(tmp_path):
     # random-tabular names no behaviour of its own: the default must be uniform,
     # not the icu-sepsis-only "clinicians" (which would exit 2).
-    res = _run("simulate", "random-tabular", "--states", 3, "--actions", 2, "--horizon", 2,
+    res = run("simulate", "random-tabular", "--states", 3, "--actions", 2, "--horizon", 2,
                "--episodes", 50, "--seed", 0, "--out", tmp_path / "l.parquet",
                "--spec-out", tmp_path / "s.json")
     assert res.exit_code == 0, res.output
