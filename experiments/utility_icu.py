@@ -19,7 +19,7 @@ Protocol
   algorithms and budgets.
 * DP: (epsilon, delta = 1e-6) is turned into rho exactly as ``privaudit
   release`` does (``resolve_budget``: tight CKS conversion) and the noise
-  scale is the release's own plan (``privaudit.stats.release._plan_noise``:
+  scale is the release's own plan (``privaudit.stats.release.plan_noise``:
   combined visits + transitions sensitivity, k = 1; stationary releases pool
   counts and have the larger stationary sensitivity). Noise is added with
   ``privaudit.privacy.mechanisms.add_noise`` (rounded Gaussian) to the exact
@@ -60,7 +60,7 @@ from privaudit.mdp.simulate import simulate
 from privaudit.mdp.tabular import evaluate_policy
 from privaudit.privacy.mechanisms import add_noise
 from privaudit.spec import DomainSpec
-from privaudit.stats.release import _plan_noise, resolve_budget
+from privaudit.stats.release import plan_noise, resolve_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 DP_DELTA = 1e-6
@@ -95,7 +95,7 @@ class LazyNoisyTransitions:
 def noisy_counts(exact: TabularCounts, spec: DomainSpec, epsilon: float, rng: np.random.Generator):
     """Counts distributed as a Gaussian (epsilon, 1e-6) release of ``exact``, and the learner's E."""
     budget = resolve_budget(epsilon=epsilon, delta=DP_DELTA, mechanism="gaussian")
-    plan = _plan_noise(spec, budget, exact.stationary, "rounded")
+    plan = plan_noise(spec, budget, exact.stationary, "rounded")
     scale = plan["visits"]["scale"]
     manifest = {"domain": {"H": spec.H, "S": spec.S, "A": spec.A, "stationary": exact.stationary},
                 "mechanism": "gaussian", "noise": "rounded",
@@ -164,7 +164,7 @@ def run(args) -> list[dict]:
 def noise_bound_for(epsilon: float, stationary: bool) -> float:
     """The learner's E for an ICU-Sepsis (epsilon, 1e-6) Gaussian release (public numbers only)."""
     spec = DomainSpec.from_dict(icu_sepsis_spec_doc())
-    plan = _plan_noise(spec, resolve_budget(epsilon=epsilon, delta=DP_DELTA, mechanism="gaussian"),
+    plan = plan_noise(spec, resolve_budget(epsilon=epsilon, delta=DP_DELTA, mechanism="gaussian"),
                        stationary, "rounded")
     manifest = {"domain": {"H": spec.H, "S": spec.S, "A": spec.A, "stationary": stationary},
                 "mechanism": "gaussian", "noise": "rounded",

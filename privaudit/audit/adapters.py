@@ -3,7 +3,7 @@
 Both adapters run the library's own code path for everything that decides
 privacy: contribution bounding (``privaudit.data.bounding``), exact counts
 (``privaudit.stats.counts``), sensitivities and noise scales
-(``privaudit.stats.release._plan_noise`` -> ``privaudit.privacy``), and
+(``privaudit.stats.release.plan_noise`` -> ``privaudit.privacy``), and
 noise (``privaudit.privacy.mechanisms.add_noise``). A bug there changes what
 the audit sees; nothing is re-implemented here.
 
@@ -57,13 +57,13 @@ class _LibraryStatistics:
 
     def __init__(self, spec: DomainSpec, *, rho=None, epsilon=None, delta=None, mechanism="gaussian",
                  stationary=False, noise="rounded"):
-        from privaudit.stats.release import _plan_noise, resolve_budget
+        from privaudit.stats.release import plan_noise, resolve_budget
 
         self.spec, self.stationary, self.noise_mode = spec, bool(stationary), noise
         self.budget = resolve_budget(rho=rho, epsilon=epsilon, delta=None if rho is not None else delta,
                                      mechanism=mechanism)
         self.delta = delta
-        self.plan = _plan_noise(spec, self.budget, self.stationary, noise)
+        self.plan = plan_noise(spec, self.budget, self.stationary, noise)
         self._fp: dict[tuple, str] = {}
 
     def bounded_frame(self, logs: pl.DataFrame) -> pl.DataFrame:
@@ -238,14 +238,14 @@ class DPAPVIMechanism(_LibraryStatistics):
 
     def prepare(self, d: pl.DataFrame, d_prime: pl.DataFrame) -> "DPAPVIMechanism":
         from privaudit.learners.dp_apvi import release_noise_bound
-        from privaudit.stats.release import _manifest
+        from privaudit.stats.release import build_manifest
 
         for key, logs in (("d", d), ("d_prime", d_prime)):
             frame = self.bounded_frame(logs)
             fams = self.sa_families(frame)
             fams["transitions"] = np.stack([s for _, s in self.transition_slices(frame)])
             self.exact[key] = fams
-        man = _manifest(self.spec, self.budget, self.plan, stationary=self.stationary, noise=self.noise_mode,
+        man = build_manifest(self.spec, self.budget, self.plan, stationary=self.stationary, noise=self.noise_mode,
                         seeded=True)
         fp = self.learner_params.get("failure_prob", 0.05)
         self.E = release_noise_bound(man, fp)

@@ -217,7 +217,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     try:
         # ------------------------------------------------------------ validate
         bar.stage("validate")
-        from privaudit.stats.release import _validate as validate_for_release
+        from privaudit.stats.release import validate_for_release
 
         t = time.perf_counter()
         validate_for_release(logs, spec)  # located errors; raises before any folder exists

@@ -216,7 +216,7 @@ def _families(spec: DomainSpec) -> list[str]:
     return ["visits", "transitions"] + ([] if spec.public_reward is not None else ["rewards"])
 
 
-def _plan_noise(spec: DomainSpec, budget: Budget, stationary: bool, noise: str) -> dict:
+def plan_noise(spec: DomainSpec, budget: Budget, stationary: bool, noise: str) -> dict:
     """Per-family sensitivity, noise scale and budget share, in stored value units.
 
     ``accounting.split_budget`` gives one noise scale (sigma or b, in natural
@@ -275,8 +275,15 @@ def _guarantee(budget: Budget) -> dict:
             "requested": budget.requested, "ledger_charge_rho": budget.rho}
 
 
-def _manifest(spec: DomainSpec, budget: Budget, plan: dict, *, stationary: bool, noise: str,
-              seeded: bool) -> dict:
+def build_manifest(spec: DomainSpec, budget: Budget, plan: dict, *, stationary: bool, noise: str,
+                   seeded: bool) -> dict:
+    """The release's ``manifest.json`` document (schema ``release_manifest``).
+
+    Built from public facts only: the spec, the budget, the noise plan of
+    :func:`plan_noise` and the modes. ``seeded`` records the rng mode
+    ``seeded-insecure`` — never the seed itself. Used by ``release_logs`` and
+    by the auditor's release adapter (so both describe the same mechanism).
+    """
     H, S, A = spec.H, spec.S, spec.A
     lead = [] if stationary else ["h"]
     shape_sa = [S, A] if stationary else [H, S, A]
@@ -331,7 +338,7 @@ def _manifest(spec: DomainSpec, budget: Budget, plan: dict, *, stationary: bool,
     return m
 
 
-def _validate(logs: Path, spec: DomainSpec) -> None:
+def validate_for_release(logs: Path, spec: DomainSpec) -> None:
     """Validate the logs; raise ValidationFailed if a fatal rule is broken.
 
     Fatal: every rule of ``privaudit.data.validate.RULES`` except
@@ -428,18 +435,18 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     if out.exists():
         raise UsageError(f"{out} already exists; choose another --out or remove it.")
     logs = Path(logs)
-    plan = _plan_noise(spec, budget, stationary, noise)  # may raise on bad H, k
+    plan = plan_noise(spec, budget, stationary, noise)  # may raise on bad H, k
     if ledger is not None:
         from privaudit.privacy import ledger as ledger_mod
 
         # exact charge: rho, or eps^2/2 as an exact fraction for pure DP
         charge_rho = budget.rho if budget.mechanism == "gaussian" else ledger_mod.rho_of_pure_dp(budget.epsilon)
         ledger_mod.check_budget(Path(ledger), spec.dataset_id, charge_rho)
-    manifest = _manifest(spec, budget, plan, stationary=stationary, noise=noise, seeded=seed is not None)
+    manifest = build_manifest(spec, budget, plan, stationary=stationary, noise=noise, seeded=seed is not None)
 
     clock = _Clock()
     with clock.stage("validate", cpu=time.process_time):
-        _validate(logs, spec)
+        validate_for_release(logs, spec)
 
     from privaudit.data.io import scan_logs
 

@@ -30,9 +30,9 @@ def _rows_from_logs(logs, spec: DomainSpec) -> pl.DataFrame:
     """Validated, bounded rows (episode_id, step, state, action, reward in [0, 1], next_state, terminated)."""
     from privaudit.data.bounding import bound_contributions
     from privaudit.data.io import scan_logs
-    from privaudit.stats.release import _validate  # same fatal rules as a release
+    from privaudit.stats.release import validate_for_release  # same fatal rules as a release
 
-    _validate(Path(logs), spec)
+    validate_for_release(Path(logs), spec)
     lf, _report = bound_contributions(scan_logs(logs, spec), spec)  # _report is private: never released
     cols = ["episode_id", "step", "state", "action", "reward", "next_state"]
     return lf.select(cols).collect()
