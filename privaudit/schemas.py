@@ -46,3 +46,44 @@ def validate_or_raise(instance: Any, name: str, exc_type: type[Exception], what:
     errors = schema_errors(instance, name)
     if errors:
         raise exc_type(f"{what} breaks schema '{name}':\n  " + "\n  ".join(errors))
+
+
+def load_versioned_json(path, schema_name: str, what: str, version: int | None = None) -> dict:
+    """Read a JSON artifact, check its ``format_version`` and its schema.
+
+    Parameters
+    ----------
+    path : str or Path
+        The JSON file (a manifest, a report, a summary).
+    schema_name : str
+        The schema in ``schemas/`` it must satisfy.
+    what : str
+        How to name the artifact in error messages ("audit report", ...).
+    version : int, optional
+        The format version readers accept (default ``privaudit.FORMAT_VERSION``).
+
+    Raises
+    ------
+    privaudit.errors.ArtifactError
+        If the file is missing or not JSON, its ``format_version`` is another
+        one (the message names the version found), or it breaks the schema.
+    """
+    from pathlib import Path
+
+    from privaudit import FORMAT_VERSION
+    from privaudit.errors import ArtifactError
+
+    version = FORMAT_VERSION if version is None else version
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"cannot read {what} {path}: the file is missing") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"cannot read {what} {path}: {e}") from None
+    found = doc.get("format_version") if isinstance(doc, dict) else None
+    if found != version:
+        raise ArtifactError(f"{what} {path}: format_version {found!r} is not supported "
+                            f"(this privaudit reads version {version}); use the privaudit version that wrote it.")
+    validate_or_raise(doc, schema_name, ArtifactError, f"{what} {path}")
+    return doc

@@ -23,7 +23,7 @@ from privaudit.audit import bounds as B
 from privaudit.cli.common import _json_default  # numpy scalars/arrays -> JSON
 from privaudit.errors import ArtifactError
 from privaudit.io_utils import atomic_path, atomic_write_text
-from privaudit.schemas import schema_errors
+from privaudit.schemas import load_versioned_json, schema_errors
 
 REPORT_FORMAT_VERSION = 1
 VIOLATION = "violation"
@@ -232,14 +232,4 @@ def load_report(path: str | Path) -> dict:
     ArtifactError
         Unreadable, unknown format version, or schema errors.
     """
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"cannot read audit report {path}: {e}") from None
-    if doc.get("format_version") != REPORT_FORMAT_VERSION:
-        raise ArtifactError(f"audit report {path}: unknown format_version {doc.get('format_version')!r} "
-                            f"(this privaudit reads {REPORT_FORMAT_VERSION}).")
-    errs = schema_errors(doc, "audit_report")
-    if errs:
-        raise ArtifactError(f"audit report {path} breaks schema 'audit_report':\n  " + "\n  ".join(errs))
-    return doc
+    return load_versioned_json(path, "audit_report", "audit report", REPORT_FORMAT_VERSION)

@@ -21,7 +21,7 @@ import polars as pl
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.errors import ArtifactError, UsageError
 from privaudit.io_utils import atomic_dir
-from privaudit.schemas import schema_errors
+from privaudit.schemas import load_versioned_json, schema_errors
 
 
 @dataclass(frozen=True, repr=False)
@@ -139,17 +139,7 @@ def load_policy(path: str | Path) -> Policy:
     man_path = path / "policy.json"
     if not man_path.is_file():
         raise ArtifactError(f"{path} is not a policy folder: {man_path.name} is missing")
-    try:
-        doc = json.loads(man_path.read_text())
-    except json.JSONDecodeError as e:
-        raise ArtifactError(f"{man_path} is not valid JSON: {e.msg} (line {e.lineno})") from None
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise ArtifactError(
-            f"{man_path}: format_version {doc.get('format_version')!r} is not supported "
-            f"(this privaudit reads version {FORMAT_VERSION})")
-    errs = schema_errors(doc, "policy")
-    if errs:
-        raise ArtifactError(f"{man_path} breaks schemas/policy.schema.json: " + "; ".join(errs))
+    doc = load_versioned_json(man_path, "policy", "policy manifest")
     H, S, A = doc["horizon"], doc["n_states"], doc["n_actions"]
     try:
         df = pl.read_parquet(path / "policy.parquet")

@@ -17,7 +17,7 @@ import numpy as np
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.errors import ArtifactError
 from privaudit.io_utils import atomic_path, atomic_write_text
-from privaudit.schemas import schema_errors
+from privaudit.schemas import load_versioned_json, schema_errors
 
 SUMMARY_KIND = "privaudit-pipeline-summary"
 #: Files and folders of the output that may be shared outside the hospital.
@@ -190,17 +190,7 @@ def load_summary(path: str | Path) -> dict:
     ArtifactError
         Unreadable, another format version, or schema errors.
     """
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"cannot read pipeline summary {path}: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
-        raise ArtifactError(f"{path}: unknown format_version {doc.get('format_version') if isinstance(doc, dict) else None!r} "
-                            f"(this privaudit reads {FORMAT_VERSION}).")
-    errs = schema_errors(doc, "summary")
-    if errs:
-        raise ArtifactError(f"{path} breaks schemas/summary.schema.json:\n  " + "\n  ".join(errs))
-    return doc
+    return load_versioned_json(path, "summary", "pipeline summary", FORMAT_VERSION)
 
 
 def _f(x, nd=4) -> str:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
