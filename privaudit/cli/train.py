@@ -34,7 +34,8 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--failure-prob", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
               help="Learner's failure probability delta (iota = log(HSA/delta), E). Default 0.05.")
 @click.option("--ledger", type=click.Path(dir_okay=False), default=None,
-              help="Budget ledger charged by the release made from LOGS.")
+              help="Budget ledger: dp-apvi charges the release made from LOGS; dp-vapvi is checked before "
+                   "any noise and charged before the policy is written.")
 @click.option("--out", "out", required=True, type=click.Path(), help="Policy folder to write.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the release's noise (rng mode seeded-insecure).")
@@ -92,8 +93,10 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private.")
         from privaudit.learners.linear import train_from_logs as linear_train_from_logs
 
+        if ledger is not None and algo not in PRIVATE_ALGOS:
+            raise UsageError(f"--algo {algo} is not private: it spends no budget, so --ledger does not apply.")
         policy = linear_train_from_logs(logs, spec, algo, rho=rho, epsilon=epsilon, delta=delta, seed=seed,
-                                        params=params or None)
+                                        params=params or None, ledger=ledger)
         release_used = None
     else:
         from privaudit.learners.train import train_from_logs

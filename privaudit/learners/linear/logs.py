@@ -85,7 +85,8 @@ def guarantee(rho: float, requested: dict, spec: DomainSpec, rng_mode: str) -> d
 
 
 def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = None, epsilon: float | None = None,
-                    delta: float | None = None, seed: int | None = None, params: dict | None = None) -> Policy:
+                    delta: float | None = None, seed: int | None = None, params: dict | None = None,
+                    ledger=None) -> Policy:
     """Train PEVI, VAPVI or DP-VAPVI on Parquet logs with the spec's feature map.
 
     Parameters
@@ -108,6 +109,13 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         ``beta``); ``failure_prob`` maps to ``delta_fail``; ``split`` (bool,
         default False as in the paper's simulations) splits the episodes
         at random into D (regression) and D' (variance).
+    ledger : str or Path, optional
+        dp-vapvi only: budget ledger (``privaudit budget init``). The budget
+        rho is checked before any row is read or noise drawn
+        (``privacy.ledger.check_budget``) and charged once the policy is fitted
+        (``privacy.ledger.charge``, which re-checks atomically), before this
+        function returns it: the caller then writes it. A refusal raises
+        before anything is charged or returned.
 
     Returns
     -------
@@ -125,6 +133,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         The spec has no usable ``features``.
     LogReadError, ValidationFailed
         From reading or validating the logs.
+    BudgetExceededError
+        The ledger's remaining budget is below rho (exit code 3).
     """
     if algo not in LINEAR_LEARNERS:
         raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {sorted(LINEAR_LEARNERS)}.")
@@ -143,11 +153,17 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
 
         budget = resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
         params["k"] = spec.max_episodes_per_unit
+    elif ledger is not None:
+        raise UsageError(f"--algo {algo} is not private: it spends no budget, so --ledger does not apply.")
     fmap = feature_map_from_spec(spec)  # before reading any row: a spec error costs nothing
     try:
         learner = LINEAR_LEARNERS[algo](budget.rho, **params) if budget else LINEAR_LEARNERS[algo](**params)
     except TypeError as e:
         raise UsageError(f"bad parameters for {algo}: {e}") from None
+    if ledger is not None:  # before any row is read or any noise drawn
+        from privaudit.privacy import ledger as ledger_mod
+
+        ledger_mod.check_budget(Path(ledger), spec.dataset_id, budget.rho)
     df = _rows_from_logs(Path(logs), spec)
     rng = np.random.default_rng(seed)
     split_rng, noise_rng = rng.spawn(2)
@@ -170,4 +186,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         privacy = {"private": False, "note": f"{algo} reads the exact logs: not differentially private"}
     policy = learner.to_policy(privacy=privacy, spec_hash=spec.hash())
     policy.parameters["split"] = split
+    if ledger is not None:  # atomic re-check + append; refusal raises before the policy is returned
+        ledger_mod.charge(Path(ledger), spec.dataset_id, budget.rho,
+                          f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)")
     return policy
