@@ -82,6 +82,9 @@ def test_every_artifact_and_a_valid_summary(linear_run):
              *arts["policies"].values(), *arts["figures"].values()]
     assert all((out / p).exists() for p in named)
     assert set(arts["policies"]) == {"dp-apvi", "dp-vapvi"}
+    dg = next(p for p in s["policies"] if p["name"] == "dp-apvi")["diagnostics"]
+    assert 0.0 <= dg["fallback_share"] <= 1.0 and dg["certified_value"] is not None
+    assert "How much `dp-apvi` learned" in (out / "report.md").read_text()
     assert "private/" in s["sharing"]["must_not_leave"] and "release/" in s["sharing"]["may_leave"]
     # the stdout table names both policies
     assert "dp-apvi" in res.output and "dp-vapvi" in res.output and "guarantee" in res.output
@@ -280,3 +283,27 @@ def test_a_release_noisier_on_paper_than_in_fact_is_a_violation(world, tmp_path,
     assert report["method"]["gaussian"]["mu_lower_bound"] > 4.0 > report["claim"]["mu"]
     assert s["sharing"]["may_leave"] == []
     assert "release/" in s["sharing"]["must_not_leave"]
+
+
+def test_learner_diagnostics_by_hand():
+    # S = 2, A = 2, H = 2, start in state 0; action 0 moves 0 -> 1, action 1 stays; state 1 absorbs.
+    from privaudit.mdp.tabular import TabularMDP
+    from privaudit.pipeline.report import learner_diagnostics
+
+    P = np.zeros((2, 2, 2))
+    P[0, 0, 1] = P[0, 1, 0] = P[1, :, 1] = 1.0
+    mdp = TabularMDP(P, np.zeros((2, 2)), np.array([1.0, 0.0]), 2)
+    Q = np.zeros((2, 2, 2))
+    Q[0, 0] = [0.5, 0.0]                    # only (h=0, s=0) has a positive pessimistic value
+    table = np.zeros((2, 2, 2))
+    table[:, :, 0] = 1.0                    # always action 0
+    V0 = Q[0].max(-1)
+    d = learner_diagnostics(Q, V0, table, mdp)
+    # occupancy: h=0 all mass at s=0 (learned), h=1 all mass at s=1 (fallback) -> 1/2
+    assert d["certified_value"] == pytest.approx(0.5)
+    assert d["fallback_share"] == pytest.approx(0.5)
+    # without an MDP: 3 of the 4 (h, s) cells are fallback
+    u = learner_diagnostics(Q, V0, table)
+    assert u["certified_value"] is None and u["fallback_share"] == pytest.approx(0.75)
+    # a terminal state is excluded from the share
+    assert learner_diagnostics(Q, V0, table, terminal_states=(1,))["fallback_share"] == pytest.approx(0.5)

@@ -26,6 +26,55 @@ MAY_LEAVE = ("release/", "policies/", "summary.json", "report.md", "figures/valu
 MUST_NOT_LEAVE = ("private/", "audit/")
 
 
+def learner_diagnostics(Q: np.ndarray, V0: np.ndarray, table: np.ndarray, mdp=None,
+                        terminal_states=()) -> dict:
+    """How much of a pessimistic learner's policy rests on learned values.
+
+    A pessimistic learner (DP-APVI) clips Q_h(s, a) to 0 wherever its penalty
+    exceeds the estimate; where *every* action is 0 its greedy policy is only
+    the tie-break (for DP-APVI: the action with the largest noisy visit
+    count, i.e. an imitation of the behaviour). This reports how often that
+    happens, so a value above the behaviour's is not mistaken for learning.
+
+    Parameters
+    ----------
+    Q : ndarray, shape (H, S, A)
+        The learner's pessimistic Q-values (a DP output: post-processing of the release).
+    V0 : ndarray, shape (S,)
+        The learner's pessimistic value at step 0.
+    table : ndarray, shape (H, S, A)
+        The learned policy.
+    mdp : TabularMDP, optional
+        A public MDP: then the share is weighted by the learned policy's own
+        state occupancy on it, and the certified value d0 . V0 is given.
+    terminal_states : sequence of int
+        Excluded from the share (nothing is decided there).
+
+    Returns
+    -------
+    dict
+        ``certified_value`` (d0 . V0, or None without an MDP), ``fallback_share``
+        (in [0, 1]) and ``fallback_weighting`` (how the share was weighted).
+    """
+    H, S, _ = Q.shape
+    fallback = Q.max(-1) <= 0.0                       # (H, S): every action clipped to 0
+    live = np.ones(S, dtype=bool)
+    live[list(terminal_states)] = False
+    if mdp is None:
+        share = float(fallback[:, live].mean()) if live.any() else 0.0
+        return {"certified_value": None, "fallback_share": share,
+                "fallback_weighting": "uniform over non-terminal (h, s)"}
+    d = mdp.d0 * live
+    num = den = 0.0
+    for h in range(H):                                 # forward occupancy of the learned policy
+        num += float(d[fallback[h]].sum())
+        den += float(d.sum())
+        flow = d[:, None] * table[h]                   # (S, A)
+        d = np.einsum("sa,sat->t", flow, mdp.transition(h)) * live
+    return {"certified_value": float(mdp.d0 @ V0), "fallback_share": num / den if den > 0 else 0.0,
+            "fallback_weighting": "the learned policy's own state occupancy on the MDP"}
+
+
 def evaluate_all(mdp, tables: dict, name: str | None = None) -> dict:
     """Exact values of the learned policies on a known MDP, with v* and reference policies.
 
@@ -108,7 +157,8 @@ def plot_values(evaluation: dict, path: Path) -> Path:
 
 
 def build_summary(*, spec, manifest: dict, guarantee: dict, policies: dict, evaluation: dict | None,
-                  audit: dict | None, stationary: bool, seeded: bool, tmp: Path) -> dict:
+                  audit: dict | None, stationary: bool, seeded: bool, tmp: Path,
+                  diagnostics: dict | None = None) -> dict:
     """The ``summary.json`` document (schema ``schemas/summary.schema.json``).
 
     Holds no seed, no count of rows, episodes or units, no timing (a
@@ -125,6 +175,8 @@ def build_summary(*, spec, manifest: dict, guarantee: dict, policies: dict, eval
             e.update(value=v, optimal_value=evaluation["optimal_value"],
                      clinicians_value=evaluation["references"].get("clinicians"),
                      gap=evaluation["optimal_value"] - v)
+        if diagnostics and name in diagnostics:
+            e["diagnostics"] = diagnostics[name]
         pol_entries.append(e)
     figures = {}
     if evaluation is not None:
@@ -215,6 +267,12 @@ def format_table(summary: dict, out: str) -> str:
     w = max(len(r[0]) for r in rows + [("policy",)])
     lines.append(f"  {'policy':<{w}}  {'value':>8}  {'clinicians':>10}  {'optimal':>8}")
     lines += [f"  {a:<{w}}  {b:>8}  {c:>10}  {d:>8}" for a, b, c, d in rows]
+    for p in summary["policies"]:
+        dg = p.get("diagnostics")
+        if dg and dg["fallback_share"] > 0.5:
+            lines.append(f"  note        {p['name']} falls back to the tie-break (imitation of the behaviour) at "
+                         f"{100 * dg['fallback_share']:.0f}% of its steps: too little data for this budget "
+                         "to learn from outcomes (see report.md)")
     a = summary["audit"]
     if a is None:
         lines.append("  audit       skipped")
@@ -265,6 +323,19 @@ def render_markdown(summary: dict) -> str:
             L += ["", "Reference policies: " + ", ".join(f"{k} {v:.4f}" for k, v in ev["references"].items())
                   + f"; optimal {ev['optimal_value']:.4f}."]
         L += ["", "![values](figures/values.png)", ""]
+    for p in summary["policies"]:
+        dg = p.get("diagnostics")
+        if not dg:
+            continue
+        cert = "" if dg["certified_value"] is None else (
+            f" Its own pessimistic (certified) value estimate is {dg['certified_value']:.4f}.")
+        L += [f"**How much `{p['name']}` learned.**{cert} At {100 * dg['fallback_share']:.1f}% of the steps "
+              f"(weighted by {dg['fallback_weighting']}) every action's pessimistic value is 0: there the "
+              "policy is only the tie-break, the action with the largest noisy visit count, i.e. an "
+              "imitation of the behaviour policy, not learning from outcomes. This happens when the counts "
+              "are small next to the noise bound E and the privacy penalty (S·H·E/n); more data or a "
+              "larger budget shrinks it. A value above the clinicians' with a high fallback share is "
+              "imitation, not evidence of a better treatment policy.", ""]
     L += ["## Audit of the release", ""]
     a = summary["audit"]
     if a is None:

@@ -261,6 +261,8 @@ def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, sta
     policies = {}
     learner = DPAPVI().fit(load_release(tmp / "release"), release_path="../../release")
     policies["dp-apvi"] = learner.policy_
+    diagnostics = {"dp-apvi": rep.learner_diagnostics(
+        learner.Q_, learner.V_[0], learner.policy_.table, the_mdp, spec.terminal_states)}
     linear_rho = None
     if plan.rho_linear is not None:
         from privaudit.learners.linear import train_from_logs as train_linear
@@ -307,7 +309,7 @@ def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, sta
         rep.plot_values(evaluation, tmp / "figures" / "values.png")
     summary = rep.build_summary(spec=spec, manifest=manifest, guarantee=guarantee, policies=policies,
                                 evaluation=evaluation, audit=audit, stationary=stationary,
-                                seeded=seeded, tmp=tmp)
+                                seeded=seeded, tmp=tmp, diagnostics=diagnostics)
     rep.write_summary(summary, tmp / "summary.json")
     atomic_write_text(tmp / "report.md", rep.render_markdown(summary))
     timings["report"] = time.perf_counter() - t

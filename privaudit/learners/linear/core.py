@@ -140,6 +140,91 @@ def q_values(fmap: FeatureMap, w: np.ndarray, Lambda_inv: np.ndarray, penalty_sc
     return np.clip(Q, 0.0, cap)
 
 
+def _floored_inverse_batch(M: np.ndarray, floor: float) -> np.ndarray:
+    """``floored_inverse`` over a leading batch axis, shape (n, d, d)."""
+    S = 0.5 * (M + np.swapaxes(M, -1, -2))
+    e, U = np.linalg.eigh(S)
+    e = np.maximum(e, floor)
+    return (U / e[..., None, :]) @ np.swapaxes(U, -1, -2)
+
+
+def step_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray, *, lam: float, cap: float,
+                    variance_aware: bool, step_var: StepData | None = None, Phi_var: np.ndarray | None = None,
+                    noise: dict | None = None) -> dict:
+    """The 5 statistics of one step h (seed 000 Alg. 2 lines 4-10), noisy when ``noise`` is given.
+
+    The one place where the statistics of a step and their noise meet: used by
+    :func:`backward_pass` (hence by every learner's ``fit``) and by
+    ``DPVAPVI.step_release`` (the auditor's view of a step).
+
+    Parameters
+    ----------
+    step : StepData
+        D at step h (regression data, lines 9-10).
+    Phi : ndarray, shape (m, d)
+        phi(s, a) of ``step``'s pairs.
+    V_next : ndarray, shape (S,)
+        V_{h+1} over the states (zeros at h = H-1).
+    lam : float
+        Ridge lambda (also the eigenvalue floor of the inverse of Sigma).
+    cap : float
+        H - h (0-based h; the paper's H - h + 1): V_{h+1} <= cap - 1.
+    variance_aware : bool
+        False: sigma^2 = 1 and ``v2``, ``v`` are not computed (PEVI).
+    step_var, Phi_var : StepData, ndarray (m', d), optional
+        D' at step h and its features (variance data, lines 4-6); ``step``, ``Phi`` when None.
+    noise : dict, optional
+        ``phi1, phi2, phi3`` of shape (d,) or (n, d) and ``K1, K2`` of shape
+        (d, d) or (n, d, d) from ``privacy.draw_step_noise``; a leading axis
+        n gives n independent runs at once (sigma^2 then differs per run).
+
+    Returns
+    -------
+    dict
+        ``gram`` sum phi phi^T (+ K_1), ``v2`` sum phi V^2 (+ phi_1), ``v``
+        sum phi V (+ phi_2), ``weighted_gram`` sum phi phi^T / sigma^2 (+ K_2),
+        ``r_plus_v`` sum phi (r + V) / sigma^2 (+ phi_3) (the released
+        statistics, without the public lambda I), and ``sigma2`` (m,) or
+        (n, m), sigma_h^2 >= 1 per pair (post-processing of the first three).
+        Shapes gain the leading n when the noise has it.
+    """
+    batched = noise is not None and np.ndim(noise["phi3"]) == 2
+    sv = step if step_var is None else step_var
+    Pv = Phi if Phi_var is None else Phi_var
+    d = Phi.shape[1]
+    out = {}
+    if variance_aware:
+        # lines 4-6: Sigma_h = sum phi phi^T + lambda I (+ K_1); second and first moments (+ phi_1, phi_2)
+        gram, b1, b2 = variance_statistics(sv, Pv, V_next)
+        if noise is not None:
+            gram, b1, b2 = gram + noise["K1"], b1 + noise["phi1"], b2 + noise["phi2"]
+        out.update(gram=gram, v2=b1, v=b2)
+        Sigma = gram + lam * np.eye(d)
+        if batched:
+            Sinv = _floored_inverse_batch(Sigma, lam)
+            beta, theta = np.einsum("nij,nj->ni", Sinv, b1), np.einsum("nij,nj->ni", Sinv, b2)
+            pb, pt = beta @ Phi.T, theta @ Phi.T  # (n, m)
+        else:
+            Sinv = floored_inverse(Sigma, lam)
+            pb, pt = Phi @ (Sinv @ b1), Phi @ (Sinv @ b2)
+        # lines 7-8: clipped variance, sigma^2 = max(1, Var)
+        var = np.clip(pb, 0.0, cap**2) - np.clip(pt, 0.0, cap) ** 2
+        sig2 = np.maximum(1.0, var)
+    else:
+        sig2 = np.ones((noise["phi3"].shape[0], len(step.s)) if batched else len(step.s))
+    # lines 9-10: sum phi phi^T / sigma^2 (+ K_2) and sum phi (r + V_{h+1}(s')) / sigma^2 (+ phi_3)
+    if batched:
+        v = _step_values(step, V_next)
+        wgram = np.einsum("md,nm,me->nde", Phi, step.n / sig2, Phi)
+        b3 = ((step.r_sum + _pair_sum(step, v)) / sig2) @ Phi
+    else:
+        wgram, b3 = regression_statistics(step, Phi, V_next, sig2)
+    if noise is not None:
+        wgram, b3 = wgram + noise["K2"], b3 + noise["phi3"]
+    out.update(weighted_gram=wgram, r_plus_v=b3, sigma2=sig2)
+    return out
+
+
 def backward_pass(data: LinearData, fmap: FeatureMap, *, lam: float, penalty_scale: float, offset: float,
                   variance_aware: bool, data_var: LinearData | None = None,
                   noise: Callable[[int], dict] | None = None,
@@ -182,27 +267,10 @@ def backward_pass(data: LinearData, fmap: FeatureMap, *, lam: float, penalty_sca
         cap = float(H - h)  # paper's H - h + 1
         st = data.steps[h]
         P = fmap.phi(st.s, st.a)  # (m, d)
-        if variance_aware:
-            sv = dv.steps[h]
-            Pv = fmap.phi(sv.s, sv.a)
-            # lines 4-6: Sigma_h = sum phi phi^T + lambda I (+ K_1); second and first moments (+ phi_1, phi_2)
-            gram, b1, b2 = variance_statistics(sv, Pv, V_next)
-            Sigma = gram + lam * I
-            if z is not None:
-                Sigma, b1, b2 = Sigma + z["K1"], b1 + z["phi1"], b2 + z["phi2"]
-            Sinv = floored_inverse(Sigma, lam)
-            beta, theta = Sinv @ b1, Sinv @ b2
-            # lines 7-8: clipped variance, sigma^2 = max(1, Var)
-            var = np.clip(P @ beta, 0.0, cap**2) - np.clip(P @ theta, 0.0, cap) ** 2
-            sig2 = np.maximum(1.0, var)
-        else:
-            sig2 = np.ones(len(st.s))
-        # line 9: Lambda_h = sum phi phi^T / sigma^2 + lambda I (+ K_2)
-        # line 10: w_h = Lambda_h^-1 [ sum phi (r + V_{h+1}(s')) / sigma^2 (+ phi_3) ]
-        wgram, b3 = regression_statistics(st, P, V_next, sig2)
-        Lam = wgram + lam * I
-        if z is not None:
-            Lam, b3 = Lam + z["K2"], b3 + z["phi3"]
+        sv = dv.steps[h]
+        stats = step_statistics(st, P, V_next, lam=lam, cap=cap, variance_aware=variance_aware,
+                                step_var=sv, Phi_var=fmap.phi(sv.s, sv.a) if variance_aware else None, noise=z)
+        Lam, b3 = stats["weighted_gram"] + lam * I, stats["r_plus_v"]
         Linv = floored_inverse(Lam, lam)
         w = Linv @ b3
         # lines 11-13: Gamma = scale * ||phi||_{Lambda^-1} + D/K ; Q = min(phi^T w - Gamma, H - h + 1)^+

@@ -22,7 +22,7 @@ import numpy as np
 
 from privaudit.errors import UsageError
 from privaudit.learners.linear import privacy as _privacy
-from privaudit.learners.linear.core import DEFAULT_CHUNK_BYTES, backward_pass
+from privaudit.learners.linear.core import DEFAULT_CHUNK_BYTES, backward_pass, step_statistics
 from privaudit.learners.linear.data import LinearData
 from privaudit.learners.policy import Policy, greedy_table
 from privaudit.mdp.features import FeatureMap
@@ -188,21 +188,88 @@ class DPVAPVI(_LinearLearner):
             d_scale > 0 without a public kappa.
         """
         _check_common(data, fmap, data_var)
-        if not self.lam > 0:
-            raise UsageError(f"`lam` must be > 0. Got {self.lam}.")
         H, d = data.H, fmap.dim
-        scales = _privacy.noise_scales(self.rho, H, d, k=int(self.k), delta_fail=self.delta_fail,
-                                       c1=self.c1, c2=self.c2)
+        scales = self.noise_scales(H, d)
         offset = 0.0
         if self.d_scale:
             offset = self.d_scale * _privacy.d_constant(H, d, self.kappa, scales) / max(data.n_episodes, 1)
         streams = rng.spawn(H)  # one independent child stream per step h
 
         def noise(h: int) -> dict:
-            return _privacy.draw_step_noise(streams[h], d, scales, shift=self.shift)
+            return _privacy.draw_step_noise(streams[h], d, scales, shift=self.shift)  # same draw as step_release
 
         fit = backward_pass(data, fmap, lam=self.lam, penalty_scale=self.C * np.sqrt(d), offset=offset,
                             variance_aware=True, data_var=data_var, noise=noise, chunk_bytes=self.chunk_bytes)
         self.scales_ = scales
         self._store(fit, fmap)
         return self
+
+    def noise_scales(self, H: int, d: int) -> "_privacy.DPVAPVINoiseScales":
+        """The public noise scales of a run over horizon H and dimension d (``privacy.noise_scales``).
+
+        Raises
+        ------
+        UsageError
+            If rho <= 0, lam <= 0, k < 1 or delta_fail outside (0, 1).
+        """
+        if not self.lam > 0:
+            raise UsageError(f"`lam` must be > 0. Got {self.lam}.")
+        return _privacy.noise_scales(self.rho, H, d, k=int(self.k), delta_fail=self.delta_fail,
+                                     c1=self.c1, c2=self.c2)
+
+    def step_release(self, data: LinearData, fmap: FeatureMap, h: int, V_next: np.ndarray, *,
+                     rng: np.random.Generator, data_var: LinearData | None = None,
+                     n_runs: int | None = None) -> dict:
+        """The 5 noisy statistics DP-VAPVI releases at step h, given V_{h+1}.
+
+        Exactly what ``fit`` computes at step h (same ``privacy.draw_step_noise``
+        and ``core.step_statistics``), exposed for the auditor. At h = H-1,
+        V_H = 0, so the release depends on the data of step H-1 only and not on
+        earlier releases: it is a valid mechanism on its own, rho_0-zCDP per
+        statistic (``privaudit.audit.adapters.DPVAPVIMechanism``).
+
+        Parameters
+        ----------
+        data, fmap, data_var
+            As for ``fit``.
+        h : int
+            0-based step.
+        V_next : ndarray, shape (S,)
+            V_{h+1} (public: post-processing of later steps' releases; zeros at h = H-1).
+        rng : numpy.random.Generator
+            This step's stream.
+        n_runs : int, optional
+            Independent runs stacked on axis 0.
+
+        Returns
+        -------
+        dict
+            ``gram`` (d, d), ``v2``, ``v`` (d,), ``weighted_gram`` (d, d),
+            ``r_plus_v`` (d,) noisy (K_i include the (E/2) I shift; the public
+            lambda I is not added), ``sigma2`` (m,); leading n_runs axis when given.
+        """
+        _check_common(data, fmap, data_var)
+        scales = self.noise_scales(data.H, fmap.dim)
+        z = _privacy.draw_step_noise(rng, fmap.dim, scales, shift=self.shift, n_runs=n_runs)
+        return self._statistics(data, fmap, h, V_next, data_var, z)
+
+    def exact_step_statistics(self, data: LinearData, fmap: FeatureMap, h: int, V_next: np.ndarray,
+                              data_var: LinearData | None = None) -> dict:
+        """``step_release`` without noise (the gray-box view; never released).
+
+        sigma^2 is computed from the exact statistics, so ``weighted_gram`` and
+        ``r_plus_v`` equal the pre-noise values of a run only where sigma^2 does
+        not depend on the noise: at h = H-1, where Var <= (H - h)^2 = 1 forces
+        sigma^2 = 1.
+        """
+        _check_common(data, fmap, data_var)
+        return self._statistics(data, fmap, h, V_next, data_var, None)
+
+    def _statistics(self, data, fmap, h, V_next, data_var, z):
+        if not 0 <= h < data.H:
+            raise UsageError(f"step h must lie in [0, {data.H}). Got {h}.")
+        st = data.steps[h]
+        sv = (data if data_var is None else data_var).steps[h]
+        return step_statistics(st, fmap.phi(st.s, st.a), np.asarray(V_next, dtype=np.float64), lam=self.lam,
+                               cap=float(data.H - h), variance_aware=True, step_var=sv,
+                               Phi_var=fmap.phi(sv.s, sv.a), noise=z)

@@ -155,13 +155,14 @@ def d_constant(H: int, d: int, kappa: float | None, scales: DPVAPVINoiseScales |
     return float(H**2 * scales.L / kappa + H**4 * scales.E * np.sqrt(d) / kappa**1.5 + base)
 
 
-def symmetric_gaussian(rng: np.random.Generator, d: int, sigma_z: float) -> np.ndarray:
-    """(Z + Z^T)/sqrt(2) with Z_ij ~ N(0, sigma_z^2) iid, shape (d, d)."""
-    Z = rng.normal(0.0, sigma_z, size=(d, d))
-    return (Z + Z.T) / np.sqrt(2.0)
+def symmetric_gaussian(rng: np.random.Generator, d: int, sigma_z: float, n_runs: int | None = None) -> np.ndarray:
+    """(Z + Z^T)/sqrt(2) with Z_ij ~ N(0, sigma_z^2) iid, shape (d, d) (or (n_runs, d, d))."""
+    Z = rng.normal(0.0, sigma_z, size=(d, d) if n_runs is None else (n_runs, d, d))
+    return (Z + np.swapaxes(Z, -1, -2)) / np.sqrt(2.0)
 
 
-def draw_step_noise(rng: np.random.Generator, d: int, scales: DPVAPVINoiseScales, shift: float = 1.0) -> dict:
+def draw_step_noise(rng: np.random.Generator, d: int, scales: DPVAPVINoiseScales, shift: float = 1.0,
+                    n_runs: int | None = None) -> dict:
     """Fresh noise for the 5 statistics of one step h (seed 000 Alg. 2 line 1, drawn per h).
 
     Parameters
@@ -173,18 +174,22 @@ def draw_step_noise(rng: np.random.Generator, d: int, scales: DPVAPVINoiseScales
     scales : DPVAPVINoiseScales
     shift : float
         Multiple of the data-independent (E/2) I shift (1 = the paper's).
+    n_runs : int, optional
+        Draw n_runs independent sets at once (leading axis; the auditor's
+        batched runs). None: one set, as ``fit`` uses.
 
     Returns
     -------
     dict
         ``phi1`` (d,), ``phi2`` (d,), ``phi3`` (d,), ``K1`` (d, d), ``K2`` (d, d),
-        with K_i = (E/2) I + (Z + Z^T)/sqrt(2).
+        with K_i = (E/2) I + (Z + Z^T)/sqrt(2); each with a leading n_runs axis when given.
     """
     I_shift = 0.5 * shift * scales.E * np.eye(d)
+    vec = d if n_runs is None else (n_runs, d)
     return {
-        "K1": I_shift + symmetric_gaussian(rng, d, scales.sigma_z),
-        "phi1": rng.normal(0.0, scales.sigma_v2, size=d),
-        "phi2": rng.normal(0.0, scales.sigma_v, size=d),
-        "K2": I_shift + symmetric_gaussian(rng, d, scales.sigma_z),
-        "phi3": rng.normal(0.0, scales.sigma_r, size=d),
+        "K1": I_shift + symmetric_gaussian(rng, d, scales.sigma_z, n_runs),
+        "phi1": rng.normal(0.0, scales.sigma_v2, size=vec),
+        "phi2": rng.normal(0.0, scales.sigma_v, size=vec),
+        "K2": I_shift + symmetric_gaussian(rng, d, scales.sigma_z, n_runs),
+        "phi3": rng.normal(0.0, scales.sigma_r, size=vec),
     }
