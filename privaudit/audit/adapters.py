@@ -27,10 +27,9 @@ policy's action table pi_h(s), shape (H, S). This costs one full release per
 run: practical for small domains, minutes per hundred runs at the ICU-Sepsis
 shape.
 
-DP-VAPVI: not yet adapted. Hook: a class with ``__call__(logs, rng)``
-returning the policy weights (or greedy actions at probe states), plus the
-gray-box hooks over the Gram matrices and vectors; register it in
-``MECHANISMS`` below.
+DP-VAPVI: :class:`privaudit.audit.adapter_dpvapvi.DPVAPVIMechanism` (the
+noisy statistics of step h = H-1 through ``DPVAPVI.step_release``; see that
+module), re-exported here.
 """
 
 from __future__ import annotations
@@ -294,5 +293,7 @@ class DPAPVIMechanism(_LibraryStatistics):
         return [("policy_follows_canary", canary_actions)]
 
 
+from privaudit.audit.adapter_dpvapvi import DPVAPVIMechanism  # noqa: E402 - after the tabular adapters
+
 #: --mechanism names of the CLI -> adapter class
-MECHANISMS = {"release": ReleaseMechanism, "dp-apvi": DPAPVIMechanism}
+MECHANISMS = {"release": ReleaseMechanism, "dp-apvi": DPAPVIMechanism, "dp-vapvi": DPVAPVIMechanism}

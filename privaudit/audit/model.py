@@ -6,6 +6,9 @@ Generator). If it accepts a keyword ``n_runs``, ``fn(logs, rng, n_runs=N)``
 must return N independent runs stacked on axis 0 (vectorized). Optional
 hooks an adapter may provide:
 
+* ``make_pair(logs, spec, strategy, rng=...) -> NeighbouringPair``: build the
+  canary pair the mechanism is most sensitive to (used instead of
+  ``neighbours.make_pair`` when no explicit pair is given; e.g. dp-vapvi);
 * ``prepare(d, d_prime) -> mechanism``: bind to the pair before any trial
   (e.g. choose the public view of a release); the returned object is used;
 * ``exact_statistics(logs) -> dict[name, ndarray]`` and

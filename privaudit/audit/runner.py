@@ -265,7 +265,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     if pair is None:
         if logs is None or spec is None:
             raise UsageError("an audit needs the logs and the spec (to build a canary) or an explicit pair.")
-        pair = make_pair(logs, spec, canary, rng=r_pair)
+        maker = getattr(mechanism, "make_pair", None)  # an adapter may aim its canary (e.g. dp-vapvi)
+        pair = maker(logs, spec, canary, rng=r_pair) if maker else make_pair(logs, spec, canary, rng=r_pair)
     mech = mechanism.prepare(pair.d, pair.d_prime) if hasattr(mechanism, "prepare") else mechanism
     name = mechanism_name or getattr(mechanism, "name", None) or getattr(mechanism, "__name__", repr(mechanism))
     alpha = 1 - confidence

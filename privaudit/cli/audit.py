@@ -87,9 +87,8 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         claim = Claim.from_epsilon(claim_epsilon, delta, kind=claim_kind or "generic")
 
     if mechanism in BUILTIN:
-        if mechanism == "dp-vapvi":
-            raise UsageError("--mechanism dp-vapvi is not adapted yet (see docs/audit.md, 'DP-VAPVI hook'); "
-                             "audit it through FILE.py:NAME.")
+        if mechanism == "dp-vapvi" and claim.rho is None:
+            raise UsageError("--mechanism dp-vapvi needs a rho claim (--claim-rho R): its accounting is rho-zCDP.")
         fam = release_mechanism or ("laplace" if claim.delta == 0 else "gaussian")
         if mechanism_rho is not None and mechanism_epsilon is not None:
             raise UsageError("give at most one of --mechanism-rho and --mechanism-epsilon.")
@@ -103,6 +102,13 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             budget = {"epsilon": claim.epsilon, "delta": claim.delta}
         mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=stationary, noise=noise, **budget)
         name = mechanism
+        if mechanism == "dp-vapvi":  # the output is one step's statistics: test the accounting's share of rho
+            total = claim
+            claim = mech.audited_claim(claim.delta, rho_total=total.rho)
+            name = mech.describe() + f"; total claim rho={total.rho:g}"
+            click.echo(f"dp-vapvi: auditing the noisy statistics of step h=H-1 against their share of the claim, "
+                       f"rho={claim.rho:.6g} (epsilon {claim.epsilon:.4g} at delta {claim.delta:g}); see docs/audit.md",
+                       err=True)
     else:
         mech = FileFunction(mechanism)
         name = mechanism

@@ -88,7 +88,7 @@ def test_user_mechanisms_explicit_pair_and_user_score(files):
     (["--claim-rho", "1", "--claim-epsilon", "1", "--delta", "1e-5"], "exactly one claim"),
     (["--claim-epsilon", "1"], "--delta"),
     (["--claim-rho", "-1"], "claim-rho"),
-    (["--claim-rho", "1", "--mechanism", "dp-vapvi"], "not adapted"),
+    (["--claim-rho", "1", "--mechanism", "dp-vapvi"], "features"),
     (["--claim-rho", "1", "--mechanism", "nofile.py:f"], "no such file"),
 ])
 def test_usage_errors_exit_2_and_write_nothing(files, extra, match):

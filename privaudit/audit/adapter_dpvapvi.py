@@ -1,0 +1,277 @@
+"""The DP-VAPVI adapter of the auditor: the noisy statistics of the last step h = H-1.
+
+What is audited. DP-VAPVI releases 5 statistics per step h (seed 000 Alg. 2
+lines 4-10), each by the Gaussian mechanism at rho_0 = rho / (5H); the
+policy is post-processing of them (``learners.linear.privacy``). At the last
+step (0-based h = H-1, the paper's h = H) V_H = 0, so the statistics of that
+step are a function of the step's rows only, not of any earlier release, and
+Var <= (H - h)^2 = 1 forces sigma^2 = 1: they form a mechanism of their own
+whose pre-noise values are exact. The adapter outputs the chosen noisy
+statistics of that step (default: Sigma_{H-1} and Lambda_{H-1}, the two Gram
+matrices; ``r_plus_v`` can be added; ``v2`` and ``v`` are pure noise at
+h = H-1), whitened by the declared noise (upper triangle, diagonal / sqrt(2),
+divided by the entry noise; vectors divided by their sigma): a public,
+fixed post-processing under which a correct run is N(mean, I).
+
+The claim tested is the accounting's claim for what is output: rho_0 per
+statistic, ``audited_claim`` = n_stats * rho / (5H) zCDP. A violation of it
+breaks the proof of the total claim rho (the composition of 5H releases at
+rho_0 each); "no violation found" says nothing about other steps. The two
+Gram matrices at step H-1 attain their Frobenius sensitivity sqrt(2) k for
+a canary with orthogonal unit features, so the audit of them is tight; the
+(r + V) vector at h = H-1 moves by at most sqrt(2) against its declared 2H
+(the noise is calibrated for V up to H - 1), so it adds little power.
+
+Everything that decides privacy runs through the library: contribution
+bounding (``data.bounding``), aggregation (``learners.linear.logs.data_from_frame``),
+the feature map from the spec, ``DPVAPVI.noise_scales`` / ``step_release``
+(``privacy.draw_step_noise`` + ``core.step_statistics``, the code ``fit``
+runs). Patching any of them changes what the audit sees.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from privaudit.errors import UsageError
+from privaudit.spec import DomainSpec
+
+#: Statistics of a step, in output order.
+STATISTICS = ("gram", "v2", "v", "weighted_gram", "r_plus_v")
+#: Output by default (the ones with signal at h = H-1 that attain their sensitivity).
+DEFAULT_STATISTICS = ("gram", "weighted_gram")
+_MATRICES = ("gram", "weighted_gram")
+
+
+class DPVAPVIMechanism:
+    """DP-VAPVI's noisy statistics of step h = H-1, batched.
+
+    Parameters
+    ----------
+    spec : DomainSpec
+        With a finite ``features`` map (one-hot, synthetic-linear, state-table-x-action).
+    rho, epsilon, delta
+        The total budget of the DP-VAPVI run (``resolve_budget``, Gaussian).
+    statistics : tuple of str
+        Which of ``STATISTICS`` to output.
+    learner_params : dict, optional
+        ``DPVAPVI`` parameters (lam, shift, delta_fail, ...); ``k`` comes from the spec.
+
+    Notes
+    -----
+    ``fn(logs, rng, n_runs=N)`` returns (N, M) float64. Call :meth:`prepare`
+    first (the auditor does). Hooks: ``make_pair`` (a linear canary),
+    ``exact_statistics``, ``declared_sensitivity``, ``noise``, ``audited_claim``.
+
+    Raises
+    ------
+    UsageError
+        Unknown statistic, a non-Gaussian mechanism, ``--stationary``, or a bad budget.
+    SpecError
+        No usable finite feature map in the spec.
+    """
+
+    name = "dp-vapvi"
+
+    def __init__(self, spec: DomainSpec, *, rho=None, epsilon=None, delta=None,
+                 statistics: tuple = DEFAULT_STATISTICS, learner_params: dict | None = None,
+                 mechanism: str = "gaussian", stationary: bool = False, noise: str | None = None):
+        from privaudit.learners.linear.estimators import DPVAPVI
+        from privaudit.mdp.features import feature_map_from_spec
+        from privaudit.stats.release import resolve_budget
+
+        if mechanism != "gaussian" or stationary:
+            raise UsageError("dp-vapvi is a Gaussian, per-step mechanism: --release-mechanism laplace and "
+                             "--stationary do not apply.")
+        bad = [s for s in statistics if s not in STATISTICS]
+        if bad or not statistics:
+            raise UsageError(f"statistics must be a non-empty subset of {STATISTICS}. Got {tuple(statistics)}.")
+        self.spec, self.statistics = spec, tuple(s for s in STATISTICS if s in statistics)
+        self.budget = resolve_budget(rho=rho, epsilon=epsilon, delta=None if rho is not None else delta,
+                                     mechanism="gaussian")
+        self.fmap = feature_map_from_spec(spec)
+        self.learner = DPVAPVI(self.budget.rho, k=spec.max_episodes_per_unit, **dict(learner_params or {}))
+        self.scales = self.learner.noise_scales(spec.horizon, self.fmap.dim)
+        self.data: dict = {}
+
+    # ----------------------------------------------------------------- pair
+    def make_pair(self, logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare", *, rng):
+        """A canary pair aimed at step H-1 (see :func:`linear_canary_pair`); ``random`` uses the generic one."""
+        from privaudit.audit.neighbours import make_pair
+
+        if strategy == "random":
+            return make_pair(logs, spec, strategy, rng=rng)
+        return linear_canary_pair(logs, spec, self.fmap.table)
+
+    def prepare(self, d: pl.DataFrame, d_prime: pl.DataFrame) -> "DPVAPVIMechanism":
+        """Bound and aggregate D and D' through the library (``data_from_frame``)."""
+        from privaudit.data.bounding import bound_contributions
+        from privaudit.learners.linear.logs import data_from_frame
+
+        cols = ["episode_id", "step", "state", "action", "reward", "next_state"]
+        self._frames = (d, d_prime)
+        for key, logs in (("d", d), ("d_prime", d_prime)):
+            bounded, _ = bound_contributions(logs.lazy(), self.spec)  # bounding report: private, discarded
+            self.data[key] = data_from_frame(bounded.select(cols).collect(), self.spec)
+        return self
+
+    def _which(self, logs: pl.DataFrame) -> str:
+        if not self.data:
+            raise UsageError("DPVAPVIMechanism: call prepare(d, d_prime) before running it.")
+        for key, frame in zip(("d", "d_prime"), self._frames):
+            if logs is frame:
+                return key
+        for key, frame in zip(("d", "d_prime"), self._frames):
+            if logs.equals(frame):
+                return key
+        raise UsageError("this audit mechanism was prepared for a pair (D, D') and got other logs; "
+                         "call prepare(d, d_prime) for them first.")
+
+    # ----------------------------------------------------------------- runs
+    def _whiten(self, stats: dict, n: int) -> np.ndarray:
+        d = self.fmap.dim
+        iu = np.triu_indices(d, 1)
+        parts = []
+        for name in self.statistics:
+            x = np.asarray(stats[name]).reshape(n, *np.shape(stats[name])[-2 if name in _MATRICES else -1:])
+            if name in _MATRICES:  # off-diagonal sd sigma_z, diagonal sd sqrt(2) sigma_z
+                sz = self.scales.sigma_z
+                parts += [x[:, iu[0], iu[1]] / sz, np.diagonal(x, axis1=1, axis2=2) / (np.sqrt(2.0) * sz)]
+            else:
+                parts.append(x / {"v2": self.scales.sigma_v2, "v": self.scales.sigma_v,
+                                  "r_plus_v": self.scales.sigma_r}[name])
+        return np.concatenate(parts, axis=1)
+
+    def __call__(self, logs: pl.DataFrame, rng: np.random.Generator, n_runs: int = 1) -> np.ndarray:
+        data = self.data[self._which(logs)]
+        H = self.spec.horizon
+        rel = self.learner.step_release(data, self.fmap, H - 1, np.zeros(self.fmap.n_states), rng=rng,
+                                        n_runs=int(n_runs))
+        return self._whiten(rel, int(n_runs))
+
+    # ----------------------------------------------------------------- gray-box
+    def exact_statistics(self, logs: pl.DataFrame) -> dict:
+        """Pre-noise values of the output statistics at step H-1 (exact: sigma^2 = 1 there)."""
+        ex = self.learner.exact_step_statistics(self.data[self._which(logs)], self.fmap, self.spec.horizon - 1,
+                                                np.zeros(self.fmap.n_states))
+        return {name: ex[name] for name in self.statistics}
+
+    def declared_sensitivity(self) -> dict:
+        """l2 (Frobenius for the matrices) sensitivities from ``learners.linear.privacy.sensitivities``."""
+        from privaudit.learners.linear import privacy as lp
+
+        sens = lp.sensitivities(self.spec.horizon, self.spec.max_episodes_per_unit)
+        return {name: {"l2": float(sens[name])} for name in STATISTICS}
+
+    def noise(self) -> dict:
+        """Gaussian scale per statistic such that mu = L2 change / scale (matrices: sqrt(2) sigma_z)."""
+        sc = self.scales
+        return {"gram": {"mechanism": "gaussian", "scale": np.sqrt(2.0) * sc.sigma_z},
+                "weighted_gram": {"mechanism": "gaussian", "scale": np.sqrt(2.0) * sc.sigma_z},
+                "v2": {"mechanism": "gaussian", "scale": sc.sigma_v2},
+                "v": {"mechanism": "gaussian", "scale": sc.sigma_v},
+                "r_plus_v": {"mechanism": "gaussian", "scale": sc.sigma_r}}
+
+    def audited_claim(self, delta: float, rho_total: float | None = None):
+        """The accounting's claim for the output: len(statistics) * rho_0 zCDP, rho_0 = rho / (5H).
+
+        Parameters
+        ----------
+        delta : float
+            delta at which the claim is compared.
+        rho_total : float, optional
+            The total rho claimed for a DP-VAPVI run (default: the budget this
+            adapter runs at; give the claim's when auditing a mis-stated claim).
+        """
+        from privaudit.audit.model import Claim
+
+        rho = self.budget.rho if rho_total is None else float(rho_total)
+        return Claim.from_rho(len(self.statistics) * rho / (5 * self.spec.horizon), delta, kind="gaussian")
+
+    def describe(self) -> str:
+        return (f"dp-vapvi at rho={self.budget.rho:g}: noisy {', '.join(self.statistics)} of step h=H-1 "
+                f"(claim {len(self.statistics)} x rho/(5H) = {len(self.statistics) * self.scales.rho0:.6g})")
+
+
+def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
+    """Substitution pair aimed at the statistics of step H-1 of a linear learner.
+
+    Removed unit: among units with a row at step H-1, the one with the most
+    rows (ties: smallest id). Canary episode: H steps; at h < H-1 the
+    least-visited non-terminal (s, a) of D at h; at h = H-1 the non-terminal
+    (s, a) maximising ||phi phi^T - psi psi^T||_F^2 against the removed
+    unit's phi(s, a) at H-1 (then the least visited), i.e. orthogonal features
+    of largest norm, with the reward at the other end of the range from the
+    removed row's. The auditor is the data holder's tool, so it may read D.
+
+    Parameters
+    ----------
+    logs : polars.DataFrame
+        D, standard schema.
+    spec : DomainSpec
+    table : ndarray, shape (S, A, d)
+        phi(s, a), ||phi|| <= 1.
+
+    Returns
+    -------
+    NeighbouringPair
+
+    Raises
+    ------
+    UsageError
+        Empty logs or no non-terminal state.
+    """
+    from privaudit.audit.neighbours import NeighbouringPair, _fresh_id, _opaque, _unit_col, _visit_counts
+
+    H, S, A = spec.horizon, spec.n_states, spec.n_actions
+    lo, hi = spec.reward_range
+    if logs.height == 0:
+        raise UsageError("the logs are empty: an audit needs at least one privacy unit to replace.")
+    nonterm = np.setdiff1d(np.arange(S), np.asarray(spec.terminal_states, dtype=int))
+    if nonterm.size == 0:
+        raise UsageError("the spec declares every state terminal; no canary episode is possible.")
+    unit = _unit_col(logs)
+    last_units = logs.filter(pl.col("step") == H - 1).select(unit).unique()
+    pool = logs.join(last_units, on=unit, how="semi") if last_units.height else logs
+    per_unit = pool.group_by(unit).len().sort([pl.col("len"), pl.col(unit)], descending=[True, False])
+    removed = per_unit[unit][0]
+    rem_last = logs.filter((pl.col(unit) == removed) & (pl.col("step") == H - 1)).sort("episode_id")
+    counts = _visit_counts(logs, H, S, A)[:, nonterm, :]  # (H, S_nt, A)
+    flat = counts.reshape(H, -1).argmin(axis=1)
+    states, actions = nonterm[flat // A], flat % A
+    T = table[nonterm]  # (S_nt, A, d)
+    rewards = np.full(H, lo, dtype=float)
+    if rem_last.height:
+        s0, a0, r0 = int(rem_last["state"][0]), int(rem_last["action"][0]), float(rem_last["reward"][0])
+        psi = table[s0, a0]
+        n_phi, n_psi = (T ** 2).sum(-1), float(psi @ psi)
+        frob2 = n_phi ** 2 + n_psi ** 2 - 2 * (T @ psi) ** 2  # ||phi phi^T - psi psi^T||_F^2
+        key = np.lexsort((counts[H - 1].reshape(-1), -np.round(frob2.reshape(-1), 12)))
+        best = int(key[0])
+        states[H - 1], actions[H - 1] = nonterm[best // A], best % A
+        rewards[H - 1] = lo if r0 >= (lo + hi) / 2 else hi
+    else:
+        rewards[H - 1] = hi
+    next_states = np.append(states[1:], states[-1])
+    ends_terminal = int(next_states[-1]) in set(spec.terminal_states)
+    canary = {"episode_id": [_fresh_id(logs["episode_id"], "canary")] * H, "step": list(range(H)),
+              "state": states.tolist(), "action": actions.tolist(), "reward": rewards.tolist(),
+              "next_state": next_states.tolist()}
+    if "terminated" in logs.columns:
+        canary["terminated"] = [False] * (H - 1) + [ends_terminal]
+    if "truncated" in logs.columns:
+        canary["truncated"] = [False] * (H - 1) + [not ends_terminal]
+    if "unit_id" in logs.columns:
+        canary["unit_id"] = [_fresh_id(logs["unit_id"], "canary")] * H
+    canary_df = pl.DataFrame(canary).with_columns(
+        [pl.lit(None).cast(logs.schema[c]).alias(c) for c in logs.columns if c not in canary]
+    ).select(logs.columns).cast(logs.schema)
+    d_prime = pl.concat([logs.filter(pl.col(unit) != removed), canary_df])
+    description = {
+        "kind": "canary-linear", "relation": "substitution",
+        "removed_unit": {"hash": _opaque(removed), "rows": int(logs.filter(pl.col(unit) == removed).height)},
+        "canary": {"steps": [{"h": h, "state": int(states[h]), "action": int(actions[h]),
+                              "reward": float(rewards[h]), "next_state": int(next_states[h])} for h in range(H)]},
+    }
+    return NeighbouringPair(logs, d_prime, description)
