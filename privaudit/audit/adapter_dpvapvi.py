@@ -222,7 +222,7 @@ def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
     UsageError
         Empty logs or no non-terminal state.
     """
-    from privaudit.audit.neighbours import NeighbouringPair, _fresh_id, _opaque, _unit_col, _visit_counts
+    from privaudit.audit.neighbours import NeighbouringPair, _opaque, _unit_col, _visit_counts, canary_frame
 
     H, S, A = spec.horizon, spec.n_states, spec.n_actions
     lo, hi = spec.reward_range
@@ -254,19 +254,7 @@ def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
     else:
         rewards[H - 1] = hi
     next_states = np.append(states[1:], states[-1])
-    ends_terminal = int(next_states[-1]) in set(spec.terminal_states)
-    canary = {"episode_id": [_fresh_id(logs["episode_id"], "canary")] * H, "step": list(range(H)),
-              "state": states.tolist(), "action": actions.tolist(), "reward": rewards.tolist(),
-              "next_state": next_states.tolist()}
-    if "terminated" in logs.columns:
-        canary["terminated"] = [False] * (H - 1) + [ends_terminal]
-    if "truncated" in logs.columns:
-        canary["truncated"] = [False] * (H - 1) + [not ends_terminal]
-    if "unit_id" in logs.columns:
-        canary["unit_id"] = [_fresh_id(logs["unit_id"], "canary")] * H
-    canary_df = pl.DataFrame(canary).with_columns(
-        [pl.lit(None).cast(logs.schema[c]).alias(c) for c in logs.columns if c not in canary]
-    ).select(logs.columns).cast(logs.schema)
+    canary_df = canary_frame(logs, spec, states, actions, rewards, next_states)
     d_prime = pl.concat([logs.filter(pl.col(unit) != removed), canary_df])
     description = {
         "kind": "canary-linear", "relation": "substitution",

@@ -158,22 +158,7 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
             rewards[-1] = hi
         else:
             rewards = rng.uniform(lo, hi, size=H)
-    ends_terminal = int(next_states[-1]) in set(spec.terminal_states)
-    canary = {
-        "episode_id": [_fresh_id(logs["episode_id"], "canary")] * H,
-        "step": list(range(H)),
-        "state": states.tolist(), "action": actions.tolist(),
-        "reward": rewards.tolist(), "next_state": next_states.tolist(),
-    }
-    if "terminated" in logs.columns:
-        canary["terminated"] = [False] * (H - 1) + [ends_terminal]
-    if "truncated" in logs.columns:
-        canary["truncated"] = [False] * (H - 1) + [not ends_terminal]
-    if "unit_id" in logs.columns:
-        canary["unit_id"] = [_fresh_id(logs["unit_id"], "canary")] * H
-    canary_df = pl.DataFrame(canary).with_columns(
-        [pl.lit(None).cast(logs.schema[c]).alias(c) for c in logs.columns if c not in canary]
-    ).select(logs.columns).cast(logs.schema)
+    canary_df = canary_frame(logs, spec, states, actions, rewards, next_states)
     d_prime = pl.concat([logs.filter(pl.col(unit) != removed), canary_df])
     removed_rows = int(logs.filter(pl.col(unit) == removed).height)
     description = {
@@ -185,6 +170,31 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
              "reward": float(rewards[h]), "next_state": int(next_states[h])} for h in range(H)]},
     }
     return NeighbouringPair(logs, d_prime, description)
+
+
+def canary_frame(logs: pl.DataFrame, spec: DomainSpec, states, actions, rewards, next_states) -> pl.DataFrame:
+    """One canary episode of H rows in the schema of ``logs`` (fresh episode and unit ids).
+
+    ``terminated`` / ``truncated`` (when ``logs`` has them) mark the last row,
+    terminated when its next state is terminal; other columns are null.
+    """
+    H = len(states)
+    ends_terminal = int(next_states[-1]) in set(spec.terminal_states)
+    canary = {
+        "episode_id": [_fresh_id(logs["episode_id"], "canary")] * H,
+        "step": list(range(H)),
+        "state": np.asarray(states).tolist(), "action": np.asarray(actions).tolist(),
+        "reward": np.asarray(rewards, dtype=float).tolist(), "next_state": np.asarray(next_states).tolist(),
+    }
+    if "terminated" in logs.columns:
+        canary["terminated"] = [False] * (H - 1) + [ends_terminal]
+    if "truncated" in logs.columns:
+        canary["truncated"] = [False] * (H - 1) + [not ends_terminal]
+    if "unit_id" in logs.columns:
+        canary["unit_id"] = [_fresh_id(logs["unit_id"], "canary")] * H
+    return pl.DataFrame(canary).with_columns(
+        [pl.lit(None).cast(logs.schema[c]).alias(c) for c in logs.columns if c not in canary]
+    ).select(logs.columns).cast(logs.schema)
 
 
 def _visit_counts(logs: pl.DataFrame, H: int, S: int, A: int) -> np.ndarray:
