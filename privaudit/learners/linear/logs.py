@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from privaudit.errors import UsageError
+from privaudit.errors import SpecError, UsageError
 from privaudit.learners.linear.data import LinearData
 from privaudit.learners.linear.estimators import DPVAPVI, PEVI, VAPVI
 from privaudit.learners.policy import Policy
@@ -26,7 +26,7 @@ LINEAR_LEARNERS = {"pevi": PEVI, "vapvi": VAPVI, "dp-vapvi": DPVAPVI}
 _RUN_PARAMS = ("split",)
 
 
-def _rows_from_logs(logs, spec: DomainSpec) -> pl.DataFrame:
+def _rows_from_logs(logs, spec: DomainSpec, features: bool = False) -> pl.DataFrame:
     """Validated, bounded rows (episode_id, step, state, action, reward in [0, 1], next_state, terminated)."""
     from privaudit.data.bounding import bound_contributions
     from privaudit.data.io import scan_logs
@@ -34,8 +34,15 @@ def _rows_from_logs(logs, spec: DomainSpec) -> pl.DataFrame:
 
     validate_for_release(Path(logs), spec)
     lf, _report = bound_contributions(scan_logs(logs, spec), spec)  # _report is private: never released
-    cols = ["episode_id", "step", "state", "action", "reward", "next_state"]
-    return lf.select(cols).collect()
+    cols = ["episode_id", "step", "state", "action", "reward", "next_state"] + (["features"] if features else [])
+    if features and "features" not in lf.collect_schema().names():
+        raise UsageError(f"{logs}: spec $.features.map is column-x-action but the logs have no `features` column "
+                         "(map it in the spec's \"columns\").")
+    lf = lf.select(cols)
+    if features:
+        f = pl.col("features")
+        lf = lf.with_columns(f.arr.to_list() if isinstance(lf.collect_schema()["features"], pl.Array) else f)
+    return lf.collect()
 
 
 def data_from_frame(df: pl.DataFrame, spec: DomainSpec, episode_mask: np.ndarray | None = None) -> LinearData:
@@ -155,7 +162,12 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         params["k"] = spec.max_episodes_per_unit
     elif ledger is not None:
         raise UsageError(f"--algo {algo} is not private: it spends no budget, so --ledger does not apply.")
-    fmap = feature_map_from_spec(spec)  # before reading any row: a spec error costs nothing
+    row_features = bool(spec.features) and spec.features.get("map") == "column-x-action"
+    if row_features:
+        from privaudit.learners.linear.rows import column_dims
+        m = column_dims(spec)  # before reading any row: a spec error costs nothing
+    else:
+        fmap = feature_map_from_spec(spec)
     try:
         learner = LINEAR_LEARNERS[algo](budget.rho, **params) if budget else LINEAR_LEARNERS[algo](**params)
     except TypeError as e:
@@ -164,9 +176,17 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         from privaudit.privacy import ledger as ledger_mod
 
         ledger_mod.check_budget(Path(ledger), spec.dataset_id, budget.rho)
-    df = _rows_from_logs(Path(logs), spec)
+    df = _rows_from_logs(Path(logs), spec, features=row_features)
     rng = np.random.default_rng(seed)
     split_rng, noise_rng = rng.spawn(2)
+    if row_features:
+        if split:
+            raise UsageError("split is not supported with per-row features (column-x-action).")
+        policy = _train_rows(learner, df, spec, m, algo, noise_rng, budget, seed)
+        if ledger is not None:
+            ledger_mod.charge(Path(ledger), spec.dataset_id, budget.rho,
+                              f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)")
+        return policy
     data_var = None
     if split:
         eps_ids = df["episode_id"].unique().sort()
@@ -190,3 +210,43 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         ledger_mod.charge(Path(ledger), spec.dataset_id, budget.rho,
                           f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)")
     return policy
+
+
+def _train_rows(learner, df: pl.DataFrame, spec: DomainSpec, m: int, algo: str, rng, budget, seed) -> Policy:
+    """Per-row features (column-x-action): ``rows.fit_rows`` and the policy artifact.
+
+    The greedy table over the spec's S states needs public features of every
+    state: with ``features.state_table`` (public (S, m)) it is computed from
+    them; without, the table is uniform and marked as a placeholder (features
+    seen in the logs are private, so they cannot fill it): act with the
+    extras ``w`` and ``Lambda_inv`` on each patient's features.
+    """
+    from privaudit.learners.linear.rows import clip_features, fit_rows, q_rows, row_steps
+    from privaudit.learners.policy import greedy_table
+    from privaudit.mdp.features import _read_state_table
+
+    H, S, A = spec.horizon, spec.n_states, spec.n_actions
+    fit = fit_rows(learner, row_steps(df, spec, m), A, rng=rng if algo == "dp-vapvi" else None)
+    f = spec.features
+    if "state_table" in f:
+        base = spec.source.parent if spec.source is not None else None
+        Xs = _read_state_table(f["state_table"], base)
+        if Xs.shape != (S, m):
+            raise SpecError(f"spec $.features.state_table must have shape (S={S}, m={m}). Found {Xs.shape}.")
+        Xs = clip_features(Xs)
+        Q = np.stack([q_rows(Xs, fit["w"][h], fit["Lambda_inv"][h], A, fit["penalty_scale"], 0.0, float(H - h))
+                      for h in range(H)])
+        table, table_kind = greedy_table(Q), "greedy over the public state_table"
+    else:
+        table = np.full((H, S, A), 1.0 / A)
+        table_kind = "placeholder (uniform): no public state features; act with extras w, Lambda_inv"
+    if algo == "dp-vapvi":
+        privacy = {"private": True, "guarantee": guarantee(budget.rho, budget.requested, spec,
+                                                           "seeded-insecure" if seed is not None else "secure")}
+    else:
+        privacy = {"private": False, "note": f"{algo} reads the exact logs: not differentially private"}
+    features = {"map": "column-x-action", "dim": m * A, "norm": "clip", "scale": 1.0, "state_dim": m,
+                "next_state_features": "next row of the episode at h+1; V = 0 when absent (pessimistic)"}
+    params = {**learner.get_params(), "features": features, "table": table_kind, "split": False}
+    return Policy(table=table, algorithm=algo, parameters=params, privacy=privacy, spec_hash=spec.hash(),
+                  extras={"w": fit["w"], "Lambda_inv": fit["Lambda_inv"], "penalty_offset": fit["offset"]})
