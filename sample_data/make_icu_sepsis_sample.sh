@@ -5,4 +5,4 @@ set -e
 cd "$(dirname "$0")/.."
 privaudit simulate icu-sepsis --episodes 20000 --behaviour clinicians --seed 2026 \
     --out sample_data/icu_sepsis_clinicians_20k.parquet \
-    --spec-out sample_data/icu_sepsis_spec.json --dataset-id icu-sepsis-sample
+    --spec-out sample_data/icu_sepsis_spec.json --dataset-id icu-sepsis-sample --overwrite

@@ -162,3 +162,19 @@ def test_simulate_random_tabular_defaults_to_uniform_behaviour(tmp_path):
     assert res.exit_code == 0, res.output
     assert "behaviour uniform" in res.output
     assert pl.read_parquet(tmp_path / "l.parquet")["episode_id"].n_unique() == 50
+
+
+def test_simulate_refuses_to_overwrite_existing_files(tmp_path):
+    logs = tmp_path / "l.parquet"
+    logs.write_bytes(b"precious hospital logs")
+    args = ["simulate", "random-tabular", "--states", 3, "--actions", 2, "--horizon", 2,
+            "--episodes", 5, "--seed", 0, "--out", logs, "--spec-out", tmp_path / "s.json"]
+    res = run(*args)
+    assert res.exit_code == 2 and "already exist" in res.output and "--overwrite" in res.output
+    assert logs.read_bytes() == b"precious hospital logs" and not (tmp_path / "s.json").exists()
+    res = run(*args, "--overwrite")
+    assert res.exit_code == 0, res.output
+    assert pl.read_parquet(logs).height == 10
+    res = run("simulate", "random-tabular", "--states", 3, "--actions", 2, "--horizon", 2, "--episodes", 5,
+              "--out", tmp_path / "x.parquet", "--spec-out", tmp_path / "x.parquet")
+    assert res.exit_code == 2 and "different files" in res.output

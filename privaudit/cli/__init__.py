@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import signal
 
 import click
 
 from privaudit import __version__
+from privaudit.cli.common import Terminated
 
 #: command name -> module under privaudit.cli (ordered as in --help)
 COMMANDS = {
@@ -60,5 +62,13 @@ def main():
     them on a known MDP, and audit DP claims empirically.
 
     Exit codes: 0 ok; 1 invalid data or a finding; 2 usage or spec error;
-    3 budget exceeded or a DP violation found by an audit.
+    3 budget exceeded or a DP violation found by an audit; 130 interrupted
+    (Ctrl-C) and 143 terminated (SIGTERM), with nothing half-written.
     """
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum, frame):
+    """SIGTERM (``timeout``, a job scheduler) unwinds like Ctrl-C, so every
+    temporary output is removed by its context manager before the exit."""
+    raise Terminated()

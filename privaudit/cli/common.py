@@ -12,6 +12,14 @@ import click
 from privaudit.errors import PrivauditError
 
 
+class Terminated(BaseException):
+    """Raised in the main thread when the process receives SIGTERM (see ``privaudit.cli``).
+
+    A BaseException, like KeyboardInterrupt, so no ``except Exception`` swallows
+    it and every context manager (temporary outputs) unwinds.
+    """
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn privaudit errors into a one-paragraph message on stderr and the
     error's exit code; never a traceback for bad input."""
@@ -26,6 +34,12 @@ def handle_errors(fn: Callable) -> Callable:
         except FileExistsError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted: nothing was written (temporary outputs removed)", err=True)
+            sys.exit(130)
+        except Terminated:  # SIGTERM, see privaudit.cli._terminated
+            click.echo("terminated: nothing was written (temporary outputs removed)", err=True)
+            sys.exit(143)
 
     return wrapper
 

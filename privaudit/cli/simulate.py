@@ -44,13 +44,24 @@ Example:
 @click.option("--actions", type=int, default=None, help="A (random-tabular).")
 @click.option("--instance-seed", type=int, default=None, help="Seed naming the random MDP instance (random-tabular, default 0).")
 @click.option("--dataset-id", default=None, help="dataset_id written into the spec (default: '<MDP>-simulated').")
+@click.option("--overwrite", is_flag=True, help="Replace --out/--spec-out/--mdp-out if they exist (default: refuse).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary only.")
 @handle_errors
 def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon, states, actions,
-            instance_seed, dataset_id, as_json):
+            instance_seed, dataset_id, overwrite, as_json):
+    from pathlib import Path
+
+    from privaudit.errors import UsageError
     from privaudit.mdp.io import save_mdp
     from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
     from privaudit.spec import DomainSpec, write_spec
+
+    targets = [Path(p) for p in (out, spec_out, mdp_out) if p]
+    if len({t.resolve() for t in targets}) != len(targets):
+        raise UsageError("--out, --spec-out and --mdp-out must be different files.")
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not overwrite:  # a typo must never destroy real logs
+        raise UsageError(f"{', '.join(existing)} already exist(s); choose another path or pass --overwrite.")
 
     mdp = build_mdp(mdp_name, horizon=horizon, states=states, actions=actions, instance_seed=instance_seed)
     entry = MDP_REGISTRY[mdp_name]
