@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import multiprocessing as mp
 from fractions import Fraction
 
@@ -127,3 +128,108 @@ def test_cli_init_show_charge(tmp_path):
     assert st["rho_spent"] == "0.5" and st["rho_remaining"] == "0.5" and st["n_entries"] == 1
     r = runner.invoke(main, ["budget", "show", path])
     assert "remaining 0.5" in r.output
+
+
+# ----------------------------------------------------------------------------- corrupt ledgers
+def _append(path, obj):
+    with open(path, "a") as f:
+        f.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
+
+
+def _charge_line(seq, rho, dataset="icu"):
+    return {"type": "charge", "seq": seq, "dataset_id": dataset, "rho": rho,
+            "description": "hand-written", "timestamp": "2025-01-01T00:00:00Z"}
+
+
+@pytest.mark.parametrize("bad,where", [
+    (_charge_line(1, "-10"), "line 2: `rho` must be > 0"),
+    (_charge_line(1, "0"), "line 2: `rho` must be > 0"),
+    (_charge_line(1, "nan"), "line 2: `rho` is not a number"),
+    (_charge_line(1, "inf"), "line 2: `rho` is not a number"),
+    (_charge_line(1, "1e400"), "line 2: `rho` must be a finite number"),
+    (_charge_line(1, "1e-400"), "line 2: `rho` is too small"),
+    (_charge_line(1, 0.1), "line 2: `rho` must be an exact decimal string"),
+    (_charge_line(1, "0.1", dataset="other"), "line 2: charge for dataset 'other'"),
+    (_charge_line(2, "0.1"), "line 2: charge sequence numbers must be contiguous"),
+    ("this is not json", "line 2: not valid JSON"),
+    ("[1, 2]", "line 2: must be a JSON object"),
+])
+def test_corrupt_charge_line_refused_everywhere(tmp_path, bad, where):
+    path = tmp_path / "l.jsonl"
+    init_ledger(path, "icu", 1)
+    _append(path, bad)
+    before = path.read_bytes()
+    for read in (lambda: ledger_status(path), lambda: check_budget(path, "icu", 0.1),
+                 lambda: charge(path, "icu", 0.1, "x")):
+        with pytest.raises(ArtifactError, match=re.escape(where)):
+            read()
+    assert path.read_bytes() == before  # the refused charge appended nothing
+    r = CliRunner().invoke(main, ["budget", "show", str(path)])
+    assert r.exit_code == 1 and where in r.output and "Traceback" not in r.output
+
+
+def test_duplicated_header_and_broken_sequence_refused(tmp_path):
+    path = tmp_path / "l.jsonl"
+    head = init_ledger(path, "icu", 1)
+    charge(path, "icu", "0.1", "a")
+    _append(path, head)
+    with pytest.raises(ArtifactError, match="line 3: a second ledger header"):
+        ledger_status(path)
+    path2 = tmp_path / "m.jsonl"
+    init_ledger(path2, "icu", 1)
+    charge(path2, "icu", "0.1", "a")
+    charge(path2, "icu", "0.1", "b")
+    lines = path2.read_text().splitlines()
+    path2.write_text("\n".join([lines[0], lines[2]]) + "\n")  # charge #1 removed: sequence 2 after header
+    with pytest.raises(ArtifactError, match="line 2: .*expected seq 1, found 2"):
+        check_budget(path2, "icu", 0.1)
+
+
+@pytest.mark.parametrize("total", ["-1", "0", "nan", "1e-400", "abc"])
+def test_corrupt_header_total_refused(tmp_path, total):
+    path = tmp_path / "l.jsonl"
+    head = init_ledger(path, "icu", 1)
+    path.write_text(json.dumps({**head, "rho_total": total}) + "\n")
+    with pytest.raises(ArtifactError, match="line 1: `rho_total`"):
+        ledger_status(path)
+
+
+def test_negative_charge_cannot_refill_the_budget(tmp_path):
+    # the tester's report: a hand-written rho "-10" made `budget show` print spent -5 and let rho 5 through
+    path = tmp_path / "l.jsonl"
+    init_ledger(path, "icu", 1)
+    charge(path, "icu", "0.5", "real")
+    _append(path, _charge_line(2, "-10"))
+    r = CliRunner().invoke(main, ["budget", "charge", str(path), "--dataset", "icu", "--rho", "5",
+                                  "--description", "x"])
+    assert r.exit_code == 1 and "line 3" in r.output and "must be > 0" in r.output
+    assert len(path.read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("amount", ["1e-400", "4e-320", "1e400", "inf", "nan", "-1", "0"])
+def test_unreadable_amounts_refused_exit_2(tmp_path, amount):
+    path = tmp_path / "l.jsonl"
+    init_ledger(path, "icu", 1)
+    before = path.read_bytes()
+    r = CliRunner().invoke(main, ["budget", "charge", str(path), "--dataset", "icu", "--rho", amount,
+                                  "--description", "x"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert path.read_bytes() == before
+    r = CliRunner().invoke(main, ["budget", "init", str(tmp_path / "n.jsonl"), "--dataset", "icu",
+                                  "--rho-total", amount])
+    assert r.exit_code == 2 and not (tmp_path / "n.jsonl").exists()
+    with pytest.raises(UsageError):
+        rho_of_pure_dp("1e-200")  # eps^2/2 = 5e-401 underflows
+
+
+def test_show_prints_readable_amounts_and_exact_json(tmp_path):
+    path = tmp_path / "l.jsonl"
+    init_ledger(path, "icu", 1)
+    charge(path, "icu", "1e-300", "tiny")
+    r = CliRunner().invoke(main, ["budget", "show", str(path)])
+    assert r.exit_code == 0
+    assert max(len(line) for line in r.output.splitlines()) < 120, r.output
+    assert "remaining ~1\n" in r.output and "rho=1e-300 " in r.output and "spent     1e-300" in r.output
+    st = json.loads(CliRunner().invoke(main, ["budget", "show", str(path), "--json"]).output)
+    assert Fraction(st["rho_remaining"]) == 1 - Fraction(1, 10 ** 300)  # exact
+    assert st["entries"][0]["rho"] == "1e-300"

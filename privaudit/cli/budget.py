@@ -57,12 +57,26 @@ def show_cmd(file, as_json):
         echo_json(st)
         return
     click.echo(f"dataset   {st['dataset_id']}")
-    click.echo(f"rho total {st['rho_total']}")
-    click.echo(f"spent     {st['rho_spent']}")
-    click.echo(f"remaining {st['rho_remaining']}")
+    click.echo(f"rho total {_readable(st['rho_total'])}")
+    click.echo(f"spent     {_readable(st['rho_spent'])}")
+    click.echo(f"remaining {_readable(st['rho_remaining'])}")
     click.echo(f"entries   {st['n_entries']}")
     for e in st["entries"]:
-        click.echo(f"  #{e['seq']:<3} {e['timestamp']}  rho={e['rho']:<12} {e['description']}")
+        click.echo(f"  #{e['seq']:<3} {e.get('timestamp', '?')}  rho={_readable(e['rho']):<12} "
+                   f"{e.get('description', '')}")
+    if any(_readable(v).startswith("~") for v in
+           [st["rho_total"], st["rho_spent"], st["rho_remaining"]] + [e["rho"] for e in st["entries"]]):
+        click.echo("(~: rounded to 6 significant digits; `budget show --json` gives the exact values)")
+
+
+def _readable(exact: str) -> str:
+    """An exact amount as written when short (<= 16 characters), else '~' and 6 significant digits."""
+    from fractions import Fraction
+
+    text = exact.split(" ")[0]  # 'p/q (~float)' -> 'p/q'
+    if len(exact) <= 16:
+        return exact
+    return f"~{float(Fraction(text)):.6g}"
 
 
 @command.command("charge")

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
+import sys
 import tempfile
 from datetime import datetime, timezone
 from decimal import Decimal, localcontext
@@ -47,7 +49,17 @@ def _now() -> str:
 
 
 def _amount(name: str, value) -> tuple[Fraction, str]:
-    """Exact positive amount and its string form from float/int/str/Fraction/Decimal."""
+    """Exact positive amount and its string form from float/int/str/Fraction/Decimal.
+
+    The amount must be > 0 and, as a float, finite and normal (>= the smallest
+    normal double, ~2.2e-308): an amount that underflows (``1e-400``), a
+    subnormal, inf or nan is refused, so every amount has a readable float value.
+
+    Raises
+    ------
+    UsageError
+        Not a number, <= 0, infinite, nan, or outside the normal float range.
+    """
     if isinstance(value, bool):
         raise UsageError(f"`{name}` must be a positive number. Found {value!r}.")
     try:
@@ -59,10 +71,47 @@ def _amount(name: str, value) -> tuple[Fraction, str]:
             text = str(value).strip()
         frac = Fraction(text)
     except (ValueError, ZeroDivisionError, TypeError):
-        raise UsageError(f"`{name}` must be a positive number. Found {value!r}.") from None
-    if frac <= 0:
-        raise UsageError(f"`{name}` must be > 0. Found {value!r}.")
+        raise UsageError(f"`{name}` must be a positive, finite number. Found {value!r}.") from None
+    problem = _amount_problem(frac)
+    if problem:
+        raise UsageError(f"`{name}` {problem}. Found {value!r}.")
     return frac, text
+
+
+def _amount_problem(frac: Fraction) -> str | None:
+    """Why ``frac`` is not a valid ledger amount (None when it is).
+
+    Valid: > 0 and a finite, normal float value (sys.float_info.min <= x <= max).
+    """
+    if frac <= 0:
+        return "must be > 0"
+    try:
+        x = float(frac)
+    except OverflowError:
+        x = math.inf
+    if not math.isfinite(x):
+        return f"must be a finite number (at most {sys.float_info.max:.6g})"
+    if x < sys.float_info.min:
+        return (f"is too small: amounts must be at least {sys.float_info.min:.6g} (the smallest normal "
+                f"float); a smaller value underflows and has no readable value")
+    return None
+
+
+def _check_entry_amount(path: Path, line: int, key: str, value) -> Fraction:
+    """The exact amount stored under ``key`` on ``line``; ArtifactError unless valid."""
+    if not isinstance(value, str):
+        raise ArtifactError(f"{path}, line {line}: `{key}` must be an exact decimal string such as \"0.25\". "
+                            f"Found {value!r}. The ledger is corrupt; restore it from a backup.")
+    try:
+        frac = Fraction(value.strip())
+    except (ValueError, ZeroDivisionError):
+        raise ArtifactError(f"{path}, line {line}: `{key}` is not a number: {value!r}. "
+                            f"The ledger is corrupt; restore it from a backup.") from None
+    problem = _amount_problem(frac)
+    if problem:
+        raise ArtifactError(f"{path}, line {line}: `{key}` {problem}. Found {value!r}. "
+                            f"The ledger is corrupt (a hand edit?); restore it from a backup.")
+    return frac
 
 
 def rho_of_pure_dp(epsilon) -> Fraction:
@@ -71,7 +120,11 @@ def rho_of_pure_dp(epsilon) -> Fraction:
     Exact: eps is read through its decimal form (floats through ``repr``).
     """
     eps, _ = _amount("epsilon", epsilon)
-    return eps * eps / 2
+    rho = eps * eps / 2
+    problem = _amount_problem(rho)
+    if problem:
+        raise UsageError(f"the charge rho = epsilon^2/2 for epsilon={epsilon!r} {problem}.")
+    return rho
 
 
 def init_ledger(path, dataset_id: str, rho_total) -> dict:
@@ -122,33 +175,65 @@ def init_ledger(path, dataset_id: str, rho_total) -> dict:
 
 
 def _parse(path: Path, text: str) -> tuple[dict, list[dict]]:
+    """Parse and validate every line of a ledger; the header and the charges.
+
+    Checked on every read (``check_budget``, ``charge``, ``ledger_status``):
+    each line is one JSON object; line 1 is the header (format, known
+    ``format_version``, non-empty ``dataset_id``, ``rho_total`` a positive,
+    finite, normal amount); every later line is a charge with ``seq`` = line
+    number - 1 (contiguous, no second header), the header's ``dataset_id``,
+    and a positive, finite, normal ``rho``.
+
+    Raises
+    ------
+    ArtifactError
+        The first line that breaks a rule, with its line number and the rule.
+    """
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     else:
         raise ArtifactError(f"{path}: the last line is incomplete (an interrupted write?); "
                             f"inspect the file and remove the partial line.")
+    if not lines:
+        raise ArtifactError(f"{path}: empty ledger (no header line).")
     entries = []
     for i, line in enumerate(lines, start=1):
         try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ArtifactError(f"{path}, line {i}: not valid JSON ({e.msg}).") from None
-    if not entries:
-        raise ArtifactError(f"{path}: empty ledger (no header line).")
+            e = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ArtifactError(f"{path}, line {i}: not valid JSON ({err.msg}). "
+                                f"The ledger is corrupt; restore it from a backup.") from None
+        if not isinstance(e, dict):
+            raise ArtifactError(f"{path}, line {i}: must be a JSON object, found {type(e).__name__}. "
+                                f"The ledger is corrupt; restore it from a backup.")
+        entries.append(e)
     head = entries[0]
     if head.get("format") != LEDGER_FORMAT or head.get("type") != "init":
-        raise ArtifactError(f"{path}, line 1: not a privaudit ledger header.")
+        raise ArtifactError(f"{path}, line 1: not a privaudit ledger header "
+                            f"(expected format {LEDGER_FORMAT!r} and type 'init').")
     if head.get("format_version") != LEDGER_VERSION:
         raise ArtifactError(f"{path}, line 1: unknown ledger format_version "
                             f"{head.get('format_version')!r}; this privaudit reads {LEDGER_VERSION}.")
+    dataset_id = head.get("dataset_id")
+    if not isinstance(dataset_id, str) or not dataset_id.strip():
+        raise ArtifactError(f"{path}, line 1: `dataset_id` must be a non-empty string. Found {dataset_id!r}.")
+    _check_entry_amount(path, 1, "rho_total", head.get("rho_total"))
     for i, e in enumerate(entries[1:], start=2):
-        if e.get("type") != "charge" or e.get("seq") != i - 1:
-            raise ArtifactError(f"{path}, line {i}: expected charge entry with seq {i - 1}.")
-        try:
-            Fraction(e["rho"])
-        except (KeyError, ValueError, ZeroDivisionError):
-            raise ArtifactError(f"{path}, line {i}: missing or invalid `rho`.") from None
+        if e.get("type") == "init":
+            raise ArtifactError(f"{path}, line {i}: a second ledger header; only line 1 may be a header. "
+                                f"The ledger is corrupt; restore it from a backup.")
+        if e.get("type") != "charge":
+            raise ArtifactError(f"{path}, line {i}: expected a charge entry (type 'charge'). "
+                                f"Found type {e.get('type')!r}.")
+        if isinstance(e.get("seq"), bool) or e.get("seq") != i - 1:
+            raise ArtifactError(f"{path}, line {i}: charge sequence numbers must be contiguous: expected "
+                                f"seq {i - 1}, found {e.get('seq')!r}. The ledger is corrupt (a line removed, "
+                                f"duplicated or reordered?); restore it from a backup.")
+        if e.get("dataset_id") != dataset_id:
+            raise ArtifactError(f"{path}, line {i}: charge for dataset {e.get('dataset_id')!r} in the ledger of "
+                                f"dataset {dataset_id!r}. The ledger is corrupt; restore it from a backup.")
+        _check_entry_amount(path, i, "rho", e.get("rho"))
     return head, entries[1:]
 
 
