@@ -67,16 +67,19 @@ Examples:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the noise and the audit (rng seeded-insecure; never written).")
 @click.option("--overwrite", is_flag=True, help="Replace DIR if it holds a previous pipeline output.")
+@click.option("--ledger", type=click.Path(path_type=str), default=None,
+              help="Budget ledger (privaudit budget init): refuse (exit 3) a run that would exceed it, "
+                   "and charge what the run spends.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, out, mdp, stationary, audit_trials, linear_share, seed,
-            overwrite, as_json):
+            overwrite, ledger, as_json):
     from privaudit.pipeline import run_pipeline
     from privaudit.pipeline.report import format_table
 
     summary = run_pipeline(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp, seed=seed,
                            stationary=stationary, audit_trials=audit_trials, linear_share=linear_share,
-                           overwrite=overwrite, echo=lambda s: click.echo(s, err=True))
+                           overwrite=overwrite, ledger=ledger, echo=lambda s: click.echo(s, err=True))
     private_log = summary.pop("private_log")
     if as_json:
         echo_json(summary)

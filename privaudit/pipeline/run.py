@@ -116,6 +116,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
                  out: str | Path, mdp: str | Path | None = None, seed: int | None = None,
                  stationary: bool | None = None, audit_trials: int = AUDIT_TRIALS_DEFAULT,
                  linear_share: float = LINEAR_SHARE_DEFAULT, overwrite: bool = False,
+                 ledger: str | Path | None = None,
                  progress: bool | None = None, echo: Callable[[str], None] | None = None) -> dict:
     """Run validate -> release -> train -> evaluate -> audit -> report into the folder ``out``.
 
@@ -151,6 +152,12 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         (L2 sensitivity kH sqrt(2) vs k sqrt(2H)), and at S = 716 it is the
         only setting that fits the 2-minute target (per-step DP-APVI needs
         H = 20 projections of 17,900 rows: about 90 s alone).
+    ledger : path, optional
+        A budget ledger (``privaudit budget init``): the whole budget is
+        checked against it before any row is read (BudgetExceededError, exit
+        3), and the release and DP-VAPVI each charge their share when they
+        succeed. A run that fails after a charge keeps the charge (the safe
+        direction: spent budget is never handed back).
     audit_trials : int, default 4000
         Runs per side of the release audit (>= 20); 0 skips the audit.
     linear_share : float, default 0.5
@@ -207,6 +214,9 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     plan = plan_budget(rho=rho, epsilon=epsilon, delta=delta, linear=linear, linear_share=linear_share)
     seeds = _child_seeds(seed, 3)
     _check_out(out, overwrite)
+    if ledger is not None:
+        from privaudit.privacy.ledger import check_budget
+        check_budget(ledger, spec.dataset_id, plan.total_rho)  # before any row is read or noise drawn
     if linear:
         from privaudit.mdp.features import feature_map_from_spec
         feature_map_from_spec(spec)  # a bad feature map costs nothing
@@ -225,7 +235,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         bar.done()
         with atomic_dir(out, overwrite=True) as tmp:
             summary, private = _stages(tmp, logs, spec, plan, the_mdp, mdp, stationary, audit_trials,
-                                       seeds, seed is not None, bar, timings, progress, say)
+                                       seeds, seed is not None, bar, timings, progress, say, ledger)
             timings["total"] = time.perf_counter() - t0
             private["timings_s"] = timings
             atomic_write_text(tmp / "private" / "local-log.json", json.dumps(private, indent=2) + "\n")
@@ -237,7 +247,8 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
 
 
 def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, stationary: bool,
-            audit_trials: int, seeds, seeded: bool, bar: _Progress, timings: dict, progress, say):
+            audit_trials: int, seeds, seeded: bool, bar: _Progress, timings: dict, progress, say,
+            ledger=None):
     """release -> train -> evaluate -> audit -> report inside the temporary folder ``tmp``."""
     from privaudit.learners.dp_apvi import DPAPVI
     from privaudit.learners.policy import save_policy
@@ -248,7 +259,7 @@ def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, sta
     bar.stage("release")
     t = time.perf_counter()
     info = release_logs(logs, spec, **plan.release_args, mechanism="gaussian", stationary=stationary,
-                        noise="rounded", out=tmp / "release", seed=seeds[0])
+                        noise="rounded", out=tmp / "release", seed=seeds[0], ledger=ledger)
     local = json.loads(info.local_log.read_text())
     info.local_log.unlink()  # folded into private/local-log.json below
     manifest = info.manifest
@@ -267,7 +278,7 @@ def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, sta
     if plan.rho_linear is not None:
         from privaudit.learners.linear import train_from_logs as train_linear
 
-        pol = train_linear(logs, spec, "dp-vapvi", rho=plan.rho_linear, seed=seeds[1])
+        pol = train_linear(logs, spec, "dp-vapvi", rho=plan.rho_linear, seed=seeds[1], ledger=ledger)
         policies["dp-vapvi"] = pol
         linear_rho = float(pol.privacy["guarantee"]["rho"])
     for name, pol in policies.items():
