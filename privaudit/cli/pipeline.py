@@ -55,7 +55,7 @@ Examples:
 @click.option("--delta", type=float, default=None, help="delta of the (epsilon, delta) target.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=str), help="Output folder DIR to create.")
 @click.option("--mdp", default=None,
-              help="icu-sepsis or MDP.npz (privaudit simulate --mdp-out): evaluate the policies on it "
+              help="icu-sepsis, synthetic-linear or MDP.npz (privaudit simulate --mdp-out): evaluate the policies on it "
                    "(default with no LOGS: icu-sepsis).")
 @click.option("--stationary/--per-step", default=None,
               help="Pool counts over the steps h (a time-homogeneous process) or release one table per h. "
