@@ -390,3 +390,90 @@ def test_two_releases_at_once_one_budget(data, tmp_path):
     written = [p.name for p in tmp_path.iterdir() if p.is_dir()]
     assert len(written) == 1 and not any(p.name.startswith(".") for p in tmp_path.iterdir())
     assert ledger_mod.ledger_status(led)["rho_spent"] == "0.75"
+
+
+# ----------------------------------------------------------------------------- manifest consistency
+def _tamper(m, edit):
+    m = json.loads(json.dumps(m))
+    edit(m)
+    return m
+
+
+def _set(path, value):
+    def edit(m):
+        node = m
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return edit
+
+
+@pytest.fixture(scope="module")
+def released(data, tmp_path_factory):
+    """One Gaussian release with private rewards and one Laplace release (module-wide, read-only)."""
+    d = tmp_path_factory.mktemp("tamper")
+    g = release_logs(data["logs"], data["spec_private"], rho=1.0, out=d / "g", seed=3).out
+    lap = release_logs(data["logs"], data["spec_public"], mechanism="laplace", epsilon=2.0, out=d / "l",
+                       seed=3).out
+    return {"gaussian": g, "laplace": lap}
+
+
+def _copy_with_manifest(src, dst, manifest):
+    import shutil
+
+    shutil.copytree(src, dst)
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    return dst
+
+
+@pytest.mark.parametrize("kind,edit,match", [
+    ("gaussian", _set(["guarantee", "rho"], 0.01), "guarantee.rho = 0.01 is below"),
+    ("gaussian", _set(["guarantee", "epsilon"], 0.5), "guarantee.epsilon = 0.5 at delta"),
+    ("gaussian", _set(["guarantee", "delta"], 1e-12), "guarantee.epsilon = .* at delta = 1e-12"),
+    ("gaussian", _set(["families", "transitions", "noise_scale"], 0.01), "families.transitions.budget.rho"),
+    ("gaussian", _set(["families", "visits", "l2_sensitivity"], 0.5), "visits.l2_sensitivity = 0.5 is below"),
+    ("gaussian", _set(["families", "rewards", "l1_sensitivity"], 10.0), "rewards.l1_sensitivity = 10.0 is below"),
+    ("gaussian", _set(["families", "rewards", "value_unit"], 1.0), "rewards.value_unit"),
+    ("gaussian", _set(["reward_quantum"], 1), "reward_quantum 1 differs"),
+    ("gaussian", _set(["privacy_unit", "max_episodes"], 3), "visits.l1_sensitivity = 10.0 is below the formula.s 30.0"),
+    ("laplace", _set(["guarantee", "epsilon"], 1.0), "guarantee.epsilon = 1.0 is below"),
+    ("laplace", _set(["families", "visits", "noise_scale"], 1e-3), "families.visits.budget.epsilon"),
+    ("laplace", _set(["guarantee", "definition"], "zCDP"), "a Laplace release is 'pure-DP'"),
+])
+def test_tampered_manifest_refused_by_reader_and_train(released, tmp_path, kind, edit, match):
+    src = released[kind]
+    m = json.loads((src / "manifest.json").read_text())
+    assert load_release(src).manifest == m  # the untouched release loads
+    out = _copy_with_manifest(src, tmp_path / "t", _tamper(m, edit))
+    with pytest.raises(ArtifactError, match=match):
+        load_release(out)
+    res = CliRunner().invoke(main, ["train", "--release", str(out), "--algo", "dp-apvi",
+                                    "--out", str(tmp_path / "pol")])
+    assert res.exit_code == 1, res.output
+    assert "inconsistent with its own mechanism facts" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "pol").exists()
+
+
+def test_consistent_sigma_edit_still_refused_by_guarantee(released, tmp_path):
+    # sigma of every family halved and every share multiplied by 4 to match, guarantee left at rho = 1:
+    # refused by the guarantee. Doubling sigma makes the stated rho pessimistic, which is allowed.
+    src = released["gaussian"]
+    m = json.loads((src / "manifest.json").read_text())
+
+    def halve(m):
+        for fam in m["families"].values():
+            fam["noise_scale"] /= 2
+            fam["budget"]["rho"] *= 4
+    with pytest.raises(ArtifactError, match=r"guarantee.rho = 1.0 is below the rho = (4.0|3.9999)"):
+        load_release(_copy_with_manifest(src, tmp_path / "h", _tamper(m, halve)))
+
+    def double(m):
+        for fam in m["families"].values():
+            fam["noise_scale"] *= 2
+    assert load_release(_copy_with_manifest(src, tmp_path / "d", _tamper(m, double))).H == H
+
+
+def test_untouched_release_trains(released, tmp_path):
+    res = CliRunner().invoke(main, ["train", "--release", str(released["gaussian"]), "--algo", "dp-apvi",
+                                    "--out", str(tmp_path / "pol")])
+    assert res.exit_code == 0, res.output

@@ -275,8 +275,11 @@ def read_manifest(path: Path) -> dict:
     Raises
     ------
     ArtifactError
-        Missing or unreadable manifest, unknown ``format_version``, or a
-        manifest that breaks ``schemas/release_manifest.schema.json``.
+        Missing or unreadable manifest, unknown ``format_version``, a
+        manifest that breaks ``schemas/release_manifest.schema.json``, or one
+        whose stated guarantee or sensitivities are smaller than its own
+        mechanism facts imply (``privaudit.stats.manifest_check``). The
+        manifest is not authenticated: this checks consistency, not provenance.
     """
     mpath = Path(path) / MANIFEST
     try:
@@ -292,6 +295,9 @@ def read_manifest(path: Path) -> dict:
     errors = schema_errors(doc, "release_manifest")
     if errors:
         raise ArtifactError(f"{mpath} breaks schema 'release_manifest':\n  " + "\n  ".join(errors))
+    from privaudit.stats.manifest_check import check_manifest_guarantee
+
+    check_manifest_guarantee(doc, mpath)  # the stated guarantee must follow from the mechanism facts
     return doc
 
 
@@ -312,7 +318,9 @@ def load_release(path: str | Path) -> Release:
     ------
     ArtifactError
         Missing files, unknown format version, a manifest that breaks its
-        schema, or tables that are not dense over the declared domain.
+        schema or states a guarantee its own mechanism facts do not support
+        (:func:`read_manifest`), or tables that are not dense over the
+        declared domain.
     """
     path = Path(path)
     m = read_manifest(path)
