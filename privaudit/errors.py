@@ -26,6 +26,14 @@ class UsageError(PrivauditError, ValueError):
     exit_code = 2
 
 
+class UserCodeError(UsageError):
+    """User code given as ``FILE.py:NAME`` (an audited mechanism, an attack
+    score) cannot be loaded, has the wrong signature, raises, or returns an
+    unusable value (exit 2: the given code is unusable). Raised only at the
+    boundary where privaudit calls user code; errors of privaudit itself are
+    never turned into this."""
+
+
 class LogReadError(PrivauditError, ValueError):
     """The logs cannot be read: missing, not Parquet, unusable column types (exit 1)."""
 

@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.errors import UsageError, UserCodeError
 
 CLAIM_KINDS = ("generic", "gaussian")
 
@@ -129,26 +129,61 @@ def is_batched(fn: Callable) -> bool:
     return "n_runs" in params
 
 
+#: How privaudit calls user code, per role (shown when a call fails).
+USER_SIGNATURES = {
+    "mechanism": "fn(logs: polars.DataFrame, rng: numpy.random.Generator[, n_runs: int]) -> ndarray "
+                 "(n_runs runs stacked on axis 0 when it takes n_runs)",
+    "score": "fn(outputs: ndarray (n, *shape)) -> ndarray (n,)",
+}
+
+
 class FileFunction:
     """A picklable reference to ``NAME`` in a Python file (``FILE.py:NAME``).
 
     Loaded lazily in whichever process calls it, so it can be sent to worker
-    processes started with ``spawn``.
+    processes started with ``spawn``. This is the boundary between privaudit
+    and user code: loading the file and every call go through it, and any
+    exception the user code raises (a wrong signature included) becomes a
+    :class:`~privaudit.errors.UserCodeError` naming ``FILE.py:NAME``, the
+    exception type and message (no traceback at the CLI).
+
+    Parameters
+    ----------
+    ref : str
+        ``FILE.py:NAME``, as the user gave it (kept for messages).
+    role : {"mechanism", "score"} or None
+        When given, the signature is checked on load against how privaudit
+        calls that role (``USER_SIGNATURES``): a mechanism must accept
+        ``(logs, rng)``, a score ``(outputs)``.
+
+    Raises
+    ------
+    UsageError
+        ``ref`` is not of the form FILE.py:NAME.
+    UserCodeError
+        No such file, the file fails to import, NAME is missing or not
+        callable, or its signature cannot take the role's arguments.
     """
 
-    def __init__(self, ref: str):
+    def __init__(self, ref: str, role: str | None = None):
         path, sep, name = ref.rpartition(":")
         if not sep or not path.endswith(".py") or not name.isidentifier():
             raise UsageError(f"expected FILE.py:NAME. Found {ref!r}.")
+        if role is not None and role not in USER_SIGNATURES:
+            raise ValueError(f"role must be one of {sorted(USER_SIGNATURES)}; got {role!r}")
+        self.ref, self.role = ref, role
         self.path, self.name = str(Path(path).resolve()), name
         self._fn = None
         self.load()  # fail early, in the parent, with a located message
+
+    def _expected(self) -> str:
+        return f" A {self.role} is called as {USER_SIGNATURES[self.role]}." if self.role else ""
 
     def load(self) -> Callable:
         if self._fn is None:
             p = Path(self.path)
             if not p.is_file():
-                raise UsageError(f"no such file {p} (from FILE.py:NAME {self.name}).")
+                raise UserCodeError(f"{self.ref}: no such file {p}.")
             mod_name = "privaudit_user_" + p.stem
             spec = importlib.util.spec_from_file_location(mod_name, p)
             mod = importlib.util.module_from_spec(spec)
@@ -156,26 +191,76 @@ class FileFunction:
             try:
                 spec.loader.exec_module(mod)
             except Exception as e:
-                raise UsageError(f"cannot import {p}: {type(e).__name__}: {e}") from None
+                raise UserCodeError(f"{self.ref}: cannot import {p}: {type(e).__name__}: {e}") from None
             fn = getattr(mod, self.name, None)
             if not callable(fn):
-                raise UsageError(f"{p} has no callable named {self.name!r}.")
+                raise UserCodeError(f"{self.ref}: {p} has no callable named {self.name!r}.")
+            if self.role is not None:
+                self._check_signature(fn)
             self._fn = fn
         return self._fn
 
+    def _check_signature(self, fn: Callable) -> None:
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):  # builtins without a signature: checked at the first call
+            return
+        try:
+            sig.bind(None, None) if self.role == "mechanism" else sig.bind(None)
+        except TypeError as e:
+            raise UserCodeError(f"{self.ref}: wrong signature {self.name}{sig} ({e}).{self._expected()}") from None
+
     def __getstate__(self):
-        return {"path": self.path, "name": self.name, "_fn": None}
+        return {"ref": self.ref, "role": self.role, "path": self.path, "name": self.name, "_fn": None}
 
     def __call__(self, *args, **kwargs):
-        return self.load()(*args, **kwargs)
+        fn = self.load()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:  # user code: report it, without the traceback
+            raise UserCodeError(f"{self.ref} raised {type(e).__name__}: {e}.{self._expected()}") from None
 
     def __repr__(self):
         return f"{self.path}:{self.name}"
 
 
-def flatten_runs(out, n: int) -> np.ndarray:
-    """Outputs of n runs as a float64 matrix (n, d); checks the batch shape."""
-    arr = np.asarray(out)
+def numeric_output(out, who: str) -> np.ndarray:
+    """``out`` as a real (bool, integer or float) numpy array, else a located error.
+
+    Parameters
+    ----------
+    out : array-like
+        What a mechanism or score returned.
+    who : str
+        Names the code in the message (``FILE.py:NAME`` for user code).
+
+    Raises
+    ------
+    UserCodeError
+        ``out`` is None, ragged, or not real numbers (strings, objects, complex).
+    """
+    if out is None:
+        raise UserCodeError(f"{who} returned None; it must return a numeric array.")
+    try:
+        arr = np.asarray(out)
+    except (TypeError, ValueError) as e:  # ragged nested lists
+        raise UserCodeError(f"{who} returned a {type(out).__name__} that is not an array: {e}") from None
+    if arr.dtype.kind not in "biuf":
+        raise UserCodeError(f"{who} must return real numbers; it returned a {type(out).__name__} of dtype "
+                            f"{arr.dtype} (shape {arr.shape}).")
+    return arr
+
+
+def flatten_runs(out, n: int, who: str = "the mechanism") -> np.ndarray:
+    """Outputs of n runs as a float64 matrix (n, d); checks the type and the batch shape.
+
+    Raises
+    ------
+    UserCodeError
+        Not a real-valued array, or not ``n`` runs on axis 0.
+    """
+    arr = numeric_output(out, who)
     if arr.ndim == 0 or arr.shape[0] != n:
-        raise UsageError(f"a batched mechanism must return n_runs={n} runs on axis 0. Found shape {arr.shape}.")
+        raise UserCodeError(f"{who}: a batched mechanism must return n_runs={n} runs on axis 0. "
+                            f"Found shape {arr.shape}.")
     return arr.reshape(n, -1).astype(np.float64, copy=False)

@@ -140,10 +140,11 @@ class AuditReport:
             msgs.append(f"epsilon lower bound {eps_lb:.4g} > claimed epsilon {claim.epsilon:.4g} at delta {claim.delta:g}")
         weak = [f for f in graybox.get("families", []) if f.get("l2") is not None and f.get("declared_l2")
                 and f["l2"] < 0.5 * f["declared_l2"]]
+        hint = ("" if (pair or {}).get("kind") == "canary-repeat"
+                else " (e.g. --canary repeat for statistics pooled over h)")
         for f in weak:
             msgs.append(f"the pair changes {f['name']} by L2 {f['l2']:.4g}, under half its declared sensitivity "
-                        f"{f['declared_l2']:.4g}: this audit cannot reach the claim; try a stronger pair "
-                        "(e.g. --canary repeat for statistics pooled over h)")
+                        f"{f['declared_l2']:.4g}: this audit cannot reach the claim; try a stronger pair{hint}")
         if not violated:
             cap = resolution["epsilon_gaussian"] if gaussian_valid and "epsilon_gaussian" in resolution else resolution["epsilon"]
             msgs.append(f"no violation found at this resolution: with {evaluation_trials} evaluation runs per side "

@@ -36,7 +36,7 @@ import polars as pl
 
 from privaudit.audit import bounds as B
 from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
-from privaudit.audit.model import Claim, FileFunction, flatten_runs, is_batched
+from privaudit.audit.model import Claim, FileFunction, flatten_runs, is_batched, numeric_output
 from privaudit.audit.neighbours import NeighbouringPair, make_pair
 from privaudit.audit.report import AuditReport
 from privaudit.errors import UsageError
@@ -53,19 +53,19 @@ MAX_THRESHOLDS = 3000
 
 # --------------------------------------------------------------------------- sampling
 
-def _run_serial(fn, logs, rng, n):
-    outs = [np.asarray(fn(logs, rng)) for _ in range(n)]
+def _run_serial(fn, logs, rng, n, who="the mechanism"):
+    outs = [numeric_output(fn(logs, rng), who) for _ in range(n)]
     shapes = {o.shape for o in outs}
     if len(shapes) != 1:
-        raise UsageError(f"the mechanism must return a fixed shape; got shapes {sorted(shapes)}.")
+        raise UsageError(f"{who} must return a fixed shape; got shapes {sorted(shapes)}.")
     return np.stack(outs).reshape(n, -1).astype(np.float64), outs[0].shape
 
 
 class _Sampler:
     """Draws independent runs of one mechanism on one dataset."""
 
-    def __init__(self, fn, batched: bool, n_jobs: int, progress):
-        self.fn, self.batched, self.n_jobs, self.progress = fn, batched, n_jobs, progress
+    def __init__(self, fn, batched: bool, n_jobs: int, progress, who: str = "the mechanism"):
+        self.fn, self.batched, self.n_jobs, self.progress, self.who = fn, batched, n_jobs, progress, who
         self.shape = None
         self.per_run_s = None
         self._pool = None
@@ -80,32 +80,34 @@ class _Sampler:
             while done < n:
                 per = 256 if self.shape is None else max(1, CHUNK_CELLS // max(1, int(np.prod(self.shape))))
                 size = min(per, n - done)
-                out = np.asarray(self.fn(logs, rng.spawn(1)[0], n_runs=size))
+                out = numeric_output(self.fn(logs, rng.spawn(1)[0], n_runs=size), self.who)
+                flat = flatten_runs(out, size, self.who)
                 if self.shape is None:
                     self.shape = out.shape[1:]
                 elif out.shape[1:] != self.shape:
-                    raise UsageError(f"the mechanism must return a fixed shape; got {out.shape[1:]} after {self.shape}.")
-                parts.append(flatten_runs(out, size))
+                    raise UsageError(f"{self.who} must return a fixed shape; got {out.shape[1:]} after {self.shape}.")
+                parts.append(flat)
                 done += size
                 self.progress(size)
             return np.concatenate(parts)
         if self.per_run_s is None:  # time one run: processes only pay off for slow mechanisms
             t = time.perf_counter()
-            first, shape = _run_serial(self.fn, logs, rng, 1)
+            first, shape = _run_serial(self.fn, logs, rng, 1, self.who)
             self.per_run_s = time.perf_counter() - t
             self.shape = shape
             self.progress(1)
             rest = self.draw(logs, n - 1, rng) if n > 1 else first[:0]
             return np.concatenate([first, rest])
         if self.n_jobs <= 1 or n < 2 * self.n_jobs or self.per_run_s * n < PARALLEL_MIN_SERIAL_S:
-            out, shape = _run_serial(self.fn, logs, rng, n)
+            out, shape = _run_serial(self.fn, logs, rng, n, self.who)
             self.progress(n)
         else:
             if self._pool is None:
                 self._pool = cf.ProcessPoolExecutor(self.n_jobs, mp_context=mp.get_context("spawn"))
             k = min(n, 4 * self.n_jobs)
             sizes = [n // k + (i < n % k) for i in range(k)]
-            futs = [self._pool.submit(_run_serial, self.fn, logs, c, s) for s, c in zip(sizes, rng.spawn(k))]
+            futs = [self._pool.submit(_run_serial, self.fn, logs, c, s, self.who)
+                    for s, c in zip(sizes, rng.spawn(k))]
             parts = []
             for f, s in zip(futs, sizes):
                 part, shape = f.result()
@@ -115,7 +117,7 @@ class _Sampler:
         if self.shape is None:
             self.shape = shape
         if shape != self.shape or out.shape[1] != int(np.prod(self.shape)):
-            raise UsageError(f"the mechanism must return a fixed shape; got {out.shape[1]} cells, expected {self.shape}.")
+            raise UsageError(f"{self.who} must return a fixed shape; got {out.shape[1]} cells, expected {self.shape}.")
         return out
 
 
@@ -200,8 +202,25 @@ def _choose(cands: list[Candidate], X0, X1, n_ev0, n_ev1, alpha_b, delta, object
 
 # --------------------------------------------------------------------------- audit
 
+def default_canary(mechanism) -> str:
+    """The canary strategy an audit of ``mechanism`` uses when none is given.
+
+    ``repeat`` for the built-in tabular release and DP-APVI adapters run with
+    pooled (stationary) counts: the canary that stays in one (s, a) cell at
+    every h attains the pooled sensitivity (L2 = kH sqrt(2)), whereas ``rare``
+    spreads over H cells and reaches only a 1/sqrt(H) share of it, so a
+    pooled release whose noise is sqrt(H) times too small could pass.
+    ``rare`` otherwise (per-step statistics, where it attains the
+    sensitivity; user mechanisms). See ``privaudit.audit.neighbours``.
+    """
+    from privaudit.audit.adapters import DPAPVIMechanism, ReleaseMechanism
+
+    pooled = isinstance(mechanism, (ReleaseMechanism, DPAPVIMechanism)) and bool(mechanism.stationary)
+    return "repeat" if pooled else "rare"
+
+
 def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, *, claim: Claim,
-              pair: NeighbouringPair | None = None, canary: str = "rare", trials: int = 100_000,
+              pair: NeighbouringPair | None = None, canary: str | None = None, trials: int = 100_000,
               confidence: float = 0.95, selection_fraction: float = SELECTION_FRACTION,
               scores: Sequence[tuple[str, Callable]] = (), seed: int | None = None,
               n_jobs: int | None = None, graybox: bool = True, stop_on_graybox: bool = True,
@@ -221,7 +240,9 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         The DP claim under test.
     pair : NeighbouringPair, optional
         An explicit pair (else a canary pair of strategy ``canary``).
-    canary : {"rare", "random"}
+    canary : {"rare", "repeat", "random"} or None
+        Canary strategy when no pair is given; None: :func:`default_canary`
+        (``repeat`` for a pooled built-in release / DP-APVI, else ``rare``).
     trials : int
         Runs per side (selection + evaluation), >= 20.
     confidence : float
@@ -263,6 +284,7 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     rng = np.random.default_rng(seed)
     r_pair, r_sel, r_ev = rng.spawn(3)
     if pair is None:
+        canary = canary or default_canary(mechanism)
         if logs is None or spec is None:
             raise UsageError("an audit needs the logs and the spec (to build a canary) or an explicit pair.")
         maker = getattr(mechanism, "make_pair", None)  # an adapter may aim its canary (e.g. dp-vapvi)
@@ -278,22 +300,24 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     gb = graybox_check(mech, pair, claim.delta) if graybox else {"checked": False, "violation": False, "families": []}
     base = dict(mechanism=str(name), claim=claim, confidence=confidence, pair=pair.description,
                 graybox=gb, selection_trials=n_sel, evaluation_trials=n_ev,
-                rng_mode="seeded" if seed is not None else "os-entropy")
+                rng_mode="seeded-insecure" if seed is not None else "secure")
     cap = B.perfect_separation_cap(n_ev, n_ev, alpha_b, claim.delta)
     if claim.delta > 0:
         cap["epsilon_gaussian"] = B.gdp_eps(cap["mu"], claim.delta)
     if gb["violation"] and stop_on_graybox:
         return AuditReport.graybox_only(**base, resolution=cap, runtime_s=time.perf_counter() - t_start)
 
-    fn = mech.load() if isinstance(mech, FileFunction) and is_batched(mech.load()) else mech
-    batched = is_batched(fn)
+    # a FileFunction stays wrapped: its calls are the user-code boundary (errors named, no traceback)
+    fn = mech
+    batched = is_batched(mech.load() if isinstance(mech, FileFunction) else mech)
     jobs = n_jobs or os.cpu_count() or 1
     show = sys.stderr.isatty() if progress is None else progress
     bar = None
     if show:
         from tqdm import tqdm
         bar = tqdm(total=2 * int(trials), desc="audit runs", unit="run", file=sys.stderr)
-    sampler = _Sampler(fn, batched, jobs, bar.update if bar else (lambda k: None))
+    who = mech.ref if isinstance(mech, FileFunction) else f"mechanism {name}"
+    sampler = _Sampler(fn, batched, jobs, bar.update if bar else (lambda k: None), who)
     try:
         s0_sel, s1_sel = r_sel.spawn(2)
         X0 = sampler.draw(pair.d, n_sel, s0_sel)

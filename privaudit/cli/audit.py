@@ -21,19 +21,23 @@ def _read_logs(path: str, spec):
 @click.command("audit", short_help="Audit a DP claim empirically: epsilon lower bound from neighbouring runs.")
 @click.option("--mechanism", "mechanism", required=True,
               help="release | dp-apvi | dp-vapvi | FILE.py:NAME (a callable fn(logs, rng[, n_runs])).")
-@click.option("--logs", "logs_path", type=click.Path(exists=True), default=None,
-              help="Logs D (Parquet file or folder); D' = D with one unit replaced by a canary.")
+@click.option("--logs", "logs_path", type=click.Path(), default=None,
+              help="Logs D (Parquet file or folder); D' = D with one unit replaced by a canary. "
+                   "Validated against the spec first (the fatal rules of a release).")
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="Domain spec JSON.")
 @click.option("--claim-epsilon", type=float, default=None, help="Claimed epsilon (with --delta; 0 delta = pure DP).")
 @click.option("--claim-rho", type=float, default=None, help="Claimed rho-zCDP (compared at --delta).")
-@click.option("--delta", type=float, default=None, help="delta of the claim (default 1e-5 with --claim-rho).")
+@click.option("--delta", type=float, default=None,
+              help="delta of the claim (default 1e-6 with --claim-rho, as release and pipeline report).")
 @click.option("--claim-kind", type=click.Choice(["gaussian", "generic"]), default=None,
               help="gaussian: the claim comes from a Gaussian/GDP analysis (GDP test valid). "
                    "Default: gaussian for --claim-rho, generic for --claim-epsilon.")
-@click.option("--canary", type=click.Choice(["rare", "repeat", "random"]), default="rare", show_default=True,
-              help="How D' is built from D (docs/audit.md).")
-@click.option("--pair", nargs=2, type=click.Path(exists=True, dir_okay=False), default=None,
-              metavar="D.parquet D2.parquet", help="An explicit neighbouring pair (standard column names).")
+@click.option("--canary", type=click.Choice(["rare", "repeat", "random"]), default=None,
+              help="How D' is built from D (docs/audit.md). Default: repeat for --mechanism release or "
+                   "dp-apvi with --stationary (the pair that attains the pooled sensitivity), else rare.")
+@click.option("--pair", nargs=2, type=click.Path(dir_okay=False), default=None,
+              metavar="D.parquet D2.parquet",
+              help="An explicit neighbouring pair (standard column names); both validated against the spec.")
 @click.option("--score", "scores", multiple=True, metavar="FILE.py:NAME",
               help="Extra attack score fn(outputs (n, *shape)) -> (n,), larger = more like D'. Repeatable.")
 @click.option("--trials", required=True, type=click.IntRange(min=20), help="Runs per side (selection + evaluation).")
@@ -48,43 +52,74 @@ def _read_logs(path: str, spec):
 @click.option("--noise", type=click.Choice(["rounded", "exact"]), default="rounded", show_default=True)
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="REPORT.json to write.")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None, help="REPORT.png (trade-off plot).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out / --plot file (refused otherwise).")
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the audit (OS entropy if omitted).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Processes for unbatched mechanisms.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @handle_errors
 def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, claim_kind, canary, pair, scores,
             trials, confidence, release_mechanism, mechanism_rho, mechanism_epsilon, stationary, noise, out, plot,
-            seed, jobs, as_json):
+            overwrite, seed, jobs, as_json):
     """Run MECHANISM many times on D and on a neighbour D', attack the outputs,
     and report a valid lower bound on epsilon (confidence --confidence) next to
     the claim. "no violation found" never means "private": it means none was
     found at the audit's resolution (in the report).
 
-    Exit codes: 0 no violation found; 3 violation; 1 unreadable logs or
-    artifacts; 2 bad arguments or spec.
+    The logs (--logs, or both files of --pair) are validated against the
+    spec before anything runs: rules that contribution bounding cannot
+    repair (duplicated steps, NaN rewards, ...) are fatal, with the same
+    located errors as `privaudit release` (exit 1), so bad input is never
+    reported as a violation of the mechanism.
+
+    Canary (with --logs): --canary, by default `repeat` for --mechanism
+    release / dp-apvi with --stationary (one cell at every h: attains the
+    pooled sensitivity), else `rare`; the one used is printed.
+
+    Errors in user code (FILE.py:NAME for --mechanism or --score: import
+    error, wrong signature, an exception, a non-numeric output) are reported
+    naming FILE.py:NAME with exit 2. An existing --out / --plot is refused
+    unless --overwrite.
+
+    Exit codes: 0 no violation found; 3 violation; 1 invalid, unreadable or
+    missing logs, or artifacts; 2 bad arguments, spec or user code.
 
     \b
     Examples:
       privaudit audit --mechanism release --logs logs.parquet --spec spec.json --claim-rho 1 --trials 100000 --out rep.json --plot rep.png
+      privaudit audit --mechanism release --stationary --logs logs.parquet --spec spec.json --claim-rho 1 --trials 20000 --out pooled.json
       privaudit audit --mechanism mine.py:release --pair D.parquet D2.parquet --spec spec.json --claim-epsilon 1 --delta 0 --trials 20000 --out rep.json
     """
     from privaudit.audit import Claim, load_pair, run_audit
     from privaudit.audit.adapters import MECHANISMS
     from privaudit.audit.model import FileFunction
-    from privaudit.errors import UsageError
+    from privaudit.audit.runner import default_canary
+    from privaudit.errors import UsageError, ValidationFailed
     from privaudit.spec import load_spec
+    from privaudit.stats.release import validate_for_release
 
     if (claim_epsilon is None) == (claim_rho is None):
         raise UsageError("give exactly one claim: --claim-epsilon E --delta D, or --claim-rho R [--delta D].")
     if (logs_path is None) == (pair is None):
         raise UsageError("give exactly one input: --logs LOGS (a canary pair is built) or --pair D D2.")
+    if not overwrite:  # like release/train/pipeline: never replace a file silently; checked before any run
+        for opt, path in (("--out", out), ("--plot", plot)):
+            if path and Path(path).exists():
+                raise UsageError(f"{opt} {path} already exists; choose another path or pass --overwrite.")
     spec = load_spec(spec_path)
     if claim_rho is not None:
-        claim = Claim.from_rho(claim_rho, 1e-5 if delta is None else delta, kind=claim_kind or "gaussian")
+        claim = Claim.from_rho(claim_rho, 1e-6 if delta is None else delta, kind=claim_kind or "gaussian")
     else:
         if delta is None:
             raise UsageError("--claim-epsilon needs --delta (use --delta 0 for a pure-DP claim).")
         claim = Claim.from_epsilon(claim_epsilon, delta, kind=claim_kind or "generic")
+    # Validate the input before anything runs: a broken log (duplicated step, NaN reward) must be
+    # reported as bad input (exit 1, located errors), never as a violation of the mechanism.
+    for path in ([logs_path] if pair is None else list(pair)):
+        try:
+            validate_for_release(Path(path), spec)
+        except ValidationFailed as e:  # same located errors as a release; say what was not done here
+            raise ValidationFailed(str(e).replace("nothing was released", "nothing was audited"),
+                                   e.report) from None
 
     if mechanism in BUILTIN:
         if mechanism == "dp-vapvi" and claim.rho is None:
@@ -110,14 +145,21 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                        f"rho={claim.rho:.6g} (epsilon {claim.epsilon:.4g} at delta {claim.delta:g}); see docs/audit.md",
                        err=True)
     else:
-        mech = FileFunction(mechanism)
+        mech = FileFunction(mechanism, role="mechanism")
         name = mechanism
-    score_fns = [("user:" + s.rpartition(":")[2], FileFunction(s)) for s in scores]
+    score_fns = [("user:" + s.rpartition(":")[2], FileFunction(s, role="score")) for s in scores]
     if pair is not None:
         p = load_pair(*pair)
         logs = None
     else:
         p, logs = None, _read_logs(logs_path, spec)
+        if canary is None:
+            canary = default_canary(mech)
+            why = ("default for a pooled (--stationary) release: attains the pooled sensitivity"
+                   if canary == "repeat" else "default")
+        else:
+            why = "--canary"
+        click.echo(f"canary: {canary} ({why})", err=True)
     rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, confidence=confidence,
                     scores=score_fns, seed=seed, n_jobs=jobs, mechanism_name=name)
     rep.write_json(Path(out))

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
 from privaudit.audit import load_report, make_pair
 from privaudit.cli import main
+from privaudit.spec import DomainSpec
 from tests.audit.helpers import tiny_logs, tiny_spec
 
 USER_MECHANISMS = '''
@@ -112,3 +114,178 @@ def test_pair_that_is_not_neighbours_is_refused(files):
     res = _run(["--mechanism", "release", "--pair", files / "d.parquet", files / "short.parquet", "--spec",
                 files / "spec.json", "--claim-rho", "1", "--trials", "100", "--out", files / "y.json"])
     assert res.exit_code == 2 and "exactly one privacy unit" in res.output
+
+
+# --------------------------------------------------------------------------- input validation
+
+@pytest.mark.parametrize("breakage, rule", [
+    ("duplicate_step", "step_duplicate"),   # a repeated (episode_id, step) row: not the mechanism's fault
+    ("nan_reward", "not_finite"),
+])
+def test_invalid_logs_exit_1_with_located_errors_before_anything_runs(files, breakage, rule):
+    logs = tiny_logs()
+    if breakage == "duplicate_step":
+        bad = pl.concat([logs, logs.head(1)])
+    else:
+        bad = logs.with_columns(reward=pl.when(pl.int_range(pl.len()) == 5).then(float("nan"))
+                                .otherwise(pl.col("reward")))
+    bad.write_parquet(files / "bad.parquet")
+    common = ["--mechanism", "release", "--spec", files / "spec.json", "--claim-rho", "1", "--trials", "100",
+              "--out", files / "never.json"]
+    for inp in (["--logs", files / "bad.parquet"], ["--pair", files / "d.parquet", files / "bad.parquet"]):
+        res = _run([*common, *inp])
+        assert res.exit_code == 1, res.output
+        assert f"[{rule}] row " in res.output and "nothing was audited" in res.output
+        assert "epsilon lower bound" not in res.output and "Traceback" not in res.output  # no audit ran
+        assert not (files / "never.json").exists()
+
+
+def test_missing_logs_exit_1_like_every_other_command(files):
+    for inp in (["--logs", files / "nope.parquet"], ["--pair", files / "d.parquet", files / "nope.parquet"]):
+        res = _run(["--mechanism", "release", *inp, "--spec", files / "spec.json", "--claim-rho", "1",
+                    "--trials", "100", "--out", files / "never.json"])
+        assert res.exit_code == 1, res.output
+        assert "nope.parquet" in res.output and not (files / "never.json").exists()
+
+
+# --------------------------------------------------------------------------- user code
+
+BROKEN = '''
+import numpy as np
+
+def raises(logs, rng):
+    raise RuntimeError("boom in user code")
+
+def one_arg(logs):
+    return np.zeros(3)
+
+def strings(logs, rng):
+    return ["a", "b"]
+
+def nothing(logs, rng):
+    return None
+
+def wrong_batch(logs, rng, n_runs=1):
+    return np.zeros((n_runs + 1, 3))
+
+def ok(logs, rng):
+    return rng.normal(size=3)
+
+def score_raises(outputs):
+    raise KeyError("no such cell")
+
+def score_two_args(outputs, extra):
+    return outputs.sum(axis=1)
+'''
+
+
+@pytest.mark.parametrize("mech, score, expected", [
+    ("raises", None, ["raised RuntimeError: boom in user code", "fn(logs"]),
+    ("one_arg", None, ["wrong signature one_arg(logs)", "fn(logs"]),
+    ("strings", None, ["must return real numbers", "<U1"]),
+    ("nothing", None, ["returned None"]),
+    ("wrong_batch", None, ["n_runs=30 runs on axis 0", "(31, 3)"]),  # 30 selection runs of 100
+    ("ok", "score_raises", ["score_raises raised KeyError", "fn(outputs"]),
+    ("ok", "score_two_args", ["wrong signature score_two_args(outputs, extra)"]),
+    ("syntax", None, ["cannot import", "SyntaxError"]),
+])
+def test_user_code_errors_are_named_without_traceback(files, mech, score, expected):
+    (files / "broken.py").write_text(BROKEN)
+    (files / "syntax.py").write_text("def f(:\n")
+    ref = f"{files / 'syntax.py'}:f" if mech == "syntax" else f"{files / 'broken.py'}:{mech}"
+    args = ["--mechanism", ref, "--logs", files / "logs.parquet", "--spec", files / "spec.json",
+            "--claim-rho", "1", "--trials", "100", "--jobs", "1", "--seed", "0", "--out", files / "never.json"]
+    if score:
+        ref = f"{files / 'broken.py'}:{score}"
+        args += ["--score", ref]
+    res = _run(args)
+    assert res.exit_code == 2, res.output
+    assert f"error: {ref}" in res.output, res.output
+    for text in expected:
+        assert text in res.output, res.output
+    assert "Traceback" not in res.output and not (files / "never.json").exists()
+    assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit)
+
+
+def test_errors_inside_privaudit_are_not_masked_as_user_errors():
+    """Only FILE.py:NAME calls are the user-code boundary: an exception from an
+    in-process callable (the library's own code) keeps its type and traceback."""
+    from privaudit.audit import Claim, run_audit
+    from privaudit.errors import UserCodeError
+
+    def library_mechanism(logs, rng):
+        raise ZeroDivisionError("a bug in privaudit")
+
+    with pytest.raises(ZeroDivisionError):
+        run_audit(library_mechanism, tiny_logs(), tiny_spec(), claim=Claim.from_rho(1, 1e-6), trials=100, seed=0)
+    assert not issubclass(ZeroDivisionError, UserCodeError)
+
+
+# --------------------------------------------------------------------------- consistency
+
+def test_existing_out_or_plot_is_refused_unless_overwrite(files):
+    args = ["--mechanism", "release", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
+            "--claim-rho", "1", "--trials", "100", "--out", files / "rep.json", "--plot", files / "rep.png"]
+    for existing in ("rep.json", "rep.png"):
+        (files / "rep.json").unlink(missing_ok=True)
+        (files / "rep.png").unlink(missing_ok=True)
+        (files / existing).write_text("keep me")
+        res = _run(args)
+        assert res.exit_code == 2 and "--overwrite" in res.output and "canary" not in res.output, res.output
+        assert (files / existing).read_text() == "keep me"
+        other = ({"rep.json", "rep.png"} - {existing}).pop()
+        assert not (files / other).exists()   # nothing ran
+    res = _run(args + ["--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert load_report(files / "rep.json")["rng_mode"] == "secure"
+    assert (files / "rep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rho_claim_defaults_to_delta_1e6_and_seeded_rng_mode(files):
+    res = _run(["--mechanism", "release", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
+                "--claim-rho", "1", "--trials", "100", "--seed", "0", "--out", files / "r.json"])
+    assert res.exit_code == 0, res.output
+    doc = load_report(files / "r.json")
+    # rho 1 at delta 1e-6: eps = 7.766 (Canonne-Kamath-Steinke), the figure release and pipeline print
+    assert doc["delta"] == 1e-6 and doc["claimed_epsilon"] == pytest.approx(7.766, abs=5e-4)
+    assert doc["rng_mode"] == "seeded-insecure"
+    assert "canary: rare (default)" in res.output and doc["neighbouring_pair"]["kind"] == "canary-rare"
+
+
+# --------------------------------------------------------------------------- pooled releases
+
+def _pooled_files(tmp_path):
+    """H = 20 steps over S = 60 states: a unit's 20 rows fall in (almost) distinct pooled
+    cells, so the rare canary changes the pooled counts by L2 ~ sqrt(2H) = 6.3 of the
+    declared kH sqrt(2) = 28.3, i.e. it sees only ~1/H of the pooled rho."""
+    Hp, Sp, Ap, n = 20, 60, 2, 40
+    spec = DomainSpec.from_dict({
+        "format_version": 1, "dataset_id": "audit-pooled", "horizon": Hp, "n_states": Sp, "n_actions": Ap,
+        "terminal_states": [], "reward_range": [0.0, 1.0], "privacy_unit": {"column": "unit_id", "max_episodes": 1}})
+    rng = np.random.default_rng(0)
+    st, ac = rng.integers(0, Sp - 1, (n, Hp)), rng.integers(0, Ap, (n, Hp))
+    nx = np.concatenate([st[:, 1:], rng.integers(0, Sp - 1, (n, 1))], axis=1)
+    pl.DataFrame({
+        "episode_id": np.repeat(np.arange(n), Hp), "step": np.tile(np.arange(Hp), n).astype(np.int32),
+        "state": st.ravel().astype(np.int32), "action": ac.ravel().astype(np.int32),
+        "reward": np.round(rng.uniform(0, 1, n * Hp), 3), "next_state": nx.ravel().astype(np.int32),
+        "unit_id": np.repeat(np.arange(n), Hp)}).write_parquet(tmp_path / "pooled.parquet")
+    (tmp_path / "pspec.json").write_text(json.dumps(spec.to_dict()))
+    return ["--logs", tmp_path / "pooled.parquet", "--spec", tmp_path / "pspec.json"]
+
+
+def test_pooled_release_above_its_claim_is_flagged_with_the_default_canary(tmp_path):
+    """A --stationary release run at rho 20 against a claim of rho 1. The default canary is
+    `repeat` (one cell at every h: pooled L2 ~ sqrt(H^2 + H) ~ 20.5 of 28.3, true rho ~ 10.5,
+    mu ~ 4.6 vs claimed 1.41): flagged. With `rare` the pair's true rho is ~ 20 x 40 / 800 = 1,
+    at the claim, so a valid audit flags it with probability <= 1 - confidence = 5%: this
+    fixed seed is not flagged, which is why the default matters."""
+    common = ["--mechanism", "release", "--stationary", *_pooled_files(tmp_path), "--claim-rho", "1",
+              "--mechanism-rho", "20", "--trials", "2000", "--seed", "5"]
+    res = _run([*common, "--out", tmp_path / "default.json"])
+    assert res.exit_code == 3, res.output
+    assert "canary: repeat (default for a pooled (--stationary) release" in res.output
+    doc = load_report(tmp_path / "default.json")
+    assert doc["neighbouring_pair"]["kind"] == "canary-repeat" and doc["epsilon_lower_bound"] > 7.766
+    rare = _run([*common, "--canary", "rare", "--out", tmp_path / "rare.json"])
+    assert rare.exit_code == 0 and "canary: rare (--canary)" in rare.output, rare.output
