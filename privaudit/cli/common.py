@@ -34,6 +34,11 @@ def handle_errors(fn: Callable) -> Callable:
         except FileExistsError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)
+        except MemoryError:
+            click.echo("error: out of memory: the domain (S, A, H) or the logs are too large for this "
+                       "machine; nothing was written (temporary outputs removed). Use a smaller domain "
+                       "or a machine with more memory.", err=True)
+            sys.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted: nothing was written (temporary outputs removed)", err=True)
             sys.exit(130)
