@@ -477,3 +477,52 @@ def test_untouched_release_trains(released, tmp_path):
     res = CliRunner().invoke(main, ["train", "--release", str(released["gaussian"]), "--algo", "dp-apvi",
                                     "--out", str(tmp_path / "pol")])
     assert res.exit_code == 0, res.output
+
+
+# ----------------------------------------------------------------------------- size limit, corrupt ledger
+def test_huge_domain_refused_fast_before_reading(data, tmp_path, monkeypatch):
+    import time
+
+    spec = write_spec(tmp_path, "huge.json", H=H, S=1_000_000, A=A, terminals=TERMINALS)
+    calls = []
+    monkeypatch.setattr("privaudit.data.io.scan_logs", lambda *a, **k: calls.append("scan"))
+    monkeypatch.setattr("privaudit.data.validate.validate_logs", lambda *a, **k: calls.append("validate"))
+    t = time.perf_counter()
+    res = _cli(data["logs"], "--spec", spec, "--rho", "1", "--out", tmp_path / "r")
+    assert time.perf_counter() - t < 5
+    assert res.exit_code == 2, res.output
+    assert "too large" in res.output and "1000000*5*1000000" in res.output and "Traceback" not in res.output
+    assert calls == []
+    _no_leftovers(tmp_path, ["huge.json"])
+
+
+def test_memory_estimate_against_physical_memory(data, tmp_path, monkeypatch):
+    from privaudit.spec import load_spec
+
+    spec = load_spec(data["spec_private"])
+    est = release_mod.release_memory_estimate(spec, stationary=False, n_sa_families=2)
+    # hand computation: 6 x 8 bytes x (S*A*S + 2 * H*S*A)
+    assert est == {"slice_cells": S * A * S, "bytes": 6 * 8 * (S * A * S + 2 * H * S * A)}
+    assert release_mod.physical_memory_bytes() > est["bytes"]
+    monkeypatch.setattr(release_mod, "physical_memory_bytes", lambda: est["bytes"] - 1)
+    with pytest.raises(UsageError, match=r"estimated peak working memory .* above the physical memory"):
+        release_logs(data["logs"], data["spec_private"], rho=1.0, out=tmp_path / "r", seed=1)
+    monkeypatch.setattr(release_mod, "physical_memory_bytes", lambda: est["bytes"])
+    release_logs(data["logs"], data["spec_private"], rho=1.0, out=tmp_path / "r", seed=1)
+
+
+def test_corrupt_ledger_refuses_release_before_reading(data, tmp_path, monkeypatch):
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, "tiny-release", 1)
+    with open(led, "a") as f:  # the tester's hand-written refill
+        f.write(json.dumps({"type": "charge", "seq": 1, "dataset_id": "tiny-release", "rho": "-10",
+                            "description": "x", "timestamp": "2025-01-01T00:00:00Z"}) + "\n")
+    calls = []
+    monkeypatch.setattr("privaudit.privacy.mechanisms.add_noise", lambda *a, **k: calls.append("noise"))
+    monkeypatch.setattr("privaudit.data.io.scan_logs", lambda *a, **k: calls.append("scan"))
+    monkeypatch.setattr("privaudit.data.validate.validate_logs", lambda *a, **k: calls.append("validate"))
+    res = _cli(data["logs"], "--spec", data["spec_public"], "--rho", "5", "--out", tmp_path / "r",
+               "--ledger", led)
+    assert res.exit_code == 1 and "line 2" in res.output and "must be > 0" in res.output, res.output
+    assert calls == []
+    _no_leftovers(tmp_path, ["budget.jsonl"])

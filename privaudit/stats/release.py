@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -51,7 +53,8 @@ from privaudit.stats.artifact import (FILES, MANIFEST, Release, TransitionWriter
                                       write_sa_table)
 
 __all__ = ["release_logs", "ReleaseInfo", "Budget", "resolve_budget", "load_release", "Release",
-           "local_log_path", "REWARD_QUANTUM", "BOUNDING_RULES"]
+           "local_log_path", "REWARD_QUANTUM", "BOUNDING_RULES", "check_release_size",
+           "release_memory_estimate", "physical_memory_bytes", "MEMORY_PER_SLICE_BYTE", "MAX_SLICE_CELLS"]
 
 #: Rewards are summed in units of 1/REWARD_QUANTUM of the scaled reward, so
 #: that reward sums are integers like counts (no float side channel, and the
@@ -65,6 +68,16 @@ _EXACT_SIGMA_LIMIT = 1.0e4
 
 #: delta at which (epsilon, delta) is reported when only rho is given.
 DEFAULT_REPORT_DELTA = 1e-6
+
+#: Peak working memory of a release per byte of one dense (S, A, S) int64
+#: transition slice: the exact slice, the float noise, the rounded int64
+#: result, the pending write and its Arrow columns. Measured 3.8-4.9 x
+#: (benchmarks/bench_release_memory.py: peak RSS over the start, S = 1000 and
+#: 1500, A = 10, both mechanisms and noise modes); 6 leaves a margin.
+MEMORY_PER_SLICE_BYTE = 6
+#: Most cells of one (S, A, S) slice: one Parquet row group of Arrow arrays
+#: with int32 dictionary indices and int32 index columns (``artifact``).
+MAX_SLICE_CELLS = 2**31 - 1
 
 #: Validation rules (``privaudit.data.validate.RULES``) that contribution
 #: bounding enforces instead of refusing the logs: more than k episodes per unit
@@ -134,6 +147,8 @@ def _positive(name: str, v) -> float:
         raise UsageError(f"`{name}` must be a number > 0. Found {v!r}.") from None
     if not (math.isfinite(x) and x > 0):
         raise UsageError(f"`{name}` must be a finite number > 0. Found {v!r}.")
+    if x < sys.float_info.min:  # subnormal: no usable noise scale, and the ledger refuses it
+        raise UsageError(f"`{name}` must be at least {sys.float_info.min:.6g} (a normal float). Found {v!r}.")
     return x
 
 
@@ -410,11 +425,15 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     Raises
     ------
     UsageError
-        Bad budget arguments, ``out`` exists, bad noise mode.
+        Bad budget arguments, ``out`` exists, bad noise mode, or a domain too
+        large for this machine (:func:`check_release_size`, before any row is read).
     SpecError
         Missing or invalid spec.
     BudgetExceededError
         The ledger refuses the release (before any noise is drawn).
+    ArtifactError
+        A corrupt ledger (every entry is validated on each read), before any
+        row is read or noise drawn.
     LogReadError, ValidationFailed
         Unreadable logs, or rules broken that bounding cannot repair.
 
@@ -435,6 +454,7 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         raise UsageError(f"{out} already exists; choose another --out or remove it.")
     logs = Path(logs)
     plan = plan_noise(spec, budget, stationary, noise)  # may raise on bad H, k
+    check_release_size(spec, stationary=stationary, n_sa_families=len(plan) - 1)  # before any row is read
     if ledger is not None:
         from privaudit.privacy import ledger as ledger_mod
 
@@ -497,6 +517,67 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     timings = clock.as_dict()
     timings["total"] = time.perf_counter() - t_start
     return ReleaseInfo(out=out, manifest=manifest, local_log=log_path, bounding=report, timings=timings)
+
+
+def physical_memory_bytes() -> int | None:
+    """The machine's physical memory (``SC_PAGE_SIZE * SC_PHYS_PAGES``), None where unknown."""
+    try:
+        n = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return n if n > 0 else None
+
+
+def release_memory_estimate(spec: DomainSpec, *, stationary: bool, n_sa_families: int = 2) -> dict:
+    """Estimated peak working memory of :func:`release_logs` from the public domain alone.
+
+    Parameters
+    ----------
+    spec : DomainSpec
+    stationary : bool
+    n_sa_families : int
+        (H, S, A) tables noised at once: visits, and rewards when private.
+
+    Returns
+    -------
+    dict
+        ``slice_cells`` = S*A*S (cells of one transition slice), ``bytes`` =
+        MEMORY_PER_SLICE_BYTE x 8 x (S*A*S + n_sa_families x H*S*A) (the
+        (H, S, A) tables go through the same noise path; H is 1 when
+        stationary). Rows of the logs add a sparse table on top (at most one
+        cell per row), not counted here.
+    """
+    S, A = int(spec.S), int(spec.A)
+    h = 1 if stationary else int(spec.H)
+    cells = S * A * S
+    return {"slice_cells": cells, "bytes": MEMORY_PER_SLICE_BYTE * 8 * (cells + n_sa_families * h * S * A)}
+
+
+def check_release_size(spec: DomainSpec, *, stationary: bool, n_sa_families: int = 2) -> dict:
+    """Refuse a domain whose release cannot run on this machine, before any row is read.
+
+    Raises
+    ------
+    UsageError
+        One (S, A, S) slice holds more than MAX_SLICE_CELLS cells, or the
+        estimate of :func:`release_memory_estimate` exceeds the physical
+        memory (:func:`physical_memory_bytes`). The message names both figures.
+    """
+    est = release_memory_estimate(spec, stationary=stationary, n_sa_families=n_sa_families)
+    S, A = spec.S, spec.A
+    if est["slice_cells"] > MAX_SLICE_CELLS:
+        raise UsageError(
+            f"the domain is too large to release: one transition slice n_h(s, a, s') has S*A*S = "
+            f"{S}*{A}*{S} = {est['slice_cells']:,} cells, above the {MAX_SLICE_CELLS:,} that one Parquet "
+            f"row group with int32 indexing holds. Coarsen the state space (n_states) in the spec.")
+    phys = physical_memory_bytes()
+    if phys is not None and est["bytes"] > phys:
+        raise UsageError(
+            f"the domain is too large to release on this machine: the estimated peak working memory is "
+            f"{est['bytes'] / 2**30:,.1f} GiB ({MEMORY_PER_SLICE_BYTE} x one dense int64 (S, A, S) slice of "
+            f"{S}*{A}*{S} cells, plus the (H, S, A) tables), above the physical memory of "
+            f"{phys / 2**30:,.1f} GiB. Coarsen the state space (n_states) in the spec, or use a larger machine.")
+    return est
 
 
 def _ledger_description(out: Path, budget: Budget) -> str:
