@@ -207,13 +207,13 @@ def _visit_counts(logs: pl.DataFrame, H: int, S: int, A: int) -> np.ndarray:
     return out
 
 
-def _unit_fingerprints(df: pl.DataFrame, unit: str) -> dict:
+def _unit_fingerprints(df: pl.DataFrame, unit: str) -> pl.DataFrame:
+    """One row per unit: (unit, a, b, n), order-free sums of its rows' hashes."""
     h = df.with_columns(pl.struct(pl.all()).hash(seed=7).alias("_h"))
-    agg = h.group_by(unit).agg(
+    return h.group_by(unit).agg(
         (pl.col("_h") // (1 << 33)).cast(pl.Int64).sum().alias("a"),
         (pl.col("_h") % (1 << 32)).cast(pl.Int64).sum().alias("b"),
         pl.len().alias("n"))
-    return {u: (a, b, n) for u, a, b, n in agg.iter_rows()}
 
 
 def check_neighbours(d: pl.DataFrame, d_prime: pl.DataFrame) -> dict:
@@ -237,15 +237,18 @@ def check_neighbours(d: pl.DataFrame, d_prime: pl.DataFrame) -> dict:
     d_prime = d_prime.select(d.columns).cast(d.schema)
     unit = _unit_col(d)
     f0, f1 = _unit_fingerprints(d, unit), _unit_fingerprints(d_prime, unit)
-    removed = [u for u, fp in f0.items() if f1.get(u) != fp]
-    added = [u for u, fp in f1.items() if f0.get(u) != fp]
-    if (len(removed), len(added)) not in ((0, 0), (1, 1)):
+    both = f0.join(f1, on=unit, how="full", suffix="_1", coalesce=True)
+    same = (pl.col("a") == pl.col("a_1")) & (pl.col("b") == pl.col("b_1")) & (pl.col("n") == pl.col("n_1"))
+    differ = both.filter(~same.fill_null(False))                  # a unit absent on one side differs too
+    removed = differ.filter(pl.col("n").is_not_null()).height      # units of D with no identical twin in D'
+    added = differ.filter(pl.col("n_1").is_not_null()).height      # units of D' with no identical twin in D
+    if (removed, added) not in ((0, 0), (1, 1)):
         raise UsageError(
             f"D and D' must differ by replacing exactly one privacy unit ({unit}); "
-            f"found {len(removed)} unit(s) of D not in D' and {len(added)} unit(s) of D' not in D. "
+            f"found {removed} unit(s) of D not in D' and {added} unit(s) of D' not in D. "
             "Build D' from D by removing one unit and adding one (or use --canary).")
     return {"kind": "identical" if not removed else "explicit", "relation": "substitution",
-            "removed_units": len(removed), "added_units": len(added)}
+            "removed_units": removed, "added_units": added}
 
 
 def load_pair(path_d: str | Path, path_d_prime: str | Path) -> NeighbouringPair:
