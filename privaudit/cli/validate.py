@@ -49,7 +49,8 @@ def _human(report, rules) -> str:
     if not broken:
         lines.append(f"valid: all {len(report.counts)} rules checked hold.")
     else:
-        lines.append(f"INVALID: {sum(broken.values()):,} violations of {len(broken)} rules")
+        n, r = sum(broken.values()), len(broken)
+        lines.append(f"INVALID: {n:,} violation{'s' * (n != 1)} of {r} rule{'s' * (r != 1)}")
         width = max(len(r) for r in broken)
         for r, n in broken.items():
             lines.append(f"  {r:<{width}}  {n:>10,}  {rules[r][1]}")
