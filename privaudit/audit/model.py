@@ -143,7 +143,8 @@ class FileFunction:
     Loaded lazily in whichever process calls it, so it can be sent to worker
     processes started with ``spawn``. This is the boundary between privaudit
     and user code: loading the file and every call go through it, and any
-    exception the user code raises (a wrong signature included) becomes a
+    exception the user code raises (a wrong signature and ``sys.exit`` included;
+    only KeyboardInterrupt and privaudit's ``Terminated`` pass through) becomes a
     :class:`~privaudit.errors.UserCodeError` naming ``FILE.py:NAME``, the
     exception type and message (no traceback at the CLI).
 
@@ -190,7 +191,8 @@ class FileFunction:
             sys.modules[mod_name] = mod
             try:
                 spec.loader.exec_module(mod)
-            except Exception as e:
+            except BaseException as e:  # SystemExit too: user code never sets privaudit's exit code
+                _reraise_control(e)
                 raise UserCodeError(f"{self.ref}: cannot import {p}: {type(e).__name__}: {e}") from None
             fn = getattr(mod, self.name, None)
             if not callable(fn):
@@ -217,11 +219,20 @@ class FileFunction:
         fn = self.load()
         try:
             return fn(*args, **kwargs)
-        except Exception as e:  # user code: report it, without the traceback
+        except BaseException as e:  # user code: report it, without the traceback (sys.exit included)
+            _reraise_control(e)
             raise UserCodeError(f"{self.ref} raised {type(e).__name__}: {e}.{self._expected()}") from None
 
     def __repr__(self):
         return f"{self.path}:{self.name}"
+
+
+def _reraise_control(e: BaseException) -> None:
+    """Re-raise what must cross the user-code boundary unchanged: Ctrl-C and privaudit's SIGTERM."""
+    from privaudit.cli.common import Terminated
+
+    if isinstance(e, (KeyboardInterrupt, Terminated)):
+        raise e
 
 
 def numeric_output(out, who: str) -> np.ndarray:

@@ -21,11 +21,19 @@ Canary strategies (``make_pair``)
     distinguishable as the data allows: removed and added cells do not cancel,
     and the added cells go from (nearly) 0 to 1 (AUDITING.md 4.3 "canary
     trajectories"). The auditor is the data holder's tool, so it may read D.
+    When the spec's privacy unit holds k > 1 episodes, the canary unit is k
+    copies of the canary walk (each canary cell changes by k) and the removed
+    unit is the one whose visits have the largest sum of squares (k episodes
+    in the same cells; for k = 1 the unit with the most rows). The pair then
+    attains the declared per-h sensitivity k sqrt(2H) of the visits only if
+    D has such a unit; the achieved and declared L2 change are recorded in
+    the description (``visits_change``) with a ``warning`` when it falls short.
 ``repeat``
     As ``rare``, but the canary stays in one cell: the least-visited
     non-terminal (s, a) over all steps, repeated at every h with the
     self-loop s -> s. This attains the sensitivity of statistics pooled over
-    h (``--stationary`` releases, L2 = kH sqrt(2)), which ``rare`` does not.
+    h (``--stationary`` releases, L2 = kH sqrt(2)), which ``rare`` does not
+    (k copies and the removed unit chosen as for ``rare``, pooled over h).
 ``random``
     Remove a uniformly random unit and add an episode of H steps with uniform
     non-terminal states and actions and uniform rewards in the range (or the
@@ -123,14 +131,17 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
     if nonterm.size == 0:
         raise UsageError("the spec declares every state terminal; no canary episode is possible.")
     per_unit = logs.group_by(unit).len().sort([pl.col("len"), pl.col(unit)], descending=[True, False])
+    # a unit of k episodes: the canary unit is k copies of the canary walk (each cell +k, the most
+    # a unit of k episodes can change it), when the logs name units (else each episode is its unit)
+    k = spec.max_episodes_per_unit if "unit_id" in logs.columns else 1
+    if strategy != "random":
+        removed = _heaviest_unit(logs, unit, pooled=strategy == "repeat")
     if strategy == "repeat":
-        removed = per_unit[unit][0]
         counts = _visit_counts(logs, H, S, A)[:, nonterm, :].sum(axis=0).reshape(-1)
         flat = np.full(H, int(counts.argmin()), dtype=np.int64)
         states = nonterm[flat // A]
         actions = flat % A
     elif strategy == "rare":
-        removed = per_unit[unit][0]
         counts = _visit_counts(logs, H, S, A)[:, nonterm, :].reshape(H, -1)  # (H, S_nt * A)
         flat = np.empty(H, dtype=np.int64)
         used: set[int] = set()
@@ -158,40 +169,92 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
             rewards[-1] = hi
         else:
             rewards = rng.uniform(lo, hi, size=H)
-    canary_df = canary_frame(logs, spec, states, actions, rewards, next_states)
+    copies = 1 if strategy == "random" else k  # random: a typical neighbour, one episode
+    canary_df = canary_frame(logs, spec, states, actions, rewards, next_states, copies=copies)
     d_prime = pl.concat([logs.filter(pl.col(unit) != removed), canary_df])
     removed_rows = int(logs.filter(pl.col(unit) == removed).height)
     description = {
         "kind": f"canary-{strategy}",
         "relation": "substitution",
         "removed_unit": {"hash": _opaque(removed), "rows": removed_rows},
-        "canary": {"steps": [
+        "canary": {"episodes": copies, "steps": [
             {"h": h, "state": int(states[h]), "action": int(actions[h]),
              "reward": float(rewards[h]), "next_state": int(next_states[h])} for h in range(H)]},
     }
+    if strategy != "random":
+        description["visits_change"] = _visits_change(logs, d_prime, spec, k, pooled=strategy == "repeat")
+        if "warning" in description["visits_change"]:
+            description["warning"] = description["visits_change"].pop("warning")
     return NeighbouringPair(logs, d_prime, description)
 
 
-def canary_frame(logs: pl.DataFrame, spec: DomainSpec, states, actions, rewards, next_states) -> pl.DataFrame:
-    """One canary episode of H rows in the schema of ``logs`` (fresh episode and unit ids).
+def _heaviest_unit(logs: pl.DataFrame, unit: str, pooled: bool):
+    """The unit whose visits n_h(s, a) (pooled: n(s, a)) have the largest sum of squares.
 
-    ``terminated`` / ``truncated`` (when ``logs`` has them) mark the last row,
-    terminated when its next state is terminal; other columns are null.
+    Removing it changes the visits the most in L2 (a unit whose k episodes
+    share cells counts k^2 per cell). For one episode per unit this is the
+    unit with the most rows. Ties: most rows, then the smallest id.
+    """
+    keys = [unit, "state", "action"] if pooled else [unit, "step", "state", "action"]
+    sq = (logs.group_by(keys).len().group_by(unit)
+          .agg((pl.col("len").cast(pl.Int64) ** 2).sum().alias("sq"), pl.col("len").sum().alias("rows"))
+          .sort(["sq", "rows", unit], descending=[True, True, False]))
+    return sq[unit][0]
+
+
+def _visits_change(d: pl.DataFrame, d_prime: pl.DataFrame, spec: DomainSpec, k: int, pooled: bool) -> dict:
+    """L2 change of the visits between D and D' (raw rows) against the declared sensitivity.
+
+    Declared (a unit of k episodes of H steps, ALGORITHMS.md "sensitivity"):
+    k sqrt(2H) per step h, k H sqrt(2) pooled over h. A warning is added when
+    the pair falls short (the removed unit has fewer or shorter episodes, or
+    episodes in different cells): the audit then tests a weaker pair.
+    """
+    H, S, A = spec.horizon, spec.n_states, spec.n_actions
+    diff = _visit_counts(d_prime, H, S, A) - _visit_counts(d, H, S, A)
+    if pooled:
+        diff = diff.sum(axis=0)
+    achieved = float(np.sqrt((diff.astype(np.float64) ** 2).sum()))
+    declared = float(k * H * np.sqrt(2)) if pooled else float(k * np.sqrt(2 * H))
+    out = {"statistic": "visits pooled over h" if pooled else "visits per step h",
+           "l2": achieved, "declared_l2": declared}
+    if achieved < declared * (1 - 1e-9):
+        out["warning"] = (f"the canary pair changes the {out['statistic']} by L2 {achieved:.4g}, below the declared "
+                          f"sensitivity {declared:.4g} (k={k}, H={H}): no unit of D has {k} full-length "
+                          "episode(s) in the same cells, so this audit tests a weaker pair than the worst case")
+    return out
+
+
+def canary_frame(logs: pl.DataFrame, spec: DomainSpec, states, actions, rewards, next_states,
+                 copies: int = 1) -> pl.DataFrame:
+    """``copies`` identical canary episodes of H rows each, one fresh privacy unit, in the schema of ``logs``.
+
+    Each copy has a fresh episode id; all share one fresh unit id (when
+    ``logs`` has ``unit_id``). ``terminated`` / ``truncated`` (when ``logs``
+    has them) mark each episode's last row, terminated when its next state is
+    terminal; other columns are null.
     """
     H = len(states)
     ends_terminal = int(next_states[-1]) in set(spec.terminal_states)
+    ep = logs["episode_id"]
+    if ep.dtype.is_integer():
+        first = int(ep.max()) + 1 if ep.len() else 0
+        ep_ids = [first + c for c in range(copies)]
+    else:
+        ep_ids = [f"canary-{ep.n_unique()}" + ("" if c == 0 else f"-{c}") for c in range(copies)]
     canary = {
-        "episode_id": [_fresh_id(logs["episode_id"], "canary")] * H,
-        "step": list(range(H)),
-        "state": np.asarray(states).tolist(), "action": np.asarray(actions).tolist(),
-        "reward": np.asarray(rewards, dtype=float).tolist(), "next_state": np.asarray(next_states).tolist(),
+        "episode_id": np.repeat(np.asarray(ep_ids, dtype=object), H).tolist(),
+        "step": list(range(H)) * copies,
+        "state": np.asarray(states).tolist() * copies, "action": np.asarray(actions).tolist() * copies,
+        "reward": np.asarray(rewards, dtype=float).tolist() * copies,
+        "next_state": np.asarray(next_states).tolist() * copies,
     }
     if "terminated" in logs.columns:
-        canary["terminated"] = [False] * (H - 1) + [ends_terminal]
+        canary["terminated"] = ([False] * (H - 1) + [ends_terminal]) * copies
     if "truncated" in logs.columns:
-        canary["truncated"] = [False] * (H - 1) + [not ends_terminal]
+        canary["truncated"] = ([False] * (H - 1) + [not ends_terminal]) * copies
     if "unit_id" in logs.columns:
-        canary["unit_id"] = [_fresh_id(logs["unit_id"], "canary")] * H
+        canary["unit_id"] = [_fresh_id(logs["unit_id"], "canary")] * (H * copies)
     return pl.DataFrame(canary).with_columns(
         [pl.lit(None).cast(logs.schema[c]).alias(c) for c in logs.columns if c not in canary]
     ).select(logs.columns).cast(logs.schema)
@@ -251,18 +314,37 @@ def check_neighbours(d: pl.DataFrame, d_prime: pl.DataFrame) -> dict:
             "removed_units": removed, "added_units": added}
 
 
-def load_pair(path_d: str | Path, path_d_prime: str | Path) -> NeighbouringPair:
-    """Read an explicit pair of Parquet logs (standard column names) and check it.
+def load_pair(path_d: str | Path, path_d_prime: str | Path, spec: DomainSpec | None = None) -> NeighbouringPair:
+    """Read an explicit pair of Parquet logs and check it.
+
+    Parameters
+    ----------
+    path_d, path_d_prime : str or Path
+        D and D' (Parquet file or folder of parts).
+    spec : DomainSpec, optional
+        When given, both are read through :func:`privaudit.data.io.scan_logs`,
+        which maps the spec's column names to the standard ones (and sets
+        ``unit_id`` from the spec's privacy unit); without it the files must
+        use the standard column names.
 
     Raises
     ------
     LogReadError
-        If a file cannot be read.
+        If a file cannot be read or lacks a required column.
     UsageError
         If the two are not substitution neighbours (see ``check_neighbours``).
     """
     frames = []
     for p in (path_d, path_d_prime):
+        if spec is not None:
+            from privaudit.data.io import scan_logs
+
+            lf = scan_logs(p, spec)
+            try:
+                frames.append(lf.drop("row").collect())
+            except Exception as e:  # data-page errors surface on collect
+                raise LogReadError(f"cannot read logs {p}: {e}") from None
+            continue
         try:
             frames.append(pl.read_parquet(p))
         except Exception as e:  # polars raises several types for unreadable files

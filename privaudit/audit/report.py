@@ -142,6 +142,8 @@ class AuditReport:
                 and f["l2"] < 0.5 * f["declared_l2"]]
         hint = ("" if (pair or {}).get("kind") == "canary-repeat"
                 else " (e.g. --canary repeat for statistics pooled over h)")
+        if (pair or {}).get("warning"):
+            msgs.append(f"pair: {pair['warning']}")
         for f in weak:
             msgs.append(f"the pair changes {f['name']} by L2 {f['l2']:.4g}, under half its declared sensitivity "
                         f"{f['declared_l2']:.4g}: this audit cannot reach the claim; try a stronger pair{hint}")

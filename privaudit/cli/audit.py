@@ -18,6 +18,56 @@ def _read_logs(path: str, spec):
     return lf.drop("row").collect() if "row" in lf.collect_schema().names() else lf.collect()
 
 
+def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
+    """Noise family and budget a built-in mechanism runs at (the claim is left as claimed).
+
+    Returns
+    -------
+    (family, budget) : (str, dict)
+        ``family`` "gaussian" | "laplace"; ``budget`` keywords of
+        ``privaudit.stats.release.resolve_budget`` (rho, or epsilon [+ delta]).
+
+    Raises
+    ------
+    UsageError
+        Any combination that cannot run as asked: both overrides; an override
+        <= 0; Laplace noise with a rho claim, a Gaussian-kind claim or
+        ``--mechanism-rho`` (Laplace is pure epsilon-DP: it has no rho budget
+        and the GDP test does not describe it); Gaussian noise that would need
+        a delta when the claim has delta = 0 and no ``--mechanism-rho``.
+    """
+    from privaudit.errors import UsageError
+
+    if mechanism_rho is not None and mechanism_epsilon is not None:
+        raise UsageError("give at most one of --mechanism-rho and --mechanism-epsilon.")
+    for opt, v in (("--mechanism-rho", mechanism_rho), ("--mechanism-epsilon", mechanism_epsilon)):
+        if v is not None and not (0 < v < float("inf")):
+            raise UsageError(f"{opt} must be a finite number > 0. Found {v}.")
+    fam = release_mechanism or ("laplace" if claim.delta == 0 else "gaussian")
+    if fam == "laplace":
+        if claim.rho is not None:
+            raise UsageError("--release-mechanism laplace with a rho claim: Laplace noise is pure epsilon-DP and "
+                             "`privaudit release` never states a rho claim for it. Audit it with --claim-epsilon E "
+                             "--delta 0 (or use Gaussian noise for a rho claim).")
+        if claim.kind == "gaussian":
+            raise UsageError("--claim-kind gaussian with Laplace noise: the GDP test describes Gaussian noise only. "
+                             "Use --claim-kind generic (or --release-mechanism gaussian).")
+        if mechanism_rho is not None:
+            raise UsageError("--mechanism-rho with Laplace noise: Laplace has no rho budget; give "
+                             "--mechanism-epsilon E (or --release-mechanism gaussian).")
+        return fam, {"epsilon": mechanism_epsilon if mechanism_epsilon is not None else claim.epsilon}
+    if mechanism_rho is not None:
+        return fam, {"rho": mechanism_rho}
+    if claim.delta == 0:
+        raise UsageError("Gaussian noise with a pure-DP claim (--delta 0): the Gaussian mechanism has no "
+                         "epsilon at delta 0. Give --mechanism-rho R to set its budget, or use Laplace noise.")
+    if mechanism_epsilon is not None:
+        return fam, {"epsilon": mechanism_epsilon, "delta": claim.delta}
+    if claim.rho is not None:
+        return fam, {"rho": claim.rho}
+    return fam, {"epsilon": claim.epsilon, "delta": claim.delta}
+
+
 @click.command("audit", short_help="Audit a DP claim empirically: epsilon lower bound from neighbouring runs.")
 @click.option("--mechanism", "mechanism", required=True,
               help="release | dp-apvi | dp-vapvi | FILE.py:NAME (a callable fn(logs, rng[, n_runs])).")
@@ -37,7 +87,8 @@ def _read_logs(path: str, spec):
                    "dp-apvi with --stationary (the pair that attains the pooled sensitivity), else rare.")
 @click.option("--pair", nargs=2, type=click.Path(dir_okay=False), default=None,
               metavar="D.parquet D2.parquet",
-              help="An explicit neighbouring pair (standard column names); both validated against the spec.")
+              help="An explicit neighbouring pair, read with the spec's column mapping; both validated "
+                   "against the spec.")
 @click.option("--score", "scores", multiple=True, metavar="FILE.py:NAME",
               help="Extra attack score fn(outputs (n, *shape)) -> (n,), larger = more like D'. Repeatable.")
 @click.option("--trials", required=True, type=click.IntRange(min=20), help="Runs per side (selection + evaluation).")
@@ -49,7 +100,8 @@ def _read_logs(path: str, spec):
 @click.option("--mechanism-epsilon", type=float, default=None,
               help="Built-ins: run the mechanism at this epsilon instead of the claim's.")
 @click.option("--stationary", is_flag=True, help="Built-ins: counts pooled over h.")
-@click.option("--noise", type=click.Choice(["rounded", "exact"]), default="rounded", show_default=True)
+@click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None,
+              help="Built-ins: noise mode of the release (default: rounded).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="REPORT.json to write.")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None, help="REPORT.png (trade-off plot).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out / --plot file (refused otherwise).")
@@ -79,6 +131,12 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     error, wrong signature, an exception, a non-numeric output) are reported
     naming FILE.py:NAME with exit 2. An existing --out / --plot is refused
     unless --overwrite.
+
+    --mechanism-rho / --mechanism-epsilon run a built-in at that budget; the
+    claim stays as claimed. Combinations that cannot run as asked (Laplace
+    noise with a rho claim or --mechanism-rho, Gaussian noise under a
+    delta-0 claim without --mechanism-rho) are refused (exit 2); so are the
+    built-in options with a FILE.py:NAME mechanism. See docs/audit.md.
 
     Exit codes: 0 no violation found; 3 violation; 1 invalid, unreadable or
     missing logs, or artifacts; 2 bad arguments, spec or user code.
@@ -124,19 +182,15 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     if mechanism in BUILTIN:
         if mechanism == "dp-vapvi" and claim.rho is None:
             raise UsageError("--mechanism dp-vapvi needs a rho claim (--claim-rho R): its accounting is rho-zCDP.")
-        fam = release_mechanism or ("laplace" if claim.delta == 0 else "gaussian")
-        if mechanism_rho is not None and mechanism_epsilon is not None:
-            raise UsageError("give at most one of --mechanism-rho and --mechanism-epsilon.")
-        if fam == "laplace":
-            budget = {"epsilon": mechanism_epsilon or claim.epsilon}
-        elif mechanism_rho is not None or claim.rho is not None:
-            budget = {"rho": mechanism_rho or claim.rho, "delta": claim.delta}
-        elif mechanism_epsilon is not None:
-            budget = {"epsilon": mechanism_epsilon, "delta": claim.delta}
-        else:
-            budget = {"epsilon": claim.epsilon, "delta": claim.delta}
-        mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=stationary, noise=noise, **budget)
+        fam, budget = builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon)
+        budget.setdefault("delta", claim.delta if "rho" in budget else None)  # rho: the delta it is reported at
+        mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=stationary, noise=noise or "rounded", **budget)
         name = mechanism
+        b = mech.budget
+        runs_at = (f"epsilon={b.epsilon:g}" if fam == "laplace" else f"rho={b.rho:.6g}") + (
+            " (--mechanism-rho / --mechanism-epsilon)" if mechanism_rho is not None or mechanism_epsilon is not None
+            else " (the claim's budget)")
+        click.echo(f"mechanism: {mechanism}, {fam} noise at {runs_at}", err=True)
         if mechanism == "dp-vapvi":  # the output is one step's statistics: test the accounting's share of rho
             total = claim
             claim = mech.audited_claim(claim.delta, rho_total=total.rho)
@@ -145,11 +199,18 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                        f"rho={claim.rho:.6g} (epsilon {claim.epsilon:.4g} at delta {claim.delta:g}); see docs/audit.md",
                        err=True)
     else:
+        given = [opt for opt, v in (("--mechanism-rho", mechanism_rho), ("--mechanism-epsilon", mechanism_epsilon),
+                                    ("--stationary", stationary or None), ("--noise", noise),
+                                    ("--release-mechanism", release_mechanism)) if v is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the built-in "
+                             f"mechanisms ({', '.join(BUILTIN)}) only; {mechanism} is your code, which sets its "
+                             "own noise and budget. Remove the option(s).")
         mech = FileFunction(mechanism, role="mechanism")
         name = mechanism
     score_fns = [("user:" + s.rpartition(":")[2], FileFunction(s, role="score")) for s in scores]
     if pair is not None:
-        p = load_pair(*pair)
+        p = load_pair(*pair, spec=spec)
         logs = None
     else:
         p, logs = None, _read_logs(logs_path, spec)
@@ -159,7 +220,10 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                    if canary == "repeat" else "default")
         else:
             why = "--canary"
-        click.echo(f"canary: {canary} ({why})", err=True)
+        shown = canary
+        if hasattr(mech, "make_pair") and canary != "random":  # dp-vapvi aims its own canary (canary-linear)
+            shown, why = "linear", f"{mechanism}'s canary aimed at its audited statistics; --canary random for a typical one"
+        click.echo(f"canary: {shown} ({why})", err=True)
     rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, confidence=confidence,
                     scores=score_fns, seed=seed, n_jobs=jobs, mechanism_name=name)
     rep.write_json(Path(out))
