@@ -8,8 +8,10 @@ from privaudit.cli.common import echo_json, handle_errors
 
 _HELP = """Run the main job end to end on LOGS into the folder DIR (--out):
 validate the logs against SPEC, release DP counts, train DP-APVI on the
-release (and DP-VAPVI when SPEC declares a feature map, splitting the
-budget), evaluate the policies exactly on a known MDP (--mdp), audit the
+release (and DP-VAPVI when SPEC declares a feature map, column-x-action
+included, splitting the budget), evaluate the policies exactly on a known
+MDP (--mdp; a seeded one such as synthetic-linear takes its instance from
+--instance-seed or the spec), audit the
 release at its claimed budget, and write summary.json, report.md and
 figures.
 
@@ -57,6 +59,9 @@ Examples:
 @click.option("--mdp", default=None,
               help="icu-sepsis, synthetic-linear or MDP.npz (privaudit simulate --mdp-out): evaluate the policies on it "
                    "(default with no LOGS: icu-sepsis).")
+@click.option("--instance-seed", type=click.IntRange(min=0), default=None,
+              help="Instance of a seeded --mdp (synthetic-linear). Required unless the spec records it "
+                   "($.mdp.instance_seed, written by simulate); must agree with it (else exit 2).")
 @click.option("--stationary/--per-step", default=None,
               help="Pool counts over the steps h (a time-homogeneous process) or release one table per h. "
                    "Default: as the --mdp is (icu-sepsis: stationary); without --mdp, stationary.")
@@ -72,14 +77,14 @@ Examples:
                    "and charge what the run spends.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @handle_errors
-def command(logs, spec_path, rho, epsilon, delta, out, mdp, stationary, audit_trials, linear_share, seed,
-            overwrite, ledger, as_json):
+def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stationary, audit_trials, linear_share,
+            seed, overwrite, ledger, as_json):
     from privaudit.pipeline import run_pipeline
     from privaudit.pipeline.report import format_table
 
     summary = run_pipeline(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp, seed=seed,
                            stationary=stationary, audit_trials=audit_trials, linear_share=linear_share,
-                           overwrite=overwrite, ledger=ledger, echo=lambda s: click.echo(s, err=True))
+                           overwrite=overwrite, ledger=ledger, instance_seed=instance_seed, echo=lambda s: click.echo(s, err=True))
     private_log = summary.pop("private_log")
     if as_json:
         echo_json(summary)

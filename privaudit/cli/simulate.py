@@ -42,7 +42,9 @@ Example:
 @click.option("--horizon", type=int, default=None, help="H (icu-sepsis default 20; required for random-tabular).")
 @click.option("--states", type=int, default=None, help="S (random-tabular).")
 @click.option("--actions", type=int, default=None, help="A (random-tabular).")
-@click.option("--instance-seed", type=int, default=None, help="Seed naming the random MDP instance (random-tabular, default 0).")
+@click.option("--instance-seed", type=click.IntRange(min=0), default=None,
+              help="Seed naming the MDP instance (random-tabular and synthetic-linear, default 0); recorded in "
+                   "the spec as $.mdp.instance_seed, where evaluate and pipeline read it.")
 @click.option("--dataset-id", default=None, help="dataset_id written into the spec (default: '<MDP>-simulated').")
 @click.option("--overwrite", is_flag=True, help="Replace --out/--spec-out/--mdp-out if they exist (default: refuse).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary only.")
@@ -68,15 +70,23 @@ def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon
     if behaviour is None:
         behaviour = next(iter(entry.behaviours), "uniform")
     pi = behaviour_policy(behaviour, mdp, entry=entry)
-    description = f"Simulated from the {mdp_name} MDP with behaviour policy {behaviour} (privaudit simulate)."
+    seeded = "instance_seed" in entry.options
+    if seeded and instance_seed is None:
+        instance_seed = entry.options["instance_seed"]
+    instance = f" instance {instance_seed}" if seeded else ""
+    description = (f"Simulated from the {mdp_name} MDP{instance} with behaviour policy {behaviour} "
+                   "(privaudit simulate).")
     spec_doc = entry.spec_doc(mdp, dataset_id or f"{mdp_name}-simulated", description)
+    if seeded:  # machine-readable: evaluate / pipeline --mdp NAME rebuild this very instance
+        spec_doc["mdp"] = {"name": mdp_name, "instance_seed": int(instance_seed)}
     DomainSpec.from_dict(spec_doc)  # refuse a bad spec before any work
     df = simulate(mdp, pi, episodes, rng=np.random.default_rng(seed))
     write_logs(df, out)
     write_spec(spec_doc, spec_out)
     if mdp_out:
         save_mdp(mdp, mdp_out)
-    summary = {"mdp": mdp_name, "behaviour": behaviour, "episodes": episodes, "rows": df.height,
+    summary = {"mdp": mdp_name, "instance_seed": instance_seed if seeded else None,
+               "behaviour": behaviour, "episodes": episodes, "rows": df.height,
                "horizon": mdp.horizon, "n_states": mdp.n_states, "n_actions": mdp.n_actions,
                "logs": str(out), "spec": str(spec_out), "mdp_file": str(mdp_out) if mdp_out else None}
     if as_json:

@@ -28,11 +28,12 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--epsilon", type=float, default=None, help="epsilon (with --delta for Gaussian; alone for Laplace).")
 @click.option("--delta", type=float, default=None, help="delta of (epsilon, delta)-DP (Gaussian).")
 @click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
-@click.option("--noise", type=click.Choice(["rounded", "exact"]), default="rounded", show_default=True,
-              help="Noise sampler of the release made from LOGS.")
+@click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None,
+              help="Noise sampler of the release made from LOGS (dp-apvi; default rounded).")
 @click.option("--stationary", is_flag=True, help="Pool counts over h (stationary MDP, e.g. ICU-Sepsis).")
 @click.option("--failure-prob", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
-              help="Learner's failure probability delta (iota = log(HSA/delta), E). Default 0.05.")
+              help="Learner's failure probability delta (tabular: iota = log(HSA/delta), E; dp-vapvi: "
+                   "delta_fail in its E and L). Default 0.05.")
 @click.option("--ledger", type=click.Path(dir_okay=False), default=None,
               help="Budget ledger: dp-apvi charges the release made from LOGS; dp-vapvi is checked before "
                    "any noise and charged before the policy is written.")
@@ -45,11 +46,24 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             failure_prob, ledger, out, seed, as_json):
     """Train a policy and write it as a folder (policy.parquet + policy.json).
 
-    From LOGS with a DP algorithm (dp-apvi), the counts are released first
-    (the budget is spent and the release is kept next to the policy as
-    OUT.release); the policy is post-processing of that release. From
-    --release DIR nothing more is spent. A non-private algorithm on LOGS
-    prints a warning: its policy can reveal patients' records.
+    \b
+    Algorithm families:
+      dp-apvi (tabular, private): from LOGS the counts are released first
+        (the budget is spent; the release is kept next to the policy as
+        OUT.release) and the policy is post-processing of that release;
+        from --release DIR nothing more is spent.
+      dp-vapvi (linear, private): reads LOGS once with the spec's feature
+        map and adds Gaussian noise to its 5H statistics (zCDP only:
+        --rho, or --epsilon with --delta; no Laplace, no --noise, no
+        --stationary). No release folder is written.
+      ve | apvi | apvi-hoeffding (tabular) and pevi | vapvi (linear):
+        NOT private; they read the exact logs and print a warning.
+
+    From LOGS, dp-apvi and the linear algorithms print the PRIVATE
+    contribution-bounding facts (episodes dropped above k per unit,
+    truncations, clipped rewards) on stderr and write them beside the
+    output, never inside the policy folder: OUT.release.local-log.json
+    (dp-apvi) or OUT.local-log.json (pevi, vapvi, dp-vapvi). Do not share them.
 
     Exit codes: 0 ok; 1 invalid logs, a missing/corrupt release or a release
     made under another spec; 2 bad arguments or spec; 3 budget exceeded.
@@ -59,6 +73,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
       privaudit train logs.parquet --spec spec.json --algo dp-apvi --epsilon 5 --delta 1e-6 --stationary --out pol
       privaudit train --release rel --spec spec.json --algo dp-apvi --out pol
       privaudit train logs.parquet --spec spec.json --algo apvi --out pol_nonprivate
+      privaudit train logs.parquet --spec lin_spec.json --algo dp-vapvi --rho 1 --out pol_lin
     """
     from privaudit.errors import UsageError
     from privaudit.learners.policy import save_policy
@@ -91,12 +106,26 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         check_out_free(out)
         if algo not in PRIVATE_ALGOS:
             say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private.")
-        from privaudit.learners.linear import train_from_logs as linear_train_from_logs
+        from privaudit.learners.linear.logs import local_log_path
+        from privaudit.learners.linear.logs import train_from_logs as linear_train_from_logs
 
         if ledger is not None and algo not in PRIVATE_ALGOS:
             raise UsageError(f"--algo {algo} is not private: it spends no budget, so --ledger does not apply.")
+        if stationary:
+            raise UsageError(f"--stationary does not apply to --algo {algo}: the linear learners fit one "
+                             "regression per step h. Drop the flag.")
+        if noise is not None:
+            raise UsageError(f"--noise does not apply to --algo {algo}: it selects the sampler of a count "
+                             "release (dp-apvi); DP-VAPVI draws continuous Gaussian noise. Drop the flag.")
+        if mechanism != "gaussian":
+            raise UsageError(f"--mechanism {mechanism} does not apply to --algo {algo}: DP-VAPVI is "
+                             "Gaussian / zCDP only (give --rho R, or --epsilon E --delta D)"
+                             + ("" if algo in PRIVATE_ALGOS else f"; {algo} is not private and adds no noise")
+                             + ".")
+        log_path = local_log_path(out)
         policy = linear_train_from_logs(logs, spec, algo, rho=rho, epsilon=epsilon, delta=delta, seed=seed,
-                                        params=params or None, ledger=ledger)
+                                        params=params or None, ledger=ledger, echo=say, local_log=log_path)
+        say(f"private log (bounding facts; do not share): {log_path}")
         release_used = None
     else:
         from privaudit.learners.train import train_from_logs
@@ -116,7 +145,8 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
                 "and can reveal patients' records. Use --algo dp-apvi for a private policy.")
         policy = train_from_logs(logs, spec, algo=algo, stationary=stationary, rho=rho, epsilon=epsilon,
-                                 delta=delta, mechanism=mechanism, noise=noise, release_out=release_used,
+                                 delta=delta, mechanism=mechanism, noise=noise or "rounded",
+                                 release_out=release_used,
                                  ledger=ledger, seed=seed, params=params, echo=say)
     save_policy(policy, out)
     summary = {"policy": str(out), "algorithm": policy.algorithm, "private": bool(policy.privacy.get("private")),

@@ -170,7 +170,7 @@ def build_summary(*, spec, manifest: dict, guarantee: dict, policies: dict, eval
         e = {"name": name, "algorithm": pol.algorithm, "path": f"policies/{name}",
              "privacy_part": "release" if name == "dp-apvi" else name,
              "value": None, "optimal_value": None, "clinicians_value": None, "gap": None}
-        if evaluation is not None:
+        if evaluation is not None and name in evaluation["values"]:  # absent: placeholder table, not scored
             v = evaluation["values"][name]
             e.update(value=v, optimal_value=evaluation["optimal_value"],
                      clinicians_value=evaluation["references"].get("clinicians"),

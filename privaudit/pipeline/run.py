@@ -75,13 +75,16 @@ def _check_out(out: Path, overwrite: bool) -> None:
                          f"of kind {SUMMARY_KIND!r}); {out} is not one. Choose another --out.")
 
 
-def _resolve_mdp(mdp, spec: DomainSpec):
+def _resolve_mdp(mdp, spec: DomainSpec, instance_seed: int | None = None):
     from privaudit.mdp.evaluation import resolve_mdp
     from privaudit.mdp.registry import MDP_REGISTRY
 
     if mdp is None:
+        if instance_seed is not None:
+            raise UsageError("--instance-seed names an instance of --mdp NAME; it needs --mdp.")
         return None
-    m = resolve_mdp(mdp, spec.horizon if str(mdp) in MDP_REGISTRY else None)
+    m = resolve_mdp(mdp, spec.horizon if str(mdp) in MDP_REGISTRY else None, instance_seed=instance_seed,
+                    spec=spec)
     if (m.horizon, m.n_states, m.n_actions) != (spec.H, spec.S, spec.A):
         raise UsageError(f"--mdp {mdp} has (H, S, A) = ({m.horizon}, {m.n_states}, {m.n_actions}) but the spec "
                          f"declares ({spec.H}, {spec.S}, {spec.A}); pass the MDP the logs come from, or omit --mdp.")
@@ -116,7 +119,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
                  out: str | Path, mdp: str | Path | None = None, seed: int | None = None,
                  stationary: bool | None = None, audit_trials: int = AUDIT_TRIALS_DEFAULT,
                  linear_share: float = LINEAR_SHARE_DEFAULT, overwrite: bool = False,
-                 ledger: str | Path | None = None,
+                 ledger: str | Path | None = None, instance_seed: int | None = None,
                  progress: bool | None = None, echo: Callable[[str], None] | None = None) -> dict:
     """Run validate -> release -> train -> evaluate -> audit -> report into the folder ``out``.
 
@@ -135,9 +138,17 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     out : path
         Output folder; must not exist (see ``overwrite``).
     mdp : str or path, optional
-        ``icu-sepsis`` or an MDP ``.npz`` (``privaudit simulate --mdp-out``):
-        evaluate the learned policies exactly on it. Its (H, S, A) must match
-        the spec. None: no evaluation (values are absent from the summary).
+        ``icu-sepsis``, ``synthetic-linear`` or an MDP ``.npz`` (``privaudit
+        simulate --mdp-out``): evaluate the learned policies exactly on it.
+        Its (H, S, A) must match the spec. None: no evaluation (values are
+        absent from the summary). A policy whose table is a placeholder
+        (dp-vapvi on column-x-action without a public state_table) is not
+        evaluated; the summary says so.
+    instance_seed : int, optional
+        The instance of a seeded named MDP (synthetic-linear): from here or
+        the spec's ``$.mdp.instance_seed`` (written by ``privaudit
+        simulate``); they must agree, and one is required
+        (``privaudit.mdp.evaluation.resolve_instance_seed``).
     seed : int, optional
         TESTS ONLY: makes the release noise, DP-VAPVI noise and the audit
         reproducible. The release is then marked rng "seeded-insecure"; the
@@ -217,10 +228,22 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     if ledger is not None:
         from privaudit.privacy.ledger import check_budget
         check_budget(ledger, spec.dataset_id, plan.total_rho)  # before any row is read or noise drawn
-    if linear:
-        from privaudit.mdp.features import feature_map_from_spec
-        feature_map_from_spec(spec)  # a bad feature map costs nothing
-    the_mdp = _resolve_mdp(mdp, spec)
+    if linear:  # a bad feature map costs nothing: checked before any row is read
+        if spec.features.get("map") == "column-x-action":  # per-row features: the path of `train`
+            from privaudit.learners.linear.rows import column_dims
+            m_dim = column_dims(spec)
+            if "state_table" in spec.features:
+                from privaudit.mdp.features import _read_state_table
+                X = _read_state_table(spec.features["state_table"],
+                                      spec.source.parent if spec.source is not None else None)
+                if X.shape != (spec.n_states, m_dim):
+                    from privaudit.errors import SpecError
+                    raise SpecError(f"spec $.features.state_table must have shape (S={spec.n_states}, "
+                                    f"m={m_dim}). Found {X.shape}.")
+        else:
+            from privaudit.mdp.features import feature_map_from_spec
+            feature_map_from_spec(spec)
+    the_mdp = _resolve_mdp(mdp, spec, instance_seed)
     if stationary is None:
         stationary = True if the_mdp is None else bool(the_mdp.stationary)
     bar = _Progress(sys.stderr.isatty() if progress is None else bool(progress))
@@ -290,8 +313,16 @@ def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, sta
     # ---------------------------------------------------------------- evaluate
     bar.stage("evaluate")
     t = time.perf_counter()
+    from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
+
+    placeholders = [n for n, p in policies.items()
+                    if str(p.parameters.get("table", "")).startswith(PLACEHOLDER_TABLE)]
     evaluation = None if the_mdp is None else rep.evaluate_all(
-        the_mdp, {n: p.table for n, p in policies.items()}, str(mdp_arg))
+        the_mdp, {n: p.table for n, p in policies.items() if n not in placeholders}, str(mdp_arg))
+    for n in placeholders:
+        if the_mdp is not None:
+            say(f"{n}: not evaluated: its table is a uniform placeholder (column-x-action without a public "
+                "state_table); the policy acts through w_h and phi(features, a) of each patient.")
     timings["evaluate"] = time.perf_counter() - t
     bar.done()
 

@@ -22,18 +22,25 @@ from privaudit.spec import DomainSpec
 
 #: Learner classes by ``--algo`` name.
 LINEAR_LEARNERS = {"pevi": PEVI, "vapvi": VAPVI, "dp-vapvi": DPVAPVI}
+#: ``parameters["table"]`` of a column-x-action policy whose (H, S, A) table is a uniform
+#: placeholder (no public state features): it must not be scored as the policy's value.
+PLACEHOLDER_TABLE = "placeholder"
 #: Parameters handled here rather than by the learner.
 _RUN_PARAMS = ("split",)
 
 
-def _rows_from_logs(logs, spec: DomainSpec, features: bool = False) -> pl.DataFrame:
-    """Validated, bounded rows (episode_id, step, state, action, reward in [0, 1], next_state, terminated)."""
+def _rows_from_logs(logs, spec: DomainSpec, features: bool = False):
+    """Validated, bounded rows (episode_id, step, state, action, reward in [0, 1], next_state, terminated).
+
+    Returns ``(rows, report)``: the polars DataFrame and the PRIVATE
+    ``BoundingReport`` (for the data holder's terminal and local log only).
+    """
     from privaudit.data.bounding import bound_contributions
     from privaudit.data.io import scan_logs
     from privaudit.stats.release import validate_for_release  # same fatal rules as a release
 
     validate_for_release(Path(logs), spec)
-    lf, _report = bound_contributions(scan_logs(logs, spec), spec)  # _report is private: never released
+    lf, report = bound_contributions(scan_logs(logs, spec), spec)  # report is private: never released
     cols = ["episode_id", "step", "state", "action", "reward", "next_state"] + (["features"] if features else [])
     if features and "features" not in lf.collect_schema().names():
         raise UsageError(f"{logs}: spec $.features.map is column-x-action but the logs have no `features` column "
@@ -42,7 +49,30 @@ def _rows_from_logs(logs, spec: DomainSpec, features: bool = False) -> pl.DataFr
     if features:
         f = pl.col("features")
         lf = lf.with_columns(f.arr.to_list() if isinstance(lf.collect_schema()["features"], pl.Array) else f)
-    return lf.collect()
+    return lf.collect(), report
+
+
+def local_log_path(out) -> Path:
+    """``<POLICY>.local-log.json``: beside the policy folder, never inside it."""
+    out = Path(out)
+    return out.with_name(out.name + ".local-log.json")
+
+
+def write_local_log(path, report, logs, spec: DomainSpec, policy_out=None) -> Path:
+    """Write the PRIVATE bounding facts of a training run (same layout as a release's local log)."""
+    import json
+    from datetime import datetime, timezone
+
+    from privaudit.io_utils import atomic_write_text
+
+    path = Path(path)
+    atomic_write_text(path, json.dumps({
+        "WARNING": "PRIVATE: facts about the private logs. Not part of the policy; do not share.",
+        "policy": None if policy_out is None else str(policy_out),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "spec_hash": spec.hash(), "logs": str(logs), "bounding": report.to_dict(),
+    }, indent=2) + "\n")
+    return path
 
 
 def data_from_frame(df: pl.DataFrame, spec: DomainSpec, episode_mask: np.ndarray | None = None) -> LinearData:
@@ -93,7 +123,7 @@ def guarantee(rho: float, requested: dict, spec: DomainSpec, rng_mode: str) -> d
 
 def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = None, epsilon: float | None = None,
                     delta: float | None = None, seed: int | None = None, params: dict | None = None,
-                    ledger=None) -> Policy:
+                    ledger=None, echo=None, local_log=None) -> Policy:
     """Train PEVI, VAPVI or DP-VAPVI on Parquet logs with the spec's feature map.
 
     Parameters
@@ -147,9 +177,9 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {sorted(LINEAR_LEARNERS)}.")
     params = dict(params or {})
     if "failure_prob" in params:
-        params["delta_fail"] = params.pop("failure_prob")
         if algo != "dp-vapvi":
-            params.pop("delta_fail")
+            raise UsageError(f"--failure-prob applies to dp-vapvi (its delta_fail) only; {algo} does not take it.")
+        params["delta_fail"] = params.pop("failure_prob")
     split = bool(params.pop("split", False))
     budget_given = any(v is not None for v in (rho, epsilon, delta))
     if algo != "dp-vapvi" and budget_given:
@@ -176,7 +206,9 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         from privaudit.privacy import ledger as ledger_mod
 
         ledger_mod.check_budget(Path(ledger), spec.dataset_id, budget.rho)
-    df = _rows_from_logs(Path(logs), spec, features=row_features)
+    df, report = _rows_from_logs(Path(logs), spec, features=row_features)
+    if echo is not None:
+        echo(report.summary())
     rng = np.random.default_rng(seed)
     split_rng, noise_rng = rng.spawn(2)
     if row_features:
@@ -186,6 +218,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         if ledger is not None:
             ledger_mod.charge(Path(ledger), spec.dataset_id, budget.rho,
                               f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)")
+        if local_log is not None:
+            write_local_log(local_log, report, logs, spec)
         return policy
     data_var = None
     if split:
@@ -209,6 +243,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     if ledger is not None:  # atomic re-check + append; refusal raises before the policy is returned
         ledger_mod.charge(Path(ledger), spec.dataset_id, budget.rho,
                           f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)")
+    if local_log is not None:
+        write_local_log(local_log, report, logs, spec)
     return policy
 
 
@@ -236,10 +272,14 @@ def _train_rows(learner, df: pl.DataFrame, spec: DomainSpec, m: int, algo: str, 
         Xs = clip_features(Xs)
         Q = np.stack([q_rows(Xs, fit["w"][h], fit["Lambda_inv"][h], A, fit["penalty_scale"], 0.0, float(H - h))
                       for h in range(H)])
-        table, table_kind = greedy_table(Q), "greedy over the public state_table"
+        table, table_kind = greedy_table(Q), "state_table"
+        table_note = "greedy over the public state_table"
     else:
         table = np.full((H, S, A), 1.0 / A)
-        table_kind = "placeholder (uniform): no public state features; act with extras w, Lambda_inv"
+        # a machine-readable marker: `privaudit evaluate` and the pipeline refuse to score this table
+        table_kind = PLACEHOLDER_TABLE
+        table_note = ("uniform placeholder: no public state features; the policy acts through w_h and "
+                      "phi(features, a) of each patient (extras w, Lambda_inv)")
     if algo == "dp-vapvi":
         privacy = {"private": True, "guarantee": guarantee(budget.rho, budget.requested, spec,
                                                            "seeded-insecure" if seed is not None else "secure")}
@@ -247,6 +287,7 @@ def _train_rows(learner, df: pl.DataFrame, spec: DomainSpec, m: int, algo: str, 
         privacy = {"private": False, "note": f"{algo} reads the exact logs: not differentially private"}
     features = {"map": "column-x-action", "dim": m * A, "norm": "clip", "scale": 1.0, "state_dim": m,
                 "next_state_features": "next row of the episode at h+1; V = 0 when absent (pessimistic)"}
-    params = {**learner.get_params(), "features": features, "table": table_kind, "split": False}
+    params = {**learner.get_params(), "features": features, "table": table_kind, "table_note": table_note,
+              "split": False}
     return Policy(table=table, algorithm=algo, parameters=params, privacy=privacy, spec_hash=spec.hash(),
                   extras={"w": fit["w"], "Lambda_inv": fit["Lambda_inv"], "penalty_offset": fit["offset"]})
