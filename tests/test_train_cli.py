@@ -129,3 +129,33 @@ def test_evaluate_refuses_unknown_policy_version(world, tmp_path):
     (tmp_path / "p" / "policy.json").write_text(json.dumps(doc))
     res = run("evaluate", tmp_path / "p", "--mdp", d / "mdp.npz")
     assert res.exit_code == 1 and "format_version" in res.stderr
+
+
+def test_penalty_constants_from_the_cli(world, tmp_path):
+    d = world["dir"]
+    res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "apvi", "--penalty-c1", 0.5,
+              "--penalty-c", 3, "--out", tmp_path / "p")
+    assert res.exit_code == 0, res.output
+    pol = load_policy(tmp_path / "p")
+    assert pol.parameters["C1"] == 0.5 and pol.parameters["C"] == 3.0
+    direct = APVI(C1=0.5, C=3.0).fit(exact_counts(world["df"], world["spec"]), terminal_states=())
+    np.testing.assert_array_equal(pol.table, direct.policy_.table)
+    # C2 is DP-APVI's privacy term only; C <= 1 is refused by its range
+    res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "apvi", "--penalty-c2", 0,
+              "--out", tmp_path / "q")
+    assert res.exit_code == 2 and "dp-apvi only" in res.output and not (tmp_path / "q").exists()
+    res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "ve", "--penalty-c1", 1,
+              "--out", tmp_path / "r")
+    assert res.exit_code == 2 and not (tmp_path / "r").exists()
+    res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "apvi", "--penalty-c", 1,
+              "--out", tmp_path / "s")
+    assert res.exit_code == 2
+
+
+def test_dp_apvi_penalty_c2_is_recorded(world, tmp_path):
+    d = world["dir"]
+    res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "dp-apvi", "--rho", 50,
+              "--penalty-c2", 0, "--seed", 1, "--out", tmp_path / "p")
+    assert res.exit_code == 0, res.output
+    pol = load_policy(tmp_path / "p")
+    assert pol.parameters["C2"] == 0.0 and pol.privacy["private"] is True

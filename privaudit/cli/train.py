@@ -34,6 +34,15 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--failure-prob", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
               help="Learner's failure probability delta (tabular: iota = log(HSA/delta), E; dp-vapvi: "
                    "delta_fail in its E and L). Default 0.05.")
+@click.option("--penalty-c1", "c1", type=click.FloatRange(min=0), default=None,
+              help="Penalty constant C1 of the variance term (apvi, apvi-hoeffding, dp-apvi; paper: sqrt(2)).")
+@click.option("--penalty-c2", "c2", type=click.FloatRange(min=0), default=None,
+              help="Penalty constant C2 of DP-APVI's S*H*E*iota/n term (dp-apvi; paper: 16). Values other than "
+                   "the paper's leave the privacy guarantee intact (post-processing) but not the paper's "
+                   "utility bound.")
+@click.option("--penalty-c", "c_fallback", type=click.FloatRange(min=1, min_open=True), default=None,
+              help="Fallback penalty C*H where the count is at most E (apvi, apvi-hoeffding, dp-apvi; "
+                   "any C > 1; default 2).")
 @click.option("--ledger", type=click.Path(dir_okay=False), default=None,
               help="Budget ledger: dp-apvi charges the release made from LOGS; dp-vapvi is checked before "
                    "any noise and charged before the policy is written.")
@@ -43,7 +52,7 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @handle_errors
 def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, noise, stationary,
-            failure_prob, ledger, out, seed, as_json):
+            failure_prob, c1, c2, c_fallback, ledger, out, seed, as_json):
     """Train a policy and write it as a folder (policy.parquet + policy.json).
 
     \b
@@ -88,6 +97,14 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     out = Path(out)
     spec = load_spec(spec_path) if spec_path else None
     params = {} if failure_prob is None else {"failure_prob": failure_prob}
+    penalty = {k: v for k, v in (("C1", c1), ("C2", c2), ("C", c_fallback)) if v is not None}
+    if penalty:
+        pessimistic = ("apvi", "apvi-hoeffding", "dp-apvi")
+        if algo not in pessimistic:
+            raise UsageError(f"--penalty-* apply to {', '.join(pessimistic)}, not to --algo {algo}.")
+        if "C2" in penalty and algo != "dp-apvi":
+            raise UsageError("--penalty-c2 is DP-APVI's privacy term: it applies to --algo dp-apvi only.")
+        params.update(penalty)
     budget_given = any(v is not None for v in (rho, epsilon, delta))
 
     if release_dir is not None:
