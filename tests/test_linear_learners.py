@@ -168,3 +168,18 @@ def test_cli_simulate_train_evaluate(tmp_path):
     assert out["optimal_value"] == pytest.approx(value_iteration(synthetic_linear_mdp(2))[2])
     r = run("evaluate", tmp_path / "pol", "--mdp", "icu-sepsis", "--instance-seed", 2)
     assert r.exit_code == 2 and "--instance-seed does not apply" in r.output
+
+
+def test_dpvapvi_d_term_needs_a_public_episode_count():
+    # The D/K offset enters every Q value and the policy's penalty_offset: K read off the
+    # logs would be released exactly (and differs between neighbours when k > 1).
+    _, small = _data(20, 3)
+    _, large = _data(40, 4)
+    with pytest.raises(UsageError, match="episodes_public"):
+        DPVAPVI(rho=5.0, d_scale=1.0, kappa=0.5).fit(small, FMAP, rng=np.random.default_rng(0))
+    a = DPVAPVI(rho=5.0, d_scale=1e-3, kappa=0.5, episodes_public=1000).fit(small, FMAP,
+                                                                           rng=np.random.default_rng(0))
+    b = DPVAPVI(rho=5.0, d_scale=1e-3, kappa=0.5, episodes_public=1000).fit(large, FMAP,
+                                                                           rng=np.random.default_rng(1))
+    assert np.all(a.offset_ > 0)
+    np.testing.assert_array_equal(a.offset_, b.offset_)  # independent of the data's 20 vs 40 episodes

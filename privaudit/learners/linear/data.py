@@ -66,8 +66,10 @@ class LinearData:
     H, S, A : int
         Horizon, states, actions (from the spec).
     n_episodes : int
-        K, the number of episodes (public under substitution: neighbours have
-        the same K). Used only in the D/K penalty term.
+        K, the number of episodes in the data. A fact about the private logs
+        (with k > 1 episodes per unit it differs between neighbours): the
+        non-private learners use it in their penalty; DP-VAPVI never does (its
+        D/K term takes a declared ``episodes_public``).
     steps : tuple of StepData, length H
     """
 

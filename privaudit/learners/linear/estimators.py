@@ -171,9 +171,11 @@ class DPVAPVI(_LinearLearner):
     algorithm = "dp-vapvi"
 
     def __init__(self, rho: float, *, C: float = 1.0, lam: float = 1.0, d_scale: float = 0.0,
-                 kappa: float | None = None, delta_fail: float = 0.05, c1: float = 1.0, c2: float = 1.0,
-                 k: int = 1, shift: float = 1.0, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+                 kappa: float | None = None, episodes_public: int | None = None, delta_fail: float = 0.05,
+                 c1: float = 1.0, c2: float = 1.0, k: int = 1, shift: float = 1.0,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
         self.rho, self.C, self.lam, self.d_scale, self.kappa = rho, C, lam, d_scale, kappa
+        self.episodes_public = episodes_public
         self.delta_fail, self.c1, self.c2, self.k, self.chunk_bytes = delta_fail, c1, c2, k, chunk_bytes
         self.shift = shift
 
@@ -185,14 +187,28 @@ class DPVAPVI(_LinearLearner):
         ------
         UsageError
             If rho <= 0, lam <= 0, the data does not match the map, or
-            d_scale > 0 without a public kappa.
+            d_scale > 0 without a public kappa and a public ``episodes_public``.
+
+        Notes
+        -----
+        The D/K term needs K. The number of episodes in the logs is a fact
+        about the private data (with k > 1 it even differs between
+        neighbouring datasets), and the offset D/K would put it, exactly, into
+        every Q value and into the policy's ``penalty_offset``. So K must be a
+        public, declared number (``episodes_public``), never read off the data.
         """
         _check_common(data, fmap, data_var)
         H, d = data.H, fmap.dim
         scales = self.noise_scales(H, d)
         offset = 0.0
         if self.d_scale:
-            offset = self.d_scale * _privacy.d_constant(H, d, self.kappa, scales) / max(data.n_episodes, 1)
+            K = self.episodes_public
+            if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
+                raise UsageError(
+                    "`d_scale` > 0 needs `episodes_public`: a public, declared number of episodes K for the "
+                    "D/K penalty (the logs' own episode count is private and would be released exactly). "
+                    f"Found episodes_public={K!r}.")
+            offset = self.d_scale * _privacy.d_constant(H, d, self.kappa, scales) / int(K)
         streams = rng.spawn(H)  # one independent child stream per step h
 
         def noise(h: int) -> dict:
