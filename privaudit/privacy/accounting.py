@@ -229,7 +229,9 @@ def zcdp_to_dp(rho: float, delta: float) -> float:
     The minimum is found over x = log(alpha - 1) by a grid then bounded Brent.
     Every alpha gives a valid bound, so the value returned (at the alpha
     found) is never below the true infimum; it is rounded up by a relative
-    1e-12 to cover floating-point error in its evaluation.
+    1e-12 plus 16 machine epsilons times the magnitude of the formula's terms
+    at that alpha (they can nearly cancel at large alpha) to cover
+    floating-point error in its evaluation.
 
     Parameters
     ----------
@@ -264,14 +266,23 @@ def zcdp_to_dp(rho: float, delta: float) -> float:
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
     res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded",
                                    options={"xatol": 1e-12, "maxiter": 500})
-    best = min(float(res.fun), float(vals[i])) if res.success else float(vals[i])
+    if res.success and float(res.fun) < float(vals[i]):
+        best, x_best = float(res.fun), float(res.x)
+    else:
+        best, x_best = float(vals[i]), float(grid[i])
     if not math.isfinite(best):
         raise AccountingError(f"zCDP->DP conversion failed numerically for rho={rho}, delta={delta}.")
     if best <= 0:
         # the bound reaches eps <= 0 at this delta: (0, delta)-DP holds (delta(alpha, eps)
         # decreases in eps), as dp_accounting also reports
         return 0.0
-    eps = best * (1.0 + 1e-12)
+    # Rounding error of f at x_best: its terms can nearly cancel at large alpha, so bound the
+    # error by a multiple of machine epsilon times the sum of the terms' magnitudes (absolute),
+    # on top of the relative 1e-12 (never report an eps below the value at x_best).
+    am1 = math.exp(x_best)
+    log_alpha = math.log1p(am1)
+    magnitude = (1.0 + am1) * rho + (L + log_alpha) / am1 + abs(x_best) + log_alpha
+    eps = best * (1.0 + 1e-12) + 16.0 * np.finfo(float).eps * magnitude
     simple = zcdp_to_dp_simple(rho, delta)
     return min(eps, simple)
 
