@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 
+from privaudit.resources import schema_dir
+
 #: Folder of the JSON Schemas (``schemas/`` at the repository root).
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMA_DIR = schema_dir()
 
 
 @lru_cache(maxsize=None)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from privaudit.resources import sample_dir
 from privaudit.errors import ArtifactError, UsageError
 from privaudit.mdp.tabular import TabularMDP
 
@@ -39,7 +40,7 @@ REFERENCE_VALUES = {"clinicians": 0.6920, "optimal": 0.7922, "uniform": 0.6854}
 #: Horizon at which ``REFERENCE_VALUES`` hold.
 REFERENCE_HORIZON = 20
 
-_DEFAULT_DIR = Path(__file__).resolve().parents[2] / "sample_data" / "icu-sepsis"
+_DEFAULT_DIR = sample_dir() / "icu-sepsis"
 _ARRAYS = ("tx_mat", "r_mat", "d_0", "expert_policy", "state_cluster_centers")
 
 

@@ -34,6 +34,7 @@ from typing import Callable
 
 import numpy as np
 
+from privaudit.resources import sample_dir
 from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir, atomic_write_text
 from privaudit.pipeline.guarantee import LINEAR_SHARE_DEFAULT, composed_guarantee, plan_budget
@@ -41,7 +42,7 @@ from privaudit.pipeline.report import SUMMARY_KIND
 from privaudit.spec import DomainSpec, load_spec
 
 #: Bundled sample: 20,000 ICU-Sepsis episodes under the clinicians' policy, and its spec.
-SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_data"
+SAMPLE_DIR = sample_dir()
 SAMPLE_LOGS = SAMPLE_DIR / "icu_sepsis_clinicians_20k.parquet"
 SAMPLE_SPEC = SAMPLE_DIR / "icu_sepsis_spec.json"
 #: Audit runs per side by default (selection + evaluation): seconds on ICU-Sepsis.
