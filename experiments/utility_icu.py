@@ -195,6 +195,12 @@ def rows_from_log(text: str) -> list[dict]:
     return rows
 
 
+def _select(df: pl.DataFrame, variant: str, algo: str, eps) -> pl.DataFrame:
+    """The runs of one table row: counts variant, algorithm and (DP only) epsilon."""
+    sel = df.filter((pl.col("variant") == variant) & (pl.col("algo") == algo))
+    return sel.filter(pl.col("epsilon").is_null() if eps is None else pl.col("epsilon") == eps)
+
+
 def summarize(rows: list[dict], ns: list[int]) -> str:
     df = pl.DataFrame(rows, infer_schema_length=None)
     clin, opt = REFERENCE_VALUES["clinicians"], REFERENCE_VALUES["optimal"]
@@ -207,8 +213,7 @@ def summarize(rows: list[dict], ns: list[int]) -> str:
         {r["epsilon"] for r in rows if r["epsilon"] is not None})]
     for variant in ("per-step", "stationary"):
         for algo, eps in order:
-            sel = df.filter((pl.col("variant") == variant) & (pl.col("algo") == algo))
-            sel = sel.filter(pl.col("epsilon").is_null() if eps is None else pl.col("epsilon") == eps)
+            sel = _select(df, variant, algo, eps)
             cells = []
             for n in ns:
                 v = sel.filter(pl.col("n") == n)["value"].to_numpy()
@@ -222,8 +227,7 @@ def summarize(rows: list[dict], ns: list[int]) -> str:
               "|" + "---|" * (3 + len(ns))]
     for variant in ("per-step", "stationary"):
         for algo, eps in order:
-            sel = df.filter((pl.col("variant") == variant) & (pl.col("algo") == algo))
-            sel = sel.filter(pl.col("epsilon").is_null() if eps is None else pl.col("epsilon") == eps)
+            sel = _select(df, variant, algo, eps)
             cells = []
             for n in ns:
                 s = sel.filter(pl.col("n") == n)
