@@ -222,7 +222,7 @@ def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
     UsageError
         Empty logs or no non-terminal state.
     """
-    from privaudit.audit.neighbours import NeighbouringPair, _opaque, _unit_col, _visit_counts, canary_frame
+    from privaudit.audit.neighbours import NeighbouringPair, _unit_col, _visit_counts, canary_frame
 
     H, S, A = spec.horizon, spec.n_states, spec.n_actions
     lo, hi = spec.reward_range
@@ -258,7 +258,7 @@ def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
     d_prime = pl.concat([logs.filter(pl.col(unit) != removed), canary_df])
     description = {
         "kind": "canary-linear", "relation": "substitution",
-        "removed_unit": {"hash": _opaque(removed), "rows": int(logs.filter(pl.col(unit) == removed).height)},
+        "removed_unit": {"rows": int(logs.filter(pl.col(unit) == removed).height)},
         "canary": {"steps": [{"h": h, "state": int(states[h]), "action": int(actions[h]),
                               "reward": float(rewards[h]), "next_state": int(next_states[h])} for h in range(H)]},
     }

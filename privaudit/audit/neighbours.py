@@ -42,7 +42,6 @@ Canary strategies (``make_pair``)
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,7 +67,8 @@ class NeighbouringPair:
     description : dict
         JSON-able: ``kind`` (``canary-rare``, ``canary-random``, ``explicit``,
         ``identical``), ``relation`` (``substitution``), the removed unit (as
-        a hash, never its id), the canary episode's steps.
+        its row count only: neither its id nor a hash of it), the canary
+        episode's steps.
     """
 
     d: pl.DataFrame
@@ -81,11 +81,6 @@ class NeighbouringPair:
 
 def _unit_col(df: pl.DataFrame) -> str:
     return "unit_id" if "unit_id" in df.columns else "episode_id"
-
-
-def _opaque(value) -> str:
-    """A short hash naming a unit in the report without writing its id."""
-    return hashlib.sha256(repr(value).encode()).hexdigest()[:12]
 
 
 def _fresh_id(series: pl.Series, tag: str):
@@ -176,7 +171,7 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
     description = {
         "kind": f"canary-{strategy}",
         "relation": "substitution",
-        "removed_unit": {"hash": _opaque(removed), "rows": removed_rows},
+        "removed_unit": {"rows": removed_rows},  # never its id nor a hash of it (enumerable ids)
         "canary": {"episodes": copies, "steps": [
             {"h": h, "state": int(states[h]), "action": int(actions[h]),
              "reward": float(rewards[h]), "next_state": int(next_states[h])} for h in range(H)]},

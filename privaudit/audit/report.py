@@ -6,7 +6,9 @@ was found at the audit's resolution (AUDITING.md trap 7), which the report
 states with the perfect-separation cap.
 
 The report is written for the data holder; it names the removed unit only by
-a hash and contains no statistic of the logs beyond the canary (synthetic)
+its row count (neither its id nor a hash of it: an unsalted hash of an
+enumerable id is reversible, a salted one that is not stored names nothing)
+and contains no statistic of the logs beyond the canary (synthetic)
 and the observed sensitivity of the pair.
 """
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import numpy as np
 import polars as pl
 import pytest
@@ -31,7 +34,21 @@ def test_rare_canary_uses_unvisited_cells_and_ends_at_r_max():
     assert check_neighbours(p.d, p.d_prime)["removed_units"] == 1
     assert p.d_prime["unit_id"].n_unique() == logs["unit_id"].n_unique()
     assert p.d_prime.schema == logs.schema
-    assert set(p.description["removed_unit"]) == {"hash", "rows"}
+    assert set(p.description["removed_unit"]) == {"rows"}
+
+
+def test_pair_description_holds_no_function_of_the_removed_unit_id():
+    """An unsalted short hash of an enumerable id is reversible (issue 10 item 6): none is written."""
+    spec, logs = tiny_spec(), tiny_logs()
+    for strategy in ("rare", "repeat", "random"):
+        p = make_pair(logs, spec, strategy, rng=np.random.default_rng(0))
+        text = json.dumps(p.description)
+        removed = set(logs["unit_id"].to_list()) - set(p.d_prime["unit_id"].to_list())
+        assert len(removed) == 1
+        (uid,) = removed
+        for candidate in (repr(uid), str(uid)):
+            assert hashlib.sha256(candidate.encode()).hexdigest()[:12] not in text
+        assert "hash" not in p.description["removed_unit"]
 
 
 def test_rare_canary_with_public_reward_ends_in_the_rewarding_terminal_state():
