@@ -91,7 +91,8 @@ class DomainSpec:
         SpecError
             If the document breaks ``schemas/spec.schema.json`` (the message
             names each offending key and the reason) or is inconsistent
-            (terminal state outside [0, S), r_min > r_max, ...).
+            (terminal state outside [0, S), r_min > r_max, ``columns.unit_id``
+            naming another column than ``privacy_unit.column``, ...).
         """
         where = f"spec {source}" if source else "spec"
         validate_or_raise(doc, "spec", SpecError, where)
@@ -112,6 +113,15 @@ class DomainSpec:
             if bad_vals:
                 raise SpecError(f"{where}: $.public_reward.values must lie in reward_range {[lo, hi]}. Found {bad_vals}.")
         unit = doc["privacy_unit"].get("column")
+        mapped = doc.get("columns", {}).get("unit_id")
+        if mapped is not None and mapped != unit:
+            # the bounding groups on columns.unit_id while the manifest would promise privacy_unit.column:
+            # a patient with m stays and k = 1 would keep them all (about m^2 rho), so refuse the spec
+            raise SpecError(
+                f"{where}: $.columns.unit_id maps the unit to column {mapped!r}, but $.privacy_unit.column is "
+                + (f"{unit!r}" if unit is not None else "absent (each episode its own unit)")
+                + ". The two must name the same column: set $.privacy_unit.column to the column that "
+                  "identifies a person (e.g. patient_id) and remove $.columns.unit_id or make it equal.")
         return cls(
             horizon=int(doc["horizon"]),
             n_states=int(S),
@@ -151,6 +161,16 @@ class DomainSpec:
         if standard == "unit_id" and "unit_id" not in self.columns and self.unit_column:
             return self.unit_column
         return self.columns.get(standard, standard)
+
+    @property
+    def unit_file_column(self) -> str:
+        """The column of the user's files that contribution bounding groups on.
+
+        ``privacy_unit.column`` when the spec names one, else the file's
+        episode-id column (``columns.episode_id``, default ``episode_id``):
+        each episode is then its own unit. Recorded in release manifests.
+        """
+        return self.unit_column if self.unit_column else self.column("episode_id")
 
     def public_reward_vector(self) -> np.ndarray | None:
         """r(s') of shape (S,) for a ``next_state`` public reward, else None."""

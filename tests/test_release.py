@@ -335,8 +335,58 @@ def test_bounding_rules_do_not_refuse_but_are_reported_locally(tmp_path):
     assert local["episodes_dropped"] > 0 and local["steps_dropped"] > 0 and local["rewards_clipped"] > 0
     assert "contribution bounding" in res.output  # the stderr summary (CliRunner merges streams)
     m = load_release(tmp_path / "r").manifest
-    assert m["privacy_unit"] == {"column": "patient", "max_episodes": 2}
+    assert m["privacy_unit"] == {"column": "patient", "file_column": "patient", "max_episodes": 2}
     assert "local-log" not in " ".join(p.name for p in (tmp_path / "r").iterdir())
+
+
+def _two_stays_of_one_patient(tmp_path):
+    """Patient 7 has two stays (episodes 0 and 1); column ``stay_owner`` holds episode-level ids."""
+    df = pl.DataFrame({"episode_id": [0, 0, 1, 1], "step": [0, 1, 0, 1], "state": [0, 1, 2, 3],
+                       "action": [0, 1, 0, 1], "reward": [0.0, 1.0, 0.0, 1.0], "next_state": [1, 2, 3, 0],
+                       "patient_id": [7, 7, 7, 7], "stay_owner": [100, 100, 101, 101]})
+    logs = tmp_path / "logs.parquet"
+    df.write_parquet(logs)
+    return logs
+
+
+def test_unit_mapping_that_disagrees_with_the_privacy_unit_is_refused(tmp_path):
+    """columns.unit_id must not silently regroup the units behind privacy_unit.column (issue 10 item 2).
+
+    On the old behaviour the release grouped on ``stay_owner``, kept both stays of patient 7 with
+    k = 1 and wrote a manifest promising patient-level k = 1.
+    """
+    logs = _two_stays_of_one_patient(tmp_path)
+    doc = json.loads(write_spec(tmp_path, H=H, S=S, A=A, terminals=TERMINALS, unit_column="patient_id").read_text())
+    doc["columns"] = {"unit_id": "stay_owner"}
+    spec = tmp_path / "mismatch.json"
+    spec.write_text(json.dumps(doc))
+    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1")
+    assert res.exit_code == 2, res.output
+    assert "$.columns.unit_id" in res.output and "$.privacy_unit.column" in res.output
+    assert "'stay_owner'" in res.output and "'patient_id'" in res.output and str(spec) in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "r").exists()
+    # a unit mapping without a declared unit is refused too (it would be ignored: each episode its own unit)
+    doc["privacy_unit"]["column"] = None
+    spec.write_text(json.dumps(doc))
+    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1")
+    assert res.exit_code == 2 and "absent" in res.output and "$.columns.unit_id" in res.output
+
+
+@pytest.mark.parametrize("unit_column,mapped,expect", [
+    ("patient_id", None, "patient_id"), ("patient_id", "patient_id", "patient_id"), (None, None, "stay")])
+def test_manifest_records_the_file_column_grouped_on(tmp_path, unit_column, mapped, expect):
+    logs = _two_stays_of_one_patient(tmp_path)
+    pl.read_parquet(logs).rename({"episode_id": "stay"}).write_parquet(logs)
+    doc = json.loads(write_spec(tmp_path, H=H, S=S, A=A, terminals=TERMINALS, unit_column=unit_column).read_text())
+    doc["columns"] = {"episode_id": "stay"} | ({"unit_id": mapped} if mapped else {})
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps(doc))
+    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1")
+    assert res.exit_code == 0, res.output
+    m = load_release(tmp_path / "r").manifest
+    assert m["privacy_unit"]["file_column"] == expect and m["privacy_unit"]["max_episodes"] == 1
+    kept = json.loads((tmp_path / "r.local-log.json").read_text())["bounding"]
+    assert kept["episodes_dropped"] == (1 if unit_column else 0)  # k = 1: one of patient 7's two stays
 
 
 def test_release_checks_its_spec(data, tmp_path):

@@ -322,7 +322,8 @@ def build_manifest(spec: DomainSpec, budget: Budget, plan: dict, *, stationary: 
         "dataset_id": spec.dataset_id,
         "domain": {"H": H, "S": S, "A": A, "stationary": stationary,
                    "terminal_states": list(spec.terminal_states), "reward_range": list(spec.reward_range)},
-        "privacy_unit": {"column": spec.unit_column or "episode_id", "max_episodes": spec.max_episodes_per_unit},
+        "privacy_unit": {"column": spec.unit_column or "episode_id", "file_column": spec.unit_file_column,
+                         "max_episodes": spec.max_episodes_per_unit},
         "neighbouring": NEIGHBOURING,
         "bounding": {
             "episodes_per_unit": f"at most k={spec.max_episodes_per_unit} episodes per unit: the k with the "
