@@ -17,7 +17,9 @@ from privaudit.privacy import ledger as ledger_mod
 from privaudit.schemas import schema_errors
 from privaudit.stats import release as release_mod
 from privaudit.stats.release import load_release, release_logs
+from privaudit.privacy import mechanisms
 from tests._release_logs import random_log, slow_counts, write_spec
+from tests._spy import spy_everywhere, watch_reads
 
 H, S, A = 5, 30, 5
 TERMINALS = (29,)
@@ -32,11 +34,13 @@ def data(tmp_path_factory):
     df = random_log(rng, 173, H=H, S=S, A=A, terminals=TERMINALS, avoid_states=(7, 8))
     logs = d / "logs.parquet"
     df.write_parquet(logs)
+    (d / "logs_dir").mkdir()  # the same logs as a folder of parts: every read lists it (tests._spy.watch_reads)
+    df.write_parquet(d / "logs_dir" / "part-0.parquet")
     n, t, _ = slow_counts(df, H, S, A, TERMINALS)
     rq = np.zeros((H, S, A), dtype=np.int64)
     for row in df.iter_rows(named=True):
         rq[row["step"], row["state"], row["action"]] += int(round(row["reward"] * release_mod.REWARD_QUANTUM))
-    return {"dir": d, "df": df, "logs": logs, "n": n, "t": t, "rq": rq,
+    return {"dir": d, "df": df, "logs": logs, "logs_dir": d / "logs_dir", "n": n, "t": t, "rq": rq,
             "spec_private": write_spec(d, "private.json", H=H, S=S, A=A, terminals=TERMINALS),
             "spec_public": write_spec(d, "public.json", H=H, S=S, A=A, terminals=TERMINALS,
                                       public_reward={28: 1.0})}
@@ -239,19 +243,27 @@ def _no_leftovers(parent, allowed):
     assert sorted(p.name for p in parent.iterdir()) == sorted(allowed)
 
 
+def test_reads_are_watched(data, tmp_path):
+    """The read watcher of the refusal tests below sees a release that does read the logs."""
+    with watch_reads(data["logs_dir"]) as reads:
+        release_logs(data["logs_dir"], data["spec_public"], rho=1.0, out=tmp_path / "r", seed=1)
+    assert reads
+
+
 def test_ledger_refusal_before_reading_or_noise(data, tmp_path, monkeypatch):
     led = tmp_path / "budget.jsonl"
     ledger_mod.init_ledger(led, "tiny-release", 0.5)
-    calls = []
-    monkeypatch.setattr("privaudit.privacy.mechanisms.add_noise", lambda *a, **k: calls.append("noise"))
-    monkeypatch.setattr("privaudit.data.io.scan_logs", lambda *a, **k: calls.append("scan"))
-    monkeypatch.setattr("privaudit.data.validate.validate_logs", lambda *a, **k: calls.append("validate"))
-    with pytest.raises(BudgetExceededError):
-        release_logs(data["logs"], data["spec_public"], rho=0.6, out=tmp_path / "r", ledger=led)
-    res = CliRunner().invoke(main, ["release", str(data["logs"]), "--spec", str(data["spec_public"]),
-                                    "--rho", "0.6", "--out", str(tmp_path / "r"), "--ledger", str(led)])
+    noise = spy_everywhere(monkeypatch, mechanisms.add_noise)
+    with watch_reads(data["logs_dir"]) as reads:
+        with pytest.raises(BudgetExceededError):
+            release_logs(data["logs_dir"], data["spec_public"], rho=0.6, out=tmp_path / "r", ledger=led)
+        res = CliRunner().invoke(main, ["release", str(data["logs_dir"]), "--spec", str(data["spec_public"]),
+                                        "--rho", "0.6", "--out", str(tmp_path / "r"), "--ledger", str(led)])
     assert res.exit_code == 3 and "exceed" in res.output
-    assert calls == []
+    assert reads == [] and noise == []
+    # logs that raise when read (there are none at this path): the refusal is still the budget's
+    with pytest.raises(BudgetExceededError):
+        release_logs(tmp_path / "no-such-logs", data["spec_public"], rho=0.6, out=tmp_path / "r", ledger=led)
     _no_leftovers(tmp_path, ["budget.jsonl"])
     assert len(led.read_text().splitlines()) == 1  # nothing charged
 
@@ -530,19 +542,19 @@ def test_untouched_release_trains(released, tmp_path):
 
 
 # ----------------------------------------------------------------------------- size limit, corrupt ledger
-def test_huge_domain_refused_fast_before_reading(data, tmp_path, monkeypatch):
+def test_huge_domain_refused_fast_before_reading(data, tmp_path):
     import time
 
     spec = write_spec(tmp_path, "huge.json", H=H, S=1_000_000, A=A, terminals=TERMINALS)
-    calls = []
-    monkeypatch.setattr("privaudit.data.io.scan_logs", lambda *a, **k: calls.append("scan"))
-    monkeypatch.setattr("privaudit.data.validate.validate_logs", lambda *a, **k: calls.append("validate"))
     t = time.perf_counter()
-    res = _cli(data["logs"], "--spec", spec, "--rho", "1", "--out", tmp_path / "r")
+    with watch_reads(data["logs_dir"]) as reads:
+        res = _cli(data["logs_dir"], "--spec", spec, "--rho", "1", "--out", tmp_path / "r")
     assert time.perf_counter() - t < 5
     assert res.exit_code == 2, res.output
     assert "too large" in res.output and "1000000*5*1000000" in res.output and "Traceback" not in res.output
-    assert calls == []
+    assert reads == []
+    res = _cli(tmp_path / "no-such-logs", "--spec", spec, "--rho", "1", "--out", tmp_path / "r")
+    assert res.exit_code == 2 and "too large" in res.output, res.output  # unreadable logs: never reached
     _no_leftovers(tmp_path, ["huge.json"])
 
 
@@ -567,12 +579,13 @@ def test_corrupt_ledger_refuses_release_before_reading(data, tmp_path, monkeypat
     with open(led, "a") as f:  # the tester's hand-written refill
         f.write(json.dumps({"type": "charge", "seq": 1, "dataset_id": "tiny-release", "rho": "-10",
                             "description": "x", "timestamp": "2025-01-01T00:00:00Z"}) + "\n")
-    calls = []
-    monkeypatch.setattr("privaudit.privacy.mechanisms.add_noise", lambda *a, **k: calls.append("noise"))
-    monkeypatch.setattr("privaudit.data.io.scan_logs", lambda *a, **k: calls.append("scan"))
-    monkeypatch.setattr("privaudit.data.validate.validate_logs", lambda *a, **k: calls.append("validate"))
-    res = _cli(data["logs"], "--spec", data["spec_public"], "--rho", "5", "--out", tmp_path / "r",
-               "--ledger", led)
+    noise = spy_everywhere(monkeypatch, mechanisms.add_noise)
+    with watch_reads(data["logs_dir"]) as reads:
+        res = _cli(data["logs_dir"], "--spec", data["spec_public"], "--rho", "5", "--out", tmp_path / "r",
+                   "--ledger", led)
     assert res.exit_code == 1 and "line 2" in res.output and "must be > 0" in res.output, res.output
-    assert calls == []
+    assert reads == [] and noise == []
+    res = _cli(tmp_path / "no-such-logs", "--spec", data["spec_public"], "--rho", "5", "--out", tmp_path / "r",
+               "--ledger", led)
+    assert res.exit_code == 1 and "line 2" in res.output, res.output  # the ledger's error, not the logs'
     _no_leftovers(tmp_path, ["budget.jsonl"])

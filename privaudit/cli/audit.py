@@ -11,13 +11,6 @@ from privaudit.cli.common import echo_json, handle_errors
 BUILTIN = ("release", "dp-apvi", "dp-vapvi")
 
 
-def _read_logs(path: str, spec):
-    from privaudit.data.io import scan_logs
-
-    lf = scan_logs(path, spec)
-    return lf.drop("row").collect() if "row" in lf.collect_schema().names() else lf.collect()
-
-
 def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
     """Noise family and budget a built-in mechanism runs at (the claim is left as claimed).
 
@@ -151,9 +144,9 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     from privaudit.audit.adapters import MECHANISMS
     from privaudit.audit.model import FileFunction
     from privaudit.audit.runner import default_canary
-    from privaudit.errors import UsageError, ValidationFailed
+    from privaudit.data.prepare import collect_or_raise, prepare_logs
+    from privaudit.errors import UsageError
     from privaudit.spec import load_spec
-    from privaudit.stats.release import validate_for_release
 
     if (claim_epsilon is None) == (claim_rho is None):
         raise UsageError("give exactly one claim: --claim-epsilon E --delta D, or --claim-rho R [--delta D].")
@@ -172,12 +165,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         claim = Claim.from_epsilon(claim_epsilon, delta, kind=claim_kind or "generic")
     # Validate the input before anything runs: a broken log (duplicated step, NaN reward) must be
     # reported as bad input (exit 1, located errors), never as a violation of the mechanism.
-    for path in ([logs_path] if pair is None else list(pair)):
-        try:
-            validate_for_release(Path(path), spec)
-        except ValidationFailed as e:  # same located errors as a release; say what was not done here
-            raise ValidationFailed(str(e).replace("nothing was released", "nothing was audited"),
-                                   e.report) from None
+    prepared = [prepare_logs(path, spec) for path in ([logs_path] if pair is None else list(pair))]
 
     if mechanism in BUILTIN:
         if mechanism == "dp-vapvi" and claim.rho is None:
@@ -213,7 +201,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         p = load_pair(*pair, spec=spec)
         logs = None
     else:
-        p, logs = None, _read_logs(logs_path, spec)
+        p, logs = None, collect_or_raise(prepared[0].raw, logs_path)
         if canary is None:
             canary = default_canary(mech)
             why = ("default for a pooled (--stationary) release: attains the pooled sensitivity"

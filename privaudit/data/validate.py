@@ -20,7 +20,7 @@ import polars as pl
 
 from privaudit.data import episode_checks as ec
 from privaudit.data.io import FLAG_COLUMNS, ROW, OpenLog, dtype_problem, open_log
-from privaudit.errors import LogReadError, UsageError, ValidationFailed
+from privaudit.errors import LogReadError, UsageError
 from privaudit.spec import DomainSpec
 
 #: rule -> (counted per, meaning). Order is the order of reports.
@@ -101,14 +101,6 @@ class ValidationReport:
         return {"ok": self.ok, "path": self.path, "rows": self.rows, "episodes": self.episodes,
                 "units": self.units, "counts": dict(self.counts), "skipped": list(self.skipped),
                 "max_errors": self.max_errors, "violations": [dict(v) for v in self.violations]}
-
-    def raise_if_invalid(self) -> None:
-        """Raise :class:`ValidationFailed` (carrying ``to_dict()``) unless ok."""
-        if not self.ok:
-            broken = ", ".join(f"{r} ({n})" for r, n in self.counts.items() if n)
-            raise ValidationFailed(f"{self.path}: logs break validation rules: {broken}. "
-                                   f"Run `privaudit validate {self.path} --spec SPEC` for details.",
-                                   report=self.to_dict())
 
 
 def _row_rules(log: OpenLog, spec: DomainSpec, usable: set[str]) -> list[tuple]:

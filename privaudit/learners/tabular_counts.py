@@ -8,9 +8,9 @@ stationary container holds counts pooled over h: visits (S, A) and one
 
 Constructors:
 
-* :func:`exact_counts` / :func:`exact_counts_from_logs`: exact counts of
-  bounded logs via ``privaudit.stats.counts`` (non-private; for APVI, VE and
-  experiments);
+* :func:`exact_counts`: exact counts of bounded logs (``PreparedLogs.bounded``
+  from ``privaudit.data.prepare.prepare_logs``) via ``privaudit.stats.counts``
+  (non-private; for APVI, VE and experiments);
 * :func:`counts_from_release`: the noisy, unclipped counts of a release
   (``privaudit.stats.release.load_release``), for DP-APVI;
 * :meth:`TabularCounts.from_arrays`: dense arrays (tests, small MDPs).
@@ -19,7 +19,6 @@ Constructors:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -189,31 +188,6 @@ def exact_counts(bounded, spec: DomainSpec, *, stationary: bool = False,
         rsum = reward_sums(bounded, spec, stationary=stationary)
     return TabularCounts(visits=visits, transitions=sparse, horizon=spec.H, reward_sums=rsum,
                          stationary=stationary, noisy=False)
-
-
-def exact_counts_from_logs(logs: str | Path, spec: DomainSpec, *, stationary: bool = False) -> TabularCounts:
-    """Read Parquet logs, bound contributions, and count exactly (non-private).
-
-    Parameters
-    ----------
-    logs : path
-        A Parquet file or folder of the standard trajectory table.
-    spec : DomainSpec
-
-    Returns
-    -------
-    TabularCounts
-
-    Raises
-    ------
-    LogReadError, ValidationFailed
-        From ``privaudit.data.io.scan_logs`` / the count functions.
-    """
-    from privaudit.data.bounding import bound_contributions
-    from privaudit.data.io import scan_logs
-
-    bounded, _report = bound_contributions(scan_logs(logs, spec), spec)
-    return exact_counts(bounded, spec, stationary=stationary)
 
 
 def counts_from_release(release) -> TabularCounts:

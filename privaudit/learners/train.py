@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.errors import ArtifactError, UsageError
 from privaudit.learners.apvi import APVI, APVIHoeffding
 from privaudit.learners.dp_apvi import DPAPVI
 from privaudit.learners.policy import Policy
+from privaudit.learners.tabular_counts import exact_counts
 from privaudit.learners.ve import ValueIterationCE
 from privaudit.spec import DomainSpec
 
@@ -80,7 +82,7 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
     return learner.policy_
 
 
-def train_from_logs(logs: str | Path, spec: DomainSpec, *, algo: str, stationary: bool = False,
+def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: str, stationary: bool = False,
                     rho: float | None = None, epsilon: float | None = None, delta: float | None = None,
                     mechanism: str = "gaussian", noise: str = "rounded", release_out: str | Path | None = None,
                     ledger: str | Path | None = None, seed: int | None = None, params: dict | None = None,
@@ -89,8 +91,10 @@ def train_from_logs(logs: str | Path, spec: DomainSpec, *, algo: str, stationary
 
     Parameters
     ----------
-    logs : path
-        Parquet file or folder of the standard trajectory table.
+    logs : path or PreparedLogs
+        Parquet file or folder of the standard trajectory table (prepared
+        here: ``privaudit.data.prepare.prepare_logs``), or logs already
+        prepared under ``spec``.
     spec : DomainSpec
     algo : {"ve", "apvi", "apvi-hoeffding", "dp-apvi"}
     stationary : bool
@@ -133,19 +137,9 @@ def train_from_logs(logs: str | Path, spec: DomainSpec, *, algo: str, stationary
     if any(v is not None for v in (rho, epsilon, delta)):
         raise UsageError(f"--algo {algo} is not private: it takes no budget (--rho/--epsilon/--delta). "
                          "Use --algo dp-apvi for a differentially private policy.")
-    from privaudit.data.validate import validate_logs
-    from privaudit.errors import ValidationFailed
-    from privaudit.learners.tabular_counts import exact_counts_from_logs
-    from privaudit.stats.release import BOUNDING_RULES
-
-    # Same rules as a release: bounding repairs k, H and the reward range; the rest is fatal.
-    report = validate_logs(logs, spec, max_errors=20)
-    broken = {r: n for r, n in report.counts.items() if n and r not in BOUNDING_RULES}
-    if broken:
-        raise ValidationFailed(f"{logs}: the logs break validation rules "
-                               f"{', '.join(f'{r} ({n})' for r, n in broken.items())}; no policy was trained. "
-                               f"Run `privaudit validate {logs} --spec SPEC` for details.", report.to_dict())
-    counts = exact_counts_from_logs(logs, spec, stationary=stationary)
+    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)  # same gate as a release
+    prepared.check_spec(spec)
+    counts = exact_counts(prepared.bounded, spec, stationary=stationary)
     learner = _learner(algo, params).fit(counts, spec.public_reward_vector(),
                                          terminal_states=spec.terminal_states, spec_hash=spec.hash())
     return learner.policy_

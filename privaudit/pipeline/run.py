@@ -251,14 +251,14 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     try:
         # ------------------------------------------------------------ validate
         bar.stage("validate")
-        from privaudit.stats.release import validate_for_release
+        from privaudit.data.prepare import prepare_logs
 
         t = time.perf_counter()
-        validate_for_release(logs, spec)  # located errors; raises before any folder exists
+        prepared = prepare_logs(logs, spec)  # validated and bounded once; raises before any folder exists
         timings["validate"] = time.perf_counter() - t
         bar.done()
         with atomic_dir(out, overwrite=True) as tmp:
-            summary, private = _stages(tmp, logs, spec, plan, the_mdp, mdp, stationary, audit_trials,
+            summary, private = _stages(tmp, prepared, spec, plan, the_mdp, mdp, stationary, audit_trials,
                                        seeds, seed is not None, bar, timings, progress, say, ledger)
             timings["total"] = time.perf_counter() - t0
             private["timings_s"] = timings
@@ -270,10 +270,15 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     return summary
 
 
-def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, stationary: bool,
+def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stationary: bool,
             audit_trials: int, seeds, seeded: bool, bar: _Progress, timings: dict, progress, say,
             ledger=None):
-    """release -> train -> evaluate -> audit -> report inside the temporary folder ``tmp``."""
+    """release -> train -> evaluate -> audit -> report inside the temporary folder ``tmp``.
+
+    ``prepared`` (``privaudit.data.prepare.PreparedLogs``) is passed to every
+    stage: the logs are validated and bounded once per run.
+    """
+    logs = prepared.path
     from privaudit.learners.dp_apvi import DPAPVI
     from privaudit.learners.policy import save_policy
     from privaudit.pipeline import report as rep
@@ -282,7 +287,7 @@ def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, sta
     # ---------------------------------------------------------------- release
     bar.stage("release")
     t = time.perf_counter()
-    info = release_logs(logs, spec, **plan.release_args, mechanism="gaussian", stationary=stationary,
+    info = release_logs(prepared, spec, **plan.release_args, mechanism="gaussian", stationary=stationary,
                         noise="rounded", out=tmp / "release", seed=seeds[0], ledger=ledger)
     local = json.loads(info.local_log.read_text())
     info.local_log.unlink()  # folded into private/local-log.json below
@@ -302,7 +307,7 @@ def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, sta
     if plan.rho_linear is not None:
         from privaudit.learners.linear import train_from_logs as train_linear
 
-        pol = train_linear(logs, spec, "dp-vapvi", rho=plan.rho_linear, seed=seeds[1], ledger=ledger)
+        pol = train_linear(prepared, spec, "dp-vapvi", rho=plan.rho_linear, seed=seeds[1], ledger=ledger)
         policies["dp-vapvi"] = pol
         linear_rho = float(pol.privacy["guarantee"]["rho"])
     for name, pol in policies.items():
@@ -332,10 +337,10 @@ def _stages(tmp: Path, logs: Path, spec: DomainSpec, plan, the_mdp, mdp_arg, sta
     t = time.perf_counter()
     audit = None
     if audit_trials:
-        from privaudit.data.io import scan_logs
+        from privaudit.data.prepare import collect_or_raise
         from privaudit.pipeline.audit_release import audit_release
 
-        frame = scan_logs(logs, spec).drop("row").collect()
+        frame = collect_or_raise(prepared.raw, logs)  # D: the auditor bounds each neighbouring dataset itself
         report = audit_release(frame, spec, manifest, delta=plan.delta, trials=int(audit_trials),
                                seed=seeds[2], progress=progress)
         del frame

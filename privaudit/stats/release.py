@@ -4,10 +4,9 @@ Pipeline (DESIGN.md "The privacy model"; ALGORITHMS.md 1.2-1.4):
 
 1. check the arguments and the budget (the ledger) **before** reading a row
    or drawing any noise;
-2. validate the logs; rules that bounding cannot repair are fatal (see
-   :data:`BOUNDING_RULES` for the ones bounding enforces instead);
-3. bound contributions (k episodes per unit, H steps, rewards clipped and
-   scaled to [0, 1]: ``privaudit.data.bounding``);
+2. prepare the logs (``privaudit.data.prepare.prepare_logs``): validate them
+   (rules that bounding cannot repair are fatal), then bound contributions
+   (k episodes per unit, H steps, rewards clipped and scaled to [0, 1]);
 4. exact counts per family (``privaudit.stats.counts``), dense over the
    declared domain;
 5. add independent noise to **every** cell (observed or not), integers out;
@@ -42,8 +41,9 @@ import numpy as np
 import polars as pl
 
 from privaudit import FORMAT_VERSION, __version__
-from privaudit.data.bounding import BoundingReport, bound_contributions
-from privaudit.errors import LogReadError, PrivauditError, UsageError, ValidationFailed
+from privaudit.data.bounding import BoundingReport
+from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
+from privaudit.errors import PrivauditError, UsageError
 from privaudit.io_utils import atomic_dir, atomic_write_text
 from privaudit.privacy import mechanisms, sensitivity
 from privaudit.schemas import validate_or_raise
@@ -53,7 +53,7 @@ from privaudit.stats.artifact import (FILES, MANIFEST, Release, TransitionWriter
                                       write_sa_table)
 
 __all__ = ["release_logs", "ReleaseInfo", "Budget", "resolve_budget", "load_release", "Release",
-           "local_log_path", "REWARD_QUANTUM", "BOUNDING_RULES", "check_release_size",
+           "local_log_path", "REWARD_QUANTUM", "check_release_size",
            "release_memory_estimate", "physical_memory_bytes", "MEMORY_PER_SLICE_BYTE", "MAX_SLICE_CELLS"]
 
 #: Rewards are summed in units of 1/REWARD_QUANTUM of the scaled reward, so
@@ -78,16 +78,6 @@ MEMORY_PER_SLICE_BYTE = 6
 #: Most cells of one (S, A, S) slice: one Parquet row group of Arrow arrays
 #: with int32 dictionary indices and int32 index columns (``artifact``).
 MAX_SLICE_CELLS = 2**31 - 1
-
-#: Validation rules (``privaudit.data.validate.RULES``) that contribution
-#: bounding enforces instead of refusing the logs: more than k episodes per unit
-#: (keep k), steps h >= H (truncate), rewards outside the declared range (clip).
-#: Every other rule (missing columns, nulls, NaN rewards, states/actions outside
-#: the domain, broken episode structure, rows after a terminal, an episode
-#: split across units, ...) is fatal before a release: bounding cannot repair it
-#: without guessing, and counting such rows would break the domain or the
-#: sensitivity argument.
-BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range")
 
 NEIGHBOURING = "substitution: replace all data of one privacy unit"
 
@@ -353,38 +343,6 @@ def build_manifest(spec: DomainSpec, budget: Budget, plan: dict, *, stationary: 
     return m
 
 
-def validate_for_release(logs: Path, spec: DomainSpec) -> None:
-    """Validate the logs; raise ValidationFailed if a fatal rule is broken.
-
-    Fatal: every rule of ``privaudit.data.validate.RULES`` except
-    :data:`BOUNDING_RULES`. The message lists the located examples exactly as
-    ``privaudit validate`` prints them (``[rule] message (column c)``); the
-    exception's ``report`` is the validation report restricted to fatal rules.
-    The report describes the private data: it goes to the data holder only.
-    """
-    from privaudit.data.validate import RULES, validate_logs
-
-    report = validate_logs(logs, spec, max_errors=20)
-    fatal = {r: n for r, n in report.counts.items() if n and r not in BOUNDING_RULES}
-    if report.ok or not fatal:
-        return
-    width = max(len(r) for r in fatal)
-    lines = [f"{logs}: the logs break {len(fatal)} validation rule(s) that contribution bounding cannot "
-             f"repair; nothing was released. Fix them (`privaudit validate {logs} --spec SPEC` lists them):"]
-    lines += [f"  {r:<{width}}  {n:>10,}  {RULES[r][1]}" for r, n in fatal.items()]
-    examples = [v for v in report.violations if v["rule"] in fatal]
-    if examples:
-        lines.append(f"first violations (at most {report.max_errors} per rule):")
-        lines += [f"  [{v['rule']}] {v['message']}" + (f" (column {v['column']})" if v["column"] else "")
-                  for v in examples]
-    d = report.to_dict()
-    d["ok"] = False
-    d["counts"] = {r: n for r, n in report.counts.items() if r not in BOUNDING_RULES}
-    d["violations"] = examples
-    d["bounding_rules"] = list(BOUNDING_RULES)
-    raise ValidationFailed("\n".join(lines), d)
-
-
 def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None = None,
                  delta: float | None = None, mechanism: str = "gaussian", stationary: bool = False,
                  noise: str = "rounded", out, ledger=None, seed: int | None = None,
@@ -393,8 +351,11 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
 
     Parameters
     ----------
-    logs : str or Path
-        A Parquet file or folder of parts (``privaudit.data.io.scan_logs``).
+    logs : str, Path or PreparedLogs
+        A Parquet file or folder of parts (``privaudit.data.io.scan_logs``),
+        prepared here once the arguments, size and budget have passed; or logs
+        the caller already prepared under ``spec``
+        (``privaudit.data.prepare.prepare_logs``: the pipeline's single pass).
     spec : DomainSpec, str or Path
         The public domain spec (or its file).
     rho : float, optional
@@ -453,7 +414,10 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     out = Path(out)
     if out.exists():
         raise UsageError(f"{out} already exists; choose another --out or remove it.")
-    logs = Path(logs)
+    prepared = logs if isinstance(logs, PreparedLogs) else None
+    if prepared is not None:
+        prepared.check_spec(spec)
+    logs = prepared.path if prepared is not None else Path(logs)
     plan = plan_noise(spec, budget, stationary, noise)  # may raise on bad H, k
     check_release_size(spec, stationary=stationary, n_sa_families=len(plan) - 1)  # before any row is read
     if ledger is not None:
@@ -465,22 +429,16 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     manifest = build_manifest(spec, budget, plan, stationary=stationary, noise=noise, seeded=seed is not None)
 
     clock = _Clock()
-    with clock.stage("validate", cpu=time.process_time):
-        validate_for_release(logs, spec)
-
-    from privaudit.data.io import scan_logs
-
+    if prepared is None:
+        with clock.stage("validate", cpu=time.process_time):  # validation and bounding: the first rows read
+            prepared = prepare_logs(logs, spec)
+    report = prepared.bounding
     with clock.stage("read_count", cpu=time.process_time):
-        try:
-            bounded, report = bound_contributions(scan_logs(logs, spec), spec)
-            cols = ["step", "state", "action", "next_state"]
-            frame = bounded.select([pl.col(c).cast(pl.Int32) for c in cols]
-                                   + ([pl.col("reward")] if "rewards" in plan else [])).collect()
-            exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards="rewards" in plan,
-                                         quantum=plan["rewards"]["quantum"] if "rewards" in plan else None)
-        except pl.exceptions.PolarsError as e:
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise LogReadError(f"{logs}: reading the logs failed ({reason}); nothing was released.") from None
+        cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]
+        frame = collect_or_raise(prepared.bounded.select(cols + ([pl.col("reward")] if "rewards" in plan else [])),
+                                 logs)
+        exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards="rewards" in plan,
+                                     quantum=plan["rewards"]["quantum"] if "rewards" in plan else None)
         del frame
         visits = exact.visits()
         rewards = exact.rewards() if "rewards" in plan else None

@@ -135,7 +135,7 @@ def test_invalid_logs_exit_1_with_located_errors_before_anything_runs(files, bre
     for inp in (["--logs", files / "bad.parquet"], ["--pair", files / "d.parquet", files / "bad.parquet"]):
         res = _run([*common, *inp])
         assert res.exit_code == 1, res.output
-        assert f"[{rule}] row " in res.output and "nothing was audited" in res.output
+        assert f"[{rule}] row " in res.output and "refused before anything was computed" in res.output
         assert "epsilon lower bound" not in res.output and "Traceback" not in res.output  # no audit ran
         assert not (files / "never.json").exists()
 

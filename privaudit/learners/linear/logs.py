@@ -1,7 +1,7 @@
 """``train_from_logs``: PEVI / VAPVI / DP-VAPVI on Parquet logs (``privaudit train --algo ...``).
 
-Pipeline: validate (fatal rules refuse the logs) -> ``scan_logs`` ->
-``bound_contributions`` (keep k episodes per unit, truncate to H, clip and
+Pipeline: ``privaudit.data.prepare.prepare_logs`` (validate: fatal rules
+refuse the logs; bound: keep k episodes per unit, truncate to H, clip and
 scale rewards to [0, 1]) -> aggregate per step (``LinearData``) -> learner.
 The feature map comes from the spec (``features``), never from the data.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.errors import SpecError, UsageError
 from privaudit.learners.linear.data import LinearData
 from privaudit.learners.linear.estimators import DPVAPVI, PEVI, VAPVI
@@ -29,27 +30,18 @@ PLACEHOLDER_TABLE = "placeholder"
 _RUN_PARAMS = ("split",)
 
 
-def _rows_from_logs(logs, spec: DomainSpec, features: bool = False):
-    """Validated, bounded rows (episode_id, step, state, action, reward in [0, 1], next_state, terminated).
-
-    Returns ``(rows, report)``: the polars DataFrame and the PRIVATE
-    ``BoundingReport`` (for the data holder's terminal and local log only).
-    """
-    from privaudit.data.bounding import bound_contributions
-    from privaudit.data.io import scan_logs
-    from privaudit.stats.release import validate_for_release  # same fatal rules as a release
-
-    validate_for_release(Path(logs), spec)
-    lf, report = bound_contributions(scan_logs(logs, spec), spec)  # report is private: never released
+def _rows(prepared: PreparedLogs, features: bool = False) -> pl.DataFrame:
+    """Bounded rows (episode_id, step, state, action, reward in [0, 1], next_state[, features]) of prepared logs."""
+    lf = prepared.bounded
     cols = ["episode_id", "step", "state", "action", "reward", "next_state"] + (["features"] if features else [])
     if features and "features" not in lf.collect_schema().names():
-        raise UsageError(f"{logs}: spec $.features.map is column-x-action but the logs have no `features` column "
-                         "(map it in the spec's \"columns\").")
+        raise UsageError(f"{prepared.path}: spec $.features.map is column-x-action but the logs have no `features` "
+                         "column (map it in the spec's \"columns\").")
     lf = lf.select(cols)
     if features:
         f = pl.col("features")
         lf = lf.with_columns(f.arr.to_list() if isinstance(lf.collect_schema()["features"], pl.Array) else f)
-    return lf.collect(), report
+    return collect_or_raise(lf, prepared.path)
 
 
 def local_log_path(out) -> Path:
@@ -128,8 +120,11 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
 
     Parameters
     ----------
-    logs : str or Path
-        Parquet file or folder of the standard trajectory table.
+    logs : str, Path or PreparedLogs
+        Parquet file or folder of the standard trajectory table (prepared
+        here once the budget and ledger have passed:
+        ``privaudit.data.prepare.prepare_logs``), or logs already prepared
+        under ``spec``.
     spec : DomainSpec
         Must have a ``features`` object (one-hot, synthetic-linear, state-table-x-action).
     algo : {"pevi", "vapvi", "dp-vapvi"}
@@ -206,7 +201,10 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         from privaudit.privacy import ledger as ledger_mod
 
         ledger_mod.check_budget(Path(ledger), spec.dataset_id, budget.rho)
-    df, report = _rows_from_logs(Path(logs), spec, features=row_features)
+    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
+    prepared.check_spec(spec)
+    logs, report = prepared.path, prepared.bounding
+    df = _rows(prepared, features=row_features)
     if echo is not None:
         echo(report.summary())
     rng = np.random.default_rng(seed)

@@ -1,0 +1,183 @@
+"""Prepared logs: validated once, bounded once, then handed to every consumer.
+
+Each entry point (``privaudit release``, ``train``, ``audit``, ``pipeline``
+and their Python functions) calls :func:`prepare_logs` once, after every
+check that costs nothing (arguments, spec, budget, ledger), and passes the
+:class:`PreparedLogs` down: the release, the learners and the auditor never
+validate or bound the same logs again.
+
+1. validate (``privaudit.data.validate.validate_logs``); :func:`refuse_fatal`
+   is the one gate: every broken rule except :data:`BOUNDING_RULES` refuses the
+   logs, with the located examples ``privaudit validate`` prints;
+2. bound contributions (``privaudit.data.bounding.bound_contributions``: keep k
+   episodes per unit, steps h < H, rewards clipped and scaled to [0, 1]).
+
+The two reports are facts about the private data: they are shown to the data
+holder only (terminal, local log beside an artifact) and never released.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from privaudit.data.bounding import BoundingReport, bound_contributions
+from privaudit.data.io import ROW, scan_logs
+from privaudit.data.validate import RULES, ValidationReport, validate_logs
+from privaudit.errors import LogReadError, UsageError, ValidationFailed
+from privaudit.spec import DomainSpec
+
+#: Validation rules (``privaudit.data.validate.RULES``) that contribution
+#: bounding enforces instead of refusing the logs: more than k episodes per unit
+#: (keep k), steps h >= H (truncate), rewards outside the declared range (clip).
+#: Every other rule (missing columns, nulls, NaN rewards, states/actions outside
+#: the domain, broken episode structure, rows after a terminal, an episode
+#: split across units, ...) is fatal: bounding cannot repair it without
+#: guessing, and counting such rows would break the domain or the sensitivity
+#: argument.
+BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range")
+
+#: Examples listed per broken rule in the refusal message.
+MAX_EXAMPLES = 20
+
+
+@dataclass(frozen=True, repr=False)
+class PreparedLogs:
+    """Logs that passed the fatal rules, with their bounded view. PRIVATE.
+
+    Attributes
+    ----------
+    path : Path
+        The logs (a Parquet file or a folder of parts).
+    spec : DomainSpec
+        The spec they were validated and bounded under.
+    validation : ValidationReport
+        Private counts and examples (only bounding rules may be broken).
+    bounding : BoundingReport
+        What bounding dropped or clipped (private).
+    raw : polars.LazyFrame
+        The validated logs in the standard schema (``scan_logs`` without its
+        ``row`` column), unbounded: the auditor's D, whose mechanism bounds
+        each neighbouring dataset itself.
+    bounded : polars.LazyFrame
+        Standard columns (with ``row``); at most k episodes per unit, steps
+        h < H, ``reward`` Float64 in [0, 1]. Lazy: each consumer selects its
+        columns and collects them (the bounding decisions are already made).
+    """
+
+    path: Path
+    spec: DomainSpec
+    validation: ValidationReport
+    bounding: BoundingReport
+    raw: pl.LazyFrame
+    bounded: pl.LazyFrame
+
+    def check_spec(self, spec: DomainSpec) -> None:
+        """Raise UsageError unless ``spec`` is the spec these logs were prepared under."""
+        if spec.hash() != self.spec.hash():
+            raise UsageError(f"{self.path}: the logs were prepared under another spec "
+                             f"(hash {self.spec.hash()}, given {spec.hash()}); prepare them with this spec.")
+
+    def collect(self, columns: list[str]) -> pl.DataFrame:
+        """The bounded rows restricted to ``columns`` (raises LogReadError on a read failure)."""
+        return collect_or_raise(self.bounded.select(columns), self.path)
+
+    def __repr__(self) -> str:  # private counts: shown only through the reports' own summaries
+        return f"PreparedLogs(path={str(self.path)!r}, spec_hash={self.spec.hash()!r})"
+
+
+def _read_failed(path, e: Exception) -> LogReadError:
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return LogReadError(f"{path}: reading the logs failed ({reason}); nothing was computed from them.")
+
+
+def collect_or_raise(lf: pl.LazyFrame, path) -> pl.DataFrame:
+    """``lf.collect()``, a polars failure becoming a LogReadError that names ``path``."""
+    try:
+        return lf.collect()
+    except pl.exceptions.PolarsError as e:
+        raise _read_failed(path, e) from None
+
+
+def refuse_fatal(report: ValidationReport) -> None:
+    """The one fatal-rule gate: raise ValidationFailed if a rule bounding cannot repair is broken.
+
+    Parameters
+    ----------
+    report : ValidationReport
+        From :func:`privaudit.data.validate.validate_logs`.
+
+    Raises
+    ------
+    ValidationFailed
+        Lists every broken fatal rule with its count and located examples
+        (``[rule] message (column c)``, as ``privaudit validate`` prints them);
+        its ``report`` is the validation report restricted to fatal rules.
+        Both describe the private data: for the data holder only.
+    """
+    fatal = {r: n for r, n in report.counts.items() if n and r not in BOUNDING_RULES}
+    if not fatal:
+        return
+    logs = report.path
+    width = max(len(r) for r in fatal)
+    lines = [f"{logs}: the logs break {len(fatal)} validation rule(s) that contribution bounding cannot "
+             f"repair; they were refused before anything was computed from them. Fix them "
+             f"(`privaudit validate {logs} --spec SPEC` lists them):"]
+    lines += [f"  {r:<{width}}  {n:>10,}  {RULES[r][1]}" for r, n in fatal.items()]
+    examples = [v for v in report.violations if v["rule"] in fatal]
+    if examples:
+        lines.append(f"first violations (at most {report.max_errors} per rule):")
+        lines += [f"  [{v['rule']}] {v['message']}" + (f" (column {v['column']})" if v["column"] else "")
+                  for v in examples]
+    d = report.to_dict()
+    d["ok"] = False
+    d["counts"] = {r: n for r, n in report.counts.items() if r not in BOUNDING_RULES}
+    d["violations"] = examples
+    d["bounding_rules"] = list(BOUNDING_RULES)
+    raise ValidationFailed("\n".join(lines), d)
+
+
+def prepare_logs(path: str | Path, spec: DomainSpec) -> PreparedLogs:
+    """Validate the logs once, refuse fatal breaks, bound contributions once.
+
+    Parameters
+    ----------
+    path : str or Path
+        A Parquet file or a folder of Parquet parts (``privaudit.data.io``).
+    spec : DomainSpec
+        The public domain: S, A, H, reward range, privacy unit and k, columns.
+
+    Returns
+    -------
+    PreparedLogs
+        The validated raw view, the bounded view and both (private) reports.
+
+    Raises
+    ------
+    LogReadError
+        Unreadable logs (missing, not Parquet, corrupt, parts that disagree).
+    ValidationFailed
+        A rule that bounding cannot repair is broken (:func:`refuse_fatal`).
+
+    Notes
+    -----
+    Call it after every check that needs no row (budget, ledger, outputs):
+    this is where the private logs are first read. Bounding makes the
+    contribution bounds that the sensitivities assume true
+    (``privaudit.data.bounding``; DESIGN.md "The privacy model").
+    """
+    path = Path(path)
+    report = validate_logs(path, spec, max_errors=MAX_EXAMPLES)
+    refuse_fatal(report)
+    scanned = scan_logs(path, spec)
+    try:
+        bounded, bounding = bound_contributions(scanned, spec)
+    except pl.exceptions.PolarsError as e:
+        raise _read_failed(path, e) from None
+    return PreparedLogs(path=path, spec=spec, validation=report, bounding=bounding,
+                        raw=scanned.drop(ROW), bounded=bounded)
+
+
+__all__ = ["BOUNDING_RULES", "PreparedLogs", "prepare_logs", "refuse_fatal", "collect_or_raise"]
