@@ -1,0 +1,15 @@
+"""Online exploration under joint differential privacy (JDP).
+
+An agent meets a stream of users, one episode each, and must keep every
+user's data private from all other users, who see only the actions
+recommended to them (billboard model). Modules:
+
+* ``env``: episodic environments whose users are deterministic response trees
+  (counter-based Philox keyed by user, step and action history);
+* ``protocol``: the agent protocol and a runner measuring exact regret;
+* ``counters``: private counters (binary tree mechanism, Laplace / Gaussian /
+  GOE), their error bound and privacy event;
+* ``pucb``: PUCB (Vietri et al. 2020) and its non-private twin (UCB-VI).
+
+See docs/online.md.
+"""

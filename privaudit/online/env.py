@@ -1,0 +1,330 @@
+"""Episodic environments whose users are deterministic response trees.
+
+Online exploration under joint DP (ALGORITHMS.md 4.1 and 10): an agent meets
+a stream of users k = 0, 1, ..., one episode each. A user's *data* is her
+whole response tree: her initial state and her response (reward, next state)
+to every possible action sequence (seed 002 l.29, l.33). Here that tree is a
+pure function of the user's 128-bit key, computed on demand by a
+counter-based generator (numpy's Philox4x64-10):
+
+* initial state: from the Philox block at counter (0, 0, 0, 0) under
+  key = user key, word 0 -> a uniform u in [0, 1) -> inverse CDF of d0;
+* step h (0-based) after actions a_0..a_h: the block at counter
+  (h + 1, a_h, c_2, c_3) where (c_2, c_3) are words 2 and 3 of the block of the
+  previous step (or of the initial block). Word 0 -> next state by the inverse
+  CDF of P_h(. | s_h, a_h); words 2, 3 chain on. So the block of step h is a
+  function of (user key, h, a_0..a_h): a hash chain over the action history
+  (two different histories collide with probability about 2^-128).
+
+The state path is itself a function of the actions, so the response to any
+action sequence is fixed before the agent acts: two runs that differ only in
+one user's key are an exact neighbouring pair (one user's whole data
+replaced), whatever the agent does differently after that user.
+
+User k's default key is (world_key, k); :meth:`EpisodicEnv.with_user_key`
+replaces one user's key. Rewards are deterministic given (h, s, a, s'):
+r(s, a, s') when the MDP has per-transition rewards (ICU-Sepsis), else the
+expected reward r_h(s, a). They must lie in [0, 1] (the private counters'
+sensitivity assumes it).
+
+Steps are 0-based (h = 0..H-1; the papers write 1..H). Numpy's Philox
+increments its counter before producing a block, so "the block at counter c"
+is Philox4x64-10 applied to c + 1 (little-endian over the four words); only
+determinism matters here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from privaudit.errors import UsageError
+from privaudit.mdp.features import FeatureMap
+from privaudit.mdp.icu_sepsis import load_icu_sepsis
+from privaudit.mdp.io import load_mdp
+from privaudit.mdp.random_tabular import random_tabular_mdp
+from privaudit.mdp.riverswim import riverswim_mdp
+from privaudit.mdp.synthetic_linear import synthetic_linear_features, synthetic_linear_mdp
+from privaudit.mdp.tabular import TabularMDP
+
+#: Environment names accepted by :func:`make_env` (besides a path to an MDP .npz).
+ENV_NAMES = ("riverswim", "random-tabular", "icu-sepsis", "synthetic-linear")
+#: Defaults of the size options per environment (None: not applicable).
+ENV_DEFAULTS = {
+    "riverswim": {"horizon": 20, "states": 6, "actions": None, "instance_seed": None},
+    "random-tabular": {"horizon": 10, "states": 10, "actions": 5, "instance_seed": 0},
+    "icu-sepsis": {"horizon": 20, "states": None, "actions": None, "instance_seed": None},
+    "synthetic-linear": {"horizon": 20, "states": None, "actions": None, "instance_seed": 0},
+}
+_U64 = np.uint64
+_TWO_M53 = 2.0 ** -53
+_REWARD_TOL = 1e-12
+
+
+def _key_array(key) -> np.ndarray:
+    """A user key as a (2,) uint64 array; accepts an int in [0, 2^128) or a pair."""
+    if isinstance(key, (int, np.integer)):
+        k = int(key)
+        if not 0 <= k < 2 ** 128:
+            raise UsageError(f"a user key must be an integer in [0, 2^128). Got {key}.")
+        return np.array([k & (2 ** 64 - 1), k >> 64], dtype=_U64)
+    arr = np.asarray(key)
+    if arr.shape != (2,) or not np.issubdtype(arr.dtype, np.integer) or (arr < 0).any():
+        raise UsageError(f"a user key must be an int or a pair of non-negative 64-bit ints. Got {key!r}.")
+    return arr.astype(_U64)
+
+
+class _Philox:
+    """The Philox4x64-10 block at (key, counter), through one reusable numpy bit generator."""
+
+    def __init__(self):
+        self._bg = np.random.Philox(key=np.zeros(2, dtype=_U64))
+        self._state = self._bg.state
+        self._state["buffer_pos"] = 4  # empty buffer: the next random_raw computes a new block
+
+    def block(self, key: np.ndarray, counter: np.ndarray) -> np.ndarray:
+        """Four uint64 words, a pure function of ``key`` (2,) and ``counter`` (4,)."""
+        st = self._state
+        st["state"] = {"counter": counter, "key": key}
+        self._bg.state = st
+        return self._bg.random_raw(4)
+
+
+@dataclass(frozen=True, repr=False)
+class EpisodicEnv:
+    """A known tabular MDP whose users are response trees keyed by (world_key, k).
+
+    Attributes
+    ----------
+    mdp : TabularMDP
+        The MDP (P, r, d0, H); used for sampling and for exact regret.
+    world_key : int
+        Default key of user k is (world_key, k); 0 <= world_key < 2^64.
+    features : FeatureMap or None
+        The public feature map phi(s, a) (table (S, A, d), ||phi|| <= 1) when
+        the MDP has one (synthetic-linear), for linear agents.
+    user_keys : dict
+        Keys that replace the default key of some users: k -> (2,) uint64.
+    name : str
+        Label for manifests.
+
+    Notes
+    -----
+    The object is immutable except for the position of the current episode
+    (:meth:`reset`, :meth:`step`), which lives in a private mutable slot.
+    """
+
+    mdp: TabularMDP
+    world_key: int = 0
+    features: FeatureMap | None = None
+    user_keys: dict = field(default_factory=dict)
+    name: str = ""
+    _cdf: np.ndarray = field(init=False, compare=False)
+    _rew: np.ndarray = field(init=False, compare=False)
+    _d0cdf: np.ndarray = field(init=False, compare=False)
+    _run: dict = field(init=False, compare=False)
+
+    def __post_init__(self):
+        if not isinstance(self.mdp, TabularMDP):
+            raise UsageError(f"`mdp` must be a TabularMDP. Got {type(self.mdp).__name__}.")
+        if not (isinstance(self.world_key, (int, np.integer)) and 0 <= int(self.world_key) < 2 ** 64):
+            raise UsageError(f"`world_key` must be an integer in [0, 2^64). Got {self.world_key!r}.")
+        mdp = self.mdp
+        H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+        if self.features is not None and self.features.table.shape[:2] != (S, A):
+            raise UsageError(f"the feature table has shape {self.features.table.shape}; the MDP needs "
+                             f"({S}, {A}, d).")
+        steps = range(H) if mdp.P.ndim == 4 else [0]
+        P = np.stack([mdp.transition(h) for h in steps])  # (H or 1, S, A, S), terminals absorbing
+        cdf = np.cumsum(P, axis=-1)
+        cdf /= cdf[..., -1:]  # exact 1.0 at the end; zero-probability states are never drawn
+        # realised reward: r(s, a, s') when the MDP has it (terminal rows 0), else r_h(s, a)
+        r = np.asarray(mdp.r, dtype=np.float64)
+        if r.shape[-1] == S and r.ndim in (3, 4) and r.shape[-3:] == (S, A, S):
+            rew = np.array(r if r.ndim == 4 else r[None], dtype=np.float64)
+            if mdp.terminal_states:
+                rew[:, list(mdp.terminal_states)] = 0.0
+        else:
+            rew = np.stack([mdp.expected_reward(h) for h in range(H)])  # (H, S, A)
+            if (rew == rew[:1]).all():
+                rew = rew[:1]
+        if not np.isfinite(rew).all() or rew.min() < -_REWARD_TOL or rew.max() > 1 + _REWARD_TOL:
+            raise UsageError(f"the rewards of MDP {mdp.name!r} span [{rew.min():.4g}, {rew.max():.4g}]; online "
+                             "agents need rewards in [0, 1] (their counters' sensitivity assumes it). "
+                             "Rescale the MDP's rewards.")
+        rew = np.clip(rew, 0.0, 1.0)
+        d0cdf = np.cumsum(mdp.d0)
+        d0cdf /= d0cdf[-1]
+        object.__setattr__(self, "world_key", int(self.world_key))
+        object.__setattr__(self, "user_keys", {int(k): _key_array(v) for k, v in self.user_keys.items()})
+        object.__setattr__(self, "_cdf", cdf)
+        object.__setattr__(self, "_rew", rew)
+        object.__setattr__(self, "_d0cdf", d0cdf)
+        object.__setattr__(self, "_run", {"philox": _Philox(), "h": None})
+
+    # -- public facts ------------------------------------------------------
+    @property
+    def horizon(self) -> int:
+        """H."""
+        return self.mdp.horizon
+
+    @property
+    def n_states(self) -> int:
+        """S."""
+        return self.mdp.n_states
+
+    @property
+    def n_actions(self) -> int:
+        """A."""
+        return self.mdp.n_actions
+
+    @property
+    def phi(self) -> np.ndarray | None:
+        """The public feature table phi, shape (S, A, d), or None."""
+        return None if self.features is None else self.features.table
+
+    def __repr__(self) -> str:
+        d = "" if self.features is None else f", d={self.features.table.shape[-1]}"
+        return (f"EpisodicEnv(name={self.name or self.mdp.name!r}, H={self.horizon}, S={self.n_states}, "
+                f"A={self.n_actions}{d}, replaced_users={len(self.user_keys)})")
+
+    # -- users ---------------------------------------------------------------
+    def user_key(self, k: int) -> np.ndarray:
+        """User ``k``'s key, shape (2,) uint64: (world_key, k) unless replaced."""
+        k = int(k)
+        if k < 0:
+            raise UsageError(f"user index must be >= 0. Got {k}.")
+        got = self.user_keys.get(k)
+        return got if got is not None else np.array([self.world_key, k], dtype=_U64)
+
+    def with_user_key(self, k: int, key) -> "EpisodicEnv":
+        """A copy in which user ``k``'s key is ``key`` (int < 2^128 or a uint64 pair).
+
+        The copy and ``self`` are an exact neighbouring pair: every other
+        user's response tree is identical.
+        """
+        keys = dict(self.user_keys)
+        keys[int(k)] = _key_array(key)
+        return replace(self, user_keys=keys)
+
+    # -- one episode -----------------------------------------------------------
+    def reset(self, k: int) -> int:
+        """Start user ``k``'s episode; returns the initial state s_0."""
+        run = self._run
+        key = self.user_key(k)
+        w = run["philox"].block(key, np.zeros(4, dtype=_U64))
+        s = int(self._d0cdf.searchsorted((int(w[0]) >> 11) * _TWO_M53, "right"))
+        run.update(key=key, h=0, s=min(s, self.n_states - 1), c2=w[2], c3=w[3])
+        return run["s"]
+
+    def step(self, a: int) -> tuple[float, int]:
+        """Take action ``a`` at the current step; returns (reward, next state).
+
+        Raises
+        ------
+        UsageError
+            No episode is running (call ``reset``), the episode already has H
+            steps, or ``a`` is not in [0, A).
+        """
+        run = self._run
+        h = run["h"]
+        if h is None or h >= self.horizon:
+            raise UsageError("no step left in this episode: call reset(k) first "
+                             f"(an episode has H={self.horizon} steps).")
+        a = int(a)
+        if not 0 <= a < self.n_actions:
+            raise UsageError(f"action must be in [0, {self.n_actions}). Got {a}.")
+        s = run["s"]
+        w = run["philox"].block(run["key"], np.array([h + 1, a, run["c2"], run["c3"]], dtype=_U64))
+        row = self._cdf[h if self._cdf.shape[0] > 1 else 0, s, a]
+        s_next = min(int(row.searchsorted((int(w[0]) >> 11) * _TWO_M53, "right")), self.n_states - 1)
+        rew = self._rew[h if self._rew.shape[0] > 1 else 0, s, a]
+        r = float(rew[s_next] if rew.ndim == 1 else rew)
+        run.update(h=h + 1, s=s_next, c2=w[2], c3=w[3])
+        return r, s_next
+
+    def respond(self, k: int, actions) -> tuple[np.ndarray, np.ndarray]:
+        """User ``k``'s response to a fixed action sequence (for tests and audits).
+
+        Parameters
+        ----------
+        k : int
+        actions : array of int, shape (H,)
+
+        Returns
+        -------
+        states : ndarray, shape (H + 1,), int64
+            s_0, ..., s_H.
+        rewards : ndarray, shape (H,), float64
+        """
+        actions = np.asarray(actions)
+        if actions.shape != (self.horizon,):
+            raise UsageError(f"`actions` must have shape ({self.horizon},). Got {actions.shape}.")
+        states = np.empty(self.horizon + 1, dtype=np.int64)
+        rewards = np.empty(self.horizon)
+        states[0] = self.reset(k)
+        for h, a in enumerate(actions):  # sequential by nature: each step's block chains on the last
+            rewards[h], states[h + 1] = self.step(int(a))
+        return states, rewards
+
+
+def make_env(name: str, *, world_key: int = 0, horizon: int | None = None, states: int | None = None,
+             actions: int | None = None, instance_seed: int | None = None) -> EpisodicEnv:
+    """Build an episodic environment by name or from an MDP ``.npz`` file.
+
+    Parameters
+    ----------
+    name : str
+        One of ``ENV_NAMES`` or a path to an ``.npz`` written by
+        ``privaudit.mdp.io.save_mdp`` (e.g. ``privaudit simulate --mdp-out``).
+    world_key : int, default 0
+        Default user keys are (world_key, k).
+    horizon, states, actions, instance_seed : int, optional
+        Size options; defaults in ``ENV_DEFAULTS`` (riverswim: H = 20, S = 6;
+        random-tabular: S = 10, A = 5, H = 10, instance 0; icu-sepsis: H = 20;
+        synthetic-linear: H = 20, instance 0). An option that does not apply
+        to the environment is refused.
+
+    Returns
+    -------
+    EpisodicEnv
+        With ``features`` set for synthetic-linear (the project's map, phi/3,
+        ``privaudit.mdp.synthetic_linear.synthetic_linear_features``).
+
+    Raises
+    ------
+    UsageError
+        Unknown name, an option that does not apply, bad sizes, rewards
+        outside [0, 1].
+    ArtifactError
+        An unreadable MDP file.
+    """
+    given = {"horizon": horizon, "states": states, "actions": actions, "instance_seed": instance_seed}
+    if name not in ENV_NAMES:
+        if not str(name).endswith(".npz"):
+            raise UsageError(f"unknown environment {name!r}; choose one of {list(ENV_NAMES)} or a path to an "
+                             "MDP .npz file.")
+        bad = [k for k, v in given.items() if v is not None]
+        if bad:
+            raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in bad)} does not apply to an MDP "
+                             f"file ({name}); the file fixes S, A and H.")
+        mdp = load_mdp(Path(name))
+        return EpisodicEnv(mdp, world_key=world_key, name=Path(name).name)
+    defaults = ENV_DEFAULTS[name]
+    bad = [k for k, v in given.items() if v is not None and defaults[k] is None]
+    if bad:
+        raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in bad)} does not apply to {name}.")
+    opt = {k: (given[k] if given[k] is not None else d) for k, d in defaults.items()}
+    features = None
+    if name == "riverswim":
+        mdp = riverswim_mdp(horizon=opt["horizon"], states=opt["states"])
+    elif name == "random-tabular":
+        mdp = random_tabular_mdp(opt["states"], opt["actions"], opt["horizon"], opt["instance_seed"])
+    elif name == "icu-sepsis":
+        mdp = load_icu_sepsis(horizon=opt["horizon"])
+    else:
+        mdp = synthetic_linear_mdp(opt["instance_seed"], opt["horizon"])
+        features = synthetic_linear_features()
+    return EpisodicEnv(mdp, world_key=world_key, features=features, name=name)

@@ -1,0 +1,239 @@
+"""The agent protocol of online exploration, and a runner that measures exact regret.
+
+Every online algorithm (tabular PUCB / UCB-VI here, the linear explorers of
+``privaudit.online.linear``) implements :class:`Agent`:
+
+1. ``start_episode(k)``: user k arrives; the agent fixes the deterministic
+   Markov policy pi_k it will follow for the whole episode. Under joint DP
+   pi_k may depend on users 0..k-1 only through privatized releases
+   (billboard model, ALGORITHMS.md 4.1).
+2. ``policy()``: that policy as a table of actions, shape (H, S), int.
+3. ``act(h, s) -> a``: the action recommended to the user at step h in state s
+   (must equal ``policy()[h, s]``; the runner checks it).
+4. ``observe(h, s, a, r, s_next)``: the user's response.
+5. ``end_episode()``: the agent updates its statistics (private counters).
+
+:func:`run_episodes` plays users first_user..first_user+K-1 of an
+:class:`~privaudit.online.env.EpisodicEnv` and returns the per-episode exact
+regret V*_0(s_0^k) - V^{pi_k}_0(s_0^k) (0-based steps; the papers'
+V*_1(s_1^k) - V^{pi_k}_1(s_1^k)) computed from the known MDP. Policies are
+buffered in a fixed-size batch and evaluated together by one vectorised
+backward induction, so the evaluation's memory does not grow with K;
+consecutive episodes with the same policy share one evaluation.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from privaudit.errors import UsageError
+from privaudit.mdp.tabular import TabularMDP, value_iteration
+from privaudit.online.env import EpisodicEnv
+
+#: Memory allowed to one evaluation batch (the (B, S, S) gathered transitions), bytes.
+EVAL_BATCH_BYTES = 32 * 2 ** 20
+
+
+class Agent(abc.ABC):
+    """An online agent: one deterministic Markov policy per episode.
+
+    Subclasses implement :meth:`start_episode`, :meth:`observe`,
+    :meth:`end_episode` and :meth:`policy`; :meth:`act` reads the policy
+    table by default.
+    """
+
+    @abc.abstractmethod
+    def start_episode(self, k: int) -> None:
+        """User ``k`` arrives: fix this episode's policy (from released statistics only)."""
+
+    @abc.abstractmethod
+    def policy(self) -> np.ndarray:
+        """This episode's policy, shape (H, S), integer actions in [0, A)."""
+
+    def act(self, h: int, s: int) -> int:
+        """The action at step ``h`` (0-based) in state ``s``."""
+        return int(self.policy()[h, s])
+
+    @abc.abstractmethod
+    def observe(self, h: int, s: int, a: int, r: float, s_next: int) -> None:
+        """The user's response at step ``h``: reward ``r`` in [0, 1] and next state."""
+
+    @abc.abstractmethod
+    def end_episode(self) -> None:
+        """The episode is over: update (and release) the statistics."""
+
+
+@dataclass(frozen=True, repr=False)
+class RunResult:
+    """What one run of K episodes produced.
+
+    Attributes
+    ----------
+    regret : ndarray, shape (K,), float64
+        V*_0(s_0^k) - V^{pi_k}_0(s_0^k), exact (reward units, in [0, H]).
+    initial_state : ndarray, shape (K,), int64
+        s_0^k.
+    realised_return : ndarray, shape (K,), float64
+        Sum of the rewards user k received.
+    actions : ndarray, shape (K, H), int64, or None
+        The actions recommended to each user (with ``record=True``): under
+        JDP, the output that other users may see.
+    states : ndarray, shape (K, H + 1), int64, or None
+        s_0..s_H of each user (with ``record=True``).
+    first_user : int
+        Index of the first user played.
+    """
+
+    regret: np.ndarray
+    initial_state: np.ndarray
+    realised_return: np.ndarray
+    actions: np.ndarray | None
+    states: np.ndarray | None
+    first_user: int
+
+    def __repr__(self) -> str:
+        return (f"RunResult(K={len(self.regret)}, first_user={self.first_user}, "
+                f"recorded={self.actions is not None})")
+
+
+class RegretEvaluator:
+    """Exact per-episode regret of deterministic Markov policies, in batches.
+
+    Parameters
+    ----------
+    mdp : TabularMDP
+    n_episodes : int
+        K, the length of the output arrays.
+    batch_bytes : int
+        Memory for one batch of gathered transitions (B * S * S floats).
+
+    Notes
+    -----
+    Episodes are added in order; a run of consecutive episodes with the same
+    policy is one *slot*. When B slots are pending they are evaluated by one
+    backward induction over h, vectorised over (slot, s):
+    V_h[b, s] = r_h(s, pi_b(h, s)) + sum_s' P_h(s' | s, pi_b(h, s)) V_{h+1}[b, s'].
+    """
+
+    def __init__(self, mdp: TabularMDP, n_episodes: int, batch_bytes: int = EVAL_BATCH_BYTES):
+        self.mdp = mdp
+        H, S = mdp.horizon, mdp.n_states
+        self.batch = max(1, int(batch_bytes) // (8 * S * S))
+        _, V, _ = value_iteration(mdp)
+        self._v_star0 = V[0]
+        self.regret = np.full(int(n_episodes), np.nan)
+        self._tables = np.empty((self.batch, H, S), dtype=np.int64)
+        self._starts: list[int] = []  # first episode of each pending slot
+        self._s0 = np.empty(int(n_episodes), dtype=np.int64)
+        self._next = 0
+
+    def add(self, pi: np.ndarray, s0: int) -> None:
+        """Record the next episode: its policy (H, S) and initial state."""
+        i = self._next
+        n = len(self._starts)
+        if n == 0 or not np.array_equal(pi, self._tables[n - 1]):
+            if n == self.batch:
+                self._flush(i)
+                n = 0
+            self._tables[n] = pi
+            self._starts.append(i)
+        self._s0[i] = s0
+        self._next = i + 1
+
+    def finish(self) -> np.ndarray:
+        """Evaluate what is pending; returns ``regret`` (K,) (NaN where no episode was added)."""
+        self._flush(self._next)
+        return self.regret
+
+    def _flush(self, end: int) -> None:
+        n = len(self._starts)
+        if n == 0:
+            return
+        mdp, pi = self.mdp, self._tables[:n]
+        H, S = mdp.horizon, mdp.n_states
+        rows = np.arange(S)[None, :]
+        V = np.zeros((n, S))
+        for h in range(H - 1, -1, -1):  # backward over steps; vectorised over (slot, state)
+            a = pi[:, h, :]  # (n, S)
+            V = mdp.expected_reward(h)[rows, a] + np.einsum("bst,bt->bs", mdp.transition(h)[rows, a], V)
+        starts = np.asarray(self._starts + [end])
+        slot = np.repeat(np.arange(n), np.diff(starts))
+        s0 = self._s0[starts[0]:end]
+        self.regret[starts[0]:end] = self._v_star0[s0] - V[slot, s0]
+        self._starts = []
+
+
+def run_episodes(env: EpisodicEnv, agent: Agent, n_episodes: int, *, first_user: int = 0,
+                 record: bool = False, progress: Callable[[int], None] | None = None,
+                 batch_bytes: int = EVAL_BATCH_BYTES) -> RunResult:
+    """Play users first_user .. first_user + K - 1 and measure exact regret.
+
+    Parameters
+    ----------
+    env : EpisodicEnv
+    agent : Agent
+    n_episodes : int
+        K >= 1.
+    first_user : int, default 0
+    record : bool, default False
+        Also return every user's actions (K, H) and states (K, H + 1).
+    progress : callable, optional
+        Called with the number of episodes done since the last call (e.g.
+        ``tqdm.update``), every 1% of the run.
+    batch_bytes : int
+        Memory of one regret-evaluation batch (see :class:`RegretEvaluator`).
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    UsageError
+        ``n_episodes`` < 1, or the agent acts off the policy it declared, or
+        declares a policy of the wrong shape or with actions outside [0, A).
+    """
+    K = int(n_episodes)
+    if K < 1:
+        raise UsageError(f"`n_episodes` must be >= 1. Got {n_episodes}.")
+    H, S, A = env.horizon, env.n_states, env.n_actions
+    ev = RegretEvaluator(env.mdp, K, batch_bytes)
+    initial = np.empty(K, dtype=np.int64)
+    returns = np.empty(K)
+    actions = np.empty((K, H), dtype=np.int64) if record else None
+    states = np.empty((K, H + 1), dtype=np.int64) if record else None
+    tick = max(1, K // 100)
+    for i in range(K):  # episodes are sequential: episode k's policy depends on releases after k - 1
+        k = first_user + i
+        agent.start_episode(k)
+        pi = np.asarray(agent.policy())
+        if pi.shape != (H, S) or not np.issubdtype(pi.dtype, np.integer) or pi.min() < 0 or pi.max() >= A:
+            raise UsageError(f"agent {type(agent).__name__} declared a policy of shape {pi.shape}, dtype "
+                             f"{pi.dtype}; it must be ({H}, {S}) integers in [0, {A}).")
+        s = env.reset(k)
+        initial[i] = s
+        ev.add(pi, s)
+        total = 0.0
+        for h in range(H):
+            a = agent.act(h, s)
+            if a != pi[h, s]:
+                raise UsageError(f"agent {type(agent).__name__} acted {a} at (h={h}, s={s}) but its declared "
+                                 f"policy says {int(pi[h, s])}; the regret would be wrong.")
+            r, s_next = env.step(a)
+            agent.observe(h, s, a, r, s_next)
+            if record:
+                actions[i, h] = a
+                states[i, h] = s
+            total += r
+            s = s_next
+        if record:
+            states[i, H] = s
+        returns[i] = total
+        agent.end_episode()
+        if progress is not None and ((i + 1) % tick == 0 or i + 1 == K):
+            progress(tick if (i + 1) % tick == 0 else (i + 1) % tick)
+    return RunResult(ev.finish(), initial, returns, actions, states, int(first_user))

@@ -1,0 +1,133 @@
+"""Private tree counters: structure, noise scale, error bound, privacy event."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from privaudit.errors import UsageError
+from privaudit.online.counters import (TreeCounter, gaussian_node_sigma, laplace_node_scale, tree_counter_event,
+                                       tree_error_bound, tree_levels)
+
+
+class CountingRng:
+    """Wraps a Generator and counts the noise values it hands out."""
+
+    def __init__(self, seed):
+        self.g = np.random.default_rng(seed)
+        self.values = 0
+
+    def laplace(self, loc, scale, size):
+        self.values += int(np.prod(size))
+        return self.g.laplace(loc, scale, size)
+
+    def normal(self, loc, scale, size):
+        self.values += int(np.prod(size))
+        return self.g.normal(loc, scale, size)
+
+
+def test_levels():
+    assert [tree_levels(T) for T in (1, 2, 3, 4, 7, 8, 1000, 1024)] == [1, 2, 2, 3, 3, 4, 10, 11]
+
+
+def test_release_is_exact_sum_plus_open_node_noise_slow_reference():
+    """The running-sum implementation equals a slow tree of noisy p-sums with the same draws."""
+    T, shape = 37, (2, 3)
+    rng = np.random.default_rng(5)
+    c = TreeCounter(shape, T, "laplace", 2.0, rng=np.random.default_rng(11))
+    ref_rng = np.random.default_rng(11)
+    node_noise = {}  # level -> noise of the node closing at its last time
+    total = np.zeros(shape)
+    for t in range(1, T + 1):
+        z = rng.integers(0, 2, size=shape).astype(float)
+        total += z
+        i = (t & -t).bit_length() - 1
+        node_noise[i] = ref_rng.laplace(0.0, 2.0, size=shape)
+        expect = total + sum(node_noise[j] for j in range(c.n_levels) if (t >> j) & 1)
+        np.testing.assert_allclose(c.update(z), expect, rtol=0, atol=1e-9)
+
+
+def test_noise_values_per_release_at_most_L_and_one_fresh_draw_per_update():
+    K = 1000
+    L = math.floor(math.log2(K)) + 1
+    rng = CountingRng(0)
+    c = TreeCounter((4,), K, "laplace", 1.0, rng=rng)
+    terms = []
+    for t in range(K):
+        c.update(np.zeros(4))
+        terms.append(c.current_noise_terms())
+        assert len(c.open_levels()) == terms[-1]
+    assert max(terms) <= L and max(terms) == L - 1 + (K >= 2 ** L - 1)
+    assert rng.values == 4 * K  # one fresh noise value per counter per release
+    assert c.draws == K
+    with pytest.raises(UsageError, match="T=1000"):
+        c.update(np.zeros(4))
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+def test_empirical_noise_scale(mechanism):
+    """Release error at t = 7 (3 open nodes) has variance 3 * var(node).
+
+    200000 counters in one array; the sample variance's relative error has sd
+    about sqrt((kurtosis - 1)/n) <= 0.006 (Laplace sum kurtosis <= 6), so a
+    5% tolerance fails with probability far below 1e-9.
+    """
+    n, scale = 200_000, 3.0
+    c = TreeCounter((n,), 8, mechanism, scale, rng=np.random.default_rng(2))
+    for _ in range(7):
+        err = c.update(np.ones(n)) - c._exact
+    var_node = 2 * scale ** 2 if mechanism == "laplace" else scale ** 2
+    assert np.var(err) == pytest.approx(3 * var_node, rel=0.05)
+    assert abs(err.mean()) < 6 * math.sqrt(3 * var_node / n)
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+def test_error_bound_holds_at_its_probability(mechanism):
+    """Per-release bound (n_counters = n_releases = 1) at beta = 0.2 over 20000 streams.
+
+    The failure indicator is Bernoulli(p <= 0.2); the test rejects when the
+    empirical rate exceeds 0.2 + 4.5 sd (false failure < 1e-5).
+    """
+    T, n, beta, scale = 15, 20_000, 0.2, 1.5
+    c = TreeCounter((n,), T, mechanism, scale, rng=np.random.default_rng(3))
+    E = tree_error_bound(mechanism, scale, c.n_levels, beta)
+    worst = 0.0
+    for t in range(T):
+        err = np.abs(c.update(np.zeros(n)) - c._exact)
+        worst = max(worst, (err > E).mean())
+    assert worst <= beta + 4.5 * math.sqrt(beta * (1 - beta) / n)
+    # the uniform bound (all counters, all releases) fails rarely: empirical check at beta = 0.05
+    c = TreeCounter((2000,), T, mechanism, scale, rng=np.random.default_rng(4))
+    Eu = tree_error_bound(mechanism, scale, c.n_levels, 0.05, n_counters=2000, n_releases=T)
+    assert all(np.abs(c.update(np.zeros(2000)) - c._exact).max() <= Eu for _ in range(T))
+
+
+def test_gaussian_bound_is_tight_quantile():
+    """For one release with L open nodes the Gaussian bound is the exact two-sided quantile."""
+    E = tree_error_bound("gaussian", 2.0, 4, 0.01)
+    assert E == pytest.approx(2.0 * 2 * stats.norm.isf(0.005), rel=1e-12)
+
+
+def test_calibration_and_event():
+    L, H, eps = tree_levels(10_000), 10, 1.0
+    b = laplace_node_scale(2 * H, L, eps / 3)
+    assert b == pytest.approx(6 * H * L / eps)
+    ev = tree_counter_event("pucb:visits", "laplace", 2 * H, L, b)
+    assert ev.epsilon == pytest.approx(eps / 3) and ev.epsilon >= eps / 3
+    assert ev.neighbouring == "substitution"
+    sigma = gaussian_node_sigma(math.sqrt(2 * H), L, 0.1)
+    assert sigma ** 2 == pytest.approx(L * 2 * H / 0.2)
+    assert tree_counter_event("f", "gaussian", math.sqrt(2 * H), L, sigma).rho == pytest.approx(0.1)
+
+
+def test_goe_noise_is_symmetric_and_exact_counter_is_exact():
+    c = TreeCounter((3, 4, 4), 4, "goe", 1.0, rng=np.random.default_rng(0))
+    r = c.update(np.zeros((3, 4, 4)))
+    np.testing.assert_array_equal(r, np.swapaxes(r, -1, -2))
+    e = TreeCounter((5,), 3, "none", rng=np.random.default_rng(0))
+    np.testing.assert_array_equal(e.update(np.arange(5.0)), np.arange(5.0))
+    with pytest.raises(UsageError):
+        TreeCounter((5,), 3, "laplace", 0.0, rng=np.random.default_rng(0))
