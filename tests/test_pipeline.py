@@ -182,12 +182,13 @@ def test_stationary_release_is_audited_on_the_pooled_worst_case(world, tmp_path)
                      stationary=True, audit_trials=200, seed=8)
     assert s["evaluation"] is None and all(p["value"] is None for p in s["policies"])
     a = s["audit"]
-    assert a["pair"] == "canary-repeat" and a["graybox"] == {"checked": True, "violation": False}
+    assert a["pair"] == "synthetic-repeat" and a["graybox"] == {"checked": True, "violation": False}
     assert a["claim"]["kind"] == "gaussian" and math.isclose(a["claim"]["rho"], 1.0, rel_tol=1e-12)
     report = json.loads((out / a["report"]).read_text())
     visits = next(f for f in report["graybox"]["families"] if f["name"] == "visits")
-    # one cell gains H = 4 visits from the canary: the L2 change is at least H (pooled worst case)
-    assert visits["l2"] >= world["doc"]["horizon"] and visits["l2"] <= visits["declared_l2"]
+    # u* and v* each put H = 4 visits (k = 1) in one cell: L2 = H sqrt(2), the pooled declared sensitivity
+    H = world["doc"]["horizon"]
+    assert visits["l2"] == pytest.approx(H * math.sqrt(2), rel=1e-12) == pytest.approx(visits["declared_l2"])
 
 
 def broken_logs(world, path: Path) -> Path:
@@ -317,7 +318,9 @@ def test_sharing_rules():
     ok = {"verdict": "no violation found"}
     plain = _sharing(ok, seeded=False)
     assert {"release/", "policies/", "summary.json"} <= set(plain["may_leave"])
-    assert {"private/", "audit/"} <= set(plain["must_not_leave"])
+    assert "private/" in plain["must_not_leave"] and "audit/" not in plain["must_not_leave"]
+    # the audit runs on a synthetic pair from the spec: its report may leave with the release
+    assert {"audit/", "figures/audit_tradeoff.png"} <= set(plain["may_leave"])
     for shut in (_sharing({"verdict": "violation"}, seeded=False), _sharing(ok, seeded=True)):
         assert shut["may_leave"] == [] and "release/" in shut["must_not_leave"]
 

@@ -2,8 +2,8 @@
 
 Nothing here reads the private logs: every input is already public
 (the release manifest, DP policies, values on a public MDP) or, for the
-audit, its verdict and bound (see docs/pipeline.md, "What may leave the
-building").
+audit, which runs on a synthetic pair built from the spec (see
+docs/pipeline.md, "What may leave the building").
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SUMMARY_KIND = "privaudit-pipeline-summary"
 #: Files and folders of the output that may be shared outside the hospital.
 MAY_LEAVE = ("release/", "policies/", "summary.json", "report.md", "figures/values.png")
 #: Files and folders that must stay with the data holder.
-MUST_NOT_LEAVE = ("private/", "audit/")
+MUST_NOT_LEAVE = ("private/",)
 
 
 def learner_diagnostics(Q: np.ndarray, V0: np.ndarray, table: np.ndarray, mdp=None,
@@ -214,7 +214,8 @@ def _sharing(audit: dict | None, seeded: bool = False) -> dict:
     """Which outputs may leave the building: none at all when the audit found a
     violation, or when the noise came from a user seed (anyone who knows the
     seed can subtract the noise: such outputs are for tests only)."""
-    may = list(MAY_LEAVE) + (["figures/audit_tradeoff.png"] if audit else [])
+    # the audit runs on a synthetic pair built from the spec: nothing of it depends on the logs
+    may = list(MAY_LEAVE) + (["figures/audit_tradeoff.png", "audit/"] if audit else [])
     if seeded or (audit is not None and audit["verdict"] == "violation"):
         return {"may_leave": [], "must_not_leave": may + list(MUST_NOT_LEAVE)}
     return {"may_leave": may, "must_not_leave": list(MUST_NOT_LEAVE)}
@@ -344,9 +345,12 @@ def render_markdown(summary: dict) -> str:
         L += ["Skipped (`--audit-trials 0`).", ""]
     else:
         lb = "n/a" if a["epsilon_lower_bound"] is None else f"{a['epsilon_lower_bound']:.3g}"
-        L += [f"The release was run {a['trials_per_side']} times on the logs D and on a neighbour D' "
-              f"(`{a['pair']}`: one unit replaced by a canary episode), attacked, and the attack's error rates "
-              f"turned into a lower bound on epsilon valid with confidence {a['confidence']}.", "",
+        L += [f"The release's code path was run {a['trials_per_side']} times on each side of a neighbouring "
+              f"pair D0 = logs + u*, D1 = logs + v* (`{a['pair']}`: u* and v* are synthetic units built from the "
+              "spec alone, k full-length episodes each on disjoint cells, so the pair attains the declared "
+              "sensitivity), attacked, and the attack's error rates turned into a lower bound on epsilon valid "
+              f"with confidence {a['confidence']}. The outcome is the same for every logs (the release adds "
+              "noise independently of the counts), so the audit reads none of them.", "",
               f"* Verdict: **{a['verdict']}**; epsilon lower bound **{lb}** vs claimed "
               f"{a['claim']['epsilon']:.4g} at delta {a['claim']['delta']:g} (test: {a['test']}).",
               f"* Gray-box check of the sensitivities on this pair: "
@@ -366,12 +370,10 @@ def render_markdown(summary: dict) -> str:
           "| `figures/values.png` | yes | the values chart |"]
     if a is not None:
         L.append("| `figures/audit_tradeoff.png` | yes | the audit's trade-off curve (same content as its verdict) |")
-        L.append("| `audit/` | **no** | the full audit report names the canary cells, chosen as the rarest "
-                 "cells of the private logs, and the replaced unit's length |")
+        L.append("| `audit/` | yes | the full audit report: the synthetic pair (from the spec), the attacks' "
+                 "counts and bounds; nothing of the logs |")
     L += ["| `private/local-log.json` | **no** | what contribution bounding dropped or clipped, stage "
           "timings: facts about the private logs, for the data holder only |", "",
-          "The audit's verdict and bound in the summary are computed from the logs without added noise; they "
-          "depend on the logs only through the replaced unit and the canary's cells. Remove the `audit` part "
-          "of `summary.json` and this report's audit section if your governance requires every shared number "
-          "to be differentially private.", ""]
+          "The audit reads nothing of the logs: its verdict, bound and figure are functions of the spec, the "
+          "release manifest and the audit's own noise only.", ""]
     return "\n".join(L)

@@ -14,14 +14,15 @@ Layout of ``out`` (see docs/pipeline.md)::
     release/                  the DP release (manifest.json + Parquet tables)
     policies/dp-apvi/         policy.json + policy.parquet
     policies/dp-vapvi/        (when the spec declares a feature map)
-    audit/audit_report.json   INTERNAL: names the canary cells chosen from the data
+    audit/audit_report.json   the full audit report (synthetic pair from the spec: no private data)
     private/local-log.json    PRIVATE: bounding facts, stage timings
 
 Privacy: the release is the only access to the logs unless the spec declares
 a feature map (then DP-VAPVI is a second one, and the budget is split; see
 :mod:`privaudit.pipeline.guarantee`). DP-APVI, the evaluation on a public
-MDP and the figures are post-processing. The audit reads the logs again but
-publishes nothing of them beyond its verdict and bound (see docs/pipeline.md).
+MDP and the figures are post-processing. The audit reads nothing of the logs:
+it runs the release's code path on a synthetic pair built from the spec (see
+:mod:`privaudit.pipeline.audit_release` and docs/pipeline.md).
 """
 
 from __future__ import annotations
@@ -337,13 +338,11 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stati
     t = time.perf_counter()
     audit = None
     if audit_trials:
-        from privaudit.data.prepare import collect_or_raise
         from privaudit.pipeline.audit_release import audit_release
 
-        frame = collect_or_raise(prepared.raw, logs)  # D: the auditor bounds each neighbouring dataset itself
-        report = audit_release(frame, spec, manifest, delta=plan.delta, trials=int(audit_trials),
+        # synthetic pair from the spec: reads nothing of the logs (docs/pipeline.md "What may leave")
+        report = audit_release(spec, manifest, delta=plan.delta, trials=int(audit_trials),
                                seed=seeds[2], progress=progress)
-        del frame
         report.write_json(tmp / "audit" / "audit_report.json")
         report.plot(tmp / "figures" / "audit_tradeoff.png")
         audit = rep.audit_summary(report)
