@@ -67,6 +67,14 @@ class BudgetExceededError(PrivauditError, ValueError):
     exit_code = 3
 
 
+class LedgerIntegrityError(ArtifactError):
+    """The budget ledger's hash chain or head file does not verify: a line was
+    edited, removed, inserted or moved, or the last lines were deleted. The
+    ledger refuses to spend (exit 3, the first bad line named)."""
+
+    exit_code = 3
+
+
 class AccountingError(PrivauditError, ValueError):
     """A privacy event or conversion the accountant does not support (exit 2)."""
 

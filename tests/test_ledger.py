@@ -11,9 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit.errors import ArtifactError, BudgetExceededError, UsageError
+from privaudit.errors import ArtifactError, BudgetExceededError, LedgerIntegrityError, UsageError
+from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.ledger import (charge, check_budget, init_ledger, ledger_status,
                                       rho_of_pure_dp)
+from privaudit.schemas import schema_errors
 
 
 @pytest.fixture
@@ -136,6 +138,17 @@ def _append(path, obj):
         f.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
 
 
+def _forge(path, obj, key=None):
+    """Append ``obj`` as a correctly chained line and move the head to it: what an editor who
+    knows the (absent) key could do. The semantic checks must still refuse bad content."""
+    if isinstance(obj, str):
+        return _append(path, obj)
+    entries = [json.loads(x) for x in path.read_text().splitlines()]
+    line = ledger_mod._sealed({**obj, "prev": entries[-1]["digest"]}, key)
+    _append(path, line)
+    ledger_mod._write_head(path, entries[0]["ledger_id"], line, key)
+
+
 def _charge_line(seq, rho, dataset="icu"):
     return {"type": "charge", "seq": seq, "dataset_id": dataset, "rho": rho,
             "description": "hand-written", "timestamp": "2025-01-01T00:00:00Z"}
@@ -148,7 +161,7 @@ def _charge_line(seq, rho, dataset="icu"):
     (_charge_line(1, "inf"), "line 2: `rho` is not a number"),
     (_charge_line(1, "1e400"), "line 2: `rho` must be a finite number"),
     (_charge_line(1, "1e-400"), "line 2: `rho` is too small"),
-    (_charge_line(1, 0.1), "line 2: `rho` must be an exact decimal string"),
+    (_charge_line(1, 0.1), "line 2: not a version-2 ledger entry ($.rho: 0.1 is not of type 'string')"),
     (_charge_line(1, "0.1", dataset="other"), "line 2: charge for dataset 'other'"),
     (_charge_line(2, "0.1"), "line 2: charge sequence numbers must be contiguous"),
     ("this is not json", "line 2: not valid JSON"),
@@ -157,7 +170,7 @@ def _charge_line(seq, rho, dataset="icu"):
 def test_corrupt_charge_line_refused_everywhere(tmp_path, bad, where):
     path = tmp_path / "l.jsonl"
     init_ledger(path, "icu", 1)
-    _append(path, bad)
+    _forge(path, bad)
     before = path.read_bytes()
     for read in (lambda: ledger_status(path), lambda: check_budget(path, "icu", 0.1),
                  lambda: charge(path, "icu", 0.1, "x")):
@@ -165,7 +178,8 @@ def test_corrupt_charge_line_refused_everywhere(tmp_path, bad, where):
             read()
     assert path.read_bytes() == before  # the refused charge appended nothing
     r = CliRunner().invoke(main, ["budget", "show", str(path)])
-    assert r.exit_code == 1 and where in r.output and "Traceback" not in r.output
+    integrity = where.startswith("line 2: not a version-2")  # a broken chain: refuses to spend, exit 3
+    assert r.exit_code == (3 if integrity else 1) and where in r.output and "Traceback" not in r.output
 
 
 def test_duplicated_header_and_broken_sequence_refused(tmp_path):
@@ -173,7 +187,7 @@ def test_duplicated_header_and_broken_sequence_refused(tmp_path):
     head = init_ledger(path, "icu", 1)
     charge(path, "icu", "0.1", "a")
     _append(path, head)
-    with pytest.raises(ArtifactError, match="line 3: a second ledger header"):
+    with pytest.raises(LedgerIntegrityError, match="line 3: its `prev` does not match"):
         ledger_status(path)
     path2 = tmp_path / "m.jsonl"
     init_ledger(path2, "icu", 1)
@@ -181,7 +195,7 @@ def test_duplicated_header_and_broken_sequence_refused(tmp_path):
     charge(path2, "icu", "0.1", "b")
     lines = path2.read_text().splitlines()
     path2.write_text("\n".join([lines[0], lines[2]]) + "\n")  # charge #1 removed: sequence 2 after header
-    with pytest.raises(ArtifactError, match="line 2: .*expected seq 1, found 2"):
+    with pytest.raises(LedgerIntegrityError, match="line 2: its `prev` does not match line 1"):
         check_budget(path2, "icu", 0.1)
 
 
@@ -189,7 +203,9 @@ def test_duplicated_header_and_broken_sequence_refused(tmp_path):
 def test_corrupt_header_total_refused(tmp_path, total):
     path = tmp_path / "l.jsonl"
     head = init_ledger(path, "icu", 1)
-    path.write_text(json.dumps({**head, "rho_total": total}) + "\n")
+    forged = ledger_mod._sealed({**head, "rho_total": total}, None)  # re-hashed: the chain alone passes
+    path.write_text(json.dumps(forged) + "\n")
+    ledger_mod._write_head(path, head["ledger_id"], forged, None)
     with pytest.raises(ArtifactError, match="line 1: `rho_total`"):
         ledger_status(path)
 
@@ -199,7 +215,7 @@ def test_negative_charge_cannot_refill_the_budget(tmp_path):
     path = tmp_path / "l.jsonl"
     init_ledger(path, "icu", 1)
     charge(path, "icu", "0.5", "real")
-    _append(path, _charge_line(2, "-10"))
+    _forge(path, _charge_line(2, "-10"))
     r = CliRunner().invoke(main, ["budget", "charge", str(path), "--dataset", "icu", "--rho", "5",
                                   "--description", "x"])
     assert r.exit_code == 1 and "line 3" in r.output and "must be > 0" in r.output
@@ -233,3 +249,144 @@ def test_show_prints_readable_amounts_and_exact_json(tmp_path):
     st = json.loads(CliRunner().invoke(main, ["budget", "show", str(path), "--json"]).output)
     assert Fraction(st["rho_remaining"]) == 1 - Fraction(1, 10 ** 300)  # exact
     assert st["entries"][0]["rho"] == "1e-300"
+
+
+# ----------------------------------------------------------------------------- hash chain (issue 10 item 5)
+def _three_charges(tmp_path):
+    path = tmp_path / "chain.jsonl"
+    init_ledger(path, "icu", 1)
+    for rho, what in (("0.1", "a"), ("0.2", "b"), ("0.3", "c")):
+        charge(path, "icu", rho, what)
+    return path
+
+
+def _spend_cli(path, rho="0.01"):
+    return CliRunner().invoke(main, ["budget", "charge", str(path), "--dataset", "icu", "--rho", rho,
+                                     "--description", "x"])
+
+
+def _edit(path, fn):
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(fn(lines)) + "\n")
+
+
+@pytest.mark.parametrize("edit,line,needle", [
+    (lambda ls: ls[:-1], 3, "the last line(s) were deleted"),
+    (lambda ls: ls[:-2], 2, "the last line(s) were deleted"),
+    (lambda ls: [ls[0], ls[1], ls[2].replace('"rho": "0.2"', '"rho": "0.02"'), ls[3]], 3, "digest does not match"),
+    (lambda ls: [ls[0], ls[1], ls[3]], 3, "`prev` does not match line 2"),
+    (lambda ls: [ls[0], ls[2], ls[1], ls[3]], 2, "`prev` does not match line 1"),
+])
+def test_edited_or_truncated_ledger_refuses_to_spend_exit_3(tmp_path, edit, line, needle):
+    """Each edit lowers the spent budget; on the old (unchained) format each was accepted."""
+    path = _three_charges(tmp_path)
+    _edit(path, edit)
+    before = path.read_bytes()
+    for read in (lambda: ledger_status(path), lambda: check_budget(path, "icu", 0.1),
+                 lambda: charge(path, "icu", 0.1, "x")):
+        with pytest.raises(LedgerIntegrityError, match=re.escape(f"line {line}: ") + ".*" + re.escape(needle)):
+            read()
+    r = _spend_cli(path)
+    assert r.exit_code == 3 and f"line {line}" in r.output and "Traceback" not in r.output, r.output
+    assert path.read_bytes() == before
+
+
+def test_missing_or_edited_head_refused(tmp_path):
+    path = _three_charges(tmp_path)
+    head = path.with_name(path.name + ".head")
+    text = head.read_text()
+    head.write_text(text.replace('"seq": 3', '"seq": 2'))  # moved back by hand: its own digest breaks
+    with pytest.raises(LedgerIntegrityError, match="head file .* was edited"):
+        check_budget(path, "icu", 0.1)
+    head.unlink()
+    with pytest.raises(LedgerIntegrityError, match="head file .* is missing"):
+        check_budget(path, "icu", 0.1)
+
+
+def test_crash_between_append_and_head_is_accepted_and_repaired(tmp_path):
+    """A ledger one charge ahead of its head only spent more: accepted; the next charge moves the head."""
+    path = _three_charges(tmp_path)
+    head = path.with_name(path.name + ".head")
+    old_head = head.read_text()
+    charge(path, "icu", "0.1", "d")
+    head.write_text(old_head)
+    assert ledger_status(path)["rho_spent"] == "0.7"
+    charge(path, "icu", "0.1", "e")
+    assert json.loads(head.read_text())["seq"] == 5
+
+
+def test_keyless_chain_does_not_stop_a_full_rehash_but_a_key_does(tmp_path, monkeypatch):
+    """What is and is not detected (module docstring): without a key a re-hashed edit passes."""
+    def rehash(path, key):
+        entries = [json.loads(x) for x in path.read_text().splitlines()]
+        entries[2]["rho"] = "0.02"
+        prev, out = None, []
+        for e in entries:
+            e = ledger_mod._sealed({**e, "prev": prev}, key)
+            out.append(e)
+            prev = e["digest"]
+        path.write_text("".join(json.dumps(e) + "\n" for e in out))
+        ledger_mod._write_head(path, out[0]["ledger_id"], out[-1], key)
+
+    plain = _three_charges(tmp_path)
+    rehash(plain, None)
+    assert ledger_status(plain)["rho_spent"] == "0.42"  # not detected: documented limitation
+    keydir = tmp_path / "keys"
+    keydir.mkdir()
+    (keydir / "ledger.key").write_bytes(b"0123456789abcdef0123456789abcdef\n")
+    monkeypatch.setenv("PRIVAUDIT_LEDGER_KEY_FILE", str(keydir / "ledger.key"))
+    ledir = tmp_path / "keyed"
+    ledir.mkdir()
+    keyed = _three_charges(ledir)
+    assert json.loads(keyed.read_text().splitlines()[0])["auth"] == "hmac-sha256"
+    assert "0123456789abcdef" not in keyed.read_text()
+    assert ledger_status(keyed)["rho_spent"] == "0.6"
+    rehash(keyed, None)  # the editor does not have the key
+    with pytest.raises(LedgerIntegrityError, match="line 1: its digest does not match"):
+        check_budget(keyed, "icu", 0.1)
+    monkeypatch.delenv("PRIVAUDIT_LEDGER_KEY_FILE")
+    with pytest.raises(UsageError, match="authenticated"):
+        ledger_status(keyed)
+    monkeypatch.setenv("PRIVAUDIT_LEDGER_KEY", "another key of 16+ bytes")
+    with pytest.raises(UsageError, match="not this ledger's key"):
+        ledger_status(keyed)
+    monkeypatch.delenv("PRIVAUDIT_LEDGER_KEY")
+    (ledir / "k").write_bytes(b"0123456789abcdef0123")
+    monkeypatch.setenv("PRIVAUDIT_LEDGER_KEY_FILE", str(ledir / "k"))
+    with pytest.raises(UsageError, match="own folder"):
+        init_ledger(ledir / "new.jsonl", "icu", 1)
+
+
+def _v1_ledger(path):
+    path.write_text("".join(json.dumps(e) + "\n" for e in [
+        {"format": "privaudit-ledger", "format_version": 1, "type": "init", "dataset_id": "icu",
+         "rho_total": "1", "created": "2025-01-01T00:00:00Z"},
+        _charge_line(1, "0.25")]))
+
+
+def test_version_1_ledger_read_refused_for_spending_then_upgraded(tmp_path):
+    path = tmp_path / "old.jsonl"
+    _v1_ledger(path)
+    st = ledger_status(path)
+    assert st["format_version"] == 1 and st["verified"] is False and st["rho_spent"] == "0.25"
+    with pytest.raises(ArtifactError, match="format_version 1 has no hash chain.*budget upgrade"):
+        check_budget(path, "icu", 0.1)
+    r = _spend_cli(path)
+    assert r.exit_code == 1 and "format_version 1" in r.output
+    r = CliRunner().invoke(main, ["budget", "upgrade", str(path)])
+    assert r.exit_code == 0, r.output
+    st = ledger_status(path)
+    assert st["format_version"] == 2 and st["verified"] and st["rho_spent"] == "0.25"
+    assert (tmp_path / "old.jsonl.v1").exists()
+    charge(path, "icu", "0.5", "after upgrade")
+    assert ledger_status(path)["rho_remaining"] == "0.25"
+
+
+def test_entries_validate_against_the_ledger_schema(tmp_path):
+    path = _three_charges(tmp_path)
+    charge(path, "icu", "0.1", "named", run="run-1", output=tmp_path / "out")
+    for line in path.read_text().splitlines():
+        assert schema_errors(json.loads(line), "ledger_entry") == []
+    last = json.loads(path.read_text().splitlines()[-1])
+    assert last["run"] == "run-1" and last["output"] == str(tmp_path / "out")
+    assert schema_errors({**last, "extra": 1}, "ledger_entry")

@@ -264,7 +264,7 @@ def test_ledger_refusal_before_reading_or_noise(data, tmp_path, monkeypatch):
     # logs that raise when read (there are none at this path): the refusal is still the budget's
     with pytest.raises(BudgetExceededError):
         release_logs(tmp_path / "no-such-logs", data["spec_public"], rho=0.6, out=tmp_path / "r", ledger=led)
-    _no_leftovers(tmp_path, ["budget.jsonl"])
+    _no_leftovers(tmp_path, ["budget.jsonl", "budget.jsonl.head", "budget.jsonl.lock"])
     assert len(led.read_text().splitlines()) == 1  # nothing charged
 
 
@@ -583,9 +583,10 @@ def test_corrupt_ledger_refuses_release_before_reading(data, tmp_path, monkeypat
     with watch_reads(data["logs_dir"]) as reads:
         res = _cli(data["logs_dir"], "--spec", data["spec_public"], "--rho", "5", "--out", tmp_path / "r",
                    "--ledger", led)
-    assert res.exit_code == 1 and "line 2" in res.output and "must be > 0" in res.output, res.output
+    # the hand-written line is not chained: the ledger refuses to spend (exit 3, the line named)
+    assert res.exit_code == 3 and "line 2" in res.output and "not a version-2 ledger entry" in res.output, res.output
     assert reads == [] and noise == []
     res = _cli(tmp_path / "no-such-logs", "--spec", data["spec_public"], "--rho", "5", "--out", tmp_path / "r",
                "--ledger", led)
-    assert res.exit_code == 1 and "line 2" in res.output, res.output  # the ledger's error, not the logs'
-    _no_leftovers(tmp_path, ["budget.jsonl"])
+    assert res.exit_code == 3 and "line 2" in res.output, res.output  # the ledger's error, not the logs'
+    _no_leftovers(tmp_path, ["budget.jsonl", "budget.jsonl.head", "budget.jsonl.lock"])

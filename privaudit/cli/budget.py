@@ -17,6 +17,11 @@ def command():
     """Privacy-budget ledger: one total zCDP budget per dataset; every release
     is charged against it and refused (exit 3) once it would be exceeded.
 
+    Entries are hash-chained (FILE.head holds the last one); an edited or
+    truncated ledger refuses to spend (exit 3, the line named). Set
+    PRIVAUDIT_LEDGER_KEY_FILE (a key file kept elsewhere) before `init` to
+    authenticate the chain with HMAC-SHA256.
+
     A pure eps-DP release is charged rho = eps^2/2 (a valid zCDP bound).
     """
 
@@ -61,6 +66,12 @@ def show_cmd(file, as_json):
     click.echo(f"spent     {_readable(st['rho_spent'])}")
     click.echo(f"remaining {_readable(st['rho_remaining'])}")
     click.echo(f"entries   {st['n_entries']}")
+    if st["verified"]:
+        click.echo(f"chain     verified ({st['auth']}); head #{st['head']['seq']} {st['head']['digest']}")
+        click.echo("          (note the head elsewhere: it also catches a rollback of the ledger and its .head)")
+    else:
+        click.echo(f"chain     none (format_version {st['format_version']}): edits cannot be detected; "
+                   f"`privaudit budget upgrade {file}` chains it")
     for e in st["entries"]:
         click.echo(f"  #{e['seq']:<3} {e.get('timestamp', '?')}  rho={_readable(e['rho']):<12} "
                    f"{e.get('description', '')}")
@@ -77,6 +88,21 @@ def _readable(exact: str) -> str:
     if len(exact) <= 16:
         return exact
     return f"~{float(Fraction(text)):.6g}"
+
+
+@command.command("upgrade")
+@click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
+@handle_errors
+def upgrade_cmd(file):
+    """Chain a format_version 1 ledger FILE (kept as FILE.v1), trusting its current content.
+
+    Check its entries with `budget show` first. Example: privaudit budget upgrade icu.ledger
+    """
+    from privaudit.privacy.ledger import upgrade_ledger
+
+    st = upgrade_ledger(file)
+    click.echo(f"chained {file} (format_version {st['format_version']}, {st['auth']}); "
+               f"{st['n_entries']} charges kept, spent {st['rho_spent']}; the unchained copy is {file}.v1")
 
 
 @command.command("charge")

@@ -1,16 +1,27 @@
-"""Append-only privacy-budget ledger (JSON lines, exact amounts, file lock).
+"""Append-only, hash-chained privacy-budget ledger (JSON lines, exact amounts, file lock).
 
-Format (version 1), one JSON object per line:
+Format (version 2), one JSON object per line (schema ``schemas/ledger_entry.schema.json``):
 
 * line 1, the header::
 
-    {"format": "privaudit-ledger", "format_version": 1, "type": "init",
-     "dataset_id": "icu-2024", "rho_total": "1.5", "created": "2025-...Z"}
+    {"format": "privaudit-ledger", "format_version": 2, "type": "init",
+     "dataset_id": "icu-2024", "rho_total": "1.5", "created": "2025-...Z",
+     "ledger_id": "<32 hex>", "auth": "sha256" | "hmac-sha256", "key_id": null | "<16 hex>",
+     "prev": null, "digest": "<64 hex>"}
 
 * then one line per charge::
 
     {"type": "charge", "seq": 1, "dataset_id": "icu-2024", "rho": "0.25",
-     "description": "release visits+transitions gaussian", "timestamp": "..."}
+     "description": "release visits+transitions gaussian", "timestamp": "...",
+     "run": "<run id>", "output": "/abs/path/of/the/output",      (optional)
+     "prev": "<digest of line seq>", "digest": "<64 hex>"}
+
+``digest`` is SHA-256 (``auth: sha256``) or HMAC-SHA256 with a secret key
+(``auth: hmac-sha256``) of the entry's canonical JSON without ``digest``
+(sorted keys, no spaces); ``prev`` is the previous line's digest, so every
+line commits to all lines before it. A sidecar ``FILE.head`` holds the last
+charge's ``seq`` and ``digest`` (with its own digest), rewritten atomically
+after each append; ``FILE.lock`` is the lock file.
 
 Amounts are zCDP rho, stored as exact decimal (or ``p/q``) strings and added
 with ``fractions.Fraction``: no rounding ever decides a refusal. A float
@@ -19,18 +30,58 @@ same float, e.g. 0.1 -> "0.1"). A pure eps-DP release is charged
 rho = eps^2 / 2, a valid zCDP bound for pure DP (Bun & Steinke 2016, Prop. 1.4;
 see :func:`rho_of_pure_dp`), so one ledger covers both kinds of release.
 
-Concurrency: :func:`charge` takes an exclusive ``fcntl.flock`` on the ledger
-file, re-reads every entry, checks the budget, appends one line and fsyncs
-before releasing the lock, so two releases at once never lose or
-double-count an entry and never exceed the total together. POSIX only.
+Integrity (verified on every read: ``check_budget``, ``charge``, ``ledger_status``)
+------------------------------------------------------------------------------------
+Detected, and the ledger then refuses to spend (:class:`LedgerIntegrityError`,
+exit 3, the first bad line named):
+
+* an edited line (an amount lowered, a description changed): its digest no
+  longer matches its content;
+* a line deleted, inserted or moved anywhere but at the end: the next line's
+  ``prev`` no longer matches;
+* the last line(s) deleted: the ledger ends before the charge the head file
+  names; a missing or edited head file.
+
+Not detected:
+
+* Without a key (``auth: sha256``) anyone who can write the file can
+  recompute every digest and the head after an edit: the chain then only
+  catches accidental corruption and naive hand edits. Set a key (below) to
+  make edits require the key.
+* Even with a key, a rollback of BOTH the ledger and its head file to an
+  earlier pair of copies (a backup restored over both) looks like a valid,
+  shorter ledger. Only a record kept outside the folder catches it: note the
+  ``head`` that ``privaudit budget show`` prints (seq and digest) somewhere
+  else, or keep the ledger on append-only storage.
+
+Key: ``PRIVAUDIT_LEDGER_KEY_FILE`` (path of a file whose bytes are the key) or
+``PRIVAUDIT_LEDGER_KEY`` (the key itself), at least 16 bytes, read when the
+ledger is created (it is then ``hmac-sha256`` and records the key's id, not
+the key) and required on every later read. A key file in the ledger's own
+folder is refused: whoever can edit the ledger could read it.
+
+Old ledgers: format_version 1 (no chain) is read by ``ledger_status`` (shown
+as unverified) but refused for spending with a format-version error until
+:func:`upgrade_ledger` (``privaudit budget upgrade FILE``) chains its current
+content, which it then trusts as it stands.
+
+Concurrency: every read and every charge holds an exclusive ``filelock`` lock
+on ``FILE.lock`` (portable); :func:`charge` re-reads and re-verifies every
+entry, checks the budget, appends one line, fsyncs, then rewrites the head,
+so two releases at once never lose or double-count an entry and never exceed
+the total together. A crash between the append and the head rewrite leaves a
+ledger one charge ahead of its head: accepted (the budget spent is only
+larger) and the head is brought up to date by the next charge.
 """
 
 from __future__ import annotations
 
-import fcntl
+import hashlib
+import hmac
 import json
 import math
 import os
+import secrets
 import sys
 import tempfile
 from datetime import datetime, timezone
@@ -38,10 +89,20 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 from pathlib import Path
 
-from privaudit.errors import ArtifactError, BudgetExceededError, UsageError
+from filelock import FileLock, Timeout
+
+from privaudit.errors import ArtifactError, BudgetExceededError, LedgerIntegrityError, UsageError
+from privaudit.schemas import schema_errors
 
 LEDGER_FORMAT = "privaudit-ledger"
-LEDGER_VERSION = 1
+HEAD_FORMAT = "privaudit-ledger-head"
+LEDGER_VERSION = 2
+#: Environment variables holding the HMAC key (a file path, or the key itself).
+KEY_FILE_ENV = "PRIVAUDIT_LEDGER_KEY_FILE"
+KEY_ENV = "PRIVAUDIT_LEDGER_KEY"
+#: Seconds to wait for another process's lock before giving up.
+LOCK_TIMEOUT = 300.0
+_MIN_KEY_BYTES = 16
 
 
 def _now() -> str:
@@ -127,13 +188,124 @@ def rho_of_pure_dp(epsilon) -> Fraction:
     return rho
 
 
+# ----------------------------------------------------------------------------- key and digests
+def _key_for(path: Path) -> bytes | None:
+    """The HMAC key from the environment (None when neither variable is set).
+
+    Raises
+    ------
+    UsageError
+        Both variables set, an unreadable key file, a key file in the ledger's
+        folder, or a key shorter than 16 bytes.
+    """
+    kfile, ktext = os.environ.get(KEY_FILE_ENV), os.environ.get(KEY_ENV)
+    if kfile and ktext:
+        raise UsageError(f"set only one of {KEY_FILE_ENV} and {KEY_ENV}.")
+    if kfile:
+        kpath = Path(kfile)
+        if kpath.resolve().parent == path.resolve().parent:
+            raise UsageError(f"{KEY_FILE_ENV}={kfile}: the ledger key file is in the ledger's own folder; whoever "
+                             f"can edit the ledger could read it. Keep the key file elsewhere.")
+        try:
+            key = kpath.read_bytes().rstrip(b"\r\n")
+        except OSError as e:
+            raise UsageError(f"{KEY_FILE_ENV}={kfile}: cannot read the ledger key file: {e.strerror or e}.") from None
+    elif ktext:
+        key = ktext.encode()
+    else:
+        return None
+    if len(key) < _MIN_KEY_BYTES:
+        raise UsageError(f"the ledger key must hold at least {_MIN_KEY_BYTES} bytes. Found {len(key)}.")
+    return key
+
+
+def _key_id(key: bytes) -> str:
+    return hmac.new(key, b"privaudit-ledger-key-id", hashlib.sha256).hexdigest()[:16]
+
+
+def _digest(entry: dict, key: bytes | None) -> str:
+    """SHA-256, or HMAC-SHA256 under ``key``, of ``entry``'s canonical JSON without ``digest``."""
+    body = {k: v for k, v in entry.items() if k != "digest"}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    if key is None:
+        return hashlib.sha256(canon).hexdigest()
+    return hmac.new(key, canon, hashlib.sha256).hexdigest()
+
+
+def _sealed(entry: dict, key: bytes | None) -> dict:
+    return {**entry, "digest": _digest(entry, key)}
+
+
+def _head_path(path: Path) -> Path:
+    return path.with_name(path.name + ".head")
+
+
+def _lock(path: Path) -> FileLock:
+    return FileLock(str(path.with_name(path.name + ".lock")), timeout=LOCK_TIMEOUT)
+
+
+class _Locked:
+    """Context manager: the ledger's exclusive lock, with a readable error on timeout."""
+
+    def __init__(self, path: Path):
+        self.path, self.lock = path, _lock(path)
+
+    def __enter__(self):
+        try:
+            self.lock.acquire()
+        except Timeout:
+            raise UsageError(f"{self.path}: the ledger is locked by another process for more than "
+                             f"{LOCK_TIMEOUT:g} s ({self.lock.lock_file}); try again later.") from None
+        except OSError as e:
+            raise UsageError(f"{self.path}: cannot create the ledger's lock file {self.lock.lock_file}: "
+                             f"{e.strerror or e}.") from None
+        return self
+
+    def __exit__(self, *exc):
+        self.lock.release()
+        return False
+
+
+def _write_atomic(path: Path, text: str, *, replace: bool) -> None:
+    """Write ``text`` to ``path`` through a fsynced temporary file in the same folder.
+
+    ``replace=False`` refuses an existing ``path`` (hard link, atomic); else ``os.replace``.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if replace:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)  # atomic, and fails if path appeared meanwhile
+            except FileExistsError:
+                raise UsageError(f"{path}: ledger already exists; a ledger is never overwritten.") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _write_head(path: Path, ledger_id: str, last: dict, key: bytes | None) -> None:
+    head = {"format": HEAD_FORMAT, "format_version": LEDGER_VERSION, "ledger_id": ledger_id,
+            "seq": int(last.get("seq", 0)), "last_digest": last["digest"]}
+    _write_atomic(_head_path(path), json.dumps(_sealed(head, key)) + "\n", replace=True)
+
+
 def init_ledger(path, dataset_id: str, rho_total) -> dict:
     """Create a ledger for ``dataset_id`` with total budget ``rho_total`` (zCDP rho).
+
+    The ledger is authenticated (``auth: hmac-sha256``) when a key is set in
+    ``PRIVAUDIT_LEDGER_KEY_FILE`` or ``PRIVAUDIT_LEDGER_KEY``, else chained
+    with plain SHA-256 (see the module docstring for what each detects).
 
     Parameters
     ----------
     path : str or Path
-        Ledger file to create; it must not exist.
+        Ledger file to create; it must not exist. ``path.head`` and
+        ``path.lock`` are created next to it.
     dataset_id : str
         Non-empty identifier of the dataset the budget protects.
     rho_total : float, str, Fraction or Decimal
@@ -147,7 +319,7 @@ def init_ledger(path, dataset_id: str, rho_total) -> dict:
     Raises
     ------
     UsageError
-        ``path`` exists, or bad ``dataset_id`` / ``rho_total``.
+        ``path`` exists, bad ``dataset_id`` / ``rho_total``, or a bad key.
     """
     path = Path(path)
     if not isinstance(dataset_id, str) or not dataset_id.strip():
@@ -156,39 +328,21 @@ def init_ledger(path, dataset_id: str, rho_total) -> dict:
     if path.exists():
         raise UsageError(f"{path}: ledger already exists; a ledger is never overwritten. "
                          f"Use another path or `privaudit budget show {path}`.")
-    header = {"format": LEDGER_FORMAT, "format_version": LEDGER_VERSION, "type": "init",
-              "dataset_id": dataset_id, "rho_total": text, "created": _now()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(header) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)  # atomic, and fails if path appeared meanwhile
-        except FileExistsError:
-            raise UsageError(f"{path}: ledger already exists; a ledger is never overwritten.") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    key = _key_for(path)
+    header = _sealed({"format": LEDGER_FORMAT, "format_version": LEDGER_VERSION, "type": "init",
+                      "dataset_id": dataset_id, "rho_total": text, "created": _now(),
+                      "ledger_id": secrets.token_hex(16), "auth": "sha256" if key is None else "hmac-sha256",
+                      "key_id": None if key is None else _key_id(key), "prev": None}, key)
+    with _Locked(path):
+        _write_atomic(path, json.dumps(header) + "\n", replace=False)
+        _write_head(path, header["ledger_id"], header, key)
     return header
 
 
-def _parse(path: Path, text: str) -> tuple[dict, list[dict]]:
-    """Parse and validate every line of a ledger; the header and the charges.
-
-    Checked on every read (``check_budget``, ``charge``, ``ledger_status``):
-    each line is one JSON object; line 1 is the header (format, known
-    ``format_version``, non-empty ``dataset_id``, ``rho_total`` a positive,
-    finite, normal amount); every later line is a charge with ``seq`` = line
-    number - 1 (contiguous, no second header), the header's ``dataset_id``,
-    and a positive, finite, normal ``rho``.
-
-    Raises
-    ------
-    ArtifactError
-        The first line that breaks a rule, with its line number and the rule.
-    """
+# ----------------------------------------------------------------------------- reading and verifying
+def _split_lines(path: Path, text: str) -> list[dict]:
+    """Each line of ``text`` as a JSON object; ArtifactError naming the first bad line."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -208,13 +362,112 @@ def _parse(path: Path, text: str) -> tuple[dict, list[dict]]:
             raise ArtifactError(f"{path}, line {i}: must be a JSON object, found {type(e).__name__}. "
                                 f"The ledger is corrupt; restore it from a backup.")
         entries.append(e)
-    head = entries[0]
+    return entries
+
+
+def _check_header(path: Path, head: dict) -> int:
+    """The header's format version (1 or 2); ArtifactError for anything else."""
     if head.get("format") != LEDGER_FORMAT or head.get("type") != "init":
         raise ArtifactError(f"{path}, line 1: not a privaudit ledger header "
                             f"(expected format {LEDGER_FORMAT!r} and type 'init').")
-    if head.get("format_version") != LEDGER_VERSION:
-        raise ArtifactError(f"{path}, line 1: unknown ledger format_version "
-                            f"{head.get('format_version')!r}; this privaudit reads {LEDGER_VERSION}.")
+    version = head.get("format_version")
+    if version not in (1, LEDGER_VERSION) or isinstance(version, bool):
+        raise ArtifactError(f"{path}, line 1: unknown ledger format_version {version!r}; this privaudit "
+                            f"reads versions 1 (unchained, read-only) and {LEDGER_VERSION}.")
+    return version
+
+
+def _verify_chain(path: Path, entries: list[dict], key: bytes | None) -> None:
+    """Schema, digests and ``prev`` links of a version-2 ledger (the head: :func:`_verify_head`).
+
+    Raises
+    ------
+    LedgerIntegrityError
+        The first line whose schema, digest or link does not hold.
+    """
+    fix = "The ledger was edited or truncated; restore the ledger and its .head file from a backup."
+    for i, e in enumerate(entries, start=1):
+        errors = schema_errors(e, "ledger_entry")
+        if errors:
+            raise LedgerIntegrityError(f"{path}, line {i}: not a version-{LEDGER_VERSION} ledger entry "
+                                       f"({'; '.join(errors[:3])}). {fix}")
+        if not hmac.compare_digest(e["digest"], _digest(e, key)):
+            raise LedgerIntegrityError(f"{path}, line {i}: its digest does not match its content (an edited "
+                                       f"amount, description or field). {fix}")
+        want_prev = None if i == 1 else entries[i - 2]["digest"]
+        if e["prev"] != want_prev:
+            raise LedgerIntegrityError(f"{path}, line {i}: its `prev` does not match line {i - 1}'s digest "
+                                       f"(a line removed, inserted or moved before it). {fix}")
+
+
+def _verify_head(path: Path, entries: list[dict], key: bytes | None) -> None:
+    """The head file names a line of this ledger (after the charges' ``seq`` were checked)."""
+    fix = "The ledger was edited or truncated; restore the ledger and its .head file from a backup."
+    hp = _head_path(path)
+    try:
+        head = json.loads(hp.read_text())
+    except FileNotFoundError:
+        raise LedgerIntegrityError(f"{path}: its head file {hp} is missing, so a deletion of the last "
+                                   f"lines cannot be ruled out. {fix}") from None
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        raise LedgerIntegrityError(f"{path}: cannot read its head file {hp}: {err}. {fix}") from None
+    ok = (isinstance(head, dict) and head.get("format") == HEAD_FORMAT
+          and head.get("ledger_id") == entries[0]["ledger_id"] and type(head.get("seq")) is int
+          and isinstance(head.get("last_digest"), str) and isinstance(head.get("digest"), str)
+          and hmac.compare_digest(head["digest"], _digest(head, key)))
+    if not ok:
+        raise LedgerIntegrityError(f"{path}: its head file {hp} is not this ledger's, or was edited. {fix}")
+    last_seq = len(entries) - 1
+    if head["seq"] > last_seq:
+        raise LedgerIntegrityError(f"{path}, line {last_seq + 1}: the ledger ends at charge #{last_seq}, but its "
+                                   f"head file names charge #{head['seq']} (line {head['seq'] + 1}): the last "
+                                   f"line(s) were deleted. {fix}")
+    if not hmac.compare_digest(entries[head["seq"]]["digest"], head["last_digest"]):
+        raise LedgerIntegrityError(f"{path}, line {head['seq'] + 1}: the head file's digest for charge "
+                                   f"#{head['seq']} does not match this line. {fix}")
+
+
+def _verification_key(path: Path, head: dict) -> bytes | None:
+    """The key a version-2 ledger is verified with (None for ``auth: sha256``)."""
+    if head.get("auth") != "hmac-sha256":
+        return None
+    key = _key_for(path)
+    if key is None:
+        raise UsageError(f"{path}: this ledger is authenticated (hmac-sha256); set {KEY_FILE_ENV} (or {KEY_ENV}) "
+                         f"to its key to read or charge it.")
+    if not hmac.compare_digest(str(head.get("key_id")), _key_id(key)):
+        raise UsageError(f"{path}: the key in {KEY_FILE_ENV}/{KEY_ENV} is not this ledger's key "
+                         f"(key id {_key_id(key)}, the ledger's {head.get('key_id')!r}).")
+    return key
+
+
+def _parse(path: Path, text: str) -> tuple[dict, list[dict], bytes | None]:
+    """Parse and verify every line of a ledger; the header, the charges and the key.
+
+    Checked on every read (``check_budget``, ``charge``, ``ledger_status``):
+    each line is one JSON object; line 1 is the header (format, known
+    ``format_version``, non-empty ``dataset_id``, ``rho_total`` a positive,
+    finite, normal amount); for version 2 the chain and the head file
+    (:func:`_verify_chain`, :func:`_verify_head`); every later line is a charge with ``seq`` = line
+    number - 1 (contiguous, no second header), the header's ``dataset_id``,
+    and a positive, finite, normal ``rho``.
+
+    Raises
+    ------
+    ArtifactError
+        The first line that breaks a rule, with its line number and the rule.
+    LedgerIntegrityError
+        A broken chain or head (exit 3).
+    UsageError
+        An authenticated ledger without its key.
+    """
+    entries = _split_lines(path, text)
+    head = entries[0]
+    version = _check_header(path, head)
+    key = None
+    if version == LEDGER_VERSION:
+        key = _verification_key(path, head)
+        _verify_chain(path, entries, key)
     dataset_id = head.get("dataset_id")
     if not isinstance(dataset_id, str) or not dataset_id.strip():
         raise ArtifactError(f"{path}, line 1: `dataset_id` must be a non-empty string. Found {dataset_id!r}.")
@@ -234,21 +487,45 @@ def _parse(path: Path, text: str) -> tuple[dict, list[dict]]:
             raise ArtifactError(f"{path}, line {i}: charge for dataset {e.get('dataset_id')!r} in the ledger of "
                                 f"dataset {dataset_id!r}. The ledger is corrupt; restore it from a backup.")
         _check_entry_amount(path, i, "rho", e.get("rho"))
-    return head, entries[1:]
+    if version == LEDGER_VERSION:
+        _verify_head(path, entries, key)
+    return head, entries[1:], key
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such ledger. Create it with "
+                         f"`privaudit budget init {path} --dataset ID --rho-total R`.") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{path}: cannot read the ledger: {e}") from None
+
+
+def _refuse_unchained(path: Path, head: dict) -> None:
+    if head["format_version"] != LEDGER_VERSION:
+        raise ArtifactError(f"{path}: ledger format_version {head['format_version']} has no hash chain, so "
+                            f"edits cannot be detected; this privaudit spends only from version "
+                            f"{LEDGER_VERSION}. Check its entries (`privaudit budget show {path}`), then chain it "
+                            f"with `privaudit budget upgrade {path}`.")
+
+
+def _verified(path: Path) -> tuple[dict, list[dict], bytes | None]:
+    """Read and verify under the lock, for spending: version-1 ledgers refused."""
+    with _Locked(path):
+        head, charges, key = _parse(path, _read_text(path))
+    _refuse_unchained(path, head)
+    return head, charges, key
+
+
+def _must_exist(path: Path) -> None:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such ledger. Create it with "
+                         f"`privaudit budget init {path} --dataset ID --rho-total R`.")
 
 
 def _totals(head: dict, charges: list[dict]) -> tuple[Fraction, Fraction]:
     return Fraction(head["rho_total"]), sum((Fraction(c["rho"]) for c in charges), Fraction(0))
-
-
-def _read_shared(path: Path) -> tuple[dict, list[dict]]:
-    """Parse the ledger under a shared lock."""
-    with _open(path, "r") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_SH)
-        try:
-            return _parse(path, f.read())
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def _refuse_if_over(path: Path, head: dict, charges: list[dict], dataset_id: str,
@@ -264,14 +541,6 @@ def _refuse_if_over(path: Path, head: dict, charges: list[dict], dataset_id: str
     return spent
 
 
-def _open(path: Path, mode: str):
-    try:
-        return open(path, mode)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such ledger. Create it with "
-                         f"`privaudit budget init {path} --dataset ID --rho-total R`.") from None
-
-
 def _check_dataset(path: Path, head: dict, dataset_id: str) -> None:
     if head["dataset_id"] != dataset_id:
         raise UsageError(f"{path}: this ledger is for dataset {head['dataset_id']!r}, "
@@ -282,29 +551,35 @@ def check_budget(path, dataset_id: str, rho) -> Fraction:
     """Raise unless ``rho`` more fits in the remaining budget; returns the remaining rho.
 
     Call it before any noise is drawn; then :func:`charge` (which re-checks
-    atomically) once the release is about to be written.
+    atomically) once the release is about to be written. The chain is
+    verified first.
 
     Raises
     ------
     BudgetExceededError
         spent + rho > total (exit code 3).
+    LedgerIntegrityError
+        A broken chain or head file (exit code 3, the line named).
     UsageError
-        No ledger, wrong dataset, bad amount.
+        No ledger, wrong dataset, bad amount, missing or wrong key.
     ArtifactError
-        Corrupt ledger.
+        Corrupt ledger, or a format_version 1 ledger (not chained).
     """
     path = Path(path)
     want, _ = _amount("rho", rho)
-    head, charges = _read_shared(path)
+    _must_exist(path)
+    head, charges, _ = _verified(path)
     spent = _refuse_if_over(path, head, charges, dataset_id, want)
     return Fraction(head["rho_total"]) - spent
 
 
-def charge(path, dataset_id: str, rho, description: str) -> dict:
-    """Atomically check the budget and append one charge of ``rho``.
+def charge(path, dataset_id: str, rho, description: str, *, run: str | None = None,
+           output: str | os.PathLike | None = None) -> dict:
+    """Atomically verify the ledger, check the budget and append one charge of ``rho``.
 
-    Under an exclusive lock on the ledger file: re-read every entry, refuse
-    if spent + rho > total, else append one line and fsync.
+    Under the ledger's exclusive lock: re-read and verify every entry (chain
+    and head), refuse if spent + rho > total, else append one chained line,
+    fsync, and rewrite the head file.
 
     Parameters
     ----------
@@ -315,7 +590,11 @@ def charge(path, dataset_id: str, rho, description: str) -> dict:
         Amount (zCDP rho) > 0; for a pure eps-DP release pass
         ``rho_of_pure_dp(eps)``.
     description : str
-        What the release was (family, mechanism, output folder).
+        What the release was (family, mechanism).
+    run : str, optional
+        Identifier of the run that spends (so a retry can be matched to it).
+    output : str or Path, optional
+        Where the run writes what it releases (stored as an absolute path).
 
     Returns
     -------
@@ -324,26 +603,72 @@ def charge(path, dataset_id: str, rho, description: str) -> dict:
 
     Raises
     ------
-    BudgetExceededError, UsageError, ArtifactError
+    BudgetExceededError, LedgerIntegrityError, UsageError, ArtifactError
         As for :func:`check_budget`; nothing is written on error.
     """
     path = Path(path)
     want, text = _amount("rho", rho)
-    with _open(path, "r+") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            f.seek(0)
-            head, charges = _parse(path, f.read())
-            _refuse_if_over(path, head, charges, dataset_id, want)
-            entry = {"type": "charge", "seq": len(charges) + 1, "dataset_id": dataset_id,
-                     "rho": text, "description": str(description), "timestamp": _now()}
-            f.seek(0, os.SEEK_END)
+    _must_exist(path)
+    with _Locked(path):
+        head, charges, key = _parse(path, _read_text(path))
+        _refuse_unchained(path, head)
+        _refuse_if_over(path, head, charges, dataset_id, want)
+        last = charges[-1] if charges else head
+        entry = {"type": "charge", "seq": len(charges) + 1, "dataset_id": dataset_id,
+                 "rho": text, "description": str(description), "timestamp": _now()}
+        if run is not None:
+            entry["run"] = str(run)
+        if output is not None:
+            entry["output"] = str(Path(output).absolute())
+        entry = _sealed({**entry, "prev": last["digest"]}, key)
+        with open(path, "a") as f:
             f.write(json.dumps(entry) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        _write_head(path, head["ledger_id"], entry, key)
     return entry
+
+
+def upgrade_ledger(path) -> dict:
+    """Chain a format_version 1 ledger in place (version 2), trusting its current content.
+
+    The version-1 file is kept as ``path.v1`` (refused if that exists). The
+    new header gets a fresh ``ledger_id`` and is keyed as :func:`init_ledger`
+    would be; every charge keeps its fields and gains ``prev`` and ``digest``.
+
+    Returns
+    -------
+    dict
+        :func:`ledger_status` of the upgraded ledger.
+
+    Raises
+    ------
+    UsageError
+        No ledger, already version 2, ``path.v1`` exists, bad key.
+    ArtifactError
+        The version-1 ledger breaks a rule (it is not upgraded).
+    """
+    path = Path(path)
+    _must_exist(path)
+    backup = path.with_name(path.name + ".v1")
+    with _Locked(path):
+        head, charges, _ = _parse(path, _read_text(path))
+        if head["format_version"] == LEDGER_VERSION:
+            raise UsageError(f"{path}: already format_version {LEDGER_VERSION}; nothing to upgrade.")
+        if backup.exists():
+            raise UsageError(f"{backup} exists; move it away before upgrading {path}.")
+        key = _key_for(path)
+        new_head = _sealed({**head, "format_version": LEDGER_VERSION, "ledger_id": secrets.token_hex(16),
+                            "auth": "sha256" if key is None else "hmac-sha256",
+                            "key_id": None if key is None else _key_id(key), "prev": None}, key)
+        lines, last = [new_head], new_head
+        for c in charges:
+            last = _sealed({**c, "prev": last["digest"]}, key)
+            lines.append(last)
+        os.link(path, backup)
+        _write_head(path, new_head["ledger_id"], last, key)  # first: a version-1 ledger ignores a head file
+        _write_atomic(path, "".join(json.dumps(e) + "\n" for e in lines), replace=True)
+    return ledger_status(path)
 
 
 def _is_decimal(x: Fraction) -> bool:
@@ -377,23 +702,35 @@ def _fmt(x: Fraction) -> str:
 
 
 def ledger_status(path) -> dict:
-    """Read a ledger: dataset, total, spent, remaining (exact strings) and entries.
+    """Read and verify a ledger: dataset, total, spent, remaining (exact strings), entries and head.
+
+    A version-2 ledger is verified as for spending (chain and head file); a
+    version-1 ledger is read without verification (``verified`` False).
 
     Returns
     -------
     dict
         ``{"dataset_id", "rho_total", "rho_spent", "rho_remaining",
-        "rho_*_float", "n_entries", "entries", "format_version"}``.
+        "rho_*_float", "n_entries", "entries", "format_version", "verified",
+        "auth", "head"}``; ``head`` = ``{"seq", "digest"}`` of the last line,
+        worth noting outside the folder (it catches a rollback of both files).
 
     Raises
     ------
     UsageError
-        No ledger. ArtifactError: corrupt ledger.
+        No ledger, missing or wrong key. LedgerIntegrityError: broken chain.
+        ArtifactError: corrupt ledger.
     """
-    head, charges = _read_shared(Path(path))
+    path = Path(path)
+    _must_exist(path)
+    with _Locked(path):
+        head, charges, _ = _parse(path, _read_text(path))
     total, spent = _totals(head, charges)
+    chained = head["format_version"] == LEDGER_VERSION
+    last = charges[-1] if charges else head
     return {"format_version": head["format_version"], "dataset_id": head["dataset_id"],
-            "created": head.get("created"),
+            "created": head.get("created"), "verified": chained, "auth": head.get("auth"),
+            "head": {"seq": int(last.get("seq", 0)), "digest": last.get("digest")},
             "rho_total": _fmt(total), "rho_spent": _fmt(spent), "rho_remaining": _fmt(total - spent),
             "rho_total_float": float(total), "rho_spent_float": float(spent),
             "rho_remaining_float": float(total - spent),
