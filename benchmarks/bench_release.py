@@ -116,7 +116,7 @@ def main():
           f"what 2 idle cores need when polars gets no parallel speed-up)")
     print(f"  peak RSS             {r['peak_rss_MB']:6.0f} MB")
     print("  on disk              " + ", ".join(f"{k} {v:.1f} MB" for k, v in sorted(sizes.items())))
-    print(f"  read back: load_release {rb['load_s']:.2f} s; transitions_h {rb['transitions_per_h_s']:.2f} s per h "
+    print(f"  read back: load_release {rb['load_s']:.2f} s; transitions_at {rb['transitions_per_h_s']:.2f} s per h "
           f"({rb['transitions_all_s']:.1f} s for all 20)")
     shutil.rmtree(out, ignore_errors=True)
     (cache / "release.local-log.json").unlink(missing_ok=True)

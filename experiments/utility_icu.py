@@ -59,6 +59,7 @@ from privaudit.mdp.simulate import simulate
 from privaudit.mdp.tabular import evaluate_policy
 from privaudit.privacy.mechanisms import add_noise
 from privaudit.spec import DomainSpec
+from privaudit.stats.counts import SparseCounts
 from privaudit.stats.release import plan_noise, resolve_budget
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +74,7 @@ class LazyNoisyTransitions:
     on the order in which the learner asks for steps.
     """
 
-    def __init__(self, exact: TabularCounts, noisy_visits: np.ndarray, E: float, mechanism: str,
+    def __init__(self, exact: SparseCounts, noisy_visits: np.ndarray, E: float, mechanism: str,
                  scale: float, rng: np.random.Generator):
         self.exact, self.noisy_visits, self.E = exact, noisy_visits, E
         self.mechanism, self.scale = mechanism, scale
@@ -86,12 +87,12 @@ class LazyNoisyTransitions:
         S, A = nv.shape
         out = np.zeros((S, A, S), dtype=np.int64)
         if rows.any():
-            out[rows] = add_noise(self.exact.transitions(h)[rows], mechanism=self.mechanism, scale=self.scale,
+            out[rows] = add_noise(self.exact.transitions_at(h)[rows], mechanism=self.mechanism, scale=self.scale,
                                   rng=self.rngs[key])
         return out
 
 
-def noisy_counts(exact: TabularCounts, spec: DomainSpec, epsilon: float, rng: np.random.Generator):
+def noisy_counts(exact: SparseCounts, spec: DomainSpec, epsilon: float, rng: np.random.Generator):
     """Counts distributed as a Gaussian (epsilon, 1e-6) release of ``exact``, and the learner's E."""
     budget = resolve_budget(epsilon=epsilon, delta=DP_DELTA, mechanism="gaussian")
     plan = plan_noise(spec, budget, exact.stationary, "rounded")
@@ -101,7 +102,7 @@ def noisy_counts(exact: TabularCounts, spec: DomainSpec, epsilon: float, rng: np
                 "families": {f: {"noise_scale": plan[f]["scale"]} for f in ("visits", "transitions")}}
     E = release_noise_bound(manifest, FAILURE_PROB)
     rv, rt = rng.spawn(2)
-    nv = add_noise(exact.visits, mechanism="gaussian", scale=scale, rng=rv)
+    nv = add_noise(exact.visits(), mechanism="gaussian", scale=scale, rng=rv)
     trans = LazyNoisyTransitions(exact, nv, E, "gaussian", plan["transitions"]["scale"], rt)
     counts = TabularCounts(visits=nv, transitions=trans, horizon=exact.horizon, stationary=exact.stationary,
                            noisy=True)
@@ -129,7 +130,7 @@ def run(args) -> list[dict]:
                 variant = "stationary" if stationary else "per-step"
                 t = time.perf_counter()
                 exact = exact_counts(sub, spec, stationary=stationary)
-                visits_by_h = exact.visits
+                visits_by_h = exact.visits()
 
                 def record(algo, eps, learner, extra, t_start):
                     v = evaluate_policy(mdp, learner.policy_.table)

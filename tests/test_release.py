@@ -47,7 +47,7 @@ def data(tmp_path_factory):
 
 
 def _all_transitions(rel):
-    return np.stack([rel.transitions_h(h) for h in range(rel.H)])
+    return np.stack([rel.transitions_at(h) for h in range(rel.H)])
 
 
 # ----------------------------------------------------------------------------- noise scale
@@ -187,7 +187,7 @@ def test_seed_reproduces(data, tmp_path):
     a = load_release(release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "a", seed=4).out)
     b = load_release(release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "b", seed=4).out)
     np.testing.assert_array_equal(a.visits, b.visits)
-    np.testing.assert_array_equal(a.transitions_h(2), b.transitions_h(2))
+    np.testing.assert_array_equal(a.transitions_at(2), b.transitions_at(2))
 
 
 # ----------------------------------------------------------------------------- dense domain, layout
@@ -211,8 +211,8 @@ def test_stationary_release_shapes(data, tmp_path):
     info = release_logs(data["logs"], data["spec_public"], rho=1.0, stationary=True, out=tmp_path / "r", seed=2)
     rel = load_release(info.out)
     assert rel.stationary and rel.visits.shape == (S, A)
-    assert rel.transitions_h(0).shape == (S, A, S)
-    np.testing.assert_array_equal(rel.transitions_h(0), rel.transitions_h(H - 1))  # pooled for every h
+    assert rel.transitions_at(0).shape == (S, A, S)
+    np.testing.assert_array_equal(rel.transitions_at(0), rel.transitions_at(H - 1))  # pooled for every h
     assert "h" not in pq.ParquetFile(tmp_path / "r" / "visits.parquet").schema_arrow.names
     f = info.manifest["families"]["visits"]
     assert f["l2_sensitivity"] == pytest.approx(H * math.sqrt(2)) and f["shape"] == [S, A]
@@ -234,8 +234,8 @@ def test_reader_refuses_unknown_version_and_bad_manifest(data, tmp_path):
         load_release(out)
     mpath.write_text(json.dumps(m))
     rel = load_release(out)
-    with pytest.raises(ArtifactError):
-        rel.transitions_h(H)
+    with pytest.raises(UsageError, match=r"step in \[0, 5\)"):
+        rel.transitions_at(H)
 
 
 # ----------------------------------------------------------------------------- ledger, errors
@@ -431,8 +431,8 @@ def test_reader_refuses_a_table_out_of_order(data, tmp_path):
     pq.write_table(tab, path, row_group_size=S * A * S)
     rel = load_release(out)
     with pytest.raises(ArtifactError, match="corrupt"):
-        rel.transitions_h(0)
-    rel.transitions_h(1)  # the other row groups are intact
+        rel.transitions_at(0)
+    rel.transitions_at(1)  # the other row groups are intact
 
 
 def test_two_releases_at_once_one_budget(data, tmp_path):

@@ -7,8 +7,10 @@ from pathlib import Path
 import click
 
 from privaudit.cli.common import echo_json, handle_errors
+from privaudit.learners import registry
 
-BUILTIN = ("release", "dp-apvi", "dp-vapvi")
+#: Built-in mechanisms: the tabular release and every private algorithm of the registry.
+BUILTIN = ("release",) + registry.names(private=True)
 
 
 def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from privaudit.cli.common import echo_json, handle_errors
+from privaudit.learners import registry
 
-ALGOS = ("ve", "apvi", "apvi-hoeffding", "dp-apvi", "pevi", "vapvi", "dp-vapvi")
+ALGOS = registry.names()
 
 
 def release_dir_for(out: Path) -> Path:
@@ -23,7 +24,8 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--release", "release_dir", type=click.Path(file_okay=False), default=None,
               help="Train on this release folder instead of LOGS (post-processing: spends no budget).")
 @click.option("--algo", required=True, type=click.Choice(ALGOS),
-              help="ve | apvi | apvi-hoeffding | dp-apvi (tabular); pevi | vapvi | dp-vapvi (linear).")
+              help=" | ".join(registry.names(family="tabular")) + " (tabular); "
+                   + " | ".join(registry.names(family="linear")) + " (linear).")
 @click.option("--rho", type=float, default=None, help="zCDP budget of the release (dp-* on LOGS).")
 @click.option("--epsilon", type=float, default=None, help="epsilon (with --delta for Gaussian; alone for Laplace).")
 @click.option("--delta", type=float, default=None, help="delta of (epsilon, delta)-DP (Gaussian).")
@@ -86,7 +88,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     """
     from privaudit.errors import UsageError
     from privaudit.learners.policy import save_policy
-    from privaudit.learners.train import LINEAR_ALGOS, PRIVATE_ALGOS, check_out_free
+    from privaudit.learners.train import check_out_free
     from privaudit.spec import load_spec
 
     def say(msg: str) -> None:
@@ -106,6 +108,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             raise UsageError("--penalty-c2 is DP-APVI's privacy term: it applies to --algo dp-apvi only.")
         params.update(penalty)
     budget_given = any(v is not None for v in (rho, epsilon, delta))
+    linear_algos, private_algos = registry.names(family="linear"), registry.names(private=True)
 
     if release_dir is not None:
         from privaudit.learners.train import train_from_release
@@ -117,16 +120,16 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         policy = train_from_release(release_dir, algo=algo, spec=spec,
                                     stationary=True if stationary else None, params=params)
         release_used = Path(release_dir)
-    elif algo in LINEAR_ALGOS:
+    elif algo in linear_algos:
         if spec is None:
             raise UsageError("LOGS needs --spec SPEC (the public domain of the logs).")
         check_out_free(out)
-        if algo not in PRIVATE_ALGOS:
+        if algo not in private_algos:
             say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private.")
         from privaudit.learners.linear.logs import local_log_path
         from privaudit.learners.linear.logs import train_from_logs as linear_train_from_logs
 
-        if ledger is not None and algo not in PRIVATE_ALGOS:
+        if ledger is not None and algo not in private_algos:
             raise UsageError(f"--algo {algo} is not private: it spends no budget, so --ledger does not apply.")
         if stationary:
             raise UsageError(f"--stationary does not apply to --algo {algo}: the linear learners fit one "
@@ -137,7 +140,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         if mechanism != "gaussian":
             raise UsageError(f"--mechanism {mechanism} does not apply to --algo {algo}: DP-VAPVI is "
                              "Gaussian / zCDP only (give --rho R, or --epsilon E --delta D)"
-                             + ("" if algo in PRIVATE_ALGOS else f"; {algo} is not private and adds no noise")
+                             + ("" if algo in private_algos else f"; {algo} is not private and adds no noise")
                              + ".")
         log_path = local_log_path(out)
         policy = linear_train_from_logs(logs, spec, algo, rho=rho, epsilon=epsilon, delta=delta, seed=seed,
@@ -149,9 +152,9 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
 
         if spec is None:
             raise UsageError("LOGS needs --spec SPEC (the public domain of the logs).")
-        release_used = release_dir_for(out) if algo in PRIVATE_ALGOS else None
+        release_used = release_dir_for(out) if algo in private_algos else None
         check_out_free(out, release_used)
-        if algo in PRIVATE_ALGOS:
+        if algo in private_algos:
             if not budget_given:
                 raise UsageError(f"--algo {algo} releases the counts first: give a budget "
                                  "(--rho R, or --epsilon E --delta D; Laplace: --epsilon E).")

@@ -49,7 +49,7 @@ def greedy_with_ties(Q: np.ndarray, visits: np.ndarray, tie_break: str = "visits
     pi = np.zeros(Q.shape)
     np.put_along_axis(pi, best[..., None], 1.0, axis=-1)
     return pi
-from privaudit.learners.tabular_counts import TabularCounts
+from privaudit.stats.protocol import Counts
 
 
 def transition_estimate(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> np.ndarray:
@@ -78,7 +78,7 @@ class StepModel:
 
     Parameters
     ----------
-    counts : TabularCounts
+    counts : Counts
     reward : None, ndarray (S,), (S, A) or (H, S, A)
         None: mean reward from the reward sums, clip(R_h / ñ_h, 0, 1) on pairs
         with ñ_h > E (0 elsewhere; those pairs get the fallback anyway).
@@ -91,7 +91,7 @@ class StepModel:
         clip-and-project for DP-APVI).
     """
 
-    def __init__(self, counts: TabularCounts, reward, E: float, prepare):
+    def __init__(self, counts: Counts, reward, E: float, prepare):
         self.counts, self.E, self.prepare = counts, float(E), prepare
         S, A, H = counts.n_states, counts.n_actions, counts.horizon
         self._key = None
@@ -99,7 +99,7 @@ class StepModel:
         self._h = None
         self._out = None
         if reward is None:
-            if counts.reward_sums is None:
+            if not counts.has_reward_sums:
                 raise UsageError("no reward: the counts carry no reward sums and no reward was given. "
                                  "Pass the known reward r(s, a) / public next-state reward r(s'), or "
                                  "use logs/a release whose spec has private rewards.")
@@ -123,7 +123,7 @@ class StepModel:
             return self._out
         key = 0 if self.counts.stationary else h
         if key != self._key:
-            n_sas, n_sa = self.prepare(self.counts.transitions(h), self.counts.visits_at(h))
+            n_sas, n_sa = self.prepare(self.counts.transitions_at(h), self.counts.visits_at(h))
             P = transition_estimate(n_sas, n_sa, self.E)
             del n_sas
             self._val = (P, n_sa)
@@ -178,7 +178,7 @@ class TabularLearnerBase:
         """Pessimistic value estimate d0 . Ṽ_0 at the start distribution ``d0`` (S,)."""
         return float(np.asarray(d0, dtype=np.float64) @ self.V_[0])
 
-    def _run(self, counts: TabularCounts, reward, *, E: float, prepare, penalty: str,
+    def _run(self, counts: Counts, reward, *, E: float, prepare, penalty: str,
              C1: float, C2: float, C: float, failure_prob: float, lower_order: bool,
              terminal_states: Sequence[int], privacy: dict, spec_hash: str | None) -> None:
         model = StepModel(counts, reward, E, prepare)

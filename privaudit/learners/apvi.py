@@ -21,7 +21,7 @@ import numpy as np
 
 from privaudit.learners._tabular_base import TabularLearnerBase
 from privaudit.learners.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
-from privaudit.learners.tabular_counts import TabularCounts
+from privaudit.stats.protocol import Counts
 
 NON_PRIVATE = {"private": False, "note": "trained on exact counts of the logs; not differentially private"}
 
@@ -72,13 +72,13 @@ class APVI(TabularLearnerBase):
         self.penalty = penalty
         self.tie_break = tie_break
 
-    def fit(self, counts: TabularCounts, reward=None, *, terminal_states: Sequence[int] = (),
+    def fit(self, counts: Counts, reward=None, *, terminal_states: Sequence[int] = (),
             spec_hash: str | None = None) -> "APVI":
         """Learn from exact counts.
 
         Parameters
         ----------
-        counts : TabularCounts
+        counts : Counts
             Exact counts (``exact_counts``); per-step or pooled (stationary).
         reward : None or ndarray (S,), (S, A), (H, S, A)
             See :class:`privaudit.learners._tabular_base.StepModel`.

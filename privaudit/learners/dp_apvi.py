@@ -38,7 +38,7 @@ import numpy as np
 from privaudit.errors import ArtifactError, UsageError
 from privaudit.learners._tabular_base import TabularLearnerBase
 from privaudit.learners.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
-from privaudit.learners.tabular_counts import TabularCounts, counts_from_release
+from privaudit.stats.protocol import Counts
 
 
 def release_noise_bound(manifest: dict, failure_prob: float) -> float:
@@ -126,7 +126,7 @@ class DPAPVI(TabularLearnerBase):
         "hoeffding" gives seed 000 section 3's Hoeffding-type variant.
     noise_bound : float or None
         E. None: derived from the release manifest (required when ``fit``
-        gets bare ``TabularCounts``).
+        gets bare counts).
     tie_break : {"visits", "first"}, default "visits"
         Among equal Q values (e.g. all 0), the action with the largest
         projected noisy count ñ (post-processing) or the lowest index.
@@ -159,11 +159,11 @@ class DPAPVI(TabularLearnerBase):
     def fit(self, data, reward=None, *, terminal_states: Sequence[int] | None = None,
             spec_hash: str | None = None, privacy: dict | None = None,
             release_path: str | None = None) -> "DPAPVI":
-        """Learn from a release (or from noisy ``TabularCounts`` and an explicit E).
+        """Learn from a release (or from noisy counts and an explicit E).
 
         Parameters
         ----------
-        data : Release or TabularCounts
+        data : Release or Counts
             A loaded release (``privaudit.stats.release.load_release``): E,
             terminal states, spec hash, public reward and privacy record come
             from its manifest. Or counts with ``noise_bound`` set in the
@@ -193,7 +193,7 @@ class DPAPVI(TabularLearnerBase):
         """
         if hasattr(data, "manifest"):
             man = data.manifest
-            counts = counts_from_release(data)
+            counts = data  # a Release answers the counts protocol (reward sums in scaled units)
             E = (self.noise_bound if self.noise_bound is not None
                  else release_noise_bound(man, self.failure_prob))
             if terminal_states is None:
@@ -207,7 +207,7 @@ class DPAPVI(TabularLearnerBase):
                 reward = np.zeros(counts.n_states)
                 for k, v in pr["values"].items():
                     reward[int(k)] = float(v)
-        elif isinstance(data, TabularCounts):
+        elif isinstance(data, Counts):
             counts = data
             if self.noise_bound is None:
                 raise UsageError("DPAPVI.fit on bare counts needs the noise bound E: set "
@@ -217,7 +217,8 @@ class DPAPVI(TabularLearnerBase):
                 privacy = ({"private": False, "note": "noisy counts given without a release manifest"}
                            if counts.noisy else {"private": False, "note": "exact counts (E = 0)"})
         else:
-            raise UsageError(f"DPAPVI.fit needs a Release or TabularCounts. Got {type(data).__name__}.")
+            raise UsageError(f"DPAPVI.fit needs a Release or counts (privaudit.stats.protocol.Counts). "
+                             f"Got {type(data).__name__}.")
         if not (np.isfinite(E) and E >= 0):
             raise UsageError(f"noise bound E must be a finite number >= 0. Got {E}.")
         self._run(counts, reward, E=float(E), prepare=_clip_and_project(float(E)), penalty=self.penalty,

@@ -1,19 +1,18 @@
-"""The count statistics a tabular learner reads: exact (from logs) or noisy (a release).
+"""The count statistics a tabular learner reads: exact (from logs), noisy (a release) or arrays.
 
-:class:`TabularCounts` holds n_h(s, a), n_h(s, a, s') (one h-slice at a time,
-so ICU-Sepsis' 256 M transition cells never sit in memory together) and
-optionally the reward sums R_h(s, a). Steps are 0-based, h = 0..H-1. A
-stationary container holds counts pooled over h: visits (S, A) and one
-(S, A, S) transition table returned for every h.
-
-Constructors:
+Every tabular learner reads the counts protocol
+(``privaudit.stats.protocol.Counts``: visits, transitions and reward sums at
+step h; stationary; noisy), answered by:
 
 * :func:`exact_counts`: exact counts of bounded logs (``PreparedLogs.bounded``
-  from ``privaudit.data.prepare.prepare_logs``) via ``privaudit.stats.counts``
-  (non-private; for APVI, VE and experiments);
-* :func:`counts_from_release`: the noisy, unclipped counts of a release
-  (``privaudit.stats.release.load_release``), for DP-APVI;
-* :meth:`TabularCounts.from_arrays`: dense arrays (tests, small MDPs).
+  from ``privaudit.data.prepare.prepare_logs``), a
+  ``privaudit.stats.counts.SparseCounts`` (non-private; for APVI, VE and
+  experiments);
+* a release read back by ``privaudit.stats.release.load_release`` (noisy,
+  unclipped; for DP-APVI) as it is;
+* :class:`TabularCounts`: counts held as arrays or per-h callables (noisy
+  counts drawn by the auditor and the experiments, small MDPs, tests);
+  :meth:`TabularCounts.from_arrays` for dense arrays.
 """
 
 from __future__ import annotations
@@ -25,33 +24,8 @@ import numpy as np
 
 from privaudit.errors import UsageError
 from privaudit.spec import DomainSpec
-
-
-class _SparseSlices:
-    """n_h(s, a, s') stored sparsely per h; dense (S, A, S) slices on request."""
-
-    def __init__(self, S: int, A: int, slices: list[tuple[np.ndarray, np.ndarray]]):
-        self._shape = (S, A, S)
-        self._slices = slices  # per h: (flat index into S*A*S, count)
-
-    def __call__(self, h: int) -> np.ndarray:
-        idx, val = self._slices[0 if len(self._slices) == 1 else h]
-        out = np.zeros(int(np.prod(self._shape)), dtype=val.dtype)
-        out[idx] = val
-        return out.reshape(self._shape)
-
-    @classmethod
-    def from_dense(cls, dense_slices) -> "_SparseSlices":
-        slices, shape = [], None
-        for arr in dense_slices:
-            arr = np.asarray(arr)
-            shape = arr.shape
-            flat = arr.reshape(-1)
-            idx = np.flatnonzero(flat)
-            slices.append((idx, flat[idx].copy()))
-        if shape is None:
-            raise UsageError("no transition slice was given.")
-        return cls(shape[0], shape[1], slices)
+from privaudit.stats.counts import SparseCounts, sparse_counts
+from privaudit.stats.protocol import step_index
 
 
 @dataclass(frozen=True, repr=False)
@@ -107,13 +81,25 @@ class TabularCounts:
 
     def visits_at(self, h: int) -> np.ndarray:
         """n_h(s, a), shape (S, A) (the pooled table if stationary)."""
-        return self.visits if self.stationary else self.visits[h]
+        g = step_index(h, self.horizon, self.stationary)
+        return self.visits if self.stationary else self.visits[g]
+
+    @property
+    def has_reward_sums(self) -> bool:
+        """True when reward sums are held."""
+        return self.reward_sums is not None
 
     def reward_sums_at(self, h: int) -> np.ndarray | None:
         """R_h(s, a), shape (S, A), or None."""
+        g = step_index(h, self.horizon, self.stationary)
         if self.reward_sums is None:
             return None
-        return self.reward_sums if self.stationary else self.reward_sums[h]
+        return self.reward_sums if self.stationary else self.reward_sums[g]
+
+    def transitions_at(self, h: int) -> np.ndarray:
+        """n_h(s, a, s'), shape (S, A, S) (the pooled table if stationary)."""
+        step_index(h, self.horizon, self.stationary)
+        return self.transitions(h)
 
     @classmethod
     def from_arrays(cls, visits: np.ndarray, transitions: np.ndarray, *, horizon: int,
@@ -154,55 +140,32 @@ class TabularCounts:
 
 
 def exact_counts(bounded, spec: DomainSpec, *, stationary: bool = False,
-                 rewards: bool = True) -> TabularCounts:
-    """Exact (non-private) counts of bounded logs.
+                 rewards: bool = True) -> SparseCounts:
+    """Exact (non-private) counts of bounded logs, in one aggregation.
 
     Parameters
     ----------
     bounded : polars LazyFrame or DataFrame
-        Logs after ``privaudit.data.bounding.bound_contributions`` (or
-        simulated logs, which already respect the spec).
+        Logs after contribution bounding (``PreparedLogs.bounded`` from
+        ``privaudit.data.prepare.prepare_logs``), or simulated logs, which
+        already respect the spec.
     spec : DomainSpec
         Declared domain.
     stationary : bool
         Pool over h.
     rewards : bool
-        Also compute the reward sums (skipped when the spec's reward is public).
+        Also sum the rewards (skipped when the spec's reward is public).
 
     Returns
     -------
-    TabularCounts
-        ``noisy=False``; transitions stored sparsely (observed cells only).
+    privaudit.stats.counts.SparseCounts
+        ``noisy=False``; observed transition cells only, dense (S, A, S)
+        slices on request. Answers the counts protocol.
 
     Notes
     -----
     NOT private: a policy trained on these counts can reveal any patient's
     record. Use it for the non-private baselines and for experiments.
     """
-    from privaudit.stats.counts import iter_transition_counts, reward_sums, visit_counts
-
-    visits = visit_counts(bounded, spec, stationary=stationary)
-    sparse = _SparseSlices.from_dense(c for _, c in iter_transition_counts(bounded, spec, stationary=stationary))
-    rsum = None
-    if rewards and spec.public_reward is None:
-        rsum = reward_sums(bounded, spec, stationary=stationary)
-    return TabularCounts(visits=visits, transitions=sparse, horizon=spec.H, reward_sums=rsum,
-                         stationary=stationary, noisy=False)
-
-
-def counts_from_release(release) -> TabularCounts:
-    """The noisy counts of a loaded release (``privaudit.stats.release.Release``).
-
-    Reward sums are converted to scaled-reward units with the manifest's
-    ``value_unit`` of the rewards family. Nothing is clipped here: clipping
-    at 0 and the projection are DP-APVI's post-processing.
-    """
-    man = release.manifest
-    dom = man["domain"]
-    stationary = bool(dom["stationary"])
-    rsum = getattr(release, "rewards", None)
-    if rsum is not None:
-        unit = float(man["families"].get("rewards", {}).get("value_unit", 1.0))
-        rsum = np.asarray(rsum, dtype=np.float64) * unit
-    return TabularCounts(visits=np.asarray(release.visits), transitions=release.transitions_h,
-                         horizon=int(dom["H"]), reward_sums=rsum, stationary=stationary, noisy=True)
+    return sparse_counts(bounded, spec, stationary=stationary,
+                         rewards=bool(rewards) and spec.public_reward is None)

@@ -12,23 +12,13 @@ from typing import Callable
 
 from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.errors import ArtifactError, UsageError
-from privaudit.learners.apvi import APVI, APVIHoeffding
-from privaudit.learners.dp_apvi import DPAPVI
+from privaudit.learners import registry
 from privaudit.learners.policy import Policy
 from privaudit.learners.tabular_counts import exact_counts
-from privaudit.learners.ve import ValueIterationCE
 from privaudit.spec import DomainSpec
 
-#: Tabular algorithms and their learner classes.
-TABULAR_ALGOS = {"ve": ValueIterationCE, "apvi": APVI, "apvi-hoeffding": APVIHoeffding, "dp-apvi": DPAPVI}
-#: Linear algorithms (``privaudit.learners.linear.train_from_logs``).
-LINEAR_ALGOS = ("pevi", "vapvi", "dp-vapvi")
-#: Algorithms that need a privacy budget.
-PRIVATE_ALGOS = ("dp-apvi", "dp-vapvi")
-
-
 def _learner(algo: str, params: dict | None):
-    cls = TABULAR_ALGOS[algo]
+    cls = registry.get(algo).load()
     try:
         return cls(**(params or {}))
     except TypeError as e:
@@ -122,8 +112,9 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     LogReadError, ValidationFailed, BudgetExceededError
         From reading, validating or releasing the logs.
     """
-    if algo not in TABULAR_ALGOS:
-        raise UsageError(f"unknown tabular algorithm {algo!r}; choose one of {sorted(TABULAR_ALGOS)}.")
+    tabular = registry.names(family="tabular")
+    if algo not in tabular:
+        raise UsageError(f"unknown tabular algorithm {algo!r}; choose one of {', '.join(tabular)}.")
     say = echo or (lambda s: None)
     if algo == "dp-apvi":
         from privaudit.stats.release import release_logs
@@ -153,5 +144,5 @@ def check_out_free(*paths: Path) -> None:
     return None
 
 
-__all__ = ["TABULAR_ALGOS", "LINEAR_ALGOS", "PRIVATE_ALGOS", "train_from_release", "train_from_logs",
+__all__ = ["train_from_release", "train_from_logs",
            "check_out_free", "ArtifactError"]

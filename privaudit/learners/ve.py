@@ -22,7 +22,7 @@ from privaudit.errors import UsageError
 from privaudit.learners._tabular_base import TabularLearnerBase
 from privaudit.learners.apvi import NON_PRIVATE, _identity
 from privaudit.learners.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
-from privaudit.learners.tabular_counts import TabularCounts
+from privaudit.stats.protocol import Counts
 
 
 class ValueIterationCE(TabularLearnerBase):
@@ -46,7 +46,7 @@ class ValueIterationCE(TabularLearnerBase):
     def __init__(self, *, tie_break: str = "visits"):
         self.tie_break = tie_break
 
-    def fit(self, counts: TabularCounts, reward=None, *, terminal_states: Sequence[int] = (),
+    def fit(self, counts: Counts, reward=None, *, terminal_states: Sequence[int] = (),
             spec_hash: str | None = None) -> "ValueIterationCE":
         """Plan in the empirical model. Same arguments as :meth:`APVI.fit`.
 

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from privaudit import FORMAT_VERSION
 from privaudit.errors import ArtifactError
 from privaudit.schemas import schema_errors
+from privaudit.stats.protocol import step_index
 
 MANIFEST = "manifest.json"
 FILES = {"visits": "visits.parquet", "transitions": "transitions.parquet", "rewards": "rewards.parquet"}
@@ -150,9 +151,12 @@ class Release:
 
     Notes
     -----
-    Transition counts n'_h(s, a, s') are read lazily, one h at a time, with
-    :meth:`transitions_h` (ICU-Sepsis: 12.8 M cells per h).
+    Answers the counts protocol (``privaudit.stats.protocol.Counts``) with
+    ``noisy=True``. Transition counts n'_h(s, a, s') are read lazily, one h
+    at a time, with :meth:`transitions_at` (ICU-Sepsis: 12.8 M cells per h).
     """
+
+    noisy = True
 
     path: Path
     manifest: dict
@@ -180,6 +184,28 @@ class Release:
     def spec_hash(self) -> str:
         return self.manifest["spec_hash"]
 
+    horizon = H
+    n_states = S
+    n_actions = A
+
+    @property
+    def has_reward_sums(self) -> bool:
+        """False when the spec declared the reward public (no rewards family)."""
+        return self.rewards is not None
+
+    def visits_at(self, h: int) -> np.ndarray:
+        """Noisy n'_h(s, a), shape (S, A), int64 (the pooled table if stationary)."""
+        g = step_index(h, self.H, self.stationary)
+        return self.visits if self.stationary else self.visits[g]
+
+    def reward_sums_at(self, h: int) -> np.ndarray | None:
+        """Noisy R'_h(s, a), shape (S, A), float64 in [0, 1]-scaled reward units (stored values x value_unit)."""
+        g = step_index(h, self.H, self.stationary)
+        if self.rewards is None:
+            return None
+        unit = float(self.manifest["families"]["rewards"].get("value_unit", 1.0))
+        return (self.rewards if self.stationary else self.rewards[g]).astype(np.float64) * unit
+
     def check_spec(self, spec) -> None:
         """Raise ArtifactError unless ``spec`` (a DomainSpec) is the spec this release was made with.
 
@@ -192,21 +218,21 @@ class Release:
             raise ArtifactError(f"{self.path}: release domain (H, S, A) = {(self.H, self.S, self.A)} differs from "
                                 f"the spec's {(spec.H, spec.S, spec.A)}.")
 
-    def transitions_h(self, h: int) -> np.ndarray:
+    def transitions_at(self, h: int) -> np.ndarray:
         """Noisy transition counts n'_h(s, a, s') of step ``h``, shape (S, A, S), int64.
 
         For a stationary release every h in [0, H) returns the pooled table.
 
         Raises
         ------
+        UsageError
+            If ``h`` is not an integer in [0, H).
         ArtifactError
-            If ``h`` is outside [0, H) or the row group is not the dense,
-            sorted (S, A, S) slice the format promises.
+            If the row group is not the dense, sorted (S, A, S) slice the
+            format promises.
         """
-        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < self.H:
-            raise ArtifactError(f"`h` must be an integer step in [0, {self.H}). Found {h!r}.")
+        group = step_index(h, self.H, self.stationary)
         S, A = self.S, self.A
-        group = 0 if self.stationary else int(h)
         path = self.path / FILES["transitions"]
         try:
             tab = pq.ParquetFile(path).read_row_group(group)
@@ -224,7 +250,7 @@ class Release:
     def iter_transitions(self):
         """Yield (h, n'_h of shape (S, A, S)) for h = 0..H-1 (once if stationary)."""
         for h in range(1 if self.stationary else self.H):
-            yield h, self.transitions_h(h)
+            yield h, self.transitions_at(h)
 
     def __repr__(self) -> str:
         fam = list(self.manifest["families"])

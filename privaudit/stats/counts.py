@@ -30,8 +30,9 @@ from typing import Iterator
 import numpy as np
 import polars as pl
 
-from privaudit.errors import ValidationFailed
+from privaudit.errors import UsageError, ValidationFailed
 from privaudit.spec import DomainSpec
+from privaudit.stats.protocol import step_index
 
 Frame = pl.LazyFrame | pl.DataFrame
 
@@ -81,7 +82,11 @@ class SparseCounts:
     """The observed cells of one log, from a single polars group-by.
 
     Every statistic (visits, reward sums, transition slices) is a dense
-    scatter of this sparse table, so the rows are aggregated once.
+    scatter of this sparse table, so the rows are aggregated once. Answers
+    the counts protocol (``privaudit.stats.protocol.Counts``) with
+    ``noisy=False``; :meth:`visits`, :meth:`rewards` and
+    :meth:`iter_transitions` give the whole tables in stored units, as the
+    release noises them.
 
     Attributes
     ----------
@@ -93,18 +98,43 @@ class SparseCounts:
         sorted, unique), ``n`` (Int64 count) and, when rewards were asked
         for, ``r`` (sum of rewards of the cell: Float64, or Int64 in units of
         1/quantum). At most one row per log row; PRIVATE exact statistics.
+    quantum : int or None
+        Reward sums are stored in units of 1/quantum (None: float sums).
     """
 
-    def __init__(self, spec: DomainSpec, stationary: bool, cells: pl.DataFrame):
-        self.spec, self.stationary, self.cells = spec, stationary, cells
+    noisy = False
+
+    def __init__(self, spec: DomainSpec, stationary: bool, cells: pl.DataFrame, quantum: int | None = None):
+        self.spec, self.stationary, self.cells, self.quantum = spec, stationary, cells, quantum
         S, A = spec.S, spec.A
         self._per_h = S * A * S
         flat = cells["i"].to_numpy()
         n_slices = 1 if stationary else spec.H
         self._bounds = np.searchsorted(flat, np.arange(n_slices + 1, dtype=np.int64) * self._per_h)
+        self._tables: dict[str, np.ndarray] = {}
 
     def __repr__(self) -> str:  # exact counts are private: shapes only
         return f"SparseCounts(H={self.spec.H}, S={self.spec.S}, A={self.spec.A}, stationary={self.stationary})"
+
+    @property
+    def horizon(self) -> int:
+        """H."""
+        return self.spec.H
+
+    @property
+    def n_states(self) -> int:
+        """S."""
+        return self.spec.S
+
+    @property
+    def n_actions(self) -> int:
+        """A."""
+        return self.spec.A
+
+    @property
+    def has_reward_sums(self) -> bool:
+        """True when the rewards were aggregated (``rewards=True``)."""
+        return "r" in self.cells.columns
 
     @property
     def sa_shape(self) -> tuple[int, ...]:
@@ -113,12 +143,14 @@ class SparseCounts:
         return (sp.S, sp.A) if self.stationary else (sp.H, sp.S, sp.A)
 
     def _sa(self, column: str, dtype) -> np.ndarray:
-        S = self.spec.S
-        agg = (self.cells.lazy().group_by((pl.col("i") // S).alias("j")).agg(pl.col(column).sum())
-               .collect())
-        out = np.zeros(int(np.prod(self.sa_shape)), dtype=dtype)
-        out[agg["j"].to_numpy()] = agg[column].to_numpy().astype(dtype, copy=False)
-        return out.reshape(self.sa_shape)
+        if column not in self._tables:
+            S = self.spec.S
+            agg = (self.cells.lazy().group_by((pl.col("i") // S).alias("j")).agg(pl.col(column).sum())
+                   .collect())
+            out = np.zeros(int(np.prod(self.sa_shape)), dtype=dtype)
+            out[agg["j"].to_numpy()] = agg[column].to_numpy().astype(dtype, copy=False)
+            self._tables[column] = out.reshape(self.sa_shape)
+        return self._tables[column]
 
     def visits(self) -> np.ndarray:
         """n_h(s, a), shape (H, S, A) or (S, A), int64 (= sum over s' of the transitions)."""
@@ -126,14 +158,27 @@ class SparseCounts:
 
     def rewards(self) -> np.ndarray:
         """R_h(s, a), shape (H, S, A) or (S, A): float64 sums, or int64 units of 1/quantum."""
-        if "r" not in self.cells.columns:
-            raise ValueError("reward sums were not aggregated (rewards=False)")
+        if not self.has_reward_sums:
+            raise UsageError("reward sums were not aggregated (sparse_counts(..., rewards=False)).")
         return self._sa("r", np.int64 if self.cells.schema["r"].is_integer() else np.float64)
 
-    def transitions_h(self, h: int) -> np.ndarray:
+    def visits_at(self, h: int) -> np.ndarray:
+        """n_h(s, a), shape (S, A), int64 (the pooled table if stationary)."""
+        g = step_index(h, self.spec.H, self.stationary)
+        return self.visits() if self.stationary else self.visits()[g]
+
+    def reward_sums_at(self, h: int) -> np.ndarray | None:
+        """R_h(s, a), shape (S, A), float64 in [0, 1]-scaled reward units; None without reward sums."""
+        g = step_index(h, self.spec.H, self.stationary)
+        if not self.has_reward_sums:
+            return None
+        r = self.rewards() if self.stationary else self.rewards()[g]
+        return r.astype(np.float64) / self.quantum if self.quantum is not None else r
+
+    def transitions_at(self, h: int) -> np.ndarray:
         """n_h(s, a, s') of step h (the pooled table if stationary), shape (S, A, S), int64, fresh."""
         S, A = self.spec.S, self.spec.A
-        g = 0 if self.stationary else int(h)
+        g = step_index(h, self.spec.H, self.stationary)
         lo, hi = self._bounds[g], self._bounds[g + 1]
         out = np.zeros(self._per_h, dtype=np.int64)
         out[self.cells["i"][lo:hi].to_numpy() - g * self._per_h] = self.cells["n"][lo:hi].to_numpy()
@@ -142,7 +187,7 @@ class SparseCounts:
     def iter_transitions(self) -> Iterator[tuple[int, np.ndarray]]:
         """Yield (h, n_h of shape (S, A, S)) for h = 0..H-1 (once, h = 0, if stationary)."""
         for h in range(1 if self.stationary else self.spec.H):
-            yield h, self.transitions_h(h)
+            yield h, self.transitions_at(h)
 
 
 def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
@@ -192,7 +237,7 @@ def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
     cells_lf = lf.group_by(_cell_index(cols, sizes).alias("i")).agg(aggs).sort("i")
     bounds, cells = pl.collect_all([rng_, cells_lf])
     _check_domain(bounds, spec, cols)
-    return SparseCounts(spec, stationary, cells)
+    return SparseCounts(spec, stationary, cells, quantum if rewards else None)
 
 
 def visit_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False) -> np.ndarray:

@@ -15,14 +15,12 @@ import polars as pl
 
 from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.errors import SpecError, UsageError
+from privaudit.learners import registry
 from privaudit.learners.linear.data import LinearData
-from privaudit.learners.linear.estimators import DPVAPVI, PEVI, VAPVI
 from privaudit.learners.policy import Policy
 from privaudit.mdp.features import feature_map_from_spec
 from privaudit.spec import DomainSpec
 
-#: Learner classes by ``--algo`` name.
-LINEAR_LEARNERS = {"pevi": PEVI, "vapvi": VAPVI, "dp-vapvi": DPVAPVI}
 #: ``parameters["table"]`` of a column-x-action policy whose (H, S, A) table is a uniform
 #: placeholder (no public state features): it must not be scored as the policy's value.
 PLACEHOLDER_TABLE = "placeholder"
@@ -168,8 +166,9 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     BudgetExceededError
         The ledger's remaining budget is below rho (exit code 3).
     """
-    if algo not in LINEAR_LEARNERS:
-        raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {sorted(LINEAR_LEARNERS)}.")
+    linear = registry.names(family="linear")
+    if algo not in linear:
+        raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {', '.join(linear)}.")
     params = dict(params or {})
     if "failure_prob" in params:
         if algo != "dp-vapvi":
@@ -194,7 +193,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     else:
         fmap = feature_map_from_spec(spec)
     try:
-        learner = LINEAR_LEARNERS[algo](budget.rho, **params) if budget else LINEAR_LEARNERS[algo](**params)
+        cls = registry.get(algo).load()
+        learner = cls(budget.rho, **params) if budget else cls(**params)
     except TypeError as e:
         raise UsageError(f"bad parameters for {algo}: {e}") from None
     if ledger is not None:  # before any row is read or any noise drawn

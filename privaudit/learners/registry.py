@@ -1,0 +1,116 @@
+"""The one algorithm registry: the names ``privaudit train``, the Python training
+functions and ``privaudit audit`` take their choices from.
+
+Each :class:`Algorithm` names its learner class by import path, so reading
+the registry imports no learner (``privaudit --help`` stays fast); the class
+is imported by :meth:`Algorithm.load` when a command uses it.
+
+Adding a learner: write its class (``__init__`` stores parameters, ``fit``
+returns ``self``, the policy in ``policy_``; see docs/learners.md), then
+:func:`register` an ``Algorithm`` here (or from your own module, before the
+CLI parses its arguments). A private learner also needs an audit adapter
+(``privaudit.audit.adapters.MECHANISMS``, under the same name): a test
+checks that every private algorithm has one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from privaudit.errors import UsageError
+
+#: Families: how an algorithm reads the logs.
+FAMILIES = ("tabular", "linear")
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One trainable algorithm.
+
+    Attributes
+    ----------
+    name : str
+        The ``--algo`` name.
+    family : {"tabular", "linear"}
+        "tabular": counts over (H, S, A) (``privaudit.stats.protocol.Counts``);
+        "linear": per-step regressions on the spec's feature map.
+    private : bool
+        True when the algorithm is differentially private (it spends budget).
+    learner : str
+        ``"module:Class"`` of the learner.
+    summary : str
+        One line for help texts.
+    """
+
+    name: str
+    family: str
+    private: bool
+    learner: str
+    summary: str
+
+    def load(self) -> type:
+        """The learner class (imported now)."""
+        module, _, attr = self.learner.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+_REGISTRY: dict[str, Algorithm] = {}
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Add an algorithm; refuses a second one under the same name or an unknown family.
+
+    Raises
+    ------
+    UsageError
+        ``algorithm.name`` is taken, or ``algorithm.family`` is not one of :data:`FAMILIES`.
+    """
+    if algorithm.family not in FAMILIES:
+        raise UsageError(f"`family` must be one of {FAMILIES}. Found {algorithm.family!r}.")
+    if algorithm.name in _REGISTRY:
+        raise UsageError(f"an algorithm named {algorithm.name!r} is already registered.")
+    _REGISTRY[algorithm.name] = algorithm
+    return algorithm
+
+
+def get(name: str) -> Algorithm:
+    """The algorithm called ``name``.
+
+    Raises
+    ------
+    UsageError
+        Unknown name (the message lists the registered ones).
+    """
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UsageError(f"unknown algorithm {name!r}; choose one of {', '.join(names())}.") from None
+
+
+def names(*, family: str | None = None, private: bool | None = None) -> tuple[str, ...]:
+    """Registered names, in registration order, optionally of one family and/or privacy."""
+    return tuple(a.name for a in _REGISTRY.values()
+                 if (family is None or a.family == family) and (private is None or a.private == private))
+
+
+for _a in (
+    Algorithm("ve", "tabular", False, "privaudit.learners.ve:ValueIterationCE",
+              "certainty-equivalent value iteration on exact counts (NOT private)"),
+    Algorithm("apvi", "tabular", False, "privaudit.learners.apvi:APVI",
+              "pessimistic value iteration, Bernstein penalty, on exact counts (NOT private)"),
+    Algorithm("apvi-hoeffding", "tabular", False, "privaudit.learners.apvi:APVIHoeffding",
+              "APVI with a Hoeffding penalty (NOT private)"),
+    Algorithm("dp-apvi", "tabular", True, "privaudit.learners.dp_apvi:DPAPVI",
+              "DP-APVI (seed 000 Alg. 1): post-processing of a DP count release"),
+    Algorithm("pevi", "linear", False, "privaudit.learners.linear.estimators:PEVI",
+              "pessimistic value iteration with linear features (NOT private)"),
+    Algorithm("vapvi", "linear", False, "privaudit.learners.linear.estimators:VAPVI",
+              "variance-aware PEVI with linear features (NOT private)"),
+    Algorithm("dp-vapvi", "linear", True, "privaudit.learners.linear.estimators:DPVAPVI",
+              "DP-VAPVI (seed 000 Alg. 2): Gaussian noise on its 5H statistics"),
+):
+    register(_a)
+del _a
+
+__all__ = ["Algorithm", "FAMILIES", "register", "get", "names"]
