@@ -26,6 +26,7 @@ COMMANDS = {
     "evaluate": "evaluate",
     "audit": "audit",
     "pipeline": "pipeline",
+    "explore": "explore",
 }
 
 

@@ -1,0 +1,322 @@
+"""``privaudit explore``: run an online explorer on a simulated user stream and write its regret.
+
+Outputs, in one folder written atomically (``--out DIR``):
+
+* ``regret.parquet``: one row per episode (user): ``episode`` (0-based),
+  ``initial_state``, ``regret`` (exact V*_0(s_0) - V^{pi_k}_0(s_0)),
+  ``cumulative_regret``, ``realised_return``; the Parquet schema metadata
+  holds ``privaudit_format_version``;
+* ``manifest.json``: format version, software version, configuration, the
+  JDP guarantee (neighbouring relation, what is protected from whom, the
+  privacy events of every counter family), a summary of the regret;
+* ``regret.png``: cumulative regret against episodes.
+
+All data here is simulated from a known MDP (the users are response trees
+keyed by ``world_key``), so the manifest records the seeds: nothing in the
+folder describes a real person.
+
+Algorithms are entries of :data:`ALGORITHMS` (name -> :class:`Algorithm`):
+a builder ``build(env, K, budget, constants, beta, rng) -> Agent``, whether it
+takes a privacy budget, and the names of the budgets it accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from privaudit import __version__
+from privaudit.errors import UsageError
+from privaudit.io_utils import atomic_dir
+from privaudit.online.counters import tree_levels
+from privaudit.online.env import EpisodicEnv
+from privaudit.online.protocol import Agent, RunResult, run_episodes
+from privaudit.online.pucb import PUCB, UCBVI
+from privaudit.privacy.accounting import Accountant, zcdp_to_dp
+from privaudit.stats.release import physical_memory_bytes
+
+#: Version of the explore output folder (manifest and Parquet).
+EXPLORE_FORMAT_VERSION = 1
+#: Default delta for reporting a zCDP guarantee as (eps, delta).
+DEFAULT_DELTA = 1e-6
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The privacy budget of a run: exactly one of epsilon (pure DP) and rho (zCDP), or none.
+
+    Attributes
+    ----------
+    epsilon : float or None
+        Pure eps-JDP (``math.inf``: no privacy).
+    rho : float or None
+        rho-zCDP counters, reported as (eps, delta)-JDP with ``delta``.
+    delta : float or None
+    """
+
+    epsilon: float | None = None
+    rho: float | None = None
+    delta: float | None = None
+
+    @property
+    def private(self) -> bool:
+        """False for a non-private run (no budget, or eps = inf)."""
+        return self.rho is not None or (self.epsilon is not None and math.isfinite(self.epsilon))
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One explorer that ``privaudit explore --algo NAME`` can run.
+
+    Attributes
+    ----------
+    build : callable
+        ``build(env, K, budget, constants, beta, rng) -> Agent``.
+    private : bool
+        True when the algorithm needs a budget (--epsilon or --rho).
+    summary : str
+        One line for ``--help``.
+    needs_features : bool
+        True for linear explorers (the environment must expose phi).
+    """
+
+    build: Callable[..., Agent]
+    private: bool
+    summary: str
+    needs_features: bool = False
+
+
+def _build_pucb(env: EpisodicEnv, K: int, budget: Budget, constants: str, beta: float, rng) -> Agent:
+    return PUCB(env.n_states, env.n_actions, env.horizon, K, epsilon=budget.epsilon, rho=budget.rho,
+                beta=beta, constants=constants, rng=rng)
+
+
+def _build_ucbvi(env: EpisodicEnv, K: int, budget: Budget, constants: str, beta: float, rng) -> Agent:
+    return UCBVI(env.n_states, env.n_actions, env.horizon, K, beta=beta, constants=constants, rng=rng)
+
+
+#: name -> Algorithm. Linear explorers (issue 16) add their entries here.
+ALGORITHMS: dict[str, Algorithm] = {
+    "pucb": Algorithm(_build_pucb, True, "PUCB (Vietri et al. 2020): tabular, Laplace (eps) or Gaussian (rho) "
+                      "tree counters, eps-JDP"),
+    "ucb-vi": Algorithm(_build_ucbvi, False, "PUCB's non-private twin (exact counts; UBEV-style UCB-VI)"),
+}
+
+#: What joint DP protects, for the manifest and the docs.
+JDP_TEXT = {
+    "notion": "joint differential privacy (JDP) under continual observation, billboard model "
+              "(Vietri et al. 2020, seed 004; Kearns et al. 2014)",
+    "neighbouring": "one user's whole data replaced: her response tree (initial state and her reward and "
+                    "next state in response to every possible action sequence); all other users' trees "
+                    "unchanged",
+    "privacy_unit": "one user = one episode",
+    "protected_from": "every other user (the actions recommended to all users other than u, jointly, and the "
+                      "final policy change by at most the stated budget when u's data is replaced), and "
+                      "anyone who sees only the released counters or the final policy",
+    "not_protected": "the actions recommended to user u herself (they depend on her own states, as they "
+                     "must); the agent itself (trusted: it sees every raw trajectory); side channels such "
+                     "as timing; users who share data across episodes (one person = several users "
+                     "multiplies the budget by their number of episodes)",
+}
+
+
+def _guarantee(agent: Agent, budget: Budget) -> dict:
+    events = list(getattr(agent, "events_", []))
+    g = dict(JDP_TEXT)
+    if not budget.private or not events:
+        g.update({"private": False, "epsilon": None, "delta": None, "rho": None, "events": []})
+        return g
+    acc = Accountant()
+    for e in events:
+        acc.add(e)
+    if acc.is_pure():
+        eps, delta, rho = acc.total_epsilon(), 0.0, None
+    else:
+        rho = acc.total_rho()
+        delta = budget.delta if budget.delta is not None else DEFAULT_DELTA
+        eps = zcdp_to_dp(rho, delta)
+    g.update({"private": True, "epsilon": eps, "delta": delta, "rho": rho,
+              "statement": (f"({eps:.6g}, {delta:.3g})-JDP" if delta else f"{eps:.6g}-JDP")
+              + " for the actions recommended to all users and the final policy",
+              "events": [e.as_dict() for e in events]})
+    return g
+
+
+def validate_budget(algo: str, epsilon: float | None, rho: float | None, delta: float | None) -> Budget:
+    """Check the budget options against the algorithm; returns the Budget.
+
+    Raises
+    ------
+    UsageError
+        Unknown algorithm; a private algorithm without exactly one of
+        epsilon/rho; a non-private one given a budget; delta without rho;
+        budgets out of range.
+    """
+    if algo not in ALGORITHMS:
+        raise UsageError(f"unknown algorithm {algo!r}; choose one of {sorted(ALGORITHMS)}.")
+    entry = ALGORITHMS[algo]
+    if delta is not None and rho is None:
+        raise UsageError("--delta applies only with --rho (it converts the zCDP guarantee to (eps, delta)).")
+    if delta is not None and not 0 < delta < 1:
+        raise UsageError(f"--delta must be in (0, 1). Got {delta}.")
+    if not entry.private:
+        if epsilon is not None or rho is not None:
+            raise UsageError(f"--algo {algo} is not private; it takes no --epsilon/--rho (use --algo pucb).")
+        return Budget()
+    if (epsilon is None) == (rho is None):
+        raise UsageError(f"--algo {algo} needs exactly one of --epsilon (pure eps-JDP) and --rho (zCDP).")
+    for name, v in (("--epsilon", epsilon), ("--rho", rho)):
+        if v is not None and not (v > 0):
+            raise UsageError(f"{name} must be > 0 (inf for no privacy). Got {v}.")
+    if rho is not None and math.isinf(rho):
+        raise UsageError("--rho must be finite; use --epsilon inf for a non-private run.")
+    return Budget(epsilon, rho, delta if rho is not None else None)
+
+
+def memory_estimate(algo: str, env: EpisodicEnv, n_episodes: int) -> int:
+    """Peak bytes of a tabular explorer's state: (L + 6) float64 arrays of C = 2SAH + S^2AH counters.
+
+    (L + 2) per counter family (exact sum, one noise sum per level), plus the
+    released copy, the increments and PrivQ's temporaries (about three more).
+    Linear explorers report 0 here (their state is a few (H, d, d) arrays).
+    """
+    if ALGORITHMS[algo].needs_features:
+        return 0
+    S, A, H = env.n_states, env.n_actions, env.horizon
+    C = 2 * S * A * H + S * S * A * H
+    return 8 * C * (tree_levels(n_episodes) + 6)
+
+
+def check_memory(algo: str, env: EpisodicEnv, n_episodes: int) -> None:
+    """Refuse (UsageError) a run whose state would take more than half the physical memory."""
+    need, phys = memory_estimate(algo, env, n_episodes), physical_memory_bytes()
+    if phys is not None and need > phys / 2:
+        S, A, H = env.n_states, env.n_actions, env.horizon
+        raise UsageError(f"--algo {algo} on {env.name} (S={S}, A={A}, H={H}) needs about {need / 2**30:.1f} GiB "
+                         f"for its S^2AH transition counters and their tree levels, above half of this machine's "
+                         f"{phys / 2**30:.1f} GiB. Use a smaller --horizon or environment.")
+
+
+def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget, *, constants: str = "practical",
+                beta: float = 0.05, seed: int | None = None, progress: Callable[[int], None] | None = None
+                ) -> tuple[Agent, RunResult]:
+    """Build the agent and play ``n_episodes`` users of ``env``.
+
+    Parameters
+    ----------
+    env : EpisodicEnv
+    algo : str
+        A key of :data:`ALGORITHMS`.
+    n_episodes : int
+        K (public; fixes the counters' trees).
+    budget : Budget
+        From :func:`validate_budget`.
+    constants : {"practical", "theory"}
+    beta : float
+        Failure probability of the confidence bounds.
+    seed : int, optional
+        Seed of the agent's noise and tie-breaking (default: OS entropy).
+    progress : callable, optional
+        See :func:`~privaudit.online.protocol.run_episodes`.
+
+    Returns
+    -------
+    (Agent, RunResult)
+    """
+    entry = ALGORITHMS[algo]
+    check_memory(algo, env, n_episodes)
+    if entry.needs_features and env.phi is None:
+        raise UsageError(f"--algo {algo} needs a feature map; environment {env.name!r} has none "
+                         "(use synthetic-linear).")
+    agent = entry.build(env, int(n_episodes), budget, constants, beta, np.random.default_rng(seed))
+    return agent, run_episodes(env, agent, n_episodes, progress=progress)
+
+
+def regret_frame(res: RunResult) -> pl.DataFrame:
+    """The per-episode table written to ``regret.parquet``."""
+    return pl.DataFrame({
+        "episode": np.arange(res.first_user, res.first_user + len(res.regret), dtype=np.int64),
+        "initial_state": res.initial_state,
+        "regret": res.regret,
+        "cumulative_regret": np.cumsum(res.regret),
+        "realised_return": res.realised_return,
+    })
+
+
+def _plot(df: pl.DataFrame, title: str, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ep = df["episode"].to_numpy() + 1
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ep, df["cumulative_regret"].to_numpy(), lw=1.5)
+    ax.set_xlabel("episode k (users)")
+    ax.set_ylabel("cumulative regret  sum_k V*(s0) - V^pi_k(s0)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, res: RunResult, budget: Budget,
+                  config: dict, overwrite: bool = False) -> dict:
+    """Write regret.parquet, manifest.json and regret.png into ``out`` atomically; returns the manifest."""
+    df = regret_frame(res)
+    guarantee = _guarantee(agent, budget)
+    K = len(res.regret)
+    tail = max(1, K // 10)
+    manifest = {
+        "format_version": EXPLORE_FORMAT_VERSION,
+        "kind": "privaudit-explore",
+        "software": {"privaudit": __version__, "python": sys.version.split()[0], "numpy": np.__version__},
+        "config": config,
+        "environment": {"name": env.name, "horizon": env.horizon, "n_states": env.n_states,
+                        "n_actions": env.n_actions, "world_key": env.world_key,
+                        "simulated": True},
+        "guarantee": guarantee,
+        "calibration": _calibration_dict(agent),
+        "summary": {"episodes": K, "cumulative_regret": float(df["cumulative_regret"][-1]),
+                    "mean_regret_last_10pct": float(res.regret[-tail:].mean()),
+                    "mean_regret_first_10pct": float(res.regret[:tail].mean())},
+        "files": {"regret": "regret.parquet", "plot": "regret.png"},
+    }
+    label = "non-private" if not guarantee["private"] else guarantee["statement"].split(" for")[0]
+    title = f"{algo} on {env.name} (H={env.horizon}, S={env.n_states}, A={env.n_actions}), {label}"
+    with atomic_dir(Path(out), overwrite=overwrite) as tmp:
+        table = df.to_arrow()
+        table = table.replace_schema_metadata({"privaudit_format_version": str(EXPLORE_FORMAT_VERSION),
+                                               "privaudit_kind": "explore-regret"})
+        pq.write_table(table, tmp / "regret.parquet")
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, default=_json_default) + "\n")
+        _plot(df, title, tmp / "regret.png")
+    return manifest
+
+
+def _calibration_dict(agent: Agent) -> dict | None:
+    cal = getattr(agent, "calibration_", None)
+    if cal is None:
+        return None
+    return {"mechanism": cal.mechanism, "node_scale": cal.scale, "tree_levels": cal.n_levels,
+            "n_counters": cal.n_counters, "family_step_sensitivity": cal.step_sensitivity,
+            "family_budget": cal.family_budget, "counter_error_E": cal.E, "bonus_log_term": cal.log_term,
+            "constants": {"name": cal.constants.name, "error": cal.constants.error,
+                          "c_threshold": cal.constants.c_threshold, "c_phi": cal.constants.c_phi,
+                          "c_psi": cal.constants.c_psi}}
+
+
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

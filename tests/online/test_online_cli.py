@@ -1,0 +1,87 @@
+"""``privaudit explore``: outputs, guarantee in the manifest, refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from privaudit.cli import main
+from privaudit.online.env import make_env
+from privaudit.online.explore import run_explore, validate_budget
+
+
+def _run(args):
+    return CliRunner().invoke(main, ["explore", *args])
+
+
+def test_explore_writes_regret_manifest_and_plot(tmp_path):
+    out = tmp_path / "run"
+    r = _run(["--algo", "pucb", "--env", "riverswim", "--horizon", "5", "--episodes", "300", "--epsilon", "2",
+              "--seed", "3", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    df = pl.read_parquet(out / "regret.parquet")
+    assert df.columns == ["episode", "initial_state", "regret", "cumulative_regret", "realised_return"]
+    assert pq.read_schema(out / "regret.parquet").metadata[b"privaudit_format_version"] == b"1"
+    # the same seed through the library gives the same regret
+    env = make_env("riverswim", horizon=5)
+    _, res = run_explore(env, "pucb", 300, validate_budget("pucb", 2.0, None, None), seed=3)
+    np.testing.assert_array_equal(df["regret"].to_numpy(), res.regret)
+    m = json.loads((out / "manifest.json").read_text())
+    g = m["guarantee"]
+    assert m["format_version"] == 1 and g["private"] and g["delta"] == 0.0
+    assert g["epsilon"] == pytest.approx(2.0) and g["epsilon"] >= 2.0
+    assert sum(e["epsilon"] for e in g["events"]) <= g["epsilon"]
+    assert "replaced" in g["neighbouring"] and "herself" in g["not_protected"]
+    assert (out / "regret.png").stat().st_size > 1000
+
+
+def test_explore_rho_reports_eps_delta_and_twin_has_no_guarantee(tmp_path):
+    r = _run(["--algo", "pucb", "--env", "random-tabular", "--states", "3", "--actions", "2", "--horizon", "3",
+              "--episodes", "50", "--rho", "0.5", "--delta", "1e-5", "--seed", "1", "--out", str(tmp_path / "a"),
+              "--json"])
+    assert r.exit_code == 0, r.output
+    g = json.loads(r.output)["guarantee"]
+    from privaudit.privacy.accounting import zcdp_to_dp
+    assert g["rho"] == pytest.approx(0.5) and g["epsilon"] == pytest.approx(zcdp_to_dp(g["rho"], 1e-5))
+    r = _run(["--algo", "ucb-vi", "--env", "riverswim", "--episodes", "20", "--out", str(tmp_path / "b"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["guarantee"]["private"] is False
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--algo", "ucb-vi", "--epsilon", "1"], "not private"),
+    (["--algo", "pucb"], "exactly one"),
+    (["--algo", "pucb", "--epsilon", "1", "--rho", "1"], "exactly one"),
+    (["--algo", "pucb", "--epsilon", "1", "--delta", "0.1"], "--delta applies only"),
+    (["--algo", "pucb", "--epsilon", "-1"], "must be > 0"),
+    (["--algo", "pucb", "--epsilon", "1", "--actions", "3"], "does not apply"),
+])
+def test_explore_refuses_bad_arguments(tmp_path, args, match):
+    out = tmp_path / "x"
+    r = _run([*args, "--env", "riverswim", "--episodes", "10", "--out", str(out)])
+    assert r.exit_code == 2 and match in r.output and "Traceback" not in r.output
+    assert not out.exists()
+
+
+def test_explore_refuses_existing_out_and_oversized_state(tmp_path):
+    out = tmp_path / "x"
+    out.mkdir()
+    r = _run(["--algo", "ucb-vi", "--env", "riverswim", "--episodes", "10", "--out", str(out)])
+    assert r.exit_code == 2 and "already exists" in r.output
+    r = _run(["--algo", "ucb-vi", "--env", "icu-sepsis", "--episodes", "10", "--out", str(tmp_path / "icu")])
+    assert r.exit_code == 2 and "GiB" in r.output and not (tmp_path / "icu").exists()
+
+
+def test_epsilon_inf_is_the_twin(tmp_path):
+    r = _run(["--algo", "pucb", "--env", "riverswim", "--episodes", "20", "--epsilon", "inf", "--seed", "0",
+              "--out", str(tmp_path / "a"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["guarantee"]["private"] is False
+    m = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert m["config"]["epsilon"] == "inf" and not math.isinf(len(m["guarantee"]["events"]))
