@@ -181,6 +181,15 @@ class DomainSpec:
             r[int(k)] = float(v)
         return r
 
+    def public_reward_scaled(self) -> np.ndarray | None:
+        """r(s') of shape (S,) clipped into the reward range and scaled to [0, 1], as
+        the logs' rewards are bounded (``data.bounding``); None without a public reward."""
+        r = self.public_reward_vector()
+        if r is None:
+            return None
+        lo, hi = self.reward_range
+        return (np.clip(r, lo, hi) - lo) / (hi - lo)
+
     def to_dict(self) -> dict:
         """The JSON document of this spec."""
         return json.loads(json.dumps(self.raw))

@@ -275,7 +275,8 @@ class DPAPVIMechanism(_LibraryStatistics):
         counts = TabularCounts.from_arrays(visits if not self.stationary else visits, trans if not self.stationary
                                            else trans[0], horizon=self.spec.H, reward_sums=rsum, noisy=True)
         learner = DPAPVI(noise_bound=self.E, **self.learner_params)
-        learner.fit(counts, self.spec.public_reward_vector(), terminal_states=self.spec.terminal_states)
+        learner.fit(counts, self.spec.public_reward_scaled(), terminal_states=self.spec.terminal_states,
+                    reward_range=self.spec.reward_range)
         return np.argmax(learner.policy_.table, axis=-1).astype(np.int64)
 
     def attack_scores(self, pair) -> list:

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from privaudit.errors import UsageError
-from privaudit.learners.pessimism import PVIResult, pessimistic_value_iteration
+from privaudit.learners.pessimism import PVIResult, RewardFrame, pessimistic_value_iteration, reward_frame
 from privaudit.learners.policy import Policy
 
 #: Tie-breaking rules among actions of equal (pessimistic) value.
@@ -89,10 +89,14 @@ class StepModel:
     prepare : callable (n_sas (S, A, S), n_sa (S, A)) -> (ñ_sas, ñ_sa)
         Turns the raw slices into the counts used (identity for exact counts;
         clip-and-project for DP-APVI).
+    frame : RewardFrame
+        Every reward above (in [0, 1], scaled by the declared range) is
+        planned with as ``frame.scale * r + frame.shift`` (identity for the
+        range [0, 1]; see :class:`privaudit.learners.pessimism.RewardFrame`).
     """
 
-    def __init__(self, counts: Counts, reward, E: float, prepare):
-        self.counts, self.E, self.prepare = counts, float(E), prepare
+    def __init__(self, counts: Counts, reward, E: float, prepare, frame: RewardFrame = RewardFrame()):
+        self.counts, self.E, self.prepare, self.frame = counts, float(E), prepare, frame
         S, A, H = counts.n_states, counts.n_actions, counts.horizon
         self._key = None
         self._val = None
@@ -115,6 +119,7 @@ class StepModel:
                                  f"({H}, {S}, {A}). Got {reward.shape}.")
             if not np.isfinite(reward).all() or reward.min() < 0 or reward.max() > 1:
                 raise UsageError("`reward` must lie in [0, 1] (scale it by the spec's reward_range).")
+            reward = frame.scale * reward + frame.shift
         self.reward = reward
 
     def step(self, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -136,7 +141,8 @@ class StepModel:
         else:
             R = np.asarray(self.counts.reward_sums_at(h), dtype=np.float64)
             ok = n_sa > self.E
-            r = np.where(ok, np.clip(R / np.where(ok, n_sa, 1.0), 0.0, 1.0), 0.0)
+            r = np.where(ok, self.frame.scale * np.clip(R / np.where(ok, n_sa, 1.0), 0.0, 1.0) + self.frame.shift,
+                         0.0)
         self._h, self._out = h, (P, r, n_sa)
         return self._out
 
@@ -147,10 +153,14 @@ class TabularLearnerBase:
     Fitted attributes (set by ``_run``):
 
     Q_ : ndarray (H, S, A)
-        Clipped pessimistic Q̄_h(s, a).
+        Clipped pessimistic Q̄_h(s, a), in the planning units of
+        ``reward_frame_`` (the declared range [0, 1]: the declared units).
     V_ : ndarray (H + 1, S)
         Ṽ_h(s) = max_a Q̄_h(s, a), V_[H] = 0: the learner's (pessimistic)
-        value estimate of its policy from each state.
+        value estimate of its policy from each state, in planning units
+        (:meth:`declared_values` converts to the declared reward's units).
+    reward_frame_ : RewardFrame
+        How rewards scaled by the declared range were planned with.
     penalty_ : ndarray (H, S, A)
         Γ_h(s, a).
     trusted_ : ndarray (H, S, A) bool
@@ -174,14 +184,21 @@ class TabularLearnerBase:
         """The constructor parameters (JSON-serialisable)."""
         return {k: getattr(self, k) for k in self._param_names}
 
+    def declared_values(self) -> np.ndarray:
+        """Ṽ_h(s) in the declared reward's units, shape (H + 1, S)."""
+        H = self.V_.shape[0] - 1
+        return self.reward_frame_.declared(self.V_, (H - np.arange(H + 1))[:, None])
+
     def value_estimate(self, d0: np.ndarray) -> float:
-        """Pessimistic value estimate d0 . Ṽ_0 at the start distribution ``d0`` (S,)."""
-        return float(np.asarray(d0, dtype=np.float64) @ self.V_[0])
+        """Pessimistic value estimate d0 . Ṽ_0 at the start distribution ``d0`` (S,), declared units."""
+        return float(np.asarray(d0, dtype=np.float64) @ self.declared_values()[0])
 
     def _run(self, counts: Counts, reward, *, E: float, prepare, penalty: str,
              C1: float, C2: float, C: float, failure_prob: float, lower_order: bool,
-             terminal_states: Sequence[int], privacy: dict, spec_hash: str | None) -> None:
-        model = StepModel(counts, reward, E, prepare)
+             terminal_states: Sequence[int], privacy: dict, spec_hash: str | None,
+             reward_range: Sequence[float] | None = None) -> None:
+        frame = reward_frame(reward_range)
+        model = StepModel(counts, reward, E, prepare, frame)
         H = counts.horizon
         used = np.zeros((H, counts.n_states, counts.n_actions))
 
@@ -194,7 +211,8 @@ class TabularLearnerBase:
             lambda h: model.step(h)[0], lambda h: model.step(h)[1], n_at,
             horizon=H, E=E, penalty=penalty, C1=C1, C2=C2, C=C, failure_prob=failure_prob,
             lower_order=lower_order, terminal_states=terminal_states,
-            next_state_reward=model.reward if model.kind == "next_state" else None)
+            next_state_reward=model.reward if model.kind == "next_state" else None, terminal_value=frame.terminal)
+        self.reward_frame_ = frame
         self.Q_, self.V_, self.penalty_, self.trusted_ = res.Q, res.V, res.penalty, res.trusted
         self.visits_used_ = used
         self.E_, self.iota_ = float(E), res.iota

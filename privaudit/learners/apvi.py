@@ -73,7 +73,7 @@ class APVI(TabularLearnerBase):
         self.tie_break = tie_break
 
     def fit(self, counts: Counts, reward=None, *, terminal_states: Sequence[int] = (),
-            spec_hash: str | None = None) -> "APVI":
+            spec_hash: str | None = None, reward_range: Sequence[float] | None = None) -> "APVI":
         """Learn from exact counts.
 
         Parameters
@@ -86,6 +86,11 @@ class APVI(TabularLearnerBase):
             The spec's absorbing states (their Q is set to 0, their true value).
         spec_hash : str, optional
             Recorded in the policy.
+        reward_range : (r_min, r_max), optional
+            The spec's declared reward range (default [0, 1]): the rewards
+            (scaled into [0, 1] by it) are planned with the terminal states
+            worth reward 0 in these units, so the policy is the one for the
+            declared reward (:class:`privaudit.learners.pessimism.RewardFrame`).
 
         Returns
         -------
@@ -103,7 +108,8 @@ class APVI(TabularLearnerBase):
                              "Use DPAPVI (algo dp-apvi) on a release.")
         self._run(counts, reward, E=0.0, prepare=_identity, penalty=self.penalty, C1=self.C1,
                   C2=C2_DEFAULT, C=self.C, failure_prob=self.failure_prob, lower_order=self.lower_order,
-                  terminal_states=terminal_states, privacy=dict(NON_PRIVATE), spec_hash=spec_hash)
+                  terminal_states=terminal_states, privacy=dict(NON_PRIVATE), spec_hash=spec_hash,
+                  reward_range=reward_range)
         return self
 
 

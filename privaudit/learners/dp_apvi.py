@@ -158,7 +158,7 @@ class DPAPVI(TabularLearnerBase):
 
     def fit(self, data, reward=None, *, terminal_states: Sequence[int] | None = None,
             spec_hash: str | None = None, privacy: dict | None = None,
-            release_path: str | None = None) -> "DPAPVI":
+            release_path: str | None = None, reward_range: Sequence[float] | None = None) -> "DPAPVI":
         """Learn from a release (or from noisy counts and an explicit E).
 
         Parameters
@@ -179,6 +179,9 @@ class DPAPVI(TabularLearnerBase):
             ``{"private": False}`` for bare counts that are not noisy).
         release_path : str, optional
             Recorded in the policy's privacy record.
+        reward_range : (r_min, r_max), optional
+            The declared reward range (default: the manifest's, else [0, 1]);
+            see :class:`privaudit.learners.pessimism.RewardFrame`.
 
         Returns
         -------
@@ -202,11 +205,15 @@ class DPAPVI(TabularLearnerBase):
                 spec_hash = man.get("spec_hash")
             if privacy is None:
                 privacy = release_privacy(man, release_path)
+            if reward_range is None:
+                reward_range = man["domain"].get("reward_range")
             if reward is None and man.get("public_reward"):
-                pr = man["public_reward"]
+                pr = man["public_reward"]  # in declared units: scaled into [0, 1] as the released sums are
+                lo, hi = (float(x) for x in (reward_range or (0.0, 1.0)))
                 reward = np.zeros(counts.n_states)
                 for k, v in pr["values"].items():
                     reward[int(k)] = float(v)
+                reward = (np.clip(reward, lo, hi) - lo) / (hi - lo)  # as DomainSpec.public_reward_scaled
         elif isinstance(data, Counts):
             counts = data
             if self.noise_bound is None:
@@ -223,5 +230,6 @@ class DPAPVI(TabularLearnerBase):
             raise UsageError(f"noise bound E must be a finite number >= 0. Got {E}.")
         self._run(counts, reward, E=float(E), prepare=_clip_and_project(float(E)), penalty=self.penalty,
                   C1=self.C1, C2=self.C2, C=self.C, failure_prob=self.failure_prob, lower_order=False,
-                  terminal_states=terminal_states or (), privacy=privacy, spec_hash=spec_hash)
+                  terminal_states=terminal_states or (), privacy=privacy, spec_hash=spec_hash,
+                  reward_range=reward_range)
         return self

@@ -43,6 +43,74 @@ APVI_LOWER_ORDER_COEF = 16.0
 
 PENALTIES = ("bernstein", "hoeffding", "none")
 
+
+@dataclass(frozen=True)
+class RewardFrame:
+    """The reward units the tabular and linear learners optimise in.
+
+    Logs and releases carry rewards scaled by the spec's declared range,
+    r' = (r - r_min) / (r_max - r_min) in [0, 1], and terminal states are
+    absorbing with reward 0 *in the declared units*. Planning with r' and a
+    terminal value of 0 is wrong whenever r_min != 0: with r_min < 0 every
+    step still alive earns -r_min / (r_max - r_min) > 0 more than being dead,
+    so the learner prefers long episodes (e.g. keeping patients in the ICU);
+    with r_min > 0 the opposite. The learners therefore plan with
+
+        r'' = scale * r' + shift  in [0, 1],
+        terminal states earning ``terminal`` in [0, 1] per remaining step,
+
+    the affine image (positive factor) of the declared reward over the range
+    [min(r_min, 0), max(r_max, 0)], which contains both the rewards and the
+    terminal reward 0. Every episode then lasts H steps in r'' units and its
+    return is (G - H min(r_min, 0)) / width with G the declared return, so
+    every policy's value is the same increasing affine function of its
+    declared value: the learned policy is the one for the declared reward,
+    whatever the range (widening it or multiplying rewards and range by
+    a > 0 changes the model only through the penalty's width), and values
+    stay in [0, H - h] as the paper's analysis assumes (seed 000, rewards in
+    [0, 1]). For the range [0, 1] the frame is the identity (scale 1, shift
+    0, terminal 0).
+
+    Attributes
+    ----------
+    scale, shift : float
+        r'' = scale * r' + shift; scale in (0, 1], shift in [0, 1).
+    terminal : float
+        Per-step value of a terminal state in r'' units, in [0, 1].
+    low, width : float
+        min(r_min, 0) and max(r_max, 0) - min(r_min, 0): a value V'' over m
+        remaining steps is ``width * V'' + m * low`` in declared units.
+    """
+
+    scale: float = 1.0
+    shift: float = 0.0
+    terminal: float = 0.0
+    low: float = 0.0
+    width: float = 1.0
+
+    def declared(self, values: np.ndarray, steps_left) -> np.ndarray:
+        """Values in r'' units over ``steps_left`` remaining steps -> declared reward units."""
+        return self.width * np.asarray(values, dtype=np.float64) + np.asarray(steps_left) * self.low
+
+
+def reward_frame(reward_range: Sequence[float] | None) -> RewardFrame:
+    """The :class:`RewardFrame` of a declared reward range (None: [0, 1]).
+
+    Raises
+    ------
+    UsageError
+        A range that is not finite with r_min < r_max.
+    """
+    if reward_range is None:
+        return RewardFrame()
+    lo, hi = (float(x) for x in reward_range)
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise UsageError(f"`reward_range` must hold finite (r_min, r_max) with r_min < r_max. Got {reward_range}.")
+    low, high = min(lo, 0.0), max(hi, 0.0)
+    width = high - low
+    return RewardFrame(scale=(hi - lo) / width, shift=(lo - low) / width, terminal=-low / width,
+                       low=low, width=width)
+
 ArrayOrStep = np.ndarray | Callable[[int], np.ndarray]
 
 
@@ -102,6 +170,7 @@ def pessimistic_value_iteration(
     lower_order: bool = False,
     terminal_states: Sequence[int] = (),
     next_state_reward: np.ndarray | None = None,
+    terminal_value: float = 0.0,
 ) -> PVIResult:
     """Backward pessimistic value iteration (seed 000 Algorithm 1, lines 2-9).
 
@@ -137,8 +206,12 @@ def pessimistic_value_iteration(
     lower_order : bool, default False
         Add APVI's lower-order term 16 H ι / ñ (Yin & Wang 2021b, [R]).
     terminal_states : sequence of int
-        Public absorbing states with reward 0 (from the spec): their Q is set
-        to 0, which is their true value.
+        Public absorbing states (from the spec): their Q at step h is set to
+        ``terminal_value * (H - h)``, their true value.
+    terminal_value : float in [0, 1], default 0
+        Per-step reward of a terminal state in the units of ``r``: 0 when
+        ``r`` is the declared reward scaled from [0, r_max]; in general
+        ``reward_frame(range).terminal`` (see :class:`RewardFrame`).
     next_state_reward : ndarray (S,), optional
         When the reward is a public function of the next state, r(s') (then
         ``r`` must be sum_s' P̃ r(s')), the Bernstein variance is taken of
@@ -180,6 +253,8 @@ def pessimistic_value_iteration(
         raise UsageError(f"`failure_prob` must lie in (0, 1). Got {failure_prob}.")
     if not (E >= 0 and np.isfinite(E)):
         raise UsageError(f"`E` must be a finite number >= 0. Got {E}.")
+    if not 0.0 <= terminal_value <= 1.0:
+        raise UsageError(f"`terminal_value` must lie in [0, 1] (a per-step reward). Got {terminal_value}.")
     if C1 < 0 or C2 < 0:
         raise UsageError(f"`C1` and `C2` must be >= 0. Got C1={C1}, C2={C2}.")
     P_at, r_at, n_at = _step_getter(P, 3, "P"), _step_getter(r, 2, "r"), _step_getter(n, 2, "n")
@@ -223,7 +298,7 @@ def pessimistic_value_iteration(
         gamma = np.where(trusted, gamma, C * H)                 # 6.2 else-branch: Γ = C H
         Q_h = np.clip(Q_tilde - gamma, 0.0, float(H - h))       # 6.3-6.4: clip to [0, H-h+1] (1-based h)
         if terminals.size:
-            Q_h[terminals] = 0.0
+            Q_h[terminals] = terminal_value * (H - h)          # absorbing: the terminal reward until H
         Q[h], G[h], trusted_all[h] = Q_h, gamma, trusted
         V[h] = Q_h.max(axis=1)                                  # 6.5: Ṽ_h = max_a Q̄_h (greedy π̂_h)
     return PVIResult(Q=Q, V=V, penalty=G, trusted=trusted_all, iota=iota)

@@ -131,8 +131,8 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)  # same gate as a release
     prepared.check_spec(spec)
     counts = exact_counts(prepared.bounded, spec, stationary=stationary)
-    learner = _learner(algo, params).fit(counts, spec.public_reward_vector(),
-                                         terminal_states=spec.terminal_states, spec_hash=spec.hash())
+    learner = _learner(algo, params).fit(counts, spec.public_reward_scaled(), terminal_states=spec.terminal_states,
+                                         spec_hash=spec.hash(), reward_range=spec.reward_range)
     return learner.policy_
 
 

@@ -47,7 +47,7 @@ class ValueIterationCE(TabularLearnerBase):
         self.tie_break = tie_break
 
     def fit(self, counts: Counts, reward=None, *, terminal_states: Sequence[int] = (),
-            spec_hash: str | None = None) -> "ValueIterationCE":
+            spec_hash: str | None = None, reward_range: Sequence[float] | None = None) -> "ValueIterationCE":
         """Plan in the empirical model. Same arguments as :meth:`APVI.fit`.
 
         Raises
@@ -60,5 +60,6 @@ class ValueIterationCE(TabularLearnerBase):
                              "Use DPAPVI (algo dp-apvi) on a release.")
         self._run(counts, reward, E=0.0, prepare=_identity, penalty="none", C1=C1_DEFAULT,
                   C2=C2_DEFAULT, C=C_DEFAULT, failure_prob=FAILURE_PROB_DEFAULT, lower_order=False,
-                  terminal_states=terminal_states, privacy=dict(NON_PRIVATE), spec_hash=spec_hash)
+                  terminal_states=terminal_states, privacy=dict(NON_PRIVATE), spec_hash=spec_hash,
+                  reward_range=reward_range)
         return self

@@ -303,7 +303,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stati
     learner = DPAPVI().fit(load_release(tmp / "release"), release_path="../../release")
     policies["dp-apvi"] = learner.policy_
     diagnostics = {"dp-apvi": rep.learner_diagnostics(
-        learner.Q_, learner.V_[0], learner.policy_.table, the_mdp, spec.terminal_states)}
+        learner.Q_, learner.declared_values()[0], learner.policy_.table, the_mdp, spec.terminal_states)}
     linear_rho = None
     if plan.rho_linear is not None:
         from privaudit.learners.linear import train_from_logs as train_linear

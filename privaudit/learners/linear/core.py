@@ -59,8 +59,10 @@ def floored_inverse(M: np.ndarray, floor: float) -> np.ndarray:
 
 
 def _step_values(step: StepData, V_next: np.ndarray) -> np.ndarray:
-    """V_{h+1}(s') of each distinct transition, shape (t,); 0 where t_next = -1."""
-    return np.where(step.t_next >= 0, V_next[np.maximum(step.t_next, 0)], 0.0)
+    """V_{h+1}(s') of each distinct transition, shape (t,); ``step.end_value`` where t_next = -1
+    (terminal next state), 0 where t_next = -2 (unknown next state)."""
+    return np.where(step.t_next >= 0, V_next[np.maximum(step.t_next, 0)],
+                    np.where(step.t_next == -1, step.end_value, 0.0))
 
 
 def _pair_sum(step: StepData, values: np.ndarray) -> np.ndarray:

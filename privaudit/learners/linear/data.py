@@ -40,9 +40,15 @@ class StepData:
     t_pair : ndarray, shape (t,), int64
         Index into the pairs of each distinct transition (s, a, s').
     t_next : ndarray, shape (t,), int64
-        s', or -1 where V_{h+1} = 0 (terminal next state or last step).
+        s'; -1 where V_{h+1} = ``end_value`` (terminal next state or last
+        step); -2 where the next state is unknown (V_{h+1} = 0, per-row data).
     t_n : ndarray, shape (t,), float64
         n_h(s, a, s').
+    end_value : float
+        V_{h+1} of a terminal next state: the terminal states' per-step
+        reward times the H - h - 1 steps left (0 at h = H - 1, and 0 when
+        the declared reward range starts at 0; see
+        ``privaudit.learners.pessimism.RewardFrame``).
     """
 
     s: np.ndarray
@@ -52,6 +58,7 @@ class StepData:
     t_pair: np.ndarray
     t_next: np.ndarray
     t_n: np.ndarray
+    end_value: float = 0.0
 
     def __repr__(self) -> str:
         return f"StepData(pairs={len(self.s)}, transitions={len(self.t_pair)})"
@@ -83,7 +90,8 @@ class LinearData:
         return f"LinearData(H={self.H}, S={self.S}, A={self.A}, steps={len(self.steps)})"
 
     @classmethod
-    def from_rows(cls, h, s, a, r, s_next, end, *, H: int, S: int, A: int, n_episodes: int) -> "LinearData":
+    def from_rows(cls, h, s, a, r, s_next, end, *, H: int, S: int, A: int, n_episodes: int,
+                  terminal_value: float = 0.0) -> "LinearData":
         """Aggregate rows (one per transition) into per-step sums.
 
         Parameters
@@ -98,6 +106,10 @@ class LinearData:
             Domain from the spec.
         n_episodes : int
             K.
+        terminal_value : float in [0, 1], default 0
+            Per-step reward of the terminal states in the units of ``r``
+            (``RewardFrame.terminal``): V_{h+1} of a terminal next state is
+            ``terminal_value * (H - h - 1)``.
 
         Raises
         ------
@@ -138,7 +150,8 @@ class LinearData:
             pk = pair_keys[lo:hi] % (S * A)
             tl, th = tb[k], tb[k + 1]
             steps.append(StepData(s=pk // A, a=pk % A, n=n[lo:hi].astype(np.float64), r_sum=r_sum[lo:hi],
-                                  t_pair=t_pair[tl:th] - lo, t_next=t_next[tl:th], t_n=t_n[tl:th].astype(np.float64)))
+                                  t_pair=t_pair[tl:th] - lo, t_next=t_next[tl:th], t_n=t_n[tl:th].astype(np.float64),
+                                  end_value=float(terminal_value) * (H - k - 1)))
         return cls(H=H, S=S, A=A, n_episodes=int(n_episodes), steps=tuple(steps))
 
 

@@ -17,6 +17,7 @@ from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.errors import SpecError, UsageError
 from privaudit.learners import registry
 from privaudit.learners.linear.data import LinearData
+from privaudit.learners.pessimism import reward_frame
 from privaudit.learners.policy import Policy
 from privaudit.mdp.features import feature_map_from_spec
 from privaudit.spec import DomainSpec
@@ -83,9 +84,10 @@ def data_from_frame(df: pl.DataFrame, spec: DomainSpec, episode_mask: np.ndarray
     s_next = df["next_state"].to_numpy()
     end = np.isin(s_next, np.asarray(spec.terminal_states, dtype=np.int64))
     K = df["episode_id"].n_unique()
+    frame = reward_frame(spec.reward_range)  # plan for the declared reward (terminal states earn 0 in it)
     return LinearData.from_rows(df["step"].to_numpy(), df["state"].to_numpy(), df["action"].to_numpy(),
-                                df["reward"].to_numpy(), s_next, end, H=spec.horizon, S=spec.n_states,
-                                A=spec.n_actions, n_episodes=K)
+                                frame.scale * df["reward"].to_numpy() + frame.shift, s_next, end, H=spec.horizon,
+                                S=spec.n_states, A=spec.n_actions, n_episodes=K, terminal_value=frame.terminal)
 
 
 def guarantee(rho: float, requested: dict, spec: DomainSpec, rng_mode: str) -> dict:

@@ -8,8 +8,10 @@ d = m * A, with m = ``features.dim`` / A from the spec (never read off the
 data; a row of another length is refused with its location).
 
 V_{h+1}(s') needs the features of the next state. They are taken from the
-row of the same episode at step h+1. V_{h+1} = 0 when the next state is
-terminal, when h = H-1, and when the episode has no row at h+1 (truncated
+row of the same episode at step h+1. V_{h+1} = 0 when h = H-1; when the
+next state is terminal, V_{h+1} is the terminal states' value (0 for a
+declared reward range starting at 0, see ``pessimism.RewardFrame``); V_{h+1} = 0
+when the episode has no row at h+1 (truncated
 before H, or cut by bounding): the value of an unknown state is taken as 0,
 its smallest possible value. This is pessimistic (consistent with PEVI /
 VAPVI's pessimism: it can only lower Q) and keeps every sensitivity valid,
@@ -31,6 +33,7 @@ import polars as pl
 from privaudit.errors import SpecError, UsageError
 from privaudit.learners.linear.core import floored_inverse, step_statistics
 from privaudit.learners.linear.data import StepData
+from privaudit.learners.pessimism import reward_frame
 
 
 @dataclass(frozen=True, repr=False)
@@ -41,11 +44,13 @@ class RowStep:
     a: np.ndarray
     r: np.ndarray
     nxt: np.ndarray
+    end_value: float = 0.0  # V_{h+1} where nxt = -1 (terminal next state or h = H-1); nxt = -2: unknown, 0
 
     def step_data(self) -> StepData:
         n = len(self.a)
         idx = np.arange(n)
-        return StepData(s=idx, a=self.a, n=np.ones(n), r_sum=self.r, t_pair=idx, t_next=self.nxt, t_n=np.ones(n))
+        return StepData(s=idx, a=self.a, n=np.ones(n), r_sum=self.r, t_pair=idx, t_next=self.nxt, t_n=np.ones(n),
+                        end_value=self.end_value)
 
 
 def clip_features(X: np.ndarray) -> np.ndarray:
@@ -94,7 +99,8 @@ def row_steps(df: pl.DataFrame, spec, m: int) -> tuple[RowStep, ...]:
                     pl.col("step").shift(-1).over("episode_id").alias("ns"))
     n_idx = nxt["n"].fill_null(-1).to_numpy().astype(np.int64)
     ok = (nxt["ns"].fill_null(-1).to_numpy() == df["step"].to_numpy() + 1) & ~term
-    n_idx = np.where(ok, n_idx, -1)
+    n_idx = np.where(ok, n_idx, np.where(term, -1, -2))  # -1: terminal (its value), -2: unknown (0)
+    frame = reward_frame(spec.reward_range)  # plan for the declared reward (terminal states earn 0 in it)
     X = clip_features(np.asarray(df["features"].to_list(), dtype=np.float64).reshape(-1, m))
     h = df["step"].to_numpy()
     pos = np.empty(len(h), dtype=np.int64)  # position of each row inside its step
@@ -107,9 +113,10 @@ def row_steps(df: pl.DataFrame, spec, m: int) -> tuple[RowStep, ...]:
     for k in range(H):
         rows = steps[k]
         nx = n_idx[rows]
-        nx = np.where(nx >= 0, pos[np.maximum(nx, 0)], -1) if k < H - 1 else np.full(len(rows), -1)
+        nx = np.where(nx >= 0, pos[np.maximum(nx, 0)], nx) if k < H - 1 else np.full(len(rows), -1)
         out.append(RowStep(X=X[rows], a=df["action"].to_numpy()[rows].astype(np.int64),
-                           r=df["reward"].to_numpy()[rows].astype(np.float64), nxt=nx))
+                           r=frame.scale * df["reward"].to_numpy()[rows].astype(np.float64) + frame.shift, nxt=nx,
+                           end_value=frame.terminal * (H - k - 1)))
     return tuple(out)
 
 
