@@ -15,9 +15,8 @@ import pytest
 from scipy import stats
 
 from privaudit.errors import UsageError
-from privaudit.privacy import mechanisms as M
-from privaudit.privacy.mechanisms import (add_noise, exact_parameter, gaussian_sigma,
-                                          laplace_scale, noise_bound)
+from privaudit.privacy.samplers import bernoulli_exp
+from privaudit.privacy.mechanisms import add_noise, gaussian_sigma, laplace_scale, noise_bound
 
 
 def test_scales():
@@ -102,7 +101,7 @@ def test_exact_discrete_gaussian_distribution(sigma, seed):
     N = 100_000
     y = add_noise(np.zeros(N, dtype=np.int64), mechanism="gaussian", scale=sigma,
                   rng=np.random.default_rng(seed), noise="exact")
-    s2 = float(exact_parameter("gaussian", sigma))
+    s2 = sigma ** 2  # the float scale is used as is
     support = np.arange(-int(6 * sigma) - 2, int(6 * sigma) + 3)
     # A correct sampler fails with probability 1e-6.
     assert _chi2_pvalue(y, support, _dgauss_pmf(s2, support)) > 1e-6
@@ -113,44 +112,23 @@ def test_exact_discrete_laplace_distribution(b, seed):
     N = 100_000
     y = add_noise(np.zeros(N, dtype=np.int64), mechanism="laplace", scale=b,
                   rng=np.random.default_rng(seed), noise="exact")
-    bb = float(exact_parameter("laplace", b))
-    assert b <= bb <= b + 2 ** -20
+    bb = b  # the float scale is used as is
     support = np.arange(-int(12 * b) - 2, int(12 * b) + 3)
     q = math.exp(-1 / bb)
     pmf = (1 - q) / (1 + q) * q ** np.abs(support)
     assert _chi2_pvalue(y, support, pmf) > 1e-6  # false failure 1e-6
 
 
-def test_exact_gaussian_python_int_tail_path(monkeypatch):
-    # Force the Python-integer path for |y| >= 4 by shrinking the int64 limit
-    # (sigma^2 = 9/4: t = 2, q = 4, y_max = (isqrt(256) + 9) // 8 = 3); the
-    # distribution must not change. False failure 1e-6.
-    monkeypatch.setattr(M, "_NUM_LIMIT", 256)
-    calls = []
-    scalar = M._bernoulli_exp_scalar
-    monkeypatch.setattr(M, "_bernoulli_exp_scalar", lambda g, rng: calls.append(g) or scalar(g, rng))
-    y = M.discrete_gaussian(Fraction(9, 4), 20_000, rng=np.random.default_rng(8))
-    support = np.arange(-10, 11)
-    assert len(calls) > 100 and min(calls) == Fraction((4 * 8 - 9) ** 2, 2 * 9 * 4 * 4)
-    assert _chi2_pvalue(y, support, _dgauss_pmf(2.25, support)) > 1e-6
-
-
 @pytest.mark.parametrize("gamma", [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(5, 2)])
 def test_bernoulli_exp_exact(gamma):
-    N = 200_000
+    # the scalar CKS Algorithm 1 used by the exact sampler's Gaussian tail path
     rng = np.random.default_rng(9)
-    num = np.full(N, gamma.numerator, dtype=np.int64)
-    hits = M._bernoulli_exp(num, gamma.denominator, rng).mean()
     p = math.exp(-gamma)
-    assert abs(hits - p) <= 5.5 * math.sqrt(p * (1 - p) / N) + 1e-12  # false failure 4e-8
-    scalar = np.mean([M._bernoulli_exp_scalar(gamma, rng) for _ in range(4000)])
-    assert abs(scalar - p) <= 5.5 * math.sqrt(p * (1 - p) / 4000) + 1e-12
+    hits = np.mean([bernoulli_exp(gamma, rng) for _ in range(4000)])
+    assert abs(hits - p) <= 5.5 * math.sqrt(p * (1 - p) / 4000) + 1e-12  # false failure 4e-8
 
 
-def test_exact_parameter_rounds_up():
-    for sigma in (0.3, 1.0, math.sqrt(40), 123.456, 9000.0):
-        s2 = exact_parameter("gaussian", sigma)
-        assert Fraction(sigma) ** 2 <= s2 <= Fraction(sigma) ** 2 + Fraction(1, 2 ** 8) * max(1, sigma)
+def test_exact_sigma_limit():
     with pytest.raises(UsageError, match="rounded"):
         add_noise(np.zeros(3, dtype=int), mechanism="gaussian", scale=1e5,
                   rng=np.random.default_rng(0), noise="exact")

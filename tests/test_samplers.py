@@ -1,0 +1,194 @@
+"""Exact table samplers (privaudit.privacy.samplers) against an independent mpmath oracle.
+
+Exact-value tests compare the sampler's integer table with probabilities
+computed by mpmath at 320 bits (a different computation: direct exp per y and a
+plain sum, no interval recurrences). Statistical tests use fixed seeds and say
+how often a correct sampler fails them.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+from scipy import stats
+
+from privaudit.errors import UsageError
+from privaudit.privacy import samplers
+from privaudit.privacy.samplers import ExactSampler, exact_noise, get_sampler, sampler_total_variation
+
+TWO64 = 2 ** 64
+
+
+def _oracle_cdf(mechanism: str, scale: float, ys):
+    """P(Y <= y) for each y, mpmath at 320 bits (scale read as the exact float)."""
+    with mpmath.workprec(320):
+        s = mpmath.mpf(Fraction(scale).numerator) / Fraction(scale).denominator
+        if mechanism == "gaussian":
+            N = int(40 * float(scale)) + 40
+            w = {y: mpmath.exp(-mpmath.mpf(y) ** 2 / (2 * s * s)) for y in range(-N, N + 1)}
+            Z = mpmath.fsum(w.values())
+            cdf = {}
+            acc = mpmath.mpf(0)
+            for y in range(-N, N + 1):
+                acc += w[y]
+                cdf[y] = acc / Z
+            return [cdf[y] if y >= -N else mpmath.mpf(0) for y in ys]
+        q = mpmath.exp(-1 / s)
+        out = []
+        for y in ys:  # P(Y <= y) = 1 - q^(y+1)/(1+q) for y >= 0; q^(-y)/(1+q) for y < 0
+            out.append(1 - q ** (y + 1) / (1 + q) if y >= 0 else q ** (-y) / (1 + q))
+        return out
+
+
+CASES = [("gaussian", 0.3), ("gaussian", 1.0), ("gaussian", math.sqrt(40)), ("gaussian", 123.456),
+         ("laplace", 0.2), ("laplace", 2.5), ("laplace", 80.0)]
+
+
+@pytest.mark.parametrize("mechanism,scale", CASES)
+def test_table_is_the_exact_cdf_cut_into_2_64_cells(mechanism, scale):
+    s = ExactSampler(mechanism, get_sampler(mechanism, scale).x)
+    T = s.T
+    bounds = list(range(-T - 1, T + 1))
+    F = _oracle_cdf(mechanism, scale, bounds)
+    with mpmath.workprec(320):
+        K = [int(mpmath.floor(f * TWO64)) for f in F]
+    assert s._K == K  # the cell of every boundary, exactly
+    w = s.weights_
+    assert sum(w) == TWO64 and w[-1] == len(set(K))
+    # each outcome owns exactly the cells strictly inside its CDF interval
+    assert w[0] == K[0] and w[len(K)] == TWO64 - 1 - K[-1]
+    assert all(w[i] == max(K[i] - K[i - 1] - 1, 0) for i in range(1, len(K)))
+    # so |c_y 2^-64 - p(y)| < 2 * 2^-64 for every central y
+    with mpmath.workprec(320):
+        for i in range(1, len(K)):
+            p = F[i] - F[i - 1]
+            assert abs(mpmath.mpf(w[i]) / TWO64 - p) < mpmath.mpf(2) / TWO64
+
+
+@pytest.mark.parametrize("mechanism,scale", CASES[:3] + CASES[4:6])
+def test_alias_table_gives_each_outcome_its_weight(mechanism, scale):
+    s = get_sampler(mechanism, scale)
+    k = 64 - int(s._shift)
+    L = 2 ** (64 - k)
+    mass = [0] * (2 ** k)
+    for j, (t, a) in enumerate(zip(s._thresh.tolist(), s._alias.tolist())):
+        mass[j] += t
+        mass[a] += L - t
+    assert mass[:len(s.weights_)] == s.weights_ and not any(mass[len(s.weights_):])
+
+
+def _chi2_pvalue(y, mechanism, scale):
+    lo, hi = int(y.min()), int(y.max())
+    F = _oracle_cdf(mechanism, scale, list(range(lo - 1, hi + 1)))
+    pmf = np.array([float(F[i + 1] - F[i]) for i in range(hi - lo + 1)])
+    pmf = np.append(pmf, 1 - pmf.sum())  # mass outside [lo, hi] (observed 0)
+    obs = np.append(np.bincount(y - lo, minlength=hi - lo + 1), 0).astype(float)
+    ex = pmf * y.size
+    keep = ex >= 5
+    obs = np.append(obs[keep], obs[~keep].sum())
+    ex = np.append(ex[keep], ex[~keep].sum())
+    if ex[-1] < 5:
+        obs[-2] += obs[-1]
+        ex[-2] += ex[-1]
+        obs, ex = obs[:-1], ex[:-1]
+    return stats.chisquare(obs, ex).pvalue
+
+
+@pytest.mark.parametrize("mechanism,scale,seed", [(m, s, i) for i, (m, s) in enumerate(CASES)])
+def test_exact_noise_distribution(mechanism, scale, seed):
+    y = exact_noise(mechanism, scale, 200_000, rng=np.random.default_rng(seed))
+    assert y.dtype == np.int64 and y.shape == (200_000,)
+    assert _chi2_pvalue(y, mechanism, scale) > 1e-6  # a correct sampler fails with probability 1e-6
+
+
+@pytest.mark.parametrize("mechanism,scale,seed", [("gaussian", 3.0, 21), ("laplace", 3.0, 22),
+                                                  ("gaussian", 1.5, 23), ("laplace", 0.6, 24)])
+def test_tail_paths_exact(monkeypatch, mechanism, scale, seed):
+    # A table covering only P(|Y| > T) ~ 0.06-0.3 sends many draws through the tail paths
+    # (Laplace: geometric decomposition; Gaussian: geometric proposal + exact
+    # Bernoulli(exp(-g^2/(2 sigma^2)))); the law must not change. False failure 1e-6.
+    monkeypatch.setattr(samplers, "_TAIL_BITS", 0)
+    s = ExactSampler(mechanism, get_sampler(mechanism, scale).x)
+    y = s.sample(100_000, np.random.default_rng(seed))
+    assert (np.abs(y) > s.T).mean() > 0.04
+    assert _chi2_pvalue(y, mechanism, scale) > 1e-6
+
+
+def _residual_oracle(s: ExactSampler, mechanism: str, scale: float):
+    """Law of the outcome index given 'ambiguous': the parts of each outcome's
+    CDF interval lying in ambiguous cells, normalised (mpmath)."""
+    T = s.T
+    F = _oracle_cdf(mechanism, scale, list(range(-T - 1, T + 1)))
+    with mpmath.workprec(320):
+        edges = [mpmath.mpf(0)] + [f * TWO64 for f in F] + [mpmath.mpf(TWO64)]  # in cell units
+        amb = sorted(set(s._K))
+        parts = []
+        for o in range(len(edges) - 1):
+            a, b = edges[o], edges[o + 1]
+            parts.append(sum(max(mpmath.mpf(0), min(b, c + 1) - max(a, c)) for c in amb))
+        tot = sum(parts)
+        return np.array([float(p / tot) for p in parts])
+
+
+@pytest.mark.parametrize("mechanism,scale", [("gaussian", 1.0), ("laplace", 0.7)])
+def test_ambiguous_cells_resolved_exactly(mechanism, scale):
+    s = get_sampler(mechanism, scale)
+    rng = np.random.default_rng(31)
+    N = 20_000
+    got = np.bincount([s._resolve_ambiguous(rng) for _ in range(N)], minlength=len(s._K) + 1)
+    ex = _residual_oracle(s, mechanism, scale) * N
+    keep = ex >= 5
+    assert got[~keep].sum() <= 3 * max(ex[~keep].sum(), 1) + 10
+    # chi-square on the outcomes with expected count >= 5; false failure 1e-6
+    obs, e = got[keep].astype(float), ex[keep]
+    assert stats.chisquare(obs, e * obs.sum() / e.sum()).pvalue > 1e-6
+
+
+def test_ambiguous_refinement_draws_more_words_until_decided(monkeypatch):
+    # Script V's words so that the first extra word agrees with a boundary's
+    # next 64 bits: the first comparison is undecided, a second word decides.
+    s = get_sampler("gaussian", 1.0)
+    i = s.T + 1  # boundary b = 0
+    with mpmath.workprec(400):
+        f = _oracle_cdf("gaussian", 1.0, [0])[0]
+        assert int(mpmath.floor(f * TWO64)) == s._K[i]
+        w1 = int(mpmath.floor(f * 2 ** 128)) % TWO64
+        w2 = int(mpmath.floor(f * 2 ** 192)) % TWO64
+    for second, below in [((w2 - 5) % TWO64, True), ((w2 + 5) % TWO64, False)]:
+        words = iter([w1, second])
+        calls = []
+        monkeypatch.setattr(samplers, "_words", lambda rng, n: calls.append(n) or
+                            np.array([next(words)], dtype=np.uint64))
+        cell = s._amb.index(s._K[i])
+
+        class R:  # picks the ambiguous cell of boundary 0
+            def integers(self, lo, hi):
+                return cell
+        o = s._resolve_ambiguous(R())
+        assert len(calls) == 2
+        # V < F(0) -> outcome index i (y = 0 - ... the outcome below boundary 0, i.e. y = 0);
+        # V > F(0) -> index i + 1 (y = 1)
+        assert o == (i if below else i + 1)
+
+
+def test_total_variation_is_zero_and_bad_arguments_refused():
+    assert sampler_total_variation("gaussian", 2.0) == 0.0
+    assert sampler_total_variation("laplace", 2.0) == 0.0
+    for mech, scale in [("cauchy", 1.0), ("gaussian", 0.0), ("laplace", -1.0),
+                        ("gaussian", float("nan")), ("laplace", "x")]:
+        with pytest.raises(UsageError):
+            exact_noise(mech, scale, 3, rng=np.random.default_rng(0))
+    with pytest.raises(UsageError):
+        exact_noise("gaussian", 1.0, -1, rng=np.random.default_rng(0))
+    assert exact_noise("gaussian", 1.0, 0, rng=np.random.default_rng(0)).shape == (0,)
+
+
+def test_other_bit_generators_give_the_same_law():
+    # MT19937's raw words are 32-bit: the sampler must use Generator.integers instead.
+    rng = np.random.Generator(np.random.MT19937(5))
+    y = exact_noise("gaussian", 2.0, 100_000, rng=rng)
+    assert _chi2_pvalue(y, "gaussian", 2.0) > 1e-6  # false failure 1e-6
