@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from privaudit.errors import UsageError
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -20,6 +22,45 @@ def _default_mode(path: Path, directory: bool = False) -> None:
     """Give a temporary file/folder the permissions a plain open()/mkdir() would
     (mkstemp/mkdtemp create 0600/0700)."""
     os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
+def check_writable(path, name: str = "out") -> None:
+    """Refuse, before any work, an output location that cannot be written.
+
+    A file or folder will be created at ``path``: its nearest existing
+    ancestor must be a folder in which a file can be created (tried by
+    creating and removing an empty temporary file: this catches read-only
+    mounts and missing permissions, which ``os.access`` can miss) and which
+    has free space.
+
+    Parameters
+    ----------
+    path : str or Path
+        The output to create.
+    name : str
+        How to name it in the message (a parameter name, or a CLI flag).
+
+    Raises
+    ------
+    UsageError
+        The location cannot be written (one line: what, where, why).
+    """
+    target = Path(path).absolute()
+    anc = target.parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise UsageError(f"`{name}` {path}: {anc} is not a folder; choose a writable location.")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".privaudit-write-check.", dir=anc)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"`{name}` {path}: cannot write in {anc} ({e.strerror or e}); "
+                         f"choose a writable location.") from None
+    if shutil.disk_usage(anc).free == 0:
+        raise UsageError(f"`{name}` {path}: no free space left on the disk of {anc}; free some space "
+                         f"or choose another location.")
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -148,6 +148,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     from privaudit.audit.runner import default_canary
     from privaudit.data.prepare import collect_or_raise, prepare_logs
     from privaudit.errors import UsageError
+    from privaudit.io_utils import check_writable
     from privaudit.spec import load_spec
 
     if (claim_epsilon is None) == (claim_rho is None):
@@ -158,6 +159,9 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         for opt, path in (("--out", out), ("--plot", plot)):
             if path and Path(path).exists():
                 raise UsageError(f"{opt} {path} already exists; choose another path or pass --overwrite.")
+    for opt, path in (("--out", out), ("--plot", plot)):
+        if path:
+            check_writable(path, opt)  # before any trial is run
     spec = load_spec(spec_path)
     if claim_rho is not None:
         claim = Claim.from_rho(claim_rho, 1e-6 if delta is None else delta, kind=claim_kind or "gaussian")

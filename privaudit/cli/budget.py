@@ -37,8 +37,10 @@ def init_cmd(file, dataset_id, rho_total, as_json):
 
     Example: privaudit budget init icu.ledger --dataset icu-2024 --rho-total 2
     """
+    from privaudit.io_utils import check_writable
     from privaudit.privacy.ledger import init_ledger
 
+    check_writable(file, "FILE")
     head = init_ledger(file, dataset_id, rho_total)
     if as_json:
         echo_json(head)

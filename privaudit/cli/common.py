@@ -34,6 +34,11 @@ def handle_errors(fn: Callable) -> Callable:
         except FileExistsError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)
+        except OSError as e:  # e.g. the disk filled up or a permission changed during the run
+            where = f"{e.filename}: " if e.filename else ""
+            click.echo(f"error: {where}{e.strerror or e}; nothing was written (temporary outputs removed). "
+                       "Check that the output location is writable and has free space.", err=True)
+            sys.exit(2)
         except MemoryError:
             click.echo("error: out of memory: the domain (S, A, H) or the logs are too large for this "
                        "machine; nothing was written (temporary outputs removed). Use a smaller domain "

@@ -80,8 +80,10 @@ Examples:
 def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stationary, audit_trials, linear_share,
             seed, overwrite, ledger, as_json):
     from privaudit.pipeline import run_pipeline
+    from privaudit.io_utils import check_writable
     from privaudit.pipeline.report import format_table
 
+    check_writable(out, "--out")  # before the logs are read or any budget is checked
     summary = run_pipeline(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp, seed=seed,
                            stationary=stationary, audit_trials=audit_trials, linear_share=linear_share,
                            overwrite=overwrite, ledger=ledger, instance_seed=instance_seed, echo=lambda s: click.echo(s, err=True))

@@ -54,6 +54,7 @@ def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon
     from pathlib import Path
 
     from privaudit.errors import UsageError
+    from privaudit.io_utils import check_writable
     from privaudit.mdp.io import save_mdp
     from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
     from privaudit.spec import DomainSpec, write_spec
@@ -64,6 +65,9 @@ def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon
     existing = [str(t) for t in targets if t.exists()]
     if existing and not overwrite:  # a typo must never destroy real logs
         raise UsageError(f"{', '.join(existing)} already exist(s); choose another path or pass --overwrite.")
+    for flag, target in (("--out", out), ("--spec-out", spec_out), ("--mdp-out", mdp_out)):
+        if target:
+            check_writable(target, flag)  # before any episode is simulated
 
     mdp = build_mdp(mdp_name, horizon=horizon, states=states, actions=actions, instance_seed=instance_seed)
     entry = MDP_REGISTRY[mdp_name]

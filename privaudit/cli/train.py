@@ -87,6 +87,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
       privaudit train logs.parquet --spec lin_spec.json --algo dp-vapvi --rho 1 --out pol_lin
     """
     from privaudit.errors import UsageError
+    from privaudit.io_utils import check_writable
     from privaudit.learners.policy import save_policy
     from privaudit.learners.train import check_out_free
     from privaudit.spec import load_spec
@@ -97,6 +98,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     if (logs is None) == (release_dir is None):
         raise UsageError("give exactly one input: LOGS (with --spec SPEC) or --release DIR.")
     out = Path(out)
+    check_writable(out, "--out")  # before the logs are read or any budget is checked
     spec = load_spec(spec_path) if spec_path else None
     params = {} if failure_prob is None else {"failure_prob": failure_prob}
     penalty = {k: v for k, v in (("C1", c1), ("C2", c2), ("C", c_fallback)) if v is not None}
