@@ -1,0 +1,365 @@
+"""Every constant of the linear explorers, in one place: a *theory* and a *practical* set.
+
+**theory**: the papers' formulas with every missing O(1) constant set to 1,
+and with the high-probability noise bounds (lambda-tilde, L, Y) computed for
+the noise the implementation actually adds (seed 003 l.303-307 compute them
+for its own, looser noise; section 10 of ALGORITHMS.md). **practical**: the
+theory set times the documented multipliers of :data:`PRACTICAL`, chosen so
+that every algorithm learns on the synthetic linear MDP (d = 10, H = 20) at
+K <= 10^5. The multipliers change confidence radii, the eigenvalue shift,
+the variance-weighting terms and the switch cap; they never change a noise
+scale, so both sets have the same privacy guarantee.
+
+Notation: H horizon, d feature dimension, K public number of episodes, p the
+failure probability of the confidence bounds (default 0.01), lambda the ridge
+regulariser, lambda-tilde a bound on the operator norm of the Gram noise
+(w.p. >= 1 - p/3 over all releases), shift = 2 lambda-tilde is added to each
+released Gram matrix so that it is >= G + (lambda + lambda-tilde) I w.h.p.,
+and ``floor = lambda + lambda-tilde`` floors its eigenvalues (post-processing).
+
+Sources
+-------
+* LSVI-UCB: Jin, Yang, Wang, Jordan, COLT 2020, Theorem 3.1: lambda = 1,
+  beta = c d H sqrt(iota), iota = ln(2 d T / p), T = K H (ALGORITHMS.md 6.2).
+* Luyo et al. 2021 (arXiv:2112.01585): B = ceil((K eps)^{2/5} d^{3/5} H^{1/5})
+  batches (ALGORITHMS.md 6.1, read from Sahu's code, [CODE:Sahu]); tree
+  Gram noise and fresh vector noise with rho/2 each (section 10).
+* Ngo, Vietri, Wu 2022 (seed 002): rho/2 Gram trees over K leaves, rho/2 to
+  H N_max vector releases, det-doubling switches C = 2, public cap
+  N_max = ceil(d H log_C(1 + K/(d (lambda + lambda-tilde)))) (the sum over h of
+  the per-step doubling counts; ALGORITHMS.md 5.2 notes Sahu's is garbled).
+* Private LSVI-UCB radius [D]: Jin's radius plus the regulariser bias of the
+  shift, (H+1) sqrt(3 d lambda-tilde), plus the noise term Y / sqrt(lambda +
+  lambda-tilde), Y a bound on the vector noise norm (standard private-ridge
+  decomposition, Shariff & Sheffet 2018). It reduces to Jin's beta at rho = inf.
+* LSVI-UCB++: He, Zhao, Zhou, Gu, ICML 2023 (ALGORITHMS.md 7.1): lambda = 1/H^2,
+  Bernstein radius beta = H sqrt(d lambda) + sqrt(d) iota, Hoeffding radius
+  beta-bar = H sqrt(d lambda) + sqrt(d^3 H^2) iota, variance radius
+  beta-tilde = H^2 sqrt(d lambda) + sqrt(d^3 H^4) iota, iota = ln(d H K/(p lambda));
+  sigma-bar = max{sigma, sigma_min, 2 d^3 H^2 ||phi||^{1/2}}, D = min{4 d^3 H^2 (.), d^3 H^3}.
+  sigma_min = sqrt(H) (the proofs; HYRULE footnote).
+* DP-LSVI-UCB++ (seed 003): the same radii with lambda replaced by the private
+  regulariser (bias term with lambda + 3 lambda-tilde) plus the noise terms
+  L / sqrt(lambda + lambda-tilde), L (L2 for the squared values) a bound on the
+  vector noise norms. [D] departure: seed 003 writes H L sqrt(d lambda-tilde)
+  (l.251), multiplying the noise bound by sqrt(lambda-tilde) where the ridge
+  error ``||eta||_{Lambda^-1} <= L / sqrt(lambda_min)`` divides by it.
+  sigma_min = H (seed 003 Algorithm l.157, l.225; its noise calibration).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from privaudit.errors import UsageError
+from privaudit.online.linear.sensitivity import (gram_sensitivity, target_sensitivity, goe_scale,
+                                                 gauss_scale, tree_gram_scale, vector_scale)
+from privaudit.online.linear.stats import goe_opnorm_bound, gauss_norm_bound, tree_levels
+from privaudit.privacy.accounting import zcdp_to_dp_simple
+
+#: The practical multipliers (applied to the theory values). Chosen once by a
+#: coarse search at K = 10^4 on the synthetic linear MDP (experiments/
+#: figure1_dp_lsvi_ucb_pp.py documents the run) and kept fixed.
+PRACTICAL = {
+    # multiplier of every confidence radius beta
+    "beta": 0.02,
+    # multiplier of the eigenvalue shift 2 lambda-tilde and of the floor's lambda-tilde
+    "shift": 0.25,
+    # multiplier of Ngo's switch cap N_max (the theory cap sums d log2(.) over h)
+    "n_max": 1.0,
+    # multipliers of LSVI-UCB++'s 4 d^3 H^2 (D term) and 2 d^3 H^2 (sigma-bar floor term)
+    "d_coef": 1e-6,
+    "floor_coef": 1e-6,
+}
+
+CONSTANT_SETS = ("theory", "practical")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Public facts every constant depends on.
+
+    Attributes
+    ----------
+    horizon, n_states, n_actions, dim : int
+        H, S, A, d.
+    n_episodes : int
+        K, declared in advance (public).
+    fail_prob : float
+        p, failure probability of the confidence bounds (not a privacy parameter).
+    """
+
+    horizon: int
+    n_states: int
+    n_actions: int
+    dim: int
+    n_episodes: int
+    fail_prob: float = 0.01
+
+    def __post_init__(self):
+        for name in ("horizon", "n_states", "n_actions", "dim", "n_episodes"):
+            if int(getattr(self, name)) < 1:
+                raise UsageError(f"`{name}` must be >= 1. Got {getattr(self, name)!r}.")
+        if not 0 < self.fail_prob < 1:
+            raise UsageError(f"`fail_prob` must be in (0, 1). Got {self.fail_prob!r}.")
+
+
+@dataclass(frozen=True)
+class JinConstants:
+    """Constants of LSVI-UCB and its private versions (Luyo, Ngo).
+
+    Attributes
+    ----------
+    lam : float
+        Ridge regulariser lambda.
+    beta : float
+        Bonus radius.
+    shift : float
+        Added to each released Gram matrix (2 lambda-tilde; 0 without noise).
+    floor : float
+        Eigenvalue floor of a released Gram matrix (lambda + lambda-tilde).
+    n_batches : int
+        Luyo: number of batches B (K for LSVI-UCB's update every episode).
+    switch_ratio : float
+        Ngo: determinant ratio C of a switch (2 in the paper; 1 switches whenever det grows).
+    n_max : int
+        Ngo: public hard cap on the number of policy switches.
+    noise_gram : float
+        GOE entry scale s of each Gram-tree node (0: none).
+    noise_vec : float
+        Gaussian sigma of each target-vector release (0: none).
+    name : str
+        ``"theory"``, ``"practical"`` or ``"custom"``.
+    """
+
+    lam: float
+    beta: float
+    shift: float = 0.0
+    floor: float = 0.0
+    n_batches: int = 0
+    switch_ratio: float = 2.0
+    n_max: int = 0
+    noise_gram: float = 0.0
+    noise_vec: float = 0.0
+    name: str = "custom"
+
+
+@dataclass(frozen=True)
+class PlusPlusConstants:
+    """Constants of LSVI-UCB++ and DP-LSVI-UCB++.
+
+    Attributes
+    ----------
+    lam, shift, floor : float
+        As in :class:`JinConstants`.
+    beta_bern, beta_hoef, beta_var : float
+        He et al.'s beta (Bernstein), beta-bar (Hoeffding) and beta-tilde
+        (variance); seed 003 calls them beta, beta-hat = beta-check, beta-bar.
+    optimistic : {"bernstein", "hoeffding"}
+        Radius of the optimistic Q: He et al. and seed 003's regret proof
+        (Lemma C.5) use the Bernstein one, seed 003's Algorithm l.197 beta-hat.
+    sigma_min : float
+        Variance floor of sigma-bar (weights <= 1/sigma_min^2).
+    d_coef, d_cap, floor_coef : float
+        4 d^3 H^2, d^3 H^3 and 2 d^3 H^2 of the D term and sigma-bar.
+    noise_gram : float
+        GOE entry scale of each (k, h) Gram release (0: none).
+    noise_v, noise_v2 : float
+        Gaussian sigma of each (k, h) release of the V (and V-check) and V^2 targets.
+    name : str
+    """
+
+    lam: float
+    beta_bern: float
+    beta_hoef: float
+    beta_var: float
+    sigma_min: float
+    d_coef: float
+    d_cap: float
+    floor_coef: float
+    shift: float = 0.0
+    floor: float = 0.0
+    optimistic: str = "bernstein"
+    noise_gram: float = 0.0
+    noise_v: float = 0.0
+    noise_v2: float = 0.0
+    name: str = "custom"
+
+    @property
+    def w_max(self) -> float:
+        """Largest weight sigma-bar^{-2} = 1/sigma_min^2 (sets the sensitivities)."""
+        return 1.0 / self.sigma_min ** 2
+
+
+def _check_set(which: str) -> float:
+    if which not in CONSTANT_SETS:
+        raise UsageError(f"`constants` must be one of {CONSTANT_SETS}. Got {which!r}.")
+    return 1.0 if which == "theory" else None
+
+
+def _m(which: str, key: str) -> float:
+    return 1.0 if which == "theory" else PRACTICAL[key]
+
+
+def _jin_iota(pb: Problem) -> float:
+    return math.log(2.0 * pb.dim * pb.n_episodes * pb.horizon / pb.fail_prob)
+
+
+def lsvi_ucb_constants(pb: Problem, which: str = "theory") -> JinConstants:
+    """LSVI-UCB (Jin et al. 2020): lambda = 1, beta = d H sqrt(iota) (x multiplier)."""
+    _check_set(which)
+    beta = pb.dim * pb.horizon * math.sqrt(_jin_iota(pb)) * _m(which, "beta")
+    return JinConstants(lam=1.0, beta=beta, floor=1.0, n_batches=pb.n_episodes,
+                        switch_ratio=1.0, n_max=pb.n_episodes, name=which)
+
+
+def _private_jin(pb: Problem, which: str, s_tree: float, levels: int, n_rel: int,
+                 sigma_vec: float, n_vec: int) -> tuple[float, float, float]:
+    """(shift, floor, beta) of a private LSVI-UCB with the given noise. [D]"""
+    H, d, p = pb.horizon, pb.dim, pb.fail_prob
+    lam_t = goe_opnorm_bound(s_tree * math.sqrt(levels), d, p / (3.0 * H * max(n_rel, 1)))
+    y = gauss_norm_bound(sigma_vec, d, p / (3.0 * H * max(n_vec, 1)))
+    lam_t *= _m(which, "shift")
+    floor = 1.0 + lam_t
+    beta = (d * H * math.sqrt(_jin_iota(pb)) + (H + 1) * math.sqrt(3.0 * d * lam_t)
+            + y / math.sqrt(floor)) * _m(which, "beta")
+    return 2.0 * lam_t, floor, beta
+
+
+def luyo_batches(pb: Problem, rho: float, delta: float) -> int:
+    """Luyo's B = ceil((K eps)^{2/5} d^{3/5} H^{1/5}), eps = rho + 2 sqrt(rho ln(1/delta)); K at rho = inf."""
+    if math.isinf(rho):
+        return pb.n_episodes
+    eps = zcdp_to_dp_simple(rho, delta)
+    b = math.ceil((pb.n_episodes * eps) ** 0.4 * pb.dim ** 0.6 * pb.horizon ** 0.2)
+    return int(min(max(b, 1), pb.n_episodes))
+
+
+def luyo_constants(pb: Problem, rho: float, which: str = "theory", *, delta: float = 1e-5,
+                   n_batches: int | None = None) -> JinConstants:
+    """Private LSVI-UCB through batching (Luyo et al. 2021).
+
+    Parameters
+    ----------
+    rho : float
+        Total zCDP budget (math.inf: no noise).
+    delta : float
+        Only sets eps in Luyo's batch count B.
+    n_batches : int, optional
+        Override B (public).
+
+    Notes
+    -----
+    rho/2 to H binary trees over the B batch leaves (a user is one leaf per
+    step), rho/2 to the H (n_boundaries) target-vector releases with targets
+    r + V in [0, H + 1] (section 10: Delta_2 = 2 (H + 1)).
+    """
+    _check_set(which)
+    B = int(n_batches) if n_batches is not None else luyo_batches(pb, rho, delta)
+    if not 1 <= B <= pb.n_episodes:
+        raise UsageError(f"`n_batches` must be in 1..K={pb.n_episodes}. Got {B}.")
+    n_rel = luyo_boundaries(pb.n_episodes, B)
+    if math.isinf(rho):
+        s_tree = sigma = 0.0
+    else:
+        s_tree = tree_gram_scale(rho / 2, pb.horizon, B)
+        sigma = vector_scale(rho / 2, pb.horizon * max(n_rel, 1), pb.horizon + 1)
+    shift, floor, beta = _private_jin(pb, which, s_tree, tree_levels(B), max(n_rel, 1), sigma,
+                                      max(n_rel, 1))
+    return JinConstants(lam=1.0, beta=beta, shift=shift, floor=floor, n_batches=B,
+                        switch_ratio=1.0, n_max=pb.n_episodes, noise_gram=s_tree,
+                        noise_vec=sigma, name=which)
+
+
+def luyo_boundaries(n_episodes: int, n_batches: int) -> int:
+    """Number of policy updates of the batch schedule: ceil(K / ceil(K/B)) - 1."""
+    length = math.ceil(n_episodes / n_batches)
+    return math.ceil(n_episodes / length) - 1
+
+
+def ngo_constants(pb: Problem, rho: float, which: str = "theory", *, switch_ratio: float = 2.0,
+                  n_max: int | None = None) -> JinConstants:
+    """Low-switching private LSVI-UCB (Ngo, Vietri, Wu 2022, seed 002).
+
+    Notes
+    -----
+    rho/2 to H binary trees over the K episodes (Gram released every episode),
+    rho/2 to H N_max target-vector releases (targets in [0, H + 1]). N_max is
+    public and fixed before the run; the algorithm stops switching at it.
+    """
+    _check_set(which)
+    H, d, K, p = pb.horizon, pb.dim, pb.n_episodes, pb.fail_prob
+    if not switch_ratio >= 1:
+        raise UsageError(f"`switch_ratio` must be >= 1. Got {switch_ratio!r}.")
+    s_tree = 0.0 if math.isinf(rho) else tree_gram_scale(rho / 2, H, K)
+    lam_t = goe_opnorm_bound(s_tree * math.sqrt(tree_levels(K)), d, p / (3.0 * H * K))
+    if n_max is None:
+        base = 1.0 + lam_t * _m(which, "shift")
+        per_h = d * math.log(1.0 + K / (d * base)) / math.log(max(switch_ratio, 1.0 + 1e-12))
+        n_max = math.ceil(H * per_h * _m(which, "n_max"))
+    n_max = int(min(max(int(n_max), 1), K))
+    sigma = 0.0 if math.isinf(rho) else vector_scale(rho / 2, H * n_max, H + 1)
+    shift, floor, beta = _private_jin(pb, which, s_tree, tree_levels(K), K, sigma, n_max)
+    return JinConstants(lam=1.0, beta=beta, shift=shift, floor=floor, n_batches=K,
+                        switch_ratio=float(switch_ratio), n_max=n_max, noise_gram=s_tree,
+                        noise_vec=sigma, name=which)
+
+
+def _plusplus(pb: Problem, which: str, sigma_min: float, lam_t: float, l_v: float,
+              l_v2: float) -> PlusPlusConstants:
+    H, d, K, p = pb.horizon, pb.dim, pb.n_episodes, pb.fail_prob
+    lam = 1.0 / H ** 2
+    lam_t = lam_t * _m(which, "shift")
+    lmin, lmax = lam + lam_t, lam + 3.0 * lam_t
+    iota = math.log(d * H * K / (p * lmin))
+    mb = _m(which, "beta")
+    bern = (H * math.sqrt(d * lmax) + l_v / math.sqrt(lmin) + math.sqrt(d) * iota) * mb
+    hoef = (H * math.sqrt(d * lmax) + l_v / math.sqrt(lmin) + math.sqrt(d ** 3 * H ** 2) * iota) * mb
+    var = (H ** 2 * math.sqrt(d * lmax) + l_v2 / math.sqrt(lmin)
+           + math.sqrt(d ** 3 * H ** 4) * iota) * mb
+    return PlusPlusConstants(lam=lam, beta_bern=bern, beta_hoef=hoef, beta_var=var,
+                             sigma_min=sigma_min, d_coef=4.0 * d ** 3 * H ** 2 * _m(which, "d_coef"),
+                             d_cap=float(d ** 3 * H ** 3),
+                             floor_coef=2.0 * d ** 3 * H ** 2 * _m(which, "floor_coef"),
+                             shift=2.0 * lam_t, floor=lmin, name=which)
+
+
+def lsvi_ucb_pp_constants(pb: Problem, which: str = "theory", *,
+                          sigma_min: float | None = None) -> PlusPlusConstants:
+    """LSVI-UCB++ (He et al. 2023). sigma_min defaults to sqrt(H) (theory) or H (practical)."""
+    _check_set(which)
+    if sigma_min is None:
+        sigma_min = math.sqrt(pb.horizon) if which == "theory" else float(pb.horizon)
+    return _plusplus(pb, which, float(sigma_min), 0.0, 0.0, 0.0)
+
+
+def dp_lsvi_ucb_pp_constants(pb: Problem, rho: float, which: str = "theory", *,
+                             sigma_min: float | None = None) -> PlusPlusConstants:
+    """DP-LSVI-UCB++ (seed 003 Algorithm 1, corrected per ALGORITHMS.md section 10).
+
+    Notes
+    -----
+    rho_0 = rho / (4 H K) per released statistic, fresh for every (k, h): the
+    Gram matrix (GOE, Delta_F = sqrt(2) w_max), the V and V-check targets
+    (Delta = 2 H w_max) and the V^2 target (Delta = 2 H^2 w_max), with
+    w_max = 1/sigma_min^2. sigma_min = H in both sets (seed 003 l.225).
+    """
+    _check_set(which)
+    H, d, K, p = pb.horizon, pb.dim, pb.n_episodes, pb.fail_prob
+    if sigma_min is None:
+        sigma_min = float(H)
+    w_max = 1.0 / float(sigma_min) ** 2
+    if math.isinf(rho):
+        s = sv = sv2 = 0.0
+    else:
+        if not rho > 0:
+            raise UsageError(f"`rho` must be > 0. Got {rho!r}.")
+        rho0 = rho / (4.0 * H * K)
+        s = goe_scale(gram_sensitivity(w_max), rho0)
+        sv = gauss_scale(target_sensitivity(H, w_max), rho0)
+        sv2 = gauss_scale(target_sensitivity(H ** 2, w_max), rho0)
+    fail = p / (3.0 * H * K)
+    c = _plusplus(pb, which, float(sigma_min), goe_opnorm_bound(s, d, fail),
+                  gauss_norm_bound(sv, d, fail), gauss_norm_bound(sv2, d, fail))
+    return replace(c, noise_gram=s, noise_v=sv, noise_v2=sv2)

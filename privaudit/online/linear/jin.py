@@ -1,0 +1,280 @@
+"""LSVI-UCB (Jin et al. 2020) and its two private versions: Luyo et al. 2021 and Ngo et al. 2022.
+
+All three regress ``r + V_{h+1}(s')`` on phi(s, a) with ridge regression and
+act greedily on ``Q_h = clip(w_h^T phi + beta ||phi||_{Lambda_h^{-1}}, 0, H)``;
+they differ in when the policy is recomputed and in what is private:
+
+* :class:`LSVIUCB` recomputes every episode from the exact statistics.
+* :class:`LuyoLSVIUCB` recomputes at the public batch boundaries
+  k = b ceil(K/B) + 1 from a Gram matrix released by H binary trees over
+  the B batches and a target vector with fresh Gaussian noise per (b, h).
+* :class:`NgoLSVIUCB` releases every episode's Gram matrices through H
+  binary trees over the K episodes, recomputes when some step's *noisy*
+  determinant has grown by the factor C since the last switch, and releases
+  fresh target vectors at each switch; a public cap N_max stops switching
+  (noisy determinants are not monotone, so only the cap bounds the
+  composition; seed 002 l.53-59, ALGORITHMS.md section 10).
+
+Departures (all documented in docs/online.md): Q is clipped to [0, H] in all
+three (Jin writes min{., H}; the lower clip only raises an optimistic value to
+the known lower bound of Q*, and the private versions need it for the
+sensitivity); value targets use the finite next-state sums of
+:class:`~privaudit.online.linear.stats.RidgeStats`; the Gram release adds the
+ridge lambda I to the shift 2 lambda-tilde I, so that rho = inf reduces to LSVI-UCB.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privaudit.errors import UsageError
+from privaudit.online.linear.constants import JinConstants
+from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensitivity
+from privaudit.online.linear.stats import (NoiseSource, RidgeStats, TreeNoise, bonus_table,
+                                           checked_features, psd_inverse, tree_levels)
+from privaudit.privacy.accounting import PrivacyEvent, gaussian_event
+
+#: Neighbouring relation of every explorer (JDP, billboard model).
+PRIVACY_UNIT = "user (one episode: initial state and every response)"
+
+
+class LinearExplorer:
+    """Shared episode loop of the linear explorers.
+
+    Parameters
+    ----------
+    phi : array_like, shape (S, A, d)
+        Public feature map; norms enforced <= 1 before any statistic.
+    horizon : int
+        H.
+    n_episodes : int
+        Public K (sizes the trees and the noise).
+    rng : numpy.random.Generator, optional
+        Noise stream (OS entropy when omitted; pass a seeded one only in tests).
+
+    Notes
+    -----
+    Protocol: ``pi = policy()`` gives the greedy actions pi[h, s] (shape
+    (H, S), int) of the coming episode; ``update(states, actions, rewards)``
+    feeds the episode's trajectory (states shape (H + 1,), actions and rewards
+    shape (H,)). Steps are 0-based.
+    """
+
+    algo = "linear"
+
+    def __init__(self, phi, horizon: int, n_episodes: int, *, rng: np.random.Generator | None = None):
+        self.phi = checked_features(phi)
+        self.S, self.A, self.d = self.phi.shape
+        self.H = int(horizon)
+        self.K = int(n_episodes)
+        if self.H < 1 or self.K < 1:
+            raise UsageError(f"`horizon` and `n_episodes` must be >= 1. Got {horizon}, {n_episodes}.")
+        self.phi_flat = self.phi.reshape(-1, self.d)
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self.noise = NoiseSource(self.rng)
+        self.k = 0                     # episodes completed
+        self.n_switches = 0            # policy recomputations after the first policy
+        self.pi = np.zeros((self.H, self.S), dtype=np.int64)
+
+    # -- agent protocol (privaudit.online.protocol) -----------------------
+    def start_episode(self, k: int) -> None:
+        """User ``k`` arrives: release what the algorithm releases now and fix pi_k."""
+        if self.k >= self.K:
+            raise UsageError(f"all K={self.K} declared episodes are used; the noise was sized for K.")
+        self._prepare()
+        self._traj_s = np.zeros(self.H + 1, dtype=np.int64)
+        self._traj_a = np.zeros(self.H, dtype=np.int64)
+        self._traj_r = np.zeros(self.H)
+
+    def policy(self) -> np.ndarray:
+        """This episode's greedy actions, shape (H, S), int."""
+        return self.pi
+
+    def act(self, h: int, s: int) -> int:
+        """The action recommended at step ``h`` in state ``s``."""
+        return int(self.pi[h, s])
+
+    def observe(self, h: int, s: int, a: int, r: float, s_next: int) -> None:
+        """The user's response at step ``h``."""
+        self._traj_s[h], self._traj_a[h], self._traj_r[h] = s, a, r
+        self._traj_s[h + 1] = s_next
+
+    def end_episode(self) -> None:
+        """Feed the episode's trajectory to the statistics."""
+        self.update(self._traj_s, self._traj_a, self._traj_r)
+
+    def _prepare(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _check_traj(self, states, actions, rewards):
+        s = np.asarray(states, dtype=np.int64)
+        a = np.asarray(actions, dtype=np.int64)
+        r = np.clip(np.asarray(rewards, dtype=np.float64), 0.0, 1.0)
+        if s.shape != (self.H + 1,) or a.shape != (self.H,) or r.shape != (self.H,):
+            raise UsageError(f"a trajectory needs states ({self.H + 1},), actions and rewards "
+                             f"({self.H},). Got {s.shape}, {a.shape}, {r.shape}.")
+        if self.k >= self.K:
+            raise UsageError(f"all K={self.K} declared episodes are used; the noise was sized for K.")
+        return s, a, r
+
+    def events(self) -> list[PrivacyEvent]:
+        """Privacy events of a complete run (empty for a non-private explorer)."""
+        return []
+
+
+class _JinFamily(LinearExplorer):
+    """LSVI-UCB's backward pass over released (inverse Gram, target) statistics."""
+
+    def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
+        super().__init__(phi, horizon, n_episodes, rng=rng)
+        self.c = constants
+        # the exact Gram carries lambda + shift on its diagonal (the public part of the release)
+        self.stats = RidgeStats(self.H, self.S, self.d, constants.lam + constants.shift)
+        self.Q = np.full((self.H, self.S, self.A), float(self.H))
+
+    def _backward(self, inv: np.ndarray, vec_noise: np.ndarray | None) -> None:
+        """Recompute Q for h = H-1..0 from ``inv`` (H, d, d) and vector noise (H, d) (None: exact).
+
+        Q_h = clip(index_h, 0, H) with index_h = w_h^T phi + beta ||phi||_{inv_h};
+        pi_h = argmax_a index_h, an argmax of Q_h (:func:`~privaudit.online.linear.stats.greedy`).
+        """
+        H = self.H
+        bon = self.c.beta * bonus_table(self.phi_flat, inv)           # (H, S*A)
+        v = np.zeros(self.S)
+        for h in range(H - 1, -1, -1):
+            y = self.stats.target(h, v, with_reward=True)
+            if vec_noise is not None:
+                y = y + vec_noise[h]
+            index = (self.phi_flat @ (inv[h] @ y) + bon[h]).reshape(self.S, self.A)
+            self.Q[h] = index
+            v = np.minimum(np.maximum(index.max(axis=1), 0.0), H)
+        self.pi = self.Q.argmax(axis=2)
+        np.clip(self.Q, 0.0, H, out=self.Q)
+
+    def update(self, states, actions, rewards) -> None:
+        """Feed one episode (see :class:`LinearExplorer`)."""
+        s, a, r = self._check_traj(states, actions, rewards)
+        self.stats.add(self.phi[s[:-1], a], s[1:], r)
+        self.k += 1
+
+
+class LSVIUCB(_JinFamily):
+    """LSVI-UCB (Jin, Yang, Wang, Jordan, COLT 2020, Algorithm 1), non-private.
+
+    Every episode: Lambda_h = lambda I + sum phi phi^T (Sherman-Morrison),
+    w_h = Lambda_h^{-1} sum phi (r + V_{h+1}(s')), Q_h = clip(w^T phi + beta
+    ||phi||_{Lambda^{-1}}, 0, H), pi_h = argmax_a Q_h.
+    """
+
+    algo = "lsvi-ucb"
+
+    def _prepare(self) -> np.ndarray:
+        """Greedy actions (H, S) of the coming episode."""
+        if self.k > 0:
+            self._backward(self.stats.inv, None)
+        return self.pi
+
+
+class LuyoLSVIUCB(_JinFamily):
+    """Private LSVI-UCB through batching (Luyo, Garcelon, Lazaric, Pirotta 2021, arXiv:2112.01585).
+
+    The policy is recomputed at the public boundaries k = b L + 1 (L = ceil(K/B),
+    b = 1, ..., ceil(K/L) - 1). At boundary b: Lambda-tilde_h = G_h + (lambda +
+    shift) I + tree noise of the b batch leaves (H independent binary trees over
+    B leaves, one per h), u-tilde_h = sum phi (r + V_{h+1}(s')) + eta_{b,h} with
+    fresh eta ~ N(0, sigma_u^2 I), then LSVI-UCB's backward pass. rho/2 to each
+    family (ALGORITHMS.md 6.1 and section 10).
+    """
+
+    algo = "luyo"
+
+    def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
+        super().__init__(phi, horizon, n_episodes, constants, rng=rng)
+        self.batch_len = math.ceil(self.K / constants.n_batches)
+        self.tree = TreeNoise(self.H, self.d, constants.n_batches, constants.noise_gram, rng=self.rng)
+
+    def _prepare(self) -> np.ndarray:
+        """Greedy actions (H, S); recomputed only at a batch boundary."""
+        if self.k > 0 and self.k % self.batch_len == 0:
+            b = self.k // self.batch_len
+            gram = self.stats.gram + self.tree.noise(b)
+            inv, _ = psd_inverse(gram, self.c.floor)
+            eta = (self.noise.normal("target", self.c.noise_vec, self.H, self.d)
+                   if self.c.noise_vec > 0 else None)
+            self._backward(inv, eta)
+            self.n_switches += 1
+        return self.pi
+
+    def events(self) -> list[PrivacyEvent]:
+        """Gram trees (H trees x levels nodes per user) and the H (boundaries) vector releases."""
+        if self.c.noise_gram == 0:
+            return []
+        n_rel = math.ceil(self.K / self.batch_len) - 1
+        nodes = self.H * tree_levels(self.c.n_batches)
+        return [_goe_event("gram-tree", nodes, 1.0, self.c.noise_gram),
+                _vec_event("target", self.H * max(n_rel, 1), self.H + 1, 1.0, self.c.noise_vec)]
+
+
+class NgoLSVIUCB(_JinFamily):
+    """Low-switching private LSVI-UCB (Ngo, Vietri, Wu, ICML 2022, seed 002, Algorithm 1).
+
+    Every episode k (after k - 1 users): Lambda-tilde_{k,h} = G_h + (lambda +
+    shift) I + binary-tree noise (H trees over K leaves, rho/2). The switch is
+    decided once per episode before the backward pass: switch iff some h has
+    logdet Lambda-tilde_{k,h} - logdet Lambda-tilde_{k_last,h} > ln C and fewer
+    than N_max switches happened. At a switch, y-tilde_{k,h} = sum phi (r +
+    V_{h+1}(s')) + eta_{k,h} with fresh eta (rho/2 over H N_max releases) and
+    LSVI-UCB's backward pass with Lambda-tilde (eigenvalues floored).
+    """
+
+    algo = "ngo"
+
+    def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
+        super().__init__(phi, horizon, n_episodes, constants, rng=rng)
+        self.tree = TreeNoise(self.H, self.d, self.K, constants.noise_gram, rng=self.rng)
+        self._log_c = math.log(constants.switch_ratio)
+        self._logdet_last: np.ndarray | None = None
+
+    def _prepare(self) -> np.ndarray:
+        """Greedy actions (H, S); recomputed at a (capped) determinant-doubling switch."""
+        gram = self.stats.gram + self.tree.noise(self.k)
+        inv, logdet = psd_inverse(gram, self.c.floor)
+        if self._logdet_last is None:
+            self._logdet_last = logdet
+            return self.pi
+        grew = (logdet - self._logdet_last > self._log_c).any()
+        if grew and self.n_switches < self.c.n_max:
+            eta = (self.noise.normal("target", self.c.noise_vec, self.H, self.d)
+                   if self.c.noise_vec > 0 else None)
+            self._backward(inv, eta)
+            self._logdet_last = logdet
+            self.n_switches += 1
+        return self.pi
+
+    def events(self) -> list[PrivacyEvent]:
+        """Gram trees (released every episode) and H N_max vector releases (rho/2 each)."""
+        if self.c.noise_gram == 0:
+            return []
+        nodes = self.H * tree_levels(self.K)
+        return [_goe_event("gram-tree", nodes, 1.0, self.c.noise_gram),
+                _vec_event("target", self.H * self.c.n_max, self.H + 1, 1.0, self.c.noise_vec)]
+
+
+def _goe_event(family: str, n_per_user: int, w_max: float, s: float) -> PrivacyEvent:
+    """Composition of ``n_per_user`` GOE releases a user enters, each Delta_F^2/(4 s^2)-zCDP.
+
+    Recorded as one Gaussian event with l2 = sqrt(n) Delta_F and sigma = sqrt(2) s
+    (same rho = n Delta_F^2 / (4 s^2)).
+    """
+    return gaussian_event(f"{family} (x{n_per_user})",
+                          math.sqrt(n_per_user) * gram_sensitivity(w_max), math.sqrt(2.0) * s,
+                          privacy_unit=PRIVACY_UNIT)
+
+
+def _vec_event(family: str, n_rel: int, t_max: float, w_max: float, sigma: float) -> PrivacyEvent:
+    """Composition of ``n_rel`` Gaussian target releases, each Delta = 2 w_max t_max."""
+    return gaussian_event(f"{family} (x{n_rel})",
+                          math.sqrt(n_rel) * target_sensitivity(t_max, w_max), sigma,
+                          privacy_unit=PRIVACY_UNIT)

@@ -1,0 +1,201 @@
+"""LSVI-UCB++ (He, Zhao, Zhou, Gu, ICML 2023) and DP-LSVI-UCB++ (seed 003, Algorithm 1, corrected).
+
+Episode k, read top to bottom (seed 003 Algorithm 1 line numbers in brackets):
+
+1. Release, for every h, Lambda-tilde_{k,h} = (lambda + 2 lambda-tilde) I +
+   sum_{i<k} sigma-bar_{i,h}^{-2} phi_i phi_i^T + K1_{k,h}, with a *fresh* GOE
+   K1_{k,h} [l.177, l.227]; eigenvalues floored at lambda + lambda-tilde.
+   Non-private: the exact Sigma_{k,h} = lambda I + sum ... (no noise).
+2. Decide the switch once, before the backward pass: switch iff some h has
+   det Lambda-tilde_{k,h} >= 2 det Lambda-tilde_{k_last,h} [l.195]; then
+   k_last = k [l.201, moved out of the h loop].
+3. Backward, h = H-1..0 [l.185-217]: release w-hat, w-check, w-bar (V, V-check,
+   V^2 targets) with fresh Gaussian noise phi_1, phi_2, phi_3 per (k, h)
+   [l.187-191]; at a switch
+   Q-hat_h = clip(min{r + w-hat^T phi + beta_opt ||phi||, Q-hat_h}, 0, H) [l.197],
+   Q-check_h = clip(max{r + w-check^T phi - beta-hoef ||phi||, Q-check_h}, 0, H)
+   [l.199 corrected: the proofs use "-" and max, l.577, l.581], V = max_a Q.
+4. Act greedily on Q-hat [l.20, l.23].
+5. Forward, once the trajectory is known [l.9, l.24-26]: at (s_h, a_h),
+   V-bar = [w-bar^T phi]_{[0,H^2]} - [w-hat^T phi]_{[0,H]}^2,
+   E = min{beta-var ||phi||, H^2} + min{2 H beta-hoef ||phi||, H^2},
+   D = min{d_coef (w-hat^T phi - w-check^T phi + 2 beta-hoef ||phi||), d_cap},
+   sigma-bar = max{sqrt(max(V-bar + E + D + H, 0)), sigma_min, floor_coef ||phi||^{1/2}},
+   and the weight sigma-bar^{-2} <= 1/sigma_min^2 enters the statistics.
+
+Every quantity inside the loop is computed from released statistics (and the
+current user's own phi), so the weights and switches are post-processing
+(ALGORITHMS.md 7.3 point 4). The statistics are non-cumulative: each release
+is the exact weighted sum plus *one* fresh noise (section 10: K1 is not added
+cumulatively as in l.227). Privacy: 4HK releases of rho/(4HK) each.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privaudit.errors import UsageError
+from privaudit.online.linear.constants import PlusPlusConstants
+from privaudit.online.linear.jin import PRIVACY_UNIT, LinearExplorer, _goe_event, _vec_event
+from privaudit.online.linear.stats import RidgeStats, bonus_table, greedy, psd_inverse
+from privaudit.privacy.accounting import PrivacyEvent
+
+_LOG2 = math.log(2.0)
+
+
+class LSVIUCBPlusPlus(LinearExplorer):
+    """LSVI-UCB++ (He et al. 2023); ``private=True`` gives DP-LSVI-UCB++ (seed 003).
+
+    Parameters
+    ----------
+    phi : array_like, shape (S, A, d)
+        Public feature map (norms enforced <= 1).
+    reward : array_like, shape (H, S, A)
+        Public reward function r_h(s, a) in [0, 1] (He et al. and seed 003
+        assume it known: Q = r + w^T phi + bonus).
+    horizon, n_episodes : int
+    constants : PlusPlusConstants
+    private : bool
+        Release noisy statistics (DP-LSVI-UCB++). With all noise scales 0 the
+        private path still runs (eigen-floored release), so rho = inf can be
+        compared with the exact Sherman-Morrison path of the non-private one.
+    rng : numpy.random.Generator, optional
+    """
+
+    def __init__(self, phi, reward, horizon, n_episodes, constants: PlusPlusConstants, *,
+                 private: bool = False, rng=None):
+        super().__init__(phi, horizon, n_episodes, rng=rng)
+        r = np.asarray(reward, dtype=np.float64)
+        if r.shape != (self.H, self.S, self.A):
+            raise UsageError(f"`reward` must have shape (H, S, A) = {(self.H, self.S, self.A)}. "
+                             f"Got {r.shape}.")
+        if not (np.isfinite(r).all() and (r >= 0).all() and (r <= 1).all()):
+            raise UsageError("`reward` must lie in [0, 1].")
+        if constants.optimistic not in ("bernstein", "hoeffding"):
+            raise UsageError(f"`optimistic` must be 'bernstein' or 'hoeffding'. "
+                             f"Got {constants.optimistic!r}.")
+        self.c = constants
+        self.private = bool(private)
+        self.algo = "dp-lsvi-ucb-pp" if private else "lsvi-ucb-pp"
+        self.r_flat = r.reshape(self.H, -1)
+        self.stats = RidgeStats(self.H, self.S, self.d, constants.lam + constants.shift)
+        H, S = self.H, self.S
+        self.Qhat = np.full((H, S * self.A), float(H))
+        self.Qchk = np.zeros((H, S * self.A))
+        self.Vhat = np.zeros((H + 1, S))                 # row H is V_{H+1} = 0
+        self.Vhat[:H] = H
+        self.Vchk = np.zeros((H + 1, S))
+        self._logdet_last: np.ndarray | None = None
+        self._beta_opt = constants.beta_bern if constants.optimistic == "bernstein" else constants.beta_hoef
+        self._cur: dict | None = None
+
+    # -- releases ---------------------------------------------------------
+    def _release_gram(self) -> tuple[np.ndarray, np.ndarray]:
+        """(inverse, logdet) of this episode's Gram matrices, shapes (H, d, d), (H,)."""
+        if not self.private:
+            return self.stats.inv, self.stats.logdet
+        gram = self.stats.gram
+        if self.c.noise_gram > 0:
+            gram = gram + self.noise.goe("gram", self.c.noise_gram, self.H, self.d)
+        return psd_inverse(gram, self.c.floor)
+
+    def _vec_noise(self) -> np.ndarray:
+        """Fresh phi_1, phi_2, phi_3 for every step of this episode, shape (H, 3, d) (zeros without noise).
+
+        One independent draw per (k, h) and statistic, 3H per episode (the
+        noise does not depend on the data, so drawing the H steps together is
+        the same mechanism as drawing each just before its release).
+        """
+        z = np.zeros((self.H, 3, self.d))
+        if self.private and self.c.noise_v > 0:
+            z[:, 0] = self.noise.normal("v-hat", self.c.noise_v, self.H, self.d)
+            z[:, 1] = self.noise.normal("v-check", self.c.noise_v, self.H, self.d)
+            z[:, 2] = self.noise.normal("v-squared", self.c.noise_v2, self.H, self.d)
+        return z
+
+    # -- episode ----------------------------------------------------------
+    def _prepare(self) -> np.ndarray:
+        """Release, decide the switch, run the backward pass; greedy actions (H, S)."""
+        inv, logdet = self._release_gram()
+        if self._logdet_last is None:
+            self._logdet_last = logdet.copy()
+            switch = False
+        else:
+            switch = bool((logdet - self._logdet_last >= _LOG2).any())
+        H, S, A = self.H, self.S, self.A
+        noise = self._vec_noise()
+        b = self.stats.b                                           # (H, S, d)
+        if switch:
+            w = np.empty((H, 3, self.d))                           # w-hat, w-check, w-bar
+            bon = bonus_table(self.phi_flat, inv)                  # (H, S*A)
+            opt_all = np.empty((H, S * A))
+            vals = np.empty((3, S))
+            for h in range(H - 1, -1, -1):
+                vals[0], vals[1] = self.Vhat[h + 1], self.Vchk[h + 1]
+                np.multiply(vals[0], vals[0], out=vals[2])
+                y = vals @ b[h] + noise[h]                         # (3, d)
+                w[h] = y @ inv[h]                                  # inv is symmetric
+                x = self.phi_flat @ w[h, :2].T                     # (S*A, 2)
+                opt = self.r_flat[h] + x[:, 0] + self._beta_opt * bon[h]
+                pes = self.r_flat[h] + x[:, 1] - self.c.beta_hoef * bon[h]
+                qh = np.minimum(np.maximum(np.minimum(opt, self.Qhat[h]), 0.0), H)
+                qc = np.minimum(np.maximum(np.maximum(pes, self.Qchk[h]), 0.0), H)
+                self.Qhat[h], self.Qchk[h], opt_all[h] = qh, qc, opt
+                self.Vhat[h] = qh.reshape(S, A).max(axis=1)
+                self.Vchk[h] = qc.reshape(S, A).max(axis=1)
+            self.pi = greedy(self.Qhat.reshape(H, S, A), opt_all.reshape(H, S, A))
+            self._logdet_last = logdet.copy()
+            self.n_switches += 1
+        else:
+            # no switch: V is unchanged, so the H releases do not depend on each other
+            vh = self.Vhat[1:]
+            vals = np.stack([vh, self.Vchk[1:], vh * vh], axis=1)  # (H, 3, S)
+            y = vals @ b + noise                                   # (H, 3, d)
+            w = y @ inv                                            # (H, 3, d)
+        self._cur = {"inv": inv, "what": w[:, 0], "wchk": w[:, 1], "wbar": w[:, 2]}
+        return self.pi
+
+    def weights(self, phi_traj: np.ndarray) -> np.ndarray:
+        """sigma-bar_{k,h}^{-2} at the visited (s_h, a_h), shape (H,), from this episode's releases.
+
+        Parameters
+        ----------
+        phi_traj : ndarray, shape (H, d)
+            phi(s_h^k, a_h^k) (the current user's own data).
+        """
+        cur, c, H, d = self._cur, self.c, self.H, self.d
+        nphi = np.sqrt(np.maximum(np.einsum("hi,hij,hj->h", phi_traj, cur["inv"], phi_traj), 0.0))
+        xh = np.einsum("hd,hd->h", cur["what"], phi_traj)
+        xc = np.einsum("hd,hd->h", cur["wchk"], phi_traj)
+        xb = np.einsum("hd,hd->h", cur["wbar"], phi_traj)
+        vbar = np.clip(xb, 0.0, H ** 2) - np.clip(xh, 0.0, H) ** 2
+        e = np.minimum(c.beta_var * nphi, H ** 2) + np.minimum(2 * H * c.beta_hoef * nphi, H ** 2)
+        dd = np.minimum(c.d_coef * (xh - xc + 2 * c.beta_hoef * nphi), c.d_cap)
+        sigma = np.sqrt(np.maximum(vbar + e + dd + H, 0.0))
+        sbar = np.maximum(np.maximum(sigma, c.sigma_min), c.floor_coef * np.sqrt(nphi))
+        return 1.0 / sbar ** 2
+
+    def update(self, states, actions, rewards) -> None:
+        """Feed one episode: compute its weights, add it to the statistics."""
+        s, a, r = self._check_traj(states, actions, rewards)
+        if self._cur is None:
+            raise UsageError("call policy() before update() in every episode.")
+        phi_traj = self.phi[s[:-1], a]
+        self.stats.add(phi_traj, s[1:], r, self.weights(phi_traj))
+        self._cur = None
+        self.k += 1
+
+    def events(self) -> list[PrivacyEvent]:
+        """4HK releases at rho/(4HK): Gram (GOE), V, V-check, V^2 targets (fresh per (k, h))."""
+        if not self.private or self.c.noise_gram == 0:
+            return []
+        n, w, H = self.H * self.K, self.c.w_max, self.H
+        return [_goe_event("gram", n, w, self.c.noise_gram),
+                _vec_event("v-hat", n, H, w, self.c.noise_v),
+                _vec_event("v-check", n, H, w, self.c.noise_v),
+                _vec_event("v-squared", n, H ** 2, w, self.c.noise_v2)]
+
+
+__all__ = ["LSVIUCBPlusPlus", "PRIVACY_UNIT"]

@@ -1,0 +1,78 @@
+"""Build a linear explorer by name, with its theory or practical constants.
+
+Names: ``lsvi-ucb``, ``lsvi-ucb-pp`` (non-private), ``luyo``, ``ngo``,
+``dp-lsvi-ucb-pp`` (rho-zCDP, hence (eps, delta)-JDP by the billboard lemma).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privaudit.errors import UsageError
+from privaudit.online.linear.constants import (CONSTANT_SETS, Problem, dp_lsvi_ucb_pp_constants,
+                                               lsvi_ucb_constants, lsvi_ucb_pp_constants,
+                                               luyo_constants, ngo_constants)
+from privaudit.online.linear.jin import LinearExplorer, LSVIUCB, LuyoLSVIUCB, NgoLSVIUCB
+from privaudit.online.linear.plusplus import LSVIUCBPlusPlus
+
+#: Algorithm names, and whether each is private.
+LINEAR_ALGOS = {"lsvi-ucb": False, "lsvi-ucb-pp": False, "luyo": True, "ngo": True,
+                "dp-lsvi-ucb-pp": True}
+
+
+def make_linear_agent(algo: str, phi, reward, horizon: int, n_episodes: int, *,
+                      rho: float = math.inf, delta: float = 1e-5, constants: str = "practical",
+                      fail_prob: float = 0.01, rng: np.random.Generator | None = None) -> LinearExplorer:
+    """A linear explorer ready to run K episodes.
+
+    Parameters
+    ----------
+    algo : str
+        One of :data:`LINEAR_ALGOS`.
+    phi : array_like, shape (S, A, d)
+        Public feature map (norms enforced <= 1).
+    reward : array_like, shape (H, S, A)
+        Public reward function (used by the ++ algorithms only).
+    horizon, n_episodes : int
+        H and the public K.
+    rho : float
+        zCDP budget of a private algorithm (math.inf: no noise); refused (not
+        math.inf) for a non-private one.
+    delta : float
+        Only used by Luyo's batch count.
+    constants : {"theory", "practical"}
+    fail_prob : float
+        Failure probability of the confidence bounds.
+    rng : numpy.random.Generator, optional
+        Noise stream (OS entropy when omitted).
+
+    Raises
+    ------
+    UsageError
+        Unknown algorithm or constant set; a finite rho for a non-private algorithm.
+    """
+    if algo not in LINEAR_ALGOS:
+        raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {list(LINEAR_ALGOS)}.")
+    if constants not in CONSTANT_SETS:
+        raise UsageError(f"`constants` must be one of {CONSTANT_SETS}. Got {constants!r}.")
+    if not LINEAR_ALGOS[algo] and not math.isinf(rho):
+        raise UsageError(f"{algo} is not private; it takes no privacy budget.")
+    table = np.asarray(phi, dtype=np.float64)
+    if table.ndim != 3:
+        raise UsageError(f"`phi` must have shape (S, A, d). Found shape {table.shape}.")
+    S, A, d = table.shape
+    pb = Problem(int(horizon), S, A, d, int(n_episodes), fail_prob)
+    if algo == "lsvi-ucb":
+        return LSVIUCB(table, horizon, n_episodes, lsvi_ucb_constants(pb, constants), rng=rng)
+    if algo == "luyo":
+        return LuyoLSVIUCB(table, horizon, n_episodes, luyo_constants(pb, rho, constants, delta=delta),
+                           rng=rng)
+    if algo == "ngo":
+        return NgoLSVIUCB(table, horizon, n_episodes, ngo_constants(pb, rho, constants), rng=rng)
+    if algo == "lsvi-ucb-pp":
+        return LSVIUCBPlusPlus(table, reward, horizon, n_episodes, lsvi_ucb_pp_constants(pb, constants),
+                               rng=rng)
+    return LSVIUCBPlusPlus(table, reward, horizon, n_episodes,
+                           dp_lsvi_ucb_pp_constants(pb, rho, constants), private=True, rng=rng)

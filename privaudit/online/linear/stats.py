@@ -1,0 +1,346 @@
+"""Numerical building blocks of the linear-MDP explorers, over plain numpy arrays.
+
+Everything here is batched over the steps h = 0..H-1 and costs O(H S d + H d^2)
+per episode whatever the episode index k, so a run's memory does not grow
+with K (ALGORITHMS.md section 10, "Cost"):
+
+* :class:`RidgeStats` holds, per step h, the (weighted) Gram matrix, its
+  inverse and log-determinant maintained by Sherman-Morrison and the matrix
+  determinant lemma, and the target statistics of a *finite* next-state
+  space: ``b[h, s'] = sum_tau w_tau phi_tau 1{s'_tau = s'}`` and
+  ``c[h] = sum_tau w_tau phi_tau r_tau``. Any regression target
+  ``sum_tau w_tau phi_tau (r_tau + g(V(s'_tau)))`` is then
+  ``c[h] + b[h]^T g(V)``: an O(S d) product instead of a pass over the past.
+* :func:`goe` draws symmetric Gaussian matrices (the "GOE" perturbation of
+  Redberg & Wang 2021 used by seed 003), :class:`TreeNoise` the binary-tree
+  (Chan, Shi & Song 2011; Dwork et al. 2010) noise of a matrix stream, kept
+  as one pending node per open level.
+* :func:`psd_inverse` turns a noisy symmetric matrix into a positive-definite
+  one (eigenvalues floored: post-processing, ALGORITHMS.md 7.3 point 7) and
+  returns its inverse and log-determinant.
+
+The per-user sensitivity of every statistic is stated by the functions in
+:mod:`privaudit.online.linear.sensitivity`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privaudit.errors import UsageError
+from privaudit.mdp.features import enforce_norm
+
+
+def checked_features(phi) -> np.ndarray:
+    """Validate a public feature table and enforce ||phi(s, a)|| <= 1.
+
+    Parameters
+    ----------
+    phi : array_like, shape (S, A, d)
+        Public feature map phi(s, a) (the spec's, never read off private data).
+
+    Returns
+    -------
+    ndarray, shape (S, A, d), float64
+        Each vector divided by max(1, ||phi||) (``enforce_norm(..., "clip")``),
+        so that every statistic below has the sensitivity stated for ||phi|| <= 1.
+
+    Raises
+    ------
+    UsageError
+        Not a finite 3-d array.
+    """
+    t = np.asarray(phi, dtype=np.float64)
+    if t.ndim != 3 or min(t.shape) < 1:
+        raise UsageError(f"`phi` must have shape (S, A, d). Found shape {t.shape}.")
+    if not np.isfinite(t).all():
+        raise UsageError("`phi` must hold finite numbers. Found NaN or inf.")
+    table, _ = enforce_norm(t, "clip")
+    return table
+
+
+class RidgeStats:
+    """Per-step weighted ridge statistics of a finite-state linear MDP.
+
+    Parameters
+    ----------
+    horizon, n_states, dim : int
+        H, S and d.
+    lam : float
+        Ridge regulariser lambda > 0 of the exact Gram matrix ``lam I + sum w phi phi^T``.
+
+    Attributes
+    ----------
+    gram : ndarray, shape (H, d, d)
+        ``lam I + sum_tau w_tau phi_tau phi_tau^T`` (the exact, non-private statistic).
+    inv : ndarray, shape (H, d, d)
+        Its inverse (Sherman-Morrison; re-symmetrised each update).
+    logdet : ndarray, shape (H,)
+        Its log-determinant (matrix determinant lemma).
+    b : ndarray, shape (H, S, d)
+        ``sum_tau w_tau phi_tau 1{s'_tau = s'}`` per next state s'.
+    c : ndarray, shape (H, d)
+        ``sum_tau w_tau phi_tau r_tau``.
+    n : int
+        Number of episodes added.
+
+    Notes
+    -----
+    These are exact sums over the users seen so far. A private algorithm
+    releases them only through noise (see the algorithms' docstrings).
+    """
+
+    def __init__(self, horizon: int, n_states: int, dim: int, lam: float):
+        if not (lam > 0 and np.isfinite(lam)):
+            raise UsageError(f"ridge `lam` must be > 0 and finite. Got {lam!r}.")
+        H, S, d = int(horizon), int(n_states), int(dim)
+        self.lam = float(lam)
+        self.gram = np.broadcast_to(lam * np.eye(d), (H, d, d)).copy()
+        self.inv = np.broadcast_to(np.eye(d) / lam, (H, d, d)).copy()
+        self.logdet = np.full(H, d * np.log(lam))
+        self.b = np.zeros((H, S, d))
+        self.c = np.zeros((H, d))
+        self.n = 0
+        self._h = np.arange(H)
+
+    def add(self, phi: np.ndarray, next_states: np.ndarray, rewards: np.ndarray,
+            weights: np.ndarray | None = None) -> None:
+        """Add one episode: one (phi, s', r, w) per step.
+
+        Parameters
+        ----------
+        phi : ndarray, shape (H, d)
+            phi(s_h, a_h), norms <= 1.
+        next_states : ndarray, shape (H,), int
+            s_{h+1}.
+        rewards : ndarray, shape (H,)
+            r_h in [0, 1].
+        weights : ndarray, shape (H,), optional
+            w_h = sigma-bar_h^{-2} (LSVI-UCB++); 1 when omitted.
+        """
+        w = np.ones(len(phi)) if weights is None else np.asarray(weights, dtype=np.float64)
+        u = phi * np.sqrt(w)[:, None]                       # (H, d)
+        Au = (self.inv @ u[:, :, None])[:, :, 0]            # (H, d)
+        q = (u * Au).sum(axis=1)                            # u^T A^-1 u >= 0
+        self.inv -= Au[:, :, None] * Au[:, None, :] / (1.0 + q)[:, None, None]
+        self.inv = 0.5 * (self.inv + self.inv.transpose(0, 2, 1))
+        self.logdet += np.log1p(q)
+        self.gram += u[:, :, None] * u[:, None, :]
+        wphi = phi * w[:, None]
+        self.b[self._h, next_states] += wphi
+        self.c += wphi * rewards[:, None]
+        self.n += 1
+
+    def targets(self, values_next: np.ndarray, with_reward: bool) -> np.ndarray:
+        """``sum_tau w phi (r + V_{h+1}(s'))`` for all h at once (or without r).
+
+        Parameters
+        ----------
+        values_next : ndarray, shape (H, S)
+            V_{h+1}(s') for h = 0..H-1 (row H-1 is V_H = 0 for the last step).
+        with_reward : bool
+            Include the observed rewards (LSVI-UCB) or not (LSVI-UCB++, whose
+            reward function is public).
+
+        Returns
+        -------
+        ndarray, shape (H, d)
+        """
+        y = np.einsum("hsd,hs->hd", self.b, values_next)
+        return y + self.c if with_reward else y
+
+    def target(self, h: int, v_next: np.ndarray, with_reward: bool) -> np.ndarray:
+        """One step's target vector, shape (d,); ``v_next`` has shape (S,)."""
+        y = v_next @ self.b[h]
+        return y + self.c[h] if with_reward else y
+
+
+def goe(rng: np.random.Generator, size: tuple[int, ...], dim: int, s: float) -> np.ndarray:
+    """Symmetric Gaussian matrices ``(Z + Z^T)/sqrt(2)``, ``Z_ij ~ N(0, s^2)`` i.i.d.
+
+    Off-diagonal entries have variance s^2, diagonal entries 2 s^2. Releasing
+    ``M + goe`` for a symmetric M of Frobenius sensitivity Delta_F is
+    ``Delta_F^2 / (4 s^2)``-zCDP (ALGORITHMS.md section 10; Redberg & Wang 2021).
+
+    Returns
+    -------
+    ndarray, shape size + (dim, dim)
+    """
+    z = rng.normal(0.0, s, size=tuple(size) + (dim, dim))
+    return (z + np.swapaxes(z, -1, -2)) / np.sqrt(2.0)
+
+
+def goe_opnorm_bound(s: float, dim: int, fail: float) -> float:
+    """High-probability bound on ||(Z + Z^T)/sqrt(2)||_2, Z_ij ~ N(0, s^2). [D]
+
+    E||.|| <= 2 s sqrt(d) (Gordon/Slepian for the GOE) and Z -> ||(Z + Z^T)/sqrt(2)||
+    is sqrt(2) s-Lipschitz in a standard Gaussian vector, so by Gaussian
+    concentration ``P(||.|| > s (2 sqrt(d) + sqrt(2) t)) <= exp(-t^2/2)``; with
+    t = sqrt(2 ln(1/fail)) the bound is ``s (2 sqrt(d) + 2 sqrt(ln(1/fail)))``.
+    """
+    return float(s * (2.0 * np.sqrt(dim) + 2.0 * np.sqrt(np.log(1.0 / fail))))
+
+
+def gauss_norm_bound(sigma: float, dim: int, fail: float) -> float:
+    """High-probability bound on ||eta||_2, eta ~ N(0, sigma^2 I_d): sigma (sqrt(d) + sqrt(2 ln(1/fail))). [D]"""
+    return float(sigma * (np.sqrt(dim) + np.sqrt(2.0 * np.log(1.0 / fail))))
+
+
+def tree_levels(n_leaves: int) -> int:
+    """Depth of the binary mechanism over ``n_leaves`` leaves: floor(log2 n) + 1.
+
+    A leaf (one user's term at one step) is in exactly this many dyadic nodes
+    that any prefix release may use, one per level.
+    """
+    return int(np.floor(np.log2(max(int(n_leaves), 1)))) + 1
+
+
+class TreeNoise:
+    """Binary-mechanism noise of H independent matrix streams, one pending node per level.
+
+    The release after ``t`` leaves is ``prefix_sum + sum of the noises of the
+    dyadic nodes of t`` (one node per set bit of t). Node (level l, index
+    t >> l) gets a fresh GOE draw the first time it is used and is dropped when
+    the level moves to its next node, so memory is O(levels H d^2).
+
+    Parameters
+    ----------
+    horizon, dim : int
+        H independent trees (one per step) of d x d symmetric matrices.
+    n_leaves : int
+        Public number of leaves T (K episodes or B batches); fixes the levels.
+    s : float
+        GOE entry scale of every node (0 means no noise).
+    rng : numpy.random.Generator
+
+    Attributes
+    ----------
+    draws : int
+        Number of node noises drawn so far (each of shape (H, d, d)).
+    """
+
+    def __init__(self, horizon: int, dim: int, n_leaves: int, s: float, *, rng: np.random.Generator):
+        self.levels = tree_levels(n_leaves)
+        self.n_leaves = int(n_leaves)
+        self.s = float(s)
+        self.rng = rng
+        self.H, self.d = int(horizon), int(dim)
+        self._node = np.full(self.levels, -1, dtype=np.int64)
+        self._noise = np.zeros((self.levels, self.H, self.d, self.d))
+        self.draws = 0
+
+    def noise(self, t: int) -> np.ndarray:
+        """Total noise of the release after ``t`` leaves, shape (H, d, d).
+
+        Raises
+        ------
+        UsageError
+            ``t`` outside 0..n_leaves.
+        """
+        if not 0 <= t <= self.n_leaves:
+            raise UsageError(f"tree release index must be in 0..{self.n_leaves}. Got {t}.")
+        total = np.zeros((self.H, self.d, self.d))
+        if self.s == 0.0:
+            return total
+        for lvl in range(self.levels):
+            if (t >> lvl) & 1:
+                j = t >> lvl
+                if self._node[lvl] != j:
+                    self._noise[lvl] = goe(self.rng, (self.H,), self.d, self.s)
+                    self._node[lvl] = j
+                    self.draws += 1
+                total += self._noise[lvl]
+        return total
+
+
+def psd_inverse(mat: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse and log-determinant of symmetric matrices with eigenvalues floored.
+
+    Parameters
+    ----------
+    mat : ndarray, shape (H, d, d)
+        Noisy symmetric matrices (symmetrised here).
+    floor : float
+        Eigenvalue floor > 0 (post-processing of a private release: costs no
+        privacy; ALGORITHMS.md 7.3 point 7).
+
+    Returns
+    -------
+    inv : ndarray, shape (H, d, d)
+    logdet : ndarray, shape (H,)
+    """
+    m = 0.5 * (mat + np.swapaxes(mat, -1, -2))
+    vals, vecs = np.linalg.eigh(m)
+    vals = np.maximum(vals, floor)
+    inv = np.einsum("hij,hj,hkj->hik", vecs, 1.0 / vals, vecs)
+    return inv, np.log(vals).sum(axis=-1)
+
+
+def bonus_table(phi_flat: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """``||phi(s, a)||_{Lambda_h^{-1}}`` for every (h, s, a) in one product.
+
+    Parameters
+    ----------
+    phi_flat : ndarray, shape (S*A, d)
+    inv : ndarray, shape (H, d, d) or (d, d)
+
+    Returns
+    -------
+    ndarray, shape (H, S*A) (or (S*A,))
+    """
+    q = ((phi_flat @ inv) * phi_flat).sum(axis=-1)
+    return np.sqrt(np.maximum(q, 0.0))
+
+
+class NoiseSource:
+    """Draws every privacy noise of an explorer and counts the draws per statistic family.
+
+    Each call returns a new, independent array; ``counts[family]`` is the
+    number of released statistics noised so far (one per leading index:
+    a call of shape (H, d) for family ``"v"`` counts H statistics). Tests
+    use the counts and ``seen`` (the id of every array handed out) to check
+    that noise is fresh for every (k, h) where the algorithm needs it.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The explorer's noise stream (OS entropy unless a test passes a seed).
+    """
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+        self.counts: dict[str, int] = {}
+
+    def _count(self, family: str, n: int) -> None:
+        self.counts[family] = self.counts.get(family, 0) + int(n)
+
+    def normal(self, family: str, sigma: float, n: int, dim: int) -> np.ndarray:
+        """``n`` fresh vectors N(0, sigma^2 I_dim), shape (n, dim)."""
+        self._count(family, n)
+        return self.rng.normal(0.0, sigma, size=(n, dim))
+
+    def goe(self, family: str, s: float, n: int, dim: int) -> np.ndarray:
+        """``n`` fresh GOE matrices of entry scale ``s``, shape (n, dim, dim)."""
+        self._count(family, n)
+        return goe(self.rng, (n,), dim, s)
+
+
+def greedy(q: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """argmax_a q[..., a], ties broken by the larger unclipped optimistic ``index``.
+
+    Clipping Q at H makes every unexplored action tie at H; the papers break
+    ties arbitrarily, and always taking the lowest action would never
+    explore the others. Among the maximisers of ``q`` this picks the one
+    with the largest ``index`` (for Jin's Q = min{index, H} simply argmax index),
+    so it is still an argmax of Q.
+
+    Parameters
+    ----------
+    q, index : ndarray, shape (..., A)
+
+    Returns
+    -------
+    ndarray, shape (...,), int64
+    """
+    top = q.max(axis=-1, keepdims=True)
+    return np.where(q >= top, index, -np.inf).argmax(axis=-1)
