@@ -62,8 +62,12 @@ from privaudit.privacy.accounting import zcdp_to_dp_simple
 #: coarse search at K = 10^4 on the synthetic linear MDP (experiments/
 #: figure1_dp_lsvi_ucb_pp.py documents the run) and kept fixed.
 PRACTICAL = {
-    # multiplier of every confidence radius beta
+    # multiplier of LSVI-UCB's beta (and of the private versions' radii) and of
+    # LSVI-UCB++'s Bernstein radius (both ~ d H sqrt(iota) resp. sqrt(d) iota in theory)
     "beta": 0.02,
+    # multipliers of LSVI-UCB++'s Hoeffding and variance radii (~ d^1.5 H iota and d^1.5 H^2 iota)
+    "beta_hoef": 2e-4,
+    "beta_var": 2e-4,
     # multiplier of the eigenvalue shift 2 lambda-tilde and of the floor's lambda-tilde
     "shift": 0.25,
     # multiplier of Ngo's switch cap N_max (the theory cap sums d log2(.) over h)
@@ -313,11 +317,11 @@ def _plusplus(pb: Problem, which: str, sigma_min: float, lam_t: float, l_v: floa
     lam_t = lam_t * _m(which, "shift")
     lmin, lmax = lam + lam_t, lam + 3.0 * lam_t
     iota = math.log(d * H * K / (p * lmin))
-    mb = _m(which, "beta")
-    bern = (H * math.sqrt(d * lmax) + l_v / math.sqrt(lmin) + math.sqrt(d) * iota) * mb
-    hoef = (H * math.sqrt(d * lmax) + l_v / math.sqrt(lmin) + math.sqrt(d ** 3 * H ** 2) * iota) * mb
-    var = (H ** 2 * math.sqrt(d * lmax) + l_v2 / math.sqrt(lmin)
-           + math.sqrt(d ** 3 * H ** 4) * iota) * mb
+    bern = (H * math.sqrt(d * lmax) + l_v / math.sqrt(lmin) + math.sqrt(d) * iota) * _m(which, "beta")
+    hoef = ((H * math.sqrt(d * lmax) + l_v / math.sqrt(lmin) + math.sqrt(d ** 3 * H ** 2) * iota)
+            * _m(which, "beta_hoef"))
+    var = ((H ** 2 * math.sqrt(d * lmax) + l_v2 / math.sqrt(lmin) + math.sqrt(d ** 3 * H ** 4) * iota)
+           * _m(which, "beta_var"))
     return PlusPlusConstants(lam=lam, beta_bern=bern, beta_hoef=hoef, beta_var=var,
                              sigma_min=sigma_min, d_coef=4.0 * d ** 3 * H ** 2 * _m(which, "d_coef"),
                              d_cap=float(d ** 3 * H ** 3),

@@ -33,7 +33,7 @@ from privaudit.errors import UsageError
 from privaudit.online.linear.constants import JinConstants
 from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensitivity
 from privaudit.online.linear.stats import (NoiseSource, RidgeStats, TreeNoise, bonus_table,
-                                           checked_features, psd_inverse, tree_levels)
+                                           checked_features, psd_inverse, TIE_DECIMALS, tree_levels)
 from privaudit.privacy.accounting import PrivacyEvent, gaussian_event
 
 #: Neighbouring relation of every explorer (JDP, billboard model).
@@ -138,7 +138,8 @@ class _JinFamily(LinearExplorer):
         """Recompute Q for h = H-1..0 from ``inv`` (H, d, d) and vector noise (H, d) (None: exact).
 
         Q_h = clip(index_h, 0, H) with index_h = w_h^T phi + beta ||phi||_{inv_h};
-        pi_h = argmax_a index_h, an argmax of Q_h (:func:`~privaudit.online.linear.stats.greedy`).
+        pi_h = argmax_a index_h (rounded to TIE_DECIMALS), an argmax of Q_h
+        (:func:`~privaudit.online.linear.stats.greedy`).
         """
         H = self.H
         bon = self.c.beta * bonus_table(self.phi_flat, inv)           # (H, S*A)
@@ -150,7 +151,7 @@ class _JinFamily(LinearExplorer):
             index = (self.phi_flat @ (inv[h] @ y) + bon[h]).reshape(self.S, self.A)
             self.Q[h] = index
             v = np.minimum(np.maximum(index.max(axis=1), 0.0), H)
-        self.pi = self.Q.argmax(axis=2)
+        self.pi = np.round(self.Q, TIE_DECIMALS).argmax(axis=2)
         np.clip(self.Q, 0.0, H, out=self.Q)
 
     def update(self, states, actions, rewards) -> None:

@@ -325,6 +325,10 @@ class NoiseSource:
         return goe(self.rng, (n,), dim, s)
 
 
+#: Decimals kept when comparing Q values for the greedy action (reward units).
+TIE_DECIMALS = 9
+
+
 def greedy(q: np.ndarray, index: np.ndarray) -> np.ndarray:
     """argmax_a q[..., a], ties broken by the larger unclipped optimistic ``index``.
 
@@ -334,6 +338,11 @@ def greedy(q: np.ndarray, index: np.ndarray) -> np.ndarray:
     with the largest ``index`` (for Jin's Q = min{index, H} simply argmax index),
     so it is still an argmax of Q.
 
+    Values are rounded to :data:`TIE_DECIMALS` decimals first: actions whose
+    features agree on the explored directions tie exactly in exact arithmetic,
+    and rounding keeps the choice (the lowest such action) independent of
+    floating-point noise, e.g. of Sherman-Morrison versus an eigendecomposition.
+
     Parameters
     ----------
     q, index : ndarray, shape (..., A)
@@ -342,5 +351,6 @@ def greedy(q: np.ndarray, index: np.ndarray) -> np.ndarray:
     -------
     ndarray, shape (...,), int64
     """
+    q = np.round(q, TIE_DECIMALS)
     top = q.max(axis=-1, keepdims=True)
-    return np.where(q >= top, index, -np.inf).argmax(axis=-1)
+    return np.where(q >= top, np.round(index, TIE_DECIMALS), -np.inf).argmax(axis=-1)
