@@ -38,6 +38,7 @@ from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir
 from privaudit.online.counters import tree_levels
 from privaudit.online.env import EpisodicEnv
+from privaudit.online.linear.registry import LINEAR_ALGOS, LINEAR_SUMMARIES, explore_builder
 from privaudit.online.protocol import Agent, RunResult, run_episodes
 from privaudit.online.pucb import PUCB, UCBVI
 from privaudit.privacy.accounting import Accountant, zcdp_to_dp
@@ -108,6 +109,8 @@ ALGORITHMS: dict[str, Algorithm] = {
     "pucb": Algorithm(_build_pucb, True, "PUCB (Vietri et al. 2020): tabular, Laplace (eps) or Gaussian (rho) "
                       "tree counters, eps-JDP"),
     "ucb-vi": Algorithm(_build_ucbvi, False, "PUCB's non-private twin (exact counts; UBEV-style UCB-VI)"),
+    **{name: Algorithm(explore_builder(name), private, LINEAR_SUMMARIES[name], needs_features=True)
+       for name, private in LINEAR_ALGOS.items()},
 }
 
 #: What joint DP protects, for the manifest and the docs.

@@ -32,15 +32,17 @@ import numpy as np
 from privaudit.errors import UsageError
 from privaudit.online.linear.constants import JinConstants
 from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensitivity
-from privaudit.online.linear.stats import (NoiseSource, RidgeStats, TreeNoise, bonus_table,
-                                           checked_features, psd_inverse, TIE_DECIMALS, tree_levels)
+from privaudit.online.counters import TreeCounter, tree_counter_event, tree_levels
+from privaudit.online.linear.stats import (NoiseSource, RidgeStats, bonus_table, checked_features,
+                                           psd_inverse, TIE_DECIMALS)
+from privaudit.online.protocol import Agent
 from privaudit.privacy.accounting import PrivacyEvent, gaussian_event
 
-#: Neighbouring relation of every explorer (JDP, billboard model).
-PRIVACY_UNIT = "user (one episode: initial state and every response)"
+#: Privacy unit of every explorer (JDP, billboard model; as in privaudit.online.counters).
+PRIVACY_UNIT = "user (one episode)"
 
 
-class LinearExplorer:
+class LinearExplorer(Agent):
     """Shared episode loop of the linear explorers.
 
     Parameters
@@ -120,8 +122,17 @@ class LinearExplorer:
         return s, a, r
 
     def events(self) -> list[PrivacyEvent]:
-        """Privacy events of a complete run (empty for a non-private explorer)."""
+        """Privacy events of a complete run of K episodes (empty for a non-private explorer).
+
+        They follow from the public constants alone (no data, no noise), so
+        they are known before the first user arrives.
+        """
         return []
+
+    @property
+    def events_(self) -> list[PrivacyEvent]:
+        """:meth:`events`, under the name ``privaudit explore`` reads."""
+        return self.events()
 
 
 class _JinFamily(LinearExplorer):
@@ -194,13 +205,16 @@ class LuyoLSVIUCB(_JinFamily):
     def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
         super().__init__(phi, horizon, n_episodes, constants, rng=rng)
         self.batch_len = math.ceil(self.K / constants.n_batches)
-        self.tree = TreeNoise(self.H, self.d, constants.n_batches, constants.noise_gram, rng=self.rng)
+        self.tree = _gram_tree(self.H, self.d, constants.n_batches, constants.noise_gram, self.rng)
+        self._batch_gram = np.zeros((self.H, self.d, self.d))
+        self._public = (constants.lam + constants.shift) * np.eye(self.d)
 
     def _prepare(self) -> np.ndarray:
         """Greedy actions (H, S); recomputed only at a batch boundary."""
         if self.k > 0 and self.k % self.batch_len == 0:
-            b = self.k // self.batch_len
-            gram = self.stats.gram + self.tree.noise(b)
+            # the batch that just ended is the next leaf of the H Gram trees
+            gram = self.tree.update(self._batch_gram) + self._public
+            self._batch_gram[:] = 0.0
             inv, _ = psd_inverse(gram, self.c.floor)
             eta = (self.noise.normal("target", self.c.noise_vec, self.H, self.d)
                    if self.c.noise_vec > 0 else None)
@@ -213,9 +227,16 @@ class LuyoLSVIUCB(_JinFamily):
         if self.c.noise_gram == 0:
             return []
         n_rel = math.ceil(self.K / self.batch_len) - 1
-        nodes = self.H * tree_levels(self.c.n_batches)
-        return [_goe_event("gram-tree", nodes, 1.0, self.c.noise_gram),
-                _vec_event("target", self.H * max(n_rel, 1), self.H + 1, 1.0, self.c.noise_vec)]
+        return [_tree_event("luyo:gram", self.H, self.c.n_batches, self.c.noise_gram),
+                _vec_event("luyo:target", self.H * max(n_rel, 1), self.H + 1, 1.0, self.c.noise_vec)]
+
+    def update(self, states, actions, rewards) -> None:
+        """Feed one episode; its Gram increment joins the current batch's leaf."""
+        s, a, r = self._check_traj(states, actions, rewards)
+        phi = self.phi[s[:-1], a]
+        self._batch_gram += phi[:, :, None] * phi[:, None, :]
+        self.stats.add(phi, s[1:], r)
+        self.k += 1
 
 
 class NgoLSVIUCB(_JinFamily):
@@ -234,14 +255,23 @@ class NgoLSVIUCB(_JinFamily):
 
     def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
         super().__init__(phi, horizon, n_episodes, constants, rng=rng)
-        self.tree = TreeNoise(self.H, self.d, self.K, constants.noise_gram, rng=self.rng)
+        self.tree = _gram_tree(self.H, self.d, self.K, constants.noise_gram, self.rng)
+        self._public = (constants.lam + constants.shift) * np.eye(self.d)
+        self._released = np.zeros((self.H, self.d, self.d))    # tree release after k users
         self._log_c = math.log(constants.switch_ratio)
         self._logdet_last: np.ndarray | None = None
 
+    def update(self, states, actions, rewards) -> None:
+        """Feed one episode: the H Gram trees take its leaf and release (every episode)."""
+        s, a, r = self._check_traj(states, actions, rewards)
+        phi = self.phi[s[:-1], a]
+        self._released = self.tree.update(phi[:, :, None] * phi[:, None, :])
+        self.stats.add(phi, s[1:], r)
+        self.k += 1
+
     def _prepare(self) -> np.ndarray:
         """Greedy actions (H, S); recomputed at a (capped) determinant-doubling switch."""
-        gram = self.stats.gram + self.tree.noise(self.k)
-        inv, logdet = psd_inverse(gram, self.c.floor)
+        inv, logdet = psd_inverse(self._released + self._public, self.c.floor)
         if self._logdet_last is None:
             self._logdet_last = logdet
             return self.pi
@@ -258,9 +288,19 @@ class NgoLSVIUCB(_JinFamily):
         """Gram trees (released every episode) and H N_max vector releases (rho/2 each)."""
         if self.c.noise_gram == 0:
             return []
-        nodes = self.H * tree_levels(self.K)
-        return [_goe_event("gram-tree", nodes, 1.0, self.c.noise_gram),
-                _vec_event("target", self.H * self.c.n_max, self.H + 1, 1.0, self.c.noise_vec)]
+        return [_tree_event("ngo:gram", self.H, self.K, self.c.noise_gram),
+                _vec_event("ngo:target", self.H * self.c.n_max, self.H + 1, 1.0, self.c.noise_vec)]
+
+
+def _gram_tree(horizon: int, dim: int, n_leaves: int, s: float, rng) -> TreeCounter:
+    """H binary trees (one (H, d, d) counter) of Gram increments with GOE node noise of scale ``s``."""
+    return TreeCounter((horizon, dim, dim), n_leaves, "goe" if s > 0 else "none", s, rng=rng)
+
+
+def _tree_event(family: str, horizon: int, n_leaves: int, s: float) -> PrivacyEvent:
+    """The Gram trees' event: one step's (H, d, d) increment changes by sqrt(2 H) in Frobenius norm."""
+    return tree_counter_event(family, "goe", math.sqrt(horizon) * gram_sensitivity(1.0),
+                              tree_levels(n_leaves), s, privacy_unit=PRIVACY_UNIT)
 
 
 def _goe_event(family: str, n_per_user: int, w_max: float, s: float) -> PrivacyEvent:
@@ -271,11 +311,11 @@ def _goe_event(family: str, n_per_user: int, w_max: float, s: float) -> PrivacyE
     """
     return gaussian_event(f"{family} (x{n_per_user})",
                           math.sqrt(n_per_user) * gram_sensitivity(w_max), math.sqrt(2.0) * s,
-                          privacy_unit=PRIVACY_UNIT)
+                          privacy_unit=PRIVACY_UNIT, noise="floating-point")
 
 
 def _vec_event(family: str, n_rel: int, t_max: float, w_max: float, sigma: float) -> PrivacyEvent:
     """Composition of ``n_rel`` Gaussian target releases, each Delta = 2 w_max t_max."""
     return gaussian_event(f"{family} (x{n_rel})",
                           math.sqrt(n_rel) * target_sensitivity(t_max, w_max), sigma,
-                          privacy_unit=PRIVACY_UNIT)
+                          privacy_unit=PRIVACY_UNIT, noise="floating-point")

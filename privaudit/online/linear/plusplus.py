@@ -192,10 +192,10 @@ class LSVIUCBPlusPlus(LinearExplorer):
         if not self.private or self.c.noise_gram == 0:
             return []
         n, w, H = self.H * self.K, self.c.w_max, self.H
-        return [_goe_event("gram", n, w, self.c.noise_gram),
-                _vec_event("v-hat", n, H, w, self.c.noise_v),
-                _vec_event("v-check", n, H, w, self.c.noise_v),
-                _vec_event("v-squared", n, H ** 2, w, self.c.noise_v2)]
+        return [_goe_event("dp-lsvi-ucb-pp:gram", n, w, self.c.noise_gram),
+                _vec_event("dp-lsvi-ucb-pp:v-hat", n, H, w, self.c.noise_v),
+                _vec_event("dp-lsvi-ucb-pp:v-check", n, H, w, self.c.noise_v),
+                _vec_event("dp-lsvi-ucb-pp:v-squared", n, H ** 2, w, self.c.noise_v2)]
 
 
 __all__ = ["LSVIUCBPlusPlus", "PRIVACY_UNIT"]

@@ -21,6 +21,41 @@ from privaudit.online.linear.plusplus import LSVIUCBPlusPlus
 LINEAR_ALGOS = {"lsvi-ucb": False, "lsvi-ucb-pp": False, "luyo": True, "ngo": True,
                 "dp-lsvi-ucb-pp": True}
 
+#: One line per algorithm for ``privaudit explore --help``.
+LINEAR_SUMMARIES = {
+    "lsvi-ucb": "LSVI-UCB (Jin et al. 2020): linear MDP, non-private",
+    "lsvi-ucb-pp": "LSVI-UCB++ (He et al. 2023): variance-weighted, rare switching, non-private",
+    "luyo": "private LSVI-UCB through batching (Luyo et al. 2021): Gram trees over batches, rho-zCDP",
+    "ngo": "low-switching private LSVI-UCB (Ngo et al. 2022, seed 002): Gram trees, capped "
+           "det-doubling switches, rho-zCDP",
+    "dp-lsvi-ucb-pp": "DP-LSVI-UCB++ (seed 003, corrected): fresh GOE/Gaussian noise per (k, h), rho-zCDP",
+}
+
+
+def explore_builder(algo: str):
+    """``build(env, K, budget, constants, fail_prob, rng)`` for ``privaudit explore``.
+
+    The environment supplies the public feature map (``env.phi``) and reward
+    function (``env.mdp.expected_reward``). A private algorithm takes ``--rho``
+    (``--epsilon inf``: no noise); a finite ``--epsilon`` is refused (these
+    mechanisms are Gaussian, zCDP).
+    """
+
+    def build(env, n_episodes, budget, constants, fail_prob, rng):
+        rho = math.inf
+        if LINEAR_ALGOS[algo]:
+            if budget.epsilon is not None and math.isfinite(budget.epsilon):
+                raise UsageError(f"--algo {algo} adds Gaussian noise (rho-zCDP): give --rho R "
+                                 f"(reported as (eps, delta)-JDP with --delta), or --epsilon inf for no noise.")
+            if budget.rho is not None:
+                rho = float(budget.rho)
+        reward = np.stack([env.mdp.expected_reward(h) for h in range(env.horizon)])
+        delta = budget.delta if budget.delta is not None else 1e-6
+        return make_linear_agent(algo, env.phi, reward, env.horizon, n_episodes, rho=rho, delta=delta,
+                                 constants=constants, fail_prob=fail_prob, rng=rng)
+
+    return build
+
 
 def make_linear_agent(algo: str, phi, reward, horizon: int, n_episodes: int, *,
                       rho: float = math.inf, delta: float = 1e-5, constants: str = "practical",

@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from privaudit.errors import UsageError
-from privaudit.online.linear.stats import tree_levels
+from privaudit.online.counters import goe_node_scale, tree_levels
 
 
 def gram_sensitivity(w_max: float = 1.0) -> float:
@@ -68,8 +68,10 @@ def tree_gram_scale(rho_gram: float, horizon: int, n_leaves: int) -> float:
     ``s^2 = H levels Delta_F^2 / (4 rho_gram)`` (ALGORITHMS.md section 10, seed 002).
     """
     rho_gram = _rho(rho_gram)
-    n_nodes = int(horizon) * tree_levels(n_leaves)
-    return goe_scale(gram_sensitivity(1.0), rho_gram / n_nodes)
+    if math.isinf(rho_gram):
+        return 0.0
+    # one time step's increment over the H trees changes by sqrt(H) * Delta_F in Frobenius norm
+    return goe_node_scale(math.sqrt(int(horizon)) * gram_sensitivity(1.0), tree_levels(n_leaves), rho_gram)
 
 
 def vector_scale(rho_vec: float, n_releases: int, t_max: float, w_max: float = 1.0) -> float:

@@ -12,9 +12,8 @@ with K (ALGORITHMS.md section 10, "Cost"):
   ``sum_tau w_tau phi_tau (r_tau + g(V(s'_tau)))`` is then
   ``c[h] + b[h]^T g(V)``: an O(S d) product instead of a pass over the past.
 * :func:`goe` draws symmetric Gaussian matrices (the "GOE" perturbation of
-  Redberg & Wang 2021 used by seed 003), :class:`TreeNoise` the binary-tree
-  (Chan, Shi & Song 2011; Dwork et al. 2010) noise of a matrix stream, kept
-  as one pending node per open level.
+  Redberg & Wang 2021 used by seed 003); the binary-tree Gram releases of Luyo
+  and Ngo use :class:`privaudit.online.counters.TreeCounter` (mechanism ``goe``).
 * :func:`psd_inverse` turns a noisy symmetric matrix into a positive-definite
   one (eigenvalues floored: post-processing, ALGORITHMS.md 7.3 point 7) and
   returns its inverse and log-determinant.
@@ -184,73 +183,6 @@ def goe_opnorm_bound(s: float, dim: int, fail: float) -> float:
 def gauss_norm_bound(sigma: float, dim: int, fail: float) -> float:
     """High-probability bound on ||eta||_2, eta ~ N(0, sigma^2 I_d): sigma (sqrt(d) + sqrt(2 ln(1/fail))). [D]"""
     return float(sigma * (np.sqrt(dim) + np.sqrt(2.0 * np.log(1.0 / fail))))
-
-
-def tree_levels(n_leaves: int) -> int:
-    """Depth of the binary mechanism over ``n_leaves`` leaves: floor(log2 n) + 1.
-
-    A leaf (one user's term at one step) is in exactly this many dyadic nodes
-    that any prefix release may use, one per level.
-    """
-    return int(np.floor(np.log2(max(int(n_leaves), 1)))) + 1
-
-
-class TreeNoise:
-    """Binary-mechanism noise of H independent matrix streams, one pending node per level.
-
-    The release after ``t`` leaves is ``prefix_sum + sum of the noises of the
-    dyadic nodes of t`` (one node per set bit of t). Node (level l, index
-    t >> l) gets a fresh GOE draw the first time it is used and is dropped when
-    the level moves to its next node, so memory is O(levels H d^2).
-
-    Parameters
-    ----------
-    horizon, dim : int
-        H independent trees (one per step) of d x d symmetric matrices.
-    n_leaves : int
-        Public number of leaves T (K episodes or B batches); fixes the levels.
-    s : float
-        GOE entry scale of every node (0 means no noise).
-    rng : numpy.random.Generator
-
-    Attributes
-    ----------
-    draws : int
-        Number of node noises drawn so far (each of shape (H, d, d)).
-    """
-
-    def __init__(self, horizon: int, dim: int, n_leaves: int, s: float, *, rng: np.random.Generator):
-        self.levels = tree_levels(n_leaves)
-        self.n_leaves = int(n_leaves)
-        self.s = float(s)
-        self.rng = rng
-        self.H, self.d = int(horizon), int(dim)
-        self._node = np.full(self.levels, -1, dtype=np.int64)
-        self._noise = np.zeros((self.levels, self.H, self.d, self.d))
-        self.draws = 0
-
-    def noise(self, t: int) -> np.ndarray:
-        """Total noise of the release after ``t`` leaves, shape (H, d, d).
-
-        Raises
-        ------
-        UsageError
-            ``t`` outside 0..n_leaves.
-        """
-        if not 0 <= t <= self.n_leaves:
-            raise UsageError(f"tree release index must be in 0..{self.n_leaves}. Got {t}.")
-        total = np.zeros((self.H, self.d, self.d))
-        if self.s == 0.0:
-            return total
-        for lvl in range(self.levels):
-            if (t >> lvl) & 1:
-                j = t >> lvl
-                if self._node[lvl] != j:
-                    self._noise[lvl] = goe(self.rng, (self.H,), self.d, self.s)
-                    self._node[lvl] = j
-                    self.draws += 1
-                total += self._noise[lvl]
-        return total
 
 
 def psd_inverse(mat: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -15,8 +16,11 @@ from privaudit.online.linear.constants import (Problem, dp_lsvi_ucb_pp_constants
                                                luyo_boundaries)
 from privaudit.online.linear.jin import LSVIUCB, LuyoLSVIUCB, NgoLSVIUCB
 from privaudit.online.linear.plusplus import LSVIUCBPlusPlus
+from privaudit.online.linear.registry import make_linear_agent
+from privaudit.privacy.accounting import Accountant
 from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensitivity
-from privaudit.online.linear.stats import NoiseSource, RidgeStats, TreeNoise, checked_features, psd_inverse
+from privaudit.online.counters import TreeCounter
+from privaudit.online.linear.stats import NoiseSource, RidgeStats, checked_features, psd_inverse
 
 H, S, A, D = 20, 2, 100, 10
 PHI = raw_features() / math.sqrt(7.0)          # seed 003's scaling: ||phi|| <= 1
@@ -218,31 +222,16 @@ def test_ngo_and_luyo_vector_noise_fresh_per_release():
     assert agent.n_switches == luyo_boundaries(K, 20) == 19
 
 
-def test_tree_noise_uses_at_most_levels_nodes_and_fresh_nodes():
-    """Each release sums the nodes of the set bits of t; a node's noise is drawn once, when first used."""
-    rng = np.random.default_rng(4)
-    T = 37
-    tree = TreeNoise(2, 3, T, 1.0, rng=rng)
-    prev = None
-    for t in range(T + 1):
-        tree.noise(t)
-    # nodes drawn: one per (level, index) with the bit set somewhere in 1..T
-    n_nodes = sum(len({t >> lvl for t in range(1, T + 1) if (t >> lvl) & 1}) for lvl in range(tree.levels))
-    assert tree.draws == n_nodes
-    assert tree.levels == 6
-    with pytest.raises(UsageError, match="tree release index"):
-        tree.noise(T + 1)
-
-
 # ---------------------------------------------------------------------------
 # the switch cap
 
 
-class _WildTree(TreeNoise):
-    """Adversarial tree noise whose determinant doubles at every release (a switch each episode)."""
+class _WildTree(TreeCounter):
+    """Adversarial Gram release whose determinant doubles at every episode (a switch each time)."""
 
-    def noise(self, t):
-        return np.broadcast_to(4.0 ** t * np.eye(self.d), (self.H, self.d, self.d)).copy()
+    def update(self, z):
+        out = super().update(z)
+        return out + 4.0 ** self.t * np.eye(z.shape[-1])
 
 
 @pytest.mark.parametrize("n_max", [1, 3, 7])
@@ -255,12 +244,12 @@ def test_ngo_switches_never_exceed_the_cap(n_max):
     assert 1 <= agent.n_switches <= n_max
     # noise that makes the noisy determinant double at every episode: the cap still holds
     agent = NgoLSVIUCB(PHI, H, K, c, rng=np.random.default_rng(5))
-    agent.tree = _WildTree(H, D, K, 1.0, rng=agent.rng)
+    agent.tree = _WildTree((H, D, D), K, "none", rng=agent.rng)
     play(agent, K)
     assert agent.n_switches == n_max
     # the accounting covers exactly H * N_max vector releases
     ev = {e.family: e for e in agent.events()}
-    assert ev[f"target (x{H * n_max})"].rho == pytest.approx(5.0, rel=1e-9)
+    assert ev[f"ngo:target (x{H * n_max})"].rho == pytest.approx(5.0, rel=1e-9)
 
 
 # ---------------------------------------------------------------------------
@@ -346,3 +335,35 @@ def test_bad_input_is_refused():
         lsvi_ucb_constants(pb, "optimistic")
     with pytest.raises(UsageError):
         Problem(H, S, A, D, 0)
+
+
+@pytest.mark.parametrize("algo", ["luyo", "ngo", "dp-lsvi-ucb-pp"])
+@pytest.mark.parametrize("which", ["theory", "practical"])
+def test_events_compose_to_the_budget(algo, which):
+    """The recorded events spend exactly rho (to rounding), in both constant sets."""
+    K, rho = 500, 0.7
+    agent = make_linear_agent(algo, PHI, REWARD, H, K, rho=rho, constants=which,
+                              rng=np.random.default_rng(0))
+    acc = Accountant()
+    for e in agent.events_:
+        acc.add(e)
+    assert rho * (1 - 1e-9) <= acc.total_rho() <= rho * (1 + 1e-12)
+    assert make_linear_agent(algo, PHI, REWARD, H, K, constants=which).events_ == []
+
+
+def test_explore_cli_runs_a_linear_explorer(tmp_path):
+    from click.testing import CliRunner
+    from privaudit.cli import main
+    out = tmp_path / "ngo"
+    res = CliRunner().invoke(main, ["explore", "--algo", "ngo", "--env", "synthetic-linear", "--episodes", "40",
+                                    "--rho", "2", "--seed", "3", "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["guarantee"]["rho"] == pytest.approx(2.0, rel=1e-9)
+    assert {e["family"].split(" ")[0] for e in m["guarantee"]["events"]} == {"ngo:gram", "ngo:target"}
+    bad = CliRunner().invoke(main, ["explore", "--algo", "luyo", "--env", "synthetic-linear", "--episodes", "40",
+                                    "--epsilon", "1", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "--rho" in bad.output and not (tmp_path / "x").exists()
+    bad = CliRunner().invoke(main, ["explore", "--algo", "ngo", "--env", "riverswim", "--episodes", "40",
+                                    "--rho", "1", "--out", str(tmp_path / "y")])
+    assert bad.exit_code == 2 and "feature map" in bad.output
