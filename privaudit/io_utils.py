@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import secrets
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from filelock import FileLock, Timeout
 
 from privaudit.errors import UsageError
 
@@ -103,7 +108,10 @@ def atomic_dir(path: Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary folder next to ``path``; rename it to ``path`` on success.
 
     If ``path`` exists and ``overwrite`` is False, raises FileExistsError
-    before anything is written. On an exception the temporary folder is removed.
+    before anything is written, and again at the rename if another process
+    created ``path`` meanwhile (a folder is never replaced without
+    ``overwrite``; hold :func:`output_lock` for the whole run to refuse a
+    concurrent writer up front). On an exception the temporary folder is removed.
     """
     path = Path(path)
     if path.exists() and not overwrite:
@@ -113,9 +121,79 @@ def atomic_dir(path: Path, overwrite: bool = False) -> Iterator[Path]:
     try:
         yield tmp
         _default_mode(tmp, directory=True)
-        if path.exists():
+        if overwrite and path.exists():
             shutil.rmtree(path)
-        os.replace(tmp, path)
+        try:
+            os.rename(tmp, path)  # fails on an existing non-empty folder: never silently replaced
+        except OSError as e:
+            if path.exists():
+                raise FileExistsError(f"{path} was created by another run meanwhile; this run's output was "
+                                      "not written. Choose another --out.") from None
+            raise e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def new_run_id() -> str:
+    """A fresh random run identifier (16 hex digits), named in ledger entries and messages."""
+    return secrets.token_hex(8)
+
+
+def _lock_path(path: Path) -> Path:
+    """The lock file of output ``path``: in the system's temporary folder (nothing left next to the output),
+    named by a hash of the absolute path, so every run on this machine finds the same one."""
+    key = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:32]
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    folder = Path(tempfile.gettempdir()) / f"privaudit-output-locks-{user}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / f"{key}.lock"
+
+
+def stale_temporaries(path: Path) -> list[Path]:
+    """The hidden temporary files/folders ``.NAME.XXXXXXXX.tmp`` left next to ``path`` by a killed run."""
+    pat = re.compile(rf"^\.{re.escape(path.name)}\.[A-Za-z0-9_]{{8}}\.tmp$")
+    if not path.parent.is_dir():
+        return []
+    return sorted(p for p in path.parent.iterdir() if pat.match(p.name))
+
+
+@contextmanager
+def output_lock(path, name: str = "out") -> Iterator[list[Path]]:
+    """Hold an exclusive lock on the output ``path`` for a whole run; clean what killed runs left.
+
+    The lock (``filelock`` on a file of the system's temporary folder named
+    by the output's absolute path; the operating system releases it when the
+    process dies, even on SIGKILL) is taken without waiting: a second run writing the same
+    output at the same time is refused at once. While it is held, every
+    hidden temporary ``.NAME.XXXXXXXX.tmp`` next to ``path`` belongs to a run
+    that died (a live writer would hold the lock), so they are removed.
+
+    Yields
+    ------
+    list of Path
+        The stale temporaries removed (for the caller to report).
+
+    Raises
+    ------
+    UsageError
+        Another run holds the lock.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(_lock_path(path)), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise UsageError(f"`{name}` {path}: another run is writing it now (lock {_lock_path(path)}); wait for "
+                         "it to finish or choose another location.") from None
+    try:
+        removed = stale_temporaries(path)
+        for p in removed:
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        yield removed
+    finally:
+        lock.release()

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import click
 
 from privaudit.errors import PrivauditError
+from privaudit.privacy.ledger import charges_by_this_process
 
 
 class Terminated(BaseException):
@@ -22,34 +23,39 @@ class Terminated(BaseException):
 
 def handle_errors(fn: Callable) -> Callable:
     """Turn privaudit errors into a one-paragraph message on stderr and the
-    error's exit code; never a traceback for bad input."""
+    error's exit code; never a traceback for bad input. A run that fails or
+    is interrupted after charging a budget ledger says what it charged."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        mark = len(charges_by_this_process())
+
+        def fail(message: str, code: int):
+            click.echo(message, err=True)
+            for path, e in charges_by_this_process(mark):
+                click.echo(f"note: the budget ledger {path} was charged before this stopped, and that budget "
+                           f"stays spent (a retry spends it again): entry #{e['seq']}, rho={e['rho']}, "
+                           f"run {e.get('run', '?')}, output {e.get('output', '?')}.", err=True)
+            sys.exit(code)
+
         try:
             return fn(*args, **kwargs)
         except PrivauditError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(e.exit_code)
+            fail(f"error: {e}", e.exit_code)
         except FileExistsError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(2)
+            fail(f"error: {e}", 2)
         except OSError as e:  # e.g. the disk filled up or a permission changed during the run
             where = f"{e.filename}: " if e.filename else ""
-            click.echo(f"error: {where}{e.strerror or e}; nothing was written (temporary outputs removed). "
-                       "Check that the output location is writable and has free space.", err=True)
-            sys.exit(2)
+            fail(f"error: {where}{e.strerror or e}; nothing was written (temporary outputs removed). "
+                 "Check that the output location is writable and has free space.", 2)
         except MemoryError:
-            click.echo("error: out of memory: the domain (S, A, H) or the logs are too large for this "
-                       "machine; nothing was written (temporary outputs removed). Use a smaller domain "
-                       "or a machine with more memory.", err=True)
-            sys.exit(1)
+            fail("error: out of memory: the domain (S, A, H) or the logs are too large for this "
+                 "machine; nothing was written (temporary outputs removed). Use a smaller domain "
+                 "or a machine with more memory.", 1)
         except KeyboardInterrupt:
-            click.echo("interrupted: nothing was written (temporary outputs removed)", err=True)
-            sys.exit(130)
+            fail("interrupted: nothing was written (temporary outputs removed)", 130)
         except Terminated:  # SIGTERM, see privaudit.cli._terminated
-            click.echo("terminated: nothing was written (temporary outputs removed)", err=True)
-            sys.exit(143)
+            fail("terminated: nothing was written (temporary outputs removed)", 143)
 
     return wrapper
 

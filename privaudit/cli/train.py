@@ -87,7 +87,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
       privaudit train logs.parquet --spec lin_spec.json --algo dp-vapvi --rho 1 --out pol_lin
     """
     from privaudit.errors import UsageError
-    from privaudit.io_utils import check_writable
+    from privaudit.io_utils import check_writable, output_lock
     from privaudit.learners.policy import save_policy
     from privaudit.learners.train import check_out_free
     from privaudit.spec import load_spec
@@ -99,6 +99,11 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         raise UsageError("give exactly one input: LOGS (with --spec SPEC) or --release DIR.")
     out = Path(out)
     check_writable(out, "--out")  # before the logs are read or any budget is checked
+    # held until the command ends: a second run writing the same --out at once is refused now
+    stale = click.get_current_context().with_resource(output_lock(out, "--out"))
+    if stale:
+        say(f"removed {len(stale)} stale temporary folder(s) of an interrupted run: "
+            + ", ".join(str(p) for p in stale))
     spec = load_spec(spec_path) if spec_path else None
     params = {} if failure_prob is None else {"failure_prob": failure_prob}
     penalty = {k: v for k, v in (("C1", c1), ("C2", c2), ("C", c_fallback)) if v is not None}
@@ -146,7 +151,8 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                              + ".")
         log_path = local_log_path(out)
         policy = linear_train_from_logs(logs, spec, algo, rho=rho, epsilon=epsilon, delta=delta, seed=seed,
-                                        params=params or None, ledger=ledger, echo=say, local_log=log_path)
+                                        params=params or None, ledger=ledger, echo=say, local_log=log_path,
+                                        output=out)
         say(f"private log (bounding facts; do not share): {log_path}")
         release_used = None
     else:

@@ -37,7 +37,7 @@ import numpy as np
 
 from privaudit.resources import sample_dir
 from privaudit.errors import UsageError
-from privaudit.io_utils import atomic_dir, atomic_write_text
+from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
 from privaudit.pipeline.guarantee import LINEAR_SHARE_DEFAULT, composed_guarantee, plan_budget
 from privaudit.pipeline.report import SUMMARY_KIND
 from privaudit.spec import DomainSpec, load_spec
@@ -192,7 +192,10 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     Raises
     ------
     UsageError
-        Bad or conflicting arguments, ``out`` exists, an MDP that does not fit
+        Bad or conflicting arguments, ``out`` exists or is being written by
+        another run (refused at once: ``io_utils.output_lock``; hidden
+        temporary folders a killed run left next to ``out`` are removed and
+        reported), an MDP that does not fit
         the spec (all before any row is read or noise drawn).
     SpecError
         Missing or invalid spec.
@@ -205,6 +208,19 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     Qiao & Wang, Offline RL with DP (seed 000), Algorithms 1 and 2;
     ALGORITHMS.md 1-2; AUDITING.md 4.1.
     """
+    with output_lock(Path(out), "out") as stale:
+        if stale and echo is not None:
+            echo(f"removed {len(stale)} stale temporary folder(s) of an interrupted run: "
+                 + ", ".join(str(p) for p in stale))
+        return _run_pipeline_locked(logs, spec, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp,
+                                    seed=seed, stationary=stationary, audit_trials=audit_trials,
+                                    linear_share=linear_share, overwrite=overwrite, ledger=ledger,
+                                    instance_seed=instance_seed, progress=progress, echo=echo)
+
+
+def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, stationary, audit_trials,
+                         linear_share, overwrite, ledger, instance_seed, progress, echo) -> dict:
+    """The body of :func:`run_pipeline`, under the output lock."""
     t0 = time.perf_counter()
     say = echo or (lambda s: None)
     timings: dict[str, float] = {}
@@ -260,7 +276,8 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         bar.done()
         with atomic_dir(out, overwrite=True) as tmp:
             summary, private = _stages(tmp, prepared, spec, plan, the_mdp, mdp, stationary, audit_trials,
-                                       seeds, seed is not None, bar, timings, progress, say, ledger)
+                                       seeds, seed is not None, bar, timings, progress, say, ledger,
+                                       run=new_run_id(), final_out=out)
             timings["total"] = time.perf_counter() - t0
             private["timings_s"] = timings
             atomic_write_text(tmp / "private" / "local-log.json", json.dumps(private, indent=2) + "\n")
@@ -273,8 +290,10 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
 
 def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stationary: bool,
             audit_trials: int, seeds, seeded: bool, bar: _Progress, timings: dict, progress, say,
-            ledger=None):
+            ledger=None, run: str | None = None, final_out: Path | None = None):
     """release -> train -> evaluate -> audit -> report inside the temporary folder ``tmp``.
+
+    Ledger charges name ``run`` and ``final_out`` (the folder the run will write).
 
     ``prepared`` (``privaudit.data.prepare.PreparedLogs``) is passed to every
     stage: the logs are validated and bounded once per run.
@@ -289,7 +308,8 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stati
     bar.stage("release")
     t = time.perf_counter()
     info = release_logs(prepared, spec, **plan.release_args, mechanism="gaussian", stationary=stationary,
-                        noise="rounded", out=tmp / "release", seed=seeds[0], ledger=ledger)
+                        noise="rounded", out=tmp / "release", seed=seeds[0], ledger=ledger, run=run,
+                        run_output=final_out)
     local = json.loads(info.local_log.read_text())
     info.local_log.unlink()  # folded into private/local-log.json below
     manifest = info.manifest
@@ -308,7 +328,8 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stati
     if plan.rho_linear is not None:
         from privaudit.learners.linear import train_from_logs as train_linear
 
-        pol = train_linear(prepared, spec, "dp-vapvi", rho=plan.rho_linear, seed=seeds[1], ledger=ledger)
+        pol = train_linear(prepared, spec, "dp-vapvi", rho=plan.rho_linear, seed=seeds[1], ledger=ledger,
+                           run=run, output=final_out)
         policies["dp-vapvi"] = pol
         linear_rho = float(pol.privacy["guarantee"]["rho"])
     for name, pol in policies.items():

@@ -103,6 +103,14 @@ KEY_ENV = "PRIVAUDIT_LEDGER_KEY"
 #: Seconds to wait for another process's lock before giving up.
 LOCK_TIMEOUT = 300.0
 _MIN_KEY_BYTES = 16
+#: (ledger path, entry) of every charge this process appended, oldest first: what a run
+#: interrupted after charging reports (``charges_by_this_process``).
+_PROCESS_CHARGES: list[tuple[str, dict]] = []
+
+
+def charges_by_this_process(since: int = 0) -> list[tuple[str, dict]]:
+    """The charges this process appended (ledger path, entry), from the ``since``-th on."""
+    return list(_PROCESS_CHARGES[since:])
 
 
 def _now() -> str:
@@ -626,6 +634,7 @@ def charge(path, dataset_id: str, rho, description: str, *, run: str | None = No
             f.flush()
             os.fsync(f.fileno())
         _write_head(path, head["ledger_id"], entry, key)
+    _PROCESS_CHARGES.append((str(path), entry))
     return entry
 
 

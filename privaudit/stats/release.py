@@ -44,7 +44,7 @@ from privaudit import FORMAT_VERSION, __version__
 from privaudit.data.bounding import BoundingReport
 from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.errors import PrivauditError, UsageError
-from privaudit.io_utils import atomic_dir, atomic_write_text
+from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
 from privaudit.privacy import mechanisms, sensitivity
 from privaudit.schemas import validate_or_raise
 from privaudit.spec import DomainSpec, load_spec
@@ -346,7 +346,7 @@ def build_manifest(spec: DomainSpec, budget: Budget, plan: dict, *, stationary: 
 def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None = None,
                  delta: float | None = None, mechanism: str = "gaussian", stationary: bool = False,
                  noise: str = "rounded", out, ledger=None, seed: int | None = None,
-                 echo=None) -> ReleaseInfo:
+                 echo=None, run: str | None = None, run_output=None) -> ReleaseInfo:
     """Release noisy visit, transition (and reward-sum) counts of tabular logs.
 
     Parameters
@@ -379,6 +379,19 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         written). None draws OS entropy.
     echo : callable, optional
         ``echo(text)`` for messages to the data holder (stderr in the CLI).
+    run : str, optional
+        Identifier of the run, recorded in the ledger entry (default: a new
+        random one).
+    run_output : str or Path, optional
+        The output the ledger entry names (default ``out``; the pipeline
+        passes its own folder).
+
+    Notes
+    -----
+    ``out`` is locked for the whole call (:func:`privaudit.io_utils.output_lock`):
+    a second release to the same folder at the same time is refused at once,
+    and hidden temporary folders that a killed release left next to ``out``
+    are removed (and reported through ``echo``).
 
     Returns
     -------
@@ -387,7 +400,8 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     Raises
     ------
     UsageError
-        Bad budget arguments, ``out`` exists, bad noise mode, or a domain too
+        Bad budget arguments, ``out`` exists or is being written by another
+        run, bad noise mode, or a domain too
         large for this machine (:func:`check_release_size`, before any row is read).
     SpecError
         Missing or invalid spec.
@@ -404,6 +418,19 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     Qiao & Wang, Offline RL with DP (seed 000), eq. (1) and Thm 3.3;
     ALGORITHMS.md 1.2 (steps 2-3), 1.3, 1.4.
     """
+    out = Path(out)
+    with output_lock(out, "out") as stale:
+        if stale and echo is not None:
+            echo(f"removed {len(stale)} stale temporary folder(s) of an interrupted run: "
+                 + ", ".join(str(p) for p in stale))
+        return _release_locked(logs, spec, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                               stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed, echo=echo,
+                               run=run or new_run_id(), run_output=out if run_output is None else run_output)
+
+
+def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, echo,
+                    run, run_output) -> ReleaseInfo:
+    """The body of :func:`release_logs`, under the output lock."""
     t_start = time.perf_counter()
     budget = resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism)
     if noise not in mechanisms.NOISE_MODES:
@@ -464,7 +491,8 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
             _write_transitions(tmp, spec, plan, budget, transitions, rng_trans, noise, stationary, clock)
             atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2) + "\n")
             if ledger is not None:
-                ledger_mod.charge(Path(ledger), spec.dataset_id, charge_rho, _ledger_description(out, budget))
+                ledger_mod.charge(Path(ledger), spec.dataset_id, charge_rho, _ledger_description(out, budget),
+                                  run=run, output=run_output)
     finally:
         del exact, transitions
     log_path = local_log_path(out)

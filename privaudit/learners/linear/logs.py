@@ -17,6 +17,7 @@ from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.errors import SpecError, UsageError
 from privaudit.learners import registry
 from privaudit.learners.linear.data import LinearData
+from privaudit.io_utils import new_run_id
 from privaudit.learners.pessimism import reward_frame
 from privaudit.learners.policy import Policy
 from privaudit.mdp.features import feature_map_from_spec
@@ -115,7 +116,7 @@ def guarantee(rho: float, requested: dict, spec: DomainSpec, rng_mode: str) -> d
 
 def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = None, epsilon: float | None = None,
                     delta: float | None = None, seed: int | None = None, params: dict | None = None,
-                    ledger=None, echo=None, local_log=None) -> Policy:
+                    ledger=None, echo=None, local_log=None, run: str | None = None, output=None) -> Policy:
     """Train PEVI, VAPVI or DP-VAPVI on Parquet logs with the spec's feature map.
 
     Parameters
@@ -148,6 +149,9 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         (``privacy.ledger.charge``, which re-checks atomically), before this
         function returns it: the caller then writes it. A refusal raises
         before anything is charged or returned.
+    run, output : optional
+        Named in the ledger entry: the run's identifier (default a new random
+        one) and the folder it writes.
 
     Returns
     -------
@@ -217,7 +221,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         policy = _train_rows(learner, df, spec, m, algo, noise_rng, budget, seed)
         if ledger is not None:
             ledger_mod.charge(Path(ledger), spec.dataset_id, budget.rho,
-                              f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)")
+                              f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)",
+                          run=run or new_run_id(), output=output)
         if local_log is not None:
             write_local_log(local_log, report, logs, spec)
         return policy
@@ -242,7 +247,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     policy.parameters["split"] = split
     if ledger is not None:  # atomic re-check + append; refusal raises before the policy is returned
         ledger_mod.charge(Path(ledger), spec.dataset_id, budget.rho,
-                          f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)")
+                          f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)",
+                          run=run or new_run_id(), output=output)
     if local_log is not None:
         write_local_log(local_log, report, logs, spec)
     return policy
