@@ -87,3 +87,11 @@ EXIT_CODES = {
     "usage": 2,
     "budget_or_violation": 3,
 }
+
+
+class Terminated(BaseException):
+    """Raised in the main thread when the process receives SIGTERM (see ``privaudit.cli``).
+
+    A BaseException, like KeyboardInterrupt, so no ``except Exception`` swallows
+    it and every context manager (temporary outputs) unwinds.
+    """

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from filelock import FileLock, Timeout
 
@@ -197,3 +197,19 @@ def output_lock(path, name: str = "out") -> Iterator[list[Path]]:
         yield removed
     finally:
         lock.release()
+
+
+def json_default(o: Any):
+    """``json.dumps(..., default=json_default)``: numpy integers, floats and arrays as JSON numbers and lists.
+
+    Raises
+    ------
+    TypeError
+        Any other object (as ``json`` does).
+    """
+    # duck-typed (numpy's scalars have .item(), its arrays .tolist()) so that this module, which the
+    # CLI loads for every command, does not import numpy
+    kind = type(o).__module__.split(".")[0]
+    if kind == "numpy" and hasattr(o, "tolist"):
+        return o.tolist()  # arrays -> nested lists, scalars -> int / float / bool
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from privaudit.cli import main
 from privaudit.mdp import evaluate_policy, load_mdp, value_iteration
-from privaudit.mdp.evaluation import evaluate_report, load_policy_table
+from privaudit.learners.policy import load_policy_table
+from privaudit.mdp.evaluation import evaluate_report
 from privaudit.mdp.icu_sepsis import clinicians_policy
 from privaudit.mdp.random_tabular import random_tabular_mdp
 from privaudit.spec import load_spec

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from privaudit.errors import SpecError, UsageError
-from privaudit.mdp.features import FeatureMap, enforce_norm, feature_map_from_spec, one_hot_features, state_table_x_action
+from privaudit.mdp.features import FeatureMap, enforce_norm, one_hot_features, state_table_x_action
+from privaudit.mdp.spec_features import feature_map_from_spec
 from privaudit.mdp.synthetic_linear import (behaviour_policy, raw_features, synthetic_linear_features,
                                             synthetic_linear_instance, synthetic_linear_mdp,
                                             synthetic_linear_spec_doc)

@@ -78,7 +78,7 @@ class DPVAPVIMechanism:
                  statistics: tuple = DEFAULT_STATISTICS, learner_params: dict | None = None,
                  mechanism: str = "gaussian", stationary: bool = False, noise: str | None = None):
         from privaudit.learners.linear.estimators import DPVAPVI
-        from privaudit.mdp.features import feature_map_from_spec
+        from privaudit.mdp.spec_features import feature_map_from_spec
         from privaudit.stats.release import resolve_budget
 
         if mechanism != "gaussian" or stationary:

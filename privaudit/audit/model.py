@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from privaudit.errors import UsageError, UserCodeError
+from privaudit.errors import Terminated, UsageError, UserCodeError
 
 CLAIM_KINDS = ("generic", "gaussian")
 
@@ -229,8 +229,6 @@ class FileFunction:
 
 def _reraise_control(e: BaseException) -> None:
     """Re-raise what must cross the user-code boundary unchanged: Ctrl-C and privaudit's SIGTERM."""
-    from privaudit.cli.common import Terminated
-
     if isinstance(e, (KeyboardInterrupt, Terminated)):
         raise e
 

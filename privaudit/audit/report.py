@@ -22,9 +22,8 @@ import numpy as np
 
 from privaudit import __version__
 from privaudit.audit import bounds as B
-from privaudit.cli.common import _json_default  # numpy scalars/arrays -> JSON
 from privaudit.errors import ArtifactError
-from privaudit.io_utils import atomic_path, atomic_write_text
+from privaudit.io_utils import atomic_path, atomic_write_text, json_default
 from privaudit.schemas import load_versioned_json, schema_errors
 
 REPORT_FORMAT_VERSION = 1
@@ -61,7 +60,7 @@ class AuditReport:
         return 3 if self.violation else 0
 
     def to_dict(self) -> dict:
-        return json.loads(json.dumps(self.data, default=_json_default))
+        return json.loads(json.dumps(self.data, default=json_default))
 
     def __repr__(self) -> str:
         lb = "n/a" if self.epsilon_lower_bound is None else f"{self.epsilon_lower_bound:.4g}"
@@ -188,7 +187,7 @@ class AuditReport:
     def write_json(self, path: str | Path) -> Path:
         """Validate and write the report atomically."""
         self.validate()
-        atomic_write_text(Path(path), json.dumps(self.data, indent=2, default=_json_default) + "\n")
+        atomic_write_text(Path(path), json.dumps(self.data, indent=2, default=json_default) + "\n")
         return Path(path)
 
     def plot(self, path: str | Path) -> Path:

@@ -9,16 +9,9 @@ from typing import Any, Callable
 
 import click
 
-from privaudit.errors import PrivauditError
+from privaudit.errors import PrivauditError, Terminated
+from privaudit.io_utils import json_default
 from privaudit.privacy.ledger import charges_by_this_process
-
-
-class Terminated(BaseException):
-    """Raised in the main thread when the process receives SIGTERM (see ``privaudit.cli``).
-
-    A BaseException, like KeyboardInterrupt, so no ``except Exception`` swallows
-    it and every context manager (temporary outputs) unwinds.
-    """
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -62,19 +55,7 @@ def handle_errors(fn: Callable) -> Callable:
 
 def echo_json(obj: Any) -> None:
     """Print ``obj`` as JSON on stdout (nothing else)."""
-    click.echo(json.dumps(obj, indent=2, default=_json_default))
-
-
-def _json_default(o: Any):
-    import numpy as np
-
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+    click.echo(json.dumps(obj, indent=2, default=json_default))
 
 
 def stderr_is_tty() -> bool:

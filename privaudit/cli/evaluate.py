@@ -52,7 +52,8 @@ def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
 
     from privaudit.errors import ArtifactError, UsageError
     from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
-    from privaudit.mdp.evaluation import evaluate_report, load_policy_table, resolve_mdp
+    from privaudit.learners.policy import load_policy_table
+    from privaudit.mdp.evaluation import evaluate_report, resolve_mdp
     from privaudit.spec import load_spec
 
     spec = load_spec(spec_path) if spec_path else None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 
 from privaudit.errors import LogReadError
 from privaudit.spec import REQUIRED_COLUMNS, STANDARD_COLUMNS, DomainSpec
@@ -118,8 +119,6 @@ def list_parts(path: str | Path) -> list[LogPart]:
     parts, offset = [], 0
     for f in files:
         try:
-            import pyarrow.parquet as pq
-
             n = pq.read_metadata(f).num_rows
             schema = dict(pl.read_parquet_schema(f))
         except Exception as e:  # pyarrow / polars raise many types for bad files
@@ -129,15 +128,6 @@ def list_parts(path: str | Path) -> list[LogPart]:
         parts.append(LogPart(file=f, n_rows=int(n), offset=offset, schema=schema))
         offset += int(n)
     return parts
-
-
-def read_schema(path: str | Path) -> dict[str, pl.DataType]:
-    """Column name -> polars dtype of a log (the first part's, user's names).
-
-    Reads only the Parquet footer. Raises :class:`LogReadError` like
-    :func:`list_parts`.
-    """
-    return dict(list_parts(path)[0].schema)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Exact evaluation of a policy on a known MDP (``privaudit evaluate``).
 
-``load_policy_table`` reads a policy file into an (H, S, A) table,
 ``resolve_mdp`` turns ``icu-sepsis`` or ``MDP.npz`` into a TabularMDP, and
 ``evaluate_report`` returns the policy's exact value next to the optimal value
 (and, for ICU-Sepsis, the clinicians' and the uniform policy's values).
+A policy file is read into an (H, S, A) table by
+``privaudit.learners.policy.load_policy_table``.
 """
 
 from __future__ import annotations
@@ -16,69 +17,6 @@ from privaudit.errors import ArtifactError, UsageError
 from privaudit.mdp.io import load_mdp
 from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy, value_iteration
-
-#: Largest deviation of a policy row's sum from 1 that is accepted.
-ROW_SUM_TOL = 1e-6
-
-
-def load_policy_table(path: str | Path, S: int, A: int, H: int) -> np.ndarray:
-    """Read a policy file as a table pi_h(a | s).
-
-    Parameters
-    ----------
-    path : path
-        A policy folder written by ``privaudit train`` (``policy.json`` +
-        ``policy.parquet``, read by ``privaudit.learners.policy.load_policy``,
-        which checks its format version), or a ``.npy`` array of shape
-        (H, S, A) (per step) or (S, A) (stationary).
-    S, A, H : int
-        The MDP's numbers of states, actions and steps.
-
-    Returns
-    -------
-    ndarray, shape (H, S, A), float64
-        Non-negative rows summing to 1 (a stationary table is repeated over h).
-
-    Raises
-    ------
-    ArtifactError
-        If the file is missing or not a ``.npy`` array (or a policy folder
-        that ``load_policy`` refuses), has another shape,
-        holds NaN/inf or negative entries, or a row whose sum is not 1 (the
-        message names the first offending (h, s)).
-    """
-    path = Path(path)
-    if path.is_dir():
-        from privaudit.learners.policy import load_policy
-
-        table = load_policy(path).table
-        if table.shape != (H, S, A):
-            raise ArtifactError(f"policy {path} has shape {table.shape}; the MDP needs ({H}, {S}, {A}) "
-                                f"(H={H}, S={S}, A={A}). Train it under the MDP's spec (and horizon).")
-        return table
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise ArtifactError(f"cannot read policy {path}: {e}. Expected a .npy array of shape "
-                            f"({H}, {S}, {A}) or ({S}, {A}).") from None
-    if not isinstance(arr, np.ndarray):
-        arr.close()
-        raise ArtifactError(f"policy {path} is an .npz archive; expected a single .npy array of shape "
-                            f"({H}, {S}, {A}) or ({S}, {A}).")
-    if arr.shape not in ((H, S, A), (S, A)):
-        raise ArtifactError(f"policy {path} has shape {arr.shape}; the MDP needs ({H}, {S}, {A}) "
-                            f"or ({S}, {A}) (H={H}, S={S}, A={A}).")
-    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-        raise ArtifactError(f"policy {path} has dtype {arr.dtype}; expected real numbers.")
-    pi = np.broadcast_to(arr.astype(np.float64), (H, S, A)).copy()
-    bad = ~np.isfinite(pi).all(-1) | (pi < 0).any(-1) | (np.abs(pi.sum(-1) - 1.0) > ROW_SUM_TOL)
-    if bad.any():
-        h, s = np.argwhere(bad)[0]
-        where = f"step h={h}, state s={s}" if arr.ndim == 3 else f"state s={s}"
-        raise ArtifactError(f"policy {path}: row pi(. | {where}) = {pi[h, s].tolist()} is not a probability "
-                            f"vector (finite, >= 0, summing to 1 within {ROW_SUM_TOL}); "
-                            f"{int(bad.sum())} bad rows in all.")
-    return pi
 
 
 def declared_mdp(spec) -> dict | None:

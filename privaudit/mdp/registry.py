@@ -17,6 +17,10 @@ from typing import Callable
 import numpy as np
 
 from privaudit.errors import UsageError
+from privaudit.mdp.icu_sepsis import N_ACTIONS, N_STATES, clinicians_policy, icu_sepsis_spec_doc, load_icu_sepsis
+from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
+from privaudit.mdp.synthetic_linear import behaviour_policy as seed_behaviour
+from privaudit.mdp.synthetic_linear import synthetic_linear_mdp, synthetic_linear_spec_doc
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy
 
 #: Options a builder may take (names as keyword arguments; CLI --states etc.).
@@ -60,17 +64,14 @@ class MDPEntry:
 
 
 def _icu_build(horizon: int) -> TabularMDP:
-    from privaudit.mdp.icu_sepsis import load_icu_sepsis
     return load_icu_sepsis(horizon=horizon)
 
 
 def _icu_spec(mdp: TabularMDP, dataset_id: str, description: str | None) -> dict:
-    from privaudit.mdp.icu_sepsis import icu_sepsis_spec_doc
     return icu_sepsis_spec_doc(mdp.horizon, dataset_id=dataset_id, description=description)
 
 
 def _icu_references(mdp: TabularMDP) -> dict:
-    from privaudit.mdp.icu_sepsis import N_ACTIONS, N_STATES, clinicians_policy
     if (mdp.n_states, mdp.n_actions) != (N_STATES, N_ACTIONS):
         return None  # a file named icu-sepsis that is not the ICU-Sepsis MDP
     uniform = np.full((mdp.n_states, mdp.n_actions), 1.0 / mdp.n_actions)
@@ -79,27 +80,22 @@ def _icu_references(mdp: TabularMDP) -> dict:
 
 
 def _icu_clinicians(mdp: TabularMDP) -> np.ndarray:
-    from privaudit.mdp.icu_sepsis import clinicians_policy
     return clinicians_policy()
 
 
 def _random_build(horizon: int, states: int, actions: int, instance_seed: int) -> TabularMDP:
-    from privaudit.mdp.random_tabular import random_tabular_mdp
     return random_tabular_mdp(states, actions, horizon, instance_seed)
 
 
 def _random_spec(mdp: TabularMDP, dataset_id: str, description: str | None) -> dict:
-    from privaudit.mdp.random_tabular import random_tabular_spec_doc
     return random_tabular_spec_doc(mdp, dataset_id=dataset_id, description=description)
 
 
 def _synthetic_linear_build(horizon: int, instance_seed: int) -> TabularMDP:
-    from privaudit.mdp.synthetic_linear import synthetic_linear_mdp
     return synthetic_linear_mdp(instance_seed, horizon)
 
 
 def _synthetic_linear_spec(mdp: TabularMDP, dataset_id: str, description: str | None) -> dict:
-    from privaudit.mdp.synthetic_linear import synthetic_linear_spec_doc
     doc = synthetic_linear_spec_doc(mdp.horizon, dataset_id=dataset_id)
     if description:
         doc["description"] = description
@@ -107,7 +103,6 @@ def _synthetic_linear_spec(mdp: TabularMDP, dataset_id: str, description: str | 
 
 
 def _synthetic_linear_behaviour(mdp: TabularMDP) -> np.ndarray:
-    from privaudit.mdp.synthetic_linear import behaviour_policy as seed_behaviour
     return seed_behaviour()
 
 

@@ -35,6 +35,7 @@ import polars as pl
 
 from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_path
+from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import TabularMDP, _check_policy
 
 #: Seed of the public random base policy that ``mix:W`` mixes with uniform on
@@ -239,8 +240,6 @@ def behaviour_policy(name: str, mdp: TabularMDP, entry=None) -> np.ndarray:
         For a name the MDP does not define (e.g. ``clinicians`` on
         random-tabular), or W outside [0, 1].
     """
-    from privaudit.mdp.registry import MDP_REGISTRY
-
     if entry is None:
         entry = MDP_REGISTRY.get(mdp.name)
     named = dict(entry.behaviours) if entry is not None else {}

@@ -251,15 +251,15 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
             from privaudit.learners.linear.rows import column_dims
             m_dim = column_dims(spec)
             if "state_table" in spec.features:
-                from privaudit.mdp.features import _read_state_table
-                X = _read_state_table(spec.features["state_table"],
+                from privaudit.mdp.spec_features import read_state_table
+                X = read_state_table(spec.features["state_table"],
                                       spec.source.parent if spec.source is not None else None)
                 if X.shape != (spec.n_states, m_dim):
                     from privaudit.errors import SpecError
                     raise SpecError(f"spec $.features.state_table must have shape (S={spec.n_states}, "
                                     f"m={m_dim}). Found {X.shape}.")
         else:
-            from privaudit.mdp.features import feature_map_from_spec
+            from privaudit.mdp.spec_features import feature_map_from_spec
             feature_map_from_spec(spec)
     the_mdp = _resolve_mdp(mdp, spec, instance_seed)
     if stationary is None:

@@ -20,7 +20,7 @@ from privaudit.learners.linear.data import LinearData
 from privaudit.io_utils import new_run_id
 from privaudit.learners.pessimism import reward_frame
 from privaudit.learners.policy import Policy
-from privaudit.mdp.features import feature_map_from_spec
+from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.spec import DomainSpec
 
 #: ``parameters["table"]`` of a column-x-action policy whose (H, S, A) table is a uniform
@@ -265,14 +265,13 @@ def _train_rows(learner, df: pl.DataFrame, spec: DomainSpec, m: int, algo: str, 
     """
     from privaudit.learners.linear.rows import clip_features, fit_rows, q_rows, row_steps
     from privaudit.learners.policy import greedy_table
-    from privaudit.mdp.features import _read_state_table
 
     H, S, A = spec.horizon, spec.n_states, spec.n_actions
     fit = fit_rows(learner, row_steps(df, spec, m), A, rng=rng if algo == "dp-vapvi" else None)
     f = spec.features
     if "state_table" in f:
         base = spec.source.parent if spec.source is not None else None
-        Xs = _read_state_table(f["state_table"], base)
+        Xs = read_state_table(f["state_table"], base)
         if Xs.shape != (S, m):
             raise SpecError(f"spec $.features.state_table must have shape (S={S}, m={m}). Found {Xs.shape}.")
         Xs = clip_features(Xs)

@@ -1,0 +1,90 @@
+"""Import layers (issue 11): the import-linter contracts of pyproject.toml, private names, imports at top.
+
+Layers, highest first: cli > pipeline > audit > learners | online > stats >
+data | privacy | mdp > core (errors, spec, schemas, io_utils, resources). A
+module imports only from its own package or a lower layer; no two modules of
+a package import each other in a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+from importlinter import cli as importlinter_cli
+
+from privaudit.cli import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "privaudit"
+
+#: Packages whose modules import everything at module top (the sweep of issue 11 item 6 goes package by package).
+TOP_IMPORTS_ONLY = ("data", "mdp")
+#: Imports inside functions that are deliberate (reason in the comment).
+INNER_IMPORTS_ALLOWED: dict[str, str] = {}
+
+
+def _modules():
+    for f in sorted(PACKAGE.rglob("*.py")):
+        yield f, ast.parse(f.read_text(), filename=str(f))
+
+
+def _package(path: Path) -> str:
+    rel = path.relative_to(PACKAGE).parts
+    return rel[0] if len(rel) > 1 else "core"
+
+
+def test_import_linter_contracts_hold(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert importlinter_cli.lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0
+
+
+def test_no_private_name_is_imported_across_packages():
+    bad = []
+    for f, tree in _modules():
+        here = _package(f)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("privaudit."):
+                there = node.module.split(".")[1] if node.module.count(".") >= 2 else "core"
+                if there == here:
+                    continue
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                private += [p for p in node.module.split(".") if p.startswith("_")]
+                if private:
+                    bad.append(f"{f.relative_to(ROOT)}:{node.lineno} imports {private} from {node.module}")
+    assert bad == []
+
+
+def test_imports_at_module_top():
+    bad = []
+    for f, tree in _modules():
+        if _package(f) not in TOP_IMPORTS_ONLY:
+            continue
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    where = f"{f.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) and where not in INNER_IMPORTS_ALLOWED:
+                        bad.append(f"{where} {ast.unparse(node)}")
+    assert bad == []
+
+
+def test_cli_help_imports_no_command_module_and_no_heavy_library():
+    """``privaudit --help`` stays fast (issue 19): command modules (which import the library at their
+    top) load only when their command runs."""
+    code = ("import sys; from privaudit.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('privaudit.cli.', 'numpy', 'polars', 'scipy',"
+            " 'matplotlib'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = eval(out.stdout.strip().splitlines()[-1])  # a list literal printed above
+    assert loaded == [], loaded
+
+
+def test_cli_short_helps_are_the_commands_own():
+    for name, (module, short) in COMMANDS.items():
+        command = importlib.import_module(f"privaudit.cli.{module}").command
+        assert command.get_short_help_str(limit=90) == short, name
