@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from privaudit.cli import main
 from privaudit.data import episode_checks
 from privaudit.data.io import open_log, scan_logs
-from privaudit.data.validate import RULES, validate_logs
+from privaudit.data.validate import BOUNDING_RULES, RULES, validate_logs
 from privaudit.errors import LogReadError
 from privaudit.spec import DomainSpec
 from tests.conftest import tiny_spec_doc
@@ -109,7 +109,10 @@ CASES = [
                          ids=[f"{c[0]}-{c[5]}" for c in CASES])
 def test_each_rule_alone(tmp_path, rule, changes, spec_over, episode, row, column):
     code, rep, res = run(tmp_path, table(**changes), tiny_spec_doc(**spec_over))
-    assert code == 1, res.output
+    # issue 13 item 3: the rules bounding repairs do not make validate fail (release accepts them)
+    assert code == (0 if rule in BOUNDING_RULES else 1), res.output
+    assert rep["releasable"] == (rule in BOUNDING_RULES)
+    assert (rule in rep["repaired_by_bounding"]) == (rule in BOUNDING_RULES) != (rule in rep["fatal"])
     assert broken_rules(rep) == {rule}
     v = [v for v in rep["violations"] if v["rule"] == rule]
     assert len(v) == 1 and rep["counts"][rule] == 1
@@ -123,7 +126,7 @@ def test_episode_too_long(tmp_path):
     rows.update(step=[0, 1, 2, 3, 0], state=[0, 1, 2, 0, 1], next_state=[1, 2, 0, 1, 3],
                 truncated=[False, False, False, True, False])
     code, rep, _ = run(tmp_path, pl.DataFrame(rows))
-    assert code == 1
+    assert code == 0 and rep["releasable"] and not rep["ok"]  # repaired by bounding: truncated to H
     assert broken_rules(rep) == {"episode_too_long"}
     v = rep["violations"][0]
     assert (v["rule"], v["episode_id"], v["step"], v["row"]) == ("episode_too_long", 10, 3, 3)
@@ -406,3 +409,23 @@ def test_other_integer_types_and_string_ids(tmp_path):
     assert broken_rules(rep) == {"episode_too_long", "step_gap"}
     assert {(v["rule"], v["episode_id"], v["row"]) for v in rep["violations"]} == {
         ("episode_too_long", "10", 2), ("step_gap", "10", 2)}
+
+
+def test_fatal_and_repaired_rules_are_reported_apart(repo_root):
+    """Issue 13 item 3: the broken sample breaks 5 fatal rules and 2 that bounding repairs."""
+    args = ["validate", str(repo_root / "sample_data" / "broken_logs.parquet"),
+            "--spec", str(repo_root / "sample_data" / "broken_spec.json")]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1
+    fatal_head = res.output.index("INVALID (fatal")
+    repaired_head = res.output.index("repaired by contribution bounding")
+    fatal_block, repaired_block = res.output[fatal_head:repaired_head], res.output[repaired_head:]
+    assert "too_many_episodes" not in fatal_block and "reward_out_of_range" not in fatal_block
+    assert "too_many_episodes" in repaired_block.split("first violations")[0]
+    assert "null_value" in fatal_block
+    assert "[reward_out_of_range, repaired by bounding]" in res.output
+    rep = json.loads(CliRunner().invoke(main, args + ["--json"]).output)
+    assert set(rep["repaired_by_bounding"]) == {"too_many_episodes", "reward_out_of_range"}
+    assert set(rep["fatal"]) == {"null_value", "action_out_of_range", "step_gap", "next_state_mismatch",
+                                 "flag_not_last"}
+    assert rep["releasable"] is False

@@ -138,7 +138,7 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
         Logs with the standard column names (``episode_id``, ``step``,
         ``state``, ``action``, ``reward``, ``next_state``, optional
         ``unit_id``), as returned by ``privaudit.data.io.scan_logs``, that pass
-        validation's fatal rules (``privaudit.data.prepare.BOUNDING_RULES``
+        validation's fatal rules (``privaudit.data.validate.BOUNDING_RULES``
         lists the only rules allowed to fail): one row per step, steps
         0..L-1 once each, one unit per episode.
     spec : DomainSpec

@@ -25,19 +25,10 @@ import polars as pl
 
 from privaudit.data.bounding import BoundingReport, bound_contributions
 from privaudit.data.io import ROW, scan_logs
-from privaudit.data.validate import RULES, ValidationReport, validate_logs
+from privaudit.data.validate import BOUNDING_RULES, RULES, ValidationReport, validate_logs
 from privaudit.errors import LogReadError, UsageError, ValidationFailed
 from privaudit.spec import DomainSpec
 
-#: Validation rules (``privaudit.data.validate.RULES``) that contribution
-#: bounding enforces instead of refusing the logs: more than k episodes per unit
-#: (keep k), steps h >= H (truncate), rewards outside the declared range (clip).
-#: Every other rule (missing columns, nulls, NaN rewards, states/actions outside
-#: the domain, broken episode structure, rows after a terminal, an episode
-#: split across units, ...) is fatal: bounding cannot repair it without
-#: guessing, and counting such rows would break the domain or the sensitivity
-#: argument.
-BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range")
 
 #: Examples listed per broken rule in the refusal message.
 MAX_EXAMPLES = 20
@@ -117,7 +108,7 @@ def refuse_fatal(report: ValidationReport) -> None:
         its ``report`` is the validation report restricted to fatal rules.
         Both describe the private data: for the data holder only.
     """
-    fatal = {r: n for r, n in report.counts.items() if n and r not in BOUNDING_RULES}
+    fatal = report.fatal
     if not fatal:
         return
     logs = report.path

@@ -51,6 +51,15 @@ RULES: dict[str, tuple[str, str]] = {
     "too_many_episodes": ("unit", "a privacy unit has more episodes than the spec's privacy_unit.max_episodes (k)"),
 }
 
+#: Rules that contribution bounding enforces instead of refusing the logs: more
+#: than k episodes per unit (keep k), steps h >= H (truncate), rewards outside
+#: the declared range (clip). Every other rule (missing columns, nulls, NaN
+#: rewards, states/actions outside the domain, broken episode structure, rows
+#: after a terminal, an episode split across units, ...) is fatal: bounding
+#: cannot repair it without guessing, and counting such rows would break the
+#: domain or the sensitivity argument.
+BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range")
+
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,13 @@ class ValidationReport:
     ----------
     ok : bool
         True when no rule is broken.
+    releasable : bool (property)
+        True when no *fatal* rule is broken: only rules that contribution
+        bounding repairs (:data:`BOUNDING_RULES`) may be broken, and
+        ``release``, ``train`` and ``pipeline`` accept the logs.
+    fatal, repaired (properties)
+        Rule -> count of the broken fatal rules / of the broken rules that
+        bounding repairs.
     rows : int
         Rows in the log (all parts).
     episodes, units : int or None
@@ -96,10 +112,26 @@ class ValidationReport:
     path: str = ""
     max_errors: int = field(default=20, repr=False)
 
+    @property
+    def fatal(self) -> dict:
+        """Broken rules that block a release (rule -> count)."""
+        return {r: n for r, n in self.counts.items() if n and r not in BOUNDING_RULES}
+
+    @property
+    def repaired(self) -> dict:
+        """Broken rules that contribution bounding repairs (rule -> count)."""
+        return {r: n for r, n in self.counts.items() if n and r in BOUNDING_RULES}
+
+    @property
+    def releasable(self) -> bool:
+        """No fatal rule broken (a missing column is itself the fatal rule ``missing_column``)."""
+        return not self.fatal
+
     def to_dict(self) -> dict:
-        """JSON-ready dict (keys as the attributes)."""
-        return {"ok": self.ok, "path": self.path, "rows": self.rows, "episodes": self.episodes,
-                "units": self.units, "counts": dict(self.counts), "skipped": list(self.skipped),
+        """JSON-ready dict (keys as the attributes, plus ``releasable``, ``fatal``, ``repaired_by_bounding``)."""
+        return {"ok": self.ok, "releasable": self.releasable, "path": self.path, "rows": self.rows,
+                "episodes": self.episodes, "units": self.units, "counts": dict(self.counts),
+                "fatal": self.fatal, "repaired_by_bounding": self.repaired, "skipped": list(self.skipped),
                 "max_errors": self.max_errors, "violations": [dict(v) for v in self.violations]}
 
 
