@@ -162,7 +162,9 @@ class EpisodicEnv:
         object.__setattr__(self, "_cdf", cdf)
         object.__setattr__(self, "_rew", rew)
         object.__setattr__(self, "_d0cdf", d0cdf)
-        object.__setattr__(self, "_run", {"philox": _Philox(), "h": None})
+        object.__setattr__(self, "_run", {"philox": _Philox(), "h": None, "ctr": np.zeros(4, dtype=_U64),
+                                          "H": H, "S": S, "A": A, "cdf_steps": cdf.shape[0] > 1,
+                                          "rew_steps": rew.shape[0] > 1, "rew_next": rew.ndim == 4})
 
     # -- public facts ------------------------------------------------------
     @property
@@ -216,7 +218,7 @@ class EpisodicEnv:
         key = self.user_key(k)
         w = run["philox"].block(key, np.zeros(4, dtype=_U64))
         s = int(self._d0cdf.searchsorted((int(w[0]) >> 11) * _TWO_M53, "right"))
-        run.update(key=key, h=0, s=min(s, self.n_states - 1), c2=w[2], c3=w[3])
+        run.update(key=key, h=0, s=min(s, self.n_states - 1), c2=int(w[2]), c3=int(w[3]))
         return run["s"]
 
     def step(self, a: int) -> tuple[float, int]:
@@ -230,19 +232,22 @@ class EpisodicEnv:
         """
         run = self._run
         h = run["h"]
-        if h is None or h >= self.horizon:
+        if h is None or h >= run["H"]:
             raise UsageError("no step left in this episode: call reset(k) first "
                              f"(an episode has H={self.horizon} steps).")
         a = int(a)
-        if not 0 <= a < self.n_actions:
+        if not 0 <= a < run["A"]:
             raise UsageError(f"action must be in [0, {self.n_actions}). Got {a}.")
         s = run["s"]
-        w = run["philox"].block(run["key"], np.array([h + 1, a, run["c2"], run["c3"]], dtype=_U64))
-        row = self._cdf[h if self._cdf.shape[0] > 1 else 0, s, a]
-        s_next = min(int(row.searchsorted((int(w[0]) >> 11) * _TWO_M53, "right")), self.n_states - 1)
-        rew = self._rew[h if self._rew.shape[0] > 1 else 0, s, a]
-        r = float(rew[s_next] if rew.ndim == 1 else rew)
-        run.update(h=h + 1, s=s_next, c2=w[2], c3=w[3])
+        ctr = run["ctr"]
+        ctr[0], ctr[1], ctr[2], ctr[3] = h + 1, a, run["c2"], run["c3"]
+        w = run["philox"].block(run["key"], ctr).tolist()
+        s_next = int(self._cdf[h if run["cdf_steps"] else 0, s, a].searchsorted((w[0] >> 11) * _TWO_M53, "right"))
+        if s_next >= run["S"]:
+            s_next = run["S"] - 1
+        rew = self._rew[h if run["rew_steps"] else 0, s, a]
+        r = float(rew[s_next] if run["rew_next"] else rew)
+        run["h"], run["s"], run["c2"], run["c3"] = h + 1, s_next, w[2], w[3]
         return r, s_next
 
     def respond(self, k: int, actions) -> tuple[np.ndarray, np.ndarray]:

@@ -111,13 +111,12 @@ def privq(n: np.ndarray, r: np.ndarray, m: np.ndarray, cal: PUCBCalibration) -> 
             + c.c_phi * (H + 1) * np.sqrt(2.0 * cal.log_term / n_eff)
             + c.c_psi * (2 + (S + 1) * H) * E / n_pos)
     base[low] = np.inf  # maximal optimism: min(inf, H - h) = H - h
-    p_hat = np.maximum(m, 0.0) / n_pos[..., None]
-    p_hat[low] = 0.0
+    m_pos = np.maximum(m, 0.0)  # P^(s') = max(m~(s'), 0) / n~, applied as (m_pos @ V) / n~
     Q = np.empty((H, S, A))
     V = np.zeros(S)
     for h in range(H - 1, -1, -1):  # backward over steps; vectorised over (s, a, s')
         q = Q[h]
-        np.minimum(base[h] + p_hat[h] @ V, float(H - h), out=q)
+        np.minimum(base[h] + (m_pos[h] @ V) / n_pos[h], float(H - h), out=q)
         np.maximum(q, 0.0, out=q)
         V = q.max(-1)
     return Q
