@@ -23,9 +23,10 @@ keyed by (--world-key, user index).
 A private algorithm takes exactly one budget: --epsilon E (Laplace counters,
 eps-JDP; --epsilon inf runs without noise) or --rho R (Gaussian counters,
 reported as (eps, delta)-JDP with --delta, default 1e-6). The guarantee is
-joint DP: replacing one user's whole data changes the actions recommended to
-all *other* users and the final policy by at most the budget; the actions
-recommended to a user herself are not protected from her.
+joint DP: replacing one user's whole data changes the distribution of the
+actions recommended to all *other* users and of the final policy by at most
+the budget; the actions recommended to a user herself are not protected
+from her.
 
 Writes DIR/regret.parquet (episode, initial_state, regret,
 cumulative_regret, realised_return), DIR/manifest.json (configuration,

@@ -121,9 +121,10 @@ JDP_TEXT = {
                     "next state in response to every possible action sequence); all other users' trees "
                     "unchanged",
     "privacy_unit": "one user = one episode",
-    "protected_from": "every other user (the actions recommended to all users other than u, jointly, and the "
-                      "final policy change by at most the stated budget when u's data is replaced), and "
-                      "anyone who sees only the released counters or the final policy",
+    "protected_from": "every other user: the distribution of the actions recommended to all users other "
+                      "than u (jointly, including later users who probe the agent) and of the final policy "
+                      "changes by at most the stated budget when u's data is replaced; a fortiori anyone "
+                      "who sees only the released counters or the final policy",
     "not_protected": "the actions recommended to user u herself (they depend on her own states, as they "
                      "must); the agent itself (trusted: it sees every raw trajectory); side channels such "
                      "as timing; users who share data across episodes (one person = several users "
