@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 
+from privaudit import FORMAT_VERSION
+from privaudit.errors import ArtifactError
 from privaudit.resources import schema_dir
 
 #: Folder of the JSON Schemas (``schemas/`` at the repository root).
@@ -69,10 +72,6 @@ def load_versioned_json(path, schema_name: str, what: str, version: int | None =
         If the file is missing or not JSON, its ``format_version`` is another
         one (the message names the version found), or it breaks the schema.
     """
-    from pathlib import Path
-
-    from privaudit import FORMAT_VERSION
-    from privaudit.errors import ArtifactError
 
     version = FORMAT_VERSION if version is None else version
     path = Path(path)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from privaudit.errors import SpecError
+from privaudit.io_utils import atomic_write_text
 from privaudit.schemas import validate_or_raise
 
 #: The standard column names of the trajectory table.
@@ -232,5 +233,4 @@ def load_spec(path: str | Path) -> DomainSpec:
 def write_spec(spec_doc: dict, path: str | Path) -> None:
     """Validate ``spec_doc`` and write it atomically to ``path`` as JSON."""
     DomainSpec.from_dict(spec_doc)
-    from privaudit.io_utils import atomic_write_text
     atomic_write_text(Path(path), json.dumps(spec_doc, indent=2) + "\n")

@@ -14,6 +14,7 @@ import numpy as np
 from privaudit.errors import UsageError
 from privaudit.learners.pessimism import PVIResult, RewardFrame, pessimistic_value_iteration, reward_frame
 from privaudit.learners.policy import Policy
+from privaudit.privacy.projection import private_transition_estimate
 
 #: Tie-breaking rules among actions of equal (pessimistic) value.
 TIE_BREAKS = ("visits", "first")
@@ -68,7 +69,6 @@ def transition_estimate(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> np.nda
     -------
     ndarray, shape (..., S), float64, rows summing to 1.
     """
-    from privaudit.privacy.projection import private_transition_estimate
 
     return private_transition_estimate(n_sas, n_sa, E)
 

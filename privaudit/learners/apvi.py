@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from privaudit.errors import UsageError
 from privaudit.learners._tabular_base import TabularLearnerBase
 from privaudit.learners.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
 from privaudit.stats.protocol import Counts
@@ -101,7 +102,6 @@ class APVI(TabularLearnerBase):
         UsageError
             Noisy counts (use DPAPVI), bad reward shape or constants.
         """
-        from privaudit.errors import UsageError
 
         if counts.noisy:
             raise UsageError(f"{type(self).__name__} reads exact counts; these are noisy release counts. "

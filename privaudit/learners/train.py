@@ -16,6 +16,8 @@ from privaudit.learners import registry
 from privaudit.learners.policy import Policy
 from privaudit.learners.tabular_counts import exact_counts
 from privaudit.spec import DomainSpec
+from privaudit.stats.release import load_release, release_logs
+
 
 def _learner(algo: str, params: dict | None):
     cls = registry.get(algo).load()
@@ -54,7 +56,6 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
     UsageError
         A non-DP algorithm, or ``stationary`` contradicting the release.
     """
-    from privaudit.stats.release import load_release
 
     if algo != "dp-apvi":
         raise UsageError(f"--algo {algo} cannot train on a release: a release holds noisy counts, which only "
@@ -117,8 +118,6 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
         raise UsageError(f"unknown tabular algorithm {algo!r}; choose one of {', '.join(tabular)}.")
     say = echo or (lambda s: None)
     if algo == "dp-apvi":
-        from privaudit.stats.release import release_logs
-
         if release_out is None:
             raise UsageError("dp-apvi on logs needs a release folder to write (release_out).")
         release_logs(logs, spec, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,

@@ -31,9 +31,12 @@ import numpy as np
 import polars as pl
 
 from privaudit.errors import SpecError, UsageError
+from privaudit.learners.linear import privacy as lp
 from privaudit.learners.linear.core import floored_inverse, step_statistics
 from privaudit.learners.linear.data import StepData
+from privaudit.learners.linear.estimators import DPVAPVI, PEVI
 from privaudit.learners.pessimism import reward_frame
+from privaudit.mdp.features import enforce_norm
 
 
 @dataclass(frozen=True, repr=False)
@@ -55,7 +58,6 @@ class RowStep:
 
 def clip_features(X: np.ndarray) -> np.ndarray:
     """x / max(1, ||x||) per row (then a hair below 1 if rounding left it above), shape (n, m)."""
-    from privaudit.mdp.features import enforce_norm
 
     return enforce_norm(X, "clip")[0]
 
@@ -137,8 +139,6 @@ def fit_rows(learner, steps: tuple, A: int, *, rng: np.random.Generator | None =
     dict
         ``w`` (H, d), ``Lambda_inv`` (H, d, d), ``offset`` (H,), ``penalty_scale``.
     """
-    from privaudit.learners.linear import privacy as lp
-    from privaudit.learners.linear.estimators import DPVAPVI, PEVI
 
     H = len(steps)
     m = steps[0].X.shape[1]
