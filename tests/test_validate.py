@@ -220,10 +220,14 @@ def test_parts_with_different_types(tmp_path):
     folder = tmp_path / "logs"
     folder.mkdir()
     table().head(2).write_parquet(folder / "a.parquet")
-    table().tail(2).with_columns(pl.col("state").cast(pl.Int32)).write_parquet(folder / "b.parquet")
+    # integer widths may differ between parts (issue 13 item 10: read as the widest); other kinds may not
+    table().tail(2).with_columns(pl.col("state").cast(pl.String)).write_parquet(folder / "b.parquet")
     code, rep, res = run(tmp_path, None, logs=folder)
     assert code == 1 and rep is None
     assert "b.parquet" in res.stderr and "state" in res.stderr and "Traceback" not in res.output
+    table().tail(2).with_columns(pl.col("state").cast(pl.Int32)).write_parquet(folder / "b.parquet")
+    code, rep, res = run(tmp_path, None, logs=folder)
+    assert code == 0 and rep["rows"] == 4, res.output
 
 
 @pytest.mark.parametrize("kind", ["text", "truncated", "corrupt_pages", "missing", "empty_folder"])

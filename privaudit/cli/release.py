@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from privaudit.cli.common import echo_json, handle_errors
+from privaudit.fmt import num
 
 _HELP = """Release noisy visit counts n_h(s,a), transition counts n_h(s,a,s') and,
 unless the spec declares the reward public, reward sums R_h(s,a) of the
@@ -71,11 +72,11 @@ def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, 
     if as_json:
         echo_json(summary)
         return
-    fam = ", ".join(f"{f} ({p['noise_scale_name']}={p['noise_scale']:.4g})"
+    fam = ", ".join(f"{f} ({p['noise_scale_name']}={num(p['noise_scale'], 4)})"
                     for f, p in info.manifest["families"].items())
     click.echo(f"released {fam} to {info.out}")
-    eps = f"epsilon={g['epsilon']:.4g}, delta={g['delta']:g}"
-    click.echo(f"guarantee: {g['definition']} rho={g['rho']:.6g} ({eps}); neighbouring: "
+    eps = f"epsilon={num(g['epsilon'], 4)}, delta={num(g['delta'])}"
+    click.echo(f"guarantee: {g['definition']} rho={num(g['rho'])} ({eps}); neighbouring: "
                f"{info.manifest['neighbouring']}; unit {info.manifest['privacy_unit']['column']}, "
                f"k={info.manifest['privacy_unit']['max_episodes']}")
     if info.manifest["rng"] != "secure":

@@ -88,8 +88,11 @@ class LogPart:
 def list_parts(path: str | Path) -> list[LogPart]:
     """The Parquet files of a log, in reading order, with their row offsets.
 
-    A folder is read as the files ``*.parquet`` directly inside it, sorted
-    by name; their rows are concatenated in that order.
+    A folder is read as the files ``*.parquet`` inside it and inside its
+    sub-folders (Hive-style partitions such as ``year=2021/part-0.parquet``;
+    the partition values in folder names are not columns of the log), sorted
+    by path; their rows are concatenated in that order. Hidden files and
+    folders (names starting with ``.``, e.g. temporaries) are skipped.
 
     Parameters
     ----------
@@ -109,7 +112,8 @@ def list_parts(path: str | Path) -> list[LogPart]:
     """
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.glob("*.parquet") if f.is_file())
+        files = sorted(f for f in p.rglob("*.parquet") if f.is_file()
+                       and not any(part.startswith(".") for part in f.relative_to(p).parts))
         if not files:
             raise LogReadError(f"{p}: folder holds no *.parquet file. Point LOGS at a Parquet file or a folder of Parquet parts.")
     elif p.is_file():
@@ -165,6 +169,21 @@ class OpenLog:
         return [str(self.parts[i].file) for i in idx], rows - starts[idx]
 
 
+def _common_dtype(a: pl.DataType, b: pl.DataType) -> pl.DataType | None:
+    """The type two parts' columns are read as: equal types as they are; integers of different widths as the
+    widest (Int64 when signedness differs); integers and floats as Float64; else None (refused)."""
+    if a == b:
+        return a
+    if a.is_integer() and b.is_integer():
+        if a.is_signed_integer() == b.is_signed_integer():
+            widths = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64)
+            return max(a, b, key=lambda t: widths.index(t) % 4)
+        return pl.Int64
+    if a.is_numeric() and b.is_numeric():
+        return pl.Float64
+    return None
+
+
 def open_log(path: str | Path, spec: DomainSpec) -> OpenLog:
     """Scan a log lazily, renaming present columns to the standard names.
 
@@ -181,18 +200,26 @@ def open_log(path: str | Path, spec: DomainSpec) -> OpenLog:
     unit_is_episode = spec.unit_column is None
     wanted = [c for c in STANDARD_COLUMNS if not (c == "unit_id" and unit_is_episode)]
     source = {c: spec.column(c) for c in wanted if spec.column(c) in first.schema}
+    dtypes = {std: first.schema[name] for std, name in source.items()}
     for part in parts[1:]:
         for std, name in source.items():
             if name not in part.schema:
                 raise LogReadError(f"{part.file}: column '{name}' ({std}) is missing, but {first.file} has it. "
                                    "All parts of a log must have the same columns.")
-            if part.schema[name] != first.schema[name]:
+            common = _common_dtype(dtypes[std], part.schema[name])
+            if common is None:
                 raise LogReadError(f"{part.file}: column '{name}' has type {part.schema[name]}, but {first.file} "
                                    f"has {first.schema[name]}. Write all parts with the same schema.")
+            dtypes[std] = common
     required = list(REQUIRED_COLUMNS) + ([] if unit_is_episode else ["unit_id"])
     missing = tuple(c for c in required if c not in source)
-    dtypes = {std: first.schema[name] for std, name in source.items()}
-    lf = pl.scan_parquet([str(p.file) for p in parts], row_index_name=ROW, glob=False, extra_columns="ignore")
+    files = [str(p.file) for p in parts]
+    if all(p.schema[name] == dtypes[std] for p in parts for std, name in source.items()):
+        lf = pl.scan_parquet(files, row_index_name=ROW, glob=False, extra_columns="ignore", hive_partitioning=False)
+    else:  # parts of different integer widths (or int/float rewards): each part cast to the common type
+        lf = pl.concat([pl.scan_parquet(f, glob=False, hive_partitioning=False)
+                        .select([pl.col(name).cast(dtypes[std]) for std, name in source.items()]) for f in files],
+                       how="vertical").with_row_index(ROW)
     exprs = [pl.col(ROW)]
     for std, name in source.items():
         e = pl.col(name)

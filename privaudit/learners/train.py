@@ -65,12 +65,28 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
         raise ArtifactError(
             f"release {release_dir} was made under another spec: its spec_hash is {release.spec_hash}, "
             f"the --spec file hashes to {spec.hash()}. Pass the spec the release was made with (or omit --spec).")
+    if spec is not None:
+        _check_manifest_against_spec(release.manifest, spec, release_dir)
     if stationary is not None and bool(stationary) != release.stationary:
         raise UsageError(f"release {release_dir} is {'stationary' if release.stationary else 'per-step'} "
                          f"but --stationary was {'given' if stationary else 'not given'}; drop the flag "
                          "(the release decides) or use a release made with the same setting.")
     learner = _learner(algo, params).fit(release, release_path=str(release_dir))
     return learner.policy_
+
+
+def _check_manifest_against_spec(manifest: dict, spec: DomainSpec, where) -> None:
+    """Refuse a manifest whose k or domain differs from the spec's, even under the same spec hash
+    (an edited manifest: the learner's noise bound E and planning would follow the manifest)."""
+    dom, unit = manifest["domain"], manifest["privacy_unit"]
+    pairs = {"H": (dom["H"], spec.H), "S": (dom["S"], spec.S), "A": (dom["A"], spec.A),
+             "k (privacy_unit.max_episodes)": (unit["max_episodes"], spec.max_episodes_per_unit),
+             "terminal_states": (sorted(dom["terminal_states"]), sorted(spec.terminal_states)),
+             "reward_range": ([float(x) for x in dom["reward_range"]], [float(x) for x in spec.reward_range])}
+    bad = [f"{k}: manifest {m}, spec {s}" for k, (m, s) in pairs.items() if m != s]
+    if bad:
+        raise ArtifactError(f"release {where}: its manifest disagrees with the spec ({'; '.join(bad)}). The "
+                            "manifest was edited or belongs to another spec; use the release as written.")
 
 
 def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: str, stationary: bool = False,

@@ -23,7 +23,7 @@ from privaudit.errors import UsageError
 from privaudit.privacy import accounting
 from privaudit.privacy.accounting import Accountant, PrivacyEvent
 from privaudit.spec import DomainSpec
-from privaudit.stats.release import DEFAULT_REPORT_DELTA, NEIGHBOURING, resolve_budget
+from privaudit.stats.release import DEFAULT_REPORT_DELTA, NEIGHBOURING, check_reportable, resolve_budget
 
 #: Default share of the total rho given to DP-VAPVI when the spec declares features.
 LINEAR_SHARE_DEFAULT = 0.5
@@ -100,6 +100,8 @@ def plan_budget(*, rho=None, epsilon=None, delta=None, linear: bool,
         raise UsageError(f"`linear_share` must lie in (0, 1). Found {linear_share!r}.")
     rho_lin = budget.rho * share * (1 - _SHRINK)
     rho_rel = budget.rho * (1 - share) * (1 - _SHRINK)
+    for part, r in (("the release's share of rho", rho_rel), ("DP-VAPVI's share of rho", rho_lin)):
+        check_reportable(r, d, part)  # before any row is read
     return BudgetPlan(budget.rho, d, budget.requested, {"rho": rho_rel}, rho_rel, rho_lin, share)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.errors import ArtifactError
+from privaudit.fmt import num
 from privaudit.io_utils import atomic_path, atomic_write_text
 from privaudit.schemas import load_versioned_json, schema_errors
 
@@ -262,10 +263,10 @@ def format_table(summary: dict, out: str) -> str:
     """The short table printed on stdout at the end of ``privaudit pipeline``."""
     g = summary["privacy"]
     lines = [f"privaudit pipeline: {out}",
-             f"  guarantee   rho={g['rho']:.6g}-zCDP => ({g['epsilon']:.4g}, {g['delta']:g})-DP; "
+             f"  guarantee   rho={num(g['rho'])}-zCDP => ({num(g['epsilon'], 4)}, {num(g['delta'])})-DP; "
              f"unit {g['privacy_unit']['column']}, k={g['privacy_unit']['max_episodes']}, substitution"]
     if len(g["parts"]) > 1:
-        lines.append("  split       " + ", ".join(f"{p['name']} rho={p['rho']:.4g}" for p in g["parts"]))
+        lines.append("  split       " + ", ".join(f"{p['name']} rho={num(p['rho'], 4)}" for p in g["parts"]))
     rows = values_table(summary)
     w = max(len(r[0]) for r in rows + [("policy",)])
     lines.append(f"  {'policy':<{w}}  {'value':>8}  {'clinicians':>10}  {'optimal':>8}")
@@ -281,7 +282,7 @@ def format_table(summary: dict, out: str) -> str:
         lines.append("  audit       skipped")
     else:
         lb = "n/a" if a["epsilon_lower_bound"] is None else f"{a['epsilon_lower_bound']:.3g}"
-        lines.append(f"  audit       {a['verdict']}: eps lower bound {lb} vs claimed {a['claim']['epsilon']:.4g} "
+        lines.append(f"  audit       {a['verdict']}: eps lower bound {lb} vs claimed {num(a['claim']['epsilon'], 4)} "
                      f"({a['evaluation_trials_per_side']} evaluation runs per side)")
     lines.append(f"  report      {out}/report.md   summary {out}/summary.json")
     if summary["rng"] != "secure":
@@ -303,15 +304,15 @@ def render_markdown(summary: dict) -> str:
         L += ["> **WARNING: seeded noise (`--seed`).** For tests only: anyone who knows the seed can remove "
               "the noise. Do not share these outputs as private.", ""]
     L += ["## Privacy guarantee", "",
-          f"Everything under `release/` and `policies/` together is **rho = {g['rho']:.6g} zCDP**, hence "
-          f"**({g['epsilon']:.4g}, {g['delta']:g})-DP** ({g['conversion']}).", "",
+          f"Everything under `release/` and `policies/` together is **rho = {num(g['rho'])} zCDP**, hence "
+          f"**({num(g['epsilon'], 4)}, {num(g['delta'])})-DP** ({g['conversion']}).", "",
           f"* Neighbouring datasets: {g['neighbouring']}.",
           f"* Privacy unit: `{unit['column']}`, at most k = {unit['max_episodes']} episode(s) per unit "
           "(extra episodes are dropped before counting). The guarantee protects one unit's whole contribution.",
           f"* Composition: {g['composition']}."]
     for p in g["parts"]:
-        L.append(f"* Part `{p['name']}`: rho = {p['rho']:.6g} (alone: epsilon {p['epsilon_alone']:.4g} at "
-                 f"delta {g['delta']:g}); {p['what']}.")
+        L.append(f"* Part `{p['name']}`: rho = {num(p['rho'])} (alone: epsilon {num(p['epsilon_alone'], 4)} at "
+                 f"delta {num(g['delta'])}); {p['what']}.")
     L += ["", "## Learned policies", ""]
     ev = summary["evaluation"]
     if ev is None:

@@ -44,6 +44,7 @@ from privaudit import FORMAT_VERSION, __version__
 from privaudit.data.bounding import BoundingReport
 from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.errors import PrivauditError, UsageError
+from privaudit.fmt import num
 from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
 from privaudit.privacy import mechanisms, sensitivity
 from privaudit.schemas import validate_or_raise
@@ -142,6 +143,25 @@ def _positive(name: str, v) -> float:
     return x
 
 
+def check_reportable(rho: float, delta: float, name: str = "rho") -> None:
+    """Refuse, before any work, a zCDP budget whose (epsilon, delta) statement is epsilon = 0.
+
+    At a tiny rho (about 3e-12 and below at delta = 1e-6) the tight conversion
+    gives epsilon = 0: the Gaussian noise is so wide that every count drowns,
+    and the manifest has no positive epsilon to state.
+
+    Raises
+    ------
+    UsageError
+        The conversion of ``rho`` at ``delta`` gives epsilon = 0.
+    """
+    from privaudit.privacy import accounting
+
+    if not float(accounting.zcdp_to_dp(rho, delta)) > 0:
+        raise UsageError(f"`{name}` = {num(rho)} is too small: at delta = {num(delta)} its epsilon is 0, the noise would "
+                         "drown every count and nothing useful could be released. Give a larger budget.")
+
+
 def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism="gaussian") -> Budget:
     """Check the budget arguments and turn them into a :class:`Budget`.
 
@@ -170,6 +190,7 @@ def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism="gaussian") 
         if epsilon is not None or delta is not None:
             raise UsageError("give either --rho R or --epsilon E --delta D, not both.")
         r = _positive("rho", rho)
+        check_reportable(r, DEFAULT_REPORT_DELTA)
         return Budget("gaussian", r, None, {"rho": r})
     if epsilon is None or delta is None:
         raise UsageError("give a budget: --rho R, or --epsilon E with --delta D.")
@@ -179,7 +200,9 @@ def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism="gaussian") 
         raise UsageError(f"`delta` must be in (0, 1). Found {delta!r}.")
     from privaudit.privacy import accounting
 
-    return Budget("gaussian", float(accounting.dp_to_zcdp(eps, d)), None, {"epsilon": eps, "delta": d})
+    r = float(accounting.dp_to_zcdp(eps, d))
+    check_reportable(r, d, "rho converted from epsilon")
+    return Budget("gaussian", r, None, {"epsilon": eps, "delta": d})
 
 
 @dataclass(frozen=True)

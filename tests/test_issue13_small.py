@@ -1,0 +1,112 @@
+"""Issue 13 item 10, the smaller items: partitioned folders and mixed integer widths are read; a tiny budget
+fails up front; numbers are printed as users write them; train refuses a manifest that disagrees with the spec."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from privaudit.cli import main
+from privaudit.data.prepare import prepare_logs
+from privaudit.data.validate import validate_logs
+from privaudit.errors import ArtifactError
+from privaudit.fmt import num
+from privaudit.learners.train import train_from_release
+from privaudit.mdp.random_tabular import random_tabular_mdp
+from privaudit.mdp.simulate import simulate
+from privaudit.spec import load_spec
+from privaudit.stats.release import release_logs
+from tests._release_logs import spec_doc
+from tests._spy import watch_reads
+
+H, S, A = 3, 4, 2
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("small")
+    df = simulate(random_tabular_mdp(S, A, H, 0), np.full((S, A), 1.0 / A), 60, np.random.default_rng(0))
+    df.write_parquet(d / "logs.parquet")
+    (d / "spec.json").write_text(json.dumps(spec_doc(H=H, S=S, A=A, terminals=(), unit_column="unit_id", k=2)))
+    return d, df
+
+
+def test_hive_partitions_with_mixed_integer_widths_are_read(logs, tmp_path):
+    d, df = logs
+    root = tmp_path / "parts"
+    (root / "year=2021").mkdir(parents=True)
+    (root / "year=2022").mkdir()
+    (root / ".tmp-hidden").mkdir()
+    first = df.filter(pl.col("episode_id") < 30).with_columns(pl.col("state", "next_state").cast(pl.Int16),
+                                                             pl.col("reward").cast(pl.Float32))
+    second = df.filter(pl.col("episode_id") >= 30).with_columns(pl.col("state", "next_state", "step")
+                                                               .cast(pl.Int64))
+    first.write_parquet(root / "year=2021" / "part-0.parquet")
+    second.write_parquet(root / "year=2022" / "part-0.parquet")
+    df.head(3).write_parquet(root / ".tmp-hidden" / "junk.parquet")  # a hidden temporary: not part of the log
+    spec = load_spec(d / "spec.json")
+    report = validate_logs(root, spec)
+    assert report.ok and report.rows == df.height, report.counts
+    bounded = prepare_logs(root, spec).bounded.collect().sort("row")
+    whole = prepare_logs(d / "logs.parquet", spec).bounded.collect().sort("row")
+    for c in ("episode_id", "step", "state", "action", "next_state"):
+        np.testing.assert_array_equal(bounded[c].to_numpy(), whole[c].to_numpy())
+    np.testing.assert_allclose(bounded["reward"].to_numpy(), whole["reward"].to_numpy(), rtol=1e-6)
+    res = CliRunner().invoke(main, ["validate", str(root), "--spec", str(d / "spec.json")])
+    assert res.exit_code == 0, res.output
+
+
+def test_ids_of_different_kinds_across_parts_are_still_refused(logs, tmp_path):
+    d, df = logs
+    root = tmp_path / "parts"
+    root.mkdir()
+    df.head(6).write_parquet(root / "a.parquet")
+    df.tail(6).with_columns(pl.col("episode_id").cast(pl.String)).write_parquet(root / "b.parquet")
+    res = CliRunner().invoke(main, ["validate", str(root), "--spec", str(d / "spec.json")])
+    assert res.exit_code == 1 and "same schema" in res.output
+
+
+@pytest.mark.parametrize("cmd", ["release", "pipeline"])
+def test_a_tiny_budget_fails_up_front(logs, tmp_path, cmd):
+    d, _ = logs
+    part = tmp_path / "logs"
+    part.mkdir()
+    pl.read_parquet(d / "logs.parquet").write_parquet(part / "p.parquet")
+    with watch_reads(part) as reads:
+        res = CliRunner().invoke(main, [cmd, str(part), "--spec", str(d / "spec.json"), "--rho", "1e-12",
+                                        "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "is too small" in res.output and "1e-12" in res.output, res.output
+    assert "internal error" not in res.output and reads == [] and not (tmp_path / "o").exists()
+
+
+def test_numbers_are_printed_as_users_write_them(logs, tmp_path):
+    assert [num(x) for x in (1e-06, 1.0000000000000002, 4.999999999999816, 2.5e20)] == ["1e-6", "1", "5", "2.5e20"]
+    d, _ = logs
+    res = CliRunner().invoke(main, ["release", str(d / "logs.parquet"), "--spec", str(d / "spec.json"),
+                                    "--epsilon", "5", "--delta", "1e-6", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "epsilon=5, delta=1e-6)" in res.output and "e-06" not in res.output
+
+
+@pytest.mark.parametrize("edit,needle", [
+    # k lowered by hand (the manifest's own sensitivities, made for k = 2, still pass its consistency check)
+    (lambda m: m["privacy_unit"].update(max_episodes=1), "k (privacy_unit.max_episodes): manifest 1, spec 2"),
+    (lambda m: m["domain"].update(reward_range=[-1.0, 1.0]), "reward_range"),
+    (lambda m: m["domain"].update(terminal_states=[3]), "terminal_states"),
+])
+def test_train_refuses_a_manifest_that_disagrees_with_the_spec(logs, tmp_path, edit, needle):
+    d, _ = logs
+    spec = load_spec(d / "spec.json")
+    rel = release_logs(d / "logs.parquet", spec, rho=1.0, out=tmp_path / "r", seed=1).out
+    train_from_release(rel, spec=spec)  # as written: accepted
+    mpath = rel / "manifest.json"
+    m = json.loads(mpath.read_text())
+    edit(m)
+    mpath.write_text(json.dumps(m))
+    with pytest.raises(ArtifactError, match="disagrees with the spec") as info:
+        train_from_release(rel, spec=spec)
+    assert needle in str(info.value)
