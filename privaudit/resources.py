@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import NamedTuple
 
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -34,3 +35,12 @@ def schema_dir() -> Path:
 def sample_dir() -> Path:
     """The folder holding the bundled sample data (ICU-Sepsis tables, sample logs)."""
     return _locate("sample_data", "privaudit._sample_data")
+
+
+class SampleData(NamedTuple):
+    """Paths of the bundled sample files (``privaudit.sample_data()``)."""
+
+    logs: Path
+    spec: Path
+    broken_logs: Path
+    broken_spec: Path
