@@ -65,7 +65,7 @@ from privaudit.privacy.accounting import zcdp_to_dp_simple
 PRACTICAL = {
     # multiplier of LSVI-UCB's beta (and of the private versions' radii) and of
     # LSVI-UCB++'s Bernstein radius (both ~ d H sqrt(iota) resp. sqrt(d) iota in theory)
-    "beta": 0.02,
+    "beta": 0.005,
     # multipliers of LSVI-UCB++'s Hoeffding and variance radii (~ d^1.5 H iota and d^1.5 H^2 iota)
     "beta_hoef": 2e-4,
     "beta_var": 2e-4,
