@@ -66,6 +66,8 @@ PRACTICAL = {
     # multiplier of LSVI-UCB's beta (and of the private versions' radii) and of
     # LSVI-UCB++'s Bernstein radius (both ~ d H sqrt(iota) resp. sqrt(d) iota in theory)
     "beta": 0.005,
+    # the ridge lambda of LSVI-UCB, Luyo and Ngo (a value, not a multiplier; theory: 1)
+    "lam": 0.1,
     # multipliers of LSVI-UCB++'s Hoeffding and variance radii (~ d^1.5 H iota and d^1.5 H^2 iota)
     "beta_hoef": 2e-4,
     "beta_var": 2e-4,
@@ -211,11 +213,16 @@ def _jin_iota(pb: Problem) -> float:
     return math.log(2.0 * pb.dim * pb.n_episodes * pb.horizon / pb.fail_prob)
 
 
+def _jin_lam(which: str) -> float:
+    return 1.0 if which == "theory" else PRACTICAL["lam"]
+
+
 def lsvi_ucb_constants(pb: Problem, which: str = "theory") -> JinConstants:
     """LSVI-UCB (Jin et al. 2020): lambda = 1, beta = d H sqrt(iota) (x multiplier)."""
     _check_set(which)
     beta = pb.dim * pb.horizon * math.sqrt(_jin_iota(pb)) * _m(which, "beta")
-    return JinConstants(lam=1.0, beta=beta, floor=1.0, n_batches=pb.n_episodes,
+    lam = _jin_lam(which)
+    return JinConstants(lam=lam, beta=beta, floor=lam, n_batches=pb.n_episodes,
                         switch_ratio=1.0, n_max=pb.n_episodes, name=which)
 
 
@@ -226,7 +233,7 @@ def _private_jin(pb: Problem, which: str, s_tree: float, levels: int, n_rel: int
     lam_t = goe_opnorm_bound(s_tree * math.sqrt(levels), d, p / (3.0 * H * max(n_rel, 1)))
     y = gauss_norm_bound(sigma_vec, d, p / (3.0 * H * max(n_vec, 1)))
     lam_t *= _m(which, "shift")
-    floor = 1.0 + lam_t
+    floor = _jin_lam(which) + lam_t
     beta = (d * H * math.sqrt(_jin_iota(pb)) + (H + 1) * math.sqrt(3.0 * d * lam_t)
             + y / math.sqrt(floor)) * _m(which, "beta")
     return 2.0 * lam_t, floor, beta
@@ -272,7 +279,7 @@ def luyo_constants(pb: Problem, rho: float, which: str = "theory", *, delta: flo
         sigma = vector_scale(rho / 2, pb.horizon * max(n_rel, 1), pb.horizon + 1)
     shift, floor, beta = _private_jin(pb, which, s_tree, tree_levels(B), max(n_rel, 1), sigma,
                                       max(n_rel, 1))
-    return JinConstants(lam=1.0, beta=beta, shift=shift, floor=floor, n_batches=B,
+    return JinConstants(lam=_jin_lam(which), beta=beta, shift=shift, floor=floor, n_batches=B,
                         switch_ratio=1.0, n_max=pb.n_episodes, noise_gram=s_tree,
                         noise_vec=sigma, name=which)
 
@@ -300,13 +307,13 @@ def ngo_constants(pb: Problem, rho: float, which: str = "theory", *, switch_rati
     s_tree = 0.0 if math.isinf(rho) else tree_gram_scale(rho / 2, H, K)
     lam_t = goe_opnorm_bound(s_tree * math.sqrt(tree_levels(K)), d, p / (3.0 * H * K))
     if n_max is None:
-        base = 1.0 + lam_t * _m(which, "shift")
+        base = _jin_lam(which) + lam_t * _m(which, "shift")
         per_h = d * math.log(1.0 + K / (d * base)) / math.log(max(switch_ratio, 1.0 + 1e-12))
         n_max = math.ceil(H * per_h * _m(which, "n_max"))
     n_max = int(min(max(int(n_max), 1), K))
     sigma = 0.0 if math.isinf(rho) else vector_scale(rho / 2, H * n_max, H + 1)
     shift, floor, beta = _private_jin(pb, which, s_tree, tree_levels(K), K, sigma, n_max)
-    return JinConstants(lam=1.0, beta=beta, shift=shift, floor=floor, n_batches=K,
+    return JinConstants(lam=_jin_lam(which), beta=beta, shift=shift, floor=floor, n_batches=K,
                         switch_ratio=float(switch_ratio), n_max=n_max, noise_gram=s_tree,
                         noise_vec=sigma, name=which)
 
