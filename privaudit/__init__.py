@@ -5,6 +5,8 @@ differentially private statistics of them, train offline policies (DP-APVI,
 DP-VAPVI and their non-private baselines) and audit DP claims empirically.
 """
 
+from privaudit.resources import SampleData, sample_dir
+
 __version__ = "0.1.0"
 
 #: Version of every on-disk artifact format privaudit writes (release,
@@ -33,8 +35,6 @@ def sample_data():
     >>> validate_logs(s.logs, load_spec(s.spec)).ok
     True
     """
-    from privaudit.resources import SampleData, sample_dir
-
     d = sample_dir()
     return SampleData(logs=d / "icu_sepsis_clinicians_20k.parquet", spec=d / "icu_sepsis_spec.json",
                       broken_logs=d / "broken_logs.parquet", broken_spec=d / "broken_spec.json")

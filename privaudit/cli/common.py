@@ -12,6 +12,7 @@ import click
 from privaudit.errors import PrivauditError, Terminated
 from privaudit.io_utils import json_default
 from privaudit.privacy.ledger import charges_by_this_process
+from privaudit.progress import progress_enabled
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -32,7 +33,8 @@ def handle_errors(fn: Callable) -> Callable:
             sys.exit(code)
 
         try:
-            return fn(*args, **kwargs)
+            with progress_enabled(None):  # bars on stderr when it is a terminal
+                return fn(*args, **kwargs)
         except PrivauditError as e:
             fail(f"error: {e}", e.exit_code)
         except FileExistsError as e:

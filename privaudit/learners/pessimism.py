@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from privaudit import progress
 from privaudit.errors import UsageError
 
 #: Paper constants (seed 000 Alg. 1; ALGORITHMS.md 1.2 [Q:ICLR]).
@@ -269,7 +270,7 @@ def pessimistic_value_iteration(
     V = np.zeros((H + 1, S))                                    # Ṽ_{H+1} = 0 (paper indexing)
     G = np.zeros((H, S, A))
     trusted_all = np.zeros((H, S, A), dtype=bool)
-    for h in range(H - 1, -1, -1):                              # Alg. 1 loop: h = H, ..., 1 (paper) = H-1..0
+    for h in progress.iterate(range(H - 1, -1, -1), H, "backward pass", "step"):  # Alg. 1: h = H..1 (paper)
         P_h = np.asarray(P_at(h), dtype=np.float64).reshape(S * A, S)
         r_h = np.asarray(r_at(h), dtype=np.float64)
         n_h = np.asarray(n_at(h), dtype=np.float64)

@@ -44,6 +44,7 @@ from privaudit import FORMAT_VERSION, __version__
 from privaudit.data.bounding import BoundingReport
 from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.errors import PrivauditError, UsageError
+from privaudit import progress
 from privaudit.fmt import num
 from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
 from privaudit.privacy import mechanisms, sensitivity
@@ -618,7 +619,8 @@ def _write_transitions(tmp: Path, spec: DomainSpec, plan: dict, budget: Budget, 
             writer.write(h, values)
 
     pending = None
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=1) as pool, \
+            progress.bar(1 if stationary else spec.H, "release: noisy transition slices", "step") as shown:
         try:
             while True:
                 with clock.stage("read_count"):  # scatter of the next exact h-slice
@@ -633,6 +635,7 @@ def _write_transitions(tmp: Path, spec: DomainSpec, plan: dict, budget: Budget, 
                 if pending is not None:
                     pending.result()
                 pending = pool.submit(timed_write, h, noisy)
+                shown.update(1)
             if pending is not None:
                 pending.result()
                 pending = None

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from privaudit import progress
 from privaudit.learners.linear.data import LinearData, StepData
 from privaudit.mdp.features import FeatureMap
 
@@ -264,7 +265,7 @@ def backward_pass(data: LinearData, fmap: FeatureMap, *, lam: float, penalty_sca
     I = np.eye(d)
     w_all, Li_all, Q_all = np.zeros((H, d)), np.zeros((H, d, d)), np.zeros((H, S, A))
     V_next = np.zeros(S)  # V_H = 0 (paper: V_{H+1} = 0)
-    for h in range(H - 1, -1, -1):
+    for h in progress.iterate(range(H - 1, -1, -1), H, "backward pass", "step"):
         z = noise(h) if noise is not None else None  # fresh draws for this h only
         cap = float(H - h)  # paper's H - h + 1
         st = data.steps[h]
