@@ -144,6 +144,8 @@ def _amount(name: str, value) -> tuple[Fraction, str]:
     problem = _amount_problem(frac)
     if problem:
         raise UsageError(f"`{name}` {problem}. Found {value!r}.")
+    if isinstance(value, float):
+        text = _fmt(frac)  # the same exact decimal, as users write it: 1.0 -> "1", 0.25 -> "0.25"
     return frac, text
 
 

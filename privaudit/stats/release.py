@@ -515,7 +515,8 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, stationary, n
             _write_transitions(tmp, spec, plan, budget, transitions, rng_trans, noise, stationary, clock)
             atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2) + "\n")
             if ledger is not None:
-                ledger_mod.charge(Path(ledger), spec.dataset_id, charge_rho, _ledger_description(out, budget),
+                ledger_mod.charge(Path(ledger), spec.dataset_id, charge_rho,
+                                  _ledger_description(Path(run_output), budget),
                                   run=run, output=run_output)
     finally:
         del exact, transitions
@@ -592,8 +593,8 @@ def check_release_size(spec: DomainSpec, *, stationary: bool, n_sa_families: int
 
 
 def _ledger_description(out: Path, budget: Budget) -> str:
-    what = (f"rho={budget.rho!r}" if budget.mechanism == "gaussian"
-            else f"laplace epsilon={budget.epsilon!r} (charged rho=eps^2/2)")
+    what = (f"rho={num(budget.rho, 12)}" if budget.mechanism == "gaussian"
+            else f"laplace epsilon={num(budget.epsilon, 12)} (charged rho=eps^2/2)")
     return f"release {out.name}: {budget.mechanism}, {what}"
 
 
