@@ -7,9 +7,14 @@ and is refused (exit 3) when the budget would be exceeded.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import click
 
 from privaudit.cli.common import echo_json, handle_errors
+from privaudit.errors import UsageError
+from privaudit.io_utils import check_writable
+from privaudit.privacy.ledger import charge, init_ledger, ledger_status, rho_of_pure_dp, upgrade_ledger
 
 
 @click.group("budget", short_help="Create or show a privacy-budget ledger (append-only, exact amounts).")
@@ -37,8 +42,6 @@ def init_cmd(file, dataset_id, rho_total, as_json):
 
     Example: privaudit budget init icu.ledger --dataset icu-2024 --rho-total 2
     """
-    from privaudit.io_utils import check_writable
-    from privaudit.privacy.ledger import init_ledger
 
     check_writable(file, "FILE")
     head = init_ledger(file, dataset_id, rho_total)
@@ -57,7 +60,6 @@ def show_cmd(file, as_json):
 
     Example: privaudit budget show icu.ledger --json
     """
-    from privaudit.privacy.ledger import ledger_status
 
     st = ledger_status(file)
     if as_json:
@@ -84,7 +86,6 @@ def show_cmd(file, as_json):
 
 def _readable(exact: str) -> str:
     """An exact amount as written when short (<= 16 characters), else '~' and 6 significant digits."""
-    from fractions import Fraction
 
     text = exact.split(" ")[0]  # 'p/q (~float)' -> 'p/q'
     if len(exact) <= 16:
@@ -100,7 +101,6 @@ def upgrade_cmd(file):
 
     Check its entries with `budget show` first. Example: privaudit budget upgrade icu.ledger
     """
-    from privaudit.privacy.ledger import upgrade_ledger
 
     st = upgrade_ledger(file)
     click.echo(f"chained {file} (format_version {st['format_version']}, {st['auth']}); "
@@ -120,8 +120,6 @@ def charge_cmd(file, dataset_id, rho, epsilon, description, as_json):
 
     Example: privaudit budget charge icu.ledger --dataset icu-2024 --rho 0.25 --description "manual table"
     """
-    from privaudit.errors import UsageError
-    from privaudit.privacy.ledger import charge, rho_of_pure_dp
 
     if (rho is None) == (epsilon is None):
         raise UsageError("give exactly one of --rho or --epsilon.")

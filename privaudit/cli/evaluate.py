@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from privaudit.cli.common import echo_json, handle_errors
+from privaudit.errors import ArtifactError, UsageError
+from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
+from privaudit.learners.policy import load_policy, load_policy_table
+from privaudit.mdp.evaluation import evaluate_report, resolve_mdp
+from privaudit.spec import load_spec
 
 
 @click.command("evaluate", short_help="Exact value of a policy on a known MDP, next to the optimal value.")
@@ -48,18 +55,9 @@ def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
       privaudit evaluate pol --mdp synthetic-linear --instance-seed 3
       privaudit evaluate pol --mdp synthetic-linear --spec spec.json
     """
-    from pathlib import Path
-
-    from privaudit.errors import ArtifactError, UsageError
-    from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
-    from privaudit.learners.policy import load_policy_table
-    from privaudit.mdp.evaluation import evaluate_report, resolve_mdp
-    from privaudit.spec import load_spec
 
     spec = load_spec(spec_path) if spec_path else None
     if Path(policy).is_dir():
-        from privaudit.learners.policy import load_policy
-
         pol = load_policy(policy)
         if str(pol.parameters.get("table", "")).startswith(PLACEHOLDER_TABLE):
             raise UsageError(

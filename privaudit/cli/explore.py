@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import sys
+from pathlib import Path
+
 import click
+from tqdm import tqdm
 
 from privaudit.cli.common import echo_json, handle_errors, stderr_is_tty
-from privaudit.online.env import ENV_NAMES
-from privaudit.online.explore import ALGORITHMS
+from privaudit.errors import UsageError
+from privaudit.online.env import ENV_NAMES, make_env
+from privaudit.online.explore import ALGORITHMS, run_explore, validate_budget, write_explore
 
 _HELP = """Run an online explorer for K users (--episodes), one episode each, on a
 simulated environment, and write its exact per-episode regret.
@@ -65,14 +71,6 @@ Example:
 @handle_errors
 def command(algo, env_name, episodes, epsilon, rho, delta, constants, beta, seed, world_key, horizon, states,
             actions, instance_seed, out, overwrite, as_json):
-    import math
-    import sys
-    from pathlib import Path
-
-    from privaudit.errors import UsageError
-    from privaudit.online.env import make_env
-    from privaudit.online.explore import run_explore, validate_budget, write_explore
-
     if Path(out).exists() and not overwrite:
         raise UsageError(f"{out} already exists; choose another --out or pass --overwrite.")
     budget = validate_budget(algo, epsilon, rho, delta)
@@ -80,7 +78,6 @@ def command(algo, env_name, episodes, epsilon, rho, delta, constants, beta, seed
                    instance_seed=instance_seed)
     bar = None
     if stderr_is_tty() and not as_json:
-        from tqdm import tqdm
         bar = tqdm(total=episodes, desc=f"{algo} on {env.name}", unit="user", file=sys.stderr)
     try:
         agent, res = run_explore(env, algo, episodes, budget, constants=constants, beta=beta, seed=seed,

@@ -5,6 +5,9 @@ from __future__ import annotations
 import click
 
 from privaudit.cli.common import echo_json, handle_errors
+from privaudit.io_utils import check_writable
+from privaudit.pipeline import run_pipeline
+from privaudit.pipeline.report import format_table
 
 _HELP = """Run the main job end to end on LOGS into the folder DIR (--out):
 validate the logs against SPEC, release DP counts, train DP-APVI on the
@@ -79,10 +82,6 @@ Examples:
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stationary, audit_trials, linear_share,
             seed, overwrite, ledger, as_json):
-    from privaudit.pipeline import run_pipeline
-    from privaudit.io_utils import check_writable
-    from privaudit.pipeline.report import format_table
-
     check_writable(out, "--out")  # before the logs are read or any budget is checked
     summary = run_pipeline(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp, seed=seed,
                            stationary=stationary, audit_trials=audit_trials, linear_share=linear_share,

@@ -6,6 +6,8 @@ import click
 
 from privaudit.cli.common import echo_json, handle_errors
 from privaudit.fmt import num
+from privaudit.io_utils import check_writable
+from privaudit.stats.release import release_logs
 
 _HELP = """Release noisy visit counts n_h(s,a), transition counts n_h(s,a,s') and,
 unless the spec declares the reward public, reward sums R_h(s,a) of the
@@ -56,9 +58,6 @@ Example:
 @click.option("--json", "as_json", is_flag=True, help="Print only a JSON summary (the manifest path and guarantee).")
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, as_json):
-    from privaudit.io_utils import check_writable
-    from privaudit.stats.release import release_logs
-
     check_writable(out, "--out")  # before the logs are read or any budget is checked
     info = release_logs(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
                         stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed,

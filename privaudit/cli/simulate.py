@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 import numpy as np
 
 from privaudit.cli.common import echo_json, handle_errors
+from privaudit.errors import UsageError
+from privaudit.io_utils import check_writable
+from privaudit.mdp.io import save_mdp
 from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
+from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
+from privaudit.spec import DomainSpec, write_spec
 
 _HELP = """Simulate N (--episodes) episodes of a behaviour policy in MDP and write them as
 a Parquet log in the standard schema (episode_id, step, state, action,
@@ -51,14 +58,6 @@ Example:
 @handle_errors
 def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon, states, actions,
             instance_seed, dataset_id, overwrite, as_json):
-    from pathlib import Path
-
-    from privaudit.errors import UsageError
-    from privaudit.io_utils import check_writable
-    from privaudit.mdp.io import save_mdp
-    from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
-    from privaudit.spec import DomainSpec, write_spec
-
     targets = [Path(p) for p in (out, spec_out, mdp_out) if p]
     if len({t.resolve() for t in targets}) != len(targets):
         raise UsageError("--out, --spec-out and --mdp-out must be different files.")

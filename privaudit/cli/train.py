@@ -7,7 +7,13 @@ from pathlib import Path
 import click
 
 from privaudit.cli.common import echo_json, handle_errors
+from privaudit.errors import UsageError
+from privaudit.io_utils import check_writable, output_lock
 from privaudit.learners import registry
+from privaudit.learners.linear.logs import local_log_path, train_from_logs as linear_train_from_logs
+from privaudit.learners.policy import save_policy
+from privaudit.learners.train import check_out_free, train_from_logs, train_from_release
+from privaudit.spec import load_spec
 
 ALGOS = registry.names()
 
@@ -86,11 +92,6 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
       privaudit train logs.parquet --spec spec.json --algo apvi --out pol_nonprivate
       privaudit train logs.parquet --spec lin_spec.json --algo dp-vapvi --rho 1 --out pol_lin
     """
-    from privaudit.errors import UsageError
-    from privaudit.io_utils import check_writable, output_lock
-    from privaudit.learners.policy import save_policy
-    from privaudit.learners.train import check_out_free
-    from privaudit.spec import load_spec
 
     def say(msg: str) -> None:
         click.echo(msg, err=True)
@@ -118,8 +119,6 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     linear_algos, private_algos = registry.names(family="linear"), registry.names(private=True)
 
     if release_dir is not None:
-        from privaudit.learners.train import train_from_release
-
         if budget_given or ledger is not None or seed is not None:
             raise UsageError("--release trains on an existing release and spends nothing more: "
                              "--rho/--epsilon/--delta/--ledger/--seed do not apply.")
@@ -133,8 +132,6 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         check_out_free(out)
         if algo not in private_algos:
             say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private.")
-        from privaudit.learners.linear.logs import local_log_path
-        from privaudit.learners.linear.logs import train_from_logs as linear_train_from_logs
 
         if ledger is not None and algo not in private_algos:
             raise UsageError(f"--algo {algo} is not private: it spends no budget, so --ledger does not apply.")
@@ -156,8 +153,6 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         say(f"private log (bounding facts; do not share): {log_path}")
         release_used = None
     else:
-        from privaudit.learners.train import train_from_logs
-
         if spec is None:
             raise UsageError("LOGS needs --spec SPEC (the public domain of the logs).")
         release_used = release_dir_for(out) if algo in private_algos else None

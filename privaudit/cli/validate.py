@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from privaudit.cli.common import echo_json, handle_errors
+from privaudit.data.validate import RULES, validate_logs
+from privaudit.spec import load_spec
 
 _HELP = """Check trajectory logs against a domain spec; writes nothing.
 
@@ -37,9 +39,6 @@ spec error.
               help="Most examples listed per broken rule (counts are always complete).")
 @handle_errors
 def command(logs: str, spec_path: str, as_json: bool, max_errors: int) -> None:
-    from privaudit.data.validate import RULES, validate_logs
-    from privaudit.spec import load_spec
-
     spec = load_spec(spec_path)
     report = validate_logs(logs, spec, max_errors=max_errors)
     if as_json:
