@@ -173,7 +173,7 @@ class DPVAPVIMechanism:
                 "v": {"mechanism": "gaussian", "scale": sc.sigma_v},
                 "r_plus_v": {"mechanism": "gaussian", "scale": sc.sigma_r}}
 
-    def audited_claim(self, delta: float, rho_total: float | None = None):
+    def audited_claim(self, delta: float, rho_total: float | None = None, kind: str = "generic"):
         """The accounting's claim for the output: len(statistics) * rho_0 zCDP, rho_0 = rho / (5H).
 
         Parameters
@@ -183,11 +183,14 @@ class DPVAPVIMechanism:
         rho_total : float, optional
             The total rho claimed for a DP-VAPVI run (default: the budget this
             adapter runs at; give the claim's when auditing a mis-stated claim).
+        kind : {"generic", "gaussian"}
+            ``gaussian`` opts in to the GDP test (valid here: continuous float
+            Gaussian noise on the statistics).
         """
         from privaudit.audit.model import Claim
 
         rho = self.budget.rho if rho_total is None else float(rho_total)
-        return Claim.from_rho(len(self.statistics) * rho / (5 * self.spec.horizon), delta, kind="gaussian")
+        return Claim.from_rho(len(self.statistics) * rho / (5 * self.spec.horizon), delta, kind=kind)
 
     def describe(self) -> str:
         return (f"dp-vapvi at rho={self.budget.rho:g}: noisy {', '.join(self.statistics)} of step h=H-1 "

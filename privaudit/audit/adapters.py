@@ -107,13 +107,30 @@ class _LibraryStatistics:
         state.pop("_d_prime", None)
         return state
 
-    def claim(self):
-        """The claim the release manifest would state (CKS conversion for rho)."""
+    def claim(self, kind: str = "generic"):
+        """The claim the release manifest would state (CKS conversion for rho).
+
+        Parameters
+        ----------
+        kind : {"generic", "gaussian"}
+            ``gaussian`` opts in to the GDP test; allowed only for Gaussian
+            noise in ``rounded`` mode (continuous Gaussian noise, then
+            rounded: a post-processing of a sqrt(2 rho)-GDP mechanism).
+
+        Raises
+        ------
+        UsageError
+            ``gaussian`` with Laplace or exact (discrete Gaussian) noise.
+        """
         from privaudit.audit.model import Claim
 
+        gdp_ok = self.budget.mechanism == "gaussian" and self.noise_mode == "rounded"
+        if kind == "gaussian" and not gdp_ok:
+            raise UsageError(f"the GDP test is valid only for continuous Gaussian noise (rounded); this release "
+                             f"uses {self.budget.mechanism} noise in {self.noise_mode!r} mode: use the generic test.")
         if self.budget.mechanism == "laplace":
             return Claim.from_epsilon(self.budget.epsilon, 0.0)
-        return Claim.from_rho(self.budget.rho, self.delta or 1e-5, kind="gaussian")
+        return Claim.from_rho(self.budget.rho, self.delta or 1e-5, kind=kind)
 
     def declared_sensitivity(self) -> dict:
         return {f: {"l1": p["l1"], "l2": p["l2"]} for f, p in self.plan.items()}

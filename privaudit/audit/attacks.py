@@ -4,8 +4,9 @@ Each candidate maps a batch of flattened outputs ``X`` of shape (n, d) to a
 score of shape (n,); larger means "looks like D'". An event is
 ``{score > t}`` (direction "+") or ``{score <= t}`` (direction "-"). The
 candidates are fitted on the selection split only; the runner then chooses
-one (candidate, threshold) per direction on that split and counts it on the
-independent evaluation split (AUDITING.md 4.1-4.5).
+one (candidate, threshold, direction) on the other half of that split
+(cross-fitting) and counts it on the independent evaluation split
+(AUDITING.md 4.1-4.5).
 
 The battery covers the bug classes of AUDITING.md that reach a count
 release:
@@ -27,6 +28,11 @@ release:
   data, whose low-order digits then carry the data (B1-B3 "granularity");
 * ``laplace_lr``: sum over cells of |y - median_D| - |y - median_D'|, the
   Neyman-Pearson statistic for Laplace noise (AUDITING.md 4.2);
+* ``numpy_laplace_lattice``, ``numpy_normal_lattice``,
+  ``any_float_noise_lattice`` (float outputs, when the noise-free values are
+  known): is y reachable as fl(c + z) from D's value c and from D''s, for a
+  z numpy's Laplace / normal sampler can produce, or for any float z
+  (:mod:`privaudit.audit.samplers`; Mironov 2012, Jin et al. 2022);
 * user or adapter scores (e.g. "the policy acts as the canary did").
 """
 
@@ -37,6 +43,8 @@ from typing import Callable
 
 import numpy as np
 
+from privaudit.audit.samplers import sampler_scores
+
 #: Dimension above which the Fisher discriminant is skipped (d x d covariance).
 FISHER_MAX_DIM = 400
 #: Cells used by the granularity candidates.
@@ -45,6 +53,9 @@ GRANULARITY_CELLS = 8
 #: per dataset when noise on a grid coarser than 2^-m is added to real data.
 GRANULARITY_BITS = (8, 16, 24)
 _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
+#: Outputs on a 2^-30 grid (integers, snapped values) carry no float-sampler lattice: the
+#: known-sampler scores are fitted only for finer outputs.
+COARSE_GRID_BITS = 30
 
 
 def finite(X: np.ndarray) -> np.ndarray:
@@ -104,15 +115,23 @@ def _lr_table(k0: np.ndarray, k1: np.ndarray):
     return lookup, len(uniq)
 
 
-def fit_candidates(X0: np.ndarray, X1: np.ndarray, extra: list[Candidate] | None = None) -> list[Candidate]:
-    """Fit the battery of candidate scores on the selection split.
+def fit_candidates(X0: np.ndarray, X1: np.ndarray, extra: list[Candidate] | None = None,
+                   hint: dict | None = None) -> list[Candidate]:
+    """Fit the battery of candidate scores on the fitting half of the selection split.
 
     Parameters
     ----------
     X0, X1 : ndarray, shape (n0, d), (n1, d)
-        Flattened outputs on D and on D' (selection split only).
+        Flattened outputs on D and on D' (fitting runs only; the event is
+        chosen on other runs).
     extra : list of Candidate, optional
         Fixed scores (user ``--score``, adapter scores) appended unchanged.
+    hint : dict, optional
+        ``c0``, ``c1`` (noise-free value of each output cell on D and D',
+        shape (d,)) and ``scale`` (declared noise scale per cell, or None):
+        enables the float side-channel scores of
+        :mod:`privaudit.audit.samplers` (known-sampler lattices of numpy's
+        Laplace and normal samplers, and the sampler-free round trip).
 
     Returns
     -------
@@ -167,6 +186,9 @@ def fit_candidates(X0: np.ndarray, X1: np.ndarray, extra: list[Candidate] | None
             Y = finite(np.asarray(X)[:, j])
             return (np.abs(Y - a) - np.abs(Y - b)).sum(axis=1)
         out.append(Candidate("laplace_lr", laplace_lr, {"kind": "likelihood_ratio", "cells": int(moved.size)}))
+    coarse = _is_integer(X0 * 2.0 ** COARSE_GRID_BITS).all() and _is_integer(X1 * 2.0 ** COARSE_GRID_BITS).all()
+    if hint is not None and not coarse:  # float outputs finer than a 2^-30 grid only
+        out += [Candidate(name, fn, info) for name, fn, info in sampler_scores(X0, X1, hint)]
     return out + list(extra or [])
 
 

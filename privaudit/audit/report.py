@@ -112,8 +112,14 @@ class AuditReport:
     @classmethod
     def from_events(cls, *, mechanism, claim, confidence, pair, graybox, selection_trials,
                     evaluation_trials, rng_mode, resolution, runtime_s, events, candidates,
-                    batched, output_shape, trials, alpha_per_bound) -> "AuditReport":
-        """Build the report from the two evaluated events (one per direction)."""
+                    batched, output_shape, trials, alpha_per_bound, float_sampler=None) -> "AuditReport":
+        """Build the report from the evaluated event (one, in the direction chosen on the selection split).
+
+        ``epsilon_lower_bound`` is the generic (epsilon, delta) bound, valid for
+        every claim. Only when the claim opted in to the GDP test
+        (``claim.kind == "gaussian"``) may a GDP-derived epsilon replace it,
+        and ``method.epsilon_lower_bound_from`` then says so.
+        """
         d = cls._base(mechanism, claim, confidence, pair, graybox, selection_trials, evaluation_trials,
                       rng_mode, resolution, runtime_s)
         eps_generic = max(e["epsilon_lower_bound"] for e in events)
@@ -122,10 +128,11 @@ class AuditReport:
         gaussian_valid = claim.kind == "gaussian"
         if gaussian_valid:
             eps_lb = max(eps_generic, eps_gdp)
+            source = "gaussian (GDP test, opted in)" if eps_gdp > eps_generic else "generic"
             violated = eps_lb > claim.epsilon or mu_lb > claim.mu
             test = "gaussian"
         else:
-            eps_lb = eps_generic
+            eps_lb, source = eps_generic, "generic"
             violated = eps_generic > claim.epsilon
             test = "generic"
         violated = violated or graybox["violation"]
@@ -135,13 +142,18 @@ class AuditReport:
         if graybox["violation"]:
             msgs.append("gray-box: a pre-noise statistic changes by more than its declared sensitivity")
         if gaussian_valid and mu_lb > claim.mu:
-            msgs.append(f"GDP test: mu lower bound {mu_lb:.4g} > claimed mu {claim.mu:.4g}: the mechanism is not "
-                        "the Gaussian mechanism its claim describes")
+            msgs.append(f"GDP test (opted in): mu lower bound {mu_lb:.4g} > claimed mu {claim.mu:.4g}: the mechanism "
+                        "is not the Gaussian mechanism its claim describes (valid only if the claim is mu-GDP)")
         if eps_lb > claim.epsilon:
-            msgs.append(f"epsilon lower bound {eps_lb:.4g} > claimed epsilon {claim.epsilon:.4g} at delta {claim.delta:g}")
+            msgs.append(f"epsilon lower bound {eps_lb:.4g} ({source}) > claimed epsilon {claim.epsilon:.4g} "
+                        f"at delta {claim.delta:g}")
+        if float_sampler and float_sampler.get("sampler") in ("numpy_laplace", "numpy_normal"):
+            msgs.append(f"float outputs: every checked output of D lies on the lattice of {float_sampler['sampler']} "
+                        f"(numpy Generator.{float_sampler['sampler'].split('_')[1]}) plus its count; "
+                        f"evidence {float_sampler['evidence']}")
         weak = [f for f in graybox.get("families", []) if f.get("l2") is not None and f.get("declared_l2")
                 and f["l2"] < 0.5 * f["declared_l2"]]
-        hint = ("" if (pair or {}).get("kind") == "canary-repeat"
+        hint = ("" if (pair or {}).get("kind") in ("canary-repeat", "synthetic-repeat")
                 else " (e.g. --canary repeat for statistics pooled over h)")
         if (pair or {}).get("warning"):
             msgs.append(f"pair: {pair['warning']}")
@@ -160,16 +172,26 @@ class AuditReport:
             "method": {
                 "test": test,
                 "valid_for_claim": ["generic", "gaussian"] if gaussian_valid else ["generic"],
+                "epsilon_lower_bound_from": source,
                 "bounds": "one-sided Clopper-Pearson",
-                "selection": "events chosen on a selection split, counted on an independent evaluation split",
-                "bonferroni": {"directions": 2, "bounds_per_direction": 2, "alpha_per_bound": alpha_per_bound},
+                "selection": "cross-fitted: scores fitted on one half of the selection split, (score, threshold, "
+                             "direction) chosen on the other half, counted on an independent evaluation split",
+                "bonferroni": {"events": 1, "bounds_per_event": 2, "alpha_per_bound": alpha_per_bound,
+                               "why": "the claim is symmetric in (D, D'), so one event in the direction chosen "
+                                      "on the selection split tests it"},
                 "generic": {"epsilon_lower_bound": eps_generic, "valid": True,
-                            "formula": "max over directions of ln((CP_L(TPR) - delta) / CP_U(FPR))"},
+                            "formula": "ln((CP_L(TPR) - delta) / CP_U(FPR))"},
                 "gaussian": {"mu_lower_bound": mu_lb, "epsilon_lower_bound": eps_gdp, "valid": gaussian_valid,
                              "claimed_mu": claim.mu,
+                             "meaning": ("opted in: the claim is read as mu-GDP (a post-processing of continuous "
+                                         "Gaussian noise); a mu lower bound above the claimed mu is a violation"
+                                         if gaussian_valid else
+                                         "not opted in: shown for information only, not a test of this claim "
+                                         "(rho-zCDP or (epsilon, delta)-DP does not imply mu-GDP)"),
                              "formula": "mu = Phi^-1(1 - FPR_UB) - Phi^-1(FNR_UB), eps from the GDP privacy profile"},
                 "batched": batched, "output_shape": output_shape,
             },
+            "float_sampler": float_sampler,
             "events": events,
             "chosen_event": {k: v for k, v in best.items() if k != "roc"},
             "candidates": candidates,

@@ -6,19 +6,29 @@ avoided as noted):
 1. Gray-box check (zero samples): when the mechanism exposes its pre-noise
    statistics, their L1/L2 change between D and D' is compared with the
    declared sensitivity; an excess is a violation finding.
-2. Selection split: ``n_sel`` runs per side. The candidate scores of
-   :mod:`privaudit.audit.attacks` are fitted on it, and for each direction
-   ("+": event {score > t} supports D'; "-": {score <= t} supports D) one
-   (candidate, threshold) is chosen by the plug-in prediction of its bound.
+2. Selection split: ``n_sel`` runs per side (10% of the trials, at least
+   min(30%, 2000)), cross-fitted: the candidate scores of
+   :mod:`privaudit.audit.attacks` are *fitted* on its first half and one
+   (candidate, threshold, direction) is *chosen* on its second half, by the
+   bound that half itself proves simultaneously over everything tried
+   ("+": event {score > t} supports D'; "-": {score <= t} supports D). A
+   lookup table (``output_identity``) fitted and chosen on the same runs
+   would win the choice by memorising them and then score nothing.
 3. Evaluation split: ``trials - n_sel`` fresh runs per side, independent of
-   the selection split. Only the two chosen events are counted, so the only
-   multiplicity left is two directions x two one-sided bounds: each
-   Clopper-Pearson bound gets alpha / 4 (trap 1, 2). Counts are integers, no
-   randomized tie-breaking (trap 4, 5).
-4. eps_lb = max over directions of ln((CP_L(TPR) - delta) / CP_U(FPR)); for a
-   Gaussian claim also mu_lb = Phi^-1(1 - FPR_UB) - Phi^-1(FNR_UB) and its
-   eps at delta. Verdict ``violation`` when a valid bound exceeds the claim,
-   else ``no violation found`` with the resolution limit (trap 7).
+   the selection split. Only the chosen event is counted. The claim is
+   symmetric (substitution neighbours in either order; the mu-GDP trade-off
+   curve is symmetric), so one event in either direction tests it: the two
+   mirror-image directions share one choice, and each of the two one-sided
+   Clopper-Pearson bounds gets alpha / 2 (trap 1, 2). Counts are integers,
+   no randomized tie-breaking (trap 4, 5).
+4. eps_lb = ln((CP_L(TPR) - delta) / CP_U(FPR)): the generic test, valid for
+   every (eps, delta) claim and the default. With the Gaussian opt-in
+   (``Claim.kind == "gaussian"``) also mu_lb = Phi^-1(1 - FPR_UB) -
+   Phi^-1(FNR_UB) and its eps at delta, valid only if the mechanism is
+   mu-GDP (a post-processing of a continuous Gaussian mechanism; rho-zCDP
+   alone does not imply sqrt(2 rho)-GDP). Verdict ``violation`` when a valid
+   bound exceeds the claim, else ``no violation found`` with the resolution
+   limit (trap 7).
 """
 
 from __future__ import annotations
@@ -39,16 +49,21 @@ from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
 from privaudit.audit.model import Claim, FileFunction, flatten_runs, is_batched, numeric_output
 from privaudit.audit.neighbours import NeighbouringPair, make_pair
 from privaudit.audit.report import AuditReport
+from privaudit.audit.samplers import sampler_verdict
 from privaudit.errors import UsageError
 
-#: Default share of the trials used to choose the events.
-SELECTION_FRACTION = 0.3
+#: Default share of the trials used to fit and choose the event (see :func:`selection_size`).
+SELECTION_FRACTION = 0.1
+#: Default floor of the selection runs per side (capped at 30% of the trials).
+SELECTION_MIN = 2000
 #: Cells per batched chunk (memory of one chunk ~ 8 bytes x this).
 CHUNK_CELLS = 4_000_000
 #: Serial work (seconds) below which unbatched runs stay in this process.
 PARALLEL_MIN_SERIAL_S = 20.0
 #: Most thresholds tried per candidate on the selection split.
 MAX_THRESHOLDS = 3000
+#: Pooled quantiles tried as thresholds for the GDP objective.
+GDP_QUANTILES = np.linspace(0.005, 0.995, 199)
 
 
 # --------------------------------------------------------------------------- sampling
@@ -177,16 +192,34 @@ def _grid(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
     return np.unique(pooled[idx])
 
 
-def _choose(cands: list[Candidate], X0, X1, n_ev0, n_ev1, alpha_b, delta, objective):
-    """Per direction, the (candidate, threshold) with the best predicted bound."""
+def selection_size(trials: int, selection_fraction: float | None) -> int:
+    """Selection runs per side: ``selection_fraction * trials``, or by default
+    10% of the trials but at least min(30% of the trials, 2000) (a few
+    thousand runs fit and place a threshold well; more only shrinks the
+    evaluation split, whose size sets the bounds' width)."""
+    if selection_fraction is not None:
+        return max(1, int(round(trials * selection_fraction)))
+    return max(int(round(trials * SELECTION_FRACTION)), min(int(round(trials * 0.3)), SELECTION_MIN))
+
+
+def _choose(cands: list[Candidate], X0, X1, alpha_b, delta, objective):
+    """The (value, candidate, threshold, direction) with the best predicted bound on ``X0``, ``X1``.
+
+    ``X0``, ``X1`` are the *choice* half of the selection split: the
+    candidates were fitted on the other half (cross-fitting), so a score
+    that memorised its fitting runs (a lookup table) gains nothing here.
+    """
     n0, n1 = len(X0), len(X1)
-    best = {"+": (-1.0, None, None), "-": (-1.0, None, None)}
+    best = (-1.0, None, None, "+")
     for c in cands:
         s0, s1 = np.sort(c.score(X0)), np.sort(c.score(X1))
-        t = _grid(s0, s1)
+        # GDP objective: a smooth grid of pooled quantiles (the informative thresholds are central;
+        # fewer thresholds tried also means a smaller Bonferroni correction in the choice)
+        t = _grid(s0, s1) if objective != "gaussian" else np.unique(
+            np.quantile(np.concatenate([s0, s1]), GDP_QUANTILES, method="inverted_cdf"))
         gt0 = n0 - np.searchsorted(s0, t, side="right")
         gt1 = n1 - np.searchsorted(s1, t, side="right")
-        # Score each event by the bound the selection split itself proves, simultaneously over
+        # Score each event by the bound the choice half itself proves, simultaneously over
         # every event tried (Bonferroni over candidates x thresholds x directions). A plug-in
         # estimate, or a per-event bound, favours far-tail events whose few counts are mostly
         # noise (winner's curse) and that then fail on the evaluation split.
@@ -195,8 +228,11 @@ def _choose(cands: list[Candidate], X0, X1, n_ev0, n_ev1, alpha_b, delta, object
         minus = B.predict_objective(n1 - gt1, n0 - gt0, n1, n0, n1, n0, a_sel, delta, objective)
         for d, v in (("+", plus), ("-", minus)):
             i = int(np.argmax(v))
-            if v[i] > best[d][0]:
-                best[d] = (float(v[i]), c, float(t[i]))
+            if v[i] > best[0]:
+                best = (float(v[i]), c, float(t[i]), d)
+    if best[1] is None:  # nothing predicted above 0: keep the first candidate at its median
+        c = cands[0]
+        best = (0.0, c, float(np.median(np.concatenate([c.score(X0), c.score(X1)]))), "+")
     return best
 
 
@@ -221,7 +257,7 @@ def default_canary(mechanism) -> str:
 
 def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, *, claim: Claim,
               pair: NeighbouringPair | None = None, canary: str | None = None, trials: int = 100_000,
-              confidence: float = 0.95, selection_fraction: float = SELECTION_FRACTION,
+              confidence: float = 0.95, selection_fraction: float | None = None,
               scores: Sequence[tuple[str, Callable]] = (), seed: int | None = None,
               n_jobs: int | None = None, graybox: bool = True, stop_on_graybox: bool = True,
               mechanism_name: str | None = None, progress: bool | None = None) -> AuditReport:
@@ -247,8 +283,9 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         Runs per side (selection + evaluation), >= 20.
     confidence : float
         1 - alpha, the probability that a reported lower bound is valid.
-    selection_fraction : float
-        Share of the trials that choose the events, in (0, 1).
+    selection_fraction : float or None
+        Share of the trials that fit and choose the event, in (0, 1); None:
+        :func:`selection_size` (10%, at least min(30%, 2000) runs).
     scores : sequence of (name, fn)
         User scores ``fn(outputs: (n, *shape)) -> (n,)``, larger = more like D'.
     seed : int or None
@@ -279,7 +316,7 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         raise UsageError(f"`--trials` must be an integer >= 20. Found {trials!r}.")
     if not 0.5 <= confidence < 1:
         raise UsageError(f"`--confidence` must lie in [0.5, 1). Found {confidence}.")
-    if not 0 < selection_fraction < 1:
+    if selection_fraction is not None and not 0 < selection_fraction < 1:
         raise UsageError(f"`selection_fraction` must lie in (0, 1). Found {selection_fraction}.")
     rng = np.random.default_rng(seed)
     r_pair, r_sel, r_ev = rng.spawn(3)
@@ -292,11 +329,12 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     mech = mechanism.prepare(pair.d, pair.d_prime) if hasattr(mechanism, "prepare") else mechanism
     name = mechanism_name or getattr(mechanism, "name", None) or getattr(mechanism, "__name__", repr(mechanism))
     alpha = 1 - confidence
-    alpha_b = alpha / 4  # 2 directions x (TPR lower, FPR upper)
-    n_sel = max(1, int(round(trials * selection_fraction)))
+    alpha_b = alpha / 2  # one chosen event (either direction) x (TPR lower, FPR upper)
+    n_sel = selection_size(int(trials), selection_fraction)
     n_ev = int(trials) - n_sel
-    if n_ev < 10 or n_sel < 10:
-        raise UsageError(f"`--trials` {trials} leaves {n_sel} selection and {n_ev} evaluation runs; both need >= 10.")
+    if n_ev < 10 or n_sel < 20:
+        raise UsageError(f"`--trials` {trials} leaves {n_sel} selection and {n_ev} evaluation runs; they need "
+                         ">= 20 and >= 10.")
     gb = graybox_check(mech, pair, claim.delta) if graybox else {"checked": False, "violation": False, "families": []}
     base = dict(mechanism=str(name), claim=claim, confidence=confidence, pair=pair.description,
                 graybox=gb, selection_trials=n_sel, evaluation_trials=n_ev,
@@ -325,50 +363,80 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         extra = [fixed_candidate(n, f, sampler.shape) for n, f in scores]
         if hasattr(mech, "attack_scores"):
             extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
-        cands = fit_candidates(X0, X1, extra)
+        nf = n_sel // 2  # cross-fitting: fit on the first half, choose on the second
+        cands = fit_candidates(X0[:nf], X1[:nf], extra, hint=_sampler_hint(mech, pair, X0[:nf], X1[:nf]))
         objective = "gaussian" if claim.kind == "gaussian" else "generic"
-        chosen = _choose(cands, X0, X1, n_ev, n_ev, alpha_b, claim.delta, objective)
+        _, cand, t, d = _choose(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective)
         del X0, X1
-        ev_scores = {d: ([], []) for d in "+-"}
+        ev_scores = ([], [])
         per = max(1, CHUNK_CELLS // max(1, int(np.prod(sampler.shape))))
         sizes = [min(per, n_ev - s) for s in range(0, n_ev, per)]
         for size, child in zip(sizes, r_ev.spawn(len(sizes))):
             c0, c1 = child.spawn(2)
             for side, data, r in ((0, pair.d, c0), (1, pair.d_prime, c1)):
                 X = sampler.draw(data, size, r)
-                for d in "+-":
-                    ev_scores[d][side].append(chosen[d][1].score(X))
+                ev_scores[side].append(cand.score(X))
     finally:
         sampler.close()
         if bar:
             bar.close()
-    events = []
-    for d in "+-":
-        _, cand, t = chosen[d]
-        e0, e1 = np.concatenate(ev_scores[d][0]), np.concatenate(ev_scores[d][1])
-        gt0, gt1 = int((e0 > t).sum()), int((e1 > t).sum())
-        if d == "+":  # event {s > t}: positives are D' runs
-            fp, tp, n_fp, n_tp = gt0, gt1, n_ev, n_ev
-        else:         # event {s <= t}: positives are D runs
-            fp, tp, n_fp, n_tp = n_ev - gt1, n_ev - gt0, n_ev, n_ev
-        fpr_ub = float(B.cp_upper(fp, n_fp, alpha_b))
-        tpr_lb = float(B.cp_lower(tp, n_tp, alpha_b))
-        events.append({
-            "direction": "D' vs D" if d == "+" else "D vs D'",
-            "candidate": cand.name, "candidate_info": cand.info,
-            "event": f"score > {t:.6g}" if d == "+" else f"score <= {t:.6g}", "threshold": t,
-            "counts": {"false_positives": fp, "negatives_evaluated": n_fp,
-                       "true_positives": tp, "positives_evaluated": n_tp},
-            "fpr": fp / n_fp, "fnr": 1 - tp / n_tp,
-            "fpr_upper": fpr_ub, "tpr_lower": tpr_lb, "fnr_upper": 1 - tpr_lb,
-            "epsilon_lower_bound": float(B.eps_from_rates(tpr_lb, fpr_ub, claim.delta)),
-            "mu_lower_bound": float(B.gdp_mu_from_rates(fpr_ub, 1 - tpr_lb)),
-            "roc": _roc(e0, e1, d),
-        })
+    e0, e1 = np.concatenate(ev_scores[0]), np.concatenate(ev_scores[1])
+    events = [_evaluate_event(cand, t, d, e0, e1, alpha_b, claim.delta)]
+    evidence = sampler_verdict([c.info for c in cands if c.info.get("kind") == "known_sampler"])
     return AuditReport.from_events(**base, events=events, resolution=cap, candidates=[c.name for c in cands],
+                                   float_sampler=evidence,
                                    batched=batched, output_shape=list(sampler.shape or ()),
                                    trials=int(trials), alpha_per_bound=alpha_b,
                                    runtime_s=time.perf_counter() - t_start)
+
+
+def _evaluate_event(cand: Candidate, t: float, d: str, e0: np.ndarray, e1: np.ndarray, alpha_b: float,
+                    delta: float) -> dict:
+    """Counts and one-sided Clopper-Pearson bounds (each at ``alpha_b``) of the chosen
+    event on the evaluation scores ``e0`` (D runs) and ``e1`` (D' runs)."""
+    n0, n1 = len(e0), len(e1)
+    gt0, gt1 = int((e0 > t).sum()), int((e1 > t).sum())
+    if d == "+":  # event {s > t}: positives are D' runs
+        fp, tp, n_fp, n_tp = gt0, gt1, n0, n1
+    else:         # event {s <= t}: positives are D runs
+        fp, tp, n_fp, n_tp = n1 - gt1, n0 - gt0, n1, n0
+    fpr_ub = float(B.cp_upper(fp, n_fp, alpha_b))
+    tpr_lb = float(B.cp_lower(tp, n_tp, alpha_b))
+    return {
+        "direction": "D' vs D" if d == "+" else "D vs D'",
+        "candidate": cand.name, "candidate_info": cand.info,
+        "event": f"score > {t:.6g}" if d == "+" else f"score <= {t:.6g}", "threshold": t,
+        "counts": {"false_positives": fp, "negatives_evaluated": n_fp,
+                   "true_positives": tp, "positives_evaluated": n_tp},
+        "fpr": fp / n_fp, "fnr": 1 - tp / n_tp,
+        "fpr_upper": fpr_ub, "tpr_lower": tpr_lb, "fnr_upper": 1 - tpr_lb,
+        "epsilon_lower_bound": float(B.eps_from_rates(tpr_lb, fpr_ub, delta)),
+        "mu_lower_bound": float(B.gdp_mu_from_rates(fpr_ub, 1 - tpr_lb)),
+        "roc": _roc(e0, e1, d),
+    }
+
+
+def _sampler_hint(mech, pair: NeighbouringPair, X0: np.ndarray, X1: np.ndarray) -> dict | None:
+    """Noise-free value (D, D') and declared noise scale of each output cell, for the float
+    side-channel scores (:mod:`privaudit.audit.samplers`).
+
+    From the mechanism's ``exact_statistics`` and ``noise`` hooks when their
+    cells line up with the output (concatenated in order); else, for user
+    code, the values are estimated as the rounded medians of the fitting runs
+    (integer counts) and no scale is known (only the sampler-free score).
+    """
+    d = X0.shape[1]
+    if not isinstance(mech, FileFunction) and hasattr(mech, "exact_statistics"):
+        s0, s1 = mech.exact_statistics(pair.d), mech.exact_statistics(pair.d_prime)
+        noise = mech.noise() if hasattr(mech, "noise") else {}
+        c0 = np.concatenate([np.asarray(v, dtype=np.float64).reshape(-1) for v in s0.values()])
+        c1 = np.concatenate([np.asarray(s1[k], dtype=np.float64).reshape(-1) for k in s0])
+        if c0.size == d:
+            scale = np.concatenate([np.full(np.asarray(v).size, float(noise.get(k, {}).get("scale", 0.0)))
+                                    for k, v in s0.items()])
+            return {"c0": c0, "c1": c1, "scale": scale}
+    F0, F1 = np.where(np.isfinite(X0), X0, 0.0), np.where(np.isfinite(X1), X1, 0.0)
+    return {"c0": np.rint(np.median(F0, axis=0)), "c1": np.rint(np.median(F1, axis=0)), "scale": None}
 
 
 def _roc(e0: np.ndarray, e1: np.ndarray, d: str, points: int = 60) -> list[list[float]]:

@@ -74,9 +74,10 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
 @click.option("--claim-rho", type=float, default=None, help="Claimed rho-zCDP (compared at --delta).")
 @click.option("--delta", type=float, default=None,
               help="delta of the claim (default 1e-6 with --claim-rho, as release and pipeline report).")
-@click.option("--claim-kind", type=click.Choice(["gaussian", "generic"]), default=None,
-              help="gaussian: the claim comes from a Gaussian/GDP analysis (GDP test valid). "
-                   "Default: gaussian for --claim-rho, generic for --claim-epsilon.")
+@click.option("--claim-kind", type=click.Choice(["gaussian", "generic"]), default="generic",
+              help="generic (default): the (epsilon, delta) test, valid for every claim. gaussian (opt-in): "
+                   "also the GDP test, valid only if the mechanism is mu-GDP (continuous Gaussian noise, "
+                   "post-processed); rho-zCDP alone does not imply it (refused with --noise exact).")
 @click.option("--canary", type=click.Choice(["rare", "repeat", "random"]), default=None,
               help="How D' is built from D (docs/audit.md). Default: repeat for --mechanism release or "
                    "dp-apvi with --stationary (the pair that attains the pooled sensitivity), else rare.")
@@ -164,16 +165,21 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             check_writable(path, opt)  # before any trial is run
     spec = load_spec(spec_path)
     if claim_rho is not None:
-        claim = Claim.from_rho(claim_rho, 1e-6 if delta is None else delta, kind=claim_kind or "gaussian")
+        claim = Claim.from_rho(claim_rho, 1e-6 if delta is None else delta, kind=claim_kind)
     else:
         if delta is None:
             raise UsageError("--claim-epsilon needs --delta (use --delta 0 for a pure-DP claim).")
-        claim = Claim.from_epsilon(claim_epsilon, delta, kind=claim_kind or "generic")
+        claim = Claim.from_epsilon(claim_epsilon, delta, kind=claim_kind)
     # Validate the input before anything runs: a broken log (duplicated step, NaN reward) must be
     # reported as bad input (exit 1, located errors), never as a violation of the mechanism.
     prepared = [prepare_logs(path, spec) for path in ([logs_path] if pair is None else list(pair))]
 
     if mechanism in BUILTIN:
+        if claim.kind == "gaussian" and noise == "exact":
+            raise UsageError("--claim-kind gaussian with --noise exact: discrete Gaussian noise is rho-zCDP but "
+                             "not sqrt(2 rho)-GDP (its trade-off curve lies below the Gaussian one at lattice "
+                             "thresholds), so the GDP test could report a false violation. Use --claim-kind "
+                             "generic (the default).")
         if mechanism == "dp-vapvi" and claim.rho is None:
             raise UsageError("--mechanism dp-vapvi needs a rho claim (--claim-rho R): its accounting is rho-zCDP.")
         fam, budget = builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon)
@@ -187,7 +193,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         click.echo(f"mechanism: {mechanism}, {fam} noise at {runs_at}", err=True)
         if mechanism == "dp-vapvi":  # the output is one step's statistics: test the accounting's share of rho
             total = claim
-            claim = mech.audited_claim(claim.delta, rho_total=total.rho)
+            claim = mech.audited_claim(claim.delta, rho_total=total.rho, kind=total.kind)
             name = mech.describe() + f"; total claim rho={total.rho:g}"
             click.echo(f"dp-vapvi: auditing the noisy statistics of step h=H-1 against their share of the claim, "
                        f"rho={claim.rho:.6g} (epsilon {claim.epsilon:.4g} at delta {claim.delta:g}); see docs/audit.md",

@@ -122,6 +122,7 @@ def audit_summary(report) -> dict:
         "trials_per_side": d.get("trials", 0),
         "evaluation_trials_per_side": d.get("evaluation_trials", 0),
         "test": d["method"]["test"],
+        "epsilon_lower_bound_from": d["method"].get("epsilon_lower_bound_from", "generic"),
         "pair": d["neighbouring_pair"].get("construction", d["neighbouring_pair"].get("kind")),
         "graybox": {"checked": bool(d["graybox"]["checked"]), "violation": bool(d["graybox"]["violation"])},
         "resolution_epsilon": res.get("epsilon_gaussian", res.get("epsilon")),
@@ -353,7 +354,10 @@ def render_markdown(summary: dict) -> str:
               f"with confidence {a['confidence']}. The outcome is the same for every logs (the release adds "
               "noise independently of the counts), so the audit reads none of them.", "",
               f"* Verdict: **{a['verdict']}**; epsilon lower bound **{lb}** vs claimed "
-              f"{a['claim']['epsilon']:.4g} at delta {a['claim']['delta']:g} (test: {a['test']}).",
+              f"{a['claim']['epsilon']:.4g} at delta {a['claim']['delta']:g} (test: {a['test']}; the bound "
+              f"comes from the {a.get('epsilon_lower_bound_from', 'generic')} test"
+              + ("; the GDP test is valid here because the release's noise is continuous Gaussian, rounded"
+                 if a["test"] == "gaussian" else "") + ").",
               f"* Gray-box check of the sensitivities on this pair: "
               f"{'violation' if a['graybox']['violation'] else 'passed' if a['graybox']['checked'] else 'not run'}.",
               f"* Resolution: with {a['evaluation_trials_per_side']} evaluation runs per side no bound above about "

@@ -9,6 +9,7 @@ import pytest
 
 from privaudit.audit import make_pair, run_audit
 from privaudit.audit.adapters import DPAPVIMechanism, ReleaseMechanism
+from privaudit.errors import UsageError
 from privaudit.privacy import sensitivity
 from tests.audit.helpers import H, tiny_logs, tiny_spec
 
@@ -49,8 +50,21 @@ def test_correct_release_passes_and_an_overspent_release_is_flagged():
     r = run_audit(m, logs, spec, claim=m.claim(), trials=20_000, seed=5, progress=False)
     assert r.verdict == "no violation found" and r.data["graybox"]["checked"]
     over = ReleaseMechanism(spec, rho=4.0, delta=1e-5)  # runs at rho = 4, claims rho = 0.5
-    r = run_audit(over, logs, spec, claim=m.claim(), trials=20_000, seed=5, progress=False)
-    assert r.verdict == "violation"
+    # rounded continuous Gaussian noise: the GDP opt-in is valid (mu = 2.83 vs claimed 1)
+    r = run_audit(over, logs, spec, claim=m.claim(kind="gaussian"), trials=20_000, seed=5, progress=False)
+    assert r.verdict == "violation" and r.data["method"]["gaussian"]["mu_lower_bound"] > 1
+    # the default (generic) test also sees rho = 64 against a claim of 0.5
+    huge = ReleaseMechanism(spec, rho=64.0, delta=1e-5)
+    r = run_audit(huge, logs, spec, claim=m.claim(), trials=20_000, seed=5, progress=False)
+    assert r.verdict == "violation" and r.data["method"]["test"] == "generic"
+
+
+def test_gdp_opt_in_refused_where_it_is_not_valid():
+    spec = tiny_spec()
+    for kw in (dict(rho=0.5, delta=1e-5, noise="exact"), dict(epsilon=1.0, mechanism="laplace")):
+        with pytest.raises(UsageError, match="GDP test is valid only"):
+            ReleaseMechanism(spec, **kw).claim(kind="gaussian")
+    assert ReleaseMechanism(spec, rho=0.5, delta=1e-5, noise="exact").claim().kind == "generic"
 
 
 def test_graybox_sees_a_sensitivity_bug_in_the_library(monkeypatch):
@@ -79,7 +93,8 @@ def test_dp_apvi_outputs_a_policy_and_is_flagged_when_run_with_far_less_noise():
     assert pi.shape == (spec.horizon, spec.n_states) and pi.dtype == np.int64
     assert [n for n, _ in m.attack_scores(pair)] == ["policy_follows_canary"]
     loud = DPAPVIMechanism(spec, rho=1e6, delta=1e-5)  # almost no noise, claims rho = 0.5
-    r = run_audit(loud, logs, spec, claim=m.claim(), trials=300, seed=1, n_jobs=1, progress=False)
+    # a policy of a rounded-Gaussian release is post-processing of continuous Gaussian noise: GDP opt-in valid
+    r = run_audit(loud, logs, spec, claim=m.claim(kind="gaussian"), trials=300, seed=1, n_jobs=1, progress=False)
     assert r.verdict == "violation", r.data["chosen_event"]
     ok = run_audit(m, logs, spec, claim=m.claim(), trials=300, seed=1, n_jobs=1, progress=False)
     assert ok.verdict == "no violation found"

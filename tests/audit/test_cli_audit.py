@@ -56,8 +56,11 @@ def test_release_audit_writes_a_valid_report_and_plot(files):
                 "--claim-rho", "0.5", "--trials", "5000", "--out", out, "--plot", png, "--seed", "1", "--json"])
     assert res.exit_code == 0, res.output
     doc = load_report(out)
-    assert doc["verdict"] == "no violation found" and doc["claim"]["kind"] == "gaussian"
-    assert doc["method"]["valid_for_claim"] == ["generic", "gaussian"]
+    # the generic test is the default for a rho claim; the GDP numbers are shown but not used
+    assert doc["verdict"] == "no violation found" and doc["claim"]["kind"] == "generic"
+    assert doc["method"]["valid_for_claim"] == ["generic"] and doc["method"]["epsilon_lower_bound_from"] == "generic"
+    assert doc["epsilon_lower_bound"] == doc["method"]["generic"]["epsilon_lower_bound"]
+    # 5000 trials: 1500 selection runs (30%, below the 2000 floor), 3500 evaluation runs
     assert doc["resolution_limit"]["epsilon"] > 0 and doc["chosen_event"]["counts"]["positives_evaluated"] == 3500
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(res.stdout[res.stdout.index("{"):])["verdict"] == doc["verdict"]
@@ -66,7 +69,7 @@ def test_release_audit_writes_a_valid_report_and_plot(files):
 def test_release_run_above_its_claim_exits_3(files):
     res = _run(["--mechanism", "release", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
                 "--claim-rho", "0.5", "--mechanism-rho", "4", "--trials", "10000", "--out", files / "r.json",
-                "--seed", "2"])
+                "--seed", "2", "--claim-kind", "gaussian"])
     assert res.exit_code == 3, res.output
     assert load_report(files / "r.json")["verdict"] == "violation"
 
@@ -281,7 +284,7 @@ def test_pooled_release_above_its_claim_is_flagged_with_the_default_canary(tmp_p
     at the claim, so a valid audit flags it with probability <= 1 - confidence = 5%: this
     fixed seed is not flagged, which is why the default matters."""
     common = ["--mechanism", "release", "--stationary", *_pooled_files(tmp_path), "--claim-rho", "1",
-              "--mechanism-rho", "20", "--trials", "2000", "--seed", "5"]
+              "--mechanism-rho", "20", "--trials", "2000", "--seed", "5", "--claim-kind", "gaussian"]
     res = _run([*common, "--out", tmp_path / "default.json"])
     assert res.exit_code == 3, res.output
     assert "canary: repeat (default for a pooled (--stationary) release" in res.output

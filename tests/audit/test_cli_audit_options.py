@@ -81,7 +81,7 @@ def test_mechanism_epsilon_override_under_a_rho_claim_runs_and_keeps_the_claim(f
     """Claim rho = 0.5 (mu = 1); mechanism at epsilon 60, delta 1e-6 (rho ~ 24, mu ~ 7):
     the pair (L2 = sqrt(2H) = sensitivity) separates at mu ~ 7, far above mu = 1; with 700
     evaluation runs per side mu_lb is above 3 except with negligible probability."""
-    res = _run(_base(files, "--claim-rho", "0.5", "--mechanism-epsilon", "60"))
+    res = _run(_base(files, "--claim-rho", "0.5", "--mechanism-epsilon", "60", "--claim-kind", "gaussian"))
     assert res.exit_code == 3, res.output
     assert "--mechanism-epsilon" in res.output and "gaussian noise at rho=" in res.output
     doc = load_report(files / "rep.json")

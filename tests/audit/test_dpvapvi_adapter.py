@@ -42,7 +42,8 @@ LOGS = simulate(MDP, uniform_policy(MDP), 40, np.random.default_rng(1))
 
 
 def _audit(mech, seed=0):
-    return run_audit(mech, LOGS, SPEC, claim=mech.audited_claim(1e-5), trials=TRIALS, seed=seed)
+    # continuous float Gaussian noise on the statistics: the GDP opt-in is valid
+    return run_audit(mech, LOGS, SPEC, claim=mech.audited_claim(1e-5, kind="gaussian"), trials=TRIALS, seed=seed)
 
 
 def test_registered_and_canary_attains_frobenius_sensitivity():
@@ -86,7 +87,7 @@ def test_addremove_matrix_calibration_is_a_violation(monkeypatch):
 def test_noise_ten_times_too_small_is_a_violation(monkeypatch):
     _patched_scales(monkeypatch, sigma_z=0.1, sigma_r=0.1, sigma_v=0.1, sigma_v2=0.1)
     rep = run_audit(DPVAPVIMechanism(SPEC, rho=RHO), LOGS, SPEC,
-                    claim=DPVAPVIMechanism(SPEC, rho=RHO).audited_claim(1e-5), trials=2000, seed=1)
+                    claim=DPVAPVIMechanism(SPEC, rho=RHO).audited_claim(1e-5, kind="gaussian"), trials=2000, seed=1)
     assert rep.verdict == "violation"
 
 
@@ -150,5 +151,6 @@ def test_cli_dp_vapvi(tmp_path):
     assert doc["verdict"] == "no violation found" and "step h=H-1" in doc["mechanism"]
     bad = CliRunner().invoke(main, [str(x) for x in (
         "audit", "--mechanism", "dp-vapvi", "--logs", tmp_path / "logs.parquet", "--spec", tmp_path / "spec.json",
-        "--claim-rho", RHO, "--mechanism-rho", 8 * RHO, "--trials", 5000, "--seed", 0, "--out", tmp_path / "b.json")])
+        "--claim-rho", RHO, "--mechanism-rho", 8 * RHO, "--trials", 5000, "--seed", 0, "--out", tmp_path / "b.json",
+        "--claim-kind", "gaussian")])
     assert bad.exit_code == 3, bad.output
