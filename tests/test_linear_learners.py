@@ -8,7 +8,8 @@ import pytest
 from privaudit.errors import UsageError
 from privaudit.learners.linear import DPVAPVI, PEVI, VAPVI, LinearData, train_from_logs
 from privaudit.learners.linear import privacy as lp
-from privaudit.learners.linear.core import q_values
+from privaudit.learners.linear.core import ExactStatistics, step_statistics
+from privaudit.learners.linear.providers import q_values
 from privaudit.learners.policy import load_policy, save_policy
 from privaudit.mdp.simulate import simulate, write_logs
 from privaudit.mdp.synthetic_linear import (behaviour_policy, synthetic_linear_features, synthetic_linear_mdp,
@@ -35,16 +36,16 @@ def test_aggregation_matches_row_sums():
     v = V[rows["next_state"].to_numpy()]
     st = data.steps[h]
     P = FMAP.phi(st.s, st.a)
-    from privaudit.learners.linear.core import regression_statistics, variance_statistics
-    gram, b1, b2 = variance_statistics(st, P, V)
-    np.testing.assert_allclose(gram, Phi.T @ Phi)  # slow reference: one term per row
-    np.testing.assert_allclose(b1, Phi.T @ v**2)
-    np.testing.assert_allclose(b2, Phi.T @ v)
-    sig2 = 1.0 + st.a / 50.0
-    wgram, b3 = regression_statistics(st, P, V, sig2)
-    sig_rows = 1.0 + rows["action"].to_numpy() / 50.0
-    np.testing.assert_allclose(wgram, (Phi / sig_rows[:, None]).T @ Phi)
-    np.testing.assert_allclose(b3, Phi.T @ ((rows["reward"].to_numpy() + v) / sig_rows))
+    out = step_statistics(st, P, V, stats=ExactStatistics(), lam=1.0, cap=20.0 - h, variance_aware=True)
+    np.testing.assert_allclose(out["gram"], Phi.T @ Phi)  # slow reference: one term per row
+    np.testing.assert_allclose(out["v2"], Phi.T @ v**2)
+    np.testing.assert_allclose(out["v"], Phi.T @ v)
+    # sigma^2 per pair, expanded to the rows (slow reference of lines 9-10)
+    pair_of = {(s_, a_): i for i, (s_, a_) in enumerate(zip(st.s, st.a))}
+    sig_rows = out["sigma2"][[pair_of[(s_, a_)] for s_, a_ in zip(rows["state"], rows["action"])]]
+    np.testing.assert_allclose(out["weighted_gram"], (Phi / sig_rows[:, None]).T @ Phi)
+    np.testing.assert_allclose(out["r_plus_v"], Phi.T @ ((rows["reward"].to_numpy() + v) / sig_rows))
+    assert (out["sigma2"] > 1).any()  # the weighting is exercised
 
 
 def test_q_values_chunking_is_exact():
@@ -59,16 +60,19 @@ def test_q_values_chunking_is_exact():
     np.testing.assert_allclose(full, ref)
 
 
-def test_dpvapvi_without_noise_is_vapvi(monkeypatch):
+def test_dpvapvi_without_noise_is_vapvi_on_the_grid(monkeypatch):
     _, data = _data(200, 3)
     v = VAPVI().fit(data, FMAP)
     d = 10
-    monkeypatch.setattr(lp, "draw_step_noise", lambda rng, dim, scales, shift=1.0: {
-        "K1": np.zeros((d, d)), "K2": np.zeros((d, d)), "phi1": np.zeros(d), "phi2": np.zeros(d), "phi3": np.zeros(d)})
-    z = DPVAPVI(1.0).fit(data, FMAP, rng=np.random.default_rng(0))
-    np.testing.assert_array_equal(z.w_, v.w_)
-    np.testing.assert_array_equal(z.Lambda_inv_, v.Lambda_inv_)
-    np.testing.assert_array_equal(z.Q_, v.Q_)
+    monkeypatch.setattr(lp, "draw_step_noise", lambda rng, dim, scales, n_runs=None: {
+        "gram": np.zeros((d, d), np.int64), "weighted_gram": np.zeros((d, d), np.int64),
+        "v2": np.zeros(d, np.int64), "v": np.zeros(d, np.int64), "r_plus_v": np.zeros(d, np.int64)})
+    z = DPVAPVI(1.0, shift=0.0).fit(data, FMAP, rng=np.random.default_rng(0))
+    # the only difference left is the fixed-point grid (phi to 2^-12, V and r to 2^-8, 1/sigma^2 to 2^-12,
+    # phi toward 0, the others to nearest): a relative change of order 1e-3 of every statistic
+    np.testing.assert_allclose(z.w_, v.w_, rtol=0, atol=0.02 * np.abs(v.w_).max())
+    assert np.abs(np.stack(z.Q_) - np.stack(v.Q_)).max() < 0.05  # Q in [0, 20]
+    assert (z.table_ == v.table_).all(-1).mean() > 0.95  # near-ties may flip
     monkeypatch.undo()
     noisy = DPVAPVI(1.0).fit(data, FMAP, rng=np.random.default_rng(0))
     assert not np.allclose(noisy.w_, v.w_)
@@ -120,7 +124,9 @@ def test_policy_artifact_round_trip_and_train_from_logs(tmp_path):
     np.testing.assert_array_equal(dp.extras["w"], dp2.extras["w"])  # --seed reproduces (tests only)
     g = dp.privacy["guarantee"]
     assert g["epsilon"] <= 5.0 and g["delta"] == 1e-6 and g["rng"] == "seeded-insecure"
-    assert "5H = 100 Gaussian releases" in g["mechanism"] and "substitution" in g["neighbouring"]
+    assert "5H = 100 discrete Gaussian releases" in g["mechanism"] and "substitution" in g["neighbouring"]
+    assert g["grid"]["statistics"] == {"gram": "2^-24", "v2": "2^-20", "v": "2^-20", "weighted_gram": "2^-36",
+                                       "r_plus_v": "2^-32"}
     save_policy(dp, tmp_path / "pol")
     back = load_policy(tmp_path / "pol")
     np.testing.assert_array_equal(back.table, dp.table)

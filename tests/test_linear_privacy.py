@@ -1,6 +1,7 @@
-"""DP-VAPVI privacy: brute-force sensitivities, matrix-noise calibration, fresh noise per h."""
+"""DP-VAPVI privacy: brute-force sensitivities (real and on the lattice), calibration, fresh noise per h, grid."""
 
 import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from privaudit.errors import UsageError
 from privaudit.learners.linear import DPVAPVI, LinearData
 from privaudit.learners.linear import privacy as lp
-from privaudit.learners.linear.core import regression_statistics, variance_statistics
+from privaudit.learners.linear.core import ExactStatistics, _pair_sum, step_statistics
 from privaudit.mdp.features import FeatureMap
 from privaudit.mdp.synthetic_linear import behaviour_policy, synthetic_linear_features, synthetic_linear_mdp
 from privaudit.mdp.simulate import simulate
@@ -27,29 +28,63 @@ def _one_row(state, r, next_state, fmap, n_states):
                                 n_episodes=1).steps[0]
 
 
-def test_brute_force_sensitivities():
-    # state i = (feature VECS[i // 3], value VALUES[i % 3]): phi(s, 0) and V_{h+1}(s) enumerated jointly
+def _one_row_statistics(stats, s, sp, r, sig2, fmap, S, V_next):
+    """The 5 statistics of a one-row dataset with sigma^2 forced to sig2 (any public post-processing value)."""
+    st = _one_row(s, r, sp, fmap, S)
+    P = fmap.phi(st.s, st.a)
+    var = step_statistics(st, P, V_next, stats=stats, lam=1.0, cap=float(H), variance_aware=True)
+    # lines 9-10 with the given sigma^2 (sigma^2 is post-processing of earlier releases: any value >= 1)
+    F, omega = stats.features(P), stats.weights(np.array([sig2]))
+    wg = stats.outer("weighted_gram", F, st.n * omega)
+    rv = stats.inner("r_plus_v", F, omega * (stats.rewards(st) + _pair_sum(st, V_next, stats.values)))
+    return (var["gram"], var["v2"], var["v"], stats.release("weighted_gram", wg), stats.release("r_plus_v", rv))
+
+
+@pytest.mark.parametrize("lattice", [False, True])
+def test_brute_force_sensitivities(lattice):
+    # state i = (feature VECS[i // 3], value VALUES[i % 3]): phi(s, 0) and V_{h+1}(s) enumerated jointly.
+    # lattice=True: the released integers of DP-VAPVI (inputs rounded to the grid), in real units;
+    # the bound must hold exactly there too (the noise is calibrated to it).
     S = len(VECS) * len(VALUES)
     table = np.repeat(VECS, len(VALUES), axis=0)[:, None, :]
     fmap = FeatureMap(table, "test")
     V_next = np.tile(VALUES, len(VECS))
-    stats = []
-    for s, sp, r, sig2 in itertools.product(range(S), range(S), (0.0, 1.0), (1.0, 2.5)):
-        st = _one_row(s, r, sp, fmap, S)
-        P = fmap.phi(st.s, st.a)
-        gram, b1, b2 = variance_statistics(st, P, V_next)
-        wgram, b3 = regression_statistics(st, P, V_next, np.array([sig2]))
-        stats.append((gram, b1, b2, wgram, b3))
+    scales = lp.noise_scales(1.0, H, 2)
+    stats_obj = lp.LatticeGaussian(scales, None) if lattice else ExactStatistics()
+    stats = [_one_row_statistics(stats_obj, s, sp, r, sig2, fmap, S, V_next)
+             for s, sp, r, sig2 in itertools.product(range(S), range(S), (0.0, 0.3, 1.0), (1.0, 2.5))]
     sens = lp.sensitivities(H)
     names = ("gram", "v2", "v", "weighted_gram", "r_plus_v")
     for i, name in enumerate(names):
         arr = np.stack([s[i] for s in stats]).reshape(len(stats), -1)
+        if lattice:  # every statistic is an integer multiple of its lattice step
+            k = np.ldexp(arr, lp.LATTICE_BITS[name])
+            assert np.array_equal(k, np.round(k)), name
         # largest distance between any two neighbours' statistics (all pairs)
         diff = np.sqrt(((arr[:, None, :] - arr[None, :, :]) ** 2).sum(-1)).max()
         assert diff <= sens[name] + 1e-12, name
         # the bounds are attained or nearly: V_{h+1} <= H - 1, so V^2 reaches 2 (H-1)^2 of 2 H^2
         tight = {"gram": 1.0, "weighted_gram": 1.0, "r_plus_v": 1.0, "v": (H - 1) / H, "v2": ((H - 1) / H) ** 2}
-        assert diff >= tight[name] * sens[name] - 1e-12, name
+        assert diff >= tight[name] * sens[name] * (1 - 2e-3) - 1e-12, name
+
+
+def test_lattice_variances_are_the_declared_scales_and_cost_exactly_rho0():
+    sc = lp.noise_scales(rho=0.7, H=H, d=3, k=2)
+    var = lp.lattice_variances(sc)
+    rho0 = Fraction(0.7) / (5 * H)
+    sens = lp.sensitivities(H, 2)
+    for name, bits in lp.LATTICE_BITS.items():
+        unit = 4**bits
+        if name in ("gram", "weighted_gram"):
+            off, diag = var[name]
+            assert diag == 2 * off and float(off) / unit == pytest.approx(sc.sigma_z**2, rel=1e-12)
+            # worst substitution Delta = phi phi^T - psi psi^T (orthonormal phi, psi), k = 2: cost exactly rho_0
+            D = Fraction(2) ** 2 * unit  # each diagonal entry moves by k = 2 (lattice units: times 2^L)
+            assert D / (2 * diag) * 2 == rho0
+        else:
+            sigma = {"v2": sc.sigma_v2, "v": sc.sigma_v, "r_plus_v": sc.sigma_r}[name]
+            assert float(var[name]) / unit == pytest.approx(sigma**2, rel=1e-12)
+            assert Fraction(sens[name]) ** 2 * unit / (2 * var[name]) == rho0
 
 
 def test_symmetric_noise_calibrated_for_substitution():
@@ -73,12 +108,14 @@ def test_symmetric_noise_calibrated_for_substitution():
 
 
 def test_symmetric_noise_variances():
-    rng = np.random.default_rng(3)
-    N = np.stack([lp.symmetric_gaussian(rng, 3, 2.0) for _ in range(4000)])
-    assert np.allclose(N, N.transpose(0, 2, 1))
-    # sample variance of 4000 normals: relative sd sqrt(2/4000) = 2.2%; 15% is > 6 sd (false failure < 1e-8)
-    assert N[:, 0, 0].var() == pytest.approx(2 * 4.0, rel=0.15)
-    assert N[:, 0, 1].var() == pytest.approx(4.0, rel=0.15)
+    sc = lp.noise_scales(rho=5.0, H=H, d=3)
+    z = lp.draw_step_noise(np.random.default_rng(3), 3, sc, n_runs=4000)
+    N = z["gram"]
+    assert N.dtype == np.int64 and np.array_equal(N, N.transpose(0, 2, 1))
+    s2 = float(lp.lattice_variances(sc)["gram"][0])
+    # sample variance of 4000 draws: relative sd sqrt(2/4000) = 2.2%; 15% is > 6 sd (false failure < 1e-8)
+    assert N[:, 0, 0].astype(float).var() == pytest.approx(2 * s2, rel=0.15)
+    assert N[:, 0, 1].astype(float).var() == pytest.approx(s2, rel=0.15)
 
 
 def test_noise_is_fresh_for_every_h(monkeypatch):
@@ -89,8 +126,8 @@ def test_noise_is_fresh_for_every_h(monkeypatch):
     calls = []
     real = lp.draw_step_noise
 
-    def recording(rng, d, scales, shift=1.0):
-        z = real(rng, d, scales, shift)
+    def recording(rng, d, scales, n_runs=None):
+        z = real(rng, d, scales, n_runs)
         calls.append((rng, z))
         return z
 
@@ -105,8 +142,8 @@ def test_noise_is_fresh_for_every_h(monkeypatch):
         assert not np.array_equal(x[:n], y[:n])
     # the noise of step h does not depend on how many other steps were drawn: streams are spawned
     g = np.random.default_rng(9).spawn(H)
-    np.testing.assert_array_equal(real(g[2], 10, lp.noise_scales(1.0, H, 10))["phi1"],
-                                  calls[H - 1 - 2][1]["phi1"])
+    np.testing.assert_array_equal(real(g[2], 10, lp.noise_scales(1.0, H, 10))["v2"],
+                                  calls[H - 1 - 2][1]["v2"])
 
 
 def test_budget_and_kappa_errors():
@@ -116,3 +153,21 @@ def test_budget_and_kappa_errors():
         lp.d_constant(H, 2, None, lp.noise_scales(1.0, H, 2))
     # D reduces to VAPVI's additive 2 H^3 sqrt(d) without noise (ALGORITHMS.md 2.6)
     assert lp.d_constant(H, 4, None, None) == pytest.approx(2 * H**3 * 2)
+
+
+def test_released_statistics_lie_on_the_stated_grid():
+    # issue 10 item 4: every released statistic is an integer multiple of 2^-L (L in the manifest's grid),
+    # (the public (E/2) I and lambda I are added afterwards): no float low-order bits carry the data
+    mdp = synthetic_linear_mdp(0, horizon=H)
+    df = simulate(mdp, behaviour_policy(), 80, np.random.default_rng(0))
+    data = LinearData.from_rows(df["step"], df["state"], df["action"], df["reward"], df["next_state"],
+                                np.zeros(df.height, bool), H=H, S=2, A=100, n_episodes=80)
+    est = DPVAPVI(2.0)
+    fmap = synthetic_linear_features()
+    rel = est.step_release(data, fmap, 1, np.array([0.37, 2.2]), rng=np.random.default_rng(1))
+    for name, bits in lp.LATTICE_BITS.items():
+        k = np.ldexp(rel[name], bits)
+        assert np.array_equal(k, np.round(k)), name
+    assert (rel["sigma2"] > 1).any()  # the weights 1/sigma^2 were rounded to their grid too
+    grid = lp.grid()
+    assert grid["statistics"] == {n: f"2^-{b}" for n, b in lp.LATTICE_BITS.items()}

@@ -11,7 +11,10 @@ statistics of that step (default: Sigma_{H-1} and Lambda_{H-1}, the two Gram
 matrices; ``r_plus_v`` can be added; ``v2`` and ``v`` are pure noise at
 h = H-1), whitened by the declared noise (upper triangle, diagonal / sqrt(2),
 divided by the entry noise; vectors divided by their sigma): a public,
-fixed post-processing under which a correct run is N(mean, I).
+fixed post-processing under which a correct run is, coordinate by
+coordinate, a discrete Gaussian with unit variance on a lattice of step
+2^-L / sigma (``learners.linear.privacy.LATTICE_BITS``; sigma is 10^4 to 10^13
+lattice steps), i.e. N(mean, I) to any precision an audit can resolve.
 
 The claim tested is the accounting's claim for what is output: rho_0 per
 statistic, ``audited_claim`` = n_stats * rho / (5H) zCDP. A violation of it
@@ -25,8 +28,9 @@ a canary with orthogonal unit features, so the audit of them is tight; the
 Everything that decides privacy runs through the library: contribution
 bounding (``data.bounding``), aggregation (``learners.linear.logs.data_from_frame``),
 the feature map from the spec, ``DPVAPVI.noise_scales`` / ``step_release``
-(``privacy.draw_step_noise`` + ``core.step_statistics``, the code ``fit``
-runs). Patching any of them changes what the audit sees.
+(``privacy.draw_step_noise`` + ``privacy.LatticeGaussian`` +
+``core.step_statistics``, the code ``fit`` runs). Patching any of them
+changes what the audit sees.
 """
 
 from __future__ import annotations

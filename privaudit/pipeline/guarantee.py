@@ -151,12 +151,13 @@ def composed_guarantee(plan: BudgetPlan, release_manifest: dict, spec: DomainSpe
               "mechanism": "Gaussian, one sigma for all families (sigma per family in release/manifest.json)"}]
     if linear_rho is not None:
         acc.add(PrivacyEvent("gaussian", "dp-vapvi", None, None, 1.0, float(linear_rho), None,
-                             accounting.NEIGHBOURING, unit_desc, "continuous"))
+                             accounting.NEIGHBOURING, unit_desc, "exact"))
         H = spec.horizon
         parts.append({"name": "dp-vapvi", "rho": float(linear_rho),
                       "epsilon_alone": float(accounting.zcdp_to_dp(float(linear_rho), plan.delta)),
                       "what": "the DP-VAPVI policy (its noisy statistics are not output)",
-                      "mechanism": f"Gaussian: 5H = {5 * H} statistics with fresh noise per step, rho/(5H) each"})
+                      "mechanism": f"exact discrete Gaussian on fixed-point statistics: 5H = {5 * H} statistics "
+                                   "with fresh noise per step, rho/(5H) each (grid in the policy manifest)"})
     total = acc.total_rho()
     eps = float(accounting.zcdp_to_dp(total, plan.delta))
     asked_eps = plan.requested.get("epsilon")

@@ -10,8 +10,8 @@ probability below the audit's alpha = 0.05 by construction, and missing
 mu = 2 would take a deviation of > 20 sd.
 """
 
-import dataclasses
 import json
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -67,25 +67,29 @@ def test_correct_dpvapvi_no_violation_and_tight():
     assert 0.85 * np.sqrt(2) < mu_lb <= np.sqrt(2)  # the audit is nearly tight at mu = sqrt(2)
 
 
-def _patched_scales(monkeypatch, **factor):
-    real = lp.noise_scales
+def _patched_variances(monkeypatch, **factor):
+    """The noise actually drawn (lattice variances) scaled by factor[name]^2; the declared scales unchanged."""
+    real = lp.lattice_variances
 
-    def broken(*a, **k):
-        s = real(*a, **k)
-        return dataclasses.replace(s, **{f: getattr(s, f) * v for f, v in factor.items()})
-    monkeypatch.setattr(lp, "noise_scales", broken)
+    def broken(scales):
+        out = real(scales)
+        for name, f in factor.items():
+            f2 = Fraction(f) ** 2
+            out[name] = tuple(v * f2 for v in out[name]) if isinstance(out[name], tuple) else out[name] * f2
+        return out
+    monkeypatch.setattr(lp, "lattice_variances", broken)
 
 
 def test_addremove_matrix_calibration_is_a_violation(monkeypatch):
     # the paper's Z_ij ~ N(0, 1/(4 rho_0)) used for substitution: sigma_z / sqrt(2)
-    _patched_scales(monkeypatch, sigma_z=1 / np.sqrt(2))
+    _patched_variances(monkeypatch, gram=1 / np.sqrt(2), weighted_gram=1 / np.sqrt(2))
     rep = _audit(DPVAPVIMechanism(SPEC, rho=RHO))
     assert rep.verdict == "violation" and rep.exit_code == 3
     assert max(e["mu_lower_bound"] for e in rep.to_dict()["events"]) > np.sqrt(2)
 
 
 def test_noise_ten_times_too_small_is_a_violation(monkeypatch):
-    _patched_scales(monkeypatch, sigma_z=0.1, sigma_r=0.1, sigma_v=0.1, sigma_v2=0.1)
+    _patched_variances(monkeypatch, gram=0.1, weighted_gram=0.1, v2=0.1, v=0.1, r_plus_v=0.1)
     rep = run_audit(DPVAPVIMechanism(SPEC, rho=RHO), LOGS, SPEC,
                     claim=DPVAPVIMechanism(SPEC, rho=RHO).audited_claim(1e-5, kind="gaussian"), trials=2000, seed=1)
     assert rep.verdict == "violation"
@@ -108,11 +112,12 @@ def test_output_comes_from_the_estimator(monkeypatch):
     z = lp.draw_step_noise(np.random.default_rng(9), fmap.dim, sc, n_runs=2)
     st = data.steps[H - 1]
     P = fmap.phi(st.s, st.a)
-    batch = step_statistics(st, P, np.zeros(3), lam=1.0, cap=1.0, variance_aware=True, noise=z)
-    one = step_statistics(st, P, np.zeros(3), lam=1.0, cap=1.0, variance_aware=True,
-                          noise={k: v[1] for k, v in z.items()})
+    batch = step_statistics(st, P, np.zeros(3), stats=lp.LatticeGaussian(sc, z), lam=1.0, cap=1.0,
+                            variance_aware=True, n_runs=2)
+    one = step_statistics(st, P, np.zeros(3), stats=lp.LatticeGaussian(sc, {k: v[1] for k, v in z.items()}),
+                          lam=1.0, cap=1.0, variance_aware=True)
     for k in ("gram", "v2", "v", "weighted_gram", "r_plus_v"):
-        np.testing.assert_allclose(batch[k][1], one[k], atol=1e-9)
+        np.testing.assert_array_equal(batch[k][1], one[k])  # exact: both are lattice points
     assert np.all(batch["sigma2"] == 1.0)  # Var <= (H - h)^2 = 1 at the last step
 
 

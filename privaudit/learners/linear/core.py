@@ -1,25 +1,40 @@
-"""The backward pass shared by PEVI, VAPVI and DP-VAPVI (finite states).
+"""DP-VAPVI, seed 000 (Qiao & Wang) Algorithm 2, top to bottom; VAPVI and PEVI as its variants.
 
-One function, :func:`backward_pass`, reads top to bottom as seed 000
-Algorithm 2 (line numbers of the paper in comments; steps are 0-based here,
-h = H-1, ..., 0 for the paper's h = H, ..., 1, so the paper's H - h + 1 is
-H - h). VAPVI is the same pass without noise; PEVI skips the variance
-estimate (sigma^2 = 1) and uses the penalty beta * ||phi||_{Lambda^-1}.
+One backward pass, :func:`backward_pass`, over a feature provider
+(``providers.FiniteFeatures``: a feature table over S states;
+``providers.RowFeatures``: per-row features). The estimator
+(``estimators``) supplies its penalty and how the 5 statistics of a step are
+formed and released (its ``Statistics``):
+
+=========  ==============  =========================================  ====================
+learner    variance-aware  statistics                                 penalty (line 11)
+=========  ==============  =========================================  ====================
+DP-VAPVI   yes             lattice-encoded + exact discrete Gaussian   C sqrt(d) ||phi|| + D/K
+                           (``privacy.LatticeGaussian``)
+VAPVI      yes             exact floats (:class:`ExactStatistics`)     C sqrt(d) ||phi|| + D/K
+PEVI       no (sigma = 1)  exact floats                                beta ||phi||_{Lambda^-1}
+=========  ==============  =========================================  ====================
+
+Line numbers in comments are the paper's (ALGORITHMS.md 2.2). Steps are
+0-based here, h = H-1, ..., 0 for the paper's h = H, ..., 1, so the paper's
+H - h + 1 is H - h. Departures from the pseudo-code (docs/linear.md): fresh
+noise for every h (the pseudo-code draws once; ALGORITHMS.md 2.5), matrix
+noise calibrated for substitution, eigenvalues of Sigma and Lambda floored
+at lambda (post-processing), and for DP-VAPVI every input of a statistic
+rounded to a power-of-two grid before the sums (``privacy.grid()``; the
+statistic is then an exact lattice point and the noise an exact discrete
+Gaussian: no float side channel).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
 from privaudit import progress
-from privaudit.learners.linear.data import LinearData, StepData
-from privaudit.mdp.features import FeatureMap
-
-#: Default memory cap (bytes) of one chunk of phi(s, .) blocks when computing Q over states.
-DEFAULT_CHUNK_BYTES = 64 * 2**20
+from privaudit.learners.linear.data import StepData
 
 
 @dataclass(frozen=True, repr=False)
@@ -32,133 +47,119 @@ class LinearFit:
         Regression weights w_h (line 10).
     Lambda_inv : ndarray, shape (H, d, d)
         Inverse of the (noisy, eigenvalue-floored) weighted Gram matrix Lambda_h (line 9).
-    Q : ndarray, shape (H, S, A)
-        Pessimistic Q_h(s, a) in [0, H - h] (line 13).
+    Q : tuple of ndarray, length H
+        Pessimistic Q_h (line 13) at the provider's points: (S, A) tables for
+        ``FiniteFeatures``, (rows of step h, A) for ``RowFeatures``.
     offset : ndarray, shape (H,)
         The additive penalty term (D/K) per step.
+    penalty_scale : float
+        C sqrt(d) (VAPVI, DP-VAPVI) or beta (PEVI).
     """
 
     w: np.ndarray
     Lambda_inv: np.ndarray
-    Q: np.ndarray
+    Q: tuple
     offset: np.ndarray
+    penalty_scale: float
 
     def __repr__(self) -> str:
         return f"LinearFit(H={self.w.shape[0]}, d={self.w.shape[1]})"
 
 
+class Statistics(Protocol):
+    """How one step's 5 statistics are formed from their inputs and released.
+
+    ``features``/``values``/``squares``/``weights``/``rewards`` map the inputs
+    (phi of the pairs, V_{h+1}, 1/sigma^2, the pairs' rewards) to what enters
+    the sums; ``outer(name, Phi, w)`` = sum_i w_i phi_i phi_i^T and
+    ``inner(name, Phi, x)`` = sum_i x_i phi_i (w, x of shape (m,) or (n, m)
+    for n batched runs); ``release(name, stat)`` returns the released value
+    (float64; noisy for DP-VAPVI); ``ridge_shift`` is the public multiple of I
+    added to the released matrices (DP-VAPVI's (E/2) I in K_1, K_2; else 0).
+    """
+
+    ridge_shift: float
+
+    def features(self, Phi: np.ndarray) -> np.ndarray: ...
+    def values(self, V: np.ndarray) -> np.ndarray: ...
+    def squares(self, V: np.ndarray) -> np.ndarray: ...
+    def weights(self, sigma2: np.ndarray) -> np.ndarray: ...
+    def rewards(self, step: StepData) -> np.ndarray: ...
+    def outer(self, name: str, Phi: np.ndarray, w: np.ndarray): ...
+    def inner(self, name: str, Phi: np.ndarray, x: np.ndarray): ...
+    def release(self, name: str, stat) -> np.ndarray: ...
+
+
+class ExactStatistics:
+    """The non-private statistics (VAPVI, PEVI; DP-VAPVI with the noise removed is VAPVI)."""
+
+    ridge_shift = 0.0
+
+    def features(self, Phi):
+        return Phi
+
+    def values(self, V):
+        return V
+
+    def squares(self, V):
+        return V**2
+
+    def weights(self, sigma2):
+        return 1.0 / sigma2
+
+    def rewards(self, step):
+        return step.r_sum
+
+    def outer(self, name, Phi, w):
+        if np.ndim(w) == 2:
+            return np.einsum("md,nm,me->nde", Phi, w, Phi)
+        return (Phi * w[:, None]).T @ Phi
+
+    def inner(self, name, Phi, x):
+        return x @ Phi
+
+    def release(self, name, stat):
+        return stat
+
+
 def floored_inverse(M: np.ndarray, floor: float) -> np.ndarray:
-    """Inverse of sym(M) with eigenvalues floored at ``floor`` (ALGORITHMS.md 2.5 "Robustness").
+    """Inverse of sym(M) with eigenvalues floored at ``floor``, over any leading batch axes.
 
-    Post-processing of a released matrix: costs no privacy. Without noise
-    (M = Gram + floor * I) the floor changes nothing.
-    """
-    S = 0.5 * (M + M.T)
-    e, U = np.linalg.eigh(S)
-    e = np.maximum(e, floor)
-    return (U / e) @ U.T
-
-
-def _step_values(step: StepData, V_next: np.ndarray) -> np.ndarray:
-    """V_{h+1}(s') of each distinct transition, shape (t,); ``step.end_value`` where t_next = -1
-    (terminal next state), 0 where t_next = -2 (unknown next state)."""
-    return np.where(step.t_next >= 0, V_next[np.maximum(step.t_next, 0)],
-                    np.where(step.t_next == -1, step.end_value, 0.0))
-
-
-def _pair_sum(step: StepData, values: np.ndarray) -> np.ndarray:
-    """sum over rows of each pair of values(s'), shape (m,): sum_{s'} n_h(s,a,s') values."""
-    return np.bincount(step.t_pair, weights=step.t_n * values, minlength=len(step.s))
-
-
-def variance_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact statistics of lines 4-6 (before noise): sum phi phi^T, sum phi V^2, sum phi V.
+    ALGORITHMS.md 2.5 "Robustness": post-processing of a released matrix, costs
+    no privacy. Without noise (M = Gram + floor * I) the floor changes nothing.
 
     Parameters
     ----------
-    step : StepData
-        D' at step h.
-    Phi : ndarray, shape (m, d)
-        phi(s, a) of the step's pairs.
-    V_next : ndarray, shape (S,)
-        V_{h+1} over the states.
+    M : ndarray, shape (..., d, d)
+    floor : float
+        > 0.
 
     Returns
     -------
-    gram : ndarray, shape (d, d)
-    b1 : ndarray, shape (d,)
-        Sensitivity 2H^2 k (``privacy.sensitivities``).
-    b2 : ndarray, shape (d,)
-        Sensitivity 2H k.
+    ndarray, shape (..., d, d)
     """
-    v = _step_values(step, V_next)
-    gram = (Phi * step.n[:, None]).T @ Phi
-    return gram, Phi.T @ _pair_sum(step, v**2), Phi.T @ _pair_sum(step, v)
-
-
-def regression_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray,
-                          sig2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exact statistics of lines 9-10 (before noise): sum phi phi^T / sigma^2 and sum phi (r + V) / sigma^2.
-
-    Parameters
-    ----------
-    step : StepData
-        D at step h.
-    Phi : ndarray, shape (m, d)
-    V_next : ndarray, shape (S,)
-    sig2 : ndarray, shape (m,)
-        sigma_h^2(s, a) >= 1 per pair (1 for PEVI).
-
-    Returns
-    -------
-    gram : ndarray, shape (d, d)
-        Frobenius sensitivity sqrt(2) k.
-    b3 : ndarray, shape (d,)
-        Sensitivity 2H k.
-    """
-    v = _step_values(step, V_next)
-    gram = (Phi * (step.n / sig2)[:, None]).T @ Phi
-    return gram, Phi.T @ ((step.r_sum + _pair_sum(step, v)) / sig2)
-
-
-def q_values(fmap: FeatureMap, w: np.ndarray, Lambda_inv: np.ndarray, penalty_scale: float, offset: float,
-             cap: float, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> np.ndarray:
-    """Q(s, a) = clip(phi^T w - penalty_scale * ||phi||_{Lambda^-1} - offset, 0, cap) for every state.
-
-    Processes states in chunks of at most ``chunk_bytes`` of phi blocks (memory cap).
-
-    Returns
-    -------
-    ndarray, shape (S, A)
-    """
-    S, A, d = fmap.table.shape
-    per_state = max(1, A * d * 8 * 2)
-    c = max(1, int(chunk_bytes // per_state))
-    Q = np.empty((S, A))
-    for lo in range(0, S, c):  # chunks of states, vectorized inside
-        Phi = fmap.table[lo:lo + c]  # (c, A, d)
-        lin = Phi @ w
-        quad = np.einsum("cad,cad->ca", Phi @ Lambda_inv, Phi)
-        Q[lo:lo + c] = lin - penalty_scale * np.sqrt(np.maximum(quad, 0.0)) - offset
-    return np.clip(Q, 0.0, cap)
-
-
-def _floored_inverse_batch(M: np.ndarray, floor: float) -> np.ndarray:
-    """``floored_inverse`` over a leading batch axis, shape (n, d, d)."""
     S = 0.5 * (M + np.swapaxes(M, -1, -2))
     e, U = np.linalg.eigh(S)
     e = np.maximum(e, floor)
     return (U / e[..., None, :]) @ np.swapaxes(U, -1, -2)
 
 
-def step_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray, *, lam: float, cap: float,
-                    variance_aware: bool, step_var: StepData | None = None, Phi_var: np.ndarray | None = None,
-                    noise: dict | None = None) -> dict:
-    """The 5 statistics of one step h (seed 000 Alg. 2 lines 4-10), noisy when ``noise`` is given.
+def _pair_sum(step: StepData, V_next: np.ndarray, f: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """sum_{s'} n_h(s, a, s') f(V_{h+1}(s')) per pair, shape (m,).
 
-    The one place where the statistics of a step and their noise meet: used by
-    :func:`backward_pass` (hence by every learner's ``fit``) and by
-    ``DPVAPVI.step_release`` (the auditor's view of a step).
+    V_{h+1}(s') is V_next[s'] where t_next >= 0, the terminal states' value
+    ``step.end_value`` where t_next = -1, and 0 where t_next = -2 (unknown
+    next state, per-row data).
+    """
+    v = np.where(step.t_next >= 0, V_next[np.maximum(step.t_next, 0)],
+                 np.where(step.t_next == -1, step.end_value, 0.0))
+    return np.bincount(step.t_pair, weights=step.t_n * f(v), minlength=len(step.s))
+
+
+def step_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray, *, stats: Statistics, lam: float,
+                    cap: float, variance_aware: bool, step_var: StepData | None = None,
+                    Phi_var: np.ndarray | None = None, n_runs: int | None = None) -> dict:
+    """The 5 released statistics of one step h (seed 000 Alg. 2 lines 4-10).
 
     Parameters
     ----------
@@ -166,8 +167,11 @@ def step_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray, *, lam:
         D at step h (regression data, lines 9-10).
     Phi : ndarray, shape (m, d)
         phi(s, a) of ``step``'s pairs.
-    V_next : ndarray, shape (S,)
-        V_{h+1} over the states (zeros at h = H-1).
+    V_next : ndarray, shape (n_{h+1},)
+        V_{h+1} at the points ``step.t_next`` indexes (zeros at h = H-1).
+    stats : Statistics
+        Forms and releases the sums (:class:`ExactStatistics`, or the DP
+        ``privacy.LatticeGaussian``).
     lam : float
         Ridge lambda (also the eigenvalue floor of the inverse of Sigma).
     cap : float
@@ -176,70 +180,62 @@ def step_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray, *, lam:
         False: sigma^2 = 1 and ``v2``, ``v`` are not computed (PEVI).
     step_var, Phi_var : StepData, ndarray (m', d), optional
         D' at step h and its features (variance data, lines 4-6); ``step``, ``Phi`` when None.
-    noise : dict, optional
-        ``phi1, phi2, phi3`` of shape (d,) or (n, d) and ``K1, K2`` of shape
-        (d, d) or (n, d, d) from ``privacy.draw_step_noise``; a leading axis
-        n gives n independent runs at once (sigma^2 then differs per run).
+    n_runs : int, optional
+        The noise of ``stats`` has this leading axis (the auditor's batched runs).
 
     Returns
     -------
     dict
-        ``gram`` sum phi phi^T (+ K_1), ``v2`` sum phi V^2 (+ phi_1), ``v``
-        sum phi V (+ phi_2), ``weighted_gram`` sum phi phi^T / sigma^2 (+ K_2),
-        ``r_plus_v`` sum phi (r + V) / sigma^2 (+ phi_3) (the released
-        statistics, without the public lambda I), and ``sigma2`` (m,) or
-        (n, m), sigma_h^2 >= 1 per pair (post-processing of the first three).
-        Shapes gain the leading n when the noise has it.
+        Released ``gram`` sum phi phi^T (+ K_1), ``v2`` sum phi V^2 (+ phi_1),
+        ``v`` sum phi V (+ phi_2), ``weighted_gram`` sum phi phi^T / sigma^2
+        (+ K_2), ``r_plus_v`` sum phi (r + V) / sigma^2 (+ phi_3), without the
+        public lambda I and (E/2) I (``stats.ridge_shift``); and ``sigma2`` (m,)
+        or (n, m), post-processing of the first three. Shapes gain the leading
+        n_runs when given.
     """
-    batched = noise is not None and np.ndim(noise["phi3"]) == 2
     sv = step if step_var is None else step_var
     Pv = Phi if Phi_var is None else Phi_var
     d = Phi.shape[1]
+    V_next = np.clip(np.asarray(V_next, dtype=np.float64), 0.0, cap - 1.0)  # no-op in a run; the bound is a sensitivity's
     out = {}
     if variance_aware:
-        # lines 4-6: Sigma_h = sum phi phi^T + lambda I (+ K_1); second and first moments (+ phi_1, phi_2)
-        gram, b1, b2 = variance_statistics(sv, Pv, V_next)
-        if noise is not None:
-            gram, b1, b2 = gram + noise["K1"], b1 + noise["phi1"], b2 + noise["phi2"]
-        out.update(gram=gram, v2=b1, v=b2)
-        Sigma = gram + lam * np.eye(d)
-        if batched:
-            Sinv = _floored_inverse_batch(Sigma, lam)
-            beta, theta = np.einsum("nij,nj->ni", Sinv, b1), np.einsum("nij,nj->ni", Sinv, b2)
-            pb, pt = beta @ Phi.T, theta @ Phi.T  # (n, m)
-        else:
-            Sinv = floored_inverse(Sigma, lam)
-            pb, pt = Phi @ (Sinv @ b1), Phi @ (Sinv @ b2)
-        # lines 7-8: clipped variance, sigma^2 = max(1, Var)
-        var = np.clip(pb, 0.0, cap**2) - np.clip(pt, 0.0, cap) ** 2
+        # line 4: Sigma_h = sum phi phi^T + lambda I + K_1 (over D')
+        Fv = stats.features(Pv)
+        out["gram"] = stats.release("gram", stats.outer("gram", Fv, sv.n))
+        # lines 5-6: beta_h = Sigma^-1 (sum phi V^2 + phi_1); theta_h = Sigma^-1 (sum phi V + phi_2)
+        out["v2"] = stats.release("v2", stats.inner("v2", Fv, _pair_sum(sv, V_next, stats.squares)))
+        out["v"] = stats.release("v", stats.inner("v", Fv, _pair_sum(sv, V_next, stats.values)))
+        Sinv = floored_inverse(out["gram"] + (lam + stats.ridge_shift) * np.eye(d), lam)
+        beta = np.einsum("...ij,...j->...i", Sinv, out["v2"])
+        theta = np.einsum("...ij,...j->...i", Sinv, out["v"])
+        # line 7: Var_h = [<phi, beta>]_[0, (H-h+1)^2] - ([<phi, theta>]_[0, H-h+1])^2
+        var = np.clip(beta @ Phi.T, 0.0, cap**2) - np.clip(theta @ Phi.T, 0.0, cap) ** 2
+        # line 8: sigma_h^2 = max(1, Var_h)
         sig2 = np.maximum(1.0, var)
     else:
-        sig2 = np.ones((noise["phi3"].shape[0], len(step.s)) if batched else len(step.s))
-    # lines 9-10: sum phi phi^T / sigma^2 (+ K_2) and sum phi (r + V_{h+1}(s')) / sigma^2 (+ phi_3)
-    if batched:
-        v = _step_values(step, V_next)
-        wgram = np.einsum("md,nm,me->nde", Phi, step.n / sig2, Phi)
-        b3 = ((step.r_sum + _pair_sum(step, v)) / sig2) @ Phi
-    else:
-        wgram, b3 = regression_statistics(step, Phi, V_next, sig2)
-    if noise is not None:
-        wgram, b3 = wgram + noise["K2"], b3 + noise["phi3"]
-    out.update(weighted_gram=wgram, r_plus_v=b3, sigma2=sig2)
+        sig2 = np.ones(len(step.s) if n_runs is None else (n_runs, len(step.s)))
+    # line 9: Lambda_h = sum phi phi^T / sigma^2 + lambda I + K_2 (over D)
+    F = stats.features(Phi)
+    omega = stats.weights(sig2)
+    out["weighted_gram"] = stats.release("weighted_gram", stats.outer("weighted_gram", F, step.n * omega))
+    # line 10 (its vector): sum phi (r + V_{h+1}(s')) / sigma^2 + phi_3
+    r_plus_v = stats.rewards(step) + _pair_sum(step, V_next, stats.values)
+    out["r_plus_v"] = stats.release("r_plus_v", stats.inner("r_plus_v", F, omega * r_plus_v))
+    out["sigma2"] = sig2
     return out
 
 
-def backward_pass(data: LinearData, fmap: FeatureMap, *, lam: float, penalty_scale: float, offset: float,
-                  variance_aware: bool, data_var: LinearData | None = None,
-                  noise: Callable[[int], dict] | None = None,
-                  chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> LinearFit:
+def backward_pass(provider, *, stats: Callable[[int], Statistics], lam: float, penalty_scale: float,
+                  offset: float, variance_aware: bool, provider_var=None) -> LinearFit:
     """Pessimistic value iteration over h = H-1..0 (seed 000 Alg. 2 lines 2-14).
 
     Parameters
     ----------
-    data : LinearData
-        D, the regression data (lines 9-10).
-    fmap : FeatureMap
-        phi over the spec's (S, A), ||phi|| <= 1.
+    provider : FiniteFeatures or RowFeatures
+        D, the regression data (lines 9-10), and phi (``providers``).
+    stats : callable
+        ``stats(h)`` returns the ``Statistics`` of step h (for DP-VAPVI: with
+        that step's own noise stream, so the 5H releases are independent).
     lam : float
         Ridge lambda > 0 (also the eigenvalue floor).
     penalty_scale : float
@@ -248,37 +244,32 @@ def backward_pass(data: LinearData, fmap: FeatureMap, *, lam: float, penalty_sca
         The additive penalty D/K (line 11), 0 for PEVI.
     variance_aware : bool
         Estimate sigma_h^2 (lines 4-8); False gives sigma^2 = 1 (PEVI).
-    data_var : LinearData, optional
-        D', the variance data (lines 4-6); ``data`` when None (no split).
-    noise : callable, optional
-        ``noise(h)`` returns that step's fresh draws ``phi1, phi2, phi3, K1, K2``
-        (see ``privacy.draw_step_noise``); None means no noise (VAPVI, PEVI).
-    chunk_bytes : int
-        Memory cap of one chunk in ``q_values``.
+    provider_var : same type as ``provider``, optional
+        D', the variance data (lines 4-6); ``provider`` when None (no split).
 
     Returns
     -------
     LinearFit
     """
-    H, S, A, d = data.H, fmap.n_states, fmap.n_actions, fmap.dim
-    dv = data if data_var is None else data_var
+    H, d = provider.H, provider.dim
+    pv = provider if provider_var is None else provider_var
     I = np.eye(d)
-    w_all, Li_all, Q_all = np.zeros((H, d)), np.zeros((H, d, d)), np.zeros((H, S, A))
-    V_next = np.zeros(S)  # V_H = 0 (paper: V_{H+1} = 0)
-    for h in progress.iterate(range(H - 1, -1, -1), H, "backward pass", "step"):
-        z = noise(h) if noise is not None else None  # fresh draws for this h only
-        cap = float(H - h)  # paper's H - h + 1
-        st = data.steps[h]
-        P = fmap.phi(st.s, st.a)  # (m, d)
-        sv = dv.steps[h]
-        stats = step_statistics(st, P, V_next, lam=lam, cap=cap, variance_aware=variance_aware,
-                                step_var=sv, Phi_var=fmap.phi(sv.s, sv.a) if variance_aware else None, noise=z)
-        Lam, b3 = stats["weighted_gram"] + lam * I, stats["r_plus_v"]
-        Linv = floored_inverse(Lam, lam)
-        w = Linv @ b3
+    w_all, Li_all, Q_all = np.zeros((H, d)), np.zeros((H, d, d)), [None] * H
+    # line 1: V_{H+1} = 0 (0-based: V_H); the noise of each step is drawn inside stats(h)
+    V_next = np.zeros(1)
+    for h in progress.iterate(range(H - 1, -1, -1), H, "backward pass", "step"):  # line 2: for h = H, ..., 1
+        cap = float(H - h)  # the paper's H - h + 1
+        st = stats(h)
+        rel = step_statistics(provider.step(h), provider.phi(h), V_next, stats=st, lam=lam, cap=cap,
+                              variance_aware=variance_aware, step_var=pv.step(h),
+                              Phi_var=pv.phi(h) if variance_aware else None)  # lines 4-10's statistics
+        # lines 9-10: Lambda_h^-1 (eigenvalues floored at lambda) and w_h = Lambda_h^-1 (sum phi (r+V)/sigma^2 + phi_3)
+        Linv = floored_inverse(rel["weighted_gram"] + (lam + st.ridge_shift) * I, lam)
+        w = Linv @ rel["r_plus_v"]
         # lines 11-13: Gamma = scale * ||phi||_{Lambda^-1} + D/K ; Q = min(phi^T w - Gamma, H - h + 1)^+
-        Q = q_values(fmap, w, Linv, penalty_scale, offset, cap, chunk_bytes)
-        # line 14: greedy policy and V_h = max_a Q_h (computed once on the S states, then indexed)
+        Q = provider.q(h, w, Linv, penalty_scale, offset, cap)
+        # line 14: pi_h = argmax_a Q_h, V_h = max_a Q_h (at the points step h-1 leads to)
         V_next = Q.max(-1)
         w_all[h], Li_all[h], Q_all[h] = w, Linv, Q
-    return LinearFit(w=w_all, Lambda_inv=Li_all, Q=Q_all, offset=np.full(H, float(offset)))
+    return LinearFit(w=w_all, Lambda_inv=Li_all, Q=tuple(Q_all), offset=np.full(H, float(offset)),
+                     penalty_scale=float(penalty_scale))

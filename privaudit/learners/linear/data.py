@@ -20,6 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from privaudit.errors import UsageError
+from privaudit.privacy.fixed_point import to_grid_nearest
+
+#: Rewards enter DP-VAPVI's statistics rounded to the nearest multiple of 2^-REWARD_BITS, per row and
+#: before any sum (``StepData.r_fixed``), so the sums lie on a lattice (``privacy.grid()``).
+REWARD_BITS = 8
 
 #: Largest key space aggregated with ``np.bincount``; larger ones use ``np.unique``.
 _BINCOUNT_MAX = 20_000_000
@@ -37,6 +42,9 @@ class StepData:
         n_h(s, a), rows per pair.
     r_sum : ndarray, shape (m,), float64
         Sum of the (scaled, [0, 1]) rewards of those rows.
+    r_fixed : ndarray, shape (m,), float64 holding integers
+        Sum over those rows of rint(r * 2^REWARD_BITS): each row's reward rounded
+        to the grid before summing (DP-VAPVI's lattice statistics).
     t_pair : ndarray, shape (t,), int64
         Index into the pairs of each distinct transition (s, a, s').
     t_next : ndarray, shape (t,), int64
@@ -55,6 +63,7 @@ class StepData:
     a: np.ndarray
     n: np.ndarray
     r_sum: np.ndarray
+    r_fixed: np.ndarray
     t_pair: np.ndarray
     t_next: np.ndarray
     t_n: np.ndarray
@@ -135,6 +144,7 @@ class LinearData:
         pair_keys, pair_inv, n = _aggregate(key, H * S * A)
         del key
         r_sum = np.bincount(pair_inv, weights=r, minlength=len(pair_keys))
+        r_fixed = np.bincount(pair_inv, weights=to_grid_nearest(r, REWARD_BITS), minlength=len(pair_keys))
         tkey = pair_inv
         tkey *= S + 1
         tkey += np.where(end, 0, s_next.astype(np.int64) + 1)
@@ -150,6 +160,7 @@ class LinearData:
             pk = pair_keys[lo:hi] % (S * A)
             tl, th = tb[k], tb[k + 1]
             steps.append(StepData(s=pk // A, a=pk % A, n=n[lo:hi].astype(np.float64), r_sum=r_sum[lo:hi],
+                                  r_fixed=r_fixed[lo:hi],
                                   t_pair=t_pair[tl:th] - lo, t_next=t_next[tl:th], t_n=t_n[tl:th].astype(np.float64),
                                   end_value=float(terminal_value) * (H - k - 1)))
         return cls(H=H, S=S, A=A, n_episodes=int(n_episodes), steps=tuple(steps))

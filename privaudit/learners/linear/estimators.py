@@ -22,32 +22,79 @@ import numpy as np
 
 from privaudit.errors import UsageError
 from privaudit.learners.linear import privacy as _privacy
-from privaudit.learners.linear.core import DEFAULT_CHUNK_BYTES, backward_pass, step_statistics
-from privaudit.learners.linear.data import LinearData
-from privaudit.learners.policy import Policy, greedy_table
+from privaudit.learners.linear.core import ExactStatistics, backward_pass, step_statistics
+from privaudit.learners.linear.providers import DEFAULT_CHUNK_BYTES, FiniteFeatures
+from privaudit.learners.policy import Policy
 from privaudit.mdp.features import FeatureMap
 
+_EXACT = ExactStatistics()
 
-def _check_common(data: LinearData, fmap: FeatureMap, data_var: LinearData | None) -> None:
-    if (data.S, data.A) != (fmap.n_states, fmap.n_actions):
-        raise UsageError(f"feature map covers (S, A) = ({fmap.n_states}, {fmap.n_actions}) "
-                         f"but the data has ({data.S}, {data.A}).")
+
+def _providers(data, fmap: FeatureMap | None, data_var, chunk_bytes: int):
+    """(provider, provider_var): ``LinearData`` + ``FeatureMap`` become ``FiniteFeatures``; a provider passes."""
+    if fmap is None:
+        return data, data_var
     if data_var is not None and (data_var.H, data_var.S, data_var.A) != (data.H, data.S, data.A):
         raise UsageError("D and D' must share (H, S, A).")
+    return (FiniteFeatures(data, fmap, chunk_bytes),
+            None if data_var is None else FiniteFeatures(data_var, fmap, chunk_bytes))
 
 
 class _LinearLearner:
-    """Shared fitted-state handling; subclasses define ``algorithm`` and ``fit``."""
+    """One ``fit`` for the three learners: they differ only in what they supply to ``core.backward_pass``.
+
+    A subclass sets ``algorithm`` and ``variance_aware`` and defines
+    ``_penalty(provider)`` -> (scale, offset) and ``_statistics(provider, rng)``
+    -> h -> Statistics (line 11's penalty and lines 4-10's release).
+    """
 
     algorithm = "linear"
+    variance_aware = True
 
-    def _store(self, fit, fmap: FeatureMap) -> None:
-        self.w_ = fit.w
-        self.Lambda_inv_ = fit.Lambda_inv
-        self.Q_ = fit.Q
-        self.offset_ = fit.offset
-        self.table_ = greedy_table(fit.Q)
-        self.features_ = fmap.manifest()
+    def fit(self, data, fmap: FeatureMap | None = None, *, rng: np.random.Generator | None = None,
+            data_var=None):
+        """Run the backward pass (seed 000 Alg. 2) and store the fitted attributes.
+
+        Parameters
+        ----------
+        data : LinearData or provider
+            D, aggregated logs (with ``fmap``), or a ``providers.FiniteFeatures`` /
+            ``providers.RowFeatures`` (then ``fmap`` is None).
+        fmap : FeatureMap, optional
+            phi over the spec's (S, A).
+        rng : numpy.random.Generator, optional
+            DP-VAPVI's noise (required there; ignored by the non-private learners).
+        data_var : LinearData or provider, optional
+            D', the variance data (VAPVI, DP-VAPVI; refused by PEVI).
+
+        Returns
+        -------
+        self
+            With ``w_`` (H, d), ``Lambda_inv_`` (H, d, d), ``Q_`` (tuple of the per-step
+            Q at the provider's points), ``offset_`` (H,), ``penalty_scale_``, and for a
+            feature table ``table_`` (H, S, A) and ``features_``.
+
+        Raises
+        ------
+        UsageError
+            Bad parameters, data that does not match the map, or D' for PEVI.
+        """
+        if data_var is not None and not self.variance_aware:
+            raise UsageError(f"{type(self).__name__} has no variance step: it takes no D' (data_var).")
+        provider, provider_var = _providers(data, fmap, data_var, self.chunk_bytes)
+        scale, offset = self._penalty(provider)
+        stats = self._statistics(provider, rng)
+        fit = backward_pass(provider, stats=stats, lam=self.lam, penalty_scale=scale, offset=offset,
+                            variance_aware=self.variance_aware, provider_var=provider_var)
+        self.w_, self.Lambda_inv_, self.Q_, self.offset_ = fit.w, fit.Lambda_inv, fit.Q, fit.offset
+        self.penalty_scale_ = fit.penalty_scale
+        table = provider.greedy_table(fit.Q)  # None for per-row features (no public states)
+        if table is not None:
+            self.table_, self.features_ = table, provider.manifest()
+        return self
+
+    def _statistics(self, provider, rng):
+        return lambda h: _EXACT
 
     def get_params(self) -> dict:
         """The constructor parameters (JSON-ready)."""
@@ -60,10 +107,10 @@ class _LinearLearner:
         Raises
         ------
         UsageError
-            If the estimator is not fitted.
+            If the estimator is not fitted on a feature table.
         """
-        if not hasattr(self, "w_"):
-            raise UsageError(f"{type(self).__name__} is not fitted: call fit() first.")
+        if not hasattr(self, "table_"):
+            raise UsageError(f"{type(self).__name__} is not fitted on a feature table: call fit() first.")
         params = {**self.get_params(), "features": self.features_}
         return Policy(table=self.table_, algorithm=self.algorithm, parameters=params,
                       privacy=privacy or {"private": False}, spec_hash=spec_hash,
@@ -86,21 +133,18 @@ class PEVI(_LinearLearner):
     """
 
     algorithm = "pevi"
+    variance_aware = False
 
     def __init__(self, *, lam: float = 1.0, beta: float | None = None, c: float = 1.0, xi: float = 0.05,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES):
         self.lam, self.beta, self.c, self.xi, self.chunk_bytes = lam, beta, c, xi, chunk_bytes
 
-    def fit(self, data: LinearData, fmap: FeatureMap) -> "PEVI":
-        """Run PEVI on the aggregated logs; sets ``w_``, ``Lambda_inv_``, ``Q_``, ``table_``."""
-        _check_common(data, fmap, None)
-        d, H, K = fmap.dim, data.H, max(data.n_episodes, 1)
+    def _penalty(self, provider):
+        """beta ||phi||_{Lambda^-1}, beta = c d H sqrt(log(2 d H K / xi)) with the data's K (not private)."""
+        d, H, K = provider.dim, provider.H, max(provider.n_episodes, 1)
         beta = self.beta if self.beta is not None else self.c * d * H * np.sqrt(np.log(2 * d * H * K / self.xi))
         self.beta_ = float(beta)
-        fit = backward_pass(data, fmap, lam=self.lam, penalty_scale=beta, offset=0.0, variance_aware=False,
-                            chunk_bytes=self.chunk_bytes)
-        self._store(fit, fmap)
-        return self
+        return float(beta), 0.0
 
 
 class VAPVI(_LinearLearner):
@@ -124,14 +168,10 @@ class VAPVI(_LinearLearner):
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES):
         self.C, self.lam, self.d_scale, self.chunk_bytes = C, lam, d_scale, chunk_bytes
 
-    def fit(self, data: LinearData, fmap: FeatureMap, data_var: LinearData | None = None) -> "VAPVI":
-        """Run VAPVI on D (and D' for the variance when given)."""
-        _check_common(data, fmap, data_var)
-        offset = self.d_scale * _privacy.d_constant(data.H, fmap.dim, None, None) / max(data.n_episodes, 1)
-        fit = backward_pass(data, fmap, lam=self.lam, penalty_scale=self.C * np.sqrt(fmap.dim), offset=offset,
-                            variance_aware=True, data_var=data_var, chunk_bytes=self.chunk_bytes)
-        self._store(fit, fmap)
-        return self
+    def _penalty(self, provider):
+        """C sqrt(d) ||phi||_{Lambda^-1} + d_scale 2 H^3 sqrt(d) / K (K of the data: not private)."""
+        offset = self.d_scale * _privacy.d_constant(provider.H, provider.dim, None, None) / max(provider.n_episodes, 1)
+        return self.C * np.sqrt(provider.dim), offset
 
 
 class DPVAPVI(_LinearLearner):
@@ -145,6 +185,8 @@ class DPVAPVI(_LinearLearner):
         As in VAPVI; D = ``d_scale`` * ``privacy.d_constant`` (needs ``kappa`` when > 0).
     kappa : float, optional
         Public coverage constant for D (never computed from the logs).
+    episodes_public : int, optional
+        Public, declared number of episodes K for the D/K term (needed when d_scale > 0).
     delta_fail : float
         Failure probability in E and L (not the DP delta).
     c1, c2 : float
@@ -163,9 +205,17 @@ class DPVAPVI(_LinearLearner):
     -----
     Noise is drawn fresh for every statistic and every step h from a child
     stream ``rng.spawn(H)[h]`` (ALGORITHMS.md 2.5 "noise per h"): the 5H
-    draws are independent. Privacy holds for any data given the bounds
-    ||phi|| <= 1 (FeatureMap checks), r in [0, 1] and k episodes per unit
-    (enforced upstream by contribution bounding).
+    draws are independent. The statistics are exact lattice points and the
+    noise exact discrete Gaussian (``privacy.LatticeGaussian``), so the
+    guarantee is exactly rho-zCDP with no float side channel. Privacy holds
+    for any data given the bounds ||phi|| <= 1 (FeatureMap checks), r in
+    [0, 1] and k episodes per unit (enforced upstream by contribution bounding).
+
+    The D/K term needs K. The number of episodes in the logs is a fact about
+    the private data (with k > 1 it even differs between neighbouring
+    datasets), and the offset D/K would put it, exactly, into every Q value
+    and into the policy's ``penalty_offset``. So K must be a public, declared
+    number (``episodes_public``), never read off the data.
     """
 
     algorithm = "dp-vapvi"
@@ -179,27 +229,9 @@ class DPVAPVI(_LinearLearner):
         self.delta_fail, self.c1, self.c2, self.k, self.chunk_bytes = delta_fail, c1, c2, k, chunk_bytes
         self.shift = shift
 
-    def fit(self, data: LinearData, fmap: FeatureMap, *, rng: np.random.Generator,
-            data_var: LinearData | None = None) -> "DPVAPVI":
-        """Run DP-VAPVI; the released object is the fitted policy (noisy statistics stay internal).
-
-        Raises
-        ------
-        UsageError
-            If rho <= 0, lam <= 0, the data does not match the map, or
-            d_scale > 0 without a public kappa and a public ``episodes_public``.
-
-        Notes
-        -----
-        The D/K term needs K. The number of episodes in the logs is a fact
-        about the private data (with k > 1 it even differs between
-        neighbouring datasets), and the offset D/K would put it, exactly, into
-        every Q value and into the policy's ``penalty_offset``. So K must be a
-        public, declared number (``episodes_public``), never read off the data.
-        """
-        _check_common(data, fmap, data_var)
-        H, d = data.H, fmap.dim
-        scales = self.noise_scales(H, d)
+    def _penalty(self, provider):
+        """C sqrt(d) ||phi||_{Lambda^-1} + d_scale D / K with a public K (``episodes_public``)."""
+        H, d = provider.H, provider.dim
         offset = 0.0
         if self.d_scale:
             K = self.episodes_public
@@ -208,17 +240,19 @@ class DPVAPVI(_LinearLearner):
                     "`d_scale` > 0 needs `episodes_public`: a public, declared number of episodes K for the "
                     "D/K penalty (the logs' own episode count is private and would be released exactly). "
                     f"Found episodes_public={K!r}.")
-            offset = self.d_scale * _privacy.d_constant(H, d, self.kappa, scales) / int(K)
-        streams = rng.spawn(H)  # one independent child stream per step h
+            offset = self.d_scale * _privacy.d_constant(H, d, self.kappa, self.noise_scales(H, d)) / int(K)
+        return self.C * np.sqrt(d), offset
 
-        def noise(h: int) -> dict:
-            return _privacy.draw_step_noise(streams[h], d, scales, shift=self.shift)  # same draw as step_release
-
-        fit = backward_pass(data, fmap, lam=self.lam, penalty_scale=self.C * np.sqrt(d), offset=offset,
-                            variance_aware=True, data_var=data_var, noise=noise, chunk_bytes=self.chunk_bytes)
+    def _statistics(self, provider, rng):
+        """h -> LatticeGaussian with step h's own stream ``rng.spawn(H)[h]`` (drawn when the step runs)."""
+        if rng is None:
+            raise UsageError("DP-VAPVI needs `rng` (a numpy Generator; OS entropy outside tests).")
+        H, d = provider.H, provider.dim
+        scales = self.noise_scales(H, d)
         self.scales_ = scales
-        self._store(fit, fmap)
-        return self
+        streams = rng.spawn(H)  # one independent child stream per step h
+        return lambda h: _privacy.LatticeGaussian(scales, _privacy.draw_step_noise(streams[h], d, scales),
+                                                  self.shift)
 
     def noise_scales(self, H: int, d: int) -> "_privacy.DPVAPVINoiseScales":
         """The public noise scales of a run over horizon H and dimension d (``privacy.noise_scales``).
@@ -233,16 +267,15 @@ class DPVAPVI(_LinearLearner):
         return _privacy.noise_scales(self.rho, H, d, k=int(self.k), delta_fail=self.delta_fail,
                                      c1=self.c1, c2=self.c2)
 
-    def step_release(self, data: LinearData, fmap: FeatureMap, h: int, V_next: np.ndarray, *,
-                     rng: np.random.Generator, data_var: LinearData | None = None,
-                     n_runs: int | None = None) -> dict:
+    def step_release(self, data, fmap: FeatureMap | None, h: int, V_next: np.ndarray, *,
+                     rng: np.random.Generator, data_var=None, n_runs: int | None = None) -> dict:
         """The 5 noisy statistics DP-VAPVI releases at step h, given V_{h+1}.
 
-        Exactly what ``fit`` computes at step h (same ``privacy.draw_step_noise``
-        and ``core.step_statistics``), exposed for the auditor. At h = H-1,
-        V_H = 0, so the release depends on the data of step H-1 only and not on
-        earlier releases: it is a valid mechanism on its own, rho_0-zCDP per
-        statistic (``privaudit.audit.adapters.DPVAPVIMechanism``).
+        Exactly what ``fit`` computes at step h (same ``privacy.draw_step_noise``,
+        ``privacy.LatticeGaussian`` and ``core.step_statistics``), exposed for the
+        auditor. At h = H-1, V_H = 0, so the release depends on the data of step
+        H-1 only and not on earlier releases: it is a valid mechanism on its own,
+        rho_0-zCDP per statistic (``privaudit.audit.adapter_dpvapvi``).
 
         Parameters
         ----------
@@ -250,8 +283,9 @@ class DPVAPVI(_LinearLearner):
             As for ``fit``.
         h : int
             0-based step.
-        V_next : ndarray, shape (S,)
-            V_{h+1} (public: post-processing of later steps' releases; zeros at h = H-1).
+        V_next : ndarray
+            V_{h+1} at the points of the provider (public: post-processing of later
+            steps' releases; zeros at h = H-1).
         rng : numpy.random.Generator
             This step's stream.
         n_runs : int, optional
@@ -261,31 +295,33 @@ class DPVAPVI(_LinearLearner):
         -------
         dict
             ``gram`` (d, d), ``v2``, ``v`` (d,), ``weighted_gram`` (d, d),
-            ``r_plus_v`` (d,) noisy (K_i include the (E/2) I shift; the public
-            lambda I is not added), ``sigma2`` (m,); leading n_runs axis when given.
+            ``r_plus_v`` (d,) noisy, each an integer multiple of 2^-L
+            (``privacy.LATTICE_BITS``: the public lambda I and (E/2) I are not
+            added); ``sigma2`` (m,); leading n_runs axis when given.
         """
-        _check_common(data, fmap, data_var)
-        scales = self.noise_scales(data.H, fmap.dim)
-        z = _privacy.draw_step_noise(rng, fmap.dim, scales, shift=self.shift, n_runs=n_runs)
-        return self._statistics(data, fmap, h, V_next, data_var, z)
+        provider, provider_var = _providers(data, fmap, data_var, self.chunk_bytes)
+        scales = self.noise_scales(provider.H, provider.dim)
+        z = _privacy.draw_step_noise(rng, provider.dim, scales, n_runs=n_runs)
+        return self._step(provider, provider_var, h, V_next, _privacy.LatticeGaussian(scales, z, self.shift),
+                          n_runs)
 
-    def exact_step_statistics(self, data: LinearData, fmap: FeatureMap, h: int, V_next: np.ndarray,
-                              data_var: LinearData | None = None) -> dict:
-        """``step_release`` without noise (the gray-box view; never released).
+    def exact_step_statistics(self, data, fmap: FeatureMap | None, h: int, V_next: np.ndarray,
+                              data_var=None) -> dict:
+        """``step_release`` without noise: the exact lattice statistics (the gray-box view; never released).
 
         sigma^2 is computed from the exact statistics, so ``weighted_gram`` and
         ``r_plus_v`` equal the pre-noise values of a run only where sigma^2 does
         not depend on the noise: at h = H-1, where Var <= (H - h)^2 = 1 forces
         sigma^2 = 1.
         """
-        _check_common(data, fmap, data_var)
-        return self._statistics(data, fmap, h, V_next, data_var, None)
+        provider, provider_var = _providers(data, fmap, data_var, self.chunk_bytes)
+        scales = self.noise_scales(provider.H, provider.dim)
+        return self._step(provider, provider_var, h, V_next, _privacy.LatticeGaussian(scales, None), None)
 
-    def _statistics(self, data, fmap, h, V_next, data_var, z):
-        if not 0 <= h < data.H:
-            raise UsageError(f"step h must lie in [0, {data.H}). Got {h}.")
-        st = data.steps[h]
-        sv = (data if data_var is None else data_var).steps[h]
-        return step_statistics(st, fmap.phi(st.s, st.a), np.asarray(V_next, dtype=np.float64), lam=self.lam,
-                               cap=float(data.H - h), variance_aware=True, step_var=sv,
-                               Phi_var=fmap.phi(sv.s, sv.a), noise=z)
+    def _step(self, provider, provider_var, h, V_next, stats, n_runs):
+        if not 0 <= h < provider.H:
+            raise UsageError(f"step h must lie in [0, {provider.H}). Got {h}.")
+        pv = provider if provider_var is None else provider_var
+        return step_statistics(provider.step(h), provider.phi(h), V_next, stats=stats, lam=self.lam,
+                               cap=float(provider.H - h), variance_aware=True, step_var=pv.step(h),
+                               Phi_var=pv.phi(h), n_runs=n_runs)

@@ -18,8 +18,11 @@ from privaudit.errors import SpecError, UsageError
 from privaudit.learners import registry
 from privaudit.learners.linear.data import LinearData
 from privaudit.io_utils import new_run_id
+from privaudit.learners.linear.privacy import guarantee
+from privaudit.learners.linear.providers import FiniteFeatures, RowFeatures, q_rows
+from privaudit.learners.linear.rows import clip_features, column_dims, row_steps
 from privaudit.learners.pessimism import reward_frame
-from privaudit.learners.policy import Policy
+from privaudit.learners.policy import Policy, greedy_table
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.spec import DomainSpec
 
@@ -89,29 +92,6 @@ def data_from_frame(df: pl.DataFrame, spec: DomainSpec, episode_mask: np.ndarray
     return LinearData.from_rows(df["step"].to_numpy(), df["state"].to_numpy(), df["action"].to_numpy(),
                                 frame.scale * df["reward"].to_numpy() + frame.shift, s_next, end, H=spec.horizon,
                                 S=spec.n_states, A=spec.n_actions, n_episodes=K, terminal_value=frame.terminal)
-
-
-def guarantee(rho: float, requested: dict, spec: DomainSpec, rng_mode: str) -> dict:
-    """The policy manifest's privacy guarantee for DP-VAPVI at total ``rho``."""
-    from privaudit.privacy import accounting
-    from privaudit.stats.release import DEFAULT_REPORT_DELTA, NEIGHBOURING
-
-    delta = requested.get("delta", DEFAULT_REPORT_DELTA)
-    H = spec.horizon
-    return {
-        "definition": "zCDP", "rho": rho, "epsilon": float(accounting.zcdp_to_dp(rho, delta)), "delta": delta,
-        "conversion": "Canonne-Kamath-Steinke 2020 tight zCDP -> (epsilon, delta) conversion"
-                      + ("" if "delta" in requested else f" at the default reporting delta {DEFAULT_REPORT_DELTA:g}"),
-        "requested": requested,
-        "mechanism": f"DP-VAPVI (Qiao & Wang, Alg. 2): 5H = {5 * H} Gaussian releases (3 vectors, 2 symmetric "
-                     f"matrices per step h, fresh noise per h), rho_0 = rho/(5H) = {rho / (5 * H):.6g} each; "
-                     "matrix noise calibrated for substitution (Frobenius sensitivity sqrt(2) k)",
-        "neighbouring": NEIGHBOURING,
-        "privacy_unit": spec.unit_column or "episode_id",
-        "max_episodes_per_unit": spec.max_episodes_per_unit,
-        "released_object": "the policy (greedy table, w_h, Lambda_h^-1); the noisy statistics are not output",
-        "rng": rng_mode,
-    }
 
 
 def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = None, epsilon: float | None = None,
@@ -194,7 +174,6 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         raise UsageError(f"--algo {algo} is not private: it spends no budget, so --ledger does not apply.")
     row_features = bool(spec.features) and spec.features.get("map") == "column-x-action"
     if row_features:
-        from privaudit.learners.linear.rows import column_dims
         m = column_dims(spec)  # before reading any row: a spec error costs nothing
     else:
         fmap = feature_map_from_spec(spec)
@@ -215,36 +194,32 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         echo(report.summary())
     rng = np.random.default_rng(seed)
     split_rng, noise_rng = rng.spawn(2)
+    data_var = None
     if row_features:
         if split:
             raise UsageError("split is not supported with per-row features (column-x-action).")
-        policy = _train_rows(learner, df, spec, m, algo, noise_rng, budget, seed)
-        if ledger is not None:
-            ledger_mod.charge(Path(ledger), spec.dataset_id, budget.rho,
-                              f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)",
-                          run=run or new_run_id(), output=output)
-        if local_log is not None:
-            write_local_log(local_log, report, logs, spec)
-        return policy
-    data_var = None
-    if split:
+        if getattr(learner, "d_scale", 0):
+            raise UsageError("d_scale > 0 is not supported with per-row features; use d_scale = 0.")
+        data = RowFeatures(row_steps(df, spec, m), spec.n_actions)
+    elif split:
         eps_ids = df["episode_id"].unique().sort()
         in_d = pl.Series(split_rng.random(len(eps_ids)) < 0.5)
         chosen = eps_ids.filter(in_d)
         mask = df["episode_id"].is_in(chosen.implode()).to_numpy()
-        data, data_var = data_from_frame(df, spec, mask), data_from_frame(df, spec, ~mask)
+        data, data_var = (FiniteFeatures(data_from_frame(df, spec, x), fmap, learner.chunk_bytes) for x in (mask, ~mask))
     else:
-        data = data_from_frame(df, spec)
+        data = FiniteFeatures(data_from_frame(df, spec), fmap, learner.chunk_bytes)
+    learner.fit(data, rng=noise_rng, data_var=data_var)
     if algo == "dp-vapvi":
-        learner.fit(data, fmap, rng=noise_rng, data_var=data_var)
-        privacy = {"private": True,
-                   "guarantee": guarantee(budget.rho, budget.requested, spec,
-                                          "seeded-insecure" if seed is not None else "secure")}
+        privacy = {"private": True, "guarantee": guarantee(budget.rho, budget.requested, spec,
+                                                           "seeded-insecure" if seed is not None else "secure")}
     else:
-        learner.fit(data, fmap, data_var=data_var) if algo == "vapvi" else learner.fit(data, fmap)
         privacy = {"private": False, "note": f"{algo} reads the exact logs: not differentially private"}
-    policy = learner.to_policy(privacy=privacy, spec_hash=spec.hash())
-    policy.parameters["split"] = split
+    if row_features:
+        policy = _row_policy(learner, spec, m, algo, privacy)
+    else:
+        policy = learner.to_policy(privacy=privacy, spec_hash=spec.hash())
+        policy.parameters["split"] = split
     if ledger is not None:  # atomic re-check + append; refusal raises before the policy is returned
         ledger_mod.charge(Path(ledger), spec.dataset_id, budget.rho,
                           f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)",
@@ -254,8 +229,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     return policy
 
 
-def _train_rows(learner, df: pl.DataFrame, spec: DomainSpec, m: int, algo: str, rng, budget, seed) -> Policy:
-    """Per-row features (column-x-action): ``rows.fit_rows`` and the policy artifact.
+def _row_policy(learner, spec: DomainSpec, m: int, algo: str, privacy: dict) -> Policy:
+    """The policy artifact of a learner fitted on per-row features (column-x-action).
 
     The greedy table over the spec's S states needs public features of every
     state: with ``features.state_table`` (public (S, m)) it is computed from
@@ -263,11 +238,9 @@ def _train_rows(learner, df: pl.DataFrame, spec: DomainSpec, m: int, algo: str, 
     seen in the logs are private, so they cannot fill it): act with the
     extras ``w`` and ``Lambda_inv`` on each patient's features.
     """
-    from privaudit.learners.linear.rows import clip_features, fit_rows, q_rows, row_steps
     from privaudit.learners.policy import greedy_table
 
     H, S, A = spec.horizon, spec.n_states, spec.n_actions
-    fit = fit_rows(learner, row_steps(df, spec, m), A, rng=rng if algo == "dp-vapvi" else None)
     f = spec.features
     if "state_table" in f:
         base = spec.source.parent if spec.source is not None else None
@@ -275,8 +248,8 @@ def _train_rows(learner, df: pl.DataFrame, spec: DomainSpec, m: int, algo: str, 
         if Xs.shape != (S, m):
             raise SpecError(f"spec $.features.state_table must have shape (S={S}, m={m}). Found {Xs.shape}.")
         Xs = clip_features(Xs)
-        Q = np.stack([q_rows(Xs, fit["w"][h], fit["Lambda_inv"][h], A, fit["penalty_scale"], 0.0, float(H - h))
-                      for h in range(H)])
+        Q = np.stack([q_rows(Xs, learner.w_[h], learner.Lambda_inv_[h], A, learner.penalty_scale_,
+                             learner.offset_[h], float(H - h)) for h in range(H)])
         table, table_kind = greedy_table(Q), "state_table"
         table_note = "greedy over the public state_table"
     else:
@@ -285,14 +258,9 @@ def _train_rows(learner, df: pl.DataFrame, spec: DomainSpec, m: int, algo: str, 
         table_kind = PLACEHOLDER_TABLE
         table_note = ("uniform placeholder: no public state features; the policy acts through w_h and "
                       "phi(features, a) of each patient (extras w, Lambda_inv)")
-    if algo == "dp-vapvi":
-        privacy = {"private": True, "guarantee": guarantee(budget.rho, budget.requested, spec,
-                                                           "seeded-insecure" if seed is not None else "secure")}
-    else:
-        privacy = {"private": False, "note": f"{algo} reads the exact logs: not differentially private"}
     features = {"map": "column-x-action", "dim": m * A, "norm": "clip", "scale": 1.0, "state_dim": m,
                 "next_state_features": "next row of the episode at h+1; V = 0 when absent (pessimistic)"}
     params = {**learner.get_params(), "features": features, "table": table_kind, "table_note": table_note,
               "split": False}
     return Policy(table=table, algorithm=algo, parameters=params, privacy=privacy, spec_hash=spec.hash(),
-                  extras={"w": fit["w"], "Lambda_inv": fit["Lambda_inv"], "penalty_offset": fit["offset"]})
+                  extras={"w": learner.w_, "Lambda_inv": learner.Lambda_inv_, "penalty_offset": learner.offset_})

@@ -1,4 +1,4 @@
-"""DP-VAPVI's noise: sensitivities, the 5H Gaussian releases, E, L and D.
+"""DP-VAPVI's privacy: sensitivities, the lattice, the 5H discrete Gaussian releases, E, L, D, the guarantee.
 
 Neighbouring relation: substitution of one privacy unit (one trajectory when
 k = 1; seed 000 "replace one trajectory"). Each of the 5 statistics of step h
@@ -18,15 +18,15 @@ Sensitivities under substitution, with ||phi|| <= 1, r in [0, 1], sigma^2 >= 1,
   = ||phi||^4 + ||psi||^4 - 2 (phi.psi)^2 <= 2, so Frobenius sensitivity sqrt(2)
   (times k); the weighted Gram uses phi/sigma with ||phi/sigma|| <= 1.
 
-Noise (per statistic, per step, drawn fresh; ALGORITHMS.md 2.5 "noise per h"):
+Noise (per statistic, per step, drawn fresh; ALGORITHMS.md 2.5 "noise per h"),
+the paper's Gaussians with these variances:
 
-* phi_1 ~ N(0, (2H^2 k)^2 / (2 rho_0) I) = N(0, 2 H^4 k^2 / rho_0 I);
-* phi_2, phi_3 ~ N(0, 2 H^2 k^2 / rho_0 I);
-* K_1, K_2 = (E/2) I + (Z + Z^T)/sqrt(2), Z_ij ~ N(0, k^2 / (2 rho_0)).
-  For a symmetric shift Delta the zCDP cost of (Z + Z^T)/sqrt(2) with
-  Z_ij ~ N(0, s^2) is ||Delta||_F^2 / (4 s^2) (diagonal entries have variance
-  2 s^2, off-diagonal s^2). With ||Delta||_F^2 <= 2 k^2 and s^2 = k^2/(2 rho_0)
-  this is rho_0. The paper's s^2 = 1/(4 rho_0) is calibrated for ||Delta||_F <= 1,
+* phi_1: (2H^2 k)^2 / (2 rho_0) = 2 H^4 k^2 / rho_0 per coordinate;
+* phi_2, phi_3: 2 H^2 k^2 / rho_0 per coordinate;
+* K_1, K_2 = (E/2) I + N, N symmetric with independent entries of variance
+  s^2 = k^2 / (2 rho_0) off the diagonal and 2 s^2 on it (the law of
+  (Z + Z^T)/sqrt(2), Z_ij ~ N(0, s^2)). For a symmetric shift Delta the zCDP
+  cost is ||Delta||_F^2 / (4 s^2); with ||Delta||_F^2 <= 2 k^2 this is rho_0. The paper's s^2 = 1/(4 rho_0) is calibrated for ||Delta||_F <= 1,
   i.e. add/remove of one trajectory; under substitution it would cost 2 rho_0
   per matrix and 1.4 rho in total (ALGORITHMS.md 2.5 "factor-2 gap").
 
@@ -36,15 +36,37 @@ L = 2H sqrt(d log(10 H d / delta_f) / rho_0), where delta_f is a failure
 probability (not the DP delta). We multiply E by k*sqrt(2) (our matrix noise
 standard deviation is k*sqrt(2) times the paper's, so 0 <= K_i <= E I keeps the
 paper's margin) and L by k (the vector noise scales with k).
+
+Fixed point (issue 10: no float side channel). Float statistics plus float
+noise leak through their low-order bits, and numpy's float samplers are not
+the continuous laws the accounting assumes. So every input of a statistic
+is first put on a power-of-two grid (``grid()``: phi toward zero to 2^-12,
+V_{h+1}, V_{h+1}^2 and each row's reward to the nearest 2^-8, 1/sigma^2 to the
+nearest 2^-12), which keeps every bound above (||phi|| <= 1 and phi phi^T
+positive semi-definite; the scalar bounds have integer ends, grid points);
+each statistic is then an exact integer multiple of 2^-L (``LATTICE_BITS``),
+summed in exact integer arithmetic, and the noise is the exact discrete
+Gaussian on those integers with the variances above times 4^L, as exact
+rationals of rho (``lattice_variances``). The discrete Gaussian costs
+Delta^2 / (2 sigma^2) like the continuous one (CKS 2020 Thm 14, independent
+coordinates), so the guarantee is exactly rho-zCDP; everything after (the
+(E/2) I and lambda I, inverses, w, Q, the policy) is post-processing of
+integers. The sensitivities are checked by brute force on the lattice
+(tests/test_linear_privacy.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from privaudit.errors import UsageError
+from privaudit.learners.linear.data import REWARD_BITS
+from privaudit.privacy import accounting
+from privaudit.privacy.fixed_point import discrete_gaussian_batch, to_grid_nearest, to_grid_toward_zero
+from privaudit.stats.release import DEFAULT_REPORT_DELTA, NEIGHBOURING
 
 
 @dataclass(frozen=True)
@@ -63,6 +85,10 @@ class DPVAPVINoiseScales:
         Shift constant: K_i = (E/2) I + (Z + Z^T)/sqrt(2).
     L : float
         High-probability bound on ||phi_2||, ||phi_3|| (||phi_1|| <= H L).
+    rho : float
+        The total budget (exact; the lattice noise variances are exact rationals of it).
+    H, k : int
+        Horizon and episodes per unit.
     """
 
     rho0: float
@@ -72,6 +98,9 @@ class DPVAPVINoiseScales:
     sigma_z: float
     E: float
     L: float
+    rho: float
+    H: int
+    k: int
 
 
 def sensitivities(H: int, k: int = 1) -> dict:
@@ -131,7 +160,7 @@ def noise_scales(rho: float, H: int, d: int, k: int = 1, delta_fail: float = 0.0
     L = k * 2 * H * np.sqrt(d * np.log(10 * H * d / delta_fail) / rho0)
     return DPVAPVINoiseScales(rho0=rho0, sigma_v2=g(sens["v2"]), sigma_v=g(sens["v"]),
                               sigma_r=g(sens["r_plus_v"]), sigma_z=float(k / np.sqrt(2 * rho0)),
-                              E=float(E), L=float(L))
+                              E=float(E), L=float(L), rho=float(rho), H=int(H), k=int(k))
 
 
 def d_constant(H: int, d: int, kappa: float | None, scales: DPVAPVINoiseScales | None) -> float:
@@ -155,15 +184,64 @@ def d_constant(H: int, d: int, kappa: float | None, scales: DPVAPVINoiseScales |
     return float(H**2 * scales.L / kappa + H**4 * scales.E * np.sqrt(d) / kappa**1.5 + base)
 
 
-def symmetric_gaussian(rng: np.random.Generator, d: int, sigma_z: float, n_runs: int | None = None) -> np.ndarray:
-    """(Z + Z^T)/sqrt(2) with Z_ij ~ N(0, sigma_z^2) iid, shape (d, d) (or (n_runs, d, d))."""
-    Z = rng.normal(0.0, sigma_z, size=(d, d) if n_runs is None else (n_runs, d, d))
-    return (Z + np.swapaxes(Z, -1, -2)) / np.sqrt(2.0)
 
 
-def draw_step_noise(rng: np.random.Generator, d: int, scales: DPVAPVINoiseScales, shift: float = 1.0,
+# ----------------------------------------------------------------------------
+# fixed-point lattice and exact discrete Gaussian noise (no float side channel)
+
+#: phi is rounded toward zero to multiples of 2^-FEATURE_BITS (so ||phi|| <= 1 still holds).
+FEATURE_BITS = 12
+#: V_{h+1}, V_{h+1}^2 and rewards are rounded to the nearest multiple of 2^-VALUE_BITS (their bounds
+#: [0, B] have integer ends, so they hold on the grid).
+VALUE_BITS = REWARD_BITS
+#: 1/sigma^2 is rounded to the nearest multiple of 2^-WEIGHT_BITS (stays in [0, 1]).
+WEIGHT_BITS = 12
+#: Each statistic is an integer multiple of 2^-LATTICE_BITS[name] (products of the grids above).
+LATTICE_BITS = {"gram": 2 * FEATURE_BITS, "v2": FEATURE_BITS + VALUE_BITS, "v": FEATURE_BITS + VALUE_BITS,
+                "weighted_gram": 2 * FEATURE_BITS + WEIGHT_BITS,
+                "r_plus_v": FEATURE_BITS + WEIGHT_BITS + VALUE_BITS}
+_MATRICES = ("gram", "weighted_gram")
+_VECTORS = ("v2", "v", "r_plus_v")
+_SENS_KEY = {"v2": "v2", "v": "v", "r_plus_v": "r_plus_v"}
+
+
+def grid() -> dict:
+    """The grids of DP-VAPVI's statistics, as recorded in the policy manifest (JSON-ready)."""
+    return {
+        "features": f"2^-{FEATURE_BITS}, toward zero (||phi|| <= 1 kept)",
+        "values_and_rewards": f"2^-{VALUE_BITS}, nearest (V_(h+1), V_(h+1)^2 and each row's reward, before any sum)",
+        "weights_1_over_sigma2": f"2^-{WEIGHT_BITS}, nearest",
+        "statistics": {name: f"2^-{bits}" for name, bits in LATTICE_BITS.items()},
+        "noise": "exact discrete Gaussian on the integer multiples (CKS 2020 Alg. 3; "
+                 "privacy.fixed_point.discrete_gaussian_wide)",
+    }
+
+
+def lattice_variances(scales: DPVAPVINoiseScales) -> dict:
+    """Exact noise variances in lattice units, as Fractions (the guarantee's exact arithmetic).
+
+    Vectors: sigma^2 = Delta^2 / (2 rho_0) * 4^L; matrices: (off-diagonal,
+    diagonal) = (s^2, 2 s^2) * 4^L with s^2 = k^2 / (2 rho_0). rho_0 = rho / (5H)
+    exactly (Fraction of the float rho), so each statistic costs exactly rho_0
+    (module docstring; the lattice scales Delta and sigma alike).
+    """
+    rho0 = Fraction(scales.rho) / (5 * scales.H)
+    H, k = scales.H, scales.k
+    delta2 = {"v2": Fraction(2 * H * H * k) ** 2, "v": Fraction(2 * H * k) ** 2, "r_plus_v": Fraction(2 * H * k) ** 2}
+    out = {}
+    for name, bits in LATTICE_BITS.items():
+        unit = Fraction(4) ** bits
+        if name in _MATRICES:
+            s2 = Fraction(k * k) / (2 * rho0) * unit
+            out[name] = (s2, 2 * s2)
+        else:
+            out[name] = delta2[name] / (2 * rho0) * unit
+    return out
+
+
+def draw_step_noise(rng: np.random.Generator, d: int, scales: DPVAPVINoiseScales,
                     n_runs: int | None = None) -> dict:
-    """Fresh noise for the 5 statistics of one step h (seed 000 Alg. 2 line 1, drawn per h).
+    """Fresh exact noise for the 5 statistics of one step h, in lattice units (int64).
 
     Parameters
     ----------
@@ -172,24 +250,182 @@ def draw_step_noise(rng: np.random.Generator, d: int, scales: DPVAPVINoiseScales
     d : int
         Feature dimension.
     scales : DPVAPVINoiseScales
-    shift : float
-        Multiple of the data-independent (E/2) I shift (1 = the paper's).
     n_runs : int, optional
-        Draw n_runs independent sets at once (leading axis; the auditor's
-        batched runs). None: one set, as ``fit`` uses.
+        Draw n_runs independent sets at once (leading axis; the auditor's batched runs).
 
     Returns
     -------
     dict
-        ``phi1`` (d,), ``phi2`` (d,), ``phi3`` (d,), ``K1`` (d, d), ``K2`` (d, d),
-        with K_i = (E/2) I + (Z + Z^T)/sqrt(2); each with a leading n_runs axis when given.
+        ``gram``, ``weighted_gram`` (d, d) symmetric (independent upper triangle,
+        diagonal with twice the variance: the law of (Z + Z^T)/sqrt(2) on the
+        lattice), ``v2``, ``v``, ``r_plus_v`` (d,); int64, leading n_runs axis when given.
     """
-    I_shift = 0.5 * shift * scales.E * np.eye(d)
-    vec = d if n_runs is None else (n_runs, d)
+    var = lattice_variances(scales)
+    lead = () if n_runs is None else (int(n_runs),)
+    iu = np.triu_indices(d, 1)
+    names = ("gram", "v2", "v", "weighted_gram", "r_plus_v")  # fixed order: reproducible streams
+    groups = []
+    for name in names:
+        if name in _MATRICES:
+            groups += [(var[name][0], lead + (len(iu[0]),)), (var[name][1], lead + (d,))]
+        else:
+            groups.append((var[name], lead + (d,)))
+    draws = iter(discrete_gaussian_batch(groups, rng=rng))  # one vectorized pass for the step
+    out = {}
+    for name in names:
+        if name in _MATRICES:
+            off, diag = next(draws), next(draws)
+            M = np.zeros(lead + (d, d), dtype=np.int64)
+            M[..., iu[0], iu[1]] = off
+            M = M + np.swapaxes(M, -1, -2)
+            M[..., np.arange(d), np.arange(d)] = diag
+            out[name] = M
+        else:
+            out[name] = next(draws)
+    return out
+
+
+def _exact_ints(x, what: str) -> np.ndarray:
+    """float64 array holding integers below 2^53 -> int64; a privacy invariant, so it raises."""
+    x = np.asarray(x)
+    if x.dtype.kind in "iu":
+        return x.astype(np.int64)
+    if x.size and (np.abs(x).max() >= 2.0**53 or not np.array_equal(x, np.round(x))):
+        raise RuntimeError(f"DP-VAPVI lattice: {what} is not an exact integer multiple of its grid; report this.")
+    return x.astype(np.int64)
+
+
+def _lattice_sum(subscripts_float, q: np.ndarray, w: np.ndarray, per_unit: int, what: str) -> np.ndarray:
+    """Exact integer contraction: float64 when every partial sum is an integer below 2^53, else int64."""
+    bound = float(np.abs(w).reshape(-1, w.shape[-1]).max(0).sum()) * per_unit if w.size else 0.0
+    if bound < 2.0**53:
+        return np.rint(subscripts_float(q.astype(np.float64), w.astype(np.float64))).astype(np.int64)
+    if bound >= 2.0**62:
+        raise UsageError(f"DP-VAPVI: the {what} statistic does not fit the int64 lattice at this data size "
+                         f"(bound {bound:.3g} >= 2^62); use fewer rows per step or a coarser grid.")
+    return subscripts_float(q, w)  # int64 arithmetic, exact below 2^63
+
+
+class LatticeGaussian:
+    """DP-VAPVI's ``Statistics``: inputs on power-of-two grids, exact lattice sums, exact discrete Gaussian.
+
+    Parameters
+    ----------
+    scales : DPVAPVINoiseScales
+    noise : dict or None
+        This step's ``draw_step_noise`` (lattice units); None gives the exact
+        lattice statistics (the auditor's gray-box view, never released).
+    shift : float
+        Multiple of the public (E/2) I of K_1, K_2 (``ridge_shift``; added by the
+        backward pass to the released matrices, post-processing).
+
+    Notes
+    -----
+    Sensitivities hold on the lattice, in real units unchanged: rounding phi
+    toward zero keeps ||phi|| <= 1 and phi phi^T positive semi-definite;
+    rounding V, V^2, r and 1/sigma^2 to the nearest grid point keeps 0 <= V <= H - h - 1,
+    0 <= V^2 <= (H - h - 1)^2, 0 <= r <= 1, 0 <= 1/sigma^2 <= 1 (integer ends are grid
+    points); so every bound of the
+    module docstring (and the brute force of tests/test_linear_privacy.py)
+    applies to the integer statistics scaled by 2^L.
+    """
+
+    def __init__(self, scales: DPVAPVINoiseScales, noise: dict | None, shift: float = 1.0):
+        self.scales, self.noise, self.shift = scales, noise, shift
+
+    def features(self, Phi):
+        q = to_grid_toward_zero(Phi, FEATURE_BITS)
+        if q.size and int((q * q).sum(-1).max()) > 1 << (2 * FEATURE_BITS):  # exact: ||phi|| <= 1 on the grid
+            raise RuntimeError("DP-VAPVI lattice: a feature vector has norm > 1 after rounding; report this.")
+        return q
+
+    def values(self, V):
+        return to_grid_nearest(np.maximum(V, 0.0), VALUE_BITS)
+
+    def squares(self, V):
+        return to_grid_nearest(np.maximum(V, 0.0) ** 2, VALUE_BITS)
+
+    def weights(self, sigma2):
+        return to_grid_nearest(1.0 / np.maximum(sigma2, 1.0), WEIGHT_BITS)
+
+    def rewards(self, step):
+        return step.r_fixed
+
+    def outer(self, name, q, w):
+        w = _exact_ints(w, name)
+        if w.ndim == 2:
+            f = lambda a, b: np.einsum("md,nm,me->nde", a, b, a)  # noqa: E731
+        else:
+            f = lambda a, b: (a * b[:, None]).T @ a  # noqa: E731
+        return _lattice_sum(f, q, w, 1 << (2 * FEATURE_BITS), name)
+
+    def inner(self, name, q, x):
+        x = _exact_ints(x, name)
+        return _lattice_sum(lambda a, b: b @ a, q, x, 1 << FEATURE_BITS, name)
+
+    @property
+    def ridge_shift(self) -> float:
+        """The public (E/2) I of K_1, K_2 (times ``shift``), added by the backward pass (post-processing)."""
+        return 0.5 * self.shift * self.scales.E if self.noise is not None else 0.0
+
+    def release(self, name, k):
+        """(k + noise) 2^-L: the integer release in real units (exact for |k + noise| < 2^53)."""
+        y = k if self.noise is None else k + self.noise[name]
+        return np.ldexp(y.astype(np.float64), -LATTICE_BITS[name])
+
+
+# ----------------------------------------------------------------------------
+# the guarantee (the one place that states what DP-VAPVI delivers)
+
+def mechanism_text(H: int, rho: float) -> str:
+    """What DP-VAPVI releases and how, for manifests and the pipeline's composed guarantee."""
+    return (f"DP-VAPVI (Qiao & Wang, Alg. 2): 5H = {5 * H} discrete Gaussian releases (3 vectors, 2 symmetric matrices per step h, "
+            f"fresh noise per h), rho_0 = rho/(5H) = {rho / (5 * H):.6g} each; inputs on power-of-two grids, "
+            "statistics exact on their lattice, exact discrete Gaussian noise (CKS 2020); matrix noise "
+            "calibrated for substitution (Frobenius sensitivity sqrt(2) k)")
+
+
+def guarantee(rho: float, requested: dict, spec, rng_mode: str) -> dict:
+    """The policy manifest's privacy guarantee for DP-VAPVI at total ``rho`` (zCDP, exact).
+
+    Parameters
+    ----------
+    rho : float
+        Total zCDP budget of the run.
+    requested : dict
+        What the user asked for (rho, or epsilon and delta).
+    spec : DomainSpec
+        Privacy unit and k.
+    rng_mode : {"secure", "seeded-insecure"}
+        "seeded-insecure" when a test seed drove the noise (the seed is never written).
+
+    Returns
+    -------
+    dict
+        definition, rho, epsilon (CKS conversion at the requested delta, or the
+        default reporting delta), delta, conversion, requested,
+        mechanism, neighbouring, privacy_unit, max_episodes_per_unit,
+        released_object, grid (:func:`grid`), rng.
+
+    Notes
+    -----
+    rho is exact (no extra delta): the statistics are integers on their
+    lattices and the noise is an exact discrete Gaussian whose variance is
+    an exact rational (``lattice_variances``); CKS 2020 Thm 14 gives each
+    release rho_0 = Delta^2 / (2 sigma^2) and the 5H releases compose to rho.
+    """
+    H = spec.horizon
+    delta = requested.get("delta", DEFAULT_REPORT_DELTA)
     return {
-        "K1": I_shift + symmetric_gaussian(rng, d, scales.sigma_z, n_runs),
-        "phi1": rng.normal(0.0, scales.sigma_v2, size=vec),
-        "phi2": rng.normal(0.0, scales.sigma_v, size=vec),
-        "K2": I_shift + symmetric_gaussian(rng, d, scales.sigma_z, n_runs),
-        "phi3": rng.normal(0.0, scales.sigma_r, size=vec),
+        "definition": "zCDP", "rho": rho, "epsilon": float(accounting.zcdp_to_dp(rho, delta)), "delta": delta,
+        "conversion": "Canonne-Kamath-Steinke 2020 tight zCDP -> (epsilon, delta) conversion"
+                      + ("" if "delta" in requested else f" at the default reporting delta {DEFAULT_REPORT_DELTA:g}"),
+        "requested": requested,
+        "mechanism": mechanism_text(H, rho),
+        "neighbouring": NEIGHBOURING,
+        "privacy_unit": spec.unit_column or "episode_id",
+        "max_episodes_per_unit": spec.max_episodes_per_unit,
+        "released_object": "the policy (greedy table, w_h, Lambda_h^-1); the noisy statistics are not output",
+        "grid": grid(),
+        "rng": rng_mode,
     }
