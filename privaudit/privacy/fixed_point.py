@@ -13,8 +13,8 @@ Delta^2 / (2 sigma^2) (Canonne, Kamath & Steinke 2020, Thm 14, independent
 coordinates), the same as the continuous Gaussian's, with Delta the
 sensitivity in real units (the lattice rescales Delta and sigma alike).
 
-The lattices of DP-VAPVI make sigma / step reach 2^46, beyond the int64
-range of ``mechanisms.discrete_gaussian`` (sigma up to ~1.3e4).
+The lattices of DP-VAPVI make sigma / step reach 2^46, beyond the
+table sampler ``privacy.samplers`` (sigma up to 2^15).
 :func:`discrete_gaussian_wide` runs the same algorithm (CKS Algorithm 3:
 discrete Laplace proposal, Bernoulli(exp(-(|y| - sigma^2/t)^2 / (2 sigma^2)))
 acceptance) with an exact acceptance test that is fast in the common case:
