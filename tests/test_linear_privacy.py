@@ -171,3 +171,20 @@ def test_released_statistics_lie_on_the_stated_grid():
     assert (rel["sigma2"] > 1).any()  # the weights 1/sigma^2 were rounded to their grid too
     grid = lp.grid()
     assert grid["statistics"] == {n: f"2^-{b}" for n, b in lp.LATTICE_BITS.items()}
+
+
+def test_lattice_sums_are_exact_beyond_float_precision():
+    # per-pair weights large enough that float64 partial sums would exceed 2^53: the int64 path must
+    # give the exact integer sums (oracle: Python integers on object arrays)
+    rng = np.random.default_rng(0)
+    q = rng.integers(-(1 << 12), 1 << 12, size=(20, 4))
+    w = rng.integers(1 << 31, 1 << 32, size=20)
+    stats = lp.LatticeGaussian(lp.noise_scales(1.0, H, 4), None)
+    got = stats.outer("weighted_gram", q, w)
+    ref = (q.astype(object) * w.astype(object)[:, None]).T.dot(q.astype(object))
+    assert got.dtype == np.int64 and all(int(a) == b for a, b in zip(got.ravel(), ref.ravel()))
+    assert float(np.abs(w).sum()) * (1 << 24) >= 2.0**53  # the int64 path was taken
+    gv = stats.inner("r_plus_v", q, w)
+    assert all(int(a) == b for a, b in zip(gv, w.astype(object).dot(q.astype(object))))
+    with pytest.raises(UsageError, match="int64"):  # beyond int64: refused, never wrapped around
+        stats.outer("weighted_gram", q, np.full(20, 1 << 40))

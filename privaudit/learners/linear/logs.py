@@ -238,8 +238,6 @@ def _row_policy(learner, spec: DomainSpec, m: int, algo: str, privacy: dict) -> 
     seen in the logs are private, so they cannot fill it): act with the
     extras ``w`` and ``Lambda_inv`` on each patient's features.
     """
-    from privaudit.learners.policy import greedy_table
-
     H, S, A = spec.horizon, spec.n_states, spec.n_actions
     f = spec.features
     if "state_table" in f:
