@@ -110,3 +110,19 @@ def test_train_refuses_a_manifest_that_disagrees_with_the_spec(logs, tmp_path, e
     with pytest.raises(ArtifactError, match="disagrees with the spec") as info:
         train_from_release(rel, spec=spec)
     assert needle in str(info.value)
+
+
+def test_audit_trials_minimum_is_the_real_one(logs, tmp_path):
+    """`audit --trials` used to accept 20..64 and then refuse them after validation (issue 13 item 10)."""
+    from privaudit.audit.runner import MIN_TRIALS, selection_size
+
+    assert all(selection_size(t, None) >= 20 and t - selection_size(t, None) >= 10
+               for t in range(MIN_TRIALS, MIN_TRIALS + 500))
+    assert selection_size(MIN_TRIALS - 1, None) < 20
+    d, _ = logs
+    args = ["audit", "--mechanism", "release", "--logs", str(d / "logs.parquet"), "--spec", str(d / "spec.json"),
+            "--claim-rho", "1", "--seed", "0"]
+    low = CliRunner().invoke(main, args + ["--trials", str(MIN_TRIALS - 1), "--out", str(tmp_path / "a.json")])
+    assert low.exit_code == 2 and f">={MIN_TRIALS}" in low.output.replace(" ", "")
+    ok = CliRunner().invoke(main, args + ["--trials", str(MIN_TRIALS), "--out", str(tmp_path / "b.json")])
+    assert ok.exit_code in (0, 3) and "selection and" not in ok.output, ok.output

@@ -202,6 +202,23 @@ def selection_size(trials: int, selection_fraction: float | None) -> int:
     return max(int(round(trials * SELECTION_FRACTION)), min(int(round(trials * 0.3)), SELECTION_MIN))
 
 
+def min_trials(selection_fraction: float | None = None) -> int:
+    """The fewest runs per side an audit accepts: >= 20 selection and >= 10 evaluation runs
+    for every count from there on (``selection_size`` is not monotone near its rounding)."""
+    def ok(t: int) -> bool:
+        n_sel = selection_size(t, selection_fraction)
+        return n_sel >= 20 and t - n_sel >= 10
+
+    t = 10_000 if selection_fraction is None else int(np.ceil(20 / max(selection_fraction, 1e-9))) + 10_000
+    while t > 20 and ok(t - 1):
+        t -= 1
+    return t
+
+
+#: The fewest runs per side with the default selection split (``audit --trials`` refuses fewer).
+MIN_TRIALS = min_trials()
+
+
 def _choose(cands: list[Candidate], X0, X1, alpha_b, delta, objective):
     """The (value, candidate, threshold, direction) with the best predicted bound on ``X0``, ``X1``.
 
@@ -333,8 +350,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     n_sel = selection_size(int(trials), selection_fraction)
     n_ev = int(trials) - n_sel
     if n_ev < 10 or n_sel < 20:
-        raise UsageError(f"`--trials` {trials} leaves {n_sel} selection and {n_ev} evaluation runs; they need "
-                         ">= 20 and >= 10.")
+        raise UsageError(f"`trials` = {trials} leaves {n_sel} selection and {n_ev} evaluation runs; they need "
+                         f">= 20 and >= 10: use at least {min_trials(selection_fraction)} trials.")
     gb = graybox_check(mech, pair, claim.delta) if graybox else {"checked": False, "violation": False, "families": []}
     base = dict(mechanism=str(name), claim=claim, confidence=confidence, pair=pair.description,
                 graybox=gb, selection_trials=n_sel, evaluation_trials=n_ev,

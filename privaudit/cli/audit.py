@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from privaudit.audit.runner import MIN_TRIALS
 from privaudit.cli.common import echo_json, handle_errors
 from privaudit.learners import registry
 
@@ -87,7 +88,8 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "against the spec.")
 @click.option("--score", "scores", multiple=True, metavar="FILE.py:NAME",
               help="Extra attack score fn(outputs (n, *shape)) -> (n,), larger = more like D'. Repeatable.")
-@click.option("--trials", required=True, type=click.IntRange(min=20), help="Runs per side (selection + evaluation).")
+@click.option("--trials", required=True, type=click.IntRange(min=MIN_TRIALS),
+              help=f"Runs per side (selection + evaluation), at least {MIN_TRIALS}.")
 @click.option("--confidence", type=click.FloatRange(0.5, 1, max_open=True), default=0.95, show_default=True)
 @click.option("--release-mechanism", type=click.Choice(["gaussian", "laplace"]), default=None,
               help="Built-ins: noise family (default: laplace for a pure-DP claim, else gaussian).")

@@ -35,6 +35,7 @@ from typing import Callable
 
 import numpy as np
 
+from privaudit.audit.runner import MIN_TRIALS
 from privaudit.resources import sample_dir
 from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
@@ -172,7 +173,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         succeed. A run that fails after a charge keeps the charge (the safe
         direction: spent budget is never handed back).
     audit_trials : int, default 4000
-        Runs per side of the release audit (>= 20); 0 skips the audit.
+        Runs per side of the release audit (>= ``audit.runner.MIN_TRIALS``); 0 skips the audit.
     linear_share : float, default 0.5
         Share of the budget given to DP-VAPVI when the spec has a feature map.
     overwrite : bool
@@ -237,8 +238,8 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
     if stationary is not None and not isinstance(stationary, bool):
         raise UsageError(f"`stationary` must be True, False or None (auto). Found {stationary!r}.")
     if isinstance(audit_trials, bool) or not isinstance(audit_trials, (int, np.integer)) \
-            or (audit_trials != 0 and audit_trials < 20):
-        raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= 20. Found {audit_trials!r}.")
+            or (audit_trials != 0 and audit_trials < MIN_TRIALS):
+        raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {audit_trials!r}.")
     linear = bool(spec.features)
     plan = plan_budget(rho=rho, epsilon=epsilon, delta=delta, linear=linear, linear_share=linear_share)
     seeds = _child_seeds(seed, 3)
