@@ -41,6 +41,7 @@ from mpmath import iv
 from mpmath.libmp import to_rational
 
 from privaudit.errors import UsageError
+from privaudit.privacy.samplers import exact_noise
 
 #: Largest sigma (in lattice units) the wide sampler accepts: |y| stays far below 2^53,
 #: so |y| is exact in float64, and t * 64 < 2^56 for the discrete Laplace proposal.
@@ -183,32 +184,42 @@ def discrete_gaussian_batch(groups, *, rng: np.random.Generator) -> list:
     return [part.reshape(sh) for part, sh in zip(np.split(out, np.cumsum(counts)[:-1]), shapes)]
 
 
-def _bernoulli_exp_le1_many(num: np.ndarray, den: np.ndarray, rng) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) per element, 0 <= num <= den < 2^56 int64 arrays (CKS Algorithm 1)."""
-    n = num.size
-    result = np.empty(n, dtype=bool)
-    idx = np.arange(n)
-    k = 1
-    while idx.size:  # round K: A ~ Bernoulli(gamma / K); stop at the first A = 0, return [K odd]
-        if k >= 64:  # probability < 1/64!
-            raise RuntimeError("exact Bernoulli loop ran past its bound; report this")
-        a = rng.integers(0, den[idx] * k) < num[idx]
-        result[idx[~a]] = (k % 2) == 1
-        idx = idx[a]
-        k += 1
-    return result
+def _bernoulli_exp_many(num: np.ndarray, den, rng) -> np.ndarray:
+    """Exact Bernoulli(exp(-num/den)) per element; 0 <= num, 1 <= den < 2^53 (int64 arrays or ints).
+
+    The same exact comparison as the acceptance test of
+    :func:`discrete_gaussian_batch`: a 53-bit uniform against exp(-x) in float64
+    (x = num/den: exact operands, one rounding; error < 2^-50), decided outside a
+    2^-40 band, finished by :func:`_accept_exact` inside it.
+    """
+    num = np.asarray(num, dtype=np.int64)
+    den = np.broadcast_to(np.asarray(den, dtype=np.int64), num.shape)
+    p_hat = np.exp(-(num.astype(np.float64) / den.astype(np.float64)))
+    u = rng.integers(0, 1 << _U_BITS, num.size)
+    u_lo = np.ldexp(u.astype(np.float64), -_U_BITS)
+    u_hi = np.ldexp((u + 1).astype(np.float64), -_U_BITS)
+    band = 2.0**-_BAND_BITS
+    accept = u_hi <= p_hat - band
+    for i in np.flatnonzero(~accept & (u_lo < p_hat + band)):  # probability ~2^-39 each
+        accept[i] = _accept_exact(int(num[i]), int(den[i]), int(u[i]), rng)
+    return accept
 
 
 def _geometric_exp1_many(n: int, rng) -> np.ndarray:
-    """Successes of Bernoulli(exp(-1)) before the first failure, n independent draws (int64)."""
-    v = np.zeros(n, dtype=np.int64)
-    idx = np.arange(n)
-    while idx.size:
-        one = np.ones(idx.size, dtype=np.int64)
-        b = _bernoulli_exp_le1_many(one, one, rng)
-        v[idx[b]] += 1
-        idx = idx[b]
-    return v
+    """Successes of Bernoulli(exp(-1)) before the first failure, n independent draws (int64).
+
+    P(V = v) = (1 - e^-1) e^-v = P(Y = v | Y >= 0) for Y discrete Laplace with
+    b = 1: exact draws of Y from ``samplers.exact_noise`` (table sampler, total
+    variation 0), negatives rejected (i.i.d. candidates in order: exact).
+    """
+    out = np.empty(n, dtype=np.int64)
+    filled = 0
+    while filled < n:
+        y = exact_noise("laplace", 1.0, int(1.5 * (n - filled)) + 16, rng=rng)
+        y = y[y >= 0][: n - filled]
+        out[filled:filled + y.size] = y
+        filled += y.size
+    return out
 
 
 def _discrete_laplace_many(t: np.ndarray, rng) -> np.ndarray:
@@ -221,7 +232,7 @@ def _discrete_laplace_many(t: np.ndarray, rng) -> np.ndarray:
         tt = t[cand]
         k = tt.size
         u = rng.integers(0, tt)
-        d = _bernoulli_exp_le1_many(u, tt, rng)
+        d = _bernoulli_exp_many(u, tt, rng)
         v = _geometric_exp1_many(k, rng)
         y = u + tt * v
         neg = rng.integers(0, 2, k).astype(bool)
