@@ -115,7 +115,7 @@ def atomic_dir(path: Path, overwrite: bool = False) -> Iterator[Path]:
     """
     path = Path(path)
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists; choose another --out or remove it")
+        raise FileExistsError(f"{path} already exists; choose another `out` or remove it")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
@@ -128,7 +128,7 @@ def atomic_dir(path: Path, overwrite: bool = False) -> Iterator[Path]:
         except OSError as e:
             if path.exists():
                 raise FileExistsError(f"{path} was created by another run meanwhile; this run's output was "
-                                      "not written. Choose another --out.") from None
+                                      "not written. Choose another `out`.") from None
             raise e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -46,14 +46,19 @@ def spy_everywhere(monkeypatch, func) -> list:
         calls.append({"args": args, "kwargs": kwargs, "stack": stack})
         return func(*args, **kwargs)
 
+    patch_everywhere(monkeypatch, func, wrapper)
+    return calls
+
+
+def patch_everywhere(monkeypatch, func, replacement) -> None:
+    """Replace ``func`` by ``replacement`` under every name that holds it in privaudit's and the tests' modules."""
     for mod in list(sys.modules.values()):
         d = getattr(mod, "__dict__", None)
         if not d or not getattr(mod, "__name__", "").startswith(("privaudit", "tests")):
             continue
         for name, value in list(d.items()):
             if value is func:
-                monkeypatch.setattr(mod, name, wrapper)
-    return calls
+                monkeypatch.setattr(mod, name, replacement)
 
 
 def _hook(event, args):

@@ -21,7 +21,7 @@ from privaudit import io_utils
 from privaudit.mdp.simulate import simulate, write_logs
 from privaudit.mdp.random_tabular import random_tabular_mdp
 from tests._release_logs import spec_doc
-from tests._spy import watch_reads
+from tests._spy import patch_everywhere, watch_reads
 
 H, S, A = 3, 4, 2
 
@@ -95,6 +95,6 @@ def test_a_write_failing_mid_run_is_one_line_exit_2(files, tmp_path, monkeypatch
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "r"))
 
-    monkeypatch.setattr("privaudit.mdp.simulate.write_logs", full)
+    patch_everywhere(monkeypatch, write_logs, full)  # whichever name the CLI calls it by
     res = CliRunner().invoke(main, _commands(files, str(tmp_path / "r.parquet"))["simulate"])
     _check_refused(res, "No space left on device")

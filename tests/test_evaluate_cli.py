@@ -124,8 +124,8 @@ def test_evaluate_refuses_bad_policy(random_files, array, message):
 @pytest.mark.parametrize("args, code, message", [
     (["evaluate", "{d}/missing.npy", "--mdp", "{d}/mdp.npz"], 1, "cannot read policy"),
     (["evaluate", "{d}/pi.npy", "--mdp", "nope"], 2, "neither a known MDP"),
-    (["evaluate", "{d}/pi.npy", "--mdp", "{d}/mdp.npz", "--horizon", "3"], 2, "--horizon applies only"),
-    (["evaluate", "{d}/pi.npy", "--mdp", "random-tabular"], 2, "--mdp MDP.npz"),
+    (["evaluate", "{d}/pi.npy", "--mdp", "{d}/mdp.npz", "--horizon", "3"], 2, "`--horizon` applies only"),
+    (["evaluate", "{d}/pi.npy", "--mdp", "random-tabular"], 2, "`--mdp` MDP.npz"),
     (["evaluate", "{d}/pi.npy", "--mdp", "{d}/v2.npz"], 1, "format_version 2"),
     (["simulate", "random-tabular", "-n", "5", "--states", "3", "--out", "{d}/x.parquet", "--spec-out",
       "{d}/x.json"], 2, "needs --horizon, --actions"),
@@ -139,7 +139,7 @@ def test_evaluate_refuses_bad_policy(random_files, array, message):
     (["simulate", "icu-sepsis", "-n", "0", "--out", "{d}/x.parquet", "--spec-out", "{d}/x.json"], 2, "episodes"),
     (["simulate", "gridworld", "-n", "5", "--out", "{d}/x.parquet", "--spec-out", "{d}/x.json"], 2, "gridworld"),
     (["simulate", "random-tabular", "-n", "5", "--states", "0", "--actions", "2", "--horizon", "2",
-      "--behaviour", "uniform", "--out", "{d}/x.parquet", "--spec-out", "{d}/x.json"], 2, "`states` must be >= 1"),
+      "--behaviour", "uniform", "--out", "{d}/x.parquet", "--spec-out", "{d}/x.json"], 2, "`--states` must be >= 1"),
 ])
 def test_cli_bad_arguments(random_files, args, code, message):
     d = random_files

@@ -14,9 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
 from importlinter import cli as importlinter_cli
 
-from privaudit.cli import COMMANDS
+from privaudit.cli import COMMANDS, main
+from privaudit.errors import UsageError
+from privaudit.learners.train import train_from_logs
+from privaudit.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "privaudit"
@@ -93,3 +98,18 @@ def test_cli_short_helps_are_the_commands_own():
     for name, (module, short) in COMMANDS.items():
         command = importlib.import_module(f"privaudit.cli.{module}").command
         assert command.get_short_help_str(limit=90) == short, name
+
+
+def test_library_errors_name_the_parameter_and_the_cli_its_flag(tmp_path):
+    """Library messages name the Python parameter (`algo`); the CLI shows its own flag (`--algo`)."""
+    spec = tmp_path / "spec.json"
+    spec.write_text('{"format_version": 1, "dataset_id": "t", "horizon": 2, "n_states": 2, "n_actions": 2, '
+                    '"terminal_states": [], "reward_range": [0, 1], "privacy_unit": {"column": null, '
+                    '"max_episodes": 1}}')
+    with pytest.raises(UsageError, match="`algo` apvi is not private: it takes no budget "
+                                         r"\(`rho`/`epsilon`/`delta`\)"):
+        train_from_logs(tmp_path / "logs.parquet", load_spec(spec), algo="apvi", rho=1.0)
+    res = CliRunner().invoke(main, ["train", str(tmp_path / "logs.parquet"), "--spec", str(spec), "--algo", "apvi",
+                                    "--rho", "1", "--out", str(tmp_path / "pol")])
+    assert res.exit_code == 2
+    assert "`--algo` apvi is not private: it takes no budget (`--rho`/`--epsilon`/`--delta`)" in res.output

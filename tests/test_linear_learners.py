@@ -173,7 +173,7 @@ def test_cli_simulate_train_evaluate(tmp_path):
     assert out["value"] == pytest.approx(evaluate_policy(synthetic_linear_mdp(2), pol.table))
     assert out["optimal_value"] == pytest.approx(value_iteration(synthetic_linear_mdp(2))[2])
     r = run("evaluate", tmp_path / "pol", "--mdp", "icu-sepsis", "--instance-seed", 2)
-    assert r.exit_code == 2 and "--instance-seed does not apply" in r.output
+    assert r.exit_code == 2 and "`--instance-seed` does not apply" in r.output
 
 
 def test_dpvapvi_d_term_needs_a_public_episode_count():

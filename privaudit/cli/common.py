@@ -15,6 +15,25 @@ from privaudit.privacy.ledger import charges_by_this_process
 from privaudit.progress import progress_enabled
 
 
+def as_flags(message: str) -> str:
+    """A library message in the words of the running command: each `name` of a parameter becomes its flag.
+
+    Library errors name the Python parameter in backticks (```rho` must be > 0``); the command's
+    option whose name, or whose long flag without dashes, is that parameter replaces it
+    (```--rho` must be > 0``). Names the command does not have are left as they are.
+    """
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return message
+    for p in ctx.command.params:
+        if not isinstance(p, click.Option):
+            continue
+        flag = max(p.opts, key=len)
+        for name in {p.name, flag.lstrip("-").replace("-", "_")}:
+            message = message.replace(f"`{name}`", f"`{flag}`")
+    return message
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn privaudit errors into a one-paragraph message on stderr and the
     error's exit code; never a traceback for bad input. A run that fails or
@@ -36,9 +55,9 @@ def handle_errors(fn: Callable) -> Callable:
             with progress_enabled(None):  # bars on stderr when it is a terminal
                 return fn(*args, **kwargs)
         except PrivauditError as e:
-            fail(f"error: {e}", e.exit_code)
+            fail(f"error: {as_flags(str(e))}", e.exit_code)
         except FileExistsError as e:
-            fail(f"error: {e}", 2)
+            fail(f"error: {as_flags(str(e))}", 2)
         except OSError as e:  # e.g. the disk filled up or a permission changed during the run
             where = f"{e.filename}: " if e.filename else ""
             fail(f"error: {where}{e.strerror or e}; nothing was written (temporary outputs removed). "

@@ -58,18 +58,18 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
     """
 
     if algo != "dp-apvi":
-        raise UsageError(f"--algo {algo} cannot train on a release: a release holds noisy counts, which only "
-                         "dp-apvi is built for (ve/apvi/apvi-hoeffding read exact logs: pass LOGS --spec SPEC).")
+        raise UsageError(f"`algo` {algo} cannot train on a release: a release holds noisy counts, which only "
+                         "dp-apvi is built for (ve/apvi/apvi-hoeffding read exact logs: pass the logs and their spec).")
     release = load_release(release_dir)
     if spec is not None and release.spec_hash != spec.hash():
         raise ArtifactError(
             f"release {release_dir} was made under another spec: its spec_hash is {release.spec_hash}, "
-            f"the --spec file hashes to {spec.hash()}. Pass the spec the release was made with (or omit --spec).")
+            f"the `spec` hashes to {spec.hash()}. Pass the spec the release was made with (or none).")
     if spec is not None:
         _check_manifest_against_spec(release.manifest, spec, release_dir)
     if stationary is not None and bool(stationary) != release.stationary:
         raise UsageError(f"release {release_dir} is {'stationary' if release.stationary else 'per-step'} "
-                         f"but --stationary was {'given' if stationary else 'not given'}; drop the flag "
+                         f"but `stationary` was {'given' if stationary else 'not given'}; drop it "
                          "(the release decides) or use a release made with the same setting.")
     learner = _learner(algo, params).fit(release, release_path=str(release_dir))
     return learner.policy_
@@ -141,8 +141,8 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
                      echo=say)
         return train_from_release(release_out, algo=algo, spec=spec, params=params)
     if any(v is not None for v in (rho, epsilon, delta)):
-        raise UsageError(f"--algo {algo} is not private: it takes no budget (--rho/--epsilon/--delta). "
-                         "Use --algo dp-apvi for a differentially private policy.")
+        raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`). "
+                         "Use `algo` dp-apvi for a differentially private policy.")
     prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)  # same gate as a release
     prepared.check_spec(spec)
     counts = exact_counts(prepared.bounded, spec, stationary=stationary)
@@ -155,7 +155,7 @@ def check_out_free(*paths: Path) -> None:
     """Refuse to start when an output already exists (before any budget is spent)."""
     for p in paths:
         if p is not None and Path(p).exists():
-            raise UsageError(f"{p} already exists; choose another --out or remove it.")
+            raise UsageError(f"{p} already exists; choose another `out` or remove it.")
     return None
 
 

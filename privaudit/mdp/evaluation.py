@@ -57,24 +57,24 @@ def resolve_instance_seed(name: str, instance_seed: int | None, spec=None) -> in
     entry = MDP_REGISTRY[name]
     declared = declared_mdp(spec)
     if declared is not None and declared.get("name") != name:
-        raise UsageError(f"--mdp {name}: the spec{_spec_where(spec)} declares logs simulated from the "
+        raise UsageError(f"`mdp` {name}: the spec{_spec_where(spec)} declares logs simulated from the "
                          f"{declared.get('name')} MDP ($.mdp.name); pass that MDP.")
     if instance_seed is not None and int(instance_seed) < 0:
-        raise UsageError(f"--instance-seed must be >= 0. Got {instance_seed}.")
+        raise UsageError(f"`instance_seed` must be >= 0. Got {instance_seed}.")
     if "instance_seed" not in entry.options:
         if instance_seed is not None:
-            raise UsageError(f"--instance-seed does not apply to the {name} MDP (it has one instance).")
+            raise UsageError(f"`instance_seed` does not apply to the {name} MDP (it has one instance).")
         return None
     from_spec = declared.get("instance_seed") if declared is not None else None
     if instance_seed is not None and from_spec is not None and int(instance_seed) != int(from_spec):
-        raise UsageError(f"--instance-seed {instance_seed} contradicts the spec{_spec_where(spec)}, whose logs "
+        raise UsageError(f"`instance_seed` {instance_seed} contradicts the spec{_spec_where(spec)}, whose logs "
                          f"were simulated from {name} instance {from_spec} ($.mdp.instance_seed); drop "
-                         "--instance-seed or pass the matching spec.")
+                         "`instance_seed` or pass the matching spec.")
     seed = instance_seed if instance_seed is not None else from_spec
     if seed is None:
-        raise UsageError(f"--mdp {name} has one instance per seed and the instance is unknown: pass "
-                         f"--instance-seed N (the `privaudit simulate {name} --instance-seed N` of the logs) "
-                         "or --spec SPEC as written by simulate (it records $.mdp.instance_seed).")
+        raise UsageError(f"`mdp` {name} has one instance per seed and the instance is unknown: pass "
+                         f"`instance_seed` (the `privaudit simulate {name} --instance-seed N` of the logs) "
+                         "or the `spec` as written by simulate (it records $.mdp.instance_seed).")
     return int(seed)
 
 
@@ -124,7 +124,7 @@ def resolve_mdp(mdp: str | Path | TabularMDP, horizon: int | None = None, *,
         needs = [k for k, v in entry.options.items() if v is None and k != "horizon"]
         if needs and declared_mdp(spec) is None:
             raise UsageError(f"the {key} MDP needs {needs} to be built; save it with `privaudit simulate "
-                             f"{key} ... --mdp-out MDP.npz` and pass --mdp MDP.npz (or pass the spec "
+                             f"{key} ... --mdp-out MDP.npz` and pass `mdp` MDP.npz (or pass the spec "
                              "simulate wrote, which declares the instance).")
         seed = resolve_instance_seed(key, instance_seed, spec)
         if needs:
@@ -133,12 +133,12 @@ def resolve_mdp(mdp: str | Path | TabularMDP, horizon: int | None = None, *,
         return build_mdp(key, horizon=horizon, instance_seed=seed, **sizes)
     path = Path(key)
     if not path.exists():
-        raise UsageError(f"--mdp {key!r} is neither a known MDP ({', '.join(MDP_REGISTRY)}) nor an "
+        raise UsageError(f"`mdp` {key!r} is neither a known MDP ({', '.join(MDP_REGISTRY)}) nor an "
                          "existing .npz file (write one with `privaudit simulate ... --mdp-out MDP.npz`).")
     if horizon is not None:
-        raise UsageError(f"--horizon applies only to a named MDP; {path} fixes its own horizon.")
+        raise UsageError(f"`horizon` applies only to a named MDP; {path} fixes its own horizon.")
     if instance_seed is not None:
-        raise UsageError(f"--instance-seed applies only to a named MDP; {path} is one fixed instance.")
+        raise UsageError(f"`instance_seed` applies only to a named MDP; {path} is one fixed instance.")
     return load_mdp(path)
 
 

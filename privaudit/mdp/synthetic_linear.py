@@ -99,7 +99,7 @@ def synthetic_linear_instance(instance_seed: int, horizon: int = HORIZON) -> Syn
     if H < 1:
         raise UsageError(f"`horizon` must be >= 1. Got {horizon}.")
     if int(instance_seed) < 0:
-        raise UsageError(f"`instance_seed` (--instance-seed) must be >= 0. Got {instance_seed}.")
+        raise UsageError(f"`instance_seed` must be >= 0. Got {instance_seed}.")
     rng = np.random.default_rng(int(instance_seed))
     alpha = rng.uniform(0.0, 1.0, size=(H, 2))
     r = rng.uniform(0.0, 1.0, size=H)
