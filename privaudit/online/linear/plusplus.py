@@ -130,19 +130,23 @@ class LSVIUCBPlusPlus(LinearExplorer):
         if switch:
             w = np.empty((H, 3, self.d))                           # w-hat, w-check, w-bar
             bon = bonus_table(self.phi_flat, inv)                  # (H, S*A)
+            b_opt, b_pes = self._beta_opt * bon, self.c.beta_hoef * bon
             opt_all = np.empty((H, S * A))
             vals = np.empty((3, S))
             for h in range(H - 1, -1, -1):
                 vals[0], vals[1] = self.Vhat[h + 1], self.Vchk[h + 1]
                 np.multiply(vals[0], vals[0], out=vals[2])
-                y = vals @ b[h] + noise[h]                         # (3, d)
-                w[h] = y @ inv[h]                                  # inv is symmetric
+                w[h] = (vals @ b[h] + noise[h]) @ inv[h]           # (3, d); inv is symmetric
                 x = self.phi_flat @ w[h, :2].T                     # (S*A, 2)
-                opt = self.r_flat[h] + x[:, 0] + self._beta_opt * bon[h]
-                pes = self.r_flat[h] + x[:, 1] - self.c.beta_hoef * bon[h]
-                qh = np.minimum(np.maximum(np.minimum(opt, self.Qhat[h]), 0.0), H)
-                qc = np.minimum(np.maximum(np.maximum(pes, self.Qchk[h]), 0.0), H)
-                self.Qhat[h], self.Qchk[h], opt_all[h] = qh, qc, opt
+                x += self.r_flat[h][:, None]
+                opt = np.add(x[:, 0], b_opt[h], out=opt_all[h])
+                qh, qc = self.Qhat[h], self.Qchk[h]                # updated in place
+                np.minimum(opt, qh, out=qh)
+                np.maximum(qh, 0.0, out=qh)
+                np.minimum(qh, H, out=qh)
+                np.maximum(np.subtract(x[:, 1], b_pes[h]), qc, out=qc)
+                np.maximum(qc, 0.0, out=qc)
+                np.minimum(qc, H, out=qc)
                 self.Vhat[h] = qh.reshape(S, A).max(axis=1)
                 self.Vchk[h] = qc.reshape(S, A).max(axis=1)
             self.pi = greedy(self.Qhat.reshape(H, S, A), opt_all.reshape(H, S, A))
