@@ -101,7 +101,9 @@ def plot(res: dict, out_dir: Path) -> list[Path]:
     tag = res["constants"]
     paths = []
     panels = {"a": [k for k in res["curves"] if k in LABELS or k.endswith(f"eps={EPS_PANEL_A:g}")],
-              "b": [k for k in res["curves"] if k.startswith("dp-lsvi-ucb-pp eps=") or k == "lsvi-ucb-pp"]}
+              "b": ["lsvi-ucb-pp"] + sorted((k for k in res["curves"] if k.startswith("dp-lsvi-ucb-pp eps=")),
+                                            key=lambda k: res["curves"][k]["epsilon"])}
+    panels["b"] = [k for k in panels["b"] if k in res["curves"]]
     for panel, names in panels.items():
         if not names or (panel == "b" and len(names) < 3):
             continue
