@@ -34,8 +34,10 @@ from privaudit.errors import UsageError
 from privaudit.mdp.tabular import TabularMDP, value_iteration
 from privaudit.online.env import EpisodicEnv
 
-#: Memory allowed to one evaluation batch (the (B, S, S) gathered transitions), bytes.
-EVAL_BATCH_BYTES = 32 * 2 ** 20
+#: Memory allowed to one evaluation batch (the (B, S, S) gathered transitions and the
+#: (B, H, S) policy tables), bytes; at most EVAL_MAX_SLOTS policies per batch.
+EVAL_BATCH_BYTES = 16 * 2 ** 20
+EVAL_MAX_SLOTS = 4096
 
 
 class Agent(abc.ABC):
@@ -109,7 +111,7 @@ class RegretEvaluator:
     n_episodes : int
         K, the length of the output arrays.
     batch_bytes : int
-        Memory for one batch of gathered transitions (B * S * S floats).
+        Memory for one batch: B * (S * S float64 + H * S int32) bytes, B <= 4096.
 
     Notes
     -----
@@ -122,11 +124,11 @@ class RegretEvaluator:
     def __init__(self, mdp: TabularMDP, n_episodes: int, batch_bytes: int = EVAL_BATCH_BYTES):
         self.mdp = mdp
         H, S = mdp.horizon, mdp.n_states
-        self.batch = max(1, int(batch_bytes) // (8 * S * S))
+        self.batch = max(1, min(EVAL_MAX_SLOTS, int(batch_bytes) // (8 * S * S + 4 * H * S)))
         _, V, _ = value_iteration(mdp)
         self._v_star0 = V[0]
         self.regret = np.full(int(n_episodes), np.nan)
-        self._tables = np.empty((self.batch, H, S), dtype=np.int64)
+        self._tables = np.empty((self.batch, H, S), dtype=np.int32)
         self._starts: list[int] = []  # first episode of each pending slot
         self._s0 = np.empty(int(n_episodes), dtype=np.int64)
         self._next = 0

@@ -124,7 +124,8 @@ def test_regret_matches_slow_reference_across_batches():
     pols = _random_policies(env, 3, 0)
     seq = [pols[0]] * 3 + [pols[1]] + [pols[2]] * 2 + [pols[0]]  # runs of equal policies
     agent = FixedAgent(seq)
-    res = run_episodes(env, agent, 7 * 5, batch_bytes=8 * env.n_states ** 2 * 2)  # 2 slots per batch
+    S, H = env.n_states, env.horizon
+    res = run_episodes(env, agent, 7 * 5, batch_bytes=2 * (8 * S * S + 4 * H * S))  # 2 slots per batch
     _, Vstar, _ = value_iteration(env.mdp)
     S, A, H = env.n_states, env.n_actions, env.horizon
     for i in range(35):
@@ -155,5 +156,7 @@ def test_runner_records_what_users_saw_and_rejects_off_policy_agents():
 
 
 def test_evaluator_memory_is_bounded():
-    ev = RegretEvaluator(make_env("random-tabular").mdp, 10_000, batch_bytes=8 * 100 * 4)
+    ev = RegretEvaluator(make_env("random-tabular").mdp, 10_000, batch_bytes=4 * (8 * 100 + 4 * 100))
     assert ev.batch == 4 and ev._tables.shape[0] == 4
+    big = RegretEvaluator(make_env("random-tabular").mdp, 1000)
+    assert big._tables.nbytes <= 16 * 2 ** 20 and big.batch <= 4096
