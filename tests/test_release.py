@@ -15,6 +15,7 @@ from privaudit.cli import main
 from privaudit.errors import ArtifactError, BudgetExceededError, UsageError
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.schemas import schema_errors
+from privaudit.spec import load_spec
 from privaudit.stats import release as release_mod
 from privaudit.stats.release import load_release, release_logs
 from privaudit.privacy import mechanisms
@@ -67,9 +68,7 @@ def _var_rounded_or_exact(mech, scale, noise):
 
 
 @pytest.mark.parametrize("mech,noise,budget", [
-    ("gaussian", "rounded", {"rho": 0.5}),
     ("gaussian", "exact", {"rho": 0.5}),
-    ("laplace", "rounded", {"epsilon": 2.0}),
     ("laplace", "exact", {"epsilon": 2.0}),
 ])
 def test_noise_variance_matches_manifest_scale(data, tmp_path, mech, noise, budget):
@@ -105,6 +104,52 @@ def test_noise_variance_matches_manifest_scale(data, tmp_path, mech, noise, budg
         lo, hi = N - half, N + half
     assert lo < T[1.0] < hi
     assert not lo < T[1.15] < hi
+
+
+def test_default_noise_is_exact_and_rounded_is_refused(data, tmp_path):
+    """Issue 10 item 3: numpy's float samplers (rounded mode) cannot back the stated guarantee."""
+    info = release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r", seed=1)
+    assert info.manifest["noise"] == "exact"
+    with pytest.raises(UsageError, match="rounded"):
+        release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r2", seed=1, noise="rounded")
+    assert not (tmp_path / "r2").exists()
+
+
+@pytest.mark.parametrize("mech,budget", [("gaussian", {"rho": 0.5}), ("gaussian", {"epsilon": 1.0, "delta": 1e-7}),
+                                         ("laplace", {"epsilon": 2.0})])
+def test_manifest_delta_is_what_the_sampler_analysis_gives(data, tmp_path, mech, budget):
+    """The stated (epsilon, delta) is the ideal mechanism's plus the sampler's extra delta,
+    (1 + e^eps) * (changed cells) * (total variation per draw) (hybrid argument,
+    docs/privacy.md), which is 0 for the exact samplers: delta is the requested one
+    (Gaussian; the CKS conversion of rho) or 0 (Laplace)."""
+    from privaudit.privacy import accounting, samplers
+
+    info = release_logs(data["logs"], data["spec_private"], mechanism=mech, out=tmp_path / "r", seed=1, **budget)
+    g = info.manifest["guarantee"]
+    fams = info.manifest["families"]
+    tv = max(samplers.sampler_total_variation(mech, f["noise_scale"]) for f in fams.values())
+    changed = 2 * load_spec(data["spec_private"]).max_episodes_per_unit * H * len(fams)  # cells one unit can change
+    extra = (1 + math.exp(g["epsilon"])) * changed * tv
+    assert g["sampler"] == samplers.noise_statement("exact")
+    assert g["sampler"]["total_variation_per_draw"] == tv == 0.0 and g["sampler"]["extra_delta"] == extra == 0.0
+    if mech == "laplace":
+        assert g["definition"] == "pure-DP" and g["delta"] == 0.0 and g["epsilon"] == budget["epsilon"]
+    else:
+        d = budget.get("delta", 1e-6)
+        assert g["definition"] == "zCDP" and g["delta"] == d
+        assert g["epsilon"] == float(accounting.zcdp_to_dp(g["rho"], d))
+
+
+def test_rounded_manifest_states_no_certified_guarantee(data):
+    """The auditor may still simulate rounded noise; its manifest must not claim a certified sampler."""
+    from privaudit.stats.release import build_manifest, plan_noise, resolve_budget
+
+    spec = load_spec(data["spec_private"])
+    budget = resolve_budget(rho=0.5)
+    plan = plan_noise(spec, budget, False, "rounded")
+    m = build_manifest(spec, budget, plan, stationary=False, noise="rounded", seeded=True)
+    assert m["guarantee"]["sampler"]["total_variation_per_draw"] is None
+    assert m["guarantee"]["sampler"]["extra_delta"] is None
 
 
 # ----------------------------------------------------------------------------- paper values

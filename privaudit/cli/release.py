@@ -49,8 +49,9 @@ Example:
 @click.option("--delta", type=float, default=None, help="delta of an (epsilon, delta) target (Gaussian only).")
 @click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
 @click.option("--stationary", is_flag=True, help="Pool the counts over h (tables (S,A), (S,A,S)).")
-@click.option("--noise", type=click.Choice(["rounded", "exact"]), default="rounded", show_default=True,
-              help="rounded: continuous noise rounded to integers; exact: exact discrete Gaussian/Laplace (slower).")
+@click.option("--noise", type=click.Choice(["exact", "rounded"]), default="exact", show_default=True,
+              help="exact: exact discrete Gaussian/Laplace (total variation 0, the manifest's guarantee holds "
+                   "exactly). rounded (numpy float noise) is refused: its guarantee is not certified.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=str), help="Release folder DIR to create.")
 @click.option("--ledger", type=click.Path(path_type=str), default=None, help="Budget ledger (privaudit budget init).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,

@@ -37,7 +37,7 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--delta", type=float, default=None, help="delta of (epsilon, delta)-DP (Gaussian).")
 @click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
 @click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None,
-              help="Noise sampler of the release made from LOGS (dp-apvi; default rounded).")
+              help="Noise sampler of the release made from LOGS (dp-apvi; default exact; rounded is refused).")
 @click.option("--stationary", is_flag=True, help="Pool counts over h (stationary MDP, e.g. ICU-Sepsis).")
 @click.option("--failure-prob", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
               help="Learner's failure probability delta (tabular: iota = log(HSA/delta), E; dp-vapvi: "
@@ -168,7 +168,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
                 "and can reveal patients' records. Use --algo dp-apvi for a private policy.")
         policy = train_from_logs(logs, spec, algo=algo, stationary=stationary, rho=rho, epsilon=epsilon,
-                                 delta=delta, mechanism=mechanism, noise=noise or "rounded",
+                                 delta=delta, mechanism=mechanism, noise=noise or "exact",
                                  release_out=release_used,
                                  ledger=ledger, seed=seed, params=params, echo=say)
     save_policy(policy, out)

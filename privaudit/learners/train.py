@@ -91,7 +91,7 @@ def _check_manifest_against_spec(manifest: dict, spec: DomainSpec, where) -> Non
 
 def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: str, stationary: bool = False,
                     rho: float | None = None, epsilon: float | None = None, delta: float | None = None,
-                    mechanism: str = "gaussian", noise: str = "rounded", release_out: str | Path | None = None,
+                    mechanism: str = "gaussian", noise: str = "exact", release_out: str | Path | None = None,
                     ledger: str | Path | None = None, seed: int | None = None, params: dict | None = None,
                     echo: Callable[[str], None] | None = None) -> Policy:
     """Train a tabular policy from Parquet logs.

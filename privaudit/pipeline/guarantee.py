@@ -149,6 +149,9 @@ def composed_guarantee(plan: BudgetPlan, release_manifest: dict, spec: DomainSpe
               "epsilon_alone": float(accounting.zcdp_to_dp(rel_rho, plan.delta)),
               "what": "noisy " + ", ".join(fams) + " counts over the whole declared domain (release/)",
               "mechanism": "Gaussian, one sigma for all families (sigma per family in release/manifest.json)"}]
+    sampler = release_manifest["guarantee"].get("sampler")
+    if sampler is not None:  # what the noise sampler adds (0 for the exact samplers)
+        parts[0]["sampler"] = dict(sampler)
     if linear_rho is not None:
         acc.add(PrivacyEvent("gaussian", "dp-vapvi", None, None, 1.0, float(linear_rho), None,
                              accounting.NEIGHBOURING, unit_desc, "exact"))

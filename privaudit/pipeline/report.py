@@ -313,7 +313,11 @@ def render_markdown(summary: dict) -> str:
           f"* Composition: {g['composition']}."]
     for p in g["parts"]:
         L.append(f"* Part `{p['name']}`: rho = {num(p['rho'])} (alone: epsilon {num(p['epsilon_alone'], 4)} at "
-                 f"delta {num(g['delta'])}); {p['what']}.")
+                 f"delta {num(g['delta'])}); {p['what']}."
+                 + (f" Noise sampler: {p['sampler']['sampler']}; total variation to the ideal law "
+                    f"{num(p['sampler']['total_variation_per_draw'])} per draw, so delta grows by "
+                    f"{num(p['sampler']['extra_delta'])}." if p.get("sampler", {}).get("extra_delta") is not None
+                    else ""))
     L += ["", "## Learned policies", ""]
     ev = summary["evaluation"]
     if ev is None:

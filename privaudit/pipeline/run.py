@@ -309,7 +309,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stati
     bar.stage("release")
     t = time.perf_counter()
     info = release_logs(prepared, spec, **plan.release_args, mechanism="gaussian", stationary=stationary,
-                        noise="rounded", out=tmp / "release", seed=seeds[0], ledger=ledger, run=run,
+                        noise="exact", out=tmp / "release", seed=seeds[0], ledger=ledger, run=run,
                         run_output=final_out)
     local = json.loads(info.local_log.read_text())
     info.local_log.unlink()  # folded into private/local-log.json below

@@ -75,7 +75,7 @@ from mpmath.libmp import from_int, mpi_div, mpi_exp, mpi_neg
 
 from privaudit.errors import UsageError
 
-__all__ = ["exact_noise", "sampler_total_variation", "get_sampler", "ExactSampler", "MECHANISMS",
+__all__ = ["exact_noise", "sampler_total_variation", "noise_statement", "get_sampler", "ExactSampler", "MECHANISMS",
            "GAUSSIAN_SIGMA_MAX", "bernoulli_exp"]
 
 MECHANISMS = ("gaussian", "laplace")
@@ -142,6 +142,54 @@ def sampler_total_variation(mechanism: str, scale: float) -> float:
     """
     get_sampler(mechanism, scale)  # validates the arguments
     return 0.0
+
+
+#: What each noise mode of ``privaudit.privacy.mechanisms.add_noise`` delivers, for manifests.
+_STATEMENTS = {
+    "exact": {
+        "sampler": "privaudit.privacy.samplers: exact discrete Gaussian / discrete Laplace (alias table over "
+                   "the exact CDF cut into 2^-64 cells, boundary cells and tails finished exactly)",
+        "total_variation_per_draw": 0.0,
+        "extra_delta": 0.0,
+        "derivation": "the sampler's output law is the target law (total variation 0), so the mechanism is the "
+                      "ideal discrete Gaussian (rho = l2^2 / (2 sigma^2), CKS 2020 Thm 14) or discrete Laplace "
+                      "(eps = l1 / b) mechanism: nothing is added to delta",
+    },
+    "rounded": {
+        "sampler": "numpy Generator.normal / Generator.laplace, rounded to the nearest integer",
+        "total_variation_per_draw": None,
+        "extra_delta": None,
+        "derivation": "not certified: numpy's Laplace inverts a uniform on a 2^-53 grid (|Z| <= 36.04 b, so "
+                      "no pure epsilon-DP) and its normal is a float ziggurat with bounded support and float "
+                      "tables; the guarantee holds only for the ideal continuous mechanism. Releases refuse "
+                      "this mode; it is kept for audits of float samplers",
+    },
+}
+
+
+def noise_statement(noise: str) -> dict:
+    """What a noise mode delivers: sampler, certified total variation per draw and extra delta.
+
+    Parameters
+    ----------
+    noise : {"exact", "rounded"}
+
+    Returns
+    -------
+    dict
+        ``sampler`` (text), ``total_variation_per_draw`` (float, or None when
+        not certified), ``extra_delta`` (the delta added to the ideal
+        mechanism's guarantee for a whole release: 0.0 for ``"exact"``; None
+        when not certified) and ``derivation`` (text).
+
+    Raises
+    ------
+    UsageError
+        Unknown mode.
+    """
+    if noise not in _STATEMENTS:
+        raise UsageError(f"`noise` must be one of {tuple(_STATEMENTS)}. Found {noise!r}.")
+    return dict(_STATEMENTS[noise])
 
 
 def get_sampler(mechanism: str, scale: float) -> "ExactSampler":

@@ -47,7 +47,7 @@ from privaudit.errors import PrivauditError, UsageError
 from privaudit import progress
 from privaudit.fmt import num
 from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
-from privaudit.privacy import mechanisms, sensitivity
+from privaudit.privacy import mechanisms, samplers, sensitivity
 from privaudit.schemas import validate_or_raise
 from privaudit.spec import DomainSpec, load_spec
 from privaudit.stats import counts
@@ -286,13 +286,14 @@ def reward_quantum(scale: float, mechanism: str, noise: str) -> int:
     return q
 
 
-def _guarantee(budget: Budget) -> dict:
+def _guarantee(budget: Budget, noise: str) -> dict:
     from privaudit.privacy import accounting
 
+    sampler = samplers.noise_statement(noise)
     if budget.mechanism == "laplace":
         return {"definition": "pure-DP", "rho": budget.rho, "epsilon": budget.epsilon, "delta": 0.0,
                 "conversion": "none: pure epsilon-DP (implies rho = epsilon^2/2 zCDP, charged to the ledger)",
-                "requested": budget.requested, "ledger_charge_rho": budget.rho}
+                "requested": budget.requested, "ledger_charge_rho": budget.rho, "sampler": sampler}
     delta = budget.requested.get("delta", DEFAULT_REPORT_DELTA)
     return {"definition": "zCDP", "rho": budget.rho,
             "epsilon": float(accounting.zcdp_to_dp(budget.rho, delta)), "delta": delta,
@@ -300,7 +301,7 @@ def _guarantee(budget: Budget) -> dict:
                           + ("" if "delta" in budget.requested else
                              f" at the default reporting delta {DEFAULT_REPORT_DELTA:g}"),
             "epsilon_simple": float(accounting.zcdp_to_dp_simple(budget.rho, delta)),
-            "requested": budget.requested, "ledger_charge_rho": budget.rho}
+            "requested": budget.requested, "ledger_charge_rho": budget.rho, "sampler": sampler}
 
 
 def build_manifest(spec: DomainSpec, budget: Budget, plan: dict, *, stationary: bool, noise: str,
@@ -352,7 +353,7 @@ def build_manifest(spec: DomainSpec, budget: Budget, plan: dict, *, stationary: 
         "noise": noise,
         "rng": "seeded-insecure" if seeded else "secure",
         "families": families,
-        "guarantee": _guarantee(budget),
+        "guarantee": _guarantee(budget, noise),
         "budget_split": ("one noise scale for all families from their combined sensitivity "
                          + ("(L2 in quadrature); family rho_f = l2_f^2 / (2 sigma^2)"
                             if budget.mechanism == "gaussian" else "(L1 summed); family eps_f = l1_f / b")
@@ -369,7 +370,7 @@ def build_manifest(spec: DomainSpec, budget: Budget, plan: dict, *, stationary: 
 
 def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None = None,
                  delta: float | None = None, mechanism: str = "gaussian", stationary: bool = False,
-                 noise: str = "rounded", out, ledger=None, seed: int | None = None,
+                 noise: str = "exact", out, ledger=None, seed: int | None = None,
                  echo=None, run: str | None = None, run_output=None) -> ReleaseInfo:
     """Release noisy visit, transition (and reward-sum) counts of tabular logs.
 
@@ -391,9 +392,12 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     stationary : bool
         Pool counts over h (shapes (S, A), (S, A, S); sensitivities change:
         ``privaudit.privacy.sensitivity``).
-    noise : {"rounded", "exact"}
-        Rounded continuous noise or exact discrete samplers
-        (``privaudit.privacy.mechanisms``).
+    noise : {"exact"}
+        Exact discrete Gaussian / discrete Laplace samplers
+        (``privaudit.privacy.samplers``; the manifest's ``guarantee.sampler``
+        states total variation 0). ``"rounded"`` (numpy's float samplers,
+        rounded) is refused: their output law is not certified, so no exact
+        guarantee could be stated (docs/privacy.md, "Noise modes").
     out : str or Path
         Release folder to create (must not exist).
     ledger : str or Path, optional
@@ -442,6 +446,11 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     Qiao & Wang, Offline RL with DP (seed 000), eq. (1) and Thm 3.3;
     ALGORITHMS.md 1.2 (steps 2-3), 1.3, 1.4.
     """
+    if noise == "rounded":
+        raise UsageError("noise='rounded' (numpy's float samplers, rounded) is no longer used for releases: "
+                         "their output law is not certified (numpy's Laplace cannot draw beyond 36.04 b, its "
+                         "normal is a float ziggurat), so the stated guarantee would be stronger than what holds. "
+                         "Use noise='exact' (the default): exact discrete samplers, as fast.")
     out = Path(out)
     with output_lock(out, "out") as stale:
         if stale and echo is not None:
