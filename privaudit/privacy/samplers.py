@@ -368,10 +368,12 @@ class ExactSampler:
             if P > 1 << 14:
                 raise RuntimeError("exact sampler: cannot separate a CDF value from a cell edge; report this")
         self._K = K                               # cell index of each boundary, nondecreasing
-        self._amb = sorted(set(K))                # ambiguous cells
-        m = len(K)                                # 2T + 2 boundaries, outcomes 0..m, ambiguous = m + 1
-        weights = [K[0]] + [max(K[i] - K[i - 1] - 1, 0) for i in range(1, m)] + [(1 << 64) - 1 - K[-1]]
-        weights.append(len(self._amb))
+        Ka = np.array(K, dtype=np.uint64)
+        gaps = np.diff(Ka)                        # K is nondecreasing: no wrap-around
+        self._amb = [K[0]] + Ka[1:][gaps > 0].tolist()  # ambiguous cells (distinct K), sorted
+        # outcomes: 0 (lower tail), 1..m-1 (y = -T..T), m (upper tail), m + 1 (ambiguous)
+        weights = ([K[0]] + np.where(gaps > 0, gaps - np.uint64(1), np.uint64(0)).tolist()
+                   + [(1 << 64) - 1 - K[-1], len(self._amb)])
         self.weights_ = weights
         k = max(2, (len(weights) - 1).bit_length())
         self._shift = np.uint64(64 - k)
