@@ -1,6 +1,6 @@
 """Release speed and memory at the ICU-Sepsis shape (H=20, S=716, A=25: 256 M transition cells).
 
-Run: python benchmarks/bench_release.py [--episodes 1000000] [--seed 0] [--noise rounded]
+Run: python benchmarks/bench_release.py [--episodes 1000000] [--seed 0]
 
 Simulates the clinicians' policy on ICU-Sepsis (``privaudit.mdp.simulate``,
 cached under the temp folder), then runs one Gaussian release (rho = 1) of
@@ -75,7 +75,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--noise", choices=["rounded", "exact"], default="rounded")
+    ap.add_argument("--noise", choices=["exact"], default="exact")
     ap.add_argument("--child", nargs=4, metavar=("LOGS", "SPEC", "OUT", "NOISE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
