@@ -338,6 +338,7 @@ def _cli(*args):
     (["--mechanism", "laplace", "--rho", "1"], 2),
     (["--mechanism", "laplace", "--epsilon", "1", "--delta", "1e-5"], 2),
     ([], 2),
+    (["--rho", "1", "--noise", "rounded"], 2),  # numpy float noise: no certified guarantee
 ])
 def test_bad_budget_arguments_exit_2_nothing_written(data, tmp_path, extra, code):
     res = _cli(data["logs"], "--spec", data["spec_public"], "--out", tmp_path / "r", *extra)
