@@ -126,3 +126,48 @@ def test_audit_trials_minimum_is_the_real_one(logs, tmp_path):
     assert low.exit_code == 2 and f">={MIN_TRIALS}" in low.output.replace(" ", "")
     ok = CliRunner().invoke(main, args + ["--trials", str(MIN_TRIALS), "--out", str(tmp_path / "b.json")])
     assert ok.exit_code in (0, 3) and "selection and" not in ok.output, ok.output
+
+
+MECHS = '''
+import numpy as np
+
+
+def constant_stat(logs, rng):
+    """A statistic the pair leaves unchanged: a constant plus noise."""
+    return np.array([3.0 + rng.normal(0, 1.0)])
+
+
+def count_rows(logs, rng):
+    """Rows with far too little noise: the pair (k episodes added, one removed) separates perfectly."""
+    return np.array([float(logs.height) + rng.normal(0, 0.3)])
+'''
+
+
+def _audit_mine(logs, tmp_path, name, trials="200"):
+    d, _ = logs
+    (tmp_path / "mine.py").write_text(MECHS)
+    res = CliRunner().invoke(main, ["audit", "--mechanism", f"{tmp_path / 'mine.py'}:{name}", "--logs",
+                                    str(d / "logs.parquet"), "--spec", str(d / "spec.json"), "--claim-epsilon", "1",
+                                    "--delta", "1e-6", "--trials", trials, "--seed", "0",
+                                    "--out", str(tmp_path / f"{name}.json")])
+    return res, json.loads((tmp_path / f"{name}.json").read_text())
+
+
+def test_audit_says_when_the_pair_does_not_change_the_output(logs, tmp_path):
+    res, rep = _audit_mine(logs, tmp_path, "constant_stat")
+    assert "does not change the mechanism's output" in " ".join(rep["messages"]), rep["messages"]
+    res, rep = _audit_mine(logs, tmp_path, "count_rows")
+    assert not any("does not change" in m for m in rep["messages"])
+
+
+def test_audit_says_when_the_bound_is_the_resolution_limit(logs, tmp_path):
+    """The release run at rho = 1e4 (noise sd < 0.03 per count) against a rho = 0.5 claim: the pair
+    (counts changed by >= 1) separates perfectly; the bound is then the cap of the evaluation runs.
+    False failure: a noisy count crossing half its change at sd < 0.03, probability < 1e-60 per run."""
+    d, _ = logs
+    res = CliRunner().invoke(main, ["audit", "--mechanism", "release", "--logs", str(d / "logs.parquet"), "--spec",
+                                    str(d / "spec.json"), "--claim-rho", "0.5", "--mechanism-rho", "10000",
+                                    "--trials", "200", "--seed", "0", "--out", str(tmp_path / "r.json")])
+    assert res.exit_code in (0, 3), res.output  # 140 runs per side cannot reach the claim's epsilon
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert any("equals the resolution limit" in m for m in rep["messages"]), rep["messages"]

@@ -160,8 +160,13 @@ class AuditReport:
         for f in weak:
             msgs.append(f"the pair changes {f['name']} by L2 {f['l2']:.4g}, under half its declared sensitivity "
                         f"{f['declared_l2']:.4g}: this audit cannot reach the claim; try a stronger pair{hint}")
+        cap = resolution["epsilon_gaussian"] if gaussian_valid and "epsilon_gaussian" in resolution else resolution["epsilon"]
+        limits = [c for c in (resolution.get("epsilon"), resolution.get("epsilon_gaussian")) if c]
+        if eps_lb is not None and any(abs(eps_lb - c) <= 1e-9 * max(1.0, c) for c in limits):
+            msgs.append(f"the bound {eps_lb:.4g} equals the resolution limit: the evaluation runs of D and D' were "
+                        f"perfectly separated, so {evaluation_trials} runs per side cannot prove more; more "
+                        "trials would give a larger bound.")
         if not violated:
-            cap = resolution["epsilon_gaussian"] if gaussian_valid and "epsilon_gaussian" in resolution else resolution["epsilon"]
             msgs.append(f"no violation found at this resolution: with {evaluation_trials} evaluation runs per side "
                         f"the largest provable epsilon is {cap:.3g}; events rarer than about "
                         f"{resolution['min_detectable_probability']:.2g} are invisible. This does not show the "

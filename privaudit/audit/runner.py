@@ -202,6 +202,29 @@ def selection_size(trials: int, selection_fraction: float | None) -> int:
     return max(int(round(trials * SELECTION_FRACTION)), min(int(round(trials * 0.3)), SELECTION_MIN))
 
 
+def _pair_leaves_output_unchanged(sampler, pair, tries: int = 3) -> bool:
+    """True when the mechanism gives D and D' the same output under the same random draws, ``tries`` times.
+
+    A mechanism whose statistic the pair does not change (e.g. a user statistic of columns the canary
+    does not touch) is then indistinguishable on the pair by construction. The probe draws use fixed
+    seeds; their outputs are compared and discarded, never reported. The progress bar is not advanced.
+    """
+    update, sampler.progress = sampler.progress, (lambda k: None)
+    try:
+        for i in range(tries):
+            a = sampler.draw(pair.d, 1, np.random.default_rng([PROBE_SEED, i]))
+            b = sampler.draw(pair.d_prime, 1, np.random.default_rng([PROBE_SEED, i]))
+            if a.shape != b.shape or not np.array_equal(a, b):
+                return False
+        return True
+    finally:
+        sampler.progress = update
+
+
+#: Seed of the probe draws of ``_pair_leaves_output_unchanged`` (compared, then discarded).
+PROBE_SEED = 20_250_101
+
+
 def min_trials(selection_fraction: float | None = None) -> int:
     """The fewest runs per side an audit accepts: >= 20 selection and >= 10 evaluation runs
     for every count from there on (``selection_size`` is not monotone near its rounding)."""
@@ -377,6 +400,12 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         s0_sel, s1_sel = r_sel.spawn(2)
         X0 = sampler.draw(pair.d, n_sel, s0_sel)
         X1 = sampler.draw(pair.d_prime, n_sel, s1_sel)
+        if _pair_leaves_output_unchanged(sampler, pair):  # after the first draws: their errors come first
+            base["pair"] = {**base["pair"], "warning": (
+                "the pair does not change the mechanism's output: with the same random draws, D and D' gave "
+                "identical outputs in 3 of 3 tries, so no test can tell them apart and the bound says nothing "
+                "about the claim. Use a pair that changes what the mechanism computes (--pair D D2, or another "
+                "--canary).")}
         extra = [fixed_candidate(n, f, sampler.shape) for n, f in scores]
         if hasattr(mech, "attack_scores"):
             extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
