@@ -66,7 +66,6 @@ general distributions", ACM TOMS 1977; Vose, IEEE TSE 1991 (alias method).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
 from fractions import Fraction
 from functools import lru_cache
 
@@ -343,7 +342,7 @@ class ExactSampler:
     ----------
     T : int
         Table half-width: values in [-T, T] come from the alias table.
-    weights_ : list of int
+    weights_ : np.ndarray of uint64, shape (2T + 4,)
         Full-cell counts (probability numerators over 2^64) of the outcomes:
         lower tail, y = -T..T, upper tail, ambiguous.
     """
@@ -367,18 +366,19 @@ class ExactSampler:
             P *= 2  # a boundary within 2^-P of a cell edge: decide it at higher precision
             if P > 1 << 14:
                 raise RuntimeError("exact sampler: cannot separate a CDF value from a cell edge; report this")
-        self._K = K                               # cell index of each boundary, nondecreasing
+        self._cdf_cache.clear()  # tens of MB at T ~ 1e5; the rare refinement recomputes at P >= 192 anyway
         Ka = np.array(K, dtype=np.uint64)
+        del K
+        self._K = Ka                              # cell index of each boundary, nondecreasing (uint64)
         gaps = np.diff(Ka)                        # K is nondecreasing: no wrap-around
-        self._amb = [K[0]] + Ka[1:][gaps > 0].tolist()  # ambiguous cells (distinct K), sorted
-        # outcomes: 0 (lower tail), 1..m-1 (y = -T..T), m (upper tail), m + 1 (ambiguous)
-        weights = ([K[0]] + np.where(gaps > 0, gaps - np.uint64(1), np.uint64(0)).tolist()
-                   + [(1 << 64) - 1 - K[-1], len(self._amb)])
-        self.weights_ = weights
-        k = max(2, (len(weights) - 1).bit_length())
+        self._amb = np.concatenate([Ka[:1], Ka[1:][gaps > 0]])  # ambiguous cells (distinct K), sorted
+        # outcomes: 0 (lower tail), 1..m-1 (y = -T..T), m (upper tail), m + 1 (ambiguous); all < 2^64
+        self.weights_ = np.concatenate([Ka[:1], np.where(gaps > 0, gaps - np.uint64(1), np.uint64(0)),
+                                        [np.uint64((1 << 64) - 1 - int(Ka[-1])), np.uint64(len(self._amb))]])
+        k = max(2, (len(self.weights_) - 1).bit_length())
         self._shift = np.uint64(64 - k)
         self._mask = np.uint64((1 << (64 - k)) - 1)
-        self._thresh, self._alias = _alias(weights, k)
+        self._thresh, self._alias = _alias(self.weights_.tolist(), k)
         self._proposal = None  # Gaussian tail proposal (a discrete Laplace sampler), built on first use
         self._coarse = None    # Laplace: sampler of exp(-x (T+1)), for the tails
 
@@ -420,8 +420,9 @@ class ExactSampler:
 
     def _resolve_ambiguous(self, rng: np.random.Generator) -> int:
         """Outcome index of F^-1(V), V uniform in a uniformly chosen ambiguous cell (exact)."""
-        cell = self._amb[int(rng.integers(0, len(self._amb)))]
-        i0, i1 = bisect_left(self._K, cell), bisect_right(self._K, cell)
+        cell = int(self._amb[int(rng.integers(0, len(self._amb)))])
+        i0 = int(np.searchsorted(self._K, np.uint64(cell), side="left"))
+        i1 = int(np.searchsorted(self._K, np.uint64(cell), side="right"))
         v, nb = cell, 0  # V lies in [v, v + 1) * 2^-(64 + nb)
         while True:
             v = (v << 64) | int(_words(rng, 1)[0])
