@@ -131,27 +131,60 @@ def audit_summary(report) -> dict:
     }
 
 
-def plot_values(evaluation: dict, path: Path) -> Path:
-    """Bar chart: each learned policy's value next to the reference policies and v*."""
+def values_figure(evaluation: dict, fallback: dict | None = None):
+    """The values chart as a matplotlib Figure (see :func:`plot_values`)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [("optimal (v*)", evaluation["optimal_value"], "tab:green")]
-    rows += [(f"{n} (learned, DP)", v, "tab:blue") for n, v in evaluation["values"].items()]
-    rows += [(n, v, "tab:gray") for n, v in evaluation["references"].items()]
-    fig, ax = plt.subplots(figsize=(6.5, 0.55 * len(rows) + 1.4))
+    fallback = fallback or {}
+    refs = dict(evaluation["references"])
+    clin, opt = refs.get("clinicians"), evaluation["optimal_value"]
+    rows = [(f"{n} (learned, DP)" + (f"\nimitation fallback at {100 * fallback[n]:.0f}% of steps"
+                                     if fallback.get(n) else ""), v, "tab:blue")
+            for n, v in evaluation["values"].items()]
+    rows += [(n, v, "tab:gray") for n, v in refs.items() if n != "clinicians"]
+    fig, ax = plt.subplots(figsize=(7.0, 0.62 * len(rows) + 1.9))
     y = np.arange(len(rows))[::-1]
-    vals = [r[1] for r in rows]
-    ax.barh(y, vals, color=[r[2] for r in rows])
-    for yi, v in zip(y, vals):
-        ax.text(v, yi, f" {v:.4f}", va="center", fontsize=8)
+    vals = [r[1] for r in rows] + [opt] + ([clin] if clin is not None else [])
+    # dots, not bars: the axis is zoomed on the values (not from 0), which bars would misrepresent
+    ax.scatter([r[1] for r in rows], y, color=[r[2] for r in rows], s=60, zorder=3)
+    for yi, (_, v, _) in zip(y, rows):
+        ax.annotate(f"{v:.4f}", (v, yi), xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8)
+    ax.axvline(opt, color="tab:green", ls="--", lw=1.5, label=f"optimum v* = {opt:.4f}")
+    if clin is not None:
+        ax.axvline(clin, color="tab:orange", ls=":", lw=1.5, label=f"clinicians (behaviour) = {clin:.4f}")
     ax.set_yticks(y, [r[0] for r in rows], fontsize=8)
-    lo = min(vals)
-    ax.set_xlim(max(0.0, lo - 0.25 * (max(vals) - lo + 1e-9) - 0.02), max(vals) * 1.08 + 1e-9)
-    ax.set_xlabel(f"exact value v^pi on {evaluation['mdp']} (H = {evaluation['horizon']})")
-    ax.set_title("learned policies vs reference policies", fontsize=10)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    lo, hi = min(vals), max(vals)
+    pad = 0.15 * (hi - lo + 1e-9)
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.set_xlabel(f"exact value v^pi on {evaluation['mdp']} (H = {evaluation['horizon']}); "
+                  f"axis zoomed, not from 0", fontsize=9)
+    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title("learned policies vs the clinicians and the optimum", fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def plot_values(evaluation: dict, path: Path, fallback: dict | None = None) -> Path:
+    """Values chart: each learned policy (dot, with its imitation-fallback share) against the
+    clinicians' value and the optimum v* (dashed lines); the axis is zoomed and says so.
+
+    Parameters
+    ----------
+    evaluation : dict
+        ``values`` (learned), ``references`` (clinicians, uniform, ...), ``optimal_value``,
+        ``mdp``, ``horizon``.
+    path : Path
+        PNG to write (atomically).
+    fallback : dict, optional
+        Learner -> share of its steps that fell back to the tie-break (imitation).
+    """
+    import matplotlib.pyplot as plt
+
+    fig = values_figure(evaluation, fallback)
     with atomic_path(Path(path)) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)

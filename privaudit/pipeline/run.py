@@ -375,7 +375,8 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stati
     bar.stage("report")
     t = time.perf_counter()
     if evaluation is not None:
-        rep.plot_values(evaluation, tmp / "figures" / "values.png")
+        rep.plot_values(evaluation, tmp / "figures" / "values.png",
+                        fallback={n: d["fallback_share"] for n, d in diagnostics.items()})
     summary = rep.build_summary(spec=spec, manifest=manifest, guarantee=guarantee, policies=policies,
                                 evaluation=evaluation, audit=audit, stationary=stationary,
                                 seeded=seeded, tmp=tmp, diagnostics=diagnostics)
