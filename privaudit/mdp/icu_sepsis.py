@@ -13,7 +13,7 @@ probability of survival within H steps.
 
 Reference values at H = 20 (undiscounted, terminal states absorbing with
 reward 0, start state drawn from d_0), from
-``sample_data/icu-sepsis/README.md`` and checked by ``tests/test_mdp.py``:
+``sample_data/icu-sepsis/README.md`` and checked by ``tests/mdp/test_mdp.py``:
 clinicians 0.6920, optimal 0.7922, uniform 0.6854.
 """
 

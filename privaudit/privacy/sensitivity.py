@@ -46,7 +46,7 @@ maximum at once, so the combined bounds are attained too. Visits +
 transitions, per-h, k = 1: L1 = 4H and L2 = 2 sqrt(H), which are seed 000's
 Lap(4H/eps) and sigma^2 = 2H/rho (ALGORITHMS.md 1.3, 1.4).
 
-``tests/test_sensitivity.py`` checks every formula by brute force over all
+``tests/privacy/test_sensitivity.py`` checks every formula by brute force over all
 substitutions on tiny domains.
 """
 

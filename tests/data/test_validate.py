@@ -282,7 +282,7 @@ def test_missing_spec_and_bad_option_exit_2(tmp_path):
 
 
 def test_rules_documented():
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "validate.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "validate.md").read_text()
     for rule in RULES:
         assert f"`{rule}`" in doc, rule
 

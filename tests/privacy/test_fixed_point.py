@@ -10,7 +10,7 @@ from scipy import stats
 
 from privaudit.errors import UsageError
 from privaudit.privacy import fixed_point as fp
-from tests.test_mechanisms import _chi2_pvalue, _dgauss_pmf
+from tests.privacy.test_mechanisms import _chi2_pvalue, _dgauss_pmf
 
 
 def test_grid_roundings_keep_bounds():
