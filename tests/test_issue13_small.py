@@ -171,3 +171,18 @@ def test_audit_says_when_the_bound_is_the_resolution_limit(logs, tmp_path):
     assert res.exit_code in (0, 3), res.output  # 140 runs per side cannot reach the claim's epsilon
     rep = json.loads((tmp_path / "r.json").read_text())
     assert any("equals the resolution limit" in m for m in rep["messages"]), rep["messages"]
+
+
+def test_pipeline_says_which_step_rule_it_applied(logs, tmp_path):
+    """Issue 13 item 7 (part): the pipeline's default (pooled without an MDP) is printed when it applies."""
+    d, _ = logs
+    said = []
+    from privaudit.pipeline import run_pipeline
+
+    run_pipeline(d / "logs.parquet", d / "spec.json", rho=1.0, out=tmp_path / "p", audit_trials=0, seed=1,
+                 echo=said.append)
+    assert any("counts pooled over the steps h (no MDP is given" in s and "--per-step overrides" in s for s in said)
+    said.clear()
+    run_pipeline(d / "logs.parquet", d / "spec.json", rho=1.0, out=tmp_path / "q", audit_trials=0, seed=1,
+                 stationary=False, echo=said.append)
+    assert not any("counts pooled" in s or "counts per step" in s for s in said)  # asked: nothing to explain

@@ -263,8 +263,13 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
             from privaudit.mdp.spec_features import feature_map_from_spec
             feature_map_from_spec(spec)
     the_mdp = _resolve_mdp(mdp, spec, instance_seed)
-    if stationary is None:
+    if stationary is None:  # the default rule, said when it applies (docs/pipeline.md "Defaults, and why")
         stationary = True if the_mdp is None else bool(the_mdp.stationary)
+        why = ("no MDP is given, so the dynamics are taken as the same at every step" if the_mdp is None
+               else f"the MDP {the_mdp.name} is {'stationary' if stationary else 'non-stationary'}")
+        say(f"counts {'pooled over the steps h' if stationary else 'per step h'} ({why}); "
+            f"{'--per-step' if stationary else '--stationary'} overrides. release, train and audit count per "
+            "step unless given --stationary.")
     bar = _Progress(sys.stderr.isatty() if progress is None else bool(progress))
     try:
         # ------------------------------------------------------------ validate
