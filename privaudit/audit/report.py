@@ -126,10 +126,9 @@ class AuditReport:
         mu_lb = max(e["mu_lower_bound"] for e in events)
         eps_gdp = B.gdp_eps(mu_lb, claim.delta) if claim.delta > 0 else None
         gaussian_valid = claim.kind == "gaussian"
-        if gaussian_valid:
-            eps_lb = max(eps_generic, eps_gdp)
-            source = "gaussian (GDP test, opted in)" if eps_gdp > eps_generic else "generic"
-            violated = eps_lb > claim.epsilon or mu_lb > claim.mu
+        if gaussian_valid:  # the GDP test alone decides (a mu-GDP violation covers the (eps, delta) one)
+            eps_lb, source = eps_gdp, "gaussian (GDP test, opted in)"
+            violated = mu_lb > claim.mu
             test = "gaussian"
         else:
             eps_lb, source = eps_generic, "generic"

@@ -427,7 +427,7 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         if bar:
             bar.close()
     e0, e1 = np.concatenate(ev_scores[0]), np.concatenate(ev_scores[1])
-    events = [_evaluate_event(cand, t, d, e0, e1, alpha_b, claim.delta)]
+    events = [_evaluate_event(cand, t, d, e0, e1, alpha_b, claim.delta, gdp_joint=claim.kind == "gaussian")]
     evidence = sampler_verdict([c.info for c in cands if c.info.get("kind") == "known_sampler"])
     return AuditReport.from_events(**base, events=events, resolution=cap, candidates=[c.name for c in cands],
                                    float_sampler=evidence,
@@ -437,9 +437,15 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
 
 
 def _evaluate_event(cand: Candidate, t: float, d: str, e0: np.ndarray, e1: np.ndarray, alpha_b: float,
-                    delta: float) -> dict:
+                    delta: float, gdp_joint: bool = False) -> dict:
     """Counts and one-sided Clopper-Pearson bounds (each at ``alpha_b``) of the chosen
-    event on the evaluation scores ``e0`` (D runs) and ``e1`` (D' runs)."""
+    event on the evaluation scores ``e0`` (D runs) and ``e1`` (D' runs).
+
+    ``gdp_joint`` (a GDP opt-in): ``mu_lower_bound`` comes from the exact joint
+    test :func:`privaudit.audit.bounds.gdp_mu_lower_joint` at level 2 alpha_b
+    (the GDP test is then the claim's only test); else from the two
+    Clopper-Pearson bounds (for information).
+    """
     n0, n1 = len(e0), len(e1)
     gt0, gt1 = int((e0 > t).sum()), int((e1 > t).sum())
     if d == "+":  # event {s > t}: positives are D' runs
@@ -457,7 +463,9 @@ def _evaluate_event(cand: Candidate, t: float, d: str, e0: np.ndarray, e1: np.nd
         "fpr": fp / n_fp, "fnr": 1 - tp / n_tp,
         "fpr_upper": fpr_ub, "tpr_lower": tpr_lb, "fnr_upper": 1 - tpr_lb,
         "epsilon_lower_bound": float(B.eps_from_rates(tpr_lb, fpr_ub, delta)),
-        "mu_lower_bound": float(B.gdp_mu_from_rates(fpr_ub, 1 - tpr_lb)),
+        "mu_lower_bound": float(B.gdp_mu_lower_joint(fp, n_fp, n_tp - tp, n_tp, 2 * alpha_b) if gdp_joint
+                                else B.gdp_mu_from_rates(fpr_ub, 1 - tpr_lb)),
+        "mu_bound": "joint exact test" if gdp_joint else "two Clopper-Pearson bounds",
         "roc": _roc(e0, e1, d),
     }
 
