@@ -25,12 +25,12 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
+import polars as pl
+
 from privaudit.audit import run_audit
 from privaudit.audit.catalogue import CLAIM_KIND, CORRECT, CatalogueMechanism, ClaimKindMechanism, scalar_pair
 from privaudit.spec import DomainSpec
-
-import numpy as np
-import polars as pl
 
 H, S, A = 3, 5, 2
 
@@ -62,7 +62,7 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", default=None)
     args = ap.parse_args(argv)
     spec, logs = tiny_domain()
-    rows = [(n, "catalogue") for n in CORRECT] + [(n, "claim-kind") for n in CLAIM_KIND]
+    rows = [(n, "claim-kind") for n in CLAIM_KIND] + [(n, "catalogue") for n in CORRECT]
     if args.only:
         rows = [r for r in rows if r[0] in args.only]
     print(f"{args.seeds} seeds x {args.trials} runs per side, confidence 0.95")

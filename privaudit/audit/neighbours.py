@@ -51,7 +51,7 @@ import polars as pl
 from privaudit.errors import LogReadError, UsageError
 from privaudit.spec import DomainSpec
 
-CANARY_STRATEGIES = ("rare", "repeat", "random")
+CANARY_STRATEGIES = ("rare", "repeat", "random", "synthetic", "synthetic-repeat")
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,9 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
         ``truncated``, ``unit_id``).
     spec : DomainSpec
         Supplies H, S, A, terminal states, the reward range and public reward.
-    strategy : {"rare", "random"}
-        See the module docstring.
+    strategy : {"rare", "repeat", "random", "synthetic", "synthetic-repeat"}
+        See the module docstring; ``synthetic`` / ``synthetic-repeat``:
+        :func:`synthetic_pair` on ``logs`` (per step / pooled).
     rng : numpy.random.Generator
         Used by ``random`` only.
 
@@ -117,6 +118,8 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
     """
     if strategy not in CANARY_STRATEGIES:
         raise UsageError(f"`--canary` must be one of {CANARY_STRATEGIES}. Found {strategy!r}.")
+    if strategy.startswith("synthetic"):  # D = logs + u*, D' = logs + v*: no real unit involved
+        return synthetic_pair(spec, pooled=strategy == "synthetic-repeat", logs=logs)
     if logs.height == 0:
         raise UsageError("the logs are empty: an audit needs at least one privacy unit to replace.")
     H, S, A = spec.horizon, spec.n_states, spec.n_actions

@@ -79,9 +79,12 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
               help="generic (default): the (epsilon, delta) test, valid for every claim. gaussian (opt-in): "
                    "also the GDP test, valid only if the mechanism is mu-GDP (continuous Gaussian noise, "
                    "post-processed); rho-zCDP alone does not imply it (refused with --noise exact).")
-@click.option("--canary", type=click.Choice(["rare", "repeat", "random"]), default=None,
+@click.option("--canary", type=click.Choice(["rare", "repeat", "random", "synthetic", "synthetic-repeat"]),
+              default=None,
               help="How D' is built from D (docs/audit.md). Default: repeat for --mechanism release or "
-                   "dp-apvi with --stationary (the pair that attains the pooled sensitivity), else rare.")
+                   "dp-apvi with --stationary (the pair that attains the pooled sensitivity), else rare. "
+                   "synthetic / synthetic-repeat: D = logs + u*, D' = logs + v*, units built from the spec "
+                   "that attain the declared sensitivity (per step / pooled) and involve no real unit.")
 @click.option("--pair", nargs=2, type=click.Path(dir_okay=False), default=None,
               metavar="D.parquet D2.parquet",
               help="An explicit neighbouring pair, read with the spec's column mapping; both validated "
