@@ -237,15 +237,17 @@ class AuditReport:
             roc = np.asarray(e["roc"])
             ax.plot(roc[:, 0], roc[:, 1], color=col, lw=0.8, alpha=0.6)
             ax.plot([e["fpr"]], [e["fnr"]], "o", color=col,
-                    label=f"{e['direction']}: {e['candidate']} (eps_lb {e['epsilon_lower_bound']:.3g})")
+                    label=f"{e['direction']}: {e['candidate']} (generic eps_lb {e['epsilon_lower_bound']:.3g}"
+                          + (f", mu_lb {e['mu_lower_bound']:.3g})" if c.get("mu") else ")"))
             ax.add_patch(plt.Rectangle((0, 0), e["fpr_upper"], e["fnr_upper"], fill=False, ec=col, ls=":"))
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xlabel("false positive rate (type I)")
         ax.set_ylabel("false negative rate (type II)")
         lb = self.epsilon_lower_bound
+        src = self.data.get("method", {}).get("epsilon_lower_bound_from", "generic")
         ax.set_title(f"{self.data['mechanism']}: {self.verdict}"
-                     + ("" if lb is None else f", eps_lb = {lb:.3g}"), fontsize=10)
+                     + ("" if lb is None else f", eps_lb = {lb:.3g} ({src.split(' ')[0]} test)"), fontsize=10)
         ax.legend(fontsize=7, loc="upper right")
         fig.tight_layout()
         with atomic_path(Path(path)) as tmp:
