@@ -43,7 +43,9 @@ from typing import Callable
 
 import numpy as np
 
+from privaudit.audit.model import numeric_output
 from privaudit.audit.samplers import sampler_scores
+from privaudit.errors import UsageError, UserCodeError
 
 #: Dimension above which the Fisher discriminant is skipped (d x d covariance).
 FISHER_MAX_DIM = 400
@@ -208,13 +210,11 @@ def fixed_candidate(name: str, fn: Callable[[np.ndarray], np.ndarray], shape: tu
     more like D') as a candidate on flattened outputs. It is not fitted, so it
     costs nothing extra in the confidence budget beyond being one more choice
     made on the selection split."""
-    from privaudit.audit.model import numeric_output
     who = getattr(fn, "ref", None) or f"score `{name}`"  # FILE.py:NAME for user scores
 
     def score(X, fn=fn, shape=shape):
         s = numeric_output(fn(np.asarray(X).reshape((len(X),) + tuple(shape))), who).astype(np.float64)
         if s.shape != (len(X),):
-            from privaudit.errors import UsageError, UserCodeError
             err = UserCodeError if hasattr(fn, "ref") else UsageError
             raise err(f"{who} must return shape ({len(X)},). Found {s.shape}.")
         return np.where(np.isfinite(s), s, 0.0)

@@ -50,6 +50,8 @@ import polars as pl
 from privaudit.data.bounding import bound_contributions
 from privaudit.errors import UsageError
 from privaudit.audit.bounds import gdp_mu_from_eps
+from privaudit.audit.model import Claim
+from privaudit.audit.neighbours import NeighbouringPair, check_neighbours
 from privaudit.privacy.mechanisms import add_noise, gaussian_sigma, laplace_scale
 from privaudit.privacy.sensitivity import count_sensitivity
 from privaudit.spec import DomainSpec
@@ -171,7 +173,6 @@ class CatalogueMechanism:
         them as a post-processing of the Gaussian mechanism (for the float
         ones, only up to the float side channel the audit must find).
         """
-        from privaudit.audit.model import Claim
         if self.kind == "laplace":
             return Claim.from_epsilon(self.epsilon, 0.0)
         if self.name == "float_gaussian":
@@ -191,7 +192,6 @@ def scalar_pair() -> "NeighbouringPair":
     The statistic of :class:`ClaimKindMechanism` (rows in state 1) is 0 on D
     and 1 on D': sensitivity 1 under substitution.
     """
-    from privaudit.audit.neighbours import NeighbouringPair, check_neighbours
 
     def one(state):
         return pl.DataFrame({"episode_id": [0], "step": [0], "state": [state], "action": [0], "reward": [0.0],
@@ -237,5 +237,4 @@ class ClaimKindMechanism:
     def claim(self, kind: str = "generic"):
         """The true rho claim, tested by default with the generic test (``kind="gaussian"``
         applies the GDP test, which is not valid for these mechanisms)."""
-        from privaudit.audit.model import Claim
         return Claim.from_rho(0.125 if self.name == "laplace_rho" else 0.5, 1e-6, kind=kind)

@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from privaudit.data.io import scan_logs
 from privaudit.errors import LogReadError, UsageError
 from privaudit.spec import DomainSpec
 
@@ -476,8 +477,6 @@ def load_pair(path_d: str | Path, path_d_prime: str | Path, spec: DomainSpec | N
     frames = []
     for p in (path_d, path_d_prime):
         if spec is not None:
-            from privaudit.data.io import scan_logs
-
             lf = scan_logs(p, spec)
             try:
                 frames.append(lf.drop("row").collect())

@@ -43,8 +43,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
+from tqdm import tqdm
 
 from privaudit.audit import bounds as B
+from privaudit.audit.adapters import DPAPVIMechanism, ReleaseMechanism
 from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
 from privaudit.audit.model import Claim, FileFunction, flatten_runs, is_batched, numeric_output
 from privaudit.audit.neighbours import NeighbouringPair, make_pair
@@ -289,7 +291,6 @@ def default_canary(mechanism) -> str:
     ``rare`` otherwise (per-step statistics, where it attains the
     sensitivity; user mechanisms). See ``privaudit.audit.neighbours``.
     """
-    from privaudit.audit.adapters import DPAPVIMechanism, ReleaseMechanism
 
     pooled = isinstance(mechanism, (ReleaseMechanism, DPAPVIMechanism)) and bool(mechanism.stationary)
     return "repeat" if pooled else "rare"
@@ -392,7 +393,6 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     show = sys.stderr.isatty() if progress is None else progress
     bar = None
     if show:
-        from tqdm import tqdm
         bar = tqdm(total=2 * int(trials), desc="audit runs", unit="run", file=sys.stderr)
     who = mech.ref if isinstance(mech, FileFunction) else f"mechanism {name}"
     sampler = _Sampler(fn, batched, jobs, bar.update if bar else (lambda k: None), who)

@@ -18,6 +18,8 @@ from privaudit import FORMAT_VERSION, __version__
 from privaudit.errors import ArtifactError
 from privaudit.fmt import num
 from privaudit.io_utils import atomic_path, atomic_write_text
+from privaudit.mdp.registry import MDP_REGISTRY
+from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.schemas import load_versioned_json, schema_errors
 
 SUMMARY_KIND = "privaudit-pipeline-summary"
@@ -96,8 +98,6 @@ def evaluate_all(mdp, tables: dict, name: str | None = None) -> dict:
         Values are expected undiscounted returns over H steps (for
         ICU-Sepsis: the probability of survival within H = 20 steps).
     """
-    from privaudit.mdp.registry import MDP_REGISTRY
-    from privaudit.mdp.tabular import evaluate_policy, value_iteration
 
     _, _, optimal = value_iteration(mdp)
     entry = MDP_REGISTRY.get(mdp.name)
