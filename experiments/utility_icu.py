@@ -18,14 +18,14 @@ Protocol
   (seed, n, per-step | stationary) are computed once and shared by all
   algorithms and budgets.
 * DP: (epsilon, delta = 1e-6) is turned into rho exactly as ``privaudit
-  release`` does (``resolve_budget``: tight CKS conversion) and the noise
-  scale is the release's own plan (``privaudit.stats.release.plan_noise``:
-  combined visits + transitions sensitivity, k = 1; stationary releases pool
-  counts and have the larger stationary sensitivity). Noise is added with
-  ``privaudit.privacy.mechanisms.add_noise`` (rounded Gaussian) to the exact
-  counts: the same distribution as the counts of a ``release_logs`` folder,
-  without writing 256 M-cell Parquet tables per run. E is the learner's own
-  ``release_noise_bound`` of that plan.
+  release`` does (``privacy.budget.resolve_budget``: tight CKS conversion)
+  and the noise is the release's own mechanism object
+  (``privaudit.stats.mechanism.TabularRelease``: combined visits +
+  transitions sensitivity, k = 1; stationary releases pool counts and have
+  the larger stationary sensitivity), its ``noise_family`` (rounded
+  Gaussian) applied to the exact counts: the same distribution as the counts
+  of a ``release_logs`` folder, without writing 256 M-cell Parquet tables per
+  run. E is the same object's ``noise_bound``.
 * Shortcut (exact in distribution): transition noise is drawn only for rows
   (h, s, a) whose noisy visit count is > E/2. For the other rows DP-APVI's
   output does not depend on the transition counts at all: any projection has
@@ -51,16 +51,16 @@ import numpy as np
 import polars as pl
 
 from privaudit.learners.apvi import APVI
-from privaudit.learners.dp_apvi import DPAPVI, release_noise_bound
+from privaudit.learners.dp_apvi import DPAPVI
 from privaudit.learners.tabular_counts import TabularCounts, exact_counts
 from privaudit.learners.ve import ValueIterationCE
 from privaudit.mdp.icu_sepsis import REFERENCE_VALUES, clinicians_policy, icu_sepsis_spec_doc, load_icu_sepsis
 from privaudit.mdp.simulate import simulate
 from privaudit.mdp.tabular import evaluate_policy
-from privaudit.privacy.mechanisms import add_noise
+from privaudit.privacy.budget import resolve_budget
 from privaudit.spec import DomainSpec
 from privaudit.stats.counts import SparseCounts
-from privaudit.stats.release import plan_noise, resolve_budget
+from privaudit.stats.mechanism import TabularRelease
 
 ROOT = Path(__file__).resolve().parents[1]
 DP_DELTA = 1e-6
@@ -74,10 +74,9 @@ class LazyNoisyTransitions:
     on the order in which the learner asks for steps.
     """
 
-    def __init__(self, exact: SparseCounts, noisy_visits: np.ndarray, E: float, mechanism: str,
-                 scale: float, rng: np.random.Generator):
-        self.exact, self.noisy_visits, self.E = exact, noisy_visits, E
-        self.mechanism, self.scale = mechanism, scale
+    def __init__(self, exact: SparseCounts, noisy_visits: np.ndarray, E: float, release: TabularRelease,
+                 rng: np.random.Generator):
+        self.exact, self.noisy_visits, self.E, self.release = exact, noisy_visits, E, release
         self.rngs = rng.spawn(1 if exact.stationary else exact.horizon)
 
     def __call__(self, h: int) -> np.ndarray:
@@ -87,26 +86,27 @@ class LazyNoisyTransitions:
         S, A = nv.shape
         out = np.zeros((S, A, S), dtype=np.int64)
         if rows.any():
-            out[rows] = add_noise(self.exact.transitions_at(h)[rows], mechanism=self.mechanism, scale=self.scale,
-                                  rng=self.rngs[key])
+            out[rows] = self.release.noise_family("transitions", self.exact.transitions_at(h)[rows],
+                                                  rng=self.rngs[key])
         return out
 
 
 def noisy_counts(exact: SparseCounts, spec: DomainSpec, epsilon: float, rng: np.random.Generator):
     """Counts distributed as a Gaussian (epsilon, 1e-6) release of ``exact``, and the learner's E."""
-    budget = resolve_budget(epsilon=epsilon, delta=DP_DELTA, mechanism="gaussian")
-    plan = plan_noise(spec, budget, exact.stationary, "rounded")
-    scale = plan["visits"]["scale"]
-    manifest = {"domain": {"H": spec.H, "S": spec.S, "A": spec.A, "stationary": exact.stationary},
-                "mechanism": "gaussian", "noise": "rounded",
-                "families": {f: {"noise_scale": plan[f]["scale"]} for f in ("visits", "transitions")}}
-    E = release_noise_bound(manifest, FAILURE_PROB)
+    release = _release(spec, epsilon, exact.stationary)
+    E = release.noise_bound(FAILURE_PROB)
     rv, rt = rng.spawn(2)
-    nv = add_noise(exact.visits(), mechanism="gaussian", scale=scale, rng=rv)
-    trans = LazyNoisyTransitions(exact, nv, E, "gaussian", plan["transitions"]["scale"], rt)
+    nv = release.noise_family("visits", exact.visits(), rng=rv)
+    trans = LazyNoisyTransitions(exact, nv, E, release, rt)
     counts = TabularCounts(visits=nv, transitions=trans, horizon=exact.horizon, stationary=exact.stationary,
                            noisy=True)
-    return counts, E, budget.rho, scale
+    return counts, E, release.budget.rho, release.families["visits"].scale
+
+
+def _release(spec: DomainSpec, epsilon: float, stationary: bool) -> TabularRelease:
+    """The Gaussian (epsilon, 1e-6) release mechanism ``privaudit release`` would run (rounded noise)."""
+    budget = resolve_budget(epsilon=epsilon, delta=DP_DELTA, mechanism="gaussian")
+    return TabularRelease.plan(spec, budget, stationary=stationary, noise="rounded")
 
 
 def run(args) -> list[dict]:
@@ -163,13 +163,7 @@ def run(args) -> list[dict]:
 
 def noise_bound_for(epsilon: float, stationary: bool) -> float:
     """The learner's E for an ICU-Sepsis (epsilon, 1e-6) Gaussian release (public numbers only)."""
-    spec = DomainSpec.from_dict(icu_sepsis_spec_doc())
-    plan = plan_noise(spec, resolve_budget(epsilon=epsilon, delta=DP_DELTA, mechanism="gaussian"),
-                       stationary, "rounded")
-    manifest = {"domain": {"H": spec.H, "S": spec.S, "A": spec.A, "stationary": stationary},
-                "mechanism": "gaussian", "noise": "rounded",
-                "families": {f: {"noise_scale": plan[f]["scale"]} for f in ("visits", "transitions")}}
-    return release_noise_bound(manifest, FAILURE_PROB)
+    return _release(DomainSpec.from_dict(icu_sepsis_spec_doc()), epsilon, stationary).noise_bound(FAILURE_PROB)
 
 
 def rows_from_log(text: str) -> list[dict]:

@@ -1,55 +1,92 @@
-"""Privacy events, the accountant, conversions (vs Google's dp_accounting), budget split."""
+"""The accountant (events -> costs, composition, guarantees), budget resolution, conversions (vs dp_accounting)."""
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from privaudit.errors import AccountingError, UsageError
-from privaudit.privacy.accounting import (Accountant, PrivacyEvent, dp_to_zcdp, gaussian_event,
-                                          laplace_event, split_budget, zcdp_to_dp,
-                                          zcdp_to_dp_simple)
-from privaudit.privacy.sensitivity import count_sensitivity
+from privaudit.privacy.accounting import (Accountant, dp_to_zcdp, event_epsilon, event_rho, guarantee,
+                                          zcdp_to_dp, zcdp_to_dp_simple)
+from privaudit.privacy.budget import DEFAULT_REPORT_DELTA, resolve_budget
+from privaudit.privacy.events import ComposedEvent, GaussianEvent, LaplaceEvent, PrivacyUnit
 
 dp_accounting = pytest.importorskip("dp_accounting")
 
 
-def test_events():
-    e = gaussian_event("visits+transitions", 2 * math.sqrt(20), math.sqrt(40 / 0.5))
-    assert e.rho == pytest.approx(0.5, rel=1e-15) and e.rho >= 0.5 * (1 - 1e-16)
-    assert e.epsilon is None and e.neighbouring == "substitution"
-    lap = laplace_event("visits+transitions", 80, 40)
-    assert lap.epsilon == pytest.approx(2.0) and lap.rho is None
-    with pytest.raises(AttributeError):
-        e.rho = 0.1  # frozen
-    with pytest.raises(AccountingError):
-        gaussian_event("visits", 1.0, 0.0)
-    assert e.as_dict()["scale"] == e.scale
+UNIT = PrivacyUnit("episode_id", 1)
+
+
+def _g(l2, sigma, family="visits", unit=UNIT):
+    return GaussianEvent(family=family, unit=unit, l2=l2, sigma=sigma)
+
+
+def _lap(l1, b, family="visits"):
+    return LaplaceEvent(family=family, unit=UNIT, l1=l1, b=b)
+
+
+def test_event_costs_are_exact_and_never_optimistic():
+    H, rho = 20, 0.5
+    e = _g(2 * math.sqrt(H), math.sqrt(2 * H / rho))  # seed 000 eq. (1): l2 = 2 sqrt(H), sigma^2 = 2H/rho
+    exact = Fraction(e.l2) ** 2 / (2 * Fraction(e.sigma) ** 2)
+    assert Fraction(event_rho(e)) >= exact and event_rho(e) == pytest.approx(rho, rel=1e-15)
+    assert event_epsilon(_lap(80, 40)) == 2.0
+    with pytest.raises(AccountingError, match="pure"):
+        event_epsilon(e)
 
 
 def test_accountant_composes_and_refuses_before_changing_state():
     acc = Accountant()
-    acc.add(gaussian_event("visits", 1.0, 1.0)).add(gaussian_event("transitions", 2.0, 2.0))
-    assert acc.total_rho() == pytest.approx(1.0)
-    with pytest.raises(AccountingError, match="not pure"):
+    acc.compose(_g(1.0, 1.0)).compose(_g(2.0, 2.0, "transitions"))
+    assert acc.total_rho() == 1.0
+    with pytest.raises(AccountingError, match="pure"):
         acc.total_epsilon()
-    bad = [PrivacyEvent("cauchy", "visits", 1.0, 1.0, 1.0, 0.1, None),
-           PrivacyEvent("gaussian", "visits", 1.0, 1.0, 1.0, None, None),
-           PrivacyEvent("gaussian", "visits", 1.0, 1.0, 1.0, 0.1, None, neighbouring="add/remove"),
-           PrivacyEvent("gaussian", "visits", 1.0, 1.0, 1.0, 0.1, None, privacy_unit="row"),
-           "not an event"]
-    for ev in bad:
+    other_unit = _g(1.0, 1.0, unit=PrivacyUnit("patient_id", 1))
+    assert not acc.supports(other_unit) and not acc.supports("not an event")
+    for ev in [other_unit, "not an event", ComposedEvent([_g(1.0, 1.0), other_unit])]:
         with pytest.raises(AccountingError):
-            acc.add(ev)
-    assert len(acc.events) == 2 and acc.total_rho() == pytest.approx(1.0)
+            acc.compose(ev)
+    assert len(acc.events) == 2 and acc.total_rho() == 1.0
     # mixing: a pure eps-DP event counts as eps^2/2 zCDP (Bun-Steinke Prop. 1.4)
-    acc.add(laplace_event("rewards", 1.0, 2.0))
-    assert acc.total_rho() == pytest.approx(1.125)
+    acc.compose(_lap(1.0, 2.0, "rewards"))
+    assert acc.total_rho() == 1.125
     assert acc.epsilon_delta(1e-6) == zcdp_to_dp(acc.total_rho(), 1e-6)
-    pure = Accountant().add(laplace_event("a", 1.0, 2.0)).add(laplace_event("b", 3.0, 2.0))
-    assert pure.total_epsilon() == pytest.approx(2.0) and pure.epsilon_delta(1e-6) == pure.total_epsilon()
+    pure = Accountant().compose(_lap(1.0, 2.0, "a")).compose(_lap(3.0, 2.0, "b"))
+    assert pure.total_epsilon() == 2.0 and pure.epsilon_delta(1e-6) == pure.total_epsilon()
+    # a pure composition costs (sum eps)^2 / 2 as a whole
+    assert pure.total_rho() == 2.0
+    # self-composition multiplies
+    assert Accountant().compose(_g(1.0, 1.0), count=4).total_rho() == 2.0
+
+
+def test_guarantee_states_the_bound_only_when_the_event_fits():
+    ev = _g(1.0, 1.0)  # rho = 0.5 exactly
+    g = guarantee(ev, delta=1e-6, requested={"rho": 0.5}, bound=0.5)
+    assert g["rho"] == 0.5 and g["epsilon"] == zcdp_to_dp(0.5, 1e-6) and "default reporting delta" in g["conversion"]
+    assert guarantee(ev, delta=1e-5, requested={"rho": 0.5, "delta": 1e-5})["rho"] == 0.5
+    with pytest.raises(AccountingError, match="above the budget"):
+        guarantee(ev, delta=1e-6, requested={"rho": 0.4}, bound=0.4)
+    p = guarantee(_lap(1.0, 0.5), delta=0.0, requested={"epsilon": 2.0}, bound=2.0)
+    assert p["definition"] == "pure-DP" and p["epsilon"] == 2.0 and p["rho"] == 2.0 and p["delta"] == 0.0
+
+
+def test_budget_resolution():
+    b = resolve_budget(rho=0.3)
+    assert (b.mechanism, b.rho, b.delta, b.requested) == ("gaussian", 0.3, DEFAULT_REPORT_DELTA, {"rho": 0.3})
+    e = resolve_budget(epsilon=4.0, delta=1e-6)
+    assert zcdp_to_dp(e.rho, 1e-6) <= 4.0 and e.delta == 1e-6
+    lap = resolve_budget(epsilon=2.0, mechanism="laplace")
+    assert (lap.rho, lap.epsilon, lap.delta, lap.amount) == (2.0, 2.0, 0.0, 2.0)
+    part = e.part(0.25)
+    assert part.rho == e.rho * 0.25 and part.delta == 1e-6 and part.requested == {"rho": part.rho, "delta": 1e-6}
+    for bad in [dict(rho=-1), dict(rho=1, delta=1e-5), dict(epsilon=1), dict(epsilon=1, delta=1.5),
+                dict(rho=1, mechanism="laplace"), dict(epsilon=1, delta=1e-5, mechanism="laplace"),
+                dict(rho=1, mechanism="cauchy"), dict(rho=5e-324)]:
+        with pytest.raises(UsageError):
+            resolve_budget(**bad)
 
 
 RHOS = [1e-4, 0.01, 0.1, 0.5, 1.0, 5.0, 50.0]
@@ -138,33 +175,6 @@ def test_conversion_bad_input(bad):
         zcdp_to_dp_simple(**bad)
     with pytest.raises(UsageError):
         dp_to_zcdp(0.0, 1e-5)
-
-
-def test_split_budget_gaussian_matches_paper():
-    H, rho = 20, 0.8
-    fam = [count_sensitivity(H, 1, False, f) for f in ("visits", "transitions")]
-    split = split_budget(rho, fam)
-    assert split.scale == pytest.approx(math.sqrt(2 * H / rho), rel=1e-14)  # seed 000 eq. (1)
-    assert split.shares["visits"] == pytest.approx(rho / 2) == split.shares["transitions"]
-    assert math.fsum(split.shares.values()) == pytest.approx(rho, rel=1e-14)
-    three = split_budget(rho, fam + [count_sensitivity(H, 1, False, "rewards")])
-    assert three.scale == pytest.approx(math.sqrt(3 * H / rho), rel=1e-14)
-    assert three.shares["rewards"] == pytest.approx(rho / 3)
-    assert three.as_dict()["combined_sensitivity"]["l2"] == pytest.approx(math.sqrt(6 * H))
-
-
-def test_split_budget_laplace_and_errors():
-    H, eps = 10, 2.0
-    fam = [count_sensitivity(H, 1, False, f) for f in ("visits", "transitions")]
-    split = split_budget(eps, fam, mechanism="laplace")
-    assert split.scale == pytest.approx(4 * H / eps)  # Lap(4H/eps), ALGORITHMS.md 1.4
-    assert split.shares["visits"] == pytest.approx(1.0)
-    with pytest.raises(UsageError):
-        split_budget(eps, fam + fam[:1])
-    with pytest.raises(UsageError):
-        split_budget(0.0, fam)
-    with pytest.raises(UsageError):
-        split_budget(eps, fam, mechanism="exponential")
 
 
 def test_never_below_a_high_precision_infimum_where_terms_cancel():

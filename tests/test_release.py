@@ -16,6 +16,7 @@ from privaudit.errors import ArtifactError, BudgetExceededError, UsageError
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.schemas import schema_errors
 from privaudit.spec import load_spec
+from privaudit.stats import mechanism as mechanism_mod
 from privaudit.stats import release as release_mod
 from privaudit.stats.release import load_release, release_logs
 from privaudit.privacy import mechanisms
@@ -40,7 +41,7 @@ def data(tmp_path_factory):
     n, t, _ = slow_counts(df, H, S, A, TERMINALS)
     rq = np.zeros((H, S, A), dtype=np.int64)
     for row in df.iter_rows(named=True):
-        rq[row["step"], row["state"], row["action"]] += int(round(row["reward"] * release_mod.REWARD_QUANTUM))
+        rq[row["step"], row["state"], row["action"]] += int(round(row["reward"] * mechanism_mod.REWARD_QUANTUM))
     return {"dir": d, "df": df, "logs": logs, "logs_dir": d / "logs_dir", "n": n, "t": t, "rq": rq,
             "spec_private": write_spec(d, "private.json", H=H, S=S, A=A, terminals=TERMINALS),
             "spec_public": write_spec(d, "public.json", H=H, S=S, A=A, terminals=TERMINALS,
@@ -460,12 +461,12 @@ def test_release_checks_its_spec(data, tmp_path):
 
 
 def test_reward_quantum_coarsens_only_for_exact_gaussian():
-    q = release_mod.REWARD_QUANTUM
-    assert release_mod.reward_quantum(6.3, "gaussian", "rounded") == q
-    assert release_mod.reward_quantum(6.3, "gaussian", "exact") == q  # 6300 <= 1e4
-    assert release_mod.reward_quantum(60.0, "gaussian", "exact") == q // 10  # 60000 > 1e4, 6000 <= 1e4
-    assert release_mod.reward_quantum(2e4, "gaussian", "exact") == 1
-    assert release_mod.reward_quantum(1e3, "laplace", "exact") == q
+    q = mechanism_mod.REWARD_QUANTUM
+    assert mechanism_mod.reward_quantum(6.3, "gaussian", "rounded") == q
+    assert mechanism_mod.reward_quantum(6.3, "gaussian", "exact") == q  # 6300 <= 1e4
+    assert mechanism_mod.reward_quantum(60.0, "gaussian", "exact") == q // 10  # 60000 > 1e4, 6000 <= 1e4
+    assert mechanism_mod.reward_quantum(2e4, "gaussian", "exact") == 1
+    assert mechanism_mod.reward_quantum(1e3, "laplace", "exact") == q
 
 
 def test_reader_refuses_a_table_out_of_order(data, tmp_path):
@@ -571,17 +572,36 @@ def test_consistent_sigma_edit_still_refused_by_guarantee(released, tmp_path):
     src = released["gaussian"]
     m = json.loads((src / "manifest.json").read_text())
 
-    def halve(m):
-        for fam in m["families"].values():
-            fam["noise_scale"] /= 2
-            fam["budget"]["rho"] *= 4
+    def scale_sigma(factor, event_too=True):
+        def edit(m):
+            for fam in m["families"].values():
+                fam["noise_scale"] *= factor
+                fam["budget"]["rho"] /= factor ** 2
+            if event_too:  # the stored event, edited consistently
+                for leaf in m["event"]["events"]:
+                    leaf["sigma"] *= factor
+        return edit
     with pytest.raises(ArtifactError, match=r"guarantee.rho = 1.0 is below the rho = (4.0|3.9999)"):
-        load_release(_copy_with_manifest(src, tmp_path / "h", _tamper(m, halve)))
+        load_release(_copy_with_manifest(src, tmp_path / "h", _tamper(m, scale_sigma(0.5))))
+    assert load_release(_copy_with_manifest(src, tmp_path / "d", _tamper(m, scale_sigma(2.0)))).H == H
+    # families edited, stored event left: refused before the guarantee is even derived
+    with pytest.raises(ArtifactError, match="stored event differs"):
+        load_release(_copy_with_manifest(src, tmp_path / "e", _tamper(m, scale_sigma(2.0, event_too=False))))
 
-    def double(m):
-        for fam in m["families"].values():
-            fam["noise_scale"] *= 2
-    assert load_release(_copy_with_manifest(src, tmp_path / "d", _tamper(m, double))).H == H
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplace"])
+def test_manifest_without_event_still_read_and_checked(released, tmp_path, kind):
+    """Manifests written before events existed (no ``event``) are read through the event rebuilt
+    from their families, with the same checks."""
+    src = released[kind]
+    m = json.loads((src / "manifest.json").read_text())
+    old = {k: v for k, v in m.items() if k != "event"}
+    assert load_release(_copy_with_manifest(src, tmp_path / "old", old)).manifest == old
+    key = "rho" if kind == "gaussian" else "epsilon"
+    bad = json.loads(json.dumps(old))
+    bad["guarantee"][key] /= 2
+    with pytest.raises(ArtifactError, match=f"guarantee.{key} = .* is below"):
+        load_release(_copy_with_manifest(src, tmp_path / "bad", bad))
 
 
 def test_untouched_release_trains(released, tmp_path):

@@ -38,7 +38,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from privaudit.audit.model import Claim
 from privaudit.errors import UsageError
+from privaudit.privacy import budget as budget_mod
 from privaudit.spec import DomainSpec
 
 #: Statistics of a step, in output order.
@@ -56,7 +58,7 @@ class DPVAPVIMechanism:
     spec : DomainSpec
         With a finite ``features`` map (one-hot, synthetic-linear, state-table-x-action).
     rho, epsilon, delta
-        The total budget of the DP-VAPVI run (``resolve_budget``, Gaussian).
+        The total budget of the DP-VAPVI run (``privacy.budget.resolve_budget``, Gaussian).
     statistics : tuple of str
         Which of ``STATISTICS`` to output.
     learner_params : dict, optional
@@ -83,7 +85,6 @@ class DPVAPVIMechanism:
                  mechanism: str = "gaussian", stationary: bool = False, noise: str | None = None):
         from privaudit.learners.linear.estimators import DPVAPVI
         from privaudit.mdp.spec_features import feature_map_from_spec
-        from privaudit.stats.release import resolve_budget
 
         if mechanism != "gaussian" or stationary:
             raise UsageError("dp-vapvi is a Gaussian, per-step mechanism: --release-mechanism laplace and "
@@ -92,8 +93,8 @@ class DPVAPVIMechanism:
         if bad or not statistics:
             raise UsageError(f"statistics must be a non-empty subset of {STATISTICS}. Got {tuple(statistics)}.")
         self.spec, self.statistics = spec, tuple(s for s in STATISTICS if s in statistics)
-        self.budget = resolve_budget(rho=rho, epsilon=epsilon, delta=None if rho is not None else delta,
-                                     mechanism="gaussian")
+        self.budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon,
+                                                delta=None if rho is not None else delta, mechanism="gaussian")
         self.fmap = feature_map_from_spec(spec)
         self.learner = DPVAPVI(self.budget.rho, k=spec.max_episodes_per_unit, **dict(learner_params or {}))
         self.scales = self.learner.noise_scales(spec.horizon, self.fmap.dim)
@@ -191,8 +192,6 @@ class DPVAPVIMechanism:
             ``gaussian`` opts in to the GDP test (valid here: continuous float
             Gaussian noise on the statistics).
         """
-        from privaudit.audit.model import Claim
-
         rho = self.budget.rho if rho_total is None else float(rho_total)
         return Claim.from_rho(len(self.statistics) * rho / (5 * self.spec.horizon), delta, kind=kind)
 

@@ -2,9 +2,9 @@
 
 Both adapters run the library's own code path for everything that decides
 privacy: contribution bounding (``privaudit.data.bounding``), exact counts
-(``privaudit.stats.counts``), sensitivities and noise scales
-(``privaudit.stats.release.plan_noise`` -> ``privaudit.privacy``), and
-noise (``privaudit.privacy.mechanisms.add_noise``). A bug there changes what
+(``privaudit.stats.counts``), and the release mechanism object
+(``privaudit.stats.mechanism.TabularRelease``: sensitivities, noise scales,
+noise, E, and the event the claim is built from). A bug there changes what
 the audit sees; nothing is re-implemented here.
 
 Release view. A full release at the ICU-Sepsis shape has 256 M cells, too
@@ -37,8 +37,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from privaudit.audit.model import Claim
 from privaudit.errors import UsageError
+from privaudit.privacy import budget as budget_mod
 from privaudit.spec import DomainSpec
+from privaudit.stats.mechanism import TabularRelease
 
 #: Extra public cells per family added to the release view.
 VIEW_EXTRA = 64
@@ -56,13 +59,11 @@ class _LibraryStatistics:
 
     def __init__(self, spec: DomainSpec, *, rho=None, epsilon=None, delta=None, mechanism="gaussian",
                  stationary=False, noise="rounded"):
-        from privaudit.stats.release import plan_noise, resolve_budget
-
         self.spec, self.stationary, self.noise_mode = spec, bool(stationary), noise
-        self.budget = resolve_budget(rho=rho, epsilon=epsilon, delta=None if rho is not None else delta,
-                                     mechanism=mechanism)
+        self.budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=None if rho is not None else delta,
+                                                mechanism=mechanism)
         self.delta = delta
-        self.plan = plan_noise(spec, self.budget, self.stationary, noise)
+        self.release = TabularRelease.plan(spec, self.budget, stationary=self.stationary, noise=noise)
         self._fp: dict[tuple, str] = {}
 
     def bounded_frame(self, logs: pl.DataFrame) -> pl.DataFrame:
@@ -76,9 +77,9 @@ class _LibraryStatistics:
         from privaudit.stats import counts
 
         out = {"visits": counts.visit_counts(frame, self.spec, stationary=self.stationary)}
-        if "rewards" in self.plan:
+        if "rewards" in self.release.families:
             out["rewards"] = counts.reward_sums(frame, self.spec, stationary=self.stationary,
-                                                quantum=self.plan["rewards"]["quantum"])
+                                                quantum=self.release.families["rewards"].quantum)
         return out
 
     def transition_slices(self, frame: pl.DataFrame):
@@ -108,7 +109,7 @@ class _LibraryStatistics:
         return state
 
     def claim(self, kind: str = "generic"):
-        """The claim the release manifest would state (CKS conversion for rho).
+        """The claim of the release's event (``Claim.from_event``; CKS conversion for rho).
 
         Parameters
         ----------
@@ -122,21 +123,17 @@ class _LibraryStatistics:
         UsageError
             ``gaussian`` with Laplace or exact (discrete Gaussian) noise.
         """
-        from privaudit.audit.model import Claim
-
         gdp_ok = self.budget.mechanism == "gaussian" and self.noise_mode == "rounded"
         if kind == "gaussian" and not gdp_ok:
             raise UsageError(f"the GDP test is valid only for continuous Gaussian noise (rounded); this release "
                              f"uses {self.budget.mechanism} noise in {self.noise_mode!r} mode: use the generic test.")
-        if self.budget.mechanism == "laplace":
-            return Claim.from_epsilon(self.budget.epsilon, 0.0)
-        return Claim.from_rho(self.budget.rho, self.delta or 1e-5, kind=kind)
+        return Claim.from_event(self.release.event, self.delta or 1e-5, kind=kind)
 
     def declared_sensitivity(self) -> dict:
-        return {f: {"l1": p["l1"], "l2": p["l2"]} for f, p in self.plan.items()}
+        return {f: {"l1": p.l1, "l2": p.l2} for f, p in self.release.families.items()}
 
     def noise(self) -> dict:
-        return {f: {"mechanism": self.budget.mechanism, "scale": p["scale"]} for f, p in self.plan.items()}
+        return {f: {"mechanism": self.budget.mechanism, "scale": p.scale} for f, p in self.release.families.items()}
 
 
 class ReleaseMechanism(_LibraryStatistics):
@@ -216,14 +213,11 @@ class ReleaseMechanism(_LibraryStatistics):
         return {f: v.copy() for f, v in self.values[self.which(logs)].items()}
 
     def __call__(self, logs: pl.DataFrame, rng: np.random.Generator, n_runs: int = 1) -> np.ndarray:
-        from privaudit.privacy.mechanisms import add_noise
-
         if not self.values:
             raise UsageError("ReleaseMechanism: call prepare(d, d_prime) before running it.")
         vals = self.values[self.which(logs)]
         rngs = rng.spawn(len(vals))
-        parts = [add_noise(np.broadcast_to(v, (n_runs, v.size)).copy(), mechanism=self.budget.mechanism,
-                           scale=self.plan[f]["scale"], rng=r, noise=self.noise_mode)
+        parts = [self.release.noise_family(f, np.broadcast_to(v, (n_runs, v.size)).copy(), rng=r)
                  for (f, v), r in zip(vals.items(), rngs)]
         return np.concatenate(parts, axis=1)
 
@@ -253,18 +247,12 @@ class DPAPVIMechanism(_LibraryStatistics):
         self.exact: dict[str, dict] = {}
 
     def prepare(self, d: pl.DataFrame, d_prime: pl.DataFrame) -> "DPAPVIMechanism":
-        from privaudit.learners.dp_apvi import release_noise_bound
-        from privaudit.stats.release import build_manifest
-
         for key, logs in (("d", d), ("d_prime", d_prime)):
             frame = self.bounded_frame(logs)
             fams = self.sa_families(frame)
             fams["transitions"] = np.stack([s for _, s in self.transition_slices(frame)])
             self.exact[key] = fams
-        man = build_manifest(self.spec, self.budget, self.plan, stationary=self.stationary, noise=self.noise_mode,
-                        seeded=True)
-        fp = self.learner_params.get("failure_prob", 0.05)
-        self.E = release_noise_bound(man, fp)
+        self.E = self.release.noise_bound(self.learner_params.get("failure_prob", 0.05))
         self.bind(d, d_prime)
         return self
 
@@ -274,21 +262,16 @@ class DPAPVIMechanism(_LibraryStatistics):
     def __call__(self, logs: pl.DataFrame, rng: np.random.Generator) -> np.ndarray:
         from privaudit.learners.dp_apvi import DPAPVI
         from privaudit.learners.tabular_counts import TabularCounts
-        from privaudit.privacy.mechanisms import add_noise
-
         if not self.exact:
             raise UsageError("DPAPVIMechanism: call prepare(d, d_prime) before running it.")
         ex = self.exact[self.which(logs)]
-        r_v, r_t, r_r = rng.spawn(3)
-        mech, mode = self.budget.mechanism, self.noise_mode
-        visits = add_noise(ex["visits"], mechanism=mech, scale=self.plan["visits"]["scale"], rng=r_v, noise=mode)
-        trans = add_noise(ex["transitions"], mechanism=mech, scale=self.plan["transitions"]["scale"],
-                          rng=r_t, noise=mode)
+        rel = self.release
+        st = rel.streams(rng)  # the same child streams as TabularRelease.apply
+        visits = rel.noise_family("visits", ex["visits"], rng=st["visits"])
+        trans = rel.noise_family("transitions", ex["transitions"], rng=st["transitions"])
         rsum = None
         if "rewards" in ex:
-            q = self.plan["rewards"]["quantum"]
-            rsum = add_noise(ex["rewards"], mechanism=mech, scale=self.plan["rewards"]["scale"],
-                             rng=r_r, noise=mode) / q
+            rsum = rel.noise_family("rewards", ex["rewards"], rng=st["rewards"]) / rel.families["rewards"].quantum
         counts = TabularCounts.from_arrays(visits if not self.stationary else visits, trans if not self.stationary
                                            else trans[0], horizon=self.spec.H, reward_sums=rsum, noisy=True)
         learner = DPAPVI(noise_bound=self.E, **self.learner_params)

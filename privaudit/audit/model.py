@@ -34,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from privaudit.errors import Terminated, UsageError, UserCodeError
+from privaudit.privacy import accounting
 
 CLAIM_KINDS = ("generic", "gaussian")
 
@@ -115,6 +116,25 @@ class Claim:
         eps = float(eps[0] if isinstance(eps, tuple) else getattr(eps, "epsilon", eps))
         mu = math.sqrt(2 * rho) if kind == "gaussian" else None
         return cls(eps, float(delta), float(rho), kind, mu, "zCDP -> (eps, delta): Canonne-Kamath-Steinke 2020")
+
+    @classmethod
+    def from_event(cls, event, delta: float, kind: str = "generic") -> "Claim":
+        """The claim a mechanism's privacy event implies (``privaudit.privacy.accounting``).
+
+        A pure-DP event claims (eps, 0) with eps = sum of l1/b (generic);
+        any other event claims its rho, compared at ``delta``, of ``kind``
+        (``gaussian`` opts in to the GDP test, as :meth:`from_rho`).
+
+        Raises
+        ------
+        AccountingError
+            An event the accountant does not know.
+        UsageError
+            delta outside (0, 1) for a zCDP event; unknown kind.
+        """
+        if accounting.is_pure(event):
+            return cls.from_epsilon(accounting.event_epsilon(event), 0.0)
+        return cls.from_rho(accounting.event_rho(event), delta, kind=kind)
 
     def to_dict(self) -> dict:
         return {"epsilon": self.epsilon, "delta": self.delta, "rho": self.rho, "kind": self.kind,

@@ -21,7 +21,7 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
     -------
     (family, budget) : (str, dict)
         ``family`` "gaussian" | "laplace"; ``budget`` keywords of
-        ``privaudit.stats.release.resolve_budget`` (rho, or epsilon [+ delta]).
+        ``privaudit.privacy.budget.resolve_budget`` (rho, or epsilon [+ delta]).
 
     Raises
     ------

@@ -38,6 +38,7 @@ import numpy as np
 from privaudit.errors import ArtifactError, UsageError
 from privaudit.learners._tabular_base import TabularLearnerBase
 from privaudit.learners.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
+from privaudit.stats.mechanism import count_noise_bound
 from privaudit.stats.protocol import Counts
 
 
@@ -54,8 +55,9 @@ def release_noise_bound(manifest: dict, failure_prob: float) -> float:
     Returns
     -------
     float
-        ``noise_bound(mechanism, max(sigma_visits, sigma_transitions),
-        2 H S^2 A (or 2 S^2 A if stationary), failure_prob, noise=mode)``.
+        ``count_noise_bound`` of the manifest's mechanism, max(sigma_visits,
+        sigma_transitions), domain and noise mode: the same function as
+        ``TabularRelease.noise_bound`` (2 H S^2 A cells, 2 S^2 A if stationary).
 
     Raises
     ------
@@ -66,8 +68,6 @@ def release_noise_bound(manifest: dict, failure_prob: float) -> float:
     ----------
     Seed 000 E_rho (ALGORITHMS.md 1.2 step 1); E_eps (ALGORITHMS.md 1.4).
     """
-    from privaudit.privacy.mechanisms import noise_bound
-
     try:
         dom, fam = manifest["domain"], manifest["families"]
         H, S, A = int(dom["H"]), int(dom["S"]), int(dom["A"])
@@ -77,8 +77,7 @@ def release_noise_bound(manifest: dict, failure_prob: float) -> float:
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"release manifest lacks {e} (domain H/S/A/stationary, mechanism, "
                             "families.visits/transitions.noise_scale); it is not a tabular count release.") from None
-    n_cells = 2 * S * S * A * (1 if stationary else H)
-    return noise_bound(mech, scale, n_cells, failure_prob, noise=mode)
+    return count_noise_bound(mech, scale, H, S, A, stationary, mode, failure_prob)
 
 
 def release_privacy(manifest: dict, release_path: str | None = None) -> dict:

@@ -76,7 +76,7 @@ def audit_release(spec: DomainSpec, manifest: dict, *, delta: float, trials: int
                             mechanism=manifest["mechanism"], stationary=stationary,
                             noise=manifest.get("noise", "rounded"))
     for fam, p in manifest["families"].items():
-        planned = mech.plan.get(fam, {}).get("scale")
+        planned = getattr(mech.release.families.get(fam), "scale", None)
         if planned is None or not math.isclose(planned, float(p["noise_scale"]), rel_tol=1e-12):
             raise ArtifactError(f"the audit's noise plan for {fam} ({planned}) differs from the release's "
                                 f"noise_scale {p['noise_scale']}: the audit would not test the release.")

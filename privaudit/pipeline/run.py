@@ -39,7 +39,10 @@ from privaudit.audit.runner import MIN_TRIALS
 from privaudit.resources import sample_dir
 from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
-from privaudit.pipeline.guarantee import LINEAR_SHARE_DEFAULT, composed_guarantee, plan_budget
+from privaudit.pipeline.guarantee import LINEAR_SHARE_DEFAULT, composed_guarantee, split_budget
+from privaudit.privacy import budget as budget_mod
+from privaudit.privacy import ledger as ledger_mod
+from privaudit.privacy.events import event_from_dict
 from privaudit.pipeline.report import SUMMARY_KIND
 from privaudit.spec import DomainSpec, load_spec
 
@@ -241,12 +244,13 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
             or (audit_trials != 0 and audit_trials < MIN_TRIALS):
         raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {audit_trials!r}.")
     linear = bool(spec.features)
-    plan = plan_budget(rho=rho, epsilon=epsilon, delta=delta, linear=linear, linear_share=linear_share)
+    budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")  # once
+    parts = split_budget(budget, linear=linear, linear_share=linear_share)
+    shares = {"release": 1.0} if not linear else {"release": 1.0 - linear_share, "dp-vapvi": linear_share}
     seeds = _child_seeds(seed, 3)
     _check_out(out, overwrite)
-    if ledger is not None:
-        from privaudit.privacy.ledger import check_budget
-        check_budget(ledger, spec.dataset_id, plan.total_rho)  # before any row is read or noise drawn
+    if ledger is not None:  # once, for the whole budget: before any row is read or noise drawn
+        ledger_mod.check_budget(ledger, spec.dataset_id, budget.rho)
     if linear:  # a bad feature map costs nothing: checked before any row is read
         if spec.features.get("map") == "column-x-action":  # per-row features: the path of `train`
             from privaudit.learners.linear.rows import column_dims
@@ -281,8 +285,8 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         timings["validate"] = time.perf_counter() - t
         bar.done()
         with atomic_dir(out, overwrite=True) as tmp:
-            summary, private = _stages(tmp, prepared, spec, plan, the_mdp, mdp, stationary, audit_trials,
-                                       seeds, seed is not None, bar, timings, progress, say, ledger,
+            summary, private = _stages(tmp, prepared, spec, (budget, parts, shares), the_mdp, mdp, stationary,
+                                       audit_trials, seeds, seed is not None, bar, timings, progress, say, ledger,
                                        run=new_run_id(), final_out=out)
             timings["total"] = time.perf_counter() - t0
             private["timings_s"] = timings
@@ -294,7 +298,7 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
     return summary
 
 
-def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stationary: bool,
+def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, stationary: bool,
             audit_trials: int, seeds, seeded: bool, bar: _Progress, timings: dict, progress, say,
             ledger=None, run: str | None = None, final_out: Path | None = None):
     """release -> train -> evaluate -> audit -> report inside the temporary folder ``tmp``.
@@ -302,7 +306,12 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stati
     Ledger charges name ``run`` and ``final_out`` (the folder the run will write).
 
     ``prepared`` (``privaudit.data.prepare.PreparedLogs``) is passed to every
-    stage: the logs are validated and bounded once per run.
+    stage: the logs are validated and bounded once per run. ``budgets`` is
+    (the whole Budget, its parts by name, the configured shares). Each part's
+    mechanism returns its event; the ledger (checked once by the caller) is
+    charged once per part from that event, inside ``tmp`` (the output appears
+    only after every charge succeeded); the composed guarantee is the
+    accountant's composition of the events.
     """
     logs = prepared.path
     from privaudit.learners.dp_apvi import DPAPVI
@@ -313,9 +322,14 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stati
     # ---------------------------------------------------------------- release
     bar.stage("release")
     t = time.perf_counter()
-    info = release_logs(prepared, spec, **plan.release_args, mechanism="gaussian", stationary=stationary,
-                        noise="exact", out=tmp / "release", seed=seeds[0], ledger=ledger, run=run,
-                        run_output=final_out)
+    budget, parts, shares = budgets
+    info = release_logs(prepared, spec, budget=parts["release"], stationary=stationary, noise="exact",
+                        out=tmp / "release", seed=seeds[0])
+    events = {"release": info.event}
+    if ledger is not None:
+        ledger_mod.charge_event(ledger, spec.dataset_id, info.event,
+                                f"pipeline, release part: gaussian, rho={parts['release'].rho!r}",
+                                parts["release"], run=run, output=final_out)
     local = json.loads(info.local_log.read_text())
     info.local_log.unlink()  # folded into private/local-log.json below
     manifest = info.manifest
@@ -330,17 +344,19 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stati
     policies["dp-apvi"] = learner.policy_
     diagnostics = {"dp-apvi": rep.learner_diagnostics(
         learner.Q_, learner.declared_values()[0], learner.policy_.table, the_mdp, spec.terminal_states)}
-    linear_rho = None
-    if plan.rho_linear is not None:
+    if "dp-vapvi" in parts:
         from privaudit.learners.linear import train_from_logs as train_linear
 
-        pol = train_linear(prepared, spec, "dp-vapvi", rho=plan.rho_linear, seed=seeds[1], ledger=ledger,
-                           run=run, output=final_out)
+        pol = train_linear(prepared, spec, "dp-vapvi", budget=parts["dp-vapvi"], seed=seeds[1])
         policies["dp-vapvi"] = pol
-        linear_rho = float(pol.privacy["guarantee"]["rho"])
+        events["dp-vapvi"] = event_from_dict(pol.privacy["guarantee"]["event"])
+        if ledger is not None:
+            ledger_mod.charge_event(ledger, spec.dataset_id, events["dp-vapvi"],
+                                    f"pipeline, dp-vapvi part: gaussian, rho={parts['dp-vapvi'].rho!r} "
+                                    "(5H releases)", parts["dp-vapvi"], run=run, output=final_out)
     for name, pol in policies.items():
         save_policy(pol, tmp / "policies" / name)
-    guarantee = composed_guarantee(plan, manifest, spec, linear_rho)
+    guarantee = composed_guarantee(budget, parts, events, spec, shares=shares, manifest=manifest)
     timings["train"] = time.perf_counter() - t
     bar.done()
 
@@ -368,7 +384,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, plan, the_mdp, mdp_arg, stati
         from privaudit.pipeline.audit_release import audit_release
 
         # synthetic pair from the spec: reads nothing of the logs (docs/pipeline.md "What may leave")
-        report = audit_release(spec, manifest, delta=plan.delta, trials=int(audit_trials),
+        report = audit_release(spec, manifest, delta=budget.delta, trials=int(audit_trials),
                                seed=seeds[2], progress=progress)
         report.write_json(tmp / "audit" / "audit_report.json")
         report.plot(tmp / "figures" / "audit_tradeoff.png")

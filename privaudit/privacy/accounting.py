@@ -1,11 +1,15 @@
-"""Privacy events, their composition, and conversions between zCDP and (eps, delta)-DP.
+"""The accountant: privacy events -> guarantees, and zCDP <-> (eps, delta)-DP conversions.
 
-Each mechanism call is described by an immutable :class:`PrivacyEvent`; an
-:class:`Accountant` composes them. zCDP composes by adding rho (also
-adaptively); pure eps-DP composes by adding eps. A pure eps-DP mechanism is
-also (eps^2 / 2)-zCDP (Bun & Steinke 2016, Prop. 1.4), so the accountant can
-mix both: ``total_rho()`` counts a Laplace event as eps^2/2, while
-``total_epsilon()`` is only defined when every event is pure DP.
+Each mechanism call is described by an immutable event
+(``privaudit.privacy.events``); this module is the only place that turns
+events into numbers: :func:`event_rho`, :func:`event_epsilon`,
+:func:`guarantee` (the dict manifests state) and :class:`Accountant`
+(composition). zCDP composes by adding rho (also adaptively); pure eps-DP
+composes by adding eps. A pure eps-DP mechanism is also (eps^2 / 2)-zCDP
+(Bun & Steinke 2016, Prop. 1.4), so the accountant can mix both. rho is
+computed exactly in rationals from the event's sensitivities and scales and
+rounded up once, so an event calibrated to a budget never costs more than it
+on paper because of floating point.
 
 References
 ----------
@@ -18,165 +22,230 @@ Differential Privacy", NeurIPS 2020, arXiv:2004.00010 (Prop. 12, Cor. 13).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from fractions import Fraction
 
 import numpy as np
 from scipy import optimize
 
 from privaudit.errors import AccountingError, UsageError
-from privaudit.privacy.sensitivity import NEIGHBOURING, Sensitivity
+from privaudit.privacy.events import (ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyEvent,
+                                      PrivacyUnit, SelfComposedEvent, leaves)
+
+#: delta at which (epsilon, delta) is reported when only rho is given (re-exported by privacy.budget).
+DEFAULT_REPORT_DELTA = 1e-6
+#: Relative slack of :func:`guarantee`'s ``bound`` check (a few ulps of float representation).
+BOUND_RTOL = 1e-12
 
 
-@dataclass(frozen=True)
-class PrivacyEvent:
-    """One mechanism call on the private data.
+# ----------------------------------------------------------------------------
+# events -> numbers (the only place that does it)
 
-    Attributes
+
+def _leaf_rho(e: GaussianEvent) -> Fraction:
+    """Exact rho = l2^2 / (2 sigma^2) of one Gaussian leaf (Bun & Steinke 2016, Prop. 1.6)."""
+    return Fraction(e.l2) ** 2 / (2 * Fraction(e.sigma) ** 2)
+
+
+def _check(event) -> PrivacyUnit:
+    """Refuse an event this accountant cannot account for; return its privacy unit.
+
+    Raises
+    ------
+    AccountingError
+        Not an event of ``privaudit.privacy.events``, a relation other than
+        substitution, or leaves over different privacy units.
+    """
+    units = set()
+    for leaf, _ in leaves(event):  # raises on unknown event types
+        if leaf.neighbouring is not Neighbouring.SUBSTITUTION:
+            raise AccountingError(f"unknown neighbouring relation {leaf.neighbouring!r}; only "
+                                  f"{Neighbouring.SUBSTITUTION.value!r} is supported.")
+        units.add(leaf.unit)
+    if len(units) != 1:
+        raise AccountingError(f"cannot compose events over different privacy units: "
+                              f"{sorted(str(u) for u in units)}.")
+    return units.pop()
+
+
+def is_pure(event: PrivacyEvent) -> bool:
+    """True when every noise-adding part of ``event`` is Laplace (pure eps-DP)."""
+    _check(event)
+    return all(isinstance(leaf, LaplaceEvent) for leaf, _ in leaves(event))
+
+
+def _exact_epsilon(event) -> Fraction:
+    return sum((c * Fraction(leaf.l1) / Fraction(leaf.b) for leaf, c in leaves(event)), Fraction(0))
+
+
+def _exact_rho(event) -> Fraction:
+    """Exact rational rho: a pure subtree counts as eps^2/2 of its whole epsilon (Prop. 1.4)."""
+    if all(isinstance(leaf, LaplaceEvent) for leaf, _ in leaves(event)):
+        eps = _exact_epsilon(event)
+        return eps * eps / 2
+    if isinstance(event, GaussianEvent):
+        return _leaf_rho(event)
+    if isinstance(event, SelfComposedEvent):
+        return event.count * _exact_rho(event.event)
+    return sum((_exact_rho(e) for e in event.events), Fraction(0))
+
+
+def round_up(x: Fraction) -> float:
+    """The smallest double >= x (never optimistic)."""
+    f = float(x)
+    return float(np.nextafter(f, math.inf)) if Fraction(f) < x else f
+
+
+def event_rho(event: PrivacyEvent) -> float:
+    """zCDP rho of ``event``: computed exactly in rationals, then rounded up to a double.
+
+    Gaussian leaves cost l2^2 / (2 sigma^2) (Bun & Steinke 2016, Prop. 1.6);
+    a pure subtree costs eps^2/2 of its total epsilon (Prop. 1.4); compositions
+    add (Lemma 2.3, adaptive composition included).
+
+    Raises
+    ------
+    AccountingError
+        An event the accountant does not know (see :class:`Accountant`).
+    """
+    _check(event)
+    return round_up(_exact_rho(event))
+
+
+def event_epsilon(event: PrivacyEvent) -> float:
+    """Pure-DP epsilon of an all-Laplace ``event``: sum of l1/b, exact then rounded up.
+
+    Raises
+    ------
+    AccountingError
+        The event is not pure DP (it holds Gaussian parts), or unknown.
+    """
+    if not is_pure(event):
+        raise AccountingError("`event` must be pure DP (only Laplace parts) to have a pure epsilon. "
+                              "Found Gaussian parts; use event_rho or the (epsilon, delta) conversion.")
+    return round_up(_exact_epsilon(event))
+
+
+def guarantee(event: PrivacyEvent, *, delta: float, requested: dict, bound: float | None = None) -> dict:
+    """The guarantee of ``event`` as manifests state it (the only place it is built).
+
+    Parameters
     ----------
-    mechanism : str
-        ``"gaussian"`` (rho-zCDP) or ``"laplace"`` (pure eps-DP).
-    family : str
-        Released family, e.g. ``"visits+transitions"``.
-    l1, l2 : float or None
-        Sensitivities the guarantee rests on (the one used must be set).
-    scale : float
-        Noise scale: sigma (Gaussian) or b (Laplace).
-    rho : float or None
-        zCDP parameter (Gaussian: l2^2 / (2 sigma^2)).
-    epsilon : float or None
-        Pure-DP parameter (Laplace: l1 / b).
-    neighbouring : str
-        Neighbouring relation (``"substitution"``).
-    privacy_unit : str
-        What one unit is (e.g. ``"patient_id, <= 1 episode"``).
-    noise : str
-        ``"rounded"`` or ``"exact"``.
-    """
+    event : PrivacyEvent
+        What the mechanism did.
+    delta : float
+        Reporting delta of a zCDP guarantee, in (0, 1) (ignored for a pure event).
+    requested : dict
+        The budget as the user stated it (recorded as is).
+    bound : float, optional
+        The budget the event was calibrated to (rho, or epsilon for a pure
+        event). When the event's cost is at most ``bound``, ``bound`` is
+        stated instead (a valid upper bound that reads as the user asked,
+        e.g. 0.7 rather than 0.6999999999999998). A cost above ``bound`` by
+        more than a relative :data:`BOUND_RTOL` raises: a mechanism must never
+        spend more than it was given. (The slack covers events of exactly
+        calibrated mechanisms whose recorded floats are roundings of exact
+        values, e.g. DP-VAPVI's sigma = sqrt of an exact rational variance:
+        recomputed from the floats, the cost can sit a few ulps above the
+        exact one.)
 
-    mechanism: str
-    family: str
-    l1: float | None
-    l2: float | None
-    scale: float
-    rho: float | None
-    epsilon: float | None
-    neighbouring: str = NEIGHBOURING
-    privacy_unit: str = "episode"
-    noise: str = "rounded"
-
-    def as_dict(self) -> dict:
-        """JSON-ready dict (for manifests)."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def _pos(name: str, v) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise AccountingError(f"`{name}` must be a positive number. Found {v!r}.") from None
-    if not (f > 0 and math.isfinite(f)):
-        raise AccountingError(f"`{name}` must be a positive finite number. Found {v!r}.")
-    return f
-
-
-def gaussian_event(family: str, l2: float, sigma: float, *, l1: float | None = None,
-                   neighbouring: str = NEIGHBOURING, privacy_unit: str = "episode",
-                   noise: str = "rounded") -> PrivacyEvent:
-    """Event of a Gaussian mechanism: rho = l2^2 / (2 sigma^2) (Bun & Steinke Prop. 1.6).
-
-    rho is rounded up by one ulp so the recorded guarantee is never optimistic.
+    Returns
+    -------
+    dict
+        Pure event: ``definition`` "pure-DP", ``epsilon`` (sum of l1/b),
+        ``rho`` = eps^2/2, ``delta`` 0. Otherwise ``definition`` "zCDP",
+        ``rho`` (:func:`event_rho`), ``epsilon`` = ``zcdp_to_dp(rho, delta)``
+        and ``epsilon_simple``. Both carry ``conversion``, ``requested`` and
+        ``ledger_charge_rho`` (= rho).
 
     Raises
     ------
     AccountingError
-        ``l2`` or ``sigma`` not positive and finite.
+        An event the accountant does not know, or a cost above ``bound``.
     """
-    l2 = _pos("l2", l2)
-    sigma = _pos("sigma", sigma)
-    rho = float(np.nextafter(l2 * l2 / (2.0 * sigma * sigma), math.inf))
-    return PrivacyEvent("gaussian", family, l1, l2, sigma, rho, None, neighbouring,
-                        privacy_unit, noise)
+    requested = dict(requested)
+    pure = is_pure(event)
+    cost = event_epsilon(event) if pure else event_rho(event)
+    if bound is not None:
+        if cost > bound * (1.0 + BOUND_RTOL):
+            raise AccountingError(f"the event costs {'epsilon' if pure else 'rho'} = {cost!r}, above the budget "
+                                  f"{bound!r} it was calibrated to (internal error).")
+        cost = float(bound)
+    if pure:
+        rho = round_up(Fraction(cost) ** 2 / 2)
+        return {"definition": "pure-DP", "rho": rho, "epsilon": cost, "delta": 0.0,
+                "conversion": "none: pure epsilon-DP (implies rho = epsilon^2/2 zCDP, charged to the ledger)",
+                "requested": requested, "ledger_charge_rho": rho}
+    delta = float(delta)
+    default = "delta" not in requested and delta == DEFAULT_REPORT_DELTA
+    return {"definition": "zCDP", "rho": cost, "epsilon": float(zcdp_to_dp(cost, delta)), "delta": delta,
+            "conversion": "Canonne-Kamath-Steinke 2020 tight zCDP -> (epsilon, delta) conversion"
+                          + (f" at the default reporting delta {DEFAULT_REPORT_DELTA:g}" if default else ""),
+            "epsilon_simple": float(zcdp_to_dp_simple(cost, delta)),
+            "requested": requested, "ledger_charge_rho": cost}
 
 
-def laplace_event(family: str, l1: float, b: float, *, l2: float | None = None,
-                  neighbouring: str = NEIGHBOURING, privacy_unit: str = "episode",
-                  noise: str = "rounded") -> PrivacyEvent:
-    """Event of a Laplace mechanism: eps = l1 / b (rounded up by one ulp).
-
-    Raises
-    ------
-    AccountingError
-        ``l1`` or ``b`` not positive and finite.
-    """
-    l1 = _pos("l1", l1)
-    b = _pos("b", b)
-    eps = float(np.nextafter(l1 / b, math.inf))
-    return PrivacyEvent("laplace", family, l1, l2, b, None, eps, neighbouring,
-                        privacy_unit, noise)
-
-
-@dataclass
 class Accountant:
     """Composes privacy events (sequential, possibly adaptive composition).
 
-    ``add`` checks an event completely before recording it: an event the
-    accountant does not know (unknown mechanism, missing or invalid
-    parameter, another neighbouring relation than the first event's) raises
-    :class:`AccountingError` and leaves the state unchanged.
+    :meth:`compose` checks an event completely before recording it: an event
+    the accountant does not know (not a ``privaudit.privacy.events`` event, a
+    neighbouring relation other than substitution, a privacy unit other than
+    the first event's) raises :class:`AccountingError` and leaves the state
+    unchanged (as dp_accounting's ``PrivacyAccountant.compose`` does for
+    unsupported events).
     """
 
-    events: list[PrivacyEvent] = field(default_factory=list)
+    def __init__(self):
+        self._events: list = []
+        self._unit: PrivacyUnit | None = None
 
-    def add(self, event: PrivacyEvent) -> "Accountant":
-        """Record ``event``; returns self. Raises AccountingError (state unchanged)."""
-        if not isinstance(event, PrivacyEvent):
-            raise AccountingError(f"`event` must be a PrivacyEvent. Found {type(event).__name__}.")
-        if event.mechanism == "gaussian":
-            if event.rho is None or not (event.rho > 0 and math.isfinite(event.rho)):
-                raise AccountingError(f"a gaussian event must hold rho > 0. Found {event.rho!r}.")
-        elif event.mechanism == "laplace":
-            if event.epsilon is None or not (event.epsilon > 0 and math.isfinite(event.epsilon)):
-                raise AccountingError(
-                    f"a laplace event must hold epsilon > 0. Found {event.epsilon!r}.")
-        else:
-            raise AccountingError(f"unknown mechanism {event.mechanism!r}; the accountant "
-                                  f"supports 'gaussian' (zCDP) and 'laplace' (pure DP).")
-        if event.neighbouring != NEIGHBOURING:
-            raise AccountingError(f"unknown neighbouring relation {event.neighbouring!r}; "
-                                  f"only {NEIGHBOURING!r} is supported.")
-        if self.events and event.privacy_unit != self.events[0].privacy_unit:
-            raise AccountingError(
-                f"cannot compose events over different privacy units: "
-                f"{self.events[0].privacy_unit!r} and {event.privacy_unit!r}.")
-        self.events.append(event)
+    @property
+    def events(self) -> tuple:
+        """The events composed so far."""
+        return tuple(self._events)
+
+    def supports(self, event) -> bool:
+        """True when :meth:`compose` would accept ``event``."""
+        try:
+            unit = _check(event)
+        except AccountingError:
+            return False
+        return self._unit is None or unit == self._unit
+
+    def compose(self, event: PrivacyEvent, count: int = 1) -> "Accountant":
+        """Record ``event`` (``count`` times); returns self. Raises AccountingError, state unchanged."""
+        unit = _check(event)
+        if self._unit is not None and unit != self._unit:
+            raise AccountingError(f"cannot compose events over different privacy units: "
+                                  f"{str(self._unit)!r} and {str(unit)!r}.")
+        ev = event if count == 1 else SelfComposedEvent(event, count)
+        self._events.append(ev)
+        self._unit = unit
         return self
 
-    def total_rho(self) -> float:
-        """zCDP rho of the composition: sum of rho, a Laplace event counted as eps^2/2.
-
-        Rounded up (math.fsum then one ulp).
-        """
-        terms = [e.rho if e.mechanism == "gaussian" else e.epsilon ** 2 / 2.0 for e in self.events]
-        return float(np.nextafter(math.fsum(terms), math.inf)) if terms else 0.0
-
-    def total_epsilon(self) -> float:
-        """Pure-DP eps of the composition (sum of eps).
+    def composed(self, label: str = "") -> ComposedEvent:
+        """The composition as one event (to store in a manifest).
 
         Raises
         ------
         AccountingError
-            Some event is not pure DP (use ``epsilon_delta``).
+            Nothing composed yet.
         """
-        if any(e.mechanism != "laplace" for e in self.events):
-            raise AccountingError("the composition is not pure DP (it holds gaussian events); "
-                                  "use total_rho() or epsilon_delta(delta).")
-        terms = [e.epsilon for e in self.events]
-        return float(np.nextafter(math.fsum(terms), math.inf)) if terms else 0.0
+        if not self._events:
+            raise AccountingError("the accountant holds no event to compose.")
+        return ComposedEvent(tuple(self._events), label)
+
+    def total_rho(self) -> float:
+        """zCDP rho of the composition (0.0 when empty); see :func:`event_rho`."""
+        return event_rho(self.composed()) if self._events else 0.0
 
     def is_pure(self) -> bool:
         """True when every event is pure DP."""
-        return all(e.mechanism == "laplace" for e in self.events)
+        return all(is_pure(e) for e in self._events)
+
+    def total_epsilon(self) -> float:
+        """Pure-DP epsilon of the composition (sum of eps); AccountingError unless pure."""
+        return event_epsilon(self.composed()) if self._events else 0.0
 
     def epsilon_delta(self, delta: float) -> float:
         """(eps, delta)-DP of the composition: pure eps if pure, else the CKS conversion of rho."""
@@ -327,84 +396,3 @@ def dp_to_zcdp(epsilon: float, delta: float) -> float:
     if lo <= 0:
         raise AccountingError(f"dp_to_zcdp failed for epsilon={epsilon}, delta={delta}.")
     return lo
-
-
-# ----------------------------------------------------------------------------
-# budget split between released families
-
-
-@dataclass(frozen=True)
-class BudgetSplit:
-    """How one budget is spent on several families released with one noise scale.
-
-    Attributes
-    ----------
-    mechanism : str
-        ``"gaussian"`` or ``"laplace"``.
-    total : float
-        rho (Gaussian) or epsilon (Laplace) of the whole release.
-    scale : float
-        The one noise scale used for every family: sigma or b.
-    combined : Sensitivity
-        Sensitivity of the concatenated released vector.
-    shares : dict[str, float]
-        Family -> its part of ``total`` (rho_f = l2_f^2 / (2 sigma^2), or
-        eps_f = l1_f / b); the shares add up to ``total``.
-    """
-
-    mechanism: str
-    total: float
-    scale: float
-    combined: Sensitivity
-    shares: dict
-
-    def as_dict(self) -> dict:
-        return {"mechanism": self.mechanism, "total": self.total, "scale": self.scale,
-                "combined_sensitivity": self.combined.as_dict(), "shares": dict(self.shares)}
-
-
-def split_budget(total: float, sensitivities: Sequence[Sensitivity] | Iterable[Sensitivity], *,
-                 mechanism: str = "gaussian") -> BudgetSplit:
-    """Split a budget between released families by using one noise scale for all.
-
-    The released object is the concatenation of the families, whose
-    sensitivity is L1 = sum of l1, L2 = sqrt(sum of l2^2). One scale from the
-    combined sensitivity (sigma = L2 / sqrt(2 rho), or b = L1 / eps) spends
-    exactly ``total``; family f's share is l2_f^2 / (2 sigma^2) (zCDP) or
-    l1_f / b (pure DP). With equal per-family sensitivities the budget is
-    split equally (visits + transitions: rho/2 each; seed 000 eq. (1)).
-
-    Parameters
-    ----------
-    total : float
-        rho (``mechanism="gaussian"``) or epsilon (``"laplace"``), > 0.
-    sensitivities : sequence of Sensitivity
-        One per released family.
-    mechanism : {"gaussian", "laplace"}
-
-    Returns
-    -------
-    BudgetSplit
-
-    Raises
-    ------
-    UsageError
-        Bad total, mechanism, or empty / duplicated families.
-    """
-    from privaudit.privacy.mechanisms import gaussian_sigma, laplace_scale
-    from privaudit.privacy.sensitivity import combine
-
-    sens = list(sensitivities)
-    names = [s.family for s in sens]
-    if len(set(names)) != len(names):
-        raise UsageError(f"`sensitivities` must name each family once. Found {names}.")
-    comb = combine(sens)
-    if mechanism == "gaussian":
-        scale = gaussian_sigma(comb.l2, total)
-        shares = {s.family: s.l2 ** 2 / (2.0 * scale ** 2) for s in sens}
-    elif mechanism == "laplace":
-        scale = laplace_scale(comb.l1, total)
-        shares = {s.family: s.l1 / scale for s in sens}
-    else:
-        raise UsageError(f"`mechanism` must be 'gaussian' or 'laplace'. Found {mechanism!r}.")
-    return BudgetSplit(mechanism, float(total), scale, comb, shares)

@@ -92,6 +92,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from privaudit.errors import ArtifactError, BudgetExceededError, LedgerIntegrityError, UsageError
+from privaudit.privacy import accounting
 from privaudit.schemas import schema_errors
 
 LEDGER_FORMAT = "privaudit-ledger"
@@ -746,3 +747,41 @@ def ledger_status(path) -> dict:
             "rho_total_float": float(total), "rho_spent_float": float(spent),
             "rho_remaining_float": float(total - spent),
             "n_entries": len(charges), "entries": charges}
+
+
+# ----------------------------------------------------------------------------
+# charging from events (what every mechanism calls)
+
+
+def charge_of(event, budget=None) -> float | Fraction:
+    """The ledger amount for a privacy event (``privaudit.privacy.events``).
+
+    The accountant's cost of the event: for a pure-DP event rho = eps^2/2
+    exactly (:func:`rho_of_pure_dp` of its epsilon, Bun & Steinke 2016
+    Prop. 1.4), otherwise its rho (exact rational cost rounded up to a
+    double). With ``budget`` (a ``privacy.budget.Budget`` the event was
+    calibrated to), the budget's own amount is charged instead, after
+    checking that the event costs no more (so the ledger reads "0.25", not
+    "0.24999999999999997").
+
+    Raises
+    ------
+    AccountingError
+        An event the accountant does not know, or one costing more than ``budget``.
+    """
+    pure = accounting.is_pure(event)
+    if budget is not None:
+        accounting.guarantee(event, delta=budget.delta, requested=budget.requested, bound=budget.amount)  # checks
+        return rho_of_pure_dp(budget.epsilon) if pure else budget.rho
+    return rho_of_pure_dp(accounting.event_epsilon(event)) if pure else accounting.event_rho(event)
+
+
+def check_event(path, dataset_id: str, event, budget=None) -> Fraction:
+    """:func:`check_budget` for :func:`charge_of` ``(event, budget)``: raise unless it fits; returns the remaining rho."""
+    return check_budget(path, dataset_id, charge_of(event, budget))
+
+
+def charge_event(path, dataset_id: str, event, description: str, budget=None, *, run: str | None = None,
+                 output: str | os.PathLike | None = None) -> dict:
+    """:func:`charge` :func:`charge_of` ``(event, budget)`` (atomic re-check, one appended line)."""
+    return charge(path, dataset_id, charge_of(event, budget), description, run=run, output=output)

@@ -57,12 +57,11 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from privaudit.errors import UsageError
+from privaudit.privacy.events import Neighbouring
 
 #: Families a release may contain.
 FAMILIES = ("visits", "transitions", "rewards")
 
-#: The only neighbouring relation privaudit supports.
-NEIGHBOURING = "substitution"
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,7 @@ class Sensitivity:
     l1: float
     l2: float
     family: str
-    neighbouring: str = NEIGHBOURING
+    neighbouring: str = Neighbouring.SUBSTITUTION.value
 
     def as_dict(self) -> dict:
         """JSON-ready dict (for manifests)."""

@@ -31,10 +31,10 @@ import pyarrow.parquet as pq
 from privaudit import FORMAT_VERSION
 from privaudit.errors import ArtifactError
 from privaudit.schemas import schema_errors
+from privaudit.stats.layout import FILES, MANIFEST
+from privaudit.stats.manifest_check import check_manifest_guarantee
 from privaudit.stats.protocol import step_index
 
-MANIFEST = "manifest.json"
-FILES = {"visits": "visits.parquet", "transitions": "transitions.parquet", "rewards": "rewards.parquet"}
 #: zstd level 1; dictionary encoding for the noisy values only: the sorted, periodic index
 #: columns compress as well with plain encoding + zstd and are ~30% faster to write.
 _WRITE_OPTS = dict(compression="zstd", compression_level=1, use_dictionary=["value"], write_statistics=False)
@@ -321,8 +321,6 @@ def read_manifest(path: Path) -> dict:
     errors = schema_errors(doc, "release_manifest")
     if errors:
         raise ArtifactError(f"{mpath} breaks schema 'release_manifest':\n  " + "\n  ".join(errors))
-    from privaudit.stats.manifest_check import check_manifest_guarantee
-
     check_manifest_guarantee(doc, mpath)  # the stated guarantee must follow from the mechanism facts
     return doc
 

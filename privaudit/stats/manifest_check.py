@@ -19,7 +19,12 @@ from __future__ import annotations
 
 import math
 
-from privaudit.errors import ArtifactError, PrivauditError
+from privaudit.errors import AccountingError, ArtifactError, PrivauditError
+from privaudit.privacy import accounting
+from privaudit.privacy.events import (ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyUnit,
+                                      event_from_dict)
+from privaudit.privacy.sensitivity import count_sensitivity
+from privaudit.stats.mechanism import reward_quantum
 
 #: Relative slack, in the pessimistic direction only, for floating-point error
 #: between the writer's and this reader's arithmetic (sigma is rounded up by one
@@ -33,7 +38,15 @@ def _below(stated: float, implied: float) -> bool:
 
 
 def check_manifest_guarantee(m: dict, where) -> dict:
-    """Recompute the guarantee implied by a schema-valid release manifest; raise if it claims more.
+    """Re-derive the guarantee of a schema-valid release manifest from its event; raise if it claims more.
+
+    The event is rebuilt from the manifest's mechanism facts (one leaf per
+    family: its stored-unit sensitivity, at least the formula's, and its noise
+    scale; the privacy unit and k; the noise mode). A manifest that stores its
+    ``event`` (written since events exist) must store exactly that event; an
+    older manifest without one is read through the rebuilt event. The
+    guarantee is then derived by ``accounting.guarantee``, the function that
+    wrote it, and every stated figure must be at least the derived one.
 
     Parameters
     ----------
@@ -45,22 +58,19 @@ def check_manifest_guarantee(m: dict, where) -> dict:
     Returns
     -------
     dict
-        ``{"rho": implied rho, "epsilon": implied pure-DP epsilon or None}``
-        (Gaussian: rho = sum over families of l2_f^2 / (2 sigma_f^2);
-        Laplace: epsilon = sum of l1_f / b_f and rho = epsilon^2 / 2), with
-        l1_f, l2_f the larger of the recorded value and the formula
-        ``count_sensitivity(H, k, stationary, f)`` x the family's stored-unit
-        factor (the reward quantum q for rewards, as ``plan_noise`` does).
+        ``{"rho": derived rho, "epsilon": derived pure-DP epsilon or None,
+        "event": the event}``.
 
     Raises
     ------
     ArtifactError
         The families do not match ``public_reward``; a value unit or reward
-        quantum other than the one ``plan_noise`` derives from the public
+        quantum other than the one the mechanism derives from the public
         noise scale; a noise-scale name that does not match the mechanism; a
-        recorded sensitivity below the formula; a stated rho, epsilon,
-        epsilon_simple, ledger charge or family share below the implied one
-        (relative tolerance REL_TOL); a zCDP guarantee with delta outside (0, 1).
+        recorded sensitivity below the formula; a stored event other than the
+        one the facts give; a stated rho, epsilon, epsilon_simple, ledger
+        charge or family share below the derived one (relative tolerance
+        REL_TOL); a zCDP guarantee with delta outside (0, 1).
 
     References
     ----------
@@ -69,10 +79,6 @@ def check_manifest_guarantee(m: dict, where) -> dict:
     Lemma 2.3 (composition). Conversion: Canonne, Kamath & Steinke 2020
     (``accounting.zcdp_to_dp``).
     """
-    from privaudit.privacy import accounting
-    from privaudit.privacy.sensitivity import count_sensitivity
-    from privaudit.stats.release import reward_quantum
-
     def refuse(what: str):
         raise ArtifactError(f"{where}: {what}. The manifest is inconsistent with its own mechanism facts "
                             f"(edited by hand?); do not trust or use this release.")
@@ -92,8 +98,8 @@ def check_manifest_guarantee(m: dict, where) -> dict:
     if "rewards" in fams and m.get("reward_quantum") != q:
         refuse(f"reward_quantum {m.get('reward_quantum')!r} differs from the quantum {q} that the "
                f"{mech} noise scale {natural:.6g} and noise mode {m['noise']!r} give")
-    implied = 0.0
-    shares = {}
+    unit_of_privacy = PrivacyUnit(m["privacy_unit"]["column"], int(k))
+    leaves = []
     for f, fam in fams.items():
         unit = q if f == "rewards" else 1
         if not math.isclose(float(fam["value_unit"]), 1.0 / unit, rel_tol=1e-12):
@@ -111,42 +117,38 @@ def check_manifest_guarantee(m: dict, where) -> dict:
                        f"(H={H}, k={k}, stationary={stationary}, stored unit 1/{unit})")
         l1, l2 = max(l1, float(fam["l1_sensitivity"])), max(l2, float(fam["l2_sensitivity"]))
         scale = float(fam["noise_scale"])
-        shares[f] = l2 ** 2 / (2.0 * scale ** 2) if mech == "gaussian" else l1 / scale
-        implied += shares[f]
+        common = dict(family=f, unit=unit_of_privacy, neighbouring=Neighbouring.SUBSTITUTION, noise=m["noise"])
+        leaf = (GaussianEvent(l2=l2, sigma=scale, **common) if mech == "gaussian"
+                else LaplaceEvent(l1=l1, b=scale, **common))
+        leaves.append(leaf)
         key = "rho" if mech == "gaussian" else "epsilon"
+        share = accounting.event_rho(leaf) if mech == "gaussian" else accounting.event_epsilon(leaf)
         stated_share = fam["budget"].get(key)
-        if stated_share is None or _below(float(stated_share), shares[f]):
-            refuse(f"families.{f}.budget.{key} = {stated_share!r} is below the {shares[f]!r} implied by its "
+        if stated_share is None or _below(float(stated_share), share):
+            refuse(f"families.{f}.budget.{key} = {stated_share!r} is below the {share!r} implied by its "
                    f"sensitivity and noise scale {scale!r}")
+    event = ComposedEvent(tuple(leaves), label="tabular-release")
+    if "event" in m:
+        try:
+            stored = event_from_dict(m["event"])
+        except AccountingError as e:
+            refuse(f"its stored event is not a privacy event ({e})")
+        if stored != event:
+            refuse("its stored event differs from the event its families' sensitivities and noise scales give")
     g = m["guarantee"]
-    if mech == "gaussian":
-        rho, eps_implied = implied, None
-        if g["definition"] != "zCDP":
-            refuse(f"guarantee.definition is {g['definition']!r}; a Gaussian release is 'zCDP'")
-    else:
-        rho, eps_implied = implied ** 2 / 2.0, implied
-        if g["definition"] != "pure-DP":
-            refuse(f"guarantee.definition is {g['definition']!r}; a Laplace release is 'pure-DP'")
-        if _below(float(g["epsilon"]), eps_implied):
-            refuse(f"guarantee.epsilon = {g['epsilon']!r} is below the epsilon = sum of l1/b = {eps_implied!r} "
-                   f"implied by the noise scales")
-    if _below(float(g["rho"]), rho):
-        refuse(f"guarantee.rho = {g['rho']!r} is below the rho = {rho!r} implied by the sensitivities and "
-               f"noise scales")
-    if "ledger_charge_rho" in g and _below(float(g["ledger_charge_rho"]), rho):
-        refuse(f"guarantee.ledger_charge_rho = {g['ledger_charge_rho']!r} is below the implied rho = {rho!r}")
-    if mech == "gaussian":
-        delta = float(g["delta"])
-        if not 0.0 < delta < 1.0:
-            refuse(f"guarantee.delta = {g['delta']!r}: a zCDP guarantee converts to (epsilon, delta) with "
-                   f"delta in (0, 1)")
-        eps = accounting.zcdp_to_dp(rho, delta)
-        if _below(float(g["epsilon"]), eps):
-            refuse(f"guarantee.epsilon = {g['epsilon']!r} at delta = {delta!r} is below zcdp_to_dp(implied "
-                   f"rho = {rho!r}) = {eps!r}")
-        if "epsilon_simple" in g:
-            eps_s = accounting.zcdp_to_dp_simple(rho, delta)
-            if _below(float(g["epsilon_simple"]), eps_s):
-                refuse(f"guarantee.epsilon_simple = {g['epsilon_simple']!r} is below {eps_s!r} for the "
-                       f"implied rho = {rho!r}")
-    return {"rho": rho, "epsilon": eps_implied}
+    if mech == "gaussian" and g["definition"] != "zCDP":
+        refuse(f"guarantee.definition is {g['definition']!r}; a Gaussian release is 'zCDP'")
+    if mech == "laplace" and g["definition"] != "pure-DP":
+        refuse(f"guarantee.definition is {g['definition']!r}; a Laplace release is 'pure-DP'")
+    delta = float(g["delta"])
+    if mech == "gaussian" and not 0.0 < delta < 1.0:
+        refuse(f"guarantee.delta = {g['delta']!r}: a zCDP guarantee converts to (epsilon, delta) with "
+               f"delta in (0, 1)")
+    derived = accounting.guarantee(event, delta=delta if mech == "gaussian" else 0.0,
+                                   requested=dict(g.get("requested", {})))
+    for key in ("rho", "epsilon", "epsilon_simple", "ledger_charge_rho"):
+        if key in g and key in derived and _below(float(g[key]), derived[key]):
+            at = f" at delta = {delta!r}" if key.startswith("epsilon") and mech == "gaussian" else ""
+            refuse(f"guarantee.{key} = {g[key]!r}{at} is below the {key} = {derived[key]!r} derived from its "
+                   f"event (its sensitivities and noise scales)")
+    return {"rho": derived["rho"], "epsilon": derived["epsilon"] if mech == "laplace" else None, "event": event}

@@ -38,7 +38,7 @@ def test_release_noise_has_the_planned_scale(pair):
     out = m(pair.d, np.random.default_rng(2), n_runs=n)
     nv = m.values["d"]["visits"].size
     resid = out[:, :nv] - m.values["d"]["visits"]
-    sigma = m.plan["visits"]["scale"]
+    sigma = m.release.families["visits"].scale
     # rounded Gaussian: variance sigma^2 + 1/12; the sample variance over n*nv draws has relative
     # sd sqrt(2/(n nv)) < 0.3%; tolerance 2% (failure probability ~0)
     assert resid.var() == pytest.approx(sigma ** 2 + 1 / 12, rel=0.02)

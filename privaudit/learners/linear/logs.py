@@ -18,12 +18,16 @@ from privaudit.errors import SpecError, UsageError
 from privaudit.learners import registry
 from privaudit.learners.linear.data import LinearData
 from privaudit.io_utils import new_run_id
-from privaudit.learners.linear.privacy import guarantee
+from privaudit.learners.linear.privacy import guarantee, privacy_event
 from privaudit.learners.linear.providers import FiniteFeatures, RowFeatures, q_rows
 from privaudit.learners.linear.rows import clip_features, column_dims, row_steps
 from privaudit.learners.pessimism import reward_frame
 from privaudit.learners.policy import Policy, greedy_table
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
+from privaudit.privacy import budget as budget_mod
+from privaudit.privacy import ledger as ledger_mod
+from privaudit.privacy.budget import Budget
+from privaudit.privacy.events import PrivacyUnit
 from privaudit.spec import DomainSpec
 
 #: ``parameters["table"]`` of a column-x-action policy whose (H, S, A) table is a uniform
@@ -95,8 +99,9 @@ def data_from_frame(df: pl.DataFrame, spec: DomainSpec, episode_mask: np.ndarray
 
 
 def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = None, epsilon: float | None = None,
-                    delta: float | None = None, seed: int | None = None, params: dict | None = None,
-                    ledger=None, echo=None, local_log=None, run: str | None = None, output=None) -> Policy:
+                    delta: float | None = None, budget: Budget | None = None, seed: int | None = None,
+                    params: dict | None = None, ledger=None, echo=None, local_log=None, run: str | None = None,
+                    output=None) -> Policy:
     """Train PEVI, VAPVI or DP-VAPVI on Parquet logs with the spec's feature map.
 
     Parameters
@@ -111,6 +116,9 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     algo : {"pevi", "vapvi", "dp-vapvi"}
     rho : float, optional
         dp-vapvi: total zCDP budget.
+    budget : Budget, optional
+        dp-vapvi: an already resolved Gaussian budget (the pipeline's part);
+        then ``rho``, ``epsilon`` and ``delta`` must be None.
     epsilon, delta : float, optional
         dp-vapvi: (epsilon, delta)-DP target instead of rho, converted by
         ``accounting.dp_to_zcdp`` (CKS, tight).
@@ -123,7 +131,9 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         default False as in the paper's simulations) splits the episodes
         at random into D (regression) and D' (variance).
     ledger : str or Path, optional
-        dp-vapvi only: budget ledger (``privaudit budget init``). The budget
+        dp-vapvi only: budget ledger (``privaudit budget init``). The run's
+        event (``learners.linear.privacy.privacy_event``) is checked with
+        ``privacy.ledger.check_event`` and charged with ``charge_event``; the budget
         rho is checked before any row is read or noise drawn
         (``privacy.ledger.check_budget``) and charged once the policy is fitted
         (``privacy.ledger.charge``, which re-checks atomically), before this
@@ -162,13 +172,13 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         params["delta_fail"] = params.pop("failure_prob")
     split = bool(params.pop("split", False))
     budget_given = any(v is not None for v in (rho, epsilon, delta))
-    if algo != "dp-vapvi" and budget_given:
+    if algo != "dp-vapvi" and (budget_given or budget is not None):
         raise UsageError(f"--algo {algo} is not private: it takes no budget (--rho/--epsilon/--delta).")
-    budget = None
+    if budget is not None and (budget_given or not isinstance(budget, Budget) or budget.mechanism != "gaussian"):
+        raise UsageError("give either `budget` (a resolved Gaussian Budget) or `rho`/`epsilon`/`delta`, not both.")
     if algo == "dp-vapvi":
-        from privaudit.stats.release import resolve_budget
-
-        budget = resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
+        if budget is None:
+            budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
         params["k"] = spec.max_episodes_per_unit
     elif ledger is not None:
         raise UsageError(f"--algo {algo} is not private: it spends no budget, so --ledger does not apply.")
@@ -182,10 +192,13 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         learner = cls(budget.rho, **params) if budget else cls(**params)
     except TypeError as e:
         raise UsageError(f"bad parameters for {algo}: {e}") from None
-    if ledger is not None:  # before any row is read or any noise drawn
-        from privaudit.privacy import ledger as ledger_mod
-
-        ledger_mod.check_budget(Path(ledger), spec.dataset_id, budget.rho)
+    event = None
+    if algo == "dp-vapvi":  # the run's event, from public facts: before any row is read or noise drawn
+        d = m * spec.n_actions if row_features else fmap.dim
+        k = int(spec.max_episodes_per_unit)
+        event = privacy_event(learner.noise_scales(spec.horizon, d), PrivacyUnit(spec.unit_column or "episode_id", k))
+    if ledger is not None:
+        ledger_mod.check_event(Path(ledger), spec.dataset_id, event, budget)
     prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
     prepared.check_spec(spec)
     logs, report = prepared.path, prepared.bounding
@@ -211,7 +224,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         data = FiniteFeatures(data_from_frame(df, spec), fmap, learner.chunk_bytes)
     learner.fit(data, rng=noise_rng, data_var=data_var)
     if algo == "dp-vapvi":
-        privacy = {"private": True, "guarantee": guarantee(budget.rho, budget.requested, spec,
+        privacy = {"private": True, "guarantee": guarantee(event, budget, spec,
                                                            "seeded-insecure" if seed is not None else "secure")}
     else:
         privacy = {"private": False, "note": f"{algo} reads the exact logs: not differentially private"}
@@ -221,9 +234,9 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         policy = learner.to_policy(privacy=privacy, spec_hash=spec.hash())
         policy.parameters["split"] = split
     if ledger is not None:  # atomic re-check + append; refusal raises before the policy is returned
-        ledger_mod.charge(Path(ledger), spec.dataset_id, budget.rho,
-                          f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)",
-                          run=run or new_run_id(), output=output)
+        ledger_mod.charge_event(Path(ledger), spec.dataset_id, event,
+                                f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)", budget,
+                                run=run or new_run_id(), output=output)
     if local_log is not None:
         write_local_log(local_log, report, logs, spec)
     return policy

@@ -64,9 +64,9 @@ import numpy as np
 
 from privaudit.errors import UsageError
 from privaudit.learners.linear.data import REWARD_BITS
-from privaudit.privacy import accounting
 from privaudit.privacy.fixed_point import discrete_gaussian_batch, to_grid_nearest, to_grid_toward_zero
-from privaudit.stats.release import DEFAULT_REPORT_DELTA, NEIGHBOURING
+from privaudit.privacy.budget import Budget
+from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit, SelfComposedEvent
 
 
 @dataclass(frozen=True)
@@ -385,15 +385,59 @@ def mechanism_text(H: int, rho: float) -> str:
             "calibrated for substitution (Frobenius sensitivity sqrt(2) k)")
 
 
-def guarantee(rho: float, requested: dict, spec, rng_mode: str) -> dict:
-    """The policy manifest's privacy guarantee for DP-VAPVI at total ``rho`` (zCDP, exact).
+def step_events(scales: DPVAPVINoiseScales, unit: PrivacyUnit) -> dict:
+    """The privacy events of the 5 noisy statistics of one step h (in the statistics' natural units).
+
+    phi_1, phi_2, phi_3: Gaussian with l2 sensitivities 2H^2 k, 2H k, 2H k and
+    sigmas ``sigma_v2``, ``sigma_v``, ``sigma_r``. Each matrix K_i adds
+    (Z + Z^T)/sqrt(2), whose cost for a symmetric shift of Frobenius norm
+    sqrt(2) k is ||Delta||_F^2 / (4 s^2) = k^2 / (2 s^2) (module docstring),
+    that of a Gaussian with l2 = k and sigma = s = ``sigma_z``; it is
+    recorded so. Each costs rho_0 = rho / (5H). The lattice noise is the
+    exact discrete Gaussian with these variances times 4^L (exact rationals,
+    :func:`lattice_variances`), which costs the same (CKS 2020 Thm 14); the
+    floats recorded here are within a few ulps of them.
+
+    Returns
+    -------
+    dict
+        ``gram``, ``v2``, ``v``, ``weighted_gram``, ``r_plus_v`` -> GaussianEvent
+        (noise ``"exact"``).
+    """
+    sens = sensitivities(scales.H, scales.k)
+    common = dict(unit=unit, noise="exact")
+    k = float(scales.k)
+    return {"gram": GaussianEvent(family="K1 (Gram matrix)", l2=k, sigma=scales.sigma_z, **common),
+            "v2": GaussianEvent(family="phi1 (V^2)", l2=sens["v2"], sigma=scales.sigma_v2, **common),
+            "v": GaussianEvent(family="phi2 (V)", l2=sens["v"], sigma=scales.sigma_v, **common),
+            "weighted_gram": GaussianEvent(family="K2 (weighted Gram matrix)", l2=k, sigma=scales.sigma_z, **common),
+            "r_plus_v": GaussianEvent(family="phi3 ((r+V)/sigma^2)", l2=sens["r_plus_v"], sigma=scales.sigma_r,
+                                      **common)}
+
+
+def privacy_event(scales: DPVAPVINoiseScales, unit: PrivacyUnit) -> ComposedEvent:
+    """The privacy event of one DP-VAPVI run: the 5 statistics of :func:`step_events`, H steps, fresh noise.
+
+    The accountant derives rho = 5H rho_0 from it (Bun & Steinke 2016, Lemma 2.3).
+
+    Returns
+    -------
+    ComposedEvent
+        Labelled ``"dp-vapvi"``.
+    """
+    step = ComposedEvent(tuple(step_events(scales, unit).values()), "one step h")
+    return ComposedEvent((SelfComposedEvent(step, int(scales.H)),), label="dp-vapvi")
+
+
+def guarantee(event, budget: Budget, spec, rng_mode: str) -> dict:
+    """The policy manifest's privacy guarantee for a DP-VAPVI run (zCDP, exact): ``budget.guarantee(event)``.
 
     Parameters
     ----------
-    rho : float
-        Total zCDP budget of the run.
-    requested : dict
-        What the user asked for (rho, or epsilon and delta).
+    event : PrivacyEvent
+        :func:`privacy_event` of the run.
+    budget : Budget
+        The run's budget (rho, the reporting delta, what the user asked).
     spec : DomainSpec
         Privacy unit and k.
     rng_mode : {"secure", "seeded-insecure"}
@@ -402,10 +446,10 @@ def guarantee(rho: float, requested: dict, spec, rng_mode: str) -> dict:
     Returns
     -------
     dict
-        definition, rho, epsilon (CKS conversion at the requested delta, or the
-        default reporting delta), delta, conversion, requested,
+        The accountant's guarantee (definition, rho, epsilon, delta,
+        conversion, epsilon_simple, requested, ledger_charge_rho) plus
         mechanism, neighbouring, privacy_unit, max_episodes_per_unit,
-        released_object, grid (:func:`grid`), rng.
+        released_object, grid (:func:`grid`), rng and the event.
 
     Notes
     -----
@@ -415,17 +459,14 @@ def guarantee(rho: float, requested: dict, spec, rng_mode: str) -> dict:
     release rho_0 = Delta^2 / (2 sigma^2) and the 5H releases compose to rho.
     """
     H = spec.horizon
-    delta = requested.get("delta", DEFAULT_REPORT_DELTA)
     return {
-        "definition": "zCDP", "rho": rho, "epsilon": float(accounting.zcdp_to_dp(rho, delta)), "delta": delta,
-        "conversion": "Canonne-Kamath-Steinke 2020 tight zCDP -> (epsilon, delta) conversion"
-                      + ("" if "delta" in requested else f" at the default reporting delta {DEFAULT_REPORT_DELTA:g}"),
-        "requested": requested,
-        "mechanism": mechanism_text(H, rho),
-        "neighbouring": NEIGHBOURING,
+        **budget.guarantee(event),
+        "mechanism": mechanism_text(H, budget.rho),
+        "neighbouring": Neighbouring.SUBSTITUTION.description,
         "privacy_unit": spec.unit_column or "episode_id",
         "max_episodes_per_unit": spec.max_episodes_per_unit,
         "released_object": "the policy (greedy table, w_h, Lambda_h^-1); the noisy statistics are not output",
         "grid": grid(),
         "rng": rng_mode,
+        "event": event.to_dict(),
     }

@@ -1,0 +1,365 @@
+"""The tabular count release as one mechanism object: noise plan, event, manifest, apply, E.
+
+:class:`TabularRelease` is what ``privaudit release`` does to exact counts,
+without any file I/O. ``release_logs`` (read -> prepare -> apply -> write),
+the auditor's release and DP-APVI adapters and ``experiments/utility_icu.py``
+all call the same object, so the noise they draw, the event they account and
+the noise bound E they use cannot drift apart.
+
+Budget split between families (ALGORITHMS.md 1.3, 1.4): the released object
+is the concatenation of the families, whose sensitivity is L1 = sum of l1,
+L2 = sqrt(sum of l2^2) (``privaudit.privacy.sensitivity.combine``). One noise
+scale from the combined sensitivity (sigma = L2 / sqrt(2 rho), or
+b = L1 / eps) spends the budget; family f costs l2_f^2 / (2 sigma^2) (zCDP)
+or l1_f / b (pure DP). With equal per-family sensitivities the budget is
+split equally (visits + transitions: rho/2 each; seed 000 eq. (1)).
+
+Rewards are summed in units of 1/q of the [0, 1]-scaled reward (q =
+:func:`reward_quantum`, a function of the public noise scale), so their
+sensitivity and scale are stored multiplied by q; the ratio, hence the cost,
+is unchanged.
+
+The event (``privaudit.privacy.events``) is one Gaussian (or Laplace) leaf
+per family with that family's stored-unit sensitivity and scale; the
+guarantee, the ledger charge, the manifest's family shares and the audit
+claim are all derived from it by ``privaudit.privacy.accounting``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Iterator
+
+import numpy as np
+
+from privaudit import FORMAT_VERSION, __version__
+from privaudit.errors import PrivauditError, UsageError
+from privaudit.privacy import accounting, mechanisms, samplers
+from privaudit.privacy.budget import Budget
+from privaudit.privacy.events import ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyUnit
+from privaudit.privacy import sensitivity
+from privaudit.schemas import validate_or_raise
+from privaudit.spec import DomainSpec
+from privaudit.stats.layout import FILES
+
+__all__ = ["TabularRelease", "FamilyNoise", "NoisyCounts", "reward_quantum", "count_noise_bound",
+           "REWARD_QUANTUM", "release_families"]
+
+#: Rewards are summed in units of 1/REWARD_QUANTUM of the scaled reward, so
+#: that reward sums are integers like counts (no float side channel, and the
+#: exact discrete samplers apply). A public constant, not read off the data.
+#: With ``noise="exact"`` and a Gaussian sigma too large for the exact sampler
+#: in these units, the quantum is coarsened by powers of 10 (a function of the
+#: public sigma only; see :func:`reward_quantum`).
+REWARD_QUANTUM = 1000
+#: Largest noise scale (stored units) for which exact Gaussian rewards keep the full quantum.
+_EXACT_SIGMA_LIMIT = 1.0e4
+#: Most one-ulp increases of the scale while making the event fit the budget exactly.
+_FIT_STEPS = 16
+
+
+def reward_quantum(scale: float, mechanism: str, noise: str) -> int:
+    """Reward sums are stored in units of 1/q of the scaled reward; q from public facts only.
+
+    q = REWARD_QUANTUM, except for exact discrete Gaussian noise, whose sampler
+    is limited in sigma: then the largest power of 10 <= REWARD_QUANTUM with
+    q * sigma <= 1e4 (at least 1). Rounding each row's reward to 1/q biases a
+    sum of n rewards by at most n / (2q).
+    """
+    q = REWARD_QUANTUM
+    if noise == "exact" and mechanism == "gaussian":
+        while q > 1 and q * scale > _EXACT_SIGMA_LIMIT:
+            q //= 10
+    return q
+
+
+def release_families(public_reward) -> list[str]:
+    """Released families: visits, transitions, and rewards unless the spec declares a public reward."""
+    return ["visits", "transitions"] + ([] if public_reward is not None else ["rewards"])
+
+
+def count_noise_bound(mechanism: str, scale: float, H: int, S: int, A: int, stationary: bool,
+                      noise: str, failure_prob: float) -> float:
+    """E such that every visit and transition noise draw lies within ±E/2 w.p. >= 1 - failure_prob.
+
+    Returns
+    -------
+    float
+        ``noise_bound(mechanism, scale, 2 H S^2 A (2 S^2 A if stationary),
+        failure_prob, noise=noise)``: seed 000's E_rho (ALGORITHMS.md 1.2
+        step 1), E_eps (1.4).
+    """
+    n_cells = 2 * S * S * A * (1 if stationary else H)
+    return mechanisms.noise_bound(mechanism, scale, n_cells, failure_prob, noise=noise)
+
+
+@dataclass(frozen=True)
+class FamilyNoise:
+    """Noise plan of one released family, in stored value units.
+
+    Attributes
+    ----------
+    family : str
+        ``"visits"``, ``"transitions"`` or ``"rewards"``.
+    l1, l2 : float
+        Sensitivities (``count_sensitivity`` x quantum).
+    scale : float
+        sigma (Gaussian) or b (Laplace), x quantum.
+    quantum : int
+        Stored values are multiples of 1/quantum (1 for counts).
+    """
+
+    family: str
+    l1: float
+    l2: float
+    scale: float
+    quantum: int
+
+
+@dataclass(frozen=True)
+class NoisyCounts:
+    """The released values (public): noisy integers in stored units.
+
+    Attributes
+    ----------
+    visits : ndarray of int64, shape (H, S, A) or (S, A)
+    rewards : ndarray of int64 or None, same shape (units of 1/quantum)
+    transitions : iterator of (h, ndarray of int64, shape (S, A, S))
+        Noised lazily, one h-slice at a time (the whole (H, S, A, S) array of
+        a large domain never exists in memory).
+    """
+
+    visits: np.ndarray = field(repr=False)
+    rewards: np.ndarray | None = field(repr=False)
+    transitions: Iterator = field(repr=False)
+
+
+@dataclass(frozen=True)
+class TabularRelease:
+    """The tabular count release mechanism, planned from public facts only.
+
+    Build it with :meth:`plan` (before any row is read). ``families`` holds
+    the noise plan; :attr:`event` what it costs; :meth:`manifest` the public
+    description; :meth:`apply` draws the noise; :meth:`noise_bound` gives E.
+
+    Attributes
+    ----------
+    spec : DomainSpec
+    budget : Budget
+    stationary : bool
+    noise : {"rounded", "exact"}
+    families : dict[str, FamilyNoise]
+    """
+
+    spec: DomainSpec = field(repr=False)
+    budget: Budget
+    stationary: bool
+    noise: str
+    families: dict
+
+    @classmethod
+    def plan(cls, spec: DomainSpec, budget: Budget, *, stationary: bool = False,
+             noise: str = "rounded") -> "TabularRelease":
+        """Per-family sensitivity, noise scale and quantum for ``budget`` (nothing read, nothing drawn).
+
+        The scale from the combined sensitivity is rounded up by one ulp
+        (``gaussian_sigma`` / ``laplace_scale``) and, if the exact rational
+        cost of the stored-unit event still exceeds the budget, raised ulp by
+        ulp until it does not: the recorded guarantee never exceeds the
+        budget asked for, and never understates the noise drawn.
+
+        Raises
+        ------
+        UsageError
+            Bad noise mode, H or k (``count_sensitivity``), a budget that no
+            scale fits.
+        """
+        if noise not in mechanisms.NOISE_MODES:
+            raise UsageError(f"`noise` must be one of {mechanisms.NOISE_MODES}. Found {noise!r}.")
+        mech = budget.mechanism
+        sens = [sensitivity.count_sensitivity(spec.H, spec.max_episodes_per_unit, stationary, f)
+                for f in release_families(spec.public_reward)]
+        comb = sensitivity.combine(sens)
+        scale = (mechanisms.gaussian_sigma(comb.l2, budget.rho) if mech == "gaussian"
+                 else mechanisms.laplace_scale(comb.l1, budget.epsilon))
+        for _ in range(_FIT_STEPS):
+            q = reward_quantum(scale, mech, noise)
+            fams = {}
+            for s in sens:
+                unit = q if s.family == "rewards" else 1
+                fams[s.family] = FamilyNoise(s.family, s.l1 * unit, s.l2 * unit, scale * unit, unit)
+            rel = cls(spec, budget, bool(stationary), noise, fams)
+            cost = (accounting.event_rho(rel.event) if mech == "gaussian"
+                    else accounting.event_epsilon(rel.event))
+            if cost <= budget.amount:
+                return rel
+            scale = float(np.nextafter(scale, math.inf))
+        raise UsageError(f"no noise scale fits the budget {budget.amount!r} exactly (numerical failure).")
+
+    @property
+    def mechanism(self) -> str:
+        """``"gaussian"`` or ``"laplace"``."""
+        return self.budget.mechanism
+
+    @property
+    def unit(self) -> PrivacyUnit:
+        """The privacy unit of the spec and its k."""
+        return PrivacyUnit(self.spec.unit_column or "episode_id", int(self.spec.max_episodes_per_unit))
+
+    def family_event(self, family: str):
+        """The event of one family: its stored-unit sensitivity and scale."""
+        p = self.families[family]
+        common = dict(family=family, unit=self.unit, neighbouring=Neighbouring.SUBSTITUTION, noise=self.noise)
+        if self.mechanism == "gaussian":
+            return GaussianEvent(l2=p.l2, sigma=p.scale, **common)
+        return LaplaceEvent(l1=p.l1, b=p.scale, **common)
+
+    @property
+    def event(self) -> ComposedEvent:
+        """The release's privacy event: one leaf per family (composition of the families)."""
+        return ComposedEvent(tuple(self.family_event(f) for f in self.families), label="tabular-release")
+
+    def guarantee(self) -> dict:
+        """The guarantee derived from :attr:`event` (``Budget.guarantee`` -> ``accounting.guarantee``).
+
+        Plus ``sampler``: what the noise sampler adds (``samplers.noise_statement``:
+        total variation 0 and no extra delta for the exact samplers).
+        """
+        return {**self.budget.guarantee(self.event), "sampler": samplers.noise_statement(self.noise)}
+
+    def family_share(self, family: str) -> dict:
+        """The family's part of the cost: ``{"rho": ...}`` or ``{"epsilon": ...}``."""
+        ev = self.family_event(family)
+        if self.mechanism == "gaussian":
+            return {"rho": accounting.event_rho(ev)}
+        return {"epsilon": accounting.event_epsilon(ev)}
+
+    @property
+    def n_sa_families(self) -> int:
+        """(H, S, A)-shaped families noised at once: visits, and rewards when private."""
+        return len(self.families) - 1
+
+    def noise_bound(self, failure_prob: float) -> float:
+        """E: every visit and transition noise draw within ±E/2 w.p. >= 1 - failure_prob.
+
+        The largest of the visit and transition scales (equal: both in count
+        units) in :func:`count_noise_bound`; what DP-APVI uses (seed 000 E_rho).
+        """
+        scale = max(self.families["visits"].scale, self.families["transitions"].scale)
+        return count_noise_bound(self.mechanism, scale, self.spec.H, self.spec.S, self.spec.A,
+                                 self.stationary, self.noise, failure_prob)
+
+    def noise_family(self, family: str, values: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
+        """``values`` (exact stored-unit integers of ``family``) plus one fresh noise draw per cell."""
+        return mechanisms.add_noise(values, mechanism=self.mechanism, scale=self.families[family].scale,
+                                    rng=rng, noise=self.noise)
+
+    def streams(self, rng: np.random.Generator) -> dict:
+        """Independent child generators per family (visits, transitions, rewards), from ``rng.spawn(3)``."""
+        rv, rt, rr = rng.spawn(3)
+        return {"visits": rv, "transitions": rt, "rewards": rr}
+
+    def apply(self, exact, *, rng: np.random.Generator) -> NoisyCounts:
+        """Add the planned noise to every cell of the exact counts.
+
+        Parameters
+        ----------
+        exact : privaudit.stats.counts.SparseCounts
+            Exact counts of bounded logs over the declared domain, counted
+            with this plan's stationarity and reward quantum.
+        rng : numpy.random.Generator
+            Split into one child stream per family (:meth:`streams`).
+
+        Returns
+        -------
+        NoisyCounts
+            Visits and rewards noised now; transitions noised lazily per h.
+
+        Raises
+        ------
+        UsageError
+            ``exact`` counted with another stationarity, or without the
+            rewards this plan releases.
+        """
+        if bool(exact.stationary) != self.stationary:
+            raise UsageError(f"`exact` must be counted with stationary={self.stationary}. "
+                             f"Found stationary={exact.stationary}.")
+        st = self.streams(rng)
+        visits = self.noise_family("visits", exact.visits(), rng=st["visits"])
+        rewards = (self.noise_family("rewards", exact.rewards(), rng=st["rewards"])
+                   if "rewards" in self.families else None)
+        return NoisyCounts(visits, rewards, self._noisy_transitions(exact.iter_transitions(), st["transitions"]))
+
+    def _noisy_transitions(self, slices, rng) -> Iterator:
+        for h, values in slices:
+            yield h, self.noise_family("transitions", values, rng=rng)
+
+    def manifest(self, *, seeded: bool) -> dict:
+        """The release's ``manifest.json`` document (schema ``release_manifest``).
+
+        Built from public facts only: the spec, the plan, the event and the
+        modes. ``seeded`` records the rng mode ``seeded-insecure``, never the
+        seed itself.
+
+        Raises
+        ------
+        PrivauditError
+            The document breaks its schema (an internal error).
+        """
+        spec, stationary = self.spec, self.stationary
+        H, S, A = spec.H, spec.S, spec.A
+        lead = [] if stationary else ["h"]
+        shape_sa = [S, A] if stationary else [H, S, A]
+        layout = {"visits": (lead + ["state", "action", "value"], shape_sa),
+                  "transitions": (lead + ["state", "action", "next_state", "value"], shape_sa + [S]),
+                  "rewards": (lead + ["state", "action", "value"], shape_sa)}
+        families = {}
+        for f, p in self.families.items():
+            cols, shape = layout[f]
+            families[f] = {"file": FILES[f], "columns": cols, "shape": shape, "value_unit": 1.0 / p.quantum,
+                           "l1_sensitivity": p.l1, "l2_sensitivity": p.l2, "noise_scale": p.scale,
+                           "noise_scale_name": "sigma" if self.mechanism == "gaussian" else "laplace_b",
+                           "budget": self.family_share(f)}
+        gaussian = self.mechanism == "gaussian"
+        m = {
+            "format_version": FORMAT_VERSION,
+            "kind": "privaudit-release",
+            "software": {"name": "privaudit", "version": __version__},
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "spec_hash": spec.hash(),
+            "dataset_id": spec.dataset_id,
+            "domain": {"H": H, "S": S, "A": A, "stationary": stationary,
+                       "terminal_states": list(spec.terminal_states), "reward_range": list(spec.reward_range)},
+            "privacy_unit": {"column": self.unit.column, "file_column": spec.unit_file_column,
+                             "max_episodes": self.unit.k},
+            "neighbouring": Neighbouring.SUBSTITUTION.description,
+            "bounding": {
+                "episodes_per_unit": f"at most k={spec.max_episodes_per_unit} episodes per unit: the k with "
+                                     "the smallest (hash(episode_id), episode_id) inside the unit",
+                "steps": f"rows with step h >= H={H} dropped (h is 0-based)",
+                "rewards": f"clipped into {list(spec.reward_range)} and scaled to [0, 1]"
+                           + ("" if "rewards" not in self.families else
+                              f"; rounded to a multiple of 1/{self.families['rewards'].quantum} per row "
+                              "before summation"),
+                "terminal": "rows whose state is terminal are not counted; transitions into a terminal state are",
+            },
+            "mechanism": self.mechanism,
+            "noise": self.noise,
+            "rng": "seeded-insecure" if seeded else "secure",
+            "families": families,
+            "guarantee": self.guarantee(),
+            "event": self.event.to_dict(),
+            "budget_split": ("one noise scale for all families from their combined sensitivity "
+                             + ("(L2 in quadrature); family rho_f = l2_f^2 / (2 sigma^2)"
+                                if gaussian else "(L1 summed); family eps_f = l1_f / b")
+                             + "; reward sensitivities and scales are in stored units (x reward_quantum)"),
+            "values": "noisy integer counts (value * value_unit), every cell of the declared domain, "
+                      "before any clipping at 0 (clipping and projection are the learner's post-processing)",
+            "public_reward": spec.public_reward,
+        }
+        if "rewards" in self.families:
+            m["reward_quantum"] = self.families["rewards"].quantum
+        validate_or_raise(m, "release_manifest", PrivauditError, "release manifest (internal error)")
+        return m

@@ -1,0 +1,85 @@
+"""The tabular release mechanism object (privaudit.stats.mechanism.TabularRelease)."""
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from privaudit.learners.dp_apvi import release_noise_bound
+from privaudit.privacy.accounting import event_epsilon, event_rho
+from privaudit.privacy.budget import resolve_budget
+from privaudit.spec import load_spec
+from privaudit.stats import counts
+from privaudit.stats.mechanism import TabularRelease
+from privaudit.stats.release import load_release, release_logs
+from tests._release_logs import random_log, write_spec
+
+H, S, A = 6, 5, 3
+
+
+@pytest.fixture
+def spec(tmp_path):
+    return load_spec(write_spec(tmp_path, H=H, S=S, A=A, terminals=(4,)))
+
+
+def test_gaussian_plan_is_seed_000_eq1_and_costs_the_budget(tmp_path):
+    """Visits + transitions, k = 1: sigma^2 = 2H/rho (seed 000 eq. (1)), rho/2 per family; with rewards
+    the three families share one sigma^2 = 3H/rho."""
+    public = load_spec(write_spec(tmp_path, "p.json", H=H, S=S, A=A, terminals=(4,), public_reward={3: 1.0}))
+    rel = TabularRelease.plan(public, resolve_budget(rho=0.8))
+    assert rel.families["visits"].scale ** 2 == pytest.approx(2 * H / 0.8, rel=1e-14)
+    assert rel.family_share("visits")["rho"] == pytest.approx(0.4, rel=1e-14)
+    assert event_rho(rel.event) <= 0.8 and rel.guarantee()["rho"] == 0.8
+    private = load_spec(write_spec(tmp_path, "q.json", H=H, S=S, A=A, terminals=(4,)))
+    rel3 = TabularRelease.plan(private, resolve_budget(rho=0.8))
+    q = rel3.families["rewards"].quantum
+    assert (rel3.families["transitions"].scale ** 2 == pytest.approx(3 * H / 0.8, rel=1e-14)
+            and rel3.families["rewards"].scale == rel3.families["visits"].scale * q)
+
+
+def test_laplace_plan_is_lap_4H_over_eps(spec):
+    rel = TabularRelease.plan(spec, resolve_budget(epsilon=2.0, mechanism="laplace"), noise="exact")
+    # visits + transitions + rewards, each l1 = 2H: b = 6H / eps (4H/eps without rewards, ALGORITHMS.md 1.4)
+    assert rel.families["visits"].scale == pytest.approx(6 * H / 2.0, rel=1e-14)
+    assert event_epsilon(rel.event) <= 2.0 and rel.guarantee()["epsilon"] == 2.0
+
+
+def test_event_never_costs_more_than_the_budget(spec):
+    """Exact rational cost of the stored-unit event <= budget for many budgets (the plan raises the
+    scale ulp by ulp if float rounding would overspend)."""
+    rng = np.random.default_rng(0)
+    for rho in 10 ** rng.uniform(-6, 3, size=60):
+        for stationary in (False, True):
+            rel = TabularRelease.plan(spec, resolve_budget(rho=float(rho)), stationary=stationary)
+            exact = sum(Fraction(f.l2) ** 2 / (2 * Fraction(f.scale) ** 2) for f in rel.families.values())
+            assert exact <= Fraction(float(rho))
+
+
+def test_apply_draws_what_release_logs_writes(spec, tmp_path):
+    """Same seed: the object's apply and the written release hold the same noisy values (one code path)."""
+    df = random_log(np.random.default_rng(1), 40, H=H, S=S, A=A, terminals=(4,))
+    logs = tmp_path / "logs.parquet"
+    df.write_parquet(logs)
+    info = release_logs(logs, spec, rho=0.5, out=tmp_path / "r", seed=7)
+    written = load_release(tmp_path / "r")
+    rel = TabularRelease.plan(spec, resolve_budget(rho=0.5))
+    exact = counts.sparse_counts(df.select("step", "state", "action", "next_state", "reward"), spec, rewards=True,
+                                 quantum=rel.families["rewards"].quantum)
+    noisy = rel.apply(exact, rng=np.random.default_rng(7))
+    np.testing.assert_array_equal(noisy.visits, written.visits)
+    trans = dict(noisy.transitions)
+    np.testing.assert_array_equal(trans[H - 1], written.transitions_h(H - 1))
+    assert info.event == rel.event
+    # E: one function for the object and for a learner reading the manifest
+    assert rel.noise_bound(0.05) == release_noise_bound(info.manifest, 0.05)
+    with pytest.raises(Exception, match="stationary"):
+        rel.apply(counts.sparse_counts(df, spec, stationary=True), rng=np.random.default_rng(0))
+
+
+def test_noise_bound_is_seed_000_E_rho(spec):
+    rho, fp = 0.5, 0.05
+    public = TabularRelease.plan(spec, resolve_budget(rho=rho))
+    sigma = public.families["visits"].scale
+    n = 2 * H * S * S * A
+    assert public.noise_bound(fp) == pytest.approx(2 * sigma * math.sqrt(2 * math.log(2 * n / fp)) + 1, rel=1e-12)
