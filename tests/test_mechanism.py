@@ -69,7 +69,7 @@ def test_apply_draws_what_release_logs_writes(spec, tmp_path):
     noisy = rel.apply(exact, rng=np.random.default_rng(7))
     np.testing.assert_array_equal(noisy.visits, written.visits)
     trans = dict(noisy.transitions)
-    np.testing.assert_array_equal(trans[H - 1], written.transitions_h(H - 1))
+    np.testing.assert_array_equal(trans[H - 1], written.transitions_at(H - 1))
     assert info.event == rel.event
     # E: one function for the object and for a learner reading the manifest
     assert rel.noise_bound(0.05) == release_noise_bound(info.manifest, 0.05)

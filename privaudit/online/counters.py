@@ -53,7 +53,7 @@ import numpy as np
 from scipy import special
 
 from privaudit.errors import UsageError
-from privaudit.privacy.accounting import PrivacyEvent, gaussian_event, laplace_event
+from privaudit.privacy.events import GaussianEvent, LaplaceEvent, PrivacyEvent, PrivacyUnit
 
 #: Noise families a TreeCounter can draw ("none": exact counts, no privacy).
 MECHANISMS = ("laplace", "gaussian", "goe", "none")
@@ -269,7 +269,7 @@ def tree_error_bound(mechanism: str, scale: float, n_levels: int, beta: float, *
 
 
 def tree_counter_event(family: str, mechanism: str, step_sensitivity: float, n_levels: int,
-                       scale: float, *, privacy_unit: str = "user (one episode)") -> PrivacyEvent:
+                       scale: float, *, privacy_unit: PrivacyUnit = PrivacyUnit("user", 1)) -> PrivacyEvent:
     """The privacy event of one family's tree-counter stream (all its releases).
 
     The whole output sequence is a function of the node noises' vector, whose
@@ -278,7 +278,8 @@ def tree_counter_event(family: str, mechanism: str, step_sensitivity: float, n_l
     rho = L Delta_F^2 / (4 s^2), i.e. l2 = sqrt(L/2) Delta_F against sigma = s).
 
     This is the one place where an online counter becomes a privacy event
-    (to switch to ``privaudit.privacy.events`` when it lands).
+    (``privaudit.privacy.events``; its cost is derived by
+    ``privaudit.privacy.accounting``).
 
     Parameters
     ----------
@@ -291,7 +292,8 @@ def tree_counter_event(family: str, mechanism: str, step_sensitivity: float, n_l
         L.
     scale : float
         Node scale b, sigma or s.
-    privacy_unit : str
+    privacy_unit : PrivacyUnit
+        One user (one episode): column ``"user"``, k = 1.
 
     Returns
     -------
@@ -299,13 +301,11 @@ def tree_counter_event(family: str, mechanism: str, step_sensitivity: float, n_l
         Neighbouring relation ``substitution`` (one user's data replaced).
     """
     L = int(n_levels)
+    common = dict(family=family, unit=privacy_unit, noise="continuous")
     if mechanism == "laplace":
-        return laplace_event(family, L * float(step_sensitivity), scale, privacy_unit=privacy_unit,
-                             noise="floating-point")
+        return LaplaceEvent(l1=L * float(step_sensitivity), b=scale, **common)
     if mechanism == "gaussian":
-        return gaussian_event(family, math.sqrt(L) * float(step_sensitivity), scale,
-                              privacy_unit=privacy_unit, noise="floating-point")
+        return GaussianEvent(l2=math.sqrt(L) * float(step_sensitivity), sigma=scale, **common)
     if mechanism == "goe":
-        return gaussian_event(family, math.sqrt(L / 2.0) * float(step_sensitivity), scale,
-                              privacy_unit=privacy_unit, noise="floating-point")
+        return GaussianEvent(l2=math.sqrt(L / 2.0) * float(step_sensitivity), sigma=scale, **common)
     raise UsageError(f"no privacy event for mechanism {mechanism!r}.")

@@ -41,7 +41,8 @@ from privaudit.online.env import EpisodicEnv
 from privaudit.online.linear.registry import LINEAR_ALGOS, LINEAR_SUMMARIES, explore_builder
 from privaudit.online.protocol import Agent, RunResult, run_episodes
 from privaudit.online.pucb import PUCB, UCBVI
-from privaudit.privacy.accounting import Accountant, zcdp_to_dp
+from privaudit.privacy import accounting
+from privaudit.privacy.accounting import Accountant
 from privaudit.stats.release import physical_memory_bytes
 
 #: Version of the explore output folder (manifest and Parquet).
@@ -140,17 +141,17 @@ def _guarantee(agent: Agent, budget: Budget) -> dict:
         return g
     acc = Accountant()
     for e in events:
-        acc.add(e)
-    if acc.is_pure():
-        eps, delta, rho = acc.total_epsilon(), 0.0, None
-    else:
-        rho = acc.total_rho()
-        delta = budget.delta if budget.delta is not None else DEFAULT_DELTA
-        eps = zcdp_to_dp(rho, delta)
+        acc.compose(e)
+    pure = acc.is_pure()
+    delta = 0.0 if pure else (budget.delta if budget.delta is not None else DEFAULT_DELTA)
+    # derived from the composed event; the budget is stated when the events cost at most it (else: raises)
+    derived = accounting.guarantee(acc.composed("explore"), delta=delta, requested={},
+                                   bound=budget.epsilon if pure else budget.rho)
+    eps, rho = derived["epsilon"], None if pure else derived["rho"]
     g.update({"private": True, "epsilon": eps, "delta": delta, "rho": rho,
               "statement": (f"({eps:.6g}, {delta:.3g})-JDP" if delta else f"{eps:.6g}-JDP")
               + " for the actions recommended to all users and the final policy",
-              "events": [e.as_dict() for e in events]})
+              "events": [e.to_dict() for e in events]})
     return g
 
 

@@ -14,6 +14,8 @@ from click.testing import CliRunner
 from privaudit.cli import main
 from privaudit.online.env import make_env
 from privaudit.online.explore import run_explore, validate_budget
+from privaudit.privacy.accounting import event_epsilon
+from privaudit.privacy.events import event_from_dict
 
 
 def _run(args):
@@ -36,7 +38,7 @@ def test_explore_writes_regret_manifest_and_plot(tmp_path):
     g = m["guarantee"]
     assert m["format_version"] == 1 and g["private"] and g["delta"] == 0.0
     assert g["epsilon"] == pytest.approx(2.0) and g["epsilon"] >= 2.0
-    assert sum(e["epsilon"] for e in g["events"]) <= g["epsilon"]
+    assert sum(event_epsilon(event_from_dict(e)) for e in g["events"]) <= g["epsilon"]
     assert "replaced" in g["neighbouring"] and "herself" in g["not_protected"]
     assert (out / "regret.png").stat().st_size > 1000
 

@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from privaudit.errors import UsageError
+from privaudit.privacy.accounting import event_epsilon, event_rho
 from privaudit.online.counters import (TreeCounter, gaussian_node_sigma, laplace_node_scale, tree_counter_event,
                                        tree_error_bound, tree_levels)
 
@@ -116,11 +117,11 @@ def test_calibration_and_event():
     b = laplace_node_scale(2 * H, L, eps / 3)
     assert b == pytest.approx(6 * H * L / eps)
     ev = tree_counter_event("pucb:visits", "laplace", 2 * H, L, b)
-    assert ev.epsilon == pytest.approx(eps / 3) and ev.epsilon >= eps / 3
+    assert event_epsilon(ev) == pytest.approx(eps / 3) and event_epsilon(ev) >= eps / 3
     assert ev.neighbouring == "substitution"
     sigma = gaussian_node_sigma(math.sqrt(2 * H), L, 0.1)
     assert sigma ** 2 == pytest.approx(L * 2 * H / 0.2)
-    assert tree_counter_event("f", "gaussian", math.sqrt(2 * H), L, sigma).rho == pytest.approx(0.1)
+    assert event_rho(tree_counter_event("f", "gaussian", math.sqrt(2 * H), L, sigma)) == pytest.approx(0.1)
 
 
 def test_goe_noise_is_symmetric_and_exact_counter_is_exact():

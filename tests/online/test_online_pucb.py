@@ -13,6 +13,7 @@ from privaudit.online.counters import tree_error_bound, tree_levels
 from privaudit.online.env import make_env
 from privaudit.online.protocol import run_episodes
 from privaudit.online.pucb import FAMILIES, PUCB, UCBVI, episode_increments, privq
+from privaudit.privacy.accounting import event_epsilon, event_rho
 
 
 def _user_increments(env, k, actions):
@@ -70,10 +71,10 @@ def test_budget_split_is_eps_over_6H_per_counter():
     L = tree_levels(K)
     assert cal.scale == pytest.approx(6 * H * L / eps)
     ag = PUCB(3, 2, H, K, epsilon=eps, rng=np.random.default_rng(0))
-    assert [e.epsilon for e in ag.events_] == pytest.approx([eps / 3] * 3)
-    assert sum(e.epsilon for e in ag.events_) <= eps * (1 + 1e-12)
+    assert [event_epsilon(e) for e in ag.events_] == pytest.approx([eps / 3] * 3)
+    assert sum(event_epsilon(e) for e in ag.events_) <= eps * (1 + 1e-12)
     g = PUCB(3, 2, H, K, rho=0.3, rng=np.random.default_rng(0))
-    assert sum(e.rho for e in g.events_) == pytest.approx(0.3)
+    assert sum(event_rho(e) for e in g.events_) == pytest.approx(0.3)
     assert g.calibration_.scale ** 2 == pytest.approx(3 * H * L / 0.3)
 
 
