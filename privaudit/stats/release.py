@@ -277,6 +277,7 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     if echo is not None:
         echo(report.summary())
 
+    noisy = None
     try:
         with atomic_dir(out) as tmp:
             with clock.stage("noise"):

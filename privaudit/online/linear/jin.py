@@ -36,10 +36,11 @@ from privaudit.online.counters import TreeCounter, tree_counter_event, tree_leve
 from privaudit.online.linear.stats import (NoiseSource, RidgeStats, bonus_table, checked_features,
                                            psd_inverse, TIE_DECIMALS)
 from privaudit.online.protocol import Agent
-from privaudit.privacy.accounting import PrivacyEvent, gaussian_event
+from privaudit.privacy.events import GaussianEvent, PrivacyEvent, PrivacyUnit
 
 #: Privacy unit of every explorer (JDP, billboard model; as in privaudit.online.counters).
-PRIVACY_UNIT = "user (one episode)"
+#: One user (one episode) is the privacy unit of the online explorers.
+PRIVACY_UNIT = PrivacyUnit("user", 1)
 
 
 class LinearExplorer(Agent):
@@ -309,13 +310,11 @@ def _goe_event(family: str, n_per_user: int, w_max: float, s: float) -> PrivacyE
     Recorded as one Gaussian event with l2 = sqrt(n) Delta_F and sigma = sqrt(2) s
     (same rho = n Delta_F^2 / (4 s^2)).
     """
-    return gaussian_event(f"{family} (x{n_per_user})",
-                          math.sqrt(n_per_user) * gram_sensitivity(w_max), math.sqrt(2.0) * s,
-                          privacy_unit=PRIVACY_UNIT, noise="floating-point")
+    return GaussianEvent(family=f"{family} (x{n_per_user})", l2=math.sqrt(n_per_user) * gram_sensitivity(w_max),
+                         sigma=math.sqrt(2.0) * s, unit=PRIVACY_UNIT, noise="continuous")
 
 
 def _vec_event(family: str, n_rel: int, t_max: float, w_max: float, sigma: float) -> PrivacyEvent:
     """Composition of ``n_rel`` Gaussian target releases, each Delta = 2 w_max t_max."""
-    return gaussian_event(f"{family} (x{n_rel})",
-                          math.sqrt(n_rel) * target_sensitivity(t_max, w_max), sigma,
-                          privacy_unit=PRIVACY_UNIT, noise="floating-point")
+    return GaussianEvent(family=f"{family} (x{n_rel})", l2=math.sqrt(n_rel) * target_sensitivity(t_max, w_max),
+                         sigma=sigma, unit=PRIVACY_UNIT, noise="continuous")

@@ -40,7 +40,7 @@ from privaudit.errors import UsageError
 from privaudit.online.linear.constants import PlusPlusConstants
 from privaudit.online.linear.jin import PRIVACY_UNIT, LinearExplorer, _goe_event, _vec_event
 from privaudit.online.linear.stats import RidgeStats, bonus_table, greedy, psd_inverse
-from privaudit.privacy.accounting import PrivacyEvent
+from privaudit.privacy.events import PrivacyEvent
 
 _LOG2 = math.log(2.0)
 
