@@ -79,7 +79,9 @@ def test_apply_draws_what_release_logs_writes(spec, tmp_path):
 
 def test_noise_bound_is_seed_000_E_rho(spec):
     rho, fp = 0.5, 0.05
-    public = TabularRelease.plan(spec, resolve_budget(rho=rho))
-    sigma = public.families["visits"].scale
     n = 2 * H * S * S * A
-    assert public.noise_bound(fp) == pytest.approx(2 * sigma * math.sqrt(2 * math.log(2 * n / fp)) + 1, rel=1e-12)
+    for noise, rounding in (("rounded", 1.0), ("exact", 0.0)):  # exact discrete Gaussian: no rounding term
+        rel = TabularRelease.plan(spec, resolve_budget(rho=rho), noise=noise)
+        sigma = rel.families["visits"].scale
+        assert rel.noise_bound(fp) == pytest.approx(2 * sigma * math.sqrt(2 * math.log(2 * n / fp)) + rounding,
+                                                    rel=1e-12)

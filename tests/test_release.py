@@ -143,12 +143,11 @@ def test_manifest_delta_is_what_the_sampler_analysis_gives(data, tmp_path, mech,
 
 def test_rounded_manifest_states_no_certified_guarantee(data):
     """The auditor may still simulate rounded noise; its manifest must not claim a certified sampler."""
-    from privaudit.stats.release import build_manifest, plan_noise, resolve_budget
+    from privaudit.privacy.budget import resolve_budget
+    from privaudit.stats.mechanism import TabularRelease
 
     spec = load_spec(data["spec_private"])
-    budget = resolve_budget(rho=0.5)
-    plan = plan_noise(spec, budget, False, "rounded")
-    m = build_manifest(spec, budget, plan, stationary=False, noise="rounded", seeded=True)
+    m = TabularRelease.plan(spec, resolve_budget(rho=0.5), noise="rounded").manifest(seeded=True)
     assert m["guarantee"]["sampler"]["total_variation_per_draw"] is None
     assert m["guarantee"]["sampler"]["extra_delta"] is None
 

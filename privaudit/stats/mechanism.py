@@ -161,7 +161,7 @@ class TabularRelease:
 
     @classmethod
     def plan(cls, spec: DomainSpec, budget: Budget, *, stationary: bool = False,
-             noise: str = "rounded") -> "TabularRelease":
+             noise: str = "exact") -> "TabularRelease":
         """Per-family sensitivity, noise scale and quantum for ``budget`` (nothing read, nothing drawn).
 
         The scale from the combined sensitivity is rounded up by one ulp
