@@ -58,10 +58,14 @@ class _LibraryStatistics:
     """Exact statistics of logs through the library's bounding and counting."""
 
     def __init__(self, spec: DomainSpec, *, rho=None, epsilon=None, delta=None, mechanism="gaussian",
-                 stationary=False, noise="rounded"):
+                 stationary=False, noise="rounded", budget=None):
         self.spec, self.stationary, self.noise_mode = spec, bool(stationary), noise
-        self.budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=None if rho is not None else delta,
-                                                mechanism=mechanism)
+        if budget is None:  # an entry point of its own: resolve the budget here, once
+            budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=None if rho is not None else delta,
+                                               mechanism=mechanism)
+        elif any(v is not None for v in (rho, epsilon)):
+            raise UsageError("give either `budget` (a resolved Budget) or `rho`/`epsilon`, not both.")
+        self.budget = budget
         self.delta = delta
         self.release = TabularRelease.plan(spec, self.budget, stationary=self.stationary, noise=noise)
         self._fp: dict[tuple, str] = {}

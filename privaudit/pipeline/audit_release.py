@@ -30,7 +30,7 @@ from privaudit.spec import DomainSpec
 
 
 def audit_release(spec: DomainSpec, manifest: dict, *, delta: float, trials: int,
-                  seed: int | None = None, progress: bool | None = None):
+                  seed: int | None = None, progress: bool | None = None, budget=None):
     """Audit the release that ``manifest`` describes against its own claim (rho-zCDP at ``delta``),
     on the synthetic pair (no private data is read).
 
@@ -49,6 +49,9 @@ def audit_release(spec: DomainSpec, manifest: dict, *, delta: float, trials: int
         Seeds the audit's noise and split (None: OS entropy).
     progress : bool or None
         Progress bar on stderr (default: only on a terminal).
+    budget : privaudit.privacy.budget.Budget, optional
+        The budget the release was made with (the pipeline's release part,
+        already resolved); default: resolved from the manifest's rho.
 
     Returns
     -------
@@ -72,9 +75,9 @@ def audit_release(spec: DomainSpec, manifest: dict, *, delta: float, trials: int
     from privaudit.audit.adapters import ReleaseMechanism
 
     stationary = bool(manifest["domain"]["stationary"])
-    mech = ReleaseMechanism(spec, rho=float(manifest["guarantee"]["rho"]), delta=float(delta),
-                            mechanism=manifest["mechanism"], stationary=stationary,
-                            noise=manifest.get("noise", "rounded"))
+    mech = ReleaseMechanism(spec, delta=float(delta), mechanism=manifest["mechanism"], stationary=stationary,
+                            noise=manifest.get("noise", "rounded"),
+                            **({"budget": budget} if budget is not None else {"rho": float(manifest["guarantee"]["rho"])}))
     for fam, p in manifest["families"].items():
         planned = getattr(mech.release.families.get(fam), "scale", None)
         if planned is None or not math.isclose(planned, float(p["noise_scale"]), rel_tol=1e-12):

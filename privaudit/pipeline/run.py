@@ -385,7 +385,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
 
         # synthetic pair from the spec: reads nothing of the logs (docs/pipeline.md "What may leave")
         report = audit_release(spec, manifest, delta=budget.delta, trials=int(audit_trials),
-                               seed=seeds[2], progress=progress)
+                               budget=parts["release"], seed=seeds[2], progress=progress)
         report.write_json(tmp / "audit" / "audit_report.json")
         report.plot(tmp / "figures" / "audit_tradeoff.png")
         audit = rep.audit_summary(report)

@@ -23,6 +23,8 @@ from privaudit.learners.train import train_from_logs as tabular_train
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
 from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
 from privaudit.pipeline import run_pipeline
+from privaudit.privacy import budget as budget_mod
+from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.ledger import init_ledger, ledger_status
 from privaudit.spec import load_spec
 from privaudit.stats.release import release_logs
@@ -49,6 +51,9 @@ def test_pipeline_with_features_and_ledger_validates_once_and_bounds_once(world,
     scanned = spy_everywhere(monkeypatch, io.scan_logs)
     ledger = tmp_path / "budget.jsonl"
     init_ledger(ledger, "prep", 10.0)
+    resolved = spy_everywhere(monkeypatch, budget_mod.resolve_budget)
+    checked = spy_everywhere(monkeypatch, ledger_mod.check_budget)
+    charged = spy_everywhere(monkeypatch, ledger_mod.charge)
     res = CliRunner().invoke(main, ["pipeline", str(world / "logs.parquet"), "--spec", str(world / "spec_linear.json"),
                                     "--rho", "2", "--out", str(tmp_path / "run"), "--ledger", str(ledger),
                                     "--audit-trials", "65", "--seed", "5"])  # 65: the real minimum
@@ -63,6 +68,17 @@ def test_pipeline_with_features_and_ledger_validates_once_and_bounds_once(world,
     of_logs = [c for c in bounded if not any(m.startswith("privaudit.audit") for m in c["stack"])]
     assert len(of_logs) == 1, [c["stack"][:3] for c in bounded]
     assert len(bounded) > 1  # the audit ran and its own boundings were seen, so the filter above is not vacuous
+    # the budget: resolved once (the pipeline's entry point; parts, release, DP-VAPVI and the audit take it
+    # from there), the ledger checked once (the whole budget, before any row is read) and charged once per
+    # part, from each part's event, the parts adding up to the budget
+    assert len(resolved) == 1 and resolved[0]["kwargs"]["rho"] == 2.0
+    assert len(checked) == 1
+    assert len(charged) == 2
+    descriptions = [c["args"][3] for c in charged]
+    assert [d.split(":")[0] for d in descriptions] == ["pipeline, release part", "pipeline, dp-vapvi part"]
+    parts = {p["name"]: p["rho"] for p in summary["privacy"]["parts"]}
+    assert sorted(float(c["args"][2]) for c in charged) == sorted(parts.values())
+    assert sum(parts.values()) <= 2.0 and summary["privacy"]["event"]["kind"] == "composed"
 
 
 @pytest.mark.parametrize("entry", ["release", "tabular", "linear", "pipeline"])
