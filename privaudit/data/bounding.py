@@ -4,12 +4,15 @@ Before any statistic (DESIGN.md "The privacy model"):
 
 1. **At most k episodes per privacy unit.** When a unit has more than
    k = ``spec.max_episodes_per_unit`` episodes, the k kept are those with the
-   smallest *priority key* ``(hash(episode_id), episode_id)`` inside the unit
-   (see :func:`episode_priority`). The key is a function of the episode's own
+   smallest *priority key* ``(xxh64(str(episode_id)), str(episode_id))`` inside
+   the unit (see :func:`episode_priority` and :data:`PRIORITY_KEY`). The key is a function of the episode's own
    id only, so which of a unit's episodes are kept depends on that unit's data
    alone: replacing another unit never changes it, which is what the
    substitution sensitivity proofs need. A hash (rather than "the first k ids")
-   avoids systematically keeping, say, the earliest admissions.
+   avoids systematically keeping, say, the earliest admissions. The key is
+   *portable*: XXH64 (seed 42) of the id's UTF-8 text read as a signed int64,
+   which Spark's built-in ``xxhash64`` computes too, so every engine and every
+   library version keeps the same episodes.
 2. **At most H steps per episode.** Rows with step h >= H are dropped
    (steps are 0-based and contiguous, so this keeps the first H steps).
 3. **Rewards clipped into ``spec.reward_range`` = [r_min, r_max] and scaled
@@ -32,12 +35,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import polars as pl
+import polars_hash as plh
 
 from privaudit.spec import DomainSpec
 
-#: Fixed seed of polars' hash for the episode priority key. A public constant,
-#: not a noise seed: the keep-k rule must be deterministic and data-independent.
-_PRIORITY_HASH_SEED = 0x5EED0DDB
+#: Seed of XXH64 in the episode priority key. A public constant, not a noise
+#: seed: the keep-k rule must be deterministic and data-independent. 42 is the
+#: seed of Spark's built-in ``xxhash64``, so Spark computes the same key.
+PRIORITY_HASH_SEED = 42
+
+#: The keep-k priority key, as recorded in the release manifest.
+PRIORITY_KEY = (f"xxh64(utf8(string(episode_id)), seed={PRIORITY_HASH_SEED}) as signed int64, "
+                "ties broken by string(episode_id) in UTF-8 byte order; string(x) of an integer id is "
+                "its decimal text (e.g. -7, 12345)")
 
 
 @dataclass(frozen=True)
@@ -104,24 +114,33 @@ class BoundingReport:
         return f"BoundingReport(k={self.k}, H={self.H}, changed={self.changed})"
 
 
+def episode_id_text(episode_id: pl.Expr) -> pl.Expr:
+    """The id as text, the input of the priority key: decimal for integers (``-7``, ``12345``)."""
+    return episode_id.cast(pl.String)
+
+
 def episode_priority(episode_id: pl.Expr) -> pl.Expr:
     """Priority key of an episode for the keep-k rule (smaller is kept first).
 
     Parameters
     ----------
     episode_id : polars expression
-        The episode id column (any hashable dtype).
+        The episode id column (integer, string or categorical).
 
     Returns
     -------
-    polars expression, UInt64
-        polars' hash of the id with a fixed public seed. Ties (hash collisions)
-        are broken by the id itself in :func:`bound_contributions`. The value
-        depends on the episode's own id only; it is stable for a given polars
-        version (polars does not promise the same hash across versions, which
-        changes which episodes are kept but never the privacy guarantee).
+    polars expression, Int64
+        XXH64 (Collet's xxHash, 64-bit) of the UTF-8 text of the id with the
+        public seed :data:`PRIORITY_HASH_SEED` = 42, its 64 bits read as a
+        signed int64 (:data:`PRIORITY_KEY`). Integer ids hash their decimal
+        text. This equals Spark's ``xxhash64(cast(episode_id as string))``
+        and ``xxhash.xxh64_intdigest(text.encode(), 42)`` viewed as int64, and
+        does not change with the polars version. Ties (hash collisions) are
+        broken by the id's text in :func:`bound_contributions`. The value
+        depends on the episode's own id only.
     """
-    return episode_id.hash(seed=_PRIORITY_HASH_SEED)
+    text = episode_id_text(episode_id)
+    return plh.NonCryptographicHashingNameSpace(text).xxhash64(seed=PRIORITY_HASH_SEED).reinterpret(signed=True)
 
 
 def unit_column_of(lf: pl.LazyFrame) -> str:
@@ -179,8 +198,9 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
     kept = lf
     if n_dropped:
         dropped = (episodes.join(per_unit.filter(c("_m") > k), on="_unit")
-                   .with_columns(episode_priority(c("episode_id")).alias("_key"))
-                   .sort(["_unit", "_key", "episode_id"])
+                   .with_columns(episode_priority(c("episode_id")).alias("_key"),
+                                 episode_id_text(c("episode_id")).alias("_text"))
+                   .sort(["_unit", "_key", "_text"])
                    .filter(pl.int_range(pl.len()).over("_unit") >= k)
                    .select("episode_id").collect())
         kept = lf.join(dropped.lazy(), on="episode_id", how="anti")

@@ -35,6 +35,7 @@ from typing import Iterator
 import numpy as np
 
 from privaudit import FORMAT_VERSION, __version__
+from privaudit.data.bounding import PRIORITY_KEY
 from privaudit.errors import PrivauditError, UsageError
 from privaudit.privacy import accounting, mechanisms, samplers
 from privaudit.privacy.budget import Budget
@@ -337,7 +338,8 @@ class TabularRelease:
             "neighbouring": Neighbouring.SUBSTITUTION.description,
             "bounding": {
                 "episodes_per_unit": f"at most k={spec.max_episodes_per_unit} episodes per unit: the k with "
-                                     "the smallest (hash(episode_id), episode_id) inside the unit",
+                                     "the smallest priority key inside the unit",
+                "episode_key": PRIORITY_KEY,
                 "steps": f"rows with step h >= H={H} dropped (h is 0-based)",
                 "rewards": f"clipped into {list(spec.reward_range)} and scaled to [0, 1]"
                            + ("" if "rewards" not in self.families else

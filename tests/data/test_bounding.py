@@ -3,8 +3,9 @@
 import numpy as np
 import polars as pl
 import pytest
+import xxhash
 
-from privaudit.data.bounding import bound_contributions, episode_priority
+from privaudit.data.bounding import PRIORITY_HASH_SEED, bound_contributions, episode_priority
 from privaudit.spec import DomainSpec
 from tests._release_logs import spec_doc
 
@@ -23,14 +24,52 @@ def _log(episodes):
     return pl.DataFrame(rows).lazy()
 
 
+def _xxh64_signed(text: str) -> int:
+    """Independent oracle of the priority key: the `xxhash` package, 64 bits read as signed."""
+    v = xxhash.xxh64_intdigest(text.encode("utf-8"), seed=42)
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
 def _reference_kept(df: pl.DataFrame, k: int) -> set:
-    """Slow reference of the keep-k rule: per unit, sort ids by (priority key, id), keep k."""
-    eps = df.select("episode_id", "unit_id").unique()
-    keys = eps.select(episode_priority(pl.col("episode_id")).alias("key"))["key"].to_list()
+    """Slow reference of the keep-k rule: per unit, sort ids by (xxh64 of the id's text, text), keep k."""
     by_unit: dict = {}
-    for (e, u), key in zip(eps.iter_rows(), keys):
-        by_unit.setdefault(u, []).append((key, e))
-    return {e for lst in by_unit.values() for _, e in sorted(lst)[:k]}
+    for e, u in df.select("episode_id", "unit_id").unique().iter_rows():
+        by_unit.setdefault(u, []).append((_xxh64_signed(str(e)), str(e).encode(), e))
+    return {e for lst in by_unit.values() for *_, e in sorted(lst)[:k]}
+
+
+# Pinned key values: a polars / polars-hash / engine upgrade must not change which episodes are kept.
+# Computed once with xxhash.xxh64_intdigest(text.encode(), seed=42) viewed as int64; Spark's
+# xxhash64(cast(id as string)) gives the same numbers.
+PINNED_STR = {"ep-1": -9118941787761037255, "ep-2": 7602443284458394659, "é€": -3905329090847307182,
+              "12345": -4985319033745306281}
+PINNED_INT = {12345: -4985319033745306281, -7: -3744000183942445030, 0: -6091425354261976140,
+              9223372036854775807: 2407216688009111440}
+
+
+def test_priority_key_pinned_on_string_ids():
+    assert PRIORITY_HASH_SEED == 42
+    df = pl.DataFrame({"episode_id": list(PINNED_STR)})
+    got = df.select(episode_priority(pl.col("episode_id")))["episode_id"]
+    assert got.dtype == pl.Int64
+    assert got.to_list() == list(PINNED_STR.values())
+    assert [_xxh64_signed(t) for t in PINNED_STR] == list(PINNED_STR.values())
+
+
+@pytest.mark.parametrize("dtype", [pl.Int64, pl.Int32, pl.UInt64])
+def test_priority_key_pinned_on_integer_ids(dtype):
+    """Integer ids hash their decimal text: 12345 and "12345" get the same key; negatives keep their sign."""
+    ids = [i for i in PINNED_INT if pl.Series([i]).cast(dtype, strict=False).null_count() == 0]
+    df = pl.DataFrame({"episode_id": pl.Series(ids).cast(dtype)})
+    got = df.select(episode_priority(pl.col("episode_id")))["episode_id"].to_list()
+    assert got == [PINNED_INT[i] for i in ids] and len(ids) >= 2
+    assert PINNED_INT[12345] == PINNED_STR["12345"]
+
+
+def test_priority_key_on_categorical_ids_is_the_text_key():
+    df = pl.DataFrame({"episode_id": pl.Series(list(PINNED_STR), dtype=pl.Categorical)})
+    got = df.select(episode_priority(pl.col("episode_id")))["episode_id"].to_list()
+    assert got == list(PINNED_STR.values())
 
 
 def test_keep_k_episodes_per_unit_matches_reference():
