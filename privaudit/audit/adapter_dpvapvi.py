@@ -42,6 +42,12 @@ from privaudit.audit.model import Claim
 from privaudit.errors import UsageError
 from privaudit.privacy import budget as budget_mod
 from privaudit.spec import DomainSpec
+from privaudit.audit.neighbours import NeighbouringPair, _unit_col, _visit_counts, canary_frame, make_pair
+from privaudit.data.bounding import bound_contributions
+from privaudit.learners.linear import privacy as lp
+from privaudit.learners.linear.estimators import DPVAPVI
+from privaudit.learners.linear.logs import data_from_frame
+from privaudit.mdp.spec_features import feature_map_from_spec
 
 #: Statistics of a step, in output order.
 STATISTICS = ("gram", "v2", "v", "weighted_gram", "r_plus_v")
@@ -83,8 +89,6 @@ class DPVAPVIMechanism:
     def __init__(self, spec: DomainSpec, *, rho=None, epsilon=None, delta=None,
                  statistics: tuple = DEFAULT_STATISTICS, learner_params: dict | None = None,
                  mechanism: str = "gaussian", stationary: bool = False, noise: str | None = None):
-        from privaudit.learners.linear.estimators import DPVAPVI
-        from privaudit.mdp.spec_features import feature_map_from_spec
 
         if mechanism != "gaussian" or stationary:
             raise UsageError("dp-vapvi is a Gaussian, per-step mechanism: --release-mechanism laplace and "
@@ -103,7 +107,6 @@ class DPVAPVIMechanism:
     # ----------------------------------------------------------------- pair
     def make_pair(self, logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare", *, rng):
         """A canary pair aimed at step H-1 (see :func:`linear_canary_pair`); ``random`` uses the generic one."""
-        from privaudit.audit.neighbours import make_pair
 
         if strategy == "random":
             return make_pair(logs, spec, strategy, rng=rng)
@@ -111,8 +114,6 @@ class DPVAPVIMechanism:
 
     def prepare(self, d: pl.DataFrame, d_prime: pl.DataFrame) -> "DPVAPVIMechanism":
         """Bound and aggregate D and D' through the library (``data_from_frame``)."""
-        from privaudit.data.bounding import bound_contributions
-        from privaudit.learners.linear.logs import data_from_frame
 
         cols = ["episode_id", "step", "state", "action", "reward", "next_state"]
         self._frames = (d, d_prime)
@@ -164,7 +165,6 @@ class DPVAPVIMechanism:
 
     def declared_sensitivity(self) -> dict:
         """l2 (Frobenius for the matrices) sensitivities from ``learners.linear.privacy.sensitivities``."""
-        from privaudit.learners.linear import privacy as lp
 
         sens = lp.sensitivities(self.spec.horizon, self.spec.max_episodes_per_unit)
         return {name: {"l2": float(sens[name])} for name in STATISTICS}
@@ -228,7 +228,6 @@ def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
     UsageError
         Empty logs or no non-terminal state.
     """
-    from privaudit.audit.neighbours import NeighbouringPair, _unit_col, _visit_counts, canary_frame
 
     H, S, A = spec.horizon, spec.n_states, spec.n_actions
     lo, hi = spec.reward_range

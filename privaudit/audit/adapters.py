@@ -42,6 +42,10 @@ from privaudit.errors import UsageError
 from privaudit.privacy import budget as budget_mod
 from privaudit.spec import DomainSpec
 from privaudit.stats.mechanism import TabularRelease
+from privaudit.data.bounding import bound_contributions
+from privaudit.learners.dp_apvi import DPAPVI
+from privaudit.learners.tabular_counts import TabularCounts
+from privaudit.stats import counts
 
 #: Extra public cells per family added to the release view.
 VIEW_EXTRA = 64
@@ -71,14 +75,12 @@ class _LibraryStatistics:
         self._fp: dict[tuple, str] = {}
 
     def bounded_frame(self, logs: pl.DataFrame) -> pl.DataFrame:
-        from privaudit.data.bounding import bound_contributions
 
         bounded, _ = bound_contributions(logs.lazy(), self.spec)  # bounding report: private, discarded
         cols = ["step", "state", "action", "next_state"]
         return bounded.select([pl.col(c).cast(pl.Int32) for c in cols] + [pl.col("reward")]).collect()
 
     def sa_families(self, frame: pl.DataFrame) -> dict:
-        from privaudit.stats import counts
 
         out = {"visits": counts.visit_counts(frame, self.spec, stationary=self.stationary)}
         if "rewards" in self.release.families:
@@ -87,7 +89,6 @@ class _LibraryStatistics:
         return out
 
     def transition_slices(self, frame: pl.DataFrame):
-        from privaudit.stats import counts
 
         return counts.iter_transition_counts(frame, self.spec, stationary=self.stationary)
 
@@ -264,8 +265,6 @@ class DPAPVIMechanism(_LibraryStatistics):
         return {f: v for f, v in self.exact[self.which(logs)].items()}
 
     def __call__(self, logs: pl.DataFrame, rng: np.random.Generator) -> np.ndarray:
-        from privaudit.learners.dp_apvi import DPAPVI
-        from privaudit.learners.tabular_counts import TabularCounts
         if not self.exact:
             raise UsageError("DPAPVIMechanism: call prepare(d, d_prime) before running it.")
         ex = self.exact[self.which(logs)]

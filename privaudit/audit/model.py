@@ -35,6 +35,8 @@ import numpy as np
 
 from privaudit.errors import Terminated, UsageError, UserCodeError
 from privaudit.privacy import accounting
+from privaudit.audit.bounds import gdp_mu_from_eps
+from privaudit.privacy.accounting import zcdp_to_dp
 
 CLAIM_KINDS = ("generic", "gaussian")
 
@@ -79,7 +81,6 @@ class Claim:
             epsilon <= 0, delta outside [0, 1), unknown kind, or a Gaussian
             claim with delta = 0 (no Gaussian mechanism is pure DP).
         """
-        from privaudit.audit.bounds import gdp_mu_from_eps
         _check_claim(epsilon, delta, kind)
         mu = None
         if kind == "gaussian":
@@ -111,7 +112,6 @@ class Claim:
             raise UsageError(f"`--delta` must lie in (0, 1) for a rho claim. Found {delta}.")
         if kind not in CLAIM_KINDS:
             raise UsageError(f"`--claim-kind` must be one of {CLAIM_KINDS}. Found {kind!r}.")
-        from privaudit.privacy.accounting import zcdp_to_dp
         eps = zcdp_to_dp(rho, delta)
         eps = float(eps[0] if isinstance(eps, tuple) else getattr(eps, "epsilon", eps))
         mu = math.sqrt(2 * rho) if kind == "gaussian" else None

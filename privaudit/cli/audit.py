@@ -9,6 +9,14 @@ import click
 from privaudit.audit.runner import MIN_TRIALS
 from privaudit.cli.common import echo_json, handle_errors
 from privaudit.learners import registry
+from privaudit.audit import Claim, load_pair, run_audit
+from privaudit.audit.adapters import MECHANISMS
+from privaudit.audit.model import FileFunction
+from privaudit.audit.runner import default_canary
+from privaudit.data.prepare import collect_or_raise, prepare_logs
+from privaudit.errors import UsageError
+from privaudit.io_utils import check_writable
+from privaudit.spec import load_spec
 
 #: Built-in mechanisms: the tabular release and every private algorithm of the registry.
 BUILTIN = ("release",) + registry.names(private=True)
@@ -32,7 +40,6 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
         and the GDP test does not describe it); Gaussian noise that would need
         a delta when the claim has delta = 0 and no ``--mechanism-rho``.
     """
-    from privaudit.errors import UsageError
 
     if mechanism_rho is not None and mechanism_epsilon is not None:
         raise UsageError("give at most one of --mechanism-rho and --mechanism-epsilon.")
@@ -148,14 +155,6 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
       privaudit audit --mechanism release --stationary --logs logs.parquet --spec spec.json --claim-rho 1 --trials 20000 --out pooled.json
       privaudit audit --mechanism mine.py:release --pair D.parquet D2.parquet --spec spec.json --claim-epsilon 1 --delta 0 --trials 20000 --out rep.json
     """
-    from privaudit.audit import Claim, load_pair, run_audit
-    from privaudit.audit.adapters import MECHANISMS
-    from privaudit.audit.model import FileFunction
-    from privaudit.audit.runner import default_canary
-    from privaudit.data.prepare import collect_or_raise, prepare_logs
-    from privaudit.errors import UsageError
-    from privaudit.io_utils import check_writable
-    from privaudit.spec import load_spec
 
     if (claim_epsilon is None) == (claim_rho is None):
         raise UsageError("give exactly one claim: --claim-epsilon E --delta D, or --claim-rho R [--delta D].")

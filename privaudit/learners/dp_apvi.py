@@ -40,6 +40,7 @@ from privaudit.learners._tabular_base import TabularLearnerBase
 from privaudit.learners.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
 from privaudit.stats.mechanism import count_noise_bound
 from privaudit.stats.protocol import Counts
+from privaudit.privacy.projection import project_counts
 
 
 def release_noise_bound(manifest: dict, failure_prob: float) -> float:
@@ -93,7 +94,6 @@ def release_privacy(manifest: dict, release_path: str | None = None) -> dict:
 
 def _clip_and_project(E: float):
     """Steps 3-4: clip noisy counts at 0, then project rows with n' > E/2 (see module docstring)."""
-    from privaudit.privacy.projection import project_counts
 
     def prepare(n_sas: np.ndarray, n_sa: np.ndarray):
         n_sas = np.maximum(np.asarray(n_sas, dtype=np.float64), 0.0)   # eq. (1): {n + N}^+

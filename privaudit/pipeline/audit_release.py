@@ -27,6 +27,8 @@ import math
 from privaudit.audit.neighbours import synthetic_pair
 from privaudit.errors import ArtifactError
 from privaudit.spec import DomainSpec
+from privaudit.audit import run_audit
+from privaudit.audit.adapters import ReleaseMechanism
 
 
 def audit_release(spec: DomainSpec, manifest: dict, *, delta: float, trials: int,
@@ -71,8 +73,6 @@ def audit_release(spec: DomainSpec, manifest: dict, *, delta: float, trials: int
     UsageError
         Bad trials.
     """
-    from privaudit.audit import run_audit
-    from privaudit.audit.adapters import ReleaseMechanism
 
     stationary = bool(manifest["domain"]["stationary"])
     mech = ReleaseMechanism(spec, delta=float(delta), mechanism=manifest["mechanism"], stationary=stationary,

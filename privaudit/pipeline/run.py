@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from tqdm import tqdm
 
 from privaudit.audit.runner import MIN_TRIALS
 from privaudit.resources import sample_dir
@@ -45,6 +46,19 @@ from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.events import event_from_dict
 from privaudit.pipeline.report import SUMMARY_KIND
 from privaudit.spec import DomainSpec, load_spec
+from privaudit.data.prepare import prepare_logs
+from privaudit.errors import SpecError
+from privaudit.learners.dp_apvi import DPAPVI
+from privaudit.learners.linear import train_from_logs as train_linear
+from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
+from privaudit.learners.linear.rows import column_dims
+from privaudit.learners.policy import save_policy
+from privaudit.mdp.evaluation import resolve_mdp
+from privaudit.mdp.registry import MDP_REGISTRY
+from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
+from privaudit.pipeline import report as rep
+from privaudit.pipeline.audit_release import audit_release
+from privaudit.stats.release import load_release, release_logs
 
 #: Bundled sample: 20,000 ICU-Sepsis episodes under the clinicians' policy, and its spec.
 SAMPLE_DIR = sample_dir()
@@ -82,8 +96,6 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 
 def _resolve_mdp(mdp, spec: DomainSpec, instance_seed: int | None = None):
-    from privaudit.mdp.evaluation import resolve_mdp
-    from privaudit.mdp.registry import MDP_REGISTRY
 
     if mdp is None:
         if instance_seed is not None:
@@ -103,7 +115,6 @@ class _Progress:
     def __init__(self, show: bool):
         self.bar = None
         if show:
-            from tqdm import tqdm
             self.bar = tqdm(total=len(STAGES), desc="pipeline", unit="stage", file=sys.stderr,
                             bar_format="{desc}{n_fmt}/{total_fmt} stages |{bar}| {elapsed}")
 
@@ -253,18 +264,14 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         ledger_mod.check_budget(ledger, spec.dataset_id, budget.rho)
     if linear:  # a bad feature map costs nothing: checked before any row is read
         if spec.features.get("map") == "column-x-action":  # per-row features: the path of `train`
-            from privaudit.learners.linear.rows import column_dims
             m_dim = column_dims(spec)
             if "state_table" in spec.features:
-                from privaudit.mdp.spec_features import read_state_table
                 X = read_state_table(spec.features["state_table"],
                                       spec.source.parent if spec.source is not None else None)
                 if X.shape != (spec.n_states, m_dim):
-                    from privaudit.errors import SpecError
                     raise SpecError(f"spec $.features.state_table must have shape (S={spec.n_states}, "
                                     f"m={m_dim}). Found {X.shape}.")
         else:
-            from privaudit.mdp.spec_features import feature_map_from_spec
             feature_map_from_spec(spec)
     the_mdp = _resolve_mdp(mdp, spec, instance_seed)
     if stationary is None:  # the default rule, said when it applies (docs/pipeline.md "Defaults, and why")
@@ -278,7 +285,6 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
     try:
         # ------------------------------------------------------------ validate
         bar.stage("validate")
-        from privaudit.data.prepare import prepare_logs
 
         t = time.perf_counter()
         prepared = prepare_logs(logs, spec)  # validated and bounded once; raises before any folder exists
@@ -314,10 +320,6 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     accountant's composition of the events.
     """
     logs = prepared.path
-    from privaudit.learners.dp_apvi import DPAPVI
-    from privaudit.learners.policy import save_policy
-    from privaudit.pipeline import report as rep
-    from privaudit.stats.release import load_release, release_logs
 
     # ---------------------------------------------------------------- release
     bar.stage("release")
@@ -345,7 +347,6 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     diagnostics = {"dp-apvi": rep.learner_diagnostics(
         learner.Q_, learner.declared_values()[0], learner.policy_.table, the_mdp, spec.terminal_states)}
     if "dp-vapvi" in parts:
-        from privaudit.learners.linear import train_from_logs as train_linear
 
         pol = train_linear(prepared, spec, "dp-vapvi", budget=parts["dp-vapvi"], seed=seeds[1])
         policies["dp-vapvi"] = pol
@@ -363,7 +364,6 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     # ---------------------------------------------------------------- evaluate
     bar.stage("evaluate")
     t = time.perf_counter()
-    from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 
     placeholders = [n for n, p in policies.items()
                     if str(p.parameters.get("table", "")).startswith(PLACEHOLDER_TABLE)]
@@ -381,7 +381,6 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     t = time.perf_counter()
     audit = None
     if audit_trials:
-        from privaudit.pipeline.audit_release import audit_release
 
         # synthetic pair from the spec: reads nothing of the logs (docs/pipeline.md "What may leave")
         report = audit_release(spec, manifest, delta=budget.delta, trials=int(audit_trials),

@@ -8,6 +8,8 @@ The feature map comes from the spec (``features``), never from the data.
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,7 @@ from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.errors import SpecError, UsageError
 from privaudit.learners import registry
 from privaudit.learners.linear.data import LinearData
-from privaudit.io_utils import new_run_id
+from privaudit.io_utils import atomic_write_text, new_run_id
 from privaudit.learners.linear.privacy import guarantee, privacy_event
 from privaudit.learners.linear.providers import FiniteFeatures, RowFeatures, q_rows
 from privaudit.learners.linear.rows import clip_features, column_dims, row_steps
@@ -59,10 +61,6 @@ def local_log_path(out) -> Path:
 
 def write_local_log(path, report, logs, spec: DomainSpec, policy_out=None) -> Path:
     """Write the PRIVATE bounding facts of a training run (same layout as a release's local log)."""
-    import json
-    from datetime import datetime, timezone
-
-    from privaudit.io_utils import atomic_write_text
 
     path = Path(path)
     atomic_write_text(path, json.dumps({
