@@ -7,7 +7,7 @@ Run::
 Prints wall seconds for: exact counts from a simulated clinicians' log, VE,
 APVI and DP-APVI (per-step and stationary). DP-APVI here gets *fully* noised
 counts (every one of the H*S*A*S transition cells, as a release holds them,
-rho = 1), and projects every row with noisy visit count > E/2.
+rho = 1, exact discrete Gaussian noise as the release draws it), and projects every row with noisy visit count > E/2.
 """
 
 from __future__ import annotations
@@ -52,13 +52,13 @@ def main(argv=None):
         sigma = math.sqrt(2 * H / 1.0) * (math.sqrt(H) if stationary else 1.0)
         t = time.perf_counter()
         rv, rt = rng.spawn(2)
-        nv = add_noise(exact.visits(), mechanism="gaussian", scale=sigma, rng=rv)
-        slices = [add_noise(exact.transitions_at(h), mechanism="gaussian", scale=sigma, rng=r)
+        nv = add_noise(exact.visits(), mechanism="gaussian", scale=sigma, rng=rv, noise="exact")
+        slices = [add_noise(exact.transitions_at(h), mechanism="gaussian", scale=sigma, rng=r, noise="exact")
                   for h, r in enumerate(rt.spawn(1 if stationary else H))]
         noisy = TabularCounts(visits=nv, transitions=lambda h: slices[0 if stationary else h], horizon=H,
                               stationary=stationary, noisy=True)
         t_noise = time.perf_counter() - t
-        E = noise_bound("gaussian", sigma, 2 * S * S * A * (1 if stationary else H), 0.05)
+        E = noise_bound("gaussian", sigma, 2 * S * S * A * (1 if stationary else H), 0.05, noise="exact")
         t = time.perf_counter()
         DPAPVI(noise_bound=E).fit(noisy, reward, terminal_states=term)
         print(f"{tag:<10} dp-apvi (rho=1, E={E:.0f})   {time.perf_counter() - t:6.2f} s "

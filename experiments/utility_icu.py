@@ -22,8 +22,9 @@ Protocol
   and the noise is the release's own mechanism object
   (``privaudit.stats.mechanism.TabularRelease``: combined visits +
   transitions sensitivity, k = 1; stationary releases pool counts and have
-  the larger stationary sensitivity), its ``noise_family`` (rounded
-  Gaussian) applied to the exact counts: the same distribution as the counts
+  the larger stationary sensitivity), its ``noise_family`` (exact
+  discrete Gaussian, ``privaudit.privacy.samplers``, the release default)
+  applied to the exact counts: the same distribution as the counts
   of a ``release_logs`` folder, without writing 256 M-cell Parquet tables per
   run. E is the same object's ``noise_bound``.
 * Shortcut (exact in distribution): transition noise is drawn only for rows
@@ -104,9 +105,9 @@ def noisy_counts(exact: SparseCounts, spec: DomainSpec, epsilon: float, rng: np.
 
 
 def _release(spec: DomainSpec, epsilon: float, stationary: bool) -> TabularRelease:
-    """The Gaussian (epsilon, 1e-6) release mechanism ``privaudit release`` would run (rounded noise)."""
+    """The Gaussian (epsilon, 1e-6) release mechanism ``privaudit release`` runs (exact discrete Gaussian noise)."""
     budget = resolve_budget(epsilon=epsilon, delta=DP_DELTA, mechanism="gaussian")
-    return TabularRelease.plan(spec, budget, stationary=stationary, noise="rounded")
+    return TabularRelease.plan(spec, budget, stationary=stationary, noise="exact")
 
 
 def run(args) -> list[dict]:
