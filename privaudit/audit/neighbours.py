@@ -278,7 +278,8 @@ def synthetic_pair(spec: DomainSpec, pooled: bool, logs: pl.DataFrame | None = N
     NeighbouringPair
         ``description``: ``kind`` ``synthetic`` (or ``synthetic-repeat`` when
         pooled), ``relation`` substitution, ``baseline`` (``empty`` or
-        ``logs``), the units' steps.
+        ``logs``), the units' steps, ``visits_change`` (achieved and
+        declared L2 of the visits, per step or pooled).
 
     Raises
     ------
@@ -313,7 +314,11 @@ def synthetic_pair(spec: DomainSpec, pooled: bool, logs: pl.DataFrame | None = N
         "kind": "synthetic-repeat" if pooled else "synthetic", "relation": "substitution",
         "baseline": "logs" if logs is not None and logs.height else "empty",
         "units": {"episodes_each": spec.max_episodes_per_unit, "u": steps["u"], "v": steps["v"]},
+        # the achieved change, recorded as for the canaries of real units (equals the declared one)
+        "visits_change": _visits_change(d, d_prime, spec, spec.max_episodes_per_unit, pooled=pooled),
     }
+    if "warning" in description["visits_change"]:
+        description["warning"] = description["visits_change"].pop("warning")
     return NeighbouringPair(d, d_prime, description)
 
 

@@ -283,17 +283,21 @@ def _choose(cands: list[Candidate], X0, X1, alpha_b, delta, objective):
 def default_canary(mechanism) -> str:
     """The canary strategy an audit of ``mechanism`` uses when none is given.
 
-    ``repeat`` for the built-in tabular release and DP-APVI adapters run with
-    pooled (stationary) counts: the canary that stays in one (s, a) cell at
-    every h attains the pooled sensitivity (L2 = kH sqrt(2)), whereas ``rare``
-    spreads over H cells and reaches only a 1/sqrt(H) share of it, so a
-    pooled release whose noise is sqrt(H) times too small could pass.
-    ``rare`` otherwise (per-step statistics, where it attains the
-    sensitivity; user mechanisms). See ``privaudit.audit.neighbours``.
+    ``synthetic`` for the built-in tabular release and DP-APVI adapters
+    (``synthetic-repeat`` when run with pooled, stationary, counts): D =
+    logs + u*, D' = logs + v* with u*, v* built from the spec alone
+    (:func:`privaudit.audit.neighbours.synthetic_pair`), a pair that reaches
+    the declared sensitivity whatever the logs hold (a real unit removed by
+    ``rare`` may have fewer than k episodes or short ones, and ``rare``
+    spreads over H cells, reaching only a 1/sqrt(H) share of the pooled
+    sensitivity). ``rare`` otherwise (user mechanisms, whose statistics the
+    spec does not describe; DP-VAPVI aims its own canary in ``make_pair``).
+    See ``privaudit.audit.neighbours`` and docs/audit.md.
     """
 
-    pooled = isinstance(mechanism, (ReleaseMechanism, DPAPVIMechanism)) and bool(mechanism.stationary)
-    return "repeat" if pooled else "rare"
+    if isinstance(mechanism, (ReleaseMechanism, DPAPVIMechanism)):
+        return "synthetic-repeat" if mechanism.stationary else "synthetic"
+    return "rare"
 
 
 def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, *, claim: Claim,
@@ -317,9 +321,10 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         The DP claim under test.
     pair : NeighbouringPair, optional
         An explicit pair (else a canary pair of strategy ``canary``).
-    canary : {"rare", "repeat", "random"} or None
+    canary : {"rare", "repeat", "random", "synthetic", "synthetic-repeat"} or None
         Canary strategy when no pair is given; None: :func:`default_canary`
-        (``repeat`` for a pooled built-in release / DP-APVI, else ``rare``).
+        (``synthetic`` / ``synthetic-repeat`` for a built-in release or
+        DP-APVI, per step / pooled; else ``rare``).
     trials : int
         Runs per side (selection + evaluation), >= 20.
     confidence : float

@@ -88,10 +88,11 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "post-processed); rho-zCDP alone does not imply it (refused with --noise exact).")
 @click.option("--canary", type=click.Choice(["rare", "repeat", "random", "synthetic", "synthetic-repeat"]),
               default=None,
-              help="How D' is built from D (docs/audit.md). Default: repeat for --mechanism release or "
-                   "dp-apvi with --stationary (the pair that attains the pooled sensitivity), else rare. "
-                   "synthetic / synthetic-repeat: D = logs + u*, D' = logs + v*, units built from the spec "
-                   "that attain the declared sensitivity (per step / pooled) and involve no real unit.")
+              help="How D' is built from D (docs/audit.md). synthetic / synthetic-repeat: D = logs + u*, "
+                   "D' = logs + v*, units built from the spec that attain the declared sensitivity (per step / "
+                   "pooled) and involve no real unit; the default for --mechanism release and dp-apvi "
+                   "(synthetic-repeat with --stationary). rare / repeat / random replace a real unit; rare is "
+                   "the default for FILE.py:NAME. dp-vapvi aims its own canary unless random.")
 @click.option("--pair", nargs=2, type=click.Path(dir_okay=False), default=None,
               metavar="D.parquet D2.parquet",
               help="An explicit neighbouring pair, read with the spec's column mapping; both validated "
@@ -109,7 +110,8 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
               help="Built-ins: run the mechanism at this epsilon instead of the claim's.")
 @click.option("--stationary", is_flag=True, help="Built-ins: counts pooled over h.")
 @click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None,
-              help="Built-ins: noise mode of the release (default: rounded).")
+              help="Built-ins: noise mode of the release (default: exact, as `privaudit release`; "
+                   "rounded for the GDP opt-in).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="REPORT.json to write.")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None, help="REPORT.png (trade-off plot).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out / --plot file (refused otherwise).")
@@ -131,9 +133,10 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     located errors as `privaudit release` (exit 1), so bad input is never
     reported as a violation of the mechanism.
 
-    Canary (with --logs): --canary, by default `repeat` for --mechanism
-    release / dp-apvi with --stationary (one cell at every h: attains the
-    pooled sensitivity), else `rare`; the one used is printed.
+    Canary (with --logs): --canary, by default `synthetic` for --mechanism
+    release / dp-apvi (`synthetic-repeat` with --stationary: units built
+    from the spec that attain the declared sensitivity), else `rare`; the
+    one used is printed.
 
     Errors in user code (FILE.py:NAME for --mechanism or --score: import
     error, wrong signature, an exception, a non-numeric output) are reported
@@ -179,16 +182,18 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     prepared = [prepare_logs(path, spec) for path in ([logs_path] if pair is None else list(pair))]
 
     if mechanism in BUILTIN:
-        if claim.kind == "gaussian" and noise == "exact":
-            raise UsageError("--claim-kind gaussian with --noise exact: discrete Gaussian noise is rho-zCDP but "
-                             "not sqrt(2 rho)-GDP (its trade-off curve lies below the Gaussian one at lattice "
-                             "thresholds), so the GDP test could report a false violation. Use --claim-kind "
-                             "generic (the default).")
+        noise = noise or "exact"  # what `privaudit release` releases by default: the audit tests that
+        if claim.kind == "gaussian" and noise == "exact" and mechanism != "dp-vapvi":
+            raise UsageError("--claim-kind gaussian with --noise exact (the default): discrete Gaussian noise is "
+                             "rho-zCDP but not sqrt(2 rho)-GDP (its trade-off curve lies below the Gaussian one "
+                             "at lattice thresholds), so the GDP test could report a false violation. Use "
+                             "--claim-kind generic (the default), or --noise rounded (continuous Gaussian noise) "
+                             "for the GDP test.")
         if mechanism == "dp-vapvi" and claim.rho is None:
             raise UsageError("--mechanism dp-vapvi needs a rho claim (--claim-rho R): its accounting is rho-zCDP.")
         fam, budget = builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon)
         budget.setdefault("delta", claim.delta if "rho" in budget else None)  # rho: the delta it is reported at
-        mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=stationary, noise=noise or "rounded", **budget)
+        mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=stationary, noise=noise, **budget)
         name = mechanism
         b = mech.budget
         runs_at = (f"epsilon={b.epsilon:g}" if fam == "laplace" else f"rho={b.rho:.6g}") + (
@@ -220,8 +225,9 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         p, logs = None, collect_or_raise(prepared[0].raw, logs_path)
         if canary is None:
             canary = default_canary(mech)
-            why = ("default for a pooled (--stationary) release: attains the pooled sensitivity"
-                   if canary == "repeat" else "default")
+            why = ("default: units built from the spec that attain the declared "
+                   + ("pooled sensitivity" if canary == "synthetic-repeat" else "sensitivity")
+                   if canary.startswith("synthetic") else "default")
         else:
             why = "--canary"
         shown = canary

@@ -69,7 +69,7 @@ def test_release_audit_writes_a_valid_report_and_plot(files):
 def test_release_run_above_its_claim_exits_3(files):
     res = _run(["--mechanism", "release", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
                 "--claim-rho", "0.5", "--mechanism-rho", "4", "--trials", "10000", "--out", files / "r.json",
-                "--seed", "2", "--claim-kind", "gaussian"])
+                "--seed", "2", "--claim-kind", "gaussian", "--noise", "rounded"])
     assert res.exit_code == 3, res.output
     assert load_report(files / "r.json")["verdict"] == "violation"
 
@@ -252,7 +252,8 @@ def test_rho_claim_defaults_to_delta_1e6_and_seeded_rng_mode(files):
     # rho 1 at delta 1e-6: eps = 7.766 (Canonne-Kamath-Steinke), the figure release and pipeline print
     assert doc["delta"] == 1e-6 and doc["claimed_epsilon"] == pytest.approx(7.766, abs=5e-4)
     assert doc["rng_mode"] == "seeded-insecure"
-    assert "canary: rare (default)" in res.output and doc["neighbouring_pair"]["kind"] == "canary-rare"
+    assert "canary: synthetic (default: units built from the spec" in res.output
+    assert doc["neighbouring_pair"]["kind"] == "synthetic"
 
 
 # --------------------------------------------------------------------------- pooled releases
@@ -279,16 +280,22 @@ def _pooled_files(tmp_path):
 
 def test_pooled_release_above_its_claim_is_flagged_with_the_default_canary(tmp_path):
     """A --stationary release run at rho 20 against a claim of rho 1. The default canary is
-    `repeat` (one cell at every h: pooled L2 ~ sqrt(H^2 + H) ~ 20.5 of 28.3, true rho ~ 10.5,
-    mu ~ 4.6 vs claimed 1.41): flagged. With `rare` the pair's true rho is ~ 20 x 40 / 800 = 1,
+    `synthetic-repeat` (u*, v*: one cell each at every h, built from the spec: pooled L2 =
+    kH sqrt(2) = 28.3, the declared sensitivity, true rho 20, mu ~ 6.3 vs claimed 1.41), and
+    `repeat` (one real unit replaced: L2 ~ sqrt(H^2 + H) ~ 20.5 of 28.3, mu ~ 4.6) is still
+    selectable: both flagged. With `rare` the pair's true rho is ~ 20 x 40 / 800 = 1,
     at the claim, so a valid audit flags it with probability <= 1 - confidence = 5%: this
     fixed seed is not flagged, which is why the default matters."""
     common = ["--mechanism", "release", "--stationary", *_pooled_files(tmp_path), "--claim-rho", "1",
-              "--mechanism-rho", "20", "--trials", "2000", "--seed", "5", "--claim-kind", "gaussian"]
+              "--mechanism-rho", "20", "--trials", "2000", "--seed", "5", "--claim-kind", "gaussian",
+              "--noise", "rounded"]
     res = _run([*common, "--out", tmp_path / "default.json"])
     assert res.exit_code == 3, res.output
-    assert "canary: repeat (default for a pooled (--stationary) release" in res.output
+    assert "canary: synthetic-repeat (default: units built from the spec that attain the declared pooled" in res.output
     doc = load_report(tmp_path / "default.json")
-    assert doc["neighbouring_pair"]["kind"] == "canary-repeat" and doc["epsilon_lower_bound"] > 7.766
+    assert doc["neighbouring_pair"]["kind"] == "synthetic-repeat" and doc["epsilon_lower_bound"] > 7.766
+    rep = _run([*common, "--canary", "repeat", "--out", tmp_path / "repeat.json"])
+    assert rep.exit_code == 3 and "canary: repeat (--canary)" in rep.output, rep.output
+    assert load_report(tmp_path / "repeat.json")["neighbouring_pair"]["kind"] == "canary-repeat"
     rare = _run([*common, "--canary", "rare", "--out", tmp_path / "rare.json"])
     assert rare.exit_code == 0 and "canary: rare (--canary)" in rare.output, rare.output

@@ -81,7 +81,8 @@ def test_mechanism_epsilon_override_under_a_rho_claim_runs_and_keeps_the_claim(f
     """Claim rho = 0.5 (mu = 1); mechanism at epsilon 60, delta 1e-6 (rho ~ 24, mu ~ 7):
     the pair (L2 = sqrt(2H) = sensitivity) separates at mu ~ 7, far above mu = 1; with 700
     evaluation runs per side mu_lb is above 3 except with negligible probability."""
-    res = _run(_base(files, "--claim-rho", "0.5", "--mechanism-epsilon", "60", "--claim-kind", "gaussian"))
+    res = _run(_base(files, "--claim-rho", "0.5", "--mechanism-epsilon", "60", "--claim-kind", "gaussian",
+                       "--noise", "rounded"))
     assert res.exit_code == 3, res.output
     assert "--mechanism-epsilon" in res.output and "gaussian noise at rho=" in res.output
     doc = load_report(files / "rep.json")
@@ -181,13 +182,22 @@ def test_k2_canary_warns_when_no_unit_reaches_the_declared_change():
     assert "below the declared sensitivity" in p.description["warning"]
 
 
-def test_k2_warning_reaches_the_report_messages(tmp_path):
+def test_k2_warning_reaches_the_report_messages_and_the_default_synthetic_pair_needs_none(tmp_path):
+    """k = 2 and no unit of D with 2 full-length episodes: `rare` falls short of the declared
+    2 sqrt(2H) (warned); the default synthetic pair, built from the spec, attains it."""
     (tmp_path / "spec.json").write_text(json.dumps(tiny_spec(k=2).to_dict()))
     tiny_logs().write_parquet(tmp_path / "logs.parquet")
-    res = _run(["--mechanism", "release", "--logs", tmp_path / "logs.parquet", "--spec", tmp_path / "spec.json",
-                "--claim-rho", "1", "--trials", "200", "--seed", "0", "--out", tmp_path / "r.json"])
+    args = ["--mechanism", "release", "--logs", tmp_path / "logs.parquet", "--spec", tmp_path / "spec.json",
+            "--claim-rho", "1", "--trials", "200", "--seed", "0"]
+    res = _run([*args, "--canary", "rare", "--out", tmp_path / "r.json"])
     assert res.exit_code == 0, res.output
     assert "pair: the canary pair changes the visits per step h by L2 3.873" in res.output
+    res = _run([*args, "--out", tmp_path / "s.json"])
+    assert res.exit_code == 0 and "pair:" not in res.output, res.output
+    pair = load_report(tmp_path / "s.json")["neighbouring_pair"]
+    assert pair["kind"] == "synthetic" and "warning" not in pair
+    assert pair["visits_change"]["l2"] == pytest.approx(2 * math.sqrt(2 * H), rel=1e-12)
+    assert pair["visits_change"]["declared_l2"] == pytest.approx(2 * math.sqrt(2 * H), rel=1e-12)
 
 
 # ------------------------------------------------------------------ canary name printed
