@@ -43,35 +43,11 @@ from privaudit.online.protocol import Agent, RunResult, run_episodes
 from privaudit.online.pucb import PUCB, UCBVI
 from privaudit.privacy import accounting
 from privaudit.privacy.accounting import Accountant
+from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.stats.release import physical_memory_bytes
 
 #: Version of the explore output folder (manifest and Parquet).
 EXPLORE_FORMAT_VERSION = 1
-#: Default delta for reporting a zCDP guarantee as (eps, delta).
-DEFAULT_DELTA = 1e-6
-
-
-@dataclass(frozen=True)
-class Budget:
-    """The privacy budget of a run: exactly one of epsilon (pure DP) and rho (zCDP), or none.
-
-    Attributes
-    ----------
-    epsilon : float or None
-        Pure eps-JDP (``math.inf``: no privacy).
-    rho : float or None
-        rho-zCDP counters, reported as (eps, delta)-JDP with ``delta``.
-    delta : float or None
-    """
-
-    epsilon: float | None = None
-    rho: float | None = None
-    delta: float | None = None
-
-    @property
-    def private(self) -> bool:
-        """False for a non-private run (no budget, or eps = inf)."""
-        return self.rho is not None or (self.epsilon is not None and math.isfinite(self.epsilon))
 
 
 @dataclass(frozen=True)
@@ -96,12 +72,15 @@ class Algorithm:
     needs_features: bool = False
 
 
-def _build_pucb(env: EpisodicEnv, K: int, budget: Budget, constants: str, beta: float, rng) -> Agent:
-    return PUCB(env.n_states, env.n_actions, env.horizon, K, epsilon=budget.epsilon, rho=budget.rho,
+def _build_pucb(env: EpisodicEnv, K: int, budget: Budget | None, constants: str, beta: float, rng) -> Agent:
+    # no budget (``epsilon`` = inf): the counters add no noise, PUCB's non-private twin
+    epsilon = math.inf if budget is None else budget.epsilon
+    rho = budget.rho if budget is not None and budget.mechanism == "gaussian" else None
+    return PUCB(env.n_states, env.n_actions, env.horizon, K, epsilon=epsilon, rho=rho,
                 beta=beta, constants=constants, rng=rng)
 
 
-def _build_ucbvi(env: EpisodicEnv, K: int, budget: Budget, constants: str, beta: float, rng) -> Agent:
+def _build_ucbvi(env: EpisodicEnv, K: int, budget: Budget | None, constants: str, beta: float, rng) -> Agent:
     return UCBVI(env.n_states, env.n_actions, env.horizon, K, beta=beta, constants=constants, rng=rng)
 
 
@@ -133,20 +112,19 @@ JDP_TEXT = {
 }
 
 
-def _guarantee(agent: Agent, budget: Budget) -> dict:
+def _guarantee(agent: Agent, budget: Budget | None) -> dict:
     events = list(getattr(agent, "events_", []))
     g = dict(JDP_TEXT)
-    if not budget.private or not events:
+    if budget is None or not events:
         g.update({"private": False, "epsilon": None, "delta": None, "rho": None, "events": []})
         return g
     acc = Accountant()
     for e in events:
         acc.compose(e)
     pure = acc.is_pure()
-    delta = 0.0 if pure else (budget.delta if budget.delta is not None else DEFAULT_DELTA)
+    delta = 0.0 if pure else budget.delta
     # derived from the composed event; the budget is stated when the events cost at most it (else: raises)
-    derived = accounting.guarantee(acc.composed("explore"), delta=delta, requested={},
-                                   bound=budget.epsilon if pure else budget.rho)
+    derived = accounting.guarantee(acc.composed("explore"), delta=delta, requested={}, bound=budget.amount)
     eps, rho = derived["epsilon"], None if pure else derived["rho"]
     g.update({"private": True, "epsilon": eps, "delta": delta, "rho": rho,
               "statement": (f"({eps:.6g}, {delta:.3g})-JDP" if delta else f"{eps:.6g}-JDP")
@@ -155,35 +133,42 @@ def _guarantee(agent: Agent, budget: Budget) -> dict:
     return g
 
 
-def validate_budget(algo: str, epsilon: float | None, rho: float | None, delta: float | None) -> Budget:
-    """Check the budget options against the algorithm; returns the Budget.
+def validate_budget(algo: str, epsilon: float | None, rho: float | None,
+                    delta: float | None) -> Budget | None:
+    """Check the budget arguments against the algorithm; returns the resolved budget, or None.
+
+    ``epsilon`` alone: pure eps-JDP, Laplace tree counters
+    (:func:`~privaudit.privacy.budget.resolve_budget`, ``mechanism="laplace"``);
+    ``rho`` (with an optional ``delta`` at which the zCDP guarantee is
+    reported, default :data:`~privaudit.privacy.accounting.DEFAULT_REPORT_DELTA`):
+    Gaussian counters. ``epsilon`` = inf, or a non-private algorithm: None (no
+    noise, no guarantee).
 
     Raises
     ------
     UsageError
         Unknown algorithm; a private algorithm without exactly one of
         epsilon/rho; a non-private one given a budget; delta without rho;
-        budgets out of range.
+        budgets out of range. Messages name the parameters (``epsilon``,
+        ``rho``, ``delta``, ``algo``).
     """
     if algo not in ALGORITHMS:
         raise UsageError(f"unknown algorithm {algo!r}; choose one of {sorted(ALGORITHMS)}.")
     entry = ALGORITHMS[algo]
     if delta is not None and rho is None:
-        raise UsageError("--delta applies only with --rho (it converts the zCDP guarantee to (eps, delta)).")
-    if delta is not None and not 0 < delta < 1:
-        raise UsageError(f"--delta must be in (0, 1). Got {delta}.")
+        raise UsageError("`delta` applies only with `rho` (it converts the zCDP guarantee to (eps, delta)).")
     if not entry.private:
         if epsilon is not None or rho is not None:
-            raise UsageError(f"--algo {algo} is not private; it takes no --epsilon/--rho (use --algo pucb).")
-        return Budget()
+            raise UsageError(f"`algo` {algo} is not private; it takes no `epsilon`/`rho` (use `algo` pucb).")
+        return None
     if (epsilon is None) == (rho is None):
-        raise UsageError(f"--algo {algo} needs exactly one of --epsilon (pure eps-JDP) and --rho (zCDP).")
-    for name, v in (("--epsilon", epsilon), ("--rho", rho)):
-        if v is not None and not (v > 0):
-            raise UsageError(f"{name} must be > 0 (inf for no privacy). Got {v}.")
-    if rho is not None and math.isinf(rho):
-        raise UsageError("--rho must be finite; use --epsilon inf for a non-private run.")
-    return Budget(epsilon, rho, delta if rho is not None else None)
+        raise UsageError(f"`algo` {algo} needs exactly one of `epsilon` (pure eps-JDP) and `rho` (zCDP).")
+    if epsilon is not None and not isinstance(epsilon, bool) and math.isinf(epsilon) and epsilon > 0:
+        return None  # the documented "no privacy" setting: the twin, no noise
+    if epsilon is not None:
+        return resolve_budget(epsilon=epsilon, mechanism="laplace")
+    budget = resolve_budget(rho=rho)
+    return budget if delta is None else budget.reported_at(delta)
 
 
 def memory_estimate(algo: str, env: EpisodicEnv, n_episodes: int) -> int:
@@ -210,7 +195,7 @@ def check_memory(algo: str, env: EpisodicEnv, n_episodes: int) -> None:
                          f"{phys / 2**30:.1f} GiB. Use a smaller --horizon or environment.")
 
 
-def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget, *, constants: str = "practical",
+def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget | None, *, constants: str = "practical",
                 beta: float = 0.05, seed: int | None = None, progress: Callable[[int], None] | None = None
                 ) -> tuple[Agent, RunResult]:
     """Build the agent and play ``n_episodes`` users of ``env``.
@@ -222,8 +207,8 @@ def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget, *,
         A key of :data:`ALGORITHMS`.
     n_episodes : int
         K (public; fixes the counters' trees).
-    budget : Budget
-        From :func:`validate_budget`.
+    budget : Budget or None
+        From :func:`validate_budget` (None: no privacy).
     constants : {"practical", "theory"}
     beta : float
         Failure probability of the confidence bounds.
@@ -273,7 +258,7 @@ def _plot(df: pl.DataFrame, title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, res: RunResult, budget: Budget,
+def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, res: RunResult, budget: Budget | None,
                   config: dict, overwrite: bool = False) -> dict:
     """Write regret.parquet, manifest.json and regret.png into ``out`` atomically; returns the manifest."""
     df = regret_frame(res)

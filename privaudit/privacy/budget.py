@@ -73,6 +73,23 @@ class Budget:
         """
         return accounting.guarantee(event, delta=self.delta, requested=self.requested, bound=self.amount)
 
+    def reported_at(self, delta: float) -> "Budget":
+        """This Gaussian budget with its zCDP guarantee reported as (epsilon, ``delta``).
+
+        The noise (calibrated to rho) is unchanged; ``requested`` gains the delta.
+
+        Raises
+        ------
+        UsageError
+            A Laplace budget (pure DP has delta = 0), ``delta`` outside (0, 1),
+            or a rho too small to report at ``delta`` (:func:`check_reportable`).
+        """
+        if self.mechanism != "gaussian":
+            raise UsageError("the Laplace mechanism is pure epsilon-DP (delta = 0): omit `delta`.")
+        d = _delta(delta)
+        check_reportable(self.rho, d)
+        return Budget("gaussian", self.rho, None, d, {**self.requested, "delta": d})
+
     def part(self, share: float, name: str = "part of rho") -> "Budget":
         """A Gaussian part holding ``share`` of rho (zCDP composes by adding rho).
 

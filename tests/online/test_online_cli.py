@@ -12,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
+from privaudit.errors import UsageError
 from privaudit.online.env import make_env
+from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.online.explore import run_explore, validate_budget
 from privaudit.privacy.accounting import event_epsilon
 from privaudit.privacy.events import event_from_dict
@@ -60,8 +62,8 @@ def test_explore_rho_reports_eps_delta_and_twin_has_no_guarantee(tmp_path):
     (["--algo", "ucb-vi", "--epsilon", "1"], "not private"),
     (["--algo", "pucb"], "exactly one"),
     (["--algo", "pucb", "--epsilon", "1", "--rho", "1"], "exactly one"),
-    (["--algo", "pucb", "--epsilon", "1", "--delta", "0.1"], "--delta applies only"),
-    (["--algo", "pucb", "--epsilon", "-1"], "must be > 0"),
+    (["--algo", "pucb", "--epsilon", "1", "--delta", "0.1"], "`--delta` applies only"),
+    (["--algo", "pucb", "--epsilon", "-1"], "must be a finite number > 0"),
     (["--algo", "pucb", "--epsilon", "1", "--actions", "3"], "does not apply"),
 ])
 def test_explore_refuses_bad_arguments(tmp_path, args, match):
@@ -87,3 +89,17 @@ def test_epsilon_inf_is_the_twin(tmp_path):
     assert json.loads(r.output)["guarantee"]["private"] is False
     m = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert m["config"]["epsilon"] == "inf" and not math.isinf(len(m["guarantee"]["events"]))
+
+
+def test_explore_budget_is_the_shared_budget():
+    """explore resolves its budget with privaudit.privacy.budget (no budget type of its own)."""
+    lap = validate_budget("pucb", 2.0, None, None)
+    assert isinstance(lap, Budget) and lap == resolve_budget(epsilon=2.0, mechanism="laplace")
+    gau = validate_budget("pucb", None, 0.5, 1e-5)
+    assert (gau.mechanism, gau.rho, gau.delta, gau.requested) == ("gaussian", 0.5, 1e-5, {"rho": 0.5, "delta": 1e-5})
+    assert validate_budget("pucb", None, 0.5, None).delta == resolve_budget(rho=0.5).delta
+    assert validate_budget("pucb", math.inf, None, None) is None and validate_budget("ucb-vi", None, None, None) is None
+    with pytest.raises(UsageError, match="pure epsilon-DP"):
+        lap.reported_at(1e-5)
+    with pytest.raises(UsageError, match="`delta` must be in"):
+        resolve_budget(rho=0.5).reported_at(1.5)

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from privaudit.errors import UsageError
+from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.online.linear.constants import (CONSTANT_SETS, Problem, dp_lsvi_ucb_pp_constants,
                                                lsvi_ucb_constants, lsvi_ucb_pp_constants,
                                                luyo_constants, ngo_constants)
@@ -42,15 +43,14 @@ def explore_builder(algo: str):
     """
 
     def build(env, n_episodes, budget, constants, fail_prob, rng):
-        rho = math.inf
-        if LINEAR_ALGOS[algo]:
-            if budget.epsilon is not None and math.isfinite(budget.epsilon):
-                raise UsageError(f"--algo {algo} adds Gaussian noise (rho-zCDP): give --rho R "
-                                 f"(reported as (eps, delta)-JDP with --delta), or --epsilon inf for no noise.")
-            if budget.rho is not None:
-                rho = float(budget.rho)
+        # budget: a privaudit.privacy.budget.Budget, or None (no privacy: no noise)
+        rho, delta = math.inf, DEFAULT_REPORT_DELTA
+        if budget is not None:
+            if budget.mechanism != "gaussian":
+                raise UsageError(f"`algo` {algo} adds Gaussian noise (rho-zCDP): give `rho` "
+                                 f"(reported as (eps, delta)-JDP at `delta`), or `epsilon` inf for no noise.")
+            rho, delta = float(budget.rho), budget.delta
         reward = np.stack([env.mdp.expected_reward(h) for h in range(env.horizon)])
-        delta = budget.delta if budget.delta is not None else 1e-6
         return make_linear_agent(algo, env.phi, reward, env.horizon, n_episodes, rho=rho, delta=delta,
                                  constants=constants, fail_prob=fail_prob, rng=rng)
 
