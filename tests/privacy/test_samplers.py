@@ -118,6 +118,31 @@ def test_tail_paths_exact(monkeypatch, mechanism, scale, seed):
     assert _chi2_pvalue(y, mechanism, scale) > 1e-6
 
 
+@pytest.mark.parametrize("b,t_max,seed", [(40.0, 30, 25), (500.0, 60, 26)])
+def test_capped_laplace_table_tails_exact(monkeypatch, b, t_max, seed):
+    # The table half-width capped far below b (as _T_MAX = 2^17 - 2 is at b = 8e4, where
+    # 19% of draws are tails): the folded-table geometric decomposition G = L M + R must
+    # give exactly P(G = g) = (1 - q) q^g, q = exp(-1/b), and the whole law must stay
+    # the discrete Laplace. Two chi-square tests, each false failure 1e-6.
+    monkeypatch.setattr(samplers, "_T_MAX", t_max)
+    s = ExactSampler("laplace", get_sampler("laplace", b).x)
+    assert s.T == t_max
+    rng = np.random.default_rng(seed)
+    y = s.sample(100_000, rng)
+    assert (np.abs(y) > s.T).mean() > 0.3
+    assert _chi2_pvalue(y, "laplace", b) > 1e-6
+    g = s._geometric(100_000, rng)
+    q = mpmath.exp(-1 / mpmath.mpf(b))
+    hi = int(g.max())
+    pmf = np.array([float((1 - q) * q ** k) for k in range(hi + 1)])
+    obs = np.bincount(g, minlength=hi + 1).astype(float)
+    ex = pmf * g.size
+    cut = int(np.flatnonzero(ex >= 5)[-1])  # pool the far tail (P(G > cut) = q^(cut+1)) into one bin
+    obs = np.append(obs[:cut + 1], obs[cut + 1:].sum())
+    ex = np.append(ex[:cut + 1], float(q ** (cut + 1)) * g.size)
+    assert stats.chisquare(obs, ex).pvalue > 1e-6
+
+
 def _residual_oracle(s: ExactSampler, mechanism: str, scale: float):
     """Law of the outcome index given 'ambiguous': the parts of each outcome's
     CDF interval lying in ambiguous cells, normalised (mpmath)."""
