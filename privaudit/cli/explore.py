@@ -96,7 +96,8 @@ def command(algo, env_name, episodes, epsilon, rho, delta, constants, beta, seed
     manifest = write_explore(out, env, algo, agent, res, budget, config, overwrite=overwrite)
     g, s = manifest["guarantee"], manifest["summary"]
     if as_json:
-        echo_json({"out": str(out), "summary": s, "guarantee": {k: g[k] for k in ("private", "epsilon", "delta", "rho")}})
+        keys = ("private", "epsilon", "delta", "rho", "sampler")
+        echo_json({"out": str(out), "summary": s, "guarantee": {k: g[k] for k in keys}})
         return
     click.echo(f"{algo} on {env.name} (H={env.horizon}, S={env.n_states}, A={env.n_actions}), K={episodes}: "
                f"cumulative regret {s['cumulative_regret']:.1f}, mean regret in the last 10% "

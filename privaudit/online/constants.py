@@ -112,6 +112,8 @@ class PUCBCalibration:
     log_term : float
         lambda = ln(2 C K / (beta/2)) of the sampling bonus.
     constants : PUCBConstants
+    reward_bits : int
+        The reward sums count in units of 2^-reward_bits (:func:`reward_lattice_bits`).
     """
 
     mechanism: str
@@ -123,6 +125,35 @@ class PUCBCalibration:
     E: float
     log_term: float
     constants: PUCBConstants
+    reward_bits: int = 8
+
+
+#: Finest reward lattice: 2^-8.
+MAX_REWARD_BITS = 8
+#: Lattice scales up to which the exact table samplers stay on their fast path
+#: (privacy.samplers: table half-width capped at 2^17 - 2, i.e. b up to about 6e3, sigma up to about 2e4).
+FAST_LATTICE_SCALE = {"laplace": 4096.0, "gaussian": 16384.0}
+
+
+def reward_lattice_bits(mechanism: str, scale: float) -> int:
+    """Bits of PUCB's reward lattice: the finest 2^-bits (bits <= 8) keeping scale 2^bits on the fast path.
+
+    A function of the public node scale only. The reward-sum counter holds
+    integers in units of 2^-bits and draws its exact discrete noise at scale
+    ``scale * 2^bits``; a finer grid than the noise needs would only push the
+    exact sampler onto its slow tail path (b 2^8 reaches 4e5 at eps = 1).
+    With noise of scale b >= 16 per node, rounding each reward to 2^-bits
+    (stochastically, unbiased; ``privaudit.online.pucb``) adds less than the
+    noise does.
+
+    Returns
+    -------
+    int
+        In [0, 8]; 8 for ``"none"``.
+    """
+    if mechanism not in FAST_LATTICE_SCALE or not scale > 0:
+        return MAX_REWARD_BITS
+    return int(min(MAX_REWARD_BITS, max(0, math.floor(math.log2(FAST_LATTICE_SCALE[mechanism] / scale)))))
 
 
 def calibrate(S: int, A: int, H: int, K: int, *, epsilon: float | None = None, rho: float | None = None,
@@ -186,4 +217,5 @@ def calibrate(S: int, A: int, H: int, K: int, *, epsilon: float | None = None, r
         E = std
     else:
         raise UsageError(f"unknown error mode {constants.error!r}; use 'union' or 'std'.")
-    return PUCBCalibration(mech, scale, L, C, sens, budget / 3.0, float(E), log_term, constants)
+    return PUCBCalibration(mech, scale, L, C, sens, budget / 3.0, float(E), log_term, constants,
+                           reward_lattice_bits(mech, scale))

@@ -33,6 +33,23 @@ Delta_1 (l1) or Delta_2 (l2) between neighbouring datasets:
   noise (Z + Z^T)/sqrt(2) with Z_ij ~ N(0, s^2); it costs ||Delta||_F^2 / (4 s^2)
   per node (ALGORITHMS.md 10), so s^2 = L * Delta_F^2 / (4 rho_f).
 
+Noise kinds. ``noise="exact"`` (PUCB): the counters hold integers (counts,
+or reals put on a power-of-two lattice and counted in lattice units) and every
+node draws the exact discrete Laplace (P(y) proportional to exp(-|y|/b)) or
+discrete Gaussian N_Z(0, sigma^2) of ``privaudit.privacy.samplers`` (sigma up
+to 2^15; beyond, ``privaudit.privacy.fixed_point.discrete_gaussian_wide``),
+total variation 0 to the target law. The node vector is then the discrete
+Laplace mechanism (eps = L Delta_1 / b for integer-valued sensitivity, Ghosh,
+Roughgarden & Sundararajan 2012; CKS 2020 section 2.2) or the multivariate
+discrete Gaussian mechanism (rho = L Delta_2^2 / (2 sigma^2), Canonne, Kamath &
+Steinke 2020, Thm 14), the same costs as the continuous mechanisms, with
+Delta and the scale in lattice units; the releases are integers (no float
+side channel). ``noise="continuous"`` (the linear explorers' GOE Gram trees):
+numpy's float samplers, whose truncated tails and float grids are not the
+continuous laws the accounting assumes; the stated guarantee is that of the
+ideal continuous mechanism and is *not certified* for the sampler
+(``privaudit.privacy.samplers.noise_statement("continuous")``).
+
 Under JDP with *replacement* of one user (one episode), a per-step count
 family (one unit per step h) has Delta_1 = 2H and Delta_2 = sqrt(2H)
 (seed 004 l.29 states H for add/remove; section 10).
@@ -48,15 +65,21 @@ Laplace sum bound). C. Dwork, M. Naor, T. Pitassi, G. Rothblum,
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 from scipy import special
 
 from privaudit.errors import UsageError
+from privaudit.privacy.fixed_point import discrete_gaussian_wide
+from privaudit.privacy.samplers import GAUSSIAN_SIGMA_MAX, exact_noise, get_sampler
 from privaudit.privacy.events import GaussianEvent, LaplaceEvent, PrivacyEvent, PrivacyUnit
 
 #: Noise families a TreeCounter can draw ("none": exact counts, no privacy).
 MECHANISMS = ("laplace", "gaussian", "goe", "none")
+#: How the node noise is drawn: exact discrete samplers on integer counters (total variation 0),
+#: or numpy's float samplers (``Generator.laplace`` / ``normal``; not certified, module docstring).
+NOISE_KINDS = ("exact", "continuous")
 
 
 def tree_levels(n_releases: int) -> int:
@@ -130,6 +153,12 @@ class TreeCounter:
         :func:`gaussian_node_sigma` or :func:`goe_node_scale`.
     rng : numpy.random.Generator
         Source of the noise (build it from OS entropy except in tests).
+    noise : {"continuous", "exact"}
+        ``"exact"``: integer counters (increments must be integers, in the
+        counter's lattice units), exact discrete Laplace / Gaussian node noise
+        with ``scale`` in the same units, int64 releases; ``laplace`` and
+        ``gaussian`` only. ``"continuous"``: numpy's float samplers (module
+        docstring: not certified).
 
     Attributes
     ----------
@@ -147,26 +176,40 @@ class TreeCounter:
     """
 
     def __init__(self, shape, n_releases: int, mechanism: str, scale: float = 0.0, *,
-                 rng: np.random.Generator):
+                 rng: np.random.Generator, noise: str = "continuous"):
         if mechanism not in MECHANISMS:
             raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Got {mechanism!r}.")
+        if noise not in NOISE_KINDS:
+            raise UsageError(f"`noise` must be one of {NOISE_KINDS}. Got {noise!r}.")
+        if noise == "exact" and mechanism == "goe":
+            raise UsageError("a goe counter has no exact discrete sampler here; use noise='continuous'.")
         self.shape = tuple(int(x) for x in np.atleast_1d(shape))
         if mechanism == "goe" and (len(self.shape) < 2 or self.shape[-1] != self.shape[-2]):
             raise UsageError(f"a goe counter needs square last axes. Got shape {self.shape}.")
         if mechanism != "none":
             _check_pos("scale", scale)
+        if noise == "exact" and mechanism != "none" and not (mechanism == "gaussian"
+                                                             and float(scale) > GAUSSIAN_SIGMA_MAX):
+            try:  # builds (and caches) the exact sampler's table now, not at the first release
+                get_sampler(mechanism, scale)
+            except RuntimeError:
+                raise UsageError(f"the exact {mechanism} sampler cannot draw at node scale {scale!r} (lattice units): "
+                                 "the scale is so small that its CDF is within 2^-16000 of a 2^-64 cell edge. "
+                                 "Use a smaller privacy budget, or epsilon = inf for no noise.") from None
         if not (hasattr(rng, "laplace") and hasattr(rng, "normal")):
             raise UsageError(f"`rng` must be a numpy Generator. Got {type(rng).__name__}.")
         self.mechanism = mechanism
+        self.noise = noise
         self.scale = float(scale)
         self.n_releases = int(n_releases)
         self.n_levels = tree_levels(n_releases)
         self.rng = rng
         self.t = 0
         self.draws = 0
-        self._exact = np.zeros(self.shape)
+        dtype = np.int64 if noise == "exact" else np.float64
+        self._exact = np.zeros(self.shape, dtype=dtype)
         # _above[j]: summed noise of the open nodes at levels >= j; _above[L] = 0
-        self._above = None if mechanism == "none" else np.zeros((self.n_levels + 1,) + self.shape)
+        self._above = None if mechanism == "none" else np.zeros((self.n_levels + 1,) + self.shape, dtype=dtype)
 
     def __repr__(self) -> str:
         return (f"TreeCounter(shape={self.shape}, mechanism={self.mechanism!r}, T={self.n_releases}, "
@@ -174,6 +217,11 @@ class TreeCounter:
 
     def _draw(self) -> np.ndarray:
         self.draws += 1
+        if self.noise == "exact":
+            n = int(np.prod(self.shape))
+            if self.mechanism == "gaussian" and self.scale > GAUSSIAN_SIGMA_MAX:
+                return discrete_gaussian_wide(Fraction(self.scale) ** 2, self.shape, rng=self.rng)
+            return exact_noise(self.mechanism, self.scale, n, rng=self.rng).reshape(self.shape)
         if self.mechanism == "laplace":
             return self.rng.laplace(0.0, self.scale, size=self.shape)
         z = self.rng.normal(0.0, self.scale, size=self.shape)
@@ -191,19 +239,28 @@ class TreeCounter:
         Returns
         -------
         ndarray, shape ``shape``
-            S~_t = sum_{i <= t} z_i + the noise of the open nodes (a new array).
+            S~_t = sum_{i <= t} z_i + the noise of the open nodes (a new array;
+            int64 for ``noise="exact"``).
 
         Raises
         ------
         UsageError
-            More than T updates, or ``z`` of another shape or not finite.
+            More than T updates, or ``z`` of another shape, or not integer
+            (``noise="exact"``).
         """
         if self.t >= self.n_releases:
             raise UsageError(f"this counter was built for T={self.n_releases} releases; the tree (and the "
                              "privacy accounting) does not cover more.")
-        z = np.asarray(z, dtype=np.float64)
+        z = np.asarray(z)
         if z.shape != self.shape:
             raise UsageError(f"increment has shape {z.shape}; the counter has shape {self.shape}.")
+        if self.noise == "exact":
+            if z.dtype.kind not in "iu":
+                if not (np.isfinite(z).all() and np.array_equal(z, np.round(z))):
+                    raise UsageError("an exact counter takes integer increments (lattice units); got non-integers.")
+            z = z.astype(np.int64)
+        else:
+            z = z.astype(np.float64)
         self.t += 1
         self._exact += z
         if self._above is None:
@@ -269,7 +326,8 @@ def tree_error_bound(mechanism: str, scale: float, n_levels: int, beta: float, *
 
 
 def tree_counter_event(family: str, mechanism: str, step_sensitivity: float, n_levels: int,
-                       scale: float, *, privacy_unit: PrivacyUnit = PrivacyUnit("user", 1)) -> PrivacyEvent:
+                       scale: float, *, privacy_unit: PrivacyUnit = PrivacyUnit("user", 1),
+                       noise: str = "continuous") -> PrivacyEvent:
     """The privacy event of one family's tree-counter stream (all its releases).
 
     The whole output sequence is a function of the node noises' vector, whose
@@ -294,6 +352,10 @@ def tree_counter_event(family: str, mechanism: str, step_sensitivity: float, n_l
         Node scale b, sigma or s.
     privacy_unit : PrivacyUnit
         One user (one episode): column ``"user"``, k = 1.
+    noise : {"continuous", "exact"}
+        How the node noise is drawn (:class:`TreeCounter`); recorded in the
+        event. For ``"exact"`` the sensitivity and the scale may be given in
+        real units: the lattice rescales both alike, so the cost is the same.
 
     Returns
     -------
@@ -301,7 +363,9 @@ def tree_counter_event(family: str, mechanism: str, step_sensitivity: float, n_l
         Neighbouring relation ``substitution`` (one user's data replaced).
     """
     L = int(n_levels)
-    common = dict(family=family, unit=privacy_unit, noise="continuous")
+    if noise not in NOISE_KINDS:
+        raise UsageError(f"`noise` must be one of {NOISE_KINDS}. Got {noise!r}.")
+    common = dict(family=family, unit=privacy_unit, noise=noise)
     if mechanism == "laplace":
         return LaplaceEvent(l1=L * float(step_sensitivity), b=scale, **common)
     if mechanism == "gaussian":

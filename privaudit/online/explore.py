@@ -41,9 +41,10 @@ from privaudit.online.env import EpisodicEnv
 from privaudit.online.linear.registry import LINEAR_ALGOS, LINEAR_SUMMARIES, explore_builder
 from privaudit.online.protocol import Agent, RunResult, run_episodes
 from privaudit.online.pucb import PUCB, UCBVI
-from privaudit.privacy import accounting
+from privaudit.privacy import accounting, samplers
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.budget import Budget, resolve_budget
+from privaudit.privacy.events import leaves
 from privaudit.stats.release import physical_memory_bytes
 
 #: Version of the explore output folder (manifest and Parquet).
@@ -112,12 +113,27 @@ JDP_TEXT = {
 }
 
 
+def sampler_statement(events) -> dict:
+    """What the explorer's noise samplers deliver, as the release manifest's ``guarantee.sampler``.
+
+    ``samplers.noise_statement("exact")`` (total variation 0, extra delta 0)
+    when every event's noise is ``"exact"`` (PUCB's discrete counters);
+    otherwise the statement of the first non-exact kind (``"continuous"`` for
+    the linear explorers' numpy Gaussians: not certified, total variation and
+    extra delta None).
+    """
+    kinds = {leaf.noise for e in events for leaf, _ in leaves(e)}
+    return samplers.noise_statement("exact" if kinds <= {"exact"} else sorted(kinds - {"exact"})[0])
+
+
 def _guarantee(agent: Agent, budget: Budget | None) -> dict:
     events = list(getattr(agent, "events_", []))
     g = dict(JDP_TEXT)
     if budget is None or not events:
-        g.update({"private": False, "epsilon": None, "delta": None, "rho": None, "events": []})
+        g.update({"private": False, "epsilon": None, "delta": None, "rho": None, "events": [], "sampler": None})
         return g
+    sampler = sampler_statement(events)
+    certified = sampler["extra_delta"] is not None
     acc = Accountant()
     for e in events:
         acc.compose(e)
@@ -128,7 +144,10 @@ def _guarantee(agent: Agent, budget: Budget | None) -> dict:
     eps, rho = derived["epsilon"], None if pure else derived["rho"]
     g.update({"private": True, "epsilon": eps, "delta": delta, "rho": rho,
               "statement": (f"({eps:.6g}, {delta:.3g})-JDP" if delta else f"{eps:.6g}-JDP")
-              + " for the actions recommended to all users and the final policy",
+              + " for the actions recommended to all users and the final policy"
+              + ("" if certified else " (of the ideal continuous Gaussian mechanism; not certified for the "
+                 "float sampler that ran: see guarantee.sampler)"),
+              "sampler": sampler,
               "events": [e.to_dict() for e in events]})
     return g
 
@@ -299,6 +318,10 @@ def _calibration_dict(agent: Agent) -> dict | None:
     return {"mechanism": cal.mechanism, "node_scale": cal.scale, "tree_levels": cal.n_levels,
             "n_counters": cal.n_counters, "family_step_sensitivity": cal.step_sensitivity,
             "family_budget": cal.family_budget, "counter_error_E": cal.E, "bonus_log_term": cal.log_term,
+            "noise": "exact discrete Laplace / Gaussian on integer counters (privacy.samplers)"
+                     if cal.mechanism != "none" else None,
+            "lattice": {"visits": "1", "transitions": "1",
+                        "rewards": f"2^-{cal.reward_bits} (stochastic rounding of each reward before any sum)"},
             "constants": {"name": cal.constants.name, "error": cal.constants.error,
                           "c_threshold": cal.constants.c_threshold, "c_phi": cal.constants.c_phi,
                           "c_psi": cal.constants.c_psi}}

@@ -24,6 +24,25 @@ broken uniformly at random with the agent's own generator, drawn once per
 episode (data-independent randomness; a fixed lowest-index rule would make
 RiverSwim's "left" the default action).
 
+Exact noise (no float side channel, issue 10). Every counter is an integer in
+its lattice unit: visits and transitions count in units of 1; each reward is
+rounded to a multiple of 2^-bits *before* any sum, bits =
+``calibration_.reward_bits`` (8, i.e. 2^-8, unless the node scale is so wide
+that a coarser grid keeps the exact sampler fast:
+``privaudit.online.constants.reward_lattice_bits``, a function of public
+facts), and the reward sums count in units of 2^-bits. The rounding is
+stochastic (floor(r 2^bits + U), U uniform from the agent's own generator:
+unbiased, and 0 and 1 stay fixed), so every rounded reward lies in [0, 1]
+whatever the coins and the sensitivity 2H holds on the grid for every coin
+sequence, hence unconditionally. The node noise is the exact discrete
+Laplace (``epsilon``) or discrete Gaussian (``rho``) of
+``privaudit.privacy.samplers`` with the node scale in lattice units (b 2^bits
+or sigma 2^bits for the rewards: the lattice multiplies the sensitivity and
+the scale alike, so each family still costs eps/3 or rho/3), total variation 0
+to the target law; so the stated eps-JDP / rho-zCDP holds for the sampler that
+runs, not only for an ideal continuous one. The non-private twin rounds the
+rewards the same way (it stays the same code).
+
 The non-private twin (``UCBVI``, ``privaudit explore --algo ucb-vi``) is the
 same code with exact counts: E = 0, no counter bonus.
 """
@@ -38,12 +57,16 @@ from privaudit.errors import UsageError
 from privaudit.online.constants import DEFAULT_BETA, PUCBCalibration, calibrate
 from privaudit.online.counters import TreeCounter, tree_counter_event
 from privaudit.online.protocol import Agent
+from privaudit.privacy.fixed_point import to_grid_nearest
 
 #: Counter families of PUCB, in the order of their noise streams.
 FAMILIES = ("visits", "rewards", "transitions")
+#: Finest reward grid 2^-REWARD_BITS (the calibration may choose a coarser one; module docstring).
+REWARD_BITS = 8
 
 
-def episode_increments(H: int, S: int, A: int, states, actions, rewards, next_states
+def episode_increments(H: int, S: int, A: int, states, actions, rewards, next_states, *,
+                       reward_bits: int = REWARD_BITS, rng: np.random.Generator | None = None
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One user's increments to the three counter families.
 
@@ -53,14 +76,19 @@ def episode_increments(H: int, S: int, A: int, states, actions, rewards, next_st
     states, actions, next_states : array of int, shape (H,)
         s_h, a_h, s_{h+1} for h = 0..H-1.
     rewards : array of float, shape (H,)
-        r_h in [0, 1] (clipped here: the sensitivity assumes the range).
+        r_h in [0, 1] (clipped here: the sensitivity assumes the range), then
+        rounded to a multiple of 2^-reward_bits (the grid keeps [0, 1]).
+    reward_bits : int, default 8
+    rng : numpy.random.Generator, optional
+        Coins of the stochastic rounding floor(r 2^bits + U) (unbiased); without
+        it, to the nearest grid point.
 
     Returns
     -------
     zn : ndarray, shape (H, S, A)
         1 at (h, s_h, a_h), else 0.
     zr : ndarray, shape (H, S, A)
-        r_h at (h, s_h, a_h), else 0.
+        r_h (on the 2^-reward_bits grid) at (h, s_h, a_h), else 0.
     zm : ndarray, shape (H, S, A, S)
         1 at (h, s_h, a_h, s_{h+1}), else 0.
 
@@ -75,7 +103,12 @@ def episode_increments(H: int, S: int, A: int, states, actions, rewards, next_st
     zr = np.zeros((H, S, A))
     zm = np.zeros((H, S, A, S))
     zn[h, s, a] = 1.0
-    zr[h, s, a] = np.clip(np.asarray(rewards, dtype=np.float64), 0.0, 1.0)
+    r = np.clip(np.asarray(rewards, dtype=np.float64), 0.0, 1.0)
+    if rng is None:
+        q = to_grid_nearest(r, reward_bits)
+    else:  # U < 1, so 0 and 1 (grid points) stay put and every rounded reward lies in [0, 1]
+        q = np.floor(np.ldexp(r, reward_bits) + rng.random(H)).astype(np.int64)
+    zr[h, s, a] = np.ldexp(q.astype(np.float64), -reward_bits)
     zm[h, s, a, s2] = 1.0
     return zn, zr, zm
 
@@ -148,8 +181,12 @@ class PUCB(Agent):
     ----------
     calibration_ : PUCBCalibration
     counters_ : dict[str, TreeCounter]
+        Integer counters in lattice units (``lattice_bits_``), exact
+        discrete noise of scale ``calibration_.scale * 2^bits``.
+    lattice_bits_ : dict[str, int]
+        Each family's lattice: its counter holds the value times 2^bits.
     events_ : list of PrivacyEvent
-        One per family (empty for the twin).
+        One per family (empty for the twin), noise ``"exact"``, in real units.
     """
 
     def __init__(self, n_states: int, n_actions: int, horizon: int, n_episodes: int, *,
@@ -158,13 +195,18 @@ class PUCB(Agent):
         S, A, H, K = int(n_states), int(n_actions), int(horizon), int(n_episodes)
         self.S, self.A, self.H, self.K = S, A, H, K
         self.calibration_ = cal = calibrate(S, A, H, K, epsilon=epsilon, rho=rho, beta=beta, constants=constants)
-        noise_rngs = rng.spawn(len(FAMILIES) + 1)
-        self._tie_rng = noise_rngs[-1]
+        noise_rngs = rng.spawn(len(FAMILIES) + 2)
+        self._tie_rng = noise_rngs[len(FAMILIES)]
+        self._round_rng = noise_rngs[len(FAMILIES) + 1]  # coins of the reward rounding
+        self.lattice_bits_ = {"visits": 0, "rewards": cal.reward_bits, "transitions": 0}
         shapes = {"visits": (H, S, A), "rewards": (H, S, A), "transitions": (H, S, A, S)}
-        self.counters_ = {f: TreeCounter(shapes[f], K, cal.mechanism, cal.scale, rng=g)
+        # node scale in lattice units: times 2^bits, exact (a power of two), like the sensitivity
+        self.counters_ = {f: TreeCounter(shapes[f], K, cal.mechanism, math.ldexp(cal.scale, self.lattice_bits_[f]),
+                                         rng=g, noise="exact")
                           for f, g in zip(FAMILIES, noise_rngs)}
         self.events_ = [] if cal.mechanism == "none" else [
-            tree_counter_event(f"pucb:{f}", cal.mechanism, cal.step_sensitivity, cal.n_levels, cal.scale)
+            tree_counter_event(f"pucb:{f}", cal.mechanism, cal.step_sensitivity, cal.n_levels, cal.scale,
+                               noise="exact")
             for f in FAMILIES]
         self._released = (np.zeros((H, S, A)), np.zeros((H, S, A)), np.zeros((H, S, A, S)))
         self._traj = np.zeros((4, H))  # s, a, r, s' of the current episode
@@ -204,8 +246,13 @@ class PUCB(Agent):
         """Feed the user's increments to every counter and release all of them."""
         t = self._traj
         s, a, s2 = t[0].astype(np.int64), t[1].astype(np.int64), t[3].astype(np.int64)
-        incs = episode_increments(self.H, self.S, self.A, s, a, t[2], s2)
-        self._released = tuple(self.counters_[f].update(z) for f, z in zip(FAMILIES, incs))
+        bits = self.lattice_bits_
+        incs = episode_increments(self.H, self.S, self.A, s, a, t[2], s2, reward_bits=bits["rewards"],
+                                  rng=self._round_rng)
+        # to lattice units (exact: the increments are multiples of 2^-bits), release back in real units
+        self._released = tuple(
+            np.ldexp(self.counters_[f].update(np.ldexp(z, bits[f]).astype(np.int64)).astype(np.float64), -bits[f])
+            for f, z in zip(FAMILIES, incs))
         self._episodes += 1
 
 

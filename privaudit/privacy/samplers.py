@@ -165,6 +165,16 @@ _STATEMENTS = {
                       "tables; the guarantee holds only for the ideal continuous mechanism. Releases refuse "
                       "this mode; it is kept for audits of float samplers",
     },
+    "continuous": {
+        "sampler": "numpy Generator.normal (float64 ziggurat), added to float statistics (GOE matrices as "
+                   "(Z + Z^T)/sqrt(2)); no lattice, no rounding",
+        "total_variation_per_draw": None,
+        "extra_delta": None,
+        "derivation": "not certified: the stated rho is that of the ideal continuous Gaussian mechanism "
+                      "(rho = l2^2 / (2 sigma^2)); numpy's normal is a float ziggurat with bounded support and "
+                      "float tables, and a float statistic plus float noise leaks through its low-order bits "
+                      "(AUDITING.md B2/B3), so the guarantee is not established for the sampler that ran",
+    },
 }
 
 
@@ -173,7 +183,7 @@ def noise_statement(noise: str) -> dict:
 
     Parameters
     ----------
-    noise : {"exact", "rounded"}
+    noise : {"exact", "rounded", "continuous"}
 
     Returns
     -------

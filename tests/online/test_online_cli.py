@@ -42,6 +42,10 @@ def test_explore_writes_regret_manifest_and_plot(tmp_path):
     assert g["epsilon"] == pytest.approx(2.0) and g["epsilon"] >= 2.0
     assert sum(event_epsilon(event_from_dict(e)) for e in g["events"]) <= g["epsilon"]
     assert "replaced" in g["neighbouring"] and "herself" in g["not_protected"]
+    # exact discrete counters: the release manifest's sampler statement (total variation 0, no extra delta)
+    assert g["sampler"]["total_variation_per_draw"] == 0.0 and g["sampler"]["extra_delta"] == 0.0
+    assert {e["noise"] for e in g["events"]} == {"exact"} and "not certified" not in g["statement"]
+    assert m["calibration"]["lattice"]["rewards"].startswith("2^-")
     assert (out / "regret.png").stat().st_size > 1000
 
 
@@ -56,6 +60,7 @@ def test_explore_rho_reports_eps_delta_and_twin_has_no_guarantee(tmp_path):
     r = _run(["--algo", "ucb-vi", "--env", "riverswim", "--episodes", "20", "--out", str(tmp_path / "b"), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["guarantee"]["private"] is False
+    assert json.loads(r.output)["guarantee"]["sampler"] is None
 
 
 @pytest.mark.parametrize("args, match", [

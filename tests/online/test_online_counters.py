@@ -132,3 +132,69 @@ def test_goe_noise_is_symmetric_and_exact_counter_is_exact():
     np.testing.assert_array_equal(e.update(np.arange(5.0)), np.arange(5.0))
     with pytest.raises(UsageError):
         TreeCounter((5,), 3, "laplace", 0.0, rng=np.random.default_rng(0))
+
+
+def _discrete_variance(mechanism: str, scale: float) -> float:
+    """Variance of one node draw: discrete Laplace 2q/(1-q)^2, q = e^(-1/b); discrete Gaussian by its sum."""
+    if mechanism == "laplace":
+        q = math.exp(-1.0 / scale)
+        return 2.0 * q / (1.0 - q) ** 2
+    y = np.arange(-int(40 * scale) - 2, int(40 * scale) + 3, dtype=np.float64)
+    w = np.exp(-y ** 2 / (2.0 * scale ** 2))
+    return float((w * y ** 2).sum() / w.sum())
+
+
+@pytest.mark.parametrize("mechanism,scale", [("laplace", 3.0), ("gaussian", 3.0), ("laplace", 700.0),
+                                             ("gaussian", 5.0e4)])
+def test_exact_counter_noise_is_integer_with_the_stated_scale(mechanism, scale):
+    """noise='exact': integer releases; the error at t = 7 (3 open nodes) has variance 3 var(node).
+
+    sigma = 5e4 > 2^15 takes the wide discrete Gaussian (privacy.fixed_point). 200000 counters: the
+    sample variance's relative error has sd <= sqrt((kurtosis - 1)/n) <= 0.006 (a sum of 3 discrete
+    Laplace has kurtosis <= 6), so the 4% tolerance is > 6 sd: false failure < 1e-9; the mean's
+    tolerance is 6 sd (false failure 2e-9).
+    """
+    n = 200_000
+    c = TreeCounter((n,), 8, mechanism, scale, rng=np.random.default_rng(7), noise="exact")
+    for _ in range(7):
+        out = c.update(np.ones(n, dtype=np.int64))
+    assert out.dtype == np.int64
+    err = (out - c._exact).astype(np.float64)
+    v = 3 * _discrete_variance(mechanism, scale)
+    assert np.var(err) == pytest.approx(v, rel=0.04)
+    assert abs(err.mean()) < 6 * math.sqrt(v / n)
+    # the node draws are the exact discrete laws: integers, and (Laplace) var differs from 2 b^2
+    if mechanism == "laplace" and scale == 3.0:
+        assert abs(v / 3 - 2 * scale ** 2) > 0.1  # 17.84 vs 18: the test can tell the two laws apart
+
+
+def test_exact_counter_matches_a_slow_tree_of_exact_draws():
+    """noise='exact' runs the same tree: release = exact sum + the open nodes' exact_noise draws."""
+    from privaudit.privacy.samplers import exact_noise
+    T, shape = 21, (3, 2)
+    c = TreeCounter(shape, T, "laplace", 4.0, rng=np.random.default_rng(11), noise="exact")
+    ref = np.random.default_rng(11)
+    node, total = {}, np.zeros(shape, dtype=np.int64)
+    data = np.random.default_rng(1)
+    for t in range(1, T + 1):
+        z = data.integers(0, 3, size=shape)
+        total += z
+        i = (t & -t).bit_length() - 1
+        node[i] = exact_noise("laplace", 4.0, 6, rng=ref).reshape(shape)
+        expect = total + sum(node[j] for j in range(c.n_levels) if (t >> j) & 1)
+        np.testing.assert_array_equal(c.update(z), expect)
+
+
+def test_exact_counter_refuses_fractions_goe_and_tiny_scales():
+    c = TreeCounter((2,), 4, "gaussian", 2.0, rng=np.random.default_rng(0), noise="exact")
+    with pytest.raises(UsageError, match="integer increments"):
+        c.update(np.array([0.5, 1.0]))
+    np.testing.assert_array_equal(c.update(np.array([1.0, 2.0])) % 1, 0)  # integral floats accepted
+    with pytest.raises(UsageError, match="goe"):
+        TreeCounter((2, 2), 4, "goe", 1.0, rng=np.random.default_rng(0), noise="exact")
+    with pytest.raises(UsageError, match="exact gaussian sampler"):
+        TreeCounter((2,), 4, "gaussian", 1e-3, rng=np.random.default_rng(0), noise="exact")
+    with pytest.raises(UsageError, match="noise"):
+        TreeCounter((2,), 4, "laplace", 1.0, rng=np.random.default_rng(0), noise="float")
+    ev = tree_counter_event("pucb:visits", "laplace", 4.0, 3, 12.0, noise="exact")
+    assert ev.noise == "exact" and event_epsilon(ev) == pytest.approx(1.0)

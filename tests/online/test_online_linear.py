@@ -365,6 +365,10 @@ def test_explore_cli_runs_a_linear_explorer(tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     assert m["guarantee"]["rho"] == pytest.approx(2.0, rel=1e-9)
     assert {e["family"].split(" ")[0] for e in m["guarantee"]["events"]} == {"ngo:gram", "ngo:target"}
+    # numpy's float Gaussian: stated honestly, not certified (no total variation, no extra delta)
+    smp = m["guarantee"]["sampler"]
+    assert "numpy" in smp["sampler"] and smp["total_variation_per_draw"] is None and smp["extra_delta"] is None
+    assert "not certified" in m["guarantee"]["statement"]
     bad = CliRunner().invoke(main, ["explore", "--algo", "luyo", "--env", "synthetic-linear", "--episodes", "40",
                                     "--epsilon", "1", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "--rho" in bad.output and not (tmp_path / "x").exists()
