@@ -8,7 +8,7 @@ import click
 
 from privaudit.audit.runner import MIN_TRIALS
 from privaudit.cli.common import echo_json, handle_errors
-from privaudit.learners import registry
+from privaudit import registry
 from privaudit.audit import Claim, load_pair, run_audit
 from privaudit.audit.adapters import MECHANISMS
 from privaudit.audit.model import FileFunction
@@ -18,8 +18,8 @@ from privaudit.errors import UsageError
 from privaudit.io_utils import check_writable
 from privaudit.spec import load_spec
 
-#: Built-in mechanisms: the tabular release and every private algorithm of the registry.
-BUILTIN = ("release",) + registry.names(private=True)
+#: Built-in mechanisms: the tabular release and every private offline algorithm of the registry.
+BUILTIN = ("release",) + registry.names(family=registry.OFFLINE, private=True)
 
 
 def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):

@@ -9,13 +9,13 @@ import click
 from privaudit.cli.common import echo_json, handle_errors
 from privaudit.errors import UsageError
 from privaudit.io_utils import check_writable, output_lock
-from privaudit.learners import registry
+from privaudit import registry
 from privaudit.learners.linear.logs import local_log_path, train_from_logs as linear_train_from_logs
 from privaudit.learners.policy import save_policy
 from privaudit.learners.train import check_out_free, train_from_logs, train_from_release
 from privaudit.spec import load_spec
 
-ALGOS = registry.names()
+ALGOS = registry.names(family=registry.OFFLINE)
 
 
 def release_dir_for(out: Path) -> Path:
@@ -116,7 +116,8 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             raise UsageError("--penalty-c2 is DP-APVI's privacy term: it applies to --algo dp-apvi only.")
         params.update(penalty)
     budget_given = any(v is not None for v in (rho, epsilon, delta))
-    linear_algos, private_algos = registry.names(family="linear"), registry.names(private=True)
+    linear_algos = registry.names(family="linear")
+    private_algos = registry.names(family=registry.OFFLINE, private=True)
 
     if release_dir is not None:
         if budget_given or ledger is not None or seed is not None:

@@ -12,7 +12,7 @@ from typing import Callable
 
 from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.errors import ArtifactError, UsageError
-from privaudit.learners import registry
+from privaudit import registry
 from privaudit.learners.policy import Policy
 from privaudit.learners.tabular_counts import exact_counts
 from privaudit.spec import DomainSpec

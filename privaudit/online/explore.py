@@ -15,9 +15,10 @@ All data here is simulated from a known MDP (the users are response trees
 keyed by ``world_key``), so the manifest records the seeds: nothing in the
 folder describes a real person.
 
-Algorithms are entries of :data:`ALGORITHMS` (name -> :class:`Algorithm`):
-a builder ``build(env, K, budget, constants, beta, rng) -> Agent``, whether it
-takes a privacy budget, and the names of the budgets it accepts.
+Algorithms are the ``online`` entries of the one algorithm registry
+(:mod:`privaudit.registry`; :data:`ALGORITHMS` maps their names to them): each
+names its builder ``build(env, K, budget, constants, beta, rng, *, algo) -> Agent``
+and says whether it takes a privacy budget.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -33,12 +33,11 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from privaudit import __version__
+from privaudit import __version__, registry
 from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir
 from privaudit.online.counters import tree_levels
 from privaudit.online.env import EpisodicEnv
-from privaudit.online.linear.registry import LINEAR_ALGOS, LINEAR_SUMMARIES, explore_builder
 from privaudit.online.protocol import Agent, RunResult, run_episodes
 from privaudit.online.pucb import PUCB, UCBVI
 from privaudit.privacy import accounting, samplers
@@ -51,48 +50,23 @@ from privaudit.stats.release import physical_memory_bytes
 EXPLORE_FORMAT_VERSION = 1
 
 
-@dataclass(frozen=True)
-class Algorithm:
-    """One explorer that ``privaudit explore --algo NAME`` can run.
-
-    Attributes
-    ----------
-    build : callable
-        ``build(env, K, budget, constants, beta, rng) -> Agent``.
-    private : bool
-        True when the algorithm needs a budget (--epsilon or --rho).
-    summary : str
-        One line for ``--help``.
-    needs_features : bool
-        True for linear explorers (the environment must expose phi).
-    """
-
-    build: Callable[..., Agent]
-    private: bool
-    summary: str
-    needs_features: bool = False
-
-
-def _build_pucb(env: EpisodicEnv, K: int, budget: Budget | None, constants: str, beta: float, rng) -> Agent:
-    # no budget (``epsilon`` = inf): the counters add no noise, PUCB's non-private twin
+def build_pucb(env: EpisodicEnv, K: int, budget: Budget | None, constants: str, beta: float, rng, *,
+               algo: str = "pucb") -> Agent:
+    """PUCB for ``privaudit explore`` (registry entry ``pucb``); None: no noise (the twin's counts)."""
     epsilon = math.inf if budget is None else budget.epsilon
     rho = budget.rho if budget is not None and budget.mechanism == "gaussian" else None
     return PUCB(env.n_states, env.n_actions, env.horizon, K, epsilon=epsilon, rho=rho,
                 beta=beta, constants=constants, rng=rng)
 
 
-def _build_ucbvi(env: EpisodicEnv, K: int, budget: Budget | None, constants: str, beta: float, rng) -> Agent:
+def build_ucbvi(env: EpisodicEnv, K: int, budget: Budget | None, constants: str, beta: float, rng, *,
+                algo: str = "ucb-vi") -> Agent:
+    """PUCB's non-private twin for ``privaudit explore`` (registry entry ``ucb-vi``)."""
     return UCBVI(env.n_states, env.n_actions, env.horizon, K, beta=beta, constants=constants, rng=rng)
 
 
-#: name -> Algorithm. Linear explorers (issue 16) add their entries here.
-ALGORITHMS: dict[str, Algorithm] = {
-    "pucb": Algorithm(_build_pucb, True, "PUCB (Vietri et al. 2020): tabular, Laplace (eps) or Gaussian (rho) "
-                      "tree counters, eps-JDP"),
-    "ucb-vi": Algorithm(_build_ucbvi, False, "PUCB's non-private twin (exact counts; UBEV-style UCB-VI)"),
-    **{name: Algorithm(explore_builder(name), private, LINEAR_SUMMARIES[name], needs_features=True)
-       for name, private in LINEAR_ALGOS.items()},
-}
+#: name -> registry entry of every online explorer (those registered when this module is imported).
+ALGORITHMS: dict[str, registry.Algorithm] = {n: registry.get(n) for n in registry.names(family="online")}
 
 #: What joint DP protects, for the manifest and the docs.
 JDP_TEXT = {
@@ -245,7 +219,7 @@ def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget | N
     if entry.needs_features and env.phi is None:
         raise UsageError(f"--algo {algo} needs a feature map; environment {env.name!r} has none "
                          "(use synthetic-linear).")
-    agent = entry.build(env, int(n_episodes), budget, constants, beta, np.random.default_rng(seed))
+    agent = entry.load()(env, int(n_episodes), budget, constants, beta, np.random.default_rng(seed), algo=algo)
     return agent, run_episodes(env, agent, n_episodes, progress=progress)
 
 

@@ -8,15 +8,17 @@ import pytest
 
 from privaudit.audit.adapters import MECHANISMS
 from privaudit.cli import audit as cli_audit
+from privaudit.cli import explore as cli_explore
 from privaudit.cli import train as cli_train
 from privaudit.errors import UsageError
-from privaudit.learners import registry
+from privaudit import registry
 from privaudit.learners.linear.logs import train_from_logs as linear_train
 from privaudit.learners.train import train_from_logs as tabular_train
+from privaudit.online.linear.registry import LINEAR_ALGOS
 
 
 def test_every_algorithm_loads_a_learner_with_fit():
-    for name in registry.names():
+    for name in registry.names(family=registry.OFFLINE):
         cls = registry.get(name).load()
         assert inspect.isclass(cls) and callable(getattr(cls, "fit", None)), name
         assert "fit" in {m for k in cls.__mro__ for m in vars(k)}
@@ -24,16 +26,16 @@ def test_every_algorithm_loads_a_learner_with_fit():
 
 def test_cli_and_audit_choices_come_from_the_registry():
     algo = next(p for p in cli_train.command.params if p.name == "algo")
-    assert tuple(algo.type.choices) == registry.names()
-    private = registry.names(private=True)
+    assert tuple(algo.type.choices) == registry.names(family=registry.OFFLINE)
+    private = registry.names(family=registry.OFFLINE, private=True)
     assert private == ("dp-apvi", "dp-vapvi")
     assert cli_audit.BUILTIN == ("release",) + private
     assert set(MECHANISMS) == set(cli_audit.BUILTIN)  # every private algorithm has an audit adapter
 
 
 def test_families_partition_the_names_and_train_refuses_the_other_family(tmp_path):
-    tab, lin = registry.names(family="tabular"), registry.names(family="linear")
-    assert set(tab) | set(lin) == set(registry.names()) and not set(tab) & set(lin)
+    tab, lin, onl = (registry.names(family=f) for f in registry.FAMILIES)
+    assert set(tab) | set(lin) | set(onl) == set(registry.names()) and len(tab + lin + onl) == len(registry.names())
     with pytest.raises(UsageError, match="unknown tabular algorithm 'pevi'; choose one of ve, apvi"):
         tabular_train(tmp_path / "never-read", None, algo="pevi")
     with pytest.raises(UsageError, match="unknown linear algorithm 'apvi'; choose one of pevi, vapvi, dp-vapvi"):
@@ -47,3 +49,14 @@ def test_register_refuses_a_taken_name_or_an_unknown_family():
         registry.register(registry.Algorithm("new", "deep", False, "x:Y", "?"))
     with pytest.raises(UsageError, match="unknown algorithm 'nope'; choose one of ve, apvi"):
         registry.get("nope")
+
+
+def test_explore_choices_come_from_the_same_registry():
+    """One registry (issue 11): ``privaudit explore --algo`` lists its ``online`` entries, each builder loads."""
+    algo = next(p for p in cli_explore.command.params if p.name == "algo")
+    online = registry.names(family="online")
+    assert tuple(algo.type.choices) == online and {"pucb", "ucb-vi", "dp-lsvi-ucb-pp"} <= set(online)
+    assert set(online).isdisjoint(registry.names(family=registry.OFFLINE))
+    for name in online:
+        assert callable(registry.get(name).load()), name
+    assert LINEAR_ALGOS == {n: registry.get(n).private for n in online if registry.get(n).needs_features}

@@ -17,7 +17,7 @@ import polars as pl
 
 from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.errors import SpecError, UsageError
-from privaudit.learners import registry
+from privaudit import registry
 from privaudit.learners.linear.data import LinearData
 from privaudit.io_utils import atomic_write_text, new_run_id
 from privaudit.learners.linear.privacy import guarantee, privacy_event

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from privaudit import registry
 from privaudit.errors import UsageError
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.online.linear.constants import (CONSTANT_SETS, Problem, dp_lsvi_ucb_pp_constants,
@@ -18,43 +19,36 @@ from privaudit.online.linear.constants import (CONSTANT_SETS, Problem, dp_lsvi_u
 from privaudit.online.linear.jin import LinearExplorer, LSVIUCB, LuyoLSVIUCB, NgoLSVIUCB
 from privaudit.online.linear.plusplus import LSVIUCBPlusPlus
 
-#: Algorithm names, and whether each is private.
-LINEAR_ALGOS = {"lsvi-ucb": False, "lsvi-ucb-pp": False, "luyo": True, "ngo": True,
-                "dp-lsvi-ucb-pp": True}
-
-#: One line per algorithm for ``privaudit explore --help``.
-LINEAR_SUMMARIES = {
-    "lsvi-ucb": "LSVI-UCB (Jin et al. 2020): linear MDP, non-private",
-    "lsvi-ucb-pp": "LSVI-UCB++ (He et al. 2023): variance-weighted, rare switching, non-private",
-    "luyo": "private LSVI-UCB through batching (Luyo et al. 2021): Gram trees over batches, rho-zCDP",
-    "ngo": "low-switching private LSVI-UCB (Ngo et al. 2022, seed 002): Gram trees, capped "
-           "det-doubling switches, rho-zCDP",
-    "dp-lsvi-ucb-pp": "DP-LSVI-UCB++ (seed 003, corrected): fresh GOE/Gaussian noise per (k, h), rho-zCDP",
-}
+#: Linear explorer names (the ``online`` entries of :mod:`privaudit.registry` that need features),
+#: and whether each is private.
+LINEAR_ALGOS = {n: registry.get(n).private for n in registry.names(family="online")
+                if registry.get(n).needs_features}
 
 
-def explore_builder(algo: str):
-    """``build(env, K, budget, constants, fail_prob, rng)`` for ``privaudit explore``.
+def build_linear(env, n_episodes, budget, constants, fail_prob, rng, *, algo: str) -> LinearExplorer:
+    """The builder of every linear explorer in :mod:`privaudit.registry` (``privaudit explore``).
 
     The environment supplies the public feature map (``env.phi``) and reward
-    function (``env.mdp.expected_reward``). A private algorithm takes ``--rho``
-    (``--epsilon inf``: no noise); a finite ``--epsilon`` is refused (these
-    mechanisms are Gaussian, zCDP).
+    function (``env.mdp.expected_reward``). A private algorithm takes a
+    Gaussian budget (``rho``; None: no noise); a Laplace (``epsilon``) budget
+    is refused (these mechanisms are Gaussian, zCDP).
+
+    Raises
+    ------
+    UsageError
+        A Laplace budget; see also :func:`make_linear_agent`.
     """
+    # budget: a privaudit.privacy.budget.Budget, or None (no privacy: no noise)
+    rho, delta = math.inf, DEFAULT_REPORT_DELTA
+    if budget is not None:
+        if budget.mechanism != "gaussian":
+            raise UsageError(f"`algo` {algo} adds Gaussian noise (rho-zCDP): give `rho` "
+                             f"(reported as (eps, delta)-JDP at `delta`), or `epsilon` inf for no noise.")
+        rho, delta = float(budget.rho), budget.delta
+    reward = np.stack([env.mdp.expected_reward(h) for h in range(env.horizon)])
+    return make_linear_agent(algo, env.phi, reward, env.horizon, n_episodes, rho=rho, delta=delta,
+                             constants=constants, fail_prob=fail_prob, rng=rng)
 
-    def build(env, n_episodes, budget, constants, fail_prob, rng):
-        # budget: a privaudit.privacy.budget.Budget, or None (no privacy: no noise)
-        rho, delta = math.inf, DEFAULT_REPORT_DELTA
-        if budget is not None:
-            if budget.mechanism != "gaussian":
-                raise UsageError(f"`algo` {algo} adds Gaussian noise (rho-zCDP): give `rho` "
-                                 f"(reported as (eps, delta)-JDP at `delta`), or `epsilon` inf for no noise.")
-            rho, delta = float(budget.rho), budget.delta
-        reward = np.stack([env.mdp.expected_reward(h) for h in range(env.horizon)])
-        return make_linear_agent(algo, env.phi, reward, env.horizon, n_episodes, rho=rho, delta=delta,
-                                 constants=constants, fail_prob=fail_prob, rng=rng)
-
-    return build
 
 
 def make_linear_agent(algo: str, phi, reward, horizon: int, n_episodes: int, *,

@@ -1,9 +1,15 @@
-"""The one algorithm registry: the names ``privaudit train``, the Python training
-functions and ``privaudit audit`` take their choices from.
+"""The one algorithm registry: the names ``privaudit train``, ``privaudit explore``,
+the Python training functions and ``privaudit audit`` take their choices from.
 
-Each :class:`Algorithm` names its learner class by import path, so reading
-the registry imports no learner (``privaudit --help`` stays fast); the class
-is imported by :meth:`Algorithm.load` when a command uses it.
+Offline learners (families ``tabular`` and ``linear``) and online explorers
+(family ``online``) are entries of the same registry; it lives in the core
+layer so that both ``privaudit.learners`` and ``privaudit.online`` (which do
+not import each other) read it.
+
+Each :class:`Algorithm` names its learner class (offline) or its builder
+(online) by import path, so reading the registry imports no learner
+(``privaudit --help`` stays fast); it is imported by :meth:`Algorithm.load`
+when a command uses it.
 
 Adding a learner: write its class (``__init__`` stores parameters, ``fit``
 returns ``self``, the policy in ``policy_``; see docs/learners.md), then
@@ -20,8 +26,10 @@ from dataclasses import dataclass
 
 from privaudit.errors import UsageError
 
-#: Families: how an algorithm reads the logs.
-FAMILIES = ("tabular", "linear")
+#: Families: how an algorithm reads the logs (offline) or meets its users (online).
+FAMILIES = ("tabular", "linear", "online")
+#: The offline families (``privaudit train``; private ones have an audit adapter).
+OFFLINE = ("tabular", "linear")
 
 
 @dataclass(frozen=True)
@@ -32,15 +40,20 @@ class Algorithm:
     ----------
     name : str
         The ``--algo`` name.
-    family : {"tabular", "linear"}
+    family : {"tabular", "linear", "online"}
         "tabular": counts over (H, S, A) (``privaudit.stats.protocol.Counts``);
-        "linear": per-step regressions on the spec's feature map.
+        "linear": per-step regressions on the spec's feature map;
+        "online": an explorer for ``privaudit explore``.
     private : bool
         True when the algorithm is differentially private (it spends budget).
     learner : str
-        ``"module:Class"`` of the learner.
+        ``"module:Class"`` of the learner; for an online explorer
+        ``"module:function"`` of its builder
+        ``build(env, K, budget, constants, beta, rng, *, algo) -> Agent``.
     summary : str
         One line for help texts.
+    needs_features : bool
+        Online only: True when the explorer needs the environment's feature map.
     """
 
     name: str
@@ -48,9 +61,10 @@ class Algorithm:
     private: bool
     learner: str
     summary: str
+    needs_features: bool = False
 
     def load(self) -> type:
-        """The learner class (imported now)."""
+        """The learner class, or the online builder (imported now)."""
         module, _, attr = self.learner.partition(":")
         return getattr(importlib.import_module(module), attr)
 
@@ -88,10 +102,11 @@ def get(name: str) -> Algorithm:
         raise UsageError(f"unknown algorithm {name!r}; choose one of {', '.join(names())}.") from None
 
 
-def names(*, family: str | None = None, private: bool | None = None) -> tuple[str, ...]:
-    """Registered names, in registration order, optionally of one family and/or privacy."""
+def names(*, family: str | tuple[str, ...] | None = None, private: bool | None = None) -> tuple[str, ...]:
+    """Registered names, in registration order, optionally of one family (or a tuple of them) and/or privacy."""
+    fams = (family,) if isinstance(family, str) else family
     return tuple(a.name for a in _REGISTRY.values()
-                 if (family is None or a.family == family) and (private is None or a.private == private))
+                 if (fams is None or a.family in fams) and (private is None or a.private == private))
 
 
 for _a in (
@@ -109,8 +124,25 @@ for _a in (
               "variance-aware PEVI with linear features (NOT private)"),
     Algorithm("dp-vapvi", "linear", True, "privaudit.learners.linear.estimators:DPVAPVI",
               "DP-VAPVI (seed 000 Alg. 2): Gaussian noise on its 5H statistics"),
+    Algorithm("pucb", "online", True, "privaudit.online.explore:build_pucb",
+              "PUCB (Vietri et al. 2020): tabular, Laplace (eps) or Gaussian (rho) tree counters, eps-JDP"),
+    Algorithm("ucb-vi", "online", False, "privaudit.online.explore:build_ucbvi",
+              "PUCB's non-private twin (exact counts; UBEV-style UCB-VI)"),
+    Algorithm("lsvi-ucb", "online", False, "privaudit.online.linear.registry:build_linear",
+              "LSVI-UCB (Jin et al. 2020): linear MDP, non-private", needs_features=True),
+    Algorithm("lsvi-ucb-pp", "online", False, "privaudit.online.linear.registry:build_linear",
+              "LSVI-UCB++ (He et al. 2023): variance-weighted, rare switching, non-private", needs_features=True),
+    Algorithm("luyo", "online", True, "privaudit.online.linear.registry:build_linear",
+              "private LSVI-UCB through batching (Luyo et al. 2021): Gram trees over batches, rho-zCDP",
+              needs_features=True),
+    Algorithm("ngo", "online", True, "privaudit.online.linear.registry:build_linear",
+              "low-switching private LSVI-UCB (Ngo et al. 2022, seed 002): Gram trees, capped "
+              "det-doubling switches, rho-zCDP", needs_features=True),
+    Algorithm("dp-lsvi-ucb-pp", "online", True, "privaudit.online.linear.registry:build_linear",
+              "DP-LSVI-UCB++ (seed 003, corrected): fresh GOE/Gaussian noise per (k, h), rho-zCDP",
+              needs_features=True),
 ):
     register(_a)
 del _a
 
-__all__ = ["Algorithm", "FAMILIES", "register", "get", "names"]
+__all__ = ["Algorithm", "FAMILIES", "OFFLINE", "register", "get", "names"]
