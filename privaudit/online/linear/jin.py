@@ -21,6 +21,13 @@ the known lower bound of Q*, and the private versions need it for the
 sensitivity); value targets use the finite next-state sums of
 :class:`~privaudit.online.linear.stats.RidgeStats`; the Gram release adds the
 ridge lambda I to the shift 2 lambda-tilde I, so that rho = inf reduces to LSVI-UCB.
+
+Noise: numpy's float Gaussian on float statistics (events ``noise="continuous"``).
+The rho stated for these explorers is that of the ideal continuous Gaussian
+mechanism and is *not certified* for the float sampler (truncated tails, float
+side channel; ``privacy.samplers.noise_statement("continuous")``, recorded in
+the explore manifest's ``guarantee.sampler``). PUCB's counters use exact
+discrete noise on integer lattices instead (``privaudit.online.pucb``).
 """
 
 from __future__ import annotations
