@@ -35,6 +35,8 @@ changes what the audit sees.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import polars as pl
 
@@ -42,7 +44,8 @@ from privaudit.audit.model import Claim
 from privaudit.errors import UsageError
 from privaudit.privacy import budget as budget_mod
 from privaudit.spec import DomainSpec
-from privaudit.audit.neighbours import NeighbouringPair, _unit_col, _visit_counts, canary_frame, make_pair
+from privaudit.audit.neighbours import (NeighbouringPair, _unit_col, _visit_counts, canary_frame, make_pair,
+                                       synthetic_pair)
 from privaudit.data.bounding import bound_contributions
 from privaudit.learners.linear import privacy as lp
 from privaudit.learners.linear.estimators import DPVAPVI
@@ -106,11 +109,75 @@ class DPVAPVIMechanism:
 
     # ----------------------------------------------------------------- pair
     def make_pair(self, logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare", *, rng):
-        """A canary pair aimed at step H-1 (see :func:`linear_canary_pair`); ``random`` uses the generic one."""
+        """A canary pair aimed at step H-1.
 
+        ``random``: the generic one. ``synthetic``: :meth:`synthetic_boundary_pair`
+        (attains the declared Frobenius sensitivity). Otherwise
+        :func:`linear_canary_pair` (the spec's features as they are).
+        """
         if strategy == "random":
             return make_pair(logs, spec, strategy, rng=rng)
+        if strategy.startswith("synthetic"):
+            return self.synthetic_boundary_pair(logs)
         return linear_canary_pair(logs, spec, self.fmap.table)
+
+    def synthetic_boundary_pair(self, logs: pl.DataFrame | None = None) -> NeighbouringPair:
+        """Synthetic units u*, v* whose step-(H-1) features sit at the norm bound.
+
+        The pair is :func:`privaudit.audit.neighbours.synthetic_pair` (k
+        full-length episodes each, disjoint cells, built from the spec), and
+        the feature map this adapter runs with is the spec's with the two
+        step-(H-1) cells set to orthogonal unit vectors: phi(u*) = e_1,
+        psi(v*) = e_2. The guarantee of DP-VAPVI holds for every map with
+        ||phi|| <= 1 (its noise depends on d and the bound only), so this is a
+        worst case within the claim: the Gram statistics change by
+        ||k (phi phi^T - psi psi^T)||_F = k sqrt(2), the declared sensitivity
+        (``learners.linear.privacy.sensitivities``). 0 and 1 lie on the
+        2^-12 lattice the features are rounded to (toward zero), so rounding
+        leaves the change exact. The spec's features reach only part of it
+        (synthetic-linear seed 0: 0.786 of sqrt(2)), because they have
+        ||phi||^2 <= 7/9 and no orthogonal pair.
+
+        Parameters
+        ----------
+        logs : polars.DataFrame, optional
+            The common part of D and D' (standard schema); None: empty.
+
+        Returns
+        -------
+        NeighbouringPair
+            ``description`` adds ``features`` (the two overridden cells and
+            their unit vectors) and ``gram_change`` (achieved and declared
+            Frobenius change of the Gram statistic at step H-1).
+
+        Raises
+        ------
+        UsageError
+            d < 2 (no two orthogonal features), or as ``synthetic_pair``.
+        """
+        d, H, k = self.fmap.dim, self.spec.horizon, self.spec.max_episodes_per_unit
+        if d < 2:
+            raise UsageError(f"--canary synthetic for dp-vapvi needs feature dimension d >= 2 (two orthogonal "
+                             f"unit features); this spec's map has d = {d}. Use --canary rare.")
+        pair = synthetic_pair(self.spec, pooled=False, logs=logs)
+        units = pair.description["units"]
+        cells = [(units[w][H - 1]["state"], units[w][H - 1]["action"]) for w in ("u", "v")]
+        table = np.array(self.fmap.table)
+        for i, (s_, a_) in enumerate(cells):
+            table[s_, a_] = 0.0
+            table[s_, a_, i] = 1.0
+        self.fmap = dataclasses.replace(self.fmap, table=table, settings={
+            **self.fmap.settings, "audit_boundary_cells": [list(c) for c in cells]})
+        e = np.eye(d)[:2]
+        achieved = float(k * np.linalg.norm(np.outer(e[0], e[0]) - np.outer(e[1], e[1])))
+        declared = float(lp.sensitivities(H, k)["gram"])
+        pair.description["features"] = {
+            "note": "the spec's feature map with these step-(H-1) cells of u*, v* set to e_1, e_2 (||phi|| = 1, "
+                    "orthogonal): a map within the claim's ||phi|| <= 1",
+            "cells": {"u": list(cells[0]), "v": list(cells[1])}}
+        pair.description["gram_change"] = {"statistic": "gram at step H-1 (Frobenius)", "l2": achieved,
+                                           "declared_l2": declared}
+        return pair
 
     def prepare(self, d: pl.DataFrame, d_prime: pl.DataFrame) -> "DPVAPVIMechanism":
         """Bound and aggregate D and D' through the library (``data_from_frame``)."""

@@ -46,7 +46,7 @@ import polars as pl
 from tqdm import tqdm
 
 from privaudit.audit import bounds as B
-from privaudit.audit.adapters import DPAPVIMechanism, ReleaseMechanism
+from privaudit.audit.adapters import DPAPVIMechanism, DPVAPVIMechanism, ReleaseMechanism
 from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
 from privaudit.audit.model import Claim, FileFunction, flatten_runs, is_batched, numeric_output
 from privaudit.audit.neighbours import NeighbouringPair, make_pair
@@ -291,12 +291,17 @@ def default_canary(mechanism) -> str:
     ``rare`` may have fewer than k episodes or short ones, and ``rare``
     spreads over H cells, reaching only a 1/sqrt(H) share of the pooled
     sensitivity). ``rare`` otherwise (user mechanisms, whose statistics the
-    spec does not describe; DP-VAPVI aims its own canary in ``make_pair``).
+    spec does not describe). DP-VAPVI: ``synthetic`` too, with the two
+    step-(H-1) features set to orthogonal unit vectors
+    (``DPVAPVIMechanism.synthetic_boundary_pair``), which attains the
+    declared Frobenius sensitivity the spec's own features may not reach.
     See ``privaudit.audit.neighbours`` and docs/audit.md.
     """
 
     if isinstance(mechanism, (ReleaseMechanism, DPAPVIMechanism)):
         return "synthetic-repeat" if mechanism.stationary else "synthetic"
+    if isinstance(mechanism, DPVAPVIMechanism):  # features at their norm bound: attains sqrt(2) k
+        return "synthetic"
     return "rare"
 
 

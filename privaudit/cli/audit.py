@@ -92,7 +92,8 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "D' = logs + v*, units built from the spec that attain the declared sensitivity (per step / "
                    "pooled) and involve no real unit; the default for --mechanism release and dp-apvi "
                    "(synthetic-repeat with --stationary). rare / repeat / random replace a real unit; rare is "
-                   "the default for FILE.py:NAME. dp-vapvi aims its own canary unless random.")
+                   "the default for FILE.py:NAME. dp-vapvi: synthetic (default) sets the units' last-step features "
+                   "to orthogonal unit vectors; rare/repeat aim a real-feature canary at its statistics.")
 @click.option("--pair", nargs=2, type=click.Path(dir_okay=False), default=None,
               metavar="D.parquet D2.parquet",
               help="An explicit neighbouring pair, read with the spec's column mapping; both validated "
@@ -231,7 +232,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         else:
             why = "--canary"
         shown = canary
-        if hasattr(mech, "make_pair") and canary != "random":  # dp-vapvi aims its own canary (canary-linear)
+        if hasattr(mech, "make_pair") and canary in ("rare", "repeat"):  # dp-vapvi aims its own (canary-linear)
             shown, why = "linear", f"{mechanism}'s canary aimed at its audited statistics; --canary random for a typical one"
         click.echo(f"canary: {shown} ({why})", err=True)
     rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, confidence=confidence,

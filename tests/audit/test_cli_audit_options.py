@@ -202,7 +202,7 @@ def test_k2_warning_reaches_the_report_messages_and_the_default_synthetic_pair_n
 
 # ------------------------------------------------------------------ canary name printed
 
-def test_dpvapvi_prints_the_linear_canary_it_uses(tmp_path):
+def test_dpvapvi_prints_the_canary_it_uses(tmp_path):
     from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
     from privaudit.mdp.simulate import simulate, uniform_policy
 
@@ -211,8 +211,13 @@ def test_dpvapvi_prints_the_linear_canary_it_uses(tmp_path):
     doc["features"] = {"map": "one-hot"}
     (tmp_path / "spec.json").write_text(json.dumps(doc))
     simulate(mdp, uniform_policy(mdp), 40, np.random.default_rng(1)).write_parquet(tmp_path / "logs.parquet")
-    res = _run(["--mechanism", "dp-vapvi", "--logs", tmp_path / "logs.parquet", "--spec", tmp_path / "spec.json",
-                "--claim-rho", "5", "--trials", "200", "--seed", "0", "--out", tmp_path / "r.json"])
+    args = ["--mechanism", "dp-vapvi", "--logs", tmp_path / "logs.parquet", "--spec", tmp_path / "spec.json",
+            "--claim-rho", "5", "--trials", "200", "--seed", "0"]
+    res = _run([*args, "--canary", "rare", "--out", tmp_path / "r.json"])
     assert res.exit_code == 0, res.output
     assert "canary: linear" in res.output and "canary: rare" not in res.output
     assert load_report(tmp_path / "r.json")["neighbouring_pair"]["kind"] == "canary-linear"
+    res = _run([*args, "--out", tmp_path / "s.json"])  # default: synthetic units, features at their norm bound
+    assert res.exit_code == 0 and "canary: synthetic (default" in res.output, res.output
+    pair = load_report(tmp_path / "s.json")["neighbouring_pair"]
+    assert pair["kind"] == "synthetic" and pair["gram_change"]["l2"] == pytest.approx(math.sqrt(2))

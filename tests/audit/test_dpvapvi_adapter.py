@@ -159,3 +159,33 @@ def test_cli_dp_vapvi(tmp_path):
         "--claim-rho", RHO, "--mechanism-rho", 8 * RHO, "--trials", 5000, "--seed", 0, "--out", tmp_path / "b.json",
         "--claim-kind", "gaussian")])
     assert bad.exit_code == 3, bad.output
+
+
+def test_synthetic_boundary_canary_attains_the_declared_frobenius_sensitivity():
+    """On the synthetic-linear map (||phi||^2 <= 7/9, no orthogonal pair) the aimed `rare`
+    canary reaches 0.786 of sqrt(2); `synthetic` sets the two step-(H-1) cells of u*, v* to
+    e_1, e_2 (on the 2^-12 lattice: rounding toward zero keeps them), and the exact Gram
+    change the mechanism computes equals the declared sqrt(2) within the lattice rounding."""
+    from privaudit.audit.runner import graybox_check
+    from privaudit.mdp.synthetic_linear import synthetic_linear_mdp, synthetic_linear_spec_doc
+
+    mdp = synthetic_linear_mdp(0, 3)
+    spec = DomainSpec.from_dict(synthetic_linear_spec_doc(3))
+    logs = simulate(mdp, uniform_policy(mdp), 30, np.random.default_rng(2))
+    aimed = DPVAPVIMechanism(spec, rho=RHO)
+    pair = aimed.make_pair(logs, spec, "rare", rng=np.random.default_rng(0))
+    gb = graybox_check(aimed.prepare(pair.d, pair.d_prime), pair, 1e-5)
+    assert max(f["l2"] for f in gb["families"]) < 0.8 * np.sqrt(2)  # the spec's features fall short
+    mech = DPVAPVIMechanism(spec, rho=RHO)
+    pair = mech.make_pair(logs, spec, "synthetic", rng=np.random.default_rng(0))
+    assert pair.description["kind"] == "synthetic"
+    from privaudit.audit.neighbours import check_neighbours
+    assert check_neighbours(pair.d, pair.d_prime)["removed_units"] == 1
+    cells = pair.description["features"]["cells"]
+    assert cells["u"] != cells["v"] and np.linalg.norm(mech.fmap.table[tuple(cells["u"])]) == 1.0
+    gb = graybox_check(mech.prepare(pair.d, pair.d_prime), pair, 1e-5)
+    assert gb["checked"] and not gb["violation"] and len(gb["families"]) == 2
+    for fam in gb["families"]:
+        assert fam["declared_l2"] == pytest.approx(np.sqrt(2))
+        assert abs(fam["l2"] - np.sqrt(2)) <= 4 * 2.0 ** -12  # lattice rounding of the features
+    assert pair.description["gram_change"]["l2"] == pytest.approx(np.sqrt(2))
