@@ -169,22 +169,41 @@ def test_audit_says_when_the_bound_is_the_resolution_limit(logs, tmp_path):
     d, _ = logs
     res = CliRunner().invoke(main, ["audit", "--mechanism", "release", "--logs", str(d / "logs.parquet"), "--spec",
                                     str(d / "spec.json"), "--claim-rho", "0.5", "--mechanism-rho", "10000",
-                                    "--trials", "200", "--seed", "0", "--out", str(tmp_path / "r.json")])
+                                    "--trials", "200", "--seed", "0", "--per-step", "--out",
+                                        str(tmp_path / "r.json")])
     assert res.exit_code in (0, 3), res.output  # 140 runs per side cannot reach the claim's epsilon
     rep = json.loads((tmp_path / "r.json").read_text())
     assert any("equals the resolution limit" in m for m in rep["messages"]), rep["messages"]
 
 
-def test_pipeline_says_which_step_rule_it_applied(logs, tmp_path):
-    """Issue 13 item 7 (part): the pipeline's default (pooled without an MDP) is printed when it applies."""
+def test_every_command_applies_and_says_the_same_step_rule(logs, tmp_path):
+    """Issue 13 item 7: one default for pooling over h (privaudit.stats.release.default_stationary) in
+    release, train, audit and pipeline: pooled without an MDP, printed on stderr when it applies, silent
+    when --stationary / --per-step is given. Before, release/train/audit counted per step by default."""
     d, _ = logs
+    L, Sp = str(d / "logs.parquet"), str(d / "spec.json")
+    rule = "counts pooled over the steps h (no MDP is given"
+    run = CliRunner().invoke
+    res = run(main, ["release", L, "--spec", Sp, "--rho", "1", "--seed", "1", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert rule in res.stderr and "--per-step overrides" in res.stderr
+    assert json.loads((tmp_path / "r" / "manifest.json").read_text())["domain"]["stationary"] is True
+    res = run(main, ["release", L, "--spec", Sp, "--rho", "1", "--seed", "1", "--per-step", "--out",
+                     str(tmp_path / "r2")])
+    assert res.exit_code == 0 and rule not in res.stderr, res.output
+    assert json.loads((tmp_path / "r2" / "manifest.json").read_text())["domain"]["stationary"] is False
+    res = run(main, ["train", L, "--spec", Sp, "--algo", "apvi", "--json", "--out", str(tmp_path / "p")])
+    assert res.exit_code == 0 and rule in res.stderr, res.output
+    assert json.loads(res.stdout)["stationary"] is True
+    res = run(main, ["audit", "--mechanism", "release", "--logs", L, "--spec", Sp, "--claim-rho", "1",
+                     "--trials", "100", "--seed", "0", "--out", str(tmp_path / "a.json")])
+    assert res.exit_code in (0, 3) and rule in res.stderr, res.output
+    assert "canary: repeat" in res.stderr  # the pooled release's canary
     said = []
     from privaudit.pipeline import run_pipeline
 
-    run_pipeline(d / "logs.parquet", d / "spec.json", rho=1.0, out=tmp_path / "p", audit_trials=0, seed=1,
-                 echo=said.append)
-    assert any("counts pooled over the steps h (no MDP is given" in s and "--per-step overrides" in s for s in said)
+    run_pipeline(L, Sp, rho=1.0, out=tmp_path / "pl", audit_trials=0, seed=1, echo=said.append)
+    assert any(rule in s and "--per-step overrides" in s for s in said)
     said.clear()
-    run_pipeline(d / "logs.parquet", d / "spec.json", rho=1.0, out=tmp_path / "q", audit_trials=0, seed=1,
-                 stationary=False, echo=said.append)
+    run_pipeline(L, Sp, rho=1.0, out=tmp_path / "q", audit_trials=0, seed=1, stationary=False, echo=said.append)
     assert not any("counts pooled" in s or "counts per step" in s for s in said)  # asked: nothing to explain

@@ -17,6 +17,7 @@ from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.errors import UsageError
 from privaudit.io_utils import check_writable
 from privaudit.spec import load_spec
+from privaudit.stats.release import default_stationary
 
 #: Built-in mechanisms: the tabular release and every private offline algorithm of the registry.
 BUILTIN = ("release",) + registry.names(family=registry.OFFLINE, private=True)
@@ -91,7 +92,7 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
               help="How D' is built from D (docs/audit.md). synthetic / synthetic-repeat: D = logs + u*, "
                    "D' = logs + v*, units built from the spec that attain the declared sensitivity (per step / "
                    "pooled) and involve no real unit; the default for --mechanism release and dp-apvi "
-                   "(synthetic-repeat with --stationary). rare / repeat / random replace a real unit; rare is "
+                   "(synthetic-repeat when pooled over h, the default). rare / repeat / random replace a real unit; rare is "
                    "the default for FILE.py:NAME. dp-vapvi: synthetic (default) sets the units' last-step features "
                    "to orthogonal unit vectors; rare/repeat aim a real-feature canary at its statistics.")
 @click.option("--pair", nargs=2, type=click.Path(dir_okay=False), default=None,
@@ -109,7 +110,9 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
               help="Built-ins: run the mechanism at this rho instead of the claim's (to audit a mis-stated claim).")
 @click.option("--mechanism-epsilon", type=float, default=None,
               help="Built-ins: run the mechanism at this epsilon instead of the claim's.")
-@click.option("--stationary", is_flag=True, help="Built-ins: counts pooled over h.")
+@click.option("--stationary/--per-step", default=None,
+              help="Built-ins release / dp-apvi: counts pooled over h, or per step h. Default: pooled "
+                   "(the rule of every command, printed when it applies).")
 @click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None,
               help="Built-ins: noise mode of the release (default: exact, as `privaudit release`; "
                    "rounded for the GDP opt-in).")
@@ -135,9 +138,12 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     reported as a violation of the mechanism.
 
     Canary (with --logs): --canary, by default `synthetic` for --mechanism
-    release / dp-apvi (`synthetic-repeat` with --stationary: units built
+    release / dp-apvi (`synthetic-repeat` when pooled over h: units built
     from the spec that attain the declared sensitivity), else `rare`; the
     one used is printed.
+
+    Steps: the built-ins release / dp-apvi pool their counts over h unless
+    given --per-step, the default of every command (printed when it applies).
 
     Errors in user code (FILE.py:NAME for --mechanism or --score: import
     error, wrong signature, an exception, a non-numeric output) are reported
@@ -156,7 +162,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     \b
     Examples:
       privaudit audit --mechanism release --logs logs.parquet --spec spec.json --claim-rho 1 --trials 100000 --out rep.json --plot rep.png
-      privaudit audit --mechanism release --stationary --logs logs.parquet --spec spec.json --claim-rho 1 --trials 20000 --out pooled.json
+      privaudit audit --mechanism release --per-step --logs logs.parquet --spec spec.json --claim-rho 1 --trials 20000 --out per_step.json
       privaudit audit --mechanism mine.py:release --pair D.parquet D2.parquet --spec spec.json --claim-epsilon 1 --delta 0 --trials 20000 --out rep.json
     """
 
@@ -194,7 +200,10 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             raise UsageError("--mechanism dp-vapvi needs a rho claim (--claim-rho R): its accounting is rho-zCDP.")
         fam, budget = builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon)
         budget.setdefault("delta", claim.delta if "rho" in budget else None)  # rho: the delta it is reported at
-        mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=stationary, noise=noise, **budget)
+        if stationary is None and mechanism != "dp-vapvi":  # the one default rule of every command, said
+            stationary, said = default_stationary()
+            click.echo(said, err=True)
+        mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=bool(stationary), noise=noise, **budget)
         name = mechanism
         b = mech.budget
         runs_at = (f"epsilon={b.epsilon:g}" if fam == "laplace" else f"rho={b.rho:.6g}") + (
@@ -210,7 +219,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                        err=True)
     else:
         given = [opt for opt, v in (("--mechanism-rho", mechanism_rho), ("--mechanism-epsilon", mechanism_epsilon),
-                                    ("--stationary", stationary or None), ("--noise", noise),
+                                    ("--stationary/--per-step", stationary), ("--noise", noise),
                                     ("--release-mechanism", release_mechanism)) if v is not None]
         if given:
             raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the built-in "

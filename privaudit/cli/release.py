@@ -7,7 +7,7 @@ import click
 from privaudit.cli.common import echo_json, handle_errors
 from privaudit.fmt import num
 from privaudit.io_utils import check_writable
-from privaudit.stats.release import release_logs
+from privaudit.stats.release import default_stationary, release_logs
 
 _HELP = """Release noisy visit counts n_h(s,a), transition counts n_h(s,a,s') and,
 unless the spec declares the reward public, reward sums R_h(s,a) of the
@@ -48,7 +48,9 @@ Example:
 @click.option("--epsilon", type=float, default=None, help="epsilon: with --delta (Gaussian) or alone (Laplace).")
 @click.option("--delta", type=float, default=None, help="delta of an (epsilon, delta) target (Gaussian only).")
 @click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
-@click.option("--stationary", is_flag=True, help="Pool the counts over h (tables (S,A), (S,A,S)).")
+@click.option("--stationary/--per-step", default=None,
+              help="Pool the counts over h (tables (S,A), (S,A,S)) or release one table per h. "
+                   "Default: pooled (the rule of every command, printed when it applies).")
 @click.option("--noise", type=click.Choice(["exact", "rounded"]), default="exact", show_default=True,
               help="exact: exact discrete Gaussian/Laplace (total variation 0, the manifest's guarantee holds "
                    "exactly). rounded (numpy float noise) is refused: its guarantee is not certified.")
@@ -60,6 +62,9 @@ Example:
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, as_json):
     check_writable(out, "--out")  # before the logs are read or any budget is checked
+    if stationary is None:
+        stationary, said = default_stationary()
+        click.echo(said, err=True)
     info = release_logs(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
                         stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed,
                         echo=lambda text: click.echo(text, err=True))

@@ -14,6 +14,7 @@ from privaudit.learners.linear.logs import local_log_path, train_from_logs as li
 from privaudit.learners.policy import save_policy
 from privaudit.learners.train import check_out_free, train_from_logs, train_from_release
 from privaudit.spec import load_spec
+from privaudit.stats.release import default_stationary
 
 ALGOS = registry.names(family=registry.OFFLINE)
 
@@ -38,7 +39,10 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
 @click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None,
               help="Noise sampler of the release made from LOGS (dp-apvi; default exact; rounded is refused).")
-@click.option("--stationary", is_flag=True, help="Pool counts over h (stationary MDP, e.g. ICU-Sepsis).")
+@click.option("--stationary/--per-step", default=None,
+              help="Pool counts over h (stationary MDP, e.g. ICU-Sepsis) or count per step h (tabular "
+                   "learners). Default from LOGS: pooled (the rule of every command, printed when it "
+                   "applies); from --release: as the release is.")
 @click.option("--failure-prob", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
               help="Learner's failure probability delta (tabular: iota = log(HSA/delta), E; dp-vapvi: "
                    "delta_fail in its E and L). Default 0.05.")
@@ -125,7 +129,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                              "--rho/--epsilon/--delta/--ledger/--seed do not apply.")
         check_out_free(out)
         policy = train_from_release(release_dir, algo=algo, spec=spec,
-                                    stationary=True if stationary else None, params=params)
+                                    stationary=stationary, params=params)
         release_used = Path(release_dir)
     elif algo in linear_algos:
         if spec is None:
@@ -156,6 +160,9 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     else:
         if spec is None:
             raise UsageError("LOGS needs --spec SPEC (the public domain of the logs).")
+        if stationary is None:  # the one default rule of every command, said when it applies
+            stationary, said = default_stationary()
+            say(said)
         release_used = release_dir_for(out) if algo in private_algos else None
         check_out_free(out, release_used)
         if algo in private_algos:

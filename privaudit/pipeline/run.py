@@ -59,6 +59,7 @@ from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.pipeline import report as rep
 from privaudit.pipeline.audit_release import audit_release
 from privaudit.stats.release import load_release, release_logs
+from privaudit.stats.release import default_stationary
 
 #: Bundled sample: 20,000 ICU-Sepsis episodes under the clinicians' policy, and its spec.
 SAMPLE_DIR = sample_dir()
@@ -274,13 +275,9 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         else:
             feature_map_from_spec(spec)
     the_mdp = _resolve_mdp(mdp, spec, instance_seed)
-    if stationary is None:  # the default rule, said when it applies (docs/pipeline.md "Defaults, and why")
-        stationary = True if the_mdp is None else bool(the_mdp.stationary)
-        why = ("no MDP is given, so the dynamics are taken as the same at every step" if the_mdp is None
-               else f"the MDP {the_mdp.name} is {'stationary' if stationary else 'non-stationary'}")
-        say(f"counts {'pooled over the steps h' if stationary else 'per step h'} ({why}); "
-            f"{'--per-step' if stationary else '--stationary'} overrides. release, train and audit count per "
-            "step unless given --stationary.")
+    if stationary is None:  # the one default rule of every command, said when it applies
+        stationary, said = default_stationary(the_mdp)
+        say(said)
     bar = _Progress(sys.stderr.isatty() if progress is None else bool(progress))
     try:
         # ------------------------------------------------------------ validate

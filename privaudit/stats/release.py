@@ -53,7 +53,7 @@ from privaudit.stats.mechanism import TabularRelease
 from privaudit.stats.artifact import (FILES, MANIFEST, Release, TransitionWriter, load_release,
                                       write_sa_table)
 
-__all__ = ["release_logs", "ReleaseInfo", "load_release", "Release",
+__all__ = ["release_logs", "default_stationary", "STEP_RULE", "ReleaseInfo", "load_release", "Release",
            "local_log_path", "check_release_size",
            "release_memory_estimate", "physical_memory_bytes", "MEMORY_PER_SLICE_BYTE", "MAX_SLICE_CELLS"]
 
@@ -129,6 +129,41 @@ def local_log_path(out: Path) -> Path:
     """``<out>.local-log.json``: beside the release folder, never inside it."""
     out = Path(out)
     return out.with_name(out.name + ".local-log.json")
+
+
+STEP_RULE = ("counts are pooled over the steps h unless --per-step is given or the MDP given is "
+             "non-stationary")
+
+
+def default_stationary(mdp=None) -> tuple[bool, str]:
+    """The one default for pooling counts over the steps h, used by every command.
+
+    Rule (docs/pipeline.md, "Defaults, and why"): pool the counts over h
+    (stationary tables (S, A), (S, A, S)) unless the user says ``--per-step``
+    or an MDP is given whose dynamics change with h. ``release``, ``train``,
+    ``audit`` and ``pipeline`` apply it when neither ``--stationary`` nor
+    ``--per-step`` is given, and print the returned sentence on stderr.
+
+    Parameters
+    ----------
+    mdp : object with a boolean ``stationary`` attribute and a ``name``, optional
+        The known MDP (pipeline ``--mdp``); None when none is given.
+
+    Returns
+    -------
+    stationary : bool
+        True to pool over h.
+    said : str
+        One line stating the rule that applied and how to override it.
+    """
+    if mdp is None:
+        stationary, why = True, "no MDP is given, so the dynamics are taken as the same at every step"
+    else:
+        stationary = bool(mdp.stationary)
+        why = f"the MDP {getattr(mdp, 'name', 'given')} is {'stationary' if stationary else 'non-stationary'}"
+    said = (f"counts {'pooled over the steps h' if stationary else 'per step h'} ({why}); "
+            f"{'--per-step' if stationary else '--stationary'} overrides. Default of every command: {STEP_RULE}.")
+    return stationary, said
 
 
 def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None = None,

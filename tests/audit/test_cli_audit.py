@@ -246,7 +246,7 @@ def test_existing_out_or_plot_is_refused_unless_overwrite(files):
 
 def test_rho_claim_defaults_to_delta_1e6_and_seeded_rng_mode(files):
     res = _run(["--mechanism", "release", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
-                "--claim-rho", "1", "--trials", "100", "--seed", "0", "--out", files / "r.json"])
+                "--claim-rho", "1", "--trials", "100", "--seed", "0", "--per-step", "--out", files / "r.json"])
     assert res.exit_code == 0, res.output
     doc = load_report(files / "r.json")
     # rho 1 at delta 1e-6: eps = 7.766 (Canonne-Kamath-Steinke), the figure release and pipeline print

@@ -135,7 +135,7 @@ def test_pair_is_read_through_the_spec_column_mapping(files):
     for df, name in ((p.d, "d.parquet"), (p.d_prime, "d2.parquet")):
         df.rename({**names, "unit_id": "patient"}).write_parquet(files / name)
     res = _run(["--mechanism", "release", "--pair", files / "d.parquet", files / "d2.parquet",
-                "--spec", files / "mapped.json", "--claim-rho", "1", "--trials", "200", "--seed", "0",
+                "--spec", files / "mapped.json", "--claim-rho", "1", "--trials", "200", "--seed", "0", "--per-step",
                 "--out", files / "rep.json"])
     assert res.exit_code == 0, res.output
     doc = load_report(files / "rep.json")
@@ -188,7 +188,7 @@ def test_k2_warning_reaches_the_report_messages_and_the_default_synthetic_pair_n
     (tmp_path / "spec.json").write_text(json.dumps(tiny_spec(k=2).to_dict()))
     tiny_logs().write_parquet(tmp_path / "logs.parquet")
     args = ["--mechanism", "release", "--logs", tmp_path / "logs.parquet", "--spec", tmp_path / "spec.json",
-            "--claim-rho", "1", "--trials", "200", "--seed", "0"]
+            "--claim-rho", "1", "--trials", "200", "--seed", "0", "--per-step"]
     res = _run([*args, "--canary", "rare", "--out", tmp_path / "r.json"])
     assert res.exit_code == 0, res.output
     assert "pair: the canary pair changes the visits per step h by L2 3.873" in res.output

@@ -40,7 +40,8 @@ def run(*args):
 
 def test_non_private_train_warns_and_round_trips(world):
     d = world["dir"]
-    res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "apvi", "--out", d / "p_apvi")
+    res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "apvi", "--per-step", "--out",
+              d / "p_apvi")
     assert res.exit_code == 0, res.output
     assert "NOT differentially private" in res.stderr
     pol = load_policy(d / "p_apvi")
@@ -59,7 +60,7 @@ def test_dp_train_releases_first_then_release_is_reused(world):
     init = run("budget", "init", d / "ledger.jsonl", "--dataset", world["spec"].dataset_id, "--rho-total", "10")
     assert init.exit_code == 0, init.output
     res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "dp-apvi", "--rho", "5",
-              "--ledger", d / "ledger.jsonl", "--seed", "3", "--out", d / "p_dp", "--json")
+              "--ledger", d / "ledger.jsonl", "--seed", "3", "--per-step", "--out", d / "p_dp", "--json")
     assert res.exit_code == 0, res.output
     assert "releasing DP counts" in res.stderr
     rel = d / "p_dp.release"
@@ -134,7 +135,7 @@ def test_evaluate_refuses_unknown_policy_version(world, tmp_path):
 def test_penalty_constants_from_the_cli(world, tmp_path):
     d = world["dir"]
     res = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "apvi", "--penalty-c1", 0.5,
-              "--penalty-c", 3, "--out", tmp_path / "p")
+              "--penalty-c", 3, "--per-step", "--out", tmp_path / "p")
     assert res.exit_code == 0, res.output
     pol = load_policy(tmp_path / "p")
     assert pol.parameters["C1"] == 0.5 and pol.parameters["C"] == 3.0
