@@ -198,7 +198,7 @@ def test_every_command_applies_and_says_the_same_step_rule(logs, tmp_path):
     res = run(main, ["audit", "--mechanism", "release", "--logs", L, "--spec", Sp, "--claim-rho", "1",
                      "--trials", "100", "--seed", "0", "--out", str(tmp_path / "a.json")])
     assert res.exit_code in (0, 3) and rule in res.stderr, res.output
-    assert "canary: repeat" in res.stderr  # the pooled release's canary
+    assert "canary: synthetic-repeat" in res.stderr  # the pooled release's canary
     said = []
     from privaudit.pipeline import run_pipeline
 
