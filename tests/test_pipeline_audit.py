@@ -152,3 +152,24 @@ def test_synthetic_canary_attains_the_release_sensitivity(strategy, stationary):
     assert {f["name"] for f in fams} >= {"visits", "transitions"}
     for f in fams:
         assert f["l2"] == pytest.approx(f["declared_l2"], rel=1e-12) and f["l1"] == pytest.approx(f["declared_l1"])
+
+
+def test_resolution_reported_is_that_of_the_deciding_test():
+    """A rho-zCDP claim is decided by the generic test: the reported resolution is the generic one
+    (not the GDP one, which is larger and would hide that the audit could not refute the claim)."""
+    from privaudit.audit import make_pair, run_audit
+    from privaudit.audit.adapters import ReleaseMechanism
+    from privaudit.pipeline.report import audit_summary
+    from tests.audit.helpers import tiny_logs, tiny_spec
+
+    spec, logs = tiny_spec(k=2), tiny_logs()
+    pair = make_pair(logs, spec, "synthetic", rng=np.random.default_rng(0))
+    m = ReleaseMechanism(spec, rho=0.5, delta=1e-5, stationary=False)
+    r = run_audit(m, claim=m.claim(), pair=pair, trials=200, seed=0, progress=False)
+    res = r.data["resolution_limit"]
+    assert r.data["method"]["test"] == "generic"
+    assert res["epsilon"] < res.get("epsilon_gaussian", math.inf)
+    a = audit_summary(r)
+    assert a["resolution_epsilon"] == pytest.approx(res["epsilon"])
+    assert a["resolution_epsilon"] < a["claim"]["epsilon"] and a["can_refute"] is False
+    assert any("could not have refuted" in msg for msg in r.data["messages"])

@@ -165,16 +165,23 @@ class AuditReport:
             msgs.append(f"the bound {eps_lb:.4g} equals the resolution limit: the evaluation runs of D and D' were "
                         f"perfectly separated, so {evaluation_trials} runs per side cannot prove more; more "
                         "trials would give a larger bound.")
+        can_refute = cap > claim.epsilon
         if not violated:
             msgs.append(f"no violation found at this resolution: with {evaluation_trials} evaluation runs per side "
-                        f"the largest provable epsilon is {cap:.3g}; events rarer than about "
+                        f"the largest provable epsilon ({test} test) is {cap:.3g}; events rarer than about "
                         f"{resolution['min_detectable_probability']:.2g} are invisible. This does not show the "
                         "mechanism is private.")
+        if not can_refute:
+            msgs.append(f"the {test} test's resolution {cap:.3g} is not above the claimed epsilon "
+                        f"{claim.epsilon:.4g}: this audit could not have refuted the claim at this run count "
+                        "(run more trials)")
         d.update({
             "verdict": verdict, "trials": trials,
             "epsilon_lower_bound": eps_lb,
             "method": {
                 "test": test,
+                "resolution_epsilon": cap,
+                "can_refute": bool(can_refute),
                 "valid_for_claim": ["generic", "gaussian"] if gaussian_valid else ["generic"],
                 "epsilon_lower_bound_from": source,
                 "bounds": "one-sided Clopper-Pearson",

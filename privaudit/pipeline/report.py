@@ -125,7 +125,8 @@ def audit_summary(report) -> dict:
         "epsilon_lower_bound_from": d["method"].get("epsilon_lower_bound_from", "generic"),
         "pair": d["neighbouring_pair"].get("construction", d["neighbouring_pair"].get("kind")),
         "graybox": {"checked": bool(d["graybox"]["checked"]), "violation": bool(d["graybox"]["violation"])},
-        "resolution_epsilon": res.get("epsilon_gaussian", res.get("epsilon")),
+        "resolution_epsilon": d["method"].get("resolution_epsilon", res.get("epsilon")),
+        "can_refute": d["method"].get("can_refute", True),
         "report": "audit/audit_report.json",
         "figure": "figures/audit_tradeoff.png",
     }
@@ -317,7 +318,11 @@ def format_table(summary: dict, out: str) -> str:
     else:
         lb = "n/a" if a["epsilon_lower_bound"] is None else f"{a['epsilon_lower_bound']:.3g}"
         lines.append(f"  audit       {a['verdict']}: eps lower bound {lb} vs claimed {num(a['claim']['epsilon'], 4)} "
-                     f"({a['evaluation_trials_per_side']} evaluation runs per side)")
+                     f"({a['evaluation_trials_per_side']} evaluation runs per side; resolution "
+                     f"{a['resolution_epsilon']:.3g})")
+        if not a.get("can_refute", True):
+            lines.append("  NOTE        the audit's resolution is not above the claimed epsilon: it could not have "
+                         "refuted the claim at this run count (raise --audit-trials)")
     lines.append(f"  report      {out}/report.md   summary {out}/summary.json")
     if summary["rng"] != "secure":
         lines.append("  WARNING     seeded noise (--seed): for tests only, NOT private against anyone who knows the seed")
@@ -397,8 +402,11 @@ def render_markdown(summary: dict) -> str:
                  if a["test"] == "gaussian" else "") + ").",
               f"* Gray-box check of the sensitivities on this pair: "
               f"{'violation' if a['graybox']['violation'] else 'passed' if a['graybox']['checked'] else 'not run'}.",
-              f"* Resolution: with {a['evaluation_trials_per_side']} evaluation runs per side no bound above about "
-              f"{a['resolution_epsilon']:.3g} could be proved.", "",
+              f"* Resolution: with {a['evaluation_trials_per_side']} evaluation runs per side the {a['test']} test "
+              f"could prove no bound above about {a['resolution_epsilon']:.3g}"
+              + (f", which is not above the claimed epsilon {a['claim']['epsilon']:.4g}: **this audit could not "
+                 "have refuted the claim at this run count** (raise --audit-trials)."
+                 if not a.get("can_refute", True) else "."), "",
               "An audit can prove a claim **false** (a bound above the claim); it can never prove it true. "
               "\"No violation found\" means only that this attack, at this number of runs, found none.", "",
               "![audit trade-off](figures/audit_tradeoff.png)", ""]
