@@ -240,7 +240,7 @@ def test_existing_dir_refused_unless_overwrite_of_a_pipeline_output(world, tmp_p
 
 def test_refusals_before_any_work(world, tmp_path):
     out = tmp_path / "out"
-    with pytest.raises(UsageError, match="needs --spec"):
+    with pytest.raises(UsageError, match="needs `spec`"):
         run_pipeline(world["dir"] / "logs.parquet", rho=1, out=out)
     with pytest.raises(UsageError, match="declares"):  # the MDP does not fit the spec
         run_pipeline(world["dir"] / "logs.parquet", world["dir"] / "spec.json", rho=1, out=out, mdp="icu-sepsis")

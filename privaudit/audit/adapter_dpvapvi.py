@@ -94,8 +94,8 @@ class DPVAPVIMechanism:
                  mechanism: str = "gaussian", stationary: bool = False, noise: str | None = None):
 
         if mechanism != "gaussian" or stationary:
-            raise UsageError("dp-vapvi is a Gaussian, per-step mechanism: --release-mechanism laplace and "
-                             "--stationary do not apply.")
+            raise UsageError("dp-vapvi is a Gaussian, per-step mechanism: `release_mechanism` laplace and "
+                             "`stationary` do not apply.")
         bad = [s for s in statistics if s not in STATISTICS]
         if bad or not statistics:
             raise UsageError(f"statistics must be a non-empty subset of {STATISTICS}. Got {tuple(statistics)}.")

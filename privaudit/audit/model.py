@@ -85,7 +85,7 @@ class Claim:
         mu = None
         if kind == "gaussian":
             if delta <= 0:
-                raise UsageError("a Gaussian claim needs `--delta` > 0 (no Gaussian mechanism is pure DP).")
+                raise UsageError("a Gaussian claim needs `delta` > 0 (no Gaussian mechanism is pure DP).")
             mu = gdp_mu_from_eps(epsilon, delta)
         return cls(float(epsilon), float(delta), None, kind, mu, "as stated")
 
@@ -107,11 +107,11 @@ class Claim:
             rho <= 0 or delta outside (0, 1).
         """
         if not (isinstance(rho, (int, float)) and math.isfinite(rho) and rho > 0):
-            raise UsageError(f"`--claim-rho` must be > 0. Found {rho}.")
+            raise UsageError(f"`claim_rho` must be > 0. Found {rho}.")
         if not 0 < delta < 1:
-            raise UsageError(f"`--delta` must lie in (0, 1) for a rho claim. Found {delta}.")
+            raise UsageError(f"`delta` must lie in (0, 1) for a rho claim. Found {delta}.")
         if kind not in CLAIM_KINDS:
-            raise UsageError(f"`--claim-kind` must be one of {CLAIM_KINDS}. Found {kind!r}.")
+            raise UsageError(f"`claim_kind` must be one of {CLAIM_KINDS}. Found {kind!r}.")
         eps = zcdp_to_dp(rho, delta)
         eps = float(eps[0] if isinstance(eps, tuple) else getattr(eps, "epsilon", eps))
         mu = math.sqrt(2 * rho) if kind == "gaussian" else None
@@ -143,11 +143,11 @@ class Claim:
 
 def _check_claim(epsilon, delta, kind):
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise UsageError(f"`--claim-epsilon` must be > 0. Found {epsilon}.")
+        raise UsageError(f"`claim_epsilon` must be > 0. Found {epsilon}.")
     if not (isinstance(delta, (int, float)) and 0 <= delta < 1):
-        raise UsageError(f"`--delta` must lie in [0, 1). Found {delta}.")
+        raise UsageError(f"`delta` must lie in [0, 1). Found {delta}.")
     if kind not in CLAIM_KINDS:
-        raise UsageError(f"`--claim-kind` must be one of {CLAIM_KINDS}. Found {kind!r}.")
+        raise UsageError(f"`claim_kind` must be one of {CLAIM_KINDS}. Found {kind!r}.")
 
 
 def is_batched(fn: Callable) -> bool:

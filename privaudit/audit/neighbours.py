@@ -118,7 +118,7 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
         Unknown strategy, empty logs, or no non-terminal state.
     """
     if strategy not in CANARY_STRATEGIES:
-        raise UsageError(f"`--canary` must be one of {CANARY_STRATEGIES}. Found {strategy!r}.")
+        raise UsageError(f"`canary` must be one of {CANARY_STRATEGIES}. Found {strategy!r}.")
     if strategy.startswith("synthetic"):  # D = logs + u*, D' = logs + v*: no real unit involved
         return synthetic_pair(spec, pooled=strategy == "synthetic-repeat", logs=logs)
     if logs.height == 0:
@@ -454,7 +454,7 @@ def check_neighbours(d: pl.DataFrame, d_prime: pl.DataFrame) -> dict:
         raise UsageError(
             f"D and D' must differ by replacing exactly one privacy unit ({unit}); "
             f"found {removed} unit(s) of D not in D' and {added} unit(s) of D' not in D. "
-            "Build D' from D by removing one unit and adding one (or use --canary).")
+            "Build D' from D by removing one unit and adding one (or use `canary`).")
     return {"kind": "identical" if not removed else "explicit", "relation": "substitution",
             "removed_units": removed, "added_units": added}
 

@@ -364,9 +364,9 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     """
     t_start = time.perf_counter()
     if not isinstance(trials, (int, np.integer)) or trials < 20:
-        raise UsageError(f"`--trials` must be an integer >= 20. Found {trials!r}.")
+        raise UsageError(f"`trials` must be an integer >= 20. Found {trials!r}.")
     if not 0.5 <= confidence < 1:
-        raise UsageError(f"`--confidence` must lie in [0.5, 1). Found {confidence}.")
+        raise UsageError(f"`confidence` must lie in [0.5, 1). Found {confidence}.")
     if selection_fraction is not None and not 0 < selection_fraction < 1:
         raise UsageError(f"`selection_fraction` must lie in (0, 1). Found {selection_fraction}.")
     rng = np.random.default_rng(seed)

@@ -183,9 +183,9 @@ def check_memory(algo: str, env: EpisodicEnv, n_episodes: int) -> None:
     need, phys = memory_estimate(algo, env, n_episodes), physical_memory_bytes()
     if phys is not None and need > phys / 2:
         S, A, H = env.n_states, env.n_actions, env.horizon
-        raise UsageError(f"--algo {algo} on {env.name} (S={S}, A={A}, H={H}) needs about {need / 2**30:.1f} GiB "
+        raise UsageError(f"`algo` {algo} on {env.name} (S={S}, A={A}, H={H}) needs about {need / 2**30:.1f} GiB "
                          f"for its S^2AH transition counters and their tree levels, above half of this machine's "
-                         f"{phys / 2**30:.1f} GiB. Use a smaller --horizon or environment.")
+                         f"{phys / 2**30:.1f} GiB. Use a smaller `horizon` or environment.")
 
 
 def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget | None, *, constants: str = "practical",
@@ -217,7 +217,7 @@ def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget | N
     entry = ALGORITHMS[algo]
     check_memory(algo, env, n_episodes)
     if entry.needs_features and env.phi is None:
-        raise UsageError(f"--algo {algo} needs a feature map; environment {env.name!r} has none "
+        raise UsageError(f"`algo` {algo} needs a feature map; environment {env.name!r} has none "
                          "(use synthetic-linear).")
     agent = entry.load()(env, int(n_episodes), budget, constants, beta, np.random.default_rng(seed), algo=algo)
     return agent, run_episodes(env, agent, n_episodes, progress=progress)

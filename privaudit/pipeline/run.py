@@ -85,28 +85,28 @@ def _check_out(out: Path, overwrite: bool) -> None:
     if not out.exists():
         return
     if not overwrite:
-        raise UsageError(f"{out} already exists; choose another --out, remove it, or pass --overwrite.")
+        raise UsageError(f"{out} already exists; choose another `out`, remove it, or pass `overwrite`.")
     summary = out / "summary.json"
     try:
         kind = json.loads(summary.read_text()).get("kind") if summary.is_file() else None
     except (OSError, json.JSONDecodeError, AttributeError):
         kind = None
     if not out.is_dir() or kind != SUMMARY_KIND:
-        raise UsageError(f"--overwrite replaces only a previous pipeline output (a folder with a summary.json "
-                         f"of kind {SUMMARY_KIND!r}); {out} is not one. Choose another --out.")
+        raise UsageError(f"`overwrite` replaces only a previous pipeline output (a folder with a summary.json "
+                         f"of kind {SUMMARY_KIND!r}); {out} is not one. Choose another `out`.")
 
 
 def _resolve_mdp(mdp, spec: DomainSpec, instance_seed: int | None = None):
 
     if mdp is None:
         if instance_seed is not None:
-            raise UsageError("--instance-seed names an instance of --mdp NAME; it needs --mdp.")
+            raise UsageError("`instance_seed` names an instance of `mdp` NAME; it needs `mdp`.")
         return None
     m = resolve_mdp(mdp, spec.horizon if str(mdp) in MDP_REGISTRY else None, instance_seed=instance_seed,
                     spec=spec)
     if (m.horizon, m.n_states, m.n_actions) != (spec.H, spec.S, spec.A):
-        raise UsageError(f"--mdp {mdp} has (H, S, A) = ({m.horizon}, {m.n_states}, {m.n_actions}) but the spec "
-                         f"declares ({spec.H}, {spec.S}, {spec.A}); pass the MDP the logs come from, or omit --mdp.")
+        raise UsageError(f"`mdp` {mdp} has (H, S, A) = ({m.horizon}, {m.n_states}, {m.n_actions}) but the spec "
+                         f"declares ({spec.H}, {spec.S}, {spec.A}); pass the MDP the logs come from, or omit `mdp`.")
     return m
 
 
@@ -243,11 +243,11 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
     # ---------------------------------------------------------------- arguments (nothing read yet)
     if logs is None:
         if spec is not None:
-            raise UsageError("--spec needs LOGS; with no LOGS the bundled ICU-Sepsis sample and its spec are used.")
+            raise UsageError("`spec` needs LOGS; with no LOGS the bundled ICU-Sepsis sample and its spec are used.")
         logs, spec = SAMPLE_LOGS, SAMPLE_SPEC
         mdp = "icu-sepsis" if mdp is None else mdp
     elif spec is None:
-        raise UsageError("LOGS needs --spec SPEC (the public domain spec of the logs).")
+        raise UsageError("LOGS needs `spec` SPEC (the public domain spec of the logs).")
     spec = spec if isinstance(spec, DomainSpec) else load_spec(spec)
     logs, out = Path(logs), Path(out)
     if stationary is not None and not isinstance(stationary, bool):

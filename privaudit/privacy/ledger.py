@@ -548,7 +548,7 @@ def _refuse_if_over(path: Path, head: dict, charges: list[dict], dataset_id: str
         raise BudgetExceededError(
             f"{path}: rho={_fmt(want)} would exceed the budget of dataset {dataset_id!r}: "
             f"total {_fmt(total)}, spent {_fmt(spent)}, remaining {_fmt(total - spent)}. "
-            f"Nothing was charged; lower --rho/--epsilon or use a new dataset budget.")
+            f"Nothing was charged; lower `rho`/`epsilon` or use a new dataset budget.")
     return spent
 
 

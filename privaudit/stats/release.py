@@ -284,7 +284,7 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     spec = spec if isinstance(spec, DomainSpec) else load_spec(spec)
     out = Path(out)
     if out.exists():
-        raise UsageError(f"{out} already exists; choose another --out or remove it.")
+        raise UsageError(f"{out} already exists; choose another `out` or remove it.")
     prepared = logs if isinstance(logs, PreparedLogs) else None
     if prepared is not None:
         prepared.check_spec(spec)

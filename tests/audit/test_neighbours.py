@@ -91,7 +91,7 @@ def test_check_neighbours_rejects_non_neighbours(tmp_path):
 
 
 def test_unknown_strategy_and_empty_logs():
-    with pytest.raises(UsageError, match="--canary"):
+    with pytest.raises(UsageError, match="`canary`"):
         make_pair(tiny_logs(), tiny_spec(), "loud", rng=np.random.default_rng(0))
     with pytest.raises(UsageError, match="empty"):
         make_pair(tiny_logs().head(0), tiny_spec(), "rare", rng=np.random.default_rng(0))

@@ -177,4 +177,4 @@ def test_dp_vapvi_failure_prob_and_local_log(rows, tmp_path):
     assert not any("local-log" in p.name for p in out.iterdir())
     r = run("train", rows / "logs.parquet", "--spec", rows / "rows.json", "--algo", "vapvi", "--failure-prob", 0.2,
             "--out", tmp_path / "q")
-    assert r.exit_code == 2 and "--failure-prob applies to dp-vapvi" in r.output
+    assert r.exit_code == 2 and "`--failure-prob` applies to dp-vapvi" in r.output

@@ -166,12 +166,12 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     params = dict(params or {})
     if "failure_prob" in params:
         if algo != "dp-vapvi":
-            raise UsageError(f"--failure-prob applies to dp-vapvi (its delta_fail) only; {algo} does not take it.")
+            raise UsageError(f"`failure_prob` applies to dp-vapvi (its delta_fail) only; {algo} does not take it.")
         params["delta_fail"] = params.pop("failure_prob")
     split = bool(params.pop("split", False))
     budget_given = any(v is not None for v in (rho, epsilon, delta))
     if algo != "dp-vapvi" and (budget_given or budget is not None):
-        raise UsageError(f"--algo {algo} is not private: it takes no budget (--rho/--epsilon/--delta).")
+        raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`).")
     if budget is not None and (budget_given or not isinstance(budget, Budget) or budget.mechanism != "gaussian"):
         raise UsageError("give either `budget` (a resolved Gaussian Budget) or `rho`/`epsilon`/`delta`, not both.")
     if algo == "dp-vapvi":
@@ -179,7 +179,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
             budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
         params["k"] = spec.max_episodes_per_unit
     elif ledger is not None:
-        raise UsageError(f"--algo {algo} is not private: it spends no budget, so --ledger does not apply.")
+        raise UsageError(f"`algo` {algo} is not private: it spends no budget, so `ledger` does not apply.")
     row_features = bool(spec.features) and spec.features.get("map") == "column-x-action"
     if row_features:
         m = column_dims(spec)  # before reading any row: a spec error costs nothing
