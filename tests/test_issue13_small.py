@@ -207,3 +207,20 @@ def test_every_command_applies_and_says_the_same_step_rule(logs, tmp_path):
     said.clear()
     run_pipeline(L, Sp, rho=1.0, out=tmp_path / "q", audit_trials=0, seed=1, stationary=False, echo=said.append)
     assert not any("counts pooled" in s or "counts per step" in s for s in said)  # asked: nothing to explain
+
+
+def test_library_errors_of_audit_and_linear_training_name_parameters(logs):
+    """Issue 13 item 8: run_audit and the linear train_from_logs name their Python parameters, not CLI
+    flags (the CLI turns `name` into its `--flag`: privaudit.cli.common.as_flags)."""
+    from privaudit.audit import run_audit
+    from privaudit.errors import UsageError
+    from privaudit.learners.linear.logs import train_from_logs as train_linear
+
+    d, _ = logs
+    spec = load_spec(d / "spec.json")
+    with pytest.raises(UsageError, match="^`trials` must be an integer >= 20"):
+        run_audit(lambda logs, rng: np.zeros(1), None, spec, claim=None, trials=5)
+    with pytest.raises(UsageError, match="^`failure_prob` applies to dp-vapvi"):
+        train_linear(d / "logs.parquet", spec, "pevi", params={"failure_prob": 0.1})
+    with pytest.raises(UsageError, match="^`algo` pevi is not private: it takes no budget"):
+        train_linear(d / "logs.parquet", spec, "pevi", rho=1.0)
