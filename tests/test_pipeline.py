@@ -88,6 +88,13 @@ def test_every_artifact_and_a_valid_summary(linear_run):
     # a --seed run is for tests only: anyone who knows the seed can subtract the noise
     assert s["sharing"]["may_leave"] == [] and s["rng"] == "seeded-insecure"
     assert {"private/", "release/", "policies/"} <= set(s["sharing"]["must_not_leave"])
+    # ... and report.md's table and the policies say so too
+    table = (out / "report.md").read_text().split("## Files: what may leave the building")[1].split("\n\n|")[1]
+    rows = [r for r in ("|" + table).splitlines() if r.startswith("| `")]
+    assert len(rows) >= 5 and all("| yes |" not in r for r in rows) and all("**no**" in r for r in rows)
+    for name in ("dp-apvi", "dp-vapvi"):
+        priv = json.loads((out / "policies" / name / "policy.json").read_text())["privacy"]
+        assert priv["private"] is False and "seeded" in priv["note"]
     # the stdout table names both policies
     assert "dp-apvi" in res.output and "dp-vapvi" in res.output and "guarantee" in res.output
     # nothing is left beside the output folder (the temporary build folder was renamed)

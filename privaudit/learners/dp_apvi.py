@@ -82,11 +82,20 @@ def release_noise_bound(manifest: dict, failure_prob: float) -> float:
 
 
 def release_privacy(manifest: dict, release_path: str | None = None) -> dict:
-    """The policy's privacy record, inherited from the release manifest."""
+    """The policy's privacy record, inherited from the release manifest.
+
+    ``private`` is false (with a note) when the release's ``rng`` is
+    ``seeded-insecure``: the guarantee is kept for reference but does not
+    hold against anyone who knows the seed.
+    """
     g = dict(manifest.get("guarantee", {}))
     g.update({k: manifest[k] for k in ("mechanism", "noise", "neighbouring", "privacy_unit", "rng")
               if k in manifest})
-    out = {"private": True, "guarantee": g}
+    if manifest.get("rng") == "seeded-insecure":  # the release's noise is reproducible from a seed
+        out = {"private": False, "guarantee": g,
+               "note": "seeded noise (rng seeded-insecure): not private against anyone who knows the seed"}
+    else:
+        out = {"private": True, "guarantee": g}
     if release_path is not None:
         out["release"] = str(release_path)
     return out

@@ -410,17 +410,23 @@ def render_markdown(summary: dict) -> str:
               "An audit can prove a claim **false** (a bound above the claim); it can never prove it true. "
               "\"No violation found\" means only that this attack, at this number of runs, found none.", "",
               "![audit trade-off](figures/audit_tradeoff.png)", ""]
-    L += ["## Files: what may leave the building", "",
-          "| path | may leave? | what |", "|---|---|---|",
-          "| `release/` | yes | the DP release: noisy counts over the whole declared domain + `manifest.json` "
-          "(guarantee, no seed, no raw count) |",
-          "| `policies/` | yes | DP policies (post-processing of DP outputs) |",
-          "| `summary.json`, `report.md` | yes | guarantee, values on a public MDP, audit verdict; no count of "
-          "rows, episodes or units, no timing, no seed |",
-          "| `figures/values.png` | yes | the values chart |"]
+    secure = summary["rng"] == "secure"
+    ok = "yes" if secure else "**no** (seeded)"
+    L += ["## Files: what may leave the building", ""]
+    if not secure:
+        L += ["Nothing may leave: this run's noise was drawn from `--seed` (rng `seeded-insecure`), so anyone "
+              "who knows or guesses the seed can remove it. The files carry no seed value, but the noise in "
+              "them is not private.", ""]
+    L += ["| path | may leave? | what |", "|---|---|---|",
+          f"| `release/` | {ok} | the DP release: noisy counts over the whole declared domain + `manifest.json` "
+          "(guarantee, no seed value, no raw count) |",
+          f"| `policies/` | {ok} | DP policies (post-processing of DP outputs) |",
+          f"| `summary.json`, `report.md` | {ok} | guarantee, values on a public MDP, audit verdict; no count of "
+          "rows, episodes or units, no timing, no seed value |",
+          f"| `figures/values.png` | {ok} | the values chart |"]
     if a is not None:
-        L.append("| `figures/audit_tradeoff.png` | yes | the audit's trade-off curve (same content as its verdict) |")
-        L.append("| `audit/` | yes | the full audit report: the synthetic pair (from the spec), the attacks' "
+        L.append(f"| `figures/audit_tradeoff.png` | {ok} | the audit's trade-off curve (same content as its verdict) |")
+        L.append(f"| `audit/` | {ok} | the full audit report: the synthetic pair (from the spec), the attacks' "
                  "counts and bounds; nothing of the logs |")
     L += ["| `private/local-log.json` | **no** | what contribution bounding dropped or clipped, stage "
           "timings: facts about the private logs, for the data holder only |", "",

@@ -66,10 +66,10 @@ def test_dp_train_releases_first_then_release_is_reused(world):
     rel = d / "p_dp.release"
     assert (rel / "manifest.json").is_file()
     summary = json.loads(res.stdout)
-    assert summary["private"] is True and summary["release"] == str(rel)
+    assert summary["private"] is False and summary["release"] == str(rel)  # --seed: seeded-insecure, not private
     pol = load_policy(d / "p_dp")
     man = json.loads((rel / "manifest.json").read_text())
-    assert pol.privacy["private"] is True
+    assert pol.privacy["private"] is False and pol.privacy["guarantee"]["rng"] == "seeded-insecure"
     assert pol.privacy["guarantee"]["rho"] == man["guarantee"]["rho"] == 5.0
     charged = (d / "ledger.jsonl").read_text()
     assert len(charged.splitlines()) == 2                                 # header + this release
@@ -159,4 +159,4 @@ def test_dp_apvi_penalty_c2_is_recorded(world, tmp_path):
               "--penalty-c2", 0, "--seed", 1, "--out", tmp_path / "p")
     assert res.exit_code == 0, res.output
     pol = load_policy(tmp_path / "p")
-    assert pol.parameters["C2"] == 0.0 and pol.privacy["private"] is True
+    assert pol.parameters["C2"] == 0.0 and pol.privacy["private"] is False

@@ -222,8 +222,10 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         data = FiniteFeatures(data_from_frame(df, spec), fmap, learner.chunk_bytes)
     learner.fit(data, rng=noise_rng, data_var=data_var)
     if algo == "dp-vapvi":
-        privacy = {"private": True, "guarantee": guarantee(event, budget, spec,
-                                                           "seeded-insecure" if seed is not None else "secure")}
+        privacy = {"private": seed is None, "guarantee": guarantee(event, budget, spec,
+                                                                   "seeded-insecure" if seed is not None else "secure")}
+        if seed is not None:
+            privacy["note"] = "seeded noise (rng seeded-insecure): not private against anyone who knows the seed"
     else:
         privacy = {"private": False, "note": f"{algo} reads the exact logs: not differentially private"}
     if row_features:
