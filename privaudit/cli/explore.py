@@ -90,17 +90,21 @@ def command(algo, env_name, episodes, epsilon, rho, delta, constants, beta, seed
         return None if x is None else (str(x) if isinstance(x, float) and math.isinf(x) else x)
 
     config = {"algo": algo, "env": env_name, "episodes": episodes, "epsilon": num(epsilon), "rho": rho,
-              "delta": delta, "constants": constants, "failure_prob": beta, "seed": seed,
+              "delta": delta, "constants": constants, "failure_prob": beta,
               "world_key": world_key, "horizon": env.horizon, "states": env.n_states, "actions": env.n_actions,
               "instance_seed": instance_seed}
-    manifest = write_explore(out, env, algo, agent, res, budget, config, overwrite=overwrite)
+    manifest = write_explore(out, env, algo, agent, res, budget, config, overwrite=overwrite, seeded=seed is not None)
+    if seed is not None and budget is not None:
+        click.echo("WARNING: seeded noise (--seed): for tests only; the run is marked rng seeded-insecure and NOT "
+                   "private against anyone who knows the seed (the seed is not written).", err=True)
     g, s = manifest["guarantee"], manifest["summary"]
     if as_json:
-        keys = ("private", "epsilon", "delta", "rho", "sampler")
+        keys = ("private", "rng", "epsilon", "delta", "rho", "sampler")
         echo_json({"out": str(out), "summary": s, "guarantee": {k: g[k] for k in keys}})
         return
     click.echo(f"{algo} on {env.name} (H={env.horizon}, S={env.n_states}, A={env.n_actions}), K={episodes}: "
                f"cumulative regret {s['cumulative_regret']:.1f}, mean regret in the last 10% "
                f"{s['mean_regret_last_10pct']:.3f} (first 10%: {s['mean_regret_first_10pct']:.3f})")
-    click.echo(("guarantee: " + g["statement"]) if g["private"] else "guarantee: none (non-private run)")
+    click.echo(("guarantee: " + g["statement"]) if g["private"] else
+               f"guarantee: none ({g['note']})" if "note" in g else "guarantee: none (non-private run)")
     click.echo(f"wrote {out}/regret.parquet, manifest.json, regret.png")

@@ -12,8 +12,10 @@ Outputs, in one folder written atomically (``--out DIR``):
 * ``regret.png``: cumulative regret against episodes.
 
 All data here is simulated from a known MDP (the users are response trees
-keyed by ``world_key``), so the manifest records the seeds: nothing in the
-folder describes a real person.
+keyed by ``world_key``), so the manifest records the environment's seeds:
+nothing in the folder describes a real person. The agent's noise seed
+(``--seed``) is never written: a seeded run is marked rng
+``seeded-insecure`` and not private, as a seeded release is.
 
 Algorithms are the ``online`` entries of the one algorithm registry
 (:mod:`privaudit.registry`; :data:`ALGORITHMS` maps their names to them): each
@@ -100,9 +102,14 @@ def sampler_statement(events) -> dict:
     return samplers.noise_statement("exact" if kinds <= {"exact"} else sorted(kinds - {"exact"})[0])
 
 
-def _guarantee(agent: Agent, budget: Budget | None) -> dict:
+#: The note of a seeded run's guarantee (as the release's rng ``seeded-insecure``).
+SEEDED_NOTE = "seeded noise (--seed, rng seeded-insecure): for tests only, not private against anyone who knows the seed"
+
+
+def _guarantee(agent: Agent, budget: Budget | None, seeded: bool = False) -> dict:
     events = list(getattr(agent, "events_", []))
     g = dict(JDP_TEXT)
+    g["rng"] = "seeded-insecure" if seeded else "secure"
     if budget is None or not events:
         g.update({"private": False, "epsilon": None, "delta": None, "rho": None, "events": [], "sampler": None})
         return g
@@ -123,6 +130,8 @@ def _guarantee(agent: Agent, budget: Budget | None) -> dict:
                  "float sampler that ran: see guarantee.sampler)"),
               "sampler": sampler,
               "events": [e.to_dict() for e in events]})
+    if seeded:  # the guarantee is kept for reference; it does not hold against anyone who knows the seed
+        g.update({"private": False, "note": SEEDED_NOTE})
     return g
 
 
@@ -252,10 +261,16 @@ def _plot(df: pl.DataFrame, title: str, path: Path) -> None:
 
 
 def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, res: RunResult, budget: Budget | None,
-                  config: dict, overwrite: bool = False) -> dict:
-    """Write regret.parquet, manifest.json and regret.png into ``out`` atomically; returns the manifest."""
+                  config: dict, overwrite: bool = False, seeded: bool = False) -> dict:
+    """Write regret.parquet, manifest.json and regret.png into ``out`` atomically; returns the manifest.
+
+    ``seeded`` (the agent's noise came from a seed): the guarantee is marked
+    rng ``seeded-insecure`` and ``private: false``; ``config`` must hold no
+    seed value (as in a release manifest), and a ``"seed"`` key is dropped.
+    """
     df = regret_frame(res)
-    guarantee = _guarantee(agent, budget)
+    guarantee = _guarantee(agent, budget, seeded)
+    config = {k: v for k, v in config.items() if k != "seed"}
     K = len(res.regret)
     tail = max(1, K // 10)
     manifest = {
@@ -273,7 +288,8 @@ def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, re
                     "mean_regret_first_10pct": float(res.regret[:tail].mean())},
         "files": {"regret": "regret.parquet", "plot": "regret.png"},
     }
-    label = "non-private" if not guarantee["private"] else guarantee["statement"].split(" for")[0]
+    label = ("non-private" if "statement" not in guarantee else guarantee["statement"].split(" for")[0]
+             + ("" if guarantee["private"] else " (seeded: not private)"))
     title = f"{algo} on {env.name} (H={env.horizon}, S={env.n_states}, A={env.n_actions}), {label}"
     with atomic_dir(Path(out), overwrite=overwrite) as tmp:
         table = df.to_arrow()

@@ -38,7 +38,10 @@ def test_explore_writes_regret_manifest_and_plot(tmp_path):
     np.testing.assert_array_equal(df["regret"].to_numpy(), res.regret)
     m = json.loads((out / "manifest.json").read_text())
     g = m["guarantee"]
-    assert m["format_version"] == 1 and g["private"] and g["delta"] == 0.0
+    # --seed: the guarantee is kept for reference, but the run is seeded-insecure, not private, and no seed is written
+    assert m["format_version"] == 1 and g["private"] is False and g["delta"] == 0.0
+    assert g["rng"] == "seeded-insecure" and "seed" in g["note"] and "seed" not in m["config"]
+    assert "seeded" in r.stderr and "guarantee: none" in r.stdout
     assert g["epsilon"] == pytest.approx(2.0) and g["epsilon"] >= 2.0
     assert sum(event_epsilon(event_from_dict(e)) for e in g["events"]) <= g["epsilon"]
     assert "replaced" in g["neighbouring"] and "herself" in g["not_protected"]
@@ -54,7 +57,8 @@ def test_explore_rho_reports_eps_delta_and_twin_has_no_guarantee(tmp_path):
               "--episodes", "50", "--rho", "0.5", "--delta", "1e-5", "--seed", "1", "--out", str(tmp_path / "a"),
               "--json"])
     assert r.exit_code == 0, r.output
-    g = json.loads(r.output)["guarantee"]
+    g = json.loads(r.stdout)["guarantee"]
+    assert g["rng"] == "seeded-insecure" and g["private"] is False
     from privaudit.privacy.accounting import zcdp_to_dp
     assert g["rho"] == pytest.approx(0.5) and g["epsilon"] == pytest.approx(zcdp_to_dp(g["rho"], 1e-5))
     r = _run(["--algo", "ucb-vi", "--env", "riverswim", "--episodes", "20", "--out", str(tmp_path / "b"), "--json"])
@@ -108,3 +112,19 @@ def test_explore_budget_is_the_shared_budget():
         lap.reported_at(1e-5)
     with pytest.raises(UsageError, match="`delta` must be in"):
         resolve_budget(rho=0.5).reported_at(1.5)
+
+
+def test_seeded_linear_explore_writes_no_seed_and_is_not_private(tmp_path):
+    r = _run(["--algo", "ngo", "--env", "synthetic-linear", "--episodes", "30", "--rho", "1", "--seed", "987654",
+              "--out", str(tmp_path / "ngo")])
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "ngo" / "manifest.json").read_text()
+    m = json.loads(text)
+    assert "987654" not in text and "seed" not in m["config"]
+    assert m["guarantee"]["private"] is False and m["guarantee"]["rng"] == "seeded-insecure"
+    assert "WARNING" in r.stderr and "seeded-insecure" in r.stderr
+    r = _run(["--algo", "ngo", "--env", "synthetic-linear", "--episodes", "30", "--rho", "1",
+              "--out", str(tmp_path / "ngo2")])
+    assert r.exit_code == 0, r.output
+    g = json.loads((tmp_path / "ngo2" / "manifest.json").read_text())["guarantee"]
+    assert g["private"] is True and g["rng"] == "secure" and "WARNING" not in r.stderr
