@@ -1,0 +1,201 @@
+"""The Spark engine gives the polars path's exact counts, bounding facts and fatal-rule verdicts.
+
+One session-scoped ``local[2]`` SparkSession, tiny logs. Skipped (with the reason) only where
+pyspark or Java is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import polars as pl
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'privaudit[spark]')")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Java is not installed (Spark needs a JRE, e.g. openjdk-17-jre-headless)", allow_module_level=True)
+
+from click.testing import CliRunner  # noqa: E402
+
+from privaudit.cli import main  # noqa: E402
+from privaudit.data.prepare import prepare_logs  # noqa: E402
+from privaudit.data.validate import validate_logs  # noqa: E402
+from privaudit.errors import ValidationFailed  # noqa: E402
+from privaudit.privacy import ledger as ledger_mod  # noqa: E402
+from privaudit.spec import DomainSpec  # noqa: E402
+from privaudit.stats import spark_engine as se  # noqa: E402
+from privaudit.stats.counts import sparse_counts  # noqa: E402
+from tests._release_logs import random_log, spec_doc  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+Q = 1 << 16
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+    s = (SparkSession.builder.master("local[2]").appName("privaudit-tests")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+         .config("spark.driver.memory", "512m").getOrCreate())
+    yield s
+    s.stop()
+
+
+def _polars(path, spec, stationary):
+    prepared = prepare_logs(path, spec)
+    cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]
+    frame = prepared.bounded.select(cols + [pl.col("reward")]).collect()
+    return sparse_counts(frame, spec, stationary=stationary, quantum=Q), prepared.bounding
+
+
+def _assert_identical(a, b, spec, stationary):
+    assert a.cells.equals(b.cells)
+    np.testing.assert_array_equal(a.visits(), b.visits())
+    np.testing.assert_array_equal(a.rewards(), b.rewards())
+    for h in range(1 if stationary else spec.H):
+        np.testing.assert_array_equal(a.transitions_at(h), b.transitions_at(h))
+
+
+def _logs(tmp_path, *, ids, k, n_units, parts=1, seed=5):
+    H, S, A = 4, 5, 3
+    rng = np.random.default_rng(seed)
+    df = random_log(rng, 120, H=H, S=S, A=A, terminals=(4,), max_len=H + 2, n_units=n_units,
+                    reward_spill=0.3)
+    if ids == "string":  # non-ASCII text ids; units as text too
+        df = df.with_columns(("épisode-€-" + pl.col("episode_id").cast(pl.String)).alias("episode_id"),
+                             ("p" + pl.col("patient").cast(pl.String)).alias("patient"))
+    elif ids == "negative":
+        df = df.with_columns((-pl.col("episode_id") * 7919 - 3).alias("episode_id"))
+    spec = DomainSpec.from_dict(spec_doc(H=H, S=S, A=A, k=k, terminals=(4,), unit_column="patient"))
+    if parts == 1:
+        path = tmp_path / "logs.parquet"
+        df.write_parquet(path)
+    else:
+        path = tmp_path / "parts"
+        path.mkdir()
+        for i in range(parts):  # rows of one episode may sit in different parts
+            df[i::parts].write_parquet(path / f"part-{i:03d}.parquet")
+    return path, spec
+
+
+# Few cases, each a few Spark jobs: together they cover k = 1 and k > 1, integer (incl. negative) and
+# non-ASCII string ids, per step and pooled, one file and a folder of parts.
+@pytest.mark.parametrize("ids,k,parts,stationary", [("int", 1, 1, False), ("int", 3, 1, True),
+                                                    ("string", 2, 1, False), ("negative", 2, 3, True)])
+def test_spark_counts_identical_to_polars(spark, tmp_path, ids, k, parts, stationary):
+    path, spec = _logs(tmp_path, ids=ids, k=k, n_units=40, parts=parts)
+    exp, exp_report = _polars(path, spec, stationary)
+    got, report = se.spark_sparse_counts(str(path), spec, spark=spark, stationary=stationary, quantum=Q)
+    assert exp_report.episodes_dropped > 0 and exp_report.steps_dropped > 0 and exp_report.rewards_clipped > 0
+    assert report == exp_report
+    _assert_identical(got, exp, spec, stationary)
+
+
+def test_spark_takes_a_dataframe(spark, tmp_path):
+    path, spec = _logs(tmp_path, ids="int", k=2, n_units=30)
+    exp, _ = _polars(path, spec, False)
+    got, _ = se.spark_sparse_counts(spark.read.parquet(str(path)), spec, stationary=False, quantum=Q)
+    _assert_identical(got, exp, spec, False)
+
+
+def _good(n=6):
+    rows = []
+    for e in range(n):
+        for h, (s, a, s2) in enumerate([(0, 1, 1), (1, 0, 2), (2, 1, 3)]):
+            rows.append({"episode_id": e, "patient": e // 2, "step": h, "state": s, "action": a,
+                         "reward": 0.5, "next_state": s2, "terminated": s2 == 3, "truncated": False})
+    return pl.DataFrame(rows)
+
+
+BREAKS = {
+    "null_value": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 4).then(None)
+                                           .otherwise(pl.col("action")).alias("action")),
+    "not_finite": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 2).then(float("nan"))
+                                           .otherwise(pl.col("reward")).alias("reward")),
+    "state_out_of_range": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(9)
+                                                   .otherwise(pl.col("state")).alias("state")),
+    "action_out_of_range": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(-1)
+                                                    .otherwise(pl.col("action")).alias("action")),
+    "next_state_out_of_range": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 5).then(7)
+                                                        .otherwise(pl.col("next_state")).alias("next_state")),
+    "terminated_and_truncated": lambda d: d.with_columns(pl.col("terminated").alias("truncated")),
+    "continues_after_terminal": lambda d: pl.concat([d, d.filter(pl.col("step") == 2).with_columns(
+        step=pl.lit(3, pl.Int64), state=pl.lit(3, pl.Int64), next_state=pl.lit(3, pl.Int64),
+        terminated=pl.lit(True))]),
+    "terminated_mismatch": lambda d: d.with_columns(terminated=pl.lit(False)),
+    "step_duplicate": lambda d: pl.concat([d, d.filter((pl.col("episode_id") == 1) & (pl.col("step") == 1))]),
+    "step_gap": lambda d: d.filter(~((pl.col("episode_id") == 2) & (pl.col("step") == 1))),
+    "next_state_mismatch": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 3).then(0)
+                                                    .otherwise(pl.col("next_state")).alias("next_state")),
+    "flag_not_last": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(True)
+                                              .otherwise(pl.col("truncated")).alias("truncated")),
+    "unit_not_unique": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 1).then(99)
+                                                .otherwise(pl.col("patient")).alias("patient")),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(BREAKS))
+def test_each_fatal_rule_caught_by_both_engines(spark, tmp_path, rule):
+    spec = DomainSpec.from_dict(spec_doc(H=4, S=4, A=2, k=2, terminals=(3,), unit_column="patient"))
+    path = tmp_path / "bad.parquet"
+    BREAKS[rule](_good()).write_parquet(path)
+    assert rule in validate_logs(path, spec).fatal
+    with pytest.raises(ValidationFailed, match=rf"\b{rule} \([1-9]"):  # one Spark job
+        se.check_fatal_rules(se.read_logs(str(path), spec, spark), spec)
+
+
+def test_clean_logs_break_no_rule_in_spark(spark, tmp_path):
+    spec = DomainSpec.from_dict(spec_doc(H=4, S=4, A=2, k=2, terminals=(3,), unit_column="patient"))
+    path = tmp_path / "good.parquet"
+    _good().write_parquet(path)
+    assert validate_logs(path, spec).releasable
+    assert not any(se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec).values())
+
+
+def test_missing_and_mistyped_columns_are_fatal(spark, tmp_path):
+    spec = DomainSpec.from_dict(spec_doc(H=4, S=4, A=2, k=2, terminals=(3,), unit_column="patient"))
+    _good().drop("action").write_parquet(tmp_path / "a.parquet")
+    with pytest.raises(ValidationFailed, match="missing_column.*action"):
+        se.read_logs(str(tmp_path / "a.parquet"), spec, spark)
+    _good().with_columns(pl.col("state").cast(pl.Float64)).write_parquet(tmp_path / "b.parquet")
+    with pytest.raises(ValidationFailed, match="column_type.*state"):
+        se.read_logs(str(tmp_path / "b.parquet"), spec, spark)
+
+
+def test_cli_release_with_spark_equals_polars_release(spark, tmp_path):
+    """Same logs, same seed: the Spark release's noisy tables are the polars release's, byte for byte."""
+    path, spec = _logs(tmp_path, ids="string", k=2, n_units=30)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec_doc(H=4, S=5, A=3, k=2, terminals=(4,), unit_column="patient")))
+    outs = {}
+    for engine in ("polars", "spark"):
+        outs[engine] = tmp_path / f"rel-{engine}"
+        res = CliRunner().invoke(main, ["release", str(path), "--spec", str(spec_file), "--rho", "1", "--seed", "3",
+                                        "--out", str(outs[engine]), "--engine", engine])
+        assert res.exit_code == 0, res.output
+    for f in ("visits.parquet", "rewards.parquet"):
+        assert pl.read_parquet(outs["polars"] / f).equals(pl.read_parquet(outs["spark"] / f))
+    tp = sorted(p.relative_to(outs["polars"]) for p in outs["polars"].rglob("*transitions*") if p.is_file())
+    assert tp and tp == sorted(p.relative_to(outs["spark"]) for p in outs["spark"].rglob("*transitions*")
+                               if p.is_file())
+    for p in tp:
+        assert pl.read_parquet(outs["polars"] / p).equals(pl.read_parquet(outs["spark"] / p))
+
+
+def test_cli_spark_release_checks_the_ledger_before_spark_reads(spark, tmp_path, monkeypatch):
+    path, spec = _logs(tmp_path, ids="int", k=2, n_units=30)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec_doc(H=4, S=5, A=3, k=2, terminals=(4,), unit_column="patient")))
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, spec.dataset_id, 0.5)
+    reads = []
+    monkeypatch.setattr(se, "read_logs", lambda *a, **kw: reads.append(a))
+    res = CliRunner().invoke(main, ["release", str(path), "--spec", str(spec_file), "--rho", "0.6",
+                                    "--out", str(tmp_path / "r"), "--ledger", str(led), "--engine", "spark"])
+    assert res.exit_code == 3 and "exceed" in res.output, res.output
+    assert reads == [] and not (tmp_path / "r").exists()
