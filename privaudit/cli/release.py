@@ -34,6 +34,10 @@ knows the seed can subtract the noise.
 Exit codes: 0 ok; 1 invalid or unreadable logs; 2 usage or spec error
 (e.g. rho <= 0, DIR exists); 3 budget exceeded. On error nothing is written.
 
+--engine spark runs validation's fatal rules, bounding and the exact
+counts on Apache Spark (--master URL, default local[*]); only the exact
+cell counts come back to this process, which adds the noise.
+
 \b
 Example:
   privaudit release logs.parquet --spec spec.json --rho 1 --out rel/ \\
@@ -59,15 +63,22 @@ Example:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Noise seed, for tests only (rng mode seeded-insecure; never written).")
 @click.option("--json", "as_json", is_flag=True, help="Print only a JSON summary (the manifest path and guarantee).")
+@click.option("--engine", type=click.Choice(["polars", "spark"]), default="polars", show_default=True,
+              help="Who validates, bounds and counts: polars on this machine, or Apache Spark (pip install "
+                   "'privaudit[spark]'; LOGS may then be any path Spark reads). Noise is added here either way.")
+@click.option("--master", default=None, help="With --engine spark: Spark master URL (default local[*]).")
 @handle_errors
-def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, as_json):
+def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, as_json,
+            engine, master):
     check_writable(out, "--out")  # before the logs are read or any budget is checked
     if stationary is None:
         stationary, said = default_stationary()
         click.echo(said, err=True)
+    if master is not None and engine != "spark":
+        raise click.UsageError("--master needs --engine spark.")
     info = release_logs(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
                         stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed,
-                        echo=lambda text: click.echo(text, err=True))
+                        echo=lambda text: click.echo(text, err=True), engine=engine, spark=master)
     g = info.manifest["guarantee"]
     summary = {"release": str(info.out), "manifest": str(info.out / "manifest.json"),
                "local_log": str(info.local_log), "mechanism": info.manifest["mechanism"],

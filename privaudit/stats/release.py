@@ -169,7 +169,8 @@ def default_stationary(mdp=None) -> tuple[bool, str]:
 def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None = None,
                  delta: float | None = None, mechanism: str = "gaussian", budget: Budget | None = None,
                  stationary: bool = False, noise: str = "exact", out, ledger=None, seed: int | None = None,
-                 echo=None, run: str | None = None, run_output=None) -> ReleaseInfo:
+                 echo=None, run: str | None = None, run_output=None, engine: str = "polars",
+                 spark=None) -> ReleaseInfo:
     """Release noisy visit, transition (and reward-sum) counts of tabular logs.
 
     read -> prepare -> apply -> write: the budget is resolved once
@@ -223,6 +224,17 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     run_output : str or Path, optional
         The output the ledger entry names (default ``out``; the pipeline
         passes its own folder).
+    engine : {"polars", "spark"}
+        Who validates, bounds and counts: polars on this machine (default),
+        or Apache Spark (:mod:`privaudit.stats.spark_engine`, the
+        ``privaudit[spark]`` extra). With Spark, ``logs`` may also be a Spark
+        DataFrame or any path Spark reads (HDFS, cloud storage); only the
+        exact cell counts come back to this process, which adds the noise.
+        The budget and the ledger are checked before Spark reads a row.
+    spark : SparkSession or str, optional
+        With ``engine="spark"``: the session to use, or a master URL
+        (``local[4]``, ``spark://host:7077``, ``yarn``); None uses the active
+        session or ``local[*]``.
 
     Notes
     -----
@@ -268,11 +280,12 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
                  + ", ".join(str(p) for p in stale))
         return _release_locked(logs, spec, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
                                budget=budget, stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed, echo=echo,
-                               run=run or new_run_id(), run_output=out if run_output is None else run_output)
+                               run=run or new_run_id(), run_output=out if run_output is None else run_output,
+                               engine=engine, spark=spark)
 
 
 def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stationary, noise, out, ledger, seed,
-                    echo, run, run_output) -> ReleaseInfo:
+                    echo, run, run_output, engine="polars", spark=None) -> ReleaseInfo:
     """The body of :func:`release_logs`, under the output lock."""
     t_start = time.perf_counter()
     if budget is None:
@@ -285,10 +298,16 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     out = Path(out)
     if out.exists():
         raise UsageError(f"{out} already exists; choose another `out` or remove it.")
+    if engine not in ("polars", "spark"):
+        raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
     prepared = logs if isinstance(logs, PreparedLogs) else None
     if prepared is not None:
+        if engine == "spark":
+            raise UsageError("logs prepared by polars cannot be counted by Spark: pass the path or DataFrame.")
         prepared.check_spec(spec)
-    logs = prepared.path if prepared is not None else Path(logs)
+    if engine == "spark":
+        spark_engine = _spark_engine()  # an install problem is reported before anything is read
+    logs = prepared.path if prepared is not None else logs if engine == "spark" else Path(logs)
     release = TabularRelease.plan(spec, budget, stationary=stationary, noise=noise)  # may raise on bad H, k
     check_release_size(spec, stationary=stationary, n_sa_families=release.n_sa_families)  # before any row
     event = release.event
@@ -297,18 +316,24 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     manifest = release.manifest(seeded=seed is not None)
 
     clock = _Clock()
-    if prepared is None:
-        with clock.stage("validate", cpu=time.process_time):  # validation and bounding: the first rows read
-            prepared = prepare_logs(logs, spec)
-    report = prepared.bounding
-
     rewards = "rewards" in release.families
-    with clock.stage("read_count", cpu=time.process_time):
-        cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]
-        frame = collect_or_raise(prepared.bounded.select(cols + ([pl.col("reward")] if rewards else [])), logs)
-        exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards=rewards,
-                                     quantum=release.families["rewards"].quantum if rewards else None)
-        del frame
+    quantum = release.families["rewards"].quantum if rewards else None
+    if engine == "spark":
+        with clock.stage("spark", cpu=time.process_time):  # the first rows read, on the cluster
+            session = spark if spark is None or not isinstance(spark, str) else spark_engine.spark_session(spark)
+            exact, report = spark_engine.spark_sparse_counts(logs, spec, spark=session, stationary=stationary,
+                                                             rewards=rewards, quantum=quantum)
+        logs = logs if isinstance(logs, (str, Path)) else "a Spark DataFrame"
+    else:
+        if prepared is None:
+            with clock.stage("validate", cpu=time.process_time):  # validation and bounding: the first rows read
+                prepared = prepare_logs(logs, spec)
+        report = prepared.bounding
+        with clock.stage("read_count", cpu=time.process_time):
+            cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]
+            frame = collect_or_raise(prepared.bounded.select(cols + ([pl.col("reward")] if rewards else [])), logs)
+            exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards=rewards, quantum=quantum)
+            del frame
     if echo is not None:
         echo(report.summary())
 
@@ -339,6 +364,16 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     timings["total"] = time.perf_counter() - t_start
     return ReleaseInfo(out=out, manifest=manifest, local_log=log_path, bounding=report, timings=timings,
                        event=event)
+
+
+def _spark_engine():
+    """The Spark engine module, imported only when asked for (pyspark is the optional extra ``spark``)."""
+    try:
+        from privaudit.stats import spark_engine  # optional dependency: imported on demand, not at module top
+    except ImportError as e:
+        raise UsageError(f"engine='spark' needs pyspark ({e}). Install it with: pip install 'privaudit[spark]' "
+                         "(and a Java runtime).") from None
+    return spark_engine
 
 
 def physical_memory_bytes() -> int | None:
