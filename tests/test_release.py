@@ -658,3 +658,18 @@ def test_corrupt_ledger_refuses_release_before_reading(data, tmp_path, monkeypat
                "--ledger", led)
     assert res.exit_code == 3 and "line 2" in res.output, res.output  # the ledger's error, not the logs'
     _no_leftovers(tmp_path, ["budget.jsonl", "budget.jsonl.head", "budget.jsonl.lock"])
+
+
+@pytest.mark.parametrize("budget, match", [
+    (["--rho=1e20"], "smaller privacy budget"), (["--rho=1e12"], "smaller privacy budget"),
+    (["--mechanism", "laplace", "--epsilon", "1e8"], "smaller privacy budget"),
+    (["--rho=1e-7"], "larger budget")])
+def test_budgets_the_exact_sampler_cannot_serve_are_usage_errors(tmp_path, budget, match):
+    """A huge budget (sigma or b so small that P(Z != 0) is far below 2^-64) or a tiny one (sigma above
+    GAUSSIAN_SIGMA_MAX): exit 2 with advice the tool accepts, no traceback, nothing written."""
+    out = tmp_path / "rel"
+    res = CliRunner().invoke(main, ["release", "sample_data/icu_sepsis_clinicians_20k.parquet", "--spec",
+                                    "sample_data/icu_sepsis_spec.json", *budget, "--stationary", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert match in res.output and "rounded" not in res.output and "Traceback" not in res.output
+    assert not out.exists()

@@ -204,7 +204,16 @@ def noise_statement(noise: str) -> dict:
 
 
 def get_sampler(mechanism: str, scale: float) -> "ExactSampler":
-    """The (cached) :class:`ExactSampler` of a mechanism and scale."""
+    """The (cached) :class:`ExactSampler` of a mechanism and scale.
+
+    Raises
+    ------
+    UsageError
+        Unknown mechanism; scale not positive and finite; a Gaussian sigma
+        above :data:`GAUSSIAN_SIGMA_MAX` (budget too small); a scale so small
+        (budget so large, e.g. rho = 1e12) that the table cannot be built
+        exactly (a CDF value within 2^-16000 of a cell edge).
+    """
     if mechanism not in MECHANISMS:
         raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Found {mechanism!r}.")
     try:
@@ -215,10 +224,16 @@ def get_sampler(mechanism: str, scale: float) -> "ExactSampler":
         raise UsageError(f"`scale` must be a positive finite number. Found {scale!r}.")
     if mechanism == "gaussian" and s > GAUSSIAN_SIGMA_MAX:
         raise UsageError(f"the exact discrete Gaussian supports sigma up to {GAUSSIAN_SIGMA_MAX:g}. "
-                         f"Found sigma={s}; use noise='rounded' (or a larger budget).")
+                         f"Found sigma={s}: the privacy budget is too small for these sensitivities; "
+                         "use a larger budget (rho or epsilon).")
     s2 = Fraction(s) ** 2
     x = 1 / (2 * s2) if mechanism == "gaussian" else 1 / Fraction(s)
-    return _sampler(mechanism, x)
+    try:
+        return _sampler(mechanism, x)
+    except RuntimeError:  # P(Z != 0) so far below 2^-64 that a CDF value cannot be told from a cell edge
+        raise UsageError(f"the exact {mechanism} sampler cannot draw at scale {s!r}: the noise is so small "
+                         "(the privacy budget so large) that its CDF lies within 2^-16000 of a 2^-64 cell edge. "
+                         "Use a smaller privacy budget (rho or epsilon).") from None
 
 
 @lru_cache(maxsize=64)

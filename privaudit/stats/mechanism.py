@@ -195,6 +195,9 @@ class TabularRelease:
             cost = (accounting.event_rho(rel.event) if mech == "gaussian"
                     else accounting.event_epsilon(rel.event))
             if cost <= budget.amount:
+                if noise == "exact":  # refuse a scale the exact sampler cannot draw at, before any row is read
+                    for f in fams.values():
+                        samplers.get_sampler(mech, f.scale)
                 return rel
             scale = float(np.nextafter(scale, math.inf))
         raise UsageError(f"no noise scale fits the budget {budget.amount!r} exactly (numerical failure).")

@@ -129,7 +129,7 @@ def test_bernoulli_exp_exact(gamma):
 
 
 def test_exact_sigma_limit():
-    with pytest.raises(UsageError, match="rounded"):
+    with pytest.raises(UsageError, match="larger budget"):
         add_noise(np.zeros(3, dtype=int), mechanism="gaussian", scale=1e5,
                   rng=np.random.default_rng(0), noise="exact")
 
