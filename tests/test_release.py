@@ -673,3 +673,10 @@ def test_budgets_the_exact_sampler_cannot_serve_are_usage_errors(tmp_path, budge
     assert res.exit_code == 2, res.output
     assert match in res.output and "rounded" not in res.output and "Traceback" not in res.output
     assert not out.exists()
+
+
+def test_rho_whose_epsilon_is_exactly_zero_says_so(tmp_path):
+    """rho = 1e-12 at delta = 1e-6: the tight conversion gives epsilon exactly 0 (not a rounded 0)."""
+    res = CliRunner().invoke(main, ["release", "sample_data/icu_sepsis_clinicians_20k.parquet", "--spec",
+                                    "sample_data/icu_sepsis_spec.json", "--rho=1e-12", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "epsilon is exactly 0" in res.output and "(0, 1e-6)-DP" in res.output

@@ -196,7 +196,8 @@ def check_reportable(rho: float, delta: float, name: str = "rho") -> None:
         The conversion of ``rho`` at ``delta`` gives epsilon = 0.
     """
     if not float(zcdp_to_dp(rho, delta)) > 0:
-        raise UsageError(f"`{name}` = {num(rho)} is too small: at delta = {num(delta)} its epsilon is 0, the noise "
+        raise UsageError(f"`{name}` = {num(rho)} is too small: at delta = {num(delta)} its epsilon is exactly 0 "
+                         f"(the tight conversion: the mechanism is already (0, {num(delta)})-DP), so the noise "
                          "would drown every count and nothing useful could be released. Give a larger budget.")
 
 
