@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import signal
+import sys
 
 import click
 
@@ -36,6 +37,18 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx):
         return list(COMMANDS)
+
+    def invoke(self, ctx):
+        # Ctrl-C while a subcommand is being imported (before its handle_errors runs) would otherwise be
+        # click's "Aborted!" with exit 1; the help promises 130, as inside a command.
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted: nothing was written", err=True)
+            sys.exit(130)
+        except Terminated:
+            click.echo("terminated: nothing was written", err=True)
+            sys.exit(143)
 
     def get_command(self, ctx, name):
         if name not in COMMANDS:
