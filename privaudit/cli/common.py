@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from typing import Any, Callable
 
@@ -58,6 +59,12 @@ def handle_errors(fn: Callable) -> Callable:
             fail(f"error: {as_flags(str(e))}", e.exit_code)
         except FileExistsError as e:
             fail(f"error: {as_flags(str(e))}", 2)
+        except BrokenPipeError:  # stdout closed early (`| head`): quiet, as a SIGPIPE-killed tool (141)
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+            except (OSError, ValueError):
+                pass
+            sys.exit(141)
         except OSError as e:  # e.g. the disk filled up or a permission changed during the run
             where = f"{e.filename}: " if e.filename else ""
             fail(f"error: {where}{e.strerror or e}; nothing was written (temporary outputs removed). "
