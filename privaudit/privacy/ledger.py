@@ -330,7 +330,7 @@ def init_ledger(path, dataset_id: str, rho_total) -> dict:
     Raises
     ------
     UsageError
-        ``path`` exists, bad ``dataset_id`` / ``rho_total``, or a bad key.
+        ``path`` exists, its folder does not, bad ``dataset_id`` / ``rho_total``, or a bad key.
     """
     path = Path(path)
     if not isinstance(dataset_id, str) or not dataset_id.strip():
@@ -339,7 +339,9 @@ def init_ledger(path, dataset_id: str, rho_total) -> dict:
     if path.exists():
         raise UsageError(f"{path}: ledger already exists; a ledger is never overwritten. "
                          f"Use another path or `privaudit budget show {path}`.")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():  # a typo in the folder would otherwise start a second, fresh ledger
+        raise UsageError(f"{path}: the folder {path.parent} does not exist; create it first "
+                         "(a ledger's folder is never created, so a typo cannot start a second ledger).")
     key = _key_for(path)
     header = _sealed({"format": LEDGER_FORMAT, "format_version": LEDGER_VERSION, "type": "init",
                       "dataset_id": dataset_id, "rho_total": text, "created": _now(),
