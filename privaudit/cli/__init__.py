@@ -28,7 +28,7 @@ COMMANDS = {
     "evaluate": ("evaluate", "Exact value of a policy on a known MDP, next to the optimal value."),
     "audit": ("audit", "Audit a DP claim empirically: epsilon lower bound from neighbouring runs."),
     "pipeline": ("pipeline", "The main job: validate, release, train, evaluate, audit, report."),
-    "explore": ("explore", "Online exploration under joint DP (PUCB, UCB-VI): regret on a simulated user stream."),
+    "explore": ("explore", "Online exploration under joint DP (PUCB, UCB-VI, LSVI-UCB, Luyo, Ngo, LSVI-UCB++, DP-LSVI-UCB++): regret on a simulated user stream."),
 }
 
 

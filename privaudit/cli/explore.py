@@ -45,7 +45,7 @@ Example:
 """
 
 
-@click.command("explore", help=_HELP, short_help="Online exploration under joint DP (PUCB, UCB-VI): regret on a simulated user stream.")
+@click.command("explore", help=_HELP, short_help="Online exploration under joint DP (PUCB, UCB-VI, LSVI-UCB, Luyo, Ngo, LSVI-UCB++, DP-LSVI-UCB++): regret on a simulated user stream.")
 @click.option("--algo", type=click.Choice(list(ALGORITHMS)), required=True, help="The explorer.")
 @click.option("--env", "env_name", required=True, metavar="ENV",
               help=f"One of {', '.join(ENV_NAMES)}, or MDP.npz.")
