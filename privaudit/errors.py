@@ -7,6 +7,8 @@ it. The CLI maps them to exit codes (see ``EXIT_CODES``).
 
 from __future__ import annotations
 
+import math
+
 
 class PrivauditError(Exception):
     """Base class of every privaudit error."""
@@ -95,3 +97,20 @@ class Terminated(BaseException):
     A BaseException, like KeyboardInterrupt, so no ``except Exception`` swallows
     it and every context manager (temporary outputs) unwinds.
     """
+
+
+def positive_finite(name: str, value, error: type[PrivauditError] = UsageError) -> float:
+    """``float(value)`` if it is a finite number > 0 (not a bool), else ``error`` naming ``name``.
+
+    The one check of a positive finite parameter (noise scales, sensitivities, budgets), shared
+    by the mechanisms (``UsageError``) and the privacy events (``AccountingError``).
+    """
+    if isinstance(value, bool):
+        raise error(f"`{name}` must be a positive finite number. Found {value!r}.")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise error(f"`{name}` must be a positive finite number. Found {value!r}.") from None
+    if not (f > 0 and math.isfinite(f)):
+        raise error(f"`{name}` must be a positive finite number. Found {value!r}.")
+    return f

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Union
 
-from privaudit.errors import AccountingError
+from privaudit.errors import AccountingError, positive_finite
 
 __all__ = ["Neighbouring", "PrivacyUnit", "GaussianEvent", "LaplaceEvent", "ComposedEvent",
            "SelfComposedEvent", "PrivacyEvent", "event_from_dict", "NOISE_KINDS"]
@@ -118,15 +118,7 @@ def _field(d, key: str, what: str):
 
 
 def _positive(name: str, v) -> float:
-    if isinstance(v, bool):
-        raise AccountingError(f"`{name}` must be a positive finite number. Found {v!r}.")
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise AccountingError(f"`{name}` must be a positive finite number. Found {v!r}.") from None
-    if not (f > 0 and math.isfinite(f)):
-        raise AccountingError(f"`{name}` must be a positive finite number. Found {v!r}.")
-    return f
+    return positive_finite(name, v, AccountingError)
 
 
 @dataclass(frozen=True, kw_only=True)

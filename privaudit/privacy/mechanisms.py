@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.errors import UsageError, positive_finite
 from privaudit.privacy import samplers
 
 MECHANISMS = ("gaussian", "laplace")
@@ -57,13 +57,7 @@ _CHUNK = 1 << 20
 
 
 def _check_positive(name: str, value) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"`{name}` must be a positive number. Found {value!r}.") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise UsageError(f"`{name}` must be a positive finite number. Found {value!r}.")
-    return v
+    return positive_finite(name, value)
 
 
 def gaussian_sigma(l2: float, rho: float) -> float:
