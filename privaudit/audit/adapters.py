@@ -62,7 +62,7 @@ class _LibraryStatistics:
     """Exact statistics of logs through the library's bounding and counting."""
 
     def __init__(self, spec: DomainSpec, *, rho=None, epsilon=None, delta=None, mechanism="gaussian",
-                 stationary=False, noise="rounded", budget=None):
+                 stationary=False, noise="exact", budget=None):
         self.spec, self.stationary, self.noise_mode = spec, bool(stationary), noise
         if budget is None:  # an entry point of its own: resolve the budget here, once
             budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=None if rho is not None else delta,
@@ -147,8 +147,15 @@ class ReleaseMechanism(_LibraryStatistics):
     Parameters
     ----------
     spec : DomainSpec
-    rho, epsilon, delta, mechanism, stationary, noise
+    rho, epsilon, delta, mechanism, stationary
         As for :func:`privaudit.stats.release.release_logs`.
+    noise : {"exact", "rounded"}
+        ``exact`` (default, what ``privaudit release`` releases: exact
+        discrete Gaussian / Laplace samplers, so the audit tests what is
+        released). ``rounded`` (numpy's continuous samplers, then rounded) is
+        kept for the GDP opt-in only (``claim(kind="gaussian")``): the
+        rounded Gaussian is a post-processing of the continuous Gaussian
+        mechanism, hence sqrt(2 rho)-GDP; releases refuse it.
     view_extra : int
         Cells per family added to the view besides the changed ones.
 
@@ -233,8 +240,11 @@ class DPAPVIMechanism(_LibraryStatistics):
     Parameters
     ----------
     spec : DomainSpec
-    rho, epsilon, delta, mechanism, stationary, noise
+    rho, epsilon, delta, mechanism, stationary
         The release's budget (as ``privaudit release``).
+    noise : {"exact", "rounded"}
+        As for :class:`ReleaseMechanism` (default ``exact``; ``rounded`` only
+        for the GDP opt-in).
     learner_params : dict, optional
         Passed to :class:`privaudit.learners.dp_apvi.DPAPVI`.
 

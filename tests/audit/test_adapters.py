@@ -39,9 +39,32 @@ def test_release_noise_has_the_planned_scale(pair):
     nv = m.values["d"]["visits"].size
     resid = out[:, :nv] - m.values["d"]["visits"]
     sigma = m.release.families["visits"].scale
-    # rounded Gaussian: variance sigma^2 + 1/12; the sample variance over n*nv draws has relative
-    # sd sqrt(2/(n nv)) < 0.3%; tolerance 2% (failure probability ~0)
-    assert resid.var() == pytest.approx(sigma ** 2 + 1 / 12, rel=0.02)
+    # exact discrete Gaussian (the default, as `privaudit release`): variance sigma^2 (to 1e-30 at this
+    # sigma); the sample variance over n*nv draws has relative sd sqrt(2/(n nv)) < 0.3%; tolerance 2%
+    # (failure probability ~0)
+    assert resid.var() == pytest.approx(sigma ** 2, rel=0.02)
+
+
+def test_adapters_default_to_the_exact_noise_a_release_draws():
+    """The Python adapters test what `privaudit release` releases (exact samplers) unless asked for
+    ``rounded``: with the same generator, the default adapter's noise is that of
+    ``add_noise(noise="exact")`` and differs from the rounded one."""
+    from privaudit.privacy.mechanisms import add_noise
+
+    spec, logs = tiny_spec(), tiny_logs()
+    p = make_pair(logs, spec, "synthetic", rng=np.random.default_rng(0))
+    for cls in (ReleaseMechanism, DPAPVIMechanism):
+        assert cls(spec, rho=0.5, delta=1e-5).noise_mode == "exact"
+        assert cls(spec, rho=0.5, delta=1e-5).release.noise == "exact"
+    m = ReleaseMechanism(spec, rho=0.5, delta=1e-5).prepare(p.d, p.d_prime)
+    r = ReleaseMechanism(spec, rho=0.5, delta=1e-5, noise="rounded").prepare(p.d, p.d_prime)
+    out, out_r = m(p.d, np.random.default_rng(4), n_runs=3), r(p.d, np.random.default_rng(4), n_runs=3)
+    v = m.values["d"]["visits"]
+    first = np.random.default_rng(4).spawn(len(m.values["d"]))[0]  # the visits' stream, as the adapter spawns it
+    want = add_noise(np.broadcast_to(v, (3, v.size)).copy(), mechanism="gaussian",
+                     scale=m.release.families["visits"].scale, rng=first, noise="exact")
+    assert np.array_equal(out[:, :v.size], want)
+    assert not np.array_equal(out, out_r)
 
 
 def test_correct_release_passes_and_an_overspent_release_is_flagged():
@@ -49,9 +72,11 @@ def test_correct_release_passes_and_an_overspent_release_is_flagged():
     m = ReleaseMechanism(spec, rho=0.5, delta=1e-5)
     r = run_audit(m, logs, spec, claim=m.claim(), trials=20_000, seed=5, progress=False)
     assert r.verdict == "no violation found" and r.data["graybox"]["checked"]
-    over = ReleaseMechanism(spec, rho=4.0, delta=1e-5)  # runs at rho = 4, claims rho = 0.5
-    # rounded continuous Gaussian noise: the GDP opt-in is valid (mu = 2.83 vs claimed 1)
-    r = run_audit(over, logs, spec, claim=m.claim(kind="gaussian"), trials=20_000, seed=5, progress=False)
+    # noise="rounded" on purpose: the GDP opt-in needs continuous Gaussian noise (rounded: a
+    # post-processing), which the default exact discrete Gaussian is not
+    over = ReleaseMechanism(spec, rho=4.0, delta=1e-5, noise="rounded")  # runs at rho = 4, claims rho = 0.5
+    claim_gdp = ReleaseMechanism(spec, rho=0.5, delta=1e-5, noise="rounded").claim(kind="gaussian")
+    r = run_audit(over, logs, spec, claim=claim_gdp, trials=20_000, seed=5, progress=False)
     assert r.verdict == "violation" and r.data["method"]["gaussian"]["mu_lower_bound"] > 1
     # the default (generic) test also sees rho = 64 against a claim of 0.5
     huge = ReleaseMechanism(spec, rho=64.0, delta=1e-5)
@@ -92,9 +117,11 @@ def test_dp_apvi_outputs_a_policy_and_is_flagged_when_run_with_far_less_noise():
     pi = m(pair.d, np.random.default_rng(0))
     assert pi.shape == (spec.horizon, spec.n_states) and pi.dtype == np.int64
     assert [n for n, _ in m.attack_scores(pair)] == ["policy_follows_canary"]
-    loud = DPAPVIMechanism(spec, rho=1e6, delta=1e-5)  # almost no noise, claims rho = 0.5
-    # a policy of a rounded-Gaussian release is post-processing of continuous Gaussian noise: GDP opt-in valid
-    r = run_audit(loud, logs, spec, claim=m.claim(kind="gaussian"), trials=300, seed=1, n_jobs=1, progress=False)
+    # noise="rounded" on purpose: a policy of a rounded-Gaussian release is post-processing of continuous
+    # Gaussian noise, so the GDP opt-in is valid (not for the default exact noise)
+    loud = DPAPVIMechanism(spec, rho=1e6, delta=1e-5, noise="rounded")  # almost no noise, claims rho = 0.5
+    claim_gdp = DPAPVIMechanism(spec, rho=0.5, delta=1e-5, noise="rounded").claim(kind="gaussian")
+    r = run_audit(loud, logs, spec, claim=claim_gdp, trials=300, seed=1, n_jobs=1, progress=False)
     assert r.verdict == "violation", r.data["chosen_event"]
     ok = run_audit(m, logs, spec, claim=m.claim(), trials=300, seed=1, n_jobs=1, progress=False)
     assert ok.verdict == "no violation found"
