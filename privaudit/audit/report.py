@@ -112,7 +112,8 @@ class AuditReport:
     @classmethod
     def from_events(cls, *, mechanism, claim, confidence, pair, graybox, selection_trials,
                     evaluation_trials, rng_mode, resolution, runtime_s, events, candidates,
-                    batched, output_shape, trials, alpha_per_bound, float_sampler=None) -> "AuditReport":
+                    batched, output_shape, trials, alpha_per_bound, float_sampler=None,
+                    gdp_lattice=None) -> "AuditReport":
         """Build the report from the evaluated event (one, in the direction chosen on the selection split).
 
         ``epsilon_lower_bound`` is the generic (epsilon, delta) bound, valid for
@@ -199,7 +200,8 @@ class AuditReport:
                                          if gaussian_valid else
                                          "not opted in: shown for information only, not a test of this claim "
                                          "(rho-zCDP or (epsilon, delta)-DP does not imply mu-GDP)"),
-                             "formula": "mu = Phi^-1(1 - FPR_UB) - Phi^-1(FNR_UB), eps from the GDP privacy profile"},
+                             "formula": "mu = Phi^-1(1 - FPR_UB) - Phi^-1(FNR_UB), eps from the GDP privacy profile",
+                             **({"lattice_approximation": gdp_lattice} if gdp_lattice else {})},
                 "batched": batched, "output_shape": output_shape,
             },
             "float_sampler": float_sampler,

@@ -386,6 +386,22 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     if n_ev < 10 or n_sel < 20:
         raise UsageError(f"`trials` = {trials} leaves {n_sel} selection and {n_ev} evaluation runs; they need "
                          f">= 20 and >= 10: use at least {min_trials(selection_fraction)} trials.")
+    gdp_alpha, lattice = 2 * alpha_b, None  # the GDP joint test's level
+    if claim.kind == "gaussian" and hasattr(mech, "gaussian_tv_per_run"):
+        # a lattice (discrete) Gaussian mechanism is within this TV of a post-processed continuous one
+        # per run; over the 2 n_ev evaluation runs the GDP test's error grows by at most 2 n_ev x it
+        tv = float(mech.gaussian_tv_per_run())
+        slack = 2 * n_ev * tv
+        if not slack < alpha / 2:
+            raise UsageError(f"the GDP test (claim kind gaussian) is not valid for {name}: its noise is a discrete "
+                             f"Gaussian whose distance to a continuous Gaussian, {tv:.3g} per run, adds up to "
+                             f"{slack:.3g} over {n_ev} evaluation runs per side, more than half of alpha = {alpha:g}. "
+                             "Use the generic test (claim kind generic).")
+        gdp_alpha -= slack
+        lattice = {"tv_per_run": tv, "alpha_spent": slack, "joint_test_level": gdp_alpha,
+                   "why": "discrete Gaussian noise on a fine lattice: within total variation tv_per_run of a "
+                          "post-processed continuous Gaussian mechanism per run (bounds.lattice_gaussian_tv), "
+                          "so the GDP test runs at alpha minus 2 n tv"}
     gb = graybox_check(mech, pair, claim.delta) if graybox else {"checked": False, "violation": False, "families": []}
     base = dict(mechanism=str(name), claim=claim, confidence=confidence, pair=pair.description,
                 graybox=gb, selection_trials=n_sel, evaluation_trials=n_ev,
@@ -437,24 +453,26 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         if bar:
             bar.close()
     e0, e1 = np.concatenate(ev_scores[0]), np.concatenate(ev_scores[1])
-    events = [_evaluate_event(cand, t, d, e0, e1, alpha_b, claim.delta, gdp_joint=claim.kind == "gaussian")]
+    events = [_evaluate_event(cand, t, d, e0, e1, alpha_b, claim.delta, gdp_joint=claim.kind == "gaussian",
+                              gdp_alpha=gdp_alpha)]
     evidence = sampler_verdict([c.info for c in cands if c.info.get("kind") == "known_sampler"])
     return AuditReport.from_events(**base, events=events, resolution=cap, candidates=[c.name for c in cands],
                                    float_sampler=evidence,
                                    batched=batched, output_shape=list(sampler.shape or ()),
-                                   trials=int(trials), alpha_per_bound=alpha_b,
+                                   trials=int(trials), alpha_per_bound=alpha_b, gdp_lattice=lattice,
                                    runtime_s=time.perf_counter() - t_start)
 
 
 def _evaluate_event(cand: Candidate, t: float, d: str, e0: np.ndarray, e1: np.ndarray, alpha_b: float,
-                    delta: float, gdp_joint: bool = False) -> dict:
+                    delta: float, gdp_joint: bool = False, gdp_alpha: float | None = None) -> dict:
     """Counts and one-sided Clopper-Pearson bounds (each at ``alpha_b``) of the chosen
     event on the evaluation scores ``e0`` (D runs) and ``e1`` (D' runs).
 
     ``gdp_joint`` (a GDP opt-in): ``mu_lower_bound`` comes from the exact joint
-    test :func:`privaudit.audit.bounds.gdp_mu_lower_joint` at level 2 alpha_b
-    (the GDP test is then the claim's only test); else from the two
-    Clopper-Pearson bounds (for information).
+    test :func:`privaudit.audit.bounds.gdp_mu_lower_joint` at level
+    ``gdp_alpha`` (default 2 alpha_b; less the lattice share for a discrete
+    Gaussian mechanism, see ``run_audit``; the GDP test is then the claim's
+    only test); else from the two Clopper-Pearson bounds (for information).
     """
     n0, n1 = len(e0), len(e1)
     gt0, gt1 = int((e0 > t).sum()), int((e1 > t).sum())
@@ -473,7 +491,8 @@ def _evaluate_event(cand: Candidate, t: float, d: str, e0: np.ndarray, e1: np.nd
         "fpr": fp / n_fp, "fnr": 1 - tp / n_tp,
         "fpr_upper": fpr_ub, "tpr_lower": tpr_lb, "fnr_upper": 1 - tpr_lb,
         "epsilon_lower_bound": float(B.eps_from_rates(tpr_lb, fpr_ub, delta)),
-        "mu_lower_bound": float(B.gdp_mu_lower_joint(fp, n_fp, n_tp - tp, n_tp, 2 * alpha_b) if gdp_joint
+        "mu_lower_bound": float(B.gdp_mu_lower_joint(fp, n_fp, n_tp - tp, n_tp,
+                                                     2 * alpha_b if gdp_alpha is None else gdp_alpha) if gdp_joint
                                 else B.gdp_mu_from_rates(fpr_ub, 1 - tpr_lb)),
         "mu_bound": "joint exact test" if gdp_joint else "two Clopper-Pearson bounds",
         "roc": _roc(e0, e1, d),

@@ -189,7 +189,12 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     prepared = [prepare_logs(path, spec) for path in ([logs_path] if pair is None else list(pair))]
 
     if mechanism in BUILTIN:
+        if mechanism == "dp-vapvi" and noise == "rounded":
+            raise UsageError("--noise rounded does not apply to --mechanism dp-vapvi: DP-VAPVI always draws exact "
+                             "discrete Gaussian noise on its fixed-point lattice. Remove --noise.")
         noise = noise or "exact"  # what `privaudit release` releases by default: the audit tests that
+        # dp-vapvi keeps the GDP opt-in: its lattice is so fine (sigma >= 1e4 lattice steps) that the runner
+        # proves the GDP test valid up to a total-variation share of alpha (DPVAPVIMechanism.gaussian_tv_per_run)
         if claim.kind == "gaussian" and noise == "exact" and mechanism != "dp-vapvi":
             raise UsageError("--claim-kind gaussian with --noise exact (the default): discrete Gaussian noise is "
                              "rho-zCDP but not sqrt(2 rho)-GDP (its trade-off curve lies below the Gaussian one "

@@ -88,3 +88,24 @@ def test_tradeoff_eps_delta_is_symmetric_and_bounded():
     # a point on the curve gives back eps through eps_from_rates (direction TPR = 1 - FNR)
     i = 5
     assert float(B.eps_from_rates(1 - f[i], a[i], 1e-3)) == pytest.approx(1.0, rel=1e-6)
+
+
+def _exact_lattice_tv(t: float) -> float:
+    """TV between the discrete Gaussian on tZ (sigma 1) and N(0, 1) rounded to tZ, summed directly."""
+    k = np.arange(-int(40 / t) - 1, int(40 / t) + 2)
+    x = k * t
+    p = np.exp(-x ** 2 / 2)
+    p /= p.sum()
+    q = stats.norm.cdf(x + t / 2) - stats.norm.cdf(x - t / 2)
+    return 0.5 * float(np.abs(p - q).sum())
+
+
+@pytest.mark.parametrize("t", [2.0, 1.0, 0.5, 0.1, 0.03, 0.01])
+def test_lattice_gaussian_tv_bounds_the_exact_distance_and_is_tight_on_fine_lattices(t):
+    exact = _exact_lattice_tv(t)
+    bound = float(B.lattice_gaussian_tv(t))
+    assert exact <= bound <= 1.0
+    if t <= 0.03:  # leading term t^2/48 E|Z^2 - 1|: the bound is within 5% of the distance
+        assert bound <= 1.05 * exact
+    # DP-VAPVI's lattices: sigma >= 1e4 steps, so the distance is below 1e-9 per coordinate
+    assert float(B.lattice_gaussian_tv(1e-4)) < 1e-9

@@ -42,7 +42,8 @@ LOGS = simulate(MDP, uniform_policy(MDP), 40, np.random.default_rng(1))
 
 
 def _audit(mech, seed=0):
-    # continuous float Gaussian noise on the statistics: the GDP opt-in is valid
+    # exact discrete Gaussian on a lattice >= 1e4 steps per sigma: the GDP opt-in is valid up to the
+    # total-variation share of alpha the runner spends (gaussian_tv_per_run; ~1e-10 here)
     return run_audit(mech, LOGS, SPEC, claim=mech.audited_claim(1e-5, kind="gaussian"), trials=TRIALS, seed=seed)
 
 
@@ -189,3 +190,38 @@ def test_synthetic_boundary_canary_attains_the_declared_frobenius_sensitivity():
         assert fam["declared_l2"] == pytest.approx(np.sqrt(2))
         assert abs(fam["l2"] - np.sqrt(2)) <= 4 * 2.0 ** -12  # lattice rounding of the features
     assert pair.description["gram_change"]["l2"] == pytest.approx(np.sqrt(2))
+
+
+def test_gdp_opt_in_spends_the_lattice_share_of_alpha_and_refuses_a_coarse_lattice(monkeypatch):
+    """The GDP test of a lattice Gaussian runs at alpha - 2 n TV (TV from bounds.lattice_gaussian_tv):
+    the report records the share; a larger share gives a smaller mu_lb on the same runs (same seed);
+    a share above alpha/2 is refused before any run."""
+    from privaudit.errors import UsageError
+
+    mech = DPVAPVIMechanism(SPEC, rho=RHO)
+    tv = mech.gaussian_tv_per_run()
+    assert 0 < tv < 1e-12  # sigma is ~1e8 lattice steps here
+    claim = mech.audited_claim(1e-5, kind="gaussian")
+    rep = run_audit(mech, LOGS, SPEC, claim=claim, trials=2000, seed=3, progress=False)
+    lat = rep.data["method"]["gaussian"]["lattice_approximation"]
+    n_ev = rep.data["evaluation_trials"]
+    assert lat["alpha_spent"] == pytest.approx(2 * n_ev * tv) and lat["joint_test_level"] < 0.05
+    # pretend the lattice were coarse: 0.02 of alpha spent -> the joint test at level 0.03, a lower bound
+    monkeypatch.setattr(DPVAPVIMechanism, "gaussian_tv_per_run", lambda self: 0.01 / n_ev)
+    coarse = run_audit(DPVAPVIMechanism(SPEC, rho=RHO), LOGS, SPEC, claim=claim, trials=2000, seed=3, progress=False)
+    assert coarse.data["method"]["gaussian"]["lattice_approximation"]["joint_test_level"] == pytest.approx(0.03)
+    assert coarse.data["chosen_event"]["counts"] == rep.data["chosen_event"]["counts"]  # same runs, same event
+    assert coarse.data["method"]["gaussian"]["mu_lower_bound"] < rep.data["method"]["gaussian"]["mu_lower_bound"]
+    monkeypatch.setattr(DPVAPVIMechanism, "gaussian_tv_per_run", lambda self: 0.02 / n_ev)
+    with pytest.raises(UsageError, match="not valid for .*discrete Gaussian"):
+        run_audit(DPVAPVIMechanism(SPEC, rho=RHO), LOGS, SPEC, claim=claim, trials=2000, seed=3, progress=False)
+
+
+def test_cli_dp_vapvi_refuses_rounded_noise(tmp_path):
+    from privaudit.cli import main
+    write_logs(LOGS, tmp_path / "logs.parquet")
+    write_spec(_spec_doc(), tmp_path / "spec.json")
+    r = CliRunner().invoke(main, [str(x) for x in (
+        "audit", "--mechanism", "dp-vapvi", "--logs", tmp_path / "logs.parquet", "--spec", tmp_path / "spec.json",
+        "--claim-rho", RHO, "--noise", "rounded", "--trials", 5000, "--out", tmp_path / "r.json")])
+    assert r.exit_code == 2 and "--noise rounded does not apply" in r.output and not (tmp_path / "r.json").exists()
