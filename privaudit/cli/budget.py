@@ -14,6 +14,7 @@ import click
 from privaudit.cli.common import echo_json, handle_errors
 from privaudit.errors import UsageError
 from privaudit.io_utils import check_writable
+from privaudit.fmt import bound
 from privaudit.privacy.ledger import charge, init_ledger, ledger_status, rho_of_pure_dp, upgrade_ledger
 
 
@@ -66,9 +67,11 @@ def show_cmd(file, as_json):
         echo_json(st)
         return
     click.echo(f"dataset   {st['dataset_id']}")
-    click.echo(f"rho total {_readable(st['rho_total'])}")
-    click.echo(f"spent     {_readable(st['rho_spent'])}")
-    click.echo(f"remaining {_readable(st['rho_remaining'])}")
+    shown = {"total": _readable(st["rho_total"], "down"), "spent": _readable(st["rho_spent"], "up"),
+             "remaining": _readable(st["rho_remaining"], "down")}
+    click.echo(f"rho total {shown['total']}")
+    click.echo(f"spent     {shown['spent']}")
+    click.echo(f"remaining {shown['remaining']}")
     click.echo(f"entries   {st['n_entries']}")
     if st["verified"]:
         click.echo(f"chain     verified ({st['auth']}); head #{st['head']['seq']} {st['head']['digest']}")
@@ -77,20 +80,17 @@ def show_cmd(file, as_json):
         click.echo(f"chain     none (format_version {st['format_version']}): edits cannot be detected; "
                    f"`privaudit budget upgrade {file}` chains it")
     for e in st["entries"]:
-        click.echo(f"  #{e['seq']:<3} {e.get('timestamp', '?')}  rho={_readable(e['rho']):<12} "
-                   f"{e.get('description', '')}")
-    if any(_readable(v).startswith("~") for v in
-           [st["rho_total"], st["rho_spent"], st["rho_remaining"]] + [e["rho"] for e in st["entries"]]):
-        click.echo("(~: rounded to 6 significant digits; `budget show --json` gives the exact values)")
+        rho = _readable(e["rho"], "up")
+        shown[e["seq"]] = rho
+        click.echo(f"  #{e['seq']:<3} {e.get('timestamp', '?')}  rho={rho:<12} {e.get('description', '')}")
+    if any(v.startswith("~") for v in shown.values()):
+        click.echo("(~: rounded to 6 significant digits, spent up, total and remaining down;\n"
+                   " `budget show --json` gives the exact values)")
 
 
-def _readable(exact: str) -> str:
-    """An exact amount as written when short (<= 16 characters), else '~' and 6 significant digits."""
-
-    text = exact.split(" ")[0]  # 'p/q (~float)' -> 'p/q'
-    if len(exact) <= 16:
-        return exact
-    return f"~{float(Fraction(text)):.6g}"
+def _readable(exact: str, direction: str) -> str:
+    """An exact ledger amount with at most 6 significant digits, rounded towards ``direction`` ('~' if rounded)."""
+    return bound(Fraction(exact.split(" ")[0]), direction)  # 'p/q (~float)' -> 'p/q'
 
 
 @command.command("upgrade")

@@ -92,6 +92,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from privaudit.errors import ArtifactError, BudgetExceededError, LedgerIntegrityError, UsageError
+from privaudit.fmt import bound
 from privaudit.privacy import accounting
 from privaudit.schemas import schema_errors
 
@@ -103,6 +104,10 @@ KEY_FILE_ENV = "PRIVAUDIT_LEDGER_KEY_FILE"
 KEY_ENV = "PRIVAUDIT_LEDGER_KEY"
 #: Seconds to wait for another process's lock before giving up.
 LOCK_TIMEOUT = 300.0
+#: Said after amounts printed rounded (``privaudit.fmt.bound``: spent and wanted rounded up, totals
+#: and remaining down, 6 significant digits).
+_ROUNDING_NOTE = (" (~: rounded to 6 significant digits in the safe direction; "
+                  "`privaudit budget show --json` gives the exact values)")
 _MIN_KEY_BYTES = 16
 #: (ledger path, entry) of every charge this process appended, oldest first: what a run
 #: interrupted after charging reports (``charges_by_this_process``).
@@ -548,8 +553,9 @@ def _refuse_if_over(path: Path, head: dict, charges: list[dict], dataset_id: str
     total, spent = _totals(head, charges)
     if spent + want > total:
         raise BudgetExceededError(
-            f"{path}: rho={_fmt(want)} would exceed the budget of dataset {dataset_id!r}: "
-            f"total {_fmt(total)}, spent {_fmt(spent)}, remaining {_fmt(total - spent)}. "
+            f"{path}: rho={bound(want, 'up')} would exceed the budget of dataset {dataset_id!r}: "
+            f"total {bound(total, 'down')}, spent {bound(spent, 'up')}, remaining {bound(total - spent, 'down')}"
+            f"{_ROUNDING_NOTE if '~' in bound(want, 'up') + bound(spent, 'up') + bound(total - spent, 'down') else ''}. "
             f"Nothing was charged; lower `rho`/`epsilon` or use a new dataset budget.")
     return spent
 

@@ -245,10 +245,27 @@ def test_show_prints_readable_amounts_and_exact_json(tmp_path):
     r = CliRunner().invoke(main, ["budget", "show", str(path)])
     assert r.exit_code == 0
     assert max(len(line) for line in r.output.splitlines()) < 120, r.output
-    assert "remaining ~1\n" in r.output and "rho=1e-300 " in r.output and "spent     1e-300" in r.output
+    # remaining rounded down (never more budget than there is), spent exact when short
+    assert "remaining ~0.999999\n" in r.output and "rho=1e-300 " in r.output and "spent     1e-300" in r.output
     st = json.loads(CliRunner().invoke(main, ["budget", "show", str(path), "--json"]).output)
     assert Fraction(st["rho_remaining"]) == 1 - Fraction(1, 10 ** 300)  # exact
     assert st["entries"][0]["rho"] == "1e-300"
+
+
+def test_budget_exceeded_after_a_tiny_charge_prints_short_safe_amounts(tmp_path):
+    """A refusal after a 1e-300 charge: no 300-digit exact decimal, remaining rounded down, spent up."""
+    path = tmp_path / "l.jsonl"
+    init_ledger(path, "icu", 1)
+    charge(path, "icu", "1e-300", "tiny")
+    charge(path, "icu", "0.1", "a third of something")
+    with pytest.raises(BudgetExceededError) as e:
+        check_budget(path, "icu", 1)
+    msg = str(e.value)
+    assert max(len(w) for w in msg.split() if "/" not in w) < 40, msg  # no long number (paths aside)
+    assert "rho=1 " in msg and "total 1," in msg
+    assert "spent ~0.100001," in msg  # 0.1 + 1e-300 rounded up
+    assert "remaining ~0.899999 " in msg  # 0.9 - 1e-300 rounded down
+    assert "safe direction" in msg
 
 
 # ----------------------------------------------------------------------------- hash chain (issue 10 item 5)
