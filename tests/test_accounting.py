@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from privaudit.errors import AccountingError, UsageError
-from privaudit.privacy.accounting import (Accountant, dp_to_zcdp, event_epsilon, event_rho, guarantee,
+from privaudit.privacy.accounting import (Accountant, round_up, dp_to_zcdp, event_epsilon, event_rho, guarantee,
                                           zcdp_to_dp, zcdp_to_dp_simple)
 from privaudit.privacy.budget import DEFAULT_REPORT_DELTA, resolve_budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, LaplaceEvent, PrivacyUnit
@@ -81,7 +81,29 @@ def test_budget_resolution():
     lap = resolve_budget(epsilon=2.0, mechanism="laplace")
     assert (lap.rho, lap.epsilon, lap.delta, lap.amount) == (2.0, 2.0, 0.0, 2.0)
     part = e.part(0.25)
-    assert part.rho == e.rho * 0.25 and part.delta == 1e-6 and part.requested == {"rho": part.rho, "delta": 1e-6}
+    exact = Fraction(e.rho) / 4
+    assert Fraction(part.rho) <= exact and exact - Fraction(part.rho) <= exact * Fraction(1, 10 ** 15)
+    assert part.delta == 1e-6 and part.requested == {"rho": part.rho, "delta": 1e-6}
+    assert resolve_budget(rho=1).part(0.3).rho == 0.3  # short as written, never above the exact share
+
+
+@pytest.mark.parametrize("rho", [1.0, 0.7, 0.3, 0.1, 2.5, 1e-3, 0.31106495494026376])
+@pytest.mark.parametrize("share", [0.5, 0.3, 0.25, 0.1, 1 / 3])
+def test_budget_split_never_exceeds_the_whole_and_states_it(rho, share):
+    """Parts add up exactly to at most rho; the composed statement (their sum rounded up once) is rho
+    itself or below it; each part within 1e-14 of its share; the common splits print short."""
+    b = resolve_budget(rho=rho)
+    parts = b.split({"release": 1 - share, "dp-vapvi": share})
+    total = sum(Fraction(p.rho) for p in parts.values())
+    assert total <= Fraction(rho)
+    assert round_up(total) <= rho and round_up(total) >= rho * (1 - 1e-15)
+    for p, s in zip(parts.values(), (1 - share, share)):
+        want = Fraction(repr(rho)) * Fraction(repr(s))
+        assert abs(Fraction(p.rho) - want) <= want * Fraction(1, 10 ** 14)  # the last part absorbs the rest
+    if rho in (1.0, 2.5, 1e-3) and share in (0.5, 0.25):
+        assert all(len(repr(p.rho)) <= 7 for p in parts.values()), parts
+    with pytest.raises(UsageError, match="add up to 1"):
+        b.split({"a": 0.5, "b": 0.6})
     for bad in [dict(rho=-1), dict(rho=1, delta=1e-5), dict(epsilon=1), dict(epsilon=1, delta=1.5),
                 dict(rho=1, mechanism="laplace"), dict(epsilon=1, delta=1e-5, mechanism="laplace"),
                 dict(rho=1, mechanism="cauchy"), dict(rho=5e-324)]:

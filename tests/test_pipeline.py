@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +127,10 @@ def test_composed_guarantee_is_what_was_asked(linear_run):
     assert all(p["epsilon_alone"] < g["epsilon"] for p in parts.values())
     # the audit tested the release's own claim
     assert math.isclose(s["audit"]["claim"]["rho"], parts["release"]["rho"], rel_tol=1e-12)
+    # one statement: the total is the parts' exact sum rounded up once (never above the request), the audit
+    # claims the number the release states, the parts are the budget's exact split (no float re-composition)
+    assert g["rho"] == accounting.round_up(sum(Fraction(p["rho"]) for p in parts.values())) <= asked_rho
+    assert s["audit"]["claim"]["rho"] == parts["release"]["rho"]
 
 
 def test_values_are_exact_and_consistent(world, linear_run):

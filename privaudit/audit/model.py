@@ -118,12 +118,16 @@ class Claim:
         return cls(eps, float(delta), float(rho), kind, mu, "zCDP -> (eps, delta): Canonne-Kamath-Steinke 2020")
 
     @classmethod
-    def from_event(cls, event, delta: float, kind: str = "generic") -> "Claim":
+    def from_event(cls, event, delta: float, kind: str = "generic", bound: float | None = None) -> "Claim":
         """The claim a mechanism's privacy event implies (``privaudit.privacy.accounting``).
 
         A pure-DP event claims (eps, 0) with eps = sum of l1/b (generic);
         any other event claims its rho, compared at ``delta``, of ``kind``
-        (``gaussian`` opts in to the GDP test, as :meth:`from_rho`).
+        (``gaussian`` opts in to the GDP test, as :meth:`from_rho`). With
+        ``bound`` (the budget the event was calibrated to), the claim is the
+        guarantee its artifact states (``accounting.guarantee``: the budget,
+        after checking the event costs no more), so an audit tests the very
+        number the manifest and the pipeline's summary state.
 
         Raises
         ------
@@ -132,7 +136,11 @@ class Claim:
         UsageError
             delta outside (0, 1) for a zCDP event; unknown kind.
         """
-        if accounting.is_pure(event):
+        pure = accounting.is_pure(event)
+        if bound is not None:
+            g = accounting.guarantee(event, delta=0.0 if pure else delta, requested={}, bound=bound)
+            return cls.from_epsilon(g["epsilon"], 0.0) if pure else cls.from_rho(g["rho"], delta, kind=kind)
+        if pure:
             return cls.from_epsilon(accounting.event_epsilon(event), 0.0)
         return cls.from_rho(accounting.event_rho(event), delta, kind=kind)
 

@@ -30,9 +30,6 @@ from privaudit.spec import DomainSpec
 
 #: Default share of the total rho given to DP-VAPVI when the spec declares features.
 LINEAR_SHARE_DEFAULT = 0.5
-#: Each part is shrunk by this relative amount so that rounding never lands the
-#: composed rho above the requested total.
-_SHRINK = 1e-12
 #: What each part releases and how (for the summary).
 _WHAT = {"release": "noisy {families} counts over the whole declared domain (release/)",
          "dp-vapvi": "the DP-VAPVI policy (its noisy statistics are not output)"}
@@ -42,8 +39,9 @@ def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_S
     """Split the pipeline's resolved budget between the release and DP-VAPVI.
 
     zCDP composes by adding rho (Bun & Steinke 2016, Lemma 2.3), so the parts
-    are rho_release = (1 - share) rho and rho_linear = share rho, each shrunk
-    by a relative 1e-12 to absorb rounding.
+    are rho_release = (1 - share) rho and rho_linear = the exact rest
+    (``Budget.split``): short decimals whose exact sum is at most rho, so
+    the composed total states rho itself.
 
     Parameters
     ----------
@@ -69,8 +67,7 @@ def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_S
     share = float(linear_share)
     if not (math.isfinite(share) and 0 < share < 1):
         raise UsageError(f"`linear_share` must lie in (0, 1). Found {linear_share!r}.")
-    return {"release": budget.part((1 - share) * (1 - _SHRINK), "the release's share of rho"),
-            "dp-vapvi": budget.part(share * (1 - _SHRINK), "DP-VAPVI's share of rho")}
+    return budget.split({"release": 1 - share, "dp-vapvi": share})
 
 
 def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSpec, *, shares: dict,

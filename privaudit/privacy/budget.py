@@ -20,13 +20,17 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
+from fractions import Fraction
+
+import numpy as np
 
 from privaudit.errors import UsageError
 from privaudit.privacy import accounting
 from privaudit.fmt import num
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA, dp_to_zcdp, zcdp_to_dp
 
-__all__ = ["Budget", "resolve_budget", "check_reportable", "DEFAULT_REPORT_DELTA", "MECHANISMS"]
+__all__ = ["Budget", "resolve_budget", "check_reportable", "short_floor", "DEFAULT_REPORT_DELTA", "MECHANISMS"]
 
 #: Noise families a budget can be resolved for.
 MECHANISMS = ("gaussian", "laplace")
@@ -93,8 +97,11 @@ class Budget:
     def part(self, share: float, name: str = "part of rho") -> "Budget":
         """A Gaussian part holding ``share`` of rho (zCDP composes by adding rho).
 
-        The part is reported at the same delta; its ``requested`` is
-        ``{"rho": part}`` (plus the delta when the whole budget stated one).
+        The part's rho is :func:`short_floor` of the exact product rho x
+        share (``share`` taken at its decimal value, 0.3 as 3/10): at most
+        the exact share and as short as users write it (0.5 of 1 is 0.5, not
+        0.49999999999949996). Reported at the same delta; its ``requested``
+        is ``{"rho": part}`` (plus the delta when the whole budget stated one).
 
         Raises
         ------
@@ -108,10 +115,109 @@ class Budget:
         s = float(share)
         if not (math.isfinite(s) and 0 < s <= 1):
             raise UsageError(f"`share` must lie in (0, 1]. Found {share!r}.")
-        rho = self.rho * s
+        return self._part_of(min(Fraction(repr(self.rho)), Fraction(self.rho)) * Fraction(repr(s)), name)
+
+    def split(self, shares: dict) -> dict:
+        """Split this Gaussian budget into named parts whose rho add up to at most rho, exactly.
+
+        Each part is a double within a relative 1e-15 of its share of rho
+        (rho and the shares taken at their decimal values: 0.7 of 1 is 7/10);
+        the last part is at most the exact rest, so the parts' exact sum never
+        exceeds rho (zCDP composition, Bun & Steinke 2016, Lemma 2.3) and the
+        composed total, rounded up once, states rho itself when the parts fill
+        it (1 split 0.7 / 0.3 states 1, not 1.0000000000000002). Among the
+        admissible values of the last-but-one part, the one giving the
+        shortest decimals is taken (0.5 / 0.5, not 0.49999999999949996).
+
+        Parameters
+        ----------
+        shares : dict[str, float]
+            Part name -> share in (0, 1); the shares must add up to 1 (to 1e-9).
+
+        Returns
+        -------
+        dict[str, Budget]
+            Same keys and order as ``shares``.
+
+        Raises
+        ------
+        UsageError
+            Shares not adding up to 1, a bad share, a Laplace budget, or a part
+            too small to report.
+        """
+        if self.mechanism != "gaussian":
+            raise UsageError("only a Gaussian (zCDP) budget can be split into parts.")
+        names = list(shares)
+        vals = [float(v) for v in shares.values()]
+        if (not names or not all(math.isfinite(v) and 0 < v <= 1 for v in vals)
+                or not math.isclose(sum(vals), 1.0, rel_tol=1e-9)):
+            raise UsageError(f"`shares` must be in (0, 1] and add up to 1. Found {shares!r}.")
+        if len(names) == 1:
+            return {names[0]: self}
+        whole = Fraction(repr(self.rho))
+        amounts = [_near_candidates(whole * Fraction(repr(v)))[0] for v in vals[:-2]]
+        best = None
+        for cand in _near_candidates(whole * Fraction(repr(vals[-2]))):
+            rest = Fraction(self.rho) - sum((Fraction(x) for x in amounts + [cand]), Fraction(0))
+            if rest <= 0:
+                continue
+            last = short_floor(rest)
+            score = len(repr(cand)) + len(repr(last))
+            if best is None or score < best[0]:
+                best = (score, cand, last)
+        if best is None:
+            raise UsageError(f"`shares` leave nothing for {names[-1]!r}. Found {shares!r}.")
+        amounts += [best[1], best[2]]
+        return {n: self._part_of(x, f"{n}'s share of rho") for n, x in zip(names, amounts)}
+
+    def _part_of(self, exact: Fraction | float, name: str) -> "Budget":
+        rho = exact if isinstance(exact, float) else short_floor(exact)
         check_reportable(rho, self.delta, name)
         req = {"rho": rho, **({"delta": self.delta} if "delta" in self.requested else {})}
         return Budget("gaussian", rho, None, self.delta, req)
+
+
+def _near_candidates(t: Fraction) -> list[float]:
+    """Doubles within a relative 1e-15 of ``t`` > 0: short decimals first, then the doubles around t."""
+    out = []
+    for sig in range(1, 18):
+        for rounding in (ROUND_FLOOR, ROUND_CEILING):
+            out.append(float(Context(prec=sig, rounding=rounding).divide(Decimal(t.numerator),
+                                                                           Decimal(t.denominator))))
+    c = float(t)
+    out += [float(np.nextafter(c, 0.0)), c, float(np.nextafter(c, math.inf))]
+    seen, keep = set(), []
+    for c in out:
+        if c > 0 and c not in seen and abs(Fraction(c) - t) <= t * _SHORT_FLOOR_RTOL:
+            seen.add(c)
+            keep.append(c)
+    return sorted(keep, key=lambda c: len(repr(c)))
+
+
+def short_floor(x: Fraction) -> float:
+    """The double <= ``x`` with the fewest significant decimal digits, at most a relative 1e-15 below ``x``.
+
+    Budget parts are amounts users read (summary.json, the ledger): a part is
+    never above its exact amount and prints as ``0.3`` rather than
+    ``0.30000000000000004`` when a short decimal is that close. Falls back to
+    the largest double <= ``x``.
+
+    Raises
+    ------
+    UsageError
+        ``x`` not positive.
+    """
+    if x <= 0:
+        raise UsageError(f"a budget part must be > 0. Found {float(x)!r}.")
+    below = [c for c in _near_candidates(x) if Fraction(c) <= x]
+    if below:
+        return below[0]
+    c = float(x)
+    return c if Fraction(c) <= x else float(np.nextafter(c, 0.0))
+
+
+#: How far below the exact part :func:`short_floor` may go to print short (relative).
+_SHORT_FLOOR_RTOL = Fraction(1, 10 ** 15)
 
 
 def _positive(name: str, v) -> float:
