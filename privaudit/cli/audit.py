@@ -12,6 +12,7 @@ from privaudit import registry
 from privaudit.audit import Claim, load_pair, run_audit
 from privaudit.audit.adapters import MECHANISMS
 from privaudit.audit.model import FileFunction
+from privaudit.audit.online_catalogue import explore_audit
 from privaudit.audit.runner import default_canary
 from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.errors import UsageError
@@ -74,11 +75,14 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
 
 @click.command("audit", short_help="Audit a DP claim empirically: epsilon lower bound from neighbouring runs.")
 @click.option("--mechanism", "mechanism", required=True,
-              help="release | dp-apvi | dp-vapvi | FILE.py:NAME (a callable fn(logs, rng[, n_runs])).")
+              help="release | dp-apvi | dp-vapvi | explore:ALGO (an online explorer's joint-DP claim: "
+                   "pucb, luyo, ngo, dp-lsvi-ucb-pp, or a broken one of the online catalogue) | FILE.py:NAME "
+                   "(a callable fn(logs, rng[, n_runs])).")
 @click.option("--logs", "logs_path", type=click.Path(), default=None,
               help="Logs D (Parquet file or folder); D' = D with one unit replaced by a canary. "
                    "Validated against the spec first (the fatal rules of a release).")
-@click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="Domain spec JSON.")
+@click.option("--spec", "spec_path", default=None, type=click.Path(dir_okay=False),
+              help="Domain spec JSON (required except for explore:ALGO).")
 @click.option("--claim-epsilon", type=float, default=None, help="Claimed epsilon (with --delta; 0 delta = pure DP).")
 @click.option("--claim-rho", type=float, default=None, help="Claimed rho-zCDP (compared at --delta).")
 @click.option("--delta", type=float, default=None,
@@ -122,10 +126,30 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the audit (OS entropy if omitted).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Processes for unbatched mechanisms.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@click.option("--env", "env_name", default=None,
+              help="explore:ALGO: background users' environment (riverswim, random-tabular, synthetic-linear, "
+                   "icu-sepsis or an MDP .npz; default riverswim).")
+@click.option("--horizon", type=click.IntRange(min=1), default=None, help="explore:ALGO: H (default 2).")
+@click.option("--states", type=click.IntRange(min=2), default=None, help="explore:ALGO: environment states.")
+@click.option("--actions", type=click.IntRange(min=2), default=None, help="explore:ALGO: environment actions.")
+@click.option("--instance-seed", type=click.IntRange(min=0), default=None, help="explore:ALGO: environment instance.")
+@click.option("--episodes", type=click.IntRange(min=1), default=None,
+              help="explore:ALGO: the public K the noise is sized for (default k + m + 1).")
+@click.option("--canary-user", type=click.IntRange(min=0), default=0, show_default=True,
+              help="explore:ALGO: k, the user whose data differs (users before k are the environment's).")
+@click.option("--users-after", type=click.IntRange(min=0), default=3, show_default=True,
+              help="explore:ALGO: m, users after k (silent); the run stops after user k + m.")
+@click.option("--decoy", type=click.Choice(["orthogonal", "null"]), default="orthogonal", show_default=True,
+              help="explore:ALGO: user k of D in its own lane (full sensitivity) or a null user.")
+@click.option("--view", type=click.Choice(["billboard", "actions"]), default="billboard", show_default=True,
+              help="explore:ALGO: gray-box (released statistics) or black-box (recommended actions).")
+@click.option("--constants", type=click.Choice(["practical", "theory"]), default="practical", show_default=True,
+              help="explore:ALGO: the explorer's constant set.")
 @handle_errors
 def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, claim_kind, canary, pair, scores,
             trials, confidence, release_mechanism, mechanism_rho, mechanism_epsilon, stationary, noise, out, plot,
-            overwrite, seed, jobs, as_json):
+            overwrite, seed, jobs, as_json, env_name, horizon, states, actions, instance_seed, episodes, canary_user,
+            users_after, decoy, view, constants):
     """Run MECHANISM many times on D and on a neighbour D', attack the outputs,
     and report a valid lower bound on epsilon (confidence --confidence) next to
     the claim. "no violation found" never means "private": it means none was
@@ -156,6 +180,12 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     delta-0 claim without --mechanism-rho) are refused (exit 2); so are the
     built-in options with a FILE.py:NAME mechanism. See docs/audit.md.
 
+    explore:ALGO audits an online explorer's joint-DP claim on two user
+    streams that differ in user k's whole data (--env for the other users,
+    --view billboard: the released statistics, or actions: the recommended
+    actions; docs/audit.md "Online explorers"). The JDP output audited is
+    named in the report's neighbouring_pair.
+
     Exit codes: 0 no violation found; 3 violation; 1 invalid, unreadable or
     missing logs, or artifacts; 2 bad arguments, spec or user code.
 
@@ -168,15 +198,35 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
 
     if (claim_epsilon is None) == (claim_rho is None):
         raise UsageError("give exactly one claim: --claim-epsilon E --delta D, or --claim-rho R [--delta D].")
+    explore_opts = {"--env": env_name, "--horizon": horizon, "--states": states, "--actions": actions,
+                    "--instance-seed": instance_seed, "--episodes": episodes}
+    if mechanism.startswith("explore:"):
+        given = [o for o, v in (("--logs", logs_path), ("--pair", pair), ("--spec", spec_path), ("--canary", canary),
+                                ("--release-mechanism", release_mechanism), ("--stationary/--per-step", stationary),
+                                ("--noise", noise), ("--score", scores or None), ("--jobs", jobs)) if v is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {mechanism}: an online explorer is audited on "
+                             "simulated user streams (--env) it builds itself. Remove the option(s).")
+        _check_outputs(out, plot, overwrite)
+        rep = explore_audit(mechanism[len("explore:"):], claim_epsilon=claim_epsilon, claim_rho=claim_rho,
+                            delta=delta, claim_kind=claim_kind, mechanism_rho=mechanism_rho,
+                            mechanism_epsilon=mechanism_epsilon, env_name=env_name or "riverswim",
+                            env_options={"horizon": horizon if horizon is not None else (
+                                2 if env_name in (None, "riverswim", "random-tabular") else None),
+                                "states": states if states is not None else (2 if env_name in (None, "riverswim")
+                                                                             else None),
+                                "actions": actions, "instance_seed": instance_seed},
+                            episodes=episodes, canary_user=canary_user, users_after=users_after, decoy=decoy,
+                            view=view, constants=constants, trials=trials, confidence=confidence, seed=seed)
+        _finish(rep, out, plot, confidence, as_json)
+    bad = [o for o, v in explore_opts.items() if v is not None]
+    if bad:
+        raise UsageError(f"{', '.join(bad)} appl{'ies' if len(bad) == 1 else 'y'} to --mechanism explore:ALGO only.")
+    if spec_path is None:
+        raise UsageError("--spec is required (except for --mechanism explore:ALGO).")
     if (logs_path is None) == (pair is None):
         raise UsageError("give exactly one input: --logs LOGS (a canary pair is built) or --pair D D2.")
-    if not overwrite:  # like release/train/pipeline: never replace a file silently; checked before any run
-        for opt, path in (("--out", out), ("--plot", plot)):
-            if path and Path(path).exists():
-                raise UsageError(f"{opt} {path} already exists; choose another path or pass --overwrite.")
-    for opt, path in (("--out", out), ("--plot", plot)):
-        if path:
-            check_writable(path, opt)  # before any trial is run
+    _check_outputs(out, plot, overwrite)
     spec = load_spec(spec_path)
     if claim_rho is not None:
         claim = Claim.from_rho(claim_rho, 1e-6 if delta is None else delta, kind=claim_kind)
@@ -251,11 +301,28 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         click.echo(f"canary: {shown} ({why})", err=True)
     rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, confidence=confidence,
                     scores=score_fns, seed=seed, n_jobs=jobs, mechanism_name=name)
+    _finish(rep, out, plot, confidence, as_json)
+
+
+def _check_outputs(out, plot, overwrite) -> None:
+    """Refuse an existing --out / --plot (unless --overwrite) and an unwritable one, before any run."""
+    if not overwrite:  # like release/train/pipeline: never replace a file silently; checked before any run
+        for opt, path in (("--out", out), ("--plot", plot)):
+            if path and Path(path).exists():
+                raise UsageError(f"{opt} {path} already exists; choose another path or pass --overwrite.")
+    for opt, path in (("--out", out), ("--plot", plot)):
+        if path:
+            check_writable(path, opt)  # before any trial is run
+
+
+def _finish(rep, out, plot, confidence, as_json) -> None:
+    """Write the report (and plot), print the verdict, exit 0 / 3."""
     rep.write_json(Path(out))
     if plot:
         rep.plot(Path(plot))
+    claim = rep.data["claim"]
     lb = "n/a (gray-box)" if rep.epsilon_lower_bound is None else f"{rep.epsilon_lower_bound:.4g}"
-    click.echo(f"{rep.verdict}: epsilon lower bound {lb} vs claimed {claim.epsilon:.4g} at delta {claim.delta:g} "
+    click.echo(f"{rep.verdict}: epsilon lower bound {lb} vs claimed {claim['epsilon']:.4g} at delta {claim['delta']:g} "
                f"({rep.data['method']['test']} test, confidence {confidence}); report {out}", err=True)
     for m in rep.data["messages"]:
         click.echo(f"  {m}", err=True)
