@@ -58,6 +58,7 @@ Laplace likelihood-ratio event, discrete outputs).
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -205,6 +206,7 @@ class ExplorerMechanism:
         self.algo, self.epsilon, self.rho, self.delta = algo, epsilon, rho, float(delta)
         self.view, self.constants, self._build = view, constants, build
         self.name = name or f"explore:{algo}"
+        self.targets_seen: list[np.ndarray] = []  # user k's targets in the last run's vector releases
 
     @property
     def __name__(self) -> str:
@@ -321,6 +323,7 @@ class ExplorerMechanism:
         x, y = world.state("x"), world.state("y")
         agent.tree = RecordingTree(agent.tree, lambda r: r[:, [c, xd], [c, xd]])
         vec, switched = [], []
+        self.targets_seen = []
         lane_of_k = world.start
         seen = [0]
 
@@ -333,11 +336,12 @@ class ExplorerMechanism:
             row = np.zeros((H, 2))
             if did:
                 # release at coordinate (c, x): user k's target r + V_{h+1}(lane) (V as the agent used it,
-                # i.e. max_a of its clipped Q) plus the noise it drew; no other user has a c or x coordinate
+                # i.e. max_a of its Q) plus the noise it drew; no other user has a c or x coordinate
                 V = np.vstack([ag.Q.max(axis=2), np.zeros((1, ag.S))])
                 for j, lane in enumerate((y, x)):
                     if lane_of_k == lane:
                         row[:, j] = world.reward[:, lane, 0] + V[1:, lane]
+                        self.targets_seen.append(row[:, j].copy())
                 eta = ag.noise.last.get("target")
                 if eta is not None:
                     row += eta[:, [c, xd]]
@@ -352,6 +356,40 @@ class ExplorerMechanism:
         if isinstance(agent, NgoLSVIUCB):
             parts.append(np.asarray(switched))
         return np.concatenate(parts)
+
+
+def target_range_check(mech: ExplorerMechanism, worlds, *, runs: int = 30, seed: int = 0) -> dict:
+    """Gray-box range check (zero noise statistics needed): user k's regression targets must lie in [0, H + 1].
+
+    Luyo's and Ngo's target-vector noise is calibrated to Delta_2 = 2 (H + 1),
+    which holds only if every target r + V_{h+1}(s') lies in [0, H + 1] (V
+    clipped to [0, H]; ALGORITHMS.md section 10). This runs ``runs`` seeded
+    runs on each world, records the targets user k entered into the vector
+    releases (as the agent computed them) and reports those outside the range:
+    a deterministic finding, like the offline gray-box sensitivity check
+    (AUDITING.md 4.1 "gray-box first", 4.5 rule 3). The seeded runs are
+    compared with the declared range and discarded.
+
+    Returns
+    -------
+    dict
+        The report's ``graybox`` block: ``checked``, ``violation``, ``families``.
+    """
+    if mech.algo not in ("luyo", "ngo") or mech.view != "billboard":
+        return {"checked": False, "violation": False, "families": []}
+    lo, hi, n = math.inf, -math.inf, 0
+    for i, w in enumerate(worlds):
+        for r in np.random.default_rng([seed, i]).spawn(int(runs)):
+            mech.run_once(w, r)
+            for t in mech.targets_seen:
+                lo, hi, n = min(lo, float(t.min())), max(hi, float(t.max())), n + t.size
+    t_max = worlds[0].horizon + 1.0
+    bad = n > 0 and (lo < -1e-9 or hi > t_max + 1e-9)
+    row = {"name": f"{mech.algo}:target (user k's r + V_{{h+1}})", "l1": None, "l2": None, "declared_l1": None,
+           "declared_l2": 2 * t_max, "exceeds": bool(bad), "non_finite": False, "cells_changed": 0,
+           "observed_range": [lo if n else None, hi if n else None], "declared_range": [0.0, t_max],
+           "targets_checked": n, "runs": int(runs) * len(worlds)}
+    return {"checked": True, "violation": bool(bad), "families": [row]}
 
 
 def linear_algo(algo: str) -> bool:
@@ -378,4 +416,4 @@ def gdp_allowed(mech: ExplorerMechanism, world: AuditWorld) -> tuple[bool, str]:
 
 
 __all__ = ["EXPLORERS", "VIEWS", "ExplorerMechanism", "RecordingNoise", "RecordingTree", "gdp_allowed",
-           "linear_algo", "tree_nodes"]
+           "linear_algo", "target_range_check", "tree_nodes"]

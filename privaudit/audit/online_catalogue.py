@@ -18,6 +18,9 @@ dp-lsvi-ucb-pp:k1-accumulated   Lambda~_k = G_k + 2 lambda~ I + k K1, K1 drawn  
 ngo:exact-switch                the determinant-doubling test on the non-private    ALGORITHMS 7.3 pt 4
                                 Gram matrix: the switch time is a deterministic
                                 function of the data
+luyo:no-lower-clip              value targets r + V without the lower clip of V     seed 003 l.197;
+                                (flagged by the gray-box range check: targets       ALGORITHMS section 10
+                                leave the [0, H + 1] the noise is calibrated for)
 luyo:data-range                 the target noise scaled to the largest reward       AUDITING B10
                                 observed so far (a constant read off the data)
                                 instead of the declared bound 1
@@ -39,15 +42,17 @@ import numpy as np
 
 from privaudit.audit.model import Claim
 from privaudit.audit.neighbours import NeighbouringPair
-from privaudit.audit.online import EXPLORERS, ExplorerMechanism, RecordingNoise, gdp_allowed
+from privaudit.audit.bounds import perfect_separation_cap
+from privaudit.audit.online import EXPLORERS, ExplorerMechanism, RecordingNoise, gdp_allowed, target_range_check
+from privaudit.audit.report import AuditReport
 from privaudit.audit.online_world import make_world_pair
-from privaudit.audit.runner import run_audit
+from privaudit.audit.runner import run_audit, selection_size
 from privaudit.errors import UsageError
 from privaudit.online.env import make_env
-from privaudit.online.linear.constants import Problem, ngo_constants
-from privaudit.online.linear.jin import NgoLSVIUCB
+from privaudit.online.linear.constants import Problem, luyo_constants, ngo_constants
+from privaudit.online.linear.jin import LuyoLSVIUCB, NgoLSVIUCB
 from privaudit.online.linear.registry import make_linear_agent
-from privaudit.online.linear.stats import psd_inverse
+from privaudit.online.linear.stats import TIE_DECIMALS, bonus_table, psd_inverse
 from privaudit.online.pucb import PUCB
 from privaudit.privacy.budget import resolve_budget
 
@@ -106,6 +111,24 @@ class RewardRangeNoise(RecordingNoise):
         z = super().normal(family, sigma, n, dim) * scale
         self.last[family] = z
         return z
+
+
+class NoLowerClipLuyo(LuyoLSVIUCB):
+    """Luyo et al.'s explorer whose value targets lack the lower clip: V = min(max_a index, H)
+    instead of clip(max_a index, 0, H) (seed 003 l.197's missing lower clip, here in the Jin family)."""
+
+    def _backward(self, inv, vec_noise):
+        H = self.H
+        bon = self.c.beta * bonus_table(self.phi_flat, inv)
+        v = np.zeros(self.S)
+        for h in range(H - 1, -1, -1):  # backward over steps, as the production pass
+            y = self.stats.target(h, v, with_reward=True)
+            if vec_noise is not None:
+                y = y + vec_noise[h]
+            index = (self.phi_flat @ (inv[h] @ y) + bon[h]).reshape(self.S, self.A)
+            self.Q[h] = np.minimum(index, H)
+            v = np.minimum(index.max(axis=1), H)  # the bug: no max(., 0)
+        self.pi = np.round(self.Q, TIE_DECIMALS).argmax(axis=2)
 
 
 class ExactSwitchNgo(NgoLSVIUCB):
@@ -207,13 +230,14 @@ CATALOGUE = {e.name: e for e in [
                 {"rho": 0.1}),
     OnlineEntry("ngo:exact-switch", "ngo", True, "switch test on the non-private Gram matrix", {"rho": 0.1},
                 decoy="null"),
+    OnlineEntry("luyo:no-lower-clip", "luyo", True, "no lower clip on the value targets", {"rho": 0.1}),
     OnlineEntry("luyo:data-range", "luyo", True, "target noise scaled to the observed reward range", {"rho": 0.1},
                 decoy="null"),
     OnlineEntry("pucb:add-remove", "pucb", True, "replacement calibrated as add/remove", {"epsilon": 1.0},
                 trials=20000, world={"horizon": 1, "states": 2, "n_episodes": 1, "canary_user": 0, "n_after": 0}),
 ]}
 #: The correct twin of each broken entry.
-TWIN = {"dp-lsvi-ucb-pp:noise-once": "dp-lsvi-ucb-pp", "dp-lsvi-ucb-pp:k1-accumulated": "dp-lsvi-ucb-pp",
+TWIN = {"luyo:no-lower-clip": "luyo", "dp-lsvi-ucb-pp:noise-once": "dp-lsvi-ucb-pp", "dp-lsvi-ucb-pp:k1-accumulated": "dp-lsvi-ucb-pp",
         "ngo:exact-switch": "ngo-null", "luyo:data-range": "luyo-null", "pucb:add-remove": "pucb"}
 BROKEN = tuple(n for n, e in CATALOGUE.items() if e.broken)
 CORRECT = tuple(n for n, e in CATALOGUE.items() if not e.broken)
@@ -234,6 +258,10 @@ def entry_mechanism(entry: OnlineEntry, view: str | None = None, budget: dict | 
     elif entry.name == "ngo:exact-switch":
         def build(w, r):
             return _exact_switch(w, r, rho)
+    elif entry.name == "luyo:no-lower-clip":
+        def build(w, r):
+            pb = Problem(w.horizon, w.n_states, w.n_actions, w.phi.shape[2], w.n_episodes)
+            return NoLowerClipLuyo(w.phi, w.horizon, w.n_episodes, luyo_constants(pb, rho, "practical"), rng=r)
     elif entry.name == "luyo:data-range":
         def build(w, r):
             return _RewardRangeLuyo.build(w, r, rho)
@@ -282,9 +310,25 @@ def audit_explorer(mech: ExplorerMechanism, d_world, dp_world, description: dict
         "step; probe state p at step 0 for linear explorers)")
     desc["view"] = mech.view
     pair = NeighbouringPair(d_world, dp_world, desc)
-    return run_audit(mech, claim=claim, pair=pair, trials=int(trials), seed=seed, confidence=confidence,
-                     selection_fraction=selection_fraction, graybox=False, mechanism_name=mech.name,
-                     progress=progress)
+    gb = target_range_check(mech, (d_world, dp_world), seed=0 if seed is None else seed)
+    if gb["violation"]:
+        n_ev = int(trials) - selection_size(int(trials), selection_fraction)
+        cap = perfect_separation_cap(n_ev, n_ev, (1 - confidence) / 2, claim.delta)
+        rep = AuditReport.graybox_only(mechanism=mech.name, claim=claim, confidence=confidence, pair=desc,
+                                       graybox=gb, selection_trials=0, evaluation_trials=0,
+                                       rng_mode="seeded-insecure" if seed is not None else "secure",
+                                       resolution=cap, runtime_s=0.0)
+        row = gb["families"][0]
+        rep.data["messages"] = [f"gray-box: user k's regression targets span {row['observed_range']} over "
+                                f"{row['runs']} seeded runs; the vector noise is calibrated for targets in "
+                                f"{row['declared_range']} (Delta_2 = {row['declared_l2']:g}): the explorer does not "
+                                "enforce the range its sensitivity assumes"]
+        return rep
+    rep = run_audit(mech, claim=claim, pair=pair, trials=int(trials), seed=seed, confidence=confidence,
+                    selection_fraction=selection_fraction, graybox=False, mechanism_name=mech.name,
+                    progress=progress)
+    rep.data["graybox"] = gb
+    return rep
 
 
 def entry_claim(entry: OnlineEntry, kind: str = "generic", delta: float = 1e-5) -> Claim:

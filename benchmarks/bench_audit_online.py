@@ -1,0 +1,104 @@
+"""How close an audit of a *correct* online explorer gets to its joint-DP claim, and the broken ones' verdicts.
+
+For each correct explorer (PUCB at eps = 1; Luyo, Ngo, DP-LSVI-UCB++ at
+rho = 0.1, i.e. mu = sqrt(2 rho) = 0.447 and eps = 1.914 at delta = 1e-5) it
+runs the gray-box audit (``billboard`` view) and the black-box audit
+(``actions`` view) at ``--trials`` runs per side and prints the lower bound as
+a fraction of the claim (eps for PUCB: the Laplace likelihood-ratio event,
+generic test; mu for the Gaussian explorers: the GDP opt-in, valid for their
+continuous Gaussian noise) with the resolution limit. Then every broken
+catalogue explorer at its stated budget. One JSON line per audit goes to
+``benchmarks/results/audit_online.jsonl`` with the CPU time it took.
+
+Run (background, low priority):
+
+    nice -n 10 python benchmarks/bench_audit_online.py --trials 10000 > /tmp/bench_online.txt 2>&1 &
+
+Worlds: riverswim H = 2, S = 2 (+ 4 scripted states), A = 2, K = 4 users,
+canary k = 0, m = 3 silent users after her (linear explorers); PUCB on
+H = 1, K = 1 (its tight setting: user k's leaf is in one node per family).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+from pathlib import Path
+
+from privaudit.audit.model import Claim
+from privaudit.audit.online import ExplorerMechanism
+from privaudit.audit.online_catalogue import BROKEN, CATALOGUE, audit_entry, audit_explorer, entry_claim
+from privaudit.audit.online_world import make_world_pair
+from privaudit.online.env import make_env
+
+OUT = Path(__file__).resolve().parent / "results" / "audit_online.jsonl"
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def record(row: dict) -> None:
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    with OUT.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps(row), flush=True)
+
+
+def correct(algo: str, view: str, trials: int, seed: int) -> dict:
+    if algo == "pucb":
+        env = make_env("riverswim", horizon=1, states=2)
+        d, dp, desc = make_world_pair(env, canary_user=0, n_after=0 if view == "billboard" else 3,
+                                      n_episodes=1 if view == "billboard" else 4)
+        mech, claim = ExplorerMechanism("pucb", epsilon=1.0, view=view), Claim.from_epsilon(1.0, 0.0)
+    else:
+        env = make_env("riverswim", horizon=2, states=2)
+        d, dp, desc = make_world_pair(env, canary_user=0, n_after=3, n_episodes=4)
+        mech, claim = ExplorerMechanism(algo, rho=0.1, view=view), Claim.from_rho(0.1, 1e-5, kind="gaussian")
+    t0, c0 = time.time(), cpu()
+    rep = audit_explorer(mech, d, dp, desc, claim=claim, trials=trials, seed=seed)
+    data = rep.data
+    g = data["method"]["gaussian"]
+    return {"explorer": algo, "view": view, "trials": trials, "verdict": rep.verdict,
+            "claimed_epsilon": claim.epsilon, "claimed_mu": claim.mu,
+            "epsilon_lower_bound": rep.epsilon_lower_bound,
+            "epsilon_fraction": (rep.epsilon_lower_bound or 0.0) / claim.epsilon,
+            "mu_lower_bound": g["mu_lower_bound"] if claim.mu else None,
+            "mu_fraction": g["mu_lower_bound"] / claim.mu if claim.mu else None,
+            "event": data["chosen_event"]["candidate"] + " " + data["chosen_event"]["event"],
+            "counts": data["chosen_event"]["counts"],
+            "resolution": data["resolution_limit"], "cpu_s": cpu() - c0, "wall_s": time.time() - t0}
+
+
+def broken(name: str, seed: int) -> dict:
+    t0, c0 = time.time(), cpu()
+    rep = audit_entry(name, seed=seed)
+    return {"explorer": name, "view": CATALOGUE[name].view, "trials": CATALOGUE[name].trials, "verdict": rep.verdict,
+            "exit_code": rep.exit_code, "claimed_epsilon": entry_claim(CATALOGUE[name]).epsilon,
+            "epsilon_lower_bound": rep.epsilon_lower_bound, "event": rep.data["chosen_event"]["candidate"],
+            "resolution": rep.data["resolution_limit"], "cpu_s": cpu() - c0, "wall_s": time.time() - t0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--only", default=None, help="comma-separated: correct, broken, or explorer names")
+    a = ap.parse_args()
+    only = set(a.only.split(",")) if a.only else None
+    for algo in ("pucb", "dp-lsvi-ucb-pp", "ngo", "luyo"):
+        if only and not ({"correct", algo} & only):
+            continue
+        for view in ("billboard", "actions"):
+            record(correct(algo, view, a.trials, a.seed))
+    for name in BROKEN:
+        if only and not ({"broken", name} & only):
+            continue
+        record(broken(name, a.seed))
+
+
+if __name__ == "__main__":
+    main()
