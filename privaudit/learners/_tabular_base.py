@@ -73,6 +73,28 @@ def transition_estimate(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> np.nda
     return private_transition_estimate(n_sas, n_sa, E)
 
 
+def known_reward(reward, S: int, A: int, H: int) -> tuple[np.ndarray, str]:
+    """Check a known reward in [0, 1]: ``(array, "next_state")`` for r(s') of shape (S,), ``(array, "mean")``
+    for r(s, a) / r_h(s, a) of shape (S, A) / (H, S, A).
+
+    Raises
+    ------
+    UsageError
+        Another shape, or values outside [0, 1] (scale them by the spec's reward_range).
+    """
+    reward = np.asarray(reward, dtype=np.float64)
+    if reward.shape == (S,):
+        kind = "next_state"
+    elif reward.shape in ((S, A), (H, S, A)):
+        kind = "mean"
+    else:
+        raise UsageError(f"`reward` must have shape ({S},) (next-state reward), ({S}, {A}) or "
+                         f"({H}, {S}, {A}). Got {reward.shape}.")
+    if not np.isfinite(reward).all() or reward.min() < 0 or reward.max() > 1:
+        raise UsageError("`reward` must lie in [0, 1] (scale it by the spec's reward_range).")
+    return reward, kind
+
+
 class StepModel:
     """(P̃_h, r_h, ñ_h) for one step at a time, computed on demand and cached for one h.
 
@@ -109,16 +131,7 @@ class StepModel:
                                  "use logs/a release whose spec has private rewards.")
             self.kind = "sums"
         else:
-            reward = np.asarray(reward, dtype=np.float64)
-            if reward.shape == (S,):
-                self.kind = "next_state"
-            elif reward.shape in ((S, A), (H, S, A)):
-                self.kind = "mean"
-            else:
-                raise UsageError(f"`reward` must have shape ({S},) (next-state reward), ({S}, {A}) or "
-                                 f"({H}, {S}, {A}). Got {reward.shape}.")
-            if not np.isfinite(reward).all() or reward.min() < 0 or reward.max() > 1:
-                raise UsageError("`reward` must lie in [0, 1] (scale it by the spec's reward_range).")
+            reward, self.kind = known_reward(reward, S, A, H)
             reward = frame.scale * reward + frame.shift
         self.reward = reward
 
