@@ -43,12 +43,15 @@ t0 = time.perf_counter()
 res = run_episodes(env, agent, K)
 wall = time.perf_counter() - t0
 state = sum(v.nbytes for v in vars(agent).values() if isinstance(v, np.ndarray))
-state += sum(v.nbytes for o in (agent.stats,) for v in vars(o).values() if isinstance(v, np.ndarray))
+parts = [agent.stats] + [o for o in (getattr(agent, "lat", None),) if o is not None]
+state += sum(v.nbytes for o in parts for v in vars(o).values() if isinstance(v, np.ndarray))
 ru = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({{"algo": algo, "episodes": K, "seconds": wall, "cpu_seconds": ru.ru_utime + ru.ru_stime,
                   "peak_rss_mib": ru.ru_maxrss / 1024,
                   "agent_array_bytes": state, "switches": agent.n_switches,
                   "cumulative_regret": float(res.regret.sum()),
+                  "lattice": None if getattr(agent, "lattice", None) is None else vars(agent.lattice),
+                  "noise_draw_calls": getattr(agent.noise, "counts", None),
                   "mean_regret_last_10pct": float(res.regret[-K // 10:].mean())}}))
 """
 

@@ -33,22 +33,26 @@ Delta_1 (l1) or Delta_2 (l2) between neighbouring datasets:
   noise (Z + Z^T)/sqrt(2) with Z_ij ~ N(0, s^2); it costs ||Delta||_F^2 / (4 s^2)
   per node (ALGORITHMS.md 10), so s^2 = L * Delta_F^2 / (4 rho_f).
 
-Noise kinds. ``noise="exact"`` (PUCB): the counters hold integers (counts,
-or reals put on a power-of-two lattice and counted in lattice units) and every
-node draws the exact discrete Laplace (P(y) proportional to exp(-|y|/b)) or
-discrete Gaussian N_Z(0, sigma^2) of ``privaudit.privacy.samplers`` (sigma up
-to 2^15; beyond, ``privaudit.privacy.fixed_point.discrete_gaussian_wide``),
-total variation 0 to the target law. The node vector is then the discrete
+Noise kinds. ``noise="exact"`` (PUCB, and the linear explorers' Gram trees):
+the counters hold integers (counts, or reals put on a power-of-two lattice
+and counted in lattice units) and every node draws the exact discrete
+Laplace (P(y) proportional to exp(-|y|/b)) or discrete Gaussian
+N_Z(0, sigma^2) of ``privaudit.privacy.samplers`` (sigma up to 2^15; beyond,
+and for ``goe``, ``privaudit.privacy.fixed_point.discrete_gaussian_batch``,
+up to 2^47, drawn :data:`WIDE_BLOCK` nodes at a time), total variation 0 to
+the target law. An exact ``goe`` node is a symmetric integer matrix with
+independent upper entries N_Z(0, s^2) and diagonal N_Z(0, 2 s^2)
+(:func:`symmetric_discrete_gaussian`). The node vector is then the discrete
 Laplace mechanism (eps = L Delta_1 / b for integer-valued sensitivity, Ghosh,
 Roughgarden & Sundararajan 2012; CKS 2020 section 2.2) or the multivariate
-discrete Gaussian mechanism (rho = L Delta_2^2 / (2 sigma^2), Canonne, Kamath &
-Steinke 2020, Thm 14), the same costs as the continuous mechanisms, with
-Delta and the scale in lattice units; the releases are integers (no float
-side channel). ``noise="continuous"`` (the linear explorers' GOE Gram trees):
-numpy's float samplers, whose truncated tails and float grids are not the
-continuous laws the accounting assumes; the stated guarantee is that of the
-ideal continuous mechanism and is *not certified* for the sampler
-(``privaudit.privacy.samplers.noise_statement("continuous")``).
+discrete Gaussian mechanism (rho = L Delta_2^2 / (2 sigma^2), resp.
+L Delta_F^2 / (4 s^2) for goe; Canonne, Kamath & Steinke 2020, Thm 14), the
+same costs as the continuous mechanisms, with Delta and the scale in lattice
+units; the releases are integers (no float side channel).
+``noise="continuous"``: numpy's float samplers, whose truncated tails and
+float grids are not the continuous laws the accounting assumes; the stated
+guarantee is that of the ideal continuous mechanism and is *not certified*
+for the sampler (``privaudit.privacy.samplers.noise_statement("continuous")``).
 
 Under JDP with *replacement* of one user (one episode), a per-step count
 family (one unit per step h) has Delta_1 = 2H and Delta_2 = sqrt(2H)
@@ -71,15 +75,51 @@ import numpy as np
 from scipy import special
 
 from privaudit.errors import UsageError
-from privaudit.privacy.fixed_point import discrete_gaussian_wide
+from privaudit.privacy.fixed_point import MAX_SIGMA_UNITS, discrete_gaussian_batch
 from privaudit.privacy.samplers import GAUSSIAN_SIGMA_MAX, exact_noise, get_sampler
 from privaudit.privacy.events import GaussianEvent, LaplaceEvent, PrivacyEvent, PrivacyUnit
 
+#: Node noises drawn per vectorised call on the wide exact path (goe, or Gaussian sigma above 2^15 units).
+WIDE_BLOCK = 256
 #: Noise families a TreeCounter can draw ("none": exact counts, no privacy).
 MECHANISMS = ("laplace", "gaussian", "goe", "none")
 #: How the node noise is drawn: exact discrete samplers on integer counters (total variation 0),
 #: or numpy's float samplers (``Generator.laplace`` / ``normal``; not certified, module docstring).
 NOISE_KINDS = ("exact", "continuous")
+
+
+def symmetric_discrete_gaussian(s2: Fraction, lead: tuple, dim: int, *, rng: np.random.Generator) -> np.ndarray:
+    """Exact integer "GOE" matrices: upper entries N_Z(0, s2), diagonal N_Z(0, 2 s2), mirrored.
+
+    Parameters
+    ----------
+    s2 : Fraction
+        Off-diagonal variance parameter in lattice units (exact rational; sqrt(2 s2) <= 2^47).
+    lead : tuple of int
+        Leading shape.
+    dim : int
+        Matrix size d.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    ndarray of int64, shape lead + (dim, dim), symmetric
+
+    Notes
+    -----
+    The lattice analogue of (Z + Z^T)/sqrt(2), Z_ij ~ N(0, s^2): independent
+    coordinates with the same variances (off-diagonal s^2, diagonal 2 s^2), so
+    a symmetric shift Delta costs ||Delta||_F^2 / (4 s^2) zCDP (CKS 2020
+    Thm 14). Exact sampler: ``privaudit.privacy.fixed_point.discrete_gaussian_batch``.
+    """
+    iu = np.triu_indices(dim, 1)
+    off, diag = discrete_gaussian_batch([(s2, tuple(lead) + (len(iu[0]),)), (2 * s2, tuple(lead) + (dim,))],
+                                        rng=rng)
+    m = np.zeros(tuple(lead) + (dim, dim), dtype=np.int64)
+    m[..., iu[0], iu[1]] = off
+    m += np.swapaxes(m, -1, -2)
+    m[..., np.arange(dim), np.arange(dim)] = diag
+    return m
 
 
 def tree_levels(n_releases: int) -> int:
@@ -155,9 +195,8 @@ class TreeCounter:
         Source of the noise (build it from OS entropy except in tests).
     noise : {"continuous", "exact"}
         ``"exact"``: integer counters (increments must be integers, in the
-        counter's lattice units), exact discrete Laplace / Gaussian node noise
-        with ``scale`` in the same units, int64 releases; ``laplace`` and
-        ``gaussian`` only. ``"continuous"``: numpy's float samplers (module
+        counter's lattice units), exact discrete Laplace / Gaussian / goe node
+        noise with ``scale`` in the same units, int64 releases. ``"continuous"``: numpy's float samplers (module
         docstring: not certified).
 
     Attributes
@@ -181,15 +220,17 @@ class TreeCounter:
             raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Got {mechanism!r}.")
         if noise not in NOISE_KINDS:
             raise UsageError(f"`noise` must be one of {NOISE_KINDS}. Got {noise!r}.")
-        if noise == "exact" and mechanism == "goe":
-            raise UsageError("a goe counter has no exact discrete sampler here; use noise='continuous'.")
         self.shape = tuple(int(x) for x in np.atleast_1d(shape))
         if mechanism == "goe" and (len(self.shape) < 2 or self.shape[-1] != self.shape[-2]):
             raise UsageError(f"a goe counter needs square last axes. Got shape {self.shape}.")
         if mechanism != "none":
             _check_pos("scale", scale)
-        if noise == "exact" and mechanism != "none" and not (mechanism == "gaussian"
-                                                             and float(scale) > GAUSSIAN_SIGMA_MAX):
+        wide = noise == "exact" and (mechanism == "goe" or (mechanism == "gaussian"
+                                                           and float(scale) > GAUSSIAN_SIGMA_MAX))
+        if wide and (math.sqrt(2.0) if mechanism == "goe" else 1.0) * float(scale) > MAX_SIGMA_UNITS:
+            raise UsageError(f"the exact {mechanism} sampler draws sigma up to 2^47 lattice units; node scale "
+                             f"{scale!r} (times sqrt(2) on a goe diagonal) is above. Use a coarser lattice.")
+        if noise == "exact" and mechanism != "none" and not wide:
             try:  # builds (and caches) the exact sampler's table now, not at the first release
                 get_sampler(mechanism, scale)
             except RuntimeError:
@@ -206,6 +247,8 @@ class TreeCounter:
         self.rng = rng
         self.t = 0
         self.draws = 0
+        self._wide = wide
+        self._block: list[np.ndarray] = []   # pre-drawn node noises of the wide exact path (module docstring)
         dtype = np.int64 if noise == "exact" else np.float64
         self._exact = np.zeros(self.shape, dtype=dtype)
         # _above[j]: summed noise of the open nodes at levels >= j; _above[L] = 0
@@ -218,9 +261,11 @@ class TreeCounter:
     def _draw(self) -> np.ndarray:
         self.draws += 1
         if self.noise == "exact":
+            if self._wide:
+                if not self._block:
+                    self._block = self._wide_block()
+                return self._block.pop()
             n = int(np.prod(self.shape))
-            if self.mechanism == "gaussian" and self.scale > GAUSSIAN_SIGMA_MAX:
-                return discrete_gaussian_wide(Fraction(self.scale) ** 2, self.shape, rng=self.rng)
             return exact_noise(self.mechanism, self.scale, n, rng=self.rng).reshape(self.shape)
         if self.mechanism == "laplace":
             return self.rng.laplace(0.0, self.scale, size=self.shape)
@@ -228,6 +273,28 @@ class TreeCounter:
         if self.mechanism == "goe":
             z = (z + np.swapaxes(z, -1, -2)) / math.sqrt(2.0)
         return z
+
+    def _wide_block(self) -> list[np.ndarray]:
+        """The next node noises of the wide exact path (sigma above 2^15 units, or goe), drawn together.
+
+        The node noises are i.i.d. and independent of the data, so drawing
+        up to :data:`WIDE_BLOCK` of them in one vectorised call of
+        ``discrete_gaussian_batch`` (one call per node costs milliseconds)
+        is the same mechanism as drawing each when its node closes. Never
+        more than the remaining releases. ``goe``: the upper off-diagonal
+        entries are N_Z(0, s^2) and the diagonal N_Z(0, 2 s^2), independent,
+        mirrored to a symmetric integer matrix: the law of (Z + Z^T)/sqrt(2)
+        on the lattice, whose cost for a symmetric shift Delta is
+        sum_(i<j) Delta_ij^2 / (2 s^2) + sum_i Delta_ii^2 / (4 s^2)
+        = ||Delta||_F^2 / (4 s^2) (CKS 2020 Thm 14 with per-coordinate
+        variances), as for the continuous GOE.
+        """
+        n = max(1, min(WIDE_BLOCK, self.n_releases - self.t + 1))
+        s2 = Fraction(self.scale) ** 2            # exact: the float scale read as a rational
+        if self.mechanism == "gaussian":
+            draws = discrete_gaussian_batch([(s2, (n,) + self.shape)], rng=self.rng)[0]
+            return list(draws[::-1])
+        return list(symmetric_discrete_gaussian(s2, (n,) + self.shape[:-2], self.shape[-1], rng=self.rng)[::-1])
 
     def open_levels(self) -> list[int]:
         """Levels whose node noise is in the current release: the set bits of t."""

@@ -130,6 +130,9 @@ def _guarantee(agent: Agent, budget: Budget | None, seeded: bool = False) -> dic
                  "float sampler that ran: see guarantee.sampler)"),
               "sampler": sampler,
               "events": [e.to_dict() for e in events]})
+    lattice = getattr(agent, "lattice", None)
+    if lattice is not None:  # the linear explorers' grids (privaudit.online.linear.lattice)
+        g["grid"] = lattice.describe()
     if seeded:  # the guarantee is kept for reference; it does not hold against anyone who knows the seed
         g.update({"private": False, "note": SEEDED_NOTE})
     return g

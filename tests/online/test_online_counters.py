@@ -185,16 +185,57 @@ def test_exact_counter_matches_a_slow_tree_of_exact_draws():
         np.testing.assert_array_equal(c.update(z), expect)
 
 
-def test_exact_counter_refuses_fractions_goe_and_tiny_scales():
+def test_exact_counter_refuses_fractions_wide_and_tiny_scales():
     c = TreeCounter((2,), 4, "gaussian", 2.0, rng=np.random.default_rng(0), noise="exact")
     with pytest.raises(UsageError, match="integer increments"):
         c.update(np.array([0.5, 1.0]))
     np.testing.assert_array_equal(c.update(np.array([1.0, 2.0])) % 1, 0)  # integral floats accepted
-    with pytest.raises(UsageError, match="goe"):
-        TreeCounter((2, 2), 4, "goe", 1.0, rng=np.random.default_rng(0), noise="exact")
+    with pytest.raises(UsageError, match="2\\^47"):
+        TreeCounter((2, 2), 4, "goe", 2.0 ** 47, rng=np.random.default_rng(0), noise="exact")
     with pytest.raises(UsageError, match="exact gaussian sampler"):
         TreeCounter((2,), 4, "gaussian", 1e-3, rng=np.random.default_rng(0), noise="exact")
     with pytest.raises(UsageError, match="noise"):
         TreeCounter((2,), 4, "laplace", 1.0, rng=np.random.default_rng(0), noise="float")
     ev = tree_counter_event("pucb:visits", "laplace", 4.0, 3, 12.0, noise="exact")
     assert ev.noise == "exact" and event_epsilon(ev) == pytest.approx(1.0)
+
+
+def test_exact_goe_counter_has_the_stated_variances():
+    """noise='exact', goe: symmetric integer releases; at t = 7 (3 open nodes) the error has
+    variance 3 s^2 off the diagonal and 6 s^2 on it (s = 10^6 lattice units: the discrete
+    Gaussian's variance equals s^2 to 1e-12). 60000 draws of each kind: the sample variance's
+    relative sd is sqrt(2/60000) = 0.006, so 4% is > 6 sd (false failure < 1e-8).
+    """
+    n, s = 20_000, 1.0e6
+    c = TreeCounter((n, 3, 3), 8, "goe", s, rng=np.random.default_rng(9), noise="exact")
+    for _ in range(7):
+        out = c.update(np.ones((n, 3, 3), dtype=np.int64))
+    assert out.dtype == np.int64 and c.draws == 7
+    np.testing.assert_array_equal(out, np.swapaxes(out, -1, -2))
+    err = (out - c._exact).astype(np.float64)
+    iu = np.triu_indices(3, 1)
+    assert np.var(err[:, iu[0], iu[1]]) == pytest.approx(3 * s ** 2, rel=0.04)
+    assert np.var(err[:, np.arange(3), np.arange(3)]) == pytest.approx(6 * s ** 2, rel=0.04)
+
+
+def test_exact_goe_counter_blocks_are_a_slow_tree_of_fresh_draws(monkeypatch):
+    """The wide path pre-draws WIDE_BLOCK nodes per call: the releases still equal a slow tree whose
+    node t is the t-th fresh draw (blocks of 3 here, never beyond T), one node per update."""
+    from fractions import Fraction
+    from privaudit.online import counters
+    monkeypatch.setattr(counters, "WIDE_BLOCK", 3)
+    T, s = 8, 1.0e5
+    c = TreeCounter((2, 3, 3), T, "goe", s, rng=np.random.default_rng(4), noise="exact")
+    ref = np.random.default_rng(4)
+    draws = []
+    while len(draws) < T:
+        n = min(3, T - len(draws))
+        draws += list(counters.symmetric_discrete_gaussian(Fraction(s) ** 2, (n, 2), 3, rng=ref))
+    node, total = {}, np.zeros((2, 3, 3), dtype=np.int64)
+    for t in range(1, T + 1):
+        z = np.full((2, 3, 3), t, dtype=np.int64)
+        total += z
+        node[(t & -t).bit_length() - 1] = draws[t - 1]
+        expect = total + sum(node[j] for j in range(c.n_levels) if (t >> j) & 1)
+        np.testing.assert_array_equal(c.update(z), expect)
+    assert len(set(d.tobytes() for d in draws)) == T

@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 
 from privaudit.errors import UsageError
@@ -22,7 +23,8 @@ from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensiti
 from privaudit.online.counters import TreeCounter
 from privaudit.online.env import make_env
 from privaudit.online.protocol import run_episodes
-from privaudit.online.linear.stats import NoiseSource, RidgeStats, checked_features, psd_inverse
+from privaudit.online.linear.lattice import NoiseSource
+from privaudit.online.linear.stats import RidgeStats, checked_features, psd_inverse
 
 H, S, A, D = 20, 2, 100, 10
 PHI = raw_features() / math.sqrt(7.0)          # seed 003's scaling: ||phi|| <= 1
@@ -162,11 +164,11 @@ class _RecordingNoise(NoiseSource):
         self.rows.setdefault(family, []).extend(r.tobytes() for r in arr)
         return arr
 
-    def normal(self, family, sigma, n, dim):
-        return self._keep(family, super().normal(family, sigma, n, dim))
+    def vector(self, family, sigma, bits, n, dim):
+        return self._keep(family, super().vector(family, sigma, bits, n, dim))
 
-    def goe(self, family, s, n, dim):
-        return self._keep(family, super().goe(family, s, n, dim))
+    def goe(self, family, s, bits, n, dim):
+        return self._keep(family, super().goe(family, s, bits, n, dim))
 
 
 class _DrawOnceNoise(_RecordingNoise):
@@ -176,14 +178,14 @@ class _DrawOnceNoise(_RecordingNoise):
         super().__init__(rng)
         self.cache = {}
 
-    def normal(self, family, sigma, n, dim):
+    def vector(self, family, sigma, bits, n, dim):
         if family not in self.cache:
-            self.cache[family] = NoiseSource.normal(self, family, sigma, n, dim)
+            self.cache[family] = NoiseSource.vector(self, family, sigma, bits, n, dim)
         return self._keep(family, self.cache[family])
 
-    def goe(self, family, s, n, dim):
+    def goe(self, family, s, bits, n, dim):
         if family not in self.cache:
-            self.cache[family] = NoiseSource.goe(self, family, s, n, dim)
+            self.cache[family] = NoiseSource.goe(self, family, s, bits, n, dim)
         return self._keep(family, self.cache[family])
 
 
@@ -365,13 +367,111 @@ def test_explore_cli_runs_a_linear_explorer(tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     assert m["guarantee"]["rho"] == pytest.approx(2.0, rel=1e-9)
     assert {e["family"].split(" ")[0] for e in m["guarantee"]["events"]} == {"ngo:gram", "ngo:target"}
-    # numpy's float Gaussian: stated honestly, not certified (no total variation, no extra delta)
+    # exact discrete Gaussian on lattice statistics: total variation 0, nothing added to delta
     smp = m["guarantee"]["sampler"]
-    assert "numpy" in smp["sampler"] and smp["total_variation_per_draw"] is None and smp["extra_delta"] is None
-    assert "not certified" in m["guarantee"]["statement"]
+    assert smp["total_variation_per_draw"] == 0.0 and smp["extra_delta"] == 0.0
+    assert "not certified" not in m["guarantee"]["statement"]
+    assert all(e["noise"] == "exact" for e in m["guarantee"]["events"])
+    assert m["guarantee"]["grid"]["features"].startswith("2^-12")
+    # a seeded run is reproducible (the noise stream is the seed's)
+    again = tmp_path / "ngo2"
+    res = CliRunner().invoke(main, ["explore", "--algo", "ngo", "--env", "synthetic-linear", "--episodes", "40",
+                                    "--rho", "2", "--seed", "3", "--out", str(again), "--json"])
+    assert res.exit_code == 0, res.output
+    assert pl.read_parquet(out / "regret.parquet").equals(pl.read_parquet(again / "regret.parquet"))
     bad = CliRunner().invoke(main, ["explore", "--algo", "luyo", "--env", "synthetic-linear", "--episodes", "40",
                                     "--epsilon", "1", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "--rho" in bad.output and not (tmp_path / "x").exists()
     bad = CliRunner().invoke(main, ["explore", "--algo", "ngo", "--env", "riverswim", "--episodes", "40",
                                     "--rho", "1", "--out", str(tmp_path / "y")])
     assert bad.exit_code == 2 and "feature map" in bad.output
+
+
+# ---------------------------------------------------------------------------
+# exact lattice noise (privaudit.online.linear.lattice)
+
+
+def _noise_rows(algo, K, rho=1.0, seed=8):
+    """Play a private explorer with a recording noise source; (agent, {family: real-unit noise rows})."""
+    agent = make_linear_agent(algo, PHI, REWARD, H, K, rho=rho, constants="practical",
+                              rng=np.random.default_rng(seed))
+    rec = _RecordingNoise(agent.rng)
+    agent.noise = rec
+    play(agent, K)
+    lat = agent.lattice
+    bits = {"gram": lat.gram_bits, "v-hat": lat.target_bits, "v-check": lat.target_bits,
+            "v-squared": lat.square_target_bits, "target": lat.target_bits}
+    rows = {f: np.ldexp(np.stack([np.frombuffer(r, dtype=np.int64) for r in v]).astype(float), -bits[f])
+            for f, v in rec.rows.items()}
+    return agent, rows
+
+
+def test_dp_lsvi_ucb_pp_noise_is_integer_with_the_events_scale():
+    """The noise that ran has the standard deviation the events state (real units), per family.
+
+    K = 30: 600 draws of each vector family (6000 coordinates) and 600 Gram matrices (27000
+    off-diagonal, 6000 diagonal entries). The sample variance's relative sd is at most
+    sqrt(2/6000) = 0.018, so 12% is > 6 sd (false failure < 1e-8 per check).
+    """
+    agent, rows = _noise_rows("dp-lsvi-ucb-pp", 30)
+    ev = {e.family.split(" ")[0]: e for e in agent.events()}
+    for fam in ("v-hat", "v-check", "v-squared"):
+        assert np.var(rows[fam]) == pytest.approx(ev[f"dp-lsvi-ucb-pp:{fam}"].sigma ** 2, rel=0.12)
+    g = rows["gram"].reshape(-1, D, D)
+    iu = np.triu_indices(D, 1)
+    s = ev["dp-lsvi-ucb-pp:gram"].sigma / math.sqrt(2.0)        # recorded as sigma = sqrt(2) s
+    assert np.var(g[:, iu[0], iu[1]]) == pytest.approx(s ** 2, rel=0.12)
+    assert np.var(g[:, np.arange(D), np.arange(D)]) == pytest.approx(2 * s ** 2, rel=0.12)
+    np.testing.assert_array_equal(g, np.swapaxes(g, -1, -2))
+    assert agent.lattice.weight_bits >= 9
+
+
+def test_ngo_target_noise_has_the_events_scale():
+    """Ngo's target releases: exact N_Z noise whose sd (real units) is the event's sigma (>= 10 releases of
+    H x d = 200 coordinates: relative sd of the variance <= sqrt(2/2000) = 0.032, tolerance 20% > 6 sd)."""
+    agent, rows = _noise_rows("ngo", 150, rho=5.0)
+    assert agent.n_switches >= 10
+    ev = {e.family.split(" ")[0]: e for e in agent.events()}
+    assert np.var(rows["target"]) == pytest.approx(ev["ngo:target"].sigma ** 2, rel=0.2)
+    assert agent.tree.noise == "exact" and agent.tree._exact.dtype == np.int64
+
+
+def test_lattice_statistics_are_exact_sums_of_the_gridded_inputs():
+    """Integer lattice statistics = float sums of phi rounded toward zero to 2^-12, the weights toward zero
+    to 2^-WB and the values to the nearest 2^-VB (an independent float computation; all exact)."""
+    from privaudit.online.linear.lattice import Lattice, LatticeStats, grid_features
+    rng = np.random.default_rng(12)
+    lat = Lattice(weight_bits=14, value_bits=6, square_bits=0)
+    q, phi_g = grid_features(PHI)
+    assert (np.abs(phi_g) <= np.abs(PHI)).all() and (np.linalg.norm(phi_g, axis=-1) <= 1.0).all()
+    st = LatticeStats(H, S, D, lat, 100, 1.0 / H ** 2, H ** 2)
+    ref_g, ref_b = np.zeros((H, D, D)), np.zeros((H, S, D))
+    for _ in range(50):
+        s_, a_ = rng.integers(S, size=H), rng.integers(A, size=H)
+        sn, w = rng.integers(S, size=H), rng.uniform(0, 1.0 / H ** 2, size=H)
+        st.add(q[s_, a_], sn, None, w)
+        wg = np.floor(w * 2 ** 14) / 2 ** 14
+        f = phi_g[s_, a_]
+        ref_g += wg[:, None, None] * f[:, :, None] * f[:, None, :]
+        ref_b[np.arange(H), sn] += wg[:, None] * f
+    np.testing.assert_array_equal(np.ldexp(st.gram.astype(float), -lat.gram_bits), ref_g)
+    v = rng.uniform(0, H, size=S)
+    vg = np.round(v * 64) / 64
+    np.testing.assert_allclose(np.ldexp(st.target(3, v, with_reward=False).astype(float), -lat.target_bits),
+                               vg @ ref_b[3], rtol=1e-13)
+
+
+def test_private_explorers_are_reproducible_from_a_seed_and_differ_across_seeds():
+    for algo in ("luyo", "ngo", "dp-lsvi-ucb-pp"):
+        runs = []
+        for seed in (4, 4, 5):
+            agent = make_linear_agent(algo, PHI, REWARD, H, 40, rho=0.5, constants="practical",
+                                      rng=np.random.default_rng(seed))
+            runs.append(play(agent, 40)[1])
+        np.testing.assert_array_equal(runs[0], runs[1])
+        assert algo == "luyo" or not np.array_equal(runs[0], runs[2])
+
+
+def test_exact_noise_refuses_a_budget_beyond_the_lattice():
+    with pytest.raises(UsageError, match="larger `rho`"):
+        make_linear_agent("dp-lsvi-ucb-pp", PHI, REWARD, H, 1000, rho=1e-9, rng=np.random.default_rng(0))

@@ -22,12 +22,14 @@ sensitivity); value targets use the finite next-state sums of
 :class:`~privaudit.online.linear.stats.RidgeStats`; the Gram release adds the
 ridge lambda I to the shift 2 lambda-tilde I, so that rho = inf reduces to LSVI-UCB.
 
-Noise: numpy's float Gaussian on float statistics (events ``noise="continuous"``).
-The rho stated for these explorers is that of the ideal continuous Gaussian
-mechanism and is *not certified* for the float sampler (truncated tails, float
-side channel; ``privacy.samplers.noise_statement("continuous")``, recorded in
-the explore manifest's ``guarantee.sampler``). PUCB's counters use exact
-discrete noise on integer lattices instead (``privaudit.online.pucb``).
+Noise (private versions, finite rho): exact discrete Gaussian on integer
+lattice statistics (:mod:`privaudit.online.linear.lattice`): phi on 2^-12
+(toward zero), rewards and V_{h+1} on 2^-VB before any sum; the Gram trees are
+``TreeCounter(mechanism="goe", noise="exact")`` over integer increments and
+the target vectors get exact N_Z noise in their lattice units, so the stated
+rho holds for the sampler that runs (events ``noise="exact"``). With rho = inf
+nothing is released and the exact float statistics are used (so that rho = inf
+reduces to LSVI-UCB exactly).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from privaudit.errors import UsageError
 from privaudit.online.linear.constants import JinConstants
 from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensitivity
 from privaudit.online.counters import TreeCounter, tree_counter_event, tree_levels
-from privaudit.online.linear.stats import (NoiseSource, RidgeStats, bonus_table, checked_features,
-                                           psd_inverse, TIE_DECIMALS)
+from privaudit.online.linear.lattice import (Lattice, LatticeStats, NoiseSource, choose_lattice,
+                                             grid_features, release)
+from privaudit.online.linear.stats import RidgeStats, bonus_table, checked_features, psd_inverse, TIE_DECIMALS
 from privaudit.online.protocol import Agent
 from privaudit.privacy.events import GaussianEvent, PrivacyEvent, PrivacyUnit
 
@@ -87,6 +90,14 @@ class LinearExplorer(Agent):
         self.k = 0                     # episodes completed
         self.n_switches = 0            # policy recomputations after the first policy
         self.pi = np.zeros((self.H, self.S), dtype=np.int64)
+        self.lattice: Lattice | None = None   # the grids of a private run (None: no noise, float statistics)
+        self.phi_q: np.ndarray | None = None  # phi on the 2^-12 grid, integer multiples (S, A, d)
+
+    def _use_lattice(self, lattice: Lattice) -> None:
+        """Put the feature table on the lattice's grid: every later statistic and Q use it."""
+        self.lattice = lattice
+        self.phi_q, self.phi = grid_features(self.phi)
+        self.phi_flat = self.phi.reshape(-1, self.d)
 
     # -- agent protocol (privaudit.online.protocol) -----------------------
     def start_episode(self, k: int) -> None:
@@ -152,10 +163,13 @@ class _JinFamily(LinearExplorer):
         # the exact Gram carries lambda + shift on its diagonal (the public part of the release)
         self.stats = RidgeStats(self.H, self.S, self.d, constants.lam + constants.shift)
         self.Q = np.full((self.H, self.S, self.A), float(self.H))
+        self.lat: LatticeStats | None = None     # integer lattice statistics of a private run with noise
 
-    def _backward(self, inv: np.ndarray, vec_noise: np.ndarray | None) -> None:
-        """Recompute Q for h = H-1..0 from ``inv`` (H, d, d) and vector noise (H, d) (None: exact).
+    def _backward(self, inv: np.ndarray, target) -> None:
+        """Recompute Q for h = H-1..0 from ``inv`` (H, d, d) and the target release ``target(h, v)``.
 
+        ``target(h, v)`` returns the (released) regression target of step h,
+        shape (d,), given V_{h+1} (S,) clipped to [0, H].
         Q_h = clip(index_h, 0, H) with index_h = w_h^T phi + beta ||phi||_{inv_h};
         pi_h = argmax_a index_h (rounded to TIE_DECIMALS), an argmax of Q_h
         (:func:`~privaudit.online.linear.stats.greedy`).
@@ -164,21 +178,55 @@ class _JinFamily(LinearExplorer):
         bon = self.c.beta * bonus_table(self.phi_flat, inv)           # (H, S*A)
         v = np.zeros(self.S)
         for h in range(H - 1, -1, -1):
-            y = self.stats.target(h, v, with_reward=True)
-            if vec_noise is not None:
-                y = y + vec_noise[h]
-            index = (self.phi_flat @ (inv[h] @ y) + bon[h]).reshape(self.S, self.A)
+            index = (self.phi_flat @ (inv[h] @ target(h, v)) + bon[h]).reshape(self.S, self.A)
             self.Q[h] = index
             v = np.minimum(np.maximum(index.max(axis=1), 0.0), H)
         self.pi = np.round(self.Q, TIE_DECIMALS).argmax(axis=2)
         np.clip(self.Q, 0.0, H, out=self.Q)
 
+    def _exact_target(self, h: int, v: np.ndarray) -> np.ndarray:
+        """The exact float target sum phi (r + V_{h+1}(s')) (non-private, or rho = inf)."""
+        return self.stats.target(h, v, with_reward=True)
+
+    def _private_setup(self, n_leaves: int) -> None:
+        """With noise: the lattice, its statistics and the H exact Gram trees; without: float twins."""
+        c = self.c
+        if c.noise_gram > 0:
+            self._use_lattice(choose_lattice(math.sqrt(2.0) * c.noise_gram, c.noise_vec))
+            self.lat = LatticeStats(self.H, self.S, self.d, self.lattice, self.K, 1.0, self.H + 1)
+            self.tree = TreeCounter((self.H, self.d, self.d), n_leaves, "goe",
+                                    math.ldexp(c.noise_gram, self.lattice.gram_bits), rng=self.rng, noise="exact")
+        else:
+            self.lat = None
+            self.tree = TreeCounter((self.H, self.d, self.d), n_leaves, "none", rng=self.rng)
+        self._public = (c.lam + c.shift) * np.eye(self.d)
+
+    def _gram_release(self, released: np.ndarray) -> np.ndarray:
+        """Real-unit Gram release (H, d, d) plus the public (lambda + shift) I (post-processing)."""
+        g = released if self.lat is None else release(released, self.lattice.gram_bits)
+        return g + self._public
+
+    def _target_release(self):
+        """The target function of one policy update: fresh noise for each of its H releases."""
+        if self.lat is None:
+            return self._exact_target
+        eta = self.noise.vector("target", self.c.noise_vec, self.lattice.target_bits, self.H, self.d)
+        bits = self.lattice.target_bits
+        return lambda h, v: release(self.lat.target(h, v) + eta[h], bits)
+
+    def _add(self, s, a, r) -> np.ndarray:
+        """Feed the statistics; returns the Gram increment of the tree (int lattice units or float)."""
+        if self.lat is None:
+            phi = self.phi[s[:-1], a]
+            self.stats.add(phi, s[1:], r)
+            return phi[:, :, None] * phi[:, None, :]
+        return self.lat.add(self.phi_q[s[:-1], a], s[1:], r)
+
     def update(self, states, actions, rewards) -> None:
         """Feed one episode (see :class:`LinearExplorer`)."""
         s, a, r = self._check_traj(states, actions, rewards)
-        self.stats.add(self.phi[s[:-1], a], s[1:], r)
+        self._add(s, a, r)
         self.k += 1
-
 
 class LSVIUCB(_JinFamily):
     """LSVI-UCB (Jin, Yang, Wang, Jordan, COLT 2020, Algorithm 1), non-private.
@@ -193,7 +241,7 @@ class LSVIUCB(_JinFamily):
     def _prepare(self) -> np.ndarray:
         """Greedy actions (H, S) of the coming episode."""
         if self.k > 0:
-            self._backward(self.stats.inv, None)
+            self._backward(self.stats.inv, self._exact_target)
         return self.pi
 
 
@@ -213,20 +261,17 @@ class LuyoLSVIUCB(_JinFamily):
     def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
         super().__init__(phi, horizon, n_episodes, constants, rng=rng)
         self.batch_len = math.ceil(self.K / constants.n_batches)
-        self.tree = _gram_tree(self.H, self.d, constants.n_batches, constants.noise_gram, self.rng)
-        self._batch_gram = np.zeros((self.H, self.d, self.d))
-        self._public = (constants.lam + constants.shift) * np.eye(self.d)
+        self._private_setup(constants.n_batches)
+        self._batch_gram = np.zeros((self.H, self.d, self.d), dtype=np.int64 if self.lat is not None else float)
 
     def _prepare(self) -> np.ndarray:
         """Greedy actions (H, S); recomputed only at a batch boundary."""
         if self.k > 0 and self.k % self.batch_len == 0:
             # the batch that just ended is the next leaf of the H Gram trees
-            gram = self.tree.update(self._batch_gram) + self._public
-            self._batch_gram[:] = 0.0
+            gram = self._gram_release(self.tree.update(self._batch_gram))
+            self._batch_gram[:] = 0
             inv, _ = psd_inverse(gram, self.c.floor)
-            eta = (self.noise.normal("target", self.c.noise_vec, self.H, self.d)
-                   if self.c.noise_vec > 0 else None)
-            self._backward(inv, eta)
+            self._backward(inv, self._target_release())
             self.n_switches += 1
         return self.pi
 
@@ -241,9 +286,7 @@ class LuyoLSVIUCB(_JinFamily):
     def update(self, states, actions, rewards) -> None:
         """Feed one episode; its Gram increment joins the current batch's leaf."""
         s, a, r = self._check_traj(states, actions, rewards)
-        phi = self.phi[s[:-1], a]
-        self._batch_gram += phi[:, :, None] * phi[:, None, :]
-        self.stats.add(phi, s[1:], r)
+        self._batch_gram += self._add(s, a, r)
         self.k += 1
 
 
@@ -263,8 +306,7 @@ class NgoLSVIUCB(_JinFamily):
 
     def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
         super().__init__(phi, horizon, n_episodes, constants, rng=rng)
-        self.tree = _gram_tree(self.H, self.d, self.K, constants.noise_gram, self.rng)
-        self._public = (constants.lam + constants.shift) * np.eye(self.d)
+        self._private_setup(self.K)
         self._released = np.zeros((self.H, self.d, self.d))    # tree release after k users
         self._log_c = math.log(constants.switch_ratio)
         self._logdet_last: np.ndarray | None = None
@@ -272,22 +314,18 @@ class NgoLSVIUCB(_JinFamily):
     def update(self, states, actions, rewards) -> None:
         """Feed one episode: the H Gram trees take its leaf and release (every episode)."""
         s, a, r = self._check_traj(states, actions, rewards)
-        phi = self.phi[s[:-1], a]
-        self._released = self.tree.update(phi[:, :, None] * phi[:, None, :])
-        self.stats.add(phi, s[1:], r)
+        self._released = self.tree.update(self._add(s, a, r))
         self.k += 1
 
     def _prepare(self) -> np.ndarray:
         """Greedy actions (H, S); recomputed at a (capped) determinant-doubling switch."""
-        inv, logdet = psd_inverse(self._released + self._public, self.c.floor)
+        inv, logdet = psd_inverse(self._gram_release(self._released), self.c.floor)
         if self._logdet_last is None:
             self._logdet_last = logdet
             return self.pi
         grew = (logdet - self._logdet_last > self._log_c).any()
         if grew and self.n_switches < self.c.n_max:
-            eta = (self.noise.normal("target", self.c.noise_vec, self.H, self.d)
-                   if self.c.noise_vec > 0 else None)
-            self._backward(inv, eta)
+            self._backward(inv, self._target_release())
             self._logdet_last = logdet
             self.n_switches += 1
         return self.pi
@@ -300,15 +338,10 @@ class NgoLSVIUCB(_JinFamily):
                 _vec_event("ngo:target", self.H * self.c.n_max, self.H + 1, 1.0, self.c.noise_vec)]
 
 
-def _gram_tree(horizon: int, dim: int, n_leaves: int, s: float, rng) -> TreeCounter:
-    """H binary trees (one (H, d, d) counter) of Gram increments with GOE node noise of scale ``s``."""
-    return TreeCounter((horizon, dim, dim), n_leaves, "goe" if s > 0 else "none", s, rng=rng)
-
-
 def _tree_event(family: str, horizon: int, n_leaves: int, s: float) -> PrivacyEvent:
     """The Gram trees' event: one step's (H, d, d) increment changes by sqrt(2 H) in Frobenius norm."""
     return tree_counter_event(family, "goe", math.sqrt(horizon) * gram_sensitivity(1.0),
-                              tree_levels(n_leaves), s, privacy_unit=PRIVACY_UNIT)
+                              tree_levels(n_leaves), s, privacy_unit=PRIVACY_UNIT, noise="exact")
 
 
 def _goe_event(family: str, n_per_user: int, w_max: float, s: float) -> PrivacyEvent:
@@ -318,10 +351,10 @@ def _goe_event(family: str, n_per_user: int, w_max: float, s: float) -> PrivacyE
     (same rho = n Delta_F^2 / (4 s^2)).
     """
     return GaussianEvent(family=f"{family} (x{n_per_user})", l2=math.sqrt(n_per_user) * gram_sensitivity(w_max),
-                         sigma=math.sqrt(2.0) * s, unit=PRIVACY_UNIT, noise="continuous")
+                         sigma=math.sqrt(2.0) * s, unit=PRIVACY_UNIT, noise="exact")
 
 
 def _vec_event(family: str, n_rel: int, t_max: float, w_max: float, sigma: float) -> PrivacyEvent:
     """Composition of ``n_rel`` Gaussian target releases, each Delta = 2 w_max t_max."""
     return GaussianEvent(family=f"{family} (x{n_rel})", l2=math.sqrt(n_rel) * target_sensitivity(t_max, w_max),
-                         sigma=sigma, unit=PRIVACY_UNIT, noise="continuous")
+                         sigma=sigma, unit=PRIVACY_UNIT, noise="exact")

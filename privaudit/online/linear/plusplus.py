@@ -39,7 +39,8 @@ import numpy as np
 from privaudit.errors import UsageError
 from privaudit.online.linear.constants import PlusPlusConstants
 from privaudit.online.linear.jin import PRIVACY_UNIT, LinearExplorer, _goe_event, _vec_event
-from privaudit.online.linear.stats import RidgeStats, bonus_table, greedy, psd_inverse
+from privaudit.online.linear.lattice import LatticeStats, choose_lattice, release
+from privaudit.online.linear.stats import RidgeStats, greedy, psd_inverse
 from privaudit.privacy.events import PrivacyEvent
 
 _LOG2 = math.log(2.0)
@@ -80,7 +81,19 @@ class LSVIUCBPlusPlus(LinearExplorer):
         self.private = bool(private)
         self.algo = "dp-lsvi-ucb-pp" if private else "lsvi-ucb-pp"
         self.r_flat = r.reshape(self.H, -1)
+        self.lat = None
+        if self.private and constants.noise_gram > 0:
+            # exact discrete Gaussian noise on integer lattice statistics (privaudit.online.linear.lattice)
+            self._use_lattice(choose_lattice(math.sqrt(2.0) * constants.noise_gram, constants.noise_v,
+                                             constants.noise_v2, weighted=True))
+            self.lat = LatticeStats(self.H, self.S, self.d, self.lattice, self.K, constants.w_max,
+                                    float(self.H) ** 2)
+            lat = self.lattice
+            self._unit_in = np.ldexp(1.0, np.array([lat.value_bits, lat.value_bits, lat.square_bits]))[:, None]
+            self._unit_out = np.ldexp(1.0, -np.array([lat.target_bits, lat.target_bits,
+                                                      lat.square_target_bits]))[:, None]
         self.stats = RidgeStats(self.H, self.S, self.d, constants.lam + constants.shift)
+        self._public = (constants.lam + constants.shift) * np.eye(self.d)
         H, S = self.H, self.S
         self.Qhat = np.full((H, S * self.A), float(H))
         self.Qchk = np.zeros((H, S * self.A))
@@ -93,27 +106,48 @@ class LSVIUCBPlusPlus(LinearExplorer):
 
     # -- releases ---------------------------------------------------------
     def _release_gram(self) -> tuple[np.ndarray, np.ndarray]:
-        """(inverse, logdet) of this episode's Gram matrices, shapes (H, d, d), (H,)."""
+        """(inverse, logdet) of this episode's Gram matrices, shapes (H, d, d), (H,).
+
+        Non-private: the exact Sherman-Morrison state. Private: the integer
+        lattice statistic plus one fresh exact GOE per h (non-cumulative),
+        in real units, plus the public (lambda + 2 lambda-tilde) I, eigenvalues
+        floored (post-processing); rho = inf: the exact matrix, floored.
+        """
         if not self.private:
             return self.stats.inv, self.stats.logdet
-        gram = self.stats.gram
-        if self.c.noise_gram > 0:
-            gram = gram + self.noise.goe("gram", self.c.noise_gram, self.H, self.d)
-        return psd_inverse(gram, self.c.floor)
+        if self.lat is None:
+            return psd_inverse(self.stats.gram, self.c.floor)
+        bits = self.lattice.gram_bits
+        noisy = self.lat.gram + self.noise.goe("gram", self.c.noise_gram, bits, self.H, self.d)
+        return psd_inverse(release(noisy, bits) + self._public, self.c.floor)
 
-    def _vec_noise(self) -> np.ndarray:
-        """Fresh phi_1, phi_2, phi_3 for every step of this episode, shape (H, 3, d) (zeros without noise).
+    def _vec_noise(self) -> np.ndarray | None:
+        """Fresh phi_1, phi_2, phi_3 for every step of this episode, int64 (H, 3, d) in lattice units.
 
         One independent draw per (k, h) and statistic, 3H per episode (the
         noise does not depend on the data, so drawing the H steps together is
-        the same mechanism as drawing each just before its release).
+        the same mechanism as drawing each just before its release). None
+        without noise.
         """
-        z = np.zeros((self.H, 3, self.d))
-        if self.private and self.c.noise_v > 0:
-            z[:, 0] = self.noise.normal("v-hat", self.c.noise_v, self.H, self.d)
-            z[:, 1] = self.noise.normal("v-check", self.c.noise_v, self.H, self.d)
-            z[:, 2] = self.noise.normal("v-squared", self.c.noise_v2, self.H, self.d)
-        return z
+        if self.lat is None:
+            return None
+        lat, c, H, d = self.lattice, self.c, self.H, self.d
+        return np.stack([self.noise.vector("v-hat", c.noise_v, lat.target_bits, H, d),
+                         self.noise.vector("v-check", c.noise_v, lat.target_bits, H, d),
+                         self.noise.vector("v-squared", c.noise_v2, lat.square_target_bits, H, d)], axis=1)
+
+    def _targets(self, h, vals: np.ndarray, noise) -> np.ndarray:
+        """Released targets of step(s) ``h``: sum w phi (V, V-check, V^2)(s') + noise, real units (.., 3, d).
+
+        ``vals`` (.., 3, S) holds V-hat_{h+1}, V-check_{h+1} (clipped to [0, H])
+        and V-hat_{h+1}^2. Lattice: the V's rounded to the nearest 2^-VB, V^2 to
+        the nearest 2^-SB, integer sums, integer noise, then real units
+        (``_unit_in`` / ``_unit_out`` are powers of two: exact).
+        """
+        if self.lat is None:
+            return vals @ self.stats.b[h]
+        q = np.rint(vals * self._unit_in).astype(np.int64)
+        return (q @ self.lat.b[h] + noise) * self._unit_out
 
     # -- episode ----------------------------------------------------------
     def _prepare(self) -> np.ndarray:
@@ -126,26 +160,24 @@ class LSVIUCBPlusPlus(LinearExplorer):
             switch = bool((logdet - self._logdet_last >= _LOG2).any())
         H, S, A = self.H, self.S, self.A
         noise = self._vec_noise()
-        b = self.stats.b                                           # (H, S, d)
         if switch:
-            w = np.empty((H, 3, self.d))                           # w-hat, w-check, w-bar
-            bon = bonus_table(self.phi_flat, inv)                  # (H, S*A)
-            b_opt, b_pes = self._beta_opt * bon, self.c.beta_hoef * bon
+            y = np.empty((H, 3, self.d))                          # released targets
+            m = self.phi_flat @ inv                                # (H, S*A, d): phi^T Lambda^-1
+            bon = np.sqrt(np.maximum((m * self.phi_flat).sum(axis=-1), 0.0))      # (H, S*A)
+            base_opt = self.r_flat + self._beta_opt * bon
+            base_pes = self.r_flat - self.c.beta_hoef * bon
             opt_all = np.empty((H, S * A))
             vals = np.empty((3, S))
             for h in range(H - 1, -1, -1):
                 vals[0], vals[1] = self.Vhat[h + 1], self.Vchk[h + 1]
                 np.multiply(vals[0], vals[0], out=vals[2])
-                w[h] = (vals @ b[h] + noise[h]) @ inv[h]           # (3, d); inv is symmetric
-                x = self.phi_flat @ w[h, :2].T                     # (S*A, 2)
-                x += self.r_flat[h][:, None]
-                opt = np.add(x[:, 0], b_opt[h], out=opt_all[h])
-                qh, qc = self.Qhat[h], self.Qchk[h]                # updated in place
-                np.minimum(opt, qh, out=qh)
+                y[h] = self._targets(h, vals, None if noise is None else noise[h])
+                x = m[h] @ y[h, :2].T                              # (S*A, 2): phi^T w-hat, phi^T w-check
+                opt = np.add(x[:, 0], base_opt[h], out=opt_all[h])
+                qh, qc = self.Qhat[h], self.Qchk[h]                # updated in place; 0 <= Q <= H before
+                np.minimum(opt, qh, out=qh)                        # <= H already
                 np.maximum(qh, 0.0, out=qh)
-                np.minimum(qh, H, out=qh)
-                np.maximum(np.subtract(x[:, 1], b_pes[h]), qc, out=qc)
-                np.maximum(qc, 0.0, out=qc)
+                np.maximum(np.add(x[:, 1], base_pes[h]), qc, out=qc)  # >= 0 already
                 np.minimum(qc, H, out=qc)
                 self.Vhat[h] = qh.reshape(S, A).max(axis=1)
                 self.Vchk[h] = qc.reshape(S, A).max(axis=1)
@@ -155,9 +187,8 @@ class LSVIUCBPlusPlus(LinearExplorer):
         else:
             # no switch: V is unchanged, so the H releases do not depend on each other
             vh = self.Vhat[1:]
-            vals = np.stack([vh, self.Vchk[1:], vh * vh], axis=1)  # (H, 3, S)
-            y = vals @ b + noise                                   # (H, 3, d)
-            w = y @ inv                                            # (H, 3, d)
+            y = self._targets(slice(None), np.stack([vh, self.Vchk[1:], vh * vh], axis=1), noise)
+        w = y @ inv                                                # (H, 3, d); inv is symmetric
         self._cur = {"inv": inv, "what": w[:, 0], "wchk": w[:, 1], "wbar": w[:, 2]}
         return self.pi
 
@@ -187,7 +218,10 @@ class LSVIUCBPlusPlus(LinearExplorer):
         if self._cur is None:
             raise UsageError("call policy() before update() in every episode.")
         phi_traj = self.phi[s[:-1], a]
-        self.stats.add(phi_traj, s[1:], r, self.weights(phi_traj))
+        if self.lat is None:
+            self.stats.add(phi_traj, s[1:], r, self.weights(phi_traj))
+        else:
+            self.lat.add(self.phi_q[s[:-1], a], s[1:], None, self.weights(phi_traj))
         self._cur = None
         self.k += 1
 

@@ -11,9 +11,10 @@ with K (ALGORITHMS.md section 10, "Cost"):
   ``c[h] = sum_tau w_tau phi_tau r_tau``. Any regression target
   ``sum_tau w_tau phi_tau (r_tau + g(V(s'_tau)))`` is then
   ``c[h] + b[h]^T g(V)``: an O(S d) product instead of a pass over the past.
-* :func:`goe` draws symmetric Gaussian matrices (the "GOE" perturbation of
-  Redberg & Wang 2021 used by seed 003); the binary-tree Gram releases of Luyo
-  and Ngo use :class:`privaudit.online.counters.TreeCounter` (mechanism ``goe``).
+* the private releases (exact discrete Gaussian noise on integer lattice
+  statistics) are in :mod:`privaudit.online.linear.lattice`; the binary-tree
+  Gram releases of Luyo and Ngo use :class:`privaudit.online.counters.TreeCounter`
+  (mechanism ``goe``, ``noise="exact"``).
 * :func:`psd_inverse` turns a noisy symmetric matrix into a positive-definite
   one (eigenvalues floored: post-processing, ALGORITHMS.md 7.3 point 7) and
   returns its inverse and log-determinant.
@@ -154,21 +155,6 @@ class RidgeStats:
         return y + self.c[h] if with_reward else y
 
 
-def goe(rng: np.random.Generator, size: tuple[int, ...], dim: int, s: float) -> np.ndarray:
-    """Symmetric Gaussian matrices ``(Z + Z^T)/sqrt(2)``, ``Z_ij ~ N(0, s^2)`` i.i.d.
-
-    Off-diagonal entries have variance s^2, diagonal entries 2 s^2. Releasing
-    ``M + goe`` for a symmetric M of Frobenius sensitivity Delta_F is
-    ``Delta_F^2 / (4 s^2)``-zCDP (ALGORITHMS.md section 10; Redberg & Wang 2021).
-
-    Returns
-    -------
-    ndarray, shape size + (dim, dim)
-    """
-    z = rng.normal(0.0, s, size=tuple(size) + (dim, dim))
-    return (z + np.swapaxes(z, -1, -2)) / np.sqrt(2.0)
-
-
 def goe_opnorm_bound(s: float, dim: int, fail: float) -> float:
     """High-probability bound on ||(Z + Z^T)/sqrt(2)||_2, Z_ij ~ N(0, s^2). [D]
 
@@ -222,39 +208,6 @@ def bonus_table(phi_flat: np.ndarray, inv: np.ndarray) -> np.ndarray:
     """
     q = ((phi_flat @ inv) * phi_flat).sum(axis=-1)
     return np.sqrt(np.maximum(q, 0.0))
-
-
-class NoiseSource:
-    """Draws every privacy noise of an explorer and counts the draws per statistic family.
-
-    Each call returns a new, independent array; ``counts[family]`` is the
-    number of released statistics noised so far (one per leading index:
-    a call of shape (H, d) for family ``"v"`` counts H statistics). Tests
-    use the counts and ``seen`` (the id of every array handed out) to check
-    that noise is fresh for every (k, h) where the algorithm needs it.
-
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-        The explorer's noise stream (OS entropy unless a test passes a seed).
-    """
-
-    def __init__(self, rng: np.random.Generator):
-        self.rng = rng
-        self.counts: dict[str, int] = {}
-
-    def _count(self, family: str, n: int) -> None:
-        self.counts[family] = self.counts.get(family, 0) + int(n)
-
-    def normal(self, family: str, sigma: float, n: int, dim: int) -> np.ndarray:
-        """``n`` fresh vectors N(0, sigma^2 I_dim), shape (n, dim)."""
-        self._count(family, n)
-        return self.rng.normal(0.0, sigma, size=(n, dim))
-
-    def goe(self, family: str, s: float, n: int, dim: int) -> np.ndarray:
-        """``n`` fresh GOE matrices of entry scale ``s``, shape (n, dim, dim)."""
-        self._count(family, n)
-        return goe(self.rng, (n,), dim, s)
 
 
 #: Decimals kept when comparing Q values for the greedy action (reward units).
