@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+import polars as pl
 from scipy import sparse
 
 from privaudit.errors import UsageError
@@ -51,19 +52,23 @@ from privaudit.learners.policy import Policy
 from privaudit.privacy import accounting, samplers
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
+from privaudit.stats.counts import sparse_counts
 
-__all__ = ["DPPBB", "CappedCounts", "PBBPlan", "SPLIT_DEFAULT", "plan_noise", "pbb_sensitivities"]
+__all__ = ["DPPBB", "CappedCounts", "capped_counts_from_logs", "capped_counts_from_frames", "PBBPlan", "SPLIT_DEFAULT", "plan_noise", "pbb_sensitivities"]
 
 #: Default budget split (shares of rho): visit counts, first-moment backups,
 #: second-moment backups, start states. Chosen on ICU-Sepsis clinicians' logs
 #: (docs/learners.md, "DP-PBB"); a public constant.
-SPLIT_DEFAULT = {"visits": 0.15, "backups": 0.6, "second_moments": 0.2, "starts": 0.05}
+SPLIT_DEFAULT = {"visits": 0.1, "backups": 0.18, "second_moments": 0.07, "selection": 0.6, "starts": 0.05}
+#: Per-unit per-cell cap c used from logs unless given (13.5% of the steps of ICU-Sepsis clinicians'
+#: logs revisit a cell of their stay and are dropped at c = 1).
+MAX_PER_CELL_DEFAULT = 1
 #: Pessimism of the action *selection*: the policy maximises est - selection * (est - lcb);
 #: the certificate always uses the lower bound lcb of the selected action.
-SELECTION_DEFAULT = 1.0
-#: Private backups (the last K steps h = H-1 .. H-K); earlier steps reuse step H-K (monotone values).
-#: None: all H.
-N_BACKUPS_DEFAULT = None
+SELECTION_DEFAULT = 0.75
+#: Private backups (the last K = min(n_backups, H) steps h = H-1 .. H-K); earlier steps reuse step H-K
+#: (monotone values). None: all H.
+N_BACKUPS_DEFAULT = 4
 #: Target noise standard deviation in stored integer units of a backup: the
 #: quantum q of W is the largest integer <= Q_MAX with sigma <= this (exact
 #: discrete Gaussian tables stay small: ``samplers.GAUSSIAN_SIGMA_MAX`` = 2^15).
@@ -189,6 +194,45 @@ class CappedCounts:
                 f"stationary={self.stationary}, k={self.max_episodes}, c={self.max_per_cell})")
 
 
+def capped_counts_from_logs(prepared, spec, *, stationary: bool, max_per_cell: int | None) -> CappedCounts:
+    """Exact capped counts of prepared logs (PRIVATE): what :class:`DPPBB` noises.
+
+    Parameters
+    ----------
+    prepared : privaudit.data.prepare.PreparedLogs
+        Validated and bounded logs (k episodes per unit, h < H, rewards
+        clipped and scaled, returns clipped at the spec's return bound).
+    spec : DomainSpec
+    stationary : bool
+        Pool over h (the cap's cells are then (s, a); per step (h, s, a)).
+    max_per_cell : int or None
+        c: at most c steps per unit and cell (``PreparedLogs.with_cell_cap``,
+        the keep rule of ``privaudit release --max-per-cell``).
+
+    Returns
+    -------
+    CappedCounts
+        See :func:`capped_counts_from_frames`.
+    """
+    capped = prepared.with_cell_cap(max_per_cell, stationary=stationary)
+    return capped_counts_from_frames(capped.bounded, prepared.bounded, spec, stationary=stationary,
+                                     max_per_cell=max_per_cell)
+
+
+def capped_counts_from_frames(capped, bounded, spec, *, stationary: bool, max_per_cell: int | None) -> CappedCounts:
+    """:class:`CappedCounts` from capped bounded rows (transitions) and bounded rows (start states).
+
+    Starts come from the uncapped bounded rows (step 0 of each kept episode):
+    each unit starts at most k episodes, whatever the cap.
+    """
+    sc = sparse_counts(capped, spec, stationary=stationary, rewards=False)
+    st = bounded.lazy().filter(pl.col("step") == 0).group_by("state").agg(pl.len().alias("n")).collect()
+    starts = np.zeros(spec.S, dtype=np.int64)
+    starts[st["state"].to_numpy().astype(np.int64)] = st["n"].to_numpy()
+    return CappedCounts.from_sparse(sc, starts=starts, max_episodes=spec.max_episodes_per_unit,
+                                    max_per_cell=max_per_cell, unit_column=spec.unit_column or "episode_id")
+
+
 # ----------------------------------------------------------------------------
 # sensitivities and the noise plan (public facts only)
 
@@ -274,8 +318,10 @@ class PBBPlan:
     sigma_visits, sigma_starts : float
         Noise scales of the counts (0: family not released / no noise).
     backups : tuple of BackupNoise
-        One per h = 0 .. H-1.
+        The certificate's backups, one per h = H-1, ..., H-K.
     unit : PrivacyUnit
+    select_backups : tuple of BackupNoise
+        The selection's backups (chain A), same steps; empty when the split gives ``selection`` no share.
     """
 
     rho: float
@@ -285,6 +331,7 @@ class PBBPlan:
     sigma_starts: float
     backups: tuple
     unit: PrivacyUnit
+    select_backups: tuple = ()
 
     @property
     def private(self) -> bool:
@@ -303,10 +350,11 @@ class PBBPlan:
             raise UsageError("the zero-noise plan (rho = inf) has no privacy event: it is not private.")
         common = dict(unit=self.unit, neighbouring=Neighbouring.SUBSTITUTION, noise="exact")
         evs = [GaussianEvent(family="pbb-visits", l2=self.sens["visits_l2"], sigma=self.sigma_visits, **common)]
-        for b in self.backups:
-            evs.append(GaussianEvent(family="pbb-backup", l2=b.l2, sigma=b.sigma, **common))
-            if self.second_moments:
-                evs.append(GaussianEvent(family="pbb-second-moment", l2=b.l2_2, sigma=b.sigma_2, **common))
+        for chain, bs in (("pbb", self.backups), ("pbb-select", self.select_backups)):
+            for b in bs:
+                evs.append(GaussianEvent(family=f"{chain}-backup", l2=b.l2, sigma=b.sigma, **common))
+                if self.second_moments:
+                    evs.append(GaussianEvent(family=f"{chain}-second-moment", l2=b.l2_2, sigma=b.sigma_2, **common))
         if self.sigma_starts > 0:
             evs.append(GaussianEvent(family="pbb-starts", l2=self.sens["starts_l2"], sigma=self.sigma_starts,
                                      **common))
@@ -316,7 +364,8 @@ class PBBPlan:
 def _check_split(split: dict) -> dict:
     keys = set(SPLIT_DEFAULT)
     if not isinstance(split, dict) or set(split) - keys or not {"visits", "backups"} <= set(split):
-        raise UsageError(f"`split` must map 'visits', 'backups' (and optionally 'second_moments', 'starts') "
+        raise UsageError(f"`split` must map 'visits', 'backups' (and optionally 'second_moments', 'selection', "
+                         f"'starts') "
                          f"to shares. Got {split!r}.")
     s = {k: float(split.get(k, 0.0)) for k in SPLIT_DEFAULT}
     if any(not (math.isfinite(v) and v >= 0) for v in s.values()) or s["visits"] <= 0 or s["backups"] <= 0:
@@ -377,9 +426,41 @@ def plan_noise(rho: float, *, horizon: int, n_states: int, max_episodes: int, ma
     c, M = sens["c"], sens["M"]
     second = sp["second_moments"] > 0
     finite = math.isfinite(rho)
-    rb, r2 = rho * sp["backups"] / K, rho * sp["second_moments"] / K
-    bks = []
-    for B in backup_ranges:
+    bks = _backup_plans(backup_ranges, rho * sp["backups"] / K, rho * sp["second_moments"] / K, c, M, finite,
+                        second)
+    sel = ()
+    if sp["selection"] > 0:  # chain A: the selection's own backups, same first/second-moment proportion
+        first = sp["backups"] / (sp["backups"] + sp["second_moments"])
+        sel = _backup_plans(backup_ranges, rho * sp["selection"] * first / K,
+                            rho * sp["selection"] * (1 - first) / K, c, M, finite, second)
+    if not finite:
+        return PBBPlan(rho, sp, sens, 0.0, 0.0, bks, unit, sel)
+    sv = sens["visits_l2"] / math.sqrt(2 * rho * sp["visits"])
+    ss = sens["starts_l2"] / math.sqrt(2 * rho * sp["starts"]) if sp.get("starts", 0) > 0 else 0.0
+    plan = PBBPlan(rho, sp, sens, sv, ss, bks, unit, sel)
+    up = lambda x: float(np.nextafter(x, math.inf)) if x > 0 else x  # noqa: E731
+    bump = lambda bs: tuple(BackupNoise(b.q, b.m, b.b_u, b.l2, up(b.sigma), b.q2, b.s_max, b.l2_2,  # noqa: E731
+                                        up(b.sigma_2)) for b in bs)
+    for _ in range(_FIT_STEPS):  # make the exact rational cost fit the budget (never above it)
+        if accounting.event_rho(plan.event) <= rho:
+            break
+        plan = PBBPlan(rho, sp, sens, up(plan.sigma_visits), up(plan.sigma_starts), bump(plan.backups), unit,
+                       bump(plan.select_backups))
+    else:
+        raise UsageError(f"no noise scales fit the budget rho={rho!r} exactly (numerical failure).")
+    for s in [plan.sigma_visits, plan.sigma_starts] + [x for b in plan.backups + plan.select_backups
+                                                       for x in (b.sigma, b.sigma_2)]:
+        if s > samplers.GAUSSIAN_SIGMA_MAX:
+            raise UsageError(f"the budget rho={rho!r} is too small for DP-PBB on this domain: a noise scale "
+                             f"{s:.4g} exceeds the exact sampler's limit {samplers.GAUSSIAN_SIGMA_MAX:g}. "
+                             "Use a larger budget.")
+    return plan
+
+
+def _backup_plans(ranges, rb: float, r2: float, c: int, M: int, finite: bool, second: bool) -> tuple:
+    """One :class:`BackupNoise` per backup range: quantum, centre, sensitivities, scales at rho rb (+ r2)."""
+    out = []
+    for B in ranges:
         q = Q_MAX if not finite else int(max(1, min(Q_MAX, math.floor(
             SIGMA_TARGET * math.sqrt(2 * rb) / (math.sqrt(c * M) * B)))))
         X = max(int(math.floor(B * q)), 1)
@@ -394,27 +475,8 @@ def plan_noise(rho: float, *, horizon: int, n_states: int, max_episodes: int, ma
             s_max = int(math.ceil(b_u * b_u * q2 / (q * q)))
             l2_2 = math.sqrt(2.0 * c * M) * s_max
             kw = dict(q2=q2, s_max=s_max, l2_2=l2_2, sigma_2=l2_2 / math.sqrt(2 * r2) if finite else 0.0)
-        bks.append(BackupNoise(q, m, b_u, l2, l2 / math.sqrt(2 * rb) if finite else 0.0, **kw))
-    if not finite:
-        return PBBPlan(rho, sp, sens, 0.0, 0.0, tuple(bks), unit)
-    sv = sens["visits_l2"] / math.sqrt(2 * rho * sp["visits"])
-    ss = sens["starts_l2"] / math.sqrt(2 * rho * sp["starts"]) if sp.get("starts", 0) > 0 else 0.0
-    plan = PBBPlan(rho, sp, sens, sv, ss, tuple(bks), unit)
-    for _ in range(_FIT_STEPS):  # make the exact rational cost fit the budget (never above it)
-        if accounting.event_rho(plan.event) <= rho:
-            break
-        up = lambda x: float(np.nextafter(x, math.inf)) if x > 0 else x  # noqa: E731
-        plan = PBBPlan(rho, sp, sens, up(plan.sigma_visits), up(plan.sigma_starts),
-                       tuple(BackupNoise(b.q, b.m, b.b_u, b.l2, up(b.sigma), b.q2, b.s_max, b.l2_2, up(b.sigma_2))
-                             for b in plan.backups), unit)
-    else:
-        raise UsageError(f"no noise scales fit the budget rho={rho!r} exactly (numerical failure).")
-    for s in [plan.sigma_visits, plan.sigma_starts] + [x for b in plan.backups for x in (b.sigma, b.sigma_2)]:
-        if s > samplers.GAUSSIAN_SIGMA_MAX:
-            raise UsageError(f"the budget rho={rho!r} is too small for DP-PBB on this domain: a noise scale "
-                             f"{s:.4g} exceeds the exact sampler's limit {samplers.GAUSSIAN_SIGMA_MAX:g}. "
-                             "Use a larger budget.")
-    return plan
+        out.append(BackupNoise(q, m, b_u, l2, l2 / math.sqrt(2 * rb) if finite else 0.0, **kw))
+    return tuple(out)
 
 
 def _noise(values: np.ndarray, sigma: float, rng) -> np.ndarray:
@@ -539,26 +601,22 @@ class DPPBB(TabularLearnerBase):
         if not 0 < self.failure_prob < 1:
             raise UsageError(f"`failure_prob` must lie in (0, 1). Got {self.failure_prob}.")
         H, S, A = counts.horizon, counts.n_states, counts.n_actions
-        frame = reward_frame(reward_range)
         if reward is None:
             raise UsageError("dp-pbb needs a public reward: the spec's public_reward (r(s')) or a known r(s, a).")
         reward, kind = known_reward(reward, S, A, H)
         next_state = kind == "next_state"
+        frame = reward_frame(reward_range)
         reward = frame.scale * reward + frame.shift
-        ranges = self._ranges(H, frame, return_bound, next_state)
-        self.ranges_ = ranges
         share = (SPLIT_DEFAULT if self.split is None else self.split).get("starts", 0.0)
         use_starts = (counts.starts is not None and share > 0) if starts is None else bool(starts)
         if use_starts and counts.starts is None:
             raise UsageError("`starts` asked for but `counts.starts` is None.")
-        K = H if self.n_backups is None else int(self.n_backups)
-        if not 1 <= K <= H:
-            raise UsageError(f"`n_backups` must be an integer in [1, H={H}] or None (H). Got {self.n_backups!r}.")
-        plan = plan_noise(rho, horizon=H, n_states=S, max_episodes=counts.max_episodes,
-                          max_per_cell=counts.max_per_cell, stationary=counts.stationary,
-                          backup_ranges=[ranges[H - 1 - i][0] for i in range(K)], split=self.split,
-                          starts=use_starts,
-                          unit_column=counts.unit_column)
+        plan, ranges = self.plan(rho, horizon=H, n_states=S, max_episodes=counts.max_episodes,
+                                 max_per_cell=counts.max_per_cell, stationary=counts.stationary,
+                                 next_state_reward=next_state, reward_range=reward_range, return_bound=return_bound,
+                                 starts=use_starts, unit_column=counts.unit_column)
+        K = len(plan.backups)
+        self.ranges_ = ranges
         seeded = bool(seeded) or self.random_state is not None
         if rng is None:
             rng = np.random.default_rng(self.random_state)
@@ -593,34 +651,33 @@ class DPPBB(TabularLearnerBase):
         gap = np.zeros((H, S, A))
         trusted = np.zeros((H, S, A), dtype=bool)
         K = len(plan.backups)
+        chain_a = len(plan.select_backups) > 0
+        rb_a = rb.spawn(1)[0] if chain_a else None
+        V_sel = np.zeros((H + 1, S))
         for i in range(K):                                    # backups h = H-1, ..., H-K
             h = H - 1 - i
             g = 0 if counts.stationary else h
-            B, bq = ranges[h][0], plan.backups[i]
-            Wf = V[h + 1] + (reward if next_state else 0.0)
-            x = np.floor(np.clip(Wf, 0.0, B) * bq.q).astype(np.int64)                # quantised, <= W (pessimistic)
-            u = np.minimum(x, bq.m + bq.b_u) - bq.m
             N = counts.transitions[g]
-            T = _noise(N @ u, bq.sigma, rb) / bq.q                                    # noisy sum of W - m/q
-            s2 = None
-            if plan.second_moments:
-                sq = np.ceil(u.astype(np.float64) ** 2 * bq.q2 / (bq.q * bq.q)).astype(np.int64)
-                s2 = _noise(N @ sq, bq.sigma_2, rb) / bq.q2
-            lcb, est, ok = self._lower_bound(T, s2, n_lo[g], n_up[g], bq, t_gauss, L, plan.second_moments)
-            lcb = lcb + bq.m / bq.q
-            est = est + bq.m / bq.q
-            if not next_state:
-                r_h = reward if reward.ndim == 2 else reward[h]
-                lcb, est = lcb + r_h.ravel(), est + r_h.ravel()
+            r_h = None if next_state else (reward if reward.ndim == 2 else reward[h]).ravel()
+            lcb, est, ok = self._backup(N, V[h + 1], reward if next_state else None, r_h, ranges[h][0],
+                                        plan.backups[i], n_lo[g], n_up[g], t_gauss, L, plan.second_moments, rb)
             q_h = np.where(ok, np.clip(lcb, 0.0, ranges[h][1]), 0.0).reshape(S, A)
-            sel = np.where(ok, np.clip(est - self.selection * (est - lcb), 0.0, ranges[h][1]), 0.0).reshape(S, A)
+            if chain_a:  # the selection's own backups of its own values (no validity needed: only the choice)
+                lcb_a, est_a, ok_a = self._backup(N, V_sel[h + 1], reward if next_state else None, r_h,
+                                                  ranges[h][0], plan.select_backups[i], n_lo[g], n_up[g], t_gauss,
+                                                  L, plan.second_moments, rb_a)
+            else:
+                lcb_a, est_a, ok_a = lcb, est, ok
+            sel = np.where(ok_a, np.clip(est_a - self.selection * (est_a - lcb_a), 0.0, ranges[h][1]),
+                           0.0).reshape(S, A)
             if terminals.size:
                 q_h[terminals] = sel[terminals] = frame.terminal * (H - h)
             Q[h], Qsel[h] = q_h, sel
             pi[h] = greedy_with_ties(sel[None], self.visits_used_[h][None], self.tie_break)[0]
+            V_sel[h] = (pi[h] * sel).sum(axis=1)
             gap[h] = np.where(ok, np.maximum(est - lcb, 0.0), np.inf).reshape(S, A)
             trusted[h] = ok.reshape(S, A)
-            V[h] = (pi[h] * q_h).sum(axis=1)                  # pessimistic value of the selected action
+            V[h] = (pi[h] * q_h).sum(axis=1)                  # certificate: the lower bound of the chosen action
             if h < H - 1:                                     # monotone: keep step h+1's action and value
                 keep = V[h + 1] > V[h]
                 V[h, keep], pi[h, keep] = V[h + 1, keep], pi[h + 1, keep]
@@ -633,6 +690,7 @@ class DPPBB(TabularLearnerBase):
         self.reward_frame_ = frame
         self.Q_, self.V_, self.penalty_, self.trusted_ = Q, V, gap, trusted
         self.Q_select_ = Qsel
+        self.V_select_ = V_sel
         self.E_, self.iota_ = 0.0, L
         privacy = ({"private": True, "guarantee": {**self.guarantee_, "mechanism": "gaussian", "noise": "exact",
                                                    "neighbouring": Neighbouring.SUBSTITUTION.description,
@@ -650,6 +708,31 @@ class DPPBB(TabularLearnerBase):
                               parameters=params, privacy=privacy, spec_hash=spec_hash,
                               stationary=bool(counts.stationary))
         return self
+
+    def plan(self, rho: float, *, horizon: int, n_states: int, max_episodes: int, max_per_cell: int | None,
+             stationary: bool, next_state_reward: bool = True, reward_range: Sequence[float] | None = None,
+             return_bound: float | None = None, starts: bool = True,
+             unit_column: str = "episode_id") -> tuple[PBBPlan, list]:
+        """The noise plan of a fit with these public facts (before any row is read): ``(plan, ranges)``.
+
+        ``plan.event`` is what a fit will spend (for a ledger check up front); ``ranges`` the per-step
+        (bound on W, bound on Q) in planning units.
+
+        Raises
+        ------
+        UsageError
+            Bad ``n_backups``, ``return_bound`` or budget (:func:`plan_noise`).
+        """
+        H = int(horizon)
+        K = H if self.n_backups is None else self.n_backups
+        if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
+            raise UsageError(f"`n_backups` must be an integer >= 1 or None (H). Got {self.n_backups!r}.")
+        K = min(int(K), H)
+        ranges = self._ranges(H, reward_frame(reward_range), return_bound, next_state_reward)
+        plan = plan_noise(rho, horizon=H, n_states=n_states, max_episodes=max_episodes, max_per_cell=max_per_cell,
+                          stationary=stationary, backup_ranges=[ranges[H - 1 - i][0] for i in range(int(K))],
+                          split=self.split, starts=starts, unit_column=unit_column)
+        return plan, ranges
 
     # ---------------------------------------------------------------- pieces
     @staticmethod
@@ -674,6 +757,25 @@ class DPPBB(TabularLearnerBase):
         """Number of one-sided events in the union bound (docs/learners.md, "Validity"); K backups."""
         per_cell = 7 if second else 2
         return per_cell * K * SA + 2 * G * SA + (4 if starts else 0)
+
+    @staticmethod
+    def _backup(N, V_next, r_next, r_sa, B: float, bq: BackupNoise, n_lo, n_up, t: float, L: float, second: bool,
+                rng):
+        """One private backup of W = r(s') + V_next(s') (or V_next with a mean reward r_sa): release the noisy
+        sums (and second moments) over the transitions N (S*A, S), return (lcb, plug-in, ok) per cell."""
+        W = V_next + r_next if r_next is not None else V_next
+        x = np.floor(np.clip(W, 0.0, B) * bq.q).astype(np.int64)                 # quantised, <= W (pessimistic)
+        u = np.minimum(x, bq.m + bq.b_u) - bq.m
+        T = _noise(N @ u, bq.sigma, rng) / bq.q                                   # noisy sum of W - m/q
+        s2 = None
+        if second:
+            sq = np.ceil(u.astype(np.float64) ** 2 * bq.q2 / (bq.q * bq.q)).astype(np.int64)
+            s2 = _noise(N @ sq, bq.sigma_2, rng) / bq.q2
+        lcb, est, ok = DPPBB._lower_bound(T, s2, n_lo, n_up, bq, t, L, second)
+        lcb, est = lcb + bq.m / bq.q, est + bq.m / bq.q
+        if r_sa is not None:
+            lcb, est = lcb + r_sa, est + r_sa
+        return lcb, est, ok
 
     @staticmethod
     def _lower_bound(T, s2, n_lo, n_up, bq: BackupNoise, t: float, L: float, second: bool):
