@@ -65,10 +65,10 @@ SPLIT_DEFAULT = {"visits": 0.1, "backups": 0.18, "second_moments": 0.07, "select
 MAX_PER_CELL_DEFAULT = 1
 #: Pessimism of the action *selection*: the policy maximises est - selection * (est - lcb);
 #: the certificate always uses the lower bound lcb of the selected action.
-SELECTION_DEFAULT = 0.75
+SELECTION_DEFAULT = 0.4
 #: Private backups (the last K = min(n_backups, H) steps h = H-1 .. H-K); earlier steps reuse step H-K
 #: (monotone values). None: all H.
-N_BACKUPS_DEFAULT = 4
+N_BACKUPS_DEFAULT = 6
 #: Target noise standard deviation in stored integer units of a backup: the
 #: quantum q of W is the largest integer <= Q_MAX with sigma <= this (exact
 #: discrete Gaussian tables stay small: ``samplers.GAUSSIAN_SIGMA_MAX`` = 2^15).
