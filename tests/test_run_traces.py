@@ -58,10 +58,13 @@ def test_pipeline_interrupted_after_its_release_says_what_it_charged(files, tmp_
                                     "--rho", "0.5", "--out", str(out), "--audit-trials", "0", "--ledger", str(led),
                                     "--seed", "1"])
     assert res.exit_code == 130, res.output
-    (entry,) = ledger_status(led)["entries"]
-    assert entry["output"] == str(out.absolute()) and entry["rho"] == "0.5"
+    # two charges before the interrupt: the release and the behaviour-value part (default share 0.1)
+    entry, value = ledger_status(led)["entries"]
+    assert entry["output"] == value["output"] == str(out.absolute()) and entry["run"] == value["run"]
+    assert float(entry["rho"]) == pytest.approx(0.45, rel=1e-9) and float(value["rho"]) == pytest.approx(0.05, rel=1e-9)
     assert "interrupted" in res.output and f"ledger {led} was charged" in res.output
-    assert f"entry #1, rho=0.5, run {entry['run']}, output {out.absolute()}" in res.output
+    assert f"entry #1, rho={entry['rho']}, run {entry['run']}, output {out.absolute()}" in res.output
+    assert f"entry #2, rho={value['rho']}" in res.output
     assert not out.exists()
 
 

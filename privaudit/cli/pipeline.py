@@ -7,6 +7,7 @@ import click
 from privaudit.cli.common import echo_json, handle_errors
 from privaudit.io_utils import check_writable
 from privaudit.pipeline import run_pipeline
+from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
 from privaudit.pipeline.report import format_table
 
 _HELP = """Run the main job end to end on LOGS into the folder DIR (--out):
@@ -16,7 +17,10 @@ included, splitting the budget), evaluate the policies exactly on a known
 MDP (--mdp; a seeded one such as synthetic-linear takes its instance from
 --instance-seed or the spec), audit the
 release at its claimed budget, and write summary.json, report.md and
-figures.
+figures. Without an MDP every policy still gets its certified value (its
+pessimistic value at a released start distribution) and the clinicians'
+value is estimated with DP from the logged returns, with a 95% interval
+(--value-share of the budget, default 0.1).
 
 With no LOGS, the bundled sample is used: 20,000 ICU-Sepsis episodes
 under the clinicians' policy, its spec, and --mdp icu-sepsis.
@@ -72,6 +76,10 @@ Examples:
               help="Runs per side of the release audit (0 skips the audit).")
 @click.option("--linear-share", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
               show_default=True, help="Share of rho given to DP-VAPVI when the spec declares a feature map.")
+@click.option("--value-share", type=click.FloatRange(0, 1, max_open=True), default=VALUE_SHARE_DEFAULT,
+              show_default=True,
+              help="Share of rho spent on the DP estimate of the clinicians' (behaviour) value and the start "
+                   "distribution of the certified values (0: neither).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the noise and the audit (rng seeded-insecure; never written).")
 @click.option("--overwrite", is_flag=True, help="Replace DIR if it holds a previous pipeline output.")
@@ -81,10 +89,11 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stationary, audit_trials, linear_share,
-            seed, overwrite, ledger, as_json):
+            value_share, seed, overwrite, ledger, as_json):
     check_writable(out, "--out")  # before the logs are read or any budget is checked
     summary = run_pipeline(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp, seed=seed,
                            stationary=stationary, audit_trials=audit_trials, linear_share=linear_share,
+                           value_share=value_share,
                            overwrite=overwrite, ledger=ledger, instance_seed=instance_seed, echo=lambda s: click.echo(s, err=True))
     private_log = summary.pop("private_log")
     if as_json:

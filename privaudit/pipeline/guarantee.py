@@ -1,15 +1,20 @@
 """The pipeline's privacy budget: the split between releases and the composed guarantee.
 
-The pipeline touches the private logs through at most two mechanisms:
+The pipeline touches the private logs through at most three mechanisms:
 
 * the tabular count release (``privaudit.stats.release``), always;
 * DP-VAPVI (``privaudit.learners.linear``), when the spec declares a feature
-  map: its 5H noisy statistics are a second release.
+  map: its 5H noisy statistics are a second release;
+* the behaviour-value release (``privaudit.stats.behaviour_value``: noisy
+  episode count, sums of clipped returns and start-state counts), unless its
+  share is 0: the DP estimate of the clinicians' value and the start
+  distribution of the certified values.
 
-Everything else (DP-APVI on the release, evaluation on a public MDP, the
-figures) is post-processing and spends nothing. zCDP composes by adding rho
-(Bun & Steinke 2016, Lemma 2.3, also adaptively), so the total budget rho is
-split as rho_release + rho_linear = rho and the guarantee of the whole output
+Everything else (DP-APVI on the release, the value estimates, evaluation on
+a public MDP, the figures) is post-processing and spends nothing. zCDP
+composes by adding rho (Bun & Steinke 2016, Lemma 2.3, also adaptively), so
+the total budget rho is split as rho_release + rho_linear + rho_value = rho
+and the guarantee of the whole output
 is the composition of the events the two mechanisms return, converted to
 (epsilon, delta) with the tight Canonne-Kamath-Steinke bound
 (``privaudit.privacy.accounting``). The budget is resolved once by the
@@ -30,18 +35,38 @@ from privaudit.spec import DomainSpec
 
 #: Default share of the total rho given to DP-VAPVI when the spec declares features.
 LINEAR_SHARE_DEFAULT = 0.5
+#: Default share of the total rho spent on the behaviour-value release (0: no DP value estimate).
+VALUE_SHARE_DEFAULT = 0.1
+#: Name of the behaviour-value part.
+VALUE_PART = "behaviour-value"
 #: What each part releases and how (for the summary).
 _WHAT = {"release": "noisy {families} counts over the whole declared domain (release/)",
-         "dp-vapvi": "the DP-VAPVI policy (its noisy statistics are not output)"}
+         "dp-vapvi": "the DP-VAPVI policy (its noisy statistics are not output)",
+         VALUE_PART: "the clinicians' (behaviour) value estimate and the start distribution of the certified "
+                     "values (its noisy statistics are not output)"}
 
 
-def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT) -> dict:
-    """Split the pipeline's resolved budget between the release and DP-VAPVI.
+def _mechanism_text(name: str, spec: DomainSpec) -> str:
+    """How a part adds its noise (for the summary)."""
+    if name == "release":
+        return "Gaussian, one sigma for all families (sigma per family in release/manifest.json)"
+    if name == VALUE_PART:
+        return ("exact discrete Gaussian on fixed-point statistics: episode count, sum and sum of squares of the "
+                f"clipped returns, {spec.n_states} start-state counts; rho/4 each (sigmas in summary.json "
+                "behaviour_value.mechanism)")
+    return (f"exact discrete Gaussian on fixed-point statistics: 5H = {5 * spec.horizon} statistics "
+            "with fresh noise per step, rho/(5H) each (grid in the policy manifest)")
+
+
+def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT,
+                 value_share: float = 0.0) -> dict:
+    """Split the pipeline's resolved budget between the release, DP-VAPVI and the behaviour value.
 
     zCDP composes by adding rho (Bun & Steinke 2016, Lemma 2.3), so the parts
-    are rho_release = (1 - share) rho and rho_linear = the exact rest
-    (``Budget.split``): short decimals whose exact sum is at most rho, so
-    the composed total states rho itself.
+    are rho_linear = linear_share rho, rho_value = value_share rho and
+    rho_release = the rest, split exactly (``Budget.split``): short decimals
+    whose exact sum is at most rho, so the composed total states rho itself
+    (a single part is the whole budget).
 
     Parameters
     ----------
@@ -51,23 +76,51 @@ def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_S
         Whether DP-VAPVI runs (the spec declares a feature map).
     linear_share : float
         DP-VAPVI's share of rho, in (0, 1); ignored when ``linear`` is False.
+    value_share : float
+        The behaviour-value release's share of rho, in [0, 1) (0: none).
 
     Returns
     -------
     dict[str, Budget]
-        ``{"release": budget}`` alone, or ``{"release": ..., "dp-vapvi": ...}``.
+        ``{"release": budget}`` alone, or with ``"dp-vapvi"`` and/or
+        :data:`VALUE_PART` parts.
 
     Raises
     ------
     UsageError
-        A share outside (0, 1).
+        A share outside its interval, or shares leaving the release nothing.
     """
-    if not linear:
+    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share)
+    if len(shares) == 1:
         return {"release": budget}
-    share = float(linear_share)
-    if not (math.isfinite(share) and 0 < share < 1):
-        raise UsageError(f"`linear_share` must lie in (0, 1). Found {linear_share!r}.")
-    return budget.split({"release": 1 - share, "dp-vapvi": share})
+    return budget.split(shares)
+
+
+def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, value_share: float = 0.0) -> dict:
+    """The configured share of the total rho per part (``{"release": 1.0}`` when alone).
+
+    Raises
+    ------
+    UsageError
+        ``linear_share`` outside (0, 1) (when ``linear``), ``value_share``
+        outside [0, 1), or shares summing to 1 or more.
+    """
+    vs = value_share
+    if isinstance(vs, bool) or not isinstance(vs, (int, float)) or not (math.isfinite(vs) and 0 <= vs < 1):
+        raise UsageError(f"`value_share` must lie in [0, 1). Found {value_share!r}.")
+    shares = {}
+    if linear:
+        ls = float(linear_share)
+        if not (math.isfinite(ls) and 0 < ls < 1):
+            raise UsageError(f"`linear_share` must lie in (0, 1). Found {linear_share!r}.")
+        shares["dp-vapvi"] = ls
+    if vs > 0:
+        shares[VALUE_PART] = float(vs)
+    rest = 1.0 - sum(shares.values())
+    if not rest > 0:
+        raise UsageError(f"`linear_share` + `value_share` must be below 1 (the release needs a share). "
+                         f"Found {sum(shares.values())!r}.")
+    return {"release": rest, **shares}
 
 
 def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSpec, *, shares: dict,
@@ -116,10 +169,7 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
             "name": name, "rho": stated["rho"],
             "epsilon_alone": float(accounting.zcdp_to_dp(stated["rho"], budget.delta)),
             "what": _WHAT[name].format(families=", ".join(fams.split("+"))),
-            "mechanism": ("Gaussian, one sigma for all families (sigma per family in release/manifest.json)"
-                          if name == "release" else
-                          f"exact discrete Gaussian on fixed-point statistics: 5H = {5 * spec.horizon} statistics "
-                          "with fresh noise per step, rho/(5H) each (grid in the policy manifest)")})
+            "mechanism": _mechanism_text(name, spec)})
     sampler = (manifest or {}).get("guarantee", {}).get("sampler")
     if sampler is not None:  # what the release's noise sampler adds (0 for the exact samplers)
         part_rows[0]["sampler"] = dict(sampler)

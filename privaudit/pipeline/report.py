@@ -30,7 +30,7 @@ MUST_NOT_LEAVE = ("private/",)
 
 
 def learner_diagnostics(Q: np.ndarray, V0: np.ndarray, table: np.ndarray, mdp=None,
-                        terminal_states=()) -> dict:
+                        terminal_states=(), d0: np.ndarray | None = None) -> dict:
     """How much of a pessimistic learner's policy rests on learned values.
 
     A pessimistic learner (DP-APVI) clips Q_h(s, a) to 0 wherever its penalty
@@ -49,23 +49,31 @@ def learner_diagnostics(Q: np.ndarray, V0: np.ndarray, table: np.ndarray, mdp=No
         The learned policy.
     mdp : TabularMDP, optional
         A public MDP: then the share is weighted by the learned policy's own
-        state occupancy on it, and the certified value d0 . V0 is given.
+        state occupancy on it.
     terminal_states : sequence of int
         Excluded from the share (nothing is decided there).
+    d0 : ndarray, shape (S,), optional
+        The start distribution of the certified value, released or public
+        (``privaudit.pipeline.values.start_distribution``); None: the MDP's
+        d0 when ``mdp`` is given.
 
     Returns
     -------
     dict
-        ``certified_value`` (d0 . V0, or None without an MDP), ``fallback_share``
-        (in [0, 1]) and ``fallback_weighting`` (how the share was weighted).
+        ``certified_value`` (d0 . V0, or None without a start distribution),
+        ``fallback_share`` (in [0, 1]) and ``fallback_weighting`` (how the
+        share was weighted).
     """
     H, S, _ = Q.shape
     fallback = Q.max(-1) <= 0.0                       # (H, S): every action clipped to 0
     live = np.ones(S, dtype=bool)
     live[list(terminal_states)] = False
+    if d0 is None and mdp is not None:
+        d0 = mdp.d0
+    cert = None if d0 is None else float(np.asarray(d0, dtype=np.float64) @ V0)
     if mdp is None:
         share = float(fallback[:, live].mean()) if live.any() else 0.0
-        return {"certified_value": None, "fallback_share": share,
+        return {"certified_value": cert, "fallback_share": share,
                 "fallback_weighting": "uniform over non-terminal (h, s)"}
     d = mdp.d0 * live
     num = den = 0.0
@@ -74,7 +82,7 @@ def learner_diagnostics(Q: np.ndarray, V0: np.ndarray, table: np.ndarray, mdp=No
         den += float(d.sum())
         flow = d[:, None] * table[h]                   # (S, A)
         d = np.einsum("sa,sat->t", flow, mdp.transition(h)) * live
-    return {"certified_value": float(mdp.d0 @ V0), "fallback_share": num / den if den > 0 else 0.0,
+    return {"certified_value": cert, "fallback_share": num / den if den > 0 else 0.0,
             "fallback_weighting": "the learned policy's own state occupancy on the MDP"}
 
 
@@ -194,18 +202,24 @@ def plot_values(evaluation: dict, path: Path, fallback: dict | None = None) -> P
 
 def build_summary(*, spec, manifest: dict, guarantee: dict, policies: dict, evaluation: dict | None,
                   audit: dict | None, stationary: bool, seeded: bool, tmp: Path,
-                  diagnostics: dict | None = None) -> dict:
+                  diagnostics: dict | None = None, certified: dict | None = None,
+                  behaviour: dict | None = None, start_distribution: dict | None = None) -> dict:
     """The ``summary.json`` document (schema ``schemas/summary.schema.json``).
 
     Holds no seed, no count of rows, episodes or units, no timing (a
     runtime grows with the private data's size), no path outside the output
-    folder.
+    folder. ``certified`` (``privaudit.pipeline.values.certified_entries``)
+    adds each policy's certified value; ``behaviour`` is the DP estimate of
+    the clinicians' value (``behaviour_value``, null when its share is 0);
+    ``start_distribution`` names the d0 of the certified values.
     """
     pol_entries = []
     for name, pol in policies.items():
         e = {"name": name, "algorithm": pol.algorithm, "path": f"policies/{name}",
              "privacy_part": "release" if name == "dp-apvi" else name,
-             "value": None, "optimal_value": None, "clinicians_value": None, "gap": None}
+             "value": None, "optimal_value": None, "clinicians_value": None, "gap": None,
+             **(certified or {}).get(name, {"certified_value": None, "certified_start": None,
+                                           "certificate_held": None})}
         if evaluation is not None and name in evaluation["values"]:  # absent: placeholder table, not scored
             v = evaluation["values"][name]
             e.update(value=v, optimal_value=evaluation["optimal_value"],
@@ -235,6 +249,8 @@ def build_summary(*, spec, manifest: dict, guarantee: dict, policies: dict, eval
                     "noise_scale": {f: float(p["noise_scale"]) for f, p in fams.items()}},
         "policies": pol_entries,
         "evaluation": evaluation,
+        "behaviour_value": behaviour,
+        "start_distribution": start_distribution,
         "audit": audit,
         "artifacts": {
             "summary": "summary.json", "report": "report.md", "release": "release",
@@ -288,10 +304,36 @@ def _f(x, nd=4) -> str:
     return "n/a" if x is None else f"{x:.{nd}f}"
 
 
-def values_table(summary: dict) -> list[tuple[str, str, str, str]]:
-    """Rows (policy, value, clinicians, optimal) for the stdout table and the report."""
-    return [(p["name"], _f(p["value"]), _f(p["clinicians_value"]), _f(p["optimal_value"]))
-            for p in summary["policies"]]
+#: Columns of :func:`values_table`.
+VALUES_COLUMNS = ("policy", "value", "certified", "held", "clinicians", "optimal")
+
+
+def _held(p: dict) -> str:
+    h = p.get("certificate_held")
+    return "n/a" if h is None else ("yes" if h else "NO")
+
+
+def values_table(summary: dict) -> list[tuple[str, ...]]:
+    """Rows (policy, exact value, certified value, certificate held, clinicians, optimal), one per policy.
+
+    The exact, clinicians' and optimal values need a known MDP (else n/a);
+    the certified value (the learner's pessimistic value at a released or
+    public start distribution) and whether it held (certified <= exact) are
+    shown for every policy that has one.
+    """
+    return [(p["name"], _f(p["value"]), _f(p.get("certified_value")), _held(p), _f(p["clinicians_value"]),
+             _f(p["optimal_value"])) for p in summary["policies"]]
+
+
+def behaviour_line(summary: dict) -> str | None:
+    """One line on the clinicians' DP value estimate, or None when it was not made."""
+    b = summary.get("behaviour_value")
+    if b is None:
+        return None
+    lo, hi = b["interval"]
+    ex = b.get("exact_clinicians")
+    return (f"DP estimate {b['estimate']:.4f}, {100 * b['confidence']:.0f}% interval [{lo:.4f}, {hi:.4f}] "
+            "(mean logged return)" + ("" if ex is None else f"; the MDP's clinicians' policy: {ex:.4f}"))
 
 
 def format_table(summary: dict, out: str) -> str:
@@ -303,9 +345,14 @@ def format_table(summary: dict, out: str) -> str:
     if len(g["parts"]) > 1:
         lines.append("  split       " + ", ".join(f"{p['name']} rho={num(p['rho'], 4)}" for p in g["parts"]))
     rows = values_table(summary)
-    w = max(len(r[0]) for r in rows + [("policy",)])
-    lines.append(f"  {'policy':<{w}}  {'value':>8}  {'clinicians':>10}  {'optimal':>8}")
-    lines += [f"  {a:<{w}}  {b:>8}  {c:>10}  {d:>8}" for a, b, c, d in rows]
+    w = max(len(r[0]) for r in rows + [("policy",), ("clinicians",)])
+    widths = (w, 8, 9, 4, 10, 8)
+    for r in [VALUES_COLUMNS] + rows:
+        lines.append("  " + "  ".join(f"{c:<{wd}}" if i == 0 else f"{c:>{wd}}"
+                                      for i, (c, wd) in enumerate(zip(r, widths))))
+    bl = behaviour_line(summary)
+    if bl is not None:
+        lines.append(f"  {'clinicians':<{w}}  {bl}")
     for p in summary["policies"]:
         dg = p.get("diagnostics")
         if dg and dg["fallback_share"] > 0.5:
@@ -327,6 +374,41 @@ def format_table(summary: dict, out: str) -> str:
     if summary["rng"] != "secure":
         lines.append("  WARNING     seeded noise (--seed): for tests only, NOT private against anyone who knows the seed")
     return "\n".join(lines)
+
+
+def _values_notes(summary: dict) -> list[str]:
+    """report.md paragraphs on the certified values and the clinicians' DP estimate."""
+    L = []
+    sd = summary.get("start_distribution")
+    if any(p.get("certified_value") is not None for p in summary["policies"]):
+        L += ["**Certified values** (column *certified*) need no MDP: each is the learner's own pessimistic "
+              "value at step 0, V_0(s) (below the policy's true value from s for every s at once, with "
+              "probability at least 1 - failure_prob when the learner's assumptions hold), averaged over the "
+              f"start distribution d0 = {sd['what'] if sd else 'n/a'}. It is post-processing of DP outputs (no "
+              "row of the logs is read for it). A noisy d0 makes it an estimate of that average, not a bound. "
+              "*held* says whether certified <= exact value (known MDP only). A pessimistic learner that "
+              "falls back to imitation everywhere certifies its lowest value (0 reward per step, or the "
+              "lowest reward when the range is negative): a true but uninformative certificate.", ""]
+    else:
+        L += ["No certified values: no learner exposes a pessimistic value, or no start distribution is "
+              "released or public (stationary release with `--value-share 0` and no `--mdp`).", ""]
+    b = summary.get("behaviour_value")
+    if b is not None:
+        m = b["mechanism"]
+        lo, hi = b["interval"]
+        rl, rh = m["return_range"]
+        L += [f"**The clinicians' (behaviour) value, estimated with DP:** {b['estimate']:.4f}, "
+              f"{100 * b['confidence']:.0f}% interval [{lo:.4f}, {hi:.4f}] (standard error {b['standard_error']:.4f}: "
+              f"sampling {b['sampling_sd']:.4f}, DP noise {b['noise_sd']:.4f})"
+              + ("" if b.get("exact_clinicians") is None else
+                 f"; the MDP's clinicians' policy has exact value {b['exact_clinicians']:.4f} (the behaviour of "
+                 "these logs only if they were simulated from it)") + ". "
+              f"It is the mean return of the logged episodes over their first H steps, each return clipped to the "
+              f"declared range [{num(rl)}, {num(rh)}] ({m['return_range_from']}), computed from noisy sums "
+              f"released under the part `{b['privacy_part']}` of the budget (above). The interval is a normal "
+              "(CLT) interval over the sampling of the episodes and the DP noise; it treats episodes as "
+              "independent and counts the at most k stays kept per patient.", ""]
+    return L
 
 
 def render_markdown(summary: dict) -> str:
@@ -359,17 +441,20 @@ def render_markdown(summary: dict) -> str:
     L += ["", "## Learned policies", ""]
     ev = summary["evaluation"]
     if ev is None:
-        L += ["No MDP was given (`--mdp`), so the policies were not evaluated. They are in `policies/`.", ""]
+        L += ["No MDP was given (`--mdp`), so the policies' exact values are unknown (n/a below); the "
+              "certified values and the clinicians' DP estimate need none. The policies are in `policies/`.", ""]
     else:
         L += [f"Exact values on the MDP `{ev['mdp']}` (H = {ev['horizon']}): the expected total reward over "
               "H steps" + (" = the probability of survival within H steps" if ev["mdp"] == "icu-sepsis" else "")
-              + ". Each learned policy is post-processing of a DP output.", "",
-              "| policy | value | clinicians | optimal |", "|---|---|---|---|"]
-        L += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in values_table(summary)]
+              + ". Each learned policy is post-processing of a DP output.", ""]
+    L += ["| " + " | ".join(VALUES_COLUMNS) + " |", "|" + "---|" * len(VALUES_COLUMNS)]
+    L += ["| " + " | ".join(r) + " |" for r in values_table(summary)]
+    L += [""] + _values_notes(summary)
+    if ev is not None:
         if ev["references"]:
-            L += ["", "Reference policies: " + ", ".join(f"{k} {v:.4f}" for k, v in ev["references"].items())
-                  + f"; optimal {ev['optimal_value']:.4f}."]
-        L += ["", "![values](figures/values.png)", ""]
+            L += ["Reference policies: " + ", ".join(f"{k} {v:.4f}" for k, v in ev["references"].items())
+                  + f"; optimal {ev['optimal_value']:.4f}.", ""]
+        L += ["![values](figures/values.png)", ""]
     for p in summary["policies"]:
         dg = p.get("diagnostics")
         if not dg:

@@ -17,10 +17,13 @@ Layout of ``out`` (see docs/pipeline.md)::
     audit/audit_report.json   the full audit report (synthetic pair from the spec: no private data)
     private/local-log.json    PRIVATE: bounding facts, stage timings
 
-Privacy: the release is the only access to the logs unless the spec declares
-a feature map (then DP-VAPVI is a second one, and the budget is split; see
-:mod:`privaudit.pipeline.guarantee`). DP-APVI, the evaluation on a public
-MDP and the figures are post-processing. The audit reads nothing of the logs:
+Privacy: the release is the only access to the logs besides the
+behaviour-value release (a small share of the budget: the DP estimate of the
+clinicians' value and the start distribution of the certified values;
+:mod:`privaudit.stats.behaviour_value`) and, when the spec declares a feature
+map, DP-VAPVI; the budget is split between them (see
+:mod:`privaudit.pipeline.guarantee`). DP-APVI, the certified values, the
+evaluation on a public MDP and the figures are post-processing. The audit reads nothing of the logs:
 it runs the release's code path on a synthetic pair built from the spec (see
 :mod:`privaudit.pipeline.audit_release` and docs/pipeline.md).
 """
@@ -40,7 +43,10 @@ from privaudit.audit.runner import MIN_TRIALS
 from privaudit.resources import sample_dir
 from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
-from privaudit.pipeline.guarantee import LINEAR_SHARE_DEFAULT, composed_guarantee, split_budget
+from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT, budget_shares,
+                                          composed_guarantee, split_budget)
+from privaudit.pipeline import values as val
+from privaudit.stats.behaviour_value import BehaviourValueRelease, estimate_behaviour_value
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.events import event_from_dict
@@ -136,8 +142,8 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
                  rho: float | None = None, epsilon: float | None = None, delta: float | None = None,
                  out: str | Path, mdp: str | Path | None = None, seed: int | None = None,
                  stationary: bool | None = None, audit_trials: int = AUDIT_TRIALS_DEFAULT,
-                 linear_share: float = LINEAR_SHARE_DEFAULT, overwrite: bool = False,
-                 ledger: str | Path | None = None, instance_seed: int | None = None,
+                 linear_share: float = LINEAR_SHARE_DEFAULT, value_share: float = VALUE_SHARE_DEFAULT,
+                 overwrite: bool = False, ledger: str | Path | None = None, instance_seed: int | None = None,
                  progress: bool | None = None, echo: Callable[[str], None] | None = None) -> dict:
     """Run validate -> release -> train -> evaluate -> audit -> report into the folder ``out``.
 
@@ -191,6 +197,13 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         Runs per side of the release audit (>= ``audit.runner.MIN_TRIALS``); 0 skips the audit.
     linear_share : float, default 0.5
         Share of the budget given to DP-VAPVI when the spec has a feature map.
+    value_share : float, default 0.1
+        Share of the budget spent on the behaviour-value release
+        (:mod:`privaudit.stats.behaviour_value`): the clinicians' value
+        estimated with DP from the logged returns, with a 95% interval, and
+        the noisy start-state counts the certified values are averaged over
+        when no MDP is known. 0: neither (certified values then use a
+        per-step release's h = 0 visits or the MDP's d0, else are absent).
     overwrite : bool
         Replace ``out`` if it holds a previous pipeline output (a
         ``summary.json`` of this kind); any other existing path is refused.
@@ -230,12 +243,13 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
                  + ", ".join(str(p) for p in stale))
         return _run_pipeline_locked(logs, spec, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp,
                                     seed=seed, stationary=stationary, audit_trials=audit_trials,
-                                    linear_share=linear_share, overwrite=overwrite, ledger=ledger,
+                                    linear_share=linear_share, value_share=value_share, overwrite=overwrite,
+                                    ledger=ledger,
                                     instance_seed=instance_seed, progress=progress, echo=echo)
 
 
 def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, stationary, audit_trials,
-                         linear_share, overwrite, ledger, instance_seed, progress, echo) -> dict:
+                         linear_share, value_share, overwrite, ledger, instance_seed, progress, echo) -> dict:
     """The body of :func:`run_pipeline`, under the output lock."""
     t0 = time.perf_counter()
     say = echo or (lambda s: None)
@@ -257,9 +271,11 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {audit_trials!r}.")
     linear = bool(spec.features)
     budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")  # once
-    parts = split_budget(budget, linear=linear, linear_share=linear_share)
-    shares = {"release": 1.0} if not linear else {"release": 1.0 - linear_share, "dp-vapvi": linear_share}
-    seeds = _child_seeds(seed, 3)
+    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share)
+    parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share)
+    # planned before any row is read: a share too small for the exact sampler fails here
+    value_plan = BehaviourValueRelease.plan(spec, parts[VALUE_PART]) if VALUE_PART in parts else None
+    seeds = _child_seeds(seed, 4)
     _check_out(out, overwrite)
     if ledger is not None:  # once, for the whole budget: before any row is read or noise drawn
         ledger_mod.check_budget(ledger, spec.dataset_id, budget.rho)
@@ -290,7 +306,7 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         with atomic_dir(out, overwrite=True) as tmp:
             summary, private = _stages(tmp, prepared, spec, (budget, parts, shares), the_mdp, mdp, stationary,
                                        audit_trials, seeds, seed is not None, bar, timings, progress, say, ledger,
-                                       run=new_run_id(), final_out=out)
+                                       run=new_run_id(), final_out=out, value_plan=value_plan)
             timings["total"] = time.perf_counter() - t0
             private["timings_s"] = timings
             atomic_write_text(tmp / "private" / "local-log.json", json.dumps(private, indent=2) + "\n")
@@ -303,7 +319,7 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
 
 def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, stationary: bool,
             audit_trials: int, seeds, seeded: bool, bar: _Progress, timings: dict, progress, say,
-            ledger=None, run: str | None = None, final_out: Path | None = None):
+            ledger=None, run: str | None = None, final_out: Path | None = None, value_plan=None):
     """release -> train -> evaluate -> audit -> report inside the temporary folder ``tmp``.
 
     Ledger charges name ``run`` and ``final_out`` (the folder the run will write).
@@ -332,6 +348,14 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     local = json.loads(info.local_log.read_text())
     info.local_log.unlink()  # folded into private/local-log.json below
     manifest = info.manifest
+    value_stats = None
+    if value_plan is not None:  # the behaviour-value part: a second access to the bounded logs
+        value_stats = value_plan.apply(prepared.bounded, rng=np.random.default_rng(seeds[3]))
+        events[VALUE_PART] = value_plan.event
+        if ledger is not None:
+            ledger_mod.charge_event(ledger, spec.dataset_id, value_plan.event,
+                                    f"pipeline, {VALUE_PART} part: gaussian, rho={parts[VALUE_PART].rho!r}",
+                                    parts[VALUE_PART], run=run, output=final_out)
     timings["release"] = time.perf_counter() - t
     bar.done()
 
@@ -339,14 +363,20 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     bar.stage("train")
     t = time.perf_counter()
     policies = {}
-    learner = DPAPVI().fit(load_release(tmp / "release"), release_path="../../release")
+    release = load_release(tmp / "release")
+    # the start distribution of the certified values: released or public, never read off the logs
+    d0, d0_source = val.start_distribution(value_stats=value_stats, release=release, mdp=the_mdp)
+    learner = DPAPVI().fit(release, release_path="../../release")
     policies["dp-apvi"] = learner.policy_
+    # pessimistic learners: their value at step 0 in declared units (None for learners without one)
+    start_values = {"dp-apvi": learner.declared_values()[0]}
     diagnostics = {"dp-apvi": rep.learner_diagnostics(
-        learner.Q_, learner.declared_values()[0], learner.policy_.table, the_mdp, spec.terminal_states)}
+        learner.Q_, start_values["dp-apvi"], learner.policy_.table, the_mdp, spec.terminal_states, d0=d0)}
     if "dp-vapvi" in parts:
 
         pol = train_linear(prepared, spec, "dp-vapvi", budget=parts["dp-vapvi"], seed=seeds[1])
         policies["dp-vapvi"] = pol
+        start_values["dp-vapvi"] = None  # DP-VAPVI's pessimistic values are not kept
         events["dp-vapvi"] = event_from_dict(pol.privacy["guarantee"]["event"])
         if ledger is not None:
             ledger_mod.charge_event(ledger, spec.dataset_id, events["dp-vapvi"],
@@ -394,9 +424,18 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     if evaluation is not None:
         rep.plot_values(evaluation, tmp / "figures" / "values.png",
                         fallback={n: d["fallback_share"] for n, d in diagnostics.items()})
+    certified = val.certified_entries(start_values, d0, d0_source,
+                                      None if evaluation is None else evaluation["values"])
+    behaviour = None if value_stats is None else {
+        **estimate_behaviour_value(value_stats), "privacy_part": VALUE_PART,
+        "mechanism": value_plan.describe(),
+        "exact_clinicians": None if evaluation is None else evaluation["references"].get("clinicians")}
     summary = rep.build_summary(spec=spec, manifest=manifest, guarantee=guarantee, policies=policies,
                                 evaluation=evaluation, audit=audit, stationary=stationary,
-                                seeded=seeded, tmp=tmp, diagnostics=diagnostics)
+                                seeded=seeded, tmp=tmp, diagnostics=diagnostics, certified=certified,
+                                behaviour=behaviour,
+                                start_distribution=None if d0_source is None else {
+                                    "source": d0_source, "what": val.D0_SOURCES[d0_source]})
     rep.write_summary(summary, tmp / "summary.json")
     atomic_write_text(tmp / "report.md", rep.render_markdown(summary))
     timings["report"] = time.perf_counter() - t

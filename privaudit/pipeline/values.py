@@ -1,0 +1,124 @@
+"""Value estimates that need no known MDP: certified values of the learners, the behaviour's DP value.
+
+A hospital analyst has logs and no MDP, so the exact value of a policy is
+unknown. The pipeline reports two estimates that need none:
+
+* the **certified value** of each pessimistic learner (DP-APVI and any
+  learner exposing ``declared_values()``): d0 . V_0, its own pessimistic value
+  at step 0 averaged over a start distribution d0. Post-processing of DP
+  outputs, provided d0 is public or released, never read off the logs
+  (:func:`start_distribution` says which it is);
+* the **behaviour (clinicians') value**, estimated with DP from the logged
+  returns under its own part of the budget
+  (``privaudit.stats.behaviour_value``), with a confidence interval.
+
+With a known MDP both are shown next to the exact values, and
+``certificate_held`` says whether certified <= exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privaudit.stats.behaviour_value import ValueStatistics
+
+__all__ = ["start_distribution", "certified_value", "certified_entries", "D0_SOURCES"]
+
+#: Where a start distribution can come from, in the order they are used.
+D0_SOURCES = {
+    "value-release": "the noisy start-state counts of the behaviour-value release (DP), normalised by their sum",
+    "release-h0": "the release's noisy visit counts at h = 0 summed over actions (DP), normalised by their sum",
+    "mdp": "the known MDP's initial distribution (public)",
+}
+
+
+def _normalised(noisy: np.ndarray) -> np.ndarray | None:
+    """n' / sum(n') (unclipped: the numerator of d0 . V stays unbiased), None if the sum is not > 0."""
+    noisy = np.asarray(noisy, dtype=np.float64)
+    tot = float(noisy.sum())
+    return noisy / tot if tot > 0 else None
+
+
+def start_distribution(*, value_stats: ValueStatistics | None = None, release=None,
+                       mdp=None) -> tuple[np.ndarray | None, str | None]:
+    """The start distribution d0 a certified value is averaged over, and its source.
+
+    Only public facts or DP outputs are used, in this order: the
+    behaviour-value release's noisy start-state counts; a per-step release's
+    noisy h = 0 visits (a stationary release pools the steps: it has none);
+    the known MDP's d0. The noisy counts are normalised by their sum without
+    clipping at 0: d0 . V is then a ratio of an unbiased numerator (clipping
+    would add about sigma / sqrt(2 pi) of spurious mass to every unvisited
+    start state) to a sum whose noise is small next to the number of episodes.
+
+    Parameters
+    ----------
+    value_stats : ValueStatistics, optional
+        The behaviour-value release (``privaudit.stats.behaviour_value``).
+    release : Release, optional
+        The count release (``privaudit.stats.release.load_release``).
+    mdp : TabularMDP, optional
+        A known MDP (``--mdp``).
+
+    Returns
+    -------
+    (d0, source)
+        d0 of shape (S,) (entries may be slightly negative; they sum to 1)
+        and a key of :data:`D0_SOURCES`; (None, None) when none is available.
+    """
+    if value_stats is not None:
+        d0 = _normalised(value_stats.start_states)
+        if d0 is not None:
+            return d0, "value-release"
+    if release is not None and not release.stationary:
+        d0 = _normalised(np.asarray(release.visits_at(0)).sum(-1))
+        if d0 is not None:
+            return d0, "release-h0"
+    if mdp is not None:
+        return np.asarray(mdp.d0, dtype=np.float64), "mdp"
+    return None, None
+
+
+def certified_value(V0: np.ndarray, d0: np.ndarray | None) -> float | None:
+    """d0 . V_0 (declared reward units), or None without a start distribution.
+
+    Parameters
+    ----------
+    V0 : ndarray, shape (S,)
+        A pessimistic learner's value at step 0 in declared units
+        (``TabularLearnerBase.declared_values()[0]``).
+    d0 : ndarray, shape (S,) or None
+    """
+    if d0 is None:
+        return None
+    return float(np.asarray(d0, dtype=np.float64) @ np.asarray(V0, dtype=np.float64))
+
+
+def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str | None,
+                      exact: dict | None) -> dict:
+    """Per policy: ``certified_value``, ``certified_start`` and ``certificate_held``.
+
+    Parameters
+    ----------
+    start_values : dict[str, ndarray (S,) or None]
+        Policy name -> its pessimistic V_0 in declared units (None: the
+        learner exposes none, e.g. DP-VAPVI).
+    d0, d0_source
+        From :func:`start_distribution`.
+    exact : dict[str, float] or None
+        Policy name -> exact value on a known MDP.
+
+    Returns
+    -------
+    dict[str, dict]
+        ``certified_value`` (float or None), ``certified_start`` (a key of
+        :data:`D0_SOURCES` or None) and ``certificate_held`` (certified <=
+        exact + 1e-9; None unless both are known).
+    """
+    out = {}
+    for name, V0 in start_values.items():
+        cert = None if V0 is None else certified_value(V0, d0)
+        v = (exact or {}).get(name)
+        out[name] = {"certified_value": cert, "certified_start": d0_source if cert is not None else None,
+                     "certificate_held": None if cert is None or v is None else bool(cert <= v + 1e-9)}
+    return out

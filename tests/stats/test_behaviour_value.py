@@ -1,0 +1,239 @@
+"""The behaviour-value release (issue 13 item 2): sensitivities, noise = event, interval coverage.
+
+The coverage world is a toy ICU ("icu-toy"): live states 0, 1; terminal
+states 2 (survival, reward +1 on entering) and 3 (death, -1); reward range
+[-1, 1], H = 6, so the declared return range is [-6, 6] (H x range: no
+return bound) and returns are -1, 0 or +1: a skewed, discrete return
+distribution far inside its range.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy import stats as sps
+
+from privaudit.data.bounding import bound_contributions
+from privaudit.errors import UsageError
+from privaudit.mdp.simulate import simulate
+from privaudit.mdp.tabular import evaluate_policy
+from privaudit.pipeline.values import certified_entries, start_distribution
+from privaudit.privacy import accounting
+from privaudit.privacy.budget import resolve_budget
+from privaudit.spec import DomainSpec
+from privaudit.stats.behaviour_value import (VALUE_FAMILIES, BehaviourValueRelease, ValueStatistics,
+                                             estimate_behaviour_value, return_range)
+
+from tests.learners.test_reward_frame import DIE, SURVIVE, A, H, S, icu_mdp  # the same toy ICU
+
+
+def toy_spec(k: int = 1, unit: str | None = None, **extra) -> DomainSpec:
+    return DomainSpec.from_dict({"format_version": 1, "dataset_id": "icu-toy", "horizon": H, "n_states": S,
+                                 "n_actions": A, "terminal_states": [SURVIVE, DIE], "reward_range": [-1.0, 1.0],
+                                 "privacy_unit": {"column": unit, "max_episodes": k}, **extra})
+
+
+# --------------------------------------------------------------------------- plan and event
+
+
+def test_return_range_is_H_times_the_range_with_terminal_zero():
+    assert return_range(toy_spec()) == (-6.0, 6.0, "H x reward range")
+    spec01 = DomainSpec.from_dict({**toy_spec().raw, "reward_range": [0.2, 1.0]})
+    assert return_range(spec01)[:2] == (0.0, 6.0)  # 0 after a terminal state is below r_min = 0.2
+
+
+@pytest.mark.parametrize("rho,k", [(0.05, 1), (1.0, 3)])
+def test_noise_scale_matches_the_event(rho, k):
+    """sigma = L2 / sqrt(2 rho/4) per statistic, and the event states exactly that (cost <= rho)."""
+    rel = BehaviourValueRelease.plan(toy_spec(k=k, unit="unit_id"), resolve_budget(rho=rho))
+    C = rel.c_max
+    expected_l2 = {"episode_count": k, "return_sum": 2 * k * C, "return_squares": k * C * C,
+                   "start_states": k * math.sqrt(2)}
+    leaves = {e.family: e for e in rel.event.events}
+    assert set(leaves) == {f"value-{f}" for f in VALUE_FAMILIES}
+    for f in VALUE_FAMILIES:
+        ev = leaves[f"value-{f}"]
+        assert ev.l2 == pytest.approx(expected_l2[f], rel=1e-15) and ev.noise == "exact"
+        assert ev.sigma == pytest.approx(expected_l2[f] / math.sqrt(2 * rho / 4), rel=1e-12)
+        assert ev.sigma == rel.sigma_lattice[f] and ev.unit.k == k and ev.unit.column == "unit_id"
+    cost = accounting.event_rho(rel.event)
+    assert rho * (1 - 1e-9) <= cost <= rho
+    # real units: C is half the return range (up to the lattice step), T's sensitivity the range itself
+    assert rel.describe()["statistics"]["return_sum"]["l2"] == pytest.approx(k * 12.0, rel=1e-4)
+
+
+def test_drawn_noise_has_the_event_sigma():
+    """The sample sd of the drawn noise matches each sigma.
+
+    1000 draws per statistic (S = 4 start cells: 4000): the sample sd's relative
+    error has sd about 1/sqrt(2n) = 2.2% (1.1% for the start cells); the
+    tolerance 10% is > 4.4 sd, false failure < 1e-4 over the four checks.
+    """
+    rel = BehaviourValueRelease.plan(toy_spec(), resolve_budget(rho=0.2))
+    exact = {"episode_count": 100, "return_sum": 12345, "return_squares": 10 ** 9,
+             "start_states": np.array([60, 40, 0, 0], dtype=np.int64)}
+    rng = np.random.default_rng(5)
+    draws = [rel.noisy(exact, rng=rng) for _ in range(1000)]
+    got = {"episode_count": np.array([d.episodes for d in draws]) - 100,
+           "return_sum": np.array([d.return_sum for d in draws]) - 12345 * rel.step("return_sum"),
+           "return_squares": np.array([d.return_squares for d in draws]) - 1e9 * rel.step("return_squares"),
+           "start_states": np.concatenate([d.start_states - exact["start_states"] for d in draws])}
+    for f, noise in got.items():
+        sigma = rel.sigma_lattice[f] * rel.step(f)
+        assert draws[0].sigma[f] == sigma
+        assert abs(noise.std() / sigma - 1) < 0.10, f
+        assert abs(noise.mean()) < 5 * sigma / math.sqrt(noise.size), f
+
+
+def test_too_small_a_budget_is_refused_at_planning():
+    with pytest.raises(UsageError, match="too small"):
+        BehaviourValueRelease.plan(toy_spec(k=50, unit="unit_id"), resolve_budget(rho=1e-11))
+    with pytest.raises(UsageError, match="Gaussian"):
+        BehaviourValueRelease.plan(toy_spec(), resolve_budget(epsilon=1.0, mechanism="laplace"))
+
+
+# --------------------------------------------------------------------------- sensitivities
+
+
+def _episodes(unit: str, rewards_per_episode: list[list[float]], starts: list[int], first_id: int) -> list[dict]:
+    rows = []
+    for i, (rs, s0) in enumerate(zip(rewards_per_episode, starts)):
+        for h, r in enumerate(rs):
+            rows.append({"episode_id": first_id + i, "step": h, "state": s0 if h == 0 else 0, "action": 0,
+                         "reward": r, "next_state": 0, "unit_id": unit})
+    return rows
+
+
+def test_sensitivities_hold_and_are_attained_by_brute_force():
+    """Replace one unit (k = 2) by every unit of a family of extreme ones: the change of each statistic
+    stays within its L2 sensitivity, and the return sums and start counts attain theirs."""
+    k = 2
+    spec = toy_spec(k=k, unit="unit_id")
+    rel = BehaviourValueRelease.plan(spec, resolve_budget(rho=1.0))
+    full, none, zero = [1.0] * H, [-1.0] * H, [0.0] * H
+    candidates = {  # (episodes' rewards, start states); 3 episodes: keep-k drops one
+        "best": ([full, full], [0, 0]), "worst": ([none, none], [1, 1]), "zero": ([zero, zero], [0, 1]),
+        "one": ([full], [1]), "three": ([full, none, zero], [0, 1, 1]), "long": ([full * 2, none], [0, 0]),
+        "short": ([[1.0], [-1.0, 0.5]], [1, 0]),
+    }
+    others = _episodes("a", [zero, [0.5] * 3], [0, 1], 0) + _episodes("b", [full[:2]], [1], 10)
+
+    def stats_with(name):
+        rs, st = candidates[name]
+        df = pl.DataFrame(others + _episodes("u", rs, st, 100))
+        bounded, _ = bound_contributions(df.lazy(), spec)
+        return rel.exact_statistics(bounded)
+
+    stats = {n: stats_with(n) for n in candidates}
+    worst = {f: 0.0 for f in VALUE_FAMILIES}
+    for a in candidates:
+        for b in candidates:
+            for f in VALUE_FAMILIES:
+                d = np.linalg.norm(np.atleast_1d(np.asarray(stats[a][f], dtype=float) - stats[b][f]))
+                worst[f] = max(worst[f], d)
+    l2 = {e.family.removeprefix("value-"): e.l2 for e in rel.event.events}
+    for f in VALUE_FAMILIES:
+        assert worst[f] <= l2[f] * (1 + 1e-12), f
+    assert worst["return_sum"] == l2["return_sum"]            # best vs worst: 2k episodes from +C to -C
+    assert worst["return_squares"] == l2["return_squares"]    # best vs zero: k C^2
+    assert worst["start_states"] == pytest.approx(l2["start_states"], rel=1e-12)  # best vs worst
+    assert worst["episode_count"] == 1                        # a unit with 0 episodes is not in logs
+
+
+# --------------------------------------------------------------------------- estimate and coverage
+
+
+def _chunks(n_reps: int, n: int, seed: int):
+    mdp = icu_mdp()
+    pi = np.full((S, A), 0.5)
+    spec = toy_spec()
+    df = simulate(mdp, pi, n_reps * n, np.random.default_rng(seed))
+    bounded, _ = bound_contributions(df.lazy(), spec)
+    bounded = bounded.collect()
+    ep = bounded["episode_id"].rank("dense").cast(pl.Int64) - 1
+    bounded = bounded.with_columns((ep // n).alias("_chunk"))
+    return mdp, pi, spec, bounded.partition_by("_chunk", maintain_order=True)
+
+
+def test_interval_covers_the_behaviour_value_at_the_stated_rate():
+    """400 independent logs of 1000 episodes each: the 95% interval covers the exact behaviour value.
+
+    If the coverage were exactly 0.95, the number of covering intervals is
+    Binomial(400, 0.95) (mean 380, sd 4.4); the test fails below 362 (4.1 sd
+    below), false-failure probability < 1e-4. The intervals are not wide for
+    nothing: their mean half-width is within 10% of 1.96 times the exact
+    standard error (sampling of the returns + the noise of T and N).
+    """
+    mdp, pi, spec, chunks = _chunks(400, 1000, seed=2026)
+    v = evaluate_policy(mdp, pi)
+    rel = BehaviourValueRelease.plan(spec, resolve_budget(rho=0.5))
+    rng = np.random.default_rng(77)
+    res = [estimate_behaviour_value(rel.apply(c.drop("_chunk"), rng=rng)) for c in chunks]
+    covered = sum(r["interval"][0] <= v <= r["interval"][1] for r in res)
+    assert covered >= 362, covered
+    # the exact standard error: Var(G) by the MDP's return distribution, estimated by all 400k episodes
+    G = np.concatenate([c.group_by("episode_id").agg(pl.col("reward").sum(), pl.len())
+                        .select(pl.col("reward") * 2 - pl.col("len")).to_numpy().ravel() for c in chunks])
+    sig = rel.describe()["statistics"]
+    se = math.sqrt(G.var() / 1000 + sig["return_sum"]["sigma"] ** 2 / 1000 ** 2
+                   + v * v * sig["episode_count"]["sigma"] ** 2 / 1000 ** 2)
+    half = np.mean([(r["interval"][1] - r["interval"][0]) / 2 for r in res])
+    assert abs(half / (1.96 * se) - 1) < 0.10, (half, se)
+    # the estimates are unbiased up to their noise: mean of 400 within 4 sd of the mean
+    assert abs(np.mean([r["estimate"] for r in res]) - v) < 4 * se / math.sqrt(400)
+
+
+def test_estimate_by_hand():
+    st = ValueStatistics(episodes=100.0, return_sum=20.0, return_squares=50.0,
+                         start_states=np.array([60.0, 40.0, 0.0, 0.0]),
+                         sigma={"episode_count": 2.0, "return_sum": 3.0, "return_squares": 4.0, "start_states": 1.0},
+                         low=-6.0, high=6.0, rounding=2.0 ** -12)
+    r = estimate_behaviour_value(st, confidence=0.9)
+    c, s2 = 0.2, 0.5 - 0.04
+    se = math.sqrt(s2 / 100 + (9 + c * c * 4) / 100 ** 2)
+    z = sps.norm.ppf(0.95)
+    assert r["estimate"] == pytest.approx(c) and r["standard_error"] == pytest.approx(se, rel=1e-12)
+    assert r["interval"] == pytest.approx([c - z * se - 2.0 ** -12, c + z * se + 2.0 ** -12], rel=1e-12)
+    # a noisy count below 1 is read as 1; the interval never leaves the return range
+    wild = ValueStatistics(episodes=-3.0, return_sum=100.0, return_squares=0.0, start_states=np.zeros(4),
+                           sigma=st.sigma, low=-6.0, high=6.0)
+    w = estimate_behaviour_value(wild)
+    assert w["estimate"] == 6.0 and w["interval"][1] == 6.0 and w["interval"][0] >= -6.0
+    with pytest.raises(UsageError, match="confidence"):
+        estimate_behaviour_value(st, confidence=1.0)
+
+
+# --------------------------------------------------------------------------- start distribution, certificates
+
+
+def test_start_distribution_sources_and_certificates():
+    mdp = icu_mdp()
+    st = ValueStatistics(episodes=10.0, return_sum=0.0, return_squares=0.0,
+                         start_states=np.array([7.0, 4.0, -1.0, 0.0]), sigma={})
+    d0, src = start_distribution(value_stats=st, release=None, mdp=mdp)
+    assert src == "value-release" and d0 == pytest.approx([0.7, 0.4, -0.1, 0.0])  # unclipped, sums to 1
+    d0, src = start_distribution(mdp=mdp)
+    assert src == "mdp" and d0 == pytest.approx(mdp.d0)
+    assert start_distribution() == (None, None)
+    V0 = np.array([1.0, -2.0, 0.0, 0.0])
+    out = certified_entries({"a": V0, "b": None}, np.array([0.5, 0.5, 0, 0]), "mdp", {"a": -0.4, "b": 0.3})
+    assert out["a"] == {"certified_value": -0.5, "certified_start": "mdp", "certificate_held": True}
+    assert out["b"] == {"certified_value": None, "certified_start": None, "certificate_held": None}
+    out = certified_entries({"a": V0}, np.array([1.0, 0, 0, 0]), "value-release", {"a": 0.5})
+    assert out["a"]["certificate_held"] is False
+    assert certified_entries({"a": V0}, None, None, None)["a"]["certified_value"] is None
+
+
+def test_released_start_distribution_estimates_d0():
+    """40,000 episodes, rho = 0.2: the normalised noisy start counts are within 0.01 of d0 (sampling
+    sd 0.0023, noise sd sqrt(2)/sqrt(0.1)/40000 = 1e-4 per state; 0.01 is > 4 sd)."""
+    mdp, _, spec, chunks = _chunks(1, 40_000, seed=3)
+    rel = BehaviourValueRelease.plan(spec, resolve_budget(rho=0.2))
+    st = rel.apply(chunks[0].drop("_chunk"), rng=np.random.default_rng(4))
+    d0, src = start_distribution(value_stats=st, mdp=mdp)
+    assert src == "value-release" and np.abs(d0 - mdp.d0).max() < 0.01
+    assert abs(st.episodes - 40_000) < 6 * st.sigma["episode_count"]
