@@ -341,6 +341,9 @@ def test_learner_diagnostics_by_hand():
     # without an MDP: 3 of the 4 (h, s) cells are fallback
     u = learner_diagnostics(Q, V0, table)
     assert u["certified_value"] is None and u["fallback_share"] == pytest.approx(0.75)
+    # a released start distribution (no MDP): the certified value is averaged over it
+    r = learner_diagnostics(Q, V0, table, d0=np.array([0.25, 0.75]))
+    assert r["certified_value"] == pytest.approx(0.125) and r["fallback_share"] == pytest.approx(0.75)
     # a terminal state is excluded from the share
     assert learner_diagnostics(Q, V0, table, terminal_states=(1,))["fallback_share"] == pytest.approx(0.5)
 

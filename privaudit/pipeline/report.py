@@ -425,7 +425,8 @@ def render_markdown(summary: dict) -> str:
         L += ["> **WARNING: seeded noise (`--seed`).** For tests only: anyone who knows the seed can remove "
               "the noise. Do not share these outputs as private.", ""]
     L += ["## Privacy guarantee", "",
-          f"Everything under `release/` and `policies/` together is **rho = {num(g['rho'])} zCDP**, hence "
+          f"Everything under `release/` and `policies/` and the value estimates together are "
+          f"**rho = {num(g['rho'])} zCDP**, hence "
           f"**({num(g['epsilon'], 4)}, {num(g['delta'])})-DP** ({g['conversion']}).", "",
           f"* Neighbouring datasets: {g['neighbouring']}.",
           f"* Privacy unit: `{unit['column']}`, at most k = {unit['max_episodes']} episode(s) per unit "
@@ -506,7 +507,8 @@ def render_markdown(summary: dict) -> str:
           f"| `release/` | {ok} | the DP release: noisy counts over the whole declared domain + `manifest.json` "
           "(guarantee, no seed value, no raw count) |",
           f"| `policies/` | {ok} | DP policies (post-processing of DP outputs) |",
-          f"| `summary.json`, `report.md` | {ok} | guarantee, values on a public MDP, audit verdict; no count of "
+          f"| `summary.json`, `report.md` | {ok} | guarantee, values on a public MDP, certified values and the "
+          "clinicians' DP value estimate (post-processing of DP outputs), audit verdict; no count of "
           "rows, episodes or units, no timing, no seed value |",
           f"| `figures/values.png` | {ok} | the values chart |"]
     if a is not None:

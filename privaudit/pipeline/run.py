@@ -365,13 +365,18 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     policies = {}
     release = load_release(tmp / "release")
     # the start distribution of the certified values: released or public, never read off the logs
-    d0, d0_source = val.start_distribution(value_stats=value_stats, release=release, mdp=the_mdp)
-    learner = DPAPVI().fit(release, release_path="../../release")
-    policies["dp-apvi"] = learner.policy_
-    # pessimistic learners: their value at step 0 in declared units (None for learners without one)
-    start_values = {"dp-apvi": learner.declared_values()[0]}
-    diagnostics = {"dp-apvi": rep.learner_diagnostics(
-        learner.Q_, start_values["dp-apvi"], learner.policy_.table, the_mdp, spec.terminal_states, d0=d0)}
+    d0, d0_source = val.start_distribution(value_stats=value_stats, release=release, mdp=the_mdp,
+                                           terminal_states=spec.terminal_states)
+    # tabular learners on the release (post-processing); each pessimistic one exposes its value at
+    # step 0 in declared units (declared_values), which the certified values and diagnostics use
+    tabular = {"dp-apvi": DPAPVI().fit(release, release_path="../../release")}
+    start_values, diagnostics = {}, {}
+    for name, learner in tabular.items():
+        policies[name] = learner.policy_
+        start_values[name] = learner.declared_values()[0] if hasattr(learner, "declared_values") else None
+        if start_values[name] is not None:
+            diagnostics[name] = rep.learner_diagnostics(learner.Q_, start_values[name], learner.policy_.table,
+                                                        the_mdp, spec.terminal_states, d0=d0)
     if "dp-vapvi" in parts:
 
         pol = train_linear(prepared, spec, "dp-vapvi", budget=parts["dp-vapvi"], seed=seeds[1])

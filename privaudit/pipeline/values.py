@@ -32,15 +32,17 @@ D0_SOURCES = {
 }
 
 
-def _normalised(noisy: np.ndarray) -> np.ndarray | None:
-    """n' / sum(n') (unclipped: the numerator of d0 . V stays unbiased), None if the sum is not > 0."""
-    noisy = np.asarray(noisy, dtype=np.float64)
+def _normalised(noisy: np.ndarray, terminal_states=()) -> np.ndarray | None:
+    """n' / sum(n') with terminal states set to 0 (unclipped: the numerator of d0 . V stays unbiased),
+    None if the sum is not > 0."""
+    noisy = np.array(noisy, dtype=np.float64)
+    noisy[list(terminal_states)] = 0.0
     tot = float(noisy.sum())
     return noisy / tot if tot > 0 else None
 
 
 def start_distribution(*, value_stats: ValueStatistics | None = None, release=None,
-                       mdp=None) -> tuple[np.ndarray | None, str | None]:
+                       mdp=None, terminal_states=()) -> tuple[np.ndarray | None, str | None]:
     """The start distribution d0 a certified value is averaged over, and its source.
 
     Only public facts or DP outputs are used, in this order: the
@@ -50,6 +52,7 @@ def start_distribution(*, value_stats: ValueStatistics | None = None, release=No
     clipping at 0: d0 . V is then a ratio of an unbiased numerator (clipping
     would add about sigma / sqrt(2 pi) of spurious mass to every unvisited
     start state) to a sum whose noise is small next to the number of episodes.
+    Terminal states (public) get no mass: no episode has a step from one.
 
     Parameters
     ----------
@@ -59,6 +62,8 @@ def start_distribution(*, value_stats: ValueStatistics | None = None, release=No
         The count release (``privaudit.stats.release.load_release``).
     mdp : TabularMDP, optional
         A known MDP (``--mdp``).
+    terminal_states : sequence of int
+        The spec's terminal states: their noisy counts are set to 0.
 
     Returns
     -------
@@ -67,11 +72,11 @@ def start_distribution(*, value_stats: ValueStatistics | None = None, release=No
         and a key of :data:`D0_SOURCES`; (None, None) when none is available.
     """
     if value_stats is not None:
-        d0 = _normalised(value_stats.start_states)
+        d0 = _normalised(value_stats.start_states, terminal_states)
         if d0 is not None:
             return d0, "value-release"
     if release is not None and not release.stationary:
-        d0 = _normalised(np.asarray(release.visits_at(0)).sum(-1))
+        d0 = _normalised(np.asarray(release.visits_at(0)).sum(-1), terminal_states)
         if d0 is not None:
             return d0, "release-h0"
     if mdp is not None:

@@ -73,9 +73,10 @@ def test_pipeline_with_features_and_ledger_validates_once_and_bounds_once(world,
     # part, from each part's event, the parts adding up to the budget
     assert len(resolved) == 1 and resolved[0]["kwargs"]["rho"] == 2.0
     assert len(checked) == 1
-    assert len(charged) == 2
+    assert len(charged) == 3
     descriptions = [c["args"][3] for c in charged]
-    assert [d.split(":")[0] for d in descriptions] == ["pipeline, release part", "pipeline, dp-vapvi part"]
+    assert [d.split(":")[0] for d in descriptions] == ["pipeline, release part", "pipeline, behaviour-value part",
+                                                       "pipeline, dp-vapvi part"]
     parts = {p["name"]: p["rho"] for p in summary["privacy"]["parts"]}
     assert sorted(float(c["args"][2]) for c in charged) == sorted(parts.values())
     assert sum(parts.values()) <= 2.0 and summary["privacy"]["event"]["kind"] == "composed"

@@ -216,6 +216,9 @@ def test_start_distribution_sources_and_certificates():
                          start_states=np.array([7.0, 4.0, -1.0, 0.0]), sigma={})
     d0, src = start_distribution(value_stats=st, release=None, mdp=mdp)
     assert src == "value-release" and d0 == pytest.approx([0.7, 0.4, -0.1, 0.0])  # unclipped, sums to 1
+    # the spec's terminal states get no start mass (public: no episode has a step from one)
+    d0, _ = start_distribution(value_stats=st, terminal_states=(SURVIVE, DIE))
+    assert d0 == pytest.approx([7 / 11, 4 / 11, 0.0, 0.0])
     d0, src = start_distribution(mdp=mdp)
     assert src == "mdp" and d0 == pytest.approx(mdp.d0)
     assert start_distribution() == (None, None)
