@@ -62,6 +62,11 @@ class DomainSpec:
         Feature-map settings for linear learners.
     dataset_id : str
         Dataset name for the budget ledger ("unnamed" if absent).
+    return_bound : tuple[float, float] or None
+        (G_min, G_max), declared: the return of every episode (sum of its
+        rewards over steps h < H, each clipped into ``reward_range``; raw
+        reward units) lies in it. None when not declared. Learners use the
+        scaled image :attr:`scaled_return_max` / :meth:`value_bounds`.
     raw : dict
         The JSON document as read (for hashing and writing back).
     source : Path or None
@@ -79,6 +84,7 @@ class DomainSpec:
     columns: dict = field(default_factory=dict)
     features: dict | None = None
     dataset_id: str = "unnamed"
+    return_bound: tuple[float, float] | None = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
     source: Path | None = field(default=None, repr=False, compare=False)
 
@@ -113,6 +119,7 @@ class DomainSpec:
             bad_vals = [v for v in pr["values"].values() if not lo <= v <= hi]
             if bad_vals:
                 raise SpecError(f"{where}: $.public_reward.values must lie in reward_range {[lo, hi]}. Found {bad_vals}.")
+        rb = _return_bound(doc, where, lo, hi, int(doc["horizon"]))
         unit = doc["privacy_unit"].get("column")
         mapped = doc.get("columns", {}).get("unit_id")
         if mapped is not None and mapped != unit:
@@ -135,6 +142,7 @@ class DomainSpec:
             columns=dict(doc.get("columns", {})),
             features=doc.get("features"),
             dataset_id=doc.get("dataset_id", "unnamed"),
+            return_bound=rb,
             raw=json.loads(json.dumps(doc)),
             source=source,
         )
@@ -173,6 +181,46 @@ class DomainSpec:
         """
         return self.unit_column if self.unit_column else self.column("episode_id")
 
+    @property
+    def scaled_return_max(self) -> float:
+        """Largest return, in [0, 1]-scaled reward units, of any bounded episode.
+
+        Returns
+        -------
+        float
+            H without a declared ``return_bound``; with one (G_min, G_max),
+            max over episode lengths L = 1..H of min(L, (G_max - L r_min) /
+            (r_max - r_min)): an L-step episode with raw return G has scaled
+            return (G - L r_min) / (r_max - r_min), and each scaled reward is
+            at most 1. With r_min = 0 this is min(H, G_max / r_max)
+            (ICU-Sepsis: 1). Bounding enforces it on the logs
+            (``privaudit.data.bounding``: running scaled return clipped at it),
+            so it holds for any input, as sensitivities need.
+        """
+        H = self.horizon
+        if self.return_bound is None:
+            return float(H)
+        lo, hi = self.reward_range
+        L = np.arange(1, H + 1, dtype=float)
+        return float(np.max(np.minimum(L, (self.return_bound[1] - L * lo) / (hi - lo))))
+
+    def value_bounds(self) -> np.ndarray:
+        """Upper bounds of the scaled value-to-go at each step, for learners.
+
+        Returns
+        -------
+        ndarray of float, shape (H + 1,)
+            b[h] = min(H - h, :attr:`scaled_return_max`) for h = 0..H (0-based;
+            b[H] = 0): any policy's value-to-go from step h, in [0, 1]-scaled
+            reward units, lies in [0, b[h]], since scaled rewards are >= 0 and
+            a suffix of an episode returns at most the whole episode. Use it
+            in place of H - h for clipping Q and V, Hoeffding widths and the
+            sensitivity of value-weighted sums (sum over s' of n(s, a, s')
+            V(s') changes by at most b[h+1] per step moved).
+        """
+        H = self.horizon
+        return np.minimum(np.arange(H, -1, -1, dtype=float), self.scaled_return_max)
+
     def public_reward_vector(self) -> np.ndarray | None:
         """r(s') of shape (S,) for a ``next_state`` public reward, else None."""
         if self.public_reward is None:
@@ -206,8 +254,35 @@ class DomainSpec:
 
     def __repr__(self) -> str:
         return (f"DomainSpec(H={self.horizon}, S={self.n_states}, A={self.n_actions}, "
-                f"reward_range={self.reward_range}, k={self.max_episodes_per_unit}, "
+                f"reward_range={self.reward_range}, "
+                + ("" if self.return_bound is None else f"return_bound={self.return_bound}, ")
+                + f"k={self.max_episodes_per_unit}, "
                 f"unit={self.unit_column!r}, terminals={len(self.terminal_states)})")
+
+
+def _return_bound(doc: dict, where: str, r_min: float, r_max: float, H: int) -> tuple[float, float] | None:
+    """The declared ``return_bound`` as floats, checked against itself, the reward range and H.
+
+    Raises
+    ------
+    SpecError
+        Non-finite ends, G_min > G_max, or an interval that no episode of
+        1..H steps with rewards in [r_min, r_max] can reach (it misses
+        [min(r_min, H r_min), max(r_max, H r_max)]).
+    """
+    rb = doc.get("return_bound")
+    if rb is None:
+        return None
+    g_lo, g_hi = float(rb[0]), float(rb[1])
+    if not (np.isfinite(g_lo) and np.isfinite(g_hi)) or g_lo > g_hi:
+        raise SpecError(f"{where}: $.return_bound must hold [G_min, G_max] with G_min <= G_max, both finite. "
+                        f"Found {rb}.")
+    reach_lo, reach_hi = min(r_min, H * r_min), max(r_max, H * r_max)
+    if g_hi < reach_lo or g_lo > reach_hi:
+        raise SpecError(f"{where}: $.return_bound {rb} is inconsistent with reward_range {[r_min, r_max]} and "
+                        f"horizon H={H}: an episode of 1..H steps returns a value in [{reach_lo}, {reach_hi}], "
+                        "which the declared interval misses. Fix the bound (it sums the rewards of one episode).")
+    return g_lo, g_hi
 
 
 def load_spec(path: str | Path) -> DomainSpec:

@@ -1,6 +1,7 @@
 """The domain spec: schema errors name the key; valid specs load."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,45 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(SpecError, match="not valid JSON"):
         load_spec(bad)
+
+
+# ---------------------------------------------------------------- declared return bound
+
+
+def _with_return(bound, **kw):
+    doc = tiny_spec_doc(**kw)
+    doc["return_bound"] = bound
+    return doc
+
+
+def test_return_bound_loaded_and_exposed():
+    s = DomainSpec.from_dict(_with_return([0, 1], H=5))
+    assert s.return_bound == (0.0, 1.0) and s.scaled_return_max == 1.0
+    assert s.value_bounds().tolist() == [1, 1, 1, 1, 1, 0]
+    plain = DomainSpec.from_dict(tiny_spec_doc(H=5))
+    assert plain.return_bound is None and plain.scaled_return_max == 5.0
+    assert plain.value_bounds().tolist() == [5, 4, 3, 2, 1, 0]
+    # rewards in [0, 2], G_max = 3: scaled max = 1.5; H = 5 caps nothing, value_bounds min(H - h, 1.5)
+    s = DomainSpec.from_dict(_with_return([0, 3], H=5, reward_range=(0.0, 2.0)))
+    assert s.scaled_return_max == 1.5 and s.value_bounds().tolist() == [1.5, 1.5, 1.5, 1.5, 1, 0]
+    # r_min = -1, r_max = 1, G_max = 1, H = 3: max over L of min(L, (1 + L) / 2) = 2 at L = 3
+    s = DomainSpec.from_dict(_with_return([-1, 1], H=3, reward_range=(-1.0, 1.0)))
+    assert s.scaled_return_max == 2.0
+    assert "return_bound=(-1.0, 1.0)" in repr(s)
+
+
+@pytest.mark.parametrize("bound,needle", [
+    ([1, 0], "G_min <= G_max"),
+    ([5, 6], "inconsistent with reward_range"),       # H = 3, rewards in [0, 1]: returns in [0, 3]
+    ([-3, -1], "inconsistent with reward_range"),
+    ([0], "return_bound"),                            # schema: two numbers
+    (["a", 1], "return_bound"),
+])
+def test_return_bound_refused(bound, needle):
+    with pytest.raises(SpecError, match=needle):
+        DomainSpec.from_dict(_with_return(bound))
+
+
+def test_bundled_icu_spec_declares_the_return_bound():
+    s = load_spec(Path(__file__).resolve().parents[1] / "sample_data" / "icu_sepsis_spec.json")
+    assert s.return_bound == (0.0, 1.0) and s.scaled_return_max == 1.0

@@ -23,7 +23,8 @@ DIR is complete.
 Before counting, the logs are validated (rules that cannot be repaired are
 fatal: the same located errors as `privaudit validate`), then bounded: at
 most k episodes per privacy unit, steps h < H, rewards clipped into the
-declared range and scaled to [0, 1]. What bounding dropped is printed on
+declared range and scaled to [0, 1]; with --max-per-cell C, at most C
+steps per unit and cell. What bounding dropped is printed on
 stderr and written to DIR.local-log.json beside (not inside) DIR: these
 are private facts for the data holder, never part of the release.
 
@@ -67,9 +68,14 @@ Example:
               help="Who validates, bounds and counts: polars on this machine, or Apache Spark (pip install "
                    "'privaudit[spark]'; LOGS may then be any path Spark reads). Noise is added here either way.")
 @click.option("--master", default=None, help="With --engine spark: Spark master URL (default local[*]).")
+@click.option("--max-per-cell", "max_per_cell", type=click.IntRange(min=1), default=None,
+              help="Keep at most C steps of each privacy unit in each released cell ((s, a) pooled, (h, s, a) "
+                   "per step; transitions and rewards follow), in the unit's own order: less noise "
+                   "(L2 sensitivity sqrt(2 c k H) pooled instead of sqrt(2) k H), biased counts. Recorded in "
+                   "the manifest. polars engine only.")
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, as_json,
-            engine, master):
+            engine, master, max_per_cell):
     check_writable(out, "--out")  # before the logs are read or any budget is checked
     if stationary is None:
         stationary, said = default_stationary()
@@ -78,7 +84,8 @@ def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, 
         raise click.UsageError("--master needs --engine spark.")
     info = release_logs(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
                         stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed,
-                        echo=lambda text: click.echo(text, err=True), engine=engine, spark=master)
+                        echo=lambda text: click.echo(text, err=True), engine=engine, spark=master,
+                        max_per_cell=max_per_cell)
     g = info.manifest["guarantee"]
     summary = {"release": str(info.out), "manifest": str(info.out / "manifest.json"),
                "local_log": str(info.local_log), "mechanism": info.manifest["mechanism"],
@@ -94,7 +101,8 @@ def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, 
     eps = f"epsilon={num(g['epsilon'], 4)}, delta={num(g['delta'])}"
     click.echo(f"guarantee: {g['definition']} rho={num(g['rho'])} ({eps}); neighbouring: "
                f"{info.manifest['neighbouring']}; unit {info.manifest['privacy_unit']['column']}, "
-               f"k={info.manifest['privacy_unit']['max_episodes']}")
+               f"k={info.manifest['privacy_unit']['max_episodes']}"
+               + (f", c={max_per_cell} per cell" if max_per_cell is not None else ""))
     if info.manifest["rng"] != "secure":
         click.echo("WARNING: seeded noise (--seed): for tests only; this release is not private "
                    "against anyone who knows the seed.", err=True)

@@ -17,11 +17,22 @@ Before any statistic (DESIGN.md "The privacy model"):
    (steps are 0-based and contiguous, so this keeps the first H steps).
 3. **Rewards clipped into ``spec.reward_range`` = [r_min, r_max] and scaled
    to [0, 1]**: r <- (clip(r, r_min, r_max) - r_min) / (r_max - r_min).
+4. **When the spec declares a ``return_bound``: the running scaled return
+   clipped at B** = ``spec.scaled_return_max`` (the bound's image in scaled
+   units, B = G_max / r_max when r_min = 0): in step order, with G_t the
+   running sum of the scaled rewards, r_t <- min(G_t, B) - min(G_{t-1}, B).
+   Each reward stays in [0, r_t], no prefix of the episode returns more than
+   B, and later rules (the per-cell cap) only drop steps, so every bounded
+   episode's scaled return is at most B, and its value-to-go from any step
+   too (``DomainSpec.value_bounds``). Only episodes whose scaled rewards sum
+   above B are touched. With r_min = 0 this is exactly the declared G_max;
+   with r_min != 0 it enforces the scaled bound the learners use, which
+   every episode within [G_min, G_max] satisfies.
 
 What validation rejects (nulls, states/actions/next states outside the
 domain, broken episode structure, an episode split across units, rows after a
-terminal) is *not* repaired here: those rules are fatal before a release (see
-``privaudit.stats.release``). Only the three rules above are enforced by
+terminal, a return below the declared G_min) is *not* repaired here: those rules are
+fatal before a release (see ``privaudit.stats.release``). Only the rules above are enforced by
 bounding instead of refusal. The bounds hold for any logs that pass those
 fatal rules, whatever their number of episodes per unit, lengths or rewards.
 
@@ -32,11 +43,12 @@ and a local log file next to, never inside, the release) and never released.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import polars as pl
 import polars_hash as plh
 
+from privaudit.errors import UsageError
 from privaudit.spec import DomainSpec
 
 #: Seed of XXH64 in the episode priority key. A public constant, not a noise
@@ -72,10 +84,21 @@ class BoundingReport:
         Rows with step h >= H dropped from kept episodes.
     rewards_clipped : int
         Kept rows whose reward lay outside ``reward_range`` and was clipped.
+    returns_clipped : int
+        Kept episodes whose scaled return exceeded ``spec.scaled_return_max``
+        (declared ``return_bound``) and had their running return clipped.
     k : int
         The bound k used.
     H : int
         The horizon H used.
+    max_per_cell : int or None
+        c of the per-cell cap (:func:`cap_per_cell`), None when not applied.
+    cell_cap_stationary : bool or None
+        The cap's cells: (s, a) pooled over h (True) or (h, s, a) (False).
+    cell_steps_dropped : int
+        Steps (rows) dropped by the per-cell cap.
+    cell_steps_seen : int
+        Steps the cap looked at (rows after the three rules above).
     """
 
     units: int
@@ -88,11 +111,17 @@ class BoundingReport:
     rewards_clipped: int
     k: int
     H: int
+    returns_clipped: int = 0
+    max_per_cell: int | None = None
+    cell_cap_stationary: bool | None = None
+    cell_steps_dropped: int = 0
+    cell_steps_seen: int = 0
 
     @property
     def changed(self) -> bool:
         """True if bounding dropped or clipped anything."""
-        return bool(self.episodes_dropped or self.steps_dropped or self.rewards_clipped)
+        return bool(self.episodes_dropped or self.steps_dropped or self.rewards_clipped
+                    or self.returns_clipped or self.cell_steps_dropped)
 
     def to_dict(self) -> dict:
         """Plain dict (for the local log)."""
@@ -108,10 +137,21 @@ class BoundingReport:
             f"  keep steps h < H={self.H}: {self.episodes_truncated} episodes truncated, "
             f"{self.steps_dropped} steps dropped\n"
             f"  rewards clipped into the declared range: {self.rewards_clipped}"
+            + (f"\n  episodes whose return was clipped at the declared return bound: {self.returns_clipped}"
+               if self.returns_clipped else "")
+            + ("" if self.max_per_cell is None else
+               f"\n  at most c={self.max_per_cell} steps per unit and "
+               f"{'(s, a)' if self.cell_cap_stationary else '(h, s, a)'} cell: {self.cell_steps_dropped} of "
+               f"{self.cell_steps_seen} steps dropped ({self.cell_drop_share:.2%})")
         )
 
+    @property
+    def cell_drop_share(self) -> float:
+        """Share of the steps the per-cell cap dropped (0 when it did not run or saw no step)."""
+        return self.cell_steps_dropped / self.cell_steps_seen if self.cell_steps_seen else 0.0
+
     def __repr__(self) -> str:  # private counts: do not leak through reprs in logs
-        return f"BoundingReport(k={self.k}, H={self.H}, changed={self.changed})"
+        return f"BoundingReport(k={self.k}, H={self.H}, c={self.max_per_cell}, changed={self.changed})"
 
 
 def episode_id_text(episode_id: pl.Expr) -> pl.Expr:
@@ -217,4 +257,127 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
         steps_dropped=int(stats[0]["over_H"][0]), rewards_clipped=int(stats[0]["clipped"][0]), k=k, H=H)
     bounded = kept.filter(c("step") < H).with_columns(
         ((c("reward").cast(pl.Float64).clip(lo, hi) - lo) / (hi - lo)).alias("reward"))
+    if spec.return_bound is not None and spec.scaled_return_max < H:
+        bounded, n_clipped = clip_returns(bounded, spec.scaled_return_max)
+        report = replace(report, returns_clipped=n_clipped)
     return bounded, report
+
+
+def clip_returns(bounded: pl.LazyFrame, bound: float) -> tuple[pl.LazyFrame, int]:
+    """Clip each episode's running scaled return at ``bound`` (rule 4 of the module docstring).
+
+    Parameters
+    ----------
+    bounded : polars.LazyFrame
+        Rows with ``episode_id``, ``step`` and ``reward`` scaled into [0, 1].
+    bound : float
+        B >= 0, the largest scaled return an episode may keep.
+
+    Returns
+    -------
+    clipped : polars.LazyFrame
+        Same rows and columns; in episodes whose rewards sum above B,
+        r_t <- min(G_t, B) - min(G_t - r_t, B) with G_t the running sum in step
+        order (rows of other episodes unchanged; row order not preserved).
+    n_episodes : int
+        Episodes changed (PRIVATE).
+    """
+    c = pl.col
+    over = (bounded.group_by("episode_id").agg(c("reward").sum().alias("_G"))
+            .filter(c("_G") > bound).select("episode_id").collect(engine="streaming"))
+    if over.height == 0:
+        return bounded, 0
+    run = c("reward").cum_sum().over("episode_id", order_by="step")
+    fixed = (bounded.join(over.lazy(), on="episode_id", how="semi")
+             .with_columns((pl.min_horizontal(run, pl.lit(bound)) - pl.min_horizontal(run - c("reward"), pl.lit(bound)))
+                           .clip(lower_bound=0.0).alias("reward")))
+    return pl.concat([bounded.join(over.lazy(), on="episode_id", how="anti"), fixed]), over.height
+
+
+#: The per-cell keep rule, as recorded in the release manifest.
+CELL_KEEP_RULE = ("per privacy unit and cell, the first c steps in the unit's own order: its episodes by the "
+                  "keep-k priority key (episode_key), then by step h")
+
+
+def cell_columns(stationary: bool) -> list[str]:
+    """The cell a per-cell cap counts in: ``[state, action]`` pooled, ``[step, state, action]`` per step."""
+    return ["state", "action"] if stationary else ["step", "state", "action"]
+
+
+def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: int, *,
+                 stationary: bool) -> tuple[pl.LazyFrame, BoundingReport]:
+    """Keep at most c steps of each privacy unit in each cell (per-partition contribution bound).
+
+    Parameters
+    ----------
+    bounded : polars.LazyFrame
+        Output of :func:`bound_contributions` (standard columns, at most k
+        episodes per unit, steps h < H, one row per step).
+    report : BoundingReport
+        Its report; returned with the cap's counts added.
+    max_per_cell : int
+        c >= 1.
+    stationary : bool
+        True: the cell is (s, a), pooled over h; False: (h, s, a). Transition
+        cells (s, a, s') and reward sums follow the (s, a) (or (h, s, a))
+        cap: the cap drops whole steps, so every family is counted from the
+        same kept steps and n(s, a) = sum over s' of n(s, a, s') still holds.
+
+    Returns
+    -------
+    capped : polars.LazyFrame
+        The kept rows, same columns.
+    report : BoundingReport
+        ``report`` with ``max_per_cell``, ``cell_cap_stationary``,
+        ``cell_steps_dropped`` and ``cell_steps_seen`` set (PRIVATE).
+
+    Raises
+    ------
+    UsageError
+        ``max_per_cell`` not an integer >= 1.
+
+    Notes
+    -----
+    Keep rule (:data:`CELL_KEEP_RULE`): within a unit, steps are ordered by
+    their episode's keep-k priority key (:func:`episode_priority`, ties by
+    the id's text), then by step h; the first c steps of the unit in each
+    cell are kept. The order depends on the unit's own rows only, so which of
+    a unit's steps survive never depends on another unit: the substitution
+    sensitivities with the cap (``privaudit.privacy.sensitivity``:
+    L2 = sqrt(2 f(kH, c)) pooled, sqrt(2 H f(k, c)) per step) hold for any
+    input. Vectorised: one ordinal rank over (unit, cell) windows (plus one
+    group-by over episodes when a unit may hold several). Per step with
+    c >= k, and pooled with c >= kH, nothing can be dropped.
+
+    The cap biases the counts: a dropped revisit of (s, a) removes a real
+    transition and reward (docs/release.md, "Per-cell contribution bound").
+
+    References
+    ----------
+    Per-partition contribution bounding of DP SQL engines: Wilson et al.,
+    "Differentially Private SQL with Bounded User Contribution", PoPETs 2020
+    (arXiv:1909.01917); PipelineDP's ``max_contributions_per_partition``.
+    """
+    if isinstance(max_per_cell, bool) or not isinstance(max_per_cell, int) or max_per_cell < 1:
+        raise UsageError(f"`max_per_cell` must be an integer >= 1. Found {max_per_cell!r}.")
+    c = pl.col
+    H = report.H
+    unit = unit_column_of(bounded)
+    cell = cell_columns(stationary)
+    if unit == "episode_id":  # one episode per unit: its own steps in order
+        order = c("step").cast(pl.Int64)
+    else:  # rank the unit's (at most k) episodes by the keep-k key, then steps inside them
+        episodes = (bounded.filter(c("step") == 0).select("episode_id", c(unit).alias("_unit"))
+                    .with_columns(episode_priority(c("episode_id")).alias("_key"),
+                                  episode_id_text(c("episode_id")).alias("_text"))
+                    .sort(["_unit", "_key", "_text"])
+                    .select("episode_id", pl.int_range(pl.len(), dtype=pl.Int64).over("_unit").alias("_ep")))
+        bounded = bounded.join(episodes, on="episode_id", how="left")
+        order = c("_ep") * H + c("step").cast(pl.Int64)
+    keep = order.rank("ordinal").over([unit] + cell) <= max_per_cell
+    flagged = bounded.with_columns(keep.alias("_keep"))
+    stats = flagged.select(pl.len().alias("rows"), (~c("_keep")).sum().alias("dropped")).collect()
+    capped = flagged.filter(c("_keep")).drop([x for x in ("_keep", "_ep") if x in flagged.collect_schema().names()])
+    report = replace(report, max_per_cell=max_per_cell, cell_cap_stationary=bool(stationary),
+                     cell_steps_dropped=int(stats["dropped"][0] or 0), cell_steps_seen=int(stats["rows"][0]))
+    return capped, report

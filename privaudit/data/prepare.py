@@ -18,12 +18,12 @@ holder only (terminal, local log beside an artifact) and never released.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
 
-from privaudit.data.bounding import BoundingReport, bound_contributions
+from privaudit.data.bounding import BoundingReport, bound_contributions, cap_per_cell
 from privaudit.data.io import ROW, scan_logs
 from privaudit.data.validate import BOUNDING_RULES, RULES, ValidationReport, validate_logs
 from privaudit.errors import LogReadError, UsageError, ValidationFailed
@@ -70,6 +70,42 @@ class PreparedLogs:
         if spec.hash() != self.spec.hash():
             raise UsageError(f"{self.path}: the logs were prepared under another spec "
                              f"(hash {self.spec.hash()}, given {spec.hash()}); prepare them with this spec.")
+
+    def with_cell_cap(self, max_per_cell: int | None, *, stationary: bool) -> "PreparedLogs":
+        """These logs with at most c steps per unit and cell (``data.bounding.cap_per_cell``).
+
+        Parameters
+        ----------
+        max_per_cell : int or None
+            c >= 1; None returns ``self`` unchanged.
+        stationary : bool
+            Cells (s, a) pooled over h (True) or (h, s, a) (False): the layout
+            of the statistics that will be counted from the result.
+
+        Returns
+        -------
+        PreparedLogs
+            Same ``raw``; ``bounded`` capped; ``bounding`` with the cap's
+            (private) counts. Pair it with sensitivities computed with the
+            same c and layout (``privacy.sensitivity.count_sensitivity``).
+
+        Raises
+        ------
+        UsageError
+            c not an integer >= 1; the logs were already capped.
+        LogReadError
+            Reading the logs failed.
+        """
+        if max_per_cell is None:
+            return self
+        if self.bounding.max_per_cell is not None:
+            raise UsageError(f"{self.path}: the logs are already capped at c={self.bounding.max_per_cell} "
+                             "per cell; cap the uncapped PreparedLogs instead.")
+        try:
+            capped, report = cap_per_cell(self.bounded, self.bounding, max_per_cell, stationary=stationary)
+        except pl.exceptions.PolarsError as e:
+            raise _read_failed(self.path, e) from None
+        return replace(self, bounded=capped, bounding=report)
 
     def collect(self, columns: list[str]) -> pl.DataFrame:
         """The bounded rows restricted to ``columns`` (raises LogReadError on a read failure)."""

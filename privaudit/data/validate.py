@@ -49,16 +49,22 @@ RULES: dict[str, tuple[str, str]] = {
     "flag_not_last": ("row", "a terminated/truncated flag sits on a row that is not the episode's last step"),
     "unit_not_unique": ("row", "an episode's rows carry different unit_id values"),
     "too_many_episodes": ("unit", "a privacy unit has more episodes than the spec's privacy_unit.max_episodes (k)"),
+    "return_above_bound": ("episode", "the episode's running return (rewards clipped into reward_range, steps h < H) "
+                                      "exceeds the spec's return_bound G_max (reported at the first step above it)"),
+    "return_below_bound": ("episode", "the episode's return (rewards clipped into reward_range, steps h < H) is "
+                                      "below the spec's return_bound G_min (reported at its last step)"),
 }
 
 #: Rules that contribution bounding enforces instead of refusing the logs: more
 #: than k episodes per unit (keep k), steps h >= H (truncate), rewards outside
-#: the declared range (clip). Every other rule (missing columns, nulls, NaN
+#: the declared range (clip), a return above the declared return bound (clip the
+#: running return). A return below it is fatal: no repair short of inventing
+#: reward would lift it, and the declared fact is false for these logs. Every other rule (missing columns, nulls, NaN
 #: rewards, states/actions outside the domain, broken episode structure, rows
 #: after a terminal, an episode split across units, ...) is fatal: bounding
 #: cannot repair it without guessing, and counting such rows would break the
 #: domain or the sensitivity argument.
-BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range")
+BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range", "return_above_bound")
 
 
 
@@ -326,7 +332,15 @@ def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationRe
             k, df = ec.too_many_episodes(table, spec.max_episodes_per_unit)
             counts["too_many_episodes"] = k
             viol["too_many_episodes"] = _records(df, "too_many_episodes", log, n)
+        if spec.return_bound is not None and "reward" in usable:
+            for rule, df in _return_rules(log, spec).items():
+                counts[rule] = df.height
+                viol[rule] = _records(df, rule, log, n)
     skipped = set(RULES) - set(counts)
+    if spec.return_bound is None:  # nothing declared: nothing to check
+        skipped -= {"return_above_bound", "return_below_bound"}
+        counts.setdefault("return_above_bound", 0)
+        counts.setdefault("return_below_bound", 0)
     if log.unit_is_episode:  # one episode per unit: the unit rules hold by construction
         skipped -= {"unit_not_unique", "too_many_episodes"}
         counts.setdefault("unit_not_unique", 0)
@@ -342,6 +356,40 @@ def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationRe
     if "features" not in log.source and "reward" in usable and not log.dtypes["reward"].is_float():
         skipped -= {"not_finite"}
     return _report(counts, viol, rows, episodes, units, skipped, path, n)
+
+
+def _return_rules(log: OpenLog, spec: DomainSpec) -> dict[str, pl.DataFrame]:
+    """One row per episode breaking the declared return bound: ``row, episode_id, step, column, detail``.
+
+    The return sums the episode's finite rewards over steps h < H, each
+    clipped into ``reward_range`` (what bounding keeps). Above: the running
+    return (in step order) exceeds G_max at some step; reported at the first
+    such step. Only episodes whose positive rewards sum above G_max can (a
+    group-by finds them; the ordered running sum runs on their rows only).
+    Below: the whole return is under G_min; reported at the last step < H.
+    """
+    c, H = pl.col, spec.horizon
+    r_lo, r_hi = spec.reward_range
+    g_lo, g_hi = spec.return_bound
+    r = c("reward").cast(pl.Float64)
+    rows = (log.frame.filter((c("step") < H) & r.is_finite())
+            .select(ROW, "episode_id", "step", r.clip(r_lo, r_hi).alias("_r")))
+    per_ep = (rows.group_by("episode_id")
+              .agg(c("_r").sum().alias("_G"), c("_r").clip(lower_bound=0.0).sum().alias("_P"),
+                   c(ROW).sort_by("step").last().alias(ROW), c("step").max().alias("step"))
+              .collect(engine="streaming"))
+    below = (per_ep.filter(c("_G") < g_lo)
+             .select(ROW, "episode_id", "step", pl.lit("reward").alias("column"),
+                     pl.format(f"the episode's return {{}} is below return_bound G_min={g_lo}", c("_G")).alias("detail")))
+    suspects = per_ep.filter(c("_P") > g_hi).select("episode_id")
+    above = (rows.join(suspects.lazy(), on="episode_id", how="semi")
+             .with_columns(c("_r").cum_sum().over("episode_id", order_by="step").alias("_run"))
+             .filter(c("_run") > g_hi).sort(["episode_id", "step"]).unique("episode_id", keep="first")
+             .select(ROW, "episode_id", "step", pl.lit("reward").alias("column"),
+                     pl.format(f"the episode's running return {{}} exceeds return_bound G_max={g_hi} "
+                               "(bounding clips it)", c("_run")).alias("detail"))
+             .collect()) if suspects.height else below.clear()
+    return {"return_above_bound": above, "return_below_bound": below}
 
 
 def _report(counts, viol, rows, episodes, units, skipped, path, n) -> ValidationReport:

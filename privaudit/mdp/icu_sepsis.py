@@ -158,7 +158,8 @@ def icu_sepsis_spec_doc(horizon: int = REFERENCE_HORIZON, dataset_id: str = "icu
     -------
     dict
         S = 716, A = 25, H = ``horizon``, terminal states [713, 714, 715],
-        reward range [0, 1], a public next-state reward {714: 1.0}, and the
+        reward range [0, 1], a public next-state reward {714: 1.0}, the return
+        bound [0, 1] (reward 1 once, on entering the terminal survival state), and the
         privacy unit = one episode (column ``unit_id``, which equals
         ``episode_id`` in simulated logs; max_episodes 1). Valid against
         ``schemas/spec.schema.json``.
@@ -176,6 +177,9 @@ def icu_sepsis_spec_doc(horizon: int = REFERENCE_HORIZON, dataset_id: str = "icu
         "terminal_states": list(TERMINAL_STATES),
         "reward_range": [0.0, 1.0],
         "public_reward": {"kind": "next_state", "values": {str(SURVIVAL_STATE): 1.0}},
+        # a public fact of the reward definition: reward 1 only on entering the terminal survival
+        # state, after which the episode ends, so every return is 0 or 1
+        "return_bound": [0.0, 1.0],
         "privacy_unit": {"column": "unit_id", "max_episodes": 1},
     }
     return doc

@@ -129,6 +129,9 @@ class _Leaf:
     unit: PrivacyUnit
     neighbouring: Neighbouring = Neighbouring.SUBSTITUTION
     noise: str = "rounded"
+    #: c, the per-cell contribution bound the sensitivity rests on
+    #: (``privaudit.data.bounding.cap_per_cell``); None: no per-cell cap.
+    max_per_cell: int | None = None
 
     def _check_leaf(self):
         if not isinstance(self.family, str) or not self.family:
@@ -139,10 +142,16 @@ class _Leaf:
             object.__setattr__(self, "neighbouring", Neighbouring.parse(self.neighbouring))
         if self.noise not in NOISE_KINDS:
             raise AccountingError(f"`noise` must be one of {NOISE_KINDS}. Found {self.noise!r}.")
+        c = self.max_per_cell
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise AccountingError(f"`max_per_cell` must be None or an integer >= 1. Found {c!r}.")
 
     def _leaf_dict(self) -> dict:
-        return {"family": self.family, "unit": self.unit.to_dict(),
-                "neighbouring": self.neighbouring.value, "noise": self.noise}
+        d = {"family": self.family, "unit": self.unit.to_dict(),
+             "neighbouring": self.neighbouring.value, "noise": self.noise}
+        if self.max_per_cell is not None:  # absent when uncapped: older manifests read unchanged
+            d["max_per_cell"] = self.max_per_cell
+        return d
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +170,10 @@ class GaussianEvent(_Leaf):
     family, unit, neighbouring, noise
         What was released, whom it protects, for which relation, and how the
         noise was drawn (:data:`NOISE_KINDS`).
+    max_per_cell : int or None
+        The per-cell contribution bound c that ``l2`` assumes (None: none).
+        A fact of the mechanism, not of the unit: events with different c
+        over the same unit compose.
 
     Notes
     -----
@@ -286,7 +299,8 @@ def event_from_dict(d: dict) -> PrivacyEvent:
         common = dict(family=_field(d, "family", kind + " event"),
                       unit=PrivacyUnit.from_dict(_field(d, "unit", kind + " event")),
                       neighbouring=Neighbouring.parse(_field(d, "neighbouring", kind + " event")),
-                      noise=_field(d, "noise", kind + " event"))
+                      noise=_field(d, "noise", kind + " event"),
+                      max_per_cell=d.get("max_per_cell"))
         if kind == "gaussian":
             return GaussianEvent(l2=_field(d, "l2", "gaussian event"), sigma=_field(d, "sigma", "gaussian event"),
                                  **common)

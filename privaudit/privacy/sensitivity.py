@@ -46,8 +46,35 @@ maximum at once, so the combined bounds are attained too. Visits +
 transitions, per-h, k = 1: L1 = 4H and L2 = 2 sqrt(H), which are seed 000's
 Lap(4H/eps) and sigma^2 = 2H/rho (ALGORITHMS.md 1.3, 1.4).
 
+Per-cell contribution bound c (``max_per_cell``; ``privaudit.data.bounding.cap_per_cell``).
+After the cap, one unit adds at most c to each released cell: per (h, s, a)
+in the per-step layout, per (s, a) when pooled over h. Transition cells
+(s, a, s') follow the (s, a) cap (the cap drops whole steps, so at most c of
+the unit's transitions leave any (s, a), whatever s'), and so do reward sums
+(at most c rewards in [0, 1] per cell). Let
+
+    f(m, c) = max { ||u||_2^2 : u >= 0, ||u||_1 <= m, every u_i <= c }
+            = floor(m / c) c^2 + (m mod c)^2        (f(m, c) = m^2 when c >= m).
+
+(||u||_2^2 is convex, so its maximum over that polytope is at a vertex; a
+vertex has at most one coordinate strictly between 0 and c, and the rest at
+0 or c with sum <= m: floor(m/c) coordinates at c and one at m mod c.)
+With u, v >= 0, ||u - v||_2^2 <= ||u||_2^2 + ||v||_2^2, so
+
+* pooled: ||u||_1 <= kH, so L2 = sqrt(2 f(kH, c)), which is sqrt(2 c k H)
+  when c divides kH;
+* per-step: each h-slice has ||u_h||_1 <= k, so L2 = sqrt(2 H f(k, c))
+  (= sqrt(2 k H) at c = 1; the cap matters only when c < k, since one
+  episode visits each (h, s, a) at most once);
+* L1 = 2kH is unchanged (the cap bounds each cell, not the total).
+
+Attained when the domain has 2 ceil(m / c) distinct cells to spread u and v
+over (m = kH pooled, k per step): u fills ceil(m/c) cells with c visits each
+(self-loop steps s -> s, reward 1), v other cells. c >= m gives back the
+uncapped formulas above.
+
 ``tests/privacy/test_sensitivity.py`` checks every formula by brute force over all
-substitutions on tiny domains.
+substitutions on tiny domains, with and without the cap.
 """
 
 from __future__ import annotations
@@ -98,8 +125,31 @@ def _check_int(name: str, value, minimum: int) -> int:
     return value
 
 
+def capped_square_norm(total: int, cap: int | None) -> int:
+    """f(m, c): the largest ||u||_2^2 of u >= 0 with ||u||_1 <= m and every u_i <= c.
+
+    Parameters
+    ----------
+    total : int
+        m >= 0, the most a unit adds over all cells.
+    cap : int or None
+        c >= 1, the most it adds to one cell; None for no cap (c = m).
+
+    Returns
+    -------
+    int
+        floor(m / c) c^2 + (m mod c)^2; m^2 when ``cap`` is None or c >= m.
+        (Module docstring: the maximum of a convex function over the
+        polytope sits at a vertex.)
+    """
+    if cap is None or cap >= total:
+        return total * total
+    q, r = divmod(total, cap)
+    return q * cap * cap + r * r
+
+
 def count_sensitivity(horizon: int, max_episodes: int, stationary: bool,
-                      family: str) -> Sensitivity:
+                      family: str, max_per_cell: int | None = None) -> Sensitivity:
     """L1 and L2 sensitivity of one count family under substitution of one unit.
 
     Parameters
@@ -113,25 +163,35 @@ def count_sensitivity(horizon: int, max_episodes: int, stationary: bool,
     family : str
         ``"visits"``, ``"transitions"``, ``"rewards"``, or several joined by
         ``+`` (e.g. ``"visits+transitions"``), released together.
+    max_per_cell : int or None
+        c >= 1, the per-cell contribution bound applied before counting
+        (``privaudit.data.bounding.cap_per_cell``: per (h, s, a) per-step,
+        per (s, a) pooled; transitions and rewards follow the (s, a) cap).
+        None: no cap.
 
     Returns
     -------
     Sensitivity
         Per family, per-h: L1 = 2kH, L2 = k sqrt(2H); stationary: L1 = 2kH,
-        L2 = kH sqrt(2). Joined families: L1 summed, L2 root-sum-of-squares.
-        Every value is attained on some pair of neighbouring datasets when
-        S*A >= 2 (see the module docstring for the proof).
+        L2 = kH sqrt(2). With the cap c: L2 = sqrt(2 H f(k, c)) per-h and
+        sqrt(2 f(kH, c)) pooled (:func:`capped_square_norm`; sqrt(2ckH)
+        pooled when c divides kH), L1 unchanged. Joined families: L1 summed,
+        L2 root-sum-of-squares. Every value is attained on some pair of
+        neighbouring datasets when the domain has enough cells (S*A >= 2
+        uncapped; see the module docstring for the proof).
 
     Raises
     ------
     UsageError
-        Unknown family, or H, k not positive integers.
+        Unknown family, or H, k, c not positive integers.
 
     References
     ----------
     Qiao & Wang, Offline RL with DP (seed 000), Thm 3.3 proof; ALGORITHMS.md
     1.3 (L2 = 2 sqrt(H)) and 1.4 (L1 = 4H) for visits + transitions, k = 1.
-    The k > 1, stationary and reward cases are our derivation [D].
+    The k > 1, stationary, reward and per-cell-cap cases are our derivation [D]; the
+    per-cell cap is the per-partition bound of DP SQL engines (PipelineDP's
+    ``max_contributions_per_partition``).
     """
     H = _check_int("horizon", horizon, 1)
     k = _check_int("max_episodes", max_episodes, 1)
@@ -140,8 +200,12 @@ def count_sensitivity(horizon: int, max_episodes: int, stationary: bool,
         raise UsageError(
             f"`family` must be one of {FAMILIES} or a '+'-joined combination of "
             f"distinct ones. Found {family!r}.")
+    c = None if max_per_cell is None else _check_int("max_per_cell", max_per_cell, 1)
     l1_one = 2.0 * k * H
-    l2_one = k * H * math.sqrt(2.0) if stationary else k * math.sqrt(2.0 * H)
+    if c is None:
+        l2_one = k * H * math.sqrt(2.0) if stationary else k * math.sqrt(2.0 * H)
+    else:
+        l2_one = math.sqrt(2.0 * (capped_square_norm(k * H, c) if stationary else H * capped_square_norm(k, c)))
     m = len(parts)
     return Sensitivity(l1=m * l1_one, l2=math.sqrt(m) * l2_one, family="+".join(parts))
 

@@ -85,6 +85,7 @@ def check_manifest_guarantee(m: dict, where) -> dict:
 
     d, fams, mech = m["domain"], m["families"], m["mechanism"]
     H, k, stationary = d["H"], m["privacy_unit"]["max_episodes"], bool(d["stationary"])
+    c = m["privacy_unit"].get("max_per_cell")  # absent: no per-cell cap
     want = {"visits", "transitions"} | ({"rewards"} if m.get("public_reward") is None else set())
     if set(fams) != want:
         refuse(f"families {sorted(fams)} do not match the release's reward setting (expected {sorted(want)})")
@@ -107,17 +108,18 @@ def check_manifest_guarantee(m: dict, where) -> dict:
         if fam["noise_scale_name"] != name:
             refuse(f"families.{f}.noise_scale_name is {fam['noise_scale_name']!r}; the {mech} mechanism uses {name!r}")
         try:
-            s = count_sensitivity(H, k, stationary, f)
+            s = count_sensitivity(H, k, stationary, f, max_per_cell=c)
         except PrivauditError as e:
             refuse(f"cannot compute the sensitivity of {f!r}: {e}")
         l1, l2 = s.l1 * unit, s.l2 * unit
         for key, formula in (("l1_sensitivity", l1), ("l2_sensitivity", l2)):
             if _below(float(fam[key]), formula):
                 refuse(f"families.{f}.{key} = {fam[key]!r} is below the formula's {formula!r} "
-                       f"(H={H}, k={k}, stationary={stationary}, stored unit 1/{unit})")
+                       f"(H={H}, k={k}, c={c}, stationary={stationary}, stored unit 1/{unit})")
         l1, l2 = max(l1, float(fam["l1_sensitivity"])), max(l2, float(fam["l2_sensitivity"]))
         scale = float(fam["noise_scale"])
-        common = dict(family=f, unit=unit_of_privacy, neighbouring=Neighbouring.SUBSTITUTION, noise=m["noise"])
+        common = dict(family=f, unit=unit_of_privacy, neighbouring=Neighbouring.SUBSTITUTION, noise=m["noise"],
+                      max_per_cell=c)
         leaf = (GaussianEvent(l2=l2, sigma=scale, **common) if mech == "gaussian"
                 else LaplaceEvent(l1=l1, b=scale, **common))
         leaves.append(leaf)

@@ -35,7 +35,7 @@ from typing import Iterator
 import numpy as np
 
 from privaudit import FORMAT_VERSION, __version__
-from privaudit.data.bounding import PRIORITY_KEY
+from privaudit.data.bounding import CELL_KEEP_RULE, PRIORITY_KEY
 from privaudit.errors import PrivauditError, UsageError
 from privaudit.privacy import accounting, mechanisms, samplers
 from privaudit.privacy.budget import Budget
@@ -152,6 +152,10 @@ class TabularRelease:
     stationary : bool
     noise : {"rounded", "exact"}
     families : dict[str, FamilyNoise]
+    max_per_cell : int or None
+        c, the per-cell contribution bound the counts are taken under
+        (``privaudit.data.bounding.cap_per_cell`` with this ``stationary``);
+        None: no cap. The sensitivities, event and manifest follow it.
     """
 
     spec: DomainSpec = field(repr=False)
@@ -159,11 +163,18 @@ class TabularRelease:
     stationary: bool
     noise: str
     families: dict
+    max_per_cell: int | None = None
 
     @classmethod
     def plan(cls, spec: DomainSpec, budget: Budget, *, stationary: bool = False,
-             noise: str = "exact") -> "TabularRelease":
+             noise: str = "exact", max_per_cell: int | None = None) -> "TabularRelease":
         """Per-family sensitivity, noise scale and quantum for ``budget`` (nothing read, nothing drawn).
+
+        ``max_per_cell`` = c plans for counts capped at c steps per unit and
+        cell (the caller caps the logs with the same c and ``stationary``:
+        ``PreparedLogs.with_cell_cap``); the L2 sensitivities shrink to
+        sqrt(2 f(kH, c)) pooled, sqrt(2 H f(k, c)) per step
+        (``privaudit.privacy.sensitivity.count_sensitivity``).
 
         The scale from the combined sensitivity is rounded up by one ulp
         (``gaussian_sigma`` / ``laplace_scale``) and, if the exact rational
@@ -174,13 +185,14 @@ class TabularRelease:
         Raises
         ------
         UsageError
-            Bad noise mode, H or k (``count_sensitivity``), a budget that no
+            Bad noise mode, H, k or c (``count_sensitivity``), a budget that no
             scale fits.
         """
         if noise not in mechanisms.NOISE_MODES:
             raise UsageError(f"`noise` must be one of {mechanisms.NOISE_MODES}. Found {noise!r}.")
         mech = budget.mechanism
-        sens = [sensitivity.count_sensitivity(spec.H, spec.max_episodes_per_unit, stationary, f)
+        sens = [sensitivity.count_sensitivity(spec.H, spec.max_episodes_per_unit, stationary, f,
+                                              max_per_cell=max_per_cell)
                 for f in release_families(spec.public_reward)]
         comb = sensitivity.combine(sens)
         scale = (mechanisms.gaussian_sigma(comb.l2, budget.rho) if mech == "gaussian"
@@ -191,7 +203,7 @@ class TabularRelease:
             for s in sens:
                 unit = q if s.family == "rewards" else 1
                 fams[s.family] = FamilyNoise(s.family, s.l1 * unit, s.l2 * unit, scale * unit, unit)
-            rel = cls(spec, budget, bool(stationary), noise, fams)
+            rel = cls(spec, budget, bool(stationary), noise, fams, max_per_cell)
             cost = (accounting.event_rho(rel.event) if mech == "gaussian"
                     else accounting.event_epsilon(rel.event))
             if cost <= budget.amount:
@@ -215,7 +227,8 @@ class TabularRelease:
     def family_event(self, family: str):
         """The event of one family: its stored-unit sensitivity and scale."""
         p = self.families[family]
-        common = dict(family=family, unit=self.unit, neighbouring=Neighbouring.SUBSTITUTION, noise=self.noise)
+        common = dict(family=family, unit=self.unit, neighbouring=Neighbouring.SUBSTITUTION, noise=self.noise,
+                      max_per_cell=self.max_per_cell)
         if self.mechanism == "gaussian":
             return GaussianEvent(l2=p.l2, sigma=p.scale, **common)
         return LaplaceEvent(l1=p.l1, b=p.scale, **common)
@@ -337,7 +350,8 @@ class TabularRelease:
             "domain": {"H": H, "S": S, "A": A, "stationary": stationary,
                        "terminal_states": list(spec.terminal_states), "reward_range": list(spec.reward_range)},
             "privacy_unit": {"column": self.unit.column, "file_column": spec.unit_file_column,
-                             "max_episodes": self.unit.k},
+                             "max_episodes": self.unit.k,
+                             **({} if self.max_per_cell is None else {"max_per_cell": self.max_per_cell})},
             "neighbouring": Neighbouring.SUBSTITUTION.description,
             "bounding": {
                 "episodes_per_unit": f"at most k={spec.max_episodes_per_unit} episodes per unit: the k with "
@@ -349,6 +363,10 @@ class TabularRelease:
                               f"; rounded to a multiple of 1/{self.families['rewards'].quantum} per row "
                               "before summation"),
                 "terminal": "rows whose state is terminal are not counted; transitions into a terminal state are",
+                **({} if self.max_per_cell is None else {"per_cell": (
+                    f"at most c={self.max_per_cell} steps per unit and "
+                    f"{'(s, a) cell pooled over h' if stationary else '(h, s, a) cell'}, after the rules above "
+                    f"(transitions and rewards follow the same kept steps): {CELL_KEEP_RULE}")}),
             },
             "mechanism": self.mechanism,
             "noise": self.noise,

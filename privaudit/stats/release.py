@@ -170,7 +170,7 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
                  delta: float | None = None, mechanism: str = "gaussian", budget: Budget | None = None,
                  stationary: bool = False, noise: str = "exact", out, ledger=None, seed: int | None = None,
                  echo=None, run: str | None = None, run_output=None, engine: str = "polars",
-                 spark=None) -> ReleaseInfo:
+                 spark=None, max_per_cell: int | None = None) -> ReleaseInfo:
     """Release noisy visit, transition (and reward-sum) counts of tabular logs.
 
     read -> prepare -> apply -> write: the budget is resolved once
@@ -235,6 +235,14 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         With ``engine="spark"``: the session to use, or a master URL
         (``local[4]``, ``spark://host:7077``, ``yarn``); None uses the active
         session or ``local[*]``.
+    max_per_cell : int, optional
+        c >= 1: after bounding, keep at most c steps of each unit in each
+        cell ((s, a) when ``stationary``, else (h, s, a); transitions and
+        rewards follow the kept steps; ``privaudit.data.bounding.cap_per_cell``)
+        and plan the noise for the smaller sensitivities this gives
+        (``privaudit.privacy.sensitivity``). Recorded in the manifest
+        (``privacy_unit.max_per_cell``, ``bounding.per_cell``) and the event.
+        polars engine only. None: no per-cell cap.
 
     Notes
     -----
@@ -281,11 +289,11 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         return _release_locked(logs, spec, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
                                budget=budget, stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed, echo=echo,
                                run=run or new_run_id(), run_output=out if run_output is None else run_output,
-                               engine=engine, spark=spark)
+                               engine=engine, spark=spark, max_per_cell=max_per_cell)
 
 
 def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stationary, noise, out, ledger, seed,
-                    echo, run, run_output, engine="polars", spark=None) -> ReleaseInfo:
+                    echo, run, run_output, engine="polars", spark=None, max_per_cell=None) -> ReleaseInfo:
     """The body of :func:`release_logs`, under the output lock."""
     t_start = time.perf_counter()
     if budget is None:
@@ -305,10 +313,18 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
         if engine == "spark":
             raise UsageError("logs prepared by polars cannot be counted by Spark: pass the path or DataFrame.")
         prepared.check_spec(spec)
+    if engine == "spark" and max_per_cell is not None:
+        raise UsageError("`max_per_cell` (--max-per-cell) is implemented by the polars engine only; "
+                         "use engine='polars' or release without the per-cell cap.")
+    if engine == "spark" and spec.return_bound is not None and spec.public_reward is None:
+        raise UsageError("the spec declares a return_bound, which only the polars engine enforces on the rewards "
+                         "(validation rules return_above_bound / return_below_bound, bounding rule 4); use "
+                         "engine='polars', or remove return_bound from the spec for a Spark release.")
     if engine == "spark":
         spark_engine = _spark_engine()  # an install problem is reported before anything is read
     logs = prepared.path if prepared is not None else logs if engine == "spark" else Path(logs)
-    release = TabularRelease.plan(spec, budget, stationary=stationary, noise=noise)  # may raise on bad H, k
+    release = TabularRelease.plan(spec, budget, stationary=stationary, noise=noise,
+                                  max_per_cell=max_per_cell)  # may raise on bad H, k, c
     check_release_size(spec, stationary=stationary, n_sa_families=release.n_sa_families)  # before any row
     event = release.event
     if ledger is not None:
@@ -328,6 +344,14 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
         if prepared is None:
             with clock.stage("validate", cpu=time.process_time):  # validation and bounding: the first rows read
                 prepared = prepare_logs(logs, spec)
+        if prepared.bounding.max_per_cell is not None:  # capped by the caller: it must be this plan's cap
+            if (prepared.bounding.max_per_cell, prepared.bounding.cell_cap_stationary) != (max_per_cell, stationary):
+                raise UsageError(f"the prepared logs are capped at c={prepared.bounding.max_per_cell} per "
+                                 f"{'(s, a)' if prepared.bounding.cell_cap_stationary else '(h, s, a)'} cell; "
+                                 f"this release asks for max_per_cell={max_per_cell} with stationary={stationary}.")
+        else:
+            with clock.stage("cell_cap", cpu=time.process_time):
+                prepared = prepared.with_cell_cap(max_per_cell, stationary=stationary)
         report = prepared.bounding
         with clock.stage("read_count", cpu=time.process_time):
             cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]

@@ -5,7 +5,8 @@ import polars as pl
 import pytest
 import xxhash
 
-from privaudit.data.bounding import PRIORITY_HASH_SEED, bound_contributions, episode_priority
+from privaudit.data.bounding import PRIORITY_HASH_SEED, bound_contributions, cap_per_cell, episode_priority
+from privaudit.errors import UsageError
 from privaudit.spec import DomainSpec
 from tests._release_logs import spec_doc
 
@@ -144,3 +145,118 @@ def test_report_repr_hides_private_counts():
     _, rep = bound_contributions(lf, _spec(H=2, k=1, unit_column="patient"))
     assert "7" not in repr(rep) and rep.steps_dropped == 7 and rep.changed
     assert "7 steps dropped" in rep.summary()
+
+
+# ---------------------------------------------------------------- per-cell cap
+
+
+def _reference_cell_cap(df: pl.DataFrame, c: int, stationary: bool, by_unit: bool) -> set:
+    """Slow reference of the keep rule: per unit, episodes by (xxh64 key, text), then steps; first c per cell."""
+    order = {}
+    for e in df["episode_id"].unique().to_list():
+        order[e] = (_xxh64_signed(str(e)), str(e).encode())
+    rows = sorted(df.iter_rows(named=True),
+                  key=lambda r: ((r["unit_id"] if by_unit else r["episode_id"]), order[r["episode_id"]], r["step"]))
+    seen, kept = {}, set()
+    for r in rows:
+        cell = (r["state"], r["action"]) if stationary else (r["step"], r["state"], r["action"])
+        key = ((r["unit_id"] if by_unit else r["episode_id"]),) + cell
+        if seen.get(key, 0) < c:
+            seen[key] = seen.get(key, 0) + 1
+            kept.add((r["episode_id"], r["step"]))
+    return kept
+
+
+@pytest.mark.parametrize("c,stationary", [(1, True), (2, True), (1, False), (2, False)])
+@pytest.mark.parametrize("by_unit", [True, False])
+def test_cell_cap_matches_reference(c, stationary, by_unit):
+    rng = np.random.default_rng(7)
+    n, H = 60, 6
+    rows = []
+    for e in range(n):  # few states and actions: many revisits of a cell inside a unit
+        u = int(rng.integers(15))
+        for h in range(int(rng.integers(1, H + 1))):
+            rows.append({"episode_id": f"e{e}", "unit_id": u, "step": h, "state": int(rng.integers(2)),
+                         "action": int(rng.integers(2)), "reward": 0.5, "next_state": 0})
+    df = pl.DataFrame(rows)
+    if not by_unit:
+        df = df.drop("unit_id")
+    spec = _spec(H=H, S=2, A=2, k=3, terminals=(), unit_column="unit_id" if by_unit else None)
+    bounded, report = bound_contributions(df.lazy(), spec)
+    kept_df = bounded.collect()
+    capped, rep = cap_per_cell(bounded, report, c, stationary=stationary)
+    got = set(capped.select("episode_id", "step").collect().iter_rows())
+    want = _reference_cell_cap(kept_df, c, stationary, by_unit)
+    assert got == want
+    assert rep.cell_steps_seen == kept_df.height and rep.cell_steps_dropped == kept_df.height - len(want)
+    # per step, one episode visits each (h, s, a) once: nothing to drop when each episode is its own unit
+    assert (rep.cell_steps_dropped > 0) == (stationary or by_unit)
+    assert rep.max_per_cell == c and rep.cell_cap_stationary is stationary and rep.changed == (stationary or by_unit)
+    assert set(capped.collect_schema().names()) == set(bounded.collect_schema().names())
+
+
+def test_cell_cap_keep_rule_is_unit_local():
+    # replacing another unit never changes which steps of unit 0 survive (substitution proof)
+    spec = _spec(H=5, S=2, A=1, k=2, terminals=(), unit_column="unit_id")
+    base = [("a", 0, 5, None), ("b", 0, 3, None)]
+    out = []
+    for other in ([("x", 1, 4, None)], [("y", 1, 2, None), ("z", 1, 5, None)]):
+        bounded, report = bound_contributions(_log(base + other), spec)
+        capped, _ = cap_per_cell(bounded, report, 2, stationary=True)
+        out.append(set(capped.filter(pl.col("unit_id") == 0).select("episode_id", "step").collect().iter_rows()))
+    assert out[0] == out[1] and len(out[0]) == 2  # one (s, a) cell: two steps kept
+
+
+def test_cell_cap_per_step_with_c_at_least_k_drops_nothing():
+    spec = _spec(H=4, S=2, A=1, k=1, terminals=())
+    bounded, report = bound_contributions(_log([(0, 0, 4, None), (1, 1, 4, None)]), spec)
+    capped, rep = cap_per_cell(bounded, report, 1, stationary=False)
+    assert rep.cell_steps_dropped == 0 and capped.collect().height == 8
+    capped, rep = cap_per_cell(bounded, report, 1, stationary=True)  # pooled: 3 revisits per episode
+    assert rep.cell_steps_dropped == 6 and "6 of 8 steps dropped (75.00%)" in rep.summary()
+
+
+@pytest.mark.parametrize("c", [0, 1.0, True])
+def test_cell_cap_refuses_bad_c(c):
+    spec = _spec(H=2, S=2, A=1, k=1, terminals=())
+    bounded, report = bound_contributions(_log([(0, 0, 2, None)]), spec)
+    with pytest.raises(UsageError, match="max_per_cell"):
+        cap_per_cell(bounded, report, c, stationary=True)
+
+
+# ---------------------------------------------------------------- declared return bound
+
+
+def _spec_with_return(bound, **kw):
+    doc = spec_doc(**kw)
+    doc["return_bound"] = bound
+    return DomainSpec.from_dict(doc)
+
+
+def test_running_return_clipped_at_the_declared_bound():
+    spec = _spec_with_return([0, 1], H=4, S=2, A=1, terminals=(), reward_range=(0.0, 2.0))  # scaled bound 0.5
+    assert spec.scaled_return_max == 0.5
+    lf = _log([(0, 0, 3, [0.4, 0.8, 2.0]), (1, 1, 2, [0.2, 0.6]), (2, 2, 4, [5.0, 0, 0, 0])])
+    bounded, report = bound_contributions(lf, spec)
+    got = {(e, h): r for e, h, r in bounded.select("episode_id", "step", "reward").collect().iter_rows()}
+    # episode 0 scaled 0.2, 0.4, 1.0: running 0.2, 0.6 -> clipped at 0.5: 0.2, 0.3, 0
+    assert [got[(0, h)] for h in range(3)] == pytest.approx([0.2, 0.3, 0.0], abs=1e-15)
+    assert [got[(1, h)] for h in range(2)] == pytest.approx([0.1, 0.3])  # returns 0.4 <= 0.5: untouched
+    assert [got[(2, h)] for h in range(4)] == pytest.approx([0.5, 0, 0, 0])  # 5 clipped to 2 -> 1 -> 0.5
+    assert report.returns_clipped == 2 and report.rewards_clipped == 1 and report.changed
+    assert "return was clipped at the declared return bound: 2" in report.summary()
+
+
+def test_return_bound_holds_for_any_input():
+    # property: after bounding, every episode's scaled return and every suffix is <= B (what learners use)
+    rng = np.random.default_rng(3)
+    spec = _spec_with_return([-1, 1], H=6, S=3, A=2, terminals=(), reward_range=(-1.0, 1.0))
+    B = spec.scaled_return_max
+    eps = [(e, e, int(rng.integers(1, 9)), None) for e in range(80)]
+    lf = _log([(e, u, n, list(rng.uniform(-1.5, 1.5, n))) for e, u, n, _ in eps])
+    bounded, report = bound_contributions(lf, spec)
+    df = bounded.collect().sort(["episode_id", "step"])
+    per_ep = df.group_by("episode_id").agg(pl.col("reward").sum().alias("G"), pl.col("reward").min().alias("m"))
+    assert per_ep["G"].max() <= B + 1e-12 and per_ep["m"].min() >= 0.0
+    assert report.returns_clipped > 0  # the draw made some episodes exceed B (else the test proves nothing)
+    assert spec.value_bounds()[0] == B

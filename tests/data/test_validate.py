@@ -433,3 +433,44 @@ def test_fatal_and_repaired_rules_are_reported_apart(repo_root):
     assert set(rep["fatal"]) == {"null_value", "action_out_of_range", "step_gap", "next_state_mismatch",
                                  "flag_not_last"}
     assert rep["releasable"] is False
+
+
+# ----------------------------------------------------------------- declared return bound
+
+
+def _return_spec(bound):
+    doc = tiny_spec_doc()
+    doc["return_bound"] = bound
+    return doc
+
+
+def test_return_above_bound_located_and_repaired_by_bounding(tmp_path):
+    # episode 10 returns 0 + 0.5 + 1.0: its running return first exceeds G_max = 1 at step 2 (row 2)
+    code, rep, res = run(tmp_path, table(), _return_spec([0, 1]))
+    assert code == 0, res.output
+    assert broken_rules(rep) == {"return_above_bound"} and rep["counts"]["return_above_bound"] == 1
+    v, = [v for v in rep["violations"] if v["rule"] == "return_above_bound"]
+    assert (v["row"], v["episode_id"], v["step"], v["column"]) == (2, 10, 2, "reward")
+    assert "running return 1.5 exceeds return_bound G_max=1.0" in v["message"]
+    assert "return_above_bound" in BOUNDING_RULES and rep["releasable"]
+
+
+def test_return_below_bound_is_fatal(tmp_path):
+    # episode 11 returns 0 < G_min = 0.2: reported at its last step (row 3); episode 10 (1.5) is within
+    code, rep, res = run(tmp_path, table(), _return_spec([0.2, 2]))
+    assert code == 1, res.output
+    assert broken_rules(rep) == {"return_below_bound"}
+    v, = [v for v in rep["violations"] if v["rule"] == "return_below_bound"]
+    assert (v["row"], v["episode_id"], v["step"]) == (3, 11, 0) and "return 0.0 is below" in v["message"]
+    assert "return_below_bound" not in BOUNDING_RULES and not rep["releasable"]
+
+
+def test_return_rules_use_clipped_rewards_and_steps_below_H(tmp_path):
+    # reward 7 is clipped to 1 (reward_range [0, 1]) before summing: episode 10 returns 0 + 0.5 + 1 = 1.5 <= 1.5
+    code, rep, _ = run(tmp_path, table(reward={2: 7.0}), _return_spec([0, 1.5]))
+    assert rep["counts"]["return_above_bound"] == 0 and rep["counts"]["reward_out_of_range"] == 1
+
+
+def test_no_return_bound_no_return_rules(tmp_path):
+    code, rep, _ = run(tmp_path, table(reward={0: 1.0, 1: 1.0, 2: 1.0}))
+    assert code == 0 and rep["counts"]["return_above_bound"] == 0 and "return_above_bound" not in rep["skipped"]

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from privaudit.errors import UsageError
-from privaudit.privacy.sensitivity import Sensitivity, combine, count_sensitivity
+from privaudit.privacy.sensitivity import Sensitivity, capped_square_norm, combine, count_sensitivity
 
 
 def episodes(H, S, A, rewards=(0.0,)):
@@ -34,12 +34,13 @@ def episodes(H, S, A, rewards=(0.0,)):
     return out
 
 
-def reference_counts(unit, H, S, A, family, stationary):
-    """Slow reference counter: one unit's contribution to a family, flattened."""
+def reference_counts(unit, H, S, A, family, stationary, c=None):
+    """Slow reference counter: one unit's contribution to a family, flattened (capped at c per cell if given)."""
     shapes = {"visits": (H, S, A), "transitions": (H, S, A, S), "rewards": (H, S, A)}
     vec = np.zeros(shapes[family])
-    for ep in unit:
-        for h, (s, a, r, s2) in enumerate(ep):
+    kept = [list(enumerate(ep)) for ep in unit] if c is None else capped_unit(unit, c, stationary)
+    for steps in kept:
+        for h, (s, a, r, s2) in steps:
             if family == "visits":
                 vec[h, s, a] += 1
             elif family == "transitions":
@@ -68,13 +69,13 @@ def max_distances(vectors):
     return l1, l2
 
 
-def brute_force(H, S, A, k, families, stationary):
+def brute_force(H, S, A, k, families, stationary, c=None):
     rewards = (0.0, 1.0) if "rewards" in families else (0.0,)
     eps = episodes(H, S, A, rewards)
     vecs = []
     for u in units(eps, k):
         unit = [eps[i] for i in u]
-        vecs.append(np.concatenate([reference_counts(unit, H, S, A, f, stationary)
+        vecs.append(np.concatenate([reference_counts(unit, H, S, A, f, stationary, c)
                                     for f in families]))
     return max_distances(vecs)
 
@@ -156,3 +157,84 @@ def test_formulas():
 def test_bad_arguments(kwargs):
     with pytest.raises(UsageError):
         count_sensitivity(**kwargs)
+
+
+# ---------------------------------------------------------------- per-cell contribution bound c
+
+
+def capped_unit(unit, c, stationary):
+    """Slow reference of the per-cell cap: the first c steps of the unit in each cell, in list order.
+
+    The sensitivity bound holds for any keep rule that keeps at most c steps per cell and
+    depends on the unit alone; the maximum over all units and all episode orders is taken
+    below (every multiset is enumerated, and list order is one order of it).
+    """
+    seen: dict = {}
+    out = []
+    for ep in unit:
+        kept = []
+        for h, step in enumerate(ep):
+            cell = (step[0], step[1]) if stationary else (h, step[0], step[1])
+            if seen.get(cell, 0) < c:
+                seen[cell] = seen.get(cell, 0) + 1
+                kept.append((h, step))
+        out.append(kept)
+    return out
+
+
+# (H, S, A, k, c, stationary): every case has 2 ceil(m / c) <= S*A cells (m = kH pooled, k per
+# step), so the bound is attained and the test checks equality, not just an upper bound.
+CAPPED_ATTAINED = [
+    (2, 2, 2, 1, 1, True), (3, 2, 2, 1, 2, True), (2, 2, 2, 2, 2, True), (2, 2, 2, 2, 3, True),
+    (2, 2, 2, 2, 1, False), (1, 2, 2, 3, 2, False),
+]
+
+
+@pytest.mark.parametrize("H,S,A,k,c,stationary", CAPPED_ATTAINED)
+@pytest.mark.parametrize("family", ["visits", "transitions"])
+def test_capped_counts_attained(H, S, A, k, c, stationary, family):
+    l1, l2 = brute_force(H, S, A, k, [family], stationary, c)
+    sens = count_sensitivity(H, k, stationary, family, max_per_cell=c)
+    assert l1 == pytest.approx(sens.l1, rel=1e-12)
+    assert l2 == pytest.approx(sens.l2, rel=1e-12)
+
+
+@pytest.mark.parametrize("H,S,A,k,c,stationary", [(2, 2, 2, 1, 1, True), (1, 2, 2, 3, 2, False)])
+def test_capped_all_families_attained(H, S, A, k, c, stationary):
+    fams = ["visits", "transitions", "rewards"]
+    l1, l2 = brute_force(H, S, A, k, fams, stationary, c)
+    sens = count_sensitivity(H, k, stationary, "+".join(fams), max_per_cell=c)
+    assert l1 == pytest.approx(sens.l1, rel=1e-12)
+    assert l2 == pytest.approx(sens.l2, rel=1e-12)
+
+
+@pytest.mark.parametrize("H,S,A,k,c,stationary", [(3, 2, 1, 1, 1, True), (2, 2, 1, 2, 1, False),
+                                                  (3, 1, 2, 1, 2, True)])
+def test_capped_bound_holds_on_small_domains(H, S, A, k, c, stationary):
+    # too few cells to spread u and v: the formula is a strict upper bound, never below the truth
+    for family in ("visits", "transitions"):
+        l1, l2 = brute_force(H, S, A, k, [family], stationary, c)
+        sens = count_sensitivity(H, k, stationary, family, max_per_cell=c)
+        assert l1 <= sens.l1 * (1 + 1e-12) and l2 <= sens.l2 * (1 + 1e-12)
+
+
+def test_capped_formula_values():
+    # the issue's figure: pooled, c = 1, k = 1, H = 20: sqrt(2 c k H) = sqrt(40) vs sqrt(2) k H = 28.28
+    s = count_sensitivity(20, 1, True, "visits", max_per_cell=1)
+    assert s.l2 == pytest.approx(math.sqrt(40)) and s.l1 == 40.0
+    assert count_sensitivity(20, 1, True, "visits").l2 / s.l2 == pytest.approx(math.sqrt(20))
+    # c not dividing kH: f(20, 3) = 6 * 9 + 2^2 = 58
+    assert capped_square_norm(20, 3) == 58
+    assert count_sensitivity(20, 1, True, "visits", max_per_cell=3).l2 == pytest.approx(math.sqrt(116))
+    # c >= kH, or per step c >= k: the uncapped formulas
+    for stationary, c in ((True, 20), (True, 50), (False, 1), (False, 7)):
+        assert count_sensitivity(20, 1, stationary, "visits", max_per_cell=c).l2 == pytest.approx(
+            count_sensitivity(20, 1, stationary, "visits").l2, rel=1e-15)
+    # per step, c < k: sqrt(2 H f(k, c)) = sqrt(2 * 20 * (2 * 4 + 1)) for k = 5, c = 2
+    assert count_sensitivity(20, 5, False, "visits", max_per_cell=2).l2 == pytest.approx(math.sqrt(360))
+
+
+@pytest.mark.parametrize("c", [0, -1, 1.5, True, "2"])
+def test_bad_cap(c):
+    with pytest.raises(UsageError, match="max_per_cell"):
+        count_sensitivity(3, 1, True, "visits", max_per_cell=c)
