@@ -97,8 +97,8 @@ def test_graybox_sees_a_sensitivity_bug_in_the_library(monkeypatch):
     adapter (which calls the library) declares it, and the gray-box check flags it."""
     real = sensitivity.count_sensitivity
 
-    def add_remove(horizon, max_episodes, stationary, family):
-        s = real(horizon, max_episodes, stationary, family)
+    def add_remove(horizon, max_episodes, stationary, family, **kw):
+        s = real(horizon, max_episodes, stationary, family, **kw)
         return sensitivity.Sensitivity(l1=s.l1 / 2, l2=s.l2 / math.sqrt(2), family=s.family)
 
     monkeypatch.setattr(sensitivity, "count_sensitivity", add_remove)
