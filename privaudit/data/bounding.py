@@ -364,7 +364,7 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
     H = report.H
     unit = unit_column_of(bounded)
     cell = cell_columns(stationary)
-    if unit == "episode_id":  # one episode per unit: its own steps in order
+    if unit == "episode_id" or report.k == 1:  # at most one episode per unit: its own steps in order
         order = c("step").cast(pl.Int64)
     else:  # rank the unit's (at most k) episodes by the keep-k key, then steps inside them
         episodes = (bounded.filter(c("step") == 0).select("episode_id", c(unit).alias("_unit"))
