@@ -187,6 +187,16 @@ def test_explorer_at_four_times_its_claim_is_flagged():
     assert rep.verdict == "violation", rep.data["chosen_event"]
 
 
+def test_actions_view_flags_an_explorer_without_noise():
+    # black-box power check: Luyo at rho = inf (no noise) while claiming rho = 0.1. The probe state p's two actions
+    # point at e_x and e_c; without noise the filled direction wins: D -> action 0, D' -> action 1 at every t > k,
+    # perfect separation (failure probability 0 at any seed).
+    d, dp, desc = _pair(H=2, K=4, m=3)
+    rep = audit_explorer(ExplorerMechanism("luyo", rho=math.inf, view="actions"), d, dp, desc,
+                         claim=Claim.from_rho(0.1, 1e-5), trials=150, seed=3)
+    assert rep.verdict == "violation" and rep.data["neighbouring_pair"]["view"] == "actions"
+
+
 def test_gdp_opt_in_rules():
     d, dp, desc = _pair()
     ok, why = gdp_allowed(ExplorerMechanism("pucb", epsilon=1.0), d)
