@@ -68,7 +68,7 @@ from privaudit.errors import UsageError
 from privaudit.online.linear.jin import LuyoLSVIUCB, NgoLSVIUCB
 from privaudit.online.linear.plusplus import LSVIUCBPlusPlus
 from privaudit.online.linear.registry import LINEAR_ALGOS, make_linear_agent
-from privaudit.online.linear.stats import NoiseSource
+from privaudit.online.linear.lattice import NoiseSource, grid_values
 from privaudit.online.pucb import FAMILIES, PUCB
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.events import leaves
@@ -82,25 +82,27 @@ VIEWS = ("billboard", "actions")
 # --------------------------------------------------------------------------- recording
 
 class RecordingNoise(NoiseSource):
-    """A :class:`~privaudit.online.linear.stats.NoiseSource` that keeps the last draw of each family.
+    """A :class:`~privaudit.online.linear.lattice.NoiseSource` that keeps the last draw of each family.
 
     Draws exactly what the production source draws (same generator calls),
-    so installing it changes nothing but what the audit can read.
+    so installing it changes nothing but what the audit can read. ``last``
+    holds the draws in real units (the integer lattice noise times 2^-bits).
     """
 
     def __init__(self, rng: np.random.Generator):
         super().__init__(rng)
         self.last: dict[str, np.ndarray] = {}
 
-    def normal(self, family: str, sigma: float, n: int, dim: int) -> np.ndarray:
-        z = super().normal(family, sigma, n, dim)
-        self.last[family] = z
+    def keep(self, family: str, z: np.ndarray, bits: int) -> np.ndarray:
+        """Record ``z`` (lattice units) in real units and return it unchanged."""
+        self.last[family] = np.ldexp(np.asarray(z, dtype=np.float64), -bits)
         return z
 
-    def goe(self, family: str, s: float, n: int, dim: int) -> np.ndarray:
-        z = super().goe(family, s, n, dim)
-        self.last[family] = z
-        return z
+    def vector(self, family: str, sigma: float, bits: int, n: int, dim: int) -> np.ndarray:
+        return self.keep(family, super().vector(family, sigma, bits, n, dim), bits)
+
+    def goe(self, family: str, s: float, bits: int, n: int, dim: int) -> np.ndarray:
+        return self.keep(family, super().goe(family, s, bits, n, dim), bits)
 
 
 class RecordingTree:
@@ -312,7 +314,7 @@ class ExplorerMechanism:
 
         def read(t, ag):
             if t >= k:
-                g = ag.stats.gram[:, [c, xd], [c, xd]]
+                g = ag.exact_gram()[:, [c, xd], [c, xd]]
                 z = ag.noise.last.get("gram") if ag.private and ag.c.noise_gram > 0 else None
                 out.append(g if z is None else g + z[:, [c, xd], [c, xd]])
         world.play(agent, on_prepare=read)
@@ -321,7 +323,9 @@ class ExplorerMechanism:
     def _tree_billboard(self, world: AuditWorld, agent) -> np.ndarray:
         c, xd, k, H = world.c_dim, world.x_dim, world.canary_user, world.horizon
         x, y = world.state("x"), world.state("y")
-        agent.tree = RecordingTree(agent.tree, lambda r: r[:, [c, xd], [c, xd]])
+        bits = 0 if agent.lattice is None else agent.lattice.gram_bits    # integer lattice releases -> real units
+        agent.tree = RecordingTree(agent.tree, lambda r: np.ldexp(np.asarray(r[:, [c, xd], [c, xd]], dtype=np.float64),
+                                                                  -bits))
         vec, switched = [], []
         self.targets_seen = []
         lane_of_k = world.start
@@ -338,9 +342,12 @@ class ExplorerMechanism:
                 # release at coordinate (c, x): user k's target r + V_{h+1}(lane) (V as the agent used it,
                 # i.e. max_a of its Q) plus the noise it drew; no other user has a c or x coordinate
                 V = np.vstack([ag.Q.max(axis=2), np.zeros((1, ag.S))])
+                r = world.reward[:, :, 0]
+                if ag.lattice is not None:  # the agent rounds rewards and V to its 2^-VB grid before the sums
+                    V, r = grid_values(V, ag.lattice.value_bits), grid_values(r, ag.lattice.value_bits)
                 for j, lane in enumerate((y, x)):
                     if lane_of_k == lane:
-                        row[:, j] = world.reward[:, lane, 0] + V[1:, lane]
+                        row[:, j] = r[:, lane] + V[1:, lane]
                         self.targets_seen.append(row[:, j].copy())
                 eta = ag.noise.last.get("target")
                 if eta is not None:

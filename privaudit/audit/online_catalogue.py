@@ -67,17 +67,15 @@ class ReusedNoise(RecordingNoise):
         super().__init__(rng)
         self._first: dict[str, np.ndarray] = {}
 
-    def normal(self, family, sigma, n, dim):
+    def vector(self, family, sigma, bits, n, dim):
         if family not in self._first:
-            self._first[family] = super().normal(family, sigma, n, dim)
-        self.last[family] = self._first[family]
-        return self._first[family]
+            self._first[family] = super().vector(family, sigma, bits, n, dim)
+        return self.keep(family, self._first[family], bits)
 
-    def goe(self, family, s, n, dim):
+    def goe(self, family, s, bits, n, dim):
         if family not in self._first:
-            self._first[family] = super().goe(family, s, n, dim)
-        self.last[family] = self._first[family]
-        return self._first[family]
+            self._first[family] = super().goe(family, s, bits, n, dim)
+        return self.keep(family, self._first[family], bits)
 
 
 class AccumulatedGramNoise(RecordingNoise):
@@ -89,14 +87,13 @@ class AccumulatedGramNoise(RecordingNoise):
         self._k1 = None
         self._calls = 0
 
-    def goe(self, family, s, n, dim):
+    def goe(self, family, s, bits, n, dim):
         if family != "gram":
-            return super().goe(family, s, n, dim)
+            return super().goe(family, s, bits, n, dim)
         if self._k1 is None:
-            self._k1 = super().goe(family, s, n, dim)
+            self._k1 = super().goe(family, s, bits, n, dim)
         self._calls += 1
-        self.last[family] = self._calls * self._k1
-        return self.last[family]
+        return self.keep(family, self._calls * self._k1, bits)
 
 
 class RewardRangeNoise(RecordingNoise):
@@ -106,26 +103,21 @@ class RewardRangeNoise(RecordingNoise):
         super().__init__(rng)
         self.agent = agent
 
-    def normal(self, family, sigma, n, dim):
+    def vector(self, family, sigma, bits, n, dim):
         scale = getattr(self.agent, "reward_max_seen", 0.0) if family == "target" else 1.0
-        z = super().normal(family, sigma, n, dim) * scale
-        self.last[family] = z
-        return z
+        return self.keep(family, super().vector(family, sigma, bits, n, dim) * scale, bits)
 
 
 class NoLowerClipLuyo(LuyoLSVIUCB):
     """Luyo et al.'s explorer whose value targets lack the lower clip: V = min(max_a index, H)
     instead of clip(max_a index, 0, H) (seed 003 l.197's missing lower clip, here in the Jin family)."""
 
-    def _backward(self, inv, vec_noise):
+    def _backward(self, inv, target):
         H = self.H
         bon = self.c.beta * bonus_table(self.phi_flat, inv)
         v = np.zeros(self.S)
         for h in range(H - 1, -1, -1):  # backward over steps, as the production pass
-            y = self.stats.target(h, v, with_reward=True)
-            if vec_noise is not None:
-                y = y + vec_noise[h]
-            index = (self.phi_flat @ (inv[h] @ y) + bon[h]).reshape(self.S, self.A)
+            index = (self.phi_flat @ (inv[h] @ target(h, v)) + bon[h]).reshape(self.S, self.A)
             self.Q[h] = np.minimum(index, H)
             v = np.minimum(index.max(axis=1), H)  # the bug: no max(., 0)
         self.pi = np.round(self.Q, TIE_DECIMALS).argmax(axis=2)
@@ -137,20 +129,19 @@ class ExactSwitchNgo(NgoLSVIUCB):
 
     def _prepare(self):
         inv, _ = self._released_inverse()
-        exact = self.stats.gram - self.c.shift * np.eye(self.d)
+        exact = self.exact_gram() - self.c.shift * np.eye(self.d)
         logdet = np.linalg.slogdet(exact)[1]
         if self._logdet_last is None:
             self._logdet_last = logdet
             return self.pi
         if (logdet - self._logdet_last > math.log(self.c.switch_ratio)).any() and self.n_switches < self.c.n_max:
-            eta = (self.noise.normal("target", self.c.noise_vec, self.H, self.d) if self.c.noise_vec > 0 else None)
-            self._backward(inv, eta)
+            self._backward(inv, self._target_release())
             self._logdet_last = logdet
             self.n_switches += 1
         return self.pi
 
     def _released_inverse(self):
-        return psd_inverse(self._released + self._public, self.c.floor)
+        return psd_inverse(self._gram_release(self._released), self.c.floor)
 
 
 # --------------------------------------------------------------------------- entries

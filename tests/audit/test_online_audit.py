@@ -28,7 +28,7 @@ from privaudit.cli import main
 from privaudit.errors import UsageError
 from privaudit.online.counters import TreeCounter
 from privaudit.online.env import make_env
-from privaudit.online.linear.stats import NoiseSource
+from privaudit.online.linear.lattice import NoiseSource
 
 
 def _pair(H=2, K=4, k=0, m=3, decoy="orthogonal"):
@@ -118,9 +118,9 @@ def test_tree_nodes_carry_one_noise_each():
 def test_recording_noise_draws_what_production_draws():
     a, b = NoiseSource(np.random.default_rng(5)), RecordingNoise(np.random.default_rng(5))
     for fam in ("gram", "v"):
-        za, zb = a.goe(fam, 1.5, 2, 3), b.goe(fam, 1.5, 2, 3)
-        assert np.array_equal(za, zb) and np.array_equal(b.last[fam], zb)
-        assert np.array_equal(a.normal(fam, 2.0, 2, 3), b.normal(fam, 2.0, 2, 3))
+        za, zb = a.goe(fam, 1.5, 4, 2, 3), b.goe(fam, 1.5, 4, 2, 3)   # lattice 2^-4: last is in real units
+        assert np.array_equal(za, zb) and np.array_equal(b.last[fam], np.ldexp(zb.astype(float), -4))
+        assert np.array_equal(a.vector(fam + "x", 2.0, 4, 2, 3), b.vector(fam + "x", 2.0, 4, 2, 3))
     assert a.counts == b.counts
 
 
