@@ -206,6 +206,13 @@ class _JinFamily(LinearExplorer):
         g = released if self.lat is None else release(released, self.lattice.gram_bits)
         return g + self._public
 
+    def exact_gram(self) -> np.ndarray:
+        """The exact statistic under the Gram release, real units (H, d, d), with the public (lambda + shift) I.
+
+        What a release adds noise to (gray-box view of the auditor; never released itself).
+        """
+        return self.stats.gram if self.lat is None else release(self.lat.gram, self.lattice.gram_bits) + self._public
+
     def _target_release(self):
         """The target function of one policy update: fresh noise for each of its H releases."""
         if self.lat is None:

@@ -121,6 +121,11 @@ class LSVIUCBPlusPlus(LinearExplorer):
         noisy = self.lat.gram + self.noise.goe("gram", self.c.noise_gram, bits, self.H, self.d)
         return psd_inverse(release(noisy, bits) + self._public, self.c.floor)
 
+    def exact_gram(self) -> np.ndarray:
+        """The exact weighted Gram statistic under the release, real units (H, d, d), with the public
+        (lambda + 2 lambda-tilde) I (gray-box view of the auditor; never released itself)."""
+        return self.stats.gram if self.lat is None else release(self.lat.gram, self.lattice.gram_bits) + self._public
+
     def _vec_noise(self) -> np.ndarray | None:
         """Fresh phi_1, phi_2, phi_3 for every step of this episode, int64 (H, 3, d) in lattice units.
 
