@@ -106,7 +106,8 @@ def test_budget_split_never_exceeds_the_whole_and_states_it(rho, share):
         b.split({"a": 0.5, "b": 0.6})
     for bad in [dict(rho=-1), dict(rho=1, delta=1e-5), dict(epsilon=1), dict(epsilon=1, delta=1.5),
                 dict(rho=1, mechanism="laplace"), dict(epsilon=1, delta=1e-5, mechanism="laplace"),
-                dict(rho=1, mechanism="cauchy"), dict(rho=5e-324)]:
+                dict(rho=1, mechanism="cauchy"), dict(rho=5e-324), dict(rho=1e-300),
+                dict(epsilon=1e-300, mechanism="laplace"), dict(epsilon=1e-6, mechanism="laplace")]:
         with pytest.raises(UsageError):
             resolve_budget(**bad)
 

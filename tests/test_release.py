@@ -203,6 +203,7 @@ def test_manifest_validates_and_dir_holds_no_seed_nor_counts(data, tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     assert schema_errors(m, "release_manifest") == []
     assert m["rng"] == "seeded-insecure" and m["neighbouring"].startswith("substitution")
+    assert m["private"] is False  # a seeded release is not private against whoever knows the seed
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "rewards.parquet",
                                                      "transitions.parquet", "visits.parquet"]
     needles = [str(SEED).encode(), hex(SEED).encode(), SEED.to_bytes(8, "little"), SEED.to_bytes(8, "big")]
@@ -224,7 +225,7 @@ def test_manifest_validates_and_dir_holds_no_seed_nor_counts(data, tmp_path):
 def test_secure_rng_without_seed(data, tmp_path):
     a = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "a")
     b = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "b")
-    assert a.manifest["rng"] == "secure"
+    assert a.manifest["rng"] == "secure" and a.manifest["private"] is True
     assert not np.array_equal(load_release(a.out).visits, load_release(b.out).visits)
 
 
@@ -680,3 +681,16 @@ def test_rho_whose_epsilon_is_exactly_zero_says_so(tmp_path):
     res = CliRunner().invoke(main, ["release", "sample_data/icu_sepsis_clinicians_20k.parquet", "--spec",
                                     "sample_data/icu_sepsis_spec.json", "--rho=1e-12", "--out", str(tmp_path / "r")])
     assert res.exit_code == 2 and "epsilon is exactly 0" in res.output and "(0, 1e-6)-DP" in res.output
+
+
+def test_private_flag_must_match_the_rng(data, tmp_path):
+    """A manifest edited to say private: true over seeded noise is refused; one without the flag (older) reads."""
+    src = tmp_path / "r"
+    release_logs(data["logs"], data["spec_public"], rho=1.0, out=src, seed=SEED)
+    m = json.loads((src / "manifest.json").read_text())
+    (src / "manifest.json").write_text(json.dumps(dict(m, private=True)))
+    with pytest.raises(ArtifactError, match="private is True but rng is 'seeded-insecure'"):
+        load_release(src)
+    old = {k: v for k, v in m.items() if k != "private"}
+    (src / "manifest.json").write_text(json.dumps(old))
+    assert load_release(src).manifest["rng"] == "seeded-insecure"

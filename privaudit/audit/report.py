@@ -44,11 +44,18 @@ class AuditReport:
         gray-box check ran).
     data : dict
         The full JSON document (``schemas/audit_report.schema.json``).
+    runtime_s : float or None
+        Wall seconds of the run, for whoever ran it; not part of ``data``:
+        the report is shareable and a running time is a side channel on the
+        size of the data the mechanism reads.
     """
 
     verdict: str
     epsilon_lower_bound: float | None
     data: dict = field(default_factory=dict)
+    #: Wall seconds the audit took: shown to whoever ran it, never written into the shareable report
+    #: (a running time grows with the data the mechanism reads: a timing side channel).
+    runtime_s: float | None = field(default=None, compare=False)
 
     @property
     def violation(self) -> bool:
@@ -85,7 +92,6 @@ class AuditReport:
             "evaluation_trials": evaluation_trials,
             "resolution_limit": resolution,
             "rng_mode": rng_mode,
-            "runtime_s": runtime_s,
         }
 
     @classmethod
@@ -107,7 +113,7 @@ class AuditReport:
                          for f in excess]
             + ([f"at the mechanism's noise this pair costs epsilon {lb:.4g} at delta {claim.delta}"] if lb else []),
         })
-        return cls(VIOLATION, None, d)
+        return cls(VIOLATION, None, d, runtime_s=runtime_s)
 
     @classmethod
     def from_events(cls, *, mechanism, claim, confidence, pair, graybox, selection_trials,
@@ -210,7 +216,7 @@ class AuditReport:
             "candidates": candidates,
             "messages": msgs,
         })
-        return cls(verdict, eps_lb, d)
+        return cls(verdict, eps_lb, d, runtime_s=runtime_s)
 
     # ------------------------------------------------------------------ output
     def validate(self) -> None:

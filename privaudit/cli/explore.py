@@ -36,8 +36,10 @@ from her.
 
 Writes DIR/regret.parquet (episode, initial_state, regret,
 cumulative_regret, realised_return), DIR/manifest.json (configuration,
-guarantee, privacy events, summary) and DIR/regret.png. Exit codes: 0 ok,
-2 bad arguments (nothing written).
+guarantee, privacy events, summary) and DIR/regret.png. Exit codes: 0 ok;
+1 an unreadable or invalid MDP.npz; 2 bad arguments, a budget out of range
+or an --env that is neither a known environment nor an existing file
+(nothing written in every error case).
 
 \b
 Example:

@@ -91,6 +91,7 @@ def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, 
                "local_log": str(info.local_log), "mechanism": info.manifest["mechanism"],
                "definition": g["definition"], "rho": g["rho"], "epsilon": g["epsilon"], "delta": g["delta"],
                "families": list(info.manifest["families"]), "rng": info.manifest["rng"],
+               "private": info.manifest["private"],
                "ledger": ledger}
     if as_json:
         echo_json(summary)

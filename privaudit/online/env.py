@@ -311,16 +311,20 @@ def make_env(name: str, *, world_key: int = 0, horizon: int | None = None, state
         if not str(name).endswith(".npz"):
             raise UsageError(f"unknown environment {name!r}; choose one of {list(ENV_NAMES)} or a path to an "
                              "MDP .npz file.")
+        if not Path(name).is_file():
+            raise UsageError(f"`env` {str(name)!r} is neither a known environment ({', '.join(ENV_NAMES)}) nor an "
+                             f"existing .npz file: {Path(name).absolute()} does not exist (write one with "
+                             "`privaudit simulate ... --mdp-out MDP.npz`).")
         bad = [k for k, v in given.items() if v is not None]
         if bad:
-            raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in bad)} does not apply to an MDP "
+            raise UsageError(f"{', '.join(f'`{k}`' for k in bad)} {'does' if len(bad) == 1 else 'do'} not apply to an MDP "
                              f"file ({name}); the file fixes S, A and H.")
         mdp = load_mdp(Path(name))
         return EpisodicEnv(mdp, world_key=world_key, name=Path(name).name)
     defaults = ENV_DEFAULTS[name]
     bad = [k for k, v in given.items() if v is not None and defaults[k] is None]
     if bad:
-        raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in bad)} does not apply to {name}.")
+        raise UsageError(f"{', '.join(f'`{k}`' for k in bad)} {'does' if len(bad) == 1 else 'do'} not apply to {name}.")
     opt = {k: (given[k] if given[k] is not None else d) for k, d in defaults.items()}
     features = None
     if name == "riverswim":

@@ -273,6 +273,7 @@ def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism: str = "gaus
         if delta not in (None, 0, 0.0):
             raise UsageError(f"the Laplace mechanism is pure epsilon-DP (delta = 0): omit `delta`. Found {delta!r}.")
         eps = _positive("epsilon", epsilon)
+        check_reportable(eps * eps / 2.0, DEFAULT_REPORT_DELTA, "epsilon", pure=eps)
         return Budget("laplace", eps * eps / 2.0, eps, 0.0, {"epsilon": eps})
     if rho is not None:
         if epsilon is not None or delta is not None:
@@ -289,22 +290,44 @@ def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism: str = "gaus
     return Budget("gaussian", r, None, d, {"epsilon": eps, "delta": d})
 
 
-def check_reportable(rho: float, delta: float, name: str = "rho") -> None:
-    """Refuse, before any work, a zCDP budget whose (epsilon, delta) statement is epsilon = 0.
+def check_reportable(rho: float, delta: float, name: str = "rho", *, pure: float | None = None) -> None:
+    """Refuse, before any work, a budget so small that its noise would drown everything: one rule for every command.
 
-    At a tiny rho (about 3e-12 and below at delta = 1e-6) the tight conversion
-    gives epsilon = 0: the Gaussian noise is so wide that every count drowns,
-    and the manifest has no positive epsilon to state.
+    The rule: the budget's zCDP rho (for a pure epsilon-DP budget, the rho =
+    epsilon^2/2 it implies and the ledger charges, Bun & Steinke 2016 Prop.
+    1.4) must give an epsilon > 0 at ``delta`` by the tight conversion. At a
+    tiny rho (about 3e-12 and below at delta = 1e-6, i.e. epsilon below about
+    2.4e-6 for Laplace) the conversion gives epsilon = 0: the noise is so
+    wide (sigma or b above ~4e5 sensitivities) that every count drowns.
+    ``release``, ``train``, ``pipeline``, ``audit`` and ``explore`` all
+    resolve their budget through :func:`resolve_budget`, hence this rule.
+
+    Parameters
+    ----------
+    rho : float
+        The zCDP amount (pure budgets: epsilon^2/2, possibly 0.0 by underflow).
+    delta : float
+        The reporting delta.
+    name : str
+        The parameter named in the message.
+    pure : float, optional
+        The pure epsilon, when the budget is one (the message then names it).
 
     Raises
     ------
     UsageError
         The conversion of ``rho`` at ``delta`` gives epsilon = 0.
     """
-    if not float(zcdp_to_dp(rho, delta)) > 0:
-        raise UsageError(f"`{name}` = {num(rho)} is too small: at delta = {num(delta)} its epsilon is exactly 0 "
-                         f"(the tight conversion: the mechanism is already (0, {num(delta)})-DP), so the noise "
-                         "would drown every count and nothing useful could be released. Give a larger budget.")
+    if rho > 0 and float(zcdp_to_dp(rho, delta)) > 0:
+        return
+    if pure is not None:
+        raise UsageError(f"`{name}` = {num(pure)} is too small: its noise (scale above ~4e5 sensitivities) would "
+                         f"drown every count, and the rho = epsilon^2/2 = {num(rho)} it implies (what the ledger "
+                         f"charges) is already (0, {num(delta)})-DP by the tight conversion; nothing useful could "
+                         "be released (the same rule as for rho budgets). Give a larger budget.")
+    raise UsageError(f"`{name}` = {num(rho)} is too small: at delta = {num(delta)} its epsilon is exactly 0 "
+                     f"(the tight conversion: the mechanism is already (0, {num(delta)})-DP), so the noise "
+                     "would drown every count and nothing useful could be released. Give a larger budget.")
 
 
 def _delta(delta) -> float:

@@ -231,6 +231,10 @@ def get_sampler(mechanism: str, scale: float) -> "ExactSampler":
     try:
         return _sampler(mechanism, x)
     except RuntimeError:  # P(Z != 0) so far below 2^-64 that a CDF value cannot be told from a cell edge
+        if s >= 1:  # a huge scale: the law is nearly flat (a tiny budget)
+            raise UsageError(f"the exact {mechanism} sampler cannot draw at scale {s!r}: the noise is so large "
+                             "(the privacy budget so small) that its table cannot be built exactly. "
+                             "Use a larger privacy budget (rho or epsilon).") from None
         raise UsageError(f"the exact {mechanism} sampler cannot draw at scale {s!r}: the noise is so small "
                          "(the privacy budget so large) that its CDF lies within 2^-16000 of a 2^-64 cell edge. "
                          "Use a smaller privacy budget (rho or epsilon).") from None

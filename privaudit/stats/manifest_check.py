@@ -83,6 +83,9 @@ def check_manifest_guarantee(m: dict, where) -> dict:
         raise ArtifactError(f"{where}: {what}. The manifest is inconsistent with its own mechanism facts "
                             f"(edited by hand?); do not trust or use this release.")
 
+    if "private" in m and m["private"] != (m["rng"] == "secure"):
+        refuse(f"private is {m['private']!r} but rng is {m['rng']!r} (a release is private exactly when its "
+               f"noise came from OS entropy)")
     d, fams, mech = m["domain"], m["families"], m["mechanism"]
     H, k, stationary = d["H"], m["privacy_unit"]["max_episodes"], bool(d["stationary"])
     c = m["privacy_unit"].get("max_per_cell")  # absent: no per-cell cap

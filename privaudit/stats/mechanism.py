@@ -37,6 +37,7 @@ import numpy as np
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.data.bounding import CELL_KEEP_RULE, PRIORITY_KEY
 from privaudit.errors import PrivauditError, UsageError
+from privaudit.fmt import num
 from privaudit.privacy import accounting, mechanisms, samplers
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyUnit
@@ -46,6 +47,7 @@ from privaudit.spec import DomainSpec
 from privaudit.stats.layout import FILES
 
 __all__ = ["TabularRelease", "FamilyNoise", "NoisyCounts", "reward_quantum", "count_noise_bound",
+           "NEGLIGIBLE_NOISE_SD",
            "REWARD_QUANTUM", "release_families"]
 
 #: Rewards are summed in units of 1/REWARD_QUANTUM of the scaled reward, so
@@ -57,6 +59,11 @@ __all__ = ["TabularRelease", "FamilyNoise", "NoisyCounts", "reward_quantum", "co
 REWARD_QUANTUM = 1000
 #: Largest noise scale (stored units) for which exact Gaussian rewards keep the full quantum.
 _EXACT_SIGMA_LIMIT = 1.0e4
+#: Below this noise standard deviation (in counts) the release is essentially the exact counts: a
+#: discrete Gaussian of sigma 0.5 is 0 in 69% of the cells (a discrete Laplace of the same sd in
+#: 76%), so most released cells equal the exact ones. Such a budget is valid but protects almost
+#: nothing: ``release`` warns (it does not refuse: the guarantee stated is still true).
+NEGLIGIBLE_NOISE_SD = 0.5
 #: Most one-ulp increases of the scale while making the event fit the budget exactly.
 _FIT_STEPS = 16
 
@@ -268,6 +275,26 @@ class TabularRelease:
         return count_noise_bound(self.mechanism, scale, self.spec.H, self.spec.S, self.spec.A,
                                  self.stationary, self.noise, failure_prob)
 
+    def count_noise_sd(self) -> float:
+        """Standard deviation of the noise on one visit or transition count (counts): sigma, or sqrt(2) b.
+
+        (The continuous law's; the discrete law's sd is within a few percent of it at these scales.)
+        """
+        scale = self.families["visits"].scale
+        return scale if self.mechanism == "gaussian" else math.sqrt(2.0) * scale
+
+    def negligible_noise_warning(self) -> str | None:
+        """A warning when the count noise sd is below :data:`NEGLIGIBLE_NOISE_SD` (a huge budget), else None."""
+        sd = self.count_noise_sd()
+        if sd >= NEGLIGIBLE_NOISE_SD:
+            return None
+        amount = (f"rho = {num(self.budget.rho)}" if self.mechanism == "gaussian"
+                  else f"epsilon = {num(self.budget.epsilon)}")
+        return (f"WARNING: at {amount} the noise is negligible: its standard deviation on each count is "
+                f"{sd:.3g}, below {NEGLIGIBLE_NOISE_SD} count, so the released counts are essentially the exact "
+                "counts. The stated guarantee is true but protects almost nothing; use a smaller budget "
+                "unless that is what you want.")
+
     def noise_family(self, family: str, values: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
         """``values`` (exact stored-unit integers of ``family``) plus one fresh noise draw per cell."""
         return mechanisms.add_noise(values, mechanism=self.mechanism, scale=self.families[family].scale,
@@ -371,6 +398,7 @@ class TabularRelease:
             "mechanism": self.mechanism,
             "noise": self.noise,
             "rng": "seeded-insecure" if seeded else "secure",
+            "private": not seeded,
             "families": families,
             "guarantee": self.guarantee(),
             "event": self.event.to_dict(),

@@ -330,6 +330,9 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     if ledger is not None:
         ledger_mod.check_event(Path(ledger), spec.dataset_id, event, budget)
     manifest = release.manifest(seeded=seed is not None)
+    warning = release.negligible_noise_warning()
+    if warning is not None and echo is not None:
+        echo(warning)
 
     clock = _Clock()
     rewards = "rewards" in release.families

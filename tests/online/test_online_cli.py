@@ -74,6 +74,9 @@ def test_explore_rho_reports_eps_delta_and_twin_has_no_guarantee(tmp_path):
     (["--algo", "pucb", "--epsilon", "1", "--delta", "0.1"], "`--delta` applies only"),
     (["--algo", "pucb", "--epsilon", "-1"], "must be a finite number > 0"),
     (["--algo", "pucb", "--epsilon", "1", "--actions", "3"], "does not apply"),
+    # one rule for tiny budgets in every command (privacy.budget.check_reportable), as `release` refuses them
+    (["--algo", "pucb", "--rho", "1e-300"], "`--rho` = 1e-300 is too small"),
+    (["--algo", "pucb", "--epsilon", "1e-300"], "`--epsilon` = 1e-300 is too small"),
 ])
 def test_explore_refuses_bad_arguments(tmp_path, args, match):
     out = tmp_path / "x"
@@ -128,3 +131,15 @@ def test_seeded_linear_explore_writes_no_seed_and_is_not_private(tmp_path):
     assert r.exit_code == 0, r.output
     g = json.loads((tmp_path / "ngo2" / "manifest.json").read_text())["guarantee"]
     assert g["private"] is True and g["rng"] == "secure" and "WARNING" not in r.stderr
+
+
+def test_explore_missing_mdp_file_is_a_usage_error_with_its_path(tmp_path):
+    """A missing MDP.npz is bad input (exit 2, as `evaluate --mdp`), located by its absolute path."""
+    out = tmp_path / "x"
+    r = _run(["--algo", "ucb-vi", "--env", str(tmp_path / "nope.npz"), "--episodes", "10", "--out", str(out)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "`--env`" in r.output and str(tmp_path / "nope.npz") in r.output and "does not exist" in r.output
+    assert not out.exists()
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")  # unreadable: invalid data, exit 1 (as evaluate)
+    r = _run(["--algo", "ucb-vi", "--env", str(tmp_path / "bad.npz"), "--episodes", "10", "--out", str(out)])
+    assert r.exit_code == 1 and "cannot read MDP file" in r.output and not out.exists()

@@ -105,7 +105,7 @@ def test_make_env_options_and_features():
     assert make_env("synthetic-linear").phi.shape == (2, 100, 10)
     assert np.linalg.norm(make_env("synthetic-linear").phi, axis=-1).max() <= 1 + 1e-12
     assert make_env("riverswim").phi is None
-    with pytest.raises(UsageError, match="--actions"):
+    with pytest.raises(UsageError, match="`actions` does not apply"):
         make_env("riverswim", actions=3)
     with pytest.raises(UsageError, match="unknown environment"):
         make_env("nope")

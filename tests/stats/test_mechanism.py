@@ -85,3 +85,19 @@ def test_noise_bound_is_seed_000_E_rho(spec):
         sigma = rel.families["visits"].scale
         assert rel.noise_bound(fp) == pytest.approx(2 * sigma * math.sqrt(2 * math.log(2 * n / fp)) + rounding,
                                                     rel=1e-12)
+
+
+def test_negligible_noise_is_warned_not_refused(spec, tmp_path):
+    """rho = 1e4 with k = 1, H = 6, three families: sigma = sqrt(3H / rho) = 0.042 counts, below 0.5: warned
+    on the echo (stderr in the CLI), released anyway; rho = 1 (sigma 4.2) is not warned."""
+    big = TabularRelease.plan(spec, resolve_budget(rho=1e4))
+    assert big.count_noise_sd() == pytest.approx(math.sqrt(3 * H / 1e4), rel=1e-12)
+    assert "noise is negligible" in big.negligible_noise_warning() and "rho = 10000" in big.negligible_noise_warning()
+    assert TabularRelease.plan(spec, resolve_budget(rho=1.0)).negligible_noise_warning() is None
+    lap = TabularRelease.plan(spec, resolve_budget(epsilon=1e3, mechanism="laplace"))  # b = 6H/eps = 0.036
+    assert lap.count_noise_sd() == pytest.approx(math.sqrt(2) * 6 * H / 1e3) and lap.negligible_noise_warning()
+    logs = tmp_path / "logs.parquet"
+    random_log(np.random.default_rng(1), 30, H=H, S=S, A=A, terminals=(4,)).write_parquet(logs)
+    said = []
+    release_logs(logs, spec, rho=1e4, out=tmp_path / "r", echo=said.append)
+    assert sum("noise is negligible" in t for t in said) == 1 and (tmp_path / "r" / "manifest.json").is_file()
