@@ -46,6 +46,18 @@ def test_return_range_is_H_times_the_range_with_terminal_zero():
     assert return_range(spec01)[:2] == (0.0, 6.0)  # 0 after a terminal state is below r_min = 0.2
 
 
+@pytest.mark.skipif("return_bound" not in DomainSpec.__dataclass_fields__,
+                    reason="the spec's return_bound (issue 12) is not in this version")
+def test_a_declared_return_bound_sets_the_range_and_the_noise():
+    """With return_bound [-1, 1] (one outcome per stay) the return sum's sensitivity is 2k, not 2kH."""
+    spec = toy_spec(return_bound=[-1.0, 1.0])
+    assert return_range(spec) == (-1.0, 1.0, "spec return_bound")
+    wide = BehaviourValueRelease.plan(toy_spec(), resolve_budget(rho=1.0)).describe()["statistics"]
+    tight = BehaviourValueRelease.plan(spec, resolve_budget(rho=1.0)).describe()["statistics"]
+    assert tight["return_sum"]["l2"] == pytest.approx(2.0) and wide["return_sum"]["l2"] == pytest.approx(12.0)
+    assert tight["return_sum"]["sigma"] == pytest.approx(wide["return_sum"]["sigma"] / H, rel=1e-9)
+
+
 @pytest.mark.parametrize("rho,k", [(0.05, 1), (1.0, 3)])
 def test_noise_scale_matches_the_event(rho, k):
     """sigma = L2 / sqrt(2 rho/4) per statistic, and the event states exactly that (cost <= rho)."""
