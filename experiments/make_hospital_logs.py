@@ -8,8 +8,9 @@ Writes, into the folder given (default ``hospital``):
   ``died_or_discharged``), string ids, one to three stays per patient
   (75% / 20% / 5%, seeded), rewards coded -1 on death, +1 on survival, 0
   otherwise (range [-1, 1]), and ``survived`` (the same outcome coded 1 / 0);
-* ``spec.json`` (reward ``outcome`` in [-1, 1], patient-level unit, k = 2) and
-  ``spec01.json`` (reward ``survived`` in [0, 1]).
+* ``spec.json`` (reward ``outcome`` in [-1, 1], patient-level unit, k = 2, and
+  the public fact that a stay has one outcome: ``return_bound`` [-1, 1]) and
+  ``spec01.json`` (reward ``survived`` in [0, 1], ``return_bound`` [0, 1]).
 
 Run: ``python experiments/make_hospital_logs.py [FOLDER]``.
 """
@@ -48,11 +49,12 @@ def make(folder: Path) -> None:
         part.write_parquet(d / "part-0.parquet")
     spec = {"format_version": 1, "dataset_id": "icu-sepsis-hospital", "horizon": 20, "n_states": 716,
             "n_actions": 25, "terminal_states": [713, 714, 715], "reward_range": [-1.0, 1.0],
+            "return_bound": [-1.0, 1.0],
             "privacy_unit": {"column": "patient_id", "max_episodes": 2},
             "columns": {"episode_id": "stay_id", "step": "window", "state": "cluster", "action": "treatment_bin",
                         "reward": "outcome", "next_state": "next_cluster", "terminated": "died_or_discharged"}}
     (folder / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
-    spec["reward_range"], spec["columns"]["reward"] = [0.0, 1.0], "survived"
+    spec["reward_range"], spec["return_bound"], spec["columns"]["reward"] = [0.0, 1.0], [0.0, 1.0], "survived"
     (folder / "spec01.json").write_text(json.dumps(spec, indent=2) + "\n")
 
 

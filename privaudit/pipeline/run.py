@@ -46,7 +46,7 @@ from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output
 from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT, budget_shares,
                                           composed_guarantee, split_budget)
 from privaudit.pipeline import values as val
-from privaudit.stats.behaviour_value import BehaviourValueRelease, estimate_behaviour_value
+from privaudit.stats.behaviour_value import BehaviourValueRelease, estimate_behaviour_value, return_range
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.events import event_from_dict
@@ -430,7 +430,10 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
         rep.plot_values(evaluation, tmp / "figures" / "values.png",
                         fallback={n: d["fallback_share"] for n, d in diagnostics.items()})
     certified = val.certified_entries(start_values, d0, d0_source,
-                                      None if evaluation is None else evaluation["values"])
+                                      None if evaluation is None else evaluation["values"],
+                                      return_range=return_range(spec)[:2])
+    for name, dg in diagnostics.items():  # one certified value per policy (clipped into the return range)
+        dg["certified_value"] = certified[name]["certified_value"]
     behaviour = None if value_stats is None else {
         **estimate_behaviour_value(value_stats), "privacy_part": VALUE_PART,
         "mechanism": value_plan.describe(),

@@ -84,8 +84,9 @@ def start_distribution(*, value_stats: ValueStatistics | None = None, release=No
     return None, None
 
 
-def certified_value(V0: np.ndarray, d0: np.ndarray | None) -> float | None:
-    """d0 . V_0 (declared reward units), or None without a start distribution.
+def certified_value(V0: np.ndarray, d0: np.ndarray | None, return_range: tuple[float, float] | None = None
+                    ) -> float | None:
+    """d0 . V_0 (declared reward units), clipped into the declared return range; None without d0.
 
     Parameters
     ----------
@@ -93,14 +94,21 @@ def certified_value(V0: np.ndarray, d0: np.ndarray | None) -> float | None:
         A pessimistic learner's value at step 0 in declared units
         (``TabularLearnerBase.declared_values()[0]``).
     d0 : ndarray, shape (S,) or None
+    return_range : (G_lo, G_hi), optional
+        The declared range of every episode's return
+        (``privaudit.stats.behaviour_value.return_range``): every policy's
+        value lies in it, so clipping keeps a lower bound a lower bound (a
+        learner whose frame ignores a declared ``return_bound`` can certify
+        less than G_lo, e.g. H r_min).
     """
     if d0 is None:
         return None
-    return float(np.asarray(d0, dtype=np.float64) @ np.asarray(V0, dtype=np.float64))
+    v = float(np.asarray(d0, dtype=np.float64) @ np.asarray(V0, dtype=np.float64))
+    return v if return_range is None else float(np.clip(v, return_range[0], return_range[1]))
 
 
 def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str | None,
-                      exact: dict | None) -> dict:
+                      exact: dict | None, return_range: tuple[float, float] | None = None) -> dict:
     """Per policy: ``certified_value``, ``certified_start`` and ``certificate_held``.
 
     Parameters
@@ -112,6 +120,8 @@ def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str 
         From :func:`start_distribution`.
     exact : dict[str, float] or None
         Policy name -> exact value on a known MDP.
+    return_range : (G_lo, G_hi), optional
+        Passed to :func:`certified_value`.
 
     Returns
     -------
@@ -122,7 +132,7 @@ def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str 
     """
     out = {}
     for name, V0 in start_values.items():
-        cert = None if V0 is None else certified_value(V0, d0)
+        cert = None if V0 is None else certified_value(V0, d0, return_range)
         v = (exact or {}).get(name)
         out[name] = {"certified_value": cert, "certified_start": d0_source if cert is not None else None,
                      "certificate_held": None if cert is None or v is None else bool(cert <= v + 1e-9)}

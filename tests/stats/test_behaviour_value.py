@@ -241,6 +241,9 @@ def test_start_distribution_sources_and_certificates():
     out = certified_entries({"a": V0}, np.array([1.0, 0, 0, 0]), "value-release", {"a": 0.5})
     assert out["a"]["certificate_held"] is False
     assert certified_entries({"a": V0}, None, None, None)["a"]["certified_value"] is None
+    # clipped into the declared return range: every policy's value lies in it
+    low = certified_entries({"a": np.full(4, -6.0)}, np.array([1.0, 0, 0, 0]), "mdp", None, (-1.0, 1.0))
+    assert low["a"]["certified_value"] == -1.0
 
 
 def test_released_start_distribution_estimates_d0():
