@@ -9,7 +9,7 @@ arrays, 4 x 8 bytes per user, are the only O(K) part).
 Usage::
 
     python benchmarks/bench_online_linear.py [--episodes 100000 10000] [--algos ...] [--rho 1]
-        [--constants practical] [--out benchmarks/results/online_linear.json]
+        [--constants practical] [--out benchmarks/results/online_linear.json] [--progress DIR]
 
 Prints one line per run and writes the JSON table. On a shared machine the
 wall time depends on the load; the CPU time (user + system of the child) is
@@ -40,7 +40,16 @@ agent = make_linear_agent(algo, env.phi, reward, env.horizon, K,
                           rho=rho if LINEAR_ALGOS[algo] else float("inf"), constants=which,
                           rng=np.random.default_rng(0))
 t0 = time.perf_counter()
-res = run_episodes(env, agent, K)
+progress_path, done = {progress!r}, [0]
+
+def tick(n):  # every 1%: episodes done, CPU seconds, peak RSS (partial results survive a killed run)
+    done[0] += n
+    if progress_path:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        with open(progress_path, "a") as f:
+            f.write(f"{{done[0]}} {{ru.ru_utime + ru.ru_stime:.2f}} {{ru.ru_maxrss / 1024:.1f}}\n")
+
+res = run_episodes(env, agent, K, progress=tick)
 wall = time.perf_counter() - t0
 state = sum(v.nbytes for v in vars(agent).values() if isinstance(v, np.ndarray))
 parts = [agent.stats] + [o for o in (getattr(agent, "lat", None),) if o is not None]
@@ -56,9 +65,14 @@ print(json.dumps({{"algo": algo, "episodes": K, "seconds": wall, "cpu_seconds": 
 """
 
 
-def run_one(algo: str, K: int, rho: float, which: str) -> dict:
-    """Run one (algorithm, K) in a fresh interpreter; returns its measurements."""
-    code = _CHILD.format(root=str(ROOT), algo=algo, K=K, rho=rho, which=which)
+def run_one(algo: str, K: int, rho: float, which: str, progress: str = "") -> dict:
+    """Run one (algorithm, K) in a fresh interpreter; returns its measurements.
+
+    ``progress``: a directory where the child appends "episodes cpu_seconds peak_rss_mib"
+    every 1% of the run (``<algo>_<K>.progress``); empty: none.
+    """
+    path = str(Path(progress) / f"{algo}_{K}.progress") if progress else ""
+    code = _CHILD.format(root=str(ROOT), algo=algo, K=K, rho=rho, which=which, progress=path)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -71,11 +85,12 @@ def main(argv=None) -> None:
     ap.add_argument("--rho", type=float, default=1.0)
     ap.add_argument("--constants", default="practical")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "online_linear.json"))
+    ap.add_argument("--progress", default="", help="directory for per-1%% progress lines (episodes, CPU s, RSS)")
     args = ap.parse_args(argv)
     rows = []
     for algo in args.algos:
         for K in args.episodes:
-            r = run_one(algo, K, args.rho, args.constants)
+            r = run_one(algo, K, args.rho, args.constants, args.progress)
             rows.append(r)
             print(f"{algo:15s} K={K:>7d}: {r['seconds']:7.1f} s wall, {r['cpu_seconds']:7.1f} s CPU, peak RSS {r['peak_rss_mib']:6.1f} MiB, "
                   f"agent arrays {r['agent_array_bytes'] / 1024:6.1f} KiB, switches {r['switches']}, "

@@ -97,9 +97,9 @@ class LSVIUCBPlusPlus(LinearExplorer):
         H, S = self.H, self.S
         self.Qhat = np.full((H, S * self.A), float(H))
         self.Qchk = np.zeros((H, S * self.A))
-        self.Vhat = np.zeros((H + 1, S))                 # row H is V_{H+1} = 0
-        self.Vhat[:H] = H
-        self.Vchk = np.zeros((H + 1, S))
+        self.V = np.zeros((H + 1, 2, S))                 # V-hat, V-check; row H is V_{H+1} = 0
+        self.V[:H, 0] = H
+        self.Vhat, self.Vchk = self.V[:, 0], self.V[:, 1]   # views
         self._logdet_last: np.ndarray | None = None
         self._beta_opt = constants.beta_bern if constants.optimistic == "bernstein" else constants.beta_hoef
         self._cur: dict | None = None
@@ -166,33 +166,41 @@ class LSVIUCBPlusPlus(LinearExplorer):
         H, S, A = self.H, self.S, self.A
         noise = self._vec_noise()
         if switch:
-            y = np.empty((H, 3, self.d))                          # released targets
-            m = self.phi_flat @ inv                                # (H, S*A, d): phi^T Lambda^-1
+            # phi^T Lambda^-1 for every (h, s, a); the optimistic / pessimistic predictions
+            # x = phi^T Lambda^-1 y_h with y_h = b_h^T V_{h+1} (+ noise) are linear in V_{h+1}:
+            # x = pb_h V_{h+1} + mn_h, with pb_h = phi^T Lambda^-1 b_h^T and mn_h = phi^T Lambda^-1 noise_h
+            # precomputed for all h (post-processing; the releases themselves are formed below)
+            m = self.phi_flat @ inv                                # (H, S*A, d)
             bon = np.sqrt(np.maximum((m * self.phi_flat).sum(axis=-1), 0.0))      # (H, S*A)
             base_opt = self.r_flat + self._beta_opt * bon
             base_pes = self.r_flat - self.c.beta_hoef * bon
+            if self.lat is None:
+                pb, unit = m @ np.swapaxes(self.stats.b, 1, 2), None                # (H, S*A, S)
+            else:
+                unit = math.ldexp(1.0, self.lattice.value_bits)
+                pb = (m @ np.swapaxes(self.lat.b, 1, 2)) * self._unit_out[0, 0]
+                base_opt = base_opt + (m * (noise[:, 0, None, :] * self._unit_out[0, 0])).sum(axis=-1)
+                base_pes = base_pes + (m * (noise[:, 1, None, :] * self._unit_out[1, 0])).sum(axis=-1)
             opt_all = np.empty((H, S * A))
-            vals = np.empty((3, S))
             for h in range(H - 1, -1, -1):
-                vals[0], vals[1] = self.Vhat[h + 1], self.Vchk[h + 1]
-                np.multiply(vals[0], vals[0], out=vals[2])
-                y[h] = self._targets(h, vals, None if noise is None else noise[h])
-                x = m[h] @ y[h, :2].T                              # (S*A, 2): phi^T w-hat, phi^T w-check
+                v = self.V[h + 1]                                  # (2, S)
+                if unit is not None:                               # V on the 2^-VB grid, in grid units
+                    v = np.rint(v * unit)
+                x = pb[h] @ v.T                                    # (S*A, 2)
                 opt = np.add(x[:, 0], base_opt[h], out=opt_all[h])
                 qh, qc = self.Qhat[h], self.Qchk[h]                # updated in place; 0 <= Q <= H before
                 np.minimum(opt, qh, out=qh)                        # <= H already
                 np.maximum(qh, 0.0, out=qh)
                 np.maximum(np.add(x[:, 1], base_pes[h]), qc, out=qc)  # >= 0 already
                 np.minimum(qc, H, out=qc)
-                self.Vhat[h] = qh.reshape(S, A).max(axis=1)
-                self.Vchk[h] = qc.reshape(S, A).max(axis=1)
+                self.V[h, 0] = qh.reshape(S, A).max(axis=1)
+                self.V[h, 1] = qc.reshape(S, A).max(axis=1)
             self.pi = greedy(self.Qhat.reshape(H, S, A), opt_all.reshape(H, S, A))
             self._logdet_last = logdet.copy()
             self.n_switches += 1
-        else:
-            # no switch: V is unchanged, so the H releases do not depend on each other
-            vh = self.Vhat[1:]
-            y = self._targets(slice(None), np.stack([vh, self.Vchk[1:], vh * vh], axis=1), noise)
+        # the 3H target releases with this episode's V_{h+1} (after a switch: the new ones)
+        vh = self.V[1:, 0]
+        y = self._targets(slice(None), np.stack([vh, self.V[1:, 1], vh * vh], axis=1), noise)
         w = y @ inv                                                # (H, 3, d); inv is symmetric
         self._cur = {"inv": inv, "what": w[:, 0], "wchk": w[:, 1], "wbar": w[:, 2]}
         return self.pi
