@@ -459,6 +459,9 @@ def test_lattice_statistics_are_exact_sums_of_the_gridded_inputs():
     vg = np.round(v * 64) / 64
     np.testing.assert_allclose(np.ldexp(st.target(3, v, with_reward=False).astype(float), -lat.target_bits),
                                vg @ ref_b[3], rtol=1e-13)
+    # a K whose integer sums could overflow int64 is refused before any statistic
+    with pytest.raises(UsageError, match="overflow"):
+        LatticeStats(H, S, D, lat, 10 ** 12, 1.0 / H ** 2, H ** 2)
 
 
 def test_private_explorers_are_reproducible_from_a_seed_and_differ_across_seeds():

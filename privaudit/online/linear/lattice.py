@@ -204,8 +204,10 @@ class LatticeStats:
 
     def __init__(self, horizon: int, n_states: int, dim: int, lattice: Lattice, n_episodes: int,
                  w_max: float = 1.0, t_max: float = 1.0):
-        top = max(lattice.target_bits, lattice.square_target_bits, lattice.gram_bits)
-        if n_episodes * w_max * max(t_max, 1.0) * 2.0 ** top >= 2.0 ** 61:
+        # |sum| <= K w_max 2^bits per Gram entry, K w_max t_max 2^bits per target coordinate (t_max = H^2 covers V^2)
+        worst = n_episodes * w_max * max(2.0 ** lattice.gram_bits,
+                                         max(t_max, 1.0) * 2.0 ** max(lattice.target_bits, lattice.square_target_bits))
+        if worst >= 2.0 ** 61:
             raise UsageError(f"the lattice sums of K={n_episodes} episodes would overflow int64; use fewer episodes.")
         self.lattice = lattice
         self.gram = np.zeros((horizon, dim, dim), dtype=np.int64)
