@@ -217,6 +217,14 @@ class DomainSpec:
             in place of H - h for clipping Q and V, Hoeffding widths and the
             sensitivity of value-weighted sums (sum over s' of n(s, a, s')
             V(s') changes by at most b[h+1] per step moved).
+
+        Notes
+        -----
+        The units are those of the scaled rewards r' = (r - r_min) / (r_max -
+        r_min) with terminal states earning 0 in r' units. When r_min = 0 that
+        is also the learners' planning frame (``learners.pessimism.RewardFrame``
+        is then the identity); with r_min != 0 a learner planning in another
+        frame converts the declared ``return_bound`` itself.
         """
         H = self.horizon
         return np.minimum(np.arange(H, -1, -1, dtype=float), self.scaled_return_max)
