@@ -123,7 +123,7 @@ def simulate(mdp: TabularMDP, policy: np.ndarray, n_episodes: int, rng: np.rando
                          f"{list(np.flatnonzero(is_terminal & (mdp.d0 > 0)))}; episodes must start "
                          "in a non-terminal state.")
     r = mdp.r
-    r_next = r.shape in ((S, A, S), (H, S, A, S))  # same precedence as TabularMDP
+    r_next = mdp.reward_next_state  # TabularMDP's reading (H = S = A makes the shape ambiguous)
     r_steps = r.ndim == (4 if r_next else 3)
 
     # Samplers: one per distinct P_h / pi_h (stationary tables are built once).

@@ -25,6 +25,8 @@ class TabularMDP:
         is a stationary MDP (the same P at every step).
     r : ndarray, shape (S, A), (S, A, S), (H, S, A) or (H, S, A, S), float64
         Reward r(s, a) or r(s, a, s') in reward units, optionally per step.
+        When H = S = A, a 3-d ``r`` is read as r_h(s, a) if ``P`` is per-step
+        (4-d) and as r(s, a, s') if ``P`` is stationary.
     d0 : ndarray, shape (S,)
         Initial-state distribution.
     horizon : int
@@ -47,6 +49,9 @@ class TabularMDP:
     horizon: int
     terminal_states: tuple[int, ...] = ()
     name: str = "tabular"
+    #: True when ``r`` is read as r(s, a, s') (shape (S, A, S) or (H, S, A, S)), False for r(s, a) /
+    #: r_h(s, a); the one reading every consumer (simulation, online environments) follows.
+    reward_next_state: bool = field(init=False, compare=False, default=False)
     _Pt: np.ndarray = field(init=False, compare=False)
     _rt: np.ndarray = field(init=False, compare=False)
 
@@ -68,17 +73,20 @@ class TabularMDP:
             raise UsageError(f"`d0` must be a probability vector of shape ({S},).")
         if (P < -1e-12).any() or np.abs(P.sum(-1) - 1).max() > 1e-6:
             raise UsageError("`P` rows must be probability vectors (non-negative, summing to 1).")
-        # Expected reward r_h(s, a) per step, shape (H?, S, A)
+        # Expected reward r_h(s, a) per step, shape (H?, S, A). When H = S = A a 3-d r is both
+        # (S, A, S) and (H, S, A): it is read as per-step r_h(s, a) when P is per-step (the
+        # random tabular MDPs) and as r(s, a, s') when P is stationary (ICU-Sepsis).
         if r.shape == (S, A):
+            rsa = r
+        elif r.shape == (H, S, A) and (P.ndim == 4 or r.shape != (S, A, S)):
             rsa = r
         elif r.shape == (S, A, S):
             rsa = None
-        elif r.shape == (H, S, A):
-            rsa = r
         elif r.shape == (H, S, A, S):
             rsa = None
         else:
             raise UsageError(f"`r` must have shape (S, A), (S, A, S), (H, S, A) or (H, S, A, S). Got {r.shape}.")
+        object.__setattr__(self, "reward_next_state", rsa is None)
         if rsa is None:
             rsa = (P * r).sum(-1)  # broadcasts over H when either is per-step
         Pt, rt = P.copy(), np.array(rsa, dtype=np.float64)

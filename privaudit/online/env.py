@@ -142,7 +142,7 @@ class EpisodicEnv:
         cdf /= cdf[..., -1:]  # exact 1.0 at the end; zero-probability states are never drawn
         # realised reward: r(s, a, s') when the MDP has it (terminal rows 0), else r_h(s, a)
         r = np.asarray(mdp.r, dtype=np.float64)
-        if r.shape[-1] == S and r.ndim in (3, 4) and r.shape[-3:] == (S, A, S):
+        if mdp.reward_next_state:  # TabularMDP's reading of r (H = S = A makes the shape ambiguous)
             rew = np.array(r if r.ndim == 4 else r[None], dtype=np.float64)
             if mdp.terminal_states:
                 rew[:, list(mdp.terminal_states)] = 0.0

@@ -14,6 +14,7 @@ from privaudit.mdp import value_iteration
 from privaudit.mdp.icu_sepsis import (REFERENCE_VALUES, TERMINAL_STATES, clinicians_policy, icu_sepsis_spec_doc,
                                       load_icu_sepsis, state_cluster_centers)
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
+from privaudit.mdp.simulate import simulate, uniform_policy
 from privaudit.spec import DomainSpec
 
 
@@ -187,3 +188,20 @@ def test_load_refuses_bad_files(tmp_path):
     with pytest.raises(ArtifactError, match="d0"):
         load_mdp(path)
     assert zipfile.is_zipfile(path)
+
+
+def test_per_step_reward_read_as_such_when_H_equals_S_equals_A():
+    # H = S = A = 3: a (H, S, A) reward has the shape of an (S, A, S) one. With per-step P it is
+    # r_h(s, a) (random tabular MDPs); reading it as r(s, a, s') gave wrong exact values.
+    mdp = random_tabular_mdp(3, 3, 3, instance_seed=8)
+    assert not mdp.reward_next_state
+    for h in range(3):
+        np.testing.assert_array_equal(mdp.expected_reward(h), mdp.r[h])
+    # the simulator logs r_h(s_h, a_h) exactly (deterministic rewards)
+    df = simulate(mdp, uniform_policy(mdp), 200, np.random.default_rng(0))
+    want = mdp.r[df["step"].to_numpy(), df["state"].to_numpy(), df["action"].to_numpy()]
+    np.testing.assert_array_equal(df["reward"].to_numpy(), want)
+    # a stationary P keeps the r(s, a, s') reading of a (3, 3, 3) reward
+    stat = TabularMDP(P=mdp.P[0], r=mdp.r, d0=mdp.d0, horizon=3)
+    assert stat.reward_next_state
+    np.testing.assert_allclose(stat.expected_reward(0), (mdp.P[0] * mdp.r).sum(-1))
