@@ -118,6 +118,8 @@ for _a in (
               "APVI with a Hoeffding penalty (NOT private)"),
     Algorithm("dp-apvi", "tabular", True, "privaudit.learners.dp_apvi:DPAPVI",
               "DP-APVI (seed 000 Alg. 1): post-processing of a DP count release"),
+    Algorithm("dp-pbb", "tabular", True, "privaudit.learners.dp_pbb:DPPBB",
+              "DP-PBB: pessimistic value iteration with private Bellman backups (rho-zCDP), with a certificate"),
     Algorithm("pevi", "linear", False, "privaudit.learners.linear.estimators:PEVI",
               "pessimistic value iteration with linear features (NOT private)"),
     Algorithm("vapvi", "linear", False, "privaudit.learners.linear.estimators:VAPVI",

@@ -1,4 +1,4 @@
-"""Built-in mechanisms for the auditor: the tabular release and DP-APVI.
+"""Built-in mechanisms for the auditor: the tabular release, DP-APVI and DP-PBB.
 
 Both adapters run the library's own code path for everything that decides
 privacy: contribution bounding (``privaudit.data.bounding``), exact counts
@@ -27,6 +27,16 @@ policy's action table pi_h(s), shape (H, S). This costs one full release per
 run: practical for small domains, minutes per hundred runs at the ICU-Sepsis
 shape.
 
+DP-PBB (:class:`DPPBBMechanism`). Each run fits :class:`privaudit.learners.dp_pbb.DPPBB` on the exact capped
+counts of D or D' (bounded by ``data.bounding.bound_contributions``, capped
+by ``data.bounding.cap_per_cell``, counted by ``stats.counts``: the code
+``privaudit train --algo dp-pbb`` runs), drawing all its noise (visit
+counts, the K private backups and their second moments, start counts) with
+the run's generator, and outputs the policy's action table pi_h(s), shape
+(H, S). The claim is the accountant's claim for the learner's planned event
+(``DPPBB.plan``), the same event the policy and the ledger state. The
+noise is exact discrete Gaussian, so only the generic test applies.
+
 DP-VAPVI: :class:`privaudit.audit.adapter_dpvapvi.DPVAPVIMechanism` (the
 noisy statistics of step h = H-1 through ``DPVAPVI.step_release``; see that
 module), re-exported here.
@@ -42,8 +52,9 @@ from privaudit.errors import UsageError
 from privaudit.privacy import budget as budget_mod
 from privaudit.spec import DomainSpec
 from privaudit.stats.mechanism import TabularRelease
-from privaudit.data.bounding import bound_contributions
+from privaudit.data.bounding import bound_contributions, cap_per_cell
 from privaudit.learners.dp_apvi import DPAPVI
+from privaudit.learners.dp_pbb import DPPBB, MAX_PER_CELL_DEFAULT, capped_counts_from_frames
 from privaudit.learners.tabular_counts import TabularCounts
 from privaudit.stats import counts
 
@@ -307,7 +318,83 @@ class DPAPVIMechanism(_LibraryStatistics):
         return [("policy_follows_canary", canary_actions)]
 
 
+# ----------------------------------------------------------------------------
+# DP-PBB
+
+class DPPBBMechanism(_LibraryStatistics):
+    """DP-PBB on a neighbouring pair: output int64 (H, S), the greedy action at each (h, s).
+
+    Parameters
+    ----------
+    spec : DomainSpec
+        Must declare a public reward (DP-PBB backs up r(s') + V(s')).
+    rho, epsilon, delta, mechanism, stationary, noise
+        As for the other adapters (Gaussian only; ``noise`` is ignored: DP-PBB draws exact noise).
+    learner_params : dict, optional
+        :class:`DPPBB` parameters.
+    max_per_cell : int, optional
+        c (default :data:`privaudit.learners.dp_pbb.MAX_PER_CELL_DEFAULT`).
+    """
+
+    name = "dp-pbb"
+
+    def __init__(self, spec, *, learner_params: dict | None = None, max_per_cell: int | None = None, **kw):
+        super().__init__(spec, **{**kw, "noise": "exact"})
+        if self.budget.mechanism != "gaussian":
+            raise UsageError("dp-pbb is Gaussian / zCDP only: audit it with a rho claim or --epsilon E --delta D.")
+        self.reward = spec.public_reward_scaled()
+        if self.reward is None:
+            raise UsageError("dp-pbb needs a spec with a public reward ($.public_reward).")
+        self.learner_params = dict(learner_params or {})
+        self.c = MAX_PER_CELL_DEFAULT if max_per_cell is None else int(max_per_cell)
+        rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
+        self.return_bound = rb
+        self.plan, _ = DPPBB(**self.learner_params).plan(
+            self.budget.rho, horizon=spec.H, n_states=spec.S, max_episodes=spec.max_episodes_per_unit,
+            max_per_cell=self.c, stationary=self.stationary, reward_range=spec.reward_range, return_bound=rb,
+            starts=True, unit_column=spec.unit_column or "episode_id")
+        self.exact: dict = {}
+
+    def prepare(self, d: pl.DataFrame, d_prime: pl.DataFrame) -> "DPPBBMechanism":
+        for key, logs in (("d", d), ("d_prime", d_prime)):
+            bounded, report = bound_contributions(logs.lazy(), self.spec)  # report: private, discarded
+            capped, _ = cap_per_cell(bounded, report, self.c, stationary=self.stationary)
+            self.exact[key] = capped_counts_from_frames(capped, bounded, self.spec, stationary=self.stationary,
+                                                        max_per_cell=self.c)
+        self.bind(d, d_prime)
+        return self
+
+    def exact_statistics(self, logs: pl.DataFrame) -> dict:
+        ex = self.exact[self.which(logs)]
+        return {"visits": ex.visits(), "starts": ex.starts}
+
+    def __call__(self, logs: pl.DataFrame, rng: np.random.Generator) -> np.ndarray:
+        if not self.exact:
+            raise UsageError("DPPBBMechanism: call prepare(d, d_prime) before running it.")
+        learner = DPPBB(**self.learner_params).fit(
+            self.exact[self.which(logs)], self.reward, terminal_states=self.spec.terminal_states,
+            reward_range=self.spec.reward_range, return_bound=self.return_bound, budget=self.budget, rng=rng)
+        return np.argmax(learner.policy_.table, axis=-1).astype(np.int64)
+
+    def claim(self, kind: str = "generic"):
+        """The accountant's claim for the learner's event (generic test only: exact discrete noise)."""
+        if kind == "gaussian":
+            raise UsageError("the GDP test is valid only for continuous Gaussian noise; dp-pbb draws exact "
+                             "discrete Gaussian noise: use the generic test.")
+        return Claim.from_event(self.plan.event, self.delta or 1e-5, kind=kind)
+
+    def declared_sensitivity(self) -> dict:
+        return {f"{e.family}[{i}]": {"l2": e.l2} for i, e in enumerate(self.plan.event.events)}
+
+    def noise(self) -> dict:
+        return {f"{e.family}[{i}]": {"mechanism": "gaussian", "scale": e.sigma}
+                for i, e in enumerate(self.plan.event.events)}
+
+    attack_scores = DPAPVIMechanism.attack_scores  # the canary's actions, as for DP-APVI
+
+
 from privaudit.audit.adapter_dpvapvi import DPVAPVIMechanism  # noqa: E402 - after the tabular adapters
 
 #: --mechanism names of the CLI -> adapter class
-MECHANISMS = {"release": ReleaseMechanism, "dp-apvi": DPAPVIMechanism, "dp-vapvi": DPVAPVIMechanism}
+MECHANISMS = {"release": ReleaseMechanism, "dp-apvi": DPAPVIMechanism, "dp-pbb": DPPBBMechanism,
+              "dp-vapvi": DPVAPVIMechanism}

@@ -55,6 +55,9 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--penalty-c", "c_fallback", type=click.FloatRange(min=1, min_open=True), default=None,
               help="Fallback penalty C*H where the count is at most E (apvi, apvi-hoeffding, dp-apvi; "
                    "any C > 1; default 2).")
+@click.option("--max-per-cell", "max_per_cell", type=click.IntRange(min=1), default=None,
+              help="dp-pbb: at most C steps of one privacy unit per (s, a) cell (per (h, s, a) with --per-step); "
+                   "default 1.")
 @click.option("--ledger", type=click.Path(dir_okay=False), default=None,
               help="Budget ledger: dp-apvi charges the release made from LOGS; dp-vapvi is checked before "
                    "any noise and charged before the policy is written.")
@@ -63,7 +66,7 @@ def release_dir_for(out: Path) -> Path:
               help="TESTS ONLY: seed the release's noise (rng mode seeded-insecure).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @handle_errors
-def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, noise, stationary,
+def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, noise, stationary, max_per_cell,
             failure_prob, c1, c2, c_fallback, ledger, out, seed, as_json):
     """Train a policy and write it as a folder (policy.parquet + policy.json).
 
@@ -93,6 +96,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     Examples:
       privaudit train logs.parquet --spec spec.json --algo dp-apvi --epsilon 5 --delta 1e-6 --stationary --out pol
       privaudit train --release rel --spec spec.json --algo dp-apvi --out pol
+      privaudit train logs.parquet --spec spec.json --algo dp-pbb --epsilon 5 --delta 1e-6 --out pol_pbb
       privaudit train logs.parquet --spec spec.json --algo apvi --out pol_nonprivate
       privaudit train logs.parquet --spec lin_spec.json --algo dp-vapvi --rho 1 --out pol_lin
     """
@@ -165,7 +169,19 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             say(said)
         release_used = release_dir_for(out) if algo in private_algos else None
         check_out_free(out, release_used)
-        if algo in private_algos:
+        if algo == "dp-pbb":
+            release_used = None  # its releases (noisy counts, private backups) live inside the learner
+            if noise is not None:
+                raise UsageError("--noise does not apply to --algo dp-pbb: it always draws exact discrete "
+                                 "Gaussian noise. Drop the flag.")
+        if max_per_cell is not None and algo != "dp-pbb":
+            raise UsageError(f"--max-per-cell applies to --algo dp-pbb (its per-cell cap), not to --algo {algo}; "
+                             "cap a count release with `privaudit release --max-per-cell`.")
+        if algo == "dp-pbb":
+            if not budget_given:
+                raise UsageError("--algo dp-pbb releases private Bellman backups: give a budget "
+                                 "(--rho R, or --epsilon E --delta D).")
+        elif algo in private_algos:
             if not budget_given:
                 raise UsageError(f"--algo {algo} releases the counts first: give a budget "
                                  "(--rho R, or --epsilon E --delta D; Laplace: --epsilon E).")
@@ -178,7 +194,8 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         policy = train_from_logs(logs, spec, algo=algo, stationary=stationary, rho=rho, epsilon=epsilon,
                                  delta=delta, mechanism=mechanism, noise=noise or "exact",
                                  release_out=release_used,
-                                 ledger=ledger, seed=seed, params=params, echo=say)
+                                 ledger=ledger, seed=seed, params=params, echo=say, max_per_cell=max_per_cell,
+                                 output=out)
     save_policy(policy, out)
     summary = {"policy": str(out), "algorithm": policy.algorithm, "private": bool(policy.privacy.get("private")),
                "release": str(release_used) if release_used is not None else None,

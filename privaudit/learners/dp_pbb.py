@@ -50,7 +50,7 @@ from privaudit.learners.confidence import gaussian_tail, mean_radius, stitched_l
 from privaudit.learners.pessimism import FAILURE_PROB_DEFAULT, RewardFrame, reward_frame
 from privaudit.learners.policy import Policy
 from privaudit.privacy import accounting, samplers
-from privaudit.privacy.budget import Budget
+from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
 from privaudit.stats.counts import sparse_counts
 
@@ -263,7 +263,8 @@ def pbb_sensitivities(horizon: int, max_episodes: int, max_per_cell: int | None,
     H, k = int(horizon), int(max_episodes)
     M = k * H if stationary else k
     c = M if max_per_cell is None else min(int(max_per_cell), M)
-    return {"M": M, "M_total": k * H, "c": c, "visits_l2": math.sqrt(2.0 * c * k * H),
+    return {"M": M, "M_total": k * H, "c": c, "c_declared": None if max_per_cell is None else int(max_per_cell),
+            "visits_l2": math.sqrt(2.0 * c * k * H),
             "starts_l2": math.sqrt(2.0) * k}
 
 
@@ -348,7 +349,8 @@ class PBBPlan:
         """The privacy event: visits, H backups (and second moments), starts."""
         if not self.private:
             raise UsageError("the zero-noise plan (rho = inf) has no privacy event: it is not private.")
-        common = dict(unit=self.unit, neighbouring=Neighbouring.SUBSTITUTION, noise="exact")
+        c = self.sens["c_declared"]
+        common = dict(unit=self.unit, neighbouring=Neighbouring.SUBSTITUTION, noise="exact", max_per_cell=c)
         evs = [GaussianEvent(family="pbb-visits", l2=self.sens["visits_l2"], sigma=self.sigma_visits, **common)]
         for chain, bs in (("pbb", self.backups), ("pbb-select", self.select_backups)):
             for b in bs:
@@ -357,7 +359,7 @@ class PBBPlan:
                     evs.append(GaussianEvent(family=f"{chain}-second-moment", l2=b.l2_2, sigma=b.sigma_2, **common))
         if self.sigma_starts > 0:
             evs.append(GaussianEvent(family="pbb-starts", l2=self.sens["starts_l2"], sigma=self.sigma_starts,
-                                     **common))
+                                     **{**common, "max_per_cell": None}))  # starts: one per episode, no cap
         return ComposedEvent(tuple(evs), label="dp-pbb")
 
 
@@ -624,7 +626,6 @@ class DPPBB(TabularLearnerBase):
         self.plan_ = plan
         self.event_ = plan.event if plan.private else None
         if budget is None and plan.private:
-            from privaudit.privacy.budget import resolve_budget
             budget = resolve_budget(rho=rho)
             if self.delta_report is not None:
                 budget = budget.reported_at(self.delta_report)

@@ -10,10 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.errors import ArtifactError, UsageError
 from privaudit import registry
+from privaudit.io_utils import new_run_id
+from privaudit.learners import dp_pbb
 from privaudit.learners.policy import Policy
+from privaudit.privacy import budget as budget_mod
+from privaudit.privacy import ledger as ledger_mod
+from privaudit.privacy.budget import Budget
 from privaudit.learners.tabular_counts import exact_counts
 from privaudit.spec import DomainSpec
 from privaudit.stats.release import load_release, release_logs
@@ -93,7 +102,8 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
                     rho: float | None = None, epsilon: float | None = None, delta: float | None = None,
                     mechanism: str = "gaussian", noise: str = "exact", release_out: str | Path | None = None,
                     ledger: str | Path | None = None, seed: int | None = None, params: dict | None = None,
-                    echo: Callable[[str], None] | None = None) -> Policy:
+                    echo: Callable[[str], None] | None = None, max_per_cell: int | None = None,
+                    budget: Budget | None = None, run: str | None = None, output=None) -> Policy:
     """Train a tabular policy from Parquet logs.
 
     Parameters
@@ -116,6 +126,14 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
         Learner constructor parameters.
     echo : callable, optional
         Messages for the data holder (stderr in the CLI).
+    max_per_cell : int, optional
+        dp-pbb only: c, the most steps one unit contributes to one cell
+        (default :data:`privaudit.learners.dp_pbb.MAX_PER_CELL_DEFAULT`).
+    budget : Budget, optional
+        dp-pbb only: an already resolved Gaussian budget (the pipeline's part)
+        instead of ``rho``/``epsilon``/``delta``.
+    run, output : optional
+        dp-pbb only: named in the ledger entry.
 
     Returns
     -------
@@ -133,6 +151,15 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     if algo not in tabular:
         raise UsageError(f"unknown tabular algorithm {algo!r}; choose one of {', '.join(tabular)}.")
     say = echo or (lambda s: None)
+    if algo == "dp-pbb":
+        if mechanism != "gaussian":
+            raise UsageError("dp-pbb is Gaussian / zCDP only: give --rho R, or --epsilon E --delta D.")
+        return train_dp_pbb(logs, spec, stationary=stationary, rho=rho, epsilon=epsilon, delta=delta,
+                            ledger=ledger, seed=seed, params=params, echo=say, max_per_cell=max_per_cell,
+                            budget=budget, run=run, output=output).learner.policy_
+    if max_per_cell is not None or budget is not None:
+        raise UsageError(f"`max_per_cell` and `budget` apply to dp-pbb, not to {algo} "
+                         "(dp-apvi: cap the release with `privaudit release --max-per-cell`).")
     if algo == "dp-apvi":
         if release_out is None:
             raise UsageError("dp-apvi on logs needs a release folder to write (release_out).")
@@ -151,6 +178,86 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     return learner.policy_
 
 
+@dataclass(frozen=True)
+class PBBRun:
+    """What :func:`train_dp_pbb` returns: the fitted learner (its ``policy_``, ``event_``,
+    ``certified_value()``) and the per-cell cap it used."""
+
+    learner: object
+    max_per_cell: int
+
+
+def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, rho: float | None = None,
+                 epsilon: float | None = None, delta: float | None = None, budget: Budget | None = None,
+                 ledger=None, seed: int | None = None, params: dict | None = None,
+                 echo: Callable[[str], None] | None = None, max_per_cell: int | None = None,
+                 run: str | None = None, output=None) -> PBBRun:
+    """DP-PBB on logs: plan (and check the ledger) from public facts, then count, noise, learn, charge.
+
+    Parameters
+    ----------
+    logs : path or PreparedLogs
+    spec : DomainSpec
+        Must declare a public reward; its ``return_bound`` (if any) bounds the backed-up values.
+    stationary : bool
+        Pool over h (the MDP is time-homogeneous).
+    rho, epsilon, delta, budget
+        The learner's whole budget (Gaussian); ``budget`` an already resolved one.
+    ledger : path, optional
+        Checked before any row is read; charged with the learner's event once it is fitted.
+    seed : int, optional
+        TESTS ONLY: seeds the noise (policy marked not private, rng seeded-insecure).
+    params : dict, optional
+        :class:`privaudit.learners.dp_pbb.DPPBB` parameters.
+    max_per_cell : int, optional
+        c (default ``dp_pbb.MAX_PER_CELL_DEFAULT``).
+
+    Returns
+    -------
+    PBBRun
+
+    Raises
+    ------
+    UsageError
+        No budget, both budget forms, no public reward, bad parameters.
+    BudgetExceededError
+        The ledger's remaining budget is below rho (before any row is read).
+    """
+    say = echo or (lambda s: None)
+    if budget is None:
+        if all(v is None for v in (rho, epsilon, delta)):
+            raise UsageError("dp-pbb releases private Bellman backups: give a budget (--rho R, or "
+                             "--epsilon E --delta D).")
+        budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
+    elif any(v is not None for v in (rho, epsilon, delta)):
+        raise UsageError("give either `budget` (a resolved Budget) or `rho`/`epsilon`/`delta`, not both.")
+    c = dp_pbb.MAX_PER_CELL_DEFAULT if max_per_cell is None else max_per_cell
+    learner = _learner("dp-pbb", params)
+    reward = spec.public_reward_scaled()
+    if reward is None:
+        raise UsageError("dp-pbb needs a public reward (spec $.public_reward): it backs up r(s') + V(s'). "
+                         "Use dp-apvi for logs whose rewards are private.")
+    rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
+    plan, _ = learner.plan(budget.rho, horizon=spec.H, n_states=spec.S, max_episodes=spec.max_episodes_per_unit,
+                           max_per_cell=c, stationary=stationary, reward_range=spec.reward_range,
+                           return_bound=rb, starts=True, unit_column=spec.unit_column or "episode_id")
+    if ledger is not None:  # before any row is read or noise drawn
+        ledger_mod.check_event(Path(ledger), spec.dataset_id, plan.event, budget)
+    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
+    prepared.check_spec(spec)
+    counts = dp_pbb.capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
+    say(f"dp-pbb: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
+        f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={budget.rho!r}): this spends privacy budget.")
+    learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,
+                return_bound=rb, budget=budget, spec_hash=spec.hash(), rng=np.random.default_rng(seed),
+                seeded=seed is not None)
+    if ledger is not None:
+        ledger_mod.charge_event(Path(ledger), spec.dataset_id, learner.event_,
+                                f"train dp-pbb: gaussian, rho={budget.rho!r} ({len(plan.backups)} private backups)",
+                                budget, run=run or new_run_id(), output=output)
+    return PBBRun(learner, c)
+
+
 def check_out_free(*paths: Path) -> None:
     """Refuse to start when an output already exists (before any budget is spent)."""
     for p in paths:
@@ -159,5 +266,5 @@ def check_out_free(*paths: Path) -> None:
     return None
 
 
-__all__ = ["train_from_release", "train_from_logs",
+__all__ = ["train_from_release", "train_from_logs", "train_dp_pbb", "PBBRun",
            "check_out_free", "ArtifactError"]

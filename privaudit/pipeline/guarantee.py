@@ -39,8 +39,12 @@ LINEAR_SHARE_DEFAULT = 0.5
 VALUE_SHARE_DEFAULT = 0.1
 #: Name of the behaviour-value part.
 VALUE_PART = "behaviour-value"
+#: Default share of the total rho given to DP-PBB, the default DP policy (when the spec declares a public
+#: reward); the count release (DP-APVI, the paper's reference, is post-processing of it) gets the rest.
+PBB_SHARE_DEFAULT = 0.6
 #: What each part releases and how (for the summary).
 _WHAT = {"release": "noisy {families} counts over the whole declared domain (release/)",
+         "dp-pbb": "the DP-PBB policy (its noisy counts and private Bellman backups are not output)",
          "dp-vapvi": "the DP-VAPVI policy (its noisy statistics are not output)",
          VALUE_PART: "the clinicians' (behaviour) value estimate and the start distribution of the certified "
                      "values (its noisy statistics are not output)"}
@@ -50,6 +54,10 @@ def _mechanism_text(name: str, spec: DomainSpec) -> str:
     """How a part adds its noise (for the summary)."""
     if name == "release":
         return "Gaussian, one sigma for all families (sigma per family in release/manifest.json)"
+    if name == "dp-pbb":
+        return ("exact discrete Gaussian: noisy capped visit and start counts and K private Bellman backups "
+                "(and their second moments) with fresh noise, for the certificate and the selection "
+                "(event in the policy manifest)")
     if name == VALUE_PART:
         return ("exact discrete Gaussian on fixed-point statistics: episode count, sum and sum of squares of the "
                 f"clipped returns, {spec.n_states} start-state counts; rho/4 each (sigmas in summary.json "
@@ -59,7 +67,7 @@ def _mechanism_text(name: str, spec: DomainSpec) -> str:
 
 
 def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT,
-                 value_share: float = 0.0) -> dict:
+                 value_share: float = 0.0, pbb_share: float = 0.0) -> dict:
     """Split the pipeline's resolved budget between the release, DP-VAPVI and the behaviour value.
 
     zCDP composes by adding rho (Bun & Steinke 2016, Lemma 2.3), so the parts
@@ -78,6 +86,8 @@ def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_S
         DP-VAPVI's share of rho, in (0, 1); ignored when ``linear`` is False.
     value_share : float
         The behaviour-value release's share of rho, in [0, 1) (0: none).
+    pbb_share : float
+        DP-PBB's share of rho, in [0, 1) (0: DP-PBB does not run).
 
     Returns
     -------
@@ -90,13 +100,14 @@ def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_S
     UsageError
         A share outside its interval, or shares leaving the release nothing.
     """
-    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share)
+    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
     if len(shares) == 1:
         return {"release": budget}
     return budget.split(shares)
 
 
-def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, value_share: float = 0.0) -> dict:
+def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, value_share: float = 0.0,
+                  pbb_share: float = 0.0) -> dict:
     """The configured share of the total rho per part (``{"release": 1.0}`` when alone).
 
     Raises
@@ -108,7 +119,12 @@ def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, v
     vs = value_share
     if isinstance(vs, bool) or not isinstance(vs, (int, float)) or not (math.isfinite(vs) and 0 <= vs < 1):
         raise UsageError(f"`value_share` must lie in [0, 1). Found {value_share!r}.")
+    ps = pbb_share
+    if isinstance(ps, bool) or not isinstance(ps, (int, float)) or not (math.isfinite(ps) and 0 <= ps < 1):
+        raise UsageError(f"`pbb_share` must lie in [0, 1). Found {pbb_share!r}.")
     shares = {}
+    if ps > 0:
+        shares["dp-pbb"] = float(ps)
     if linear:
         ls = float(linear_share)
         if not (math.isfinite(ls) and 0 < ls < 1):
@@ -118,7 +134,7 @@ def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, v
         shares[VALUE_PART] = float(vs)
     rest = 1.0 - sum(shares.values())
     if not rest > 0:
-        raise UsageError(f"`linear_share` + `value_share` must be below 1 (the release needs a share). "
+        raise UsageError(f"`linear_share` + `value_share` + `pbb_share` must be below 1 (the release needs a share). "
                          f"Found {sum(shares.values())!r}.")
     return {"release": rest, **shares}
 

@@ -12,12 +12,15 @@ Layout of ``out`` (see docs/pipeline.md)::
     figures/values.png        learned value vs clinicians vs optimum
     figures/audit_tradeoff.png
     release/                  the DP release (manifest.json + Parquet tables)
-    policies/dp-apvi/         policy.json + policy.parquet
+    policies/dp-pbb/          policy.json + policy.parquet (the default DP policy, with a certificate)
+    policies/dp-apvi/         policy.json + policy.parquet (seed 000's DP-APVI: the reference)
     policies/dp-vapvi/        (when the spec declares a feature map)
     audit/audit_report.json   the full audit report (synthetic pair from the spec: no private data)
     private/local-log.json    PRIVATE: bounding facts, stage timings
 
-Privacy: the release is the only access to the logs besides the
+Privacy: the release and DP-PBB (when the spec declares a public reward: its
+noisy counts and private Bellman backups, ``privaudit.learners.dp_pbb``) are
+the accesses to the logs besides the
 behaviour-value release (a small share of the budget: the DP estimate of the
 clinicians' value and the start distribution of the certified values;
 :mod:`privaudit.stats.behaviour_value`) and, when the spec declares a feature
@@ -43,7 +46,8 @@ from privaudit.audit.runner import MIN_TRIALS
 from privaudit.resources import sample_dir
 from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
-from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT, budget_shares,
+from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, PBB_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT,
+                                         budget_shares,
                                           composed_guarantee, split_budget)
 from privaudit.pipeline import values as val
 from privaudit.stats.behaviour_value import BehaviourValueRelease, estimate_behaviour_value, return_range
@@ -55,6 +59,7 @@ from privaudit.spec import DomainSpec, load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.errors import SpecError
 from privaudit.learners.dp_apvi import DPAPVI
+from privaudit.learners.train import train_dp_pbb
 from privaudit.learners.linear import train_from_logs as train_linear
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.linear.rows import column_dims
@@ -271,11 +276,13 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {audit_trials!r}.")
     linear = bool(spec.features)
     budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")  # once
-    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share)
-    parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share)
+    pbb_share = PBB_SHARE_DEFAULT if spec.public_reward is not None else 0.0  # DP-PBB backs up r(s') + V(s')
+    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
+    parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share,
+                         pbb_share=pbb_share)
     # planned before any row is read: a share too small for the exact sampler fails here
     value_plan = BehaviourValueRelease.plan(spec, parts[VALUE_PART]) if VALUE_PART in parts else None
-    seeds = _child_seeds(seed, 4)
+    seeds = _child_seeds(seed, 5)
     _check_out(out, overwrite)
     if ledger is not None:  # once, for the whole budget: before any row is read or noise drawn
         ledger_mod.check_budget(ledger, spec.dataset_id, budget.rho)
@@ -369,13 +376,24 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
                                            terminal_states=spec.terminal_states)
     # tabular learners on the release (post-processing); each pessimistic one exposes its value at
     # step 0 in declared units (declared_values), which the certified values and diagnostics use
-    tabular = {"dp-apvi": DPAPVI().fit(release, release_path="../../release")}
+    tabular = {}
+    if "dp-pbb" in parts:  # the default DP policy: learns from outcomes, with a certificate (issue 12)
+        pbb = train_dp_pbb(prepared, spec, stationary=stationary, budget=parts["dp-pbb"], seed=seeds[4], echo=say)
+        tabular["dp-pbb"] = pbb.learner
+        events["dp-pbb"] = pbb.learner.event_
+        if ledger is not None:
+            ledger_mod.charge_event(ledger, spec.dataset_id, events["dp-pbb"],
+                                    f"pipeline, dp-pbb part: gaussian, rho={parts['dp-pbb'].rho!r} "
+                                    "(private Bellman backups)", parts["dp-pbb"], run=run, output=final_out)
+    # seed 000's DP-APVI with the paper's constants on the release: the reference
+    tabular["dp-apvi"] = DPAPVI().fit(release, release_path="../../release")
     start_values, diagnostics = {}, {}
     for name, learner in tabular.items():
         policies[name] = learner.policy_
         start_values[name] = learner.declared_values()[0] if hasattr(learner, "declared_values") else None
         if start_values[name] is not None:
-            diagnostics[name] = rep.learner_diagnostics(learner.Q_, start_values[name], learner.policy_.table,
+            q_choice = getattr(learner, "Q_select_", learner.Q_)  # the values that chose the actions
+            diagnostics[name] = rep.learner_diagnostics(q_choice, start_values[name], learner.policy_.table,
                                                         the_mdp, spec.terminal_states, d0=d0)
     if "dp-vapvi" in parts:
 

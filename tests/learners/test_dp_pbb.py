@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
+from click.testing import CliRunner
+
+from privaudit.audit.adapters import MECHANISMS
+from privaudit.cli import main
+from privaudit.errors import BudgetExceededError
+from privaudit.learners.policy import load_policy
+from privaudit.learners.train import train_dp_pbb
+from privaudit.privacy.ledger import init_ledger, ledger_status
+from privaudit.spec import load_spec
 
 from privaudit.errors import UsageError
 from privaudit.learners import dp_pbb
@@ -304,3 +315,69 @@ def test_mean_radius_monotone_and_edge_cases():
     t0 = 2 ** 10.5
     assert mean_radius(t0, 0.25, 0.0, L) >= math.sqrt(2 * 0.25 * L / t0)
     assert EPOCHS == 48 and gaussian_tail(math.exp(-2)) == pytest.approx(2.0)
+
+
+# ----------------------------------------------------------------------------
+# from Parquet logs: train_dp_pbb, the CLI, the ledger, the audit adapter
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
+
+
+@pytest.fixture(scope="module")
+def small_logs(tmp_path_factory):
+    """2,000 stays of the bundled ICU-Sepsis sample and its spec (public reward, return bound [0, 1])."""
+    d = tmp_path_factory.mktemp("pbb")
+    df = pl.read_parquet(SAMPLE / "icu_sepsis_clinicians_20k.parquet")
+    ids = df["episode_id"].unique().sort()[:2000]
+    df.filter(pl.col("episode_id").is_in(ids.implode())).write_parquet(d / "logs.parquet")
+    return d / "logs.parquet", load_spec(SAMPLE / "icu_sepsis_spec.json")
+
+
+def test_train_from_logs_charges_the_ledger_with_the_event(small_logs, tmp_path):
+    logs, spec = small_logs
+    ledger = tmp_path / "budget.jsonl"
+    init_ledger(ledger, spec.dataset_id, 1.0)
+    run = train_dp_pbb(logs, spec, rho=0.6, ledger=ledger, seed=3)
+    L = run.learner
+    assert run.max_per_cell == 1 and L.plan_.sens["c"] == 1
+    assert ledger_status(ledger)["rho_spent_float"] == pytest.approx(0.6, rel=1e-12)
+    assert accounting.event_rho(L.event_) <= 0.6
+    assert all(e.max_per_cell == (None if e.family == "pbb-starts" else 1) for e in L.event_.events)
+    pol = L.policy_
+    assert pol.algorithm == "dp-pbb" and pol.privacy["private"] is False   # seeded: not private
+    assert pol.parameters["return_bound"] == 1.0 and pol.table.shape == (spec.H, spec.S, spec.A)
+    assert 0.0 <= L.certified_value() <= 1.0
+    with pytest.raises(BudgetExceededError):          # 0.6 + 0.6 > 1: refused before any row is read
+        train_dp_pbb(logs, spec, rho=0.6, ledger=ledger)
+    assert ledger_status(ledger)["rho_spent_float"] == pytest.approx(0.6, rel=1e-12)
+
+
+def test_cli_train_dp_pbb_and_refusals(small_logs, tmp_path):
+    logs, _ = small_logs
+    spec = SAMPLE / "icu_sepsis_spec.json"
+    base = ["train", str(logs), "--spec", str(spec), "--algo", "dp-pbb"]
+    res = CliRunner().invoke(main, base + ["--rho", "0.5", "--seed", "1", "--out", str(tmp_path / "p")])
+    assert res.exit_code == 0, res.output
+    assert load_policy(tmp_path / "p").algorithm == "dp-pbb"
+    for extra, msg in ((["--out", str(tmp_path / "q")], "give a budget"),
+                       (["--rho", "1", "--noise", "exact", "--out", str(tmp_path / "q")], "--noise does not apply"),
+                       (["--rho", "1", "--mechanism", "laplace", "--out", str(tmp_path / "q")], "Gaussian")):
+        res = CliRunner().invoke(main, base + extra)
+        assert res.exit_code == 2 and msg in res.output, res.output
+    res = CliRunner().invoke(main, ["train", str(logs), "--spec", str(spec), "--algo", "apvi", "--max-per-cell", "1",
+                                    "--out", str(tmp_path / "q")])
+    assert res.exit_code == 2 and "--max-per-cell applies to --algo dp-pbb" in res.output
+
+
+def test_audit_adapter_runs_the_learner_and_claims_its_event(small_logs):
+    logs, spec = small_logs
+    df = pl.read_parquet(logs)
+    ids = df["episode_id"].unique().sort()
+    d = df.filter(pl.col("episode_id").is_in(ids[:200].implode()))
+    d2 = df.filter(pl.col("episode_id").is_in(ids[1:201].implode()))
+    mech = MECHANISMS["dp-pbb"](spec, rho=0.5, stationary=True).prepare(d, d2)
+    out = mech(d, np.random.default_rng(0))
+    assert out.shape == (spec.H, spec.S) and out.dtype == np.int64
+    assert mech.claim().rho == pytest.approx(0.5)
+    with pytest.raises(UsageError, match="GDP"):
+        mech.claim("gaussian")

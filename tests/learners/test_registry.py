@@ -28,7 +28,7 @@ def test_cli_and_audit_choices_come_from_the_registry():
     algo = next(p for p in cli_train.command.params if p.name == "algo")
     assert tuple(algo.type.choices) == registry.names(family=registry.OFFLINE)
     private = registry.names(family=registry.OFFLINE, private=True)
-    assert private == ("dp-apvi", "dp-vapvi")
+    assert private == ("dp-apvi", "dp-pbb", "dp-vapvi")
     assert cli_audit.BUILTIN == ("release",) + private
     assert set(MECHANISMS) == set(cli_audit.BUILTIN)  # every private algorithm has an audit adapter
 
