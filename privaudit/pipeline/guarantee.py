@@ -42,6 +42,8 @@ VALUE_PART = "behaviour-value"
 #: Default share of the total rho given to DP-PBB, the default DP policy (when the spec declares a public
 #: reward); the count release (DP-APVI, the paper's reference, is post-processing of it) gets the rest.
 PBB_SHARE_DEFAULT = 0.6
+#: At most this share of what DP-VAPVI and the behaviour value leave goes to DP-PBB (the release keeps the rest).
+PBB_REST_SHARE = 2.0 / 3.0
 #: What each part releases and how (for the summary).
 _WHAT = {"release": "noisy {families} counts over the whole declared domain (release/)",
          "dp-pbb": "the DP-PBB policy (its noisy counts and private Bellman backups are not output)",
@@ -104,6 +106,26 @@ def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_S
     if len(shares) == 1:
         return {"release": budget}
     return budget.split(shares)
+
+
+def pbb_share_of(public_reward: bool, *, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT,
+                 value_share: float = 0.0) -> float:
+    """DP-PBB's share of the total rho in the pipeline.
+
+    0 without a public reward (DP-PBB backs up r(s') + V(s')). Otherwise
+    min(:data:`PBB_SHARE_DEFAULT`, :data:`PBB_REST_SHARE` x (1 - linear - value)):
+    0.6 of the whole budget when DP-VAPVI does not run (the default
+    behaviour-value share 0.1 leaves 0.3 to the release), and two thirds of
+    what DP-VAPVI and the behaviour value leave when it does, so the release
+    keeps a positive share whenever ``linear_share + value_share < 1``.
+    """
+    if not public_reward:
+        return 0.0
+    lin = float(linear_share) if linear else 0.0
+    vs = float(value_share)
+    if not (0 <= vs < 1) or not (0 <= lin < 1 - vs):
+        return 0.0  # let budget_shares report the bad shares
+    return min(PBB_SHARE_DEFAULT, PBB_REST_SHARE * (1.0 - lin - vs))
 
 
 def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, value_share: float = 0.0,

@@ -46,8 +46,8 @@ from privaudit.audit.runner import MIN_TRIALS
 from privaudit.resources import sample_dir
 from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
-from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, PBB_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT,
-                                         budget_shares,
+from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT, budget_shares,
+                                         pbb_share_of,
                                           composed_guarantee, split_budget)
 from privaudit.pipeline import values as val
 from privaudit.stats.behaviour_value import BehaviourValueRelease, estimate_behaviour_value, return_range
@@ -276,7 +276,8 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {audit_trials!r}.")
     linear = bool(spec.features)
     budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")  # once
-    pbb_share = PBB_SHARE_DEFAULT if spec.public_reward is not None else 0.0  # DP-PBB backs up r(s') + V(s')
+    pbb_share = pbb_share_of(spec.public_reward is not None, linear=linear, linear_share=linear_share,
+                             value_share=value_share)
     shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
     parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share,
                          pbb_share=pbb_share)

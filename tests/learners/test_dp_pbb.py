@@ -17,6 +17,7 @@ from privaudit.cli import main
 from privaudit.errors import BudgetExceededError
 from privaudit.learners.policy import load_policy
 from privaudit.learners.train import train_dp_pbb
+from privaudit.pipeline.guarantee import budget_shares, pbb_share_of
 from privaudit.privacy.ledger import init_ledger, ledger_status
 from privaudit.spec import load_spec
 
@@ -381,3 +382,14 @@ def test_audit_adapter_runs_the_learner_and_claims_its_event(small_logs):
     assert mech.claim().rho == pytest.approx(0.5)
     with pytest.raises(UsageError, match="GDP"):
         mech.claim("gaussian")
+
+
+def test_pipeline_share_of_dp_pbb_leaves_the_release_a_part():
+    """The pipeline gives DP-PBB 0.6 of the budget alone, less next to DP-VAPVI, none without a public reward."""
+    assert pbb_share_of(True, linear=False, value_share=0.1) == pytest.approx(0.6)
+    assert pbb_share_of(False, linear=False, value_share=0.1) == 0.0
+    for lin, vs in ((0.5, 0.1), (0.8, 0.1), (0.3, 0.0), (0.1, 0.5)):
+        p = pbb_share_of(True, linear=True, linear_share=lin, value_share=vs)
+        shares = budget_shares(linear=True, linear_share=lin, value_share=vs, pbb_share=p)
+        assert 0 < shares["dp-pbb"] < shares["release"] + shares["dp-pbb"] and shares["release"] > 0
+        assert sum(shares.values()) == pytest.approx(1.0)
