@@ -85,7 +85,7 @@ def test_noise_variance_matches_manifest_scale(data, tmp_path, mech, noise, budg
     out = tmp_path / "rel"
     release_logs(data["logs"], data["spec_private"], mechanism=mech, noise=noise, out=out, seed=3, **budget)
     rel = load_release(out)
-    fams = rel.manifest["families"]
+    fams = rel.manifest.to_dict()["families"]
     diffs = {"visits": rel.visits - data["n"], "transitions": _all_transitions(rel) - data["t"],
              "rewards": rel.rewards - data["rq"]}
     T = {1.0: 0.0, 1.15: 0.0}
@@ -110,7 +110,7 @@ def test_noise_variance_matches_manifest_scale(data, tmp_path, mech, noise, budg
 def test_default_noise_is_exact_and_rounded_is_refused(data, tmp_path):
     """Issue 10 item 3: numpy's float samplers (rounded mode) cannot back the stated guarantee."""
     info = release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r", seed=1)
-    assert info.manifest["noise"] == "exact"
+    assert info.manifest.to_dict()["noise"] == "exact"
     with pytest.raises(UsageError, match="rounded"):
         release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r2", seed=1, noise="rounded")
     assert not (tmp_path / "r2").exists()
@@ -126,8 +126,8 @@ def test_manifest_delta_is_what_the_sampler_analysis_gives(data, tmp_path, mech,
     from privaudit.privacy import accounting, samplers
 
     info = release_logs(data["logs"], data["spec_private"], mechanism=mech, out=tmp_path / "r", seed=1, **budget)
-    g = info.manifest["guarantee"]
-    fams = info.manifest["families"]
+    g = info.manifest.to_dict()["guarantee"]
+    fams = info.manifest.to_dict()["families"]
     tv = max(samplers.sampler_total_variation(mech, f["noise_scale"]) for f in fams.values())
     changed = 2 * load_spec(data["spec_private"]).max_episodes_per_unit * H * len(fams)  # cells one unit can change
     extra = (1 + math.exp(g["epsilon"])) * changed * tv
@@ -147,7 +147,7 @@ def test_rounded_manifest_states_no_certified_guarantee(data):
     from privaudit.stats.mechanism import TabularRelease
 
     spec = load_spec(data["spec_private"])
-    m = TabularRelease.plan(spec, resolve_budget(rho=0.5), noise="rounded").manifest(seeded=True)
+    m = TabularRelease.plan(spec, resolve_budget(rho=0.5), noise="rounded").manifest(seeded=True).to_dict()
     assert m["guarantee"]["sampler"]["total_variation_per_draw"] is None
     assert m["guarantee"]["sampler"]["extra_delta"] is None
 
@@ -158,18 +158,18 @@ def test_gaussian_sigma_is_seed_paper_eq1(data, tmp_path, k):
     """Visits + transitions, public reward: sigma^2 = 2H/rho (seed 000 eq. (1)) times k^2."""
     spec = write_spec(tmp_path, H=H, S=S, A=A, terminals=TERMINALS, public_reward={28: 1.0}, k=k)
     info = release_logs(data["logs"], spec, rho=0.7, out=tmp_path / "r", seed=1)
-    fams = info.manifest["families"]
+    fams = info.manifest.to_dict()["families"]
     assert set(fams) == {"visits", "transitions"} and not (tmp_path / "r" / "rewards.parquet").exists()
     for f in fams.values():
         assert f["noise_scale"] ** 2 == pytest.approx(k * k * 2 * H / 0.7, rel=1e-12)
         assert f["budget"]["rho"] == pytest.approx(0.35, rel=1e-12)
-    assert info.manifest["guarantee"]["rho"] == 0.7
+    assert info.manifest.to_dict()["guarantee"]["rho"] == 0.7
 
 
 def test_laplace_scale_is_seed_paper_4H_over_eps(data, tmp_path):
     info = release_logs(data["logs"], data["spec_public"], mechanism="laplace", epsilon=1.5,
                         out=tmp_path / "r", seed=1)
-    m = info.manifest
+    m = info.manifest.to_dict()
     assert m["families"]["visits"]["noise_scale"] == pytest.approx(4 * H / 1.5, rel=1e-12)
     assert m["guarantee"]["definition"] == "pure-DP" and m["guarantee"]["delta"] == 0
     assert m["guarantee"]["rho"] == pytest.approx(1.5 ** 2 / 2)
@@ -178,8 +178,8 @@ def test_laplace_scale_is_seed_paper_4H_over_eps(data, tmp_path):
 def test_private_rewards_share_sigma_and_split(data, tmp_path):
     """Three families with equal per-family L2: sigma^2 = 3H/rho, rho/3 each; rewards in 1/q units."""
     info = release_logs(data["logs"], data["spec_private"], rho=1.0, out=tmp_path / "r", seed=1)
-    f = info.manifest["families"]
-    q = info.manifest["reward_quantum"]
+    f = info.manifest.to_dict()["families"]
+    q = info.manifest.to_dict()["reward_quantum"]
     assert f["visits"]["noise_scale"] ** 2 == pytest.approx(3 * H, rel=1e-12)
     assert f["rewards"]["noise_scale"] == pytest.approx(q * f["visits"]["noise_scale"], rel=1e-12)
     assert f["rewards"]["value_unit"] == 1 / q
@@ -190,7 +190,7 @@ def test_epsilon_delta_target_converts_to_rho(data, tmp_path):
     from privaudit.privacy import accounting
 
     info = release_logs(data["logs"], data["spec_public"], epsilon=1.0, delta=1e-6, out=tmp_path / "r", seed=1)
-    g = info.manifest["guarantee"]
+    g = info.manifest.to_dict()["guarantee"]
     assert g["rho"] == pytest.approx(accounting.dp_to_zcdp(1.0, 1e-6), rel=1e-12)
     assert g["epsilon"] <= 1.0 + 1e-9 and g["epsilon"] == pytest.approx(1.0, rel=1e-6)
     assert g["epsilon_simple"] > g["epsilon"]  # the simple conversion is looser
@@ -225,7 +225,7 @@ def test_manifest_validates_and_dir_holds_no_seed_nor_counts(data, tmp_path):
 def test_secure_rng_without_seed(data, tmp_path):
     a = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "a")
     b = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "b")
-    assert a.manifest["rng"] == "secure" and a.manifest["private"] is True
+    assert a.manifest.to_dict()["rng"] == "secure" and a.manifest.to_dict()["private"] is True
     assert not np.array_equal(load_release(a.out).visits, load_release(b.out).visits)
 
 
@@ -260,7 +260,7 @@ def test_stationary_release_shapes(data, tmp_path):
     assert rel.transitions_at(0).shape == (S, A, S)
     np.testing.assert_array_equal(rel.transitions_at(0), rel.transitions_at(H - 1))  # pooled for every h
     assert "h" not in pq.ParquetFile(tmp_path / "r" / "visits.parquet").schema_arrow.names
-    f = info.manifest["families"]["visits"]
+    f = info.manifest.to_dict()["families"]["visits"]
     assert f["l2_sensitivity"] == pytest.approx(H * math.sqrt(2)) and f["shape"] == [S, A]
     diff = rel.visits - data["n"].sum(axis=0)
     assert abs(diff.std() - f["noise_scale"]) < 0.2 * f["noise_scale"]  # 150 cells: loose sanity check
@@ -396,7 +396,7 @@ def test_bounding_rules_do_not_refuse_but_are_reported_locally(tmp_path):
     local = json.loads((tmp_path / "r.local-log.json").read_text())["bounding"]
     assert local["episodes_dropped"] > 0 and local["steps_dropped"] > 0 and local["rewards_clipped"] > 0
     assert "contribution bounding" in res.output  # the stderr summary (CliRunner merges streams)
-    m = load_release(tmp_path / "r").manifest
+    m = load_release(tmp_path / "r").manifest.to_dict()
     assert m["privacy_unit"] == {"column": "patient", "file_column": "patient", "max_episodes": 2}
     assert "local-log" not in " ".join(p.name for p in (tmp_path / "r").iterdir())
 
@@ -445,7 +445,7 @@ def test_manifest_records_the_file_column_grouped_on(tmp_path, unit_column, mapp
     spec.write_text(json.dumps(doc))
     res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1")
     assert res.exit_code == 0, res.output
-    m = load_release(tmp_path / "r").manifest
+    m = load_release(tmp_path / "r").manifest.to_dict()
     assert m["privacy_unit"]["file_column"] == expect and m["privacy_unit"]["max_episodes"] == 1
     kept = json.loads((tmp_path / "r.local-log.json").read_text())["bounding"]
     assert kept["episodes_dropped"] == (1 if unit_column else 0)  # k = 1: one of patient 7's two stays
@@ -555,7 +555,7 @@ def _copy_with_manifest(src, dst, manifest):
 def test_tampered_manifest_refused_by_reader_and_train(released, tmp_path, kind, edit, match):
     src = released[kind]
     m = json.loads((src / "manifest.json").read_text())
-    assert load_release(src).manifest == m  # the untouched release loads
+    assert load_release(src).manifest.to_dict() == m  # the untouched release loads (and round-trips)
     out = _copy_with_manifest(src, tmp_path / "t", _tamper(m, edit))
     with pytest.raises(ArtifactError, match=match):
         load_release(out)
@@ -596,7 +596,7 @@ def test_manifest_without_event_still_read_and_checked(released, tmp_path, kind)
     src = released[kind]
     m = json.loads((src / "manifest.json").read_text())
     old = {k: v for k, v in m.items() if k != "event"}
-    assert load_release(_copy_with_manifest(src, tmp_path / "old", old)).manifest == old
+    assert load_release(_copy_with_manifest(src, tmp_path / "old", old)).manifest.to_dict() == old
     key = "rho" if kind == "gaussian" else "epsilon"
     bad = json.loads(json.dumps(old))
     bad["guarantee"][key] /= 2
@@ -693,4 +693,4 @@ def test_private_flag_must_match_the_rng(data, tmp_path):
         load_release(src)
     old = {k: v for k, v in m.items() if k != "private"}
     (src / "manifest.json").write_text(json.dumps(old))
-    assert load_release(src).manifest["rng"] == "seeded-insecure"
+    assert load_release(src).manifest.rng == "seeded-insecure"

@@ -86,25 +86,23 @@ def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, 
                         stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed,
                         echo=lambda text: click.echo(text, err=True), engine=engine, spark=master,
                         max_per_cell=max_per_cell)
-    g = info.manifest["guarantee"]
+    m = info.manifest
+    g = m.guarantee
     summary = {"release": str(info.out), "manifest": str(info.out / "manifest.json"),
-               "local_log": str(info.local_log), "mechanism": info.manifest["mechanism"],
+               "local_log": str(info.local_log), "mechanism": m.mechanism,
                "definition": g["definition"], "rho": g["rho"], "epsilon": g["epsilon"], "delta": g["delta"],
-               "families": list(info.manifest["families"]), "rng": info.manifest["rng"],
-               "private": info.manifest["private"],
+               "families": list(m.families), "rng": m.rng, "private": m.private,
                "ledger": ledger}
     if as_json:
         echo_json(summary)
         return
-    fam = ", ".join(f"{f} ({p['noise_scale_name']}={num(p['noise_scale'], 4)})"
-                    for f, p in info.manifest["families"].items())
+    fam = ", ".join(f"{f} ({p.noise_scale_name}={num(p.noise_scale, 4)})" for f, p in m.families.items())
     click.echo(f"released {fam} to {info.out}")
     eps = f"epsilon={num(g['epsilon'], 4)}, delta={num(g['delta'])}"
     click.echo(f"guarantee: {g['definition']} rho={num(g['rho'])} ({eps}); neighbouring: "
-               f"{info.manifest['neighbouring']}; unit {info.manifest['privacy_unit']['column']}, "
-               f"k={info.manifest['privacy_unit']['max_episodes']}"
+               f"{m.neighbouring}; unit {m.privacy_unit.column}, k={m.privacy_unit.max_episodes}"
                + (f", c={max_per_cell} per cell" if max_per_cell is not None else ""))
-    if info.manifest["rng"] != "secure":
+    if not m.private:
         click.echo("WARNING: seeded noise (--seed): for tests only; this release is not private "
                    "against anyone who knows the seed.", err=True)
     click.echo(f"local bounding log (private, do not share): {info.local_log}", err=True)

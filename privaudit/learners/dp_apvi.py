@@ -35,21 +35,22 @@ from typing import Sequence
 
 import numpy as np
 
-from privaudit.errors import ArtifactError, UsageError
+from privaudit.errors import UsageError
 from privaudit.learners._tabular_base import TabularLearnerBase
 from privaudit.learners.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
+from privaudit.stats.manifest import ReleaseManifest
 from privaudit.stats.mechanism import count_noise_bound
 from privaudit.stats.protocol import Counts
 from privaudit.privacy.projection import project_counts
 
 
-def release_noise_bound(manifest: dict, failure_prob: float) -> float:
+def release_noise_bound(manifest: ReleaseManifest, failure_prob: float) -> float:
     """E such that every noise draw of the release is within ±E/2 w.p. >= 1 - failure_prob.
 
     Parameters
     ----------
-    manifest : dict
-        A release manifest (``schemas/release_manifest.schema.json``).
+    manifest : ReleaseManifest
+        The release's manifest (``privaudit.stats.manifest``).
     failure_prob : float
         delta of the bound (the learner's failure probability).
 
@@ -60,38 +61,27 @@ def release_noise_bound(manifest: dict, failure_prob: float) -> float:
         sigma_transitions), domain and noise mode: the same function as
         ``TabularRelease.noise_bound`` (2 H S^2 A cells, 2 S^2 A if stationary).
 
-    Raises
-    ------
-    ArtifactError
-        If the manifest lacks a needed key.
-
     References
     ----------
     Seed 000 E_rho (ALGORITHMS.md 1.2 step 1); E_eps (ALGORITHMS.md 1.4).
     """
-    try:
-        dom, fam = manifest["domain"], manifest["families"]
-        H, S, A = int(dom["H"]), int(dom["S"]), int(dom["A"])
-        scale = max(float(fam["visits"]["noise_scale"]), float(fam["transitions"]["noise_scale"]))
-        mech, mode = manifest["mechanism"], manifest.get("noise", "rounded")
-        stationary = bool(dom["stationary"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise ArtifactError(f"release manifest lacks {e} (domain H/S/A/stationary, mechanism, "
-                            "families.visits/transitions.noise_scale); it is not a tabular count release.") from None
-    return count_noise_bound(mech, scale, H, S, A, stationary, mode, failure_prob)
+    d, fam = manifest.domain, manifest.families
+    scale = max(float(fam["visits"].noise_scale), float(fam["transitions"].noise_scale))
+    return count_noise_bound(manifest.mechanism, scale, d.H, d.S, d.A, d.stationary, manifest.noise, failure_prob)
 
 
-def release_privacy(manifest: dict, release_path: str | None = None) -> dict:
+def release_privacy(manifest: ReleaseManifest, release_path: str | None = None) -> dict:
     """The policy's privacy record, inherited from the release manifest.
 
     ``private`` is false (with a note) when the release's ``rng`` is
     ``seeded-insecure``: the guarantee is kept for reference but does not
     hold against anyone who knows the seed.
     """
-    g = dict(manifest.get("guarantee", {}))
-    g.update({k: manifest[k] for k in ("mechanism", "noise", "neighbouring", "privacy_unit", "rng")
-              if k in manifest})
-    if manifest.get("rng") == "seeded-insecure":  # the release's noise is reproducible from a seed
+    g = dict(manifest.guarantee)
+    g.update({"mechanism": manifest.mechanism, "noise": manifest.noise, "neighbouring": manifest.neighbouring,
+              "privacy_unit": manifest.privacy_unit.to_dict(),
+              "rng": manifest.rng})
+    if not manifest.private:  # the release's noise is reproducible from a seed
         out = {"private": False, "guarantee": g,
                "note": "seeded noise (rng seeded-insecure): not private against anyone who knows the seed"}
     else:
@@ -199,8 +189,6 @@ class DPAPVI(TabularLearnerBase):
         ------
         UsageError
             Bare counts without ``noise_bound``, bad constants or reward.
-        ArtifactError
-            A manifest without the fields E needs.
         """
         if hasattr(data, "manifest"):
             man = data.manifest
@@ -208,15 +196,15 @@ class DPAPVI(TabularLearnerBase):
             E = (self.noise_bound if self.noise_bound is not None
                  else release_noise_bound(man, self.failure_prob))
             if terminal_states is None:
-                terminal_states = man["domain"].get("terminal_states", [])
+                terminal_states = list(man.domain.terminal_states)
             if spec_hash is None:
-                spec_hash = man.get("spec_hash")
+                spec_hash = man.spec_hash
             if privacy is None:
                 privacy = release_privacy(man, release_path)
             if reward_range is None:
-                reward_range = man["domain"].get("reward_range")
-            if reward is None and man.get("public_reward"):
-                pr = man["public_reward"]  # in declared units: scaled into [0, 1] as the released sums are
+                reward_range = list(man.domain.reward_range)
+            if reward is None and man.public_reward:
+                pr = man.public_reward  # in declared units: scaled into [0, 1] as the released sums are
                 lo, hi = (float(x) for x in (reward_range or (0.0, 1.0)))
                 reward = np.zeros(counts.n_states)
                 for k, v in pr["values"].items():

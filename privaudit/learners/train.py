@@ -25,6 +25,7 @@ from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
 from privaudit.learners.tabular_counts import exact_counts
 from privaudit.spec import DomainSpec
+from privaudit.stats.manifest import ReleaseManifest
 from privaudit.stats.release import load_release, release_logs
 
 
@@ -84,14 +85,14 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
     return learner.policy_
 
 
-def _check_manifest_against_spec(manifest: dict, spec: DomainSpec, where) -> None:
+def _check_manifest_against_spec(manifest: ReleaseManifest, spec: DomainSpec, where) -> None:
     """Refuse a manifest whose k or domain differs from the spec's, even under the same spec hash
     (an edited manifest: the learner's noise bound E and planning would follow the manifest)."""
-    dom, unit = manifest["domain"], manifest["privacy_unit"]
-    pairs = {"H": (dom["H"], spec.H), "S": (dom["S"], spec.S), "A": (dom["A"], spec.A),
-             "k (privacy_unit.max_episodes)": (unit["max_episodes"], spec.max_episodes_per_unit),
-             "terminal_states": (sorted(dom["terminal_states"]), sorted(spec.terminal_states)),
-             "reward_range": ([float(x) for x in dom["reward_range"]], [float(x) for x in spec.reward_range])}
+    dom = manifest.domain
+    pairs = {"H": (dom.H, spec.H), "S": (dom.S, spec.S), "A": (dom.A, spec.A),
+             "k (privacy_unit.max_episodes)": (manifest.privacy_unit.max_episodes, spec.max_episodes_per_unit),
+             "terminal_states": (sorted(dom.terminal_states), sorted(spec.terminal_states)),
+             "reward_range": ([float(x) for x in dom.reward_range], [float(x) for x in spec.reward_range])}
     bad = [f"{k}: manifest {m}, spec {s}" for k, (m, s) in pairs.items() if m != s]
     if bad:
         raise ArtifactError(f"release {where}: its manifest disagrees with the spec ({'; '.join(bad)}). The "

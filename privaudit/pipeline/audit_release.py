@@ -27,11 +27,12 @@ import math
 from privaudit.audit.neighbours import synthetic_pair
 from privaudit.errors import ArtifactError
 from privaudit.spec import DomainSpec
+from privaudit.stats.manifest import ReleaseManifest
 from privaudit.audit import run_audit
 from privaudit.audit.adapters import ReleaseMechanism
 
 
-def audit_release(spec: DomainSpec, manifest: dict, *, delta: float, trials: int,
+def audit_release(spec: DomainSpec, manifest: ReleaseManifest, *, delta: float, trials: int,
                   seed: int | None = None, progress: bool | None = None, budget=None):
     """Audit the release that ``manifest`` describes against its own claim (rho-zCDP at ``delta``),
     on the synthetic pair (no private data is read).
@@ -40,7 +41,7 @@ def audit_release(spec: DomainSpec, manifest: dict, *, delta: float, trials: int
     ----------
     spec : DomainSpec
         The spec the release was made under.
-    manifest : dict
+    manifest : ReleaseManifest
         The release manifest: its ``guarantee.rho``, ``mechanism``, ``noise``
         and ``domain.stationary`` configure the audited mechanism.
     delta : float
@@ -74,15 +75,15 @@ def audit_release(spec: DomainSpec, manifest: dict, *, delta: float, trials: int
         Bad trials.
     """
 
-    stationary = bool(manifest["domain"]["stationary"])
-    mech = ReleaseMechanism(spec, delta=float(delta), mechanism=manifest["mechanism"], stationary=stationary,
-                            noise=manifest.get("noise", "rounded"),
-                            **({"budget": budget} if budget is not None else {"rho": float(manifest["guarantee"]["rho"])}))
-    for fam, p in manifest["families"].items():
+    stationary = manifest.domain.stationary
+    mech = ReleaseMechanism(spec, delta=float(delta), mechanism=manifest.mechanism, stationary=stationary,
+                            noise=manifest.noise,
+                            **({"budget": budget} if budget is not None else {"rho": manifest.rho}))
+    for fam, p in manifest.families.items():
         planned = getattr(mech.release.families.get(fam), "scale", None)
-        if planned is None or not math.isclose(planned, float(p["noise_scale"]), rel_tol=1e-12):
+        if planned is None or not math.isclose(planned, float(p.noise_scale), rel_tol=1e-12):
             raise ArtifactError(f"the audit's noise plan for {fam} ({planned}) differs from the release's "
-                                f"noise_scale {p['noise_scale']}: the audit would not test the release.")
+                                f"noise_scale {p.noise_scale}: the audit would not test the release.")
     pair = synthetic_pair(spec, pooled=stationary)
     # the GDP test only where it is valid: continuous Gaussian noise, rounded (post-processing of the
     # Gaussian mechanism); exact (discrete Gaussian) or Laplace noise gets the generic test

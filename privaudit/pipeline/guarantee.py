@@ -32,6 +32,7 @@ from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import Neighbouring
 from privaudit.spec import DomainSpec
+from privaudit.stats.manifest import ReleaseManifest
 
 #: Default share of the total rho given to DP-VAPVI when the spec declares features.
 LINEAR_SHARE_DEFAULT = 0.5
@@ -162,7 +163,7 @@ def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, v
 
 
 def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSpec, *, shares: dict,
-                       manifest: dict | None = None) -> dict:
+                       manifest: ReleaseManifest | None = None) -> dict:
     """Compose the events of the pipeline's parts with the accountant.
 
     Parameters
@@ -177,7 +178,7 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
         Privacy unit and k.
     shares : dict[str, float]
         The configured share of the total per part (reported as ``split``).
-    manifest : dict, optional
+    manifest : ReleaseManifest, optional
         The release manifest (names its families in the summary).
 
     Returns
@@ -202,13 +203,13 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
     for name, ev in events.items():
         acc.compose(ev)
         stated = parts[name].guarantee(ev)  # as the part's artifact states it
-        fams = "+".join((manifest or {}).get("families", {})) or "tabular"
+        fams = "+".join(manifest.families if manifest is not None else ()) or "tabular"
         part_rows.append({
             "name": name, "rho": stated["rho"],
             "epsilon_alone": float(accounting.zcdp_to_dp(stated["rho"], budget.delta)),
             "what": _WHAT[name].format(families=", ".join(fams.split("+"))),
             "mechanism": _mechanism_text(name, spec)})
-    sampler = (manifest or {}).get("guarantee", {}).get("sampler")
+    sampler = manifest.guarantee.get("sampler") if manifest is not None else None
     if sampler is not None:  # what the release's noise sampler adds (0 for the exact samplers)
         part_rows[0]["sampler"] = dict(sampler)
     composed = acc.composed("pipeline")

@@ -21,6 +21,7 @@ from privaudit.io_utils import atomic_path, atomic_write_text
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.schemas import load_versioned_json, schema_errors
+from privaudit.stats.manifest import ReleaseManifest
 
 SUMMARY_KIND = "privaudit-pipeline-summary"
 #: Files and folders of the output that may be shared outside the hospital.
@@ -200,7 +201,7 @@ def plot_values(evaluation: dict, path: Path, fallback: dict | None = None) -> P
     return Path(path)
 
 
-def build_summary(*, spec, manifest: dict, guarantee: dict, policies: dict, evaluation: dict | None,
+def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies: dict, evaluation: dict | None,
                   audit: dict | None, stationary: bool, seeded: bool, tmp: Path,
                   diagnostics: dict | None = None, certified: dict | None = None,
                   behaviour: dict | None = None, start_distribution: dict | None = None) -> dict:
@@ -233,7 +234,7 @@ def build_summary(*, spec, manifest: dict, guarantee: dict, policies: dict, eval
         figures["values"] = "figures/values.png"
     if audit is not None:
         figures["audit_tradeoff"] = "figures/audit_tradeoff.png"
-    fams = manifest["families"]
+    fams = manifest.families
     return {
         "format_version": FORMAT_VERSION,
         "kind": SUMMARY_KIND,
@@ -246,7 +247,7 @@ def build_summary(*, spec, manifest: dict, guarantee: dict, policies: dict, eval
         "privacy": guarantee,
         "release": {"path": "release", "manifest": "release/manifest.json", "families": list(fams),
                     "stationary": stationary,
-                    "noise_scale": {f: float(p["noise_scale"]) for f, p in fams.items()}},
+                    "noise_scale": {f: float(p.noise_scale) for f, p in fams.items()}},
         "policies": pol_entries,
         "evaluation": evaluation,
         "behaviour_value": behaviour,

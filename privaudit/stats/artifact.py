@@ -28,10 +28,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from privaudit import FORMAT_VERSION
 from privaudit.errors import ArtifactError
-from privaudit.schemas import schema_errors
 from privaudit.stats.layout import FILES, MANIFEST
+from privaudit.stats.manifest import ReleaseManifest
 from privaudit.stats.manifest_check import check_manifest_guarantee
 from privaudit.stats.protocol import step_index
 
@@ -141,12 +140,12 @@ class Release:
     ----------
     path : Path
         The release folder.
-    manifest : dict
-        ``manifest.json`` (validated against its schema).
+    manifest : ReleaseManifest
+        ``manifest.json`` (format version, schema and guarantee checked).
     visits : ndarray of int64, shape (H, S, A), or (S, A) if stationary
         Noisy visit counts n'_h(s, a) (may be negative: no clipping applied).
     rewards : ndarray of int64 or None, same shape as ``visits``
-        Noisy reward sums in units of ``manifest["families"]["rewards"]["value_unit"]``
+        Noisy reward sums in units of ``manifest.families["rewards"].value_unit``
         of the [0, 1]-scaled reward; None when the reward is public.
 
     Notes
@@ -159,30 +158,30 @@ class Release:
     noisy = True
 
     path: Path
-    manifest: dict
+    manifest: ReleaseManifest
     visits: np.ndarray
     rewards: np.ndarray | None = None
     _n_row_groups: int = field(default=0)
 
     @property
     def H(self) -> int:  # noqa: N802
-        return int(self.manifest["domain"]["H"])
+        return self.manifest.domain.H
 
     @property
     def S(self) -> int:  # noqa: N802
-        return int(self.manifest["domain"]["S"])
+        return self.manifest.domain.S
 
     @property
     def A(self) -> int:  # noqa: N802
-        return int(self.manifest["domain"]["A"])
+        return self.manifest.domain.A
 
     @property
     def stationary(self) -> bool:
-        return bool(self.manifest["domain"]["stationary"])
+        return self.manifest.domain.stationary
 
     @property
     def spec_hash(self) -> str:
-        return self.manifest["spec_hash"]
+        return self.manifest.spec_hash
 
     horizon = H
     n_states = S
@@ -203,7 +202,7 @@ class Release:
         g = step_index(h, self.H, self.stationary)
         if self.rewards is None:
             return None
-        unit = float(self.manifest["families"]["rewards"].get("value_unit", 1.0))
+        unit = float(self.manifest.families["rewards"].value_unit)
         return (self.rewards if self.stationary else self.rewards[g]).astype(np.float64) * unit
 
     def check_spec(self, spec) -> None:
@@ -253,11 +252,11 @@ class Release:
             yield h, self.transitions_at(h)
 
     def __repr__(self) -> str:
-        fam = list(self.manifest["families"])
+        fam = list(self.manifest.families)
         r = None if self.rewards is None else self.rewards.shape
         return (f"Release(H={self.H}, S={self.S}, A={self.A}, stationary={self.stationary}, "
                 f"families={fam}, visits{self.visits.shape}, rewards={r}, "
-                f"mechanism={self.manifest['mechanism']!r}, rho={self.manifest['guarantee']['rho']:.6g})")
+                f"mechanism={self.manifest.mechanism!r}, rho={self.manifest.rho:.6g})")
 
 
 def _check_dense(path: Path, tab: pa.Table, names: list[str], shape: tuple[int, ...], h: int | None) -> None:
@@ -295,34 +294,29 @@ def _read_sa(path: Path, H: int, S: int, A: int, stationary: bool) -> np.ndarray
     return tab.column("value").to_numpy().astype(np.int64).reshape(shape)
 
 
-def read_manifest(path: Path) -> dict:
+def read_manifest(path: Path) -> ReleaseManifest:
     """Read and check ``manifest.json`` of a release folder.
 
     Raises
     ------
     ArtifactError
         Missing or unreadable manifest, unknown ``format_version``, a
-        manifest that breaks ``schemas/release_manifest.schema.json``, or one
-        whose stated guarantee or sensitivities are smaller than its own
-        mechanism facts imply (``privaudit.stats.manifest_check``). The
-        manifest is not authenticated: this checks consistency, not provenance.
+        manifest that breaks ``schemas/release_manifest.schema.json``
+        (:meth:`ReleaseManifest.from_dict`), or one whose stated guarantee or
+        sensitivities are smaller than its own mechanism facts imply
+        (``privaudit.stats.manifest_check``). The manifest is not
+        authenticated: this checks consistency, not provenance.
     """
     mpath = Path(path) / MANIFEST
     try:
         doc = json.loads(mpath.read_text())
     except FileNotFoundError:
         raise ArtifactError(f"{path} is not a privaudit release: {MANIFEST} is missing.") from None
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ArtifactError(f"{mpath}: cannot read: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
-        found = doc.get("format_version") if isinstance(doc, dict) else type(doc).__name__
-        raise ArtifactError(f"{mpath}: format_version must be {FORMAT_VERSION}. Found {found!r}; "
-                            f"use the privaudit version that wrote it.")
-    errors = schema_errors(doc, "release_manifest")
-    if errors:
-        raise ArtifactError(f"{mpath} breaks schema 'release_manifest':\n  " + "\n  ".join(errors))
-    check_manifest_guarantee(doc, mpath)  # the stated guarantee must follow from the mechanism facts
-    return doc
+    m = ReleaseManifest.from_dict(doc, mpath)
+    check_manifest_guarantee(m, mpath)  # the stated guarantee must follow from the mechanism facts
+    return m
 
 
 def load_release(path: str | Path) -> Release:
@@ -348,10 +342,9 @@ def load_release(path: str | Path) -> Release:
     """
     path = Path(path)
     m = read_manifest(path)
-    d = m["domain"]
-    H, S, A, st = d["H"], d["S"], d["A"], d["stationary"]
+    H, S, A, st = m.domain.H, m.domain.S, m.domain.A, m.domain.stationary
     visits = _read_sa(path / FILES["visits"], H, S, A, st)
-    rewards = _read_sa(path / FILES["rewards"], H, S, A, st) if "rewards" in m["families"] else None
+    rewards = _read_sa(path / FILES["rewards"], H, S, A, st) if m.has_rewards else None
     tpath = path / FILES["transitions"]
     try:
         n_groups = pq.ParquetFile(tpath).num_row_groups

@@ -24,6 +24,7 @@ from privaudit.privacy import accounting
 from privaudit.privacy.events import (ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyUnit,
                                       event_from_dict)
 from privaudit.privacy.sensitivity import count_sensitivity
+from privaudit.stats.manifest import ReleaseManifest
 from privaudit.stats.mechanism import reward_quantum
 
 #: Relative slack, in the pessimistic direction only, for floating-point error
@@ -37,7 +38,7 @@ def _below(stated: float, implied: float) -> bool:
     return stated < implied * (1.0 - REL_TOL)
 
 
-def check_manifest_guarantee(m: dict, where) -> dict:
+def check_manifest_guarantee(m: ReleaseManifest, where) -> dict:
     """Re-derive the guarantee of a schema-valid release manifest from its event; raise if it claims more.
 
     The event is rebuilt from the manifest's mechanism facts (one leaf per
@@ -50,8 +51,8 @@ def check_manifest_guarantee(m: dict, where) -> dict:
 
     Parameters
     ----------
-    m : dict
-        A manifest that already passed ``schemas/release_manifest.schema.json``.
+    m : ReleaseManifest
+        A manifest read by ``ReleaseManifest.from_dict`` (format version and schema already checked).
     where : str or Path
         The manifest's path, for messages.
 
@@ -83,13 +84,10 @@ def check_manifest_guarantee(m: dict, where) -> dict:
         raise ArtifactError(f"{where}: {what}. The manifest is inconsistent with its own mechanism facts "
                             f"(edited by hand?); do not trust or use this release.")
 
-    if "private" in m and m["private"] != (m["rng"] == "secure"):
-        refuse(f"private is {m['private']!r} but rng is {m['rng']!r} (a release is private exactly when its "
-               f"noise came from OS entropy)")
-    d, fams, mech = m["domain"], m["families"], m["mechanism"]
-    H, k, stationary = d["H"], m["privacy_unit"]["max_episodes"], bool(d["stationary"])
-    c = m["privacy_unit"].get("max_per_cell")  # absent: no per-cell cap
-    want = {"visits", "transitions"} | ({"rewards"} if m.get("public_reward") is None else set())
+    d, fams, mech = m.domain, m.families, m.mechanism
+    H, k, stationary = d.H, m.privacy_unit.max_episodes, d.stationary
+    c = m.privacy_unit.max_per_cell  # None: no per-cell cap
+    want = {"visits", "transitions"} | ({"rewards"} if m.public_reward is None else set())
     if set(fams) != want:
         refuse(f"families {sorted(fams)} do not match the release's reward setting (expected {sorted(want)})")
     name = {"gaussian": "sigma", "laplace": "laplace_b"}.get(mech)
@@ -97,50 +95,51 @@ def check_manifest_guarantee(m: dict, where) -> dict:
         refuse(f"unknown mechanism {mech!r}")
     # stored-unit factor per family, exactly as plan_noise: 1 for counts, the quantum q for rewards,
     # q a function of the public natural-unit scale (= the visits' scale, stored in unit 1)
-    natural = float(fams["visits"]["noise_scale"])
-    q = reward_quantum(natural, mech, m["noise"]) if "rewards" in fams else None
-    if "rewards" in fams and m.get("reward_quantum") != q:
-        refuse(f"reward_quantum {m.get('reward_quantum')!r} differs from the quantum {q} that the "
-               f"{mech} noise scale {natural:.6g} and noise mode {m['noise']!r} give")
-    unit_of_privacy = PrivacyUnit(m["privacy_unit"]["column"], int(k))
+    natural = float(fams["visits"].noise_scale)
+    q = reward_quantum(natural, mech, m.noise) if "rewards" in fams else None
+    if "rewards" in fams and m.reward_quantum != q:
+        refuse(f"reward_quantum {m.reward_quantum!r} differs from the quantum {q} that the "
+               f"{mech} noise scale {natural:.6g} and noise mode {m.noise!r} give")
+    unit_of_privacy = PrivacyUnit(m.privacy_unit.column, int(k))
     leaves = []
     for f, fam in fams.items():
         unit = q if f == "rewards" else 1
-        if not math.isclose(float(fam["value_unit"]), 1.0 / unit, rel_tol=1e-12):
-            refuse(f"families.{f}.value_unit is {fam['value_unit']!r}, expected {1.0 / unit!r}")
-        if fam["noise_scale_name"] != name:
-            refuse(f"families.{f}.noise_scale_name is {fam['noise_scale_name']!r}; the {mech} mechanism uses {name!r}")
+        if not math.isclose(float(fam.value_unit), 1.0 / unit, rel_tol=1e-12):
+            refuse(f"families.{f}.value_unit is {fam.value_unit!r}, expected {1.0 / unit!r}")
+        if fam.noise_scale_name != name:
+            refuse(f"families.{f}.noise_scale_name is {fam.noise_scale_name!r}; the {mech} mechanism uses {name!r}")
         try:
             s = count_sensitivity(H, k, stationary, f, max_per_cell=c)
         except PrivauditError as e:
             refuse(f"cannot compute the sensitivity of {f!r}: {e}")
         l1, l2 = s.l1 * unit, s.l2 * unit
-        for key, formula in (("l1_sensitivity", l1), ("l2_sensitivity", l2)):
-            if _below(float(fam[key]), formula):
-                refuse(f"families.{f}.{key} = {fam[key]!r} is below the formula's {formula!r} "
+        for key, stated, formula in (("l1_sensitivity", fam.l1_sensitivity, l1),
+                                     ("l2_sensitivity", fam.l2_sensitivity, l2)):
+            if _below(float(stated), formula):
+                refuse(f"families.{f}.{key} = {stated!r} is below the formula's {formula!r} "
                        f"(H={H}, k={k}, c={c}, stationary={stationary}, stored unit 1/{unit})")
-        l1, l2 = max(l1, float(fam["l1_sensitivity"])), max(l2, float(fam["l2_sensitivity"]))
-        scale = float(fam["noise_scale"])
-        common = dict(family=f, unit=unit_of_privacy, neighbouring=Neighbouring.SUBSTITUTION, noise=m["noise"],
+        l1, l2 = max(l1, float(fam.l1_sensitivity)), max(l2, float(fam.l2_sensitivity))
+        scale = float(fam.noise_scale)
+        common = dict(family=f, unit=unit_of_privacy, neighbouring=Neighbouring.SUBSTITUTION, noise=m.noise,
                       max_per_cell=c)
         leaf = (GaussianEvent(l2=l2, sigma=scale, **common) if mech == "gaussian"
                 else LaplaceEvent(l1=l1, b=scale, **common))
         leaves.append(leaf)
         key = "rho" if mech == "gaussian" else "epsilon"
         share = accounting.event_rho(leaf) if mech == "gaussian" else accounting.event_epsilon(leaf)
-        stated_share = fam["budget"].get(key)
+        stated_share = fam.budget.get(key)
         if stated_share is None or _below(float(stated_share), share):
             refuse(f"families.{f}.budget.{key} = {stated_share!r} is below the {share!r} implied by its "
                    f"sensitivity and noise scale {scale!r}")
     event = ComposedEvent(tuple(leaves), label="tabular-release")
-    if "event" in m:
+    if m.event is not None:
         try:
-            stored = event_from_dict(m["event"])
+            stored = event_from_dict(m.event)
         except AccountingError as e:
             refuse(f"its stored event is not a privacy event ({e})")
         if stored != event:
             refuse("its stored event differs from the event its families' sensitivities and noise scales give")
-    g = m["guarantee"]
+    g = m.guarantee
     if mech == "gaussian" and g["definition"] != "zCDP":
         refuse(f"guarantee.definition is {g['definition']!r}; a Gaussian release is 'zCDP'")
     if mech == "laplace" and g["definition"] != "pure-DP":

@@ -34,17 +34,17 @@ from typing import Iterator
 
 import numpy as np
 
-from privaudit import FORMAT_VERSION, __version__
+from privaudit import __version__
 from privaudit.data.bounding import CELL_KEEP_RULE, PRIORITY_KEY
-from privaudit.errors import PrivauditError, UsageError
+from privaudit.errors import UsageError
 from privaudit.fmt import num
 from privaudit.privacy import accounting, mechanisms, samplers
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyUnit
 from privaudit.privacy import sensitivity
-from privaudit.schemas import validate_or_raise
 from privaudit.spec import DomainSpec
 from privaudit.stats.layout import FILES
+from privaudit.stats.manifest import Domain, FamilyRecord, ReleaseManifest, UnitRecord
 
 __all__ = ["TabularRelease", "FamilyNoise", "NoisyCounts", "reward_quantum", "count_noise_bound",
            "NEGLIGIBLE_NOISE_SD",
@@ -340,17 +340,18 @@ class TabularRelease:
         for h, values in slices:
             yield h, self.noise_family("transitions", values, rng=rng)
 
-    def manifest(self, *, seeded: bool) -> dict:
-        """The release's ``manifest.json`` document (schema ``release_manifest``).
+    def manifest(self, *, seeded: bool) -> ReleaseManifest:
+        """The release's manifest (``manifest.json``, schema ``release_manifest``).
 
         Built from public facts only: the spec, the plan, the event and the
-        modes. ``seeded`` records the rng mode ``seeded-insecure``, never the
-        seed itself.
+        modes. ``seeded`` records the rng mode ``seeded-insecure`` (and
+        ``private: false``), never the seed itself.
 
         Raises
         ------
         PrivauditError
-            The document breaks its schema (an internal error).
+            The document breaks its schema (an internal error; checked here,
+            before any row is read, and again when it is written).
         """
         spec, stationary = self.spec, self.stationary
         H, S, A = spec.H, spec.S, spec.A
@@ -362,31 +363,26 @@ class TabularRelease:
         families = {}
         for f, p in self.families.items():
             cols, shape = layout[f]
-            families[f] = {"file": FILES[f], "columns": cols, "shape": shape, "value_unit": 1.0 / p.quantum,
-                           "l1_sensitivity": p.l1, "l2_sensitivity": p.l2, "noise_scale": p.scale,
-                           "noise_scale_name": "sigma" if self.mechanism == "gaussian" else "laplace_b",
-                           "budget": self.family_share(f)}
+            families[f] = FamilyRecord(FILES[f], tuple(cols), tuple(shape), 1.0 / p.quantum, p.l1, p.l2, p.scale,
+                                       "sigma" if self.mechanism == "gaussian" else "laplace_b",
+                                       self.family_share(f))
         gaussian = self.mechanism == "gaussian"
-        m = {
-            "format_version": FORMAT_VERSION,
-            "kind": "privaudit-release",
-            "software": {"name": "privaudit", "version": __version__},
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "spec_hash": spec.hash(),
-            "dataset_id": spec.dataset_id,
-            "domain": {"H": H, "S": S, "A": A, "stationary": stationary,
-                       "terminal_states": list(spec.terminal_states), "reward_range": list(spec.reward_range)},
-            "privacy_unit": {"column": self.unit.column, "file_column": spec.unit_file_column,
-                             "max_episodes": self.unit.k,
-                             **({} if self.max_per_cell is None else {"max_per_cell": self.max_per_cell})},
-            "neighbouring": Neighbouring.SUBSTITUTION.description,
-            "bounding": {
+        rewards = "rewards" in self.families
+        m = ReleaseManifest(
+            software_version=__version__,
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            spec_hash=spec.hash(),
+            dataset_id=spec.dataset_id,
+            domain=Domain(H, S, A, stationary, tuple(spec.terminal_states), tuple(spec.reward_range)),
+            privacy_unit=UnitRecord(self.unit.column, self.unit.k, spec.unit_file_column, self.max_per_cell),
+            neighbouring=Neighbouring.SUBSTITUTION.description,
+            bounding={
                 "episodes_per_unit": f"at most k={spec.max_episodes_per_unit} episodes per unit: the k with "
                                      "the smallest priority key inside the unit",
                 "episode_key": PRIORITY_KEY,
                 "steps": f"rows with step h >= H={H} dropped (h is 0-based)",
                 "rewards": f"clipped into {list(spec.reward_range)} and scaled to [0, 1]"
-                           + ("" if "rewards" not in self.families else
+                           + ("" if not rewards else
                               f"; rounded to a multiple of 1/{self.families['rewards'].quantum} per row "
                               "before summation"),
                 "terminal": "rows whose state is terminal are not counted; transitions into a terminal state are",
@@ -395,22 +391,20 @@ class TabularRelease:
                     f"{'(s, a) cell pooled over h' if stationary else '(h, s, a) cell'}, after the rules above "
                     f"(transitions and rewards follow the same kept steps): {CELL_KEEP_RULE}")}),
             },
-            "mechanism": self.mechanism,
-            "noise": self.noise,
-            "rng": "seeded-insecure" if seeded else "secure",
-            "private": not seeded,
-            "families": families,
-            "guarantee": self.guarantee(),
-            "event": self.event.to_dict(),
-            "budget_split": ("one noise scale for all families from their combined sensitivity "
-                             + ("(L2 in quadrature); family rho_f = l2_f^2 / (2 sigma^2)"
-                                if gaussian else "(L1 summed); family eps_f = l1_f / b")
-                             + "; reward sensitivities and scales are in stored units (x reward_quantum)"),
-            "values": "noisy integer counts (value * value_unit), every cell of the declared domain, "
-                      "before any clipping at 0 (clipping and projection are the learner's post-processing)",
-            "public_reward": spec.public_reward,
-        }
-        if "rewards" in self.families:
-            m["reward_quantum"] = self.families["rewards"].quantum
-        validate_or_raise(m, "release_manifest", PrivauditError, "release manifest (internal error)")
+            mechanism=self.mechanism,
+            noise=self.noise,
+            rng="seeded-insecure" if seeded else "secure",
+            families=families,
+            guarantee=self.guarantee(),
+            event=self.event.to_dict(),
+            budget_split=("one noise scale for all families from their combined sensitivity "
+                          + ("(L2 in quadrature); family rho_f = l2_f^2 / (2 sigma^2)"
+                             if gaussian else "(L1 summed); family eps_f = l1_f / b")
+                          + "; reward sensitivities and scales are in stored units (x reward_quantum)"),
+            values="noisy integer counts (value * value_unit), every cell of the declared domain, "
+                   "before any clipping at 0 (clipping and projection are the learner's post-processing)",
+            public_reward=spec.public_reward,
+            reward_quantum=self.families["rewards"].quantum if rewards else None,
+        )
+        m.to_dict()  # the schema check, before any row is read
         return m

@@ -49,6 +49,7 @@ from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import PrivacyEvent
 from privaudit.spec import DomainSpec, load_spec
 from privaudit.stats import counts
+from privaudit.stats.manifest import ReleaseManifest
 from privaudit.stats.mechanism import TabularRelease
 from privaudit.stats.artifact import (FILES, MANIFEST, Release, TransitionWriter, load_release,
                                       write_sa_table)
@@ -101,8 +102,8 @@ class ReleaseInfo:
     ----------
     out : Path
         The release folder.
-    manifest : dict
-        Its manifest (public).
+    manifest : ReleaseManifest
+        Its manifest (public; ``manifest.to_dict()`` is ``manifest.json``).
     local_log : Path
         The local, NOT-for-release log of bounding facts next to ``out``.
     bounding : BoundingReport
@@ -118,7 +119,7 @@ class ReleaseInfo:
     """
 
     out: Path
-    manifest: dict
+    manifest: ReleaseManifest
     local_log: Path
     bounding: BoundingReport = field(repr=False)
     timings: dict = field(default_factory=dict, repr=False)
@@ -374,7 +375,7 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
                 if noisy.rewards is not None:
                     write_sa_table(tmp / FILES["rewards"], noisy.rewards, stationary=stationary)
             _write_transitions(tmp, spec, release, noisy.transitions, clock)
-            atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+            atomic_write_text(tmp / MANIFEST, json.dumps(manifest.to_dict(), indent=2) + "\n")
             if ledger is not None:
                 ledger_mod.charge_event(Path(ledger), spec.dataset_id, event,
                                         _ledger_description(Path(run_output), release), budget, run=run,
@@ -384,7 +385,7 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     log_path = local_log_path(out)
     atomic_write_text(log_path, json.dumps({
         "WARNING": "PRIVATE: facts about the private logs. Not part of the release; do not share.",
-        "release": str(out), "created": manifest["created"], "spec_hash": manifest["spec_hash"],
+        "release": str(out), "created": manifest.created, "spec_hash": manifest.spec_hash,
         "logs": str(logs), "bounding": report.to_dict(),
     }, indent=2) + "\n")
     timings = clock.as_dict()

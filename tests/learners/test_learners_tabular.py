@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from privaudit.errors import ArtifactError, UsageError
+from privaudit.errors import UsageError
 from privaudit.learners.apvi import APVI, APVIHoeffding
 from privaudit.learners.dp_apvi import DPAPVI, release_noise_bound
 from privaudit.learners.pessimism import pessimistic_value_iteration
@@ -17,7 +17,10 @@ from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec
 from privaudit.mdp.simulate import simulate, uniform_policy
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.privacy.mechanisms import add_noise, noise_bound
-from privaudit.spec import DomainSpec
+from privaudit.privacy.budget import resolve_budget
+from privaudit.spec import DomainSpec, load_spec
+from privaudit.stats.mechanism import TabularRelease
+from tests._release_logs import write_spec
 
 
 def _logs_counts(mdp, n, seed, stationary=False):
@@ -111,21 +114,21 @@ def test_clip_upper_bound_is_H_minus_h_zero_based():
 
 # ---------------------------------------------------------------------------- E from the manifest
 
-def test_release_noise_bound_is_paper_E_rho():
-    """k = 1, per-step, visits+transitions: sigma^2 = 2H/rho, so E = E_rho + 1 (rounded noise)."""
+def test_release_noise_bound_is_paper_E_rho(tmp_path):
+    """k = 1, per-step, visits+transitions (public reward): sigma^2 = 2H/rho, so E = E_rho + 1 (rounded noise),
+    read from the typed manifest the release writes."""
     H, S, A, rho, delta = 20, 716, 25, 0.5, 0.05
-    sigma = math.sqrt(2 * H / rho)
-    man = {"domain": {"H": H, "S": S, "A": A, "stationary": False}, "mechanism": "gaussian", "noise": "rounded",
-           "families": {"visits": {"noise_scale": sigma}, "transitions": {"noise_scale": sigma}}}
+    spec = load_spec(write_spec(tmp_path, H=H, S=S, A=A, public_reward={0: 1.0}))
+    man = TabularRelease.plan(spec, resolve_budget(rho=rho), noise="rounded").manifest(seeded=False)
+    assert man.families["visits"].noise_scale == pytest.approx(math.sqrt(2 * H / rho), rel=1e-14)
     E_rho = 4 * math.sqrt(H * math.log(4 * H * S * S * A / delta) / rho)   # seed 000, ALGORITHMS.md 1.2
     assert release_noise_bound(man, delta) == pytest.approx(E_rho + 1, rel=1e-12)
-    man["mechanism"], eps = "laplace", 2.0
-    for f in ("visits", "transitions"):
-        man["families"][f]["noise_scale"] = 4 * H / eps                   # Lap(4H/eps), ALGORITHMS.md 1.4
+    eps = 2.0
+    man = TabularRelease.plan(spec, resolve_budget(epsilon=eps, mechanism="laplace"),
+                              noise="rounded").manifest(seeded=False)
+    assert man.families["visits"].noise_scale == pytest.approx(4 * H / eps, rel=1e-14)  # Lap(4H/eps), 1.4
     E_eps = (8 * H / eps) * math.log(2 * H * S * S * A / delta)
     assert release_noise_bound(man, delta) == pytest.approx(E_eps + 1, rel=1e-12)
-    with pytest.raises(ArtifactError, match="lacks"):
-        release_noise_bound({"domain": {}}, delta)
 
 
 # ---------------------------------------------------------------------------- reduction DP-APVI -> APVI

@@ -55,7 +55,7 @@ def test_capped_release_counts_and_manifest(data, tmp_path, c):
     np.testing.assert_array_equal(rel.visits, n)
     np.testing.assert_array_equal(rel.transitions_at(0), t)
     np.testing.assert_array_equal(rel.transitions_at(0).sum(axis=2), rel.visits)  # one set of kept steps
-    m = info.manifest
+    m = info.manifest.to_dict()
     assert schema_errors(m, "release_manifest") == []
     assert m["privacy_unit"]["max_per_cell"] == c and f"c={c}" in m["bounding"]["per_cell"]
     f = {5: {1: 5, 2: 9}}[H][c]  # f(kH, c) = floor(5/c) c^2 + (5 mod c)^2
@@ -72,7 +72,7 @@ def test_per_step_cap_is_a_noop_for_one_episode_units_and_keeps_the_uncapped_noi
     a = release_logs(data["logs"], data["spec"], rho=1.0, stationary=False, max_per_cell=1, out=tmp_path / "a")
     b = release_logs(data["logs"], data["spec"], rho=1.0, stationary=False, out=tmp_path / "b")
     assert a.bounding.cell_steps_dropped == 0
-    assert a.manifest["families"]["visits"]["noise_scale"] == b.manifest["families"]["visits"]["noise_scale"]
+    assert a.manifest.to_dict()["families"]["visits"]["noise_scale"] == b.manifest.to_dict()["families"]["visits"]["noise_scale"]
 
 
 def test_manifest_without_its_cap_is_refused(data, tmp_path):

@@ -53,7 +53,7 @@ def test_a_release_answers_the_protocol_in_scaled_reward_units(world, tmp_path):
     rel = load_release(tmp_path / "r")
     assert isinstance(rel, Counts) and rel.noisy and rel.has_reward_sums
     assert (rel.horizon, rel.n_states, rel.n_actions, rel.stationary) == (H, S, A, False)
-    unit = rel.manifest["families"]["rewards"]["value_unit"]
+    unit = rel.manifest.to_dict()["families"]["rewards"]["value_unit"]
     assert unit == pytest.approx(1 / 1000)
     for h in range(H):
         np.testing.assert_array_equal(rel.visits_at(h), rel.visits[h])

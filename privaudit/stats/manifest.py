@@ -1,0 +1,306 @@
+"""The release manifest as a typed, immutable object (``manifest.json`` of a release folder).
+
+:class:`ReleaseManifest` is what the release writer builds
+(``TabularRelease.manifest``), what :func:`privaudit.stats.artifact.read_manifest`
+returns and what every reader uses (``Release``, DP-APVI's noise bound and
+privacy record, ``train --release``, the pipeline's summary and audit, the
+CLI): fields instead of string keys, so a misspelt field is an
+AttributeError at the line that reads it, not a KeyError (or a silent
+``.get`` default) somewhere later.
+
+The on-disk format is unchanged (format version 1,
+``schemas/release_manifest.schema.json``): :meth:`ReleaseManifest.to_dict`
+gives the document, checked against the schema on every write;
+:meth:`ReleaseManifest.from_dict` checks the format version and the schema
+on every read, and reads manifests written before ``event``,
+``privacy_unit.file_column``, ``bounding.episode_key`` and ``private``
+existed (``private`` is then derived from ``rng``). The guarantee stays the
+dict ``privaudit.privacy.accounting.guarantee`` builds (the one function
+that states guarantees); the consistency of the stated guarantee with the
+mechanism facts is checked on reading by
+:func:`privaudit.stats.manifest_check.check_manifest_guarantee`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from privaudit import FORMAT_VERSION
+from privaudit.errors import ArtifactError, PrivauditError
+from privaudit.schemas import schema_errors
+
+__all__ = ["ReleaseManifest", "Domain", "UnitRecord", "FamilyRecord", "RELEASE_KIND"]
+
+#: The manifest's ``kind``.
+RELEASE_KIND = "privaudit-release"
+_SCHEMA = "release_manifest"
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The declared domain of a release (all from the spec).
+
+    Attributes
+    ----------
+    H, S, A : int
+        Horizon, states, actions (>= 1).
+    stationary : bool
+        Counts pooled over h (tables without an h column).
+    terminal_states : tuple of int
+    reward_range : tuple of (float, float)
+        The spec's declared reward range (rewards are scaled from it into [0, 1]).
+    """
+
+    H: int  # noqa: N815
+    S: int  # noqa: N815
+    A: int  # noqa: N815
+    stationary: bool
+    terminal_states: tuple
+    reward_range: tuple
+
+    def to_dict(self) -> dict:
+        return {"H": self.H, "S": self.S, "A": self.A, "stationary": self.stationary,
+                "terminal_states": list(self.terminal_states), "reward_range": list(self.reward_range)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Domain":
+        return cls(int(d["H"]), int(d["S"]), int(d["A"]), bool(d["stationary"]),
+                   tuple(int(x) for x in d["terminal_states"]), tuple(d["reward_range"]))
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    """Whom the release protects (``privacy_unit``).
+
+    Attributes
+    ----------
+    column : str
+        The unit column (``episode_id`` when the spec names none).
+    max_episodes : int
+        k: most episodes kept per unit.
+    file_column : str or None
+        The column of the log files bounding grouped on; None in manifests
+        written before it was recorded.
+    max_per_cell : int or None
+        c: most steps kept per unit and released cell; None: no per-cell cap.
+    """
+
+    column: str
+    max_episodes: int
+    file_column: str | None = None
+    max_per_cell: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"column": self.column, **({} if self.file_column is None else {"file_column": self.file_column}),
+                "max_episodes": self.max_episodes,
+                **({} if self.max_per_cell is None else {"max_per_cell": self.max_per_cell})}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "UnitRecord":
+        return cls(d["column"], int(d["max_episodes"]), d.get("file_column"), d.get("max_per_cell"))
+
+
+@dataclass(frozen=True)
+class FamilyRecord:
+    """One released family (``families.<name>``): its table and its noise, in stored value units.
+
+    Attributes
+    ----------
+    file : str
+        Its Parquet file in the release folder.
+    columns : tuple of str
+        Index columns then ``value``.
+    shape : tuple of int
+        Dense shape, e.g. (H, S, A) or (S, A, S).
+    value_unit : float
+        A stored value v means v x value_unit (1 for counts, 1/reward_quantum for reward sums).
+    l1_sensitivity, l2_sensitivity : float
+        Sensitivities in stored units under the neighbouring relation.
+    noise_scale : float
+        sigma (Gaussian) or b (Laplace) in stored units.
+    noise_scale_name : {"sigma", "laplace_b"}
+    budget : dict
+        This family's share: ``{"rho": ...}`` or ``{"epsilon": ...}``.
+    """
+
+    file: str
+    columns: tuple
+    shape: tuple
+    value_unit: float
+    l1_sensitivity: float
+    l2_sensitivity: float
+    noise_scale: float
+    noise_scale_name: str
+    budget: dict
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "columns": list(self.columns), "shape": list(self.shape),
+                "value_unit": self.value_unit, "l1_sensitivity": self.l1_sensitivity,
+                "l2_sensitivity": self.l2_sensitivity, "noise_scale": self.noise_scale,
+                "noise_scale_name": self.noise_scale_name, "budget": dict(self.budget)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FamilyRecord":
+        return cls(d["file"], tuple(d["columns"]), tuple(int(x) for x in d["shape"]), d["value_unit"],
+                   d["l1_sensitivity"], d["l2_sensitivity"], d["noise_scale"], d["noise_scale_name"],
+                   dict(d["budget"]))
+
+
+@dataclass(frozen=True)
+class ReleaseManifest:
+    """The public description of one tabular count release (``manifest.json``).
+
+    Build it with ``TabularRelease.manifest`` (writer) or :meth:`from_dict`
+    (reader); write :meth:`to_dict`. Holds no seed, no exact statistic and no
+    count of rows, episodes or units of the private logs.
+
+    Attributes
+    ----------
+    software_version : str
+        privaudit version that wrote it.
+    created : str
+        UTC timestamp, ISO 8601.
+    spec_hash : str
+        ``DomainSpec.hash()`` of the spec used (64 hex digits).
+    dataset_id : str
+        The spec's dataset (the ledger's).
+    domain : Domain
+    privacy_unit : UnitRecord
+    neighbouring : str
+        The relation in words (``Neighbouring.SUBSTITUTION.description``).
+    bounding : dict[str, str]
+        The bounding rules in words (keep-k, steps, rewards, terminal; episode_key).
+    mechanism : {"gaussian", "laplace"}
+    noise : {"exact", "rounded"}
+        ``rounded`` only in old releases and the auditor's simulations.
+    rng : {"secure", "seeded-insecure"}
+    families : dict[str, FamilyRecord]
+        visits, transitions and (private reward) rewards, in that order.
+    guarantee : dict
+        As ``privaudit.privacy.accounting.guarantee`` states it (plus ``sampler``).
+    budget_split, values : str
+        The split rule and what the value columns hold, in words.
+    public_reward : dict or None
+        The spec's public reward declaration (rewards not released).
+    reward_quantum : int or None
+        q, when reward sums are released.
+    event : dict or None
+        The release's privacy event (``PrivacyEvent.to_dict()``); None in
+        manifests written before events existed.
+    format_version : int
+        1.
+    """
+
+    software_version: str
+    created: str
+    spec_hash: str
+    dataset_id: str
+    domain: Domain
+    privacy_unit: UnitRecord
+    neighbouring: str
+    bounding: dict = field(repr=False)
+    mechanism: str
+    noise: str
+    rng: str
+    families: dict = field(repr=False)
+    guarantee: dict = field(repr=False)
+    budget_split: str = field(repr=False)
+    values: str = field(repr=False)
+    public_reward: dict | None = field(repr=False)
+    reward_quantum: int | None = None
+    event: dict | None = field(default=None, repr=False)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def private(self) -> bool:
+        """False when the noise came from a user seed (``rng`` seeded-insecure): not private against whoever knows it."""
+        return self.rng == "secure"
+
+    @property
+    def has_rewards(self) -> bool:
+        """True when reward sums were released (the reward is private)."""
+        return "rewards" in self.families
+
+    @property
+    def rho(self) -> float:
+        """The stated zCDP rho of the whole release (pure DP: epsilon^2/2)."""
+        return float(self.guarantee["rho"])
+
+    def to_dict(self) -> dict:
+        """The ``manifest.json`` document, checked against ``schemas/release_manifest.schema.json``.
+
+        Raises
+        ------
+        PrivauditError
+            The document breaks its schema (an internal error: nothing is written).
+        """
+        d = {
+            "format_version": self.format_version,
+            "kind": RELEASE_KIND,
+            "software": {"name": "privaudit", "version": self.software_version},
+            "created": self.created,
+            "spec_hash": self.spec_hash,
+            "dataset_id": self.dataset_id,
+            "domain": self.domain.to_dict(),
+            "privacy_unit": self.privacy_unit.to_dict(),
+            "neighbouring": self.neighbouring,
+            "bounding": dict(self.bounding),
+            "mechanism": self.mechanism,
+            "noise": self.noise,
+            "rng": self.rng,
+            "private": self.private,
+            "families": {f: p.to_dict() for f, p in self.families.items()},
+            "guarantee": copy.deepcopy(self.guarantee),
+            **({} if self.event is None else {"event": copy.deepcopy(self.event)}),
+            "budget_split": self.budget_split,
+            "values": self.values,
+            "public_reward": copy.deepcopy(self.public_reward),
+        }
+        if self.reward_quantum is not None:
+            d["reward_quantum"] = self.reward_quantum
+        errors = schema_errors(d, _SCHEMA)
+        if errors:
+            raise PrivauditError(f"release manifest (internal error) breaks schema '{_SCHEMA}':\n  "
+                                 + "\n  ".join(errors))
+        return d
+
+    @classmethod
+    def from_dict(cls, doc, where="release manifest") -> "ReleaseManifest":
+        """Read a ``manifest.json`` document: format version, schema, then the typed fields.
+
+        Parameters
+        ----------
+        doc : object
+            The parsed JSON.
+        where : str or Path
+            The manifest's path, for messages.
+
+        Raises
+        ------
+        ArtifactError
+            Not an object, a ``format_version`` other than 1 ("use the
+            privaudit version that wrote it"), or a document breaking the
+            schema (every error named by its JSON path), or a ``private``
+            flag that contradicts ``rng``.
+        """
+        if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
+            found = doc.get("format_version") if isinstance(doc, dict) else type(doc).__name__
+            raise ArtifactError(f"{where}: format_version must be {FORMAT_VERSION}. Found {found!r}; "
+                                f"use the privaudit version that wrote it.")
+        errors = schema_errors(doc, _SCHEMA)
+        if errors:
+            raise ArtifactError(f"{where} breaks schema '{_SCHEMA}':\n  " + "\n  ".join(errors))
+        if "private" in doc and doc["private"] != (doc["rng"] == "secure"):
+            raise ArtifactError(f"{where}: private is {doc['private']!r} but rng is {doc['rng']!r} (a release is "
+                                "private exactly when its noise came from OS entropy). The manifest is "
+                                "inconsistent (edited by hand?); do not trust or use this release.")
+        return cls(
+            software_version=doc["software"]["version"], created=doc["created"], spec_hash=doc["spec_hash"],
+            dataset_id=doc["dataset_id"], domain=Domain.from_dict(doc["domain"]),
+            privacy_unit=UnitRecord.from_dict(doc["privacy_unit"]), neighbouring=doc["neighbouring"],
+            bounding=dict(doc["bounding"]), mechanism=doc["mechanism"], noise=doc["noise"], rng=doc["rng"],
+            families={f: FamilyRecord.from_dict(p) for f, p in doc["families"].items()},
+            guarantee=copy.deepcopy(doc["guarantee"]), budget_split=doc["budget_split"], values=doc["values"],
+            public_reward=copy.deepcopy(doc["public_reward"]), reward_quantum=doc.get("reward_quantum"),
+            event=copy.deepcopy(doc.get("event")), format_version=doc["format_version"])
