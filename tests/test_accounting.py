@@ -69,6 +69,9 @@ def test_guarantee_states_the_bound_only_when_the_event_fits():
     assert guarantee(ev, delta=1e-5, requested={"rho": 0.5, "delta": 1e-5})["rho"] == 0.5
     with pytest.raises(AccountingError, match="above the budget"):
         guarantee(ev, delta=1e-6, requested={"rho": 0.4}, bound=0.4)
+    # exact: one ulp below the cost is refused (no float slack, BOUND_RTOL = 0)
+    with pytest.raises(AccountingError, match="above the budget"):
+        guarantee(ev, delta=1e-6, requested={"rho": 0.5}, bound=float(np.nextafter(0.5, 0.0)))
     p = guarantee(_lap(1.0, 0.5), delta=0.0, requested={"epsilon": 2.0}, bound=2.0)
     assert p["definition"] == "pure-DP" and p["epsilon"] == 2.0 and p["rho"] == 2.0 and p["delta"] == 0.0
 

@@ -33,8 +33,12 @@ from privaudit.privacy.events import (ComposedEvent, GaussianEvent, LaplaceEvent
 
 #: delta at which (epsilon, delta) is reported when only rho is given (re-exported by privacy.budget).
 DEFAULT_REPORT_DELTA = 1e-6
-#: Relative slack of :func:`guarantee`'s ``bound`` check (a few ulps of float representation).
-BOUND_RTOL = 1e-12
+#: Relative slack of :func:`guarantee`'s ``bound`` check: none. Every mechanism records the noise
+#: it draws exactly (the tabular release raises its scale ulp by ulp until its event fits the
+#: budget; DP-VAPVI draws with exactly the squares of its recorded sigmas, each the smallest double
+#: whose cost fits, ``learners.linear.privacy.sigma_within``), so "stated <= exact cost" is checked
+#: in exact rational arithmetic. (Kept as a name for callers that multiply by ``1 + BOUND_RTOL``.)
+BOUND_RTOL = 0.0
 
 
 # ----------------------------------------------------------------------------
@@ -140,13 +144,11 @@ def guarantee(event: PrivacyEvent, *, delta: float, requested: dict, bound: floa
         The budget the event was calibrated to (rho, or epsilon for a pure
         event). When the event's cost is at most ``bound``, ``bound`` is
         stated instead (a valid upper bound that reads as the user asked,
-        e.g. 0.7 rather than 0.6999999999999998). A cost above ``bound`` by
-        more than a relative :data:`BOUND_RTOL` raises: a mechanism must never
-        spend more than it was given. (The slack covers events of exactly
-        calibrated mechanisms whose recorded floats are roundings of exact
-        values, e.g. DP-VAPVI's sigma = sqrt of an exact rational variance:
-        recomputed from the floats, the cost can sit a few ulps above the
-        exact one.)
+        e.g. 0.7 rather than 0.6999999999999998). A cost above ``bound``
+        raises, checked exactly (the cost is the exact rational cost of the
+        recorded sensitivities and scales, rounded up once; no slack,
+        :data:`BOUND_RTOL` = 0): a mechanism must never spend more than it
+        was given, and every mechanism records the noise it draws exactly.
 
     Returns
     -------
@@ -166,7 +168,7 @@ def guarantee(event: PrivacyEvent, *, delta: float, requested: dict, bound: floa
     pure = is_pure(event)
     cost = event_epsilon(event) if pure else event_rho(event)
     if bound is not None:
-        if cost > bound * (1.0 + BOUND_RTOL):
+        if cost > bound:
             raise AccountingError(f"the event costs {'epsilon' if pure else 'rho'} = {cost!r}, above the budget "
                                   f"{bound!r} it was calibrated to (internal error).")
         cost = float(bound)

@@ -155,12 +155,32 @@ def noise_scales(rho: float, H: int, d: int, k: int = 1, delta_fail: float = 0.0
         raise UsageError(f"`delta_fail` must lie in (0, 1). Got {delta_fail}.")
     rho0 = rho / (5 * H)
     sens = sensitivities(H, k)
-    g = lambda delta: float(delta / np.sqrt(2 * rho0))  # noqa: E731 - Gaussian mechanism sigma
+    exact_rho0 = Fraction(float(rho)) / (5 * H)
     E = np.sqrt(2) * k * np.sqrt(2 * d / rho0) * (2 + (np.log(5 * c1 * H / delta_fail) / (c2 * d)) ** (2 / 3))
     L = k * 2 * H * np.sqrt(d * np.log(10 * H * d / delta_fail) / rho0)
-    return DPVAPVINoiseScales(rho0=rho0, sigma_v2=g(sens["v2"]), sigma_v=g(sens["v"]),
-                              sigma_r=g(sens["r_plus_v"]), sigma_z=float(k / np.sqrt(2 * rho0)),
+    return DPVAPVINoiseScales(rho0=rho0, sigma_v2=sigma_within(sens["v2"], exact_rho0),
+                              sigma_v=sigma_within(sens["v"], exact_rho0),
+                              sigma_r=sigma_within(sens["r_plus_v"], exact_rho0),
+                              sigma_z=sigma_within(float(k), exact_rho0),
                               E=float(E), L=float(L), rho=float(rho), H=int(H), k=int(k))
+
+
+def sigma_within(l2: float, rho0: Fraction) -> float:
+    """The smallest double sigma whose Gaussian cost l2^2 / (2 sigma^2) is at most ``rho0``, exactly.
+
+    The noise is drawn with variance exactly ``Fraction(sigma)^2`` (times the
+    lattice's 4^L, :func:`lattice_variances`), so the event recorded with this
+    sigma is the mechanism itself: its exact rational cost (what the
+    accountant computes) is at most rho0, with no floating-point slack
+    (Bun & Steinke 2016, Prop. 1.6; CKS 2020 Thm 14 for the discrete Gaussian).
+    """
+    target = Fraction(l2) ** 2 / (2 * rho0)  # sigma^2 that costs exactly rho0
+    s = float(np.sqrt(float(target)))
+    while Fraction(s) ** 2 < target:  # round up until the cost fits
+        s = float(np.nextafter(s, np.inf))
+    while Fraction(float(np.nextafter(s, 0.0))) ** 2 >= target:  # the smallest such double
+        s = float(np.nextafter(s, 0.0))
+    return s
 
 
 def d_constant(H: int, d: int, kappa: float | None, scales: DPVAPVINoiseScales | None) -> float:
@@ -220,22 +240,22 @@ def grid() -> dict:
 def lattice_variances(scales: DPVAPVINoiseScales) -> dict:
     """Exact noise variances in lattice units, as Fractions (the guarantee's exact arithmetic).
 
-    Vectors: sigma^2 = Delta^2 / (2 rho_0) * 4^L; matrices: (off-diagonal,
-    diagonal) = (s^2, 2 s^2) * 4^L with s^2 = k^2 / (2 rho_0). rho_0 = rho / (5H)
-    exactly (Fraction of the float rho), so each statistic costs exactly rho_0
-    (module docstring; the lattice scales Delta and sigma alike).
+    Vectors: sigma^2 * 4^L; matrices: (off-diagonal, diagonal) = (s^2, 2 s^2)
+    * 4^L with s = ``sigma_z``: the squares of the recorded (double) sigmas,
+    exactly. Each sigma is the smallest double whose cost Delta^2 / (2 sigma^2)
+    is at most rho_0 = rho / (5H) (:func:`sigma_within`), so the noise drawn is
+    exactly what the privacy event records and each statistic costs at most
+    rho_0, exactly (module docstring; the lattice scales Delta and sigma alike).
     """
-    rho0 = Fraction(scales.rho) / (5 * scales.H)
-    H, k = scales.H, scales.k
-    delta2 = {"v2": Fraction(2 * H * H * k) ** 2, "v": Fraction(2 * H * k) ** 2, "r_plus_v": Fraction(2 * H * k) ** 2}
+    sigma = {"v2": scales.sigma_v2, "v": scales.sigma_v, "r_plus_v": scales.sigma_r}
     out = {}
     for name, bits in LATTICE_BITS.items():
         unit = Fraction(4) ** bits
         if name in _MATRICES:
-            s2 = Fraction(k * k) / (2 * rho0) * unit
+            s2 = Fraction(scales.sigma_z) ** 2 * unit
             out[name] = (s2, 2 * s2)
         else:
-            out[name] = delta2[name] / (2 * rho0) * unit
+            out[name] = Fraction(sigma[name]) ** 2 * unit
     return out
 
 
@@ -394,9 +414,9 @@ def step_events(scales: DPVAPVINoiseScales, unit: PrivacyUnit) -> dict:
     sqrt(2) k is ||Delta||_F^2 / (4 s^2) = k^2 / (2 s^2) (module docstring),
     that of a Gaussian with l2 = k and sigma = s = ``sigma_z``; it is
     recorded so. Each costs rho_0 = rho / (5H). The lattice noise is the
-    exact discrete Gaussian with these variances times 4^L (exact rationals,
-    :func:`lattice_variances`), which costs the same (CKS 2020 Thm 14); the
-    floats recorded here are within a few ulps of them.
+    exact discrete Gaussian with exactly these variances times 4^L
+    (:func:`lattice_variances`), which costs the same (CKS 2020 Thm 14): the
+    event is the mechanism, its exact cost at most rho_0 with no slack.
 
     Returns
     -------

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from privaudit.errors import UsageError
+from privaudit.privacy import accounting
+from privaudit.privacy.events import PrivacyUnit
 from privaudit.learners.linear import DPVAPVI, LinearData
 from privaudit.learners.linear import privacy as lp
 from privaudit.learners.linear.core import ExactStatistics, _pair_sum, step_statistics
@@ -68,23 +70,32 @@ def test_brute_force_sensitivities(lattice):
         assert diff >= tight[name] * sens[name] * (1 - 2e-3) - 1e-12, name
 
 
-def test_lattice_variances_are_the_declared_scales_and_cost_exactly_rho0():
-    sc = lp.noise_scales(rho=0.7, H=H, d=3, k=2)
+@pytest.mark.parametrize("rho, k", [(0.7, 2), (1.0, 1), (0.1555324774701318, 1), (4.2, 3)])
+def test_lattice_variances_are_the_recorded_scales_and_cost_at_most_rho0(rho, k):
+    """The noise drawn has variance exactly the square of the sigma the event records (times 4^L), and each
+    statistic costs at most rho_0 = rho / (5H) in exact rationals, within 1e-15 of it: the accountant's
+    "stated <= exact cost" check needs no float slack (accounting.BOUND_RTOL = 0)."""
+    sc = lp.noise_scales(rho=rho, H=H, d=3, k=k)
     var = lp.lattice_variances(sc)
-    rho0 = Fraction(0.7) / (5 * H)
-    sens = lp.sensitivities(H, 2)
+    rho0 = Fraction(rho) / (5 * H)
+    sens = lp.sensitivities(H, k)
     for name, bits in lp.LATTICE_BITS.items():
-        unit = 4**bits
+        unit = Fraction(4) ** bits
         if name in ("gram", "weighted_gram"):
             off, diag = var[name]
-            assert diag == 2 * off and float(off) / unit == pytest.approx(sc.sigma_z**2, rel=1e-12)
-            # worst substitution Delta = phi phi^T - psi psi^T (orthonormal phi, psi), k = 2: cost exactly rho_0
-            D = Fraction(2) ** 2 * unit  # each diagonal entry moves by k = 2 (lattice units: times 2^L)
-            assert D / (2 * diag) * 2 == rho0
+            assert diag == 2 * off and off == Fraction(sc.sigma_z) ** 2 * unit
+            # worst substitution Delta = phi phi^T - psi psi^T (orthonormal phi, psi): each diagonal entry moves
+            # by k (lattice units: times 2^L); cost sum D_ii^2 / (2 diag)
+            cost = Fraction(k) ** 2 * unit / (2 * diag) * 2
         else:
             sigma = {"v2": sc.sigma_v2, "v": sc.sigma_v, "r_plus_v": sc.sigma_r}[name]
-            assert float(var[name]) / unit == pytest.approx(sigma**2, rel=1e-12)
-            assert Fraction(sens[name]) ** 2 * unit / (2 * var[name]) == rho0
+            assert var[name] == Fraction(sigma) ** 2 * unit
+            cost = Fraction(sens[name]) ** 2 * unit / (2 * var[name])
+        assert cost <= rho0 and rho0 - cost <= rho0 * Fraction(1, 10 ** 15), name
+    # the whole event, as the accountant sees it: at most rho, and the guarantee states rho itself
+    event = lp.privacy_event(sc, PrivacyUnit("u", k))
+    assert accounting.event_rho(event) <= rho
+    assert accounting.guarantee(event, delta=1e-6, requested={"rho": rho}, bound=rho)["rho"] == rho
 
 
 def test_symmetric_noise_calibrated_for_substitution():
