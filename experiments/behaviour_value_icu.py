@@ -5,13 +5,13 @@ Simulates R independent logs of N stays of the clinicians' policy on ICU-Sepsis
 pipeline's behaviour-value release (``privaudit.stats.behaviour_value``) on
 each with a fresh noise stream, and reports how often the 95% interval covers
 the exact clinicians' value (0.6920), the mean half-width and its sampling
-and noise parts. With ``--return-bound`` the spec also declares
-``return_bound`` [0, 1] (when this version's spec supports it).
+and noise parts. The sample's spec declares ``return_bound`` [0, 1] (a stay
+has one outcome); ``--no-return-bound`` drops it (the range is then H x [0, 1]).
 
 Usage::
 
     python experiments/behaviour_value_icu.py [--logs 100] [--stays 20000] [--rho 0.1] [--k 1]
-        [--return-bound] [--seed 1]
+        [--no-return-bound] [--seed 1]
 
 Prints one Markdown row and the CPU time (``resource.getrusage``).
 """
@@ -41,8 +41,8 @@ def run(logs: int, stays: int, rho: float, k: int, return_bound: bool, seed: int
     v = float(evaluate_policy(mdp, pi))
     doc = load_spec(sample_dir() / "icu_sepsis_spec.json").to_dict()
     doc["privacy_unit"] = {"column": None, "max_episodes": k}
-    if return_bound:
-        doc["return_bound"] = [0.0, 1.0]
+    if not return_bound:
+        doc.pop("return_bound", None)
     spec = DomainSpec.from_dict(doc)
     rel = BehaviourValueRelease.plan(spec, resolve_budget(rho=rho))
     sim_rng, noise_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--stays", type=int, default=20000)
     ap.add_argument("--rho", type=float, default=0.1, help="the behaviour-value part's rho (pipeline: 0.1 of rho)")
     ap.add_argument("--k", type=int, default=1)
-    ap.add_argument("--return-bound", action="store_true")
+    ap.add_argument("--no-return-bound", dest="return_bound", action="store_false")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     r = run(a.logs, a.stays, a.rho, a.k, a.return_bound, a.seed)
