@@ -22,8 +22,9 @@ import numpy as np
 
 from privaudit import __version__
 from privaudit.audit import bounds as B
+from privaudit.audit.plotting import plot_report
 from privaudit.errors import ArtifactError
-from privaudit.io_utils import atomic_path, atomic_write_text, json_default
+from privaudit.io_utils import atomic_write_text, json_default
 from privaudit.schemas import load_versioned_json, schema_errors
 
 REPORT_FORMAT_VERSION = 1
@@ -232,43 +233,10 @@ class AuditReport:
         return Path(path)
 
     def plot(self, path: str | Path) -> Path:
-        """PNG of the trade-off: the evaluated points with their one-sided
-        confidence regions, the empirical curves of the chosen scores, and the
-        region the claim allows (and, for a Gaussian claim, the mu-GDP curve)."""
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        c = self.data["claim"]
-        fig, ax = plt.subplots(figsize=(6, 5.5))
-        a = np.linspace(0, 1, 801)
-        ax.fill_between(a, 0, B.tradeoff_eps_delta(a, c["epsilon"], c["delta"]), color="tab:red", alpha=0.15,
-                        label=f"forbidden by ({c['epsilon']:.3g}, {c['delta']:.2g})-DP")
-        ax.plot(a, B.tradeoff_eps_delta(a, c["epsilon"], c["delta"]), color="tab:red", lw=1)
-        if c.get("mu"):
-            ax.plot(a, B.tradeoff_gdp(a, c["mu"]), color="tab:purple", lw=1, ls="--",
-                    label=f"claimed {c['mu']:.3g}-GDP")
-        for e, col in zip(self.data.get("events", []), ("tab:blue", "tab:green")):
-            roc = np.asarray(e["roc"])
-            ax.plot(roc[:, 0], roc[:, 1], color=col, lw=0.8, alpha=0.6)
-            ax.plot([e["fpr"]], [e["fnr"]], "o", color=col,
-                    label=f"{e['direction']}: {e['candidate']} (generic eps_lb {e['epsilon_lower_bound']:.3g}"
-                          + (f", mu_lb {e['mu_lower_bound']:.3g})" if c.get("mu") else ")"))
-            ax.add_patch(plt.Rectangle((0, 0), e["fpr_upper"], e["fnr_upper"], fill=False, ec=col, ls=":"))
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("false positive rate (type I)")
-        ax.set_ylabel("false negative rate (type II)")
-        lb = self.epsilon_lower_bound
-        src = self.data.get("method", {}).get("epsilon_lower_bound_from", "generic")
-        ax.set_title(f"{self.data['mechanism']}: {self.verdict}"
-                     + ("" if lb is None else f", eps_lb = {lb:.3g} ({src.split(' ')[0]} test)"), fontsize=10)
-        ax.legend(fontsize=7, loc="upper right")
-        fig.tight_layout()
-        with atomic_path(Path(path)) as tmp:
-            fig.savefig(tmp, format="png", dpi=110)
-        plt.close(fig)
-        return Path(path)
+        """PNG of the trade-off (:func:`privaudit.audit.plotting.plot_report`): the region the
+        claim forbids, the chosen event's observed and certified points, its empirical curve and
+        the curve of the test that gave the headline bound, on linear axes and as a log-log ROC."""
+        return plot_report(self.data, self.verdict, self.epsilon_lower_bound, path)
 
 
 def load_report(path: str | Path) -> dict:
