@@ -90,7 +90,8 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
 @click.option("--claim-kind", type=click.Choice(["gaussian", "generic"]), default="generic",
               help="generic (default): the (epsilon, delta) test, valid for every claim. gaussian (opt-in): "
                    "also the GDP test, valid only if the mechanism is mu-GDP (continuous Gaussian noise, "
-                   "post-processed); rho-zCDP alone does not imply it (refused with --noise exact).")
+                   "post-processed); rho-zCDP alone does not imply it (refused with --noise exact, except for "
+                   "dp-vapvi, whose fine-lattice Gaussian is provably close: docs/audit.md).")
 @click.option("--canary", type=click.Choice(["rare", "repeat", "random", "synthetic", "synthetic-repeat"]),
               default=None,
               help="How D' is built from D (docs/audit.md). synthetic / synthetic-repeat: D = logs + u*, "
