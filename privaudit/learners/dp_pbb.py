@@ -703,8 +703,9 @@ class DPPBB(TabularLearnerBase):
         if plan.private and seeded:
             privacy = {"private": False, "guarantee": privacy["guarantee"],
                        "note": "seeded noise: not private against anyone who knows the seed"}
-        params = dict(self.get_params(), split=plan.split, max_per_cell=counts.max_per_cell,
-                      return_bound=return_bound, stationary=bool(counts.stationary))
+        params = dict(self.get_params(), rho=rho if math.isfinite(rho) else None, split=plan.split,
+                      max_per_cell=counts.max_per_cell, n_backups=K, return_bound=return_bound,
+                      stationary=bool(counts.stationary))
         self.policy_ = Policy(table=pi, algorithm=self.algorithm,
                               parameters=params, privacy=privacy, spec_hash=spec_hash,
                               stationary=bool(counts.stationary))
