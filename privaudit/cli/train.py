@@ -190,7 +190,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                 + f"{', stationary' if stationary else ''}) into {release_used}: this spends privacy budget.")
         else:
             say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
-                "and can reveal patients' records. Use --algo dp-apvi for a private policy.")
+                "and can reveal patients' records. Use --algo dp-pbb (or dp-apvi) for a private policy.")
         policy = train_from_logs(logs, spec, algo=algo, stationary=stationary, rho=rho, epsilon=epsilon,
                                  delta=delta, mechanism=mechanism, noise=noise or "exact",
                                  release_out=release_used,

@@ -170,7 +170,7 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
         return train_from_release(release_out, algo=algo, spec=spec, params=params)
     if any(v is not None for v in (rho, epsilon, delta)):
         raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`). "
-                         "Use `algo` dp-apvi for a differentially private policy.")
+                         "Use `algo` dp-pbb (or dp-apvi) for a differentially private policy.")
     prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)  # same gate as a release
     prepared.check_spec(spec)
     counts = exact_counts(prepared.bounded, spec, stationary=stationary)
