@@ -83,6 +83,16 @@ class AccountingError(PrivauditError, ValueError):
     exit_code = 2
 
 
+class EngineError(PrivauditError, RuntimeError):
+    """The compute engine (Apache Spark, ``--engine spark``) failed while it read,
+    checked, bounded or counted the logs: the JVM could not start, a query failed
+    analysis, a job failed (out of memory, a lost executor, a corrupt part), or
+    the driver lost the JVM (exit 1). Raised before any output is written or
+    any budget charged; the message names the cause in one line."""
+
+    exit_code = 1
+
+
 EXIT_CODES = {
     "ok": 0,
     "invalid_data": 1,

@@ -35,3 +35,14 @@ def tiny_spec_file(tmp_path) -> Path:
     p = tmp_path / "spec.json"
     p.write_text(json.dumps(tiny_spec_doc()))
     return p
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession shared by every Spark test of the run (tests/_spark.py)."""
+    from tests._spark import make_session, skip_without_spark
+
+    skip_without_spark()
+    s = make_session()
+    yield s
+    s.stop()

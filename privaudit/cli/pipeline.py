@@ -42,7 +42,13 @@ files may leave the building).
 --seed makes the noise reproducible, for tests only: the outputs are then
 marked rng "seeded-insecure" (the seed itself is written nowhere).
 
-Exit codes: 0 ok; 1 invalid or unreadable logs (nothing written); 2 usage
+--engine spark has Apache Spark validate, bound and count the logs for
+the release (--master URL, default local[*]; pip install
+'privaudit[spark]' and a Java runtime); the release is the same, the rest
+runs here. Tabular specs only (no feature map).
+
+Exit codes: 0 ok; 1 invalid or unreadable logs, or Spark failed (nothing
+written or charged); 2 usage
 or spec error (DIR exists, bad budget, MDP not matching the spec; nothing
 written); 3 the audit found a violation (DIR is written for inspection and
 its summary.json marks no file as shareable).
@@ -76,10 +82,10 @@ Examples:
               help="Runs per side of the release audit (0 skips the audit).")
 @click.option("--linear-share", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
               show_default=True, help="Share of rho given to DP-VAPVI when the spec declares a feature map.")
-@click.option("--value-share", type=click.FloatRange(0, 1, max_open=True), default=VALUE_SHARE_DEFAULT,
-              show_default=True,
-              help="Share of rho spent on the DP estimate of the clinicians' (behaviour) value and the start "
-                   "distribution of the certified values (0: neither).")
+@click.option("--value-share", type=click.FloatRange(0, 1, max_open=True), default=None,
+              help=f"Share of rho spent on the DP estimate of the clinicians' (behaviour) value and the start "
+                   f"distribution of the certified values (0: neither). Default {VALUE_SHARE_DEFAULT}; 0 with "
+                   "--engine spark (the estimate reads the logs with polars).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the noise and the audit (rng seeded-insecure; never written).")
 @click.option("--overwrite", is_flag=True, help="Replace DIR if it holds a previous pipeline output.")
@@ -87,14 +93,25 @@ Examples:
               help="Budget ledger (privaudit budget init): refuse (exit 3) a run that would exceed it, "
                    "and charge what the run spends.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
+@click.option("--engine", type=click.Choice(["polars", "spark"]), default="polars", show_default=True,
+              help="Who validates, bounds and counts for the release: polars here, or Apache Spark (pip install "
+                   "'privaudit[spark]'; LOGS may then be any path Spark reads). Same release either way.")
+@click.option("--master", default=None, help="With --engine spark: Spark master URL (default local[*]).")
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stationary, audit_trials, linear_share,
-            value_share, seed, overwrite, ledger, as_json):
+            value_share, seed, overwrite, ledger, as_json, engine, master):
     check_writable(out, "--out")  # before the logs are read or any budget is checked
+    if master is not None and engine != "spark":
+        raise click.UsageError("--master needs --engine spark.")
+    if value_share is None:
+        value_share = 0.0 if engine == "spark" else VALUE_SHARE_DEFAULT
+        if engine == "spark":
+            click.echo("--engine spark: no DP estimate of the clinicians' value (--value-share 0; the estimate "
+                       "reads the logs with polars): the whole budget goes to the release.", err=True)
     summary = run_pipeline(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp, seed=seed,
                            stationary=stationary, audit_trials=audit_trials, linear_share=linear_share,
-                           value_share=value_share,
-                           overwrite=overwrite, ledger=ledger, instance_seed=instance_seed, echo=lambda s: click.echo(s, err=True))
+                           value_share=value_share, overwrite=overwrite, ledger=ledger, instance_seed=instance_seed,
+                           echo=lambda s: click.echo(s, err=True), engine=engine, spark=master)
     private_log = summary.pop("private_log")
     if as_json:
         echo_json(summary)

@@ -149,7 +149,8 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
                  stationary: bool | None = None, audit_trials: int = AUDIT_TRIALS_DEFAULT,
                  linear_share: float = LINEAR_SHARE_DEFAULT, value_share: float = VALUE_SHARE_DEFAULT,
                  overwrite: bool = False, ledger: str | Path | None = None, instance_seed: int | None = None,
-                 progress: bool | None = None, echo: Callable[[str], None] | None = None) -> dict:
+                 progress: bool | None = None, echo: Callable[[str], None] | None = None,
+                 engine: str = "polars", spark=None) -> dict:
     """Run validate -> release -> train -> evaluate -> audit -> report into the folder ``out``.
 
     Parameters
@@ -209,6 +210,8 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         the noisy start-state counts the certified values are averaged over
         when no MDP is known. 0: neither (certified values then use a
         per-step release's h = 0 visits or the MDP's d0, else are absent).
+        Must be 0 with ``engine="spark"`` (the estimate reads the logs with
+        polars; the CLI then defaults it to 0).
     overwrite : bool
         Replace ``out`` if it holds a previous pipeline output (a
         ``summary.json`` of this kind); any other existing path is refused.
@@ -216,6 +219,20 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         Progress bars on stderr (default: only when stderr is a terminal).
     echo : callable, optional
         ``echo(text)`` for messages to the data holder (stderr in the CLI).
+    engine : {"polars", "spark"}
+        Who validates, bounds and counts for the release stage
+        (``privaudit.stats.release.release_logs``): polars here, or Apache
+        Spark (the ``privaudit[spark]`` extra; ``logs`` may then be any path
+        Spark reads, or a Spark DataFrame). The release is the same either way
+        (same counts, so the same tables for the same seed); with Spark the
+        fatal rules are checked by Spark inside the release stage, after the
+        budget and the ledger were checked. Tabular only: a spec with a
+        feature map (DP-VAPVI reads per-row features with polars) is refused,
+        and so is ``value_share`` > 0.
+    spark : SparkSession or str, optional
+        With ``engine="spark"``: the session, or a master URL (``local[4]``,
+        ``spark://host:7077``, ``yarn``); None: the active session or
+        ``local[*]``.
 
     Returns
     -------
@@ -236,6 +253,9 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     LogReadError, ValidationFailed
         Unreadable logs, or logs breaking rules that bounding cannot repair
         (the message lists the located errors); nothing is written.
+    EngineError
+        With ``engine="spark"``: Spark itself failed (no JVM, a failed job,
+        out of memory); nothing is written or charged.
 
     References
     ----------
@@ -249,12 +269,13 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         return _run_pipeline_locked(logs, spec, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp,
                                     seed=seed, stationary=stationary, audit_trials=audit_trials,
                                     linear_share=linear_share, value_share=value_share, overwrite=overwrite,
-                                    ledger=ledger,
-                                    instance_seed=instance_seed, progress=progress, echo=echo)
+                                    ledger=ledger, instance_seed=instance_seed, progress=progress, echo=echo,
+                                    engine=engine, spark=spark)
 
 
 def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, stationary, audit_trials,
-                         linear_share, value_share, overwrite, ledger, instance_seed, progress, echo) -> dict:
+                         linear_share, value_share, overwrite, ledger, instance_seed, progress, echo,
+                         engine="polars", spark=None) -> dict:
     """The body of :func:`run_pipeline`, under the output lock."""
     t0 = time.perf_counter()
     say = echo or (lambda s: None)
@@ -268,7 +289,20 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
     elif spec is None:
         raise UsageError("LOGS needs `spec` SPEC (the public domain spec of the logs).")
     spec = spec if isinstance(spec, DomainSpec) else load_spec(spec)
-    logs, out = Path(logs), Path(out)
+    if engine not in ("polars", "spark"):
+        raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
+    if engine == "spark" and spec.features:
+        raise UsageError("`engine` spark runs the tabular release only, and this spec declares a feature map "
+                         "(DP-VAPVI reads per-row features with polars): run it with the polars engine, or "
+                         "without the feature map.")
+    if engine == "spark" and value_share:
+        raise UsageError("`engine` spark counts the logs for the release only; the DP estimate of the behaviour "
+                         f"value reads them with polars: pass value_share=0 (--value-share 0). Found {value_share!r}.")
+    if engine != "spark" and spark is not None:
+        raise UsageError("`spark` (a session or master URL) needs `engine` 'spark'.")
+    out = Path(out)
+    if engine == "polars" or isinstance(logs, (str, Path)) and "://" not in str(logs):
+        logs = Path(logs)  # a local path; Spark may also read URLs (hdfs://, s3a://) and DataFrames
     if stationary is not None and not isinstance(stationary, bool):
         raise UsageError(f"`stationary` must be True, False or None (auto). Found {stationary!r}.")
     if isinstance(audit_trials, bool) or not isinstance(audit_trials, (int, np.integer)) \
@@ -308,13 +342,16 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         bar.stage("validate")
 
         t = time.perf_counter()
-        prepared = prepare_logs(logs, spec)  # validated and bounded once; raises before any folder exists
+        # polars: validated and bounded once, before any folder exists; Spark validates, bounds and counts
+        # in the release stage (inside the temporary folder, removed if it fails)
+        source = prepare_logs(logs, spec) if engine == "polars" else logs
         timings["validate"] = time.perf_counter() - t
         bar.done()
         with atomic_dir(out, overwrite=True) as tmp:
-            summary, private = _stages(tmp, prepared, spec, (budget, parts, shares), the_mdp, mdp, stationary,
+            summary, private = _stages(tmp, source, spec, (budget, parts, shares), the_mdp, mdp, stationary,
                                        audit_trials, seeds, seed is not None, bar, timings, progress, say, ledger,
-                                       run=new_run_id(), final_out=out, value_plan=value_plan)
+                                       run=new_run_id(), final_out=out, value_plan=value_plan, engine=engine,
+                                       spark=spark)
             timings["total"] = time.perf_counter() - t0
             private["timings_s"] = timings
             atomic_write_text(tmp / "private" / "local-log.json", json.dumps(private, indent=2) + "\n")
@@ -327,27 +364,35 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
 
 def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, stationary: bool,
             audit_trials: int, seeds, seeded: bool, bar: _Progress, timings: dict, progress, say,
-            ledger=None, run: str | None = None, final_out: Path | None = None, value_plan=None):
+            ledger=None, run: str | None = None, final_out: Path | None = None, value_plan=None,
+            engine: str = "polars", spark=None):
     """release -> train -> evaluate -> audit -> report inside the temporary folder ``tmp``.
 
     Ledger charges name ``run`` and ``final_out`` (the folder the run will write).
 
     ``prepared`` (``privaudit.data.prepare.PreparedLogs``) is passed to every
-    stage: the logs are validated and bounded once per run. ``budgets`` is
+    stage: the logs are validated and bounded once per run. With
+    ``engine="spark"`` it is what Spark reads instead (a path or a Spark
+    DataFrame), and the release is the only stage that reads it. ``budgets`` is
     (the whole Budget, its parts by name, the configured shares). Each part's
     mechanism returns its event; the ledger (checked once by the caller) is
     charged once per part from that event, inside ``tmp`` (the output appears
     only after every charge succeeded); the composed guarantee is the
     accountant's composition of the events.
     """
-    logs = prepared.path
+    if engine == "polars":
+        logs = str(prepared.path.resolve())
+    elif isinstance(prepared, (str, Path)):
+        logs = str(prepared.resolve()) if isinstance(prepared, Path) else prepared
+    else:
+        logs = "a Spark DataFrame"
 
     # ---------------------------------------------------------------- release
     bar.stage("release")
     t = time.perf_counter()
     budget, parts, shares = budgets
     info = release_logs(prepared, spec, budget=parts["release"], stationary=stationary, noise="exact",
-                        out=tmp / "release", seed=seeds[0])
+                        out=tmp / "release", seed=seeds[0], engine=engine, spark=spark)
     events = {"release": info.event}
     if ledger is not None:
         ledger_mod.charge_event(ledger, spec.dataset_id, info.event,
@@ -470,8 +515,9 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     private = {
         "WARNING": "PRIVATE: facts about the private logs, for the data holder only. Never share this file.",
         "created": summary["created"],
-        "logs": str(logs.resolve()),
+        "logs": logs,
         "spec": str(spec.source) if spec.source else None,
+        "engine": engine,
         "validation": "passed every rule that contribution bounding cannot repair",
         "bounding": local.get("bounding"),
     }

