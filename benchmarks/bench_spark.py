@@ -80,14 +80,19 @@ def _quantum(spec) -> int:
     return release.families["rewards"].quantum
 
 
+def _vm_hwm_mb(pid) -> float:
+    """Peak RSS of one process (VmHWM, MB). Not ru_maxrss: Linux carries that across fork + exec, so a
+    child would report the parent's RSS (here the simulated log) as its own peak."""
+    return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmHWM:")) / 1024
+
+
 def _jvm_usage(spark) -> tuple[float, float]:
     """(CPU seconds, peak RSS MB) of the local-mode JVM, read from /proc before it stops."""
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()
     f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    hwm = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-               if line.startswith("VmHWM:"))
-    return cpu, hwm / 1024
+    return cpu, _vm_hwm_mb(pid)
 
 
 def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, driver_memory: str) -> None:
@@ -129,7 +134,7 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
     ru = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"engine": engine, "wall_s": wall, "session_start_s": t_start,
                       "py_cpu_s": ru.ru_utime + ru.ru_stime, "jvm_cpu_s": jvm_cpu,
-                      "py_rss_MB": ru.ru_maxrss / 1024, "jvm_rss_MB": jvm_rss,
+                      "py_rss_MB": _vm_hwm_mb("self"), "jvm_rss_MB": jvm_rss,
                       "cells": counts.cells.height, "report": report.to_dict()}))
 
 

@@ -315,7 +315,7 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
             raise UsageError("logs prepared by polars cannot be counted by Spark: pass the path or DataFrame.")
         prepared.check_spec(spec)
     if engine == "spark" and max_per_cell is not None:
-        raise UsageError("`max_per_cell` (--max-per-cell) is implemented by the polars engine only; "
+        raise UsageError("`max_per_cell` is implemented by the polars engine only; "
                          "use engine='polars' or release without the per-cell cap.")
     if engine == "spark" and spec.return_bound is not None and spec.public_reward is None:
         raise UsageError("the spec declares a return_bound, which only the polars engine enforces on the rewards "

@@ -274,3 +274,14 @@ def test_missing_java_is_a_usage_error_before_spark_starts(spark, tmp_path, monk
         monkeypatch.setenv("JAVA_HOME", str(tmp_path))
     res = CliRunner().invoke(main, args)  # --master: a new session is asked for (the test one would be reused)
     _assert_clean_failure(res, tmp_path, led, before, 2, "Java runtime" if java == "absent" else "bin/java")
+
+
+def test_per_cell_cap_is_refused_by_the_spark_engine_before_spark_reads(spark, tmp_path, monkeypatch):
+    """--max-per-cell is a polars-only rule: refused (exit 2) rather than released without the cap."""
+    path, _ = _logs(tmp_path, ids="int", k=2, n_units=30)
+    args, led, before = _release_args(tmp_path, path, "--max-per-cell", "2")
+    reads = []
+    monkeypatch.setattr(se, "read_logs", lambda *a, **kw: reads.append(a))
+    res = CliRunner().invoke(main, args)
+    _assert_clean_failure(res, tmp_path, led, before, 2, "`--max-per-cell` is implemented by the polars engine only")
+    assert reads == []
