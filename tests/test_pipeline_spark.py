@@ -83,3 +83,16 @@ def test_invalid_logs_stop_the_spark_pipeline_with_nothing_written_or_charged(sp
     assert "Traceback" not in res.output
     assert not (tmp_path / "out").exists() and ledger_status(ledger)["rho_spent_float"] == 0
     assert not any(p.name.startswith(".out") for p in tmp_path.iterdir())  # no temporary folder left
+
+
+def test_bundled_sample_with_spark_trains_dp_apvi_on_the_whole_budget(spark, tmp_path):
+    """ICU-Sepsis declares a public reward, so polars would train DP-PBB on 60% of rho: Spark cannot (DP-PBB reads
+    the logs with polars), says so, and gives the release the whole budget."""
+    res = run("--rho", 1, "--audit-trials", 0, "--out", tmp_path / "out", "--engine", "spark", "--json")
+    assert res.exit_code == 0, res.output
+    assert "DP-PBB is not trained" in res.output and "--value-share 0" in res.output
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [p["name"] for p in summary["policies"]] == ["dp-apvi"]
+    assert [p["name"] for p in summary["privacy"]["parts"]] == ["release"]
+    manifest = json.loads((tmp_path / "out" / "release" / "manifest.json").read_text())
+    assert manifest["guarantee"]["rho"] == pytest.approx(1.0, rel=1e-12)

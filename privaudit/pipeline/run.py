@@ -228,7 +228,8 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         fatal rules are checked by Spark inside the release stage, after the
         budget and the ledger were checked. Tabular only: a spec with a
         feature map (DP-VAPVI reads per-row features with polars) is refused,
-        and so is ``value_share`` > 0.
+        and so is ``value_share`` > 0; DP-PBB (which also reads the logs with
+        polars) is not trained, so DP-APVI on the release is the DP policy.
     spark : SparkSession or str, optional
         With ``engine="spark"``: the session, or a master URL (``local[4]``,
         ``spark://host:7077``, ``yarn``); None: the active session or
@@ -310,8 +311,11 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {audit_trials!r}.")
     linear = bool(spec.features)
     budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")  # once
-    pbb_share = pbb_share_of(spec.public_reward is not None, linear=linear, linear_share=linear_share,
-                             value_share=value_share)
+    pbb_share = 0.0 if engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
+                                                           linear_share=linear_share, value_share=value_share)
+    if engine == "spark" and spec.public_reward is not None:
+        say("engine spark: DP-PBB is not trained (it reads the logs with polars); the budget goes to the "
+            "release, and DP-APVI learns from it.")
     shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
     parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share,
                          pbb_share=pbb_share)
