@@ -45,7 +45,9 @@ marked rng "seeded-insecure" (the seed itself is written nowhere).
 --engine spark has Apache Spark validate, bound and count the logs for
 the release (--master URL, default local[*]; pip install
 'privaudit[spark]' and a Java runtime); the release is the same, the rest
-runs here. Tabular specs only (no feature map).
+runs here. Tabular specs only (no feature map); DP-PBB and the
+behaviour-value estimate, which read the logs with polars, are off
+(--value-share 0), so DP-APVI on the release is the DP policy.
 
 Exit codes: 0 ok; 1 invalid or unreadable logs, or Spark failed (nothing
 written or charged); 2 usage

@@ -37,7 +37,10 @@ Exit codes: 0 ok; 1 invalid or unreadable logs; 2 usage or spec error
 
 --engine spark runs validation's fatal rules, bounding and the exact
 counts on Apache Spark (--master URL, default local[*]); only the exact
-cell counts come back to this process, which adds the noise.
+cell counts come back to this process, which adds the noise. A failure of
+Spark itself (a failed job, out of memory, a lost JVM) exits 1 with one
+line; no Java runtime exits 2 before Spark starts; nothing is written or
+charged either way.
 
 \b
 Example:
