@@ -52,7 +52,7 @@ def main(argv=None):
         sigma = math.sqrt(2 * H / 1.0) * (math.sqrt(H) if stationary else 1.0)
         t = time.perf_counter()
         rv, rt = rng.spawn(2)
-        nv = add_noise(exact.visits(), mechanism="gaussian", scale=sigma, rng=rv, noise="exact")
+        nv = add_noise(exact.visits, mechanism="gaussian", scale=sigma, rng=rv, noise="exact")
         slices = [add_noise(exact.transitions_at(h), mechanism="gaussian", scale=sigma, rng=r, noise="exact")
                   for h, r in enumerate(rt.spawn(1 if stationary else H))]
         noisy = TabularCounts(visits=nv, transitions=lambda h: slices[0 if stationary else h], horizon=H,

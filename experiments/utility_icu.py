@@ -97,7 +97,7 @@ def noisy_counts(exact: SparseCounts, spec: DomainSpec, epsilon: float, rng: np.
     release = _release(spec, epsilon, exact.stationary)
     E = release.noise_bound(FAILURE_PROB)
     rv, rt = rng.spawn(2)
-    nv = release.noise_family("visits", exact.visits(), rng=rv)
+    nv = release.noise_family("visits", exact.visits, rng=rv)
     trans = LazyNoisyTransitions(exact, nv, E, release, rt)
     counts = TabularCounts(visits=nv, transitions=trans, horizon=exact.horizon, stationary=exact.stationary,
                            noisy=True)
@@ -131,7 +131,7 @@ def run(args) -> list[dict]:
                 variant = "stationary" if stationary else "per-step"
                 t = time.perf_counter()
                 exact = exact_counts(sub, spec, stationary=stationary)
-                visits_by_h = exact.visits()
+                visits_by_h = exact.visits
 
                 def record(algo, eps, learner, extra, t_start):
                     v = evaluate_policy(mdp, learner.policy_.table)

@@ -51,7 +51,7 @@ def main():
             for c2 in (16.0, 0.0):
                 L = DPAPVI(noise_bound=E, failure_prob=FAILURE_PROB, C2=c2).fit(counts, reward, terminal_states=term)
                 cells.append(f"{evaluate_policy(mdp, L.policy_.table):.4f} ({L.value_estimate(mdp.d0):.3f})")
-            share = float((exact.visits() * L.trusted_[0]).sum() / exact.visits().sum())
+            share = float((exact.visits * L.trusted_[0]).sum() / exact.visits.sum())
             lines.append(f"| {n:,} | {eps:g} | {E:.0f} | {cells[0]} | {cells[1]} | {share:.3f} |")
             print(lines[-1], f"({time.perf_counter() - t:.1f}s)", file=sys.stderr, flush=True)
     out = ROOT / "experiments" / "out" / "utility_icu_ablation.md"

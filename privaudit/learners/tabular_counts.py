@@ -101,6 +101,11 @@ class TabularCounts:
         step_index(h, self.horizon, self.stationary)
         return self.transitions(h)
 
+    def iter_transitions(self):
+        """Yield (h, n_h of shape (S, A, S)) for h = 0..H-1 (once, h = 0, if stationary), as every container."""
+        for h in range(1 if self.stationary else self.horizon):
+            yield h, self.transitions_at(h)
+
     @classmethod
     def from_arrays(cls, visits: np.ndarray, transitions: np.ndarray, *, horizon: int,
                     reward_sums: np.ndarray | None = None, noisy: bool = False) -> "TabularCounts":

@@ -84,9 +84,10 @@ class SparseCounts:
     Every statistic (visits, reward sums, transition slices) is a dense
     scatter of this sparse table, so the rows are aggregated once. Answers
     the counts protocol (``privaudit.stats.protocol.Counts``) with
-    ``noisy=False``; :meth:`visits`, :meth:`rewards` and
-    :meth:`iter_transitions` give the whole tables in stored units, as the
-    release noises them.
+    ``noisy=False``. The whole tables have the names a read-back release
+    (``privaudit.stats.artifact.Release``) uses: :attr:`visits`,
+    :attr:`rewards` (stored units) and :meth:`iter_transitions`; the release
+    mechanism reads them, one vocabulary for exact and released counts.
 
     Attributes
     ----------
@@ -152,27 +153,30 @@ class SparseCounts:
             self._tables[column] = out.reshape(self.sa_shape)
         return self._tables[column]
 
+    @property
     def visits(self) -> np.ndarray:
-        """n_h(s, a), shape (H, S, A) or (S, A), int64 (= sum over s' of the transitions)."""
+        """n_h(s, a), shape (H, S, A) or (S, A), int64 (= sum over s' of the transitions); as ``Release.visits``."""
         return self._sa("n", np.int64)
 
-    def rewards(self) -> np.ndarray:
-        """R_h(s, a), shape (H, S, A) or (S, A): float64 sums, or int64 units of 1/quantum."""
+    @property
+    def rewards(self) -> np.ndarray | None:
+        """R_h(s, a) in stored units, shape (H, S, A) or (S, A): int64 units of 1/quantum (float64 sums
+        without a quantum); None without reward sums. As ``Release.rewards``."""
         if not self.has_reward_sums:
-            raise UsageError("reward sums were not aggregated (sparse_counts(..., rewards=False)).")
+            return None
         return self._sa("r", np.int64 if self.cells.schema["r"].is_integer() else np.float64)
 
     def visits_at(self, h: int) -> np.ndarray:
         """n_h(s, a), shape (S, A), int64 (the pooled table if stationary)."""
         g = step_index(h, self.spec.H, self.stationary)
-        return self.visits() if self.stationary else self.visits()[g]
+        return self.visits if self.stationary else self.visits[g]
 
     def reward_sums_at(self, h: int) -> np.ndarray | None:
         """R_h(s, a), shape (S, A), float64 in [0, 1]-scaled reward units; None without reward sums."""
         g = step_index(h, self.spec.H, self.stationary)
         if not self.has_reward_sums:
             return None
-        r = self.rewards() if self.stationary else self.rewards()[g]
+        r = self.rewards if self.stationary else self.rewards[g]
         return r.astype(np.float64) / self.quantum if self.quantum is not None else r
 
     def transitions_at(self, h: int) -> np.ndarray:
@@ -265,7 +269,7 @@ def visit_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False) ->
     ----------
     Qiao & Wang, Offline RL with DP, Alg. 1 raw counts; ALGORITHMS.md 1.2 step 2.
     """
-    return sparse_counts(frame, spec, stationary=stationary, rewards=False).visits()
+    return sparse_counts(frame, spec, stationary=stationary, rewards=False).visits
 
 
 def reward_sums(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
@@ -291,7 +295,7 @@ def reward_sums(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
     -------
     ndarray, shape (H, S, A) or (S, A); float64, or int64 when ``quantum`` is set.
     """
-    return sparse_counts(frame, spec, stationary=stationary, quantum=quantum).rewards()
+    return sparse_counts(frame, spec, stationary=stationary, quantum=quantum).rewards
 
 
 def iter_transition_counts(frame: Frame, spec: DomainSpec, *,

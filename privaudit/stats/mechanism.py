@@ -331,8 +331,8 @@ class TabularRelease:
             raise UsageError(f"`exact` must be counted with stationary={self.stationary}. "
                              f"Found stationary={exact.stationary}.")
         st = self.streams(rng)
-        visits = self.noise_family("visits", exact.visits(), rng=st["visits"])
-        rewards = (self.noise_family("rewards", exact.rewards(), rng=st["rewards"])
+        visits = self.noise_family("visits", exact.visits, rng=st["visits"])
+        rewards = (self.noise_family("rewards", exact.rewards, rng=st["rewards"])
                    if "rewards" in self.families else None)
         return NoisyCounts(visits, rewards, self._noisy_transitions(exact.iter_transitions(), st["transitions"]))
 

@@ -16,6 +16,15 @@ Steps are 0-based, h = 0..H-1 (the papers' 1..H shifted by one). A
 stationary container pools over h and answers the pooled table for every h.
 Reward sums are in units of the [0, 1]-scaled reward, whatever the
 container stores.
+
+The whole tables have one vocabulary too: ``visits`` (an array, (H, S, A)
+or (S, A) when stationary) and ``iter_transitions()`` (yields (h, (S, A, S))
+for h = 0..H-1, once when stationary) in all three containers; ``rewards``
+(reward sums in the container's stored units, 1/quantum of the scaled
+reward; None without them) in the two the release writes and reads
+(``SparseCounts``, ``Release``); ``TabularCounts`` holds ``reward_sums`` in
+scaled units. The release mechanism (``TabularRelease.apply``) reads
+``visits``, ``rewards`` and ``iter_transitions()``.
 """
 
 from __future__ import annotations

@@ -138,8 +138,8 @@ def test_dp_apvi_with_zero_noise_is_apvi(stationary):
     mdp = random_tabular_mdp(4, 3, 3, instance_seed=3)
     counts = _logs_counts(mdp, 3000, seed=1, stationary=stationary)
     # the same exact counts, presented as a "release" (noisy=True: clipped and projected) with E = 0
-    as_release = TabularCounts(visits=counts.visits(), transitions=counts.transitions_at, horizon=counts.horizon,
-                               reward_sums=counts.rewards(), stationary=stationary, noisy=True)
+    as_release = TabularCounts(visits=counts.visits, transitions=counts.transitions_at, horizon=counts.horizon,
+                               reward_sums=counts.rewards, stationary=stationary, noisy=True)
     apvi = APVI().fit(counts)
     dp = DPAPVI(noise_bound=0.0).fit(as_release)
     np.testing.assert_allclose(dp.Q_, apvi.Q_, rtol=0, atol=1e-12)
@@ -153,15 +153,15 @@ def test_stationary_counts_equal_per_step_counts_repeated():
     mdp = random_tabular_mdp(3, 2, 4, instance_seed=5)
     pooled = _logs_counts(mdp, 2000, seed=2, stationary=True)
     H = pooled.horizon
-    rep = TabularCounts.from_arrays(np.broadcast_to(pooled.visits(), (H,) + pooled.visits().shape).copy(),
+    rep = TabularCounts.from_arrays(np.broadcast_to(pooled.visits, (H,) + pooled.visits.shape).copy(),
                                     np.stack([pooled.transitions_at(0)] * H), horizon=H,
-                                    reward_sums=np.broadcast_to(pooled.rewards(), (H,) + pooled.visits().shape).copy())
+                                    reward_sums=np.broadcast_to(pooled.rewards, (H,) + pooled.visits.shape).copy())
     a, b = APVI().fit(pooled), APVI().fit(rep)
     np.testing.assert_array_equal(a.Q_, b.Q_)
     assert a.policy_.stationary and not b.policy_.stationary
     # pooled counts are the per-step counts summed over h
     per_h = _logs_counts(mdp, 2000, seed=2, stationary=False)
-    np.testing.assert_array_equal(pooled.visits(), per_h.visits().sum(0))
+    np.testing.assert_array_equal(pooled.visits, per_h.visits.sum(0))
     np.testing.assert_array_equal(pooled.transitions_at(0), _dense(per_h).sum(0))
 
 
@@ -261,9 +261,9 @@ def test_apvi_and_dp_apvi_reach_optimum_with_plenty_of_data():
     rng = np.random.default_rng(12)
     rv, rt, rr = rng.spawn(3)
     noisy = TabularCounts.from_arrays(
-        add_noise(counts.visits(), mechanism="gaussian", scale=sigma, rng=rv),
+        add_noise(counts.visits, mechanism="gaussian", scale=sigma, rng=rv),
         add_noise(_dense(counts), mechanism="gaussian", scale=sigma, rng=rt), horizon=H,
-        reward_sums=counts.rewards() + rr.normal(0, sigma, counts.visits().shape), noisy=True)
+        reward_sums=counts.rewards + rr.normal(0, sigma, counts.visits.shape), noisy=True)
     E = noise_bound("gaussian", sigma, 2 * H * S * S * A, delta)
     dp = DPAPVI(noise_bound=E, failure_prob=delta).fit(noisy)
     gap_dp = v_star - evaluate_policy(mdp, dp.policy_.table)
@@ -291,7 +291,7 @@ def test_pessimism_holds_over_seeds():
         spec = DomainSpec.from_dict(random_tabular_spec_doc(mdp))
         counts = exact_counts(simulate(mdp, uniform_policy(mdp), 400, sim_rng), spec)
         rv, rt = noise_rng.spawn(2)
-        noisy = TabularCounts.from_arrays(add_noise(counts.visits(), mechanism="gaussian", scale=sigma, rng=rv),
+        noisy = TabularCounts.from_arrays(add_noise(counts.visits, mechanism="gaussian", scale=sigma, rng=rv),
                                           add_noise(_dense(counts), mechanism="gaussian", scale=sigma, rng=rt),
                                           horizon=H, noisy=True)
         fits = {"apvi": APVI(failure_prob=delta).fit(counts, mdp.r),

@@ -12,6 +12,7 @@ from privaudit.errors import UsageError
 from privaudit.learners.dp_apvi import DPAPVI
 from privaudit.learners.tabular_counts import TabularCounts, exact_counts
 from privaudit.spec import load_spec
+from privaudit.stats.counts import sparse_counts
 from privaudit.stats.protocol import Counts
 from privaudit.stats.release import load_release, release_logs
 from tests._release_logs import random_log, slow_counts, write_spec
@@ -53,7 +54,7 @@ def test_a_release_answers_the_protocol_in_scaled_reward_units(world, tmp_path):
     rel = load_release(tmp_path / "r")
     assert isinstance(rel, Counts) and rel.noisy and rel.has_reward_sums
     assert (rel.horizon, rel.n_states, rel.n_actions, rel.stationary) == (H, S, A, False)
-    unit = rel.manifest.to_dict()["families"]["rewards"]["value_unit"]
+    unit = rel.manifest.families["rewards"].value_unit
     assert unit == pytest.approx(1 / 1000)
     for h in range(H):
         np.testing.assert_array_equal(rel.visits_at(h), rel.visits[h])
@@ -65,3 +66,26 @@ def test_a_release_answers_the_protocol_in_scaled_reward_units(world, tmp_path):
     b = DPAPVI(noise_bound=a.E_).fit(arrays, terminal_states=TERMINALS)
     np.testing.assert_array_equal(a.Q_, b.Q_)
     np.testing.assert_array_equal(a.policy_.table, b.policy_.table)
+
+
+@pytest.mark.parametrize("stationary", [False, True])
+def test_whole_tables_have_one_vocabulary(world, tmp_path, stationary):
+    """visits (array) and iter_transitions() in all three containers; rewards (stored units) in the exact
+    counts and the release read back: the names TabularRelease.apply reads. Checked against the slow oracle."""
+    df, spec = world["df"], world["spec"]
+    n, t, r = slow_counts(df, H, S, A, TERMINALS, stationary=stationary)
+    exact = sparse_counts(df, spec, stationary=stationary, quantum=1000)
+    arrays = TabularCounts.from_arrays(n, t, horizon=H, reward_sums=r)  # stationary from the shapes
+    release_logs(world["dir"] / "logs.parquet", spec, rho=1.0, stationary=stationary, out=tmp_path / "r", seed=3)
+    rel = load_release(tmp_path / "r")
+    for c in (exact, arrays, rel):
+        assert isinstance(c.visits, np.ndarray) and c.visits.shape == n.shape
+        steps = [h for h, _ in c.iter_transitions()]
+        assert steps == ([0] if stationary else list(range(H)))
+    np.testing.assert_array_equal(exact.visits, n)
+    np.testing.assert_array_equal(arrays.visits, n)
+    for (h, a), (_, b) in zip(exact.iter_transitions(), arrays.iter_transitions()):
+        np.testing.assert_array_equal(a, b)
+    assert exact.rewards.dtype == rel.rewards.dtype == np.int64 and exact.rewards.shape == rel.rewards.shape
+    np.testing.assert_allclose(exact.rewards / 1000, r, atol=0.5e-3 * (df.height + 1))  # per-row rounding to 1e-3
+    assert sparse_counts(df, spec, rewards=False).rewards is None

@@ -42,8 +42,8 @@ def _polars(path, spec, stationary):
 
 def _assert_identical(a, b, spec, stationary):
     assert a.cells.equals(b.cells)
-    np.testing.assert_array_equal(a.visits(), b.visits())
-    np.testing.assert_array_equal(a.rewards(), b.rewards())
+    np.testing.assert_array_equal(a.visits, b.visits)
+    np.testing.assert_array_equal(a.rewards, b.rewards)
     for h in range(1 if stationary else spec.H):
         np.testing.assert_array_equal(a.transitions_at(h), b.transitions_at(h))
 
