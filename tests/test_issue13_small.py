@@ -186,7 +186,8 @@ def test_every_command_applies_and_says_the_same_step_rule(logs, tmp_path):
     run = CliRunner().invoke
     res = run(main, ["release", L, "--spec", Sp, "--rho", "1", "--seed", "1", "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
-    assert rule in res.stderr and "--per-step overrides" in res.stderr
+    assert rule in res.stderr and "`--per-step` overrides" in res.stderr  # the CLI's flag, not the parameter
+    assert "`--per-step` is given" in res.stderr and "`stationary`" not in res.stderr
     assert json.loads((tmp_path / "r" / "manifest.json").read_text())["domain"]["stationary"] is True
     res = run(main, ["release", L, "--spec", Sp, "--rho", "1", "--seed", "1", "--per-step", "--out",
                      str(tmp_path / "r2")])
@@ -203,7 +204,9 @@ def test_every_command_applies_and_says_the_same_step_rule(logs, tmp_path):
     from privaudit.pipeline import run_pipeline
 
     run_pipeline(L, Sp, rho=1.0, out=tmp_path / "pl", audit_trials=0, seed=1, echo=said.append)
-    assert any(rule in s and "--per-step overrides" in s for s in said)
+    # the library names its parameter (issue 11: library messages name parameters, the CLI maps them)
+    assert any(rule in s and "`stationary`=False overrides" in s for s in said)
+    assert not any("--per-step" in s for s in said)
     said.clear()
     run_pipeline(L, Sp, rho=1.0, out=tmp_path / "q", audit_trials=0, seed=1, stationary=False, echo=said.append)
     assert not any("counts pooled" in s or "counts per step" in s for s in said)  # asked: nothing to explain

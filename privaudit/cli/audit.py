@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from privaudit.audit.runner import MIN_TRIALS
-from privaudit.cli.common import echo_json, handle_errors
+from privaudit.cli.common import as_flags, echo_json, handle_errors
 from privaudit import registry
 from privaudit.audit import Claim, load_pair, run_audit
 from privaudit.audit.adapters import MECHANISMS
@@ -258,7 +258,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         budget.setdefault("delta", claim.delta if "rho" in budget else None)  # rho: the delta it is reported at
         if stationary is None and mechanism != "dp-vapvi":  # the one default rule of every command, said
             stationary, said = default_stationary()
-            click.echo(said, err=True)
+            click.echo(as_flags(said), err=True)
         mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=bool(stationary), noise=noise, **budget)
         name = mechanism
         b = mech.budget

@@ -21,7 +21,8 @@ def as_flags(message: str) -> str:
 
     Library errors name the Python parameter in backticks (```rho` must be > 0``); the command's
     option whose name, or whose long flag without dashes, is that parameter replaces it
-    (```--rho` must be > 0``). Names the command does not have are left as they are.
+    (```--rho` must be > 0``); for an on/off flag pair, ```stationary`=False`` becomes its off flag
+    (```--per-step```). Names the command does not have are left as they are.
     """
     ctx = click.get_current_context(silent=True)
     if ctx is None:
@@ -30,6 +31,9 @@ def as_flags(message: str) -> str:
         if not isinstance(p, click.Option):
             continue
         flag = max(p.opts, key=len)
+        if p.is_flag and p.secondary_opts:  # an on/off pair: `name`=True / `name`=False are its two flags
+            message = message.replace(f"`{p.name}`=True", f"`{flag}`")
+            message = message.replace(f"`{p.name}`=False", f"`{max(p.secondary_opts, key=len)}`")
         for name in {p.name, flag.lstrip("-").replace("-", "_")}:
             message = message.replace(f"`{name}`", f"`{flag}`")
     return message

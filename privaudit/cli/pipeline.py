@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import echo_json, handle_errors
+from privaudit.cli.common import as_flags, echo_json, handle_errors
 from privaudit.io_utils import check_writable
 from privaudit.pipeline import run_pipeline
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
@@ -113,7 +113,7 @@ def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stati
     summary = run_pipeline(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp, seed=seed,
                            stationary=stationary, audit_trials=audit_trials, linear_share=linear_share,
                            value_share=value_share, overwrite=overwrite, ledger=ledger, instance_seed=instance_seed,
-                           echo=lambda s: click.echo(s, err=True), engine=engine, spark=master)
+                           echo=lambda s: click.echo(as_flags(s), err=True), engine=engine, spark=master)
     private_log = summary.pop("private_log")
     if as_json:
         echo_json(summary)

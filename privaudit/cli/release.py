@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import echo_json, handle_errors
+from privaudit.cli.common import as_flags, echo_json, handle_errors
 from privaudit.fmt import num
 from privaudit.io_utils import check_writable
 from privaudit.stats.release import default_stationary, release_logs
@@ -82,7 +82,7 @@ def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, 
     check_writable(out, "--out")  # before the logs are read or any budget is checked
     if stationary is None:
         stationary, said = default_stationary()
-        click.echo(said, err=True)
+        click.echo(as_flags(said), err=True)
     if master is not None and engine != "spark":
         raise click.UsageError("--master needs --engine spark.")
     info = release_logs(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from privaudit.cli.common import echo_json, handle_errors
+from privaudit.cli.common import as_flags, echo_json, handle_errors
 from privaudit.errors import UsageError
 from privaudit.io_utils import check_writable, output_lock
 from privaudit import registry
@@ -166,7 +166,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             raise UsageError("LOGS needs --spec SPEC (the public domain of the logs).")
         if stationary is None:  # the one default rule of every command, said when it applies
             stationary, said = default_stationary()
-            say(said)
+            say(as_flags(said))
         release_used = release_dir_for(out) if algo in private_algos else None
         check_out_free(out, release_used)
         if algo == "dp-pbb":

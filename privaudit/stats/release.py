@@ -132,7 +132,7 @@ def local_log_path(out: Path) -> Path:
     return out.with_name(out.name + ".local-log.json")
 
 
-STEP_RULE = ("counts are pooled over the steps h unless --per-step is given or the MDP given is "
+STEP_RULE = ("counts are pooled over the steps h unless `stationary`=False is given or the MDP given is "
              "non-stationary")
 
 
@@ -140,10 +140,12 @@ def default_stationary(mdp=None) -> tuple[bool, str]:
     """The one default for pooling counts over the steps h, used by every command.
 
     Rule (docs/pipeline.md, "Defaults, and why"): pool the counts over h
-    (stationary tables (S, A), (S, A, S)) unless the user says ``--per-step``
-    or an MDP is given whose dynamics change with h. ``release``, ``train``,
-    ``audit`` and ``pipeline`` apply it when neither ``--stationary`` nor
-    ``--per-step`` is given, and print the returned sentence on stderr.
+    (stationary tables (S, A), (S, A, S)) unless the user says
+    ``stationary=False`` or an MDP is given whose dynamics change with h.
+    ``release``, ``train``, ``audit`` and ``pipeline`` apply it when
+    ``stationary`` is None, and print the returned sentence on stderr. The
+    sentence names the parameter (```stationary`=False``); the CLI shows its
+    flags instead (``privaudit.cli.common.as_flags``: ``--per-step``).
 
     Parameters
     ----------
@@ -163,7 +165,7 @@ def default_stationary(mdp=None) -> tuple[bool, str]:
         stationary = bool(mdp.stationary)
         why = f"the MDP {getattr(mdp, 'name', 'given')} is {'stationary' if stationary else 'non-stationary'}"
     said = (f"counts {'pooled over the steps h' if stationary else 'per step h'} ({why}); "
-            f"{'--per-step' if stationary else '--stationary'} overrides. Default of every command: {STEP_RULE}.")
+            f"`stationary`={not stationary} overrides. Default of every command: {STEP_RULE}.")
     return stationary, said
 
 
