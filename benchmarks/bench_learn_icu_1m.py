@@ -3,7 +3,9 @@
 Goal (issue 12, "Benchmark"): at most 60 s of CPU and 2 GB of peak resident
 memory on 2 cores, from the Parquet logs to the learned policy.
 
-    nice -n 10 python benchmarks/bench_learn_icu_1m.py               # simulates the logs once
+    nice -n 10 python benchmarks/bench_learn_icu_1m.py               # simulates the logs (then deletes them)
+    nice -n 10 python benchmarks/bench_learn_icu_1m.py --logs /tmp/icu_1m.parquet   # simulated once, kept
+    nice -n 10 python benchmarks/bench_learn_icu_1m.py --logs /tmp/icu_1m.parquet --cli
     nice -n 10 python benchmarks/bench_learn_icu_1m.py --logs /tmp/icu_1m.parquet --algo dp-apvi
 
 Setup (not measured): 1,000,000 stays simulated from ICU-Sepsis with the
@@ -21,6 +23,10 @@ k, truncate at H, clip rewards and returns), then
   the (epsilon, 1e-6) budget (its own noisy releases), the policy;
 * ``dp-apvi``: exact pooled counts, the release's noise on every cell
   (``TabularRelease.apply``: 12.8 M transition cells), ``DPAPVI.fit``.
+
+With ``--cli`` the child is the command a data holder runs instead,
+``privaudit train LOGS --spec SPEC --algo dp-pbb --epsilon 5 --delta 1e-6
+--out DIR`` (same steps, plus writing the policy folder and its local log).
 
 The parent reads the child's CPU time (user + system, all threads) and
 peak RSS from ``getrusage(RUSAGE_CHILDREN)`` and prints them with the
@@ -120,21 +126,24 @@ def child(logs: str, algo: str, epsilon: float, max_per_cell: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--logs", type=Path, default=None, help="existing Parquet logs (default: simulate them)")
+    ap.add_argument("--logs", type=Path, default=None,
+                    help="Parquet logs; simulated there (and kept) when the file does not exist. "
+                         "Default: simulated to a temporary file, deleted afterwards")
     ap.add_argument("--stays", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--algo", choices=["dp-pbb", "dp-apvi"], default="dp-pbb")
     ap.add_argument("--epsilon", type=float, default=5.0)
     ap.add_argument("--max-per-cell", type=int, default=1)
+    ap.add_argument("--cli", action="store_true", help="measure `privaudit train` instead (dp-pbb only)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(str(args.logs), args.algo, args.epsilon, args.max_per_cell)
         return
-    tmp = None
-    if args.logs is None:
-        tmp = Path(tempfile.mkdtemp(prefix="bench_learn_"))
-        args.logs = tmp / "icu_1m.parquet"
+    tmp = Path(tempfile.mkdtemp(prefix="bench_learn_"))
+    keep = args.logs is not None
+    args.logs = args.logs or tmp / "icu_1m.parquet"
+    if not args.logs.exists():
         t = time.perf_counter()
         make_logs(args.logs, args.stays, args.seed)
         print(f"setup: simulated {args.stays:,} stays to {args.logs} ({time.perf_counter() - t:.0f} s wall, "
@@ -142,6 +151,12 @@ def main() -> None:
     try:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--logs", str(args.logs),
                "--algo", args.algo, "--epsilon", str(args.epsilon), "--max-per-cell", str(args.max_per_cell)]
+        if args.cli:
+            if args.algo != "dp-pbb":
+                raise SystemExit("--cli measures `privaudit train --algo dp-pbb` only")
+            cmd = [sys.executable, "-c", "from privaudit.cli import main; main()", "train", str(args.logs),
+                   "--spec", str(SPEC), "--algo", "dp-pbb", "--epsilon", str(args.epsilon), "--delta", "1e-6",
+                   "--max-per-cell", str(args.max_per_cell), "--out", str(tmp / "policy")]
         if shutil.which("taskset") and os.cpu_count() and os.cpu_count() >= 2:
             cmd = ["taskset", "-c", "0,1"] + cmd
         env = dict(os.environ, POLARS_MAX_THREADS="2", OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2",
@@ -154,19 +169,23 @@ def main() -> None:
         if out.returncode != 0:
             print(out.stderr, file=sys.stderr)
             raise SystemExit(f"child failed with exit code {out.returncode}")
-        res = json.loads(out.stdout.strip().splitlines()[-1])
+        res = ({"stages_cpu_s": "(privaudit train: not split)", "value": None} if args.cli
+               else json.loads(out.stdout.strip().splitlines()[-1]))
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         rss_mb = after.ru_maxrss / 1024  # Linux: KiB; the largest child so far (only this one)
-        print(f"{args.algo}, {args.stays:,} stays, epsilon {args.epsilon:g}, delta 1e-6"
+        print(("privaudit train --algo " if args.cli else "") + f"{args.algo}, {args.stays:,} stays, "
+              f"epsilon {args.epsilon:g}, delta 1e-6"
               + (f", c = {args.max_per_cell}" if args.algo == "dp-pbb" else "") + ":")
         print(f"  CPU {cpu:.1f} s (budget {CPU_BUDGET_S:.0f} s), peak RSS {rss_mb:.0f} MB "
               f"(budget {RSS_BUDGET_MB:.0f} MB), wall {wall:.1f} s on a shared machine")
         print(f"  stages (child CPU s): {res['stages_cpu_s']}")
-        print(f"  exact value of the policy: {res['value']:.4f} (context, not measured)")
+        if res["value"] is not None:
+            print(f"  exact value of the policy: {res['value']:.4f} (context, not measured)")
         print(f"  within budget: {cpu <= CPU_BUDGET_S and rss_mb <= RSS_BUDGET_MB}")
     finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not keep:
+            args.logs.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

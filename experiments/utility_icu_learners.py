@@ -336,36 +336,43 @@ def icu_table(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
+    """Three panels: ICU exact values, ICU certified values (bars per learner and stays), coverage."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     df = pl.DataFrame(rows, infer_schema_length=None)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2), gridspec_kw={"width_ratios": [1.2, 1.2, 1]})
     icu = df.filter(pl.col("study") == "icu")
-    ax = axes[0]
+    colours = plt.get_cmap("tab20").colors
     if icu.height:
         ns = sorted(icu["n"].unique().to_list())
         keys = icu.select("algo", "epsilon").unique().sort(["algo", "epsilon"], nulls_last=False).rows()
-        width = 0.8 / max(len(keys), 1)
+        width = 0.84 / max(len(keys), 1)
         for j, (algo, eps) in enumerate(keys):
             sel = icu.filter((pl.col("algo") == algo)
                              & (pl.col("epsilon").is_null() if eps is None else pl.col("epsilon") == eps))
             x = np.arange(len(ns)) + (j - (len(keys) - 1) / 2) * width
-            mv = [sel.filter(pl.col("n") == n)["value"].mean() or np.nan for n in ns]
-            mc = [sel.filter(pl.col("n") == n)["certified"].mean() or 0.0 for n in ns]
-            bars = ax.bar(x, mv, width, label=_label(algo, eps))
-            ax.scatter(x, mc, marker="_", s=200, color="k", zorder=3)
-            del bars
+            for ax, col in zip(axes[:2], ("value", "certified")):
+                m = [sel.filter(pl.col("n") == n)[col].mean() for n in ns]
+                ax.bar(x, [np.nan if v is None else v for v in m], width, color=colours[j % len(colours)],
+                       label=_label(algo, eps) if col == "value" else None)
+        for ax in axes[:2]:
+            ax.set_xticks(np.arange(len(ns)), [f"{n:,} stays" for n in ns])
+            ax.grid(axis="y", alpha=0.3)
+        ax = axes[0]
         ax.axhline(REFERENCE_VALUES["clinicians"], color="gray", ls=":", label="clinicians 0.6920")
+        ax.axhline(0.7056, color="gray", ls="--", lw=0.8, label="imitation tie-break 0.7056")
         ax.axhline(REFERENCE_VALUES["optimal"], color="k", ls="-.", label="optimal 0.7922")
-        ax.set_xticks(np.arange(len(ns)), [f"{n:,} stays" for n in ns])
-        ax.set_ylim(0.6, 0.82)
-        ax.set_ylabel("exact value of the learned policy (bars); certified value (black ticks)")
-        ax.set_title("ICU-Sepsis (H = 20), mean over seeds, δ = 1e-6")
-        ax.legend(fontsize=6.5, ncol=2, loc="upper left")
-    ax = axes[1]
+        ax.set_ylim(0.68, 0.80)
+        ax.set_ylabel("exact value of the learned policy")
+        ax.set_title("ICU-Sepsis (H = 20): exact value, mean over seeds")
+        axes[1].set_ylim(0, 1)
+        axes[1].set_ylabel("certified value d0·V̂_0 (declared units)")
+        axes[1].set_title("certified value (must stay below the exact value)")
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=6, fontsize=8, frameon=False)
+    ax = axes[2]
     algos = sorted(df["algo"].unique().to_list())
     for k, study in enumerate(("random", "icu")):
         for j, algo in enumerate(algos):
@@ -376,18 +383,18 @@ def plot(rows: list[dict], path: Path) -> None:
             lo, hi = float(cp_lower(held, n, 0.025)), float(cp_upper(held, n, 0.025))
             y = j + (0.15 if k else -0.15)
             ax.errorbar([held / n], [y], xerr=[[held / n - lo], [hi - held / n]], fmt="o" if k == 0 else "s",
-                        color=f"C{k}", capsize=3, label=("random tabular MDPs" if k == 0 else "ICU-Sepsis")
-                        if j == 0 else None)
+                        color=f"C{k}", capsize=3,
+                        label=("random tabular MDPs" if k == 0 else "ICU-Sepsis") if j == 0 else None)
             ax.annotate(f"{held}/{n}", (hi, y), xytext=(4, -3), textcoords="offset points", fontsize=7)
     ax.axvline(1 - FAILURE_PROB, color="r", ls="--", label=f"1 - failure_prob = {1 - FAILURE_PROB:.2f}")
     ax.set_yticks(range(len(algos)), algos)
-    ax.set_xlim(-0.02, 1.1)
-    ax.set_xlabel("coverage: share of runs with certified <= exact value (Clopper-Pearson 95%)")
+    ax.set_xlim(-0.02, 1.15)
+    ax.set_xlabel("coverage: runs with certified <= exact value\n(Clopper-Pearson 95%)")
     ax.set_title("Does the certificate hold?")
     ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -395,7 +402,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=["all", "icu", "coverage"], default="all")
+    p.add_argument("--part", choices=["all", "icu", "coverage", "report"], default="all",
+                   help="report: run nothing, only the tables and plot of the --merge inputs")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--stays", type=int, nargs="+", default=[200_000, 1_000_000])
     p.add_argument("--eps", type=float, nargs="+", default=[1.0, 5.0, 20.0])
@@ -419,15 +427,19 @@ def main(argv=None):
     if args.part in ("all", "icu"):
         rows += icu_study(args, names)
     cpu = time.process_time() - t0
+    merged_meta = []
     for extra in args.merge:
-        rows += json.loads(extra.read_text())["runs"]
+        doc = json.loads(extra.read_text())
+        rows += doc["runs"]
+        merged_meta.append(doc.get("meta", {}))
     meta = dict(part=args.part, seed=args.seed, seeds=args.seeds, stays=args.stays, eps=args.eps,
                 coverage_runs=args.coverage_runs, coverage_grid=COVERAGE_GRID, coverage_eps=COVERAGE_EPS,
                 dp_delta=DP_DELTA, failure_prob=FAILURE_PROB, learners=names, skipped=skipped,
                 cpu_seconds=cpu, peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                merged=[str(m) for m in args.merge])
-    stem = "utility_icu_learners" if args.part == "all" or args.merge else f"utility_icu_learners_{args.part}"
-    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "runs": rows}, indent=1))
+                merged=[str(m) for m in args.merge], merged_meta=merged_meta)
+    stem = ("utility_icu_learners" if args.part in ("all", "report") or args.merge
+            else f"utility_icu_learners_{args.part}")
+    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "runs": rows}, separators=(",", ":")) + "\n")
     text = (f"<!-- generated by experiments/utility_icu_learners.py ({json.dumps(meta)}) -->\n\n"
             "### ICU-Sepsis: exact value (mean ± sd over seeds) / certified value (mean) / certificates held\n\n"
             + icu_table(rows) + "\n\n### Coverage of the certificate\n\n" + coverage_table(rows) + "\n")
