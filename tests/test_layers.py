@@ -99,6 +99,37 @@ def test_cli_help_imports_no_command_module_and_no_heavy_library():
     assert loaded == [], loaded
 
 
+#: Libraries a command that neither plots nor audits must not load (issue 19: seconds of CPU per call).
+NOT_ON_PLAIN_PATHS = ("matplotlib", "scipy.stats")
+
+
+@pytest.mark.parametrize("argv", [["validate", "--help"], ["budget", "--help"], ["release", "--help"],
+                                  ["pipeline", "--help"]])
+def test_commands_import_neither_matplotlib_nor_scipy_stats(argv):
+    """Loading a command (its module and every library module it imports at top) pulls in neither
+    matplotlib (imported inside the plotting functions) nor scipy.stats (the audit's normal and beta
+    quantiles come from scipy.special)."""
+    code = ("import sys; from privaudit.cli import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in sys.modules if m.startswith({NOT_ON_PLAIN_PATHS!r})))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = eval(out.stdout.strip().splitlines()[-1])  # a list literal printed above
+    assert loaded == [], (argv, loaded)
+
+
+def test_validate_run_imports_neither_matplotlib_nor_scipy_stats():
+    """A whole ``privaudit validate`` run on the bundled sample (not only its --help)."""
+    code = ("import sys; from privaudit.cli import main\n"
+            "from privaudit.resources import sample_dir\n"
+            "d = sample_dir()\n"
+            "try:\n    main(['validate', str(d / 'icu_sepsis_clinicians_20k.parquet'), '--spec',"
+            " str(d / 'icu_sepsis_spec.json')])\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+            f"print(sorted(m for m in sys.modules if m.startswith({NOT_ON_PLAIN_PATHS!r})))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = eval(out.stdout.strip().splitlines()[-1])
+    assert loaded == [], loaded
+
+
 def test_cli_short_helps_are_the_commands_own():
     for name, (module, short) in COMMANDS.items():
         command = importlib.import_module(f"privaudit.cli.{module}").command

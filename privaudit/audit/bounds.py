@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 from privaudit.errors import UsageError
 
@@ -49,7 +49,7 @@ def cp_lower(k, n, alpha):
     k = np.asarray(k, dtype=float)
     n = np.asarray(n, dtype=float)
     with np.errstate(invalid="ignore"):
-        lo = stats.beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)
+        lo = special.betaincinv(np.maximum(k, 1e-300), n - k + 1, alpha)
     lo = np.where(k <= 0, 0.0, lo)
     return np.clip(lo * (1 - _REL), 0.0, 1.0)
 
@@ -63,7 +63,7 @@ def cp_upper(k, n, alpha):
     k = np.asarray(k, dtype=float)
     n = np.asarray(n, dtype=float)
     with np.errstate(invalid="ignore"):
-        hi = stats.beta.ppf(1 - alpha, k + 1, np.maximum(n - k, 1e-300))
+        hi = special.betaincinv(k + 1, np.maximum(n - k, 1e-300), 1 - alpha)
     hi = np.where(k >= n, 1.0, hi)
     return np.clip(hi * (1 + _REL) + 1e-300, 0.0, 1.0)
 
@@ -106,7 +106,7 @@ def gdp_mu_from_rates(fpr_ub, fnr_ub):
     """
     fpr_ub = np.clip(np.asarray(fpr_ub, dtype=float), 1e-300, 1.0)
     fnr_ub = np.clip(np.asarray(fnr_ub, dtype=float), 1e-300, 1.0)
-    mu = stats.norm.isf(fpr_ub) - stats.norm.ppf(fnr_ub)
+    mu = -special.ndtri(fpr_ub) - special.ndtri(fnr_ub)
     mu = np.where(np.isfinite(mu), mu, 0.0)
     return np.maximum(mu * (1 - _REL) - 1e-12, 0.0)
 
@@ -119,8 +119,8 @@ def gaussian_delta(eps: float, mu: float) -> float:
     """
     if mu <= 0:
         return 0.0
-    a = stats.norm.logcdf(-eps / mu + mu / 2)
-    b = eps + stats.norm.logcdf(-eps / mu - mu / 2)
+    a = special.log_ndtr(-eps / mu + mu / 2)
+    b = eps + special.log_ndtr(-eps / mu - mu / 2)
     if b >= a:
         return 0.0
     return float(math.exp(a) * -math.expm1(b - a))
@@ -184,7 +184,7 @@ def tradeoff_eps_delta(fpr, eps: float, delta: float):
 def tradeoff_gdp(fpr, mu: float):
     """Smallest FNR of mu-GDP at FPR ``fpr``: Phi(Phi^-1(1 - FPR) - mu)."""
     fpr = np.clip(np.asarray(fpr, dtype=float), 0.0, 1.0)
-    return stats.norm.cdf(stats.norm.isf(fpr) - mu)
+    return special.ndtr(-special.ndtri(fpr) - mu)
 
 
 def perfect_separation_cap(n0: int, n1: int, alpha_bound: float, delta: float) -> dict:
@@ -292,7 +292,7 @@ __all__ = [
 def _probit_stat(k0, n0, k1, n1):
     """The test statistic Phi^-1(1 - FPR) - Phi^-1(FNR) with the continuity-shifted rates
     (k + 1/2) / (n + 1) (finite at 0 and n; any fixed statistic keeps the test valid)."""
-    return stats.norm.isf((np.asarray(k0) + 0.5) / (n0 + 1)) - stats.norm.ppf((np.asarray(k1) + 0.5) / (n1 + 1))
+    return -special.ndtri((np.asarray(k0) + 0.5) / (n0 + 1)) - special.ndtri((np.asarray(k1) + 0.5) / (n1 + 1))
 
 
 def _joint_pvalue(mu: float, p0: float, f_obs: float, n0: int, n1: int) -> float:
@@ -302,7 +302,7 @@ def _joint_pvalue(mu: float, p0: float, f_obs: float, n0: int, n1: int) -> float
     probability < 1e-22, added as an upper bound so the sum never
     undershoots); binomial cdfs by ``scipy.special.bdtr``.
     """
-    p1 = float(stats.norm.cdf(stats.norm.isf(p0) - mu))
+    p1 = float(special.ndtr(-special.ndtri(p0) - mu))
     sd = math.sqrt(n0 * p0 * (1 - p0)) + 1.0
     k0 = np.arange(max(0, math.floor(n0 * p0 - 10 * sd)), min(n0, math.ceil(n0 * p0 + 10 * sd)) + 1)
     cdf = special.bdtr(k0, n0, p0)

@@ -43,7 +43,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
-from scipy import stats
+from scipy import special
 from tqdm import tqdm
 
 from privaudit.audit import bounds as B
@@ -330,7 +330,7 @@ def _gdp_shrunk(fp, n_fp, fn, n_fn, a_sel):
     fp, fn = np.asarray(fp, float), np.asarray(fn, float)
 
     def probit(fpr, fnr):
-        return (stats.norm.isf(np.clip(fpr, 1e-300, 1.0)) - stats.norm.ppf(np.clip(fnr, 1e-300, 1.0)))
+        return (-special.ndtri(np.clip(fpr, 1e-300, 1.0)) - special.ndtri(np.clip(fnr, 1e-300, 1.0)))
 
     bound = probit(B.cp_upper(fp, n_fp, a_sel), B.cp_upper(fn, n_fn, a_sel))
     r0 = np.clip(fp / n_fp, 0.5 / n_fp, 1 - 0.5 / n_fp)
@@ -341,7 +341,7 @@ def _gdp_shrunk(fp, n_fp, fn, n_fn, a_sel):
     if not central.any():
         return bound
     level = float(np.median(point[central]))
-    a_k = float(stats.norm.sf(GDP_SHRINK_SD))
+    a_k = float(special.ndtr(-GDP_SHRINK_SD))
     t_lo = probit(B.cp_upper(fp, n_fp, a_k), B.cp_upper(fn, n_fn, a_k))
     t_hi = probit(B.cp_lower(fp, n_fp, a_k), B.cp_lower(fn, n_fn, a_k))
     significant = (t_lo > level) | (t_hi < level)

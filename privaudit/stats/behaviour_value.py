@@ -66,7 +66,7 @@ from fractions import Fraction
 
 import numpy as np
 import polars as pl
-from scipy import stats as sps
+from scipy import special
 
 from privaudit.errors import UsageError
 from privaudit.privacy import accounting
@@ -351,7 +351,7 @@ def estimate_behaviour_value(stats: ValueStatistics, confidence: float = CONFIDE
     sampling = s2 / n
     noise = (stats.sigma["return_sum"] ** 2 + c_hat * c_hat * stats.sigma["episode_count"] ** 2) / (n * n)
     se = math.sqrt(sampling + noise)
-    z = float(sps.norm.ppf(0.5 + conf / 2.0))
+    z = float(special.ndtri(0.5 + conf / 2.0))
     half = z * se + stats.rounding
     est = stats.mid + c_hat
     return {"estimate": est, "interval": [max(stats.low, est - half), min(stats.high, est + half)],
