@@ -251,6 +251,44 @@ class ExplorerMechanism:
             return {"epsilon": float(acc.total_epsilon())}
         return {"rho": float(acc.total_rho())}
 
+    # -- the known projection ----------------------------------------------------
+    def attack_scores(self, pair) -> list:
+        """The fixed score "projection on user k's change" of the billboard view (larger = more like D').
+
+        The change is known from the pair alone (AUDITING.md 4.1: project on mean(D') - mean(D)): user k adds
+        her unit at the canary lane y / direction e_c in D' and at the decoy lane x / e_x in D. PUCB: the
+        Laplace likelihood ratio sum |v - m_D| - |v - m_D'| with the lane values 0/1 (Neyman-Pearson for the
+        node noise); the linear explorers: sum of (c - x) entries, each family weighted by 1/variance of its
+        noise (Gram nodes / releases: the GOE diagonal 2 s^2; target releases: sigma^2 of the vector noise).
+        A fixed score costs no fitting, so it is not diluted by estimating a direction from few runs.
+        """
+        if self.view != "billboard":
+            return []
+        world = pair.d_prime
+        if self.algo == "pucb":
+            def lr(X):
+                v = X.reshape(len(X), -1, 2)  # (..., lane): lane 0 = x (D's unit), 1 = y (D''s)
+                return (np.abs(v[..., 1]) - np.abs(v[..., 1] - 1) + np.abs(v[..., 0] - 1) - np.abs(v[..., 0])).sum(1)
+            return [("canary_laplace_lr", lr)]
+        c = self.default_build(world, np.random.default_rng(0)).c
+        w_gram = 1.0 / max(2.0 * c.noise_gram ** 2, 1e-300)
+        if self.algo == "dp-lsvi-ucb-pp":
+            def proj_pp(X):
+                v = X[:, 1:]  # releases after k: (n, m, H, 2), lane 0 = c, 1 = x
+                return (v[..., 0] - v[..., 1]).reshape(len(X), -1).sum(1)
+            return [("canary_projection", proj_pp)]
+        H = world.horizon
+        n_leaves = c.n_batches if self.algo == "luyo" else world.n_episodes
+        n_nodes = int(n_leaves).bit_length() * H * 2
+        n_vec = world.n_after * H * 2
+        w_vec = 1.0 / max(c.noise_vec ** 2, 1e-300)
+
+        def proj(X, a=n_nodes, b=n_vec):
+            nodes, vec = X[:, :a].reshape(len(X), -1, 2), X[:, a:a + b].reshape(len(X), -1, 2)
+            return (w_gram * (nodes[..., 0] - nodes[..., 1]).sum(1)
+                    + w_vec * (vec[..., 0] - vec[..., 1]).sum(1))
+        return [("canary_projection", proj)]
+
     # -- runs ------------------------------------------------------------------
     def __call__(self, world: AuditWorld, rng: np.random.Generator, n_runs: int = 1) -> np.ndarray:
         """``n_runs`` independent runs of the explorer on ``world``; the chosen view of each, stacked."""

@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.audit.model import Claim
+from privaudit.audit.neighbours import NeighbouringPair
 from privaudit.audit.online import ExplorerMechanism, RecordingNoise, gdp_allowed, tree_nodes
 from privaudit.audit.online_catalogue import (BROKEN, CATALOGUE, TWIN, audit_entry, audit_explorer,
                                               entry_mechanism)
@@ -208,6 +209,17 @@ def test_gdp_opt_in_rules():
     claim = Claim.from_rho(0.1, 1e-5, kind="gaussian")
     with pytest.raises(UsageError, match="GDP opt-in"):
         audit_explorer(ExplorerMechanism("pucb", epsilon=1.0), d, dp, desc, claim=claim, trials=100)
+
+
+@pytest.mark.parametrize("algo,budget", [("pucb", {"epsilon": math.inf}), ("luyo", {"rho": math.inf}),
+                                         ("ngo", {"rho": math.inf}), ("dp-lsvi-ucb-pp", {"rho": math.inf})])
+def test_canary_projection_points_at_d_prime(algo, budget):
+    # without noise the known projection separates the worlds: every D' run scores above every D run
+    d, dp, desc = _pair(H=2, K=4, m=3)
+    mech = ExplorerMechanism(algo, **budget)
+    (name, score), = mech.attack_scores(NeighbouringPair(d, dp, desc))
+    s0, s1 = score(mech(d, np.random.default_rng(0), 4)), score(mech(dp, np.random.default_rng(0), 4))
+    assert s1.min() > s0.max(), (name, s0, s1)
 
 
 def test_actions_view_shape_and_values():
