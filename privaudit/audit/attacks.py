@@ -148,9 +148,7 @@ def fit_candidates(X0: np.ndarray, X1: np.ndarray, extra: list[Candidate] | None
     out: list[Candidate] = [_linear("mean_difference", diff, finite, {"kind": "linear"})]
 
     if 1 < d <= FISHER_MAX_DIM:
-        C = (np.cov(F0, rowvar=False) * (len(F0) - 1) + np.cov(F1, rowvar=False) * (len(F1) - 1))
-        C /= max(len(F0) + len(F1) - 2, 1)
-        C = np.atleast_2d(C)
+        C = (within_scatter(F0, m0) + within_scatter(F1, m1)) / max(len(F0) + len(F1) - 2, 1)
         ridge = 1e-9 * max(np.trace(C) / d, 1e-300) + 1e-300
         try:
             w = np.linalg.solve(C + ridge * np.eye(d), diff)
@@ -192,6 +190,41 @@ def fit_candidates(X0: np.ndarray, X1: np.ndarray, extra: list[Candidate] | None
     if hint is not None and not coarse:  # float outputs finer than a 2^-30 grid only
         out += [Candidate(name, fn, info) for name, fn, info in sampler_scores(X0, X1, hint)]
     return out + list(extra or [])
+
+
+#: Rows centred at a time by :func:`within_scatter` (bounds its temporary to SCATTER_BLOCK x d).
+SCATTER_BLOCK = 4096
+
+
+def within_scatter(F: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Scatter matrix sum_i (F_i - mean)(F_i - mean)^T, accumulated over row blocks.
+
+    The pooled within-class covariance of the Fisher score without ``np.cov``
+    on the whole sample matrix: ``np.cov`` makes a centred copy of all n rows
+    (plus a conjugate copy) and a general product; here each block of
+    :data:`SCATTER_BLOCK` rows is centred into one reused buffer and
+    multiplied by its own transpose (BLAS syrk), so the temporary memory is
+    ``SCATTER_BLOCK x d`` whatever n is.
+
+    Parameters
+    ----------
+    F : ndarray, shape (n, d), float64
+        Finite outputs (one row per run).
+    mean : ndarray, shape (d,)
+        Their column means.
+
+    Returns
+    -------
+    ndarray, shape (d, d)
+        The scatter matrix (``(n - 1) * np.cov(F, rowvar=False)`` up to rounding).
+    """
+    n, d = F.shape
+    out = np.zeros((d, d))
+    buf = np.empty((min(SCATTER_BLOCK, n), d))
+    for i in range(0, n, SCATTER_BLOCK):  # blocks of rows (memory), not a loop over rows
+        Z = np.subtract(F[i:i + SCATTER_BLOCK], mean, out=buf[: min(SCATTER_BLOCK, n - i)])
+        out += Z.T @ Z
+    return out
 
 
 def _is_integer(X):
