@@ -144,11 +144,13 @@ class StepModel:
             n_sas, n_sa = self.prepare(self.counts.transitions_at(h), self.counts.visits_at(h))
             P = transition_estimate(n_sas, n_sa, self.E)
             del n_sas
-            self._val = (P, n_sa)
+            # a public next-state reward: r = P r(s') depends on h only through P, so it is computed
+            # once per P (once in all for stationary counts; an (S A S) product per step otherwise)
+            self._val = (P, n_sa, P @ self.reward if self.kind == "next_state" else None)
             self._key = key
-        P, n_sa = self._val
+        P, n_sa, r_next = self._val
         if self.kind == "next_state":
-            r = P @ self.reward
+            r = r_next
         elif self.kind == "mean":
             r = self.reward if self.reward.ndim == 2 else self.reward[h]
         else:
