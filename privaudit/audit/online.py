@@ -445,11 +445,14 @@ def linear_algo(algo: str) -> bool:
 def gdp_allowed(mech: ExplorerMechanism, world: AuditWorld) -> tuple[bool, str]:
     """Whether the GDP opt-in is valid for this explorer, and why.
 
-    Valid only for continuous Gaussian noise (the linear explorers' GOE and
-    Gaussian releases: an adaptive composition of Gaussian mechanisms is
-    sqrt(2 rho)-GDP). Refused for PUCB (Laplace: pure eps) and for exact
-    discrete noise (the discrete Gaussian is rho-zCDP but not sqrt(2 rho)-GDP:
-    the rule of the offline auditor, ``privaudit audit --noise exact``).
+    Valid only for continuous Gaussian noise (an adaptive composition of
+    Gaussian mechanisms is sqrt(2 rho)-GDP). Refused for PUCB (Laplace: pure
+    eps) and for exact discrete noise (the discrete Gaussian is rho-zCDP but
+    not sqrt(2 rho)-GDP: the rule of the offline auditor, ``privaudit audit
+    --noise exact``). Since the linear explorers draw exact discrete Gaussian
+    noise on lattices (``privaudit.online.linear.lattice``) every built-in
+    explorer is refused; DP-VAPVI's total-variation route
+    (``bounds.lattice_gaussian_tv``) could be extended to them.
     """
     if mech.algo == "pucb":
         return False, "PUCB's counters are Laplace (pure epsilon-DP); the GDP test does not describe them"
