@@ -274,7 +274,9 @@ def _return_bound(doc: dict, where: str, r_min: float, r_max: float, H: int) -> 
     Raises
     ------
     SpecError
-        Non-finite ends, G_min > G_max, or an interval that no episode of
+        Non-finite ends, G_min >= G_max (a degenerate bound: every return
+        equal, so there is nothing to estimate or learn, and the learners'
+        and the value estimate's clipping ranges need G_min < G_max), or an interval that no episode of
         1..H steps with rewards in [r_min, r_max] can reach (it misses
         [min(r_min, H r_min), max(r_max, H r_max)]).
     """
@@ -282,8 +284,8 @@ def _return_bound(doc: dict, where: str, r_min: float, r_max: float, H: int) -> 
     if rb is None:
         return None
     g_lo, g_hi = float(rb[0]), float(rb[1])
-    if not (np.isfinite(g_lo) and np.isfinite(g_hi)) or g_lo > g_hi:
-        raise SpecError(f"{where}: $.return_bound must hold [G_min, G_max] with G_min <= G_max, both finite. "
+    if not (np.isfinite(g_lo) and np.isfinite(g_hi)) or g_lo >= g_hi:
+        raise SpecError(f"{where}: $.return_bound must hold [G_min, G_max] with G_min < G_max, both finite. "
                         f"Found {rb}.")
     reach_lo, reach_hi = min(r_min, H * r_min), max(r_max, H * r_max)
     if g_hi < reach_lo or g_lo > reach_hi:

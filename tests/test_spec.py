@@ -79,7 +79,8 @@ def test_return_bound_loaded_and_exposed():
 
 
 @pytest.mark.parametrize("bound,needle", [
-    ([1, 0], "G_min <= G_max"),
+    ([1, 0], "G_min < G_max"),
+    ([0, 0], "G_min < G_max"),                        # degenerate: every learner and the value estimate refuse it
     ([5, 6], "inconsistent with reward_range"),       # H = 3, rewards in [0, 1]: returns in [0, 3]
     ([-3, -1], "inconsistent with reward_range"),
     ([0], "return_bound"),                            # schema: two numbers
@@ -88,6 +89,14 @@ def test_return_bound_loaded_and_exposed():
 def test_return_bound_refused(bound, needle):
     with pytest.raises(SpecError, match=needle):
         DomainSpec.from_dict(_with_return(bound))
+
+
+def test_degenerate_return_bound_refused_when_the_spec_is_read(tmp_path):
+    """[0, 0] used to pass load_spec and validate, then stop train/pipeline with a message naming no spec."""
+    spec = tmp_path / "deg.json"
+    spec.write_text(json.dumps(_with_return([0.5, 0.5])))
+    with pytest.raises(SpecError, match=r"deg\.json: \$\.return_bound .*G_min < G_max.*\[0\.5, 0\.5\]"):
+        load_spec(spec)
 
 
 def test_bundled_icu_spec_declares_the_return_bound():
