@@ -220,6 +220,9 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                             episodes=episodes, canary_user=canary_user, users_after=users_after, decoy=decoy,
                             view=view, constants=constants, trials=trials, confidence=confidence, seed=seed)
         _finish(rep, out, plot, confidence, as_json)
+    if mechanism not in BUILTIN and ".py:" not in mechanism:  # a typo: say so before asking for --spec
+        raise UsageError(f"--mechanism {mechanism!r}: expected a built-in ({', '.join(BUILTIN)}), explore:ALGO "
+                         "(an online explorer) or FILE.py:NAME (your own mechanism).")
     bad = [o for o, v in explore_opts.items() if v is not None]
     if bad:
         raise UsageError(f"{', '.join(bad)} appl{'ies' if len(bad) == 1 else 'y'} to --mechanism explore:ALGO only.")

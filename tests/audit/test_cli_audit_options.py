@@ -221,3 +221,19 @@ def test_dpvapvi_prints_the_canary_it_uses(tmp_path):
     assert res.exit_code == 0 and "canary: synthetic (default" in res.output, res.output
     pair = load_report(tmp_path / "s.json")["neighbouring_pair"]
     assert pair["kind"] == "synthetic" and pair["gram_change"]["l2"] == pytest.approx(math.sqrt(2))
+
+
+@pytest.mark.parametrize("with_spec", [True, False])
+def test_unknown_mechanism_names_the_option_and_the_choices(files, with_spec):
+    """A typo in --mechanism used to say 'expected FILE.py:NAME' (with --spec) or
+    '--spec is required' (without), neither naming the option nor the built-ins."""
+    args = _base(files, "--claim-rho", "1", mech="nonsense") if with_spec else [
+        "--mechanism", "nonsense", "--claim-rho", "1", "--trials", "2000", "--out", files / "rep.json"]
+    res = _run(args)
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    msg = res.output.strip()
+    assert msg.count("\n") == 0, msg
+    assert "--mechanism 'nonsense'" in msg and "release" in msg and "dp-apvi" in msg and "explore:ALGO" in msg
+    assert "FILE.py:NAME" in msg
+    assert not (files / "rep.json").exists()
