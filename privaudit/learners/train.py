@@ -69,7 +69,8 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
 
     if algo != "dp-apvi":
         raise UsageError(f"`algo` {algo} cannot train on a release: a release holds noisy counts, which only "
-                         "dp-apvi is built for (ve/apvi/apvi-hoeffding read exact logs: pass the logs and their spec).")
+                         "dp-apvi is built for (ve/apvi/apvi-hoeffding read exact logs; dp-pbb reads the logs and spends its own budget "
+                         "on private Bellman backups: pass the logs and their spec).")
     release = load_release(release_dir)
     if spec is not None and release.spec_hash != spec.hash():
         raise ArtifactError(
