@@ -405,12 +405,13 @@ def test_value_estimates_are_post_processing_of_the_noisy_statistics(world, tmp_
     mdp = world["mdp"]
     v_b = evaluate_policy(mdp, behaviour_policy("mix:0.5", mdp))
     assert b["interval"][0] <= v_b <= b["interval"][1]
-    # the certified value: DP-APVI's V_0 (post-processing of the release) at the released start counts
+    # the certified value: DP-APVI's V_0 (post-processing of the release) at the known MDP's public d0
+    # (preferred to the released start counts, which need margins)
     learner = DPAPVI().fit(load_release(out / "release"))
-    d0 = seen["noisy"].start_states / seen["noisy"].start_states.sum()
     p = next(p for p in s["policies"] if p["name"] == "dp-apvi")
-    assert p["certified_start"] == "value-release" and s["start_distribution"]["source"] == "value-release"
-    assert p["certified_value"] == pytest.approx(float(d0 @ learner.declared_values()[0]), rel=1e-12, abs=1e-12)
+    assert p["certified_start"] == "mdp" and s["start_distribution"]["source"] == "mdp"
+    assert p["certified_value"] == pytest.approx(float(mdp.d0 @ learner.declared_values()[0]), rel=1e-12,
+                                                 abs=1e-12)
     assert p["certificate_held"] == (p["certified_value"] <= p["value"] + 1e-9)
     assert schema_errors(load_summary(out / "summary.json"), "summary") == []
     # shown in report.md and in the table
@@ -422,15 +423,13 @@ def test_value_estimates_are_post_processing_of_the_noisy_statistics(world, tmp_
 
 
 def test_certified_value_from_h0_visits_without_value_share(world, tmp_path):
-    """--value-share 0, per-step release, no MDP: the certified value uses the release's noisy h = 0 visits."""
+    """--value-share 0, per-step release, no MDP: d0 is the release's noisy h = 0 visits, for which no
+    margin is derived: no certified value (a plug-in average over a noisy d0 is not a bound)."""
     s = run_pipeline(world["dir"] / "logs.parquet", world["dir"] / "spec.json", rho=1, out=tmp_path / "r",
                      stationary=False, audit_trials=0, seed=6, value_share=0)
     assert s["behaviour_value"] is None and s["start_distribution"]["source"] == "release-h0"
-    rel = load_release(tmp_path / "r" / "release")
-    n0 = np.asarray(rel.visits_at(0), dtype=float).sum(-1)
-    V0 = DPAPVI().fit(rel).declared_values()[0]
     p = s["policies"][0]
-    assert p["certified_value"] == pytest.approx(float(n0 @ V0 / n0.sum()), rel=1e-12, abs=1e-12)
+    assert p["certified_value"] is None and p["certified_start"] is None
     assert p["certificate_held"] is None and p["value"] is None
     assert [x["name"] for x in s["privacy"]["parts"]] == ["release"]
 

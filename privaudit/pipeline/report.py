@@ -386,7 +386,9 @@ def _values_notes(summary: dict) -> list[str]:
               "value at step 0, V_0(s) (below the policy's true value from s for every s at once, with "
               "probability at least 1 - failure_prob when the learner's assumptions hold), averaged over the "
               f"start distribution d0 = {sd['what'] if sd else 'n/a'}. It is post-processing of DP outputs (no "
-              "row of the logs is read for it). A noisy d0 makes it an estimate of that average, not a bound. "
+              "row of the logs is read for it). With a released (noisy) d0 it is a lower confidence bound on "
+              "that average (noise and sampling margins, failure probability 0.01 more), not the plug-in "
+              "average. "
               "*held* says whether certified <= exact value (known MDP only). A pessimistic learner that "
               "falls back to imitation everywhere certifies its lowest value (0 reward per step, or the "
               "lowest reward when the range is negative): a true but uninformative certificate.", ""]

@@ -499,7 +499,8 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
                         fallback={n: d["fallback_share"] for n, d in diagnostics.items()})
     certified = val.certified_entries(start_values, d0, d0_source,
                                       None if evaluation is None else evaluation["values"],
-                                      return_range=return_range(spec)[:2])
+                                      return_range=return_range(spec)[:2], value_stats=value_stats,
+                                      terminal_states=spec.terminal_states)
     for name, dg in diagnostics.items():  # one certified value per policy (clipped into the return range)
         dg["certified_value"] = certified[name]["certified_value"]
     behaviour = None if value_stats is None else {

@@ -18,18 +18,26 @@ With a known MDP both are shown next to the exact values, and
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from scipy.special import ndtri
 
 from privaudit.stats.behaviour_value import ValueStatistics
 
-__all__ = ["start_distribution", "certified_value", "certified_entries", "D0_SOURCES"]
+__all__ = ["start_distribution", "certified_value", "certified_entries", "start_lower_bound", "D0_SOURCES",
+           "START_FAILURE_PROB"]
 
 #: Where a start distribution can come from, in the order they are used.
 D0_SOURCES = {
+    "mdp": "the known MDP's initial distribution (public)",
     "value-release": "the noisy start-state counts of the behaviour-value release (DP), normalised by their sum",
     "release-h0": "the release's noisy visit counts at h = 0 summed over actions (DP), normalised by their sum",
-    "mdp": "the known MDP's initial distribution (public)",
 }
+
+#: Failure probability spent on the start distribution when d0 is released, not public: the
+#: certificate then holds with probability >= 1 - failure_prob(learner) - START_FAILURE_PROB.
+START_FAILURE_PROB = 0.01
 
 
 def _normalised(noisy: np.ndarray, terminal_states=()) -> np.ndarray | None:
@@ -45,10 +53,10 @@ def start_distribution(*, value_stats: ValueStatistics | None = None, release=No
                        mdp=None, terminal_states=()) -> tuple[np.ndarray | None, str | None]:
     """The start distribution d0 a certified value is averaged over, and its source.
 
-    Only public facts or DP outputs are used, in this order: the
+    Only public facts or DP outputs are used, in this order: the known
+    MDP's d0 (public: the certified value is then d0 . V_0 exactly); the
     behaviour-value release's noisy start-state counts; a per-step release's
-    noisy h = 0 visits (a stationary release pools the steps: it has none);
-    the known MDP's d0. The noisy counts are normalised by their sum without
+    noisy h = 0 visits (a stationary release pools the steps: it has none). The noisy counts are normalised by their sum without
     clipping at 0: d0 . V is then a ratio of an unbiased numerator (clipping
     would add about sigma / sqrt(2 pi) of spurious mass to every unvisited
     start state) to a sum whose noise is small next to the number of episodes.
@@ -71,6 +79,8 @@ def start_distribution(*, value_stats: ValueStatistics | None = None, release=No
         d0 of shape (S,) (entries may be slightly negative; they sum to 1)
         and a key of :data:`D0_SOURCES`; (None, None) when none is available.
     """
+    if mdp is not None:
+        return np.asarray(mdp.d0, dtype=np.float64), "mdp"
     if value_stats is not None:
         d0 = _normalised(value_stats.start_states, terminal_states)
         if d0 is not None:
@@ -79,9 +89,63 @@ def start_distribution(*, value_stats: ValueStatistics | None = None, release=No
         d0 = _normalised(np.asarray(release.visits_at(0)).sum(-1), terminal_states)
         if d0 is not None:
             return d0, "release-h0"
-    if mdp is not None:
-        return np.asarray(mdp.d0, dtype=np.float64), "mdp"
     return None, None
+
+
+def start_lower_bound(V0: np.ndarray, noisy_starts: np.ndarray, sigma: float, return_range: tuple[float, float],
+                      terminal_states=(), failure_prob: float = START_FAILURE_PROB) -> float:
+    """A lower confidence bound on E_{s ~ d0}[V_0(s)] from released start counts (declared units).
+
+    The plug-in d0' . V_0 with d0' the normalised noisy counts is an
+    estimate, not a bound: the N logged start states are a sample of d0 and
+    the counts carry noise. With W = clip(V_0, lo, hi) - lo in [0, hi - lo]
+    and m' = m + Z the noisy counts (Z: independent discrete Gaussian, each
+    sub-Gaussian with variance proxy sigma^2; terminal states excluded),
+    each of three events fails with probability at most failure_prob / 3:
+
+    * m . W >= m' . W - t sigma ||W||_2 (t = Phi^-1(1 - failure_prob / 3));
+    * N = sum m in [n_lo, n_up] = sum m' -+ t2 sigma sqrt(S') (two-sided,
+      t2 = Phi^-1(1 - failure_prob / 6), S' non-terminal states);
+    * Hoeffding: E_d0[W] >= (m . W) / N - (hi - lo) sqrt(log(3 / failure_prob) / (2 N)).
+
+    Hence E_d0[V_0] >= lo + max(0, max(0, m' . W - t sigma ||W||) / n_up
+    - (hi - lo) sqrt(log(3 / failure_prob) / (2 n_lo))); lo when n_lo < 1.
+    Like every single-dataset pessimistic bound here, Hoeffding is applied
+    to V_0 computed from the same episodes (docs/learners.md, "Validity").
+
+    Parameters
+    ----------
+    V0 : ndarray, shape (S,)
+        Pessimistic values at step 0, declared units.
+    noisy_starts : ndarray, shape (S,)
+        m', the released start-state counts (float; may be negative).
+    sigma : float
+        Noise standard deviation of each count (>= 0).
+    return_range : (lo, hi)
+        The declared range of every episode's return.
+    terminal_states : sequence of int
+        Public: no episode starts in one (their counts and values are dropped).
+    failure_prob : float
+        In (0, 1).
+
+    Returns
+    -------
+    float
+        The bound, in [lo, hi].
+    """
+    lo, hi = float(return_range[0]), float(return_range[1])
+    keep = np.ones(np.asarray(V0).shape[0], dtype=bool)
+    keep[list(terminal_states)] = False
+    W = np.clip(np.asarray(V0, dtype=np.float64)[keep], lo, hi) - lo
+    m = np.asarray(noisy_starts, dtype=np.float64)[keep]
+    t, t2 = float(ndtri(1.0 - failure_prob / 3.0)), float(ndtri(1.0 - failure_prob / 6.0))
+    tot = float(m.sum())
+    n_lo, n_up = tot - t2 * sigma * math.sqrt(W.size), tot + t2 * sigma * math.sqrt(W.size)
+    if n_lo < 1.0:
+        return lo
+    num = max(0.0, float(m @ W) - t * sigma * float(np.linalg.norm(W)))
+    lb = num / n_up - (hi - lo) * math.sqrt(math.log(3.0 / failure_prob) / (2.0 * n_lo))
+    return lo + min(max(lb, 0.0), hi - lo)
 
 
 def certified_value(V0: np.ndarray, d0: np.ndarray | None, return_range: tuple[float, float] | None = None
@@ -108,8 +172,16 @@ def certified_value(V0: np.ndarray, d0: np.ndarray | None, return_range: tuple[f
 
 
 def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str | None,
-                      exact: dict | None, return_range: tuple[float, float] | None = None) -> dict:
+                      exact: dict | None, return_range: tuple[float, float] | None = None, *,
+                      value_stats: ValueStatistics | None = None, terminal_states=()) -> dict:
     """Per policy: ``certified_value``, ``certified_start`` and ``certificate_held``.
+
+    With a public d0 (source ``mdp``) the certified value is d0 . V_0; with
+    the behaviour-value release's noisy start counts (``value-release``) it
+    is :func:`start_lower_bound` (the plug-in average over a noisy d0 would
+    be an estimate, not a bound); a per-step release's h = 0 visits
+    (``release-h0``) give no certified value (no margin is derived for them:
+    give ``--value-share`` > 0 or ``--mdp``).
 
     Parameters
     ----------
@@ -121,7 +193,11 @@ def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str 
     exact : dict[str, float] or None
         Policy name -> exact value on a known MDP.
     return_range : (G_lo, G_hi), optional
-        Passed to :func:`certified_value`.
+        Passed to :func:`certified_value`; needed for ``value-release``.
+    value_stats : ValueStatistics, optional
+        The behaviour-value release (its ``start_states`` and their sigma).
+    terminal_states : sequence of int
+        The spec's terminal states.
 
     Returns
     -------
@@ -132,7 +208,12 @@ def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str 
     """
     out = {}
     for name, V0 in start_values.items():
-        cert = None if V0 is None else certified_value(V0, d0, return_range)
+        cert = None
+        if V0 is not None and d0_source == "mdp":
+            cert = certified_value(V0, d0, return_range)
+        elif V0 is not None and d0_source == "value-release" and value_stats is not None and return_range:
+            cert = start_lower_bound(V0, value_stats.start_states, value_stats.sigma["start_states"],
+                                     return_range, terminal_states)
         v = (exact or {}).get(name)
         out[name] = {"certified_value": cert, "certified_start": d0_source if cert is not None else None,
                      "certificate_held": None if cert is None or v is None else bool(cert <= v + 1e-9)}

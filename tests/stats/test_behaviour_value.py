@@ -21,7 +21,7 @@ from privaudit.data.bounding import bound_contributions
 from privaudit.errors import UsageError
 from privaudit.mdp.simulate import simulate
 from privaudit.mdp.tabular import evaluate_policy
-from privaudit.pipeline.values import certified_entries, start_distribution
+from privaudit.pipeline.values import START_FAILURE_PROB, certified_entries, start_distribution, start_lower_bound
 from privaudit.privacy import accounting
 from privaudit.privacy.budget import resolve_budget
 from privaudit.spec import DomainSpec
@@ -226,8 +226,10 @@ def test_start_distribution_sources_and_certificates():
     mdp = icu_mdp()
     st = ValueStatistics(episodes=10.0, return_sum=0.0, return_squares=0.0,
                          start_states=np.array([7.0, 4.0, -1.0, 0.0]), sigma={})
-    d0, src = start_distribution(value_stats=st, release=None, mdp=mdp)
+    d0, src = start_distribution(value_stats=st, release=None)
     assert src == "value-release" and d0 == pytest.approx([0.7, 0.4, -0.1, 0.0])  # unclipped, sums to 1
+    # a known MDP's public d0 comes first (the certified value is then d0 . V_0 exactly)
+    assert start_distribution(value_stats=st, release=None, mdp=mdp)[1] == "mdp"
     # the spec's terminal states get no start mass (public: no episode has a step from one)
     d0, _ = start_distribution(value_stats=st, terminal_states=(SURVIVE, DIE))
     assert d0 == pytest.approx([7 / 11, 4 / 11, 0.0, 0.0])
@@ -238,8 +240,20 @@ def test_start_distribution_sources_and_certificates():
     out = certified_entries({"a": V0, "b": None}, np.array([0.5, 0.5, 0, 0]), "mdp", {"a": -0.4, "b": 0.3})
     assert out["a"] == {"certified_value": -0.5, "certified_start": "mdp", "certificate_held": True}
     assert out["b"] == {"certified_value": None, "certified_start": None, "certificate_held": None}
-    out = certified_entries({"a": V0}, np.array([1.0, 0, 0, 0]), "value-release", {"a": 0.5})
+    out = certified_entries({"a": V0}, np.array([1.0, 0, 0, 0]), "mdp", {"a": 0.5})
     assert out["a"]["certificate_held"] is False
+    # released d0: the lower confidence bound of start_lower_bound, never the plug-in average
+    st2 = ValueStatistics(episodes=1e4, return_sum=0.0, return_squares=0.0,
+                          start_states=np.array([5000.0, 5000.0, 0.0, 0.0]), sigma={"start_states": 10.0})
+    Vh = np.array([1.0, 0.5, 0.0, 0.0])
+    out = certified_entries({"a": Vh}, np.array([0.5, 0.5, 0, 0]), "value-release", None, (0.0, 1.0),
+                            value_stats=st2, terminal_states=(SURVIVE, DIE))
+    assert out["a"]["certified_value"] == pytest.approx(
+        start_lower_bound(Vh, st2.start_states, 10.0, (0.0, 1.0), (SURVIVE, DIE)))
+    assert 0.70 < out["a"]["certified_value"] < 0.75  # below the plug-in 0.75, by the margins
+    assert out["a"]["certified_start"] == "value-release"
+    assert certified_entries({"a": Vh}, np.array([0.5, 0.5, 0, 0]), "release-h0", None,
+                             (0.0, 1.0))["a"]["certified_value"] is None
     assert certified_entries({"a": V0}, None, None, None)["a"]["certified_value"] is None
     # clipped into the declared return range: every policy's value lies in it
     low = certified_entries({"a": np.full(4, -6.0)}, np.array([1.0, 0, 0, 0]), "mdp", None, (-1.0, 1.0))
@@ -252,6 +266,22 @@ def test_released_start_distribution_estimates_d0():
     mdp, _, spec, chunks = _chunks(1, 40_000, seed=3)
     rel = BehaviourValueRelease.plan(spec, resolve_budget(rho=0.2))
     st = rel.apply(chunks[0].drop("_chunk"), rng=np.random.default_rng(4))
-    d0, src = start_distribution(value_stats=st, mdp=mdp)
+    d0, src = start_distribution(value_stats=st)
     assert src == "value-release" and np.abs(d0 - mdp.d0).max() < 0.01
     assert abs(st.episodes - 40_000) < 6 * st.sigma["episode_count"]
+
+
+def test_start_lower_bound_covers_the_start_average():
+    """Coverage of start_lower_bound: 3000 simulated logs (N = 2000 start states drawn from d0, counts
+    plus Gaussian noise sd 20); the bound must sit below E_d0[V_0] in >= 1 - 0.01 of them. Failures are
+    Binomial(3000, <= 0.01): P(more than 55) < 1e-6 -- the false-failure probability of this test. It must
+    also be informative: on average within 0.15 of E_d0[V_0] (its three margins add up to ~0.11 here)."""
+    rng = np.random.default_rng(20261201)
+    S_, N, sigma, reps = 6, 2000, 20.0, 3000
+    d0 = np.array([0.3, 0.25, 0.2, 0.15, 0.1, 0.0])
+    V0 = np.array([0.9, 0.1, 0.6, 0.3, 1.0, 0.5])
+    truth = float(d0 @ V0)
+    counts = rng.multinomial(N, d0, size=reps).astype(np.float64) + rng.normal(0.0, sigma, size=(reps, S_))
+    lbs = np.array([start_lower_bound(V0, c, sigma, (0.0, 1.0), terminal_states=(5,)) for c in counts])
+    assert int((lbs > truth).sum()) <= 55
+    assert truth - lbs.mean() < 0.15 and START_FAILURE_PROB == 0.01
