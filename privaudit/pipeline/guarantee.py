@@ -49,8 +49,8 @@ PBB_REST_SHARE = 2.0 / 3.0
 _WHAT = {"release": "noisy {families} counts over the whole declared domain (release/)",
          "dp-pbb": "the DP-PBB policy (its noisy counts and private Bellman backups are not output)",
          "dp-vapvi": "the DP-VAPVI policy (its noisy statistics are not output)",
-         VALUE_PART: "the clinicians' (behaviour) value estimate and the start distribution of the certified "
-                     "values (its noisy statistics are not output)"}
+         VALUE_PART: "the clinicians' (behaviour) value estimate and, without a known MDP, the start "
+                     "distribution of the certified values (its noisy statistics are not output)"}
 
 
 def _mechanism_text(name: str, spec: DomainSpec) -> str:
