@@ -75,7 +75,7 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
 
 @click.command("audit", short_help="Audit a DP claim empirically: epsilon lower bound from neighbouring runs.")
 @click.option("--mechanism", "mechanism", required=True,
-              help="release | dp-apvi | dp-vapvi | explore:ALGO (an online explorer's joint-DP claim: "
+              help="release | dp-apvi | dp-pbb | dp-vapvi | explore:ALGO (an online explorer's joint-DP claim: "
                    "pucb, luyo, ngo, dp-lsvi-ucb-pp, or a broken one of the online catalogue) | FILE.py:NAME "
                    "(a callable fn(logs, rng[, n_runs])).")
 @click.option("--logs", "logs_path", type=click.Path(), default=None,
