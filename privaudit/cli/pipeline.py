@@ -11,14 +11,16 @@ from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
 from privaudit.pipeline.report import format_table
 
 _HELP = """Run the main job end to end on LOGS into the folder DIR (--out):
-validate the logs against SPEC, release DP counts, train DP-APVI on the
-release (and DP-VAPVI when SPEC declares a feature map, column-x-action
-included, splitting the budget), evaluate the policies exactly on a known
+validate the logs against SPEC, release DP counts, train DP-PBB (the
+default DP policy: private Bellman backups from the logs, when SPEC has a
+public reward) and DP-APVI on the release (and DP-VAPVI when SPEC declares
+a feature map, column-x-action included, splitting the budget), evaluate the policies exactly on a known
 MDP (--mdp; a seeded one such as synthetic-linear takes its instance from
 --instance-seed or the spec), audit the
 release at its claimed budget, and write summary.json, report.md and
-figures. Without an MDP every policy still gets its certified value (its
-pessimistic value at a released start distribution) and the clinicians'
+figures. Without an MDP every policy still gets its certified value (a
+lower confidence bound on its pessimistic value at the released start
+distribution) and the clinicians'
 value is estimated with DP from the logged returns, with a 95% interval
 (--value-share of the budget, default 0.1).
 
