@@ -93,18 +93,34 @@ def test_budget_resolution():
 @pytest.mark.parametrize("rho", [1.0, 0.7, 0.3, 0.1, 2.5, 1e-3, 0.31106495494026376])
 @pytest.mark.parametrize("share", [0.5, 0.3, 0.25, 0.1, 1 / 3])
 def test_budget_split_never_exceeds_the_whole_and_states_it(rho, share):
-    """Parts add up exactly to at most rho; the composed statement (their sum rounded up once) is rho
-    itself or below it; each part within 1e-14 of its share; the common splits print short."""
+    """The parts' calibrations add up exactly to at most rho (as a double and as the decimal it prints as);
+    each part states its exact decimal share, the stated decimals add up to rho exactly, and a stated part is
+    never below what its noise is calibrated to (so the statement bounds the cost)."""
     b = resolve_budget(rho=rho)
     parts = b.split({"release": 1 - share, "dp-vapvi": share})
     total = sum(Fraction(p.rho) for p in parts.values())
-    assert total <= Fraction(rho)
+    assert total <= Fraction(rho) and total <= Fraction(repr(rho))
     assert round_up(total) <= rho and round_up(total) >= rho * (1 - 1e-15)
+    shown = [Fraction(repr(p.shown)) for p in parts.values()]
+    assert sum(shown) <= Fraction(repr(rho))  # the ledger adds these decimals: at most rho (exactly, below)
     for p, s in zip(parts.values(), (1 - share, share)):
-        want = Fraction(repr(rho)) * Fraction(repr(s))
-        assert abs(Fraction(p.rho) - want) <= want * Fraction(1, 10 ** 14)  # the last part absorbs the rest
-    if rho in (1.0, 2.5, 1e-3) and share in (0.5, 0.25):
-        assert all(len(repr(p.rho)) <= 7 for p in parts.values()), parts
+        assert Fraction(p.rho) <= min(Fraction(p.shown), Fraction(repr(p.shown)))  # never calibrated above it
+        assert Fraction(p.shown) - Fraction(p.rho) <= Fraction(p.shown) * Fraction(1, 10 ** 15)
+        assert p.requested["rho"] == p.shown
+    if share != 1 / 3:  # decimal shares of a decimal rho state exact decimals: 0.3 and 0.7 of 1, not 0.30000000000000004
+        want = [Fraction(repr(rho)) * Fraction(repr(1 - share)), Fraction(repr(rho)) * Fraction(repr(share))]
+        if all(len(str(float(w))) <= 12 for w in want):
+            assert shown == want and sum(shown) == Fraction(repr(rho)), parts
+
+
+def test_budget_split_of_four_decimal_shares_is_exact():
+    """0.14 + 0.26 + 0.5 + 0.1 of rho = 1 (the pipeline with DP-VAPVI and DP-PBB): each part states its decimal
+    (before: the last was 0.0999999999999999 because the doubles of 0.14, 0.26 and 0.1 lie above the decimals)."""
+    parts = resolve_budget(rho=1).split({"release": 0.14, "dp-pbb": 0.26, "dp-vapvi": 0.5, "value": 0.1})
+    assert [p.shown for p in parts.values()] == [0.14, 0.26, 0.5, 0.1]
+    assert sum(Fraction(p.rho) for p in parts.values()) <= 1
+    assert parts["value"].rho < 0.1 and parts["value"].stated == 0.1  # calibrated just below 1/10, states 0.1
+    b = resolve_budget(rho=1)
     with pytest.raises(UsageError, match="add up to 1"):
         b.split({"a": 0.5, "b": 0.6})
     for bad in [dict(rho=-1), dict(rho=1, delta=1e-5), dict(epsilon=1), dict(epsilon=1, delta=1.5),

@@ -446,3 +446,24 @@ def test_value_share_refusals(world, tmp_path):
     res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 1, "--out",
               tmp_path / "y", "--value-share", 1)
     assert res.exit_code == 2 and "--value-share" in res.output
+
+
+def test_default_pipeline_states_exact_decimal_shares(tmp_path):
+    """`privaudit pipeline --rho 1` on the bundled sample: the split (release 0.3, behaviour value 0.1, DP-PBB 0.6)
+    is stated as exact decimals in summary.json, on stdout and in the ledger, and the stated parts add up to rho
+    exactly (before: "release": 0.30000000000000004 in the summary, and 0.0999999999999999 in the ledger next to
+    a 0.9 part)."""
+    from privaudit.privacy.ledger import init_ledger, ledger_status
+    ledger = tmp_path / "budget.jsonl"
+    init_ledger(ledger, "icu-sepsis-sample", 10.0)
+    res = run("--rho", 1, "--out", tmp_path / "run", "--ledger", ledger, "--audit-trials", 0)
+    assert res.exit_code == 0, res.output
+    g = load_summary(tmp_path / "run" / "summary.json")["privacy"]
+    want = {"release": "0.3", "dp-pbb": "0.6", "behaviour-value": "0.1"}
+    assert {k: repr(v) for k, v in g["split"].items()} == want
+    assert {p["name"]: repr(p["rho"]) for p in g["parts"]} == want
+    assert sum(Fraction(repr(p["rho"])) for p in g["parts"]) == 1 and g["rho"] == 1.0
+    assert sum(Fraction(v) for v in want.values()) == 1
+    assert "release rho=0.3, behaviour-value rho=0.1, dp-pbb rho=0.6" in res.output
+    charges = [e["rho"] for e in ledger_status(ledger)["entries"]]
+    assert sorted(charges) == sorted(want.values()) and ledger_status(ledger)["rho_spent"] == "1"

@@ -143,7 +143,8 @@ class _LibraryStatistics:
         if kind == "gaussian" and not gdp_ok:
             raise UsageError(f"the GDP test is valid only for continuous Gaussian noise (rounded); this release "
                              f"uses {self.budget.mechanism} noise in {self.noise_mode!r} mode: use the generic test.")
-        return Claim.from_event(self.release.event, self.delta or 1e-5, kind=kind, bound=self.budget.amount)
+        return Claim.from_event(self.release.event, self.delta or 1e-5, kind=kind, bound=self.budget.amount,
+                                stated=self.budget.stated)
 
     def declared_sensitivity(self) -> dict:
         return {f: {"l1": p.l1, "l2": p.l2} for f, p in self.release.families.items()}

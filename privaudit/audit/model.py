@@ -118,7 +118,8 @@ class Claim:
         return cls(eps, float(delta), float(rho), kind, mu, "zCDP -> (eps, delta): Canonne-Kamath-Steinke 2020")
 
     @classmethod
-    def from_event(cls, event, delta: float, kind: str = "generic", bound: float | None = None) -> "Claim":
+    def from_event(cls, event, delta: float, kind: str = "generic", bound: float | None = None,
+                   stated: float | None = None) -> "Claim":
         """The claim a mechanism's privacy event implies (``privaudit.privacy.accounting``).
 
         A pure-DP event claims (eps, 0) with eps = sum of l1/b (generic);
@@ -127,7 +128,8 @@ class Claim:
         ``bound`` (the budget the event was calibrated to), the claim is the
         guarantee its artifact states (``accounting.guarantee``: the budget,
         after checking the event costs no more), so an audit tests the very
-        number the manifest and the pipeline's summary state.
+        number the manifest and the pipeline's summary state (``stated``: a
+        split budget part's decimal share, ``Budget.shown``).
 
         Raises
         ------
@@ -138,7 +140,7 @@ class Claim:
         """
         pure = accounting.is_pure(event)
         if bound is not None:
-            g = accounting.guarantee(event, delta=0.0 if pure else delta, requested={}, bound=bound)
+            g = accounting.guarantee(event, delta=0.0 if pure else delta, requested={}, bound=bound, stated=stated)
             return cls.from_epsilon(g["epsilon"], 0.0) if pure else cls.from_rho(g["rho"], delta, kind=kind)
         if pure:
             return cls.from_epsilon(accounting.event_epsilon(event), 0.0)

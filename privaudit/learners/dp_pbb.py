@@ -597,9 +597,10 @@ class DPPBB(TabularLearnerBase):
         if budget is not None:
             if budget.mechanism != "gaussian":
                 raise UsageError("dp-pbb is Gaussian (zCDP) only; `mechanism` laplace is not supported.")
-            rho = budget.rho
+            rho = budget.rho  # calibration (a split part's double just below its decimal share)
         else:
             rho = float(self.rho)
+        shown_rho = budget.shown if budget is not None else rho
         if not 0 < self.failure_prob < 1:
             raise UsageError(f"`failure_prob` must lie in (0, 1). Got {self.failure_prob}.")
         H, S, A = counts.horizon, counts.n_states, counts.n_actions
@@ -703,7 +704,7 @@ class DPPBB(TabularLearnerBase):
         if plan.private and seeded:
             privacy = {"private": False, "guarantee": privacy["guarantee"],
                        "note": "seeded noise: not private against anyone who knows the seed"}
-        params = dict(self.get_params(), rho=rho if math.isfinite(rho) else None, split=plan.split,
+        params = dict(self.get_params(), rho=shown_rho if math.isfinite(rho) else None, split=plan.split,
                       max_per_cell=counts.max_per_cell, n_backups=K, return_bound=return_bound,
                       stationary=bool(counts.stationary))
         self.policy_ = Policy(table=pi, algorithm=self.algorithm,

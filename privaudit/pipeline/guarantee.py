@@ -43,8 +43,9 @@ VALUE_PART = "behaviour-value"
 #: Default share of the total rho given to DP-PBB, the default DP policy (when the spec declares a public
 #: reward); the count release (DP-APVI, the paper's reference, is post-processing of it) gets the rest.
 PBB_SHARE_DEFAULT = 0.6
-#: At most this share of what DP-VAPVI and the behaviour value leave goes to DP-PBB (the release keeps the rest).
-PBB_REST_SHARE = 2.0 / 3.0
+#: At most this share of what DP-VAPVI and the behaviour value leave goes to DP-PBB (the release keeps the
+#: rest; rounded down to two significant digits, :func:`pbb_share_of`).
+PBB_REST_SHARE_FRACTION = Fraction(2, 3)
 #: What each part releases and how (for the summary).
 _WHAT = {"release": "noisy {families} counts over the whole declared domain (release/)",
          "dp-pbb": "the DP-PBB policy (its noisy counts and private Bellman backups are not output)",
@@ -109,29 +110,55 @@ def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_S
     return budget.split(shares)
 
 
+def _decimal(x) -> Fraction:
+    """``x`` at the decimal value users write (0.1 as 1/10, not the double nearest it)."""
+    return x if isinstance(x, Fraction) else Fraction(repr(float(x)))
+
+
+def _floor_2_significant(x: Fraction) -> Fraction:
+    """``x`` > 0 rounded down to two significant decimal digits (4/15 -> 0.26, 1/150 -> 0.0066)."""
+    e = 0
+    while x * 10 ** e < 10:
+        e += 1
+    while x * Fraction(10) ** e >= 100:
+        e -= 1
+    scale = Fraction(10) ** e
+    return Fraction(math.floor(x * scale)) / scale
+
+
 def pbb_share_of(public_reward: bool, *, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT,
                  value_share: float = 0.0) -> float:
     """DP-PBB's share of the total rho in the pipeline.
 
     0 without a public reward (DP-PBB backs up r(s') + V(s')). Otherwise
-    min(:data:`PBB_SHARE_DEFAULT`, :data:`PBB_REST_SHARE` x (1 - linear - value)):
-    0.6 of the whole budget when DP-VAPVI does not run (the default
-    behaviour-value share 0.1 leaves 0.3 to the release), and two thirds of
-    what DP-VAPVI and the behaviour value leave when it does, so the release
-    keeps a positive share whenever ``linear_share + value_share < 1``.
+    min(:data:`PBB_SHARE_DEFAULT`, :data:`PBB_REST_SHARE_FRACTION` x (1 - linear - value))
+    in exact decimal arithmetic, the two-thirds rounded down to two significant
+    digits so every share is a short decimal: 0.6 of the whole budget when
+    DP-VAPVI does not run (the default behaviour-value share 0.1 leaves 0.3 to
+    the release), and 0.26 (two thirds of 0.4, rounded down) next to DP-VAPVI's
+    default 0.5, so the release keeps a positive share (0.14) whenever
+    ``linear_share + value_share < 1``.
     """
     if not public_reward:
         return 0.0
-    lin = float(linear_share) if linear else 0.0
-    vs = float(value_share)
-    if not (0 <= vs < 1) or not (0 <= lin < 1 - vs):
+    try:
+        lin = _decimal(linear_share) if linear else Fraction(0)
+        vs = _decimal(value_share)
+    except (TypeError, ValueError, OverflowError):
         return 0.0  # let budget_shares report the bad shares
-    return min(PBB_SHARE_DEFAULT, PBB_REST_SHARE * (1.0 - lin - vs))
+    if not (0 <= vs < 1) or not (0 <= lin < 1 - vs):
+        return 0.0
+    two_thirds = _floor_2_significant(PBB_REST_SHARE_FRACTION * (1 - lin - vs))
+    return float(min(_decimal(PBB_SHARE_DEFAULT), two_thirds))
 
 
 def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, value_share: float = 0.0,
                   pbb_share: float = 0.0) -> dict:
     """The configured share of the total rho per part (``{"release": 1.0}`` when alone).
+
+    The release's share is the exact decimal rest 1 - (the other shares),
+    computed on the shares' decimal values (1 - 0.6 - 0.1 is 0.3, not
+    0.30000000000000004), so the shares printed and stored add up to 1 exactly.
 
     Raises
     ------
@@ -155,11 +182,11 @@ def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, v
         shares["dp-vapvi"] = ls
     if vs > 0:
         shares[VALUE_PART] = float(vs)
-    rest = 1.0 - sum(shares.values())
+    rest = 1 - sum((_decimal(v) for v in shares.values()), Fraction(0))
     if not rest > 0:
         raise UsageError(f"`linear_share` + `value_share` + `pbb_share` must be below 1 (the release needs a share). "
-                         f"Found {sum(shares.values())!r}.")
-    return {"release": rest, **shares}
+                         f"Found {' + '.join(repr(v) for v in shares.values())} = {float(1 - rest)!r}.")
+    return {"release": float(rest), **shares}
 
 
 def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSpec, *, shares: dict,
@@ -213,12 +240,15 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
     if sampler is not None:  # what the release's noise sampler adds (0 for the exact samplers)
         part_rows[0]["sampler"] = dict(sampler)
     composed = acc.composed("pipeline")
-    # state the sum of what the parts' artifacts state (each at least its part's cost), never above the total
-    stated = accounting.round_up(sum(Fraction(p["rho"]) for p in part_rows))
-    if stated > budget.rho:
-        raise AccountingError(f"the parts state rho = {stated!r} together, above the total budget {budget.rho!r} "
-                              "(internal error).")
-    g = accounting.guarantee(composed, delta=budget.delta, requested=budget.requested, bound=stated)
+    # the parts' calibrations bound their costs (checked above); state the decimal sum of what the parts'
+    # artifacts state (0.3 + 0.6 + 0.1 = 1, Budget.split), never above the total
+    bound = accounting.round_up(sum(Fraction(parts[name].rho) for name in events))
+    total = sum((Fraction(repr(p["rho"])) for p in part_rows), Fraction(0))
+    stated = max(accounting.round_up(total), bound)
+    if bound > budget.rho or stated > budget.rho or total > Fraction(repr(budget.rho)):
+        raise AccountingError(f"the parts state rho = {float(total)!r} together, above the total budget "
+                              f"{budget.rho!r} (internal error).")
+    g = accounting.guarantee(composed, delta=budget.delta, requested=budget.requested, bound=bound, stated=stated)
     return {
         **{k: g[k] for k in ("definition", "rho", "epsilon", "delta", "conversion", "requested")},
         "composition": "zCDP adds rho over mechanisms (Bun & Steinke 2016, Lemma 2.3; adaptive composition "

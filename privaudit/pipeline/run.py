@@ -400,7 +400,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     events = {"release": info.event}
     if ledger is not None:
         ledger_mod.charge_event(ledger, spec.dataset_id, info.event,
-                                f"pipeline, release part: gaussian, rho={parts['release'].rho!r}",
+                                f"pipeline, release part: gaussian, rho={parts['release'].shown!r}",
                                 parts["release"], run=run, output=final_out)
     local = json.loads(info.local_log.read_text())
     info.local_log.unlink()  # folded into private/local-log.json below
@@ -411,7 +411,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
         events[VALUE_PART] = value_plan.event
         if ledger is not None:
             ledger_mod.charge_event(ledger, spec.dataset_id, value_plan.event,
-                                    f"pipeline, {VALUE_PART} part: gaussian, rho={parts[VALUE_PART].rho!r}",
+                                    f"pipeline, {VALUE_PART} part: gaussian, rho={parts[VALUE_PART].shown!r}",
                                     parts[VALUE_PART], run=run, output=final_out)
     timings["release"] = time.perf_counter() - t
     bar.done()
@@ -433,7 +433,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
         events["dp-pbb"] = pbb.learner.event_
         if ledger is not None:
             ledger_mod.charge_event(ledger, spec.dataset_id, events["dp-pbb"],
-                                    f"pipeline, dp-pbb part: gaussian, rho={parts['dp-pbb'].rho!r} "
+                                    f"pipeline, dp-pbb part: gaussian, rho={parts['dp-pbb'].shown!r} "
                                     "(private Bellman backups)", parts["dp-pbb"], run=run, output=final_out)
     # seed 000's DP-APVI with the paper's constants on the release: the reference
     tabular["dp-apvi"] = DPAPVI().fit(release, release_path="../../release")
@@ -453,7 +453,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
         events["dp-vapvi"] = event_from_dict(pol.privacy["guarantee"]["event"])
         if ledger is not None:
             ledger_mod.charge_event(ledger, spec.dataset_id, events["dp-vapvi"],
-                                    f"pipeline, dp-vapvi part: gaussian, rho={parts['dp-vapvi'].rho!r} "
+                                    f"pipeline, dp-vapvi part: gaussian, rho={parts['dp-vapvi'].shown!r} "
                                     "(5H releases)", parts["dp-vapvi"], run=run, output=final_out)
     for name, pol in policies.items():
         save_policy(pol, tmp / "policies" / name)

@@ -129,7 +129,8 @@ def event_epsilon(event: PrivacyEvent) -> float:
     return round_up(_exact_epsilon(event))
 
 
-def guarantee(event: PrivacyEvent, *, delta: float, requested: dict, bound: float | None = None) -> dict:
+def guarantee(event: PrivacyEvent, *, delta: float, requested: dict, bound: float | None = None,
+              stated: float | None = None) -> dict:
     """The guarantee of ``event`` as manifests state it (the only place it is built).
 
     Parameters
@@ -149,6 +150,11 @@ def guarantee(event: PrivacyEvent, *, delta: float, requested: dict, bound: floa
         recorded sensitivities and scales, rounded up once; no slack,
         :data:`BOUND_RTOL` = 0): a mechanism must never spend more than it
         was given, and every mechanism records the noise it draws exactly.
+    stated : float, optional
+        The amount to state instead of ``bound`` (needs ``bound``; must be
+        >= ``bound``): a budget part calibrated to a double just below its
+        decimal share states the share itself (0.1, not 0.09999999999999999;
+        ``Budget.split``).
 
     Returns
     -------
@@ -172,6 +178,11 @@ def guarantee(event: PrivacyEvent, *, delta: float, requested: dict, bound: floa
             raise AccountingError(f"the event costs {'epsilon' if pure else 'rho'} = {cost!r}, above the budget "
                                   f"{bound!r} it was calibrated to (internal error).")
         cost = float(bound)
+        if stated is not None:
+            if not stated >= bound:
+                raise AccountingError(f"`stated` must be at least the bound {bound!r}. Found {stated!r} "
+                                      "(internal error).")
+            cost = float(stated)
     if pure:
         rho = round_up(Fraction(cost) ** 2 / 2)
         return {"definition": "pure-DP", "rho": rho, "epsilon": cost, "delta": 0.0,

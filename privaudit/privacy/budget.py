@@ -56,6 +56,11 @@ class Budget:
     requested : dict
         The arguments as given (``rho``; or ``epsilon`` and ``delta``; or
         ``epsilon`` alone for Laplace).
+    stated : float or None
+        A part of a split budget (:meth:`split`): the decimal share users
+        read (0.1), when ``rho`` (what the noise is calibrated to) is the
+        double just below it (0.09999999999999999) so that the parts' exact
+        costs add up to at most the whole. None: ``rho`` itself.
     """
 
     mechanism: str
@@ -63,19 +68,27 @@ class Budget:
     epsilon: float | None
     delta: float
     requested: dict
+    stated: float | None = None
 
     @property
     def amount(self) -> float:
         """What the noise is calibrated to: rho (Gaussian) or epsilon (Laplace)."""
         return self.rho if self.mechanism == "gaussian" else self.epsilon
 
+    @property
+    def shown(self) -> float:
+        """The amount manifests, summaries and the ledger state: :attr:`stated`, else :attr:`amount` (>= it)."""
+        return self.amount if self.stated is None else self.stated
+
     def guarantee(self, event) -> dict:
         """The guarantee of ``event``, a mechanism calibrated to this budget (``accounting.guarantee``).
 
-        States this budget (rho, or epsilon) when the event's exact cost is at
-        most it; raises AccountingError when the event costs more.
+        States this budget (:attr:`shown`: rho, or epsilon) when the event's
+        exact cost is at most :attr:`amount`; raises AccountingError when the
+        event costs more.
         """
-        return accounting.guarantee(event, delta=self.delta, requested=self.requested, bound=self.amount)
+        return accounting.guarantee(event, delta=self.delta, requested=self.requested, bound=self.amount,
+                                    stated=self.stated)
 
     def reported_at(self, delta: float) -> "Budget":
         """This Gaussian budget with its zCDP guarantee reported as (epsilon, ``delta``).
@@ -118,21 +131,26 @@ class Budget:
         return self._part_of(min(Fraction(repr(self.rho)), Fraction(self.rho)) * Fraction(repr(s)), name)
 
     def split(self, shares: dict) -> dict:
-        """Split this Gaussian budget into named parts whose rho add up to at most rho, exactly.
+        """Split this Gaussian budget into named parts: exact decimal shares whose costs add up to at most rho.
 
-        Each part is a double within a relative 1e-15 of its share of rho
-        (rho and the shares taken at their decimal values: 0.7 of 1 is 7/10);
-        the last part is at most the exact rest, so the parts' exact sum never
-        exceeds rho (zCDP composition, Bun & Steinke 2016, Lemma 2.3) and the
-        composed total, rounded up once, states rho itself when the parts fill
-        it (1 split 0.7 / 0.3 states 1, not 1.0000000000000002). Among the
-        admissible values of the last-but-one part, the one giving the
-        shortest decimals is taken (0.5 / 0.5, not 0.49999999999949996).
+        rho and the shares are taken at their decimal values (0.3 as 3/10) and
+        each part states its exact decimal share of rho (:attr:`shown`: 0.3,
+        0.6 and 0.1 of 1, whose decimals add up to 1; the ledger, which adds
+        decimals, charges exactly rho). The noise of a part is calibrated to
+        :attr:`rho`, the largest double at most both the stated double and its
+        decimal (0.09999999999999999 for 0.1, whose double is above 1/10), and
+        the last part's calibration is lowered further, if needed, so that the
+        calibrations' exact sum never exceeds rho nor its decimal (zCDP
+        composition, Bun & Steinke 2016, Lemma 2.3): the composed total states
+        rho itself. A part that is not a short decimal (a third) states the
+        double nearest below it (as a decimal), so the stated decimals never
+        add up to more than rho.
 
         Parameters
         ----------
         shares : dict[str, float]
-            Part name -> share in (0, 1); the shares must add up to 1 (to 1e-9).
+            Part name -> share in (0, 1); the shares must add up to 1 (to 1e-9;
+            the last part is the decimal rest of rho).
 
         Returns
         -------
@@ -154,27 +172,47 @@ class Budget:
             raise UsageError(f"`shares` must be in (0, 1] and add up to 1. Found {shares!r}.")
         if len(names) == 1:
             return {names[0]: self}
-        whole = Fraction(repr(self.rho))
-        amounts = [_near_candidates(whole * Fraction(repr(v)))[0] for v in vals[:-2]]
-        best = None
-        for cand in _near_candidates(whole * Fraction(repr(vals[-2]))):
-            rest = Fraction(self.rho) - sum((Fraction(x) for x in amounts + [cand]), Fraction(0))
-            if rest <= 0:
-                continue
-            last = short_floor(rest)
-            score = len(repr(cand)) + len(repr(last))
-            if best is None or score < best[0]:
-                best = (score, cand, last)
-        if best is None:
+        whole = _decimal_of(self.shown)
+        limit = min(whole, Fraction(self.rho))  # the calibrations' exact sum stays within both
+        decs = [whole * Fraction(repr(v)) for v in vals[:-1]]
+        rest = whole - sum(decs, Fraction(0))
+        if rest <= 0:
             raise UsageError(f"`shares` leave nothing for {names[-1]!r}. Found {shares!r}.")
-        amounts += [best[1], best[2]]
-        return {n: self._part_of(x, f"{n}'s share of rho") for n, x in zip(names, amounts)}
+        decs.append(rest)
+        out, used = {}, Fraction(0)
+        for i, (n, d) in enumerate(zip(names, decs)):
+            shown = float(d)
+            while _decimal_of(shown) > d:  # a part that is not a short decimal: never state above it
+                shown = float(np.nextafter(shown, 0.0))
+            cap = min(d, Fraction(shown), _decimal_of(shown))
+            if i == len(names) - 1:
+                cap = min(cap, limit - used)
+            if cap <= 0:
+                raise UsageError(f"`shares` leave nothing for {n!r}. Found {shares!r}.")
+            rho = _floor_double(cap)
+            used += Fraction(rho)
+            name = f"{n}'s share of rho"
+            check_reportable(rho, self.delta, name)
+            req = {"rho": shown, **({"delta": self.delta} if "delta" in self.requested else {})}
+            out[n] = Budget("gaussian", rho, None, self.delta, req, None if rho == shown else shown)
+        return out
 
     def _part_of(self, exact: Fraction | float, name: str) -> "Budget":
         rho = exact if isinstance(exact, float) else short_floor(exact)
         check_reportable(rho, self.delta, name)
         req = {"rho": rho, **({"delta": self.delta} if "delta" in self.requested else {})}
         return Budget("gaussian", rho, None, self.delta, req)
+
+
+def _decimal_of(x: float) -> Fraction:
+    """The double ``x`` at the decimal value it prints as (0.1 -> 1/10)."""
+    return Fraction(repr(float(x)))
+
+
+def _floor_double(x: Fraction) -> float:
+    """The largest double <= ``x``."""
+    c = float(x)
+    return c if Fraction(c) <= x else float(np.nextafter(c, 0.0))
 
 
 def _near_candidates(t: Fraction) -> list[float]:

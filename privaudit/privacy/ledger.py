@@ -768,9 +768,9 @@ def charge_of(event, budget=None) -> float | Fraction:
     exactly (:func:`rho_of_pure_dp` of its epsilon, Bun & Steinke 2016
     Prop. 1.4), otherwise its rho (exact rational cost rounded up to a
     double). With ``budget`` (a ``privacy.budget.Budget`` the event was
-    calibrated to), the budget's own amount is charged instead, after
-    checking that the event costs no more (so the ledger reads "0.25", not
-    "0.24999999999999997").
+    calibrated to), the budget's own amount (``Budget.shown``: a split
+    part's decimal share) is charged instead, after checking that the event
+    costs no more (so the ledger reads "0.25", not "0.24999999999999997").
 
     Raises
     ------
@@ -780,7 +780,7 @@ def charge_of(event, budget=None) -> float | Fraction:
     pure = accounting.is_pure(event)
     if budget is not None:
         accounting.guarantee(event, delta=budget.delta, requested=budget.requested, bound=budget.amount)  # checks
-        return rho_of_pure_dp(budget.epsilon) if pure else budget.rho
+        return rho_of_pure_dp(budget.epsilon) if pure else budget.shown
     return rho_of_pure_dp(accounting.event_epsilon(event)) if pure else accounting.event_rho(event)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -393,3 +394,8 @@ def test_pipeline_share_of_dp_pbb_leaves_the_release_a_part():
         shares = budget_shares(linear=True, linear_share=lin, value_share=vs, pbb_share=p)
         assert 0 < shares["dp-pbb"] < shares["release"] + shares["dp-pbb"] and shares["release"] > 0
         assert sum(shares.values()) == pytest.approx(1.0)
+        assert sum(Fraction(repr(v)) for v in shares.values()) == 1  # exact decimals (not 0.30000000000000004)
+    # next to DP-VAPVI's default 0.5 and the value's 0.1: two thirds of 0.4, rounded down to two digits
+    assert budget_shares(linear=True, linear_share=0.5, value_share=0.1,
+                         pbb_share=pbb_share_of(True, linear=True, linear_share=0.5, value_share=0.1)) == {
+        "release": 0.14, "dp-pbb": 0.26, "dp-vapvi": 0.5, "behaviour-value": 0.1}

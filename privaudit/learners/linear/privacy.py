@@ -481,7 +481,7 @@ def guarantee(event, budget: Budget, spec, rng_mode: str) -> dict:
     H = spec.horizon
     return {
         **budget.guarantee(event),
-        "mechanism": mechanism_text(H, budget.rho),
+        "mechanism": mechanism_text(H, budget.shown),
         "neighbouring": Neighbouring.SUBSTITUTION.description,
         "privacy_unit": spec.unit_column or "episode_id",
         "max_episodes_per_unit": spec.max_episodes_per_unit,
