@@ -3,6 +3,7 @@
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -249,7 +250,7 @@ def test_dense_domain_unvisited_cells_get_noise(data, tmp_path):
     assert (t < 0).any()  # released before any clipping at 0
     pf = pq.ParquetFile(tmp_path / "r" / "transitions.parquet")
     assert pf.num_row_groups == H and pf.metadata.num_rows == H * S * A * S
-    assert pf.schema_arrow.names == ["h", "state", "action", "next_state", "value"]
+    assert pf.schema_arrow.names == ["value"]  # format version 2: dense values, row-major (s, a, s') per row group
     assert "visits(5, 30, 5)" in repr(rel) and str(int(rel.visits[0, 0, 0])) + "," not in repr(rel)
 
 
@@ -270,8 +271,8 @@ def test_reader_refuses_unknown_version_and_bad_manifest(data, tmp_path):
     out = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "r", seed=2).out
     mpath = out / "manifest.json"
     m = json.loads(mpath.read_text())
-    mpath.write_text(json.dumps({**m, "format_version": 2}))
-    with pytest.raises(ArtifactError, match="format_version"):
+    mpath.write_text(json.dumps({**m, "format_version": 3}))
+    with pytest.raises(ArtifactError, match="unknown release format version: format_version is 3"):
         load_release(out)
     bad = dict(m)
     del bad["guarantee"]
@@ -469,16 +470,20 @@ def test_reward_quantum_coarsens_only_for_exact_gaussian():
     assert mechanism_mod.reward_quantum(1e3, "laplace", "exact") == q
 
 
-def test_reader_refuses_a_table_out_of_order(data, tmp_path):
+def test_reader_refuses_a_version_1_table_out_of_order(tmp_path):
+    """Format version 1 (index columns beside value) is still read, and still checked cell by cell."""
+    import shutil
+
     import pyarrow as pa
 
-    out = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "r", seed=2).out
+    out = tmp_path / "r"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "release_v1" / "per_step", out)
     path = out / "transitions.parquet"
     tab = pq.read_table(path)
     ns = tab.column("next_state").to_numpy().copy()
     ns[[5, 6]] = ns[[6, 5]]  # two cells swapped: same multiset, wrong order
     tab = tab.set_column(tab.schema.get_field_index("next_state"), "next_state", pa.array(ns))
-    pq.write_table(tab, path, row_group_size=S * A * S)
+    pq.write_table(tab, path, row_group_size=4 * 2 * 4)
     rel = load_release(out)
     with pytest.raises(ArtifactError, match="corrupt"):
         rel.transitions_at(0)

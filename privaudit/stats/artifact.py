@@ -1,21 +1,33 @@
-"""The on-disk release format: Parquet tables + ``manifest.json``; reader.
+"""The on-disk release format: Parquet tables + ``manifest.json``; the one reader.
 
-Layout of a release folder (format version 1, see docs/release.md):
+Layout of a release folder (format version 2, written now; see docs/release.md):
 
 ``visits.parquet``       columns (h, state, action, value): n'_h(s, a)
-``transitions.parquet``  columns (h, state, action, next_state, value): n'_h(s, a, s')
+``transitions.parquet``  one column ``value``: n'_h(s, a, s'), dense, one row group per h
 ``rewards.parquet``      columns (h, state, action, value): R'_h(s, a), only when
                          the reward function is private
 ``manifest.json``        the guarantee, validated by ``schemas/release_manifest.schema.json``
 
-Stationary releases have no ``h`` column. Every table is dense over the
-declared domain (one row per cell, observed or not), sorted row-major by
-(h, state, action[, next_state]). ``transitions.parquet`` holds one row group
-per h (H row groups; one for a stationary release), so a learner reads one
-h-slice of S*A*S cells at a time. Index columns are int16 (int32 when S or A
-exceed 32767), value int32 (int64 only if a value needs it); zstd level 1,
-dictionary encoding for ``value``: the sorted index columns compress to almost
-nothing, the noisy values to roughly their entropy.
+Every table is dense over the declared domain (one row per cell, observed or
+not). ``transitions.parquet`` holds one row group per h (H row groups; one
+for a stationary release) of S*A*S rows: row (s * A + a) * S + s' of row
+group h is n'_h(s, a, s') (row-major order over (state, action, next_state),
+``manifest.DENSE_ORDER``); the manifest records the shape (H, S, A, S), the
+row group shape (S, A, S) and the order (``families.transitions.dense``),
+and the file's Parquet key-value metadata repeats them
+(``privaudit.format_version``, ``privaudit.shape``, ``privaudit.order``), so
+a learner reads one h-slice of S*A*S values at a time and nothing else.
+Visits and rewards (H*S*A cells, small) keep their index columns (h, state,
+action), sorted row-major; stationary releases have no ``h`` column. Index
+columns are int16 (int32 when S or A exceed 32767), value int32 (int64 only
+if a value needs it); zstd level 1, dictionary encoding for ``value``.
+
+Format version 1 (read, no longer written) stored transitions.parquet with
+four index columns (h, state, action, next_state) beside ``value``; writing
+them took 2.6 times the CPU of the value column alone. :func:`load_release`
+reads both versions and refuses any other (``ArtifactError`` naming the
+format version); every reader of a release (learners, ``train --release``,
+the pipeline, benchmarks) goes through it.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ import pyarrow.parquet as pq
 
 from privaudit.errors import ArtifactError
 from privaudit.stats.layout import FILES, MANIFEST
-from privaudit.stats.manifest import ReleaseManifest
+from privaudit.stats.manifest import DENSE_ORDER, RELEASE_FORMAT_VERSION, ReleaseManifest
 from privaudit.stats.manifest_check import check_manifest_guarantee
 from privaudit.stats.protocol import step_index
 
@@ -102,13 +114,19 @@ def _slice_table(schema: pa.Schema, h: int, cols: dict, values: np.ndarray, stat
 
 
 class TransitionWriter:
-    """Write ``transitions.parquet`` one h-slice (S, A, S) at a time, one row group each.
+    """Write ``transitions.parquet`` (format version 2) one h-slice (S, A, S) at a time, one row group each.
+
+    The file holds one column, ``value``: the slice's S*A*S values in
+    row-major order over (state, action, next_state), with no index columns
+    (their order is documented: ``manifest.DENSE_ORDER``). Its Parquet
+    key-value metadata records the format version, the full shape and the
+    order.
 
     Parameters
     ----------
     path : Path
     H, S, A : int
-        Declared domain; ``stationary`` writes a single slice without an h column.
+        Declared domain; ``stationary`` writes a single slice (shape (S, A, S)).
     value_type : pyarrow DataType
         int32 normally; the caller passes int64 when values may not fit.
     """
@@ -116,16 +134,21 @@ class TransitionWriter:
     def __init__(self, path: Path, H: int, S: int, A: int, *, stationary: bool,
                  value_type: pa.DataType = pa.int32()):
         self.stationary = stationary
-        names = ["state", "action", "next_state"]
-        self.schema = _schema([] if stationary else ["h"], (H, S, A, S) if not stationary else (S, A, S),
-                              names, value_type)
-        self.cols = _index_arrays((S, A, S), names)
+        self.slice_shape = (S, A, S)
+        shape = [S, A, S] if stationary else [H, S, A, S]
+        meta = {"privaudit.format_version": str(RELEASE_FORMAT_VERSION), "privaudit.shape": json.dumps(shape),
+                "privaudit.row_group_shape": json.dumps([S, A, S]), "privaudit.order": DENSE_ORDER}
+        self.schema = pa.schema([pa.field("value", value_type)], metadata=meta)
         self.writer = pq.ParquetWriter(path, self.schema, **_WRITE_OPTS)
 
     def write(self, h: int, values: np.ndarray) -> None:
-        """Append the slice of step ``h``: ``values`` of shape (S, A, S), integers."""
-        tab = _slice_table(self.schema, h, self.cols, values, self.stationary)
-        self.writer.write_table(tab, row_group_size=tab.num_rows)  # one row group per h
+        """Append the slice of step ``h`` (row group h): ``values`` of shape (S, A, S), integers."""
+        if tuple(values.shape) != self.slice_shape:
+            raise ValueError(f"a transition slice must have shape {self.slice_shape}; got {values.shape}")
+        v = value_array(values)
+        if v.type != self.schema.field("value").type:
+            v = v.cast(self.schema.field("value").type)  # int32 slice into an int64 file
+        self.writer.write_table(pa.Table.from_arrays([v], schema=self.schema), row_group_size=len(v))
 
     def close(self) -> None:
         self.writer.close()
@@ -221,6 +244,10 @@ class Release:
         """Noisy transition counts n'_h(s, a, s') of step ``h``, shape (S, A, S), int64.
 
         For a stationary release every h in [0, H) returns the pooled table.
+        Format version 2 reads the ``value`` column of row group h (S*A*S
+        values, row-major over (state, action, next_state)); format version
+        1 reads the row group with its index columns and checks they list
+        every cell once, in that order.
 
         Raises
         ------
@@ -233,10 +260,19 @@ class Release:
         group = step_index(h, self.H, self.stationary)
         S, A = self.S, self.A
         path = self.path / FILES["transitions"]
+        dense = self.manifest.format_version >= 2
         try:
-            tab = pq.ParquetFile(path).read_row_group(group)
+            pf = pq.ParquetFile(path)
+            tab = pf.read_row_group(group, columns=["value"] if dense else None)
         except (OSError, pa.ArrowException) as e:
             raise ArtifactError(f"{path}: cannot read row group {group}: {e}") from None
+        if dense:
+            col = tab.column("value")
+            if tab.num_rows != S * A * S or col.null_count or not pa.types.is_integer(col.type):
+                raise ArtifactError(f"{path}: row group {group} must hold {S * A * S} integer values, no nulls "
+                                    f"(the dense (S, A, S) slice); found {tab.num_rows} values of type {col.type} "
+                                    f"with {col.null_count} nulls. The release is corrupt.")
+            return col.to_numpy().astype(np.int64).reshape(S, A, S)
         want = ["state", "action", "next_state", "value"] + ([] if self.stationary else ["h"])
         missing = [c for c in want if c not in tab.column_names]
         if missing or tab.num_rows != S * A * S:
@@ -347,10 +383,39 @@ def load_release(path: str | Path) -> Release:
     rewards = _read_sa(path / FILES["rewards"], H, S, A, st) if m.has_rewards else None
     tpath = path / FILES["transitions"]
     try:
-        n_groups = pq.ParquetFile(tpath).num_row_groups
+        pf = pq.ParquetFile(tpath)
     except (OSError, pa.ArrowException) as e:
         raise ArtifactError(f"{tpath}: cannot read: {e}") from None
+    n_groups = pf.num_row_groups
     if n_groups != (1 if st else H):
         raise ArtifactError(f"{tpath}: must hold {1 if st else H} row groups (one per h); found {n_groups}. "
                             f"The release is corrupt.")
+    if m.format_version >= 2:
+        _check_dense_layout(tpath, m, pf.schema_arrow)
     return Release(path=path, manifest=m, visits=visits, rewards=rewards, _n_row_groups=n_groups)
+
+
+def _check_dense_layout(path: Path, m: ReleaseManifest, schema: pa.Schema) -> None:
+    """Format version 2: the manifest's dense layout and the file's columns must be the ones the format defines.
+
+    Raises
+    ------
+    ArtifactError
+        ``families.transitions`` records another shape, row group shape or
+        order than (H, S, A, S) / (S, A, S) / ``DENSE_ORDER``, or the file
+        holds columns other than one integer ``value``.
+    """
+    d = m.domain
+    fam = m.families["transitions"]
+    want_shape = (d.S, d.A, d.S) if d.stationary else (d.H, d.S, d.A, d.S)
+    dense = fam.dense
+    got = (tuple(fam.shape), dense.row_groups, tuple(dense.row_group_shape), dense.order)
+    want = (want_shape, 1 if d.stationary else d.H, (d.S, d.A, d.S), DENSE_ORDER)
+    if got != want:
+        raise ArtifactError(f"{path.parent / MANIFEST}: families.transitions records shape {got[0]}, {got[1]} row "
+                            f"groups of shape {got[2]}, order {got[3]!r}; format version 2 with this domain means "
+                            f"shape {want[0]}, {want[1]} row groups of shape {want[2]}, order {want[3]!r}. "
+                            "The manifest is inconsistent; do not use this release.")
+    if schema.names != ["value"] or not pa.types.is_integer(schema.field("value").type):
+        raise ArtifactError(f"{path}: format version 2 stores one integer column 'value'; found columns "
+                            f"{schema.names}. The release is corrupt (or its manifest's format version is wrong).")

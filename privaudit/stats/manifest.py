@@ -8,11 +8,16 @@ CLI): fields instead of string keys, so a misspelt field is an
 AttributeError at the line that reads it, not a KeyError (or a silent
 ``.get`` default) somewhere later.
 
-The on-disk format is unchanged (format version 1,
-``schemas/release_manifest.schema.json``): :meth:`ReleaseManifest.to_dict`
-gives the document, checked against the schema on every write;
-:meth:`ReleaseManifest.from_dict` checks the format version and the schema
-on every read, and reads manifests written before ``event``,
+Release format versions (``schemas/release_manifest.schema.json``; the
+tables are described in ``privaudit.stats.artifact`` and docs/release.md):
+version 2 (written now) stores ``transitions.parquet`` as one dense
+``value`` column, one row group per h, its order and shapes recorded in
+``families.transitions.dense``; version 1 (still read) had four index
+columns beside ``value``. :meth:`ReleaseManifest.to_dict` gives the
+document, checked against the schema on every write;
+:meth:`ReleaseManifest.from_dict` checks the format version (refusing
+versions it does not know) and the schema on every read, and reads
+manifests written before ``event``,
 ``privacy_unit.file_column``, ``bounding.episode_key`` and ``private``
 existed (``private`` is then derived from ``rng``). The guarantee stays the
 dict ``privaudit.privacy.accounting.guarantee`` builds (the one function
@@ -26,11 +31,19 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from privaudit import FORMAT_VERSION
 from privaudit.errors import ArtifactError, PrivauditError
 from privaudit.schemas import schema_errors
 
-__all__ = ["ReleaseManifest", "Domain", "UnitRecord", "FamilyRecord", "RELEASE_KIND"]
+__all__ = ["ReleaseManifest", "Domain", "UnitRecord", "FamilyRecord", "DenseLayout", "RELEASE_KIND",
+           "RELEASE_FORMAT_VERSION", "READABLE_FORMAT_VERSIONS", "DENSE_ORDER"]
+
+#: The release format version this privaudit writes (2: dense transition slices).
+RELEASE_FORMAT_VERSION = 2
+#: The release format versions this privaudit reads; others are refused (ArtifactError).
+READABLE_FORMAT_VERSIONS = (1, 2)
+#: The documented cell order of a dense transition row group (format version 2).
+DENSE_ORDER = ("row-major (C order) over (state, action, next_state): cell (s, a, s') is row (s * A + a) * S + s' "
+               "of its row group; row group h holds step h (one row group when stationary)")
 
 #: The manifest's ``kind``.
 RELEASE_KIND = "privaudit-release"
@@ -102,6 +115,32 @@ class UnitRecord:
 
 
 @dataclass(frozen=True)
+class DenseLayout:
+    """How a dense family table is stored (``families.<f>.dense``, format version 2).
+
+    Attributes
+    ----------
+    row_groups : int
+        H (one row group per step h), or 1 when stationary.
+    row_group_shape : tuple of int
+        Shape of one row group's values, (S, A, S) for transitions.
+    order : str
+        The cell order inside a row group, in words (:data:`DENSE_ORDER`).
+    """
+
+    row_groups: int
+    row_group_shape: tuple
+    order: str = DENSE_ORDER
+
+    def to_dict(self) -> dict:
+        return {"row_groups": self.row_groups, "row_group_shape": list(self.row_group_shape), "order": self.order}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DenseLayout":
+        return cls(int(d["row_groups"]), tuple(int(x) for x in d["row_group_shape"]), d["order"])
+
+
+@dataclass(frozen=True)
 class FamilyRecord:
     """One released family (``families.<name>``): its table and its noise, in stored value units.
 
@@ -110,7 +149,7 @@ class FamilyRecord:
     file : str
         Its Parquet file in the release folder.
     columns : tuple of str
-        Index columns then ``value``.
+        Index columns then ``value``; only ``("value",)`` for a dense table.
     shape : tuple of int
         Dense shape, e.g. (H, S, A) or (S, A, S).
     value_unit : float
@@ -122,6 +161,10 @@ class FamilyRecord:
     noise_scale_name : {"sigma", "laplace_b"}
     budget : dict
         This family's share: ``{"rho": ...}`` or ``{"epsilon": ...}``.
+    dense : DenseLayout or None
+        Set when the table holds the values alone (format version 2
+        transitions); None: index columns beside ``value`` (format 1, and
+        visits and rewards in format 2).
     """
 
     file: str
@@ -133,9 +176,11 @@ class FamilyRecord:
     noise_scale: float
     noise_scale_name: str
     budget: dict
+    dense: DenseLayout | None = None
 
     def to_dict(self) -> dict:
         return {"file": self.file, "columns": list(self.columns), "shape": list(self.shape),
+                **({} if self.dense is None else {"dense": self.dense.to_dict()}),
                 "value_unit": self.value_unit, "l1_sensitivity": self.l1_sensitivity,
                 "l2_sensitivity": self.l2_sensitivity, "noise_scale": self.noise_scale,
                 "noise_scale_name": self.noise_scale_name, "budget": dict(self.budget)}
@@ -144,7 +189,7 @@ class FamilyRecord:
     def from_dict(cls, d: dict) -> "FamilyRecord":
         return cls(d["file"], tuple(d["columns"]), tuple(int(x) for x in d["shape"]), d["value_unit"],
                    d["l1_sensitivity"], d["l2_sensitivity"], d["noise_scale"], d["noise_scale_name"],
-                   dict(d["budget"]))
+                   dict(d["budget"]), None if "dense" not in d else DenseLayout.from_dict(d["dense"]))
 
 
 @dataclass(frozen=True)
@@ -189,7 +234,8 @@ class ReleaseManifest:
         The release's privacy event (``PrivacyEvent.to_dict()``); None in
         manifests written before events existed.
     format_version : int
-        1.
+        :data:`RELEASE_FORMAT_VERSION` (2) when written now; 1 for releases
+        written before dense transition slices (still read).
     """
 
     software_version: str
@@ -210,7 +256,7 @@ class ReleaseManifest:
     public_reward: dict | None = field(repr=False)
     reward_quantum: int | None = None
     event: dict | None = field(default=None, repr=False)
-    format_version: int = FORMAT_VERSION
+    format_version: int = RELEASE_FORMAT_VERSION
 
     @property
     def private(self) -> bool:
@@ -279,15 +325,22 @@ class ReleaseManifest:
         Raises
         ------
         ArtifactError
-            Not an object, a ``format_version`` other than 1 ("use the
-            privaudit version that wrote it"), or a document breaking the
-            schema (every error named by its JSON path), or a ``private``
-            flag that contradicts ``rng``.
+            Not an object, a ``format_version`` not in
+            :data:`READABLE_FORMAT_VERSIONS` (the message names the version
+            found and the ones this privaudit reads), or a document breaking
+            the schema (every error named by its JSON path), or a
+            ``private`` flag that contradicts ``rng``.
         """
-        if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
-            found = doc.get("format_version") if isinstance(doc, dict) else type(doc).__name__
-            raise ArtifactError(f"{where}: format_version must be {FORMAT_VERSION}. Found {found!r}; "
-                                f"use the privaudit version that wrote it.")
+        if not isinstance(doc, dict):
+            raise ArtifactError(f"{where}: a release manifest must be a JSON object. Found {type(doc).__name__!r}.")
+        found = doc.get("format_version")
+        if isinstance(found, bool) or found not in READABLE_FORMAT_VERSIONS:
+            known = " and ".join(str(v) for v in READABLE_FORMAT_VERSIONS)
+            newer = isinstance(found, int) and not isinstance(found, bool) and found > max(READABLE_FORMAT_VERSIONS)
+            raise ArtifactError(f"{where}: unknown release format version: format_version is {found!r}, and this "
+                                f"privaudit reads release format versions {known} only. "
+                                + ("The release was written by a newer privaudit: upgrade privaudit to read it."
+                                   if newer else "Use the privaudit version that wrote it."))
         errors = schema_errors(doc, _SCHEMA)
         if errors:
             raise ArtifactError(f"{where} breaks schema '{_SCHEMA}':\n  " + "\n  ".join(errors))

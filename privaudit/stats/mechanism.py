@@ -44,7 +44,7 @@ from privaudit.privacy.events import ComposedEvent, GaussianEvent, LaplaceEvent,
 from privaudit.privacy import sensitivity
 from privaudit.spec import DomainSpec
 from privaudit.stats.layout import FILES
-from privaudit.stats.manifest import Domain, FamilyRecord, ReleaseManifest, UnitRecord
+from privaudit.stats.manifest import DenseLayout, Domain, FamilyRecord, ReleaseManifest, UnitRecord
 
 __all__ = ["TabularRelease", "FamilyNoise", "NoisyCounts", "reward_quantum", "count_noise_bound",
            "NEGLIGIBLE_NOISE_SD",
@@ -357,15 +357,16 @@ class TabularRelease:
         H, S, A = spec.H, spec.S, spec.A
         lead = [] if stationary else ["h"]
         shape_sa = [S, A] if stationary else [H, S, A]
-        layout = {"visits": (lead + ["state", "action", "value"], shape_sa),
-                  "transitions": (lead + ["state", "action", "next_state", "value"], shape_sa + [S]),
-                  "rewards": (lead + ["state", "action", "value"], shape_sa)}
+        # format version 2: transitions hold the value column alone, one dense row group per h
+        layout = {"visits": (lead + ["state", "action", "value"], shape_sa, None),
+                  "transitions": (["value"], shape_sa + [S], DenseLayout(1 if stationary else H, (S, A, S))),
+                  "rewards": (lead + ["state", "action", "value"], shape_sa, None)}
         families = {}
         for f, p in self.families.items():
-            cols, shape = layout[f]
+            cols, shape, dense = layout[f]
             families[f] = FamilyRecord(FILES[f], tuple(cols), tuple(shape), 1.0 / p.quantum, p.l1, p.l2, p.scale,
                                        "sigma" if self.mechanism == "gaussian" else "laplace_b",
-                                       self.family_share(f))
+                                       self.family_share(f), dense)
         gaussian = self.mechanism == "gaussian"
         rewards = "rewards" in self.families
         m = ReleaseManifest(

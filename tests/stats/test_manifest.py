@@ -47,11 +47,37 @@ def test_schema_checked_on_write_and_on_read(manifest):
 
 
 def test_format_version_refused_with_its_number(manifest):
-    d = dict(manifest.to_dict(), format_version=2)
-    with pytest.raises(ArtifactError, match="format_version must be 1. Found 2; use the privaudit version"):
+    """A future version is refused naming it and the versions read; so is a non-integer or a missing one."""
+    assert manifest.format_version == 2 == manifest.to_dict()["format_version"]
+    d = dict(manifest.to_dict(), format_version=3)
+    with pytest.raises(ArtifactError, match=r"unknown release format version: format_version is 3, and this "
+                                            r"privaudit reads release format versions 1 and 2 only\. The release "
+                                            r"was written by a newer privaudit: upgrade"):
         ReleaseManifest.from_dict(d, "x/manifest.json")
-    with pytest.raises(ArtifactError, match="Found 'list'"):
+    for bad in (0, "2", True, None):
+        with pytest.raises(ArtifactError, match=f"format_version is {bad!r}.*Use the privaudit version"):
+            ReleaseManifest.from_dict(dict(d, format_version=bad), "x/manifest.json")
+    with pytest.raises(ArtifactError, match="must be a JSON object. Found 'list'"):
         ReleaseManifest.from_dict([], "x/manifest.json")
+
+
+def test_version_2_requires_the_dense_layout_and_version_1_forbids_it(manifest):
+    """The schema ties the dense transition layout to format version 2 (and only to it)."""
+    d = manifest.to_dict()
+    t = d["families"]["transitions"]
+    assert t["columns"] == ["value"] and t["dense"]["row_groups"] == 3 and t["dense"]["row_group_shape"] == [4, 2, 4]
+    assert t["shape"] == [3, 4, 2, 4] and "row-major" in t["dense"]["order"]
+    no_dense = json.loads(json.dumps(d))
+    del no_dense["families"]["transitions"]["dense"]
+    with pytest.raises(ArtifactError, match=r"\$\.families\.transitions: 'dense' is a required property"):
+        ReleaseManifest.from_dict(no_dense, "x/manifest.json")
+    v1_with_dense = dict(json.loads(json.dumps(d)), format_version=1)
+    with pytest.raises(ArtifactError, match=r"\$\.families\.transitions: .*should not be valid"):
+        ReleaseManifest.from_dict(v1_with_dense, "x/manifest.json")
+    index_cols = json.loads(json.dumps(d))
+    index_cols["families"]["transitions"]["columns"] = ["h", "state", "action", "next_state", "value"]
+    with pytest.raises(ArtifactError, match=r"\$\.families\.transitions\.columns"):
+        ReleaseManifest.from_dict(index_cols, "x/manifest.json")
 
 
 def test_older_manifests_read(manifest):
