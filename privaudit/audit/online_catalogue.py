@@ -265,7 +265,7 @@ def entry_mechanism(entry: OnlineEntry, view: str | None = None, budget: dict | 
 
 def audit_explorer(mech: ExplorerMechanism, d_world, dp_world, description: dict, *, claim: Claim,
                    trials: int, seed: int | None = None, confidence: float = 0.95,
-                   selection_fraction: float | None = None, progress: bool | None = None):
+                   selection_fraction: float | None = None, progress: bool | None = None, fixed: bool = False):
     """Audit an explorer's JDP claim on a neighbouring pair of user streams (``run_audit`` on worlds).
 
     Parameters
@@ -279,6 +279,10 @@ def audit_explorer(mech: ExplorerMechanism, d_world, dp_world, description: dict
         ``kind="gaussian"`` (the GDP opt-in) is refused when :func:`gdp_allowed` says no.
     trials, seed, confidence, selection_fraction, progress
         As :func:`privaudit.audit.runner.run_audit`.
+    fixed : bool
+        Billboard view: count the events fixed from the public design
+        (:meth:`ExplorerMechanism.fixed_events`: the projection on user k's
+        known change) on all ``trials`` runs, with no selection split.
 
     Returns
     -------
@@ -315,9 +319,10 @@ def audit_explorer(mech: ExplorerMechanism, d_world, dp_world, description: dict
                                 f"{row['declared_range']} (Delta_2 = {row['declared_l2']:g}): the explorer does not "
                                 "enforce the range its sensitivity assumes"]
         return rep
+    fixed_kw = ({"fixed_events": mech.fixed_events(pair), "fixed_reason": mech.FIXED_REASON} if fixed else {})
     rep = run_audit(mech, claim=claim, pair=pair, trials=int(trials), seed=seed, confidence=confidence,
                     selection_fraction=selection_fraction, graybox=False, mechanism_name=mech.name,
-                    progress=progress)
+                    progress=progress, **fixed_kw)
     rep.data["graybox"] = gb
     return rep
 

@@ -120,13 +120,17 @@ class AuditReport:
     def from_events(cls, *, mechanism, claim, confidence, pair, graybox, selection_trials,
                     evaluation_trials, rng_mode, resolution, runtime_s, events, candidates,
                     batched, output_shape, trials, alpha_per_bound, float_sampler=None,
-                    gdp_lattice=None) -> "AuditReport":
+                    gdp_lattice=None, fixed_events: str | None = None) -> "AuditReport":
         """Build the report from the evaluated event (one, in the direction chosen on the selection split).
 
         ``epsilon_lower_bound`` is the generic (epsilon, delta) bound, valid for
         every claim. Only when the claim opted in to the GDP test
         (``claim.kind == "gaussian"``) may a GDP-derived epsilon replace it,
         and ``method.epsilon_lower_bound_from`` then says so.
+
+        ``fixed_events``: the events were fixed before any run (the reason, e.g. "the canary's known
+        change direction from the public design"), no selection split; each of the ``len(events)``
+        events then has its own share of alpha (Bonferroni) and the best one is reported.
         """
         d = cls._base(mechanism, claim, confidence, pair, graybox, selection_trials, evaluation_trials,
                       rng_mode, resolution, runtime_s)
@@ -193,11 +197,17 @@ class AuditReport:
                 "valid_for_claim": ["generic", "gaussian"] if gaussian_valid else ["generic"],
                 "epsilon_lower_bound_from": source,
                 "bounds": "one-sided Clopper-Pearson",
-                "selection": "cross-fitted: scores fitted on one half of the selection split, (score, threshold, "
-                             "direction) chosen on the other half, counted on an independent evaluation split",
-                "bonferroni": {"events": 1, "bounds_per_event": 2, "alpha_per_bound": alpha_per_bound,
-                               "why": "the claim is symmetric in (D, D'), so one event in the direction chosen "
-                                      "on the selection split tests it"},
+                "selection": ("cross-fitted: scores fitted on one half of the selection split, (score, threshold, "
+                              "direction) chosen on the other half, counted on an independent evaluation split"
+                              if fixed_events is None else
+                              f"none: every event was fixed before any run ({fixed_events}); all runs are "
+                              "evaluation runs"),
+                "bonferroni": ({"events": 1, "bounds_per_event": 2, "alpha_per_bound": alpha_per_bound,
+                                "why": "the claim is symmetric in (D, D'), so one event in the direction chosen "
+                                       "on the selection split tests it"} if fixed_events is None else
+                               {"events": len(events), "bounds_per_event": 2, "alpha_per_bound": alpha_per_bound,
+                                "why": "each event fixed in advance gets alpha / (2 x events) per bound; the best "
+                                       "is reported"}),
                 "generic": {"epsilon_lower_bound": eps_generic, "valid": True,
                             "formula": "ln((CP_L(TPR) - delta) / CP_U(FPR))"},
                 "gaussian": {"mu_lower_bound": mu_lb, "epsilon_lower_bound": eps_gdp, "valid": gaussian_valid,

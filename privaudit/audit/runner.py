@@ -380,7 +380,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
               confidence: float = 0.95, selection_fraction: float | None = None,
               scores: Sequence[tuple[str, Callable]] = (), seed: int | None = None,
               n_jobs: int | None = None, graybox: bool = True, stop_on_graybox: bool = True,
-              mechanism_name: str | None = None, progress: bool | None = None) -> AuditReport:
+              mechanism_name: str | None = None, progress: bool | None = None,
+              fixed_events: Sequence[tuple] | None = None, fixed_reason: str | None = None) -> AuditReport:
     """Audit ``mechanism`` against ``claim`` on a neighbouring pair.
 
     Parameters
@@ -421,6 +422,18 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         Shown in the report.
     progress : bool or None
         Progress bar on stderr (default: only when stderr is a terminal).
+    fixed_events : sequence of (name, fn, threshold, direction), optional
+        Events fixed before any run, from public facts only (e.g. the
+        projection on a canary's known change, threshold at the design's
+        midpoint): ``fn(outputs: (n, *shape)) -> (n,)``, direction ``"+"``
+        (event {score > t} supports D') or ``"-"`` ({score <= t} supports D).
+        No selection split then: all ``trials`` runs per side are evaluation
+        runs, and each of the J events gets alpha / (2 J) per bound
+        (Bonferroni); the best is reported. Valid because nothing about the
+        events depends on the runs they are counted on (the split exists only
+        to make a data-chosen event independent of its evaluation).
+    fixed_reason : str, optional
+        Why the events are fixed (recorded in the report); required with ``fixed_events``.
 
     Returns
     -------
@@ -451,9 +464,16 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     name = mechanism_name or getattr(mechanism, "name", None) or getattr(mechanism, "__name__", repr(mechanism))
     alpha = 1 - confidence
     alpha_b = alpha / 2  # one chosen event (either direction) x (TPR lower, FPR upper)
-    n_sel = selection_size(int(trials), selection_fraction)
+    fixed = list(fixed_events) if fixed_events is not None else None
+    if fixed is not None:
+        if not fixed or not fixed_reason:
+            raise UsageError("`fixed_events` needs at least one (name, fn, threshold, direction) and a `fixed_reason`.")
+        if any(len(e) != 4 or e[3] not in ("+", "-") for e in fixed):
+            raise UsageError("each fixed event is (name, fn, threshold, direction) with direction '+' or '-'.")
+        alpha_b = alpha / (2 * len(fixed))
+    n_sel = 0 if fixed is not None else selection_size(int(trials), selection_fraction)
     n_ev = int(trials) - n_sel
-    if n_ev < 10 or n_sel < 20:
+    if n_ev < 10 or (fixed is None and n_sel < 20):
         raise UsageError(f"`trials` = {trials} leaves {n_sel} selection and {n_ev} evaluation runs; they need "
                          f">= 20 and >= 10: use at least {min_trials(selection_fraction)} trials.")
     gdp_alpha, lattice = 2 * alpha_b, None  # the GDP joint test's level
@@ -493,6 +513,9 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     who = mech.ref if isinstance(mech, FileFunction) else f"mechanism {name}"
     sampler = _Sampler(fn, batched, jobs, bar.update if bar else (lambda k: None), who)
     try:
+        if fixed is not None:
+            return _run_fixed(sampler, pair, fixed, fixed_reason, base, r_ev, n_ev, alpha_b, claim, gdp_alpha,
+                              lattice, cap, batched, int(trials), t_start)
         s0_sel, s1_sel = r_sel.spawn(2)
         X0 = sampler.draw(pair.d, n_sel, s0_sel)
         X1 = sampler.draw(pair.d_prime, n_sel, s1_sel)
@@ -531,6 +554,35 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
                                    batched=batched, output_shape=list(sampler.shape or ()),
                                    trials=int(trials), alpha_per_bound=alpha_b, gdp_lattice=lattice,
                                    runtime_s=time.perf_counter() - t_start)
+
+
+def _run_fixed(sampler, pair, fixed, reason, base, r_ev, n_ev, alpha_b, claim, gdp_alpha, lattice, cap, batched,
+               trials, t_start) -> AuditReport:
+    """The evaluation-only audit of :func:`run_audit` with ``fixed_events``: every run counts every event."""
+    gdp_joint = claim.kind == "gaussian"  # gdp_alpha is already 2 alpha_b = alpha / J per event (Bonferroni)
+    ev = ([], [])
+    cands = None
+    per = None
+    done = 0
+    while done < n_ev:
+        size = n_ev - done if per is None else min(per, n_ev - done)
+        size = min(size, 256) if per is None else size
+        c0, c1 = r_ev.spawn(1)[0].spawn(2)
+        X0, X1 = sampler.draw(pair.d, size, c0), sampler.draw(pair.d_prime, size, c1)
+        if cands is None:
+            cands = [fixed_candidate(n, f, sampler.shape) for n, f, _, _ in fixed]
+            per = max(1, CHUNK_CELLS // max(1, int(np.prod(sampler.shape))))
+        ev[0].append(np.stack([c.score(X0) for c in cands]))
+        ev[1].append(np.stack([c.score(X1) for c in cands]))
+        done += size
+    e0, e1 = np.concatenate(ev[0], axis=1), np.concatenate(ev[1], axis=1)
+    events = [_evaluate_event(c, float(t), d, e0[j], e1[j], alpha_b, claim.delta, gdp_joint=gdp_joint,
+                              gdp_alpha=gdp_alpha)
+              for j, (c, (_, _, t, d)) in enumerate(zip(cands, fixed))]
+    return AuditReport.from_events(**base, events=events, resolution=cap, candidates=[c.name for c in cands],
+                                   float_sampler=None, batched=batched, output_shape=list(sampler.shape or ()),
+                                   trials=trials, alpha_per_bound=alpha_b, gdp_lattice=lattice,
+                                   fixed_events=reason, runtime_s=time.perf_counter() - t_start)
 
 
 def _evaluate_event(cand: Candidate, t: float, d: str, e0: np.ndarray, e1: np.ndarray, alpha_b: float,

@@ -290,11 +290,32 @@ class TreeCounter:
         variances), as for the continuous GOE.
         """
         n = max(1, min(WIDE_BLOCK, self.n_releases - self.t + 1))
+        return list(self.node_noises(n, self.rng)[::-1])
+
+    def node_noises(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` i.i.d. node noises of the wide exact path, shape (n, *shape), int64, from ``rng``.
+
+        The law of every node of this counter (``_wide_block``'s docstring).
+        Public so that an auditor running many copies of one counter can draw
+        all their nodes in one call and hand them over with :meth:`supply`.
+        """
+        if not self._wide:
+            raise UsageError("node_noises serves the wide exact path (goe, or exact Gaussian above 2^15 units).")
         s2 = Fraction(self.scale) ** 2            # exact: the float scale read as a rational
         if self.mechanism == "gaussian":
-            draws = discrete_gaussian_batch([(s2, (n,) + self.shape)], rng=self.rng)[0]
-            return list(draws[::-1])
-        return list(symmetric_discrete_gaussian(s2, (n,) + self.shape[:-2], self.shape[-1], rng=self.rng)[::-1])
+            return discrete_gaussian_batch([(s2, (int(n),) + self.shape)], rng=rng)[0]
+        return symmetric_discrete_gaussian(s2, (int(n),) + self.shape[:-2], self.shape[-1], rng=rng)
+
+    def supply(self, noises: np.ndarray) -> None:
+        """Queue node noises drawn by :meth:`node_noises` (of this counter's law), used before any new draw.
+
+        Node noises are i.i.d. and independent of the data, so noise drawn
+        earlier (for a batch of audit runs at once) is the same mechanism.
+        """
+        noises = np.asarray(noises)
+        if not self._wide or noises.shape[1:] != self.shape or noises.dtype != np.int64:
+            raise UsageError(f"supply takes int64 node noises of shape (n, {self.shape}) on the wide exact path.")
+        self._block = self._block + list(noises[::-1])   # popped from the end: these come first
 
     def open_levels(self) -> list[int]:
         """Levels whose node noise is in the current release: the set bits of t."""
