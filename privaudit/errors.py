@@ -36,8 +36,15 @@ class UserCodeError(UsageError):
     never turned into this."""
 
 
+class MissingInputError(UsageError):
+    """An input path given on the command line does not exist: logs, a spec,
+    a release, a policy, an MDP file (exit 2, a usage error as click's own
+    missing-path errors; an input that exists but is unreadable or corrupt is
+    invalid data, exit 1)."""
+
+
 class LogReadError(PrivauditError, ValueError):
-    """The logs cannot be read: missing, not Parquet, unusable column types (exit 1)."""
+    """The logs cannot be read: not Parquet, an empty folder, unusable column types (exit 1)."""
 
     exit_code = 1
 

@@ -85,6 +85,34 @@ def handle_errors(fn: Callable) -> Callable:
     return wrapper
 
 
+class Notices:
+    """Notices on stderr held until the inputs are validated.
+
+    :meth:`hold` keeps a notice (the step rule that applied, "this spends
+    privacy budget", ...); :meth:`say` prints the held notices and then its
+    message (the library speaks only once it has read and validated the
+    inputs: give ``say`` as its ``echo``); :meth:`flush` prints what is still
+    held (at the end of a command that succeeded). A command that fails
+    earlier drops them, so an error on a missing file or a bad option is not
+    preceded by unrelated chatter.
+    """
+
+    def __init__(self):
+        self._held: list[str] = []
+
+    def hold(self, text: str) -> None:
+        self._held.append(text)
+
+    def flush(self) -> None:
+        held, self._held = self._held, []
+        for text in held:
+            click.echo(text, err=True)
+
+    def say(self, text: str) -> None:
+        self.flush()
+        click.echo(text, err=True)
+
+
 def echo_json(obj: Any) -> None:
     """Print ``obj`` as JSON on stdout (nothing else)."""
     click.echo(json.dumps(obj, indent=2, default=json_default))

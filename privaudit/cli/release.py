@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import as_flags, echo_json, handle_errors
+from privaudit.cli.common import Notices, as_flags, echo_json, handle_errors
 from privaudit.fmt import num
 from privaudit.io_utils import check_writable
 from privaudit.stats.release import default_stationary, release_logs
@@ -80,15 +80,17 @@ Example:
 def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, as_json,
             engine, master, max_per_cell):
     check_writable(out, "--out")  # before the logs are read or any budget is checked
+    notes = Notices()  # said once the logs are read and validated (not in front of an unrelated error)
     if stationary is None:
         stationary, said = default_stationary()
-        click.echo(as_flags(said), err=True)
+        notes.hold(as_flags(said))
     if master is not None and engine != "spark":
         raise click.UsageError("--master needs --engine spark.")
     info = release_logs(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
                         stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed,
-                        echo=lambda text: click.echo(text, err=True), engine=engine, spark=master,
+                        echo=notes.say, engine=engine, spark=master,
                         max_per_cell=max_per_cell)
+    notes.flush()
     m = info.manifest
     g = m.guarantee
     summary = {"release": str(info.out), "manifest": str(info.out / "manifest.json"),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from privaudit.cli.common import as_flags, echo_json, handle_errors
+from privaudit.cli.common import Notices, as_flags, echo_json, handle_errors
 from privaudit.errors import UsageError
 from privaudit.io_utils import check_writable, output_lock
 from privaudit import registry
@@ -101,8 +101,8 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
       privaudit train logs.parquet --spec lin_spec.json --algo dp-vapvi --rho 1 --out pol_lin
     """
 
-    def say(msg: str) -> None:
-        click.echo(msg, err=True)
+    notes = Notices()  # notices are said once the inputs are read and validated (not before an unrelated error)
+    say = notes.say
 
     if (logs is None) == (release_dir is None):
         raise UsageError("give exactly one input: LOGS (with --spec SPEC) or --release DIR.")
@@ -140,7 +140,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             raise UsageError("LOGS needs --spec SPEC (the public domain of the logs).")
         check_out_free(out)
         if algo not in private_algos:
-            say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private.")
+            notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private.")
 
         if ledger is not None and algo not in private_algos:
             raise UsageError(f"--algo {algo} is not private: it spends no budget, so --ledger does not apply.")
@@ -166,7 +166,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             raise UsageError("LOGS needs --spec SPEC (the public domain of the logs).")
         if stationary is None:  # the one default rule of every command, said when it applies
             stationary, said = default_stationary()
-            say(as_flags(said))
+            notes.hold(as_flags(said))
         release_used = release_dir_for(out) if algo in private_algos else None
         check_out_free(out, release_used)
         if algo == "dp-pbb":
@@ -185,17 +185,18 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             if not budget_given:
                 raise UsageError(f"--algo {algo} releases the counts first: give a budget "
                                  "(--rho R, or --epsilon E --delta D; Laplace: --epsilon E).")
-            say(f"releasing DP counts of {logs} first ({mechanism}, "
+            notes.hold(f"releasing DP counts of {logs} first ({mechanism}, "
                 + (f"rho={rho}" if rho is not None else f"epsilon={epsilon}" + (f", delta={delta}" if delta else ""))
                 + f"{', stationary' if stationary else ''}) into {release_used}: this spends privacy budget.")
         else:
-            say(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
+            notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
                 "and can reveal patients' records. Use --algo dp-pbb (or dp-apvi) for a private policy.")
         policy = train_from_logs(logs, spec, algo=algo, stationary=stationary, rho=rho, epsilon=epsilon,
                                  delta=delta, mechanism=mechanism, noise=noise or "exact",
                                  release_out=release_used,
                                  ledger=ledger, seed=seed, params=params, echo=say, max_per_cell=max_per_cell,
                                  output=out)
+    notes.flush()
     save_policy(policy, out)
     summary = {"policy": str(out), "algorithm": policy.algorithm, "private": bool(policy.privacy.get("private")),
                "release": str(release_used) if release_used is not None else None,

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from privaudit.errors import LogReadError
+from privaudit.errors import LogReadError, MissingInputError
 from privaudit.spec import REQUIRED_COLUMNS, STANDARD_COLUMNS, DomainSpec
 
 #: Name of the 0-based row index column added by :func:`scan_logs`.
@@ -106,9 +106,11 @@ def list_parts(path: str | Path) -> list[LogPart]:
 
     Raises
     ------
+    MissingInputError
+        If the path does not exist (a usage error, exit 2).
     LogReadError
-        If the path does not exist, a folder holds no ``*.parquet`` file, or
-        a file is not readable Parquet (the message names the file).
+        If a folder holds no ``*.parquet`` file, or a file is not readable
+        Parquet (the message names the file).
     """
     p = Path(path)
     if p.is_dir():
@@ -119,7 +121,7 @@ def list_parts(path: str | Path) -> list[LogPart]:
     elif p.is_file():
         files = [p]
     else:
-        raise LogReadError(f"{p}: no such file or folder.")
+        raise MissingInputError(f"{p}: no such file or folder.")
     parts, offset = [], 0
     for f in files:
         try:

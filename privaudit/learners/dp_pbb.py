@@ -50,6 +50,7 @@ from privaudit.learners.confidence import gaussian_tail, mean_radius, stitched_l
 from privaudit.learners.pessimism import FAILURE_PROB_DEFAULT, RewardFrame, reward_frame
 from privaudit.learners.policy import Policy
 from privaudit.privacy import accounting, samplers
+from privaudit.privacy.sensitivity import check_max_per_cell
 from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
 from privaudit.stats.counts import sparse_counts
@@ -262,7 +263,7 @@ def pbb_sensitivities(horizon: int, max_episodes: int, max_per_cell: int | None,
     """
     H, k = int(horizon), int(max_episodes)
     M = k * H if stationary else k
-    c = M if max_per_cell is None else min(int(max_per_cell), M)
+    c = M if max_per_cell is None else min(check_max_per_cell(max_per_cell, H, k, stationary), M)
     return {"M": M, "M_total": k * H, "c": c, "c_declared": None if max_per_cell is None else int(max_per_cell),
             "visits_l2": math.sqrt(2.0 * c * k * H),
             "starts_l2": math.sqrt(2.0) * k}

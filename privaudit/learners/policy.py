@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from privaudit import FORMAT_VERSION, __version__
-from privaudit.errors import ArtifactError, UsageError
+from privaudit.errors import ArtifactError, MissingInputError, UsageError
 from privaudit.io_utils import atomic_dir
 from privaudit.schemas import load_versioned_json, schema_errors
 
@@ -139,6 +139,8 @@ def load_policy(path: str | Path) -> Policy:
         manifest breaks its schema, or its ``format_version`` is unknown.
     """
     path = Path(path)
+    if not path.exists():
+        raise MissingInputError(f"{path}: no such policy folder.")
     man_path = path / "policy.json"
     if not man_path.is_file():
         raise ArtifactError(f"{path} is not a policy folder: {man_path.name} is missing")
@@ -221,6 +223,9 @@ def load_policy_table(path: str | Path, S: int, A: int, H: int) -> np.ndarray:
             raise ArtifactError(f"policy {path} has shape {table.shape}; the MDP needs ({H}, {S}, {A}) "
                                 f"(H={H}, S={S}, A={A}). Train it under the MDP's spec (and horizon).")
         return table
+    if not path.exists():
+        raise MissingInputError(f"{path}: no such policy file or folder. Expected a policy folder written by "
+                                f"`privaudit train` or a .npy array of shape ({H}, {S}, {A}) or ({S}, {A}).")
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:

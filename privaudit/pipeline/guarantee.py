@@ -27,6 +27,7 @@ import math
 from fractions import Fraction
 
 from privaudit.errors import AccountingError, UsageError
+from privaudit.fmt import num
 from privaudit.privacy import accounting
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.budget import Budget
@@ -107,6 +108,18 @@ def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_S
     shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
     if len(shares) == 1:
         return {"release": budget}
+    given = {"dp-pbb": ("pbb_share", pbb_share), "dp-vapvi": ("linear_share", linear_share),
+             VALUE_PART: ("value_share", value_share)}
+    for name, share in shares.items():  # each part must be reportable on its own (the rule of every budget)
+        part = float(_decimal(budget.shown) * _decimal(share))
+        if not (part > 0 and accounting.zcdp_to_dp(part, budget.delta) > 0):
+            param, value = given.get(name, ("the release's rest of the shares", share))
+            what = f"`{param}` = {value!r}" if name in given else f"{param} ({share!r})"
+            raise UsageError(f"{what} gives the {name} part rho = {num(part)} of the budget rho = {num(budget.shown)}: "
+                             f"too small. Rule: every part of the budget must give an epsilon > 0 at delta = "
+                             f"{num(budget.delta)} by the tight conversion (a part near rho = 3e-12 and below "
+                             "would drown its statistics in noise). Give a larger share"
+                             + (", or 0 for no DP estimate of the behaviour value." if name == VALUE_PART else "."))
     return budget.split(shares)
 
 

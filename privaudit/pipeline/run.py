@@ -337,9 +337,9 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         else:
             feature_map_from_spec(spec)
     the_mdp = _resolve_mdp(mdp, spec, instance_seed)
-    if stationary is None:  # the one default rule of every command, said when it applies
+    said = None
+    if stationary is None:  # the one default rule of every command, said when it applies (once the logs pass)
         stationary, said = default_stationary(the_mdp)
-        say(said)
     bar = _Progress(sys.stderr.isatty() if progress is None else bool(progress))
     try:
         # ------------------------------------------------------------ validate
@@ -351,6 +351,8 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         source = prepare_logs(logs, spec) if engine == "polars" else logs
         timings["validate"] = time.perf_counter() - t
         bar.done()
+        if said is not None:  # after the inputs are validated: not in front of an unrelated error
+            say(said)
         with atomic_dir(out, overwrite=True) as tmp:
             summary, private = _stages(tmp, source, spec, (budget, parts, shares), the_mdp, mdp, stationary,
                                        audit_trials, seeds, seed is not None, bar, timings, progress, say, ledger,

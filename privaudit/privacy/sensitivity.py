@@ -125,6 +125,50 @@ def _check_int(name: str, value, minimum: int) -> int:
     return value
 
 
+def check_max_per_cell(max_per_cell, horizon: int, max_episodes: int, stationary: bool) -> int | None:
+    """Refuse a per-cell cap c above the most steps one unit can contribute at all, k H.
+
+    One unit adds at most k H steps to one (s, a) cell pooled over h (and at
+    most k to one (h, s, a) cell per step: an episode visits each (h, s, a)
+    at most once), so a cap c >= k H caps nothing in either layout. A cap
+    above k H is refused (an absurd value such as 99999999999999999999 would
+    otherwise be recorded in the manifest as if it meant something); c = k H
+    is accepted (it equals no cap), and so is k <= c <= k H per step (no
+    effect there either, but the same bound holds for both layouts).
+
+    Parameters
+    ----------
+    max_per_cell : int or None
+        c; None: no per-cell cap (returned as is).
+    horizon, max_episodes : int
+        H and k from the spec.
+    stationary : bool
+        Counts pooled over h or per step (named in the message).
+
+    Returns
+    -------
+    int or None
+        c.
+
+    Raises
+    ------
+    UsageError
+        c not an integer >= 1, or c > k H (the message names k H and how it is derived).
+    """
+    if max_per_cell is None:
+        return None
+    c = _check_int("max_per_cell", max_per_cell, 1)
+    H, k = _check_int("horizon", horizon, 1), _check_int("max_episodes", max_episodes, 1)
+    M = k * H
+    if c > M:
+        layout = ("" if stationary else f"; per step an episode visits each (h, s, a) at most once, so a cap "
+                  f"at or above k = {k} already caps nothing")
+        raise UsageError(f"`max_per_cell` must be at most k H = {M}, the most steps one privacy unit contributes "
+                         f"(max_episodes k = {k} times horizon H = {H}){layout}: a larger cap caps nothing. "
+                         f"Found {c!r}. Give an integer in [1, {M}], or omit it for no per-cell cap.")
+    return c
+
+
 def capped_square_norm(total: int, cap: int | None) -> int:
     """f(m, c): the largest ||u||_2^2 of u >= 0 with ||u||_1 <= m and every u_i <= c.
 
@@ -200,7 +244,7 @@ def count_sensitivity(horizon: int, max_episodes: int, stationary: bool,
         raise UsageError(
             f"`family` must be one of {FAMILIES} or a '+'-joined combination of "
             f"distinct ones. Found {family!r}.")
-    c = None if max_per_cell is None else _check_int("max_per_cell", max_per_cell, 1)
+    c = check_max_per_cell(max_per_cell, H, k, stationary)
     l1_one = 2.0 * k * H
     if c is None:
         l2_one = k * H * math.sqrt(2.0) if stationary else k * math.sqrt(2.0 * H)

@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from privaudit.errors import ArtifactError
+from privaudit.errors import ArtifactError, MissingInputError
 from privaudit.stats.layout import FILES, MANIFEST
 from privaudit.stats.manifest import DENSE_ORDER, RELEASE_FORMAT_VERSION, ReleaseManifest
 from privaudit.stats.manifest_check import check_manifest_guarantee
@@ -344,6 +344,8 @@ def read_manifest(path: Path) -> ReleaseManifest:
         authenticated: this checks consistency, not provenance.
     """
     mpath = Path(path) / MANIFEST
+    if not Path(path).exists():
+        raise MissingInputError(f"{path}: no such release folder.")
     try:
         doc = json.loads(mpath.read_text())
     except FileNotFoundError:

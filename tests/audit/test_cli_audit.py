@@ -143,11 +143,11 @@ def test_invalid_logs_exit_1_with_located_errors_before_anything_runs(files, bre
         assert not (files / "never.json").exists()
 
 
-def test_missing_logs_exit_1_like_every_other_command(files):
+def test_missing_logs_exit_2_like_every_other_command(files):
     for inp in (["--logs", files / "nope.parquet"], ["--pair", files / "d.parquet", files / "nope.parquet"]):
         res = _run(["--mechanism", "release", *inp, "--spec", files / "spec.json", "--claim-rho", "1",
                     "--trials", "100", "--out", files / "never.json"])
-        assert res.exit_code == 1, res.output
+        assert res.exit_code == 2, res.output  # a path that does not exist: usage (MissingInputError)
         assert "nope.parquet" in res.output and not (files / "never.json").exists()
 
 

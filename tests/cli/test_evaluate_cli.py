@@ -122,7 +122,7 @@ def test_evaluate_refuses_bad_policy(random_files, array, message):
 
 
 @pytest.mark.parametrize("args, code, message", [
-    (["evaluate", "{d}/missing.npy", "--mdp", "{d}/mdp.npz"], 1, "cannot read policy"),
+    (["evaluate", "{d}/missing.npy", "--mdp", "{d}/mdp.npz"], 2, "no such policy file"),  # missing: usage
     (["evaluate", "{d}/pi.npy", "--mdp", "nope"], 2, "neither a known MDP"),
     (["evaluate", "{d}/pi.npy", "--mdp", "{d}/mdp.npz", "--horizon", "3"], 2, "`--horizon` applies only"),
     (["evaluate", "{d}/pi.npy", "--mdp", "random-tabular"], 2, "`--mdp` MDP.npz"),

@@ -250,7 +250,7 @@ def test_unreadable_logs_exit_1(tmp_path, kind):
         logs = tmp_path / "empty"
         logs.mkdir()
     code, rep, res = run(tmp_path, None, logs=logs)
-    assert code == 1 and rep is None
+    assert code == (2 if kind == "missing" else 1) and rep is None  # missing: usage; unreadable: invalid data
     assert str(logs) in res.stderr and "Traceback" not in res.output
     expected = {"text": "not a readable Parquet", "truncated": "not a readable Parquet",
                 "corrupt_pages": "reading the log failed",

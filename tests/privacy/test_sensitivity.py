@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from privaudit.errors import UsageError
-from privaudit.privacy.sensitivity import Sensitivity, capped_square_norm, combine, count_sensitivity
+from privaudit.privacy.sensitivity import Sensitivity, capped_square_norm, check_max_per_cell, combine, count_sensitivity
 
 
 def episodes(H, S, A, rewards=(0.0,)):
@@ -226,8 +226,8 @@ def test_capped_formula_values():
     # c not dividing kH: f(20, 3) = 6 * 9 + 2^2 = 58
     assert capped_square_norm(20, 3) == 58
     assert count_sensitivity(20, 1, True, "visits", max_per_cell=3).l2 == pytest.approx(math.sqrt(116))
-    # c >= kH, or per step c >= k: the uncapped formulas
-    for stationary, c in ((True, 20), (True, 50), (False, 1), (False, 7)):
+    # c = kH, or per step c >= k: the uncapped formulas
+    for stationary, c in ((True, 20), (False, 1), (False, 7), (False, 20)):
         assert count_sensitivity(20, 1, stationary, "visits", max_per_cell=c).l2 == pytest.approx(
             count_sensitivity(20, 1, stationary, "visits").l2, rel=1e-15)
     # per step, c < k: sqrt(2 H f(k, c)) = sqrt(2 * 20 * (2 * 4 + 1)) for k = 5, c = 2
@@ -238,3 +238,12 @@ def test_capped_formula_values():
 def test_bad_cap(c):
     with pytest.raises(UsageError, match="max_per_cell"):
         count_sensitivity(3, 1, True, "visits", max_per_cell=c)
+
+
+@pytest.mark.parametrize("stationary", [True, False])
+@pytest.mark.parametrize("c", [21, 50, 99999999999999999999])
+def test_cap_above_k_h_is_refused_with_the_bound(c, stationary):
+    """A cap above k H caps nothing: refused, naming k H = 20 and how it is derived (before: recorded as given)."""
+    with pytest.raises(UsageError, match=r"`max_per_cell` must be at most k H = 20, .*k = 1 times horizon H = 20"):
+        count_sensitivity(20, 1, stationary, "visits", max_per_cell=c)
+    assert check_max_per_cell(20, 20, 1, stationary) == 20 and check_max_per_cell(None, 20, 1, stationary) is None

@@ -1,0 +1,76 @@
+"""Small CLI findings of the fresh-user pass (issue 11 leftovers): each refusal names the user's value and the
+rule, a missing input path is a usage error (exit 2) in every command, and notices wait for valid inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from privaudit.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / "sample_data" / "icu_sepsis_clinicians_20k.parquet"
+SPEC = ROOT / "sample_data" / "icu_sepsis_spec.json"
+NOTICE = "counts pooled over the steps h"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_value_share_too_small_names_the_value_and_the_rule(tmp_path):
+    """Before: "`rho` = 1.11e-16 is too small" (the float rest of 1 - 0.6 - 0.3), naming neither the flag nor
+    the value given."""
+    res = run("pipeline", "--rho", 1, "--value-share", "1e-300", "--out", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    assert "`--value-share` = 1e-300" in res.stderr and "Rule: every part of the budget" in res.stderr
+    assert "1.11e-16" not in res.stderr and "Traceback" not in res.output and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("cmd", [["release", "--rho", "1"], ["train", "--algo", "dp-pbb", "--rho", "1"]])
+def test_absurd_max_per_cell_is_refused_before_the_logs_are_read(tmp_path, cmd):
+    """Before: --max-per-cell 99999999999999999999 was accepted and recorded as c in the manifest."""
+    res = run(cmd[0], LOGS, "--spec", SPEC, *cmd[1:], "--max-per-cell", "99999999999999999999",
+              "--out", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    assert "`--max-per-cell` must be at most k H = 20" in res.stderr and "Found 99999999999999999999" in res.stderr
+    assert NOTICE not in res.stderr and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("cmd", [
+    ["train", "{nope}", "--spec", SPEC, "--algo", "ve"],
+    ["train", "{nope}", "--spec", SPEC, "--algo", "dp-pbb", "--rho", "1"],
+    ["release", "{nope}", "--spec", SPEC, "--rho", "1"],
+    ["pipeline", "{nope}", "--spec", SPEC, "--rho", "1"],
+    ["validate", "{nope}", "--spec", SPEC],
+    ["audit", "--mechanism", "release", "--logs", "{nope}", "--spec", SPEC, "--claim-rho", "1", "--trials", "100"],
+])
+def test_missing_logs_are_a_usage_error_everywhere_and_say_nothing_else(tmp_path, cmd):
+    """A LOGS path that does not exist: exit 2 (usage, as a missing --spec or --env), the path named, and no
+    notice in front of the error (before: exit 1, after the step-rule notice)."""
+    nope = tmp_path / "nope.parquet"
+    args = [str(nope) if a == "{nope}" else a for a in cmd]
+    out = [] if cmd[0] == "validate" else ["--out", tmp_path / "o"]
+    res = run(*args, *out)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == f"error: {nope}: no such file or folder.", res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_policy_and_release_are_usage_errors(tmp_path):
+    res = run("evaluate", tmp_path / "nope.npy", "--mdp", "icu-sepsis")
+    assert res.exit_code == 2 and "no such policy file or folder" in res.stderr, res.output
+    res = run("train", "--release", tmp_path / "nope", "--algo", "dp-apvi", "--out", tmp_path / "o")
+    assert res.exit_code == 2 and f"{tmp_path / 'nope'}: no such release folder" in res.stderr, res.output
+    (tmp_path / "empty").mkdir()  # exists but is not a release: invalid artifact, exit 1
+    res = run("train", "--release", tmp_path / "empty", "--algo", "dp-apvi", "--out", tmp_path / "o")
+    assert res.exit_code == 1 and "is not a privaudit release" in res.stderr, res.output
+
+
+def test_notice_follows_valid_inputs(tmp_path):
+    """With valid inputs the step rule is still said (once), before the result."""
+    res = run("train", LOGS, "--spec", SPEC, "--algo", "ve", "--out", tmp_path / "p")
+    assert res.exit_code == 0, res.output
+    assert res.stderr.count(NOTICE) == 1 and res.stderr.index(NOTICE) < res.output.index("wrote ")
