@@ -68,7 +68,7 @@ def test_budget_and_ledger_are_checked_before_spark_reads(spark, world, tmp_path
     assert res.exit_code == 2 and "--master needs --engine spark" in res.output
     res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 0.4,
               "--audit-trials", 0, "--out", tmp_path / "out", "--engine", "spark", "--value-share", 0.1)
-    assert res.exit_code == 2 and "value_share=0" in res.output and reads == []
+    assert res.exit_code == 2 and "`--value-share` 0" in res.output and reads == []
 
 
 def test_invalid_logs_stop_the_spark_pipeline_with_nothing_written_or_charged(spark, world, tmp_path):

@@ -158,8 +158,8 @@ class DPVAPVIMechanism:
         """
         d, H, k = self.fmap.dim, self.spec.horizon, self.spec.max_episodes_per_unit
         if d < 2:
-            raise UsageError(f"--canary synthetic for dp-vapvi needs feature dimension d >= 2 (two orthogonal "
-                             f"unit features); this spec's map has d = {d}. Use --canary rare.")
+            raise UsageError(f"`canary` synthetic for dp-vapvi needs feature dimension d >= 2 (two orthogonal "
+                             f"unit features); this spec's map has d = {d}. Use `canary` rare.")
         pair = synthetic_pair(self.spec, pooled=False, logs=logs)
         units = pair.description["units"]
         cells = [(units[w][H - 1]["state"], units[w][H - 1]["action"]) for w in ("u", "v")]

@@ -342,7 +342,8 @@ class DPPBBMechanism(_LibraryStatistics):
     def __init__(self, spec, *, learner_params: dict | None = None, max_per_cell: int | None = None, **kw):
         super().__init__(spec, **{**kw, "noise": "exact"})
         if self.budget.mechanism != "gaussian":
-            raise UsageError("dp-pbb is Gaussian / zCDP only: audit it with a rho claim or --epsilon E --delta D.")
+            raise UsageError("dp-pbb is Gaussian / zCDP only: audit it with a rho claim, or an epsilon claim with "
+                             "`delta` > 0 (Gaussian noise, not Laplace).")
         self.reward = spec.public_reward_scaled()
         if self.reward is None:
             raise UsageError("dp-pbb needs a spec with a public reward ($.public_reward).")

@@ -396,25 +396,25 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
         raise UsageError(f"unknown explorer {algo!r} for explore:ALGO; choose one of {list(EXPLORERS)} or a broken "
                          f"catalogue explorer {list(BROKEN)} (non-private explorers make no claim to audit).")
     if mechanism_rho is not None and mechanism_epsilon is not None:
-        raise UsageError("give at most one of --mechanism-rho and --mechanism-epsilon.")
+        raise UsageError("give at most one of `mechanism_rho` and `mechanism_epsilon`.")
     if entry.algo == "pucb":
         if claim_epsilon is None:
-            raise UsageError("pucb's counters are Laplace (pure epsilon-DP): give --claim-epsilon E (--delta 0).")
+            raise UsageError("pucb's counters are Laplace (pure epsilon-DP): give `claim_epsilon` (and `delta` 0).")
         if mechanism_rho is not None:
-            raise UsageError("--mechanism-rho with pucb: its Laplace counters have no rho budget; use "
-                             "--mechanism-epsilon.")
+            raise UsageError("`mechanism_rho` with pucb: its Laplace counters have no rho budget; use "
+                             "`mechanism_epsilon`.")
         claim = Claim.from_epsilon(claim_epsilon, 0.0 if delta is None else delta, kind=claim_kind)
         budget = {"epsilon": mechanism_epsilon if mechanism_epsilon is not None else claim_epsilon}
     else:
         if mechanism_epsilon is not None:
-            raise UsageError(f"--mechanism-epsilon with {algo}: it adds Gaussian noise; use --mechanism-rho.")
+            raise UsageError(f"`mechanism_epsilon` with {algo}: it adds Gaussian noise; use `mechanism_rho`.")
         if claim_rho is not None:
             claim = Claim.from_rho(claim_rho, 1e-5 if delta is None else delta, kind=claim_kind)
             rho = claim_rho
         else:
             if not delta:
-                raise UsageError(f"{algo} adds Gaussian noise: a pure-epsilon claim (--delta 0) cannot hold; give "
-                                 "--claim-epsilon E --delta D with D > 0, or --claim-rho R.")
+                raise UsageError(f"{algo} adds Gaussian noise: a pure-epsilon claim (`delta` 0) cannot hold; give "
+                                 "`claim_epsilon` with `delta` > 0, or `claim_rho`.")
             claim = Claim.from_epsilon(claim_epsilon, delta, kind=claim_kind)
             rho = resolve_budget(epsilon=claim_epsilon, delta=delta).rho
         budget = {"rho": mechanism_rho if mechanism_rho is not None else rho}

@@ -165,7 +165,7 @@ class AuditReport:
         weak = [f for f in graybox.get("families", []) if f.get("l2") is not None and f.get("declared_l2")
                 and f["l2"] < 0.5 * f["declared_l2"]]
         hint = ("" if (pair or {}).get("kind") in ("canary-repeat", "synthetic-repeat")
-                else " (e.g. --canary repeat for statistics pooled over h)")
+                else " (e.g. `canary` repeat for statistics pooled over h)")
         if (pair or {}).get("warning"):
             msgs.append(f"pair: {pair['warning']}")
         for f in weak:

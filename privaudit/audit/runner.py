@@ -523,8 +523,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
             base["pair"] = {**base["pair"], "warning": (
                 "the pair does not change the mechanism's output: with the same random draws, D and D' gave "
                 "identical outputs in 3 of 3 tries, so no test can tell them apart and the bound says nothing "
-                "about the claim. Use a pair that changes what the mechanism computes (--pair D D2, or another "
-                "--canary).")}
+                "about the claim. Use a pair that changes what the mechanism computes (another `pair` D D2, or "
+                "another `canary`).")}
         extra = [fixed_candidate(n, f, sampler.shape) for n, f in scores]
         if hasattr(mech, "attack_scores"):
             extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]

@@ -24,6 +24,21 @@ from privaudit.stats.release import default_stationary
 BUILTIN = ("release",) + registry.names(family=registry.OFFLINE, private=True)
 
 
+def budget_in_flags(message: str, override: bool) -> str:
+    """A built-in mechanism's budget error in this command's words.
+
+    The mechanism runs at the claim's budget (``--claim-rho`` / ``--claim-epsilon``)
+    or at ``--mechanism-rho`` / ``--mechanism-epsilon`` when given; its
+    library errors name its own `rho` / `epsilon` (``resolve_budget``), which
+    this command has no option for (before: "`rho` = 1e-300 is too small" for
+    ``--claim-rho 1e-300``).
+    """
+    prefix = "--mechanism-" if override else "--claim-"
+    for name in ("rho", "epsilon"):
+        message = message.replace(f"`{name}`", f"`{prefix}{name}`")
+    return message
+
+
 def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
     """Noise family and budget a built-in mechanism runs at (the claim is left as claimed).
 
@@ -259,10 +274,16 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             raise UsageError("--mechanism dp-vapvi needs a rho claim (--claim-rho R): its accounting is rho-zCDP.")
         fam, budget = builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon)
         budget.setdefault("delta", claim.delta if "rho" in budget else None)  # rho: the delta it is reported at
+        said = None
         if stationary is None and mechanism != "dp-vapvi":  # the one default rule of every command, said
-            stationary, said = default_stationary()
+            stationary, said = default_stationary()        # once the mechanism is built (its budget checked)
+        try:
+            mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=bool(stationary), noise=noise, **budget)
+        except UsageError as e:  # the mechanism's `rho` / `epsilon` is the budget this command gave it
+            raise UsageError(budget_in_flags(str(e), mechanism_rho is not None or mechanism_epsilon is not None)) \
+                from None
+        if said is not None:
             click.echo(as_flags(said), err=True)
-        mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=bool(stationary), noise=noise, **budget)
         name = mechanism
         b = mech.budget
         runs_at = (f"epsilon={b.epsilon:g}" if fam == "laplace" else f"rho={b.rho:.6g}") + (
@@ -329,7 +350,7 @@ def _finish(rep, out, plot, confidence, as_json) -> None:
     click.echo(f"{rep.verdict}: epsilon lower bound {lb} vs claimed {claim['epsilon']:.4g} at delta {claim['delta']:g} "
                f"({rep.data['method']['test']} test, confidence {confidence}); report {out}", err=True)
     for m in rep.data["messages"]:
-        click.echo(f"  {m}", err=True)
+        click.echo(f"  {as_flags(m)}", err=True)  # library messages name parameters; here, the flags
     if as_json:
         echo_json(rep.to_dict())
     raise SystemExit(rep.exit_code)

@@ -155,13 +155,15 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     say = echo or (lambda s: None)
     if algo == "dp-pbb":
         if mechanism != "gaussian":
-            raise UsageError("dp-pbb is Gaussian / zCDP only: give --rho R, or --epsilon E --delta D.")
+            raise UsageError("dp-pbb is Gaussian / zCDP only: give `rho`, or `epsilon` with `delta` "
+                             "(not `mechanism` laplace).")
         return train_dp_pbb(logs, spec, stationary=stationary, rho=rho, epsilon=epsilon, delta=delta,
                             ledger=ledger, seed=seed, params=params, echo=say, max_per_cell=max_per_cell,
                             budget=budget, run=run, output=output).learner.policy_
     if max_per_cell is not None or budget is not None:
         raise UsageError(f"`max_per_cell` and `budget` apply to dp-pbb, not to {algo} "
-                         "(dp-apvi: cap the release with `privaudit release --max-per-cell`).")
+                         "(dp-apvi: cap the release itself, `release_logs(max_per_cell=...)`, i.e. "
+                         "`privaudit release --max-per-cell`).")
     if algo == "dp-apvi":
         if release_out is None:
             raise UsageError("dp-apvi on logs needs a release folder to write (release_out).")
@@ -228,8 +230,8 @@ def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, rho: float 
     say = echo or (lambda s: None)
     if budget is None:
         if all(v is None for v in (rho, epsilon, delta)):
-            raise UsageError("dp-pbb releases private Bellman backups: give a budget (--rho R, or "
-                             "--epsilon E --delta D).")
+            raise UsageError("dp-pbb releases private Bellman backups: give a budget (`rho`, or `epsilon` "
+                             "with `delta`).")
         budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
     elif any(v is not None for v in (rho, epsilon, delta)):
         raise UsageError("give either `budget` (a resolved Budget) or `rho`/`epsilon`/`delta`, not both.")

@@ -298,7 +298,7 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
                          "without the feature map.")
     if engine == "spark" and value_share:
         raise UsageError("`engine` spark counts the logs for the release only; the DP estimate of the behaviour "
-                         f"value reads them with polars: pass value_share=0 (--value-share 0). Found {value_share!r}.")
+                         f"value reads them with polars: pass `value_share` 0. Found {value_share!r}.")
     if engine != "spark" and spark is not None:
         raise UsageError("`spark` (a session or master URL) needs `engine` 'spark'.")
     out = Path(out)

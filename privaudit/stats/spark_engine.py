@@ -77,7 +77,7 @@ def ensure_java() -> None:
                              "(17 or 21) or unset it.")
         return
     if not shutil.which("java"):
-        raise UsageError("--engine spark needs a Java runtime (17 or 21) and none was found (no JAVA_HOME, no "
+        raise UsageError("`engine` spark needs a Java runtime (17 or 21) and none was found (no JAVA_HOME, no "
                          "`java` on PATH). Install one, e.g. `apt-get install openjdk-17-jre-headless` (Debian, "
                          "Ubuntu), or set JAVA_HOME to a JDK/JRE 17 or 21.")
 

@@ -74,3 +74,43 @@ def test_notice_follows_valid_inputs(tmp_path):
     res = run("train", LOGS, "--spec", SPEC, "--algo", "ve", "--out", tmp_path / "p")
     assert res.exit_code == 0, res.output
     assert res.stderr.count(NOTICE) == 1 and res.stderr.index(NOTICE) < res.output.index("wrote ")
+
+
+def test_audit_claim_budget_errors_name_the_claim_flag(tmp_path):
+    """`audit --claim-rho 1e-300`: the mechanism runs at the claim's budget, whose refusal names `--claim-rho`
+    (before: "`rho` = 1e-300", a name the command has no option for), with no step-rule notice in front."""
+    res = run("audit", "--mechanism", "release", "--logs", LOGS, "--spec", SPEC, "--claim-rho", "1e-300",
+              "--trials", 100, "--out", tmp_path / "a.json")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("error: `--claim-rho` = 1e-300 is too small"), res.stderr
+    assert NOTICE not in res.stderr and not (tmp_path / "a.json").exists()
+    res = run("audit", "--mechanism", "release", "--logs", LOGS, "--spec", SPEC, "--claim-rho", "1",
+              "--mechanism-rho", "1e-300", "--trials", 100, "--out", tmp_path / "a.json")
+    assert res.exit_code == 2 and "`--mechanism-rho` = 1e-300 is too small" in res.stderr, res.output
+
+
+def test_online_audit_errors_name_the_audit_flags(tmp_path):
+    """The online catalogue's errors describe its parameters (`claim_epsilon`, `delta`); `audit` shows its flags."""
+    res = run("audit", "--mechanism", "explore:pucb", "--claim-rho", "1", "--trials", 100, "--out", tmp_path / "a.json")
+    assert res.exit_code == 2, res.output
+    assert "give `--claim-epsilon` (and `--delta` 0)" in res.stderr, res.stderr
+
+
+def test_library_errors_do_not_name_cli_flags():
+    """Library modules (everything outside privaudit/cli) raise errors naming parameters in backticks; the CLI maps
+    them to its flags (cli.common.as_flags). A `privaudit COMMAND ...` pointer to another command may name its
+    flags. Scans every ``raise`` of the package (fails on e.g. the former "--canary synthetic" of adapter_dpvapvi)."""
+    import ast
+    import re
+    bad = []
+    for path in sorted((ROOT / "privaudit").rglob("*.py")):
+        if path.relative_to(ROOT / "privaudit").parts[0] == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                text = "".join(n.value for n in ast.walk(node.exc) if isinstance(n, ast.Constant)
+                               and isinstance(n.value, str))
+                text = re.sub(r"`privaudit [^`]*`", "", text)
+                if re.search(r"(?<![\w.-])--[a-z][a-z-]*", text):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text[:100]}")
+    assert bad == []
