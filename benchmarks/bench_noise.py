@@ -16,13 +16,26 @@ transitions, k = 1: sigma = sqrt(2H/rho), b = 4H/eps; rewards in units of
 then the time of one ICU-Sepsis h-slice (S, A, S) = 716 x 25 x 716 (12.8 M
 cells) in exact and rounded mode, and OpenDP's samplers (exact, OS randomness)
 when ``opendp`` is installed. Each rate is the best of ``--repeat`` runs (the
-machine is shared). Usage: python benchmarks/bench_noise.py [--cells N] [--repeat R]
+machine is shared).
+
+In place (the release path): ``add_noise(..., noise="exact", inplace=True)``
+adds exact noise into a preallocated int64 array (``ExactSampler.add_into``:
+no array of the output's size allocated), one thread; printed as samples per
+wall second and per CPU second of the thread (``time.thread_time``: what the
+sampler costs whatever else runs on the machine), next to numpy's
+``Generator.normal(out=...)`` into a preallocated float64 array, first as the
+machine is ("quiet": the load average is printed) and then with ``--load``
+extra busy processes started by this script ("loaded").
+
+Usage: python benchmarks/bench_noise.py [--cells N] [--repeat R] [--load K] [--inplace-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing as mp
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -39,6 +52,56 @@ def best_rate(fn, n, repeat):
         fn()
         best = min(best, time.perf_counter() - t)
     return n / best
+
+
+def best_rates(fn, n, repeat):
+    """(samples per wall second, samples per CPU second of this thread), each the best of ``repeat`` runs."""
+    wall = cpu = math.inf
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.thread_time()
+        fn()
+        wall, cpu = min(wall, time.perf_counter() - t), min(cpu, time.thread_time() - c)
+    return n / wall, n / max(cpu, 1e-9)
+
+
+def _spin(stop):
+    while not stop.is_set():
+        pass
+
+
+def inplace_section(n, repeat, load):
+    """Rates of exact noise drawn in place, quiet then with ``load`` busy processes."""
+    H = 20
+    cases = [("gaussian", math.sqrt(2 * H / 1.0), "rho = 1 counts"),
+             ("gaussian", math.sqrt(2 * H / 0.01), "rho = 0.01 counts"),
+             ("laplace", 4 * H / 1.0, "eps = 1 counts"),
+             ("gaussian", 1000 * math.sqrt(2 * H / 1.0), "rho = 1 rewards (x1000)")]
+    rng = np.random.default_rng()
+    out = np.zeros(n, dtype=np.int64)
+    fout = np.empty(n, dtype=np.float64)
+    for label, k in (("quiet", 0), ("loaded", load)):
+        stop = mp.Event()
+        procs = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(k)]
+        for p in procs:
+            p.start()
+        try:
+            time.sleep(0.5 if k else 0)
+            print(f"in place, {label} ({k} extra busy processes; load average {os.getloadavg()[0]:.1f}, "
+                  f"{os.cpu_count()} cores), {n:,} cells per run, best of {repeat}: M samples/s")
+            print(f"  {'mechanism':9s} {'scale':>9s} {'what':24s} {'path':>5s} {'wall':>7s} {'CPU':>7s} "
+                  f"{'numpy std_normal(out=) CPU':>27s}")
+            for mech, scale, what in cases:
+                sampler = samplers.get_sampler(mech, scale)
+                add_noise(out[:16], mechanism=mech, scale=scale, rng=rng, noise="exact", inplace=True)  # tables
+                w, c = best_rates(lambda: add_noise(out, mechanism=mech, scale=scale, rng=rng, noise="exact",
+                                                    inplace=True), n, repeat)
+                _, cn = best_rates(lambda: rng.standard_normal(out=fout), n, repeat)
+                path = "guide" if sampler._guide is not None else "alias"
+                print(f"  {mech:9s} {scale:9.2f} {what:24s} {path:>5s} {w / 1e6:7.1f} {c / 1e6:7.1f} {cn / 1e6:27.1f}")
+        finally:
+            stop.set()
+            for p in procs:
+                p.join()
 
 
 def two_threads(mech, scale, n, rng):
@@ -58,8 +121,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--cells", type=int, default=4_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--load", type=int, default=2, help="busy processes for the loaded in-place run")
+    ap.add_argument("--inplace-only", action="store_true", help="only the in-place section")
     args = ap.parse_args(argv)
     n, R = args.cells, args.repeat
+    inplace_section(n, R, args.load)
+    if args.inplace_only:
+        return
     H = 20
     cases = [("gaussian", math.sqrt(2 * H / 1.0), "rho = 1 counts"),
              ("gaussian", math.sqrt(2 * H / 0.01), "rho = 0.01 counts"),

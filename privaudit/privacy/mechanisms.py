@@ -112,7 +112,7 @@ def laplace_scale(l1: float, epsilon: float) -> float:
 
 
 def add_noise(values: np.ndarray, *, mechanism: str, scale: float,
-              rng: np.random.Generator, noise: str = "rounded") -> np.ndarray:
+              rng: np.random.Generator, noise: str = "rounded", inplace: bool = False) -> np.ndarray:
     """Add one independent integer noise draw to every cell of an integer array.
 
     Parameters
@@ -128,6 +128,10 @@ def add_noise(values: np.ndarray, *, mechanism: str, scale: float,
         Source of randomness (seeded from the OS for a real release).
     noise : {"rounded", "exact"}
         See the module docstring.
+    inplace : bool
+        ``noise="exact"`` with an int64, C-contiguous, writeable ``values``
+        only: add the noise into ``values`` itself and return it (no copy;
+        the caller gives up the exact values). Otherwise a new array.
 
     Returns
     -------
@@ -143,8 +147,11 @@ def add_noise(values: np.ndarray, *, mechanism: str, scale: float,
 
     Notes
     -----
-    Works in chunks of 2^20 cells, so temporary memory is a few MB on top of
-    the int64 output.
+    ``exact``: the noise is drawn in place into the int64 output
+    (``samplers.ExactSampler.add_into``: chunks of 2^15 cells through
+    cache-resident scratch buffers, no array the size of ``values`` besides
+    the output). ``rounded``: chunks of 2^20 cells, so temporary memory is a
+    few MB on top of the int64 output.
     """
     if mechanism not in MECHANISMS:
         raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Found {mechanism!r}.")
@@ -156,8 +163,10 @@ def add_noise(values: np.ndarray, *, mechanism: str, scale: float,
         raise UsageError(f"`values` must be an integer array (exact counts). "
                          f"Found dtype {values.dtype}.")
     if noise == "exact":
-        sampler = samplers.get_sampler(mechanism, scale).sample
-    elif mechanism == "gaussian":
+        sampler = samplers.get_sampler(mechanism, scale)
+        own = (inplace and values.dtype == np.int64 and values.flags.c_contiguous and values.flags.writeable)
+        return sampler.add_into(values if own else np.array(values, dtype=np.int64, order="C"), rng)
+    if mechanism == "gaussian":
         def sampler(m, rng):
             return np.rint(rng.normal(0.0, scale, m)).astype(np.int64)
     else:

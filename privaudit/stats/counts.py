@@ -179,6 +179,9 @@ class SparseCounts:
         r = self.rewards if self.stationary else self.rewards[g]
         return r.astype(np.float64) / self.quantum if self.quantum is not None else r
 
+    #: transitions_at returns a new array on every call: TabularRelease.apply noises it in place.
+    fresh_transitions = True
+
     def transitions_at(self, h: int) -> np.ndarray:
         """n_h(s, a, s') of step h (the pooled table if stationary), shape (S, A, S), int64, fresh."""
         S, A = self.spec.S, self.spec.A

@@ -295,10 +295,16 @@ class TabularRelease:
                 "counts. The stated guarantee is true but protects almost nothing; use a smaller budget "
                 "unless that is what you want.")
 
-    def noise_family(self, family: str, values: np.ndarray, *, rng: np.random.Generator) -> np.ndarray:
-        """``values`` (exact stored-unit integers of ``family``) plus one fresh noise draw per cell."""
+    def noise_family(self, family: str, values: np.ndarray, *, rng: np.random.Generator,
+                     inplace: bool = False) -> np.ndarray:
+        """``values`` (exact stored-unit integers of ``family``) plus one fresh noise draw per cell.
+
+        ``inplace=True`` adds the noise into ``values`` itself when it is an
+        int64 C-contiguous array (``mechanisms.add_noise``): for arrays the
+        caller owns and no longer needs exact.
+        """
         return mechanisms.add_noise(values, mechanism=self.mechanism, scale=self.families[family].scale,
-                                    rng=rng, noise=self.noise)
+                                    rng=rng, noise=self.noise, inplace=inplace)
 
     def streams(self, rng: np.random.Generator) -> dict:
         """Independent child generators per family (visits, transitions, rewards), from ``rng.spawn(3)``."""
@@ -334,11 +340,14 @@ class TabularRelease:
         visits = self.noise_family("visits", exact.visits, rng=st["visits"])
         rewards = (self.noise_family("rewards", exact.rewards, rng=st["rewards"])
                    if "rewards" in self.families else None)
-        return NoisyCounts(visits, rewards, self._noisy_transitions(exact.iter_transitions(), st["transitions"]))
+        fresh = bool(getattr(exact, "fresh_transitions", False))
+        return NoisyCounts(visits, rewards, self._noisy_transitions(exact.iter_transitions(), st["transitions"],
+                                                                    fresh))
 
-    def _noisy_transitions(self, slices, rng) -> Iterator:
+    def _noisy_transitions(self, slices, rng, fresh: bool) -> Iterator:
+        """Noise each slice; into the slice itself when the counts hand out fresh arrays (``fresh_transitions``)."""
         for h, values in slices:
-            yield h, self.noise_family("transitions", values, rng=rng)
+            yield h, self.noise_family("transitions", values, rng=rng, inplace=fresh)
 
     def manifest(self, *, seeded: bool) -> ReleaseManifest:
         """The release's manifest (``manifest.json``, schema ``release_manifest``).

@@ -218,3 +218,20 @@ def test_exact_gaussian_agrees_with_opendp():
     table = np.array([np.bincount(np.searchsorted(edges, v), minlength=edges.size + 1)
                       for v in (ours, theirs)])
     assert stats.chi2_contingency(table).pvalue > 1e-6
+
+
+def test_add_noise_exact_inplace_only_when_asked_and_possible():
+    """inplace=True noises the caller's int64 array itself; otherwise (or for another dtype) a new array,
+    the input untouched. Same seed, same noise either way."""
+    from privaudit.privacy.mechanisms import add_noise
+
+    base = np.arange(24, dtype=np.int64).reshape(2, 3, 4)
+    v = base.copy()
+    copy = add_noise(v, mechanism="gaussian", scale=3.0, rng=np.random.default_rng(5), noise="exact")
+    assert copy is not v and np.array_equal(v, base)
+    same = add_noise(v, mechanism="gaussian", scale=3.0, rng=np.random.default_rng(5), noise="exact", inplace=True)
+    assert same is v and np.array_equal(same, copy) and not np.array_equal(v, base)
+    v32 = base.astype(np.int32)
+    out = add_noise(v32, mechanism="gaussian", scale=3.0, rng=np.random.default_rng(5), noise="exact", inplace=True)
+    assert out is not v32 and out.dtype == np.int64 and np.array_equal(out, copy)
+    assert np.array_equal(v32, base)

@@ -217,3 +217,107 @@ def test_other_bit_generators_give_the_same_law():
     rng = np.random.Generator(np.random.MT19937(5))
     y = exact_noise("gaussian", 2.0, 100_000, rng=rng)
     assert _chi2_pvalue(y, "gaussian", 2.0) > 1e-6  # false failure 1e-6
+
+
+# ----------------------------------------------------------------------------- in place (add_into)
+GUIDE_CASES = [c for c in CASES if get_sampler(*c).T <= samplers._GUIDE_MAX_T]
+
+
+def test_release_count_scales_take_the_guide_path():
+    """sigma = sqrt(2H/rho) and b = 4H/eps at H = 20 for rho in [0.01, 1], eps in [1, 10]; reward scales not."""
+    for mech, scale in [("gaussian", math.sqrt(40)), ("gaussian", math.sqrt(4000)), ("laplace", 80.0)]:
+        assert get_sampler(mech, scale).T <= samplers._GUIDE_MAX_T
+    assert get_sampler("gaussian", 1000 * math.sqrt(40)).T > samplers._GUIDE_MAX_T
+    assert len(GUIDE_CASES) == len(CASES)  # the alias path of add_into is tested by lowering _GUIDE_MAX_T
+
+
+@pytest.mark.parametrize("mechanism,scale", GUIDE_CASES)
+def test_guide_table_gives_each_outcome_its_weight(mechanism, scale):
+    """Exact integers: the words [0, 2^64) that the guide table (pure buckets) or the search in the cumulative
+    weights (impure buckets) send to outcome o number exactly weights_[o] (so P(o) = weights_[o] / 2^64)."""
+    s = ExactSampler(mechanism, get_sampler(mechanism, scale).x)
+    table, shift, _ = s._guide_table()
+    w = [int(x) for x in s.weights_]
+    edges = [0]
+    for x in w:
+        edges.append(edges[-1] + x)           # outcome o owns [edges[o], edges[o+1]), Python ints
+    assert edges[-1] == TWO64
+    width = 1 << int(shift)
+    mass = [0] * len(w)
+    impure = 0
+    o = 0
+    for b, entry in enumerate(table.tolist()):
+        lo, hi = b * width, (b + 1) * width
+        while edges[o + 1] <= lo:
+            o += 1
+        if entry == s.T + 3:                   # impure: the bucket straddles an edge; searched per word
+            impure += 1
+            assert edges[o + 1] < hi
+            j = o
+            while edges[j] < hi:
+                mass[j] += min(hi, edges[j + 1]) - max(lo, edges[j])
+                j += 1
+        else:                                  # pure: the whole bucket inside outcome o, stored as y = o - T - 1
+            assert hi <= edges[o + 1] and entry == o - s.T - 1
+            mass[o] += width
+    assert mass == w
+    assert impure <= len(w)                    # at most one impure bucket per edge
+
+
+@pytest.mark.parametrize("path", ["guide", "alias"])
+@pytest.mark.parametrize("mechanism,scale,seed", [(m, s, 40 + i) for i, (m, s) in enumerate(CASES)])
+def test_add_into_distribution(monkeypatch, mechanism, scale, seed, path):
+    """Noise added in place to a constant array has the exact law, by either path (chi-square; each of the
+    14 cases fails with probability 1e-6 for a correct sampler)."""
+    if path == "alias":
+        monkeypatch.setattr(samplers, "_GUIDE_MAX_T", -1)
+    s = get_sampler(mechanism, scale)
+    out = np.full(200_000, 7, dtype=np.int64)
+    same = s.add_into(out, np.random.default_rng(seed + (path == "alias")))
+    assert same is out and (s._guide_table() is None) == (path == "alias")
+    assert _chi2_pvalue(out - 7, mechanism, scale) > 1e-6
+
+
+@pytest.mark.parametrize("path", ["guide", "alias"])
+@pytest.mark.parametrize("mechanism,scale,seed", [("gaussian", 3.0, 51), ("laplace", 3.0, 52)])
+def test_add_into_tails_and_impure_buckets_exact(monkeypatch, mechanism, scale, seed, path):
+    """Tables covering little (P(|Y| > T) ~ 0.06-0.3) and (guide) a guide table with one bucket per outcome,
+    so many impure buckets: the rare paths of add_into carry much of the mass; the law must not change.
+    False failure 1e-6 per case."""
+    monkeypatch.setattr(samplers, "_TAIL_BITS", 0)
+    monkeypatch.setattr(samplers, "_GUIDE_PURITY", 1)
+    monkeypatch.setattr(samplers, "_GUIDE_MIN_BITS", 4)
+    if path == "alias":
+        monkeypatch.setattr(samplers, "_GUIDE_MAX_T", -1)
+    s = ExactSampler(mechanism, get_sampler(mechanism, scale).x)
+    if path == "guide":
+        table, _, _ = s._guide_table()
+        assert (table == s.T + 3).mean() > 0.2
+    out = np.zeros(100_000, dtype=np.int64)
+    s.add_into(out, np.random.default_rng(seed))
+    assert (np.abs(out) > s.T).mean() > 0.04
+    assert _chi2_pvalue(out, mechanism, scale) > 1e-6
+
+
+@pytest.mark.parametrize("mechanism,scale", [("gaussian", math.sqrt(40)), ("laplace", 80.0),
+                                             ("gaussian", 1000 * math.sqrt(40))])
+def test_add_into_allocates_no_array_of_the_output_size(mechanism, scale):
+    """4 M cells (32 MB) noised in place: peak new allocation below 2 MB (chunk scratch only)."""
+    import tracemalloc
+
+    s = get_sampler(mechanism, scale)
+    out = np.zeros(1 << 22, dtype=np.int64)
+    s.add_into(out[:10], np.random.default_rng(0))  # build the guide table outside the measurement
+    tracemalloc.start()
+    s.add_into(out, np.random.default_rng(1))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 2 << 20, peak
+    assert np.count_nonzero(out) > 0.8 * out.size  # noise was added (P(Y = 0) < 0.07 at these scales)
+
+
+def test_add_into_refuses_arrays_it_cannot_fill():
+    s = get_sampler("gaussian", 2.0)
+    for bad in (np.zeros(10, dtype=np.int32), np.zeros((4, 4), dtype=np.int64)[:, ::2]):
+        with pytest.raises(ValueError, match="writeable C-contiguous int64"):
+            s.add_into(bad, np.random.default_rng(0))
