@@ -64,9 +64,14 @@ def _mechanism_text(name: str, spec: DomainSpec) -> str:
                 "(and their second moments) with fresh noise, for the certificate and the selection "
                 "(event in the policy manifest)")
     if name == VALUE_PART:
-        return ("exact discrete Gaussian on fixed-point statistics: episode count, sum and sum of squares of the "
-                f"clipped returns, {spec.n_states} start-state counts; rho/4 each (sigmas in summary.json "
-                "behaviour_value.mechanism)")
+        if int(spec.max_episodes_per_unit) == 1:
+            return ("exact discrete Gaussian on fixed-point statistics: episode count, sum and sum of squares of "
+                    f"the clipped returns, {spec.n_states} start-state counts; rho/4 each (sigmas in summary.json "
+                    "behaviour_value.mechanism)")
+        return ("exact discrete Gaussian on fixed-point statistics: episode count, sum of the clipped returns, "
+                f"{spec.n_states} start-state counts (rho/4 each); per privacy unit, the sums of the squared unit "
+                "totals, of unit total x stays and of squared stays (rho/12 each: the interval over patients; "
+                "sigmas in summary.json behaviour_value.mechanism)")
     return (f"exact discrete Gaussian on fixed-point statistics: 5H = {5 * spec.horizon} statistics "
             "with fresh noise per step, rho/(5H) each (grid in the policy manifest)")
 

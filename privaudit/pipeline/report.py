@@ -408,10 +408,22 @@ def _values_notes(summary: dict) -> list[str]:
                  "these logs only if they were simulated from it)") + ". "
               f"It is the mean return of the logged episodes over their first H steps, each return clipped to the "
               f"declared range [{num(rl)}, {num(rh)}] ({m['return_range_from']}), computed from noisy sums "
-              f"released under the part `{b['privacy_part']}` of the budget (above). The interval is a normal "
-              "(CLT) interval over the sampling of the episodes and the DP noise; it treats episodes as "
-              "independent and counts the at most k stays kept per patient.", ""]
+              f"released under the part `{b['privacy_part']}` of the budget (above). " + _interval_text(m), ""]
     return L
+
+
+def _interval_text(mechanism: dict) -> str:
+    """What the behaviour value's interval is over, by its mechanism version (absent: version 1)."""
+    if mechanism.get("version") is None:
+        return ("The interval is a normal (CLT) interval over the sampling of the episodes and the DP noise; it "
+                "treats episodes as independent (mechanism version 1: too narrow when a patient's up to k "
+                "stays are correlated).")
+    if mechanism.get("interval_unit", "").startswith("privacy unit"):
+        return ("The interval is a normal (CLT + delta method for a ratio) interval over the sampling of the "
+                "privacy units, each with its up to k stays, correlated in any way (cluster-robust variance "
+                "from noisy unit-level sums), and the DP noise.")
+    return ("The interval is a normal (CLT) interval over the sampling of the episodes (one per privacy unit, "
+            "k = 1) and the DP noise.")
 
 
 def render_markdown(summary: dict) -> str:

@@ -1,4 +1,5 @@
-"""The behaviour-value release (issue 13 item 2): sensitivities, noise = event, interval coverage.
+"""The behaviour-value release (issue 13 item 2): sensitivities, noise = event, interval coverage
+(with correlated stays of one patient, k = 3: the interval is over privacy units).
 
 The coverage world is a toy ICU ("icu-toy"): live states 0, 1; terminal
 states 2 (survival, reward +1 on entering) and 3 (death, -1); reward range
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import jsonschema
 import numpy as np
 import polars as pl
 import pytest
@@ -24,9 +26,11 @@ from privaudit.mdp.tabular import evaluate_policy
 from privaudit.pipeline.values import START_FAILURE_PROB, certified_entries, start_distribution, start_lower_bound
 from privaudit.privacy import accounting
 from privaudit.privacy.budget import resolve_budget
+from privaudit.schemas import load_schema
 from privaudit.spec import DomainSpec
-from privaudit.stats.behaviour_value import (VALUE_FAMILIES, BehaviourValueRelease, ValueStatistics,
-                                             estimate_behaviour_value, return_range)
+from privaudit.stats.behaviour_value import (MECHANISM_VERSION, UNIT_FAMILIES, VALUE_FAMILIES,
+                                             BehaviourValueRelease, ValueStatistics, estimate_behaviour_value,
+                                             return_range, value_families)
 
 from tests.learners.test_reward_frame import DIE, SURVIVE, A, H, S, icu_mdp  # the same toy ICU
 
@@ -60,18 +64,22 @@ def test_a_declared_return_bound_sets_the_range_and_the_noise():
 
 @pytest.mark.parametrize("rho,k", [(0.05, 1), (1.0, 3)])
 def test_noise_scale_matches_the_event(rho, k):
-    """sigma = L2 / sqrt(2 rho/4) per statistic, and the event states exactly that (cost <= rho)."""
+    """sigma = L2 / sqrt(2 share) per statistic (share rho/4; rho/12 for Q, B, D when k > 1), and the
+    event states exactly that (cost <= rho). k = 1 releases the four statistics of version 1."""
     rel = BehaviourValueRelease.plan(toy_spec(k=k, unit="unit_id"), resolve_budget(rho=rho))
     C = rel.c_max
-    expected_l2 = {"episode_count": k, "return_sum": 2 * k * C, "return_squares": k * C * C,
-                   "start_states": k * math.sqrt(2)}
+    expected_l2 = {"episode_count": k, "return_sum": 2 * k * C, "return_squares": (k * C) ** 2,
+                   "unit_return_cross": 2 * k * k * C, "unit_count_squares": k * k, "start_states": k * math.sqrt(2)}
+    share = {f: rho / (12 if k > 1 and f in ("return_squares",) + UNIT_FAMILIES else 4) for f in expected_l2}
+    fams = VALUE_FAMILIES if k == 1 else VALUE_FAMILIES + UNIT_FAMILIES
     leaves = {e.family: e for e in rel.event.events}
-    assert set(leaves) == {f"value-{f}" for f in VALUE_FAMILIES}
-    for f in VALUE_FAMILIES:
+    assert set(leaves) == {f"value-{f}" for f in fams} and set(rel.families) == set(fams)
+    for f in fams:
         ev = leaves[f"value-{f}"]
         assert ev.l2 == pytest.approx(expected_l2[f], rel=1e-15) and ev.noise == "exact"
-        assert ev.sigma == pytest.approx(expected_l2[f] / math.sqrt(2 * rho / 4), rel=1e-12)
+        assert ev.sigma == pytest.approx(expected_l2[f] / math.sqrt(2 * share[f]), rel=1e-12)
         assert ev.sigma == rel.sigma_lattice[f] and ev.unit.k == k and ev.unit.column == "unit_id"
+    assert rel.describe()["version"] == MECHANISM_VERSION == 2
     cost = accounting.event_rho(rel.event)
     assert rho * (1 - 1e-9) <= cost <= rho
     # real units: C is half the return range (up to the lattice step), T's sensitivity the range itself
@@ -120,10 +128,11 @@ def _episodes(unit: str, rewards_per_episode: list[list[float]], starts: list[in
     return rows
 
 
-def test_sensitivities_hold_and_are_attained_by_brute_force():
-    """Replace one unit (k = 2) by every unit of a family of extreme ones: the change of each statistic
-    stays within its L2 sensitivity, and the return sums and start counts attain theirs."""
-    k = 2
+@pytest.mark.parametrize("k", [1, 2])
+def test_sensitivities_hold_and_are_attained_by_brute_force(k):
+    """Replace one unit (k = 1, 2) by every unit of a family of extreme ones: the change of each statistic
+    stays within its L2 sensitivity, and the return sums, the unit-level squares and cross sums and the
+    start counts attain theirs."""
     spec = toy_spec(k=k, unit="unit_id")
     rel = BehaviourValueRelease.plan(spec, resolve_budget(rho=1.0))
     full, none, zero = [1.0] * H, [-1.0] * H, [0.0] * H
@@ -140,20 +149,26 @@ def test_sensitivities_hold_and_are_attained_by_brute_force():
         bounded, _ = bound_contributions(df.lazy(), spec)
         return rel.exact_statistics(bounded)
 
+    if k == 1:  # keep-1 keeps the first episode: give the extreme ones first
+        candidates = {n: ([rs[0]], [st[0]]) for n, (rs, st) in candidates.items()}
     stats = {n: stats_with(n) for n in candidates}
-    worst = {f: 0.0 for f in VALUE_FAMILIES}
+    worst = {f: 0.0 for f in rel.families}
     for a in candidates:
         for b in candidates:
-            for f in VALUE_FAMILIES:
+            for f in rel.families:
                 d = np.linalg.norm(np.atleast_1d(np.asarray(stats[a][f], dtype=float) - stats[b][f]))
                 worst[f] = max(worst[f], d)
     l2 = {e.family.removeprefix("value-"): e.l2 for e in rel.event.events}
-    for f in VALUE_FAMILIES:
+    assert set(l2) == set(rel.families) == set(value_families(k))
+    for f in rel.families:
         assert worst[f] <= l2[f] * (1 + 1e-12), f
     assert worst["return_sum"] == l2["return_sum"]            # best vs worst: 2k episodes from +C to -C
-    assert worst["return_squares"] == l2["return_squares"]    # best vs zero: k C^2
+    assert worst["return_squares"] == l2["return_squares"]    # best vs zero: (kC)^2
     assert worst["start_states"] == pytest.approx(l2["start_states"], rel=1e-12)  # best vs worst
-    assert worst["episode_count"] == 1                        # a unit with 0 episodes is not in logs
+    assert worst["episode_count"] == k - 1                    # a unit with 0 episodes is not in logs
+    if k > 1:
+        assert worst["unit_return_cross"] == l2["unit_return_cross"]   # best vs worst: k^2 C to -k^2 C
+        assert worst["unit_count_squares"] == k * k - 1 <= l2["unit_count_squares"]  # 1 vs k episodes
 
 
 # --------------------------------------------------------------------------- estimate and coverage
@@ -217,6 +232,76 @@ def test_estimate_by_hand():
     assert w["estimate"] == 6.0 and w["interval"][1] == 6.0 and w["interval"][0] >= -6.0
     with pytest.raises(UsageError, match="confidence"):
         estimate_behaviour_value(st, confidence=1.0)
+
+
+def test_estimate_by_hand_over_units():
+    """k = 3: the sampling variance is the units' squared residuals sum_u (t_u - c n_u)^2 / n^2 =
+    (Q - 2cB + c^2 D) / n^2, computed here from three units by hand (no noise: sigma 0)."""
+    # units: (t_u, n_u) = (2.5, 3), (-1, 1), (0.5, 2): N = 6, T = 2, Q = 6.25 + 1 + 0.25, B = 7.5 - 1 + 1, D = 14
+    t, n = np.array([2.5, -1.0, 0.5]), np.array([3.0, 1.0, 2.0])
+    st = ValueStatistics(episodes=6.0, return_sum=2.0, return_squares=7.5, start_states=np.zeros(4),
+                         sigma={"episode_count": 0.0, "return_sum": 0.0}, low=-1.0, high=1.0,
+                         unit_cross=7.5, unit_count_squares=14.0, max_episodes=3)
+    r = estimate_behaviour_value(st)
+    c = 2.0 / 6.0
+    se = math.sqrt(((t - c * n) ** 2).sum()) / 6.0
+    assert r["estimate"] == pytest.approx(c) and r["standard_error"] == pytest.approx(se, rel=1e-12)
+    assert r["sampling_sd"] == pytest.approx(se, rel=1e-12) and "privacy units" in r["method"]
+    # i.i.d. episodes would say: the same 6 episodes' c spread (all c of a unit equal to t_u / n_u)
+    c_ep = np.repeat(t / n, n.astype(int))
+    assert math.sqrt(c_ep.var() / 6) < se  # positively correlated units: the unit interval is wider
+    # negative residual sums (noise) are read as 0; above k C^2 n they are clipped there
+    low = estimate_behaviour_value(ValueStatistics(**{**st.__dict__, "return_squares": -50.0}))
+    assert low["sampling_sd"] == 0.0
+    high = estimate_behaviour_value(ValueStatistics(**{**st.__dict__, "return_squares": 1e6}))
+    assert high["sampling_sd"] == pytest.approx(math.sqrt(3 * 1.0 * 6) / 6)
+
+
+def _correlated_stays(n_logs: int, units: int, seed: int):
+    """Logs of patients with 1-3 correlated one-step stays each (see the coverage test)."""
+    rng = np.random.default_rng(seed)
+    M = n_logs * units
+    sick = rng.random(M) < 0.5
+    p_survive = np.where(sick, 0.1, 0.9)
+    # sicker patients come back more often: P(1, 2, 3 stays) = (0.2, 0.3, 0.5) sick, (0.6, 0.3, 0.1) not
+    u = rng.random(M)
+    n_u = np.where(sick, 1 + (u > 0.2) + (u > 0.5), 1 + (u > 0.6) + (u > 0.9)).astype(np.int64)
+    unit = np.repeat(np.arange(M), n_u)
+    survived = rng.random(unit.size) < p_survive[unit]
+    eid = np.arange(unit.size)
+    df = pl.DataFrame({"episode_id": eid, "step": np.zeros_like(eid), "state": np.zeros_like(eid),
+                       "action": np.zeros_like(eid), "reward": np.where(survived, 1.0, -1.0),
+                       "next_state": np.where(survived, SURVIVE, DIE), "unit_id": unit,
+                       "_chunk": unit // units})
+    # the estimand: mean return per stay in the population, E[n_u (2 p_u - 1)] / E[n_u]
+    en_sick, en_well = 0.2 + 0.6 + 1.5, 0.6 + 0.6 + 0.3
+    truth = (en_sick * (2 * 0.1 - 1) + en_well * (2 * 0.9 - 1)) / (en_sick + en_well)
+    return df, truth
+
+
+def test_interval_covers_with_correlated_stays_of_one_patient():
+    """k = 3 stays per patient, strongly correlated (a patient's survival probability is 0.1 or 0.9 for all
+    their stays; the sick ones come back more): 400 independent logs of 1000 patients (~1900 stays).
+
+    Taking the stays as i.i.d. (version 1) gives an interval about 1.4 times too narrow: its coverage is
+    about 0.845 (measured with version 1 at these seeds: 338/400; this version: 376/400). If the
+    coverage were exactly 0.95, the covering count is Binomial(400, 0.95) (mean 380, sd 4.4); the test
+    fails below 362 (4.1 sd below), false-failure probability 6.7e-5. At coverage 0.845 the count reaches
+    362 with probability 3e-4, so the test fails with the i.i.d. interval.
+    """
+    df, truth = _correlated_stays(400, 1000, seed=20261201)
+    spec = toy_spec(k=3, unit="unit_id", return_bound=[-1.0, 1.0])
+    bounded, _ = bound_contributions(df.lazy(), spec)
+    chunks = bounded.collect().partition_by("_chunk", maintain_order=True)
+    rel = BehaviourValueRelease.plan(spec, resolve_budget(rho=1.0))
+    rng = np.random.default_rng(78)
+    res = [estimate_behaviour_value(rel.apply(c.drop("_chunk"), rng=rng)) for c in chunks]
+    covered = sum(r["interval"][0] <= truth <= r["interval"][1] for r in res)
+    assert covered >= 362, covered
+    # not wide for nothing: the mean standard error is within 10% of the estimates' spread over the logs
+    # (400 estimates: the sd's relative sampling error is ~3.5%, 10% is > 2.8 of them)
+    est = np.array([r["estimate"] for r in res])
+    assert abs(np.mean([r["standard_error"] for r in res]) / est.std(ddof=1) - 1) < 0.10
 
 
 # --------------------------------------------------------------------------- start distribution, certificates
@@ -285,3 +370,23 @@ def test_start_lower_bound_covers_the_start_average():
     lbs = np.array([start_lower_bound(V0, c, sigma, (0.0, 1.0), terminal_states=(5,)) for c in counts])
     assert int((lbs > truth).sum()) <= 55
     assert truth - lbs.mean() < 0.15 and START_FAILURE_PROB == 0.01
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_summary_entry_follows_the_schema(k):
+    """The pipeline's ``behaviour_value`` entry (estimate + describe) is valid under the summary schema for
+    both k (k > 1 adds the unit-level families), and so is a version-1 entry (no version key)."""
+    schema = load_schema("summary")
+    sub = {**schema["properties"]["behaviour_value"], "$defs": schema["$defs"]}
+    rel = BehaviourValueRelease.plan(toy_spec(k=k, unit="unit_id"), resolve_budget(rho=1.0))
+    df, _ = _correlated_stays(1, 300, seed=1)
+    bounded, _ = bound_contributions(df.drop("_chunk").lazy(), toy_spec(k=3, unit="unit_id"))
+    entry = {**estimate_behaviour_value(rel.apply(bounded, rng=np.random.default_rng(0))),
+             "privacy_part": "behaviour-value", "mechanism": rel.describe(), "exact_clinicians": None}
+    jsonschema.Draft202012Validator(sub).validate(entry)
+    assert set(entry["mechanism"]["statistics"]) == set(value_families(k))
+    old = {**entry, "mechanism": {kk: v for kk, v in entry["mechanism"].items()
+                                  if kk not in ("version", "interval_unit")}}
+    jsonschema.Draft202012Validator(sub).validate(old)
+    bad = {**entry, "mechanism": {**entry["mechanism"], "version": 3}}
+    assert not jsonschema.Draft202012Validator(sub).is_valid(bad)
