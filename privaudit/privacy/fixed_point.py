@@ -54,6 +54,8 @@ _U_BITS = 53
 #: small arrays; large arrays take one candidate each, which wastes no work).
 _TRIES = 4
 _FEW = 2048
+#: Largest number of candidates per round of the one-group stream (:func:`_stream_group`).
+_STREAM_CHUNK = 1 << 18
 
 
 def to_grid_toward_zero(x: np.ndarray, bits: int) -> np.ndarray:
@@ -151,7 +153,72 @@ def discrete_gaussian_batch(groups, *, rng: np.random.Generator) -> list:
         params.append((p, q, t, float(sigma2), float(sigma2 / t)))
         shapes.append((size,) if isinstance(size, (int, np.integer)) else tuple(size))
     counts = [int(np.prod(sh)) for sh in shapes]
-    g = np.repeat(np.arange(len(groups)), counts)
+    big = [i for i, c in enumerate(counts) if c > _FEW]
+    if big:  # large groups: one candidate stream per group with scalar parameters (see _stream_group)
+        small = [i for i, c in enumerate(counts) if c <= _FEW]
+        parts = dict(zip(small, _batch_groups([params[i] for i in small], [counts[i] for i in small], rng)))
+        parts.update((i, _stream_group(params[i], counts[i], rng)) for i in big)
+        return [parts[i].reshape(shapes[i]) for i in range(len(groups))]
+    return [part.reshape(sh) for part, sh in zip(_batch_groups(params, counts, rng), shapes)]
+
+
+def _stream_group(param: tuple, n: int, rng) -> np.ndarray:
+    """``n`` exact draws of one group (many elements): the first n accepted of an i.i.d. candidate stream.
+
+    The same CKS Algorithm 3 trials as :func:`_batch_groups` (discrete
+    Laplace proposal of scale t, accepted with probability exp(-x) by the same
+    banded float test and exact fallback), drawn in rounds of vectorised
+    candidates with scalar t, sigma2 and sigma2/t; the accepted candidates are
+    kept in order until n are filled. Trials are i.i.d. and each accepted
+    value has the target law, so the first n accepted are n i.i.d. exact
+    draws (as in :func:`_geometric_exp1_many`). Saves the per-element
+    parameter gathers and index bookkeeping of the multi-group loop (about
+    a third of the time per draw at 10^5 - 10^6 draws per call).
+    """
+    p, q, t, s2f, c = param
+    out = np.empty(n, dtype=np.int64)
+    filled = 0
+    while filled < n:
+        need = n - filled
+        # about 0.63 x 0.76 of the candidates are accepted; ask for a little more than expected, in
+        # rounds of at most _STREAM_CHUNK candidates (bounds the temporaries: ~10 arrays of 8 bytes each)
+        y = _discrete_laplace_stream(t, min(int(need * 2.2) + 64, _STREAM_CHUNK), rng)
+        ay = np.abs(y).astype(np.float64)  # exact: |y| < 2^53 except with prob < e^-32 (then exact path)
+        x = (ay - c) ** 2 / (2.0 * s2f)
+        p_hat = np.exp(-x)
+        band = np.ldexp(1.0 + (ay + c) ** 2 / s2f + x, -_BAND_BITS)
+        u = rng.integers(0, 1 << _U_BITS, y.size)
+        u_hi = np.ldexp((u + 1).astype(np.float64), -_U_BITS)
+        accept = u_hi <= p_hat - band
+        unsure = ~accept & (np.ldexp(u.astype(np.float64), -_U_BITS) < p_hat + band)
+        unsure |= np.abs(y) >= 1 << 52
+        for i in np.flatnonzero(unsure):  # probability ~2^-39 each: exact interval arithmetic
+            num = (abs(int(y[i])) * t * q - p) ** 2
+            accept[i] = _accept_exact(num, 2 * p * q * t * t, int(u[i]), rng)
+        y = y[accept][:need]
+        out[filled:filled + y.size] = y
+        filled += y.size
+    return out
+
+
+def _discrete_laplace_stream(t: int, m: int, rng) -> np.ndarray:
+    """The accepted ones among ``m`` i.i.d. trials of CKS Algorithm 2 with scale t (int64, in trial order)."""
+    u = rng.integers(0, t, m)
+    # Bernoulli(exp(-u/t)), the same exact test as _bernoulli_exp_many with a scalar denominator
+    p_hat = np.exp(-(u.astype(np.float64) / float(t)))
+    w = rng.integers(0, 1 << _U_BITS, m)
+    accept = np.ldexp((w + 1).astype(np.float64), -_U_BITS) <= p_hat - 2.0**-_BAND_BITS
+    for i in np.flatnonzero(~accept & (np.ldexp(w.astype(np.float64), -_U_BITS) < p_hat + 2.0**-_BAND_BITS)):
+        accept[i] = _accept_exact(int(u[i]), int(t), int(w[i]), rng)
+    y = u + t * _geometric_exp1_many(m, rng)
+    neg = rng.integers(0, 2, m).astype(bool)
+    accept &= ~(neg & (y == 0))
+    return np.where(neg, -y, y)[accept]
+
+
+def _batch_groups(params: list, counts: list, rng) -> list:
+    """Exact draws of several groups together (per-element parameters); one int64 array per group."""
+    g = np.repeat(np.arange(len(params)), counts)
     t_el = np.array([pr[2] for pr in params], dtype=np.int64)[g]
     s2f_el = np.array([pr[3] for pr in params])[g]
     c_el = np.array([pr[4] for pr in params])[g]
@@ -181,7 +248,7 @@ def discrete_gaussian_batch(groups, *, rng: np.random.Generator) -> list:
         first = acc.argmax(1)
         out[todo[done]] = y.reshape(-1, r)[done, first[done]]
         todo = todo[~done]
-    return [part.reshape(sh) for part, sh in zip(np.split(out, np.cumsum(counts)[:-1]), shapes)]
+    return np.split(out, np.cumsum(counts)[:-1])
 
 
 def _bernoulli_exp_many(num: np.ndarray, den, rng) -> np.ndarray:

@@ -80,3 +80,17 @@ def test_wide_sampler_refuses_bad_parameters():
         fp.discrete_gaussian_wide(Fraction(0), 3, rng=np.random.default_rng(0))
     with pytest.raises(UsageError, match="2\\^47"):
         fp.discrete_gaussian_wide(Fraction(2**100), 3, rng=np.random.default_rng(0))
+
+
+def test_batch_streams_large_groups_and_keeps_small_ones_together(monkeypatch):
+    # a group above _FEW elements goes through the one-group candidate stream, the small one through
+    # the multi-group loop; both have the discrete Gaussian law (chi-square, false failure 1e-6 each)
+    streamed = []
+    real = fp._stream_group
+    monkeypatch.setattr(fp, "_stream_group", lambda param, n, rng: streamed.append(n) or real(param, n, rng))
+    small, large = fp.discrete_gaussian_batch([(Fraction(9, 4), (40, 50)), (Fraction(9, 4), (300, 100))],
+                                              rng=np.random.default_rng(11))
+    assert streamed == [30_000] and small.shape == (40, 50) and large.shape == (300, 100)
+    support = np.arange(-10, 11)
+    for y in (small, large):
+        assert _chi2_pvalue(y.ravel(), support, _dgauss_pmf(2.25, support)) > 1e-6
