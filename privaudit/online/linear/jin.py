@@ -175,12 +175,39 @@ class _JinFamily(LinearExplorer):
         (:func:`~privaudit.online.linear.stats.greedy`).
         """
         H = self.H
+        if target == self._exact_target:
+            return self._backward_exact(inv)
         bon = self.c.beta * bonus_table(self.phi_flat, inv)           # (H, S*A)
         v = np.zeros(self.S)
         for h in range(H - 1, -1, -1):
             index = (self.phi_flat @ (inv[h] @ target(h, v)) + bon[h]).reshape(self.S, self.A)
             self.Q[h] = index
             v = np.minimum(np.maximum(index.max(axis=1), 0.0), H)
+        self.pi = np.round(self.Q, TIE_DECIMALS).argmax(axis=2)
+        np.clip(self.Q, 0.0, H, out=self.Q)
+
+    def _backward_exact(self, inv: np.ndarray) -> None:
+        """:meth:`_backward` with the exact float targets (non-private, or rho = inf), batched over h.
+
+        index_h = phi^T inv_h (c_h + b_h^T V_{h+1}) + bonus_h is affine in V_{h+1}:
+        index_h = [V_{h+1}, 1] @ [b_h M_h; c_h M_h + bonus_h] with M_h = inv_h phi^T (d, S*A), so the
+        products for all h are formed before the loop and each step is one (1, S + 1) @ (S + 1, S*A)
+        product (the same Q up to float rounding; greedy actions compare Q rounded to TIE_DECIMALS).
+        """
+        H, S, A = self.H, self.S, self.A
+        phi_t = self.phi_flat.T
+        mT = inv @ phi_t                                                          # (H, d, S*A)
+        bon = self.c.beta * np.sqrt(np.maximum((mT * phi_t).sum(axis=1), 0.0))   # (H, S*A)
+        aug = np.concatenate([self.stats.b @ mT, (self.stats.c[:, None, :] @ mT) + bon[:, None, :]], axis=1)
+        v_aug = np.zeros(S + 1)                         # (V_{h+1}, 1); V_H = 0
+        v_aug[S] = 1.0
+        q = self.Q.reshape(H, S * A)
+        for h in range(H - 1, -1, -1):                  # sequential in h: V_h needs V_{h+1}
+            index = np.matmul(v_aug, aug[h], out=q[h])
+            vh = v_aug[:S]
+            index.reshape(S, A).max(axis=1, out=vh)
+            np.maximum(vh, 0.0, out=vh)
+            np.minimum(vh, H, out=vh)
         self.pi = np.round(self.Q, TIE_DECIMALS).argmax(axis=2)
         np.clip(self.Q, 0.0, H, out=self.Q)
 

@@ -95,14 +95,33 @@ class LSVIUCBPlusPlus(LinearExplorer):
         self.stats = RidgeStats(self.H, self.S, self.d, constants.lam + constants.shift)
         self._public = (constants.lam + constants.shift) * np.eye(self.d)
         H, S = self.H, self.S
-        self.Qhat = np.full((H, S * self.A), float(H))
-        self.Qchk = np.zeros((H, S * self.A))
-        self.V = np.zeros((H + 1, 2, S))                 # V-hat, V-check; row H is V_{H+1} = 0
-        self.V[:H, 0] = H
-        self.Vhat, self.Vchk = self.V[:, 0], self.V[:, 1]   # views
+        # Q-hat and Q-check stored signed, Z[h] = (Q-hat_h, -Q-check_h) (H, 2, S*A), so that one
+        # minimum and one maximum update both (Q-hat = min{new, old}, Q-check = max{new, old});
+        # likewise Vs[h] = (V-hat_h, -V-check_h) (H + 1, 2, S), row H is V_{H+1} = 0
+        self._Z = np.zeros((H, 2, S * self.A))
+        self._Z[:, 0] = H
+        self._Vs = np.zeros((H + 1, 2, S))
+        self._Vs[:H, 0] = H
+        self._lo = np.array([[0.0], [-float(H)]])            # lower clips of the two rows: Q-hat >= 0, Q-check <= H
         self._logdet_last: np.ndarray | None = None
+        self._phi_t = np.ascontiguousarray(self.phi_flat.T)   # (d, S*A)
         self._beta_opt = constants.beta_bern if constants.optimistic == "bernstein" else constants.beta_hoef
         self._cur: dict | None = None
+
+    @property
+    def Qhat(self) -> np.ndarray:
+        """Optimistic Q-hat_h(s, a), shape (H, S*A) (a view)."""
+        return self._Z[:, 0]
+
+    @property
+    def V(self) -> np.ndarray:
+        """(V-hat_h, V-check_h)(s) for h = 0..H, shape (H + 1, 2, S) (a copy; row H is V_{H+1} = 0)."""
+        return self._Vs * np.array([1.0, -1.0])[:, None]
+
+    @property
+    def Qchk(self) -> np.ndarray:
+        """Pessimistic Q-check_h(s, a), shape (H, S*A) (a copy)."""
+        return -self._Z[:, 1]
 
     # -- releases ---------------------------------------------------------
     def _release_gram(self) -> tuple[np.ndarray, np.ndarray]:
@@ -166,43 +185,48 @@ class LSVIUCBPlusPlus(LinearExplorer):
         H, S, A = self.H, self.S, self.A
         noise = self._vec_noise()
         if switch:
-            # phi^T Lambda^-1 for every (h, s, a); the optimistic / pessimistic predictions
-            # x = phi^T Lambda^-1 y_h with y_h = b_h^T V_{h+1} (+ noise) are linear in V_{h+1}:
-            # x = pb_h V_{h+1} + mn_h, with pb_h = phi^T Lambda^-1 b_h^T and mn_h = phi^T Lambda^-1 noise_h
-            # precomputed for all h (post-processing; the releases themselves are formed below)
-            m = self.phi_flat @ inv                                # (H, S*A, d)
-            bon = np.sqrt(np.maximum((m * self.phi_flat).sum(axis=-1), 0.0))      # (H, S*A)
-            base_opt = self.r_flat + self._beta_opt * bon
-            base_pes = self.r_flat - self.c.beta_hoef * bon
+            # Q-hat / Q-check at every (s, a) are linear in V_{h+1}: with M_h = Lambda_h^-1 phi^T (d, S*A),
+            # x_h = y_h^T M_h, y_h = b_h^T V_{h+1} (+ noise), so x_h = V_{h+1}^T (b_h M_h) + noise_h^T M_h.
+            # b_h M_h, noise_h^T M_h and the bonuses for all h in three batched products (post-processing;
+            # the releases themselves are formed below)
+            mT = inv @ self._phi_t                                 # (H, d, S*A); inv is symmetric
+            bon = np.sqrt(np.maximum((mT * self._phi_t).sum(axis=1), 0.0))     # (H, S*A)
+            base = np.empty((H, 2, S * A))
+            np.add(self.r_flat, self._beta_opt * bon, out=base[:, 0])
+            np.subtract(self.r_flat, self.c.beta_hoef * bon, out=base[:, 1])
             if self.lat is None:
-                pb, unit = m @ np.swapaxes(self.stats.b, 1, 2), None                # (H, S*A, S)
-            else:
+                pb, unit = self.stats.b @ mT, None                 # (H, S, S*A)
+            else:                                                  # lattice units -> real (powers of two)
                 unit = math.ldexp(1.0, self.lattice.value_bits)
-                pb = (m @ np.swapaxes(self.lat.b, 1, 2)) * self._unit_out[0, 0]
-                base_opt = base_opt + (m * (noise[:, 0, None, :] * self._unit_out[0, 0])).sum(axis=-1)
-                base_pes = base_pes + (m * (noise[:, 1, None, :] * self._unit_out[1, 0])).sum(axis=-1)
-            opt_all = np.empty((H, S * A))
-            for h in range(H - 1, -1, -1):
-                v = self.V[h + 1]                                  # (2, S)
-                if unit is not None:                               # V on the 2^-VB grid, in grid units
-                    v = np.rint(v * unit)
-                x = pb[h] @ v.T                                    # (S*A, 2)
-                opt = np.add(x[:, 0], base_opt[h], out=opt_all[h])
-                qh, qc = self.Qhat[h], self.Qchk[h]                # updated in place; 0 <= Q <= H before
-                np.minimum(opt, qh, out=qh)                        # <= H already
-                np.maximum(qh, 0.0, out=qh)
-                np.maximum(np.add(x[:, 1], base_pes[h]), qc, out=qc)  # >= 0 already
-                np.minimum(qc, H, out=qc)
-                self.V[h, 0] = qh.reshape(S, A).max(axis=1)
-                self.V[h, 1] = qc.reshape(S, A).max(axis=1)
-            self.pi = greedy(self.Qhat.reshape(H, S, A), opt_all.reshape(H, S, A))
+                pb = (self.lat.b @ mT) * self._unit_out[0, 0]
+                base += (noise[:, :2] @ mT) * self._unit_out[:2]
+            # one matmul per h: [V_{h+1} on the grid, 1, 0; -V-check_{h+1}, 0, 1] @ [pb_h; base_opt_h; -base_pes_h]
+            base[:, 1] *= -1.0
+            pb_aug = np.concatenate([pb, base], axis=1)            # (H, S + 2, S*A)
+            v_aug = np.zeros((2, S + 2))
+            v_aug[0, S], v_aug[1, S + 1] = 1.0, 1.0
+            vg = v_aug[:, :S]                                      # view: V_{h+1} rows, signed
+            x = np.empty((H, 2, S * A))                            # signed unclipped indices
+            Z, Vs, lo = self._Z, self._Vs, self._lo
+            for h in range(H - 1, -1, -1):                         # sequential in h: V_h needs V_{h+1}
+                if unit is None:
+                    vg[...] = Vs[h + 1]
+                else:                                              # V on the 2^-VB grid, in grid units
+                    np.rint(np.multiply(Vs[h + 1], unit, out=vg), out=vg)
+                xh = np.matmul(v_aug, pb_aug[h], out=x[h])
+                zh = Z[h]                                          # in place; 0 <= Q-hat <= H, 0 <= Q-check <= H
+                np.minimum(xh, zh, out=zh)                         # Q-hat <= H and -Q-check <= 0 already
+                np.maximum(zh, lo, out=zh)
+                zh[0].reshape(S, A).max(axis=1, out=Vs[h, 0])
+                zh[1].reshape(S, A).min(axis=1, out=Vs[h, 1])
+            self.pi = greedy(self._Z[:, 0].reshape(H, S, A), x[:, 0].reshape(H, S, A))
             self._logdet_last = logdet.copy()
             self.n_switches += 1
         # the 3H target releases with this episode's V_{h+1} (after a switch: the new ones)
-        vh = self.V[1:, 0]
-        y = self._targets(slice(None), np.stack([vh, self.V[1:, 1], vh * vh], axis=1), noise)
+        vh = self._Vs[1:, 0]
+        y = self._targets(slice(None), np.stack([vh, -self._Vs[1:, 1], vh * vh], axis=1), noise)
         w = y @ inv                                                # (H, 3, d); inv is symmetric
-        self._cur = {"inv": inv, "what": w[:, 0], "wchk": w[:, 1], "wbar": w[:, 2]}
+        self._cur = {"inv": inv, "w": w}                          # w[:, 0..2]: w-hat, w-check, w-bar
         return self.pi
 
     def weights(self, phi_traj: np.ndarray) -> np.ndarray:
@@ -213,11 +237,10 @@ class LSVIUCBPlusPlus(LinearExplorer):
         phi_traj : ndarray, shape (H, d)
             phi(s_h^k, a_h^k) (the current user's own data).
         """
-        cur, c, H, d = self._cur, self.c, self.H, self.d
-        nphi = np.sqrt(np.maximum(np.einsum("hi,hij,hj->h", phi_traj, cur["inv"], phi_traj), 0.0))
-        xh = np.einsum("hd,hd->h", cur["what"], phi_traj)
-        xc = np.einsum("hd,hd->h", cur["wchk"], phi_traj)
-        xb = np.einsum("hd,hd->h", cur["wbar"], phi_traj)
+        cur, c, H = self._cur, self.c, self.H
+        p = phi_traj[:, :, None]                                       # (H, d, 1)
+        nphi = np.sqrt(np.maximum((cur["inv"] @ p * p).sum(axis=(1, 2)), 0.0))
+        xh, xc, xb = (cur["w"] @ p)[:, :, 0].T                          # w-hat, w-check, w-bar . phi, (H,) each
         vbar = np.clip(xb, 0.0, H ** 2) - np.clip(xh, 0.0, H) ** 2
         e = np.minimum(c.beta_var * nphi, H ** 2) + np.minimum(2 * H * c.beta_hoef * nphi, H ** 2)
         dd = np.minimum(c.d_coef * (xh - xc + 2 * c.beta_hoef * nphi), c.d_cap)

@@ -190,7 +190,7 @@ def psd_inverse(mat: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
     m = 0.5 * (mat + np.swapaxes(mat, -1, -2))
     vals, vecs = np.linalg.eigh(m)
     vals = np.maximum(vals, floor)
-    inv = np.einsum("hij,hj,hkj->hik", vecs, 1.0 / vals, vecs)
+    inv = (vecs / vals[..., None, :]) @ np.swapaxes(vecs, -1, -2)      # V diag(1/vals) V^T
     return inv, np.log(vals).sum(axis=-1)
 
 
