@@ -5,20 +5,33 @@ budget (eps = 5, delta = 1e-5, converted to rho exactly); (b) DP-LSVI-UCB++ at
 eps in {0.5, 1, 2, 5, 10} (delta = 1e-5) against LSVI-UCB++. The seed's MDP
 (seed 000 Appendix 13, instance seed 0, H = 20) with phi scaled by 1/sqrt(7)
 (||phi|| <= 1, as issue 16 asks); users are the project's response trees
-(``privaudit.online.env``), run r uses world key r (fresh users) and agent
-noise seed 1000 + r. Mean and standard error over the runs.
+(``privaudit.online.env``), seed r uses world key r (fresh users) and agent
+noise seed 1000 + r. Mean and standard error over the seeds that exist.
 
 The seed's figure has no readable numbers and does not state K, the budget
 of panel (a) or its constants; the claims to check are "DP-LSVI-UCB++ beats
 Ngo and Luyo and even non-private LSVI-UCB, and approaches LSVI-UCB++ as the
 budget grows" (seed 003 l.275).
 
+Resumable: every run (constants, K, algorithm, epsilon, seed) is its own small
+JSON file ``<results>/figure1/<constants>/K<K>/<algo>_eps<eps|none>_seed<r>.json``
+(format version 1), written atomically when the run finishes; a rerun skips
+the runs whose file exists, so later sessions add seeds. A run shared by both
+panels (LSVI-UCB++, and DP-LSVI-UCB++ at eps = 5) is stored once. Runs are
+started in priority order: panel (a) for every seed, then panel (b), and the
+figures are assembled from whatever files exist, each curve labelled with its
+number of seeds.
+
 Usage::
 
-    python experiments/figure1_dp_lsvi_ucb_pp.py [--episodes 5000] [--runs 3] [--constants practical]
-        [--panels a b] [--workers 2] [--out-dir docs/img] [--json experiments/results/figure1_<constants>.json]
+    python experiments/figure1_dp_lsvi_ucb_pp.py run [--episodes 100000] [--seeds 0 1 2]
+        [--constants practical] [--panels a b] [--algos ...] [--workers 1]
+    python experiments/figure1_dp_lsvi_ucb_pp.py plot [--episodes 100000] [--constants practical]
+        [--out-dir docs/img]
 
-Prints a Markdown table of the final cumulative regret and writes the PNGs and JSON.
+``run`` runs the missing runs (then plots); ``plot`` only assembles the
+figures (``docs/img/figure1{a,b}_<constants>_K<K>.png``) and prints a Markdown
+table of the final cumulative regret.
 """
 
 from __future__ import annotations
@@ -26,6 +39,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -44,6 +59,8 @@ DELTA = 1e-5
 PHI = raw_features() / math.sqrt(7.0)
 LABELS = {"lsvi-ucb": "LSVI-UCB", "luyo": "Luyo et al.", "ngo": "Ngo et al.", "lsvi-ucb-pp": "LSVI-UCB++",
           "dp-lsvi-ucb-pp": "DP-LSVI-UCB++"}
+FORMAT_VERSION = 1
+RESULTS = Path(__file__).resolve().parent / "results" / "figure1"
 
 
 def checkpoints(K: int) -> np.ndarray:
@@ -51,113 +68,160 @@ def checkpoints(K: int) -> np.ndarray:
     return np.unique(np.round(np.logspace(0, math.log10(K), 60)).astype(int))
 
 
-def one_run(job: tuple) -> tuple:
-    """(key, run, cumulative regret at the checkpoints, switches, seconds) of one run."""
-    algo, eps, run, K, constants = job
-    env = make_env("synthetic-linear", world_key=run)
+def panel_keys(panel: str) -> list[tuple[str, float | None]]:
+    """(algorithm, epsilon or None) of the curves of one panel, in plotting order."""
+    if panel == "a":
+        return [(a, EPS_PANEL_A if LINEAR_ALGOS[a] else None) for a in LABELS]
+    if panel == "b":
+        return [("lsvi-ucb-pp", None)] + [("dp-lsvi-ucb-pp", e) for e in EPS_PANEL_B]
+    raise ValueError(f"`panel` must be 'a' or 'b'. Got {panel!r}.")
+
+
+def run_path(root: Path, constants: str, K: int, algo: str, eps: float | None, seed: int) -> Path:
+    """File of one run (see the module docstring)."""
+    tag = "none" if eps is None else f"{eps:g}"
+    return root / constants / f"K{K}" / f"{algo}_eps{tag}_seed{seed}.json"
+
+
+def one_run(job: tuple) -> dict:
+    """Run one (algorithm, epsilon, seed, K, constants) and write its file; returns the record."""
+    algo, eps, seed, K, constants, path = job
+    env = make_env("synthetic-linear", world_key=seed)
     reward = np.stack([env.mdp.expected_reward(h) for h in range(env.horizon)])
     rho = dp_to_zcdp(eps, DELTA) if (LINEAR_ALGOS[algo] and eps is not None) else math.inf
     agent = make_linear_agent(algo, PHI, reward, env.horizon, K, rho=rho, delta=DELTA, constants=constants,
-                              rng=np.random.default_rng(1000 + run))
-    t0 = time.perf_counter()
+                              rng=np.random.default_rng(1000 + seed))
+    t0, c0 = time.perf_counter(), time.process_time()
     cum = np.cumsum(run_episodes(env, agent, K).regret)
-    return (algo, eps, run, cum[checkpoints(K) - 1].tolist(), agent.n_switches, time.perf_counter() - t0)
+    rec = {"format_version": FORMAT_VERSION, "experiment": "figure1", "constants": constants, "episodes": K,
+           "algo": algo, "epsilon": eps, "delta": DELTA if eps is not None else None,
+           "rho": None if math.isinf(rho) else rho, "seed": seed, "world_key": seed, "noise_seed": 1000 + seed,
+           "checkpoints": checkpoints(K).tolist(), "cumulative_regret": cum[checkpoints(K) - 1].tolist(),
+           "switches": int(agent.n_switches), "cpu_seconds": time.process_time() - c0,
+           "wall_seconds": time.perf_counter() - t0,
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec, indent=1) + "\n")
+    os.replace(tmp, path)                        # atomic: a killed run leaves no half-written file
+    return rec
 
 
-def run(K: int, runs: int, constants: str, panels, workers: int) -> dict:
-    """All runs of the requested panels; returns a JSON-ready dict."""
-    keys = []
-    if "a" in panels:
-        keys += [(a, EPS_PANEL_A if LINEAR_ALGOS[a] else None) for a in LABELS]
-    if "b" in panels:
-        keys += [("dp-lsvi-ucb-pp", e) for e in EPS_PANEL_B] + [("lsvi-ucb-pp", None)]
-    keys = list(dict.fromkeys(keys))
-    jobs = [(a, e, r, K, constants) for a, e in keys for r in range(runs)]
-    out = {}
-    with ProcessPoolExecutor(max_workers=workers) as ex:
-        for algo, eps, r, cum, sw, sec in ex.map(one_run, jobs):
-            name = algo if eps is None else f"{algo} eps={eps:g}"
-            d = out.setdefault(name, {"algo": algo, "epsilon": eps, "cum": [], "switches": [], "seconds": []})
-            d["cum"].append(cum)
-            d["switches"].append(sw)
-            d["seconds"].append(sec)
-            print(f"  {name} run {r}: regret {cum[-1]:.0f}, switches {sw}, {sec:.0f} s", flush=True)
-    for d in out.values():
-        c = np.asarray(d["cum"])
-        d["mean"] = c.mean(axis=0).tolist()
-        d["se"] = (c.std(axis=0, ddof=1) / math.sqrt(len(c))).tolist() if len(c) > 1 else [0.0] * c.shape[1]
-    return {"episodes": K, "runs": runs, "constants": constants, "delta": DELTA,
-            "rho_of_eps": {str(e): dp_to_zcdp(e, DELTA) for e in sorted({EPS_PANEL_A, *EPS_PANEL_B})},
-            "checkpoints": checkpoints(K).tolist(), "curves": out}
+def pending_jobs(root: Path, K: int, seeds, constants: str, panels, algos=None) -> list[tuple]:
+    """Missing runs in priority order: panel (a) for each seed, then panel (b) for each seed."""
+    jobs, seen = [], set()
+    for panel in panels:
+        for seed in seeds:
+            for algo, eps in panel_keys(panel):
+                if algos and algo not in algos:
+                    continue
+                p = run_path(root, constants, K, algo, eps, seed)
+                if p in seen or p.exists():
+                    continue
+                seen.add(p)
+                jobs.append((algo, eps, seed, K, constants, str(p)))
+    return jobs
 
 
-def plot(res: dict, out_dir: Path) -> list[Path]:
-    """One PNG per panel; returns the paths."""
+def load(root: Path, constants: str, K: int) -> dict:
+    """{(algo, eps): [records sorted by seed]} of every finished run."""
+    out: dict = {}
+    for p in sorted((root / constants / f"K{K}").glob("*.json")):
+        rec = json.loads(p.read_text())
+        if rec.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{p}: unknown format_version {rec.get('format_version')!r}; expected {FORMAT_VERSION}.")
+        out.setdefault((rec["algo"], rec["epsilon"]), []).append(rec)
+    for recs in out.values():
+        recs.sort(key=lambda r: r["seed"])
+    return out
+
+
+def summary(recs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error (0 for a single seed) of the cumulative regret curves."""
+    c = np.asarray([r["cumulative_regret"] for r in recs])
+    se = c.std(axis=0, ddof=1) / math.sqrt(len(c)) if len(c) > 1 else np.zeros(c.shape[1])
+    return c.mean(axis=0), se
+
+
+def curve_label(algo: str, eps: float | None, n: int) -> str:
+    return LABELS[algo] + ("" if eps is None else f" (eps={eps:g})") + f", {n} seed{'s' if n > 1 else ''}"
+
+
+def plot(runs: dict, constants: str, K: int, out_dir: Path) -> list[Path]:
+    """One PNG per panel with at least one finished curve (panel b: at least one private curve)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    x = np.asarray(res["checkpoints"])
-    tag = res["constants"]
+    x = checkpoints(K)
     paths = []
-    panels = {"a": [k for k in res["curves"] if k in LABELS or k.endswith(f"eps={EPS_PANEL_A:g}")],
-              "b": ["lsvi-ucb-pp"] + sorted((k for k in res["curves"] if k.startswith("dp-lsvi-ucb-pp eps=")),
-                                            key=lambda k: res["curves"][k]["epsilon"])}
-    panels["b"] = [k for k in panels["b"] if k in res["curves"]]
-    for panel, names in panels.items():
-        if not names or (panel == "b" and len(names) < 3):
+    for panel in ("a", "b"):
+        keys = [k for k in panel_keys(panel) if k in runs]
+        if not keys or (panel == "b" and not any(e is not None for _, e in keys)):
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
-        for name in names:
-            d = res["curves"][name]
-            m, se = np.asarray(d["mean"]), np.asarray(d["se"])
-            label = LABELS[d["algo"]] + (f" (eps={d['epsilon']:g})" if d["epsilon"] is not None else "")
-            ax.plot(x, m, lw=1.5, label=label)
+        for algo, eps in keys:
+            m, se = summary(runs[(algo, eps)])
+            ax.plot(x, m, lw=1.5, label=curve_label(algo, eps, len(runs[(algo, eps)])))
             ax.fill_between(x, m - se, m + se, alpha=0.2)
-        ax.set_xlabel("episode K (users)")
+        ax.set_xlabel("episode k (users)")
         ax.set_ylabel("cumulative regret")
-        title = ("(a) algorithms, eps = %g, delta = 1e-5" % EPS_PANEL_A if panel == "a"
+        title = (f"(a) algorithms, eps = {EPS_PANEL_A:g}, delta = 1e-5" if panel == "a"
                  else "(b) DP-LSVI-UCB++ budgets, delta = 1e-5")
-        ax.set_title(f"{title}; H = 20, {tag} constants, {res['runs']} runs", fontsize=9)
+        ax.set_title(f"{title}\nH = 20, K = {K:,}, {constants} constants; mean +- s.e. over seeds", fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
         fig.tight_layout()
-        p = out_dir / f"figure1{panel}_{tag}.png"
+        p = out_dir / f"figure1{panel}_{constants}_K{K}.png"
         fig.savefig(p, dpi=120)
         plt.close(fig)
         paths.append(p)
     return paths
 
 
-def table(res: dict) -> str:
-    """Markdown table: final cumulative regret (mean +- se), switches, seconds per run."""
-    K = res["episodes"]
-    rows = [f"| algorithm | cumulative regret at K = {K} | mean switches | s / run |", "|---|---|---|---|"]
-    for name, d in res["curves"].items():
-        rows.append(f"| {name} | {d['mean'][-1]:.0f} +- {d['se'][-1]:.0f} | {np.mean(d['switches']):.0f} | "
-                    f"{np.mean(d['seconds']):.0f} |")
+def table(runs: dict, K: int) -> str:
+    """Markdown table: final cumulative regret (mean +- s.e.), per-seed values, switches, CPU s per run."""
+    rows = [f"| algorithm | eps | seeds | cumulative regret at K = {K:,} | per seed | mean switches | CPU s / run |",
+            "|---|---|---|---|---|---|---|"]
+    order = list(dict.fromkeys(panel_keys("a") + panel_keys("b")))
+    for key in [k for k in order if k in runs]:
+        recs = runs[key]
+        m, se = summary(recs)
+        per = ", ".join(f"{r['cumulative_regret'][-1]:,.0f} (s{r['seed']})" for r in recs)
+        rows.append(f"| {LABELS[key[0]]} | {'-' if key[1] is None else f'{key[1]:g}'} | {len(recs)} | "
+                    f"{m[-1]:,.0f} +- {se[-1]:,.0f} | {per} | {np.mean([r['switches'] for r in recs]):,.0f} | "
+                    f"{np.mean([r['cpu_seconds'] for r in recs]):.0f} |")
     return "\n".join(rows)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=5000)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("command", choices=["run", "plot"])
+    ap.add_argument("--episodes", type=int, default=100_000)
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     ap.add_argument("--constants", choices=["practical", "theory"], default="practical")
-    ap.add_argument("--panels", nargs="+", default=["a", "b"])
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--panels", nargs="+", choices=["a", "b"], default=["a", "b"])
+    ap.add_argument("--algos", nargs="+", choices=list(LABELS), default=None, help="only these algorithms")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--results", default=str(RESULTS))
     ap.add_argument("--out-dir", default="docs/img")
-    ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    res = run(args.episodes, args.runs, args.constants, args.panels, args.workers)
+    root, K = Path(args.results), args.episodes
+    if args.command == "run":
+        jobs = pending_jobs(root, K, args.seeds, args.constants, args.panels, args.algos)
+        print(f"{len(jobs)} runs to do", flush=True)
+        with ProcessPoolExecutor(max_workers=args.workers, max_tasks_per_child=1) as ex:
+            for rec in ex.map(one_run, jobs):
+                eps = "" if rec["epsilon"] is None else f" eps={rec['epsilon']:g}"
+                print(f"  {rec['algo']}{eps} seed {rec['seed']}: regret {rec['cumulative_regret'][-1]:.0f}, "
+                      f"switches {rec['switches']}, {rec['cpu_seconds']:.0f} CPU s", flush=True)
+    runs = load(root, args.constants, K)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for p in plot(res, out_dir):
+    for p in plot(runs, args.constants, K, out_dir):
         print(f"wrote {p}")
-    js = Path(args.json or f"experiments/results/figure1_{args.constants}.json")
-    js.parent.mkdir(parents=True, exist_ok=True)
-    js.write_text(json.dumps(res, indent=1) + "\n")
-    print(table(res))
+    print(table(runs, K))
 
 
 if __name__ == "__main__":
