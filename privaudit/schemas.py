@@ -81,9 +81,35 @@ def load_versioned_json(path, schema_name: str, what: str, version: int | None =
         raise ArtifactError(f"cannot read {what} {path}: the file is missing") from None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ArtifactError(f"cannot read {what} {path}: {e}") from None
-    found = doc.get("format_version") if isinstance(doc, dict) else None
+    return check_versioned(doc, schema_name, f"{what} {path}", version)
+
+
+def check_versioned(doc: Any, schema_name: str, where: str, version: int | None = None) -> dict:
+    """Check a parsed artifact document on reading: its ``format_version``, then its schema.
+
+    Raises
+    ------
+    privaudit.errors.ArtifactError
+        Not an object or another ``format_version`` (the message names the
+        version found and the one this privaudit reads), or a schema error
+        (every error named by its JSON path).
+    """
+    version = FORMAT_VERSION if version is None else version
+    found = doc.get("format_version") if isinstance(doc, dict) else type(doc).__name__
     if found != version:
-        raise ArtifactError(f"{what} {path}: format_version {found!r} is not supported "
+        raise ArtifactError(f"{where}: format_version {found!r} is not supported "
                             f"(this privaudit reads version {version}); use the privaudit version that wrote it.")
-    validate_or_raise(doc, schema_name, ArtifactError, f"{what} {path}")
+    validate_or_raise(doc, schema_name, ArtifactError, where)
+    return doc
+
+
+def check_on_write(doc: dict, schema_name: str, what: str) -> dict:
+    """Check a document privaudit is about to write against its schema (an error is internal: nothing is written).
+
+    Raises
+    ------
+    privaudit.errors.ArtifactError
+        The document breaks ``schemas/<schema_name>.schema.json``.
+    """
+    validate_or_raise(doc, schema_name, ArtifactError, f"{what} (internal error: nothing was written)")
     return doc

@@ -127,9 +127,9 @@ def test_composed_guarantee_is_what_was_asked(linear_run):
     assert manifest["guarantee"]["rho"] == parts["release"]["rho"]
     assert manifest["rng"] == "seeded-insecure" and s["rng"] == "seeded-insecure"
     lin = load_policy(out / "policies/dp-vapvi")
-    assert lin.privacy["guarantee"]["rho"] == parts["dp-vapvi"]["rho"]
+    assert lin.privacy.guarantee["rho"] == parts["dp-vapvi"]["rho"]
     apvi = load_policy(out / "policies/dp-apvi")
-    assert apvi.privacy["guarantee"]["rho"] == parts["release"]["rho"]  # post-processing of the release
+    assert apvi.privacy.guarantee["rho"] == parts["release"]["rho"]  # post-processing of the release
     # each part alone is weaker than the whole
     assert all(p["epsilon_alone"] < g["epsilon"] for p in parts.values())
     # the audit tested the release's own claim

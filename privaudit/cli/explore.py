@@ -99,14 +99,15 @@ def command(algo, env_name, episodes, epsilon, rho, delta, constants, beta, seed
     if seed is not None and budget is not None:
         click.echo("WARNING: seeded noise (--seed): for tests only; the run is marked rng seeded-insecure and NOT "
                    "private against anyone who knows the seed (the seed is not written).", err=True)
-    g, s = manifest["guarantee"], manifest["summary"]
+    g, s = manifest.guarantee, manifest.summary
     if as_json:
-        keys = ("private", "rng", "epsilon", "delta", "rho", "sampler")
-        echo_json({"out": str(out), "summary": s, "guarantee": {k: g[k] for k in keys}})
+        echo_json({"out": str(out), "summary": s.to_dict(),
+                   "guarantee": {"private": g.private, "rng": g.rng, "epsilon": g.epsilon, "delta": g.delta,
+                                 "rho": g.rho, "sampler": g.sampler}})
         return
     click.echo(f"{algo} on {env.name} (H={env.horizon}, S={env.n_states}, A={env.n_actions}), K={episodes}: "
-               f"cumulative regret {s['cumulative_regret']:.1f}, mean regret in the last 10% "
-               f"{s['mean_regret_last_10pct']:.3f} (first 10%: {s['mean_regret_first_10pct']:.3f})")
-    click.echo(("guarantee: " + g["statement"]) if g["private"] else
-               f"guarantee: none ({g['note']})" if "note" in g else "guarantee: none (non-private run)")
+               f"cumulative regret {s.cumulative_regret:.1f}, mean regret in the last 10% "
+               f"{s.mean_regret_last_10pct:.3f} (first 10%: {s.mean_regret_first_10pct:.3f})")
+    click.echo(("guarantee: " + g.statement) if g.private else
+               f"guarantee: none ({g.note})" if g.note is not None else "guarantee: none (non-private run)")
     click.echo(f"wrote {out}/regret.parquet, manifest.json, regret.png")

@@ -198,7 +198,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                                  output=out)
     notes.flush()
     save_policy(policy, out)
-    summary = {"policy": str(out), "algorithm": policy.algorithm, "private": bool(policy.privacy.get("private")),
+    summary = {"policy": str(out), "algorithm": policy.algorithm, "private": policy.privacy.private,
                "release": str(release_used) if release_used is not None else None,
                "stationary": policy.stationary, "shape": list(policy.table.shape),
                "parameters": policy.parameters}
@@ -206,4 +206,4 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         echo_json(summary)
     else:
         click.echo(f"wrote {out} ({policy.algorithm}, "
-                   f"{'private: ' + str(policy.privacy.get('guarantee', {}).get('definition', 'DP')) if summary['private'] else 'NOT private'})")
+                   f"{'private: ' + str(policy.privacy.definition) if summary['private'] else 'NOT private'})")

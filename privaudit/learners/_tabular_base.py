@@ -14,6 +14,7 @@ import numpy as np
 from privaudit.errors import UsageError
 from privaudit.learners.pessimism import PVIResult, RewardFrame, pessimistic_value_iteration, reward_frame
 from privaudit.learners.policy import Policy
+from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.privacy.projection import private_transition_estimate
 
 #: Tie-breaking rules among actions of equal (pessimistic) value.
@@ -210,7 +211,7 @@ class TabularLearnerBase:
 
     def _run(self, counts: Counts, reward, *, E: float, prepare, penalty: str,
              C1: float, C2: float, C: float, failure_prob: float, lower_order: bool,
-             terminal_states: Sequence[int], privacy: dict, spec_hash: str | None,
+             terminal_states: Sequence[int], privacy: PolicyPrivacy, spec_hash: str | None,
              reward_range: Sequence[float] | None = None) -> None:
         frame = reward_frame(reward_range)
         model = StepModel(counts, reward, E, prepare, frame)

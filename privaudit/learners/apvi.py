@@ -22,9 +22,10 @@ import numpy as np
 from privaudit.errors import UsageError
 from privaudit.learners._tabular_base import TabularLearnerBase
 from privaudit.learners.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
+from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.stats.protocol import Counts
 
-NON_PRIVATE = {"private": False, "note": "trained on exact counts of the logs; not differentially private"}
+NON_PRIVATE = PolicyPrivacy.none("trained on exact counts of the logs; not differentially private")
 
 
 def _identity(n_sas, n_sa):
@@ -108,7 +109,7 @@ class APVI(TabularLearnerBase):
                              "Use DPAPVI (algo dp-apvi) on a release.")
         self._run(counts, reward, E=0.0, prepare=_identity, penalty=self.penalty, C1=self.C1,
                   C2=C2_DEFAULT, C=self.C, failure_prob=self.failure_prob, lower_order=self.lower_order,
-                  terminal_states=terminal_states, privacy=dict(NON_PRIVATE), spec_hash=spec_hash,
+                  terminal_states=terminal_states, privacy=NON_PRIVATE, spec_hash=spec_hash,
                   reward_range=reward_range)
         return self
 

@@ -38,6 +38,7 @@ import numpy as np
 from privaudit.errors import UsageError
 from privaudit.learners._tabular_base import TabularLearnerBase
 from privaudit.learners.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
+from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.stats.manifest import ReleaseManifest
 from privaudit.stats.mechanism import count_noise_bound
 from privaudit.stats.protocol import Counts
@@ -70,7 +71,7 @@ def release_noise_bound(manifest: ReleaseManifest, failure_prob: float) -> float
     return count_noise_bound(manifest.mechanism, scale, d.H, d.S, d.A, d.stationary, manifest.noise, failure_prob)
 
 
-def release_privacy(manifest: ReleaseManifest, release_path: str | None = None) -> dict:
+def release_privacy(manifest: ReleaseManifest, release_path: str | None = None) -> PolicyPrivacy:
     """The policy's privacy record, inherited from the release manifest.
 
     ``private`` is false (with a note) when the release's ``rng`` is
@@ -81,14 +82,9 @@ def release_privacy(manifest: ReleaseManifest, release_path: str | None = None) 
     g.update({"mechanism": manifest.mechanism, "noise": manifest.noise, "neighbouring": manifest.neighbouring,
               "privacy_unit": manifest.privacy_unit.to_dict(),
               "rng": manifest.rng})
-    if not manifest.private:  # the release's noise is reproducible from a seed
-        out = {"private": False, "guarantee": g,
-               "note": "seeded noise (rng seeded-insecure): not private against anyone who knows the seed"}
-    else:
-        out = {"private": True, "guarantee": g}
-    if release_path is not None:
-        out["release"] = str(release_path)
-    return out
+    note = (None if manifest.private  # else the release's noise is reproducible from a seed
+            else "seeded noise (rng seeded-insecure): not private against anyone who knows the seed")
+    return PolicyPrivacy(manifest.private, g, None if release_path is None else str(release_path), note)
 
 
 def _clip_and_project(E: float):
@@ -155,7 +151,7 @@ class DPAPVI(TabularLearnerBase):
         self.noise_bound = noise_bound
 
     def fit(self, data, reward=None, *, terminal_states: Sequence[int] | None = None,
-            spec_hash: str | None = None, privacy: dict | None = None,
+            spec_hash: str | None = None, privacy: PolicyPrivacy | None = None,
             release_path: str | None = None, reward_range: Sequence[float] | None = None) -> "DPAPVI":
         """Learn from a release (or from noisy counts and an explicit E).
 
@@ -172,7 +168,7 @@ class DPAPVI(TabularLearnerBase):
             next-state reward if any, else the released reward sums.
         terminal_states, spec_hash : optional
             Default to the release manifest's.
-        privacy : dict, optional
+        privacy : PolicyPrivacy, optional
             The policy's privacy record (default: from the manifest, or
             ``{"private": False}`` for bare counts that are not noisy).
         release_path : str, optional
@@ -217,8 +213,8 @@ class DPAPVI(TabularLearnerBase):
                                  "DPAPVI(noise_bound=E) (0 for exact counts).")
             E = float(self.noise_bound)
             if privacy is None:
-                privacy = ({"private": False, "note": "noisy counts given without a release manifest"}
-                           if counts.noisy else {"private": False, "note": "exact counts (E = 0)"})
+                privacy = PolicyPrivacy.none("noisy counts given without a release manifest" if counts.noisy
+                                             else "exact counts (E = 0)")
         else:
             raise UsageError(f"DPAPVI.fit needs a Release or counts (privaudit.stats.protocol.Counts). "
                              f"Got {type(data).__name__}.")

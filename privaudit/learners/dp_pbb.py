@@ -49,6 +49,7 @@ from privaudit.learners._tabular_base import TabularLearnerBase, greedy_with_tie
 from privaudit.learners.confidence import gaussian_tail, mean_radius, stitched_log
 from privaudit.learners.pessimism import FAILURE_PROB_DEFAULT, RewardFrame, reward_frame
 from privaudit.learners.policy import Policy
+from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.privacy import accounting, samplers
 from privaudit.privacy.sensitivity import check_max_per_cell
 from privaudit.privacy.budget import Budget, resolve_budget
@@ -695,16 +696,15 @@ class DPPBB(TabularLearnerBase):
         self.Q_select_ = Qsel
         self.V_select_ = V_sel
         self.E_, self.iota_ = 0.0, L
-        privacy = ({"private": True, "guarantee": {**self.guarantee_, "mechanism": "gaussian", "noise": "exact",
-                                                   "neighbouring": Neighbouring.SUBSTITUTION.description,
-                                                   "privacy_unit": {"column": plan.unit.column,
-                                                                    "max_episodes": plan.unit.k},
-                                                   "rng": "seeded-insecure" if seeded else "secure",
-                                                   "event": self.event_.to_dict()}}
-                   if plan.private else {"private": False, "note": "dp-pbb without noise (rho = inf)"})
-        if plan.private and seeded:
-            privacy = {"private": False, "guarantee": privacy["guarantee"],
-                       "note": "seeded noise: not private against anyone who knows the seed"}
+        if plan.private:
+            g = {**self.guarantee_, "mechanism": "gaussian", "noise": "exact",
+                 "neighbouring": Neighbouring.SUBSTITUTION.description,
+                 "privacy_unit": {"column": plan.unit.column, "max_episodes": plan.unit.k},
+                 "rng": "seeded-insecure" if seeded else "secure", "event": self.event_.to_dict()}
+            privacy = PolicyPrivacy(not seeded, g, note=(
+                "seeded noise: not private against anyone who knows the seed" if seeded else None))
+        else:
+            privacy = PolicyPrivacy.none("dp-pbb without noise (rho = inf)")
         params = dict(self.get_params(), rho=shown_rho if math.isfinite(rho) else None, split=plan.split,
                       max_per_cell=counts.max_per_cell, n_backups=K, return_bound=return_bound,
                       stationary=bool(counts.stationary))

@@ -2,9 +2,12 @@
 
 ``policy.parquet`` has one row per (h, state, action) with non-zero
 probability (columns h, state, action, probability); ``policy.json`` is the
-manifest (schema ``schemas/policy.schema.json``): algorithm, parameters, the
-privacy guarantee inherited from the release (or ``{"private": false}``) and
-the format version. Linear learners may add named arrays (weights w_h,
+manifest, a typed :class:`~privaudit.learners.policy_manifest.PolicyManifest`
+(schema ``schemas/policy.schema.json``, checked on write and read):
+algorithm, parameters, the privacy record
+(:class:`~privaudit.learners.policy_manifest.PolicyPrivacy`: the guarantee
+inherited from the release or stated by the learner's own mechanism, or not
+private with a note) and the format version. Linear learners may add named arrays (weights w_h,
 penalty matrices) in ``extras.parquet`` (columns name, h, i, j, value).
 """
 
@@ -21,7 +24,8 @@ import polars as pl
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.errors import ArtifactError, MissingInputError, UsageError
 from privaudit.io_utils import atomic_dir
-from privaudit.schemas import load_versioned_json, schema_errors
+from privaudit.learners.policy_manifest import PolicyManifest, PolicyPrivacy
+from privaudit.schemas import load_versioned_json
 
 #: Largest deviation of a policy row's sum from 1 that is accepted (``load_policy_table``).
 ROW_SUM_TOL = 1e-6
@@ -39,8 +43,9 @@ class Policy:
         Learner name (``ve``, ``apvi``, ``dp-apvi``, ``pevi``, ...).
     parameters : dict
         The learner's parameters (JSON-serialisable).
-    privacy : dict
-        ``{"private": False}`` or ``{"private": True, "guarantee": {...}, "release": path}``.
+    privacy : PolicyPrivacy
+        Private or not, the guarantee, the release it came from, a note (a
+        dict in the ``policy.json`` form is accepted and converted).
     spec_hash : str or None
         Hash of the domain spec the policy was trained under.
     extras : dict[str, ndarray]
@@ -50,7 +55,7 @@ class Policy:
     table: np.ndarray
     algorithm: str
     parameters: dict = field(default_factory=dict)
-    privacy: dict = field(default_factory=lambda: {"private": False})
+    privacy: PolicyPrivacy = field(default_factory=lambda: PolicyPrivacy(False))
     spec_hash: str | None = None
     stationary: bool = False
     extras: dict = field(default_factory=dict)
@@ -62,33 +67,27 @@ class Policy:
         if (t < -1e-12).any() or np.abs(t.sum(-1) - 1).max() > 1e-6:
             raise UsageError("policy table rows pi_h(. | s) must be probability vectors.")
         object.__setattr__(self, "table", t)
+        if isinstance(self.privacy, dict):
+            object.__setattr__(self, "privacy", PolicyPrivacy.from_dict(self.privacy))
+        elif not isinstance(self.privacy, PolicyPrivacy):
+            raise UsageError(f"`privacy` must be a PolicyPrivacy. Got {type(self.privacy).__name__}.")
 
     @property
     def horizon(self) -> int:
         return self.table.shape[0]
 
-    def manifest(self) -> dict:
-        """The ``policy.json`` document."""
+    def manifest(self) -> PolicyManifest:
+        """The typed ``policy.json`` manifest (``PolicyManifest.to_dict()`` is the document)."""
         H, S, A = self.table.shape
-        return {
-            "format_version": FORMAT_VERSION,
-            "kind": "privaudit-policy",
-            "algorithm": self.algorithm,
-            "parameters": self.parameters,
-            "horizon": H,
-            "n_states": S,
-            "n_actions": A,
-            "stationary": self.stationary,
-            "spec_hash": self.spec_hash,
-            "software_version": __version__,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "extras": sorted(self.extras),
-            "privacy": self.privacy,
-        }
+        return PolicyManifest(
+            algorithm=self.algorithm, parameters=self.parameters, horizon=H, n_states=S, n_actions=A,
+            stationary=bool(self.stationary), spec_hash=self.spec_hash, software_version=__version__,
+            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            extras=tuple(sorted(self.extras)), privacy=self.privacy, format_version=FORMAT_VERSION)
 
     def __repr__(self) -> str:
         return (f"Policy(algorithm={self.algorithm!r}, shape={self.table.shape}, "
-                f"private={self.privacy.get('private')}, extras={sorted(self.extras)})")
+                f"private={self.privacy.private}, extras={sorted(self.extras)})")
 
 
 def save_policy(policy: Policy, out: str | Path, overwrite: bool = False) -> Path:
@@ -100,10 +99,7 @@ def save_policy(policy: Policy, out: str | Path, overwrite: bool = False) -> Pat
         If ``out`` exists and ``overwrite`` is False.
     """
     out = Path(out)
-    doc = policy.manifest()
-    errs = schema_errors(doc, "policy")
-    if errs:  # a bug in the caller, not user input: still never write a bad artifact
-        raise ArtifactError("policy manifest breaks schemas/policy.schema.json: " + "; ".join(errs))
+    doc = policy.manifest().to_dict()  # checked against its schema: never write a bad artifact
     h, s, a = np.nonzero(policy.table > 0)
     table = pl.DataFrame({
         "h": h.astype(np.int32), "state": s.astype(np.int32), "action": a.astype(np.int32),
@@ -144,8 +140,8 @@ def load_policy(path: str | Path) -> Policy:
     man_path = path / "policy.json"
     if not man_path.is_file():
         raise ArtifactError(f"{path} is not a policy folder: {man_path.name} is missing")
-    doc = load_versioned_json(man_path, "policy", "policy manifest")
-    H, S, A = doc["horizon"], doc["n_states"], doc["n_actions"]
+    man = PolicyManifest.from_dict(load_versioned_json(man_path, "policy", "policy manifest"), man_path)
+    H, S, A = man.shape
     try:
         df = pl.read_parquet(path / "policy.parquet")
     except Exception as e:  # noqa: BLE001 - any read failure is a corrupt artifact
@@ -156,9 +152,9 @@ def load_policy(path: str | Path) -> Policy:
         raise ArtifactError(f"{path / 'policy.parquet'} has (h, state, action) outside ({H}, {S}, {A})")
     table[h, s, a] = df["probability"].to_numpy()
     extras = {}
-    if doc.get("extras"):
+    if man.extras:
         ex = pl.read_parquet(path / "extras.parquet")
-        for name in doc["extras"]:
+        for name in man.extras:
             part = ex.filter(pl.col("name") == name)
             ndim = int(part["ndim"][0])
             shape3 = (part["h"].max() + 1, part["i"].max() + 1, part["j"].max() + 1)
@@ -166,9 +162,8 @@ def load_policy(path: str | Path) -> Policy:
             arr[part["h"].to_numpy(), part["i"].to_numpy(), part["j"].to_numpy()] = part["value"].to_numpy()
             extras[name] = arr.reshape(shape3[:ndim])
     try:
-        return Policy(table=table, algorithm=doc["algorithm"], parameters=doc["parameters"],
-                      privacy=doc["privacy"], spec_hash=doc.get("spec_hash"),
-                      stationary=bool(doc.get("stationary", False)), extras=extras)
+        return Policy(table=table, algorithm=man.algorithm, parameters=man.parameters, privacy=man.privacy,
+                      spec_hash=man.spec_hash, stationary=man.stationary, extras=extras)
     except UsageError as e:
         raise ArtifactError(f"{path}: {e}") from None
 

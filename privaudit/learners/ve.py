@@ -60,6 +60,6 @@ class ValueIterationCE(TabularLearnerBase):
                              "Use DPAPVI (algo dp-apvi) on a release.")
         self._run(counts, reward, E=0.0, prepare=_identity, penalty="none", C1=C1_DEFAULT,
                   C2=C2_DEFAULT, C=C_DEFAULT, failure_prob=FAILURE_PROB_DEFAULT, lower_order=False,
-                  terminal_states=terminal_states, privacy=dict(NON_PRIVATE), spec_hash=spec_hash,
+                  terminal_states=terminal_states, privacy=NON_PRIVATE, spec_hash=spec_hash,
                   reward_range=reward_range)
         return self

@@ -123,9 +123,9 @@ def resolve_mdp(mdp: str | Path | TabularMDP, horizon: int | None = None, *,
         sizes = {}
         needs = [k for k, v in entry.options.items() if v is None and k != "horizon"]
         if needs and declared_mdp(spec) is None:
-            raise UsageError(f"the {key} MDP needs {needs} to be built; pass `mdp` as the path of its saved "
-                             ".npz file (privaudit.mdp.io.save_mdp, which `privaudit simulate` runs for its MDP "
-                             "output), or pass the `spec` simulate wrote, which declares the instance.")
+            raise UsageError(f"the {key} MDP needs {needs} to be built; pass `mdp` MDP.npz, its saved file "
+                             "(privaudit.mdp.io.save_mdp, which `privaudit simulate` runs for its MDP output), or "
+                             "pass the `spec` simulate wrote, which declares the instance.")
         seed = resolve_instance_seed(key, instance_seed, spec)
         if needs:
             sizes = {"states": spec.n_states, "actions": spec.n_actions}

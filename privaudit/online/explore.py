@@ -8,7 +8,10 @@ Outputs, in one folder written atomically (``--out DIR``):
   holds ``privaudit_format_version``;
 * ``manifest.json``: format version, software version, configuration, the
   JDP guarantee (neighbouring relation, what is protected from whom, the
-  privacy events of every counter family), a summary of the regret;
+  privacy events of every counter family), a summary of the regret: a typed
+  :class:`~privaudit.online.manifest.ExploreManifest` (schema
+  ``schemas/explore_manifest.schema.json``, checked on write and read;
+  :func:`~privaudit.online.manifest.read_explore_manifest` reads it);
 * ``regret.png``: cumulative regret against episodes.
 
 All data here is simulated from a known MDP (the users are response trees
@@ -40,6 +43,8 @@ from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir
 from privaudit.online.counters import tree_levels
 from privaudit.online.env import EpisodicEnv
+from privaudit.online.manifest import (EXPLORE_FORMAT_VERSION, ExploreEnvironment, ExploreGuarantee, ExploreManifest,
+                                       ExploreSummary)
 from privaudit.online.protocol import Agent, RunResult, run_episodes
 from privaudit.online.pucb import PUCB, UCBVI
 from privaudit.privacy import accounting, samplers
@@ -48,8 +53,6 @@ from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.privacy.events import leaves
 from privaudit.stats.release import physical_memory_bytes
 
-#: Version of the explore output folder (manifest and Parquet).
-EXPLORE_FORMAT_VERSION = 1
 
 
 def build_pucb(env: EpisodicEnv, K: int, budget: Budget | None, constants: str, beta: float, rng, *,
@@ -264,7 +267,7 @@ def _plot(df: pl.DataFrame, title: str, path: Path) -> None:
 
 
 def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, res: RunResult, budget: Budget | None,
-                  config: dict, overwrite: bool = False, seeded: bool = False) -> dict:
+                  config: dict, overwrite: bool = False, seeded: bool = False) -> ExploreManifest:
     """Write regret.parquet, manifest.json and regret.png into ``out`` atomically; returns the manifest.
 
     ``seeded`` (the agent's noise came from a seed): the guarantee is marked
@@ -276,30 +279,26 @@ def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, re
     config = {k: v for k, v in config.items() if k != "seed"}
     K = len(res.regret)
     tail = max(1, K // 10)
-    manifest = {
-        "format_version": EXPLORE_FORMAT_VERSION,
-        "kind": "privaudit-explore",
-        "software": {"privaudit": __version__, "python": sys.version.split()[0], "numpy": np.__version__},
-        "config": config,
-        "environment": {"name": env.name, "horizon": env.horizon, "n_states": env.n_states,
-                        "n_actions": env.n_actions, "world_key": env.world_key,
-                        "simulated": True},
-        "guarantee": guarantee,
-        "calibration": _calibration_dict(agent),
-        "summary": {"episodes": K, "cumulative_regret": float(df["cumulative_regret"][-1]),
-                    "mean_regret_last_10pct": float(res.regret[-tail:].mean()),
-                    "mean_regret_first_10pct": float(res.regret[:tail].mean())},
-        "files": {"regret": "regret.parquet", "plot": "regret.png"},
-    }
-    label = ("non-private" if "statement" not in guarantee else guarantee["statement"].split(" for")[0]
-             + ("" if guarantee["private"] else " (seeded: not private)"))
+    manifest = ExploreManifest(
+        software={"privaudit": __version__, "python": sys.version.split()[0], "numpy": np.__version__},
+        config=config,
+        environment=ExploreEnvironment(env.name, int(env.horizon), int(env.n_states), int(env.n_actions),
+                                       env.world_key),
+        guarantee=ExploreGuarantee.from_dict(guarantee),
+        calibration=_calibration_dict(agent),
+        summary=ExploreSummary(K, float(df["cumulative_regret"][-1]), float(res.regret[-tail:].mean()),
+                               float(res.regret[:tail].mean())))
+    doc = manifest.to_dict()  # checked against its schema before anything is written
+    g = manifest.guarantee
+    label = ("non-private" if g.statement is None else g.statement.split(" for")[0]
+             + ("" if g.private else " (seeded: not private)"))
     title = f"{algo} on {env.name} (H={env.horizon}, S={env.n_states}, A={env.n_actions}), {label}"
     with atomic_dir(Path(out), overwrite=overwrite) as tmp:
         table = df.to_arrow()
         table = table.replace_schema_metadata({"privaudit_format_version": str(EXPLORE_FORMAT_VERSION),
                                                "privaudit_kind": "explore-regret"})
         pq.write_table(table, tmp / "regret.parquet")
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, default=_json_default) + "\n")
+        (tmp / "manifest.json").write_text(json.dumps(doc, indent=2) + "\n")
         _plot(df, title, tmp / "regret.png")
     return manifest
 
@@ -318,11 +317,3 @@ def _calibration_dict(agent: Agent) -> dict | None:
             "constants": {"name": cal.constants.name, "error": cal.constants.error,
                           "c_threshold": cal.constants.c_threshold, "c_phi": cal.constants.c_phi,
                           "c_psi": cal.constants.c_psi}}
-
-
-def _json_default(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -452,7 +452,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
         pol = train_linear(prepared, spec, "dp-vapvi", budget=parts["dp-vapvi"], seed=seeds[1])
         policies["dp-vapvi"] = pol
         start_values["dp-vapvi"] = None  # DP-VAPVI's pessimistic values are not kept
-        events["dp-vapvi"] = event_from_dict(pol.privacy["guarantee"]["event"])
+        events["dp-vapvi"] = event_from_dict(pol.privacy.event)
         if ledger is not None:
             ledger_mod.charge_event(ledger, spec.dataset_id, events["dp-vapvi"],
                                     f"pipeline, dp-vapvi part: gaussian, rho={parts['dp-vapvi'].shown!r} "

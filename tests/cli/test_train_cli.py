@@ -47,7 +47,7 @@ def test_non_private_train_warns_and_round_trips(world):
     pol = load_policy(d / "p_apvi")
     direct = APVI().fit(exact_counts(world["df"], world["spec"]), terminal_states=())
     np.testing.assert_array_equal(pol.table, direct.policy_.table)
-    assert pol.privacy["private"] is False and pol.algorithm == "apvi"
+    assert pol.privacy.private is False and pol.algorithm == "apvi"
     assert pol.spec_hash == world["spec"].hash()
     # evaluate reads the folder and reports the same exact value
     ev = run("evaluate", d / "p_apvi", "--mdp", d / "mdp.npz", "--json")
@@ -69,8 +69,8 @@ def test_dp_train_releases_first_then_release_is_reused(world):
     assert summary["private"] is False and summary["release"] == str(rel)  # --seed: seeded-insecure, not private
     pol = load_policy(d / "p_dp")
     man = json.loads((rel / "manifest.json").read_text())
-    assert pol.privacy["private"] is False and pol.privacy["guarantee"]["rng"] == "seeded-insecure"
-    assert pol.privacy["guarantee"]["rho"] == man["guarantee"]["rho"] == 5.0
+    assert pol.privacy.private is False and pol.privacy.guarantee["rng"] == "seeded-insecure"
+    assert pol.privacy.guarantee["rho"] == man["guarantee"]["rho"] == 5.0
     charged = (d / "ledger.jsonl").read_text()
     assert len(charged.splitlines()) == 2                                 # header + this release
     # from the release: same policy (post-processing is deterministic), nothing more spent
@@ -159,4 +159,4 @@ def test_dp_apvi_penalty_c2_is_recorded(world, tmp_path):
               "--penalty-c2", 0, "--seed", 1, "--out", tmp_path / "p")
     assert res.exit_code == 0, res.output
     pol = load_policy(tmp_path / "p")
-    assert pol.parameters["C2"] == 0.0 and pol.privacy["private"] is False
+    assert pol.parameters["C2"] == 0.0 and pol.privacy.private is False

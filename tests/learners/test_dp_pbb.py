@@ -184,7 +184,7 @@ def test_plan_event_fits_budget_and_matches_drawn_scales(monkeypatch):
     assert learner.guarantee_["rho"] == pytest.approx(rho)
     fam = [f for f, _, _ in leaves]
     assert fam.count("pbb-backup") == H and fam.count("pbb-second-moment") == H
-    assert learner.policy_.privacy["private"] is False               # seeded: not private
+    assert learner.policy_.privacy.private is False               # seeded: not private
 
 
 def test_visit_noise_has_the_planned_scale():
@@ -240,7 +240,7 @@ def test_zero_noise_is_the_exact_lower_bound():
         counts, REWARD, terminal_states=TERMINALS, return_bound=1.0, rng=np.random.default_rng(0))
     np.testing.assert_allclose(L2.Q_, L.Q_, atol=1e-3)
     np.testing.assert_array_equal(L2.policy_.table, L.policy_.table)
-    assert L.event_ is None and L.policy_.privacy["private"] is False
+    assert L.event_ is None and L.policy_.privacy.private is False
 
 
 # ----------------------------------------------------------------------------
@@ -346,7 +346,7 @@ def test_train_from_logs_charges_the_ledger_with_the_event(small_logs, tmp_path)
     assert accounting.event_rho(L.event_) <= 0.6
     assert all(e.max_per_cell == (None if e.family == "pbb-starts" else 1) for e in L.event_.events)
     pol = L.policy_
-    assert pol.algorithm == "dp-pbb" and pol.privacy["private"] is False   # seeded: not private
+    assert pol.algorithm == "dp-pbb" and pol.privacy.private is False   # seeded: not private
     assert pol.parameters["return_bound"] == 1.0 and pol.table.shape == (spec.H, spec.S, spec.A)
     assert 0.0 <= L.certified_value() <= 1.0
     with pytest.raises(BudgetExceededError):          # 0.6 + 0.6 > 1: refused before any row is read

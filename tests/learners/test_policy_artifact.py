@@ -1,12 +1,15 @@
 """Policy artifact round trip and version check."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from privaudit.errors import ArtifactError
+from privaudit.errors import ArtifactError, UsageError
 from privaudit.learners.policy import Policy, greedy_table, load_policy, save_policy
+from privaudit.learners.policy_manifest import PolicyManifest, PolicyPrivacy
 
 
 def _random_policy(rng, H=3, S=4, A=2):
@@ -26,7 +29,7 @@ def test_round_trip_with_extras(tmp_path):
     np.testing.assert_array_equal(q.table, table)
     np.testing.assert_array_equal(q.extras["w"], w)
     np.testing.assert_array_equal(q.extras["Lambda_inv"], M)
-    assert q.algorithm == "dp-apvi" and q.privacy["guarantee"]["rho"] == 1.0 and q.spec_hash == "abc"
+    assert q.algorithm == "dp-apvi" and q.privacy.guarantee["rho"] == 1.0 and q.spec_hash == "abc"
 
 
 def test_unknown_version_refused(tmp_path):
@@ -51,3 +54,44 @@ def test_missing_manifest_and_existing_out(tmp_path):
 def test_greedy_ties_to_lowest_action():
     Q = np.array([[[1.0, 1.0, 0.0], [0.0, 2.0, 2.0]]])
     np.testing.assert_array_equal(greedy_table(Q)[0], [[1, 0, 0], [0, 1, 0]])
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "policy_v1"
+
+
+def test_policies_written_before_the_typed_manifest_still_read():
+    """Fixtures in the policy.json form main wrote before PolicyManifest (format 1, byte for byte): a dp-apvi
+    policy whose privacy record is the release's guarantee (no event), and the schema's minimum (no stationary,
+    spec_hash or extras keys)."""
+    p = load_policy(FIXTURES / "dp_apvi")
+    assert isinstance(p.privacy, PolicyPrivacy) and p.privacy.private is True
+    assert p.privacy.rho == 0.3 and p.privacy.release == "run1/release" and p.privacy.event is None
+    assert p.privacy.definition == "zCDP" and p.stationary is True and p.spec_hash == "ab" * 32
+    np.testing.assert_array_equal(p.table.argmax(-1), [[1, 0, 1], [0, 0, 1]])
+    m = load_policy(FIXTURES / "minimal")
+    assert (m.algorithm, m.stationary, m.spec_hash, m.extras) == ("ve", False, None, {})
+    assert m.privacy == PolicyPrivacy(False, None, None, "trained on exact counts of the logs; not differentially "
+                                                         "private")
+    # read -> write -> read keeps every field of the old document (format unchanged, version 1)
+    old = json.loads((FIXTURES / "dp_apvi" / "policy.json").read_text())
+    new = p.manifest().to_dict()
+    assert {k: v for k, v in new.items() if k not in ("created", "software_version")} == \
+        {k: v for k, v in old.items() if k not in ("created", "software_version")}
+
+
+def test_manifest_is_typed_frozen_and_checked_both_ways(tmp_path):
+    p = Policy(greedy_table(np.zeros((1, 2, 2))), "ve", privacy=PolicyPrivacy.none("exact"))
+    man = p.manifest()
+    assert isinstance(man, PolicyManifest) and man.shape == (1, 2, 2) and man.privacy.note == "exact"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        man.algorithm = "dp-apvi"  # type: ignore[misc]
+    with pytest.raises(ArtifactError, match=r"(?s)breaks schema .policy.*algorithm"):  # checked on write
+        dataclasses.replace(man, algorithm="").to_dict()
+    doc = man.to_dict()
+    doc["horizon"] = 0
+    with pytest.raises(ArtifactError, match=r"\$\.horizon"):  # checked on read
+        PolicyManifest.from_dict(doc, "x/policy.json")
+    with pytest.raises(ArtifactError, match="must record its guarantee"):
+        PolicyPrivacy(True)
+    with pytest.raises(UsageError, match="`privacy` must be a PolicyPrivacy"):
+        Policy(greedy_table(np.zeros((1, 2, 2))), "ve", privacy="private")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -12,12 +14,15 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit.errors import UsageError
+from privaudit.errors import ArtifactError, MissingInputError, UsageError
 from privaudit.online.env import make_env
 from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.online.explore import run_explore, validate_budget
 from privaudit.privacy.accounting import event_epsilon
 from privaudit.privacy.events import event_from_dict
+from privaudit.online.manifest import ExploreManifest, read_explore_manifest
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def _run(args):
@@ -143,3 +148,31 @@ def test_explore_missing_mdp_file_is_a_usage_error_with_its_path(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"not a zip")  # unreadable: invalid data, exit 1 (as evaluate)
     r = _run(["--algo", "ucb-vi", "--env", str(tmp_path / "bad.npz"), "--episodes", "10", "--out", str(out)])
     assert r.exit_code == 1 and "cannot read MDP file" in r.output and not out.exists()
+
+
+def test_explore_manifest_is_typed_and_reads_back(tmp_path):
+    """write_explore returns the typed manifest; read_explore_manifest reads the folder back to an equal object
+    (schema checked both ways); a manifest of the first explore version (no rng, sampler or grid; events in the
+    older mechanism/family/scale form) still reads; a future version and a seed in config are refused."""
+    out = tmp_path / "run"
+    r = _run(["--algo", "pucb", "--env", "random-tabular", "--states", "3", "--actions", "2", "--horizon", "3",
+              "--episodes", "40", "--epsilon", "1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    m = read_explore_manifest(out)
+    assert isinstance(m, ExploreManifest) and m.guarantee.private and m.guarantee.rng == "secure"
+    assert m.guarantee.epsilon == 1.0 and m.guarantee.rho is None and m.summary.episodes == 40
+    assert m.environment.n_states == 3 and m.to_dict() == json.loads((out / "manifest.json").read_text())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.guarantee.private = False  # type: ignore[misc]
+    old = read_explore_manifest(FIXTURES / "explore_v1")
+    assert old.guarantee.rng is None and old.guarantee.sampler is None and old.guarantee.private is True
+    assert old.guarantee.events[0]["mechanism"] == "laplace" and "herself" in old.guarantee.text["not_protected"]
+    assert old.summary.cumulative_regret == 12.5
+    doc = json.loads((out / "manifest.json").read_text())
+    for bad, match in ((dict(doc, format_version=2), "format_version 2 is not supported"),
+                       (dict(doc, config={**doc["config"], "seed": 3}), r"\$\.config"),
+                       (dict(doc, summary={**doc["summary"], "episodes": 0}), r"\$\.summary\.episodes")):
+        with pytest.raises(ArtifactError, match=match):
+            ExploreManifest.from_dict(bad, "m.json")
+    with pytest.raises(MissingInputError):
+        read_explore_manifest(tmp_path / "nope")

@@ -25,6 +25,7 @@ from privaudit.learners.linear import privacy as _privacy
 from privaudit.learners.linear.core import ExactStatistics, backward_pass, step_statistics
 from privaudit.learners.linear.providers import DEFAULT_CHUNK_BYTES, FiniteFeatures
 from privaudit.learners.policy import Policy
+from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.mdp.features import FeatureMap
 
 _EXACT = ExactStatistics()
@@ -100,7 +101,7 @@ class _LinearLearner:
         """The constructor parameters (JSON-ready)."""
         return {k: v for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_")}
 
-    def to_policy(self, privacy: dict | None = None, spec_hash: str | None = None) -> Policy:
+    def to_policy(self, privacy: PolicyPrivacy | None = None, spec_hash: str | None = None) -> Policy:
         """The policy artifact: greedy table (H, S, A) plus extras ``w`` (H, d),
         ``Lambda_inv`` (H, d, d), ``penalty_offset`` (H,); parameters include the feature map.
 
@@ -113,7 +114,7 @@ class _LinearLearner:
             raise UsageError(f"{type(self).__name__} is not fitted on a feature table: call fit() first.")
         params = {**self.get_params(), "features": self.features_}
         return Policy(table=self.table_, algorithm=self.algorithm, parameters=params,
-                      privacy=privacy or {"private": False}, spec_hash=spec_hash,
+                      privacy=privacy or PolicyPrivacy(False), spec_hash=spec_hash,
                       extras={"w": self.w_, "Lambda_inv": self.Lambda_inv_, "penalty_offset": self.offset_})
 
 

@@ -25,6 +25,7 @@ from privaudit.learners.linear.providers import FiniteFeatures, RowFeatures, q_r
 from privaudit.learners.linear.rows import clip_features, column_dims, row_steps
 from privaudit.learners.pessimism import reward_frame
 from privaudit.learners.policy import Policy, greedy_table
+from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
@@ -222,12 +223,12 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         data = FiniteFeatures(data_from_frame(df, spec), fmap, learner.chunk_bytes)
     learner.fit(data, rng=noise_rng, data_var=data_var)
     if algo == "dp-vapvi":
-        privacy = {"private": seed is None, "guarantee": guarantee(event, budget, spec,
-                                                                   "seeded-insecure" if seed is not None else "secure")}
-        if seed is not None:
-            privacy["note"] = "seeded noise (rng seeded-insecure): not private against anyone who knows the seed"
+        privacy = PolicyPrivacy(
+            seed is None, guarantee(event, budget, spec, "seeded-insecure" if seed is not None else "secure"),
+            note=None if seed is None else
+            "seeded noise (rng seeded-insecure): not private against anyone who knows the seed")
     else:
-        privacy = {"private": False, "note": f"{algo} reads the exact logs: not differentially private"}
+        privacy = PolicyPrivacy.none(f"{algo} reads the exact logs: not differentially private")
     if row_features:
         policy = _row_policy(learner, spec, m, algo, privacy)
     else:
@@ -242,7 +243,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     return policy
 
 
-def _row_policy(learner, spec: DomainSpec, m: int, algo: str, privacy: dict) -> Policy:
+def _row_policy(learner, spec: DomainSpec, m: int, algo: str, privacy: PolicyPrivacy) -> Policy:
     """The policy artifact of a learner fitted on per-row features (column-x-action).
 
     The greedy table over the spec's S states needs public features of every

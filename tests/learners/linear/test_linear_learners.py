@@ -118,11 +118,11 @@ def test_policy_artifact_round_trip_and_train_from_logs(tmp_path):
     data = LinearData.from_rows(df["step"], df["state"], df["action"], df["reward"], df["next_state"],
                                 np.zeros(df.height, bool), H=20, S=2, A=100, n_episodes=300)
     np.testing.assert_allclose(pol.extras["w"], VAPVI().fit(data, FMAP).w_)
-    assert pol.privacy["private"] is False
+    assert pol.privacy.private is False
     dp = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", epsilon=5.0, delta=1e-6, seed=3)
     dp2 = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", epsilon=5.0, delta=1e-6, seed=3)
     np.testing.assert_array_equal(dp.extras["w"], dp2.extras["w"])  # --seed reproduces (tests only)
-    g = dp.privacy["guarantee"]
+    g = dp.privacy.guarantee
     assert g["epsilon"] <= 5.0 and g["delta"] == 1e-6 and g["rng"] == "seeded-insecure"
     assert "5H = 100 discrete Gaussian releases" in g["mechanism"] and "substitution" in g["neighbouring"]
     assert g["grid"]["statistics"] == {"gram": "2^-24", "v2": "2^-20", "v": "2^-20", "weighted_gram": "2^-36",
@@ -151,7 +151,7 @@ def test_spec_k_scales_noise(tmp_path):
     df = simulate(MDP, behaviour_policy(), 20, np.random.default_rng(4))
     write_logs(df, tmp_path / "logs.parquet")
     pol = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", rho=1.0, seed=0)
-    assert pol.parameters["k"] == 2 and pol.privacy["guarantee"]["max_episodes_per_unit"] == 2
+    assert pol.parameters["k"] == 2 and pol.privacy.guarantee["max_episodes_per_unit"] == 2
 
 
 def test_cli_simulate_train_evaluate(tmp_path):
