@@ -368,7 +368,7 @@ class DPPBBMechanism(_LibraryStatistics):
 
     def exact_statistics(self, logs: pl.DataFrame) -> dict:
         ex = self.exact[self.which(logs)]
-        return {"visits": ex.visits(), "starts": ex.starts}
+        return {"visits": ex.visits.reshape(-1, ex.n_states * ex.n_actions), "starts": ex.starts}  # (G, S A)
 
     def __call__(self, logs: pl.DataFrame, rng: np.random.Generator) -> np.ndarray:
         if not self.exact:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -55,6 +56,7 @@ from privaudit.privacy.sensitivity import check_max_per_cell
 from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
 from privaudit.stats.counts import sparse_counts
+from privaudit.stats.protocol import step_index
 
 __all__ = ["DPPBB", "CappedCounts", "capped_counts_from_logs", "capped_counts_from_frames", "PBBPlan", "SPLIT_DEFAULT", "plan_noise", "pbb_sensitivities"]
 
@@ -88,6 +90,14 @@ _FIT_STEPS = 16
 @dataclass(frozen=True, repr=False)
 class CappedCounts:
     """Exact transition counts after the per-unit per-cell cap. PRIVATE: never release them.
+
+    Answers the counts protocol (:class:`privaudit.stats.protocol.Counts`)
+    in its words: ``visits_at(h)``, ``transitions_at(h)``, ``reward_sums_at(h)``
+    (None: DP-PBB's reward is public), the whole table ``visits`` ((S, A)
+    pooled, (H, S, A) per step) and ``iter_transitions()``; ``noisy`` is
+    False. DP-PBB itself reads the sparse ``transitions`` matrices (one
+    backup is a sparse product) and the start counts, which the protocol
+    does not hold.
 
     Attributes
     ----------
@@ -152,9 +162,40 @@ class CappedCounts:
         """A."""
         return self.transitions[0].shape[0] // self.n_states
 
+    #: Exact counts (the protocol's ``noisy``): DP-PBB adds its own noise.
+    noisy = False
+    #: No reward sums: DP-PBB backs up a public reward.
+    has_reward_sums = False
+
+    @cached_property
     def visits(self) -> np.ndarray:
-        """n(s, a) = sum_s' N(s, a, s'), shape (G, S * A) with G = 1 (pooled) or H, int64."""
-        return np.stack([np.asarray(t.sum(axis=1)).ravel() for t in self.transitions]).astype(np.int64)
+        """n(s, a) = sum_s' N(s, a, s'), int64: shape (S, A) pooled, (H, S, A) per step (the protocol's table)."""
+        S, A = self.n_states, self.n_actions
+        n = np.stack([np.asarray(t.sum(axis=1)).ravel() for t in self.transitions]).astype(np.int64)
+        n = n.reshape(len(self.transitions), S, A)
+        n.setflags(write=False)
+        return n[0] if self.stationary else n
+
+    def visits_at(self, h: int) -> np.ndarray:
+        """n_h(s, a), shape (S, A) (the pooled table for every h when stationary)."""
+        i = step_index(h, self.horizon, self.stationary)
+        return self.visits if self.stationary else self.visits[i]
+
+    def transitions_at(self, h: int) -> np.ndarray:
+        """n_h(s, a, s'), shape (S, A, S), a fresh dense array (DP-PBB reads the sparse ``transitions``)."""
+        i = step_index(h, self.horizon, self.stationary)
+        S, A = self.n_states, self.n_actions
+        return self.transitions[i].toarray().reshape(S, A, S)
+
+    def reward_sums_at(self, h: int) -> None:
+        """None: no reward sums (DP-PBB's reward is public). Checks ``h`` as every container does."""
+        step_index(h, self.horizon, self.stationary)
+        return None
+
+    def iter_transitions(self):
+        """Yield (h, n_h(s, a, s') of shape (S, A, S)) for h = 0..H-1, once (h = 0) when stationary."""
+        for h in range(1 if self.stationary else self.horizon):
+            yield h, self.transitions_at(h)
 
     @classmethod
     def from_arrays(cls, transitions: np.ndarray, *, horizon: int, max_episodes: int = 1,
@@ -640,7 +681,7 @@ class DPPBB(TabularLearnerBase):
         self.alpha_event_ = alpha
         t_gauss, L = gaussian_tail(alpha), stitched_log(alpha)
 
-        visits = _noise(counts.visits(), plan.sigma_visits, rv)                      # (G, S*A)
+        visits = _noise(counts.visits.reshape(G, S * A), plan.sigma_visits, rv)       # (G, S*A)
         self.visits_noisy_ = visits.reshape(G, S, A)
         n_lo = visits - t_gauss * plan.sigma_visits
         n_up = visits + t_gauss * plan.sigma_visits

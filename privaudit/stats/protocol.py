@@ -1,6 +1,6 @@
 """The counts protocol: what every container of tabular count statistics answers.
 
-Three containers hold the statistics of DP-APVI (ALGORITHMS.md 1.2 step 2)
+Four containers hold the statistics of DP-APVI (ALGORITHMS.md 1.2 step 2)
 over the declared domain, and all answer the same questions in the same
 words, so the release, the learners and the auditor read any of them:
 
@@ -10,7 +10,10 @@ words, so the release, the learners and the auditor read any of them:
   folder (noisy, public);
 * :class:`privaudit.learners.tabular_counts.TabularCounts`: counts held as
   arrays (noisy counts drawn by the auditor and the experiments, small MDPs,
-  tests).
+  tests);
+* :class:`privaudit.learners.dp_pbb.CappedCounts`: exact counts of logs
+  capped per unit and cell, held as sparse matrices (PRIVATE; DP-PBB noises
+  them; no reward sums: its reward is public).
 
 Steps are 0-based, h = 0..H-1 (the papers' 1..H shifted by one). A
 stationary container pools over h and answers the pooled table for every h.
@@ -19,7 +22,7 @@ container stores.
 
 The whole tables have one vocabulary too: ``visits`` (an array, (H, S, A)
 or (S, A) when stationary) and ``iter_transitions()`` (yields (h, (S, A, S))
-for h = 0..H-1, once when stationary) in all three containers; ``rewards``
+for h = 0..H-1, once when stationary) in all four containers; ``rewards``
 (reward sums in the container's stored units, 1/quantum of the scaled
 reward; None without them) in the two the release writes and reads
 (``SparseCounts``, ``Release``); ``TabularCounts`` holds ``reward_sums`` in

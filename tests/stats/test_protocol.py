@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from privaudit.errors import UsageError
+from privaudit.data.prepare import prepare_logs
 from privaudit.learners.dp_apvi import DPAPVI
+from privaudit.learners.dp_pbb import capped_counts_from_logs
 from privaudit.learners.tabular_counts import TabularCounts, exact_counts
 from privaudit.spec import load_spec
 from privaudit.stats.counts import sparse_counts
@@ -89,3 +91,27 @@ def test_whole_tables_have_one_vocabulary(world, tmp_path, stationary):
     assert exact.rewards.dtype == rel.rewards.dtype == np.int64 and exact.rewards.shape == rel.rewards.shape
     np.testing.assert_allclose(exact.rewards / 1000, r, atol=0.5e-3 * (df.height + 1))  # per-row rounding to 1e-3
     assert sparse_counts(df, spec, rewards=False).rewards is None
+
+
+@pytest.mark.parametrize("stationary", [False, True])
+def test_dp_pbb_capped_counts_answer_the_protocol(world, stationary):
+    """DP-PBB's CappedCounts (no per-cell cap here, so they are the exact counts) answer the protocol like the
+    slow oracle: visits_at, transitions_at, the whole visits table, iter_transitions; no reward sums."""
+    df, spec = world["df"], world["spec"]
+    prepared = prepare_logs(world["dir"] / "logs.parquet", spec)
+    capped = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=None)
+    n, t, _ = slow_counts(df, H, S, A, TERMINALS, stationary=stationary)
+    assert isinstance(capped, Counts) and not capped.noisy and not capped.has_reward_sums
+    assert (capped.horizon, capped.n_states, capped.n_actions, capped.stationary) == (H, S, A, stationary)
+    np.testing.assert_array_equal(capped.visits, n)
+    for h in range(H):
+        g = 0 if stationary else h
+        np.testing.assert_array_equal(capped.visits_at(h), n if stationary else n[g])
+        np.testing.assert_array_equal(capped.transitions_at(h), t if stationary else t[g])
+        assert capped.reward_sums_at(h) is None
+    got = dict(capped.iter_transitions())
+    assert sorted(got) == ([0] if stationary else list(range(H)))
+    for h, th in got.items():
+        np.testing.assert_array_equal(th, t if stationary else t[h])
+    with pytest.raises(UsageError, match=r"step in \[0, 4\)"):
+        capped.visits_at(H)
