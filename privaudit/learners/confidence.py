@@ -110,4 +110,65 @@ def mean_radius(n, v, b, L: float) -> np.ndarray:
     return np.where(ok, r, np.inf)
 
 
-__all__ = ["EPOCHS", "stitched_log", "gaussian_tail", "mean_radius"]
+def start_mean_lower_bound(values: np.ndarray, noisy_starts: np.ndarray, sigma: float, bound: float, *,
+                           t: float, t_total: float, L: float) -> float:
+    """A lower confidence bound on E_{s ~ d0}[W(s)] from released (noisy) start-state counts.
+
+    The one implementation behind DP-PBB's ``certified_value()`` without a
+    public d0 and the pipeline's ``values.start_lower_bound``. With m the
+    exact start counts (N = sum m episodes, their start states a sample of
+    d0), m' = m + Z the released counts (Z independent, each sub-Gaussian
+    with variance proxy sigma^2: the discrete Gaussian, Canonne, Kamath &
+    Steinke 2020, Cor. 9) and W in [0, bound], three kinds of events:
+
+    * m . W >= m' . W - t sigma ||W||_2 (one-sided, fails w.p. <= exp(-t^2/2));
+    * N in [n_lo, n_up] = sum m' -+ t_total sigma sqrt(S) (each side fails
+      w.p. <= exp(-t_total^2/2));
+    * time-uniform Hoeffding (:func:`mean_radius` with v = bound^2 / 4, b = 0):
+      E_d0[W] >= (m . W) / N - r(N) for every N at once (N is random), and
+      r(N) <= r(n_lo) since r is non-increasing (fails w.p. <= EPOCHS exp(-L)).
+
+    On all of them, (m . W) / N >= min(num / n_lo, num / n_up) with
+    num = m' . W - t sigma ||W|| (whatever the sign of num), hence
+    E_d0[W] >= min(num / n_lo, num / n_up) - r(n_lo), clipped into [0, bound]
+    (W's range); 0 when n_lo < 1.
+
+    Parameters
+    ----------
+    values : ndarray, shape (S',)
+        W(s) in [0, bound] (values outside are clipped into it).
+    noisy_starts : ndarray, shape (S',)
+        m', the released start-state counts (float; may be negative).
+    sigma : float
+        Noise standard deviation of each count (>= 0).
+    bound : float
+        The public upper end of W's range (> 0).
+    t, t_total : float
+        :func:`gaussian_tail` of the numerator's and of each side of N's
+        failure probabilities.
+    L : float
+        :func:`stitched_log` of the sampling bound's failure probability.
+
+    Returns
+    -------
+    float
+        The bound, in [0, bound], in W's units.
+
+    References
+    ----------
+    Our derivation [D] (docs/learners.md, "Validity", event family 4; docs/pipeline.md,
+    certified values); Hoeffding's case of the stitched bound of the module docstring.
+    """
+    W = np.clip(np.asarray(values, dtype=np.float64), 0.0, bound)
+    m = np.asarray(noisy_starts, dtype=np.float64)
+    tot = float(m.sum())
+    half = t_total * sigma * math.sqrt(m.size)
+    n_lo, n_up = tot - half, tot + half
+    if n_lo < 1.0:
+        return 0.0
+    num = float(m @ W) - t * sigma * float(np.linalg.norm(W))
+    lb = min(num / n_lo, num / n_up) - float(mean_radius(n_lo, bound * bound / 4.0, 0.0, L))
+    return float(min(max(lb, 0.0), bound))
+
+
+__all__ = ["EPOCHS", "stitched_log", "gaussian_tail", "mean_radius", "start_mean_lower_bound"]

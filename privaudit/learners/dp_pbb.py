@@ -47,7 +47,7 @@ from scipy import sparse
 
 from privaudit.errors import UsageError
 from privaudit.learners._tabular_base import TabularLearnerBase, greedy_with_ties, known_reward
-from privaudit.learners.confidence import gaussian_tail, mean_radius, stitched_log
+from privaudit.learners.confidence import gaussian_tail, mean_radius, start_mean_lower_bound, stitched_log
 from privaudit.learners.pessimism import FAILURE_PROB_DEFAULT, RewardFrame, reward_frame
 from privaudit.learners.policy import Policy
 from privaudit.learners.policy_manifest import PolicyPrivacy
@@ -874,17 +874,8 @@ class DPPBB(TabularLearnerBase):
             return self.value_estimate(d0)
         if self.starts_noisy_ is None:
             raise UsageError("certified_value needs a public `d0` or start counts (fit with counts.starts).")
-        V0 = self.V_[0]
-        B0 = self.ranges_[0][1]                      # public bound on V_0
-        s = self.plan_.sigma_starts
-        t, L = self._t_gauss, self._L
-        m = self.starts_noisy_
-        num = float(m @ V0) - t * s * float(np.linalg.norm(V0))
-        tot = float(m.sum())
-        n_lo, n_up = tot - t * s * math.sqrt(m.size), tot + t * s * math.sqrt(m.size)
-        if n_lo < 1:
-            lb = 0.0
-        else:
-            lb = min(num / n_lo, num / n_up) - float(mean_radius(n_lo, B0 * B0 / 4.0, 0.0, L))
-        lb = max(lb, 0.0)
+        # 4 of the union bound's events, alpha each: the numerator, both sides of N, the sampling bound
+        lb = start_mean_lower_bound(self.V_[0], self.starts_noisy_, self.plan_.sigma_starts,
+                                    self.ranges_[0][1],  # the public bound on V_0
+                                    t=self._t_gauss, t_total=self._t_gauss, L=self._L)
         return float(self.reward_frame_.declared(np.array(lb), H))

@@ -18,11 +18,9 @@ With a known MDP both are shown next to the exact values, and
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from scipy.special import ndtri
 
+from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound, stitched_log
 from privaudit.stats.behaviour_value import ValueStatistics
 
 __all__ = ["start_distribution", "certified_value", "certified_entries", "start_lower_bound", "D0_SOURCES",
@@ -98,20 +96,17 @@ def start_lower_bound(V0: np.ndarray, noisy_starts: np.ndarray, sigma: float, re
 
     The plug-in d0' . V_0 with d0' the normalised noisy counts is an
     estimate, not a bound: the N logged start states are a sample of d0 and
-    the counts carry noise. With W = clip(V_0, lo, hi) - lo in [0, hi - lo]
-    and m' = m + Z the noisy counts (Z: independent discrete Gaussian, each
-    sub-Gaussian with variance proxy sigma^2; terminal states excluded),
-    each of three events fails with probability at most failure_prob / 3:
-
-    * m . W >= m' . W - t sigma ||W||_2 (t = Phi^-1(1 - failure_prob / 3));
-    * N = sum m in [n_lo, n_up] = sum m' -+ t2 sigma sqrt(S') (two-sided,
-      t2 = Phi^-1(1 - failure_prob / 6), S' non-terminal states);
-    * Hoeffding: E_d0[W] >= (m . W) / N - (hi - lo) sqrt(log(3 / failure_prob) / (2 N)).
-
-    Hence E_d0[V_0] >= lo + max(0, max(0, m' . W - t sigma ||W||) / n_up
-    - (hi - lo) sqrt(log(3 / failure_prob) / (2 n_lo))); lo when n_lo < 1.
-    Like every single-dataset pessimistic bound here, Hoeffding is applied
-    to V_0 computed from the same episodes (docs/learners.md, "Validity").
+    the counts carry noise. The margin is
+    :func:`privaudit.learners.confidence.start_mean_lower_bound` (the one
+    implementation, which DP-PBB's ``certified_value()`` also uses) on
+    W = clip(V_0, lo, hi) - lo in [0, hi - lo], terminal states excluded,
+    with failure_prob split in three: failure_prob / 3 for the noise of the
+    numerator m' . W (sub-Gaussian tail), failure_prob / 6 for each side of
+    the number of episodes N, failure_prob / 3 for the time-uniform Hoeffding
+    bound. Hence E_d0[V_0] >= lo + that bound, w.p. >= 1 - failure_prob; lo
+    when N's lower bound is below 1. Like every single-dataset pessimistic
+    bound here, Hoeffding is applied to V_0 computed from the same episodes
+    (docs/learners.md, "Validity").
 
     Parameters
     ----------
@@ -138,14 +133,9 @@ def start_lower_bound(V0: np.ndarray, noisy_starts: np.ndarray, sigma: float, re
     keep[list(terminal_states)] = False
     W = np.clip(np.asarray(V0, dtype=np.float64)[keep], lo, hi) - lo
     m = np.asarray(noisy_starts, dtype=np.float64)[keep]
-    t, t2 = float(ndtri(1.0 - failure_prob / 3.0)), float(ndtri(1.0 - failure_prob / 6.0))
-    tot = float(m.sum())
-    n_lo, n_up = tot - t2 * sigma * math.sqrt(W.size), tot + t2 * sigma * math.sqrt(W.size)
-    if n_lo < 1.0:
-        return lo
-    num = max(0.0, float(m @ W) - t * sigma * float(np.linalg.norm(W)))
-    lb = num / n_up - (hi - lo) * math.sqrt(math.log(3.0 / failure_prob) / (2.0 * n_lo))
-    return lo + min(max(lb, 0.0), hi - lo)
+    return lo + start_mean_lower_bound(W, m, sigma, hi - lo, t=gaussian_tail(failure_prob / 3.0),
+                                       t_total=gaussian_tail(failure_prob / 6.0),
+                                       L=stitched_log(failure_prob / 3.0))
 
 
 def certified_value(V0: np.ndarray, d0: np.ndarray | None, return_range: tuple[float, float] | None = None

@@ -24,7 +24,7 @@ from privaudit.spec import load_spec
 
 from privaudit.errors import UsageError
 from privaudit.learners import dp_pbb
-from privaudit.learners.confidence import EPOCHS, gaussian_tail, mean_radius, stitched_log
+from privaudit.learners.confidence import EPOCHS, gaussian_tail, mean_radius, start_mean_lower_bound, stitched_log
 from privaudit.learners.dp_pbb import DPPBB, CappedCounts, pbb_sensitivities, plan_noise
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy
 from privaudit.privacy import accounting
@@ -283,6 +283,34 @@ def test_certificate_coverage_tiny_mdp(monkeypatch):
 
 # ----------------------------------------------------------------------------
 # the confidence radius
+
+
+def test_one_start_margin_serves_dp_pbb_and_the_pipeline():
+    """DP-PBB's certified_value() without d0 and pipeline.values.start_lower_bound are the same margin
+    (learners.confidence.start_mean_lower_bound), checked against a hand computation; a negative numerator
+    divides by the lower bound of N (min of the two quotients)."""
+    from privaudit.pipeline.values import start_lower_bound
+    W, m, sigma = np.array([1.0, 0.5, 0.0]), np.array([600.0, 400.0, 0.0]), 4.0
+    t, t2, L = gaussian_tail(0.01 / 3), gaussian_tail(0.01 / 6), stitched_log(0.01 / 3)
+    num = 800.0 - t * sigma * math.sqrt(1.25)
+    n_lo, n_up = 1000.0 - t2 * sigma * math.sqrt(3), 1000.0 + t2 * sigma * math.sqrt(3)
+    want = num / n_up - float(mean_radius(n_lo, 0.25, 0.0, L))
+    got = start_mean_lower_bound(W, m, sigma, 1.0, t=t, t_total=t2, L=L)
+    assert got == pytest.approx(want, rel=1e-12) and 0.65 < got < 0.8  # plug-in 0.8, minus the margins
+    # the pipeline: declared units [lo, hi], terminal states dropped, failure 0.01 split 1/3, 1/6 + 1/6, 1/3
+    assert start_lower_bound(2.0 * W - 1.0, m, sigma, (-1.0, 1.0), ()) == pytest.approx(
+        -1.0 + start_mean_lower_bound(2.0 * W, m, sigma, 2.0, t=t, t_total=t2, L=L), rel=1e-12)
+    assert start_mean_lower_bound(W, np.array([0.3, 0.2, 0.0]), sigma, 1.0, t=t, t_total=t2, L=L) == 0.0  # N < 1
+    neg = start_mean_lower_bound(W, np.array([-5.0, 0.0, 1000.0]), sigma, 1.0, t=0.0, t_total=0.0, L=L)
+    assert neg == 0.0  # clipped: the numerator is negative
+    # DP-PBB: certified_value() is the shared margin of its own V_0, noisy starts and per-event alpha
+    mdp = tiny_mdp()
+    L_ = DPPBB(rho=5.0).fit(capped_counts(mdp, 2000, np.random.default_rng(1)), REWARD, terminal_states=TERMINALS,
+                            return_bound=1.0, rng=np.random.default_rng(2))
+    direct = start_mean_lower_bound(L_.V_[0], L_.starts_noisy_, L_.plan_.sigma_starts, L_.ranges_[0][1],
+                                    t=L_._t_gauss, t_total=L_._t_gauss, L=L_._L)
+    assert L_.certified_value() == pytest.approx(float(L_.reward_frame_.declared(np.array(direct), mdp.horizon)))
+    assert L_.certified_value() <= L_.certified_value(mdp.d0) + 0.2
 
 
 def test_mean_radius_is_time_uniform():
