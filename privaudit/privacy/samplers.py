@@ -161,8 +161,10 @@ def sampler_total_variation(mechanism: str, scale: float) -> float:
 #: What each noise mode of ``privaudit.privacy.mechanisms.add_noise`` delivers, for manifests.
 _STATEMENTS = {
     "exact": {
-        "sampler": "privaudit.privacy.samplers: exact discrete Gaussian / discrete Laplace (alias table over "
-                   "the exact CDF cut into 2^-64 cells, boundary cells and tails finished exactly)",
+        "sampler": "privaudit.privacy.samplers: exact discrete Gaussian / discrete Laplace (the exact CDF cut "
+                   "into 2^-64 cells; each 64-bit word mapped to an outcome with probability exactly its number "
+                   "of full cells / 2^64 by a guide table or an alias table; boundary cells and tails finished "
+                   "exactly)",
         "total_variation_per_draw": 0.0,
         "extra_delta": 0.0,
         "derivation": "the sampler's output law is the target law (total variation 0), so the mechanism is the "
