@@ -481,9 +481,12 @@ class ExactSampler:
                 ix, nz = idx[:m], noise[:m]
                 np.right_shift(u, shift, out=ix.view(np.uint64))
                 np.take(table, ix, out=nz, mode="clip")
+                special = None
                 if nz.max() > self.T or nz.min() < -self.T:  # impure bucket, tail or ambiguous: rare
-                    self._settle(nz, u, cum, rng)
+                    special = self._settle(nz, u, cum, rng)
                 np.add(flat[start:start + m], nz, out=flat[start:start + m], casting="unsafe")
+                if special is not None:  # int64 values (a tail draw need not fit the int16 table type)
+                    flat[start + special[0]] += special[1]
             return out
         low = np.empty(c, dtype=np.uint64)
         tb = np.empty(c, dtype=np.uint64)
@@ -527,15 +530,26 @@ class ExactSampler:
             self._guide = (table, np.uint64(64 - m), cum)
         return self._guide
 
-    def _settle(self, nz: np.ndarray, u: np.ndarray, cum: np.ndarray, rng: np.random.Generator) -> None:
-        """Guide path: decide the impure buckets by searching u in ``cum``, then finish tails and ambiguous."""
+    def _settle(self, nz: np.ndarray, u: np.ndarray, cum: np.ndarray,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Guide path, the draws outside [-T, T] of the table: impure buckets, tails, ambiguous cells.
+
+        Impure buckets are decided by searching u in ``cum``; the tails and
+        ambiguous outcomes this gives (or the table gave) are finished by
+        :meth:`_finish`. Returns (positions, int64 draws) and sets those
+        positions of ``nz`` to 0, so the caller adds the draws in int64.
+        """
         T = self.T
-        imp = np.flatnonzero(nz == T + 3)
-        if imp.size:
-            nz[imp] = np.searchsorted(cum, u[imp], side="right") - (T + 1)
         sp = np.flatnonzero((nz > T) | (nz < -T))
-        if sp.size:
-            nz[sp] = self._finish(nz[sp].astype(np.int64), rng, True)
+        y = nz[sp].astype(np.int64)
+        imp = y == T + 3
+        if imp.any():
+            y[imp] = np.searchsorted(cum, u[sp[imp]], side="right") - (T + 1)
+        fin = (y > T) | (y < -T)
+        if fin.any():
+            y[fin] = self._finish(y[fin], rng, True)
+        nz[sp] = 0
+        return sp, y
 
     def _draw(self, n: int, rng: np.random.Generator, tails: bool) -> np.ndarray:
         """n exact draws; with ``tails=False`` a draw beyond [-T, T] is returned as -T-1 or T+1 (the event)."""

@@ -321,3 +321,19 @@ def test_add_into_refuses_arrays_it_cannot_fill():
     for bad in (np.zeros(10, dtype=np.int32), np.zeros((4, 4), dtype=np.int64)[:, ::2]):
         with pytest.raises(ValueError, match="writeable C-contiguous int64"):
             s.add_into(bad, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("path", ["guide", "alias"])
+def test_add_into_adds_tail_draws_beyond_the_table_type(monkeypatch, path):
+    """A tail draw need not fit the guide table's int16: a tail finished as 40,000 must arrive as 40,000
+    (int16 would wrap it to -25,536). _finish is stubbed to make every tail draw that large."""
+    monkeypatch.setattr(samplers, "_TAIL_BITS", 0)
+    if path == "alias":
+        monkeypatch.setattr(samplers, "_GUIDE_MAX_T", -1)
+    s = ExactSampler("laplace", get_sampler("laplace", 3.0).x)
+    monkeypatch.setattr(s, "_finish", lambda marks, rng, tails: np.sign(marks) * 40_000)
+    out = np.full(20_000, 5, dtype=np.int64)
+    s.add_into(out, np.random.default_rng(3))
+    tails = np.abs(out - 5) > s.T
+    assert tails.mean() > 0.04
+    assert set(np.unique(out[tails] - 5).tolist()) == {-40_000, 40_000}
