@@ -305,6 +305,7 @@ def audit_explorer(mech: ExplorerMechanism, d_world, dp_world, description: dict
         "step; probe state p at step 0 for linear explorers)")
     desc["view"] = mech.view
     pair = NeighbouringPair(d_world, dp_world, desc)
+    fixed_kw = ({"fixed_events": mech.fixed_events(pair), "fixed_reason": mech.FIXED_REASON} if fixed else {})
     gb = target_range_check(mech, (d_world, dp_world), seed=0 if seed is None else seed)
     if gb["violation"]:
         n_ev = int(trials) - selection_size(int(trials), selection_fraction)
@@ -319,7 +320,6 @@ def audit_explorer(mech: ExplorerMechanism, d_world, dp_world, description: dict
                                 f"{row['declared_range']} (Delta_2 = {row['declared_l2']:g}): the explorer does not "
                                 "enforce the range its sensitivity assumes"]
         return rep
-    fixed_kw = ({"fixed_events": mech.fixed_events(pair), "fixed_reason": mech.FIXED_REASON} if fixed else {})
     rep = run_audit(mech, claim=claim, pair=pair, trials=int(trials), seed=seed, confidence=confidence,
                     selection_fraction=selection_fraction, graybox=False, mechanism_name=mech.name,
                     progress=progress, **fixed_kw)
@@ -353,7 +353,7 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
                   mechanism_epsilon: float | None = None, env_name: str = "riverswim", env_options: dict | None = None,
                   episodes: int | None = None, canary_user: int = 0, users_after: int = 3, decoy: str = "orthogonal",
                   view: str = "billboard", constants: str = "practical", trials: int, confidence: float = 0.95,
-                  seed: int | None = None):
+                  seed: int | None = None, fixed: bool = False):
     """``privaudit audit --mechanism explore:ALGO``: audit an explorer's JDP claim on simulated user streams.
 
     Parameters
@@ -376,6 +376,8 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
     view, constants, trials, confidence, seed
         See :class:`~privaudit.audit.online.ExplorerMechanism` and
         :func:`~privaudit.audit.runner.run_audit`.
+    fixed : bool
+        Billboard view: the events fixed from the public design, no selection split (:func:`audit_explorer`).
 
     Returns
     -------
@@ -424,4 +426,5 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
                                   decoy=decoy)
     mech = entry_mechanism(entry, view, budget, constants)
     desc["explorer_budget"] = budget
-    return audit_explorer(mech, d, dp, desc, claim=claim, trials=trials, seed=seed, confidence=confidence)
+    return audit_explorer(mech, d, dp, desc, claim=claim, trials=trials, seed=seed, confidence=confidence,
+                          fixed=fixed)

@@ -161,11 +161,14 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
               help="explore:ALGO: gray-box (released statistics) or black-box (recommended actions).")
 @click.option("--constants", type=click.Choice(["practical", "theory"]), default="practical", show_default=True,
               help="explore:ALGO: the explorer's constant set.")
+@click.option("--fixed-event", is_flag=True, default=None,
+              help="explore:ALGO --view billboard: count the projection on user k's known change, thresholds fixed "
+                   "from the public design, on all runs (no selection split).")
 @handle_errors
 def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, claim_kind, canary, pair, scores,
             trials, confidence, release_mechanism, mechanism_rho, mechanism_epsilon, stationary, noise, out, plot,
             overwrite, seed, jobs, as_json, env_name, horizon, states, actions, instance_seed, episodes, canary_user,
-            users_after, decoy, view, constants):
+            users_after, decoy, view, constants, fixed_event):
     """Run MECHANISM many times on D and on a neighbour D', attack the outputs,
     and report a valid lower bound on epsilon (confidence --confidence) next to
     the claim. "no violation found" never means "private": it means none was
@@ -215,7 +218,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     if (claim_epsilon is None) == (claim_rho is None):
         raise UsageError("give exactly one claim: --claim-epsilon E --delta D, or --claim-rho R [--delta D].")
     explore_opts = {"--env": env_name, "--horizon": horizon, "--states": states, "--actions": actions,
-                    "--instance-seed": instance_seed, "--episodes": episodes}
+                    "--instance-seed": instance_seed, "--episodes": episodes, "--fixed-event": fixed_event}
     if mechanism.startswith("explore:"):
         given = [o for o, v in (("--logs", logs_path), ("--pair", pair), ("--spec", spec_path), ("--canary", canary),
                                 ("--release-mechanism", release_mechanism), ("--stationary/--per-step", stationary),
@@ -233,7 +236,8 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                                                                              else None),
                                 "actions": actions, "instance_seed": instance_seed},
                             episodes=episodes, canary_user=canary_user, users_after=users_after, decoy=decoy,
-                            view=view, constants=constants, trials=trials, confidence=confidence, seed=seed)
+                            view=view, constants=constants, trials=trials, confidence=confidence, seed=seed,
+                            fixed=bool(fixed_event))
         _finish(rep, out, plot, confidence, as_json)
     if mechanism not in BUILTIN and ".py:" not in mechanism:  # a typo: say so before asking for --spec
         raise UsageError(f"--mechanism {mechanism!r}: expected a built-in ({', '.join(BUILTIN)}), explore:ALGO "

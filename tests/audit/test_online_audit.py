@@ -261,6 +261,13 @@ def test_cli_explore_broken_exit_3_and_correct_exit_0(tmp_path):
     assert p.returncode == 0, p.stderr
     assert json.loads(out2.read_text())["verdict"] == "no violation found"
     assert (tmp_path / "r2.png").stat().st_size > 0
+    # the GDP opt-in on the fixed projection (valid on the lattice noise through the TV route): no selection split
+    out3 = tmp_path / "r3.json"
+    p = _cli("--mechanism", "explore:ngo", "--claim-rho", "0.1", "--claim-kind", "gaussian", "--fixed-event",
+             "--trials", "300", "--seed", "2", "--out", str(out3), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    rep = load_report(out3)
+    assert rep["selection_trials"] == 0 and rep["evaluation_trials"] == 300 and rep["method"]["test"] == "gaussian"
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -269,6 +276,8 @@ def test_cli_explore_broken_exit_3_and_correct_exit_0(tmp_path):
     (["--mechanism", "explore:lsvi-ucb", "--claim-rho", "1"], "unknown explorer"),
     (["--mechanism", "explore:ngo", "--claim-rho", "1", "--spec", "x.json"], "not apply"),
     (["--mechanism", "release", "--claim-rho", "1", "--env", "riverswim"], "explore:ALGO only"),
+    (["--mechanism", "release", "--claim-rho", "1", "--fixed-event"], "explore:ALGO only"),
+    (["--mechanism", "explore:ngo", "--claim-rho", "0.1", "--view", "actions", "--fixed-event"], "billboard view only"),
 ])
 def test_cli_explore_bad_input_exit_2(tmp_path, args, msg):
     p = _cli(*args, "--trials", "100", "--out", str(tmp_path / "r.json"), cwd=tmp_path)
