@@ -2,19 +2,22 @@
 
 For each correct explorer (PUCB at eps = 1; Luyo, Ngo, DP-LSVI-UCB++ at
 rho = 0.1, i.e. mu = sqrt(2 rho) = 0.447 and eps = 1.914 at delta = 1e-5) it
-runs the gray-box audit (``billboard`` view) and the black-box audit
-(``actions`` view) at ``--trials`` runs per side and prints the lower bound as
-a fraction of the claim (eps for PUCB: the Laplace likelihood-ratio event,
-generic test; for the Gaussian explorers the generic test, valid for their
-exact discrete Gaussian noise, and a GDP fit reported for information only,
-since the discrete Gaussian is rho-zCDP but not sqrt(2 rho)-GDP) with the
-resolution limit. Then every broken
-catalogue explorer at its stated budget. One JSON line per audit goes to
-``benchmarks/results/audit_online.jsonl`` with the CPU time it took.
+runs the gray-box audit (``billboard`` view: by default the projection on user
+k's known change with design-fixed thresholds, every run evaluated;
+``--selection`` for the selection-split choice) and the black-box audit
+(``actions`` view, selection split) at ``--trials`` runs per side and prints
+the certified lower bound as a fraction of the claim: eps for PUCB (Laplace
+likelihood-ratio events, generic pure-eps test); mu for the Gaussian
+explorers (the GDP test, valid for their exact discrete Gaussian lattice noise
+through the total-variation route, ``ExplorerMechanism.gaussian_tv_per_run``),
+with the same event's generic (eps, delta) bound, the resolution limit and
+the CPU time (also per run). Then every broken catalogue explorer at its
+stated budget. One JSON line per audit goes to
+``benchmarks/results/audit_online.jsonl``.
 
-Run (background, low priority):
+Run (background, low priority; PYTHONPATH so that a worktree's package is used):
 
-    nice -n 10 python benchmarks/bench_audit_online.py --trials 10000 > /tmp/bench_online.txt 2>&1 &
+    PYTHONPATH=. nice -n 10 python benchmarks/bench_audit_online.py --only correct --trials 20000 > /tmp/bench_online.txt 2>&1 &
 
 Worlds: riverswim H = 2, S = 2 (+ 4 scripted states), A = 2, K = 4 users,
 canary k = 0, m = 3 silent users after her (linear explorers); PUCB on

@@ -167,6 +167,10 @@ def tree_nodes(releases: list[np.ndarray], leaf: int, n_leaves: int) -> np.ndarr
     return out
 
 
+#: Most rows per family a :class:`NoisePool` draws at once (memory: rows x H x d^2 int64 for the Gram nodes).
+POOL_MAX_DRAWS = 4096
+
+
 class NoisePool:
     """The privacy noise of a batch of audit runs, drawn in few vectorised calls.
 
@@ -187,11 +191,12 @@ class NoisePool:
         The batch's noise stream.
     n_draws : int
         Rows per family pre-drawn at once (runs x users per run covers one
-        release per user and step block).
+        release per user and step block), capped at :data:`POOL_MAX_DRAWS`
+        (a used-up pool draws the next block).
     """
 
     def __init__(self, rng: np.random.Generator, n_draws: int):
-        self.rng, self.n = rng, max(1, int(n_draws))
+        self.rng, self.n = rng, max(1, min(int(n_draws), POOL_MAX_DRAWS))  # refilled when used up
         self.source = RecordingNoise(rng, block=self.n)
         self._nodes: dict[tuple, list] = {}
 
