@@ -187,7 +187,7 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
     return NeighbouringPair(logs, d_prime, description)
 
 
-def synthetic_units(spec: DomainSpec, pooled: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+def synthetic_units(spec: DomainSpec, pooled: bool, spread: int | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Two synthetic privacy units u*, v* built from the spec alone.
 
     Each unit is k = ``spec.max_episodes_per_unit`` identical full-length
@@ -214,6 +214,17 @@ def synthetic_units(spec: DomainSpec, pooled: bool) -> tuple[pl.DataFrame, pl.Da
         Supplies H, S, A, k, terminal states, the reward range and public reward.
     pooled : bool
         True for statistics pooled over h (``--stationary`` releases).
+    spread : int, optional
+        For a per-unit per-cell cap c' (DP-PBB's ``max_per_cell``): each unit
+        puts exactly ``spread`` of its k H transitions in each of its cells
+        (the last one the remainder), walking the cells in the order step h,
+        then episode e (transition t = h k + e in cell t // spread), and v*
+        starts on the first cell of a state after u*'s last one. Every
+        episode of a unit then starts in one state when ceil(k / spread) <= A.
+        The visit vector changes by L2 sqrt(2 f(kH, spread)) pooled (f as in
+        ``privacy.sensitivity``: sqrt(2 c' k H) when c' divides k H) and the
+        start counts by sqrt(2) k. ``pooled`` is ignored: distinct cells are
+        distinct per step too (with ``spread`` = min(c, k) per step).
 
     Returns
     -------
@@ -237,6 +248,8 @@ def synthetic_units(spec: DomainSpec, pooled: bool) -> tuple[pl.DataFrame, pl.Da
                          "on disjoint cells exist, so no audit pair attains the declared sensitivity.")
     pub = spec.public_reward_vector()
     hi = float(spec.reward_range[1])
+    if spread is not None:
+        return _spread_units(spec, nonterm, int(spread), pub, hi)
     frames = []
     for which in (0, 1):
         j = np.full(H + 1, which) if pooled else (np.arange(H + 1) + which)
@@ -254,7 +267,35 @@ def synthetic_units(spec: DomainSpec, pooled: bool) -> tuple[pl.DataFrame, pl.Da
     return frames[0], frames[1]
 
 
-def synthetic_pair(spec: DomainSpec, pooled: bool, logs: pl.DataFrame | None = None) -> NeighbouringPair:
+def _spread_units(spec: DomainSpec, nonterm: np.ndarray, spread: int, pub, hi: float):
+    """The units of :func:`synthetic_units` with ``spread`` transitions per cell (see there)."""
+    H, A, k = spec.horizon, spec.n_actions, spec.max_episodes_per_unit
+    if spread < 1:
+        raise UsageError(f"`spread` must be an integer >= 1. Found {spread!r}.")
+    n_cells = -(-k * H // spread)
+    offset = -(-n_cells // A) * A                      # v* starts on a fresh state
+    if offset + n_cells > nonterm.size * A:
+        raise UsageError(f"the spec has {nonterm.size * A} non-terminal (state, action) cells; two synthetic units "
+                         f"with {spread} transitions per cell need {offset + n_cells}.")
+    e, h = np.meshgrid(np.arange(k), np.arange(H), indexing="ij")  # (k, H): episode-major rows
+    t = h * k + e
+    frames = []
+    for which in (0, 1):
+        cell = which * offset + t // spread
+        after = which * offset + np.minimum((t + k) // spread, n_cells)  # the next step's cell (last: one after)
+        states, actions = nonterm[cell // A], cell % A
+        next_states = nonterm[np.minimum(after, nonterm.size * A - 1) // A]
+        rewards = pub[next_states] if pub is not None else np.full(next_states.shape, hi)
+        frames.append(pl.DataFrame({
+            "episode_id": (which * k + e).ravel().astype(np.int64), "step": h.ravel().astype(np.int64),
+            "state": states.ravel().astype(np.int64), "action": actions.ravel().astype(np.int64),
+            "reward": np.asarray(rewards, dtype=np.float64).ravel(), "next_state": next_states.ravel().astype(np.int64),
+            "unit_id": np.full(k * H, which, dtype=np.int64)}))
+    return frames[0], frames[1]
+
+
+def synthetic_pair(spec: DomainSpec, pooled: bool, logs: pl.DataFrame | None = None,
+                   spread: int | None = None) -> NeighbouringPair:
     """The pair (logs + u*, logs + v*) of :func:`synthetic_units`: it depends on no real unit.
 
     Parameters
@@ -262,6 +303,10 @@ def synthetic_pair(spec: DomainSpec, pooled: bool, logs: pl.DataFrame | None = N
     spec : DomainSpec
     pooled : bool
         One repeated cell (statistics pooled over h) instead of a walk over cells.
+    spread : int, optional
+        Transitions per cell of each unit (:func:`synthetic_units`; DP-PBB's
+        per-cell cap). The description's ``visits_change`` is then left to
+        the caller (the declared sensitivity is the capped one).
     logs : polars.DataFrame, optional
         The common part of both datasets (standard schema). None: the empty
         dataset. For a mechanism whose output is its exact statistics plus
@@ -286,7 +331,7 @@ def synthetic_pair(spec: DomainSpec, pooled: bool, logs: pl.DataFrame | None = N
     UsageError
         See :func:`synthetic_units`.
     """
-    u, v = synthetic_units(spec, pooled)
+    u, v = synthetic_units(spec, pooled, spread)
     if logs is not None and logs.height:
         unit = _unit_col(logs)
         base_ep, base_unit = _next_int_id(logs["episode_id"]), _next_int_id(logs[unit])
@@ -307,16 +352,20 @@ def synthetic_pair(spec: DomainSpec, pooled: bool, logs: pl.DataFrame | None = N
         d, d_prime = u, v
     steps = {}
     for name, f in (("u", u), ("v", v)):
-        one = f.head(spec.horizon)
+        one = f.head(spec.horizon)  # episode 0 (rows are episode-major)
         steps[name] = [{"h": int(h), "state": int(s), "action": int(a), "reward": float(r), "next_state": int(n)}
                        for h, s, a, r, n in one.select("step", "state", "action", "reward", "next_state").iter_rows()]
     description = {
-        "kind": "synthetic-repeat" if pooled else "synthetic", "relation": "substitution",
+        "kind": "synthetic-spread" if spread is not None else ("synthetic-repeat" if pooled else "synthetic"),
+        "relation": "substitution",
         "baseline": "logs" if logs is not None and logs.height else "empty",
         "units": {"episodes_each": spec.max_episodes_per_unit, "u": steps["u"], "v": steps["v"]},
-        # the achieved change, recorded as for the canaries of real units (equals the declared one)
-        "visits_change": _visits_change(d, d_prime, spec, spec.max_episodes_per_unit, pooled=pooled),
     }
+    if spread is not None:
+        description["units"]["transitions_per_cell"] = int(spread)
+        return NeighbouringPair(d, d_prime, description)
+    # the achieved change, recorded as for the canaries of real units (equals the declared one)
+    description["visits_change"] = _visits_change(d, d_prime, spec, spec.max_episodes_per_unit, pooled=pooled)
     if "warning" in description["visits_change"]:
         description["warning"] = description["visits_change"].pop("warning")
     return NeighbouringPair(d, d_prime, description)

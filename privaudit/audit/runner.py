@@ -47,7 +47,7 @@ from scipy import special
 from tqdm import tqdm
 
 from privaudit.audit import bounds as B
-from privaudit.audit.adapters import DPAPVIMechanism, DPVAPVIMechanism, ReleaseMechanism
+from privaudit.audit.adapters import DPAPVIMechanism, DPPBBMechanism, DPVAPVIMechanism, ReleaseMechanism
 from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
 from privaudit.audit.model import Claim, FileFunction, flatten_runs, is_batched, numeric_output
 from privaudit.audit.neighbours import NeighbouringPair, make_pair
@@ -365,12 +365,17 @@ def default_canary(mechanism) -> str:
     step-(H-1) features set to orthogonal unit vectors
     (``DPVAPVIMechanism.synthetic_boundary_pair``), which attains the
     declared Frobenius sensitivity the spec's own features may not reach.
+    DP-PBB: ``synthetic``, with each unit's transitions spread over cells at
+    the per-cell cap (``DPPBBMechanism.make_pair``), which attains the
+    declared sensitivity of its capped visits and start counts.
     See ``privaudit.audit.neighbours`` and docs/audit.md.
     """
 
     if isinstance(mechanism, (ReleaseMechanism, DPAPVIMechanism)):
         return "synthetic-repeat" if mechanism.stationary else "synthetic"
     if isinstance(mechanism, DPVAPVIMechanism):  # features at their norm bound: attains sqrt(2) k
+        return "synthetic"
+    if isinstance(mechanism, DPPBBMechanism):  # units spread over cells at the cap: attains the capped L2
         return "synthetic"
     return "rare"
 
@@ -432,6 +437,9 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         (Bonferroni); the best is reported. Valid because nothing about the
         events depends on the runs they are counted on (the split exists only
         to make a data-chosen event independent of its evaluation).
+        ``"design"``: the mechanism's ``design_events(pair)`` after
+        ``prepare`` (``(events, reason)``; ``(None, None)`` falls back to the
+        selection split), e.g. DP-PBB's projection on its exact change.
     fixed_reason : str, optional
         Why the events are fixed (recorded in the report); required with ``fixed_events``.
 
@@ -464,6 +472,11 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     name = mechanism_name or getattr(mechanism, "name", None) or getattr(mechanism, "__name__", repr(mechanism))
     alpha = 1 - confidence
     alpha_b = alpha / 2  # one chosen event (either direction) x (TPR lower, FPR upper)
+    if isinstance(fixed_events, str):  # "design": the mechanism's own events, fixed from the prepared pair
+        if fixed_events != "design" or not hasattr(mech, "design_events"):
+            raise UsageError(f"`fixed_events` must be a sequence of events, or 'design' for a mechanism with "
+                             f"design_events. Found {fixed_events!r} for {type(mech).__name__}.")
+        fixed_events, fixed_reason = mech.design_events(pair)
     fixed = list(fixed_events) if fixed_events is not None else None
     if fixed is not None:
         if not fixed or not fixed_reason:

@@ -17,6 +17,7 @@ from privaudit.audit.runner import default_canary
 from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.errors import UsageError
 from privaudit.io_utils import check_writable
+from privaudit.privacy import budget as budget_mod
 from privaudit.spec import load_spec
 from privaudit.stats.release import default_stationary
 
@@ -294,6 +295,15 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             " (--mechanism-rho / --mechanism-epsilon)" if mechanism_rho is not None or mechanism_epsilon is not None
             else " (the claim's budget)")
         click.echo(f"mechanism: {mechanism}, {fam} noise at {runs_at}", err=True)
+        if mechanism == "dp-pbb" and mech.view == "statistics":  # first releases: test their share of rho
+            total = claim
+            rho_total = total.rho if total.rho is not None else budget_mod.resolve_budget(
+                epsilon=total.epsilon, delta=total.delta).rho
+            claim = mech.audited_claim(total.delta, rho_total=rho_total, kind=total.kind)
+            name = mech.describe() + f"; total claim rho={rho_total:.6g}"
+            click.echo(f"dp-pbb: auditing its noisy capped visit counts and start counts (gray-box) against their "
+                       f"share of the claim, rho={claim.rho:.6g} (epsilon {claim.epsilon:.4g} at delta "
+                       f"{claim.delta:g}); see docs/audit.md", err=True)
         if mechanism == "dp-vapvi":  # the output is one step's statistics: test the accounting's share of rho
             total = claim
             claim = mech.audited_claim(claim.delta, rho_total=total.rho, kind=total.kind)
@@ -320,16 +330,19 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         if canary is None:
             canary = default_canary(mech)
             why = ("default: units built from the spec that attain the declared "
-                   + ("pooled sensitivity" if canary == "synthetic-repeat" else "sensitivity")
+                   + ("pooled sensitivity" if canary == "synthetic-repeat" else
+                      "capped sensitivity (transitions spread over cells at the cap)" if mechanism == "dp-pbb"
+                      else "sensitivity")
                    if canary.startswith("synthetic") else "default")
         else:
             why = "--canary"
         shown = canary
-        if hasattr(mech, "make_pair") and canary in ("rare", "repeat"):  # dp-vapvi aims its own (canary-linear)
+        if mechanism == "dp-vapvi" and canary in ("rare", "repeat"):  # dp-vapvi aims its own (canary-linear)
             shown, why = "linear", f"{mechanism}'s canary aimed at its audited statistics; --canary random for a typical one"
         click.echo(f"canary: {shown} ({why})", err=True)
+    design = {"fixed_events": "design"} if hasattr(mech, "design_events") and not score_fns else {}
     rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, confidence=confidence,
-                    scores=score_fns, seed=seed, n_jobs=jobs, mechanism_name=name)
+                    scores=score_fns, seed=seed, n_jobs=jobs, mechanism_name=name, **design)
     _finish(rep, out, plot, confidence, as_json)
 
 

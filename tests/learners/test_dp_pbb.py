@@ -405,9 +405,10 @@ def test_audit_adapter_runs_the_learner_and_claims_its_event(small_logs):
     ids = df["episode_id"].unique().sort()
     d = df.filter(pl.col("episode_id").is_in(ids[:200].implode()))
     d2 = df.filter(pl.col("episode_id").is_in(ids[1:201].implode()))
-    mech = MECHANISMS["dp-pbb"](spec, rho=0.5, stationary=True).prepare(d, d2)
+    mech = MECHANISMS["dp-pbb"](spec, rho=0.5, stationary=True, view="policy").prepare(d, d2)
     out = mech(d, np.random.default_rng(0))
     assert out.shape == (spec.H, spec.S) and out.dtype == np.int64
+    assert mech(d, np.random.default_rng(0), n_runs=2).shape == (2, spec.H, spec.S)
     assert mech.claim().rho == pytest.approx(0.5)
     with pytest.raises(UsageError, match="GDP"):
         mech.claim("gaussian")
