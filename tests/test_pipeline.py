@@ -216,6 +216,9 @@ def test_stationary_release_is_audited_on_the_pooled_worst_case(world, tmp_path)
     assert p["certificate_held"] is None and s["start_distribution"]["source"] == "value-release"
     lo, hi = s["behaviour_value"]["interval"]
     assert lo <= s["behaviour_value"]["estimate"] <= hi
+    # no MDP, yet a values figure: the certified values and the clinicians' DP estimate (all public)
+    assert s["artifacts"]["figures"]["values"] == "figures/values.png" and (out / "figures" / "values.png").is_file()
+    assert "](figures/values.png)" in (out / "report.md").read_text()
     report = json.loads((out / a["report"]).read_text())
     visits = next(f for f in report["graybox"]["families"] if f["name"] == "visits")
     # u* and v* each put H = 4 visits (k = 1) in one cell: L2 = H sqrt(2), the pooled declared sensitivity

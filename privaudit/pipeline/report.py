@@ -20,6 +20,7 @@ from privaudit.fmt import num
 from privaudit.io_utils import atomic_path, atomic_write_text
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
+from privaudit.pipeline.figures import plot_values, values_figure  # noqa: F401 - the values figure lives there
 from privaudit.schemas import load_versioned_json, schema_errors
 from privaudit.stats.manifest import ReleaseManifest
 
@@ -141,70 +142,11 @@ def audit_summary(report) -> dict:
     }
 
 
-def values_figure(evaluation: dict, fallback: dict | None = None):
-    """The values chart as a matplotlib Figure (see :func:`plot_values`)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fallback = fallback or {}
-    refs = dict(evaluation["references"])
-    clin, opt = refs.get("clinicians"), evaluation["optimal_value"]
-    rows = [(f"{n} (learned, DP)" + (f"\nimitation fallback at {100 * fallback[n]:.0f}% of steps"
-                                     if fallback.get(n) else ""), v, "tab:blue")
-            for n, v in evaluation["values"].items()]
-    rows += [(n, v, "tab:gray") for n, v in refs.items() if n != "clinicians"]
-    fig, ax = plt.subplots(figsize=(7.0, 0.62 * len(rows) + 1.9))
-    y = np.arange(len(rows))[::-1]
-    vals = [r[1] for r in rows] + [opt] + ([clin] if clin is not None else [])
-    # dots, not bars: the axis is zoomed on the values (not from 0), which bars would misrepresent
-    ax.scatter([r[1] for r in rows], y, color=[r[2] for r in rows], s=60, zorder=3)
-    for yi, (_, v, _) in zip(y, rows):
-        ax.annotate(f"{v:.4f}", (v, yi), xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8)
-    ax.axvline(opt, color="tab:green", ls="--", lw=1.5, label=f"optimum v* = {opt:.4f}")
-    if clin is not None:
-        ax.axvline(clin, color="tab:orange", ls=":", lw=1.5, label=f"clinicians (behaviour) = {clin:.4f}")
-    ax.set_yticks(y, [r[0] for r in rows], fontsize=8)
-    ax.set_ylim(-0.7, len(rows) - 0.3)
-    lo, hi = min(vals), max(vals)
-    pad = 0.15 * (hi - lo + 1e-9)
-    ax.set_xlim(lo - pad, hi + pad)
-    ax.set_xlabel(f"exact value v^pi on {evaluation['mdp']} (H = {evaluation['horizon']}); "
-                  f"axis zoomed, not from 0", fontsize=9)
-    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_title("learned policies vs the clinicians and the optimum", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def plot_values(evaluation: dict, path: Path, fallback: dict | None = None) -> Path:
-    """Values chart: each learned policy (dot, with its imitation-fallback share) against the
-    clinicians' value and the optimum v* (dashed lines); the axis is zoomed and says so.
-
-    Parameters
-    ----------
-    evaluation : dict
-        ``values`` (learned), ``references`` (clinicians, uniform, ...), ``optimal_value``,
-        ``mdp``, ``horizon``.
-    path : Path
-        PNG to write (atomically).
-    fallback : dict, optional
-        Learner -> share of its steps that fell back to the tie-break (imitation).
-    """
-    import matplotlib.pyplot as plt
-
-    fig = values_figure(evaluation, fallback)
-    with atomic_path(Path(path)) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return Path(path)
-
-
 def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies: dict, evaluation: dict | None,
                   audit: dict | None, stationary: bool, seeded: bool, tmp: Path,
                   diagnostics: dict | None = None, certified: dict | None = None,
-                  behaviour: dict | None = None, start_distribution: dict | None = None) -> dict:
+                  behaviour: dict | None = None, start_distribution: dict | None = None,
+                  values_figure_drawn: bool | None = None) -> dict:
     """The ``summary.json`` document (schema ``schemas/summary.schema.json``).
 
     Holds no seed, no count of rows, episodes or units, no timing (a
@@ -213,6 +155,7 @@ def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies:
     adds each policy's certified value; ``behaviour`` is the DP estimate of
     the clinicians' value (``behaviour_value``, null when its share is 0);
     ``start_distribution`` names the d0 of the certified values.
+    ``values_figure_drawn`` (default: an MDP is known) lists ``figures/values.png``.
     """
     pol_entries = []
     for name, pol in policies.items():
@@ -230,7 +173,7 @@ def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies:
             e["diagnostics"] = diagnostics[name]
         pol_entries.append(e)
     figures = {}
-    if evaluation is not None:
+    if (evaluation is not None) if values_figure_drawn is None else values_figure_drawn:
         figures["values"] = "figures/values.png"
     if audit is not None:
         figures["audit_tradeoff"] = "figures/audit_tradeoff.png"
@@ -466,11 +409,11 @@ def render_markdown(summary: dict) -> str:
     L += ["| " + " | ".join(VALUES_COLUMNS) + " |", "|" + "---|" * len(VALUES_COLUMNS)]
     L += ["| " + " | ".join(r) + " |" for r in values_table(summary)]
     L += [""] + _values_notes(summary)
-    if ev is not None:
-        if ev["references"]:
-            L += ["Reference policies: " + ", ".join(f"{k} {v:.4f}" for k, v in ev["references"].items())
-                  + f"; optimal {ev['optimal_value']:.4f}.", ""]
-        L += ["![values](figures/values.png)", ""]
+    if ev is not None and ev["references"]:
+        L += ["Reference policies: " + ", ".join(f"{k} {v:.4f}" for k, v in ev["references"].items())
+              + f"; optimal {ev['optimal_value']:.4f}.", ""]
+    if "values" in summary["artifacts"]["figures"]:
+        L += ["![values, certified values and the clinicians' DP estimate](figures/values.png)", ""]
     for p in summary["policies"]:
         dg = p.get("diagnostics")
         if not dg:
@@ -525,7 +468,8 @@ def render_markdown(summary: dict) -> str:
           f"| `summary.json`, `report.md` | {ok} | guarantee, values on a public MDP, certified values and the "
           "clinicians' DP value estimate (post-processing of DP outputs), audit verdict; no count of "
           "rows, episodes or units, no timing, no seed value |",
-          f"| `figures/values.png` | {ok} | the values chart |"]
+          f"| `figures/values.png` | {ok} | the values chart: values, certified values, the clinicians' DP "
+          "estimate (post-processing of DP outputs and values on a public MDP) |"]
     if a is not None:
         L.append(f"| `figures/audit_tradeoff.png` | {ok} | the audit's trade-off curve (same content as its verdict) |")
         L.append(f"| `audit/` | {ok} | the full audit report: the synthetic pair (from the spec), the attacks' "

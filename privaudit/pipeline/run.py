@@ -9,7 +9,7 @@ Layout of ``out`` (see docs/pipeline.md)::
 
     summary.json              guarantee, values, audit verdict (schemas/summary.schema.json)
     report.md                 the human report
-    figures/values.png        learned value vs clinicians vs optimum
+    figures/values.png        values, certified values, the clinicians' DP estimate (and optimum)
     figures/audit_tradeoff.png
     release/                  the DP release (manifest.json + Parquet tables)
     policies/dp-pbb/          policy.json + policy.parquet (the default DP policy, with a certificate)
@@ -68,6 +68,7 @@ from privaudit.mdp.evaluation import resolve_mdp
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.pipeline import report as rep
+from privaudit.pipeline import figures
 from privaudit.pipeline.audit_release import audit_release
 from privaudit.stats.release import load_release, release_logs
 from privaudit.stats.release import default_stationary
@@ -496,9 +497,6 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     # ---------------------------------------------------------------- report
     bar.stage("report")
     t = time.perf_counter()
-    if evaluation is not None:
-        rep.plot_values(evaluation, tmp / "figures" / "values.png",
-                        fallback={n: d["fallback_share"] for n, d in diagnostics.items()})
     certified = val.certified_entries(start_values, d0, d0_source,
                                       None if evaluation is None else evaluation["values"],
                                       return_range=return_range(spec)[:2], value_stats=value_stats,
@@ -509,12 +507,19 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
         **estimate_behaviour_value(value_stats), "privacy_part": VALUE_PART,
         "mechanism": value_plan.describe(),
         "exact_clinicians": None if evaluation is None else evaluation["references"].get("clinicians")}
+    cert_values = {n: c["certified_value"] for n, c in certified.items()}
+    draw = evaluation is not None or behaviour is not None or any(v is not None for v in cert_values.values())
+    if draw:  # values, certificates and the clinicians' DP estimate side by side (all public)
+        figures.plot_values(evaluation, tmp / "figures" / "values.png",
+                            fallback={n: d["fallback_share"] for n, d in diagnostics.items()},
+                            certified=cert_values, behaviour=behaviour, return_range=return_range(spec)[:2])
     summary = rep.build_summary(spec=spec, manifest=manifest, guarantee=guarantee, policies=policies,
                                 evaluation=evaluation, audit=audit, stationary=stationary,
                                 seeded=seeded, tmp=tmp, diagnostics=diagnostics, certified=certified,
                                 behaviour=behaviour,
                                 start_distribution=None if d0_source is None else {
-                                    "source": d0_source, "what": val.D0_SOURCES[d0_source]})
+                                    "source": d0_source, "what": val.D0_SOURCES[d0_source]},
+                                values_figure_drawn=draw)
     rep.write_summary(summary, tmp / "summary.json")
     atomic_write_text(tmp / "report.md", rep.render_markdown(summary))
     timings["report"] = time.perf_counter() - t
