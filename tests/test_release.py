@@ -637,8 +637,8 @@ def test_memory_estimate_against_physical_memory(data, tmp_path, monkeypatch):
 
     spec = load_spec(data["spec_private"])
     est = release_mod.release_memory_estimate(spec, stationary=False, n_sa_families=2)
-    # hand computation: 6 x 8 bytes x (S*A*S + 2 * H*S*A)
-    assert est == {"slice_cells": S * A * S, "bytes": 6 * 8 * (S * A * S + 2 * H * S * A)}
+    # hand computation: 4 x 8 bytes x (S*A*S + 2 * H*S*A)
+    assert est == {"slice_cells": S * A * S, "bytes": 4 * 8 * (S * A * S + 2 * H * S * A)}
     assert release_mod.physical_memory_bytes() > est["bytes"]
     monkeypatch.setattr(release_mod, "physical_memory_bytes", lambda: est["bytes"] - 1)
     with pytest.raises(UsageError, match=r"estimated peak working memory .* above the physical memory"):

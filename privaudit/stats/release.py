@@ -59,11 +59,12 @@ __all__ = ["release_logs", "default_stationary", "STEP_RULE", "ReleaseInfo", "lo
            "release_memory_estimate", "physical_memory_bytes", "MEMORY_PER_SLICE_BYTE", "MAX_SLICE_CELLS"]
 
 #: Peak working memory of a release per byte of one dense (S, A, S) int64
-#: transition slice: the exact slice, the float noise, the rounded int64
-#: result, the pending write and its Arrow columns. Measured 3.8-4.9 x
-#: (benchmarks/bench_release_memory.py: peak RSS over the start, S = 1000 and
-#: 1500, A = 10, both mechanisms and noise modes); 6 leaves a margin.
-MEMORY_PER_SLICE_BYTE = 6
+#: transition slice: the exact slice (noised in place), the previous noisy
+#: slice being written, its int32 Arrow copy and the encoder's buffers.
+#: Measured 2.5 x (benchmarks/bench_release_memory.py: peak RSS over the
+#: start, S = 1000 and 1500, A = 10, both mechanisms); 4 leaves a margin.
+#: (6 while the noise was copied and index columns written: 3.8-4.9 x.)
+MEMORY_PER_SLICE_BYTE = 4
 #: Most cells of one (S, A, S) slice: one Parquet row group of Arrow arrays
 #: with int32 dictionary indices and int32 index columns (``artifact``).
 MAX_SLICE_CELLS = 2**31 - 1
