@@ -308,8 +308,8 @@ def test_a_release_noisier_on_paper_than_in_fact_is_a_violation(world, tmp_path,
 
     real = mechanisms.add_noise
 
-    def broken(values, *, mechanism, scale, rng, noise="exact"):
-        return real(values, mechanism=mechanism, scale=scale / 20, rng=rng, noise=noise)
+    def broken(values, *, mechanism, scale, rng, noise="exact", **kw):
+        return real(values, mechanism=mechanism, scale=scale / 20, rng=rng, noise=noise, **kw)
 
     monkeypatch.setattr(mechanisms, "add_noise", broken)
     out = tmp_path / "out"
