@@ -95,10 +95,17 @@ class BoundingReport:
         c of the per-cell cap (:func:`cap_per_cell`), None when not applied.
     cell_cap_stationary : bool or None
         The cap's cells: (s, a) pooled over h (True) or (h, s, a) (False).
-    cell_steps_dropped : int
-        Steps (rows) dropped by the per-cell cap.
+    cell_steps_dropped : int or None
+        Steps (rows) dropped by the per-cell cap; None until the capped rows
+        are counted (:func:`cap_per_cell` runs no pass of its own; the
+        statistics that count the kept rows complete it:
+        :meth:`with_cell_kept`).
     cell_steps_seen : int
         Steps the cap looked at (rows after the three rules above).
+    rows_kept : int or None
+        Rows after the keep-k and truncate-to-H rules (the rows every
+        statistic sees); None in a report not made by
+        :func:`bound_contributions`.
     """
 
     units: int
@@ -114,8 +121,9 @@ class BoundingReport:
     returns_clipped: int = 0
     max_per_cell: int | None = None
     cell_cap_stationary: bool | None = None
-    cell_steps_dropped: int = 0
+    cell_steps_dropped: int | None = 0
     cell_steps_seen: int = 0
+    rows_kept: int | None = None
 
     @property
     def changed(self) -> bool:
@@ -141,14 +149,28 @@ class BoundingReport:
                if self.returns_clipped else "")
             + ("" if self.max_per_cell is None else
                f"\n  at most c={self.max_per_cell} steps per unit and "
-               f"{'(s, a)' if self.cell_cap_stationary else '(h, s, a)'} cell: {self.cell_steps_dropped} of "
-               f"{self.cell_steps_seen} steps dropped ({self.cell_drop_share:.2%})")
+               f"{'(s, a)' if self.cell_cap_stationary else '(h, s, a)'} cell: "
+               + (f"{self.cell_steps_dropped} of {self.cell_steps_seen} steps dropped ({self.cell_drop_share:.2%})"
+                  if self.cell_steps_dropped is not None else f"{self.cell_steps_seen} steps seen"))
         )
+
+    def with_cell_kept(self, kept: int) -> "BoundingReport":
+        """This report with ``cell_steps_dropped`` = seen - ``kept`` (the rows the capped statistics counted).
+
+        Raises
+        ------
+        UsageError
+            No per-cell cap was applied, or ``kept`` is not in [0, seen].
+        """
+        if self.max_per_cell is None or not 0 <= int(kept) <= self.cell_steps_seen:
+            raise UsageError(f"`kept` must count the rows a per-cell cap kept, in [0, {self.cell_steps_seen}]"
+                             f" (cap c={self.max_per_cell}). Found {kept!r}.")
+        return replace(self, cell_steps_dropped=self.cell_steps_seen - int(kept))
 
     @property
     def cell_drop_share(self) -> float:
         """Share of the steps the per-cell cap dropped (0 when it did not run or saw no step)."""
-        return self.cell_steps_dropped / self.cell_steps_seen if self.cell_steps_seen else 0.0
+        return (self.cell_steps_dropped or 0) / self.cell_steps_seen if self.cell_steps_seen else 0.0
 
     def __repr__(self) -> str:  # private counts: do not leak through reprs in logs
         return f"BoundingReport(k={self.k}, H={self.H}, c={self.max_per_cell}, changed={self.changed})"
@@ -254,7 +276,8 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
     report = BoundingReport(
         units=n_units, episodes=n_episodes, units_over_k=units_over_k, episodes_dropped=n_dropped,
         rows_dropped_with_episodes=rows_dropped, episodes_truncated=int(stats[0]["truncated"][0]),
-        steps_dropped=int(stats[0]["over_H"][0]), rewards_clipped=int(stats[0]["clipped"][0]), k=k, H=H)
+        steps_dropped=int(stats[0]["over_H"][0]), rewards_clipped=int(stats[0]["clipped"][0]), k=k, H=H,
+        rows_kept=int(stats[0]["rows"][0]) - int(stats[0]["over_H"][0]))
     bounded = kept.filter(c("step") < H).with_columns(
         ((c("reward").cast(pl.Float64).clip(lo, hi) - lo) / (hi - lo)).alias("reward"))
     if spec.return_bound is not None and spec.scaled_return_max < H:
@@ -328,8 +351,11 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
     capped : polars.LazyFrame
         The kept rows, same columns.
     report : BoundingReport
-        ``report`` with ``max_per_cell``, ``cell_cap_stationary``,
-        ``cell_steps_dropped`` and ``cell_steps_seen`` set (PRIVATE).
+        ``report`` with ``max_per_cell``, ``cell_cap_stationary`` and
+        ``cell_steps_seen`` set, and ``cell_steps_dropped`` None: the cap
+        reads no row itself (it is a lazy filter), so whoever counts the
+        capped rows completes it with ``report.with_cell_kept(kept)``
+        (PRIVATE).
 
     Raises
     ------
@@ -345,9 +371,14 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
     a unit's steps survive never depends on another unit: the substitution
     sensitivities with the cap (``privaudit.privacy.sensitivity``:
     L2 = sqrt(2 f(kH, c)) pooled, sqrt(2 H f(k, c)) per step) hold for any
-    input. Vectorised: one ordinal rank over (unit, cell) windows (plus one
-    group-by over episodes when a unit may hold several). Per step with
-    c >= k, and pooled with c >= kH, nothing can be dropped.
+    input. Vectorised and lazy: one ordinal rank over (unit, cell) windows,
+    evaluated by the query that counts the capped rows (plus one group-by
+    over episodes when a unit may hold several). With c = 1 the rank is a
+    window minimum: the order is unique inside a unit for logs that pass
+    validation (one row per episode and step, ``step_duplicate`` is fatal),
+    so the row with the smallest order is the one ranked first (a window
+    minimum costs about half of a rank). Per step with c >= k, and pooled
+    with c >= kH, nothing can be dropped.
 
     The cap biases the counts: a dropped revisit of (s, a) removes a real
     transition and reward (docs/release.md, "Per-cell contribution bound").
@@ -374,10 +405,17 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
                     .select("episode_id", pl.int_range(pl.len(), dtype=pl.Int64).over("_unit").alias("_ep")))
         bounded = bounded.join(episodes, on="episode_id", how="left")
         order = c("_ep") * H + c("step").cast(pl.Int64)
-    keep = order.rank("ordinal").over([unit] + cell) <= max_per_cell
-    flagged = bounded.with_columns(keep.alias("_keep"))
-    stats = flagged.select(pl.len().alias("rows"), (~c("_keep")).sum().alias("dropped")).collect()
-    capped = flagged.filter(c("_keep")).drop([x for x in ("_keep", "_ep") if x in flagged.collect_schema().names()])
+    window = [unit] + cell
+    if max_per_cell == 1:  # the unit's first step in the cell: its order is unique, so min == ordinal rank 1
+        keep = order == order.min().over(window)
+    else:
+        keep = order.rank("ordinal").over(window) <= max_per_cell
+    capped = bounded.filter(keep)
+    if "_ep" in capped.collect_schema().names():
+        capped = capped.drop("_ep")
+    seen = report.rows_kept
+    if seen is None:  # a report not made by bound_contributions: count the rows (a pass without the window)
+        seen = int(bounded.select(pl.len()).collect().item())
     report = replace(report, max_per_cell=max_per_cell, cell_cap_stationary=bool(stationary),
-                     cell_steps_dropped=int(stats["dropped"][0] or 0), cell_steps_seen=int(stats["rows"][0]))
+                     cell_steps_dropped=None, cell_steps_seen=seen)
     return capped, report

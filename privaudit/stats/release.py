@@ -364,6 +364,8 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
             cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]
             frame = collect_or_raise(prepared.bounded.select(cols + ([pl.col("reward")] if rewards else [])), logs)
             exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards=rewards, quantum=quantum)
+            if report.max_per_cell is not None and report.cell_steps_dropped is None:
+                report = report.with_cell_kept(frame.height)  # the cap's drop count, from the rows it kept
             del frame
     if echo is not None:
         echo(report.summary())

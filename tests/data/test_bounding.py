@@ -185,9 +185,11 @@ def test_cell_cap_matches_reference(c, stationary, by_unit):
     bounded, report = bound_contributions(df.lazy(), spec)
     kept_df = bounded.collect()
     capped, rep = cap_per_cell(bounded, report, c, stationary=stationary)
+    assert rep.cell_steps_dropped is None  # the cap reads no row: the count that follows completes it
     got = set(capped.select("episode_id", "step").collect().iter_rows())
     want = _reference_cell_cap(kept_df, c, stationary, by_unit)
     assert got == want
+    rep = rep.with_cell_kept(len(got))
     assert rep.cell_steps_seen == kept_df.height and rep.cell_steps_dropped == kept_df.height - len(want)
     # per step, one episode visits each (h, s, a) once: nothing to drop when each episode is its own unit
     assert (rep.cell_steps_dropped > 0) == (stationary or by_unit)
@@ -211,9 +213,14 @@ def test_cell_cap_per_step_with_c_at_least_k_drops_nothing():
     spec = _spec(H=4, S=2, A=1, k=1, terminals=())
     bounded, report = bound_contributions(_log([(0, 0, 4, None), (1, 1, 4, None)]), spec)
     capped, rep = cap_per_cell(bounded, report, 1, stationary=False)
-    assert rep.cell_steps_dropped == 0 and capped.collect().height == 8
+    rep = rep.with_cell_kept(capped.collect().height)
+    assert rep.cell_steps_dropped == 0 and rep.cell_steps_seen == 8
     capped, rep = cap_per_cell(bounded, report, 1, stationary=True)  # pooled: 3 revisits per episode
+    assert "8 steps seen" in rep.summary()
+    rep = rep.with_cell_kept(capped.collect().height)
     assert rep.cell_steps_dropped == 6 and "6 of 8 steps dropped (75.00%)" in rep.summary()
+    with pytest.raises(UsageError, match="kept"):
+        rep.with_cell_kept(9)
 
 
 @pytest.mark.parametrize("c", [0, 1.0, True])
