@@ -317,6 +317,13 @@ def clip_returns(bounded: pl.LazyFrame, bound: float) -> tuple[pl.LazyFrame, int
     return pl.concat([bounded.join(over.lazy(), on="episode_id", how="anti"), fixed]), over.height
 
 
+#: Most rows the per-cell cap ranks at once: above it, the units are split into parts by a hash of the
+#: unit and each part is capped in turn (the windows of one part are in memory, about 90 bytes per row
+#: at c = 1). The kept rows do not depend on the split: every window lies inside one unit.
+CAP_PARTITION_ROWS = 4_000_000
+#: Seed of the hash that splits units into parts (which part a unit falls in changes nothing kept).
+CAP_PARTITION_SEED = 0x19A
+
 #: The per-cell keep rule, as recorded in the release manifest.
 CELL_KEEP_RULE = ("per privacy unit and cell, the first c steps in the unit's own order: its episodes by the "
                   "keep-k priority key (episode_key), then by step h")
@@ -377,8 +384,12 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
     window minimum: the order is unique inside a unit for logs that pass
     validation (one row per episode and step, ``step_duplicate`` is fatal),
     so the row with the smallest order is the one ranked first (a window
-    minimum costs about half of a rank). Per step with c >= k, and pooled
-    with c >= kH, nothing can be dropped.
+    minimum costs about half of a rank). Memory: above
+    :data:`CAP_PARTITION_ROWS` rows the units are split into parts by a hash
+    of the unit and the parts are capped one after the other (every window
+    lies in one unit, so the kept rows are the same; their order in the
+    frame is not). Per step with c >= k, and pooled with c >= kH, nothing
+    can be dropped.
 
     The cap biases the counts: a dropped revisit of (s, a) removes a real
     transition and reward (docs/release.md, "Per-cell contribution bound").
@@ -395,27 +406,37 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
     H = report.H
     unit = unit_column_of(bounded)
     cell = cell_columns(stationary)
-    if unit == "episode_id" or report.k == 1:  # at most one episode per unit: its own steps in order
-        order = c("step").cast(pl.Int64)
-    else:  # rank the unit's (at most k) episodes by the keep-k key, then steps inside them
-        episodes = (bounded.filter(c("step") == 0).select("episode_id", c(unit).alias("_unit"))
-                    .with_columns(episode_priority(c("episode_id")).alias("_key"),
-                                  episode_id_text(c("episode_id")).alias("_text"))
-                    .sort(["_unit", "_key", "_text"])
-                    .select("episode_id", pl.int_range(pl.len(), dtype=pl.Int64).over("_unit").alias("_ep")))
-        bounded = bounded.join(episodes, on="episode_id", how="left")
-        order = c("_ep") * H + c("step").cast(pl.Int64)
+    ranked_episodes = not (unit == "episode_id" or report.k == 1)
     window = [unit] + cell
-    if max_per_cell == 1:  # the unit's first step in the cell: its order is unique, so min == ordinal rank 1
-        keep = order == order.min().over(window)
-    else:
-        keep = order.rank("ordinal").over(window) <= max_per_cell
-    capped = bounded.filter(keep)
-    if "_ep" in capped.collect_schema().names():
-        capped = capped.drop("_ep")
+
+    def capped_rows(frame: pl.LazyFrame) -> pl.LazyFrame:
+        """The kept rows of ``frame`` (whole units only)."""
+        if not ranked_episodes:  # at most one episode per unit: its own steps in order
+            order = c("step").cast(pl.Int64)
+        else:  # rank the unit's (at most k) episodes by the keep-k key, then steps inside them
+            episodes = (frame.filter(c("step") == 0).select("episode_id", c(unit).alias("_unit"))
+                        .with_columns(episode_priority(c("episode_id")).alias("_key"),
+                                      episode_id_text(c("episode_id")).alias("_text"))
+                        .sort(["_unit", "_key", "_text"])
+                        .select("episode_id", pl.int_range(pl.len(), dtype=pl.Int64).over("_unit").alias("_ep")))
+            frame = frame.join(episodes, on="episode_id", how="left")
+            order = c("_ep") * H + c("step").cast(pl.Int64)
+        if max_per_cell == 1:  # the unit's first step in the cell: its order is unique, so min == ordinal rank 1
+            keep = order == order.min().over(window)
+        else:
+            keep = order.rank("ordinal").over(window) <= max_per_cell
+        kept = frame.filter(keep)
+        return kept.drop("_ep") if ranked_episodes else kept
+
     seen = report.rows_kept
     if seen is None:  # a report not made by bound_contributions: count the rows (a pass without the window)
         seen = int(bounded.select(pl.len()).collect().item())
+    parts = max(1, -(-seen // CAP_PARTITION_ROWS))
+    if parts == 1:
+        capped = capped_rows(bounded)
+    else:  # whole units per part, one part at a time: the windows of one part in memory, not of all rows
+        part = c(unit).hash(CAP_PARTITION_SEED) % parts
+        capped = pl.concat([capped_rows(bounded.filter(part == p)) for p in range(parts)], parallel=False)
     report = replace(report, max_per_cell=max_per_cell, cell_cap_stationary=bool(stationary),
                      cell_steps_dropped=None, cell_steps_seen=seen)
     return capped, report

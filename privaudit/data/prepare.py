@@ -104,7 +104,7 @@ class PreparedLogs:
         try:
             capped, report = cap_per_cell(self.bounded, self.bounding, max_per_cell, stationary=stationary)
         except pl.exceptions.PolarsError as e:
-            raise _read_failed(self.path, e) from None
+            raise read_failed(self.path, e) from None
         return replace(self, bounded=capped, bounding=report)
 
     def collect(self, columns: list[str]) -> pl.DataFrame:
@@ -115,7 +115,8 @@ class PreparedLogs:
         return f"PreparedLogs(path={str(self.path)!r}, spec_hash={self.spec.hash()!r})"
 
 
-def _read_failed(path, e: Exception) -> LogReadError:
+def read_failed(path, e: Exception) -> LogReadError:
+    """The LogReadError of a polars failure while reading ``path`` (its first line as the reason)."""
     reason = str(e).splitlines()[0] if str(e) else type(e).__name__
     return LogReadError(f"{path}: reading the logs failed ({reason}); nothing was computed from them.")
 
@@ -125,7 +126,7 @@ def collect_or_raise(lf: pl.LazyFrame, path) -> pl.DataFrame:
     try:
         return lf.collect()
     except pl.exceptions.PolarsError as e:
-        raise _read_failed(path, e) from None
+        raise read_failed(path, e) from None
 
 
 def refuse_fatal(report: ValidationReport) -> None:
@@ -202,9 +203,9 @@ def prepare_logs(path: str | Path, spec: DomainSpec) -> PreparedLogs:
     try:
         bounded, bounding = bound_contributions(scanned, spec)
     except pl.exceptions.PolarsError as e:
-        raise _read_failed(path, e) from None
+        raise read_failed(path, e) from None
     return PreparedLogs(path=path, spec=spec, validation=report, bounding=bounding,
                         raw=scanned.drop(ROW), bounded=bounded)
 
 
-__all__ = ["BOUNDING_RULES", "PreparedLogs", "prepare_logs", "refuse_fatal", "collect_or_raise"]
+__all__ = ["BOUNDING_RULES", "PreparedLogs", "prepare_logs", "refuse_fatal", "collect_or_raise", "read_failed"]

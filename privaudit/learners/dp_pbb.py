@@ -269,7 +269,8 @@ def capped_counts_from_frames(capped, bounded, spec, *, stationary: bool, max_pe
     each unit starts at most k episodes, whatever the cap.
     """
     sc = sparse_counts(capped, spec, stationary=stationary, rewards=False)
-    st = bounded.lazy().filter(pl.col("step") == 0).group_by("state").agg(pl.len().alias("n")).collect()
+    st = (bounded.lazy().filter(pl.col("step") == 0).group_by("state").agg(pl.len().alias("n"))
+          .collect(engine="streaming"))
     starts = np.zeros(spec.S, dtype=np.int64)
     starts[st["state"].to_numpy().astype(np.int64)] = st["n"].to_numpy()
     return CappedCounts.from_sparse(sc, starts=starts, max_episodes=spec.max_episodes_per_unit,

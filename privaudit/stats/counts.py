@@ -229,7 +229,9 @@ def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
     -----
     One polars group-by over the flat cell index; rows whose state is
     terminal are left out (see the module docstring). Memory: the sparse
-    result, at most one row per log row.
+    result, at most one row per log row; integer statistics (counts, and
+    reward sums with a ``quantum``) run on polars' streaming engine, so the
+    rows themselves are not held in memory.
     """
     H, S, A = spec.H, spec.S, spec.A
     cols = ["state", "action", "next_state"] if stationary else ["step", "state", "action", "next_state"]
@@ -242,7 +244,9 @@ def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
         aggs.append((r * int(quantum)).round(0).cast(pl.Int64).sum().alias("r") if quantum is not None
                     else r.sum().alias("r"))
     cells_lf = lf.group_by(_cell_index(cols, sizes).alias("i")).agg(aggs).sort("i")
-    bounds, cells = pl.collect_all([rng_, cells_lf])
+    # integer sums stream (memory: the groups, not the rows); float sums keep the in-memory engine's order
+    engine = "streaming" if not rewards or quantum is not None else "auto"
+    bounds, cells = pl.collect_all([rng_, cells_lf], engine=engine)
     _check_domain(bounds, spec, cols)
     return SparseCounts(spec, stationary, cells, quantum if rewards else None)
 

@@ -38,7 +38,7 @@ import polars as pl
 import pyarrow as pa
 
 from privaudit.data.bounding import BoundingReport
-from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
+from privaudit.data.prepare import PreparedLogs, prepare_logs, read_failed
 from privaudit.errors import UsageError
 from privaudit import progress
 from privaudit.fmt import num
@@ -360,13 +360,17 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
             with clock.stage("cell_cap", cpu=time.process_time):
                 prepared = prepared.with_cell_cap(max_per_cell, stationary=stationary)
         report = prepared.bounding
-        with clock.stage("read_count", cpu=time.process_time):
+        with clock.stage("read_count", cpu=time.process_time):  # one streaming pass: the rows stay on disk
             cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]
-            frame = collect_or_raise(prepared.bounded.select(cols + ([pl.col("reward")] if rewards else [])), logs)
-            exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards=rewards, quantum=quantum)
+            frame = prepared.bounded.select(cols + ([pl.col("reward")] if rewards else []))
+            try:
+                exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards=rewards, quantum=quantum)
+            except pl.exceptions.PolarsError as e:
+                raise read_failed(logs, e) from None
             if report.max_per_cell is not None and report.cell_steps_dropped is None:
-                report = report.with_cell_kept(frame.height)  # the cap's drop count, from the rows it kept
-            del frame
+                # the cap's drop count, from the rows it kept (validated logs have no row in a terminal state,
+                # so every kept row is counted)
+                report = report.with_cell_kept(int(exact.cells["n"].sum()))
     if echo is not None:
         echo(report.summary())
 

@@ -339,7 +339,8 @@ def bound_contributions(df: DataFrame, spec: DomainSpec) -> tuple[DataFrame, Bou
                             episodes_dropped=int(r["dropped"] or 0),
                             rows_dropped_with_episodes=int(r["all_rows"]) - int(r["rows"]),
                             episodes_truncated=int(r["truncated"] or 0), steps_dropped=int(r["over_H"] or 0),
-                            rewards_clipped=int(r["clipped"] or 0), k=k, H=H)
+                            rewards_clipped=int(r["clipped"] or 0), k=k, H=H,
+                            rows_kept=int(r["rows"]) - int(r["over_H"] or 0))
     reward = (F.least(F.greatest(c("reward").cast("double"), F.lit(float(lo))), F.lit(float(hi))) - lo) / (hi - lo)
     return kept.filter(c("step") < H).withColumn("reward", reward), report
 

@@ -5,6 +5,7 @@ import polars as pl
 import pytest
 import xxhash
 
+from privaudit.data import bounding
 from privaudit.data.bounding import PRIORITY_HASH_SEED, bound_contributions, cap_per_cell, episode_priority
 from privaudit.errors import UsageError
 from privaudit.spec import DomainSpec
@@ -169,7 +170,10 @@ def _reference_cell_cap(df: pl.DataFrame, c: int, stationary: bool, by_unit: boo
 
 @pytest.mark.parametrize("c,stationary", [(1, True), (2, True), (1, False), (2, False)])
 @pytest.mark.parametrize("by_unit", [True, False])
-def test_cell_cap_matches_reference(c, stationary, by_unit):
+@pytest.mark.parametrize("split", [False, True])
+def test_cell_cap_matches_reference(c, stationary, by_unit, split, monkeypatch):
+    if split:  # units split into parts of about 40 rows, capped one after the other: the same rows kept
+        monkeypatch.setattr(bounding, "CAP_PARTITION_ROWS", 40)
     rng = np.random.default_rng(7)
     n, H = 60, 6
     rows = []
