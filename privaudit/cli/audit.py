@@ -115,7 +115,9 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "pooled) and involve no real unit; the default for --mechanism release and dp-apvi "
                    "(synthetic-repeat when pooled over h, the default). rare / repeat / random replace a real unit; rare is "
                    "the default for FILE.py:NAME. dp-vapvi: synthetic (default) sets the units' last-step features "
-                   "to orthogonal unit vectors; rare/repeat aim a real-feature canary at its statistics.")
+                   "to orthogonal unit vectors; rare/repeat aim a real-feature canary at its statistics. dp-pbb: "
+                   "synthetic (default) spreads each unit's transitions over cells at the per-cell cap (attains its "
+                   "capped sensitivity); synthetic-repeat puts them in one cell (where the cap must bite).")
 @click.option("--pair", nargs=2, type=click.Path(dir_okay=False), default=None,
               metavar="D.parquet D2.parquet",
               help="An explicit neighbouring pair, read with the spec's column mapping; both validated "
@@ -185,6 +187,10 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     release / dp-apvi (`synthetic-repeat` when pooled over h: units built
     from the spec that attain the declared sensitivity), else `rare`; the
     one used is printed.
+
+    dp-pbb is audited through its noisy capped visit counts and start
+    counts (gray-box, against their share of the claim, with events fixed
+    from the pair before any run); see docs/audit.md.
 
     Steps: the built-ins release / dp-apvi pool their counts over h unless
     given --per-step, the default of every command (printed when it applies).
