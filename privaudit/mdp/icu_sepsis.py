@@ -19,6 +19,8 @@ clinicians 0.6920, optimal 0.7922, uniform 0.6854.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,6 +28,7 @@ import numpy as np
 
 from privaudit.resources import sample_dir
 from privaudit.errors import ArtifactError, UsageError
+from privaudit.io_utils import atomic_dir
 from privaudit.mdp.tabular import TabularMDP
 
 #: Number of states S and actions A of ICU-Sepsis.
@@ -49,19 +52,67 @@ def default_data_dir() -> Path:
     return _DEFAULT_DIR
 
 
+def cache_dir() -> Path:
+    """Where decompressed copies of ``dynamics.npz`` are kept: ``$PRIVAUDIT_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/privaudit``, else ``~/.cache/privaudit``."""
+    env = os.environ.get("PRIVAUDIT_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "privaudit"
+
+
+def _cached(path: Path) -> Path:
+    """The cache folder of one ``dynamics.npz``: named by the SHA-256 of its bytes (a changed file is a new entry)."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:20]
+    return cache_dir() / f"icu-sepsis-{digest}"
+
+
+def _read_cache(folder: Path) -> dict[str, np.ndarray] | None:
+    """The arrays of a complete cache folder, memory-mapped read-only; None when absent or unreadable."""
+    try:
+        return {k: np.load(folder / f"{k}.npy", mmap_mode="r", allow_pickle=False) for k in _ARRAYS}
+    except (OSError, ValueError):
+        return None
+
+
+def _write_cache(folder: Path, tables: dict[str, np.ndarray]) -> None:
+    """Write the decompressed arrays (one ``.npy`` each) under a temporary name, then rename; best effort."""
+    try:
+        with atomic_dir(folder, overwrite=folder.exists()) as tmp:  # replaces a corrupt entry
+            for k, a in tables.items():
+                np.save(tmp / f"{k}.npy", a, allow_pickle=False)
+    except OSError:  # read-only home, full disk, another process wrote it first: the npz serves
+        pass
+
+
 @lru_cache(maxsize=2)
 def _read_tables(data_dir: str) -> dict[str, np.ndarray]:
-    """Read ``dynamics.npz`` once per folder (arrays are made read-only)."""
+    """Read ``dynamics.npz`` once per folder (arrays are read-only).
+
+    The npz is compressed (1.9 MB for two dense (716, 25, 716) float64
+    tables): decompressing it costs about 0.6 s of CPU on every run. The
+    first read therefore also writes the decompressed arrays to
+    :func:`cache_dir` (a folder named by the SHA-256 of the npz's bytes), and
+    later reads memory-map them instead. The cache is a convenience: when it
+    cannot be written or read, the npz is read as before. Public data only
+    (the benchmark MDP), never anything of the logs.
+    """
     path = Path(data_dir) / "dynamics.npz"
     try:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in _ARRAYS if k not in z.files]
-            if missing:
-                raise ArtifactError(f"{path} lacks the arrays {missing}; expected the icu-sepsis 2.0.1 tables.")
-            tables = {k: np.array(z[k], dtype=np.float64) for k in _ARRAYS}
+        folder = _cached(path)
+        tables = _read_cache(folder)
+        if tables is None:
+            with np.load(path, allow_pickle=False) as z:
+                missing = [k for k in _ARRAYS if k not in z.files]
+                if missing:
+                    raise ArtifactError(f"{path} lacks the arrays {missing}; expected the icu-sepsis 2.0.1 tables.")
+                tables = {k: np.array(z[k], dtype=np.float64) for k in _ARRAYS}
+            _write_cache(folder, tables)
     except OSError as e:
         raise ArtifactError(f"cannot read the ICU-Sepsis tables {path}: {e}. "
                             "Pass data_dir= the folder holding dynamics.npz.") from None
+    if any(a.dtype != np.float64 for a in tables.values()):
+        raise ArtifactError(f"the cached ICU-Sepsis tables of {path} are not float64; remove {folder}.")
     expected = {"tx_mat": (N_STATES, N_ACTIONS, N_STATES), "r_mat": (N_STATES, N_ACTIONS, N_STATES),
                 "d_0": (N_STATES,), "expert_policy": (N_STATES, N_ACTIONS),
                 "state_cluster_centers": (N_STATES, 47)}
@@ -69,7 +120,8 @@ def _read_tables(data_dir: str) -> dict[str, np.ndarray]:
         if tables[k].shape != shape:
             raise ArtifactError(f"{path}: array `{k}` must have shape {shape}. Found {tables[k].shape}.")
     for a in tables.values():
-        a.setflags(write=False)
+        if a.flags.writeable:
+            a.setflags(write=False)
     return tables
 
 
