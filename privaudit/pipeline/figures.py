@@ -1,7 +1,10 @@
 """The pipeline's values figure (``figures/values.png``): values, certificates and the clinicians' DP estimate.
 
 matplotlib is imported inside the functions only, so importing this module
-(and ``privaudit.pipeline``) stays cheap for commands that draw nothing.
+(and ``privaudit.pipeline``) stays cheap for commands that draw nothing. The
+figure is a bare ``matplotlib.figure.Figure`` with fixed margins (no pyplot,
+no ``tight_layout``), as the audit's trade-off figure: it costs a fraction of
+the CPU in every pipeline run.
 
 What it shows, side by side, for a reader who has not opened summary.json:
 
@@ -119,9 +122,8 @@ def values_figure(evaluation: dict | None, fallback: dict | None = None, *, cert
     ValueError
         Nothing to draw (no evaluation, no certified value, no estimate).
     """
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     fallback = fallback or {}
     certified = {n: c for n, c in (certified or {}).items() if c is not None}
@@ -136,9 +138,8 @@ def values_figure(evaluation: dict | None, fallback: dict | None = None, *, cert
     full = (min(full[0], min(marks)) - pad, max(full[1], max(marks)) + pad)
     zoomed = evaluation is not None
     h = 0.7 * len(rows) + 2.2
-    fig, axes = plt.subplots(1, 2 if zoomed else 1, figsize=(13.0 if zoomed else 7.5, h), sharey=zoomed,
-                             squeeze=False)
-    axes = axes[0]
+    fig = Figure(figsize=(13.0 if zoomed else 7.5, h))
+    axes = fig.subplots(1, 2 if zoomed else 1, sharey=zoomed, squeeze=False)[0]
     _draw(axes[0], rows, evaluation, full, zoom=False)
     unit = "" if evaluation is None else f" on {evaluation['mdp']} (H = {evaluation['horizon']})"
     axes[0].set_xlabel("value in the declared reward units" + (
@@ -157,21 +158,23 @@ def values_figure(evaluation: dict | None, fallback: dict | None = None, *, cert
         axes[1].set_title("zoom on the values", fontsize=10)
         axes[1].tick_params(axis="y", labelleft=False)
     kinds = {r["kind"] for r in rows}
-    handles = ([plt.Line2D([], [], marker="o", ls="", color=_VALUE, label="exact value of the learned policy")]
+    handles = ([Line2D([], [], marker="o", ls="", color=_VALUE, label="exact value of the learned policy")]
                if zoomed else [])
     if certified:
-        handles.append(plt.Line2D([], [], marker=">", ls="", markerfacecolor="white", color=_CERT,
+        handles.append(Line2D([], [], marker=">", ls="", markerfacecolor="white", color=_CERT,
                                   label="certified value (lower bound" + ("; holds if left of the dot)" if zoomed
                                                                           else " on the policy's value)")))
     if "clinicians" in kinds:
-        handles.append(plt.Line2D([], [], marker="D", ls="-", color=_CLIN,
+        handles.append(Line2D([], [], marker="D", ls="-", color=_CLIN,
                                   label="clinicians' value estimated with DP, and its interval"))
     h2, l2 = axes[-1].get_legend_handles_labels()
     fig.legend(handles=handles + h2, loc="lower center", ncol=3 if zoomed else 2, fontsize=8, framealpha=0.9,
                bbox_to_anchor=(0.5, 0.0))
     fig.suptitle("learned policies vs the clinicians and the optimum" if zoomed else
                  "certified values and the clinicians' DP estimate (no MDP: no exact values)", fontsize=11)
-    fig.tight_layout(rect=(0, 0.1 if zoomed else 0.14, 1, 0.97))
+    inch = 1.0 / h  # fixed margins in inches: 2.3 for the row labels, 1.1 for the axis label and legend, 0.75 titles
+    fig.subplots_adjust(left=2.3 / fig.get_figwidth(), right=1 - 0.25 / fig.get_figwidth(), bottom=1.1 * inch,
+                        top=1 - 0.75 * inch, wspace=0.05)
     return fig
 
 
@@ -186,10 +189,7 @@ def plot_values(evaluation: dict | None, path: Path, fallback: dict | None = Non
     path : Path
         PNG to write.
     """
-    import matplotlib.pyplot as plt
-
     fig = values_figure(evaluation, fallback, certified=certified, behaviour=behaviour, return_range=return_range)
     with atomic_path(Path(path)) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
     return Path(path)
