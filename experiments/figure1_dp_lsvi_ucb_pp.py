@@ -31,7 +31,9 @@ Usage::
 
 ``run`` runs the missing runs (then plots); ``plot`` only assembles the
 figures (``docs/img/figure1{a,b}_<constants>_K<K>.png``) and prints a Markdown
-table of the final cumulative regret.
+table of the final cumulative regret. A run in progress saves its curve so far
+every K/20 users (``<run>.partial.json``); a curve without any finished run is
+drawn dashed from those, up to where it got, and labelled so.
 """
 
 from __future__ import annotations
@@ -83,38 +85,72 @@ def run_path(root: Path, constants: str, K: int, algo: str, eps: float | None, s
     return root / constants / f"K{K}" / f"{algo}_eps{tag}_seed{seed}.json"
 
 
+#: A run is played in this many chunks; after each one the curve so far is saved as a partial file.
+CHUNKS = 20
+
+
+def _write(path: Path, rec: dict) -> None:
+    """Write ``rec`` as JSON atomically (a killed run leaves no half-written file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def partial_path(path: Path) -> Path:
+    """Where an unfinished run keeps its curve so far (removed when the run finishes)."""
+    return path.with_name(path.stem + ".partial.json")
+
+
 def one_run(job: tuple) -> dict:
-    """Run one (algorithm, epsilon, seed, K, constants) and write its file; returns the record."""
+    """Run one (algorithm, epsilon, seed, K, constants) and write its file; returns the record.
+
+    The K users are played in :data:`CHUNKS` consecutive chunks (``run_episodes`` with
+    ``first_user``: the same run as one call); after each chunk the cumulative regret at the
+    checkpoints reached so far is written to a partial file, so that a run stopped early (the
+    machine is shared) still shows its curve up to where it got. A rerun starts a stopped run
+    from the beginning.
+    """
     algo, eps, seed, K, constants, path = job
+    path = Path(path)
     env = make_env("synthetic-linear", world_key=seed)
     reward = np.stack([env.mdp.expected_reward(h) for h in range(env.horizon)])
     rho = dp_to_zcdp(eps, DELTA) if (LINEAR_ALGOS[algo] and eps is not None) else math.inf
     agent = make_linear_agent(algo, PHI, reward, env.horizon, K, rho=rho, delta=DELTA, constants=constants,
                               rng=np.random.default_rng(1000 + seed))
     t0, c0 = time.perf_counter(), time.process_time()
-    cum = np.cumsum(run_episodes(env, agent, K).regret)
+    cps = checkpoints(K)
     rec = {"format_version": FORMAT_VERSION, "experiment": "figure1", "constants": constants, "episodes": K,
            "algo": algo, "epsilon": eps, "delta": DELTA if eps is not None else None,
-           "rho": None if math.isinf(rho) else rho, "seed": seed, "world_key": seed, "noise_seed": 1000 + seed,
-           "checkpoints": checkpoints(K).tolist(), "cumulative_regret": cum[checkpoints(K) - 1].tolist(),
-           "switches": int(agent.n_switches), "cpu_seconds": time.process_time() - c0,
-           "wall_seconds": time.perf_counter() - t0,
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(rec, indent=1) + "\n")
-    os.replace(tmp, path)                        # atomic: a killed run leaves no half-written file
+           "rho": None if math.isinf(rho) else rho, "seed": seed, "world_key": seed, "noise_seed": 1000 + seed}
+    regret = np.empty(K)
+    bounds = np.linspace(0, K, CHUNKS + 1).round().astype(int)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        regret[a:b] = run_episodes(env, agent, int(b - a), first_user=int(a)).regret
+        cum = np.cumsum(regret[:b])
+        done = cps[cps <= b]
+        rec.update({"episodes_done": int(b), "checkpoints": done.tolist(),
+                    "cumulative_regret": cum[done - 1].tolist(), "switches": int(agent.n_switches),
+                    "cpu_seconds": time.process_time() - c0, "wall_seconds": time.perf_counter() - t0,
+                    "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+        if b < K:
+            _write(partial_path(path), rec)
+    _write(path, rec)
+    partial_path(path).unlink(missing_ok=True)
     return rec
 
 
-def pending_jobs(root: Path, K: int, seeds, constants: str, panels, algos=None) -> list[tuple]:
-    """Missing runs in priority order: panel (a) for each seed, then panel (b) for each seed."""
+def pending_jobs(root: Path, K: int, seeds, constants: str, panels, algos=None, epsilons=None) -> list[tuple]:
+    """Missing runs in priority order: panel (a) for each seed, then panel (b) for each seed.
+
+    ``algos`` / ``epsilons``: only these algorithms / budgets (a non-private run has no budget and is
+    kept by an epsilon filter).
+    """
     jobs, seen = [], set()
     for panel in panels:
         for seed in seeds:
             for algo, eps in panel_keys(panel):
-                if algos and algo not in algos:
+                if (algos and algo not in algos) or (epsilons and eps is not None and eps not in epsilons):
                     continue
                 p = run_path(root, constants, K, algo, eps, seed)
                 if p in seen or p.exists():
@@ -124,10 +160,12 @@ def pending_jobs(root: Path, K: int, seeds, constants: str, panels, algos=None) 
     return jobs
 
 
-def load(root: Path, constants: str, K: int) -> dict:
-    """{(algo, eps): [records sorted by seed]} of every finished run."""
+def load(root: Path, constants: str, K: int, partial: bool = False) -> dict:
+    """{(algo, eps): [records sorted by seed]} of every finished run (``partial=True``: of the unfinished ones)."""
     out: dict = {}
     for p in sorted((root / constants / f"K{K}").glob("*.json")):
+        if p.name.endswith(".partial.json") != partial:
+            continue
         rec = json.loads(p.read_text())
         if rec.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"{p}: unknown format_version {rec.get('format_version')!r}; expected {FORMAT_VERSION}.")
@@ -138,33 +176,43 @@ def load(root: Path, constants: str, K: int) -> dict:
 
 
 def summary(recs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard error (0 for a single seed) of the cumulative regret curves."""
-    c = np.asarray([r["cumulative_regret"] for r in recs])
+    """Mean and standard error (0 for a single seed) of the cumulative regret curves (cut to the shortest)."""
+    n = min(len(r["cumulative_regret"]) for r in recs)
+    c = np.asarray([r["cumulative_regret"][:n] for r in recs])
     se = c.std(axis=0, ddof=1) / math.sqrt(len(c)) if len(c) > 1 else np.zeros(c.shape[1])
     return c.mean(axis=0), se
 
 
-def curve_label(algo: str, eps: float | None, n: int) -> str:
-    return LABELS[algo] + ("" if eps is None else f" (eps={eps:g})") + f", {n} seed{'s' if n > 1 else ''}"
+def curve_label(algo: str, eps: float | None, recs: list[dict], K: int) -> str:
+    n, done = len(recs), min(r.get("episodes_done", K) for r in recs)
+    part = "" if done >= K else f", unfinished: k <= {done:,}"
+    return LABELS[algo] + ("" if eps is None else f" (eps={eps:g})") + f", {n} seed{'s' if n > 1 else ''}{part}"
 
 
-def plot(runs: dict, constants: str, K: int, out_dir: Path) -> list[Path]:
-    """One PNG per panel with at least one finished curve (panel b: at least one private curve)."""
+def plot(runs: dict, constants: str, K: int, out_dir: Path, partial: dict | None = None) -> list[Path]:
+    """One PNG per panel with at least one curve (panel b: at least one private curve).
+
+    Finished runs: mean +- s.e. over their seeds (solid). A curve with no finished run is drawn from
+    the unfinished runs' partial files (dashed, up to where they got).
+    """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    partial = partial or {}
     x = checkpoints(K)
     paths = []
     for panel in ("a", "b"):
-        keys = [k for k in panel_keys(panel) if k in runs]
+        keys = [k for k in panel_keys(panel) if k in runs or k in partial]
         if not keys or (panel == "b" and not any(e is not None for _, e in keys)):
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
-        for algo, eps in keys:
-            m, se = summary(runs[(algo, eps)])
-            ax.plot(x, m, lw=1.5, label=curve_label(algo, eps, len(runs[(algo, eps)])))
-            ax.fill_between(x, m - se, m + se, alpha=0.2)
+        for i, (algo, eps) in enumerate(keys):
+            recs = runs.get((algo, eps)) or partial[(algo, eps)]
+            m, se = summary(recs)
+            style = "-" if (algo, eps) in runs else "--"
+            ax.plot(x[:len(m)], m, style, lw=1.5, color=f"C{i}", label=curve_label(algo, eps, recs, K))
+            ax.fill_between(x[:len(m)], m - se, m + se, alpha=0.2, color=f"C{i}")
         ax.set_xlabel("episode k (users)")
         ax.set_ylabel("cumulative regret")
         title = (f"(a) algorithms, eps = {EPS_PANEL_A:g}, delta = 1e-5" if panel == "a"
@@ -180,18 +228,22 @@ def plot(runs: dict, constants: str, K: int, out_dir: Path) -> list[Path]:
     return paths
 
 
-def table(runs: dict, K: int) -> str:
-    """Markdown table: final cumulative regret (mean +- s.e.), per-seed values, switches, CPU s per run."""
-    rows = [f"| algorithm | eps | seeds | cumulative regret at K = {K:,} | per seed | mean switches | CPU s / run |",
-            "|---|---|---|---|---|---|---|"]
+def table(runs: dict, K: int, partial: dict | None = None) -> str:
+    """Markdown table: cumulative regret at the last checkpoint (mean +- s.e.), per seed, switches, CPU s."""
+    rows = ["| algorithm | eps | seeds | users k | cumulative regret at k | per seed | mean switches | CPU s / run |",
+            "|---|---|---|---|---|---|---|---|"]
     order = list(dict.fromkeys(panel_keys("a") + panel_keys("b")))
-    for key in [k for k in order if k in runs]:
-        recs = runs[key]
-        m, se = summary(recs)
-        per = ", ".join(f"{r['cumulative_regret'][-1]:,.0f} (s{r['seed']})" for r in recs)
-        rows.append(f"| {LABELS[key[0]]} | {'-' if key[1] is None else f'{key[1]:g}'} | {len(recs)} | "
-                    f"{m[-1]:,.0f} +- {se[-1]:,.0f} | {per} | {np.mean([r['switches'] for r in recs]):,.0f} | "
-                    f"{np.mean([r['cpu_seconds'] for r in recs]):.0f} |")
+    for src in (runs, partial or {}):
+        for key in [k for k in order if k in src]:
+            recs = src[key]
+            m, se = summary(recs)
+            k_done = min(r.get("episodes_done", K) for r in recs)
+            k_at = checkpoints(K)[len(m) - 1]
+            per = ", ".join(f"{r['cumulative_regret'][len(m) - 1]:,.0f} (s{r['seed']})" for r in recs)
+            rows.append(f"| {LABELS[key[0]]} | {'-' if key[1] is None else f'{key[1]:g}'} | {len(recs)} | "
+                        f"{k_at:,}{'' if k_done >= K else ' (unfinished)'} | {m[-1]:,.0f} +- {se[-1]:,.0f} | {per} | "
+                        f"{np.mean([r['switches'] for r in recs]):,.0f} | "
+                        f"{np.mean([r['cpu_seconds'] for r in recs]):.0f} |")
     return "\n".join(rows)
 
 
@@ -203,13 +255,14 @@ def main(argv=None) -> None:
     ap.add_argument("--constants", choices=["practical", "theory"], default="practical")
     ap.add_argument("--panels", nargs="+", choices=["a", "b"], default=["a", "b"])
     ap.add_argument("--algos", nargs="+", choices=list(LABELS), default=None, help="only these algorithms")
+    ap.add_argument("--eps", type=float, nargs="+", default=None, help="only these budgets")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--results", default=str(RESULTS))
     ap.add_argument("--out-dir", default="docs/img")
     args = ap.parse_args(argv)
     root, K = Path(args.results), args.episodes
     if args.command == "run":
-        jobs = pending_jobs(root, K, args.seeds, args.constants, args.panels, args.algos)
+        jobs = pending_jobs(root, K, args.seeds, args.constants, args.panels, args.algos, args.eps)
         print(f"{len(jobs)} runs to do", flush=True)
         with ProcessPoolExecutor(max_workers=args.workers, max_tasks_per_child=1) as ex:
             for rec in ex.map(one_run, jobs):
@@ -217,11 +270,12 @@ def main(argv=None) -> None:
                 print(f"  {rec['algo']}{eps} seed {rec['seed']}: regret {rec['cumulative_regret'][-1]:.0f}, "
                       f"switches {rec['switches']}, {rec['cpu_seconds']:.0f} CPU s", flush=True)
     runs = load(root, args.constants, K)
+    partial = {k: v for k, v in load(root, args.constants, K, partial=True).items() if k not in runs}
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for p in plot(runs, args.constants, K, out_dir):
+    for p in plot(runs, args.constants, K, out_dir, partial):
         print(f"wrote {p}")
-    print(table(runs, K))
+    print(table(runs, K, partial))
 
 
 if __name__ == "__main__":
