@@ -61,6 +61,10 @@ DELTA = 1e-5
 PHI = raw_features() / math.sqrt(7.0)
 LABELS = {"lsvi-ucb": "LSVI-UCB", "luyo": "Luyo et al.", "ngo": "Ngo et al.", "lsvi-ucb-pp": "LSVI-UCB++",
           "dp-lsvi-ucb-pp": "DP-LSVI-UCB++"}
+#: One colour per curve, the same in both panels.
+COLORS = {("lsvi-ucb", None): "C0", ("luyo", EPS_PANEL_A): "C1", ("ngo", EPS_PANEL_A): "C2",
+          ("lsvi-ucb-pp", None): "C3", ("dp-lsvi-ucb-pp", 0.5): "C5", ("dp-lsvi-ucb-pp", 1.0): "C6",
+          ("dp-lsvi-ucb-pp", 2.0): "C7", ("dp-lsvi-ucb-pp", 5.0): "C4", ("dp-lsvi-ucb-pp", 10.0): "C8"}
 FORMAT_VERSION = 1
 RESULTS = Path(__file__).resolve().parent / "results" / "figure1"
 
@@ -207,12 +211,12 @@ def plot(runs: dict, constants: str, K: int, out_dir: Path, partial: dict | None
         if not keys or (panel == "b" and not any(e is not None for _, e in keys)):
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
-        for i, (algo, eps) in enumerate(keys):
+        for algo, eps in keys:
             recs = runs.get((algo, eps)) or partial[(algo, eps)]
             m, se = summary(recs)
-            style = "-" if (algo, eps) in runs else "--"
-            ax.plot(x[:len(m)], m, style, lw=1.5, color=f"C{i}", label=curve_label(algo, eps, recs, K))
-            ax.fill_between(x[:len(m)], m - se, m + se, alpha=0.2, color=f"C{i}")
+            style, color = ("-" if (algo, eps) in runs else "--"), COLORS[(algo, eps)]
+            ax.plot(x[:len(m)], m, style, lw=1.5, color=color, label=curve_label(algo, eps, recs, K))
+            ax.fill_between(x[:len(m)], m - se, m + se, alpha=0.2, color=color)
         ax.set_xlabel("episode k (users)")
         ax.set_ylabel("cumulative regret")
         title = (f"(a) algorithms, eps = {EPS_PANEL_A:g}, delta = 1e-5" if panel == "a"
@@ -229,21 +233,26 @@ def plot(runs: dict, constants: str, K: int, out_dir: Path, partial: dict | None
 
 
 def table(runs: dict, K: int, partial: dict | None = None) -> str:
-    """Markdown table: cumulative regret at the last checkpoint (mean +- s.e.), per seed, switches, CPU s."""
-    rows = ["| algorithm | eps | seeds | users k | cumulative regret at k | per seed | mean switches | CPU s / run |",
-            "|---|---|---|---|---|---|---|---|"]
+    """Markdown table: cumulative regret (mean +- s.e.) at the last checkpoint every curve reached
+    (comparable across curves) and at the curve's own last one, per seed, switches, CPU s per run."""
     order = list(dict.fromkeys(panel_keys("a") + panel_keys("b")))
-    for src in (runs, partial or {}):
-        for key in [k for k in order if k in src]:
-            recs = src[key]
-            m, se = summary(recs)
-            k_done = min(r.get("episodes_done", K) for r in recs)
-            k_at = checkpoints(K)[len(m) - 1]
-            per = ", ".join(f"{r['cumulative_regret'][len(m) - 1]:,.0f} (s{r['seed']})" for r in recs)
-            rows.append(f"| {LABELS[key[0]]} | {'-' if key[1] is None else f'{key[1]:g}'} | {len(recs)} | "
-                        f"{k_at:,}{'' if k_done >= K else ' (unfinished)'} | {m[-1]:,.0f} +- {se[-1]:,.0f} | {per} | "
-                        f"{np.mean([r['switches'] for r in recs]):,.0f} | "
-                        f"{np.mean([r['cpu_seconds'] for r in recs]):.0f} |")
+    curves = [(key, src[key]) for src in (runs, partial or {}) for key in order if key in src]
+    if not curves:
+        return "(no runs)"
+    n_common = min(len(summary(recs)[0]) for _, recs in curves)
+    k_common = checkpoints(K)[n_common - 1]
+    rows = [f"| algorithm | eps | seeds | regret at k = {k_common:,} | users reached k | regret at k | per seed at k "
+            f"| mean switches | CPU s / run |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, recs in curves:
+        m, se = summary(recs)
+        k_done = min(r.get("episodes_done", K) for r in recs)
+        k_at = checkpoints(K)[len(m) - 1]
+        per = ", ".join(f"{r['cumulative_regret'][len(m) - 1]:,.0f} (s{r['seed']})" for r in recs)
+        rows.append(f"| {LABELS[key[0]]} | {'-' if key[1] is None else f'{key[1]:g}'} | {len(recs)} | "
+                    f"{m[n_common - 1]:,.0f} +- {se[n_common - 1]:,.0f} | "
+                    f"{k_at:,}{'' if k_done >= K else ' (unfinished)'} | {m[-1]:,.0f} +- {se[-1]:,.0f} | {per} | "
+                    f"{np.mean([r['switches'] for r in recs]):,.0f} | "
+                    f"{np.mean([r['cpu_seconds'] for r in recs]):.0f} |")
     return "\n".join(rows)
 
 
