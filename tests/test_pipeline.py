@@ -479,3 +479,25 @@ def test_default_pipeline_states_exact_decimal_shares(tmp_path):
     assert "release rho=0.3, behaviour-value rho=0.1, dp-pbb rho=0.6" in res.output
     charges = [e["rho"] for e in ledger_status(ledger)["entries"]]
     assert sorted(charges) == sorted(want.values()) and ledger_status(ledger)["rho_spent"] == "1"
+
+
+@pytest.mark.parametrize("rho", [0.6, 0.7, 1.0, 0.3, 2.2, 0.9])
+def test_composed_guarantee_of_a_decimal_rho_whose_double_is_below_it(rho):
+    """pipeline --rho 0.6 stopped with "the parts state rho = 0.6 together, above the total budget 0.6
+    (internal error)" after charging the ledger (fresh-user pass): the parts' decimals (0.18 + 0.06 + 0.36) add up
+    to the decimal 3/5, whose smallest double above it exceeds the double 0.6. The total states the request."""
+    from privaudit.pipeline.guarantee import composed_guarantee, split_budget
+    from privaudit.privacy.budget import resolve_budget
+    from privaudit.privacy.events import GaussianEvent, PrivacyUnit
+    from privaudit.spec import DomainSpec
+    spec = DomainSpec.from_dict(random_tabular_spec_doc(random_tabular_mdp(4, 2, 3, 0),
+                                                        dataset_id="split"))
+    budget = resolve_budget(rho=rho)
+    parts = split_budget(budget, linear=False, linear_share=0.5, value_share=0.1, pbb_share=0.6)
+    shares = {"release": 0.3, "dp-pbb": 0.6, "behaviour-value": 0.1}
+    unit = PrivacyUnit("episode_id", 1)
+    events = {name: GaussianEvent(family=name, unit=unit, l2=1.0, sigma=float(np.nextafter(
+        1.0 / math.sqrt(2 * p.rho), math.inf))) for name, p in parts.items()}
+    g = composed_guarantee(budget, parts, events, spec, shares=shares)
+    assert g["rho"] == rho  # the request, as written
+    assert sum(Fraction(repr(p["rho"])) for p in g["parts"]) == Fraction(repr(rho))

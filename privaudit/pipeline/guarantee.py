@@ -260,12 +260,18 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
     composed = acc.composed("pipeline")
     # the parts' calibrations bound their costs (checked above); state the decimal sum of what the parts'
     # artifacts state (0.3 + 0.6 + 0.1 = 1, Budget.split), never above the total
+    # Two checks, each in its own number system: the calibrations' exact sum (doubles) within budget.rho, the
+    # stated decimals' sum within the decimal the user wrote (budget.shown: 0.6 is 3/5, whose double is below it,
+    # so the smallest double above 3/5 exceeds the double 0.6 and cannot be compared with it).
     bound = accounting.round_up(sum(Fraction(parts[name].rho) for name in events))
     total = sum((Fraction(repr(p["rho"])) for p in part_rows), Fraction(0))
-    stated = max(accounting.round_up(total), bound)
-    if bound > budget.rho or stated > budget.rho or total > Fraction(repr(budget.rho)):
+    whole = Fraction(repr(budget.shown))
+    if bound > budget.rho or total > whole:
         raise AccountingError(f"the parts state rho = {float(total)!r} together, above the total budget "
-                              f"{budget.rho!r} (internal error).")
+                              f"{budget.shown!r} (internal error).")
+    # the total as written when the parts' decimals add up to it (0.18 + 0.06 + 0.36 = 0.6), else their sum
+    # rounded up, never above the total
+    stated = budget.shown if total == whole else max(bound, min(accounting.round_up(total), budget.shown))
     g = accounting.guarantee(composed, delta=budget.delta, requested=budget.requested, bound=bound, stated=stated)
     return {
         **{k: g[k] for k in ("definition", "rho", "epsilon", "delta", "conversion", "requested")},
