@@ -301,13 +301,16 @@ def load_spec(path: str | Path) -> DomainSpec:
     Raises
     ------
     SpecError
-        If the file is missing, not JSON, or breaks the schema.
+        If the file is missing, not UTF-8, not JSON, or breaks the schema.
     """
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode("utf-8")
     except OSError as e:
         raise SpecError(f"cannot read spec {p}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"spec {p} is not UTF-8 text: byte 0x{e.object[e.start]:02x} at position {e.start}. "
+                        "Save it as UTF-8 JSON.") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:

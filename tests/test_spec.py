@@ -53,6 +53,15 @@ def test_missing_and_malformed_files(tmp_path):
         load_spec(bad)
 
 
+def test_spec_not_utf8_is_a_spec_error(tmp_path):
+    """A spec saved in another encoding (UTF-16's BOM, Latin-1) gave a UnicodeDecodeError traceback (exit 1);
+    it is a spec error naming the file and the byte (fresh-user pass)."""
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes(b'\xff\xfe{"horizon": 3}')
+    with pytest.raises(SpecError, match=r"latin1\.json is not UTF-8 text: byte 0xff at position 0"):
+        load_spec(bad)
+
+
 # ---------------------------------------------------------------- declared return bound
 
 
