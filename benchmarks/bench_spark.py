@@ -2,6 +2,7 @@
 
 Run: python benchmarks/bench_spark.py [--rows 1e7] [--engines polars,spark] [--master local[2]]
      [--driver-memory 4g] [--parts-of 1e7]
+     python benchmarks/bench_spark.py --sizes 1e7,3e7,1e8   (the scaling run: the first parts of one folder)
 
 Logs: the clinicians' policy simulated on ICU-Sepsis (H=20, S=716, A=25),
 about 8.1 rows per episode, written as Parquet parts of ``--parts-of`` rows
@@ -13,8 +14,10 @@ portable key) and rewards, cut at H and the fatal rules all run.
 Each engine runs in a fresh child process doing what ``privaudit release``
 does before the noise: validate the fatal rules, bound contributions, count
 the exact per-step cells (visits, transitions, reward sums in integer units
-of the release's quantum). The two cell tables and bounding reports are
-asserted identical. Printed per engine: wall time, CPU time (user + sys of the
+of the release's quantum), and fetch the tables as the release does (the
+(H, S, A) tables once, then one transition slice per h; with Spark, one
+collection per h). The two cell tables and bounding reports are asserted
+identical. Printed per engine: wall time, CPU time (user + sys of the
 Python process, plus, for Spark, of the JVM read from /proc before it stops),
 peak RSS (Python, plus the JVM's VmHWM for Spark). On a shared machine the CPU
 times, not the wall times, say what idle cores need.
@@ -95,6 +98,13 @@ def _jvm_usage(spark) -> tuple[float, float]:
     return cpu, _vm_hwm_mb(pid)
 
 
+def _fetch_like_release(counts) -> None:
+    """What the release reads of the exact counts: the (H, S, A) tables, then one (S, A, S) slice per h."""
+    counts.visits, counts.rewards
+    for _h, _slice in counts.iter_transitions():
+        pass
+
+
 def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, driver_memory: str) -> None:
     """One engine's data side; writes its cell table, prints timings and usage as JSON."""
     from privaudit.spec import load_spec
@@ -115,6 +125,7 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
         counts = sparse_counts(frame, spec, stationary=False, quantum=quantum)
         report = prepared.bounding
         t_start = 0.0
+        _fetch_like_release(counts)
     else:
         from pyspark.sql import SparkSession
 
@@ -127,6 +138,8 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
         spark.sparkContext.setLogLevel("ERROR")
         t_start = time.perf_counter() - t
         counts, report = spark_sparse_counts(logs, spec, spark=spark, stationary=False, quantum=quantum)
+        _fetch_like_release(counts)
+        counts.cells  # the whole table, for the identity check (the release never collects it)
         jvm_cpu, jvm_rss = _jvm_usage(spark)
         spark.stop()
     wall = time.perf_counter() - t
@@ -145,17 +158,39 @@ def main():
     ap.add_argument("--engines", default="polars,spark")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="4g")
+    ap.add_argument("--sizes", default=None,
+                    help="scaling run: comma-separated row counts (multiples of --parts-of), each the first parts "
+                         "of one folder of max(sizes) rows; both engines at each size")
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         child(*a.child)
         return
-    import polars as pl
-
     cache = Path(tempfile.gettempdir()) / "privaudit-bench"
     cache.mkdir(exist_ok=True)
+    if a.sizes is None:
+        compare(a, cache, int(a.rows), None)
+        return
+    sizes = [int(float(x)) for x in a.sizes.split(",")]  # in the order given
+    full, spec = make_logs(max(sizes), int(a.parts_of), cache)
+    parts = sorted(full.glob("*.parquet"))
+    for rows in sizes:
+        n = max(1, round(rows / a.parts_of))
+        folder = cache / f"spark_scale_{rows:.0e}"
+        folder.mkdir(exist_ok=True)
+        for part in parts[:n]:
+            link = folder / part.name
+            if not link.exists():
+                link.symlink_to(part)
+        compare(a, cache, rows, (folder, spec))
+
+
+def compare(a, cache: Path, rows: int, made) -> None:
+    """Run each engine on one folder in a fresh child process; print figures; assert identical tables."""
+    import polars as pl
+
     t = time.perf_counter()
-    logs, spec = make_logs(int(a.rows), int(a.parts_of), cache)
+    logs, spec = make_logs(rows, int(a.parts_of), cache) if made is None else made
     t_sim = time.perf_counter() - t
     rows = pl.scan_parquet(logs / "*.parquet").select(pl.len()).collect().item()
     print(f"ICU-Sepsis shape H=20, S=716, A=25, per-step cells; {rows:,} rows in "

@@ -52,6 +52,22 @@ def make_session():
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
          .config("spark.driver.memory", "512m").config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
-         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+         .config("spark.sql.session.timeZone", "UTC")
+         # a Spark Connect server, if a test starts one (start_connect_server), on a free loopback port
+         .config("spark.connect.grpc.binding.address", "127.0.0.1").config("spark.connect.grpc.binding.port", "0")
+         .getOrCreate())
     s.sparkContext.setLogLevel("FATAL")  # failed tasks of the error tests would print stack traces
     return s
+
+
+def start_connect_server(session) -> str:
+    """Start a Spark Connect server inside the test session's JVM; its URL ``sc://127.0.0.1:PORT``.
+
+    The server is Spark's own (``SparkConnectService``, as ``sbin/start-connect-server.sh`` runs it), on
+    the test JVM: no second JVM to start. A client in another process talks to it over gRPC exactly as to
+    a cluster's server.
+    """
+    jvm = session._jvm
+    jvm.org.apache.spark.sql.connect.service.SparkConnectService.start(session._jsc.sc())
+    service = getattr(getattr(jvm.org.apache.spark.sql.connect.service, "SparkConnectService$"), "MODULE$")
+    return f"sc://127.0.0.1:{service.localPort()}"

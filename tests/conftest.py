@@ -46,3 +46,11 @@ def spark():
     s = make_session()
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_url(spark):
+    """A Spark Connect server on the test session's JVM (tests/_spark.py); stopped with the session."""
+    from tests._spark import start_connect_server
+
+    return start_connect_server(spark)

@@ -121,3 +121,29 @@ def echo_json(obj: Any) -> None:
 def stderr_is_tty() -> bool:
     """Progress bars and chatter go to stderr only when it is a terminal."""
     return sys.stderr.isatty()
+
+
+def spark_target(engine: str, master: str | None, remote: str | None) -> str | None:
+    """The ``spark`` argument of the library from ``--engine``, ``--master`` and ``--remote``.
+
+    Returns the master URL, the Spark Connect URL (``sc://HOST:PORT``) or
+    None (the default session).
+
+    Raises
+    ------
+    click.UsageError
+        ``--master`` or ``--remote`` without ``--engine spark``, both given,
+        or a ``--remote`` that is not an ``sc://`` URL (exit 2).
+    """
+    if master is not None and remote is not None:
+        raise click.UsageError("give --master (a classic Spark master) or --remote (a Spark Connect server), "
+                               "not both.")
+    for flag, value in (("--master", master), ("--remote", remote)):
+        if value is not None and engine != "spark":
+            raise click.UsageError(f"{flag} needs --engine spark.")
+    if remote is not None and not remote.startswith("sc://"):
+        raise click.UsageError(f"--remote takes a Spark Connect URL sc://HOST:PORT. Found {remote!r}.")
+    if master is not None and master.startswith("sc://"):
+        raise click.UsageError(f"--master takes a Spark master URL (local[*], spark://HOST:7077, yarn); for a "
+                               f"Spark Connect server use --remote {master}.")
+    return remote if remote is not None else master

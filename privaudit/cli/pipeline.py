@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import as_flags, echo_json, handle_errors
+from privaudit.cli.common import as_flags, echo_json, handle_errors, spark_target
 from privaudit.io_utils import check_writable
 from privaudit.pipeline import run_pipeline
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
@@ -45,9 +45,9 @@ files may leave the building).
 marked rng "seeded-insecure" (the seed itself is written nowhere).
 
 --engine spark has Apache Spark validate, bound and count the logs for
-the release (--master URL, default local[*]; pip install
-'privaudit[spark]' and a Java runtime); the release is the same, the rest
-runs here. Tabular specs only (no feature map); DP-PBB and the
+the release (--master URL, default local[*], with a Java runtime; or
+--remote sc://HOST:PORT, a Spark Connect server; pip install
+'privaudit[spark]'); the release is the same, the rest runs here. Tabular specs only (no feature map); DP-PBB and the
 behaviour-value estimate, which read the logs with polars, are off
 (--value-share 0), so DP-APVI on the release is the DP policy.
 
@@ -101,12 +101,14 @@ Examples:
               help="Who validates, bounds and counts for the release: polars here, or Apache Spark (pip install "
                    "'privaudit[spark]'; LOGS may then be any path Spark reads). Same release either way.")
 @click.option("--master", default=None, help="With --engine spark: Spark master URL (default local[*]).")
+@click.option("--remote", default=None, metavar="sc://HOST:PORT",
+              help="With --engine spark: a Spark Connect server to run on instead of --master (it reads LOGS: "
+                   "a path its cluster sees).")
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stationary, audit_trials, linear_share,
-            value_share, seed, overwrite, ledger, as_json, engine, master):
+            value_share, seed, overwrite, ledger, as_json, engine, master, remote):
     check_writable(out, "--out")  # before the logs are read or any budget is checked
-    if master is not None and engine != "spark":
-        raise click.UsageError("--master needs --engine spark.")
+    spark = spark_target(engine, master, remote)
     if value_share is None:
         value_share = 0.0 if engine == "spark" else VALUE_SHARE_DEFAULT
         if engine == "spark":
@@ -115,7 +117,7 @@ def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stati
     summary = run_pipeline(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp, seed=seed,
                            stationary=stationary, audit_trials=audit_trials, linear_share=linear_share,
                            value_share=value_share, overwrite=overwrite, ledger=ledger, instance_seed=instance_seed,
-                           echo=lambda s: click.echo(as_flags(s), err=True), engine=engine, spark=master)
+                           echo=lambda s: click.echo(as_flags(s), err=True), engine=engine, spark=spark)
     private_log = summary.pop("private_log")
     if as_json:
         echo_json(summary)

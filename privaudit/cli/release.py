@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import Notices, as_flags, echo_json, handle_errors
+from privaudit.cli.common import Notices, as_flags, echo_json, handle_errors, spark_target
 from privaudit.fmt import num
 from privaudit.io_utils import check_writable
 from privaudit.stats.release import default_stationary, release_logs
@@ -35,11 +35,14 @@ knows the seed can subtract the noise.
 Exit codes: 0 ok; 1 invalid or unreadable logs; 2 usage or spec error
 (e.g. rho <= 0, DIR exists); 3 budget exceeded. On error nothing is written.
 
---engine spark runs validation's fatal rules, bounding and the exact
-counts on Apache Spark (--master URL, default local[*]); only the exact
-cell counts come back to this process, which adds the noise. A failure of
-Spark itself (a failed job, out of memory, a lost JVM) exits 1 with one
-line; no Java runtime exits 2 before Spark starts; nothing is written or
+--engine spark runs validation's fatal rules, bounding (--max-per-cell
+too) and the exact counts on Apache Spark (--master URL, default
+local[*]; or --remote sc://HOST:PORT, a Spark Connect server, which then
+reads LOGS); only the exact cell counts come back to this process, one
+step h at a time, and it adds the noise. A failure of Spark itself (a
+failed job, out of memory, a lost JVM, no Connect server answering at
+HOST:PORT) exits 1 with one line; no Java runtime (for --master) or a
+malformed sc:// URL exits 2 before Spark starts; nothing is written or
 charged either way.
 
 \b
@@ -71,24 +74,26 @@ Example:
               help="Who validates, bounds and counts: polars on this machine, or Apache Spark (pip install "
                    "'privaudit[spark]'; LOGS may then be any path Spark reads). Noise is added here either way.")
 @click.option("--master", default=None, help="With --engine spark: Spark master URL (default local[*]).")
+@click.option("--remote", default=None, metavar="sc://HOST:PORT",
+              help="With --engine spark: a Spark Connect server to run on instead of --master (it reads LOGS: "
+                   "a path its cluster sees).")
 @click.option("--max-per-cell", "max_per_cell", type=click.IntRange(min=1), default=None,
               help="Keep at most C steps of each privacy unit in each released cell ((s, a) pooled, (h, s, a) "
                    "per step; transitions and rewards follow), in the unit's own order: less noise "
                    "(L2 sensitivity sqrt(2 c k H) pooled instead of sqrt(2) k H), biased counts. Recorded in "
-                   "the manifest. polars engine only.")
+                   "the manifest.")
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, as_json,
-            engine, master, max_per_cell):
+            engine, master, remote, max_per_cell):
     check_writable(out, "--out")  # before the logs are read or any budget is checked
     notes = Notices()  # said once the logs are read and validated (not in front of an unrelated error)
     if stationary is None:
         stationary, said = default_stationary()
         notes.hold(as_flags(said))
-    if master is not None and engine != "spark":
-        raise click.UsageError("--master needs --engine spark.")
+    spark = spark_target(engine, master, remote)
     info = release_logs(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
                         stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed,
-                        echo=notes.say, engine=engine, spark=master,
+                        echo=notes.say, engine=engine, spark=spark,
                         max_per_cell=max_per_cell)
     notes.flush()
     m = info.manifest

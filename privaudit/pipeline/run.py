@@ -232,8 +232,9 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         and so is ``value_share`` > 0; DP-PBB (which also reads the logs with
         polars) is not trained, so DP-APVI on the release is the DP policy.
     spark : SparkSession or str, optional
-        With ``engine="spark"``: the session, or a master URL (``local[4]``,
-        ``spark://host:7077``, ``yarn``); None: the active session or
+        With ``engine="spark"``: the session (classic or Spark Connect), a
+        master URL (``local[4]``, ``spark://host:7077``, ``yarn``), or a
+        Spark Connect URL ``sc://HOST:PORT``; None: the active session or
         ``local[*]``.
 
     Returns

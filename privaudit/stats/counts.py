@@ -196,6 +196,10 @@ class SparseCounts:
         for h in range(1 if self.stationary else self.spec.H):
             yield h, self.transitions_at(h)
 
+    def close(self) -> None:
+        """Release what the counts hold outside this process (nothing here; Spark's cached cells in
+        ``privaudit.stats.spark_engine.SparkSparseCounts``)."""
+
 
 def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
                   rewards: bool = True, quantum: int | None = None) -> SparseCounts:

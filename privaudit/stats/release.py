@@ -233,12 +233,17 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         or Apache Spark (:mod:`privaudit.stats.spark_engine`, the
         ``privaudit[spark]`` extra). With Spark, ``logs`` may also be a Spark
         DataFrame or any path Spark reads (HDFS, cloud storage); only the
-        exact cell counts come back to this process, which adds the noise.
-        The budget and the ledger are checked before Spark reads a row.
+        exact cell counts come back to this process, which adds the noise:
+        the (H, S, A) tables once, the transition cells one step h at a time
+        (the driver holds one (S, A, S) slice). The budget and the ledger are
+        checked before Spark reads a row.
     spark : SparkSession or str, optional
-        With ``engine="spark"``: the session to use, or a master URL
-        (``local[4]``, ``spark://host:7077``, ``yarn``); None uses the active
-        session or ``local[*]``.
+        With ``engine="spark"``: the session to use (classic or Spark
+        Connect: a notebook's ``spark``), a master URL (``local[4]``,
+        ``spark://host:7077``, ``yarn``), or a Spark Connect URL
+        ``sc://HOST:PORT`` (``spark_engine.connect_session``: an unreachable
+        server is an ``EngineError`` before anything is read). None uses the
+        active session or ``local[*]``.
     max_per_cell : int, optional
         c >= 1: after bounding, keep at most c steps of each unit in each
         cell ((s, a) when ``stationary``, else (h, s, a); transitions and
@@ -246,7 +251,8 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         and plan the noise for the smaller sensitivities this gives
         (``privaudit.privacy.sensitivity``). Recorded in the manifest
         (``privacy_unit.max_per_cell``, ``bounding.per_cell``) and the event.
-        polars engine only. None: no per-cell cap.
+        Both engines (Spark: ``spark_engine.cap_per_cell``, the same kept
+        steps). None: no per-cell cap.
 
     Notes
     -----
@@ -317,9 +323,6 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
         if engine == "spark":
             raise UsageError("logs prepared by polars cannot be counted by Spark: pass the path or DataFrame.")
         prepared.check_spec(spec)
-    if engine == "spark" and max_per_cell is not None:
-        raise UsageError("`max_per_cell` is implemented by the polars engine only; "
-                         "use engine='polars' or release without the per-cell cap.")
     if engine == "spark" and spec.return_bound is not None and spec.public_reward is None:
         raise UsageError("the spec declares a return_bound, which only the polars engine enforces on the rewards "
                          "(validation rules return_above_bound / return_below_bound, bounding rule 4); use "
@@ -345,7 +348,8 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
         with clock.stage("spark", cpu=time.process_time):  # the first rows read, on the cluster
             session = spark if spark is None or not isinstance(spark, str) else spark_engine.spark_session(spark)
             exact, report = spark_engine.spark_sparse_counts(logs, spec, spark=session, stationary=stationary,
-                                                             rewards=rewards, quantum=quantum)
+                                                             rewards=rewards, quantum=quantum,
+                                                             max_per_cell=max_per_cell)
         logs = logs if isinstance(logs, (str, Path)) else "a Spark DataFrame"
     else:
         if prepared is None:
@@ -390,6 +394,7 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
                                         _ledger_description(Path(run_output), release), budget, run=run,
                                         output=run_output)
     finally:
+        exact.close()  # Spark: drop the cells cached on the cluster
         del exact, noisy
     log_path = local_log_path(out)
     atomic_write_text(log_path, json.dumps({

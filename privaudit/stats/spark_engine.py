@@ -23,10 +23,20 @@ Identity with the polars path:
 * cells are the same flat index ``((h*S + s)*A + a)*S + s'``.
 
 Failures of Spark itself (the JVM cannot start, a query fails analysis, a
-job fails: out of memory, a lost executor, a corrupt part; the JVM dies) are
-turned into one-line :class:`privaudit.errors.EngineError` messages by
-:func:`spark_errors`; they happen before any output is written or any budget
-charged.
+job fails: out of memory, a lost executor, a corrupt part; the JVM dies; a
+Spark Connect server cannot be reached) are turned into one-line
+:class:`privaudit.errors.EngineError` messages by :func:`spark_errors`; they
+happen before any output is written or any budget charged.
+
+Sessions: a classic session (``local[*]``, ``spark://``, ``yarn``; its JVM
+started by :func:`spark_session` with Spark's log at ERROR from the first
+line and its start-up notices dropped from stderr), a Spark Connect session
+(``sc://HOST:PORT``, :func:`connect_session`: no JVM here), or any session
+the caller passes (a notebook's ``spark``, classic or Connect).
+
+Driver memory: the exact cells stay cached on the cluster; the (H, S, A)
+tables come back once and the transition cells one step h at a time
+(:class:`SparkSparseCounts`), so the driver holds one (S, A, S) slice.
 
 pyspark is imported only here (the ``privaudit[spark]`` extra).
 """
@@ -35,25 +45,54 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
 import sys
+import threading
+import warnings
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
-from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from privaudit.data.bounding import BoundingReport
-from privaudit.data.validate import BOUNDING_RULES
-from privaudit.errors import EngineError, LogReadError, UsageError, ValidationFailed
-from privaudit.spec import REQUIRED_COLUMNS, STANDARD_COLUMNS, DomainSpec
-from privaudit.stats.counts import SparseCounts, _check_domain
+# pyspark warns, on import and on Spark Connect calls, when pandas >= 3 is installed (pandas comes with the
+# Connect client; the engine itself moves data as Arrow only): that one warning is silenced for the process.
+warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+
+from pyspark import SparkConf, SparkContext  # noqa: E402
+from pyspark.errors import PySparkException  # noqa: E402
+from pyspark.java_gateway import launch_gateway  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession, Window  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
+
+from privaudit.data.bounding import BoundingReport  # noqa: E402
+from privaudit.data.validate import BOUNDING_RULES  # noqa: E402
+from privaudit.errors import EngineError, LogReadError, UsageError, ValidationFailed  # noqa: E402
+from privaudit.spec import REQUIRED_COLUMNS, STANDARD_COLUMNS, DomainSpec  # noqa: E402
+from privaudit.stats.counts import SparseCounts, _check_domain  # noqa: E402
 
 _INT = ("step", "state", "action", "next_state")
 _MAX_MESSAGE = 400  # characters of Spark's own message kept in an EngineError
+_DONE = "Nothing was written and no budget was charged."
+
+#: log4j2 configuration given to the JVMs :func:`spark_session` starts: Spark's log at ERROR on stderr
+#: from the first line (no "Using Spark's default log4j profile", no WARN start-up lines).
+LOG4J2_CONFIG = Path(__file__).with_name("spark-log4j2.properties")
+#: Lines a JVM started by :func:`spark_session` prints on stderr at every start and that say nothing to a
+#: privaudit user; :func:`is_startup_notice` drops them, every other line (a real error) goes through.
+STARTUP_NOTICES = (
+    "WARNING: Using incubator modules",  # the JVM itself, for Spark's --add-modules jdk.incubator.vector
+    "Using Spark's default log4j profile",
+    "Setting default log level to",
+    "To adjust logging level use sc.setLogLevel",
+    "NativeCodeLoader: Unable to load native-hadoop library",
+)
+#: Seconds to wait for a TCP connection to a Spark Connect server before calling it unreachable.
+CONNECT_TIMEOUT_S = 10.0
 
 
 def ensure_java() -> None:
@@ -120,7 +159,7 @@ def spark_errors(what: str):
         yield
     except (PySparkException, Py4JError, ConnectionError) as e:
         reason = _reason(e)
-        done = "Nothing was written and no budget was charged."
+        done = _DONE
         if "OutOfMemoryError" in reason or "Java heap space" in reason:
             msg = (f"Spark ran out of memory while {what} ({reason}). {done} Give Spark more memory "
                    "(spark.driver.memory / spark.executor.memory, e.g. `--conf spark.driver.memory=8g` "
@@ -136,34 +175,144 @@ def spark_errors(what: str):
         raise EngineError(msg) from None
 
 
-def spark_session(master: str | None = None, app_name: str = "privaudit") -> SparkSession:
-    """A SparkSession for the engine (the active one if any, else a new one at ``master``).
+def is_startup_notice(line: str) -> bool:
+    """True for a start-up notice of Spark's JVM (:data:`STARTUP_NOTICES`), never for an error line."""
+    return any(n in line for n in STARTUP_NOTICES)
+
+
+def _forward_stderr(stream) -> None:
+    """Copy the JVM's stderr to this process's stderr (fd 2), without the start-up notices.
+
+    Runs in a daemon thread for the JVM's lifetime (it also keeps the pipe
+    drained, so the JVM never blocks on a full pipe).
+    """
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", "replace")
+        if is_startup_notice(line):
+            continue
+        try:
+            sys.__stderr__.write(line)
+            sys.__stderr__.flush()
+        except (AttributeError, OSError, ValueError):  # no stderr (closed, or none at all): drop the line
+            pass
+
+
+def _start_quiet_jvm(conf: SparkConf) -> None:
+    """Start Spark's JVM gateway with stderr piped through :func:`_forward_stderr`."""
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    threading.Thread(target=_forward_stderr, args=(gateway.proc.stderr,), name="privaudit-spark-stderr",
+                     daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
+def spark_session(master: str | None = None, app_name: str = "privaudit"):
+    """A SparkSession for the engine: the active one, a new one at ``master``, or Spark Connect.
 
     Parameters
     ----------
     master : str, optional
-        Spark master URL (``local[4]``, ``spark://host:7077``, ``yarn``...).
+        Spark master URL (``local[4]``, ``spark://host:7077``, ``yarn``...),
+        or a Spark Connect URL ``sc://HOST:PORT`` (:func:`connect_session`).
         None: the active session, or ``local[*]``.
     app_name : str
+
+    Returns
+    -------
+    pyspark SparkSession (classic, or Spark Connect for ``sc://``).
+
+    Notes
+    -----
+    When this process has no JVM yet, the JVM is started here with Spark's
+    log at ERROR from its first line (``-Dlog4j2.configurationFile`` =
+    :data:`LOG4J2_CONFIG`, unless the Spark configuration already names a
+    log4j2 file) and its stderr piped through a thread that drops the
+    start-up notices (:data:`STARTUP_NOTICES`) and passes every other line.
+    Once started, the log level is FATAL: a failed job is reported once, as
+    an :class:`EngineError`, not as a stack trace per failed task.
 
     Raises
     ------
     UsageError
-        No Java runtime (:func:`ensure_java`).
+        No Java runtime (:func:`ensure_java`; not needed for ``sc://``), or a
+        malformed ``sc://`` URL.
     EngineError
-        Spark could not start.
+        Spark could not start, or the Spark Connect server cannot be reached.
     """
     if master is None:
         active = SparkSession.getActiveSession()
         if active is not None:
             return active
+    elif master.startswith("sc://"):
+        return connect_session(master)
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    opts = {"spark.master": master or "local[*]", "spark.app.name": app_name, "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC"}
     with spark_errors("starting Spark"):
-        session = (SparkSession.builder.master(master or "local[*]").appName(app_name)
-                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+        if SparkContext._gateway is None:  # no JVM yet: start it quiet
+            conf = SparkConf(loadDefaults=True).setAll(list(opts.items()))
+            java = conf.get("spark.driver.extraJavaOptions", "") or ""
+            if "log4j2.configurationFile" not in java:
+                java = f"{java} -Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}".strip()
+                opts["spark.driver.extraJavaOptions"] = java
+                conf.set("spark.driver.extraJavaOptions", java)
+            _start_quiet_jvm(conf)
+        builder = SparkSession.builder
+        for key, value in opts.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
         session.sparkContext.setLogLevel("FATAL")  # not a stack trace per failed task: EngineError says it
+    return session
+
+
+def connect_session(url: str):
+    """A Spark Connect session to the server at ``url`` (no JVM in this process).
+
+    Parameters
+    ----------
+    url : str
+        ``sc://HOST[:PORT][/;param=value...]`` (port 15002 by default; the
+        parameters of the Spark Connect URL, e.g. ``token=...``, pass through).
+
+    Returns
+    -------
+    pyspark.sql.connect.session.SparkSession
+
+    Raises
+    ------
+    UsageError
+        ``url`` is not a Spark Connect URL, or the Connect client's
+        dependencies (grpcio, ...: the ``privaudit[spark]`` extra) are missing
+        (exit 2).
+    EngineError
+        No server answers at HOST:PORT within :data:`CONNECT_TIMEOUT_S`
+        seconds, or the server refuses the session (exit 1). Checked before
+        the logs are read or any output written.
+
+    Notes
+    -----
+    The logs are then read by the server's cluster: a path must be one that
+    the cluster sees. Only the exact cell counts come back here.
+    """
+    try:  # the Connect client's own dependencies (grpcio, pandas...): imported only when asked for
+        from pyspark.sql.connect.client import DefaultChannelBuilder
+    except ImportError as e:
+        raise UsageError(f"a Spark Connect URL ({url}) needs the Spark Connect client ({e}). Install it with: "
+                         "pip install 'privaudit[spark]'.") from None
+    try:
+        endpoint = DefaultChannelBuilder(url)
+    except PySparkException as e:
+        raise UsageError(f"{url!r} is not a Spark Connect URL ({_reason(e)}). Use sc://HOST:PORT.") from None
+    host, port = endpoint.url.hostname, endpoint.url.port or DefaultChannelBuilder.default_port()
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise EngineError(f"no Spark Connect server answers at {host}:{port} ({url}): {e.strerror or e}. {_DONE} "
+                          "Check the host and port, and that the server runs "
+                          "(sbin/start-connect-server.sh on the cluster).") from None
+    with spark_errors(f"connecting to Spark Connect at {host}:{port}"):
+        session = SparkSession.builder.remote(url).getOrCreate()
+        session.version  # one round trip: a server that refuses the session fails here, before any read
     return session
 
 
@@ -195,13 +344,14 @@ def read_logs(source, spec: DomainSpec, spark: SparkSession | None = None) -> Da
     """
     if isinstance(source, DataFrame):
         df = source
+        names = set(df.columns)
     else:
         spark = spark or spark_session()
-        try:
+        try:  # Spark Connect reads lazily: the schema (df.columns) is where a missing path fails
             df = spark.read.option("recursiveFileLookup", "true").parquet(str(source))
+            names = set(df.columns)
         except (PySparkException, Py4JJavaError) as e:  # a missing path, not Parquet, no file system for it
             raise LogReadError(f"{source}: Spark could not read the logs ({_reason(e)}).") from None
-    names = set(df.columns)
     unit_is_episode = spec.unit_column is None
     required = list(REQUIRED_COLUMNS) + ([] if unit_is_episode else ["unit_id"])
     missing = [c for c in required if spec.column(c) not in names]
@@ -345,14 +495,160 @@ def bound_contributions(df: DataFrame, spec: DomainSpec) -> tuple[DataFrame, Bou
     return kept.filter(c("step") < H).withColumn("reward", reward), report
 
 
-def exact_counts(bounded: DataFrame, spec: DomainSpec, *, stationary: bool = False, rewards: bool = True,
-                 quantum: int | None = None) -> SparseCounts:
-    """The exact sparse cell table of bounded logs, aggregated by Spark, returned as Arrow.
+def cap_per_cell(bounded: DataFrame, report: BoundingReport, max_per_cell: int, *,
+                 stationary: bool) -> tuple[DataFrame, BoundingReport]:
+    """Keep at most c steps of each privacy unit in each cell (Spark).
+
+    The Spark twin of :func:`privaudit.data.bounding.cap_per_cell`: the same
+    keep rule (``CELL_KEEP_RULE``: a unit's steps ordered by their episode's
+    keep-k key ``(xxhash64(string(id)), string(id))``, then by h; the first c
+    in each (s, a) cell, or (h, s, a) per step, are kept), so the same rows.
 
     Parameters
     ----------
     bounded : pyspark DataFrame
-        From :func:`bound_contributions`.
+        From :func:`bound_contributions` (``unit_id`` present, at most k
+        episodes per unit, steps h < H).
+    report : BoundingReport
+        Its report; returned with the cap's counts.
+    max_per_cell : int
+        c >= 1.
+    stationary : bool
+        Cells (s, a) pooled over h, or (h, s, a).
+
+    Returns
+    -------
+    capped : pyspark DataFrame
+        The kept rows, same columns.
+    report : BoundingReport
+        With ``max_per_cell``, ``cell_cap_stationary``, ``cell_steps_dropped``
+        and ``cell_steps_seen`` (PRIVATE; one Spark job).
+
+    Raises
+    ------
+    UsageError
+        ``max_per_cell`` not an integer >= 1.
+    """
+    if isinstance(max_per_cell, bool) or not isinstance(max_per_cell, int) or max_per_cell < 1:
+        raise UsageError(f"`max_per_cell` must be an integer >= 1. Found {max_per_cell!r}.")
+    c = F.col
+    cell = ["state", "action"] if stationary else ["step", "state", "action"]
+    if report.k == 1:  # one episode per unit: its own steps in order
+        order = c("step").cast("long")
+        ranked = bounded
+    else:  # rank the unit's (at most k) kept episodes by the keep-k key, then steps inside them
+        text = c("episode_id").cast("string")
+        episodes = (bounded.filter(c("step") == 0).select("episode_id", "unit_id")
+                    .withColumn("_ep", F.row_number().over(Window.partitionBy("unit_id")
+                                                           .orderBy(F.xxhash64(text), text)) - 1)
+                    .select("episode_id", "_ep"))
+        ranked = bounded.join(episodes, "episode_id", "left")
+        order = c("_ep").cast("long") * report.H + c("step").cast("long")
+    flagged = ranked.withColumn("_keep", F.row_number().over(Window.partitionBy("unit_id", *cell).orderBy(order))
+                                <= max_per_cell)
+    r = flagged.agg(F.count(F.lit(1)).alias("rows"), F.sum((~c("_keep")).cast("long")).alias("dropped")).collect()[0]
+    capped = flagged.filter(c("_keep")).drop("_keep", "_ep")
+    report = replace(report, max_per_cell=max_per_cell, cell_cap_stationary=bool(stationary),
+                     cell_steps_dropped=int(r["dropped"] or 0), cell_steps_seen=int(r["rows"]))
+    return capped, report
+
+
+def _to_polars(df: DataFrame) -> pl.DataFrame:
+    """Collect a (small) Spark result to the driver as Arrow. Every collection of cells goes through here."""
+    return pl.from_arrow(df.toArrow())
+
+
+class SparkSparseCounts(SparseCounts):
+    """The exact cells of Spark-bounded logs, kept on the cluster and fetched one step h at a time.
+
+    Answers what :class:`privaudit.stats.counts.SparseCounts` answers, with
+    the same values. The cell table (flat index ``i``, count ``n``, reward
+    sum ``r`` in int64 units of 1/quantum) stays cached on the cluster;
+    the (H, S, A) tables (visits, reward sums) come back once (at most
+    H*S*A rows), and :meth:`transitions_at` brings back the observed cells
+    of one step h only (at most S*A*S rows), so the driver holds one slice
+    while the release noises and writes it.
+
+    Attributes
+    ----------
+    spec : DomainSpec
+    stationary : bool
+    quantum : int or None
+    cells : polars.DataFrame
+        The whole cell table, collected on first access (for tests and
+        benchmarks on logs whose cells fit on the driver; the release never
+        reads it).
+    """
+
+    def __init__(self, spec: DomainSpec, stationary: bool, cells: DataFrame, quantum: int | None, *,
+                 cached: DataFrame | None = None):
+        self.spec, self.stationary, self.quantum = spec, stationary, quantum
+        self._cells, self._cached = cells, cached
+        self._rewards = "r" in cells.columns
+        self._per_h = spec.S * spec.A * spec.S
+        self._tables: dict[str, np.ndarray] = {}
+        self._sa_cells: pl.DataFrame | None = None
+        self._all: pl.DataFrame | None = None
+
+    @property
+    def cells(self) -> pl.DataFrame:
+        if self._all is None:
+            with spark_errors("collecting the exact cells"):
+                self._all = _to_polars(self._cells).sort("i")
+        return self._all
+
+    @property
+    def has_reward_sums(self) -> bool:
+        return self._rewards
+
+    @property
+    def rewards(self) -> np.ndarray | None:
+        return self._sa("r", np.int64) if self._rewards else None
+
+    def _sa(self, column: str, dtype) -> np.ndarray:
+        if self._sa_cells is None:  # visits and reward sums of every (h, s, a): one collection
+            sums = [F.sum(x).cast("long").alias(x) for x in (["n", "r"] if self._rewards else ["n"])]
+            with spark_errors("collecting the visit counts"):
+                self._sa_cells = _to_polars(self._cells.groupBy(F.expr(f"i div {int(self.spec.S)}").alias("j"))
+                                            .agg(*sums))
+        if column not in self._tables:
+            out = np.zeros(int(np.prod(self.sa_shape)), dtype=dtype)
+            out[self._sa_cells["j"].to_numpy()] = self._sa_cells[column].to_numpy().astype(dtype, copy=False)
+            self._tables[column] = out.reshape(self.sa_shape)
+        return self._tables[column]
+
+    def transitions_at(self, h: int) -> np.ndarray:
+        """n_h(s, a, s'), shape (S, A, S), int64: the observed cells of step h only, collected now."""
+        S, A = self.spec.S, self.spec.A
+        g = 0 if self.stationary else int(h)
+        if not 0 <= g < (1 if self.stationary else self.spec.H):
+            raise UsageError(f"`h` must be in [0, {self.spec.H}). Found {h!r}.")
+        lo = g * self._per_h
+        with spark_errors(f"collecting the transition counts of step {g}"):
+            part = _to_polars(self._cells.filter((F.col("i") >= lo) & (F.col("i") < lo + self._per_h))
+                              .select("i", "n"))
+        out = np.zeros(self._per_h, dtype=np.int64)
+        out[part["i"].to_numpy() - lo] = part["n"].to_numpy()
+        return out.reshape(S, A, S)
+
+    def close(self) -> None:
+        """Drop the cached cells from the cluster (best effort: the release is complete by then, and a
+        session that is gone has dropped its cache anyway)."""
+        if self._cached is not None:
+            try:
+                self._cached.unpersist()
+            except (PySparkException, Py4JError, ConnectionError):
+                pass
+
+
+def exact_counts(bounded: DataFrame, spec: DomainSpec, *, stationary: bool = False, rewards: bool = True,
+                 quantum: int | None = None) -> SparkSparseCounts:
+    """The exact cell table of bounded logs, aggregated and cached by Spark.
+
+    Parameters
+    ----------
+    bounded : pyspark DataFrame
+        From :func:`bound_contributions` (and :func:`cap_per_cell`).
     spec : DomainSpec
     stationary : bool
         Pool over h.
@@ -364,9 +660,12 @@ def exact_counts(bounded: DataFrame, spec: DomainSpec, *, stationary: bool = Fal
 
     Returns
     -------
-    SparseCounts
-        Identical to ``privaudit.stats.counts.sparse_counts`` on the same
-        bounded logs. Only this table (observed cells) leaves the cluster.
+    SparkSparseCounts
+        Identical values to ``privaudit.stats.counts.sparse_counts`` on the
+        same bounded logs. One pass over the rows aggregates the cells by
+        their index columns and caches them on the cluster; the domain check
+        reads the cached cells. Only observed cells leave the cluster, the
+        transitions one step h at a time.
 
     Raises
     ------
@@ -385,39 +684,49 @@ def exact_counts(bounded: DataFrame, spec: DomainSpec, *, stationary: bool = Fal
     lf = bounded
     if spec.terminal_states:
         lf = lf.filter(~c("state").isin(list(spec.terminal_states)))
-    idx = F.lit(0).cast("long")
-    for col, n in zip(cols, sizes):
-        idx = idx * n + c(col).cast("long")
     aggs = [F.count(F.lit(1)).cast("long").alias("n")]
     if rewards:
         aggs.append(F.sum(F.round(c("reward") * int(quantum), 0).cast("long")).alias("r"))
-    bounds = lf.agg(*[e for col in cols for e in (F.min(c(col).cast("long")).alias(col + "_lo"),
-                                                  F.max(c(col).cast("long")).alias(col + "_hi"))])
-    _check_domain(pl.from_arrow(bounds.toArrow()), spec, cols)
-    cells = pl.from_arrow(lf.groupBy(idx.alias("i")).agg(*aggs).toArrow())
-    cells = cells.select(pl.col("i").cast(pl.Int64), pl.col("n").cast(pl.Int64),
-                         *([pl.col("r").cast(pl.Int64)] if rewards else [])).sort("i")
-    return SparseCounts(spec, stationary, cells, quantum if rewards else None)
+    by_columns = lf.groupBy(*[c(col).cast("long").alias(col) for col in cols]).agg(*aggs).persist()
+    bounds = by_columns.agg(*[e for col in cols for e in (F.min(col).alias(col + "_lo"),
+                                                          F.max(col).alias(col + "_hi"))])
+    try:
+        _check_domain(_to_polars(bounds), spec, cols)
+    except ValidationFailed:
+        by_columns.unpersist()
+        raise
+    idx = F.lit(0).cast("long")
+    for col, n in zip(cols, sizes):
+        idx = idx * n + c(col)
+    cells = by_columns.select(idx.alias("i"), "n", *(["r"] if rewards else []))
+    return SparkSparseCounts(spec, stationary, cells, quantum if rewards else None, cached=by_columns)
 
 
-def spark_sparse_counts(source, spec: DomainSpec, *, spark: SparkSession | None = None, stationary: bool = False,
-                        rewards: bool = True, quantum: int | None = None) -> tuple[SparseCounts, BoundingReport]:
+def spark_sparse_counts(source, spec: DomainSpec, *, spark=None, stationary: bool = False,
+                        rewards: bool = True, quantum: int | None = None,
+                        max_per_cell: int | None = None) -> tuple[SparkSparseCounts, BoundingReport]:
     """Read, check the fatal rules, bound and count logs with Spark (the whole data side of a release).
 
     Parameters
     ----------
     source : pyspark DataFrame, str or Path
-        A DataFrame (e.g. a Databricks table) or a path Spark reads.
+        A DataFrame (e.g. a Databricks table; classic or Spark Connect) or a
+        path Spark reads.
     spec : DomainSpec
     spark : SparkSession, optional
-        The session to read a path with (a notebook passes its ``spark``).
+        The session to read a path with (a notebook passes its ``spark``,
+        classic or Spark Connect).
     stationary, rewards, quantum
         As :func:`exact_counts`.
+    max_per_cell : int, optional
+        Cap each unit's steps per cell at c (:func:`cap_per_cell`).
 
     Returns
     -------
-    counts : SparseCounts
-        Exact cell counts on the driver (PRIVATE: the release noises them).
+    counts : SparkSparseCounts
+        Exact cell counts, cached on the cluster, fetched to the driver
+        table by table and step by step (PRIVATE: the release noises them).
+        ``counts.close()`` drops the cache.
     report : BoundingReport
         PRIVATE bounding facts for the data holder.
 
@@ -433,4 +742,6 @@ def spark_sparse_counts(source, spec: DomainSpec, *, spark: SparkSession | None 
         df = read_logs(source, spec, spark)
         check_fatal_rules(df, spec)
         bounded, report = bound_contributions(df, spec)
+        if max_per_cell is not None:
+            bounded, report = cap_per_cell(bounded, report, max_per_cell, stationary=stationary)
         return exact_counts(bounded, spec, stationary=stationary, rewards=rewards, quantum=quantum), report

@@ -276,12 +276,69 @@ def test_missing_java_is_a_usage_error_before_spark_starts(spark, tmp_path, monk
     _assert_clean_failure(res, tmp_path, led, before, 2, "Java runtime" if java == "absent" else "bin/java")
 
 
-def test_per_cell_cap_is_refused_by_the_spark_engine_before_spark_reads(spark, tmp_path, monkeypatch):
-    """--max-per-cell is a polars-only rule: refused (exit 2) rather than released without the cap."""
+# ------------------------------------------------------------------ per-cell cap (--max-per-cell) in Spark
+
+
+@pytest.mark.parametrize("stationary,c", [(True, 2), (False, 1)])
+def test_spark_per_cell_cap_keeps_the_polars_steps(spark, tmp_path, stationary, c):
+    """Same kept steps as polars' cap_per_cell (same portable key order): identical cells and report."""
+    path, spec = _logs(tmp_path, ids="string", k=3, n_units=25, seed=11)
+    prepared = prepare_logs(path, spec).with_cell_cap(c, stationary=stationary)
+    cols = [pl.col(x).cast(pl.Int32) for x in ("step", "state", "action", "next_state")]
+    exp = sparse_counts(prepared.bounded.select(cols + [pl.col("reward")]).collect(), spec,
+                        stationary=stationary, quantum=Q)
+    assert prepared.bounding.cell_steps_dropped > 0  # the cap bites: a wrong keep order would show
+    got, report = se.spark_sparse_counts(str(path), spec, spark=spark, stationary=stationary, quantum=Q,
+                                         max_per_cell=c)
+    assert report == prepared.bounding
+    _assert_identical(got, exp, spec, stationary)
+
+
+def test_cli_release_with_per_cell_cap_equals_polars(spark, tmp_path):
+    """--max-per-cell with --engine spark: the polars release's tables and manifest, byte for byte."""
     path, _ = _logs(tmp_path, ids="int", k=2, n_units=30)
-    args, led, before = _release_args(tmp_path, path, "--max-per-cell", "2")
-    reads = []
-    monkeypatch.setattr(se, "read_logs", lambda *a, **kw: reads.append(a))
-    res = CliRunner().invoke(main, args)
-    _assert_clean_failure(res, tmp_path, led, before, 2, "`--max-per-cell` is implemented by the polars engine only")
-    assert reads == []
+    args, led, _ = _release_args(tmp_path, path, "--max-per-cell", "2", "--seed", "4")
+    outs = {}
+    for engine in ("polars", "spark"):
+        outs[engine] = tmp_path / f"rel-{engine}"
+        a = [str(outs[engine]) if x == str(tmp_path / "rel") else engine if x == "spark" else x for x in args]
+        res = CliRunner().invoke(main, a)
+        assert res.exit_code == 0, res.output
+        assert "at most c=2 steps per unit" in res.output, res.output
+    for f in ("visits.parquet", "rewards.parquet", "transitions.parquet"):
+        assert pl.read_parquet(outs["polars"] / f).equals(pl.read_parquet(outs["spark"] / f))
+    m = [json.loads((outs[e] / "manifest.json").read_text()) for e in ("polars", "spark")]
+    for x in m:
+        del x["created"]
+    assert m[0] == m[1] and m[0]["privacy_unit"]["max_per_cell"] == 2
+
+
+# ------------------------------------------------------------------ one h at a time to the driver
+
+
+def test_transitions_come_to_the_driver_one_step_at_a_time(spark, tmp_path, monkeypatch):
+    """The release collects the (H, S, A) tables once and then one transition slice per h; same release."""
+    from privaudit.stats.release import release_logs
+
+    path, spec = _logs(tmp_path, ids="int", k=2, n_units=40)
+    collected = []
+    real = se._to_polars
+
+    def spy(df):
+        out = real(df)
+        collected.append(out)
+        return out
+
+    monkeypatch.setattr(se, "_to_polars", spy)
+    per_h = spec.S * spec.A * spec.S
+    info = release_logs(str(path), spec, rho=1, out=tmp_path / "spark", seed=9, engine="spark", spark=spark)
+    slices = [t for t in collected if t.columns == ["i", "n"]]
+    assert len(slices) == spec.H  # one collection per step h, in order, each holding step h's cells only
+    for h, t in enumerate(slices):
+        assert t.height > 0 and (t["i"] // per_h == h).all()
+    tables = [t for t in collected if "j" in t.columns]
+    assert len(tables) == 1  # visits and reward sums together, once
+    assert not any("i" in t.columns and t.height > max(s.height for s in slices) for t in collected)
+    ref = release_logs(path, spec, rho=1, out=tmp_path / "polars", seed=9)
+    for f in ("visits.parquet", "rewards.parquet", "transitions.parquet"):
+        assert pl.read_parquet(ref.out / f).equals(pl.read_parquet(info.out / f))
