@@ -113,6 +113,7 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
     quantum = _quantum(spec)
     t = time.perf_counter()
     jvm_cpu = jvm_rss = 0.0
+    phases = {}  # Spark: (wall s, JVM CPU s) at the end of each phase, from the start
     if engine == "polars":
         import polars as pl
 
@@ -138,7 +139,9 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
         spark.sparkContext.setLogLevel("ERROR")
         t_start = time.perf_counter() - t
         counts, report = spark_sparse_counts(logs, spec, spark=spark, stationary=False, quantum=quantum)
+        phases["count"] = (time.perf_counter() - t, _jvm_usage(spark)[0])  # rules, bounding, cells cached
         _fetch_like_release(counts)
+        phases["fetch"] = (time.perf_counter() - t, _jvm_usage(spark)[0])  # (H, S, A) tables, then one job per h
         counts.cells  # the whole table, for the identity check (the release never collects it)
         jvm_cpu, jvm_rss = _jvm_usage(spark)
         spark.stop()
@@ -148,7 +151,7 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
     print(json.dumps({"engine": engine, "wall_s": wall, "session_start_s": t_start,
                       "py_cpu_s": ru.ru_utime + ru.ru_stime, "jvm_cpu_s": jvm_cpu,
                       "py_rss_MB": _vm_hwm_mb("self"), "jvm_rss_MB": jvm_rss,
-                      "cells": counts.cells.height, "report": report.to_dict()}))
+                      "cells": counts.cells.height, "phases": phases, "report": report.to_dict()}))
 
 
 def main():
@@ -210,7 +213,9 @@ def compare(a, cache: Path, rows: int, made) -> None:
         rss = r["py_rss_MB"] + r["jvm_rss_MB"]
         extra = (f" (session start {r['session_start_s']:.1f} s; JVM CPU {r['jvm_cpu_s']:.1f} s, "
                  f"JVM peak {r['jvm_rss_MB']:.0f} MB, Python peak {r['py_rss_MB']:.0f} MB, "
-                 f"master {a.master}, driver memory {a.driver_memory})" if engine == "spark" else "")
+                 f"master {a.master}, driver memory {a.driver_memory}; at the end of counting wall "
+                 f"{r['phases']['count'][0]:.0f} s / JVM CPU {r['phases']['count'][1]:.1f} s, of the per-h fetch "
+                 f"{r['phases']['fetch'][0]:.0f} s / {r['phases']['fetch'][1]:.1f} s)" if engine == "spark" else "")
         print(f"  {engine:<7} wall {r['wall_s']:7.1f} s  CPU {cpu:7.1f} s  ({cpu / rows * 1e7:.1f} s per 10^7 rows)"
               f"  peak RSS {rss:6.0f} MB  {r['cells']:,} observed cells{extra}", flush=True)
     if len(results) == 2:

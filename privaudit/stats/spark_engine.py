@@ -69,6 +69,13 @@ from pyspark.sql import DataFrame, SparkSession, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
+try:  # the Spark Connect client (grpcio, pandas...: pyspark's [connect] extra, part of privaudit[spark]); a
+    # classic session works without it, --remote sc:// then says what to install
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    _CONNECT_MISSING = None
+except ImportError as _e:
+    DefaultChannelBuilder, _CONNECT_MISSING = None, str(_e)
+
 from privaudit.data.bounding import BoundingReport  # noqa: E402
 from privaudit.data.validate import BOUNDING_RULES  # noqa: E402
 from privaudit.errors import EngineError, LogReadError, UsageError, ValidationFailed  # noqa: E402
@@ -294,11 +301,9 @@ def connect_session(url: str):
     The logs are then read by the server's cluster: a path must be one that
     the cluster sees. Only the exact cell counts come back here.
     """
-    try:  # the Connect client's own dependencies (grpcio, pandas...): imported only when asked for
-        from pyspark.sql.connect.client import DefaultChannelBuilder
-    except ImportError as e:
-        raise UsageError(f"a Spark Connect URL ({url}) needs the Spark Connect client ({e}). Install it with: "
-                         "pip install 'privaudit[spark]'.") from None
+    if DefaultChannelBuilder is None:
+        raise UsageError(f"a Spark Connect URL ({url}) needs the Spark Connect client ({_CONNECT_MISSING}). Install "
+                         "it with: pip install 'privaudit[spark]'.")
     try:
         endpoint = DefaultChannelBuilder(url)
     except PySparkException as e:
