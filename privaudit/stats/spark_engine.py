@@ -526,8 +526,10 @@ def cap_per_cell(bounded: DataFrame, report: BoundingReport, max_per_cell: int, 
     capped : pyspark DataFrame
         The kept rows, same columns.
     report : BoundingReport
-        With ``max_per_cell``, ``cell_cap_stationary``, ``cell_steps_dropped``
-        and ``cell_steps_seen`` (PRIVATE; one Spark job).
+        With ``max_per_cell``, ``cell_cap_stationary``, ``cell_steps_seen``
+        (the rows bounding kept) and ``cell_steps_dropped`` None, as polars:
+        no pass of its own; :func:`spark_sparse_counts` sets the drop count
+        from the rows the counts kept (``BoundingReport.with_cell_kept``).
 
     Raises
     ------
@@ -549,12 +551,10 @@ def cap_per_cell(bounded: DataFrame, report: BoundingReport, max_per_cell: int, 
                     .select("episode_id", "_ep"))
         ranked = bounded.join(episodes, "episode_id", "left")
         order = c("_ep").cast("long") * report.H + c("step").cast("long")
-    flagged = ranked.withColumn("_keep", F.row_number().over(Window.partitionBy("unit_id", *cell).orderBy(order))
-                                <= max_per_cell)
-    r = flagged.agg(F.count(F.lit(1)).alias("rows"), F.sum((~c("_keep")).cast("long")).alias("dropped")).collect()[0]
-    capped = flagged.filter(c("_keep")).drop("_keep", "_ep")
+    keep = F.row_number().over(Window.partitionBy("unit_id", *cell).orderBy(order)) <= max_per_cell
+    capped = ranked.withColumn("_keep", keep).filter(c("_keep")).drop("_keep", "_ep")
     report = replace(report, max_per_cell=max_per_cell, cell_cap_stationary=bool(stationary),
-                     cell_steps_dropped=int(r["dropped"] or 0), cell_steps_seen=int(r["rows"]))
+                     cell_steps_dropped=None, cell_steps_seen=report.rows_kept)
     return capped, report
 
 
@@ -749,4 +749,7 @@ def spark_sparse_counts(source, spec: DomainSpec, *, spark=None, stationary: boo
         bounded, report = bound_contributions(df, spec)
         if max_per_cell is not None:
             bounded, report = cap_per_cell(bounded, report, max_per_cell, stationary=stationary)
-        return exact_counts(bounded, spec, stationary=stationary, rewards=rewards, quantum=quantum), report
+        counts = exact_counts(bounded, spec, stationary=stationary, rewards=rewards, quantum=quantum)
+        if max_per_cell is not None:  # the cap's drop count from the rows counted (no row of validated logs
+            report = report.with_cell_kept(int(counts.visits.sum()))  # sits in a terminal state)
+        return counts, report
