@@ -213,3 +213,16 @@ def json_default(o: Any):
     if kind == "numpy" and hasattr(o, "tolist"):
         return o.tolist()  # arrays -> nested lists, scalars -> int / float / bool
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def numpy_load_reason(err: Exception) -> str:
+    """Why ``np.load(path, allow_pickle=False)`` failed, in a user's words.
+
+    numpy reports a file without a NumPy header or zip signature as "pickled
+    (object) data" and suggests loading it unsafely; privaudit never unpickles
+    a file, so the reason given is that the file is not NumPy's format.
+    """
+    msg = str(err)
+    if "pickle" in msg:
+        return "not a NumPy .npy/.npz file (no NumPy header or zip signature; pickled files are never loaded)"
+    return msg

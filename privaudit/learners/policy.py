@@ -23,7 +23,7 @@ import polars as pl
 
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.errors import ArtifactError, MissingInputError, UsageError
-from privaudit.io_utils import atomic_dir
+from privaudit.io_utils import atomic_dir, numpy_load_reason
 from privaudit.learners.policy_manifest import PolicyManifest, PolicyPrivacy
 from privaudit.schemas import load_versioned_json
 
@@ -224,7 +224,7 @@ def load_policy_table(path: str | Path, S: int, A: int, H: int) -> np.ndarray:
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
-        raise ArtifactError(f"cannot read policy {path}: {e}. Expected a .npy array of shape "
+        raise ArtifactError(f"cannot read policy {path}: {numpy_load_reason(e)}. Expected a .npy array of shape "
                             f"({H}, {S}, {A}) or ({S}, {A}).") from None
     if not isinstance(arr, np.ndarray):
         arr.close()

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from privaudit.errors import ArtifactError, UsageError
-from privaudit.io_utils import atomic_path
+from privaudit.io_utils import atomic_path, numpy_load_reason
 from privaudit.mdp.tabular import TabularMDP
 
 #: Version written by ``save_mdp``; ``load_mdp`` reads only these.
@@ -81,7 +81,7 @@ def load_mdp(path: str | Path) -> TabularMDP:
     try:
         z = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise ArtifactError(f"cannot read MDP file {path}: {e}. Expected an .npz written by "
+        raise ArtifactError(f"cannot read MDP file {path}: {numpy_load_reason(e)}. Expected an .npz written by "
                             "`privaudit simulate --mdp-out` or privaudit.mdp.io.save_mdp.") from None
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise ArtifactError(f"MDP file {path} is a single .npy array, not an .npz archive.")

@@ -179,3 +179,17 @@ def test_simulate_refuses_to_overwrite_existing_files(tmp_path):
     res = run("simulate", "random-tabular", "--states", 3, "--actions", 2, "--horizon", 2, "--episodes", 5,
               "--out", tmp_path / "x.parquet", "--spec-out", tmp_path / "x.parquet")
     assert res.exit_code == 2 and "different files" in res.output
+
+
+def test_garbage_policy_and_mdp_files_say_not_numpy_not_unpickle(tmp_path):
+    """A policy .npy or an MDP .npz that is neither NumPy's format nor a zip said "This file contains pickled
+    (object) data. If you trust the file you can load it unsafely using allow_pickle=": wrong, and advice to
+    unpickle an untrusted file. It says the file is not NumPy's format (fresh-user pass, hfu)."""
+    (tmp_path / "p.npy").write_bytes(b"xx")
+    (tmp_path / "m.npz").write_bytes(b"xx")
+    res = run("evaluate", tmp_path / "p.npy", "--mdp", "icu-sepsis")
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "not a NumPy .npy/.npz file" in res.output and "allow_pickle" not in res.output
+    res = run("evaluate", tmp_path / "p.npy", "--mdp", tmp_path / "m.npz")
+    assert res.exit_code == 1 and "cannot read MDP file" in res.output
+    assert "not a NumPy .npy/.npz file" in res.output and "allow_pickle" not in res.output
