@@ -692,7 +692,10 @@ def exact_counts(bounded: DataFrame, spec: DomainSpec, *, stationary: bool = Fal
     aggs = [F.count(F.lit(1)).cast("long").alias("n")]
     if rewards:
         aggs.append(F.sum(F.round(c("reward") * int(quantum), 0).cast("long")).alias("r"))
-    by_columns = lf.groupBy(*[c(col).cast("long").alias(col) for col in cols]).agg(*aggs).persist()
+    by_columns = lf.groupBy(*[c(col).cast("long").alias(col) for col in cols]).agg(*aggs)
+    if not stationary:  # one cached partition per step h: each per-h fetch is H small tasks, not one per
+        by_columns = by_columns.repartitionByRange(H, "step")  # shuffle partition (200 by default)
+    by_columns = by_columns.persist()
     bounds = by_columns.agg(*[e for col in cols for e in (F.min(col).alias(col + "_lo"),
                                                           F.max(col).alias(col + "_hi"))])
     try:
