@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.errors import AccountingError, UsageError
 from privaudit.privacy import accounting
 from privaudit.fmt import num
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA, dp_to_zcdp, zcdp_to_dp
@@ -354,9 +354,19 @@ def check_reportable(rho: float, delta: float, name: str = "rho", *, pure: float
     Raises
     ------
     UsageError
-        The conversion of ``rho`` at ``delta`` gives epsilon = 0.
+        The conversion of ``rho`` at ``delta`` gives epsilon = 0, or overflows
+        (rho about 1e289 and above).
     """
-    if rho > 0 and float(zcdp_to_dp(rho, delta)) > 0:
+    try:  # rho = inf: a pure epsilon whose square overflows
+        eps = float(zcdp_to_dp(rho, delta)) if 0 < rho < math.inf else 0.0 if rho <= 0 else math.inf
+        if eps == math.inf:
+            raise AccountingError("rho overflows")
+    except AccountingError:  # the conversion overflows (rho near 1e289 and above): no finite epsilon
+        what = f"`{name}` = {num(pure)}" if pure is not None else f"`{name}` = {num(rho)}"
+        raise UsageError(f"{what} is too large: its epsilon at delta = {num(delta)} overflows the tight conversion "
+                         "(a budget that large protects nothing and leaves no noise to draw). Give a budget an "
+                         "epsilon can be computed for (rho up to about 1e288, a pure epsilon up to about 1e144).") from None
+    if eps > 0:
         return
     if pure is not None:
         raise UsageError(f"`{name}` = {num(pure)} is too small: its noise (scale above ~4e5 sensitivities) would "

@@ -114,3 +114,18 @@ def test_library_errors_do_not_name_cli_flags():
                 if re.search(r"(?<![\w.-])--[a-z][a-z-]*", text):
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text[:100]}")
     assert bad == []
+
+
+@pytest.mark.parametrize("cmd", [
+    ("release", LOGS, "--spec", SPEC, "--rho", "1e308"),
+    ("pipeline", "--rho", "1e300"),
+    ("release", LOGS, "--spec", SPEC, "--mechanism", "laplace", "--epsilon", "1e300"),
+])
+def test_a_budget_too_large_to_convert_names_the_flag(tmp_path, cmd):
+    """`--rho 1e308` said "zCDP->DP conversion failed numerically for rho=1e+308, delta=1e-06" (fresh-user pass,
+    hfu): the refusal names the flag, the value and the rule (the tight conversion overflows: a budget that large
+    protects nothing)."""
+    res = run(*cmd, "--out", tmp_path / "x")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"error: `{cmd[-2]}` = {cmd[-1]} is too large"), res.stderr
+    assert not (tmp_path / "x").exists()
