@@ -315,11 +315,18 @@ def _check_dense(path: Path, tab: pa.Table, names: list[str], shape: tuple[int, 
             raise ArtifactError(f"{path}: row group {h} must hold h = {h} only. The release is corrupt.")
 
 
+def _cannot_read(path: Path, e: Exception) -> str:
+    """The one-line reason a release file cannot be read (a missing file says so, not only its path)."""
+    if isinstance(e, FileNotFoundError):
+        return f"{path}: missing: the release is incomplete (every file the manifest lists must be present)."
+    return f"{path}: cannot read: {e}"
+
+
 def _read_sa(path: Path, H: int, S: int, A: int, stationary: bool) -> np.ndarray:
     try:
         tab = pq.read_table(path)
     except (OSError, pa.ArrowException) as e:
-        raise ArtifactError(f"{path}: cannot read: {e}") from None
+        raise ArtifactError(_cannot_read(path, e)) from None
     names = ["state", "action"] if stationary else ["h", "state", "action"]
     shape = (S, A) if stationary else (H, S, A)
     missing = [c for c in names + ["value"] if c not in tab.column_names]
@@ -351,7 +358,7 @@ def read_manifest(path: Path) -> ReleaseManifest:
     except FileNotFoundError:
         raise ArtifactError(f"{path} is not a privaudit release: {MANIFEST} is missing.") from None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{mpath}: cannot read: {e}") from None
+        raise ArtifactError(_cannot_read(mpath, e)) from None
     m = ReleaseManifest.from_dict(doc, mpath)
     check_manifest_guarantee(m, mpath)  # the stated guarantee must follow from the mechanism facts
     return m
@@ -387,7 +394,7 @@ def load_release(path: str | Path) -> Release:
     try:
         pf = pq.ParquetFile(tpath)
     except (OSError, pa.ArrowException) as e:
-        raise ArtifactError(f"{tpath}: cannot read: {e}") from None
+        raise ArtifactError(_cannot_read(tpath, e)) from None
     n_groups = pf.num_row_groups
     if n_groups != (1 if st else H):
         raise ArtifactError(f"{tpath}: must hold {1 if st else H} row groups (one per h); found {n_groups}. "

@@ -167,6 +167,18 @@ def test_version_2_corruption_is_refused(written, tmp_path):
         load_release(out)
 
 
+@pytest.mark.parametrize("kind,missing", [("per_step", "visits.parquet"), ("stationary", "transitions.parquet"),
+                                           ("per_step", "rewards.parquet")])
+def test_a_missing_release_file_says_missing(kind, missing, tmp_path):
+    """A release folder without one of its tables said "visits.parquet: cannot read: .../visits.parquet" (the
+    path twice, no reason); it says the file is missing and the release incomplete (fresh-user pass, hfu)."""
+    out = tmp_path / kind
+    shutil.copytree(FIXTURE / kind, out)
+    (out / missing).unlink()
+    with pytest.raises(ArtifactError, match=rf"{missing}: missing: the release is incomplete"):
+        load_release(out)
+
+
 def test_one_reader_for_release_tables():
     """Only privaudit.stats.artifact opens a release's Parquet tables: every other reader (learners,
     train --release, the pipeline, the auditor, the Spark engine's output) goes through load_release."""
