@@ -97,7 +97,7 @@ def broken(name: str, seed: int) -> dict:
     rep = audit_entry(name, seed=seed)
     return {"explorer": name, "view": CATALOGUE[name].view, "trials": CATALOGUE[name].trials, "verdict": rep.verdict,
             "exit_code": rep.exit_code, "claimed_epsilon": entry_claim(CATALOGUE[name]).epsilon,
-            "epsilon_lower_bound": rep.epsilon_lower_bound, "event": rep.data["chosen_event"]["candidate"],
+            "epsilon_lower_bound": rep.epsilon_lower_bound, "event": (rep.data["chosen_event"] or {}).get("candidate", "gray-box range check"),
             "resolution": rep.data["resolution_limit"], "cpu_s": cpu() - c0, "wall_s": time.time() - t0}
 
 
