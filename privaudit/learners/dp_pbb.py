@@ -742,7 +742,8 @@ class DPPBB(TabularLearnerBase):
             g = {**self.guarantee_, "mechanism": "gaussian", "noise": "exact",
                  "neighbouring": Neighbouring.SUBSTITUTION.description,
                  "privacy_unit": {"column": plan.unit.column, "max_episodes": plan.unit.k},
-                 "rng": "seeded-insecure" if seeded else "secure", "event": self.event_.to_dict()}
+                 "rng": "seeded-insecure" if seeded else "secure", "event": self.event_.to_dict(),
+                 "sampler": samplers.noise_statement("exact")}
             privacy = PolicyPrivacy(not seeded, g, note=(
                 "seeded noise: not private against anyone who knows the seed" if seeded else None))
         else:

@@ -185,6 +185,9 @@ def test_plan_event_fits_budget_and_matches_drawn_scales(monkeypatch):
     fam = [f for f, _, _ in leaves]
     assert fam.count("pbb-backup") == H and fam.count("pbb-second-moment") == H
     assert learner.policy_.privacy.private is False               # seeded: not private
+    # the policy states what its sampler delivers, as a release does: exact, TV 0, no extra delta
+    sampler = learner.policy_.privacy.guarantee["sampler"]
+    assert sampler["total_variation_per_draw"] == 0 and sampler["extra_delta"] == 0
 
 
 def test_visit_noise_has_the_planned_scale():
