@@ -299,3 +299,6 @@ def test_pooled_release_above_its_claim_is_flagged_with_the_default_canary(tmp_p
     assert load_report(tmp_path / "repeat.json")["neighbouring_pair"]["kind"] == "canary-repeat"
     rare = _run([*common, "--canary", "rare", "--out", tmp_path / "rare.json"])
     assert rare.exit_code == 0 and "canary: rare (--canary)" in rare.output, rare.output
+    # a pair built from the logs is said not shareable; one built from the spec is not
+    assert "not shareable: this report's pair is built from the logs (--canary rare)" in rare.output
+    assert "not shareable" in rep.output and "not shareable" not in res.output
