@@ -187,9 +187,11 @@ def summary(recs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return c.mean(axis=0), se
 
 
-def curve_label(algo: str, eps: float | None, recs: list[dict], K: int) -> str:
+def curve_label(algo: str, eps: float | None, recs: list[dict], K: int, last_k: int | None = None) -> str:
+    """Legend text; an unfinished curve names the last episode it is drawn to (``last_k``, its last saved
+    checkpoint), not how far the run got before it stopped."""
     n, done = len(recs), min(r.get("episodes_done", K) for r in recs)
-    part = "" if done >= K else f", unfinished: k <= {done:,}"
+    part = "" if done >= K else f", unfinished: drawn to k = {last_k if last_k is not None else done:,}"
     return LABELS[algo] + ("" if eps is None else f" (eps={eps:g})") + f", {n} seed{'s' if n > 1 else ''}{part}"
 
 
@@ -215,7 +217,7 @@ def plot(runs: dict, constants: str, K: int, out_dir: Path, partial: dict | None
             recs = runs.get((algo, eps)) or partial[(algo, eps)]
             m, se = summary(recs)
             style, color = ("-" if (algo, eps) in runs else "--"), COLORS[(algo, eps)]
-            ax.plot(x[:len(m)], m, style, lw=1.5, color=color, label=curve_label(algo, eps, recs, K))
+            ax.plot(x[:len(m)], m, style, lw=1.5, color=color, label=curve_label(algo, eps, recs, K, int(x[len(m) - 1])))
             ax.fill_between(x[:len(m)], m - se, m + se, alpha=0.2, color=color)
         ax.set_xlabel("episode k (users)")
         ax.set_ylabel("cumulative regret")
