@@ -123,6 +123,19 @@ def stderr_is_tty() -> bool:
     return sys.stderr.isatty()
 
 
+def engine_options(fn: Callable) -> Callable:
+    """``--engine``, ``--master`` and ``--remote`` for a command whose counts may run on Spark
+    (``release``, ``pipeline``); :func:`spark_target` reads them."""
+    fn = click.option("--remote", default=None, metavar="sc://HOST:PORT",
+                      help="With --engine spark: a Spark Connect server to run on instead of --master (it reads "
+                           "LOGS: a path its cluster sees).")(fn)
+    fn = click.option("--master", default=None, help="With --engine spark: Spark master URL (default local[*]).")(fn)
+    return click.option("--engine", type=click.Choice(["polars", "spark"]), default="polars", show_default=True,
+                        help="Who validates, bounds and counts for the release: polars on this machine, or Apache "
+                             "Spark (pip install 'privaudit[spark]'; LOGS may then be any path Spark reads). The "
+                             "noise is added here either way: same release.")(fn)
+
+
 def spark_target(engine: str, master: str | None, remote: str | None) -> str | None:
     """The ``spark`` argument of the library from ``--engine``, ``--master`` and ``--remote``.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import as_flags, echo_json, handle_errors, spark_target
+from privaudit.cli.common import as_flags, echo_json, engine_options, handle_errors, spark_target
 from privaudit.io_utils import check_writable
 from privaudit.pipeline import run_pipeline
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
@@ -97,13 +97,7 @@ Examples:
               help="Budget ledger (privaudit budget init): refuse (exit 3) a run that would exceed it, "
                    "and charge what the run spends.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
-@click.option("--engine", type=click.Choice(["polars", "spark"]), default="polars", show_default=True,
-              help="Who validates, bounds and counts for the release: polars here, or Apache Spark (pip install "
-                   "'privaudit[spark]'; LOGS may then be any path Spark reads). Same release either way.")
-@click.option("--master", default=None, help="With --engine spark: Spark master URL (default local[*]).")
-@click.option("--remote", default=None, metavar="sc://HOST:PORT",
-              help="With --engine spark: a Spark Connect server to run on instead of --master (it reads LOGS: "
-                   "a path its cluster sees).")
+@engine_options
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stationary, audit_trials, linear_share,
             value_share, seed, overwrite, ledger, as_json, engine, master, remote):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import Notices, as_flags, echo_json, handle_errors, spark_target
+from privaudit.cli.common import Notices, as_flags, echo_json, engine_options, handle_errors, spark_target
 from privaudit.fmt import num
 from privaudit.io_utils import check_writable
 from privaudit.stats.release import default_stationary, release_logs
@@ -70,13 +70,7 @@ Example:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Noise seed, for tests only (rng mode seeded-insecure; never written).")
 @click.option("--json", "as_json", is_flag=True, help="Print only a JSON summary (the manifest path and guarantee).")
-@click.option("--engine", type=click.Choice(["polars", "spark"]), default="polars", show_default=True,
-              help="Who validates, bounds and counts: polars on this machine, or Apache Spark (pip install "
-                   "'privaudit[spark]'; LOGS may then be any path Spark reads). Noise is added here either way.")
-@click.option("--master", default=None, help="With --engine spark: Spark master URL (default local[*]).")
-@click.option("--remote", default=None, metavar="sc://HOST:PORT",
-              help="With --engine spark: a Spark Connect server to run on instead of --master (it reads LOGS: "
-                   "a path its cluster sees).")
+@engine_options
 @click.option("--max-per-cell", "max_per_cell", type=click.IntRange(min=1), default=None,
               help="Keep at most C steps of each privacy unit in each released cell ((s, a) pooled, (h, s, a) "
                    "per step; transitions and rewards follow), in the unit's own order: less noise "
