@@ -72,6 +72,7 @@ def test_shareable_audit_numbers_identical_on_neighbouring_logs(neighbours, layo
     r0, r1 = (json.loads((o / "audit/audit_report.json").read_text()) for o in (o0, o1))
     assert "runtime_s" not in r0 and "runtime_s" not in r1  # no timing side channel in a shareable report
     assert r0 == r1
+    assert r0["shareable"] is True and "empty baseline" in r0["shareable_reason"]  # says so itself
     assert r0["neighbouring_pair"]["kind"] == ("synthetic-repeat" if layout == "--stationary" else "synthetic")
     # the pair attains the declared sensitivity of every released family (gray-box check)
     for fam in r0["graybox"]["families"]:

@@ -89,6 +89,8 @@ class DPVAPVIMechanism:
     """
 
     name = "dp-vapvi"
+    #: privaudit's own code: output from the given dataset, spec and own noise only (``audit.report.sharing``).
+    SELF_CONTAINED = True
 
     def __init__(self, spec: DomainSpec, *, rho=None, epsilon=None, delta=None,
                  statistics: tuple = DEFAULT_STATISTICS, learner_params: dict | None = None,

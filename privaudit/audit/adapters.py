@@ -78,6 +78,10 @@ def _fingerprint(logs: pl.DataFrame) -> tuple:
 class _LibraryStatistics:
     """Exact statistics of logs through the library's bounding and counting."""
 
+    #: privaudit's own code: its output depends only on the dataset it is given, the spec and its own
+    #: noise (an audit report on a pair that reads no logs may then be shared: ``audit.report.sharing``).
+    SELF_CONTAINED = True
+
     def __init__(self, spec: DomainSpec, *, rho=None, epsilon=None, delta=None, mechanism="gaussian",
                  stationary=False, noise="exact", budget=None):
         self.spec, self.stationary, self.noise_mode = spec, bool(stationary), noise

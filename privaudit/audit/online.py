@@ -241,6 +241,9 @@ class ExplorerMechanism:
     and users: the explorers are sequential by nature; keep K small.
     """
 
+    #: privaudit's own code: output from the given dataset, spec and own noise only (``audit.report.sharing``).
+    SELF_CONTAINED = True
+
     def __init__(self, algo: str, *, epsilon: float | None = None, rho: float | None = None, delta: float = 1e-5,
                  view: str = "billboard", constants: str = "practical", build=None, name: str | None = None):
         if algo not in EXPLORERS:

@@ -313,7 +313,7 @@ def audit_explorer(mech: ExplorerMechanism, d_world, dp_world, description: dict
         rep = AuditReport.graybox_only(mechanism=mech.name, claim=claim, confidence=confidence, pair=desc,
                                        graybox=gb, selection_trials=0, evaluation_trials=0,
                                        rng_mode="seeded-insecure" if seed is not None else "secure",
-                                       resolution=cap, runtime_s=0.0)
+                                       resolution=cap, runtime_s=0.0, self_contained=mech.SELF_CONTAINED)
         row = gb["families"][0]
         rep.data["messages"] = [f"gray-box: user k's regression targets span {row['observed_range']} over "
                                 f"{row['runs']} seeded runs; the vector noise is calibrated for targets in "

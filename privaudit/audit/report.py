@@ -7,9 +7,9 @@ states with the perfect-separation cap.
 
 The report is written for the data holder; it names the removed unit only by
 its row count (neither its id nor a hash of it: an unsalted hash of an
-enumerable id is reversible, a salted one that is not stored names nothing)
-and contains no statistic of the logs beyond the canary (synthetic)
-and the observed sensitivity of the pair.
+enumerable id is reversible, a salted one that is not stored names nothing).
+Whether it may leave the data holder is its ``shareable`` field
+(:func:`sharing`): only a report whose pair reads no logs at all is.
 """
 
 from __future__ import annotations
@@ -30,6 +30,58 @@ from privaudit.schemas import load_versioned_json, schema_errors
 REPORT_FORMAT_VERSION = 1
 VIOLATION = "violation"
 NO_VIOLATION = "no violation found"
+#: Pair kinds built from the spec alone (``neighbours.synthetic_pair``), on top of a ``baseline``.
+SYNTHETIC_KINDS = ("synthetic", "synthetic-repeat", "synthetic-spread")
+
+
+def sharing(pair: dict | None, self_contained: bool) -> tuple[bool, str]:
+    """Whether an audit report may leave the data holder, and the one-line reason.
+
+    A report is shareable only when nothing in it depends on the private logs:
+    its pair reads no logs (synthetic units on the empty baseline, or the
+    explorers' simulated user streams) and its mechanism is privaudit's own
+    (``SELF_CONTAINED``: its output depends only on the dataset it is given,
+    the spec and its own noise). Every other report holds statistics of the
+    logs computed outside any DP budget: the pair of a real unit (its row
+    count, the least-visited cells of the exact counts, the gray-box change),
+    or thresholds and counts from thousands of runs of the mechanism on the
+    logs (a mean over n runs shrinks the noise by sqrt(n); e.g. a mean-difference
+    threshold is then almost the exact sum of the logs' counts in the canary's
+    cells), far beyond the budget of one run. A pair read from files
+    (``explicit``) may or may not be private: the auditor cannot tell, so it
+    is not marked shareable.
+
+    Parameters
+    ----------
+    pair : dict or None
+        The report's ``neighbouring_pair`` (``NeighbouringPair.description``).
+    self_contained : bool
+        The mechanism is one of privaudit's built-in adapters (not user code).
+
+    Returns
+    -------
+    (shareable, reason) : (bool, str)
+
+    Notes
+    -----
+    docs/audit.md, "Which reports may be shared".
+    """
+    kind = (pair or {}).get("kind")
+    if kind in SYNTHETIC_KINDS and pair.get("baseline") == "logs":
+        return False, ("D and D' are the private logs plus synthetic units: its thresholds and counts come from "
+                       "thousands of runs of the mechanism on the logs, outside any DP budget")
+    if kind is not None and kind.startswith("canary-"):
+        return False, (f"the pair replaces a real unit of the logs ({kind}): it holds exact statistics of the "
+                       "logs outside any DP mechanism")
+    if kind in ("explicit", "identical"):
+        return False, "the pair was read from files (an explicit `pair` D D2) that the auditor cannot tell are public"
+    if kind not in SYNTHETIC_KINDS + ("online-canary",):
+        return False, f"unknown pair kind {kind!r}"
+    if not self_contained:
+        return False, "the mechanism is user code: the auditor cannot tell what data it reads"
+    if kind == "online-canary":
+        return True, "simulated user streams from the environment model: no logs were read"
+    return True, "the pair is built from the spec alone (synthetic units, empty baseline): no logs were read"
 
 
 @dataclass
@@ -47,14 +99,14 @@ class AuditReport:
         The full JSON document (``schemas/audit_report.schema.json``).
     runtime_s : float or None
         Wall seconds of the run, for whoever ran it; not part of ``data``:
-        the report is shareable and a running time is a side channel on the
-        size of the data the mechanism reads.
+        a report may be shared (``data["shareable"]``) and a running time is
+        a side channel on the size of the data the mechanism reads.
     """
 
     verdict: str
     epsilon_lower_bound: float | None
     data: dict = field(default_factory=dict)
-    #: Wall seconds the audit took: shown to whoever ran it, never written into the shareable report
+    #: Wall seconds the audit took: shown to whoever ran it, never written into the report
     #: (a running time grows with the data the mechanism reads: a timing side channel).
     runtime_s: float | None = field(default=None, compare=False)
 
@@ -78,7 +130,8 @@ class AuditReport:
     # ------------------------------------------------------------------ builders
     @classmethod
     def _base(cls, mechanism, claim, confidence, pair, graybox, selection_trials, evaluation_trials,
-              rng_mode, resolution, runtime_s) -> dict:
+              rng_mode, resolution, runtime_s, self_contained) -> dict:
+        shareable, why = sharing(pair, self_contained)
         return {
             "format_version": REPORT_FORMAT_VERSION,
             "software": {"name": "privaudit", "version": __version__},
@@ -93,13 +146,19 @@ class AuditReport:
             "evaluation_trials": evaluation_trials,
             "resolution_limit": resolution,
             "rng_mode": rng_mode,
+            "shareable": shareable,
+            "shareable_reason": why,
         }
 
     @classmethod
     def graybox_only(cls, *, mechanism, claim, confidence, pair, graybox, selection_trials,
-                     evaluation_trials, rng_mode, resolution, runtime_s) -> "AuditReport":
-        """A report whose verdict comes from the gray-box check alone (no trials ran)."""
-        d = cls._base(mechanism, claim, confidence, pair, graybox, 0, 0, rng_mode, resolution, runtime_s)
+                     evaluation_trials, rng_mode, resolution, runtime_s,
+                     self_contained: bool = False) -> "AuditReport":
+        """A report whose verdict comes from the gray-box check alone (no trials ran).
+
+        ``self_contained``: the mechanism is a built-in adapter (see :func:`sharing`)."""
+        d = cls._base(mechanism, claim, confidence, pair, graybox, 0, 0, rng_mode, resolution, runtime_s,
+                      self_contained)
         excess = [f for f in graybox["families"] if f["exceeds"]]
         lb = max((f.get("epsilon_at_change") or 0.0 for f in excess), default=0.0)
         d.update({
@@ -120,7 +179,8 @@ class AuditReport:
     def from_events(cls, *, mechanism, claim, confidence, pair, graybox, selection_trials,
                     evaluation_trials, rng_mode, resolution, runtime_s, events, candidates,
                     batched, output_shape, trials, alpha_per_bound, float_sampler=None,
-                    gdp_lattice=None, fixed_events: str | None = None) -> "AuditReport":
+                    gdp_lattice=None, fixed_events: str | None = None,
+                    self_contained: bool = False) -> "AuditReport":
         """Build the report from the evaluated event (one, in the direction chosen on the selection split).
 
         ``epsilon_lower_bound`` is the generic (epsilon, delta) bound, valid for
@@ -131,9 +191,11 @@ class AuditReport:
         ``fixed_events``: the events were fixed before any run (the reason, e.g. "the canary's known
         change direction from the public design"), no selection split; each of the ``len(events)``
         events then has its own share of alpha (Bonferroni) and the best one is reported.
+
+        ``self_contained``: the mechanism is a built-in adapter (see :func:`sharing`).
         """
         d = cls._base(mechanism, claim, confidence, pair, graybox, selection_trials, evaluation_trials,
-                      rng_mode, resolution, runtime_s)
+                      rng_mode, resolution, runtime_s, self_contained)
         eps_generic = max(e["epsilon_lower_bound"] for e in events)
         mu_lb = max(e["mu_lower_bound"] for e in events)
         eps_gdp = B.gdp_eps(mu_lb, claim.delta) if claim.delta > 0 else None
@@ -233,6 +295,8 @@ class AuditReport:
     def validate(self) -> None:
         """Raise ArtifactError if the document breaks its schema."""
         errs = schema_errors(self.to_dict(), "audit_report")
+        if "shareable" not in self.data:  # optional on reading (older reports), always written
+            errs.append("$: 'shareable' is a required property of a report written now")
         if errs:
             raise ArtifactError("audit report breaks schema 'audit_report':\n  " + "\n  ".join(errs))
 

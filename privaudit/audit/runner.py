@@ -508,7 +508,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     gb = graybox_check(mech, pair, claim.delta) if graybox else {"checked": False, "violation": False, "families": []}
     base = dict(mechanism=str(name), claim=claim, confidence=confidence, pair=pair.description,
                 graybox=gb, selection_trials=n_sel, evaluation_trials=n_ev,
-                rng_mode="seeded-insecure" if seed is not None else "secure")
+                rng_mode="seeded-insecure" if seed is not None else "secure",
+                self_contained=bool(getattr(mechanism, "SELF_CONTAINED", False)))  # report.sharing
     cap = B.perfect_separation_cap(n_ev, n_ev, alpha_b, claim.delta)
     if claim.delta > 0:
         cap["epsilon_gaussian"] = B.gdp_eps(cap["mu"], claim.delta)

@@ -349,8 +349,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     design = {"fixed_events": "design"} if hasattr(mech, "design_events") and not score_fns else {}
     rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, confidence=confidence,
                     scores=score_fns, seed=seed, n_jobs=jobs, mechanism_name=name, **design)
-    from_logs = "--pair" if p is not None else None if str(canary).startswith("synthetic") else f"--canary {canary}"
-    _finish(rep, out, plot, confidence, as_json, from_logs=from_logs)
+    _finish(rep, out, plot, confidence, as_json)
 
 
 def _check_outputs(out, plot, overwrite) -> None:
@@ -364,14 +363,13 @@ def _check_outputs(out, plot, overwrite) -> None:
             check_writable(path, opt)  # before any trial is run
 
 
-#: Said when the neighbouring pair comes from the logs (docs/audit.md "Which reports may be shared").
-NOT_SHAREABLE = ("not shareable: this report's pair is built from the logs ({how}); it holds exact statistics of "
-                 "a real unit outside any DP mechanism. Keep it (and the figure) with the private logs.")
+#: Said after the verdict, from the report's ``shareable`` field (docs/audit.md "Which reports may be shared").
+NOT_SHAREABLE = "not shareable: {reason}. Keep the report (and the figure) with the private logs."
+SHAREABLE = "shareable: {reason}."
 
 
-def _finish(rep, out, plot, confidence, as_json, *, from_logs: str | None = None) -> None:
-    """Write the report (and plot), print the verdict (and, for a pair built from the logs, that the
-    report is not shareable), exit 0 / 3."""
+def _finish(rep, out, plot, confidence, as_json) -> None:
+    """Write the report (and plot), print the verdict and whether the report may be shared, exit 0 / 3."""
     rep.write_json(Path(out))
     if plot:
         rep.plot(Path(plot))
@@ -381,8 +379,8 @@ def _finish(rep, out, plot, confidence, as_json, *, from_logs: str | None = None
                f"({rep.data['method']['test']} test, confidence {confidence}); report {out}", err=True)
     for m in rep.data["messages"]:
         click.echo(f"  {as_flags(m)}", err=True)  # library messages name parameters; here, the flags
-    if from_logs:  # how the pair was built: "--pair" or "--canary rare|repeat|random"
-        click.echo(NOT_SHAREABLE.format(how=from_logs), err=True)
+    said = SHAREABLE if rep.data["shareable"] else NOT_SHAREABLE
+    click.echo(as_flags(said.format(reason=rep.data["shareable_reason"])), err=True)
     if as_json:
         echo_json(rep.to_dict())
     raise SystemExit(rep.exit_code)

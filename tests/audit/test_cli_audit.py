@@ -82,6 +82,9 @@ def test_user_mechanisms_explicit_pair_and_user_score(files):
     assert ok.exit_code == 0, ok.output
     doc = load_report(files / "ok.json")
     assert "user:canary_score" in doc["candidates"] and doc["neighbouring_pair"]["kind"] == "explicit"
+    # files the auditor cannot tell are public: not shareable, said in the command's words
+    assert doc["shareable"] is False and "not shareable: the pair was read from files (an explicit `--pair` D D2)" \
+        in ok.output
     assert doc["method"]["valid_for_claim"] == ["generic"] and doc["method"]["batched"]
     bad = _run(["--mechanism", f"{files / 'mine.py'}:leaky_release", *common, "--trials", "400",
                 "--jobs", "1", "--out", files / "bad.json"])
@@ -299,6 +302,9 @@ def test_pooled_release_above_its_claim_is_flagged_with_the_default_canary(tmp_p
     assert load_report(tmp_path / "repeat.json")["neighbouring_pair"]["kind"] == "canary-repeat"
     rare = _run([*common, "--canary", "rare", "--out", tmp_path / "rare.json"])
     assert rare.exit_code == 0 and "canary: rare (--canary)" in rare.output, rare.output
-    # a pair built from the logs is said not shareable; one built from the spec is not
-    assert "not shareable: this report's pair is built from the logs (--canary rare)" in rare.output
-    assert "not shareable" in rep.output and "not shareable" not in res.output
+    # a pair built from the logs, or synthetic units added to them (the CLI's default), is not shareable:
+    # the report says so (`shareable`) and so does stderr
+    assert "not shareable: the pair replaces a real unit of the logs (canary-rare)" in rare.output
+    assert "not shareable: the pair replaces a real unit of the logs (canary-repeat)" in rep.output
+    assert "not shareable: D and D' are the private logs plus synthetic units" in res.output
+    assert [load_report(tmp_path / f"{n}.json")["shareable"] for n in ("default", "repeat", "rare")] == [False] * 3

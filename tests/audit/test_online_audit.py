@@ -255,6 +255,7 @@ def test_cli_explore_broken_exit_3_and_correct_exit_0(tmp_path):
     assert p.returncode == 3, p.stderr
     rep = load_report(out)
     assert rep["neighbouring_pair"]["kind"] == "online-canary" and rep["neighbouring_pair"]["view"] == "billboard"
+    assert rep["shareable"] is True and "shareable: simulated user streams" in p.stderr  # reads no logs
     out2 = tmp_path / "r2.json"
     p = _cli("--mechanism", "explore:ngo", "--decoy", "null", "--claim-rho", "0.1", "--trials", "150", "--seed", "2",
              "--out", str(out2), "--plot", str(tmp_path / "r2.png"), cwd=tmp_path)
