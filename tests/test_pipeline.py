@@ -382,6 +382,37 @@ def test_ledger_refuses_before_any_work_and_charges_what_was_spent(world, tmp_pa
     assert res.exit_code == 3 and not (tmp_path / "second").exists()
 
 
+def test_a_split_above_the_total_is_refused_before_any_read_or_charge(world, tmp_path, monkeypatch):
+    """The parts' composition is checked on the planned split, before any part is charged: before, it was
+    checked only after the release, behaviour-value and DP-PBB parts had charged the ledger (composed_guarantee),
+    so a bad split (here: the release alone takes the whole budget) spent budget and wrote nothing."""
+    import privaudit.pipeline.run as run_mod
+    from privaudit.privacy.ledger import init_ledger
+
+    real_split, reads = run_mod.split_budget, []
+
+    def over(budget, **kw):
+        return {**real_split(budget, **kw), "release": budget}
+
+    def prepare(*a, **kw):
+        reads.append(a)
+        return real_prepare(*a, **kw)
+    real_prepare = run_mod.prepare_logs
+    monkeypatch.setattr(run_mod, "split_budget", over)
+    monkeypatch.setattr(run_mod, "prepare_logs", prepare)
+    led = tmp_path / "ledger"
+    led.mkdir()
+    init_ledger(led / "budget.jsonl", "rt-pipeline", 10.0)
+    before = tree(led)
+    res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--mdp", world["dir"] / "mdp.npz",
+              "--rho", 1, "--audit-trials", 0, "--ledger", led / "budget.jsonl", "--out", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    assert "above the total budget 1.0 (internal error)" in res.output and "Traceback" not in res.output
+    assert "release 1" in res.output  # the parts are named
+    assert tree(led) == before                                  # ledger (and its head file) byte-identical
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger"] and reads == []
+
+
 def test_value_estimates_are_post_processing_of_the_noisy_statistics(world, tmp_path, monkeypatch):
     """Issue 13 item 2: the clinicians' estimate and the certified value reach summary.json only through
     the behaviour-value release's noisy statistics (and the release), never through an exact statistic."""

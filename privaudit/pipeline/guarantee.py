@@ -207,6 +207,46 @@ def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, v
     return {"release": float(rest), **shares}
 
 
+def check_split(budget: Budget, parts: dict) -> Fraction:
+    """Check that the planned parts compose within the whole budget; return what the ledger will be charged.
+
+    Called before any row is read, noise drawn or ledger charged (and again by
+    :func:`composed_guarantee` on the parts that ran). zCDP composes by adding
+    rho (Bun & Steinke 2016, Lemma 2.3). Two checks, each in its own number
+    system: the parts' calibrations (``Budget.rho``, doubles) add up exactly
+    to at most ``budget.rho``; the decimals they state (``Budget.shown``: what
+    summaries print and the ledger charges, one line per part) add up to at
+    most the decimal the user wrote (0.6 is 3/5, whose double is below it, so
+    the smallest double above 3/5 exceeds the double 0.6 and cannot be
+    compared with it).
+
+    Parameters
+    ----------
+    budget : Budget
+        The whole budget.
+    parts : dict[str, Budget]
+        The parts (:func:`split_budget`), or those of them that ran.
+
+    Returns
+    -------
+    fractions.Fraction
+        The sum of the parts' stated decimals: the total the ledger is charged.
+
+    Raises
+    ------
+    privaudit.errors.AccountingError
+        The parts compose to more than the budget (an internal error: a split
+        that must never be produced).
+    """
+    bound = accounting.round_up(sum(Fraction(p.rho) for p in parts.values()))
+    total = sum((_decimal(p.shown) for p in parts.values()), Fraction(0))
+    if bound > budget.rho or total > _decimal(budget.shown):
+        stated = " + ".join(f"{n} {num(p.shown)}" for n, p in parts.items())
+        raise AccountingError(f"the budget's parts ({stated}) state rho = {float(total)!r} together (calibrations "
+                              f"{float(bound)!r}), above the total budget {budget.shown!r} (internal error).")
+    return total
+
+
 def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSpec, *, shares: dict,
                        manifest: ReleaseManifest | None = None) -> dict:
     """Compose the events of the pipeline's parts with the accountant.
@@ -259,14 +299,12 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
         part_rows[0]["sampler"] = dict(sampler)
     composed = acc.composed("pipeline")
     # the parts' calibrations bound their costs (checked above); state the decimal sum of what the parts'
-    # artifacts state (0.3 + 0.6 + 0.1 = 1, Budget.split), never above the total
-    # Two checks, each in its own number system: the calibrations' exact sum (doubles) within budget.rho, the
-    # stated decimals' sum within the decimal the user wrote (budget.shown: 0.6 is 3/5, whose double is below it,
-    # so the smallest double above 3/5 exceeds the double 0.6 and cannot be compared with it).
+    # artifacts state (0.3 + 0.6 + 0.1 = 1, Budget.split), never above the total (checked before any run too)
+    check_split(budget, {name: parts[name] for name in events})
     bound = accounting.round_up(sum(Fraction(parts[name].rho) for name in events))
-    total = sum((Fraction(repr(p["rho"])) for p in part_rows), Fraction(0))
+    total = sum((Fraction(repr(p["rho"])) for p in part_rows), Fraction(0))  # as the artifacts state them
     whole = Fraction(repr(budget.shown))
-    if bound > budget.rho or total > whole:
+    if total > whole:
         raise AccountingError(f"the parts state rho = {float(total)!r} together, above the total budget "
                               f"{budget.shown!r} (internal error).")
     # the total as written when the parts' decimals add up to it (0.18 + 0.06 + 0.36 = 0.6), else their sum

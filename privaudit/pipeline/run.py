@@ -47,8 +47,7 @@ from privaudit.resources import sample_dir
 from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
 from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT, budget_shares,
-                                         pbb_share_of,
-                                          composed_guarantee, split_budget)
+                                          check_split, composed_guarantee, pbb_share_of, split_budget)
 from privaudit.pipeline import values as val
 from privaudit.stats.behaviour_value import BehaviourValueRelease, estimate_behaviour_value, return_range
 from privaudit.privacy import budget as budget_mod
@@ -195,11 +194,14 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         only setting that fits the 2-minute target (per-step DP-APVI needs
         H = 20 projections of 17,900 rows: about 90 s alone).
     ledger : path, optional
-        A budget ledger (``privaudit budget init``): the whole budget is
-        checked against it before any row is read (BudgetExceededError, exit
-        3), and the release and DP-VAPVI each charge their share when they
-        succeed. A run that fails after a charge keeps the charge (the safe
-        direction: spent budget is never handed back).
+        A budget ledger (``privaudit budget init``): the planned split (every
+        part, checked to compose within the total budget:
+        ``guarantee.check_split``, AccountingError) is checked against its
+        remaining budget before any row is read or any part charged
+        (BudgetExceededError, exit 3); each part (release, behaviour value,
+        DP-PBB, DP-VAPVI) charges its share when it succeeds. A run that fails
+        after a charge keeps the charge (the safe direction: spent budget is
+        never handed back).
     audit_trials : int, default 4000
         Runs per side of the release audit (>= ``audit.runner.MIN_TRIALS``); 0 skips the audit.
     linear_share : float, default 0.5
@@ -321,12 +323,15 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
     shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
     parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share,
                          pbb_share=pbb_share)
+    # every part, before any row is read or a part is charged: a split that composes above the total
+    # leaves the ledger untouched and nothing written (the composition is checked again on the events)
+    planned = check_split(budget, parts)
     # planned before any row is read: a share too small for the exact sampler fails here
     value_plan = BehaviourValueRelease.plan(spec, parts[VALUE_PART]) if VALUE_PART in parts else None
     seeds = _child_seeds(seed, 5)
     _check_out(out, overwrite)
-    if ledger is not None:  # once, for the whole budget: before any row is read or noise drawn
-        ledger_mod.check_budget(ledger, spec.dataset_id, budget.rho)
+    if ledger is not None:  # once, for all the parts' charges: before any row is read or noise drawn
+        ledger_mod.check_budget(ledger, spec.dataset_id, planned)
     if linear:  # a bad feature map costs nothing: checked before any row is read
         if spec.features.get("map") == "column-x-action":  # per-row features: the path of `train`
             m_dim = column_dims(spec)
