@@ -56,12 +56,47 @@ def index_type(n: int) -> pa.DataType:
     return pa.int16() if n <= 2**15 else pa.int32()
 
 
+def arrow_of(v: np.ndarray) -> pa.Array:
+    """Arrow array over the memory of a 1-D numpy integer array (no copy when C-contiguous).
+
+    ``pa.array(ndarray)`` would do the same but first asks whether the array
+    is a pandas object, which imports pandas: about 1 s of CPU on every run
+    that writes a table (issue 19). Built from the buffer instead.
+    """
+    v = np.ascontiguousarray(v)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(v.dtype), v.size, [None, pa.py_buffer(v)])
+
+
+def numpy_of(col: pa.ChunkedArray | pa.Array, where: str) -> np.ndarray:
+    """The values of an integer Arrow column without nulls, as a read-only numpy array over its buffers.
+
+    ``to_numpy`` would convert through pyarrow's pandas layer, which imports
+    pandas (about 1 s of CPU per run, issue 19). ``where`` names the file and
+    column in the error.
+
+    Raises
+    ------
+    ArtifactError
+        The column holds nulls or is not of an integer type.
+    """
+    if col.null_count or not pa.types.is_integer(col.type):
+        raise ArtifactError(f"{where}: must hold integers without nulls; found type {col.type} with "
+                            f"{col.null_count} nulls. The release is corrupt.")
+    dtype = np.dtype(col.type.to_pandas_dtype())
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    parts = [np.frombuffer(c.buffers()[1], dtype=dtype, count=len(c), offset=c.offset * dtype.itemsize)
+             for c in chunks if len(c)]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
+
 def value_array(values: np.ndarray) -> pa.Array:
     """int32 Arrow array of ``values`` (int64 if any value needs it)."""
     v = np.asarray(values).ravel()
     if v.size and (v.min() < -(2**31) or v.max() >= 2**31):
-        return pa.array(v.astype(np.int64, copy=False))
-    return pa.array(v.astype(np.int32))
+        return arrow_of(v.astype(np.int64, copy=False))
+    return arrow_of(v.astype(np.int32))
 
 
 def _index_arrays(shape: tuple[int, ...], names: list[str]) -> dict[str, pa.Array]:
@@ -72,7 +107,7 @@ def _index_arrays(shape: tuple[int, ...], names: list[str]) -> dict[str, pa.Arra
         inner = int(np.prod(shape[i + 1:]))
         outer = total // (n * inner)
         dtype = index_type(n).to_pandas_dtype()
-        out[name] = pa.array(np.tile(np.repeat(np.arange(n, dtype=dtype), inner), outer))
+        out[name] = arrow_of(np.tile(np.repeat(np.arange(n, dtype=dtype), inner), outer))
     return out
 
 
@@ -104,7 +139,7 @@ def _slice_table(schema: pa.Schema, h: int, cols: dict, values: np.ndarray, stat
     arrays = {}
     n = values.size
     if not stationary:
-        arrays["h"] = pa.array(np.full(n, h, dtype=schema.field("h").type.to_pandas_dtype()))
+        arrays["h"] = arrow_of(np.full(n, h, dtype=schema.field("h").type.to_pandas_dtype()))
     arrays.update(cols)
     v = value_array(values)
     if v.type != schema.field("value").type:
@@ -272,7 +307,7 @@ class Release:
                 raise ArtifactError(f"{path}: row group {group} must hold {S * A * S} integer values, no nulls "
                                     f"(the dense (S, A, S) slice); found {tab.num_rows} values of type {col.type} "
                                     f"with {col.null_count} nulls. The release is corrupt.")
-            return col.to_numpy().astype(np.int64).reshape(S, A, S)
+            return numpy_of(col, f"{path}: value").astype(np.int64).reshape(S, A, S)
         want = ["state", "action", "next_state", "value"] + ([] if self.stationary else ["h"])
         missing = [c for c in want if c not in tab.column_names]
         if missing or tab.num_rows != S * A * S:
@@ -280,7 +315,7 @@ class Release:
                                 f"found {tab.num_rows} rows, missing {missing}. The release is corrupt.")
         _check_dense(path, tab, ["state", "action", "next_state"], (S, A, S),
                      None if self.stationary else int(h))
-        return tab.column("value").to_numpy().astype(np.int64).reshape(S, A, S)
+        return numpy_of(tab.column("value"), f"{path}: value").astype(np.int64).reshape(S, A, S)
 
     def iter_transitions(self):
         """Yield (h, n'_h of shape (S, A, S)) for h = 0..H-1 (once if stationary)."""
@@ -306,11 +341,11 @@ def _check_dense(path: Path, tab: pa.Table, names: list[str], shape: tuple[int, 
         if col.null_count:
             raise ArtifactError(f"{path}: column '{n}' holds nulls. The release is corrupt.")
         along = np.arange(d).reshape([d if j == i else 1 for j in range(len(shape))])
-        if not np.array_equal(col.to_numpy().reshape(shape), np.broadcast_to(along, shape)):
+        if not np.array_equal(numpy_of(col, f"{path}: {n}").reshape(shape), np.broadcast_to(along, shape)):
             raise ArtifactError(f"{path}: rows must list every cell of {names} of shape {shape} once, "
                                 f"sorted row-major. The release is corrupt.")
     if h is not None:
-        hc = tab.column("h").to_numpy()
+        hc = numpy_of(tab.column("h"), f"{path}: h")
         if hc.size and (hc.min() != h or hc.max() != h):
             raise ArtifactError(f"{path}: row group {h} must hold h = {h} only. The release is corrupt.")
 
@@ -323,8 +358,9 @@ def _cannot_read(path: Path, e: Exception) -> str:
 
 
 def _read_sa(path: Path, H: int, S: int, A: int, stationary: bool) -> np.ndarray:
-    try:
-        tab = pq.read_table(path)
+    try:  # ParquetFile, not pq.read_table: that loads pyarrow.dataset, which imports pandas (~1 s, issue 19)
+        with pq.ParquetFile(path) as pf:
+            tab = pf.read()
     except (OSError, pa.ArrowException) as e:
         raise ArtifactError(_cannot_read(path, e)) from None
     names = ["state", "action"] if stationary else ["h", "state", "action"]
@@ -334,7 +370,7 @@ def _read_sa(path: Path, H: int, S: int, A: int, stationary: bool) -> np.ndarray
         raise ArtifactError(f"{path}: must hold {int(np.prod(shape))} rows with columns {names + ['value']}; "
                             f"found {tab.num_rows} rows, missing {missing}. The release is corrupt.")
     _check_dense(path, tab, names, shape, None)
-    return tab.column("value").to_numpy().astype(np.int64).reshape(shape)
+    return numpy_of(tab.column("value"), f"{path}: value").astype(np.int64).reshape(shape)
 
 
 def read_manifest(path: Path) -> ReleaseManifest:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +26,7 @@ from privaudit.learners.dp_apvi import DPAPVI
 from privaudit.privacy.budget import resolve_budget
 from privaudit.spec import load_spec
 from privaudit.stats import counts
-from privaudit.stats.artifact import TransitionWriter
+from privaudit.stats.artifact import TransitionWriter, numpy_of
 from privaudit.stats.manifest import DENSE_ORDER
 from privaudit.stats.mechanism import TabularRelease
 from privaudit.stats.release import load_release, release_logs
@@ -189,3 +191,33 @@ def test_one_reader_for_release_tables():
     assert users == ["stats/artifact.py", "stats/release.py"], users
     src = (root / "stats" / "release.py").read_text()
     assert "read_row_group" not in src and "ParquetFile(" not in src
+
+
+def test_numpy_of_reads_integer_columns_from_their_buffers():
+    """Several chunks, a sliced chunk (non-zero offset) and an empty chunk give the values in order; nulls and
+    non-integer columns are refused (a release never holds them)."""
+    a = pa.array(np.arange(10, dtype=np.int16))
+    col = pa.chunked_array([a.slice(3, 4), pa.array(np.zeros(0, dtype=np.int16)), a.slice(0, 2)])
+    np.testing.assert_array_equal(numpy_of(col, "x"), [3, 4, 5, 6, 0, 1])
+    assert numpy_of(col, "x").dtype == np.int16
+    assert numpy_of(pa.chunked_array([], type=pa.int32()), "x").shape == (0,)
+    with pytest.raises(ArtifactError, match=r"f.parquet: value: must hold integers without nulls.*1 nulls"):
+        numpy_of(pa.chunked_array([pa.array([1, None, 3], type=pa.int32())]), "f.parquet: value")
+    with pytest.raises(ArtifactError, match="found type double"):
+        numpy_of(pa.chunked_array([pa.array([1.0])]), "f.parquet: value")
+
+
+def test_writing_and_reading_a_release_does_not_import_pandas(tmp_path):
+    """pa.array(ndarray), Array.to_numpy and pq.read_table import pandas inside pyarrow (about 1 s of CPU,
+    issue 19); the release writer and reader avoid them. Checked in a fresh interpreter."""
+    spec_path = write_spec(tmp_path, H=H, S=S, A=A, terminals=(3,))
+    random_log(np.random.default_rng(4), 30, H=H, S=S, A=A, terminals=(3,)).write_parquet(tmp_path / "logs.parquet")
+    code = ("import sys\nfrom privaudit.stats.release import load_release, release_logs\n"
+            f"release_logs({str(tmp_path / 'logs.parquet')!r}, {str(spec_path)!r}, rho=0.5, "
+            f"out={str(tmp_path / 'r')!r}, seed=1)\n"
+            f"r = load_release({str(tmp_path / 'r')!r})\nr.transitions_at(1)\n"
+            f"load_release({str(FIXTURE / 'per_step')!r}).transitions_at(1)\n"
+            "print('pandas' in sys.modules)")
+    root = Path(privaudit.__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
