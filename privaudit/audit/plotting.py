@@ -168,7 +168,7 @@ def trade_off_figure(data: dict, verdict: str, epsilon_lower_bound):
     ax.set_ylim(0, 1)
     ax.set_xlabel("false positive rate (type I error)")
     ax.set_ylabel("false negative rate (type II error)")
-    ax.set_title("trade-off, linear axes", fontsize=9)
+    ax.set_title("trade-off, linear axes", fontsize=9, y=1.0)
     ax.grid(alpha=0.25)
 
     # ------------------------------------------------------------------ right: log-log ROC
@@ -208,7 +208,7 @@ def trade_off_figure(data: dict, verdict: str, epsilon_lower_bound):
     lx.set_xlabel("false positive rate (log)")
     lx.set_ylabel("true positive rate = 1 - FNR (log)")
     lx.set_title("the same as an ROC, log-log: (eps, delta) is the line TPR = e^eps FPR + delta",
-                 fontsize=9)
+                 fontsize=9, y=1.0)
     lx.grid(alpha=0.25, which="both", lw=0.4)
 
     # ------------------------------------------------------------------ title and legend

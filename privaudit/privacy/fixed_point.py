@@ -25,6 +25,10 @@ rigorous error band; only when U falls inside the band (probability about
 precision needed. The decision is therefore exactly U < exp(-x) for a
 uniform U on [0, 1): the sampler is exact, not an approximation.
 
+:func:`exact_gaussian` draws N_Z(0, scale^2) for a float scale from the
+table sampler when a call draws many values at that scale and by this
+rejection sampler otherwise (no table to build: issue 19); both are exact.
+
 References
 ----------
 Canonne, Kamath, Steinke, "The Discrete Gaussian for Differential Privacy",
@@ -41,7 +45,7 @@ from mpmath import iv
 from mpmath.libmp import to_rational
 
 from privaudit.errors import UsageError
-from privaudit.privacy.samplers import exact_noise
+from privaudit.privacy.samplers import TABLE_MIN_DRAWS_PER_T, exact_noise, table_half_width
 
 #: Largest sigma (in lattice units) the wide sampler accepts: |y| stays far below 2^53,
 #: so |y| is exact in float64, and t * 64 < 2^56 for the discrete Laplace proposal.
@@ -75,6 +79,74 @@ def to_grid_nearest(x: np.ndarray, bits: int) -> np.ndarray:
     the grid, and the rounding adds no systematic bias.
     """
     return np.rint(np.ldexp(np.asarray(x, dtype=np.float64), bits)).astype(np.int64)
+
+
+def gaussian_path(scale: float, n: int) -> str:
+    """The exact sampler :func:`exact_gaussian` uses for ``n`` draws at sigma = ``scale``.
+
+    Returns
+    -------
+    {"table", "rejection"}
+        ``"table"`` when n >= :data:`privaudit.privacy.samplers.TABLE_MIN_DRAWS_PER_T`
+        times the table half-width T (``samplers.table_half_width``), else
+        ``"rejection"``. A function of the public scale and count only.
+
+    Raises
+    ------
+    UsageError
+        As ``samplers.get_sampler`` (bad scale, sigma above ``GAUSSIAN_SIGMA_MAX``).
+    """
+    T = table_half_width("gaussian", scale)
+    return "table" if n >= TABLE_MIN_DRAWS_PER_T * T else "rejection"
+
+
+def exact_gaussian(scale: float, n: int, *, rng: np.random.Generator) -> np.ndarray:
+    """n exact draws of N_Z(0, scale^2), from the table sampler or by rejection, whichever is cheaper.
+
+    Parameters
+    ----------
+    scale : float
+        sigma (> 0, finite, at most ``samplers.GAUSSIAN_SIGMA_MAX``), read as
+        the exact rational the float represents: the law has P(y) proportional
+        to exp(-y^2 / (2 scale^2)) exactly, on both paths.
+    n : int
+        Number of draws (>= 0).
+    rng : np.random.Generator
+        OS-seeded for a real release.
+
+    Returns
+    -------
+    np.ndarray of int64, shape (n,)
+
+    Raises
+    ------
+    UsageError
+        Bad scale or n (as ``samplers.exact_noise``).
+
+    Notes
+    -----
+    Both paths are exact (total variation 0 to the target law), so the
+    mechanism's guarantee is the ideal discrete Gaussian's (CKS 2020 Thm 14)
+    whichever runs; the path (:func:`gaussian_path`, a function of the
+    public scale and n) only sets the cost. ``"table"``:
+    ``samplers.exact_noise`` (about 30 ns per draw after a build of about
+    7 us per unit of the half-width T ~ 6.6 sigma, cached per scale).
+    ``"rejection"``: :func:`discrete_gaussian_batch` with sigma2 = scale^2
+    (CKS Algorithm 3, about 0.4-0.5 us per draw, no set-up): at sigma ~ 8,000
+    and 17,900 draws (a DP-PBB backup on the ICU-Sepsis domain) 13 ms
+    against 0.35 s for the table. Releases record the paths they used
+    (``samplers.noise_statement("exact", paths=...)``).
+
+    References
+    ----------
+    Canonne, Kamath, Steinke 2020, Algorithm 3 and Thm 14; the table sampler:
+    ``privaudit.privacy.samplers``.
+    """
+    if isinstance(n, bool) or int(n) != n or n < 0:
+        raise UsageError(f"`n` must be an integer >= 0. Found {n!r}.")
+    if gaussian_path(scale, int(n)) == "table":
+        return exact_noise("gaussian", scale, int(n), rng=rng)
+    return discrete_gaussian_batch([(Fraction(float(scale)) ** 2, int(n))], rng=rng)[0]
 
 
 def discrete_gaussian_wide(sigma2: Fraction, size, *, rng: np.random.Generator) -> np.ndarray:

@@ -27,7 +27,7 @@ from privaudit.learners import dp_pbb
 from privaudit.learners.confidence import EPOCHS, gaussian_tail, mean_radius, start_mean_lower_bound, stitched_log
 from privaudit.learners.dp_pbb import DPPBB, CappedCounts, pbb_sensitivities, plan_noise
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy
-from privaudit.privacy import accounting
+from privaudit.privacy import accounting, fixed_point, samplers
 
 
 # ----------------------------------------------------------------------------
@@ -169,13 +169,13 @@ def test_plan_event_fits_budget_and_matches_drawn_scales(monkeypatch):
     cost = accounting.event_rho(plan.event)
     assert cost <= rho and cost == pytest.approx(rho, rel=1e-9)
     drawn = []
-    real = dp_pbb.samplers.exact_noise
+    real = dp_pbb.fixed_point.exact_gaussian
 
-    def spy(mech, sigma, n, *, rng):
+    def spy(sigma, n, *, rng):
         drawn.append(sigma)
-        return real(mech, sigma, n, rng=rng)
+        return real(sigma, n, rng=rng)
 
-    monkeypatch.setattr(dp_pbb.samplers, "exact_noise", spy)
+    monkeypatch.setattr(dp_pbb.fixed_point, "exact_gaussian", spy)
     counts = capped_counts(tiny_mdp(), 200, np.random.default_rng(0))
     learner = DPPBB(rho=rho).fit(counts, REWARD, terminal_states=TERMINALS, return_bound=1.0,
                                  rng=np.random.default_rng(1), seeded=True)
@@ -203,6 +203,31 @@ def test_visit_noise_has_the_planned_scale():
     noise = L.visits_noisy_.ravel()
     assert noise.size == big_S * 25
     assert np.std(noise) == pytest.approx(L.plan_.sigma_visits, rel=0.06)
+
+
+def test_policy_names_the_exact_samplers_its_noise_came_from(monkeypatch):
+    """S A = 2,000 cells: the visit counts (sigma ~ 3, 2,000 draws >= 16 T) come from the table sampler, the
+    backups (sigma in the thousands, T in the tens of thousands) by exact rejection; the policy's sampler
+    statement names exactly the samplers that ran (watched here at the functions that draw)."""
+    ran = set()
+    table, rejection = fixed_point.exact_noise, fixed_point.discrete_gaussian_batch
+    monkeypatch.setattr(fixed_point, "exact_noise", lambda mech, *a, **k: (mech == "gaussian" and ran.add("table"))
+                        or table(mech, *a, **k))
+    monkeypatch.setattr(fixed_point, "discrete_gaussian_batch", lambda *a, **k: ran.add("rejection")
+                        or rejection(*a, **k))
+    big_S = 80
+    N = np.zeros((big_S * 25, big_S), dtype=np.int64)
+    cc = CappedCounts((N,), None, 2, 1, 1, "episode_id", True)
+    L = DPPBB(rho=0.5).fit(cc, np.zeros(big_S), rng=np.random.default_rng(3), seeded=True)
+    assert ran == {"table", "rejection"}
+    got = L.policy_.privacy.guarantee["sampler"]
+    assert got == samplers.noise_statement("exact", paths=ran)
+    assert "alias table" in got["sampler"] and "Algorithm 3" in got["sampler"] and got["extra_delta"] == 0.0
+    ran.clear()  # a small domain: every scale drawn by rejection, and the statement says only that
+    L = DPPBB(rho=0.37).fit(capped_counts(tiny_mdp(), 200, np.random.default_rng(0)), REWARD,
+                            terminal_states=TERMINALS, return_bound=1.0, rng=np.random.default_rng(1), seeded=True)
+    assert ran == {"rejection"}
+    assert L.policy_.privacy.guarantee["sampler"] == samplers.noise_statement("exact", paths={"rejection"})
 
 
 def test_budget_too_small_is_refused():

@@ -10,6 +10,7 @@ from scipy import stats
 
 from privaudit.errors import UsageError
 from privaudit.privacy import fixed_point as fp
+from privaudit.privacy import samplers
 from tests.privacy.test_mechanisms import _chi2_pvalue, _dgauss_pmf
 
 
@@ -94,3 +95,70 @@ def test_batch_streams_large_groups_and_keeps_small_ones_together(monkeypatch):
     support = np.arange(-10, 11)
     for y in (small, large):
         assert _chi2_pvalue(y.ravel(), support, _dgauss_pmf(2.25, support)) > 1e-6
+
+
+# ----------------------------------------------------------------------------
+# exact_gaussian: the table sampler or exact rejection, by draws per unit of the table's half-width
+
+
+def _spy_paths(monkeypatch) -> list:
+    """Record which sampler each exact_gaussian call runs: "table" (samplers.exact_noise, Gaussian) or
+    "rejection" (discrete_gaussian_batch, whose proposal draws discrete Laplace noise from exact_noise)."""
+    ran = []
+    table, rejection = fp.exact_noise, fp.discrete_gaussian_batch
+    monkeypatch.setattr(fp, "exact_noise", lambda mech, *a, **k: (mech == "gaussian" and ran.append("table"))
+                        or table(mech, *a, **k))
+    monkeypatch.setattr(fp, "discrete_gaussian_batch", lambda *a, **k: ran.append("rejection") or rejection(*a, **k))
+    return ran
+
+
+def test_exact_gaussian_path_switches_at_16_draws_per_table_unit(monkeypatch):
+    T = samplers.table_half_width("gaussian", 5.77)
+    assert T == samplers.get_sampler("gaussian", 5.77).T == 38
+    assert fp.gaussian_path(5.77, 16 * T - 1) == "rejection" and fp.gaussian_path(5.77, 16 * T) == "table"
+    # a DP-PBB backup on the ICU-Sepsis domain (S A = 17,900 draws, sigma ~ 8,200: T ~ 53,800): no table
+    assert fp.gaussian_path(8202.438661763952, 17_900) == "rejection"
+    ran = _spy_paths(monkeypatch)
+    rng = np.random.default_rng(0)
+    assert fp.exact_gaussian(5.77, 16 * T - 1, rng=rng).shape == (16 * T - 1,)
+    assert fp.exact_gaussian(5.77, 16 * T, rng=rng).dtype == np.int64
+    assert fp.exact_gaussian(5.77, 0, rng=rng).shape == (0,)
+    assert ran == ["rejection", "table", "rejection"]
+    for bad in (-1, 2.5, True):
+        with pytest.raises(UsageError, match="`n` must be an integer"):
+            fp.exact_gaussian(5.77, bad, rng=rng)
+    with pytest.raises(UsageError, match="sigma up to"):  # the same limit on both paths
+        fp.exact_gaussian(samplers.GAUSSIAN_SIGMA_MAX * 2, 10, rng=rng)
+
+
+def test_exact_gaussian_small_and_large_calls_have_the_same_law(monkeypatch):
+    """sigma = 5.77 (T = 38): 50 calls of 600 draws go through rejection, one call of 30,000 through the
+    table; each matches the discrete Gaussian pmf (chi-square) and the two samples are homogeneous
+    (chi-square contingency test). Fixed seeds; each test fails a correct sampler with probability 1e-6,
+    so the whole test with probability < 3e-6."""
+    ran = _spy_paths(monkeypatch)
+    rng = np.random.default_rng(11)
+    small = np.concatenate([fp.exact_gaussian(5.77, 600, rng=rng) for _ in range(50)])
+    large = fp.exact_gaussian(5.77, 30_000, rng=rng)
+    assert ran == ["rejection"] * 50 + ["table"]
+    support = np.arange(-40, 41)
+    pmf = _dgauss_pmf(5.77**2, support)
+    assert _chi2_pvalue(small, support, pmf) > 1e-6
+    assert _chi2_pvalue(large, support, pmf) > 1e-6
+    bins = np.concatenate([[-np.inf], np.arange(-14.5, 15.5), [np.inf]])  # expected >= 5 per cell and sample
+    table = np.stack([np.histogram(small, bins)[0], np.histogram(large, bins)[0]])
+    assert stats.chi2_contingency(table).pvalue > 1e-6
+
+
+def test_exact_gaussian_rejection_at_a_backup_scale(monkeypatch):
+    """The path DP-PBB's backups take on ICU-Sepsis: sigma ~ 8,202 (a float scale, its exact rational
+    used), 6 calls of 17,900 draws by rejection. Binned chi-square against the normal CDF at half-integer
+    edges (equal to the discrete Gaussian's bins to ~exp(-2 pi^2 sigma^2)); false failure 1e-6."""
+    s = 8202.438661763952
+    ran = _spy_paths(monkeypatch)
+    rng = np.random.default_rng(12)
+    y = np.concatenate([fp.exact_gaussian(s, 17_900, rng=rng) for _ in range(6)])
+    assert set(ran) == {"rejection"}
+    edges = np.concatenate([[-np.inf], np.floor(np.linspace(-4 * s, 4 * s, 41)) + 0.5, [np.inf]])
+    obs = np.histogram(y, edges)[0]
+    assert stats.chisquare(obs, np.diff(stats.norm.cdf(edges / s)) * y.size).pvalue > 1e-6

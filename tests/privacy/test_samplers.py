@@ -212,6 +212,25 @@ def test_total_variation_is_zero_and_bad_arguments_refused():
     assert exact_noise("gaussian", 1.0, 0, rng=np.random.default_rng(0)).shape == (0,)
 
 
+def test_exact_statement_names_the_samplers_that_ran():
+    """noise_statement("exact", paths=...) names the table sampler, the rejection sampler or both; the
+    certified numbers stay 0 (both are exact); nonsense is refused."""
+    table = samplers.noise_statement("exact")
+    assert samplers.noise_statement("exact", paths=["table"]) == table
+    assert "alias table" in table["sampler"] and "Algorithm 3" not in table["sampler"]
+    rej = samplers.noise_statement("exact", paths={"rejection"})
+    assert "Algorithm 3" in rej["sampler"] and "alias table" not in rej["sampler"]
+    both = samplers.noise_statement("exact", paths=("rejection", "table"))
+    assert both["sampler"].startswith(table["sampler"]) and rej["sampler"] in both["sampler"]
+    assert "fewer than 16 T times in one call" in both["sampler"]
+    for st in (table, rej, both):
+        assert st["total_variation_per_draw"] == 0.0 and st["extra_delta"] == 0.0
+        assert st["derivation"] == table["derivation"] and set(st) == set(table)
+    for noise, paths in [("exact", ()), ("exact", ("table", "alias")), ("rounded", ("rejection",))]:
+        with pytest.raises(UsageError, match="`paths` must be a non-empty subset"):
+            samplers.noise_statement(noise, paths=paths)
+
+
 def test_other_bit_generators_give_the_same_law():
     # MT19937's raw words are 32-bit: the sampler must use Generator.integers instead.
     rng = np.random.Generator(np.random.MT19937(5))
