@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from scipy import stats
 
 from privaudit.cli import main
-from privaudit.errors import ArtifactError, BudgetExceededError, UsageError
+from privaudit.errors import ArtifactError, BudgetExceededError, SpecError, UsageError
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.schemas import schema_errors
 from privaudit.spec import load_spec
@@ -457,7 +457,7 @@ def test_release_checks_its_spec(data, tmp_path):
 
     rel = load_release(release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "r", seed=2).out)
     rel.check_spec(load_spec(data["spec_public"]))
-    with pytest.raises(ArtifactError, match="spec hash"):
+    with pytest.raises(SpecError, match="spec hash"):  # the wrong spec given: a spec error (exit 2)
         rel.check_spec(load_spec(data["spec_private"]))
 
 

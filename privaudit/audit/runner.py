@@ -37,6 +37,7 @@ import concurrent.futures as cf
 import math
 import multiprocessing as mp
 import os
+import signal
 import sys
 import time
 from typing import Callable, Sequence
@@ -84,6 +85,15 @@ def _run_serial(fn, logs, rng, n, who="the mechanism"):
     return np.stack(outs).reshape(n, -1).astype(np.float64), outs[0].shape
 
 
+def _worker_ignores_signals() -> None:
+    """Initializer of the pool's workers: Ctrl-C and SIGTERM sent to the whole process group (a terminal,
+    a job scheduler) are left to the main process, which stops the pool itself (``_Sampler.close``); a
+    worker killed by the signal mid-task would break the pool and leak its semaphores (Python's
+    resource_tracker then warns at exit)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 class _Sampler:
     """Draws independent runs of one mechanism on one dataset."""
 
@@ -93,9 +103,17 @@ class _Sampler:
         self.per_run_s = None
         self._pool = None
 
-    def close(self):
-        if self._pool is not None:
-            self._pool.shutdown()
+    def close(self, abort: bool = False):
+        """Shut the worker pool down (idempotent).
+
+        ``abort`` (an exception is unwinding: Ctrl-C, SIGTERM, an error): the queued chunks are cancelled
+        and only the chunks already running (at most one per worker) are waited for. The workers are not
+        killed: a worker killed mid-task leaves the pool's semaphores registered, and Python's
+        resource_tracker then warns of "leaked semaphore objects" at exit.
+        """
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=abort)
 
     def draw(self, logs: pl.DataFrame, n: int, rng: np.random.Generator) -> np.ndarray:
         if self.batched:
@@ -126,7 +144,8 @@ class _Sampler:
             self.progress(n)
         else:
             if self._pool is None:
-                self._pool = cf.ProcessPoolExecutor(self.n_jobs, mp_context=mp.get_context("spawn"))
+                self._pool = cf.ProcessPoolExecutor(self.n_jobs, mp_context=mp.get_context("spawn"),
+                                                    initializer=_worker_ignores_signals)
             k = min(n, 4 * self.n_jobs)
             sizes = [n // k + (i < n % k) for i in range(k)]
             futs = [self._pool.submit(_run_serial, self.fn, logs, c, s, self.who)
@@ -555,6 +574,9 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
             for side, data, r in ((0, pair.d, c0), (1, pair.d_prime, c1)):
                 X = sampler.draw(data, size, r)
                 ev_scores[side].append(cand.score(X))
+    except BaseException:  # Ctrl-C, SIGTERM (privaudit.errors.Terminated), an error: cancel the queued chunks
+        sampler.close(abort=True)
+        raise
     finally:
         sampler.close()
         if bar:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from privaudit.cli.common import echo_json, handle_errors
-from privaudit.errors import ArtifactError, UsageError
+from privaudit.errors import SpecError, UsageError
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.policy import load_policy, load_policy_table
 from privaudit.mdp.evaluation import evaluate_report, resolve_mdp
@@ -46,8 +46,8 @@ def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
     through w_h and phi(features, a) of each patient, so it is refused
     (exit 2) rather than scored.
 
-    Exit codes: 0 ok, 1 unreadable or invalid policy/MDP file or a policy
-    trained under another spec, 2 bad arguments.
+    Exit codes: 0 ok, 1 unreadable or invalid policy/MDP file, 2 bad
+    arguments or spec (also a --spec the policy was not trained under).
 
     \b
     Example:
@@ -67,7 +67,7 @@ def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
                 "needs a public state-feature table: add $.features.state_table (an (S, m) .npy) to the "
                 "spec and train again.")
         if spec is not None and pol.spec_hash is not None and pol.spec_hash != spec.hash():
-            raise ArtifactError(f"policy {policy} was trained under another spec (spec_hash {pol.spec_hash}); "
+            raise SpecError(f"policy {policy} was trained under another spec (spec_hash {pol.spec_hash}); "
                                 f"{spec_path} hashes to {spec.hash()}. Pass the spec of the policy's logs.")
     m = resolve_mdp(mdp, horizon, instance_seed=instance_seed, spec=spec)
     pi = load_policy_table(policy, m.n_states, m.n_actions, m.horizon)

@@ -8,6 +8,7 @@ import click
 
 from privaudit.cli.common import Notices, as_flags, echo_json, handle_errors
 from privaudit.errors import UsageError
+from privaudit.fmt import num
 from privaudit.io_utils import check_writable, output_lock
 from privaudit import registry
 from privaudit.learners.linear.logs import local_log_path, train_from_logs as linear_train_from_logs
@@ -89,8 +90,9 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     output, never inside the policy folder: OUT.release.local-log.json
     (dp-apvi) or OUT.local-log.json (pevi, vapvi, dp-vapvi). Do not share them.
 
-    Exit codes: 0 ok; 1 invalid logs, a missing/corrupt release or a release
-    made under another spec; 2 bad arguments or spec; 3 budget exceeded.
+    Exit codes: 0 ok; 1 invalid logs or a missing/corrupt release; 2 bad
+    arguments or spec (also a --spec the release was not made under); 3
+    budget exceeded.
 
     \b
     Examples:
@@ -186,7 +188,8 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                 raise UsageError(f"--algo {algo} releases the counts first: give a budget "
                                  "(--rho R, or --epsilon E --delta D; Laplace: --epsilon E).")
             notes.hold(f"releasing DP counts of {logs} first ({mechanism}, "
-                + (f"rho={rho}" if rho is not None else f"epsilon={epsilon}" + (f", delta={delta}" if delta else ""))
+                + (f"rho={num(rho)}" if rho is not None else f"epsilon={num(epsilon)}"
+                   + (f", delta={num(delta)}" if delta else ""))
                 + f"{', stationary' if stationary else ''}) into {release_used}: this spends privacy budget.")
         else:
             notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from privaudit.data.prepare import PreparedLogs, prepare_logs
-from privaudit.errors import ArtifactError, UsageError
+from privaudit.errors import ArtifactError, SpecError, UsageError
+from privaudit.fmt import num
 from privaudit import registry
 from privaudit.io_utils import new_run_id
 from privaudit.learners import dp_pbb
@@ -62,7 +63,10 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
     Raises
     ------
     ArtifactError
-        Missing/invalid manifest or tables; a release made under another spec.
+        Missing/invalid manifest or tables; a manifest whose domain or k
+        differs from ``spec`` under the same spec hash (an edited manifest).
+    SpecError
+        ``spec`` is not the spec the release was made under (its hash differs).
     UsageError
         A non-DP algorithm, or ``stationary`` contradicting the release.
     """
@@ -72,8 +76,8 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
                          "dp-apvi is built for (ve/apvi/apvi-hoeffding read exact logs; dp-pbb reads the logs and spends its own budget "
                          "on private Bellman backups: pass the logs and their spec).")
     release = load_release(release_dir)
-    if spec is not None and release.spec_hash != spec.hash():
-        raise ArtifactError(
+    if spec is not None and release.spec_hash != spec.hash():  # the wrong --spec: a spec error (exit 2)
+        raise SpecError(
             f"release {release_dir} was made under another spec: its spec_hash is {release.spec_hash}, "
             f"the `spec` hashes to {spec.hash()}. Pass the spec the release was made with (or none).")
     if spec is not None:
@@ -251,7 +255,7 @@ def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, rho: float 
     prepared.check_spec(spec)
     counts = dp_pbb.capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
     say(f"dp-pbb: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
-        f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={budget.rho!r}): this spends privacy budget.")
+        f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={num(budget.shown)}): this spends privacy budget.")
     learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,
                 return_bound=rb, budget=budget, spec_hash=spec.hash(), rng=np.random.default_rng(seed),
                 seeded=seed is not None)

@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from privaudit.errors import ArtifactError, MissingInputError
+from privaudit.errors import ArtifactError, MissingInputError, SpecError
 from privaudit.stats.layout import FILES, MANIFEST
 from privaudit.stats.manifest import DENSE_ORDER, RELEASE_FORMAT_VERSION, ReleaseManifest
 from privaudit.stats.manifest_check import check_manifest_guarantee
@@ -264,12 +264,13 @@ class Release:
         return (self.rewards if self.stationary else self.rewards[g]).astype(np.float64) * unit
 
     def check_spec(self, spec) -> None:
-        """Raise ArtifactError unless ``spec`` (a DomainSpec) is the spec this release was made with.
+        """Raise unless ``spec`` (a DomainSpec) is the spec this release was made with.
 
-        Compares ``spec.hash()`` with the manifest's ``spec_hash``, then H, S, A.
+        Compares ``spec.hash()`` with the manifest's ``spec_hash`` (SpecError: another spec was given,
+        exit 2), then H, S, A (ArtifactError: the same spec hash over another domain, an edited manifest).
         """
         if spec.hash() != self.spec_hash:
-            raise ArtifactError(f"{self.path}: the release was made with spec hash {self.spec_hash[:12]}..., "
+            raise SpecError(f"{self.path}: the release was made with spec hash {self.spec_hash[:12]}..., "
                                 f"not with this spec ({spec.hash()[:12]}...). Use the spec the release was made with.")
         if (spec.H, spec.S, spec.A) != (self.H, self.S, self.A):
             raise ArtifactError(f"{self.path}: release domain (H, S, A) = {(self.H, self.S, self.A)} differs from "

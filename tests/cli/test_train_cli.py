@@ -93,7 +93,7 @@ def test_release_with_another_spec_is_refused(world):
     assert res.exit_code == 0, res.output
     bad = run("train", "--release", d / "rel_a", "--spec", d / "other_spec.json", "--algo", "dp-apvi",
               "--out", d / "p_bad")
-    assert bad.exit_code == 1
+    assert bad.exit_code == 2  # a --spec the release was not made under: a spec error, as everywhere
     assert "another spec" in bad.stderr and "Traceback" not in bad.output
     assert not (d / "p_bad").exists()
 
@@ -160,3 +160,23 @@ def test_dp_apvi_penalty_c2_is_recorded(world, tmp_path):
     assert res.exit_code == 0, res.output
     pol = load_policy(tmp_path / "p")
     assert pol.parameters["C2"] == 0.0 and pol.privacy.private is False
+
+
+def test_budgets_are_printed_as_every_command_prints_them(world):
+    """``--epsilon 5 --delta 1e-6`` resolves to rho = 0.4630649901377737...; train printed it in full
+    (``rho=0.4630649901377737``) and dp-apvi's delta as ``1e-06``, where release prints ``fmt.num``
+    (6 significant digits, ``1e-6``)."""
+    from privaudit.fmt import num
+    from privaudit.privacy.budget import resolve_budget
+    d = world["dir"]
+    rho = resolve_budget(epsilon=5, delta=1e-6).rho
+    doc = json.loads((d / "spec.json").read_text())  # dp-pbb backs up a public next-state reward
+    (d / "spec_pbb.json").write_text(json.dumps({**doc, "public_reward": {"kind": "next_state", "values": {"0": 1.0}}}))
+    pbb = run("train", d / "logs.parquet", "--spec", d / "spec_pbb.json", "--algo", "dp-pbb", "--epsilon", "5",
+              "--delta", "1e-6", "--seed", "1", "--out", d / "p_pbb_fmt")
+    assert pbb.exit_code == 0, pbb.output
+    assert f"rho={num(rho)})" in pbb.stderr and repr(rho) not in pbb.output and num(rho) == "0.463065"
+    apvi = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "dp-apvi", "--epsilon", "5",
+               "--delta", "1e-6", "--seed", "1", "--out", d / "p_apvi_fmt")
+    assert apvi.exit_code == 0, apvi.output
+    assert "(gaussian, epsilon=5, delta=1e-6" in apvi.stderr and "1e-06" not in apvi.stderr
