@@ -42,13 +42,13 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from childproc import ChildFailed, cache_dir, run_child
 
 TOOLS = ("privaudit", "opendp", "pipelinedp")
 
@@ -174,9 +174,7 @@ def prepare(episodes: int | None, seed: int, rho: float, delta: float, folder: P
         sys.path.insert(0, str(Path(__file__).parent))
         from bench_release import make_logs
 
-        cache = Path(tempfile.gettempdir()) / "privaudit-bench"
-        cache.mkdir(exist_ok=True)
-        logs, spec_path = make_logs(episodes, seed, cache)
+        logs, spec_path = make_logs(episodes, seed, cache_dir())
     spec = load_spec(spec_path)
     prepared = prepare_logs(logs, spec)
     unit = unit_column_of(prepared.bounded)
@@ -221,12 +219,11 @@ def main():
             print(f"  {tool}: not installed, skipped ({hint.get(tool, '')})")
             continue
         out = folder / f"{tool}.npy"
-        res = subprocess.run([sys.executable, __file__, "--child", tool, str(npz), str(out)],
-                             capture_output=True, text=True, env=dict(os.environ, POLARS_MAX_THREADS="2"))
-        if res.returncode:
-            print(f"  {tool}: failed, skipped: {res.stderr.strip().splitlines()[-1] if res.stderr else '?'}")
+        try:
+            r = run_child(__file__, tool, npz, out)
+        except ChildFailed as e:
+            print(f"  {tool}: failed, skipped: {str(e).splitlines()[-1]}")
             continue
-        r = json.loads(res.stdout.strip().splitlines()[-1])
         noisy = np.load(out)
         r["measured_sd"] = float(np.std(noisy - facts["exact"]))
         results[tool] = r

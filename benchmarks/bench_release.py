@@ -21,11 +21,12 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from childproc import ChildFailed, cache_dir, run_child
 
 
 def make_logs(episodes: int, seed: int, folder: Path) -> tuple[Path, Path]:
@@ -81,8 +82,7 @@ def main():
     if a.child:
         child(*a.child)
         return
-    cache = Path(tempfile.gettempdir()) / "privaudit-bench"
-    cache.mkdir(exist_ok=True)
+    cache = cache_dir()
     t = time.perf_counter()
     logs, spec = make_logs(a.episodes, a.seed, cache)
     t_sim = time.perf_counter() - t
@@ -91,13 +91,11 @@ def main():
     rows = pl.scan_parquet(logs).select(pl.len()).collect().item()
     work = Path(tempfile.mkdtemp(prefix="release-", dir=cache))  # own folder: other runs may share the cache
     out = work / "release"
-    env = dict(os.environ, POLARS_MAX_THREADS="2")
     load0 = os.getloadavg()[0]
-    res = subprocess.run([sys.executable, __file__, "--child", str(logs), str(spec), str(out), a.noise],
-                         capture_output=True, text=True, env=env)
-    if res.returncode:
-        sys.exit(res.stderr)
-    r = json.loads(res.stdout.strip().splitlines()[-1])
+    try:
+        r = run_child(__file__, logs, spec, out, a.noise)
+    except ChildFailed as e:
+        sys.exit(str(e))
     sizes = {p.name: p.stat().st_size / 1e6 for p in out.iterdir()}
     rb = read_back(out)
     tm = r["timings"]

@@ -25,7 +25,7 @@ from privaudit.audit import bounds as B
 from privaudit.audit.plotting import plot_report
 from privaudit.errors import ArtifactError
 from privaudit.io_utils import atomic_write_text, json_default
-from privaudit.schemas import load_versioned_json, schema_errors
+from privaudit.schemas import check_on_write, load_versioned_json
 
 REPORT_FORMAT_VERSION = 1
 VIOLATION = "violation"
@@ -294,11 +294,10 @@ class AuditReport:
     # ------------------------------------------------------------------ output
     def validate(self) -> None:
         """Raise ArtifactError if the document breaks its schema."""
-        errs = schema_errors(self.to_dict(), "audit_report")
         if "shareable" not in self.data:  # optional on reading (older reports), always written
-            errs.append("$: 'shareable' is a required property of a report written now")
-        if errs:
-            raise ArtifactError("audit report breaks schema 'audit_report':\n  " + "\n  ".join(errs))
+            raise ArtifactError("audit report (internal error: nothing was written): $: 'shareable' is a "
+                                "required property of a report written now")
+        check_on_write(self.to_dict(), "audit_report", "audit report")
 
     def write_json(self, path: str | Path) -> Path:
         """Validate and write the report atomically."""

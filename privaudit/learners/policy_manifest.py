@@ -177,21 +177,12 @@ class PolicyManifest:
 
     @classmethod
     def from_dict(cls, doc, where="policy manifest") -> "PolicyManifest":
-        """Read a ``policy.json`` document: format version, schema, then the typed fields.
-
-        Parameters
-        ----------
-        doc : object
-            The parsed JSON.
-        where : str or Path
-            The manifest's path, for messages.
+        """Read a ``policy.json`` document (the parsed JSON ``doc``; ``where``: its path, for messages).
 
         Raises
         ------
         ArtifactError
-            Not an object, a ``format_version`` other than 1 ("use the
-            privaudit version that wrote it"), or a document breaking the
-            schema (every error named by its JSON path).
+            As :func:`privaudit.schemas.check_versioned` (format version 1, then the schema).
         """
         check_versioned(doc, _SCHEMA, str(where), FORMAT_VERSION)
         return cls(

@@ -201,14 +201,12 @@ class ExploreManifest:
 
     @classmethod
     def from_dict(cls, doc, where="explore manifest") -> "ExploreManifest":
-        """Read a ``manifest.json`` document: format version, schema, then the typed fields.
+        """Read an explore ``manifest.json`` document (the parsed JSON ``doc``; ``where``: its path, for messages).
 
         Raises
         ------
         ArtifactError
-            Not an object, a ``format_version`` other than 1 ("use the
-            privaudit version that wrote it"), or a document breaking the
-            schema (every error named by its JSON path).
+            As :func:`privaudit.schemas.check_versioned` (format version 1, then the schema).
         """
         check_versioned(doc, _SCHEMA, str(where), EXPLORE_FORMAT_VERSION)
         return cls(software=dict(doc["software"]), config=copy.deepcopy(doc["config"]),

@@ -15,13 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from privaudit import FORMAT_VERSION, __version__
-from privaudit.errors import ArtifactError
 from privaudit.fmt import num
 from privaudit.io_utils import atomic_path, atomic_write_text
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline.figures import plot_values, values_figure  # noqa: F401 - the values figure lives there
-from privaudit.schemas import load_versioned_json, schema_errors
+from privaudit.schemas import check_on_write, load_versioned_json
 from privaudit.stats.manifest import ReleaseManifest
 
 SUMMARY_KIND = "privaudit-pipeline-summary"
@@ -225,10 +224,7 @@ def write_summary(summary: dict, path: Path) -> Path:
     ArtifactError
         If the document breaks the schema (a bug: nothing half-valid is written).
     """
-    errs = schema_errors(summary, "summary")
-    if errs:
-        raise ArtifactError("pipeline summary breaks schemas/summary.schema.json (internal error):\n  "
-                            + "\n  ".join(errs))
+    check_on_write(summary, "summary", "pipeline summary")
     atomic_write_text(Path(path), json.dumps(summary, indent=2) + "\n")
     return Path(path)
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from privaudit.errors import ArtifactError, PrivauditError
-from privaudit.schemas import schema_errors
+from privaudit.errors import ArtifactError
+from privaudit.schemas import check_on_write, validate_or_raise
 
 __all__ = ["ReleaseManifest", "Domain", "UnitRecord", "FamilyRecord", "DenseLayout", "RELEASE_KIND",
            "RELEASE_FORMAT_VERSION", "READABLE_FORMAT_VERSIONS", "DENSE_ORDER"]
@@ -278,7 +278,7 @@ class ReleaseManifest:
 
         Raises
         ------
-        PrivauditError
+        ArtifactError
             The document breaks its schema (an internal error: nothing is written).
         """
         d = {
@@ -305,11 +305,7 @@ class ReleaseManifest:
         }
         if self.reward_quantum is not None:
             d["reward_quantum"] = self.reward_quantum
-        errors = schema_errors(d, _SCHEMA)
-        if errors:
-            raise PrivauditError(f"release manifest (internal error) breaks schema '{_SCHEMA}':\n  "
-                                 + "\n  ".join(errors))
-        return d
+        return check_on_write(d, _SCHEMA, "release manifest")
 
     @classmethod
     def from_dict(cls, doc, where="release manifest") -> "ReleaseManifest":
@@ -341,9 +337,7 @@ class ReleaseManifest:
                                 f"privaudit reads release format versions {known} only. "
                                 + ("The release was written by a newer privaudit: upgrade privaudit to read it."
                                    if newer else "Use the privaudit version that wrote it."))
-        errors = schema_errors(doc, _SCHEMA)
-        if errors:
-            raise ArtifactError(f"{where} breaks schema '{_SCHEMA}':\n  " + "\n  ".join(errors))
+        validate_or_raise(doc, _SCHEMA, ArtifactError, str(where))
         if "private" in doc and doc["private"] != (doc["rng"] == "secure"):
             raise ArtifactError(f"{where}: private is {doc['private']!r} but rng is {doc['rng']!r} (a release is "
                                 "private exactly when its noise came from OS entropy). The manifest is "

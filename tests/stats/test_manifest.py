@@ -38,7 +38,7 @@ def test_typed_fields_and_round_trip(manifest):
 
 def test_schema_checked_on_write_and_on_read(manifest):
     broken = dataclasses.replace(manifest, mechanism="cauchy")
-    with pytest.raises(PrivauditError, match=r"internal error(.|\n)*\$\.mechanism"):
+    with pytest.raises(ArtifactError, match=r"internal error(.|\n)*\$\.mechanism"):
         broken.to_dict()
     d = manifest.to_dict()
     d["domain"]["H"] = 0
