@@ -78,6 +78,10 @@ PRACTICAL = {
     # multipliers of LSVI-UCB++'s 4 d^3 H^2 (D term) and 2 d^3 H^2 (sigma-bar floor term)
     "d_coef": 1e-6,
     "floor_coef": 1e-6,
+    # DP-LSVI-UCB++ only: multiplier of the union-bound z of its per-(s, a) noise bonus
+    # z sd(eta^T Lambda-tilde^-1 phi) (noise_z of dp_lsvi_ucb_pp_constants). 1 = not shrunk: the
+    # target noise stays covered w.h.p., so the monotone Q-hat = min{new, old} is safe (issue 16)
+    "noise_z": 1.0,
 }
 
 CONSTANT_SETS = ("theory", "practical")
@@ -174,6 +178,14 @@ class PlusPlusConstants:
         GOE entry scale of each (k, h) Gram release (0: none).
     noise_v, noise_v2 : float
         Gaussian sigma of each (k, h) release of the V (and V-check) and V^2 targets.
+    switch_margin : float
+        Nats added to ln 2 in the determinant-doubling switch test (0: the papers' test).
+    monotone : bool
+        Q-hat = min{new, previous} and Q-check = max{new, previous} at a switch
+        (He et al., seed 003 l.197-199); False: the new estimate (clipped).
+    noise_z : float
+        Adds ``noise_z * noise_v * ||Lambda-tilde^-1 phi||_2`` (noise_z standard deviations of the
+        target noise's part of w^T phi) to the optimistic bonus and subtracts it from the pessimistic one.
     name : str
     """
 
@@ -191,6 +203,9 @@ class PlusPlusConstants:
     noise_gram: float = 0.0
     noise_v: float = 0.0
     noise_v2: float = 0.0
+    switch_margin: float = 0.0
+    monotone: bool = True
+    noise_z: float = 0.0
     name: str = "custom"
 
     @property
@@ -356,6 +371,21 @@ def dp_lsvi_ucb_pp_constants(pb: Problem, rho: float, which: str = "theory", *,
     Gram matrix (GOE, Delta_F = sqrt(2) w_max), the V and V-check targets
     (Delta = 2 H w_max) and the V^2 target (Delta = 2 H^2 w_max), with
     w_max = 1/sigma_min^2. sigma_min = H in both sets (seed 003 l.225).
+
+    **practical** [D] (issue 16): the radii get the multipliers of :data:`PRACTICAL`
+    like LSVI-UCB++'s, *except* the target noise, which stays covered at full
+    strength through ``noise_z = sqrt(2 ln(K H S A / p))`` standard deviations of
+    each cell's noise term ``eta^T Lambda-tilde_{k,h}^-1 phi(s, a)`` (given the
+    released Gram matrix it is N(0, noise_v^2 ||Lambda-tilde^-1 phi||^2): the
+    Gaussian tail and a union bound over the K H S A (k, h, s, a) cells give
+    probability <= p/2 that any optimistic estimate is pushed down by the noise
+    beyond the bonus, and <= p/2 for the pessimistic ones). Without it (the
+    multiplier 0.005 also shrank the noise part) every estimate fell below the
+    previous Q-hat with probability near 1/2 at each of the ~K noisy switches, and
+    the monotone update min{new, old} drove Q-hat to 0 in every cell within a few
+    hundred users at any budget: measured in ``experiments/dp_lsvi_ucb_pp_collapse.py``
+    and docs/online.md. The theory set keeps the norm bound L / sqrt(lambda_min) of
+    the seed's radius instead (noise_z = 0). noise_z = 0 at rho = inf (no noise).
     """
     _check_set(which)
     H, d, K, p = pb.horizon, pb.dim, pb.n_episodes, pb.fail_prob
@@ -374,4 +404,23 @@ def dp_lsvi_ucb_pp_constants(pb: Problem, rho: float, which: str = "theory", *,
     fail = p / (3.0 * H * K)
     c = _plusplus(pb, which, float(sigma_min), goe_opnorm_bound(s, d, fail),
                   gauss_norm_bound(sv, d, fail), gauss_norm_bound(sv2, d, fail))
-    return replace(c, noise_gram=s, noise_v=sv, noise_v2=sv2)
+    z = 0.0
+    if which == "practical" and sv > 0:
+        z = noise_union_z(K * H * pb.n_states * pb.n_actions, p) * PRACTICAL["noise_z"]
+    return replace(c, noise_gram=s, noise_v=sv, noise_v2=sv2, noise_z=z)
+
+
+def noise_union_z(n_cells: int, fail_prob: float) -> float:
+    """z = sqrt(2 ln(n_cells / fail_prob)): P(some of n_cells N(0, 1) draws exceeds z) <= fail_prob / 2.
+
+    The Gaussian tail P(N(0, 1) > z) <= exp(-z^2 / 2) / 2 (z >= 0) and a union bound
+    over the cells. DP-LSVI-UCB++'s practical noise bonus (issue 16).
+
+    Raises
+    ------
+    UsageError
+        ``n_cells`` < 1 or ``fail_prob`` not in (0, 1).
+    """
+    if int(n_cells) < 1 or not 0 < fail_prob < 1:
+        raise UsageError(f"`n_cells` must be >= 1 and `fail_prob` in (0, 1). Got {n_cells!r}, {fail_prob!r}.")
+    return math.sqrt(2.0 * math.log(int(n_cells) / fail_prob))

@@ -15,6 +15,12 @@ Episode k, read top to bottom (seed 003 Algorithm 1 line numbers in brackets):
    Q-hat_h = clip(min{r + w-hat^T phi + beta_opt ||phi||, Q-hat_h}, 0, H) [l.197],
    Q-check_h = clip(max{r + w-check^T phi - beta-hoef ||phi||, Q-check_h}, 0, H)
    [l.199 corrected: the proofs use "-" and max, l.577, l.581], V = max_a Q.
+   Practical constants [D] (issue 16): both bonuses also carry
+   noise_z noise_v ||Lambda-tilde^-1 phi||_2, noise_z standard deviations of the
+   target noise's part of w^T phi, so that the running min/max stays safe; without
+   it Q-hat collapsed to 0 in every cell (docs/online.md). ``monotone=False``
+   (new estimate instead of min/max) and ``switch_margin`` (nats added to ln 2)
+   are options for experiments, off in both constant sets.
 4. Act greedily on Q-hat [l.20, l.23].
 5. Forward, once the trajectory is known [l.9, l.24-26]: at (s_h, a_h),
    V-bar = [w-bar^T phi]_{[0,H^2]} - [w-hat^T phi]_{[0,H]}^2,
@@ -103,6 +109,7 @@ class LSVIUCBPlusPlus(LinearExplorer):
         self._Vs = np.zeros((H + 1, 2, S))
         self._Vs[:H, 0] = H
         self._lo = np.array([[0.0], [-float(H)]])            # lower clips of the two rows: Q-hat >= 0, Q-check <= H
+        self._hi = np.array([[float(H)], [0.0]])             # upper clips: Q-hat <= H, Q-check >= 0
         self._logdet_last: np.ndarray | None = None
         self._phi_t = np.ascontiguousarray(self.phi_flat.T)   # (d, S*A)
         self._beta_opt = constants.beta_bern if constants.optimistic == "bernstein" else constants.beta_hoef
@@ -181,7 +188,7 @@ class LSVIUCBPlusPlus(LinearExplorer):
             self._logdet_last = logdet.copy()
             switch = False
         else:
-            switch = bool((logdet - self._logdet_last >= _LOG2).any())
+            switch = bool((logdet - self._logdet_last >= _LOG2 + self.c.switch_margin).any())
         H, S, A = self.H, self.S, self.A
         noise = self._vec_noise()
         if switch:
@@ -194,6 +201,12 @@ class LSVIUCBPlusPlus(LinearExplorer):
             base = np.empty((H, 2, S * A))
             np.add(self.r_flat, self._beta_opt * bon, out=base[:, 0])
             np.subtract(self.r_flat, self.c.beta_hoef * bon, out=base[:, 1])
+            if self.c.noise_z > 0 and self.c.noise_v > 0:
+                # z sd of the target noise's part of w^T phi: eta^T Lambda^-1 phi, eta ~ N(0, noise_v^2 I),
+                # has sd noise_v ||Lambda^-1 phi||_2 given the released Lambda (post-processing)
+                nb = self.c.noise_z * self.c.noise_v * np.sqrt((mT * mT).sum(axis=1))
+                base[:, 0] += nb
+                base[:, 1] -= nb
             if self.lat is None:
                 pb, unit = self.stats.b @ mT, None                 # (H, S, S*A)
             else:                                                  # lattice units -> real (powers of two)
@@ -207,7 +220,7 @@ class LSVIUCBPlusPlus(LinearExplorer):
             v_aug[0, S], v_aug[1, S + 1] = 1.0, 1.0
             vg = v_aug[:, :S]                                      # view: V_{h+1} rows, signed
             x = np.empty((H, 2, S * A))                            # signed unclipped indices
-            Z, Vs, lo = self._Z, self._Vs, self._lo
+            Z, Vs, lo, hi = self._Z, self._Vs, self._lo, self._hi
             for h in range(H - 1, -1, -1):                         # sequential in h: V_h needs V_{h+1}
                 if unit is None:
                     vg[...] = Vs[h + 1]
@@ -215,7 +228,9 @@ class LSVIUCBPlusPlus(LinearExplorer):
                     np.rint(np.multiply(Vs[h + 1], unit, out=vg), out=vg)
                 xh = np.matmul(v_aug, pb_aug[h], out=x[h])
                 zh = Z[h]                                          # in place; 0 <= Q-hat <= H, 0 <= Q-check <= H
-                np.minimum(xh, zh, out=zh)                         # Q-hat <= H and -Q-check <= 0 already
+                # monotone (l.197-199): Q-hat = min{new, old}, Q-check = max{new, old}; old Q-hat <= H and
+                # -Q-check <= 0 already. Otherwise the new estimate, clipped to [0, H]
+                np.minimum(xh, zh if self.c.monotone else hi, out=zh)
                 np.maximum(zh, lo, out=zh)
                 zh[0].reshape(S, A).max(axis=1, out=Vs[h, 0])
                 zh[1].reshape(S, A).min(axis=1, out=Vs[h, 1])
