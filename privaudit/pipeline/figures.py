@@ -146,7 +146,8 @@ def values_figure(evaluation: dict | None, fallback: dict | None = None, *, cert
         f"; axis = the declared return range [{return_range[0]:g}, {return_range[1]:g}]" if return_range else ""),
         fontsize=9)
     axes[0].set_title(("policies' values, their certified lower bounds" if zoomed else
-                       "policies' certified lower bounds") + ", the clinicians' DP estimate", fontsize=10)
+                       "policies' certified lower bounds") + ", the clinicians' DP estimate", fontsize=10,
+                      y=1.0)  # an explicit y: no tight-bbox pass to place the title (issue 19)
     if zoomed:
         near = [r.get("value") for r in rows] + [x for r in rows for x in r.get("interval", ())]
         near = [x for x in near if x is not None] + [evaluation["optimal_value"]]
@@ -155,7 +156,7 @@ def values_figure(evaluation: dict | None, fallback: dict | None = None, *, cert
         zpad = 0.15 * (max(near) - min(near) + 1e-9)
         _draw(axes[1], rows, evaluation, (min(near) - zpad, max(near) + zpad), zoom=True)
         axes[1].set_xlabel(f"exact value v^pi{unit}; axis zoomed, not from 0", fontsize=9)
-        axes[1].set_title("zoom on the values", fontsize=10)
+        axes[1].set_title("zoom on the values", fontsize=10, y=1.0)
         axes[1].tick_params(axis="y", labelleft=False)
     kinds = {r["kind"] for r in rows}
     handles = ([Line2D([], [], marker="o", ls="", color=_VALUE, label="exact value of the learned policy")]
