@@ -368,6 +368,32 @@ def test_dp_lsvi_ucb_pp_noise_bonus_is_the_union_bound_z_sd():
     np.testing.assert_allclose((last[1] - last[0])[inside], bonus[inside], rtol=1e-9, atol=1e-9)
 
 
+def test_dp_lsvi_ucb_pp_switch_margin_and_non_monotone_options():
+    """The experiment options: a switch needs log det growth >= ln 2 + switch_margin; monotone=False
+    replaces Q-hat by the new (clipped) estimate, so it can rise, where the paper's min never does."""
+    K = 50
+    c = dp_lsvi_ucb_pp_constants(Problem(H, S, A, D, K), 1.0, "practical")
+    inv = np.broadcast_to(np.eye(D) / 10.0, (H, D, D)).copy()
+
+    def run(n, **kw):
+        agent = LSVIUCBPlusPlus(PHI, REWARD, H, K, replace(c, **kw), private=True, rng=np.random.default_rng(8))
+        agent._release_gram = lambda: (inv, np.full(H, 10.0 * agent.k))        # +10 nats per episode
+        qs = []
+        for k in range(n):
+            agent.start_episode(k)
+            qs.append(agent.Qhat.copy())
+            agent.update(np.zeros(H + 1, dtype=np.int64), np.zeros(H, dtype=np.int64), np.zeros(H))
+        return agent, qs
+
+    assert run(3, switch_margin=10.0 - math.log(2.0) - 1e-9)[0].n_switches == 2
+    assert run(3, switch_margin=10.0 - math.log(2.0) + 1e-6)[0].n_switches == 1     # only 20 nats > ln 2 + m
+    for monotone in (True, False):
+        agent, qs = run(4, monotone=monotone)
+        assert agent.n_switches == 3
+        rises = max(float((b - a).max()) for a, b in zip(qs[1:], qs[2:]))
+        assert (rises <= 0.0) if monotone else (rises > 0.1), (monotone, rises)
+
+
 def test_lsvi_ucb_regret_is_sublinear():
     """Slope of log cumulative regret between K = 10^3 and 10^4 below 0.8 (one run, fixed seed).
 
