@@ -82,7 +82,7 @@ def learner_diagnostics(Q: np.ndarray, V0: np.ndarray, table: np.ndarray, mdp=No
         num += float(d[fallback[h]].sum())
         den += float(d.sum())
         flow = d[:, None] * table[h]                   # (S, A)
-        d = np.einsum("sa,sat->t", flow, mdp.transition(h)) * live
+        d = (mdp.transition_operator(h).T @ flow.ravel()) * live  # sum_{s,a} flow P_h(. | s, a)
     return {"certified_value": cert, "fallback_share": num / den if den > 0 else 0.0,
             "fallback_weighting": "the learned policy's own state occupancy on the MDP"}
 

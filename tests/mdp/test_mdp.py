@@ -205,3 +205,77 @@ def test_per_step_reward_read_as_such_when_H_equals_S_equals_A():
     stat = TabularMDP(P=mdp.P[0], r=mdp.r, d0=mdp.d0, horizon=3)
     assert stat.reward_next_state
     np.testing.assert_allclose(stat.expected_reward(0), (mdp.P[0] * mdp.r).sum(-1))
+
+
+# ----------------------------------------------------------------- sparse transition operator (issue 19)
+def _dense_policy_values(mdp, pi):
+    """The slow reference: backward induction with the dense (S, A, S) tables."""
+    H, S = mdp.horizon, mdp.n_states
+    V = np.zeros((H + 1, S))
+    for h in range(H - 1, -1, -1):
+        Q = mdp.expected_reward(h) + mdp.transition(h) @ V[h + 1]
+        V[h] = ((pi if pi.ndim == 2 else pi[h]) * Q).sum(-1)
+    return V
+
+
+def _float_tolerance(mdp, vmax):
+    """Both backward inductions sum at most S products per entry and step: each sum is within
+    S * u * max|V| of the exact one (u = 2^-53), and P is stochastic, so the errors of H steps add up."""
+    return 2 * mdp.horizon * mdp.n_states * np.finfo(float).eps * max(vmax, 1.0)
+
+
+def _sparse_mdp(seed, stationary, S=30, A=4, H=6, keep=4):
+    """A random MDP whose rows have at most ``keep`` nonzero next states, one terminal state."""
+    rng = np.random.default_rng(seed)
+    shape = (S, A, S) if stationary else (H, S, A, S)
+    P = rng.dirichlet(np.ones(S), size=shape[:-1])
+    cut = np.sort(P, axis=-1)[..., -keep][..., None]
+    P = np.where(P >= cut, P, 0.0)
+    P /= P.sum(-1, keepdims=True)
+    r = rng.uniform(0.0, 1.0, size=(S, A, S) if stationary else (H, S, A))
+    return TabularMDP(P=P, r=r, d0=rng.dirichlet(np.ones(S)), horizon=H, terminal_states=(S - 1,))
+
+
+@pytest.mark.parametrize("stationary", [True, False])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sparse_evaluation_equals_dense(seed, stationary):
+    mdp = _sparse_mdp(seed, stationary)
+    for h in range(mdp.horizon):
+        op = mdp.transition_operator(h)
+        assert type(op).__name__ == "csr_matrix"       # at most 4 of 30 next states: sparse
+        np.testing.assert_array_equal(op.toarray(), mdp.transition(h).reshape(-1, mdp.n_states))
+    rng = np.random.default_rng(100 + seed)
+    pi = rng.dirichlet(np.ones(mdp.n_actions), size=(mdp.horizon, mdp.n_states))
+    V = policy_values(mdp, pi)
+    ref = _dense_policy_values(mdp, pi)
+    tol = _float_tolerance(mdp, mdp.horizon)
+    assert np.abs(V - ref).max() <= tol
+    assert abs(V[0, 0] - ref[0, 0]) <= tol and V[0].max() > 0  # not both zero
+    # value iteration: its value equals brute force over the dense tables
+    _, Vstar, vstar = value_iteration(mdp)
+    Vd = np.zeros_like(Vstar)
+    for h in range(mdp.horizon - 1, -1, -1):
+        Vd[h] = (mdp.expected_reward(h) + mdp.transition(h) @ Vd[h + 1]).max(-1)
+    assert np.abs(Vstar - Vd).max() <= tol
+    # the transposed product (a forward occupancy step) equals the dense einsum
+    flow = rng.uniform(size=(mdp.n_states, mdp.n_actions))
+    np.testing.assert_allclose(mdp.transition_operator(0).T @ flow.ravel(),
+                               np.einsum("sa,sat->t", flow, mdp.transition(0)),
+                               rtol=0, atol=2 * mdp.n_states * mdp.n_actions * np.finfo(float).eps * flow.sum())
+
+
+def test_dense_mdp_keeps_dense_operator():
+    mdp = random_tabular_mdp(6, 3, 4, instance_seed=5)    # Dirichlet(1) rows: every entry nonzero
+    op = mdp.transition_operator(2)
+    assert isinstance(op, np.ndarray) and np.shares_memory(op, mdp.transition(2))
+    assert mdp.transition_operator(2) is op              # cached
+
+
+def test_icu_sepsis_sparse_evaluation_equals_dense(icu):
+    op = icu.transition_operator(0)
+    assert type(op).__name__ == "csr_matrix" and op.nnz == np.count_nonzero(icu.transition(0))
+    assert icu.transition_operator(7) is op             # stationary: built once
+    for pi in (clinicians_policy(), np.full((716, 25), 1 / 25)):
+        V = policy_values(icu, pi)
+        ref = _dense_policy_values(icu, pi)
+        assert np.abs(V - ref).max() <= _float_tolerance(icu, 1.0)  # ICU-Sepsis values are in [0, 1]
