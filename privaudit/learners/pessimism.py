@@ -156,6 +156,47 @@ def _step_getter(x: ArrayOrStep | Sequence[np.ndarray], ndim: int, name: str) ->
                      f"Found shape {arr.shape}.")
 
 
+class _TrustedRows:
+    """The rows of P̃_h that :func:`pessimistic_value_iteration` multiplies by Ṽ_{h+1}.
+
+    Only trusted pairs (ñ > E) can end with a nonzero Q: elsewhere Γ = C H > H - h >= r + P̃ Ṽ_{h+1}
+    (r in [0, 1], Ṽ_{h+1} <= H - h - 1 by the clip), so the clip of line 7 gives exactly 0 whatever
+    P̃ Ṽ_{h+1} is. When fewer than half of the pairs are trusted (a release with noise bound E far
+    above most counts: the bundled sample has 25 of 17,900 pairs), the products are taken over the
+    trusted rows only, a copy kept while P̃_h and the trusted set stay the same object and set (every
+    h of a stationary model); untrusted pairs get P̃ Ṽ = 0 (their Q is 0 either way). Otherwise the
+    whole (S A, S) matrix is used, as before.
+    """
+
+    def __init__(self):
+        self._P, self._trusted, self._rows, self._sub = None, None, None, None
+
+    def __call__(self, P_raw, trusted: np.ndarray, S: int) -> np.ndarray:
+        self.shape = trusted.shape
+        if self._P is P_raw and np.array_equal(self._trusted, trusted):
+            return self._sub
+        P = np.asarray(P_raw, dtype=np.float64)
+        A = trusted.shape[1]
+        if P.shape != (S, A, S):
+            raise UsageError(f"`P` at step h must have shape ({S}, {A}, {S}). Got {P.shape}.")
+        P = P.reshape(S * A, S)
+        rows = np.flatnonzero(trusted)
+        if 2 * rows.size < trusted.size:
+            self._rows, self._sub = rows, P[rows]
+        else:
+            self._rows, self._sub = None, P
+        self._P, self._trusted = P_raw, trusted.copy()
+        return self._sub
+
+    def scatter(self, x: np.ndarray) -> np.ndarray:
+        """A product over the rows used, as an (S, A) array (0 on the rows left out)."""
+        if self._rows is None:
+            return x.reshape(self.shape)
+        out = np.zeros(self.shape)
+        out.ravel()[self._rows] = x
+        return out
+
+
 def pessimistic_value_iteration(
     P: ArrayOrStep,
     r: ArrayOrStep,
@@ -236,7 +277,10 @@ def pessimistic_value_iteration(
     computed as sum p V^2 - (sum p V)^2 and clipped at 0 (rounding).
     With 0-based h the clip of line 7 is [0, H - h]. A pair with ñ <= E gets
     Γ = C H > H >= r + P̃ Ṽ_{h+1}, so its clipped Q is exactly 0
-    (ALGORITHMS.md 1.2 "What happens when ñ <= E_rho").
+    (ALGORITHMS.md 1.2 "What happens when ñ <= E_rho"); when fewer than half
+    of the pairs are trusted, P̃ Ṽ_{h+1} and the variance are therefore
+    computed on the trusted rows only (the outputs are the same up to the
+    rounding of the row products).
 
     References
     ----------
@@ -270,23 +314,25 @@ def pessimistic_value_iteration(
     V = np.zeros((H + 1, S))                                    # Ṽ_{H+1} = 0 (paper indexing)
     G = np.zeros((H, S, A))
     trusted_all = np.zeros((H, S, A), dtype=bool)
+    rows_of = _TrustedRows()
     for h in progress.iterate(range(H - 1, -1, -1), H, "backward pass", "step"):  # Alg. 1: h = H..1 (paper)
-        P_h = np.asarray(P_at(h), dtype=np.float64).reshape(S * A, S)
+        P_raw = P_at(h)
         r_h = np.asarray(r_at(h), dtype=np.float64)
         n_h = np.asarray(n_at(h), dtype=np.float64)
         if r_h.shape != (S, A) or n_h.shape != (S, A):
             raise UsageError(f"`r` and `n` at step h={h} must have shape ({S}, {A}). "
                              f"Got {r_h.shape} and {n_h.shape}.")
-        V_next = V[h + 1]
-        PV = (P_h @ V_next).reshape(S, A)
-        Q_tilde = r_h + PV                                      # 6.1: Q̃ = r + P̃ Ṽ_{h+1}
-        W = V_next if next_state_reward is None else V_next + next_state_reward
-        PW = PV if next_state_reward is None else Q_tilde
         trusted = n_h > E
+        P_h = rows_of(P_raw, trusted, S)                        # the rows whose Q̃ reaches the output
+        V_next = V[h + 1]
+        W = V_next if next_state_reward is None else V_next + next_state_reward
+        PV = rows_of.scatter(P_h @ V_next)
+        Q_tilde = r_h + PV                                      # 6.1: Q̃ = r + P̃ Ṽ_{h+1}
+        PW = PV if next_state_reward is None else Q_tilde
         n_safe = np.where(trusted, n_h, 1.0)                    # avoid 0-division; masked below
         gap = np.where(trusted, n_h - E, 1.0)                   # ñ - E > 0 on trusted pairs
         if penalty == "bernstein":                              # 6.2, Alg. 1 line 5 (Bernstein)
-            var = np.maximum((P_h @ (W * W)).reshape(S, A) - PW * PW, 0.0)
+            var = np.maximum(rows_of.scatter(P_h @ (W * W)) - PW * PW, 0.0)
             gamma = C1 * np.sqrt(var * iota / gap)
         elif penalty == "hoeffding":                            # section 3 Hoeffding variant
             gamma = C1 * H * np.sqrt(iota / gap)

@@ -92,6 +92,29 @@ def test_core_matches_slow_reference(penalty):
     assert res.iota == pytest.approx(math.log(H * S * A / delta))
 
 
+@pytest.mark.parametrize("stationary", [True, False])
+@pytest.mark.parametrize("penalty", ["bernstein", "hoeffding"])
+def test_core_with_few_trusted_pairs_matches_slow_reference(penalty, stationary):
+    """Fewer than half of the pairs trusted (n > E): the products over the trusted rows only (issue 19)
+    give the slow reference's Q and V; a stationary P̃ (one array for every h) is subset once."""
+    rng = np.random.default_rng(11)
+    H, S, A = 5, 6, 3
+    P = rng.dirichlet(np.ones(S), size=(S, A) if stationary else (H, S, A))
+    r = rng.uniform(0, 1, size=(H, S, A))
+    n = rng.integers(0, 4000, size=(H, S, A)).astype(float)
+    n[rng.uniform(size=n.shape) < 0.7] = 2.0                 # below E on about 70% of the pairs
+    E, C1, C2, C, delta = 5.0, 0.3, 0.001, 1.5, 0.1
+    assert all(2 * (n[h] > E).sum() < S * A for h in range(H))  # the trusted-rows path at every h
+    P_arg = (lambda h: P) if stationary else P                # the same object at every h
+    res = pessimistic_value_iteration(P_arg, r, n, horizon=H, E=E, penalty=penalty, C1=C1, C2=C2, C=C,
+                                      failure_prob=delta)
+    P4 = np.broadcast_to(P, (H, S, A, S)) if stationary else P
+    Q_ref, V_ref = _slow_reference(P4, r, n, H, E, penalty, C1, C2, C, delta)
+    np.testing.assert_allclose(res.Q, Q_ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.V, V_ref, rtol=0, atol=1e-12)
+    assert (res.Q[:-1] > 0).any() and (res.Q[~res.trusted] == 0).all()  # the test has teeth
+
+
 def test_core_rejects_bad_constants():
     P = np.full((2, 1, 2), 0.5)
     r = np.zeros((2, 1))
