@@ -91,13 +91,13 @@ def _clip_and_project(E: float):
     """Steps 3-4: clip noisy counts at 0, then project rows with n' > E/2 (see module docstring)."""
 
     def prepare(n_sas: np.ndarray, n_sa: np.ndarray):
-        n_sas = np.maximum(np.asarray(n_sas, dtype=np.float64), 0.0)   # eq. (1): {n + N}^+
-        n_sa = np.maximum(np.asarray(n_sa, dtype=np.float64), 0.0)
-        out_sas = np.zeros_like(n_sas)
+        n_sas = np.asarray(n_sas)
+        n_sa = np.maximum(np.asarray(n_sa, dtype=np.float64), 0.0)     # eq. (1): {n + N}^+
+        out_sas = np.zeros(n_sas.shape)                                 # rows with n' <= E/2 stay 0
         out_sa = n_sa.copy()
         rows = n_sa > E / 2.0
-        if rows.any():                                                  # eq. (2)
-            x, tot = project_counts(n_sas[rows], n_sa[rows], E)
+        if rows.any():                                                  # eq. (2), on those rows only
+            x, tot = project_counts(np.maximum(n_sas[rows].astype(np.float64), 0.0), n_sa[rows], E)
             out_sas[rows] = x
             out_sa[rows] = tot
         return out_sas, out_sa

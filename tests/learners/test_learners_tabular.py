@@ -342,3 +342,23 @@ def test_tie_break_among_fallback_actions():
     assert by_visits.policy_.table[0, 0].argmax() == 1 and first.policy_.table[0, 0].argmax() == 0
     with pytest.raises(UsageError, match="tie_break"):
         APVI(tie_break="random").fit(TabularCounts.from_arrays(visits, trans, horizon=H), reward)
+
+
+def test_clip_and_project_touches_only_rows_above_half_E():
+    """Steps 3-4 on the rows with n' > E/2 only (issue 19) equal clip-everything-then-project, bit for bit."""
+    from privaudit.learners.dp_apvi import _clip_and_project
+    from privaudit.privacy.projection import project_counts
+
+    rng = np.random.default_rng(3)
+    S, A, E = 9, 4, 40.0
+    n_sas = rng.integers(-30, 60, size=(S, A, S))                  # noisy integer counts, some negative
+    n_sa = n_sas.sum(-1) + rng.integers(-20, 20, size=(S, A))
+    got_sas, got_sa = _clip_and_project(E)(n_sas, n_sa)
+    clipped, tot = np.maximum(n_sas.astype(float), 0.0), np.maximum(n_sa.astype(float), 0.0)
+    rows = tot > E / 2
+    assert 0 < rows.sum() < rows.size                              # both kinds of rows occur
+    want_sas, want_sa = np.zeros_like(clipped), tot.copy()
+    want_sas[rows], want_sa[rows] = project_counts(clipped[rows], tot[rows], E)
+    np.testing.assert_array_equal(got_sas, want_sas)
+    np.testing.assert_array_equal(got_sa, want_sa)
+    assert (got_sas[~rows] == 0).all() and (got_sas[rows] > 0).any()
