@@ -77,21 +77,36 @@ GDP_CENTRAL_RATES = (0.05, 0.95)
 
 # --------------------------------------------------------------------------- sampling
 
+#: In a pool worker: the main process's abort event (``_Sampler.close(abort=True)`` sets it); None elsewhere.
+_ABORT = None
+
+
+class _Aborted(Exception):
+    """A worker's chunk stopped between two runs because the main process is aborting."""
+
+
 def _run_serial(fn, logs, rng, n, who="the mechanism"):
-    outs = [numeric_output(fn(logs, rng), who) for _ in range(n)]
+    outs = []
+    for _ in range(n):
+        if _ABORT is not None and _ABORT.is_set():  # the main process is unwinding: stop between runs
+            raise _Aborted()
+        outs.append(numeric_output(fn(logs, rng), who))
     shapes = {o.shape for o in outs}
     if len(shapes) != 1:
         raise UsageError(f"{who} must return a fixed shape; got shapes {sorted(shapes)}.")
     return np.stack(outs).reshape(n, -1).astype(np.float64), outs[0].shape
 
 
-def _worker_ignores_signals() -> None:
+def _worker_init(abort) -> None:
     """Initializer of the pool's workers: Ctrl-C and SIGTERM sent to the whole process group (a terminal,
     a job scheduler) are left to the main process, which stops the pool itself (``_Sampler.close``); a
     worker killed by the signal mid-task would break the pool and leak its semaphores (Python's
-    resource_tracker then warns at exit)."""
+    resource_tracker then warns at exit). ``abort`` (a multiprocessing Event) is checked between two runs
+    of a chunk, so an abort waits for one run per worker, not for whole chunks (minutes for DP-APVI)."""
+    global _ABORT
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _ABORT = abort
 
 
 class _Sampler:
@@ -102,17 +117,21 @@ class _Sampler:
         self.shape = None
         self.per_run_s = None
         self._pool = None
+        self._abort = None
 
     def close(self, abort: bool = False):
         """Shut the worker pool down (idempotent).
 
         ``abort`` (an exception is unwinding: Ctrl-C, SIGTERM, an error): the queued chunks are cancelled
-        and only the chunks already running (at most one per worker) are waited for. The workers are not
-        killed: a worker killed mid-task leaves the pool's semaphores registered, and Python's
-        resource_tracker then warns of "leaked semaphore objects" at exit.
+        and the chunks already running (at most one per worker) stop after their current run (the abort
+        event the workers check between runs). The workers are not killed: a worker killed mid-task
+        leaves the pool's semaphores registered, and Python's resource_tracker then warns of "leaked
+        semaphore objects" at exit.
         """
         pool, self._pool = self._pool, None
         if pool is not None:
+            if abort:
+                self._abort.set()
             pool.shutdown(wait=True, cancel_futures=abort)
 
     def draw(self, logs: pl.DataFrame, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -144,8 +163,10 @@ class _Sampler:
             self.progress(n)
         else:
             if self._pool is None:
-                self._pool = cf.ProcessPoolExecutor(self.n_jobs, mp_context=mp.get_context("spawn"),
-                                                    initializer=_worker_ignores_signals)
+                ctx = mp.get_context("spawn")
+                self._abort = ctx.Event()
+                self._pool = cf.ProcessPoolExecutor(self.n_jobs, mp_context=ctx, initializer=_worker_init,
+                                                    initargs=(self._abort,))
             k = min(n, 4 * self.n_jobs)
             sizes = [n // k + (i < n % k) for i in range(k)]
             futs = [self._pool.submit(_run_serial, self.fn, logs, c, s, self.who)

@@ -5,7 +5,7 @@ workers used to die with it mid-task, and Python's resource_tracker then
 printed "UserWarning: resource_tracker: There appear to be 2 leaked semaphore
 objects to clean up at shutdown" after the command's own message. Now the
 workers ignore the signal and the main process cancels the queued chunks and
-waits for the running ones (``runner._Sampler.close``): exit 143, one line,
+stops the running ones between two runs (``runner._Sampler.close``): exit 143, one line,
 no warning, no traceback, no report.
 """
 
@@ -90,3 +90,49 @@ def test_sigterm_to_the_process_group_ends_the_audit_cleanly(tmp_path):
     assert err.rstrip().endswith("terminated: nothing was written (temporary outputs removed)"), err
     assert "leaked" not in err and "Warning" not in err and "Traceback" not in err, err
     assert not out.exists()
+
+
+#: An unbatched mechanism whose runs take 1.5 s of sleep: at --trials 400 the selection draws go to the two
+#: workers as chunks of 15 runs (22 s each).
+VERY_SLOW = """
+import time
+import numpy as np
+
+def slow(logs, rng):
+    time.sleep(1.5)
+    return np.array([rng.normal()])
+"""
+
+
+def test_sigterm_stops_running_chunks_between_runs(tmp_path):
+    """An abort waits for one run per worker, not for the worker's whole chunk: DP-APVI audits at
+    --jobs 2 on ICU-sized logs ran on for minutes after a SIGTERM (chunks of hundreds of runs), past any
+    scheduler's grace period. Before the abort event, this exit came 15-22 s after the signal."""
+    (tmp_path / "spec.json").write_text(json.dumps(tiny_spec().to_dict()))
+    tiny_logs().write_parquet(tmp_path / "logs.parquet")
+    (tmp_path / "slow.py").write_text(VERY_SLOW)
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-c", SCRIPT, "audit", "--mechanism", f"{tmp_path / 'slow.py'}:slow",
+           "--logs", str(tmp_path / "logs.parquet"), "--spec", str(tmp_path / "spec.json"), "--claim-epsilon", "1",
+           "--delta", "0", "--trials", "400", "--jobs", "2", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_busy_workers(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert len(_busy_workers(proc.pid)) == 2, proc.communicate(timeout=60)
+        time.sleep(2.0)  # both workers inside their first chunk
+        os.killpg(proc.pid, signal.SIGTERM)
+        t = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        waited = time.monotonic() - t
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, err
+    assert err.rstrip().endswith("terminated: nothing was written (temporary outputs removed)"), err
+    assert "leaked" not in err and "Warning" not in err and "Traceback" not in err, err
+    assert not out.exists()
+    # one run (1.5 s of sleep) plus the pool's shutdown; a whole chunk is 22 s
+    assert waited < 10, waited
