@@ -64,14 +64,16 @@ def slow(logs, rng):
 """
 
 
-def test_sigterm_to_the_process_group_ends_the_audit_cleanly(tmp_path):
+def _sigterm_mid_audit(tmp_path, source: str, trials: int, settle: float):
+    """Start an audit of ``source``'s ``slow`` at --jobs 2, SIGTERM its process group ``settle`` s after both
+    workers took a chunk; returns (return code, stderr, seconds from the signal to the exit, report path)."""
     (tmp_path / "spec.json").write_text(json.dumps(tiny_spec().to_dict()))
     tiny_logs().write_parquet(tmp_path / "logs.parquet")
-    (tmp_path / "slow.py").write_text(SLOW)
+    (tmp_path / "slow.py").write_text(source)
     out = tmp_path / "r.json"
     cmd = [sys.executable, "-c", SCRIPT, "audit", "--mechanism", f"{tmp_path / 'slow.py'}:slow",
            "--logs", str(tmp_path / "logs.parquet"), "--spec", str(tmp_path / "spec.json"), "--claim-epsilon", "1",
-           "--delta", "0", "--trials", "4000", "--jobs", "2", "--out", str(out)]
+           "--delta", "0", "--trials", str(trials), "--jobs", "2", "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, text=True)
     try:
@@ -79,17 +81,28 @@ def test_sigterm_to_the_process_group_ends_the_audit_cleanly(tmp_path):
         while len(_busy_workers(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
         assert len(_busy_workers(proc.pid)) == 2, proc.communicate(timeout=60)
-        # well inside the runs (the bar's lock exists in both workers), past the first chunks
-        time.sleep(4.5)
+        time.sleep(settle)
         os.killpg(proc.pid, signal.SIGTERM)
+        t = time.monotonic()
         _, err = proc.communicate(timeout=120)
+        waited = time.monotonic() - t
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 143, err
+    return proc.returncode, err, waited, out
+
+
+def _assert_clean_termination(rc, err, out):
+    assert rc == 143, err
     assert err.rstrip().endswith("terminated: nothing was written (temporary outputs removed)"), err
     assert "leaked" not in err and "Warning" not in err and "Traceback" not in err, err
     assert not out.exists()
+
+
+def test_sigterm_to_the_process_group_ends_the_audit_cleanly(tmp_path):
+    # well inside the runs (the bar's lock exists in both workers), past the first chunks
+    rc, err, _, out = _sigterm_mid_audit(tmp_path, SLOW, 4000, 4.5)
+    _assert_clean_termination(rc, err, out)
 
 
 #: An unbatched mechanism whose runs take 1.5 s of sleep: at --trials 400 the selection draws go to the two
@@ -107,32 +120,8 @@ def slow(logs, rng):
 def test_sigterm_stops_running_chunks_between_runs(tmp_path):
     """An abort waits for one run per worker, not for the worker's whole chunk: DP-APVI audits at
     --jobs 2 on ICU-sized logs ran on for minutes after a SIGTERM (chunks of hundreds of runs), past any
-    scheduler's grace period. Before the abort event, this exit came 15-22 s after the signal."""
-    (tmp_path / "spec.json").write_text(json.dumps(tiny_spec().to_dict()))
-    tiny_logs().write_parquet(tmp_path / "logs.parquet")
-    (tmp_path / "slow.py").write_text(VERY_SLOW)
-    out = tmp_path / "r.json"
-    cmd = [sys.executable, "-c", SCRIPT, "audit", "--mechanism", f"{tmp_path / 'slow.py'}:slow",
-           "--logs", str(tmp_path / "logs.parquet"), "--spec", str(tmp_path / "spec.json"), "--claim-epsilon", "1",
-           "--delta", "0", "--trials", "400", "--jobs", "2", "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while len(_busy_workers(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        assert len(_busy_workers(proc.pid)) == 2, proc.communicate(timeout=60)
-        time.sleep(2.0)  # both workers inside their first chunk
-        os.killpg(proc.pid, signal.SIGTERM)
-        t = time.monotonic()
-        _, err = proc.communicate(timeout=120)
-        waited = time.monotonic() - t
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 143, err
-    assert err.rstrip().endswith("terminated: nothing was written (temporary outputs removed)"), err
-    assert "leaked" not in err and "Warning" not in err and "Traceback" not in err, err
-    assert not out.exists()
+    scheduler's grace period. Before the abort event, this exit came 45.7 s after the signal (the running chunks and one prefetched chunk per worker)."""
+    rc, err, waited, out = _sigterm_mid_audit(tmp_path, VERY_SLOW, 400, 2.0)  # both workers inside a chunk
+    _assert_clean_termination(rc, err, out)
     # one run (1.5 s of sleep) plus the pool's shutdown; a whole chunk is 22 s
     assert waited < 10, waited
