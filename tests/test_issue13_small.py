@@ -227,3 +227,16 @@ def test_library_errors_of_audit_and_linear_training_name_parameters(logs):
         train_linear(d / "logs.parquet", spec, "pevi", params={"failure_prob": 0.1})
     with pytest.raises(UsageError, match="^`algo` pevi is not private: it takes no budget"):
         train_linear(d / "logs.parquet", spec, "pevi", rho=1.0)
+
+
+@pytest.mark.parametrize("epsilon", ["1e-300", "1e-100", "1e-20"])
+def test_a_tiny_epsilon_is_refused_naming_the_flag(logs, tmp_path, epsilon):
+    """Before: epsilon 1e-100 and below failed with "dp_to_zcdp found no bracket for epsilon=1e-300,
+    delta=1e-06." (the bracket search doubled from epsilon and never reached rho ~1e-12), and 1e-20 named
+    "`rho converted from epsilon` = 1.35914e-12" instead of the flag the user gave."""
+    d, _ = logs
+    res = CliRunner().invoke(main, ["release", str(d / "logs.parquet"), "--spec", str(d / "spec.json"),
+                                    "--epsilon", epsilon, "--delta", "1e-6", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2, res.output
+    assert f"`--epsilon` = {epsilon} is too small" in res.output and "bracket" not in res.output, res.output
+    assert not (tmp_path / "r").exists()

@@ -391,7 +391,10 @@ def dp_to_zcdp(epsilon: float, delta: float) -> float:
         raise UsageError(f"`epsilon` must be > 0 and finite. Found {epsilon!r}.")
     _check_rho_delta(0.0, delta)
     lo = 0.0
-    hi = epsilon  # eps(rho) >= rho, so rho = epsilon is already too large or equal
+    # eps(rho) >= rho for rho above ~1e-12, so rho = epsilon is already too large or equal; below, the tight
+    # conversion gives eps = 0 up to rho ~1.4e-12 (delta 1e-6), which 200 doublings from epsilon = 1e-100 never
+    # reach: start the search at 1e-30 at least (eps(1e-30) = 0 <= epsilon, a valid lower end)
+    hi = max(epsilon, 1e-30)
     for _ in range(200):
         if zcdp_to_dp(hi, delta) > epsilon:
             break

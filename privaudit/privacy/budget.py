@@ -324,6 +324,10 @@ def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism: str = "gaus
     eps = _positive("epsilon", epsilon)
     d = _delta(delta)
     r = float(dp_to_zcdp(eps, d))
+    if 0 < r < math.inf and zcdp_to_dp(r, d) == 0:  # name the flag the user gave, not the converted rho
+        raise UsageError(f"`epsilon` = {num(eps)} is too small: at delta = {num(d)} the largest rho it allows "
+                         f"({num(r)}) is already (0, {num(d)})-DP by the tight conversion, so the noise would "
+                         "drown every count and nothing useful could be released. Give a larger budget.")
     check_reportable(r, d, "rho converted from epsilon")
     return Budget("gaussian", r, None, d, {"epsilon": eps, "delta": d})
 

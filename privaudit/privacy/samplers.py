@@ -78,6 +78,7 @@ import numpy as np
 from mpmath.libmp import from_int, mpi_div, mpi_exp, mpi_neg
 
 from privaudit.errors import UsageError
+from privaudit.fmt import num
 
 __all__ = ["exact_noise", "sampler_total_variation", "noise_statement", "get_sampler", "ExactSampler", "MECHANISMS",
            "GAUSSIAN_SIGMA_MAX", "bernoulli_exp", "table_half_width", "EXACT_PATHS",
@@ -303,7 +304,7 @@ def _law_parameter(mechanism: str, scale: float) -> Fraction:
         raise UsageError(f"`scale` must be a positive finite number. Found {scale!r}.")
     if mechanism == "gaussian" and s > GAUSSIAN_SIGMA_MAX:
         raise UsageError(f"the exact discrete Gaussian supports sigma up to {GAUSSIAN_SIGMA_MAX:g}. "
-                         f"Found sigma={s}: the privacy budget is too small for these sensitivities; "
+                         f"Found sigma={num(s)}: the privacy budget is too small for these sensitivities; "
                          "use a larger budget (rho or epsilon).")
     return 1 / (2 * Fraction(s) ** 2) if mechanism == "gaussian" else 1 / Fraction(s)
 
