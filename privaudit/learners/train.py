@@ -195,6 +195,53 @@ class PBBRun:
     max_per_cell: int
 
 
+def plan_dp_pbb(spec: DomainSpec, budget: Budget, *, stationary: bool = True, params: dict | None = None,
+                max_per_cell: int | None = None) -> tuple[dp_pbb.DPPBB, dp_pbb.PBBPlan, int]:
+    """DP-PBB's noise plan on logs of ``spec``, from public facts only (before any row is read).
+
+    What :func:`train_dp_pbb` fits with: the learner, its plan
+    (``plan.event`` is the event its fit records and the ledger is charged,
+    :meth:`privaudit.learners.dp_pbb.DPPBB.plan`) and the per-cell cap c. The
+    inputs are the spec (H, S, k, reward range and public r(s'), return
+    bound, privacy unit), the budget, ``stationary``, the parameters and c:
+    nothing of the logs (the fit's counts carry the same k, c, pooling and
+    start-state counts, so it re-plans the same event).
+
+    Parameters
+    ----------
+    spec : DomainSpec
+        Must declare a public reward.
+    budget : Budget
+        The learner's Gaussian budget (noise calibrated to ``budget.rho``).
+    stationary : bool
+        Pool over h.
+    params : dict, optional
+        :class:`privaudit.learners.dp_pbb.DPPBB` parameters.
+    max_per_cell : int, optional
+        c (default ``dp_pbb.MAX_PER_CELL_DEFAULT``).
+
+    Returns
+    -------
+    (DPPBB, PBBPlan, int)
+        The unfitted learner, its noise plan and c.
+
+    Raises
+    ------
+    UsageError
+        No public reward, bad parameters, ``n_backups`` or budget.
+    """
+    c = dp_pbb.MAX_PER_CELL_DEFAULT if max_per_cell is None else max_per_cell
+    learner = _learner("dp-pbb", params)
+    if spec.public_reward_scaled() is None:
+        raise UsageError("dp-pbb needs a public reward (spec $.public_reward): it backs up r(s') + V(s'). "
+                         "Use dp-apvi for logs whose rewards are private.")
+    rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
+    plan, _ = learner.plan(budget.rho, horizon=spec.H, n_states=spec.S, max_episodes=spec.max_episodes_per_unit,
+                           max_per_cell=c, stationary=stationary, reward_range=spec.reward_range,
+                           return_bound=rb, starts=True, unit_column=spec.unit_column or "episode_id")
+    return learner, plan, c
+
+
 def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, rho: float | None = None,
                  epsilon: float | None = None, delta: float | None = None, budget: Budget | None = None,
                  ledger=None, seed: int | None = None, params: dict | None = None,
@@ -239,16 +286,9 @@ def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, rho: float 
         budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
     elif any(v is not None for v in (rho, epsilon, delta)):
         raise UsageError("give either `budget` (a resolved Budget) or `rho`/`epsilon`/`delta`, not both.")
-    c = dp_pbb.MAX_PER_CELL_DEFAULT if max_per_cell is None else max_per_cell
-    learner = _learner("dp-pbb", params)
+    learner, plan, c = plan_dp_pbb(spec, budget, stationary=stationary, params=params, max_per_cell=max_per_cell)
     reward = spec.public_reward_scaled()
-    if reward is None:
-        raise UsageError("dp-pbb needs a public reward (spec $.public_reward): it backs up r(s') + V(s'). "
-                         "Use dp-apvi for logs whose rewards are private.")
     rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
-    plan, _ = learner.plan(budget.rho, horizon=spec.H, n_states=spec.S, max_episodes=spec.max_episodes_per_unit,
-                           max_per_cell=c, stationary=stationary, reward_range=spec.reward_range,
-                           return_bound=rb, starts=True, unit_column=spec.unit_column or "episode_id")
     if ledger is not None:  # before any row is read or noise drawn
         ledger_mod.check_event(Path(ledger), spec.dataset_id, plan.event, budget)
     prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
@@ -274,5 +314,5 @@ def check_out_free(*paths: Path) -> None:
     return None
 
 
-__all__ = ["train_from_release", "train_from_logs", "train_dp_pbb", "PBBRun",
+__all__ = ["train_from_release", "train_from_logs", "train_dp_pbb", "plan_dp_pbb", "PBBRun",
            "check_out_free", "ArtifactError"]

@@ -48,8 +48,9 @@ from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
 from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT, budget_shares,
                                           check_split, composed_guarantee, pbb_share_of, split_budget)
+from privaudit.pipeline.plans import PartsPlan, plan_parts
 from privaudit.pipeline import values as val
-from privaudit.stats.behaviour_value import BehaviourValueRelease, estimate_behaviour_value, return_range
+from privaudit.stats.behaviour_value import estimate_behaviour_value, return_range
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.events import event_from_dict
@@ -196,10 +197,13 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     ledger : path, optional
         A budget ledger (``privaudit budget init``): the planned split (every
         part, checked to compose within the total budget:
-        ``guarantee.check_split``, AccountingError) is checked against its
+        ``guarantee.check_split``, and every part's planned privacy event,
+        checked to cost at most its share and to compose within the total:
+        ``plans.plan_parts``, AccountingError) is checked against its
         remaining budget before any row is read or any part charged
         (BudgetExceededError, exit 3); each part (release, behaviour value,
-        DP-PBB, DP-VAPVI) charges its share when it succeeds. A run that fails
+        DP-PBB, DP-VAPVI) charges its share when it succeeds, with its planned
+        event (``PartsPlan.charged``). A run that fails
         after a charge keeps the charge (the safe direction: spent budget is
         never handed back).
     audit_trials : int, default 4000
@@ -255,6 +259,10 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         the spec (all before any row is read or noise drawn).
     SpecError
         Missing or invalid spec.
+    AccountingError
+        A part's planned privacy event costing more than its share, or parts
+        composing above the total (internal errors; before any row is read or
+        any part charged: ``plans.plan_parts``).
     LogReadError, ValidationFailed
         Unreadable logs, or logs breaking rules that bounding cannot repair
         (the message lists the located errors); nothing is written.
@@ -325,13 +333,9 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
                          pbb_share=pbb_share)
     # every part, before any row is read or a part is charged: a split that composes above the total
     # leaves the ledger untouched and nothing written (the composition is checked again on the events)
-    planned = check_split(budget, parts)
-    # planned before any row is read: a share too small for the exact sampler fails here
-    value_plan = BehaviourValueRelease.plan(spec, parts[VALUE_PART]) if VALUE_PART in parts else None
+    check_split(budget, parts)
     seeds = _child_seeds(seed, 5)
     _check_out(out, overwrite)
-    if ledger is not None:  # once, for all the parts' charges: before any row is read or noise drawn
-        ledger_mod.check_budget(ledger, spec.dataset_id, planned)
     if linear:  # a bad feature map costs nothing: checked before any row is read
         if spec.features.get("map") == "column-x-action":  # per-row features: the path of `train`
             m_dim = column_dims(spec)
@@ -347,6 +351,12 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
     said = None
     if stationary is None:  # the one default rule of every command, said when it applies (once the logs pass)
         stationary, said = default_stationary(the_mdp)
+    # every part's noise plan and event from public inputs (plans.py), each checked against its share and
+    # their composition against the total; then, once for all the parts' charges, the ledger's remaining
+    # budget: all before any row is read, noise drawn or part charged
+    plan = plan_parts(spec, budget, parts, stationary=stationary)
+    if ledger is not None:
+        ledger_mod.check_budget(ledger, spec.dataset_id, plan.total)
     bar = _Progress(sys.stderr.isatty() if progress is None else bool(progress))
     try:
         # ------------------------------------------------------------ validate
@@ -363,7 +373,7 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
         with atomic_dir(out, overwrite=True) as tmp:
             summary, private = _stages(tmp, source, spec, (budget, parts, shares), the_mdp, mdp, stationary,
                                        audit_trials, seeds, seed is not None, bar, timings, progress, say, ledger,
-                                       run=new_run_id(), final_out=out, value_plan=value_plan, engine=engine,
+                                       run=new_run_id(), final_out=out, plan=plan, engine=engine,
                                        spark=spark)
             timings["total"] = time.perf_counter() - t0
             private["timings_s"] = timings
@@ -377,7 +387,7 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
 
 def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, stationary: bool,
             audit_trials: int, seeds, seeded: bool, bar: _Progress, timings: dict, progress, say,
-            ledger=None, run: str | None = None, final_out: Path | None = None, value_plan=None,
+            ledger=None, run: str | None = None, final_out: Path | None = None, plan: PartsPlan | None = None,
             engine: str = "polars", spark=None):
     """release -> train -> evaluate -> audit -> report inside the temporary folder ``tmp``.
 
@@ -387,11 +397,13 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     stage: the logs are validated and bounded once per run. With
     ``engine="spark"`` it is what Spark reads instead (a path or a Spark
     DataFrame), and the release is the only stage that reads it. ``budgets`` is
-    (the whole Budget, its parts by name, the configured shares). Each part's
-    mechanism returns its event; the ledger (checked once by the caller) is
-    charged once per part from that event, inside ``tmp`` (the output appears
-    only after every charge succeeded); the composed guarantee is the
-    accountant's composition of the events.
+    (the whole Budget, its parts by name, the configured shares). ``plan``
+    (:func:`privaudit.pipeline.plans.plan_parts`, checked by the caller) holds
+    every part's planned event. Each part's mechanism returns its event, which
+    must equal the planned one (``PartsPlan.charged``); the ledger (checked
+    once by the caller) is charged once per part from that event, inside
+    ``tmp`` (the output appears only after every charge succeeded); the
+    composed guarantee is the accountant's composition of the events.
     """
     if engine == "polars":
         logs = str(prepared.path.resolve())
@@ -406,20 +418,21 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     budget, parts, shares = budgets
     info = release_logs(prepared, spec, budget=parts["release"], stationary=stationary, noise="exact",
                         out=tmp / "release", seed=seeds[0], engine=engine, spark=spark)
-    events = {"release": info.event}
+    events = {"release": plan.charged("release", info.event)}
     if ledger is not None:
-        ledger_mod.charge_event(ledger, spec.dataset_id, info.event,
+        ledger_mod.charge_event(ledger, spec.dataset_id, events["release"],
                                 f"pipeline, release part: gaussian, rho={parts['release'].shown!r}",
                                 parts["release"], run=run, output=final_out)
     local = json.loads(info.local_log.read_text())
     info.local_log.unlink()  # folded into private/local-log.json below
     manifest = info.manifest
     value_stats = None
+    value_plan = plan.value
     if value_plan is not None:  # the behaviour-value part: a second access to the bounded logs
         value_stats = value_plan.apply(prepared.bounded, rng=np.random.default_rng(seeds[3]))
-        events[VALUE_PART] = value_plan.event
+        events[VALUE_PART] = plan.charged(VALUE_PART, value_plan.event)
         if ledger is not None:
-            ledger_mod.charge_event(ledger, spec.dataset_id, value_plan.event,
+            ledger_mod.charge_event(ledger, spec.dataset_id, events[VALUE_PART],
                                     f"pipeline, {VALUE_PART} part: gaussian, rho={parts[VALUE_PART].shown!r}",
                                     parts[VALUE_PART], run=run, output=final_out)
     timings["release"] = time.perf_counter() - t
@@ -439,7 +452,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     if "dp-pbb" in parts:  # the default DP policy: learns from outcomes, with a certificate (issue 12)
         pbb = train_dp_pbb(prepared, spec, stationary=stationary, budget=parts["dp-pbb"], seed=seeds[4], echo=say)
         tabular["dp-pbb"] = pbb.learner
-        events["dp-pbb"] = pbb.learner.event_
+        events["dp-pbb"] = plan.charged("dp-pbb", pbb.learner.event_)
         if ledger is not None:
             ledger_mod.charge_event(ledger, spec.dataset_id, events["dp-pbb"],
                                     f"pipeline, dp-pbb part: gaussian, rho={parts['dp-pbb'].shown!r} "
@@ -459,7 +472,7 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
         pol = train_linear(prepared, spec, "dp-vapvi", budget=parts["dp-vapvi"], seed=seeds[1])
         policies["dp-vapvi"] = pol
         start_values["dp-vapvi"] = None  # DP-VAPVI's pessimistic values are not kept
-        events["dp-vapvi"] = event_from_dict(pol.privacy.event)
+        events["dp-vapvi"] = plan.charged("dp-vapvi", event_from_dict(pol.privacy.event))
         if ledger is not None:
             ledger_mod.charge_event(ledger, spec.dataset_id, events["dp-vapvi"],
                                     f"pipeline, dp-vapvi part: gaussian, rho={parts['dp-vapvi'].shown!r} "

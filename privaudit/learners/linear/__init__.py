@@ -6,8 +6,9 @@ See docs/linear.md. ``train_from_logs`` is the entry point used by
 
 from privaudit.learners.linear.data import LinearData, StepData
 from privaudit.learners.linear.estimators import DPVAPVI, PEVI, VAPVI
-from privaudit.learners.linear.logs import train_from_logs
+from privaudit.learners.linear.logs import plan_dp_vapvi, train_from_logs
 from privaudit.learners.linear.providers import FiniteFeatures, RowFeatures
 
-__all__ = ["DPVAPVI", "PEVI", "VAPVI", "FiniteFeatures", "LinearData", "RowFeatures", "StepData", "train_from_logs"]
+__all__ = ["DPVAPVI", "PEVI", "VAPVI", "FiniteFeatures", "LinearData", "RowFeatures", "StepData", "plan_dp_vapvi",
+           "train_from_logs"]
 

@@ -97,6 +97,62 @@ def data_from_frame(df: pl.DataFrame, spec: DomainSpec, episode_mask: np.ndarray
                                 S=spec.n_states, A=spec.n_actions, n_episodes=K, terminal_value=frame.terminal)
 
 
+def plan_dp_vapvi(spec: DomainSpec, budget: Budget, params: dict | None = None):
+    """DP-VAPVI's privacy event on logs of ``spec``, from public facts only (before any row is read).
+
+    The event :func:`train_from_logs` records in the policy and charges: the
+    5H statistics' noise scales (``DPVAPVI.noise_scales``) at the budget's
+    rho, for the spec's H, feature dimension d (the feature map's, or m x A
+    for per-row features) and privacy unit (column, k). Nothing of the logs.
+
+    Parameters
+    ----------
+    spec : DomainSpec
+        Must declare a feature map.
+    budget : Budget
+        DP-VAPVI's Gaussian budget.
+    params : dict, optional
+        DP-VAPVI parameters (as for :func:`train_from_logs`).
+
+    Returns
+    -------
+    PrivacyEvent
+        ``learners.linear.privacy.privacy_event`` of the noise scales.
+
+    Raises
+    ------
+    UsageError, SpecError
+        Bad parameters or feature map.
+    """
+    params = dict(params or {})
+    if "failure_prob" in params:
+        params["delta_fail"] = params.pop("failure_prob")
+    params.pop("split", None)
+    params["k"] = spec.max_episodes_per_unit
+    return _plan("dp-vapvi", spec, budget, params)[1]
+
+
+def _plan(algo: str, spec: DomainSpec, budget: Budget | None, params: dict):
+    """(learner, event or None, m or None, feature map or None): the learner and its event from public facts."""
+    row_features = bool(spec.features) and spec.features.get("map") == "column-x-action"
+    m = fmap = None
+    if row_features:
+        m = column_dims(spec)  # before reading any row: a spec error costs nothing
+    else:
+        fmap = feature_map_from_spec(spec)
+    try:
+        cls = registry.get(algo).load()
+        learner = cls(budget.rho, **params) if budget else cls(**params)
+    except TypeError as e:
+        raise UsageError(f"bad parameters for {algo}: {e}") from None
+    event = None
+    if algo == "dp-vapvi":  # the run's event, from public facts: before any row is read or noise drawn
+        d = m * spec.n_actions if row_features else fmap.dim
+        k = int(spec.max_episodes_per_unit)
+        event = privacy_event(learner.noise_scales(spec.horizon, d), PrivacyUnit(spec.unit_column or "episode_id", k))
+    return learner, event, m, fmap
+
+
 def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = None, epsilon: float | None = None,
                     delta: float | None = None, budget: Budget | None = None, seed: int | None = None,
                     params: dict | None = None, ledger=None, echo=None, local_log=None, run: str | None = None,
@@ -182,20 +238,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     elif ledger is not None:
         raise UsageError(f"`algo` {algo} is not private: it spends no budget, so `ledger` does not apply.")
     row_features = bool(spec.features) and spec.features.get("map") == "column-x-action"
-    if row_features:
-        m = column_dims(spec)  # before reading any row: a spec error costs nothing
-    else:
-        fmap = feature_map_from_spec(spec)
-    try:
-        cls = registry.get(algo).load()
-        learner = cls(budget.rho, **params) if budget else cls(**params)
-    except TypeError as e:
-        raise UsageError(f"bad parameters for {algo}: {e}") from None
-    event = None
-    if algo == "dp-vapvi":  # the run's event, from public facts: before any row is read or noise drawn
-        d = m * spec.n_actions if row_features else fmap.dim
-        k = int(spec.max_episodes_per_unit)
-        event = privacy_event(learner.noise_scales(spec.horizon, d), PrivacyUnit(spec.unit_column or "episode_id", k))
+    learner, event, m, fmap = _plan(algo, spec, budget, params)
     if ledger is not None:
         ledger_mod.check_event(Path(ledger), spec.dataset_id, event, budget)
     prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
