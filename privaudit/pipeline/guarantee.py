@@ -1,8 +1,10 @@
 """The pipeline's privacy budget: the split between releases and the composed guarantee.
 
-The pipeline touches the private logs through at most three mechanisms:
+The pipeline touches the private logs through at most four mechanisms:
 
 * the tabular count release (``privaudit.stats.release``), always;
+* DP-PBB (``privaudit.learners.dp_pbb``), when the spec declares a public
+  reward: its noisy capped counts and private Bellman backups;
 * DP-VAPVI (``privaudit.learners.linear``), when the spec declares a feature
   map: its 5H noisy statistics are a second release;
 * the behaviour-value release (``privaudit.stats.behaviour_value``: noisy
@@ -13,9 +15,10 @@ The pipeline touches the private logs through at most three mechanisms:
 Everything else (DP-APVI on the release, the value estimates, evaluation on
 a public MDP, the figures) is post-processing and spends nothing. zCDP
 composes by adding rho (Bun & Steinke 2016, Lemma 2.3, also adaptively), so
-the total budget rho is split as rho_release + rho_linear + rho_value = rho
+the total budget rho is split as rho_release + rho_pbb + rho_linear + rho_value = rho
 and the guarantee of the whole output
-is the composition of the events the two mechanisms return, converted to
+is the composition of the events the mechanisms return (each planned and
+checked against its share before any row is read: :mod:`privaudit.pipeline.plans`), converted to
 (epsilon, delta) with the tight Canonne-Kamath-Steinke bound
 (``privaudit.privacy.accounting``). The budget is resolved once by the
 pipeline's entry point and split here; no part re-resolves it.
