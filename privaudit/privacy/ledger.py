@@ -537,6 +537,9 @@ def _verified(path: Path) -> tuple[dict, list[dict], bytes | None]:
 
 
 def _must_exist(path: Path) -> None:
+    if path.is_dir():
+        raise UsageError(f"{path}: is a folder, not a ledger file; pass the ledger's file (created by "
+                         f"`privaudit budget init FILE --dataset ID --rho-total R`).")
     if not path.is_file():
         raise UsageError(f"{path}: no such ledger. Create it with "
                          f"`privaudit budget init {path} --dataset ID --rho-total R`.")

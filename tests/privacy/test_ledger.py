@@ -62,6 +62,16 @@ def test_init_refuses_existing_and_bad_values(tmp_path, ledger):
         init_ledger(tmp_path / "y.ledger", "", 1)
 
 
+def test_a_folder_as_ledger_is_named_a_folder(tmp_path):
+    """Before: a folder given as `release --ledger` (or train, pipeline) was "no such ledger. Create it with
+    `privaudit budget init ...`", and init then refused the path."""
+    (tmp_path / "budget.jsonl").mkdir()
+    with pytest.raises(UsageError, match="is a folder, not a ledger file"):
+        check_budget(tmp_path / "budget.jsonl", "icu", 0.1)
+    with pytest.raises(UsageError, match="is a folder, not a ledger file"):
+        charge(tmp_path / "budget.jsonl", "icu", 0.1, "x")
+
+
 def test_wrong_dataset_missing_file_and_corruption(tmp_path, ledger):
     with pytest.raises(UsageError, match="dataset 'icu'"):
         charge(ledger, "other", 0.1, "x")
