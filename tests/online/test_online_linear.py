@@ -15,7 +15,7 @@ from privaudit.mdp.synthetic_linear import raw_features, synthetic_linear_mdp
 from privaudit.mdp.tabular import value_iteration
 from privaudit.online.linear.constants import (Problem, dp_lsvi_ucb_pp_constants, lsvi_ucb_constants,
                                                lsvi_ucb_pp_constants, luyo_constants, ngo_constants,
-                                               luyo_boundaries)
+                                               luyo_boundaries, noise_union_z)
 from privaudit.online.linear.jin import LSVIUCB, LuyoLSVIUCB, NgoLSVIUCB
 from privaudit.online.linear.plusplus import LSVIUCBPlusPlus
 from privaudit.online.linear.registry import make_linear_agent
@@ -568,3 +568,29 @@ def test_private_explorers_are_reproducible_from_a_seed_and_differ_across_seeds(
 def test_exact_noise_refuses_a_budget_beyond_the_lattice():
     with pytest.raises(UsageError, match="larger `rho`"):
         make_linear_agent("dp-lsvi-ucb-pp", PHI, REWARD, H, 1000, rho=1e-9, rng=np.random.default_rng(0))
+
+
+def test_dp_lsvi_ucb_pp_noise_bonus_covers_the_target_noise_at_its_failure_probability():
+    """Coverage by simulation of the practical noise bonus z noise_v ||Lambda^-1 phi||_2 (issue 16).
+
+    Given a released Gram matrix Lambda, the target noise eta ~ N(0, noise_v^2 I_d) moves
+    w^T phi(s, a) by eta^T Lambda^-1 phi(s, a); with z = noise_union_z(n_cells, p) the chance that
+    it exceeds the bonus in any of the n_cells cells is at most p / 2 (one side). Here n_cells =
+    S A = 200, p = 0.2, so the bound is 0.1 (z = 3.72; the Gaussian tail alone gives at most
+    200 x 1.0e-4 = 0.02). Over 4,000 independent releases the observed failure frequency
+    exceeds 0.1 with probability < 1e-100 (Binomial(4000, 0.02): mean 80, threshold 400); a
+    bonus without the factor z fails in ~78% of the releases (the cells are correlated through
+    d = 10), so the test can fail.
+    """
+    rng = np.random.default_rng(7)
+    phi = PHI.reshape(-1, D)                                   # (S A, d), ||phi|| <= 1
+    p, trials, noise_v = 0.2, 4000, 3.7
+    z = noise_union_z(phi.shape[0], p)
+    g = rng.normal(size=(D, D))
+    lam = g @ g.T + 5.0 * np.eye(D)                            # a released, floored Gram matrix
+    m = np.linalg.solve(lam, phi.T)                            # Lambda^-1 phi, (d, S A)
+    bonus = z * noise_v * np.sqrt((m * m).sum(axis=0))         # (S A,)
+    shift = rng.normal(scale=noise_v, size=(trials, D)) @ m    # eta^T Lambda^-1 phi, (trials, S A)
+    fail = (shift > bonus).any(axis=1).mean()
+    assert fail <= p / 2, f"noise above the bonus in {fail:.3%} of releases (bound {p / 2:.0%})"
+    assert (shift > bonus / z).any(axis=1).mean() > 5 * p / 2  # without z: ~78% of the releases fail
