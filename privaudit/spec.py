@@ -30,6 +30,10 @@ REQUIRED_COLUMNS = ("episode_id", "step", "state", "action", "reward", "next_sta
 
 SPEC_FORMAT_VERSION = 1
 
+#: Relative tolerance of a logged or modelled reward against the declared public reward
+#: (:meth:`DomainSpec.public_reward_tolerance`).
+PUBLIC_REWARD_RTOL = 1e-6
+
 
 @dataclass(frozen=True)
 class DomainSpec:
@@ -246,6 +250,26 @@ class DomainSpec:
             return None
         lo, hi = self.reward_range
         return (np.clip(r, lo, hi) - lo) / (hi - lo)
+
+    def public_reward_tolerance(self) -> float:
+        """Largest difference from the declared public reward r(s') that still counts as equal, in reward units.
+
+        Returns
+        -------
+        float
+            ``PUBLIC_REWARD_RTOL * max(r_max - r_min, |r_min|, |r_max|)``
+            (1e-6 for the range [0, 1]). It absorbs the rounding of a reward
+            stored as float32 (relative error 2^-24, about 6e-8, of a value at
+            most max(|r_min|, |r_max|) in size) or written as a decimal, and is
+            negligible for learning: learners scale rewards by 1 / (r_max -
+            r_min), so a difference below it moves a scaled reward by at most
+            1e-6 (ranges that contain 0). Used by the validation rule
+            ``reward_not_public`` (logged reward vs r(next_state)) and by the
+            check of a spec against a known MDP
+            (``privaudit.mdp.spec_check``).
+        """
+        lo, hi = self.reward_range
+        return PUBLIC_REWARD_RTOL * max(hi - lo, abs(lo), abs(hi))
 
     def to_dict(self) -> dict:
         """The JSON document of this spec."""

@@ -25,6 +25,7 @@ from privaudit.learners.policy import load_policy
 from privaudit.mdp.io import save_mdp
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
 from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
+from privaudit.mdp.tabular import TabularMDP
 from privaudit.pipeline.guarantee import VALUE_PART
 from privaudit.pipeline.plans import PartsPlan, plan_parts
 from privaudit.privacy import accounting
@@ -46,7 +47,10 @@ def world(tmp_path_factory):
                public_reward={"kind": "next_state", "values": {"0": 1.0}},
                privacy_unit={"column": "unit_id", "max_episodes": 3}, features={"map": "one-hot"})
     (d / "spec.json").write_text(json.dumps(doc))
-    save_mdp(mdp, d / "mdp.npz")
+    # the MDP of these logs: the random tabular dynamics with the declared reward r(s, a, s') = 1{s' = 0} (a
+    # spec whose public reward is not the --mdp's reward is refused, privaudit.mdp.spec_check)
+    r = np.broadcast_to((np.arange(mdp.n_states) == 0).astype(float), mdp.P.shape).copy()
+    save_mdp(TabularMDP(P=mdp.P, r=r, d0=mdp.d0, horizon=mdp.horizon, name="random-tabular-r-next"), d / "mdp.npz")
     return d
 
 

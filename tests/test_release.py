@@ -27,6 +27,10 @@ from tests._spy import spy_everywhere, watch_reads
 H, S, A = 5, 30, 5
 TERMINALS = (29,)
 SEED = 987654321987
+#: The logs' reward is r(s') of this table (varied values in [0, 1], so the reward sums of the private spec
+#: still test rounding); the public spec declares it in full, as it must (validation rule reward_not_public).
+R_NEXT = np.round(np.random.default_rng(6).uniform(0.0, 1.0, S), 4)
+PUBLIC = {s: float(v) for s, v in enumerate(R_NEXT)}
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +39,7 @@ def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("rel")
     rng = np.random.default_rng(5)
     df = random_log(rng, 173, H=H, S=S, A=A, terminals=TERMINALS, avoid_states=(7, 8))
+    df = df.with_columns(pl.Series("reward", R_NEXT[df["next_state"].to_numpy()]))
     logs = d / "logs.parquet"
     df.write_parquet(logs)
     (d / "logs_dir").mkdir()  # the same logs as a folder of parts: every read lists it (tests._spy.watch_reads)
@@ -46,7 +51,7 @@ def data(tmp_path_factory):
     return {"dir": d, "df": df, "logs": logs, "logs_dir": d / "logs_dir", "n": n, "t": t, "rq": rq,
             "spec_private": write_spec(d, "private.json", H=H, S=S, A=A, terminals=TERMINALS),
             "spec_public": write_spec(d, "public.json", H=H, S=S, A=A, terminals=TERMINALS,
-                                      public_reward={28: 1.0})}
+                                      public_reward=PUBLIC)}
 
 
 def _all_transitions(rel):
@@ -157,7 +162,7 @@ def test_rounded_manifest_states_no_certified_guarantee(data):
 @pytest.mark.parametrize("k", [1, 2])
 def test_gaussian_sigma_is_seed_paper_eq1(data, tmp_path, k):
     """Visits + transitions, public reward: sigma^2 = 2H/rho (seed 000 eq. (1)) times k^2."""
-    spec = write_spec(tmp_path, H=H, S=S, A=A, terminals=TERMINALS, public_reward={28: 1.0}, k=k)
+    spec = write_spec(tmp_path, H=H, S=S, A=A, terminals=TERMINALS, public_reward=PUBLIC, k=k)
     info = release_logs(data["logs"], spec, rho=0.7, out=tmp_path / "r", seed=1)
     fams = info.manifest.to_dict()["families"]
     assert set(fams) == {"visits", "transitions"} and not (tmp_path / "r" / "rewards.parquet").exists()

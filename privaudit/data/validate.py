@@ -35,6 +35,8 @@ RULES: dict[str, tuple[str, str]] = {
     "action_out_of_range": ("row", "action is outside [0, A)"),
     "next_state_out_of_range": ("row", "next_state is outside [0, S)"),
     "reward_out_of_range": ("row", "reward is outside the spec's reward_range [r_min, r_max]"),
+    "reward_not_public": ("row", "reward differs from the spec's public reward r(next_state) by more than the "
+                                 "tolerance (checked when the spec declares public_reward)"),
     "episode_too_long": ("row", "step h >= H: the episode has more than H steps"),
     "terminated_and_truncated": ("row", "a row is flagged both terminated and truncated"),
     "continues_after_terminal": ("row", "the row's state is a terminal state: the episode should have ended "
@@ -65,6 +67,11 @@ RULES: dict[str, tuple[str, str]] = {
 #: cannot repair it without guessing, and counting such rows would break the
 #: domain or the sensitivity argument.
 BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range", "return_above_bound")
+
+def public_reward_table(spec: DomainSpec) -> tuple[list[int], list[float]]:
+    """The states the public reward lists and their values r(s') (unlisted states earn 0)."""
+    values = spec.public_reward["values"]
+    return [int(k) for k in values], [float(v) for v in values.values()]
 
 
 
@@ -176,6 +183,8 @@ def _row_rules(log: OpenLog, spec: DomainSpec, usable: set[str]) -> list[tuple]:
     if {"terminated", "truncated"} <= usable:
         out.append(("terminated_and_truncated", "truncated", c("terminated") & c("truncated"),
                     pl.lit("both terminated and truncated are true; at most one may be")))
+    if spec.public_reward is not None and {"reward", "next_state"} <= usable:
+        out.append(_reward_not_public(spec, "state" in usable))
     terminals = list(spec.terminal_states)
     if terminals and "state" in usable:
         out.append(("continues_after_terminal", "state", c("state").is_in(terminals),
@@ -187,6 +196,34 @@ def _row_rules(log: OpenLog, spec: DomainSpec, usable: set[str]) -> list[tuple]:
                     .otherwise(pl.format("terminated is true but next_state {} is not a terminal state",
                                          "next_state"))))
     return out
+
+
+def _reward_not_public(spec: DomainSpec, state_usable: bool) -> tuple:
+    """The row rule ``reward_not_public``: |reward - r(next_state)| > ``spec.public_reward_tolerance()``.
+
+    Rows whose reward is null or not finite, whose next_state is null or
+    outside [0, S), or whose state is terminal are left to the rules that
+    already report them (``null_value``, ``not_finite``,
+    ``next_state_out_of_range``, ``continues_after_terminal``): r(next_state)
+    is undefined there, or the row should not exist. A reward outside
+    ``reward_range`` is compared as logged: the declared values lie inside
+    the range, so it differs from r(next_state) unless within the tolerance
+    (both rules then report the row; clipping would not make it the declared
+    reward function).
+    """
+    c, S = pl.col, spec.n_states
+    keys, vals = public_reward_table(spec)
+    tol = spec.public_reward_tolerance()
+    r = c("reward").cast(pl.Float64)
+    ns = c("next_state")
+    pub = ns.cast(pl.Int64, strict=False).replace_strict(keys, vals, default=0.0, return_dtype=pl.Float64)
+    checked = r.is_finite() & (ns >= 0) & (ns < S)
+    if spec.terminal_states and state_usable:
+        checked = checked & ~c("state").is_in(list(spec.terminal_states)).fill_null(False)
+    bad = (checked & ((r - pub).abs() > tol)).fill_null(False)
+    msg = pl.format(f"reward {{}} differs from the spec's public reward r(next_state={{}}) = {{}} "
+                    f"(tolerance {tol:g}; $.public_reward)", "reward", "next_state", pub)
+    return ("reward_not_public", "reward", bad, msg)
 
 
 def _records(df: pl.DataFrame | None, rule: str, log: OpenLog, n: int) -> list[dict]:
@@ -255,6 +292,14 @@ def validate_logs(path: str | Path, spec: DomainSpec, max_errors: int = 20) -> V
     the episode's last. When the log has a ``terminated`` column and the spec
     declares terminal states, ``terminated`` must be true exactly on rows
     whose next_state is terminal (``terminated_mismatch``).
+    Public reward: when the spec declares ``public_reward`` (r(s') of the
+    next state, 0 for unlisted states), every row's logged reward must equal
+    r(next_state) within ``DomainSpec.public_reward_tolerance``
+    (``reward_not_public``, fatal): the learners plan with the declared
+    function instead of the logged rewards, so a false declaration would
+    train a policy for another reward without a word. The last row of an
+    episode is checked too (its next_state is where the step led, also when
+    the log was truncated there).
     Steps are 0-based (h = 0..H-1; the papers count 1..H).
     """
     if max_errors < 0:
@@ -347,6 +392,8 @@ def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationRe
         counts.setdefault("too_many_episodes", 0)
     if not spec.terminal_states:
         skipped -= {"continues_after_terminal", "terminated_mismatch"}
+    if spec.public_reward is None:  # rewards are private: nothing declared to compare with
+        skipped -= {"reward_not_public"}
     if "terminated" not in log.source:
         skipped -= {"terminated_mismatch", "terminated_and_truncated"}
     if not (set(FLAG_COLUMNS) & set(log.source)):

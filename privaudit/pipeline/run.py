@@ -65,6 +65,7 @@ from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.linear.rows import column_dims
 from privaudit.learners.policy import save_policy
 from privaudit.mdp.evaluation import resolve_mdp
+from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.pipeline import report as rep
@@ -119,6 +120,7 @@ def _resolve_mdp(mdp, spec: DomainSpec, instance_seed: int | None = None):
     if (m.horizon, m.n_states, m.n_actions) != (spec.H, spec.S, spec.A):
         raise UsageError(f"`mdp` {mdp} has (H, S, A) = ({m.horizon}, {m.n_states}, {m.n_actions}) but the spec "
                          f"declares ({spec.H}, {spec.S}, {spec.A}); pass the MDP the logs come from, or omit `mdp`.")
+    check_spec_matches_mdp(spec, m, str(mdp))  # terminal states and public reward: SpecError (exit 2)
     return m
 
 
@@ -258,7 +260,9 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         reported), an MDP that does not fit
         the spec (all before any row is read or noise drawn).
     SpecError
-        Missing or invalid spec.
+        Missing or invalid spec; with ``mdp``, terminal states or a public
+        reward that are not the MDP's (``mdp.spec_check``, before any row is
+        read).
     AccountingError
         A part's planned privacy event costing more than its share, or parts
         composing above the total (internal errors; before any row is read or

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -172,7 +173,10 @@ def test_budgets_are_printed_as_every_command_prints_them(world):
     rho = resolve_budget(epsilon=5, delta=1e-6).rho
     doc = json.loads((d / "spec.json").read_text())  # dp-pbb backs up a public next-state reward
     (d / "spec_pbb.json").write_text(json.dumps({**doc, "public_reward": {"kind": "next_state", "values": {"0": 1.0}}}))
-    pbb = run("train", d / "logs.parquet", "--spec", d / "spec_pbb.json", "--algo", "dp-pbb", "--epsilon", "5",
+    # logs whose reward is that r(s') (validation refuses a public reward the logged rewards contradict)
+    write_logs(world["df"].with_columns((pl.col("next_state") == 0).cast(pl.Float64).alias("reward")),
+               d / "logs_pbb.parquet")
+    pbb = run("train", d / "logs_pbb.parquet", "--spec", d / "spec_pbb.json", "--algo", "dp-pbb", "--epsilon", "5",
               "--delta", "1e-6", "--seed", "1", "--out", d / "p_pbb_fmt")
     assert pbb.exit_code == 0, pbb.output
     assert f"rho={num(rho)})" in pbb.stderr and repr(rho) not in pbb.output and num(rho) == "0.463065"

@@ -474,3 +474,117 @@ def test_return_rules_use_clipped_rewards_and_steps_below_H(tmp_path):
 def test_no_return_bound_no_return_rules(tmp_path):
     code, rep, _ = run(tmp_path, table(reward={0: 1.0, 1: 1.0, 2: 1.0}))
     assert code == 0 and rep["counts"]["return_above_bound"] == 0 and "return_above_bound" not in rep["skipped"]
+
+
+# ----------------------------------------------------------------- declared public reward
+
+# r(s') consistent with BASE: rows 0-3 enter states 1, 2, 0, 3 with rewards 0, 0.5, 1, 0
+PUBLIC_OK = {"2": 0.5, "0": 1.0}
+
+
+def _public_spec(values, reward_range=(0.0, 1.0)):
+    doc = tiny_spec_doc(reward_range=reward_range)
+    doc["public_reward"] = {"kind": "next_state", "values": values}
+    return doc
+
+
+def test_public_reward_equal_to_the_logged_rewards_passes(tmp_path):
+    code, rep, res = run(tmp_path, table(), _public_spec(PUBLIC_OK))
+    assert code == 0, res.output
+    assert rep["counts"]["reward_not_public"] == 0 and "reward_not_public" not in rep["skipped"]
+
+
+def test_wrong_public_reward_is_fatal_and_located(tmp_path):
+    # the reward of entering 0 declared on entering 1: row 0 (enters 1, logged 0) and row 2 (enters 0, logged 1)
+    code, rep, res = run(tmp_path, table(), _public_spec({"2": 0.5, "1": 1.0}))
+    assert code == 1, res.output
+    assert broken_rules(rep) == {"reward_not_public"} and rep["fatal"] == {"reward_not_public": 2}
+    assert "reward_not_public" not in BOUNDING_RULES and not rep["releasable"]
+    v = [v for v in rep["violations"] if v["rule"] == "reward_not_public"]
+    assert [(x["row"], x["episode_id"], x["step"], x["column"]) for x in v] == [(0, 10, 0, "reward"),
+                                                                                (2, 10, 2, "reward")]
+    assert "reward 0.0 differs from the spec's public reward r(next_state=1) = 1.0" in v[0]["message"]
+    assert "r(next_state=0) = 0.0" in v[1]["message"]  # an unlisted state earns 0
+
+
+def test_public_reward_mapped_column_names_the_file_column(tmp_path):
+    doc = _public_spec({"2": 0.5})  # entering 0 declared worth 0: row 2 (logged 1.0) breaks it
+    doc["columns"] = {"reward": "outcome"}
+    code, rep, res = run(tmp_path, table().rename({"reward": "outcome"}), doc)
+    assert code == 1, res.output
+    v, = [v for v in rep["violations"] if v["rule"] == "reward_not_public"]
+    assert (v["row"], v["column"], v["file_column"]) == (2, "reward", "outcome")
+
+
+@pytest.mark.parametrize("reward_range,tol", [((0.0, 1.0), 1e-6), ((-100.0, 100.0), 2e-4), ((10.0, 11.0), 1.1e-5)])
+def test_public_reward_tolerance_edge(tmp_path, reward_range, tol):
+    """|reward - r(s')| <= 1e-6 max(r_max - r_min, |r_min|, |r_max|) passes; just above it is fatal."""
+    lo = reward_range[0]
+    values = {"1": lo, "2": lo + 0.5, "0": lo + 1.0, "3": lo}
+    base = [lo, lo + 0.5, lo + 1.0, lo]
+    assert DomainSpec.from_dict(_public_spec(values, reward_range)).public_reward_tolerance() == pytest.approx(tol)
+    for factor, broken in ((0.9, False), (-0.9, False), (1.1, True), (-1.1, True)):
+        rewards = list(base)
+        rewards[1] += factor * tol
+        code, rep, res = run(tmp_path, table(reward=rewards), _public_spec(values, reward_range))
+        assert rep["counts"]["reward_not_public"] == int(broken), (factor, res.output)
+        assert code == int(broken)
+
+
+def test_public_reward_accepts_float32_and_integer_rewards(tmp_path):
+    # 0.1 stored as float32 is 0.10000000149...: within the tolerance of the declared 0.1
+    values = {"1": 0.1, "2": 0.5, "0": 1.0}
+    df = table(reward=[0.1, 0.5, 1.0, 0.0]).with_columns(pl.col("reward").cast(pl.Float32))
+    code, rep, res = run(tmp_path, df, _public_spec(values))
+    assert code == 0 and rep["counts"]["reward_not_public"] == 0, res.output
+    # integer rewards against integer-valued declarations; one wrong row found
+    ints = table(reward=[0, 0, 1, 1]).with_columns(pl.col("reward").cast(pl.Int64))
+    code, rep, res = run(tmp_path, ints, _public_spec({"0": 1}))
+    assert code == 1 and rep["counts"]["reward_not_public"] == 1, res.output
+    assert rep["violations"][0]["row"] == 3
+
+
+@pytest.mark.parametrize("rule,changes", [
+    ("null_value", {"reward": {0: None}}),
+    ("not_finite", {"reward": {0: float("nan")}}),
+    ("next_state_out_of_range", {"next_state": {2: 9}, "reward": {2: 0.7}}),
+    # a row from terminal state 3 (into 3) with reward 1, where r(3) = 0: the row should not exist at all
+    ("continues_after_terminal", {"state": {3: 3}, "reward": {3: 1.0}}),
+])
+def test_rows_broken_by_another_rule_are_not_reported_twice(tmp_path, rule, changes):
+    code, rep, res = run(tmp_path, table(**changes), _public_spec(PUBLIC_OK))
+    assert code == 1, res.output
+    assert broken_rules(rep) == {rule}, rep["counts"]
+
+
+def test_reward_outside_the_range_breaks_the_public_reward_too(tmp_path):
+    # clipping (the repair of reward_out_of_range) would not make 1.5 the declared r(0) = 1: fatal
+    code, rep, res = run(tmp_path, table(reward={2: 1.5}), _public_spec(PUBLIC_OK))
+    assert code == 1, res.output
+    assert broken_rules(rep) == {"reward_out_of_range", "reward_not_public"}
+    assert rep["fatal"] == {"reward_not_public": 1}
+
+
+def test_no_public_reward_no_public_reward_rule(tmp_path):
+    code, rep, _ = run(tmp_path, table(reward=[0.3, 0.3, 0.3, 0.3]))
+    assert code == 0 and "reward_not_public" not in rep["counts"] and "reward_not_public" not in rep["skipped"]
+
+
+def test_public_reward_rule_skipped_without_next_state(tmp_path):
+    code, rep, _ = run(tmp_path, table().drop("next_state"), _public_spec(PUBLIC_OK))
+    assert code == 1 and "reward_not_public" in rep["skipped"] and broken_rules(rep) == {"missing_column"}
+
+
+def test_bundled_sample_passes_its_spec_and_fails_a_wrong_public_reward(tmp_path, repo_root):
+    """The fresh-user case: the ICU-Sepsis sample's public reward edited from 714 (survival) to 713."""
+    logs = repo_root / "sample_data" / "icu_sepsis_clinicians_20k.parquet"
+    doc = json.loads((repo_root / "sample_data" / "icu_sepsis_spec.json").read_text())
+    code, rep, res = run(tmp_path, None, doc, logs=logs)
+    assert code == 0 and rep["counts"]["reward_not_public"] == 0, res.output
+    doc["public_reward"]["values"] = {"713": 1.0}
+    code, rep, res = run(tmp_path, None, doc, "--max-errors", "2", logs=logs)
+    assert code == 1 and set(rep["fatal"]) == {"reward_not_public"}, res.output
+    # every row entering 713 (logged 0) or 714 (logged 1) disagrees with the edited declaration
+    df = pl.read_parquet(logs, columns=["next_state"])
+    assert rep["counts"]["reward_not_public"] == int(df["next_state"].is_in([713, 714]).sum()) > 0
+    assert "r(next_state=713) = 1.0" in " ".join(v["message"] for v in rep["violations"])
