@@ -85,6 +85,22 @@ def test_invalid_logs_stop_the_spark_pipeline_with_nothing_written_or_charged(sp
     assert not any(p.name.startswith(".out") for p in tmp_path.iterdir())  # no temporary folder left
 
 
+def test_a_public_reward_the_logs_contradict_stops_the_spark_pipeline(spark, world, tmp_path):
+    """The spec declares r(s') = 1{s' = 0}; the logs' rewards are the random MDP's r_h(s, a): Spark's fatal rules
+    refuse them (reward_not_public) with nothing written or charged, as polars' validation does."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**world["doc"], "public_reward": {"kind": "next_state", "values": {"0": 1.0}}}))
+    ledger = tmp_path / "budget.jsonl"
+    init_ledger(ledger, "rt-pipeline", 1)
+    before = ledger.read_bytes()
+    res = run(world["dir"] / "logs.parquet", "--spec", spec, "--rho", 1, "--audit-trials", 0,
+              "--ledger", ledger, "--out", tmp_path / "out", "--engine", "spark")
+    assert res.exit_code == 1 and "reward_not_public (" in res.output, res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "out").exists() and ledger.read_bytes() == before
+    assert not any(p.name.startswith(".out") for p in tmp_path.iterdir())
+
+
 def test_bundled_sample_with_spark_trains_dp_apvi_on_the_whole_budget(spark, tmp_path):
     """ICU-Sepsis declares a public reward, so polars would train DP-PBB on 60% of rho: Spark cannot (DP-PBB reads
     the logs with polars), says so, and gives the release the whole budget."""

@@ -77,7 +77,7 @@ except ImportError as _e:
     DefaultChannelBuilder, _CONNECT_MISSING = None, str(_e)
 
 from privaudit.data.bounding import BoundingReport  # noqa: E402
-from privaudit.data.validate import BOUNDING_RULES  # noqa: E402
+from privaudit.data.validate import BOUNDING_RULES, public_reward_table  # noqa: E402
 from privaudit.errors import EngineError, LogReadError, UsageError, ValidationFailed  # noqa: E402
 from privaudit.spec import REQUIRED_COLUMNS, STANDARD_COLUMNS, DomainSpec  # noqa: E402
 from privaudit.stats.counts import SparseCounts, _check_domain  # noqa: E402
@@ -415,6 +415,8 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
            "next_state_out_of_range": (c("next_state") < 0) | (c("next_state") >= S)}
     if len(flags) == 2:
         row["terminated_and_truncated"] = c("terminated") & c("truncated")
+    if spec.public_reward is not None:
+        row["reward_not_public"] = _reward_not_public(spec)
     if terminals:
         row["continues_after_terminal"] = c("state").isin(terminals)
         if "terminated" in names:
@@ -440,6 +442,27 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
     out["empty_log"] = int(got["_rows"] == 0)
     assert not set(out) & set(BOUNDING_RULES)
     return out
+
+
+def _reward_not_public(spec: DomainSpec):
+    """The Spark twin of ``privaudit.data.validate``'s rule ``reward_not_public`` (same rows, same tolerance).
+
+    |reward - r(next_state)| > ``spec.public_reward_tolerance()`` on rows whose reward is finite, whose
+    next_state is in [0, S) and whose state is not terminal (the other rows are the other rules' to report).
+    """
+    c = F.col
+    keys, vals = public_reward_table(spec)
+    ns = c("next_state").cast("long")
+    if keys:
+        table = F.create_map(*[x for k, v in zip(keys, vals) for x in (F.lit(k).cast("long"), F.lit(v).cast("double"))])
+        pub = F.coalesce(table[ns], F.lit(0.0))  # a key not listed: null, i.e. r(s') = 0
+    else:
+        pub = F.lit(0.0)
+    r = c("reward").cast("double")
+    checked = ~F.isnan(r) & (F.abs(r) != float("inf")) & (ns >= 0) & (ns < spec.S)
+    if spec.terminal_states:
+        checked = checked & ~F.coalesce(c("state").isin(list(spec.terminal_states)), F.lit(False))
+    return checked & (F.abs(r - pub) > spec.public_reward_tolerance())
 
 
 def check_fatal_rules(df: DataFrame, spec: DomainSpec) -> None:

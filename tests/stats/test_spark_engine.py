@@ -99,6 +99,13 @@ def _good(n=6):
     return pl.DataFrame(rows)
 
 
+def _spec(public=None):
+    """The spec of :func:`_good`'s logs; its public reward r(1) = r(2) = r(3) = 0.5 is the logged one."""
+    doc = spec_doc(H=4, S=4, A=2, k=2, terminals=(3,), unit_column="patient",
+                   public_reward={1: 0.5, 2: 0.5, 3: 0.5} if public is None else public)
+    return DomainSpec.from_dict(doc)
+
+
 BREAKS = {
     "null_value": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 4).then(None)
                                            .otherwise(pl.col("action")).alias("action")),
@@ -123,12 +130,14 @@ BREAKS = {
                                               .otherwise(pl.col("truncated")).alias("truncated")),
     "unit_not_unique": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 1).then(99)
                                                 .otherwise(pl.col("patient")).alias("patient")),
+    "reward_not_public": lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 7).then(0.25)
+                                                  .otherwise(pl.col("reward")).alias("reward")),
 }
 
 
 @pytest.mark.parametrize("rule", sorted(BREAKS))
 def test_each_fatal_rule_caught_by_both_engines(spark, tmp_path, rule):
-    spec = DomainSpec.from_dict(spec_doc(H=4, S=4, A=2, k=2, terminals=(3,), unit_column="patient"))
+    spec = _spec()
     path = tmp_path / "bad.parquet"
     BREAKS[rule](_good()).write_parquet(path)
     assert rule in validate_logs(path, spec).fatal
@@ -137,11 +146,38 @@ def test_each_fatal_rule_caught_by_both_engines(spark, tmp_path, rule):
 
 
 def test_clean_logs_break_no_rule_in_spark(spark, tmp_path):
-    spec = DomainSpec.from_dict(spec_doc(H=4, S=4, A=2, k=2, terminals=(3,), unit_column="patient"))
+    spec = _spec()  # with the logs' own public reward: checked, and not broken
     path = tmp_path / "good.parquet"
     _good().write_parquet(path)
     assert validate_logs(path, spec).releasable
     assert not any(se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec).values())
+
+
+def test_reward_not_public_counts_identical_in_both_engines(spark, tmp_path):
+    """Same rows flagged at the tolerance edge; rows broken by another rule are not flagged twice."""
+    spec = _spec()
+    tol = spec.public_reward_tolerance()
+    assert tol == 1e-6
+    d = _good()
+    i = pl.int_range(pl.len())
+    d = d.with_columns(
+        reward=pl.when(i == 0).then(0.5 + 0.9 * tol).when(i == 1).then(0.5 + 1.1 * tol)
+        .when(i == 3).then(0.5 - 1.1 * tol).when(i == 4).then(float("nan")).when(i == 10).then(None)
+        .when(i == 8).then(0.7).otherwise(pl.col("reward")),
+        next_state=pl.when(i == 8).then(9).otherwise(pl.col("next_state")))
+    path = tmp_path / "edge.parquet"
+    d.write_parquet(path)
+    counts = validate_logs(path, spec).counts
+    assert counts["reward_not_public"] == 2  # rows 1 and 3; not row 0 (within), 4 (NaN), 8 (next_state 9), 10 (null)
+    got = se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec)  # one Spark job
+    assert got["reward_not_public"] == 2
+    assert {r: counts[r] for r in got} == got
+    # the wrong declaration of the fresh-user test, in miniature: r(3) = 0 but the logs earn 0.5 entering 3
+    _good().write_parquet(path)
+    wrong = _spec({1: 0.5, 2: 0.5})
+    assert validate_logs(path, wrong).fatal == {"reward_not_public": 6}
+    with pytest.raises(ValidationFailed, match=r"reward_not_public \(6\)"):
+        se.check_fatal_rules(se.read_logs(str(path), wrong, spark), wrong)
 
 
 def test_missing_and_mistyped_columns_are_fatal(spark, tmp_path):
