@@ -11,6 +11,7 @@ from privaudit.errors import SpecError, UsageError
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.policy import load_policy, load_policy_table
 from privaudit.mdp.evaluation import evaluate_report, resolve_mdp
+from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.spec import load_spec
 
 
@@ -25,7 +26,7 @@ from privaudit.spec import load_spec
                    "unless --spec records it ($.mdp.instance_seed, written by simulate); must agree with it.")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
               help="The logs' spec: names the MDP instance ($.mdp) and, for a policy folder, must be the spec "
-                   "the policy was trained under.")
+                   "the policy was trained under. Its S, A, terminal states and public reward must be the MDP's.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only: value, optimal_value, gap, references.")
 @handle_errors
 def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
@@ -47,7 +48,8 @@ def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
     (exit 2) rather than scored.
 
     Exit codes: 0 ok, 1 unreadable or invalid policy/MDP file, 2 bad
-    arguments or spec (also a --spec the policy was not trained under).
+    arguments or spec (also a --spec the policy was not trained under, or
+    whose S, A, terminal states or public reward are not the MDP's).
 
     \b
     Example:
@@ -70,6 +72,8 @@ def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
             raise SpecError(f"policy {policy} was trained under another spec (spec_hash {pol.spec_hash}); "
                                 f"{spec_path} hashes to {spec.hash()}. Pass the spec of the policy's logs.")
     m = resolve_mdp(mdp, horizon, instance_seed=instance_seed, spec=spec)
+    if spec is not None:  # S, A, terminal states and public reward of the spec must be the MDP's (exit 2)
+        check_spec_matches_mdp(spec, m, mdp)
     pi = load_policy_table(policy, m.n_states, m.n_actions, m.horizon)
     report = evaluate_report(pi, m)
     if as_json:

@@ -28,8 +28,8 @@ def check_spec_matches_mdp(spec: DomainSpec, mdp: TabularMDP, name: str = "") ->
     Parameters
     ----------
     spec : DomainSpec
-        The logs' spec; S and A must already equal the MDP's (the caller
-        checks (H, S, A) first).
+        The logs' spec (its S and A must be the MDP's; H is not compared: a
+        named MDP may be built at another horizon).
     mdp : TabularMDP
         The known MDP (``--mdp``).
     name : str
@@ -38,6 +38,7 @@ def check_spec_matches_mdp(spec: DomainSpec, mdp: TabularMDP, name: str = "") ->
     Raises
     ------
     SpecError
+        * ``$.n_states`` or ``$.n_actions`` is not the MDP's;
         * ``$.terminal_states`` is not the MDP's set of terminal states: a
           state the spec declares terminal but the MDP continues from (the
           learners give it value 0), or a terminal state of the MDP the spec
@@ -64,6 +65,9 @@ def check_spec_matches_mdp(spec: DomainSpec, mdp: TabularMDP, name: str = "") ->
     r(s'); a stationary MDP is checked once.
     """
     label = f"`mdp` {name}" if name else "the MDP"
+    if (spec.n_states, spec.n_actions) != (mdp.n_states, mdp.n_actions):
+        raise SpecError(f"spec ($.n_states, $.n_actions) = ({spec.n_states}, {spec.n_actions}) but {label} has "
+                        f"(S, A) = ({mdp.n_states}, {mdp.n_actions}); pass the spec of logs from this MDP.")
     declared, actual = set(spec.terminal_states), set(mdp.terminal_states)
     if declared != actual:
         extra, missing = sorted(declared - actual), sorted(actual - declared)

@@ -82,6 +82,24 @@ def test_evaluate_icu_sepsis_json(tmp_path):
     assert text.exit_code == 0 and "0.6920" in text.output and "0.7922" in text.output
 
 
+def test_evaluate_refuses_a_spec_that_does_not_describe_the_mdp(tmp_path, repo_root, random_files):
+    np.save(tmp_path / "pi.npy", clinicians_policy())
+    doc = json.loads((repo_root / "sample_data" / "icu_sepsis_spec.json").read_text())
+    (tmp_path / "ok.json").write_text(json.dumps(doc))
+    ok = run("evaluate", tmp_path / "pi.npy", "--mdp", "icu-sepsis", "--spec", tmp_path / "ok.json", "--json")
+    assert ok.exit_code == 0, ok.output
+    doc["public_reward"]["values"] = {"713": 1.0}  # the fresh-user edit: death rewarded instead of survival
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    bad = run("evaluate", tmp_path / "pi.npy", "--mdp", "icu-sepsis", "--spec", tmp_path / "bad.json")
+    assert bad.exit_code == 2 and "$.public_reward {'713': 1.0} is not the reward of `--mdp` icu-sepsis" in bad.output
+    assert "Traceback" not in bad.output
+    small = json.loads((random_files / "spec.json").read_text())
+    small.pop("mdp")  # (its $.mdp would name random-tabular, refused first)
+    (tmp_path / "small.json").write_text(json.dumps(small))
+    other = run("evaluate", tmp_path / "pi.npy", "--mdp", "icu-sepsis", "--spec", tmp_path / "small.json")
+    assert other.exit_code == 2 and "($.n_states, $.n_actions) = (5, 3)" in other.output, other.output
+
+
 def test_evaluate_npz_per_step_policy(random_files):
     mdp = load_mdp(random_files / "mdp.npz")
     pi = np.random.default_rng(0).dirichlet(np.ones(3), size=(4, 5))  # (H, S, A)
