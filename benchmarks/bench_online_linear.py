@@ -13,18 +13,24 @@ Usage::
 
 Prints one line per run and writes the JSON table. On a shared machine the
 wall time depends on the load; the CPU time (user + system of the child) is
-the figure to compare with the 5-minute target.
+the figure to compare with the 5-minute target. Each child runs with one BLAS
+thread (``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` = 1
+unless set in the environment), as the Figure-1 experiment does: the arrays
+are tiny, and BLAS threads cost CPU without speed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Environment variables that set the BLAS thread count of a child (1 unless already set).
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 _CHILD = r"""
 import json, resource, sys, time
@@ -73,7 +79,10 @@ def run_one(algo: str, K: int, rho: float, which: str, progress: str = "") -> di
     """
     path = str(Path(progress) / f"{algo}_{K}.progress") if progress else ""
     code = _CHILD.format(root=str(ROOT), algo=algo, K=K, rho=rho, which=which, progress=path)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    env = dict(os.environ)
+    for var in BLAS_THREAD_VARS:   # one BLAS thread in the child unless set explicitly
+        env.setdefault(var, "1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -38,7 +38,7 @@ the counters hold integers (counts, or reals put on a power-of-two lattice
 and counted in lattice units) and every node draws the exact discrete
 Laplace (P(y) proportional to exp(-|y|/b)) or discrete Gaussian
 N_Z(0, sigma^2) of ``privaudit.privacy.samplers`` (sigma up to 2^15; beyond,
-and for ``goe``, ``privaudit.privacy.fixed_point.discrete_gaussian_batch``,
+and for ``goe``, ``privaudit.privacy.fixed_point.discrete_gaussian_scaled``,
 up to 2^47, drawn :data:`WIDE_BLOCK` nodes at a time), total variation 0 to
 the target law. An exact ``goe`` node is a symmetric integer matrix with
 independent upper entries N_Z(0, s^2) and diagonal N_Z(0, 2 s^2)
@@ -75,7 +75,7 @@ import numpy as np
 from scipy import special
 
 from privaudit.errors import UsageError
-from privaudit.privacy.fixed_point import MAX_SIGMA_UNITS, discrete_gaussian_batch
+from privaudit.privacy.fixed_point import MAX_SIGMA_UNITS, discrete_gaussian_scaled
 from privaudit.privacy.samplers import GAUSSIAN_SIGMA_MAX, exact_noise, get_sampler
 from privaudit.privacy.events import GaussianEvent, LaplaceEvent, PrivacyEvent, PrivacyUnit
 
@@ -110,11 +110,12 @@ def symmetric_discrete_gaussian(s2: Fraction, lead: tuple, dim: int, *, rng: np.
     The lattice analogue of (Z + Z^T)/sqrt(2), Z_ij ~ N(0, s^2): independent
     coordinates with the same variances (off-diagonal s^2, diagonal 2 s^2), so
     a symmetric shift Delta costs ||Delta||_F^2 / (4 s^2) zCDP (CKS 2020
-    Thm 14). Exact sampler: ``privaudit.privacy.fixed_point.discrete_gaussian_batch``.
+    Thm 14). Exact sampler: ``privaudit.privacy.fixed_point.discrete_gaussian_scaled``
+    (off-diagonal entries first, then the diagonal).
     """
     iu = np.triu_indices(dim, 1)
-    off, diag = discrete_gaussian_batch([(s2, tuple(lead) + (len(iu[0]),)), (2 * s2, tuple(lead) + (dim,))],
-                                        rng=rng)
+    off = discrete_gaussian_scaled(s2, tuple(lead) + (len(iu[0]),), rng=rng)
+    diag = discrete_gaussian_scaled(2 * s2, tuple(lead) + (dim,), rng=rng)
     m = np.zeros(tuple(lead) + (dim, dim), dtype=np.int64)
     m[..., iu[0], iu[1]] = off
     m += np.swapaxes(m, -1, -2)
@@ -279,7 +280,7 @@ class TreeCounter:
 
         The node noises are i.i.d. and independent of the data, so drawing
         up to :data:`WIDE_BLOCK` of them in one vectorised call of
-        ``discrete_gaussian_batch`` (one call per node costs milliseconds)
+        ``discrete_gaussian_scaled`` (one call per node costs milliseconds)
         is the same mechanism as drawing each when its node closes. Never
         more than the remaining releases. ``goe``: the upper off-diagonal
         entries are N_Z(0, s^2) and the diagonal N_Z(0, 2 s^2), independent,
@@ -303,7 +304,7 @@ class TreeCounter:
             raise UsageError("node_noises serves the wide exact path (goe, or exact Gaussian above 2^15 units).")
         s2 = Fraction(self.scale) ** 2            # exact: the float scale read as a rational
         if self.mechanism == "gaussian":
-            return discrete_gaussian_batch([(s2, (int(n),) + self.shape)], rng=rng)[0]
+            return discrete_gaussian_scaled(s2, (int(n),) + self.shape, rng=rng)
         return symmetric_discrete_gaussian(s2, (int(n),) + self.shape[:-2], self.shape[-1], rng=rng)
 
     def supply(self, noises: np.ndarray) -> None:

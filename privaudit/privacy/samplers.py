@@ -80,7 +80,8 @@ from mpmath.libmp import from_int, mpi_div, mpi_exp, mpi_neg
 from privaudit.errors import UsageError
 from privaudit.fmt import num
 
-__all__ = ["exact_noise", "sampler_total_variation", "noise_statement", "get_sampler", "ExactSampler", "MECHANISMS",
+__all__ = ["exact_noise", "sampler_total_variation", "noise_statement", "get_sampler",
+           "gaussian_sampler_for_variance", "ExactSampler", "MECHANISMS",
            "GAUSSIAN_SIGMA_MAX", "bernoulli_exp", "table_half_width", "EXACT_PATHS",
            "TABLE_MIN_DRAWS_PER_T"]
 
@@ -273,6 +274,35 @@ def get_sampler(mechanism: str, scale: float) -> "ExactSampler":
         raise UsageError(f"the exact {mechanism} sampler cannot draw at scale {s!r}: the noise is so small "
                          "(the privacy budget so large) that its CDF lies within 2^-16000 of a 2^-64 cell edge. "
                          "Use a smaller privacy budget (rho or epsilon).") from None
+
+
+def gaussian_sampler_for_variance(sigma2: Fraction) -> "ExactSampler":
+    """The (cached) table sampler of N_Z(0, sigma2) for an exact rational variance.
+
+    :func:`get_sampler` reads sigma from a float; a variance such as
+    2 s^2 (a GOE diagonal) or sigma^2 / 4^m (the coarse part of
+    ``privacy.fixed_point.discrete_gaussian_scaled``) need not be the square of
+    a float, so this entry takes the rational itself: P(y) proportional to
+    exp(-y^2 / (2 sigma2)) exactly.
+
+    Parameters
+    ----------
+    sigma2 : Fraction
+        Variance parameter, > 0, sigma = sqrt(sigma2) <= :data:`GAUSSIAN_SIGMA_MAX`.
+
+    Returns
+    -------
+    ExactSampler
+
+    Raises
+    ------
+    UsageError
+        sigma2 not positive or sigma above :data:`GAUSSIAN_SIGMA_MAX`.
+    """
+    sigma2 = Fraction(sigma2)
+    if not sigma2 > 0 or sigma2 > Fraction(GAUSSIAN_SIGMA_MAX) ** 2:
+        raise UsageError(f"`sigma2` must be in (0, {GAUSSIAN_SIGMA_MAX:g}^2]. Found {float(sigma2):.6g}.")
+    return _sampler("gaussian", 1 / (2 * sigma2))
 
 
 def table_half_width(mechanism: str, scale: float) -> int:

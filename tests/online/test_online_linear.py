@@ -25,7 +25,7 @@ from privaudit.online.counters import TreeCounter
 from privaudit.online.env import make_env
 from privaudit.online.protocol import run_episodes
 from privaudit.online.linear.lattice import NoiseSource
-from privaudit.online.linear.stats import RidgeStats, checked_features, psd_inverse
+from privaudit.online.linear.stats import FlooredInverse, RidgeStats, checked_features, psd_inverse
 
 H, S, A, D = 20, 2, 100, 10
 PHI = raw_features() / math.sqrt(7.0)          # seed 003's scaling: ||phi|| <= 1
@@ -418,6 +418,36 @@ def test_psd_inverse_floors_eigenvalues():
     vals = np.linalg.eigvalsh(np.linalg.inv(inv))
     assert vals.min() >= 0.5 - 1e-9
     np.testing.assert_allclose(logdet, np.log(vals).sum(axis=1))
+
+
+def test_floored_inverse_fast_path_agrees_with_the_eigenvalue_floor():
+    """Above the floor the Cholesky path returns the plain inverse and log det (no eigenvalue floored);
+    below it the eigenvalue path runs; both agree with psd_inverse to 1e-10, and after a failure the fast
+    path is skipped for ``retry`` calls."""
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(5, 4, 4))
+    spd = a @ a.transpose(0, 2, 1) + 2.0 * np.eye(4)                 # every eigenvalue >= 2
+    inv_ref, ld_ref = psd_inverse(spd, 1.0)
+    np.testing.assert_allclose(inv_ref, np.linalg.inv(spd), rtol=1e-10)
+    f = FlooredInverse(1.0, retry=2)
+    inv, ld = f(spd, symmetric=True)
+    assert f.fast_calls == 1
+    np.testing.assert_allclose(inv, inv_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ld, ld_ref, rtol=1e-10)
+    low = spd.copy()
+    low[2] -= 3.0 * np.eye(4)                                          # one matrix with eigenvalues below 1
+    assert np.linalg.eigvalsh(low[2]).min() < 1.0
+    for k in range(4):                                                 # fails, skips twice, tries again
+        inv, ld = f(low)
+        ref = psd_inverse(low, 1.0)
+        np.testing.assert_allclose(inv, ref[0], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(ld, ref[1], rtol=1e-10)
+    assert f.fast_calls == 1
+    f(spd)
+    assert f.fast_calls == 1                                           # the 4th call failed: skipping again
+    f(spd), f(spd)
+    assert f.fast_calls == 2
+    np.testing.assert_allclose(psd_inverse(spd, 1.0, fast=True)[0], inv_ref, rtol=1e-10, atol=1e-12)
 
 
 def test_bad_input_is_refused():

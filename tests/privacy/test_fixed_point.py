@@ -162,3 +162,95 @@ def test_exact_gaussian_rejection_at_a_backup_scale(monkeypatch):
     edges = np.concatenate([[-np.inf], np.floor(np.linspace(-4 * s, 4 * s, 41)) + 0.5, [np.inf]])
     obs = np.histogram(y, edges)[0]
     assert stats.chisquare(obs, np.diff(stats.norm.cdf(edges / s)) * y.size).pvalue > 1e-6
+
+
+# ----------------------------------------------------------------------------
+# discrete_gaussian_scaled: coarse table draw J, uniform fine part, exact rejection
+
+
+def _chi2_binned(y: np.ndarray, sigma2: float, width: int) -> float:
+    """Chi-square p-value of integer draws against the exact N_Z(0, sigma2) pmf, in bins [w i, w i + w).
+
+    Bins with expected count < 5 are lumped into one cell (with everything outside the table)."""
+    s = math.sqrt(sigma2)
+    lo = -(int(8 * s) // width + 1) * width
+    ys = np.arange(lo, -lo)
+    pmf = np.exp(-ys.astype(float) ** 2 / (2 * sigma2))
+    pmf /= pmf.sum()                                   # the mass beyond 8 sigma is below 1e-14
+    expected = pmf.reshape(-1, width).sum(axis=1) * y.size
+    inside = (y >= lo) & (y < -lo)
+    counts = np.bincount((y[inside] - lo) // width, minlength=expected.size).astype(float)
+    keep = expected >= 5
+    obs = np.append(counts[keep], counts[~keep].sum() + (~inside).sum())
+    ex = np.append(expected[keep], y.size - expected[keep].sum())
+    return stats.chisquare(obs, ex).pvalue
+
+
+def test_scaled_sampler_matches_the_pmf_point_by_point():
+    """sigma^2 = 2e5/3 (sigma ~ 258: M = 2, coarse sigma ~ 129): 400,000 draws against the exact pmf of
+    every integer (bins of width 1, chi-square); false failure 1e-6."""
+    y = fp.discrete_gaussian_scaled(Fraction(200_000, 3), 400_000, rng=np.random.default_rng(21))
+    assert y.dtype == np.int64 and y.shape == (400_000,)
+    assert _chi2_binned(y, 200_000 / 3, 1) > 1e-6
+
+
+def test_scaled_sampler_fine_structure_inside_the_coarse_cells():
+    """sigma = 13,000 (M = 64, coarse sigma ~ 203): 10^6 draws in bins of 16 (four per coarse cell, so a
+    wrong fine part or sign branch shows) against the exact pmf, and the residues mod 64 uniform (the
+    discrete Gaussian's residues are uniform to ~exp(-2 pi^2 (sigma/64)^2)); false failure 1e-6 each."""
+    y = fp.discrete_gaussian_scaled(Fraction(13_000) ** 2, (1000, 1000), rng=np.random.default_rng(22)).ravel()
+    assert _chi2_binned(y, 13_000.0**2, 16) > 1e-6
+    assert stats.chisquare(np.bincount(y % 64, minlength=64)).pvalue > 1e-6
+    assert abs(y.mean()) < 5 * 13_000 / 1000                       # 5 sd of the mean of 10^6 draws
+
+
+def test_scaled_sampler_exact_paths_keep_the_law(monkeypatch):
+    """Every acceptance decided by interval arithmetic (band 2^60) and every coarse value J > 0 assembled
+    in Python integers (_COARSE_SAFE = 0): still the exact pmf (bins of 8, chi-square, false failure 1e-6)."""
+    monkeypatch.setattr(fp, "_SCALED_BAND", float(2**60))
+    monkeypatch.setattr(fp, "_COARSE_SAFE", 0)
+    calls = []
+    real = fp._accept_exact
+    monkeypatch.setattr(fp, "_accept_exact", lambda *a: calls.append(1) or real(*a))
+    y = fp.discrete_gaussian_scaled(Fraction(200_000, 3), 12_000, rng=np.random.default_rng(23))
+    assert len(calls) >= 12_000
+    assert _chi2_binned(y, 200_000 / 3, 8) > 1e-6
+
+
+def test_scaled_sampler_at_the_widest_scale():
+    """sigma = 2^46 (the online explorers' lattices reach it): mean 0 and variance sigma^2 within 5 sd
+    of 400,000 draws, the 10 low bits uniform and the normal shape in 40 bins (chi-square); false failure
+    < 1e-5 in all."""
+    N, s = 400_000, 2.0**46
+    y = fp.discrete_gaussian_scaled(Fraction(2**92), N, rng=np.random.default_rng(24))
+    z = y.astype(float)
+    assert abs(z.mean()) < 5 * s / math.sqrt(N) and abs(z.var() / s**2 - 1) < 5 * math.sqrt(2 / N)
+    assert stats.chisquare(np.bincount(y & 1023, minlength=1024)).pvalue > 1e-6
+    edges = np.concatenate([[-np.inf], np.linspace(-4, 4, 41) * s, [np.inf]])
+    assert stats.chisquare(np.histogram(z, edges)[0], np.diff(stats.norm.cdf(edges / s)) * N).pvalue > 1e-6
+
+
+def test_scaled_sampler_small_sigma_and_bad_parameters(monkeypatch):
+    """Below sigma = 256 there is no room for a fine part: discrete_gaussian_batch draws; bad variances
+    are refused as by the wide sampler."""
+    used = []
+    real = fp.discrete_gaussian_batch
+    monkeypatch.setattr(fp, "discrete_gaussian_batch", lambda *a, **k: used.append(1) or real(*a, **k))
+    rng = np.random.default_rng(25)
+    assert fp.discrete_gaussian_scaled(Fraction(255) ** 2, (3, 4), rng=rng).shape == (3, 4) and used == [1]
+    assert fp.discrete_gaussian_scaled(Fraction(256) ** 2, 5, rng=rng).shape == (5,) and used == [1]
+    assert fp.discrete_gaussian_scaled(Fraction(2**40), 0, rng=rng).shape == (0,)
+    with pytest.raises(UsageError, match="sigma2"):
+        fp.discrete_gaussian_scaled(Fraction(0), 3, rng=rng)
+    with pytest.raises(UsageError, match="2\\^47"):
+        fp.discrete_gaussian_scaled(Fraction(2**100), 3, rng=rng)
+
+
+def test_gaussian_sampler_for_a_rational_variance():
+    """The table sampler by exact variance: the same cached sampler as the float scale where the variance
+    is a float's square; non-squares accepted; out-of-range variances refused."""
+    assert samplers.gaussian_sampler_for_variance(Fraction(9, 4)) is samplers.get_sampler("gaussian", 1.5)
+    assert samplers.gaussian_sampler_for_variance(Fraction(2)).x == Fraction(1, 4)
+    for bad in (Fraction(0), Fraction(-1), Fraction(samplers.GAUSSIAN_SIGMA_MAX) ** 2 + 1):
+        with pytest.raises(UsageError, match="sigma2"):
+            samplers.gaussian_sampler_for_variance(bad)

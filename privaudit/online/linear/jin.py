@@ -44,7 +44,8 @@ from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensiti
 from privaudit.online.counters import TreeCounter, tree_counter_event, tree_levels
 from privaudit.online.linear.lattice import (Lattice, LatticeStats, NoiseSource, choose_lattice,
                                              grid_features, release)
-from privaudit.online.linear.stats import RidgeStats, bonus_table, checked_features, psd_inverse, TIE_DECIMALS
+from privaudit.online.linear.stats import (FlooredInverse, RidgeStats, TIE_DECIMALS, bonus_table,
+                                           checked_features)
 from privaudit.online.protocol import Agent
 from privaudit.privacy.events import GaussianEvent, PrivacyEvent, PrivacyUnit
 
@@ -164,6 +165,7 @@ class _JinFamily(LinearExplorer):
         self.stats = RidgeStats(self.H, self.S, self.d, constants.lam + constants.shift)
         self.Q = np.full((self.H, self.S, self.A), float(self.H))
         self.lat: LatticeStats | None = None     # integer lattice statistics of a private run with noise
+        self._inverse = FlooredInverse(constants.floor)   # eigenvalue-floored inverse of a Gram release
 
     def _backward(self, inv: np.ndarray, target) -> None:
         """Recompute Q for h = H-1..0 from ``inv`` (H, d, d) and the target release ``target(h, v)``.
@@ -304,7 +306,7 @@ class LuyoLSVIUCB(_JinFamily):
             # the batch that just ended is the next leaf of the H Gram trees
             gram = self._gram_release(self.tree.update(self._batch_gram))
             self._batch_gram[:] = 0
-            inv, _ = psd_inverse(gram, self.c.floor)
+            inv, _ = self._inverse(gram, symmetric=self.lat is not None)
             self._backward(inv, self._target_release())
             self.n_switches += 1
         return self.pi
@@ -353,7 +355,7 @@ class NgoLSVIUCB(_JinFamily):
 
     def _prepare(self) -> np.ndarray:
         """Greedy actions (H, S); recomputed at a (capped) determinant-doubling switch."""
-        inv, logdet = psd_inverse(self._gram_release(self._released), self.c.floor)
+        inv, logdet = self._inverse(self._gram_release(self._released), symmetric=self.lat is not None)
         if self._logdet_last is None:
             self._logdet_last = logdet
             return self.pi

@@ -7,8 +7,10 @@ continuous law the accounting assumes. So, as DP-VAPVI does
 is put on a power-of-two grid *before* the sums, each statistic is an exact
 integer multiple of its lattice step 2^-bits, and the noise is the exact
 discrete Gaussian N_Z(0, sigma^2 4^bits) on those integers
-(``privaudit.privacy.fixed_point.discrete_gaussian_batch``, Canonne, Kamath &
-Steinke 2020, Algorithm 3; total variation 0 to the target law). The release
+(``privaudit.privacy.fixed_point.discrete_gaussian_scaled``: a coarse part
+from the exact table sampler, a uniform fine part and an exact rejection
+test; total variation 0 to the target law, Canonne, Kamath & Steinke 2020
+for the discrete Gaussian mechanism). The release
 is an integer; its cost is Delta^2 / (2 sigma^2) per vector and
 ||Delta||_F^2 / (4 s^2) per symmetric matrix (CKS 2020 Thm 14, independent
 coordinates; the lattice scales Delta and sigma alike), exactly what the
@@ -51,7 +53,7 @@ import numpy as np
 
 from privaudit.errors import UsageError
 from privaudit.online.counters import symmetric_discrete_gaussian
-from privaudit.privacy.fixed_point import discrete_gaussian_batch, to_grid_nearest, to_grid_toward_zero
+from privaudit.privacy.fixed_point import discrete_gaussian_scaled, to_grid_nearest, to_grid_toward_zero
 
 #: phi is rounded toward zero to multiples of 2^-FEATURE_BITS (as DP-VAPVI).
 FEATURE_BITS = 12
@@ -115,8 +117,8 @@ class Lattice:
                 "squared_values": f"2^-{self.square_bits}, nearest",
                 "statistics": {"gram": f"2^-{self.gram_bits}", "target": f"2^-{self.target_bits}",
                                "squared_target": f"2^-{self.square_target_bits}"},
-                "noise": "exact discrete Gaussian on the integer multiples (CKS 2020 Alg. 3; "
-                         "privacy.fixed_point.discrete_gaussian_batch); matrices: independent upper "
+                "noise": "exact discrete Gaussian on the integer multiples (CKS 2020; "
+                         "privacy.fixed_point.discrete_gaussian_scaled); matrices: independent upper "
                          "entries N_Z(0, s^2), diagonal N_Z(0, 2 s^2)"}
 
 
@@ -315,8 +317,8 @@ class NoiseSource:
         """``n`` fresh vectors N_Z(0, (sigma 2^bits)^2 I_dim), int64 (n, dim): noise of sigma on 2^-bits."""
         self._count(family, n)
         return self._take(family, ("vector", sigma, bits, n, dim),
-                          lambda m: discrete_gaussian_batch([(self._variance(sigma, bits), (m, n, dim))],
-                                                            rng=self.rng)[0])
+                          lambda m: discrete_gaussian_scaled(self._variance(sigma, bits), (m, n, dim),
+                                                             rng=self.rng))
 
     def goe(self, family: str, s: float, bits: int, n: int, dim: int) -> np.ndarray:
         """``n`` fresh symmetric integer matrices, entries N_Z(0, (s 2^bits)^2), diagonal twice that variance."""

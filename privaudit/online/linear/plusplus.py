@@ -46,10 +46,12 @@ from privaudit.errors import UsageError
 from privaudit.online.linear.constants import PlusPlusConstants
 from privaudit.online.linear.jin import PRIVACY_UNIT, LinearExplorer, _goe_event, _vec_event
 from privaudit.online.linear.lattice import LatticeStats, choose_lattice, release
-from privaudit.online.linear.stats import RidgeStats, greedy, psd_inverse
+from privaudit.online.linear.stats import FlooredInverse, RidgeStats, greedy
 from privaudit.privacy.events import PrivacyEvent
 
 _LOG2 = math.log(2.0)
+#: np.clip's ufunc: clip(x, lo, hi) = min(max(x, lo), hi) elementwise, with array bounds, in one call.
+_CLIP = np._core.umath.clip
 
 
 class LSVIUCBPlusPlus(LinearExplorer):
@@ -100,35 +102,43 @@ class LSVIUCBPlusPlus(LinearExplorer):
                                                       lat.square_target_bits]))[:, None]
         self.stats = RidgeStats(self.H, self.S, self.d, constants.lam + constants.shift)
         self._public = (constants.lam + constants.shift) * np.eye(self.d)
-        H, S = self.H, self.S
-        # Q-hat and Q-check stored signed, Z[h] = (Q-hat_h, -Q-check_h) (H, 2, S*A), so that one
-        # minimum and one maximum update both (Q-hat = min{new, old}, Q-check = max{new, old});
-        # likewise Vs[h] = (V-hat_h, -V-check_h) (H + 1, 2, S), row H is V_{H+1} = 0
-        self._Z = np.zeros((H, 2, S * self.A))
-        self._Z[:, 0] = H
+        self._inverse = FlooredInverse(constants.floor)
+        H, S, SA = self.H, self.S, self.S * self.A
+        # The backward pass works in units of the V grid, 2^-VB (lattice; 1 without it), so that V on the
+        # grid is one rint: every stored Q and V below is ``_scale`` times its real value (a power of two:
+        # exact). Q state per h, 4 rows (H, 4, S*A): [Q-check, 0, H, Q-hat]; a switch sets rows (0, 3) to
+        # clip(x, rows (0, 1), rows (2, 3)) in one ufunc, i.e. Q-check = clip(new, Q-check_old, H) = min{max{new,
+        # old}, H} and Q-hat = clip(new, 0, Q-hat_old) = max{min{new, old}, 0} (l.197-199, corrected).
+        self._scale = 1.0 if self.lat is None else math.ldexp(1.0, self.lattice.value_bits)
+        self._Q = np.zeros((H, 4, SA))
+        self._Q[:, 2:] = H * self._scale
+        # (V-check_h, V-hat_h)(s) for h = 0..H, scaled (H + 1, 2, S); row H is V_{H+1} = 0
         self._Vs = np.zeros((H + 1, 2, S))
-        self._Vs[:H, 0] = H
-        self._lo = np.array([[0.0], [-float(H)]])            # lower clips of the two rows: Q-hat >= 0, Q-check <= H
-        self._hi = np.array([[float(H)], [0.0]])             # upper clips: Q-hat <= H, Q-check >= 0
+        self._Vs[:H, 1] = H * self._scale
         self._logdet_last: np.ndarray | None = None
         self._phi_t = np.ascontiguousarray(self.phi_flat.T)   # (d, S*A)
         self._beta_opt = constants.beta_bern if constants.optimistic == "bernstein" else constants.beta_hoef
         self._cur: dict | None = None
+        # buffers of the backward pass: coefficient rows [b_s' (S); noise V-check; noise V-hat] (H, S + 2, d),
+        # their products with Lambda^-1 phi^T plus the public parts (H, S + 2, S*A), the indices x (H, 2, S*A)
+        self._coef = np.zeros((H, S + 2, self.d))
+        self._pb_aug = np.empty((H, S + 2, SA))
+        self._x = np.empty((H, 2, SA))
 
     @property
     def Qhat(self) -> np.ndarray:
-        """Optimistic Q-hat_h(s, a), shape (H, S*A) (a view)."""
-        return self._Z[:, 0]
+        """Optimistic Q-hat_h(s, a), shape (H, S*A) (a copy)."""
+        return self._Q[:, 3] / self._scale
 
     @property
     def V(self) -> np.ndarray:
         """(V-hat_h, V-check_h)(s) for h = 0..H, shape (H + 1, 2, S) (a copy; row H is V_{H+1} = 0)."""
-        return self._Vs * np.array([1.0, -1.0])[:, None]
+        return self._Vs[:, ::-1] / self._scale
 
     @property
     def Qchk(self) -> np.ndarray:
         """Pessimistic Q-check_h(s, a), shape (H, S*A) (a copy)."""
-        return -self._Z[:, 1]
+        return self._Q[:, 0] / self._scale
 
     # -- releases ---------------------------------------------------------
     def _release_gram(self) -> tuple[np.ndarray, np.ndarray]:
@@ -142,10 +152,11 @@ class LSVIUCBPlusPlus(LinearExplorer):
         if not self.private:
             return self.stats.inv, self.stats.logdet
         if self.lat is None:
-            return psd_inverse(self.stats.gram, self.c.floor)
+            return self._inverse(self.stats.gram)
         bits = self.lattice.gram_bits
         noisy = self.lat.gram + self.noise.goe("gram", self.c.noise_gram, bits, self.H, self.d)
-        return psd_inverse(release(noisy, bits) + self._public, self.c.floor)
+        # exactly symmetric: integer statistic and noise, a power-of-two scale, a diagonal public part
+        return self._inverse(release(noisy, bits) + self._public, symmetric=True)
 
     def exact_gram(self) -> np.ndarray:
         """The exact weighted Gram statistic under the release, real units (H, d, d), with the public
@@ -171,14 +182,33 @@ class LSVIUCBPlusPlus(LinearExplorer):
         """Released targets of step(s) ``h``: sum w phi (V, V-check, V^2)(s') + noise, real units (.., 3, d).
 
         ``vals`` (.., 3, S) holds V-hat_{h+1}, V-check_{h+1} (clipped to [0, H])
-        and V-hat_{h+1}^2. Lattice: the V's rounded to the nearest 2^-VB, V^2 to
-        the nearest 2^-SB, integer sums, integer noise, then real units
-        (``_unit_in`` / ``_unit_out`` are powers of two: exact).
+        and V-hat_{h+1}^2 in real units (the auditor's gray-box view,
+        ``privaudit.audit.online``); the agent itself uses :meth:`_targets_now`,
+        the same numbers from its scaled state.
         """
         if self.lat is None:
             return vals @ self.stats.b[h]
         q = np.rint(vals * self._unit_in).astype(np.int64)
         return (q @ self.lat.b[h] + noise) * self._unit_out
+
+    def _targets_now(self, noise) -> np.ndarray:
+        """Released targets of every step: sum w phi (V, V-check, V^2)(s') + noise, real units (H, 3, d).
+
+        The values are V-hat_{h+1}, V-check_{h+1} (clipped to [0, H]) and
+        V-hat_{h+1}^2 of the current Q. Lattice: the V's rounded to the nearest
+        2^-VB, V^2 to the nearest 2^-SB, integer sums, integer noise, then real
+        units (``_unit_out`` and the scalings are powers of two: exact).
+        """
+        vs = self._Vs[1:]                                          # (H, 2, S): V-check, V-hat, scaled
+        if self.lat is None:
+            return np.stack([vs[:, 1], vs[:, 0], vs[:, 1] * vs[:, 1]], axis=1) @ self.stats.b
+        lat = self.lattice
+        q = np.empty((self.H, 3, self.S))
+        np.rint(vs[:, 1], out=q[:, 0])                             # V-hat on 2^-VB (already scaled by 2^VB)
+        np.rint(vs[:, 0], out=q[:, 1])
+        np.multiply(vs[:, 1], vs[:, 1], out=q[:, 2])               # V^2 2^(2 VB) -> V^2 2^SB, exact
+        np.rint(np.ldexp(q[:, 2], lat.square_bits - 2 * lat.value_bits, out=q[:, 2]), out=q[:, 2])
+        return (q.astype(np.int64) @ self.lat.b + noise) * self._unit_out
 
     # -- episode ----------------------------------------------------------
     def _prepare(self) -> np.ndarray:
@@ -189,60 +219,78 @@ class LSVIUCBPlusPlus(LinearExplorer):
             switch = False
         else:
             switch = bool((logdet - self._logdet_last >= _LOG2 + self.c.switch_margin).any())
-        H, S, A = self.H, self.S, self.A
         noise = self._vec_noise()
         if switch:
-            # Q-hat / Q-check at every (s, a) are linear in V_{h+1}: with M_h = Lambda_h^-1 phi^T (d, S*A),
-            # x_h = y_h^T M_h, y_h = b_h^T V_{h+1} (+ noise), so x_h = V_{h+1}^T (b_h M_h) + noise_h^T M_h.
-            # b_h M_h, noise_h^T M_h and the bonuses for all h in three batched products (post-processing;
-            # the releases themselves are formed below)
-            mT = inv @ self._phi_t                                 # (H, d, S*A); inv is symmetric
-            bon = np.sqrt(np.maximum((mT * self._phi_t).sum(axis=1), 0.0))     # (H, S*A)
-            base = np.empty((H, 2, S * A))
-            np.add(self.r_flat, self._beta_opt * bon, out=base[:, 0])
-            np.subtract(self.r_flat, self.c.beta_hoef * bon, out=base[:, 1])
-            if self.c.noise_z > 0 and self.c.noise_v > 0:
-                # z sd of the target noise's part of w^T phi: eta^T Lambda^-1 phi, eta ~ N(0, noise_v^2 I),
-                # has sd noise_v ||Lambda^-1 phi||_2 given the released Lambda (post-processing)
-                nb = self.c.noise_z * self.c.noise_v * np.sqrt((mT * mT).sum(axis=1))
-                base[:, 0] += nb
-                base[:, 1] -= nb
-            if self.lat is None:
-                pb, unit = self.stats.b @ mT, None                 # (H, S, S*A)
-            else:                                                  # lattice units -> real (powers of two)
-                unit = math.ldexp(1.0, self.lattice.value_bits)
-                pb = (self.lat.b @ mT) * self._unit_out[0, 0]
-                base += (noise[:, :2] @ mT) * self._unit_out[:2]
-            # one matmul per h: [V_{h+1} on the grid, 1, 0; -V-check_{h+1}, 0, 1] @ [pb_h; base_opt_h; -base_pes_h]
-            base[:, 1] *= -1.0
-            pb_aug = np.concatenate([pb, base], axis=1)            # (H, S + 2, S*A)
-            v_aug = np.zeros((2, S + 2))
-            v_aug[0, S], v_aug[1, S + 1] = 1.0, 1.0
-            vg = v_aug[:, :S]                                      # view: V_{h+1} rows, signed
-            x = np.empty((H, 2, S * A))                            # signed unclipped indices
-            Z, Vs, lo, hi = self._Z, self._Vs, self._lo, self._hi
-            for h in range(H - 1, -1, -1):                         # sequential in h: V_h needs V_{h+1}
-                if unit is None:
-                    vg[...] = Vs[h + 1]
-                else:                                              # V on the 2^-VB grid, in grid units
-                    np.rint(np.multiply(Vs[h + 1], unit, out=vg), out=vg)
-                xh = np.matmul(v_aug, pb_aug[h], out=x[h])
-                zh = Z[h]                                          # in place; 0 <= Q-hat <= H, 0 <= Q-check <= H
-                # monotone (l.197-199): Q-hat = min{new, old}, Q-check = max{new, old}; old Q-hat <= H and
-                # -Q-check <= 0 already. Otherwise the new estimate, clipped to [0, H]
-                np.minimum(xh, zh if self.c.monotone else hi, out=zh)
-                np.maximum(zh, lo, out=zh)
-                zh[0].reshape(S, A).max(axis=1, out=Vs[h, 0])
-                zh[1].reshape(S, A).min(axis=1, out=Vs[h, 1])
-            self.pi = greedy(self._Z[:, 0].reshape(H, S, A), x[:, 0].reshape(H, S, A))
+            self._backward(inv, noise)
             self._logdet_last = logdet.copy()
             self.n_switches += 1
         # the 3H target releases with this episode's V_{h+1} (after a switch: the new ones)
-        vh = self._Vs[1:, 0]
-        y = self._targets(slice(None), np.stack([vh, -self._Vs[1:, 1], vh * vh], axis=1), noise)
-        w = y @ inv                                                # (H, 3, d); inv is symmetric
+        w = self._targets_now(noise) @ inv                             # (H, 3, d); inv is symmetric
         self._cur = {"inv": inv, "w": w}                          # w[:, 0..2]: w-hat, w-check, w-bar
         return self.pi
+
+    def _backward(self, inv: np.ndarray, noise) -> None:
+        """Q-hat, Q-check, V for h = H-1..0 from the released inverses and this episode's target noise.
+
+        Q-hat / Q-check at every (s, a) are linear in V_{h+1}: with M_h = Lambda_h^-1 phi^T (d, S*A),
+        x_h = y_h^T M_h, y_h = b_h^T V_{h+1} (+ noise), so x_h = V_{h+1}^T (b_h M_h) + noise_h^T M_h.
+        b_h M_h, noise_h^T M_h and the bonuses for all h are formed first, in batched products
+        (post-processing; the releases themselves are formed in :meth:`_targets_now`); each step is then
+        one (2, S + 2) @ (S + 2, S*A) product, one clip (the monotone update and [0, H]), one max over
+        the actions and one rint (V on the lattice grid), in units of 2^-VB (``_scale``).
+        """
+        H, S, A, c, sc = self.H, self.S, self.A, self.c, self._scale
+        mT = inv @ self._phi_t                                     # (H, d, S*A); inv is symmetric
+        bon = np.einsum("hds,ds->hs", mT, self._phi_t)             # ||phi||^2_{Lambda^-1}
+        np.sqrt(np.maximum(bon, 0.0, out=bon), out=bon)
+        pb = self._pb_aug                                          # rows: b_s' M (S), V-check, V-hat parts
+        if self.lat is None:
+            np.matmul(self.stats.b, mT, out=pb[:, :S])
+            pb[:, S:] = 0.0
+        else:
+            coef, lat = self._coef, self.lattice                   # real units x _scale (powers of two)
+            np.ldexp(self.lat.b, -(lat.feature_bits + lat.weight_bits), out=coef[:, :S])
+            np.multiply(noise[:, 1], self._unit_out[1, 0] * sc, out=coef[:, S])
+            np.multiply(noise[:, 0], self._unit_out[0, 0] * sc, out=coef[:, S + 1])
+            np.matmul(coef, mT, out=pb)
+        lo = self.r_flat - c.beta_hoef * bon                       # pessimistic and optimistic public parts
+        hi = self.r_flat + self._beta_opt * bon
+        if c.noise_z > 0 and c.noise_v > 0:
+            # z sd of the target noise's part of w^T phi: eta^T Lambda^-1 phi, eta ~ N(0, noise_v^2 I),
+            # has sd noise_v ||Lambda^-1 phi||_2 given the released Lambda (post-processing)
+            nb = np.einsum("hds,hds->hs", mT, mT)
+            np.sqrt(nb, out=nb)
+            nb *= c.noise_z * c.noise_v
+            lo -= nb
+            hi += nb
+        if sc != 1.0:
+            lo *= sc
+            hi *= sc
+        pb[:, S] += lo
+        pb[:, S + 1] += hi
+        v_aug = np.zeros((2, S + 2))                               # [V-check_{h+1}, 1, 0; V-hat_{h+1}, 0, 1]
+        v_aug[0, S], v_aug[1, S + 1] = 1.0, 1.0
+        vg = v_aug[:, :S]                                          # view: V_{h+1} on the grid
+        x, Q, Vs = self._x, self._Q, self._Vs
+        upper = float(H) * sc
+        clip = np.clip if not c.monotone else None
+        for h in range(H - 1, -1, -1):                             # sequential in h: V_h needs V_{h+1}
+            if self.lat is None:
+                vg[...] = Vs[h + 1]
+            else:
+                np.rint(Vs[h + 1], out=vg)
+            xh = np.matmul(v_aug, pb[h], out=x[h])
+            qh = Q[h]
+            # monotone (l.197-199): Q-check = clip(new, Q-check_old, H), Q-hat = clip(new, 0, Q-hat_old);
+            # otherwise the new estimate clipped to [0, H]
+            if clip is None:
+                _CLIP(xh, qh[0:2], qh[2:4], out=qh[0::3])
+            else:
+                clip(xh, 0.0, upper, out=qh[0::3])
+            qh[0::3].reshape(2, S, A).max(axis=2, out=Vs[h])
+        qhat = Q[:, 3] if sc == 1.0 else Q[:, 3] / sc
+        index = x[:, 1] if sc == 1.0 else x[:, 1] / sc
+        self.pi = greedy(qhat.reshape(H, S, A), index.reshape(H, S, A))
 
     def weights(self, phi_traj: np.ndarray) -> np.ndarray:
         """sigma-bar_{k,h}^{-2} at the visited (s_h, a_h), shape (H,), from this episode's releases.
