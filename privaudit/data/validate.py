@@ -63,16 +63,30 @@ RULES: dict[str, tuple[str, str]] = {
 #: running return). A return below it is fatal: no repair short of inventing
 #: reward would lift it, and the declared fact is false for these logs. Every other rule (missing columns, nulls, NaN
 #: rewards, states/actions outside the domain, broken episode structure, rows
-#: after a terminal, an episode split across units, ...) is fatal: bounding
+#: after a terminal, an episode split across units, a logged reward that is not
+#: the declared public reward, ...) is fatal: bounding
 #: cannot repair it without guessing, and counting such rows would break the
 #: domain or the sensitivity argument.
 BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range", "return_above_bound")
 
+
 def public_reward_table(spec: DomainSpec) -> tuple[list[int], list[float]]:
-    """The states the public reward lists and their values r(s') (unlisted states earn 0)."""
+    """The declared public reward as (states, values), for a join-free lookup of r(next_state).
+
+    Parameters
+    ----------
+    spec : DomainSpec
+        A spec that declares ``public_reward`` (kind ``next_state``).
+
+    Returns
+    -------
+    states : list of int
+        The states ``$.public_reward.values`` lists (each in [0, S), checked by the spec).
+    values : list of float
+        r(s') of each, in reward units. Unlisted states earn 0.
+    """
     values = spec.public_reward["values"]
     return [int(k) for k in values], [float(v) for v in values.values()]
-
 
 
 @dataclass(frozen=True)

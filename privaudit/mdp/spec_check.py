@@ -103,9 +103,9 @@ def check_spec_matches_mdp(spec: DomainSpec, mdp: TabularMDP, name: str = "") ->
                        for si, ai, w, g in zip(s, a, want, got))
         cells = steps * int(live.sum()) * A
         values = spec.public_reward["values"]
-        shown = dict(list(values.items())[:5])
+        shown = f"{dict(list(values.items())[:5])}" + (" (and more)" if len(values) > 5 else "")
         raise SpecError(
-            f"spec $.public_reward {shown}{' (and more)' if len(values) > 5 else ''} is not the reward of {label}: the expected "
+            f"spec $.public_reward {shown} is not the reward of {label}: the expected "
             f"reward sum_s' P(s'|s,a) r(s') it implies differs from the MDP's r(s, a) by more than "
             f"{tol:g} in {bad_total:,} of {cells:,} non-terminal (step, state, action) cells, e.g. {at}. "
             "The learners would plan with the declared reward and be scored on the MDP's. Declare the MDP's "
