@@ -54,3 +54,25 @@ def connect_url(spark):
     from tests._spark import start_connect_server
 
     return start_connect_server(spark)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_runs(request, tmp_path_factory):
+    """Slow subprocess checks started with the session's first test, for tests that wait for them later.
+
+    The quiet-start test's CLI release (tests/_spark.py, :class:`QuietCliRelease`) starts its own JVM and
+    takes ~50 s of CPU, nearly all in that JVM: started here, it runs on the second core while the
+    single-threaded tests run on the first, and the test only waits for what is left of it. Started only
+    when that test is selected and Spark can run here; the test starts the run itself otherwise (same
+    command, same check), so no test depends on the order of the others.
+    """
+    runs = {}
+    if any(item.nodeid == "tests/stats/test_spark_connect.py::test_cli_spark_start_is_quiet"
+           for item in request.session.items):
+        from tests._spark import spark_missing, start_quiet_cli_release
+
+        if spark_missing() is None:
+            runs["quiet_start"] = start_quiet_cli_release(tmp_path_factory.mktemp("quiet-start"))
+    yield runs
+    for run in runs.values():
+        run.stop()

@@ -18,7 +18,7 @@ import sys
 import polars as pl
 import pytest
 
-from tests._spark import TEST_JVM_OPTIONS, skip_without_spark
+from tests._spark import skip_without_spark, start_quiet_cli_release
 
 skip_without_spark()
 
@@ -163,15 +163,14 @@ def test_startup_notices_are_dropped_and_other_lines_kept(monkeypatch):
     assert sink.getvalue().splitlines() == lines[5:]
 
 
-def test_cli_spark_start_is_quiet(tmp_path):
-    """A JVM started by the CLI prints none of Spark's start-up notices (log4j at ERROR from its first line)."""
-    path, spec = _logs(tmp_path, ids="int", k=2, n_units=20)
-    spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps(spec_doc(**SPEC)))
-    res = _run(CLI, "release", str(path), "--spec", str(spec_file), "--rho", "1", "--seed", "5", "--stationary",
-               "--out", str(tmp_path / "spark"), "--engine", "spark", "--master", "local[1]",
-               env={"SPARK_SUBMIT_OPTS": TEST_JVM_OPTIONS, "SPARK_LOCAL_IP": "127.0.0.1"})
+def test_cli_spark_start_is_quiet(early_runs, tmp_path):
+    """A JVM started by the CLI prints none of Spark's start-up notices (log4j at ERROR from its first line).
+
+    The CLI run (a fresh process, so a fresh JVM: ``release --engine spark --master local[1]``) is started
+    with the session's first test (``early_runs`` in conftest.py) and runs beside the other tests."""
+    run = early_runs.get("quiet_start") or start_quiet_cli_release(tmp_path)
+    res = run.result()
     assert res.returncode == 0, res.stderr
     assert "contribution bounding" in res.stderr and not _noise(res.stderr), res.stderr
-    ref = release_logs(path, spec, rho=1, out=tmp_path / "polars", seed=5, stationary=True)
-    _same_release(ref.out, tmp_path / "spark")
+    ref = release_logs(run.logs, run.spec, rho=1, out=tmp_path / "polars", seed=5, stationary=True)
+    _same_release(ref.out, run.out)

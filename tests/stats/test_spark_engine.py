@@ -26,7 +26,8 @@ from privaudit.privacy import ledger as ledger_mod  # noqa: E402
 from privaudit.spec import DomainSpec  # noqa: E402
 from privaudit.stats import spark_engine as se  # noqa: E402
 from privaudit.stats.counts import sparse_counts  # noqa: E402
-from tests._release_logs import random_log, spec_doc  # noqa: E402
+from tests._release_logs import spec_doc  # noqa: E402
+from tests._spark import spark_test_logs as _logs  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -46,28 +47,6 @@ def _assert_identical(a, b, spec, stationary):
     np.testing.assert_array_equal(a.rewards, b.rewards)
     for h in range(1 if stationary else spec.H):
         np.testing.assert_array_equal(a.transitions_at(h), b.transitions_at(h))
-
-
-def _logs(tmp_path, *, ids, k, n_units, parts=1, seed=5):
-    H, S, A = 4, 5, 3
-    rng = np.random.default_rng(seed)
-    df = random_log(rng, 120, H=H, S=S, A=A, terminals=(4,), max_len=H + 2, n_units=n_units,
-                    reward_spill=0.3)
-    if ids == "string":  # non-ASCII text ids; units as text too
-        df = df.with_columns(("épisode-€-" + pl.col("episode_id").cast(pl.String)).alias("episode_id"),
-                             ("p" + pl.col("patient").cast(pl.String)).alias("patient"))
-    elif ids == "negative":
-        df = df.with_columns((-pl.col("episode_id") * 7919 - 3).alias("episode_id"))
-    spec = DomainSpec.from_dict(spec_doc(H=H, S=S, A=A, k=k, terminals=(4,), unit_column="patient"))
-    if parts == 1:
-        path = tmp_path / "logs.parquet"
-        df.write_parquet(path)
-    else:
-        path = tmp_path / "parts"
-        path.mkdir()
-        for i in range(parts):  # rows of one episode may sit in different parts
-            df[i::parts].write_parquet(path / f"part-{i:03d}.parquet")
-    return path, spec
 
 
 # Few cases, each a few Spark jobs: together they cover k = 1 and k > 1, integer (incl. negative) and
