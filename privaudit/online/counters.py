@@ -113,14 +113,20 @@ def symmetric_discrete_gaussian(s2: Fraction, lead: tuple, dim: int, *, rng: np.
     Thm 14). Exact sampler: ``privaudit.privacy.fixed_point.discrete_gaussian_scaled``
     (off-diagonal entries first, then the diagonal).
     """
+    n_off = dim * (dim - 1) // 2
+    vals = np.empty(tuple(lead) + (n_off + dim,), dtype=np.int64)   # upper entries (row-major), then diagonal
+    vals[..., :n_off] = discrete_gaussian_scaled(s2, tuple(lead) + (n_off,), rng=rng)
+    vals[..., n_off:] = discrete_gaussian_scaled(2 * s2, tuple(lead) + (dim,), rng=rng)
+    return np.take(vals, _symmetric_index(dim), axis=-1)
+
+
+def _symmetric_index(dim: int) -> np.ndarray:
+    """(dim, dim) positions in [upper entries (row-major), diagonal] of each entry of a symmetric matrix."""
     iu = np.triu_indices(dim, 1)
-    off = discrete_gaussian_scaled(s2, tuple(lead) + (len(iu[0]),), rng=rng)
-    diag = discrete_gaussian_scaled(2 * s2, tuple(lead) + (dim,), rng=rng)
-    m = np.zeros(tuple(lead) + (dim, dim), dtype=np.int64)
-    m[..., iu[0], iu[1]] = off
-    m += np.swapaxes(m, -1, -2)
-    m[..., np.arange(dim), np.arange(dim)] = diag
-    return m
+    idx = np.empty((dim, dim), dtype=np.intp)
+    idx[iu] = idx[iu[::-1]] = np.arange(len(iu[0]))
+    idx[np.arange(dim), np.arange(dim)] = len(iu[0]) + np.arange(dim)
+    return idx
 
 
 def tree_levels(n_releases: int) -> int:

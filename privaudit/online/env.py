@@ -250,6 +250,63 @@ class EpisodicEnv:
         run["h"], run["s"], run["c2"], run["c3"] = h + 1, s_next, w[2], w[3]
         return r, s_next
 
+    def rollout(self, k: int, pi) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """User ``k``'s whole episode under the deterministic Markov policy ``pi``, in one call.
+
+        The same as ``s = reset(k)`` followed by ``step(pi[h, s])`` for h = 0..H-1
+        (the same Philox blocks, states and rewards), without the per-step
+        calls: the episode loop of ``privaudit.online.protocol.run_episodes``
+        for agents that act by their declared policy.
+
+        Parameters
+        ----------
+        k : int
+            The user.
+        pi : array of int, shape (H, S)
+            Actions in [0, A).
+
+        Returns
+        -------
+        states : ndarray, shape (H + 1,), int64
+            s_0, ..., s_H.
+        actions : ndarray, shape (H,), int64
+            pi[h, s_h].
+        rewards : ndarray, shape (H,), float64
+
+        Raises
+        ------
+        UsageError
+            ``pi`` of the wrong shape or with actions outside [0, A).
+        """
+        pi = np.asarray(pi)
+        run = self._run
+        H, S, A = run["H"], run["S"], run["A"]
+        if pi.shape != (H, S) or not np.issubdtype(pi.dtype, np.integer) or pi.min() < 0 or pi.max() >= A:
+            raise UsageError(f"`pi` must hold integer actions in [0, {A}) with shape ({H}, {S}). "
+                             f"Got shape {pi.shape}, dtype {pi.dtype}.")
+        s = self.reset(k)
+        acts = pi.tolist()
+        key, ctr, block = run["key"], run["ctr"], run["philox"].block
+        c2, c3 = run["c2"], run["c3"]
+        cdf, rew = self._cdf, self._rew
+        cdf_steps, rew_steps, rew_next = run["cdf_steps"], run["rew_steps"], run["rew_next"]
+        states, actions, rewards = [s], [], []
+        for h in range(H):   # sequential by nature: each step's block chains on the last (as step)
+            a = acts[h][s]
+            ctr[0], ctr[1], ctr[2], ctr[3] = h + 1, a, c2, c3
+            w = block(key, ctr).tolist()
+            s_next = int(cdf[h if cdf_steps else 0, s, a].searchsorted((w[0] >> 11) * _TWO_M53, "right"))
+            if s_next >= S:
+                s_next = S - 1
+            rw = rew[h if rew_steps else 0, s, a]
+            rewards.append(float(rw[s_next] if rew_next else rw))
+            actions.append(a)
+            states.append(s_next)
+            s, c2, c3 = s_next, w[2], w[3]
+        run["h"], run["s"], run["c2"], run["c3"] = H, s, c2, c3
+        return (np.array(states, dtype=np.int64), np.array(actions, dtype=np.int64),
+                np.array(rewards, dtype=np.float64))
+
     def respond(self, k: int, actions) -> tuple[np.ndarray, np.ndarray]:
         """User ``k``'s response to a fixed action sequence (for tests and audits).
 

@@ -68,6 +68,19 @@ class Agent(abc.ABC):
     def end_episode(self) -> None:
         """The episode is over: update (and release) the statistics."""
 
+    #: True when :meth:`act` always returns ``policy()[h, s]`` (the default :meth:`act` does), so
+    #: that :func:`run_episodes` may play the episode in one ``env.rollout`` call and hand the
+    #: trajectory over with :meth:`observe_episode`.
+    acts_by_policy = False
+
+    def observe_episode(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """The whole response of the user: states (H + 1,), actions (H,), rewards (H,).
+
+        Default: :meth:`observe` step by step (the same calls the step loop makes).
+        """
+        for h in range(len(actions)):
+            self.observe(h, int(states[h]), int(actions[h]), float(rewards[h]), int(states[h + 1]))
+
 
 @dataclass(frozen=True, repr=False)
 class RunResult:
@@ -137,7 +150,7 @@ class RegretEvaluator:
         """Record the next episode: its policy (H, S) and initial state."""
         i = self._next
         n = len(self._starts)
-        if n == 0 or not np.array_equal(pi, self._tables[n - 1]):
+        if n == 0 or not (pi == self._tables[n - 1]).all():    # same shape (H, S): checked by the runner
             if n == self.batch:
                 self._flush(i)
                 n = 0
@@ -209,6 +222,7 @@ def run_episodes(env: EpisodicEnv, agent: Agent, n_episodes: int, *, first_user:
     actions = np.empty((K, H), dtype=np.int64) if record else None
     states = np.empty((K, H + 1), dtype=np.int64) if record else None
     tick = max(1, K // 100)
+    fast = bool(getattr(agent, "acts_by_policy", False))
     for i in range(K):  # episodes are sequential: episode k's policy depends on releases after k - 1
         k = first_user + i
         agent.start_episode(k)
@@ -216,6 +230,18 @@ def run_episodes(env: EpisodicEnv, agent: Agent, n_episodes: int, *, first_user:
         if pi.shape != (H, S) or not np.issubdtype(pi.dtype, np.integer) or pi.min() < 0 or pi.max() >= A:
             raise UsageError(f"agent {type(agent).__name__} declared a policy of shape {pi.shape}, dtype "
                              f"{pi.dtype}; it must be ({H}, {S}) integers in [0, {A}).")
+        if fast:   # the agent acts by its declared policy: one call plays the episode (same responses)
+            st, ac, rw = env.rollout(k, pi)
+            initial[i] = st[0]
+            ev.add(pi, int(st[0]))
+            agent.observe_episode(st, ac, rw)
+            if record:
+                actions[i], states[i] = ac, st
+            returns[i] = sum(rw.tolist())   # left to right from 0.0, as the step loop adds
+            agent.end_episode()
+            if progress is not None and ((i + 1) % tick == 0 or i + 1 == K):
+                progress(tick if (i + 1) % tick == 0 else (i + 1) % tick)
+            continue
         s = env.reset(k)
         initial[i] = s
         ev.add(pi, s)

@@ -160,3 +160,35 @@ def test_evaluator_memory_is_bounded():
     assert ev.batch == 4 and ev._tables.shape[0] == 4
     big = RegretEvaluator(make_env("random-tabular").mdp, 1000)
     assert big._tables.nbytes <= 16 * 2 ** 20 and big.batch <= 4096
+
+
+def test_rollout_equals_reset_and_steps_and_the_fast_runner_equals_the_step_loop():
+    """env.rollout(k, pi) returns what reset(k) + step(pi[h, s]) return (RiverSwim, the random MDP and the
+    synthetic linear MDP: shared and per-step transitions); an agent that acts by its policy
+    (acts_by_policy = True) gets the same run from run_episodes' rollout path as from the step loop:
+    regret, initial states, returns, recorded actions and states, and the observed responses."""
+    for name, kw in (("riverswim", {"horizon": 7}), ("random-tabular", {}), ("synthetic-linear", {})):
+        env = make_env(name, world_key=5, **kw)
+        for k, pi in enumerate(_random_policies(env, 4, 9)):
+            st, ac, rw = env.rollout(k, pi)
+            s = env.reset(k)
+            assert st[0] == s
+            for h in range(env.horizon):
+                assert ac[h] == pi[h, s]
+                r, s = env.step(int(ac[h]))
+                assert (r, s) == (rw[h], st[h + 1])
+        pols = _random_policies(env, 3, 1)
+
+        class ByPolicy(FixedAgent):
+            acts_by_policy = True
+
+        slow, fast = FixedAgent(pols), ByPolicy(pols)
+        a = run_episodes(env, slow, 9, record=True)
+        b = run_episodes(env, fast, 9, record=True)
+        for f in ("regret", "initial_state", "realised_return", "actions", "states"):
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+        assert slow.seen == fast.seen
+    with pytest.raises(UsageError, match="pi"):
+        env.rollout(0, np.full((env.horizon, env.n_states), env.n_actions))
+    with pytest.raises(UsageError, match="pi"):
+        env.rollout(0, np.zeros((env.horizon + 1, env.n_states), dtype=int))

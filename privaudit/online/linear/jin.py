@@ -46,6 +46,7 @@ from privaudit.online.linear.lattice import (Lattice, LatticeStats, NoiseSource,
                                              grid_features, release)
 from privaudit.online.linear.stats import (FlooredInverse, RidgeStats, TIE_DECIMALS, bonus_table,
                                            checked_features)
+from privaudit.online.linear.stats import clip_ufunc as _CLIP
 from privaudit.online.protocol import Agent
 from privaudit.privacy.events import GaussianEvent, PrivacyEvent, PrivacyUnit
 
@@ -77,6 +78,7 @@ class LinearExplorer(Agent):
     """
 
     algo = "linear"
+    acts_by_policy = True          # act(h, s) = pi[h, s]: run_episodes may use env.rollout
 
     def __init__(self, phi, horizon: int, n_episodes: int, *, rng: np.random.Generator | None = None):
         self.phi = checked_features(phi)
@@ -123,6 +125,10 @@ class LinearExplorer(Agent):
         self._traj_s[h], self._traj_a[h], self._traj_r[h] = s, a, r
         self._traj_s[h + 1] = s_next
 
+    def observe_episode(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """The whole response at once: states (H + 1,), actions and rewards (H,)."""
+        self._traj_s, self._traj_a, self._traj_r = states, actions, rewards
+
     def end_episode(self) -> None:
         """Feed the episode's trajectory to the statistics."""
         self.update(self._traj_s, self._traj_a, self._traj_r)
@@ -133,7 +139,7 @@ class LinearExplorer(Agent):
     def _check_traj(self, states, actions, rewards):
         s = np.asarray(states, dtype=np.int64)
         a = np.asarray(actions, dtype=np.int64)
-        r = np.clip(np.asarray(rewards, dtype=np.float64), 0.0, 1.0)
+        r = np.minimum(np.maximum(np.asarray(rewards, dtype=np.float64), 0.0), 1.0)
         if s.shape != (self.H + 1,) or a.shape != (self.H,) or r.shape != (self.H,):
             raise UsageError(f"a trajectory needs states ({self.H + 1},), actions and rewards "
                              f"({self.H},). Got {s.shape}, {a.shape}, {r.shape}.")
@@ -205,13 +211,12 @@ class _JinFamily(LinearExplorer):
         v_aug[S] = 1.0
         q = self.Q.reshape(H, S * A)
         for h in range(H - 1, -1, -1):                  # sequential in h: V_h needs V_{h+1}
-            index = np.matmul(v_aug, aug[h], out=q[h])
+            index = np.dot(v_aug, aug[h], out=q[h])
             vh = v_aug[:S]
             index.reshape(S, A).max(axis=1, out=vh)
-            np.maximum(vh, 0.0, out=vh)
-            np.minimum(vh, H, out=vh)
+            _CLIP(vh, 0.0, H, out=vh)
         self.pi = np.round(self.Q, TIE_DECIMALS).argmax(axis=2)
-        np.clip(self.Q, 0.0, H, out=self.Q)
+        _CLIP(self.Q, 0.0, H, out=self.Q)
 
     def _exact_target(self, h: int, v: np.ndarray) -> np.ndarray:
         """The exact float target sum phi (r + V_{h+1}(s')) (non-private, or rho = inf)."""

@@ -47,11 +47,10 @@ from privaudit.online.linear.constants import PlusPlusConstants
 from privaudit.online.linear.jin import PRIVACY_UNIT, LinearExplorer, _goe_event, _vec_event
 from privaudit.online.linear.lattice import LatticeStats, choose_lattice, release
 from privaudit.online.linear.stats import FlooredInverse, RidgeStats, greedy
+from privaudit.online.linear.stats import clip_ufunc as _CLIP
 from privaudit.privacy.events import PrivacyEvent
 
 _LOG2 = math.log(2.0)
-#: np.clip's ufunc: clip(x, lo, hi) = min(max(x, lo), hi) elementwise, with array bounds, in one call.
-_CLIP = np._core.umath.clip
 
 
 class LSVIUCBPlusPlus(LinearExplorer):
@@ -112,6 +111,7 @@ class LSVIUCBPlusPlus(LinearExplorer):
         self._scale = 1.0 if self.lat is None else math.ldexp(1.0, self.lattice.value_bits)
         self._Q = np.zeros((H, 4, SA))
         self._Q[:, 2:] = H * self._scale
+        self._Q_spare = self._Q.copy()                        # rows 1 and 2 stay 0 and H in both
         # (V-check_h, V-hat_h)(s) for h = 0..H, scaled (H + 1, 2, S); row H is V_{H+1} = 0
         self._Vs = np.zeros((H + 1, 2, S))
         self._Vs[:H, 1] = H * self._scale
@@ -124,6 +124,12 @@ class LSVIUCBPlusPlus(LinearExplorer):
         self._coef = np.zeros((H, S + 2, self.d))
         self._pb_aug = np.empty((H, S + 2, SA))
         self._x = np.empty((H, 2, SA))
+        self._norms = np.zeros((H, 2, SA))                   # ||phi||_{Lambda^-1}, ||Lambda^-1 phi||_2
+        self._noise_bonus = constants.noise_z > 0 and constants.noise_v > 0
+        z = constants.noise_z * constants.noise_v if self._noise_bonus else 0.0
+        # rows (pessimistic, optimistic) = coefficients of (||phi||, ||Lambda^-1 phi||), scaled
+        self._bonus_coef = self._scale * np.array([[-constants.beta_hoef, -z], [self._beta_opt, z]])
+        self._r_pub = self._scale * np.repeat(self.r_flat[:, None, :], 2, axis=1)   # (H, 2, S*A)
 
     @property
     def Qhat(self) -> np.ndarray:
@@ -241,7 +247,8 @@ class LSVIUCBPlusPlus(LinearExplorer):
         """
         H, S, A, c, sc = self.H, self.S, self.A, self.c, self._scale
         mT = inv @ self._phi_t                                     # (H, d, S*A); inv is symmetric
-        bon = np.einsum("hds,ds->hs", mT, self._phi_t)             # ||phi||^2_{Lambda^-1}
+        norms = self._norms                                        # ||phi||_{Lambda^-1}, ||Lambda^-1 phi||_2
+        bon = np.einsum("hds,ds->hs", mT, self._phi_t, out=norms[:, 0])
         np.sqrt(np.maximum(bon, 0.0, out=bon), out=bon)
         pb = self._pb_aug                                          # rows: b_s' M (S), V-check, V-hat parts
         if self.lat is None:
@@ -253,25 +260,19 @@ class LSVIUCBPlusPlus(LinearExplorer):
             np.multiply(noise[:, 1], self._unit_out[1, 0] * sc, out=coef[:, S])
             np.multiply(noise[:, 0], self._unit_out[0, 0] * sc, out=coef[:, S + 1])
             np.matmul(coef, mT, out=pb)
-        lo = self.r_flat - c.beta_hoef * bon                       # pessimistic and optimistic public parts
-        hi = self.r_flat + self._beta_opt * bon
-        if c.noise_z > 0 and c.noise_v > 0:
+        if self._noise_bonus:
             # z sd of the target noise's part of w^T phi: eta^T Lambda^-1 phi, eta ~ N(0, noise_v^2 I),
             # has sd noise_v ||Lambda^-1 phi||_2 given the released Lambda (post-processing)
-            nb = np.einsum("hds,hds->hs", mT, mT)
-            np.sqrt(nb, out=nb)
-            nb *= c.noise_z * c.noise_v
-            lo -= nb
-            hi += nb
-        if sc != 1.0:
-            lo *= sc
-            hi *= sc
-        pb[:, S] += lo
-        pb[:, S + 1] += hi
+            np.sqrt(np.einsum("hds,hds->hs", mT, mT, out=norms[:, 1]), out=norms[:, 1])
+        # public parts, scaled: (r - beta-hoef ||phi|| - z noise_v ||M phi||, r + beta-opt ||phi|| + z noise_v ||M phi||)
+        pb[:, S:] += self._r_pub
+        pb[:, S:] += np.matmul(self._bonus_coef, norms)
         v_aug = np.zeros((2, S + 2))                               # [V-check_{h+1}, 1, 0; V-hat_{h+1}, 0, 1]
         v_aug[0, S], v_aug[1, S + 1] = 1.0, 1.0
         vg = v_aug[:, :S]                                          # view: V_{h+1} on the grid
-        x, Q, Vs = self._x, self._Q, self._Vs
+        # the new Q goes to the spare buffer (no overlap of the clip's output with its bounds), then the
+        # two swap roles
+        x, Q, Qn, Vs = self._x, self._Q, self._Q_spare, self._Vs
         upper = float(H) * sc
         clip = np.clip if not c.monotone else None
         for h in range(H - 1, -1, -1):                             # sequential in h: V_h needs V_{h+1}
@@ -279,15 +280,17 @@ class LSVIUCBPlusPlus(LinearExplorer):
                 vg[...] = Vs[h + 1]
             else:
                 np.rint(Vs[h + 1], out=vg)
-            xh = np.matmul(v_aug, pb[h], out=x[h])
-            qh = Q[h]
+            xh = np.dot(v_aug, pb[h], out=x[h])
+            qh, new = Q[h], Qn[h, 0::3]
             # monotone (l.197-199): Q-check = clip(new, Q-check_old, H), Q-hat = clip(new, 0, Q-hat_old);
             # otherwise the new estimate clipped to [0, H]
             if clip is None:
-                _CLIP(xh, qh[0:2], qh[2:4], out=qh[0::3])
+                _CLIP(xh, qh[0:2], qh[2:4], out=new)
             else:
-                clip(xh, 0.0, upper, out=qh[0::3])
-            qh[0::3].reshape(2, S, A).max(axis=2, out=Vs[h])
+                clip(xh, 0.0, upper, out=new)
+            new.reshape(2, S, A).max(axis=2, out=Vs[h])
+        self._Q, self._Q_spare = Qn, Q
+        Q = Qn
         qhat = Q[:, 3] if sc == 1.0 else Q[:, 3] / sc
         index = x[:, 1] if sc == 1.0 else x[:, 1] / sc
         self.pi = greedy(qhat.reshape(H, S, A), index.reshape(H, S, A))
@@ -304,7 +307,7 @@ class LSVIUCBPlusPlus(LinearExplorer):
         p = phi_traj[:, :, None]                                       # (H, d, 1)
         nphi = np.sqrt(np.maximum((cur["inv"] @ p * p).sum(axis=(1, 2)), 0.0))
         xh, xc, xb = (cur["w"] @ p)[:, :, 0].T                          # w-hat, w-check, w-bar . phi, (H,) each
-        vbar = np.clip(xb, 0.0, H ** 2) - np.clip(xh, 0.0, H) ** 2
+        vbar = _CLIP(xb, 0.0, H ** 2) - _CLIP(xh, 0.0, H) ** 2
         e = np.minimum(c.beta_var * nphi, H ** 2) + np.minimum(2 * H * c.beta_hoef * nphi, H ** 2)
         dd = np.minimum(c.d_coef * (xh - xc + 2 * c.beta_hoef * nphi), c.d_cap)
         sigma = np.sqrt(np.maximum(vbar + e + dd + H, 0.0))

@@ -30,6 +30,11 @@ import numpy as np
 from privaudit.errors import UsageError
 from privaudit.mdp.features import enforce_norm
 
+try:  # np.clip's ufunc: clip(x, lo, hi) = min(max(x, lo), hi) elementwise (array bounds too), one C call
+    from numpy._core.umath import clip as clip_ufunc      # numpy >= 2
+except ImportError:  # pragma: no cover
+    from numpy.core.umath import clip as clip_ufunc       # numpy 1.x
+
 
 def checked_features(phi) -> np.ndarray:
     """Validate a public feature table and enforce ||phi(s, a)|| <= 1.
