@@ -120,6 +120,13 @@ class DomainSpec:
             bad_keys = [k for k in pr["values"] if int(k) >= S]
             if bad_keys:
                 raise SpecError(f"{where}: $.public_reward.values keys must be states in [0, {S}). Found {bad_keys}.")
+            states = np.array([int(k) for k in pr["values"]], dtype=np.int64)
+            uniq, n = np.unique(states, return_counts=True)
+            if (n > 1).any():  # '3' and '03' both name state 3: two values for one r(s')
+                s_dup, times = int(uniq[n > 1][0]), int(n[n > 1][0])
+                names = ", ".join(repr(k) for k in pr["values"] if int(k) == s_dup)
+                raise SpecError(f"{where}: $.public_reward.values names state {s_dup} {times} times ({names}); "
+                                "list each state once.")
             bad_vals = [v for v in pr["values"].values() if not lo <= v <= hi]
             if bad_vals:
                 raise SpecError(f"{where}: $.public_reward.values must lie in reward_range {[lo, hi]}. Found {bad_vals}.")

@@ -3,8 +3,11 @@
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
+from click.testing import CliRunner
 
+from privaudit.cli import main
 from privaudit.errors import SpecError
 from privaudit.spec import DomainSpec, load_spec
 from tests.conftest import tiny_spec_doc
@@ -60,6 +63,28 @@ def test_spec_not_utf8_is_a_spec_error(tmp_path):
     bad.write_bytes(b'\xff\xfe{"horizon": 3}')
     with pytest.raises(SpecError, match=r"latin1\.json is not UTF-8 text: byte 0xff at position 0"):
         load_spec(bad)
+
+
+def test_public_reward_naming_a_state_twice_is_a_spec_error(tmp_path):
+    """'3' and '03' are both state 3: the two values contradict each other. validate blamed the logs
+    ("reading the log failed (`old` input for `replace` must not contain duplicates). A file may be
+    corrupt", exit 1; fresh-user pass); a single zero-padded key stays a valid name of its state."""
+    doc = tiny_spec_doc()
+    doc["public_reward"] = {"kind": "next_state", "values": {"3": 1.0, "03": 0.0, "2": 0.5}}
+    with pytest.raises(SpecError, match=r"\$\.public_reward\.values names state 3 2 times \('3', '03'\)"):
+        DomainSpec.from_dict(doc)
+    doc["public_reward"]["values"] = {"03": 1.0}
+    assert DomainSpec.from_dict(doc).public_reward_vector().tolist() == [0.0, 0.0, 0.0, 1.0]
+    logs = tmp_path / "logs.parquet"
+    pl.DataFrame({"episode_id": [0], "step": [0], "state": [0], "action": [0], "reward": [1.0],
+                  "next_state": [3]}).write_parquet(logs)
+    doc["public_reward"]["values"] = {"3": 1.0, "003": 0.0}
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["validate", str(logs), "--spec", str(spec)])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == [
+        f"error: spec {spec}: $.public_reward.values names state 3 2 times ('3', '003'); list each state once."]
 
 
 # ---------------------------------------------------------------- declared return bound
