@@ -267,6 +267,7 @@ class _Locked:
         self.path, self.lock = path, _lock(path)
 
     def __enter__(self):
+        _refuse_non_ledger(self.path)  # before FILE.lock is created beside someone's spec or README
         try:
             self.lock.acquire()
         except Timeout:
@@ -280,6 +281,36 @@ class _Locked:
     def __exit__(self, *exc):
         self.lock.release()
         return False
+
+
+def _refuse_non_ledger(path: Path) -> None:
+    """Read-only look at line 1 of an existing ``path`` before its lock file is created.
+
+    The header line is written once, atomically, by :func:`init_ledger` and never changed, so reading
+    it without the lock is safe; everything else is read and verified under the lock.
+
+    Raises
+    ------
+    ArtifactError
+        Line 1 is not JSON, or not a privaudit ledger header: ``path`` is some other file (a spec,
+        a README), and no ``FILE.lock`` is left beside it.
+    """
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+    except OSError:
+        return  # a missing or unreadable file: the locked read names it
+    if not first.strip():
+        return  # empty: the locked read names it
+    try:
+        head = json.loads(first)
+    except ValueError as err:
+        raise ArtifactError(f"{path}, line 1: not valid JSON ({getattr(err, 'msg', err)}). "
+                            f"The ledger is corrupt; restore it from a backup.") from None
+    if not isinstance(head, dict):
+        raise ArtifactError(f"{path}, line 1: must be a JSON object, found {type(head).__name__}. "
+                            f"The ledger is corrupt; restore it from a backup.")
+    _check_header(path, head)
 
 
 def _write_atomic(path: Path, text: str, *, replace: bool) -> None:

@@ -90,6 +90,25 @@ def test_wrong_dataset_missing_file_and_corruption(tmp_path, ledger):
         ledger_status(bad)
 
 
+@pytest.mark.parametrize("text,needle", [
+    ('{"format_version": 1, "horizon": 20}', "line 1: not a privaudit ledger header"),  # a spec, no final newline
+    ("# privaudit\n\nA README.\n", "line 1: not valid JSON"),
+])
+def test_a_file_that_is_no_ledger_gets_no_lock_file_beside_it(tmp_path, text, needle):
+    """Before: `pipeline --ledger spec.json` said "the last line is incomplete (an interrupted write?)" and
+    left spec.json.lock in the spec's folder (fresh-user pass); any file given as a ledger got a FILE.lock."""
+    path = tmp_path / "spec.json"
+    path.write_text(text)
+    for call in (lambda: check_budget(path, "icu", 0.1), lambda: charge(path, "icu", 0.1, "x"),
+                 lambda: ledger_status(path)):
+        with pytest.raises(ArtifactError, match=needle):
+            call()
+    res = CliRunner().invoke(main, ["budget", "show", str(path)])
+    assert res.exit_code == 1 and needle in res.output and "Traceback" not in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.json"]
+    assert path.read_text() == text
+
+
 def _worker(path, barrier, n, out):
     barrier.wait()
     ok = refused = 0
