@@ -320,6 +320,25 @@ def test_ledger_refusal_before_reading_or_noise(data, tmp_path, monkeypatch):
     assert len(led.read_text().splitlines()) == 1  # nothing charged
 
 
+def test_local_log_path_taken_by_a_folder_is_refused_before_reading(data, tmp_path):
+    """Before: with a folder at DIR.local-log.json the release drew its noise, wrote DIR, charged the ledger
+    and then ended with exit 2 "...: Is a directory; nothing was written (temporary outputs removed)"
+    (fresh-user pass)."""
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, "tiny-release", 1.0)
+    before = led.read_bytes()
+    (tmp_path / "r.local-log.json").mkdir()
+    with watch_reads(data["logs_dir"]) as reads:
+        res = CliRunner().invoke(main, ["release", str(data["logs_dir"]), "--spec", str(data["spec_public"]),
+                                        "--rho", "0.5", "--out", str(tmp_path / "r"), "--ledger", str(led)])
+    assert res.exit_code == 2 and reads == [], res.output
+    assert res.output.strip().splitlines()[-1] == (
+        f"error: {tmp_path / 'r.local-log.json'} (where the release's private bounding log goes) is not a "
+        "file; remove it or choose another `--out`.")
+    _no_leftovers(tmp_path, ["budget.jsonl", "budget.jsonl.head", "budget.jsonl.lock", "r.local-log.json"])
+    assert led.read_bytes() == before
+
+
 def test_ledger_charged_on_success(data, tmp_path):
     led = tmp_path / "budget.jsonl"
     ledger_mod.init_ledger(led, "tiny-release", 1.0)

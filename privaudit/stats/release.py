@@ -316,6 +316,10 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     out = Path(out)
     if out.exists():
         raise UsageError(f"{out} already exists; choose another `out` or remove it.")
+    log_path = local_log_path(out)
+    if log_path.exists() and not log_path.is_file():  # else the release is written and charged, then this fails
+        raise UsageError(f"{log_path} (where the release's private bounding log goes) is not a file; remove it "
+                         "or choose another `out`.")
     if engine not in ("polars", "spark"):
         raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
     prepared = logs if isinstance(logs, PreparedLogs) else None
@@ -396,7 +400,6 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     finally:
         exact.close()  # Spark: drop the cells cached on the cluster
         del exact, noisy
-    log_path = local_log_path(out)
     atomic_write_text(log_path, json.dumps({
         "WARNING": "PRIVATE: facts about the private logs. Not part of the release; do not share.",
         "release": str(out), "created": manifest.created, "spec_hash": manifest.spec_hash,
