@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -63,11 +64,12 @@ def early_runs(request, tmp_path_factory):
     The quiet-start test's CLI release (tests/_spark.py, :class:`QuietCliRelease`) starts its own JVM and
     takes ~50 s of CPU, nearly all in that JVM: started here, it runs on the second core while the
     single-threaded tests run on the first, and the test only waits for what is left of it. Started only
-    when that test is selected and Spark can run here; the test starts the run itself otherwise (same
-    command, same check), so no test depends on the order of the others.
+    when that test is selected, Spark can run here and the tests run in one process (under pytest-xdist
+    both cores are busy already); the test starts the run itself otherwise (same command, same check), so
+    no test depends on the order of the others.
     """
     runs = {}
-    if any(item.nodeid == "tests/stats/test_spark_connect.py::test_cli_spark_start_is_quiet"
+    if "PYTEST_XDIST_WORKER" not in os.environ and any(item.nodeid == "tests/stats/test_spark_connect.py::test_cli_spark_start_is_quiet"
            for item in request.session.items):
         from tests._spark import spark_missing, start_quiet_cli_release
 
@@ -76,3 +78,15 @@ def early_runs(request, tmp_path_factory):
     yield runs
     for run in runs.values():
         run.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), every test on the shared Spark session goes to one worker.
+
+    One worker, one JVM, one ``local[2]`` session (and one Spark Connect server). Spark tests that do not
+    use the session (the quiet-start test's own JVM, the usage errors) go to any worker.
+    """
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark-session"))
