@@ -53,8 +53,8 @@ Example:
 
 
 @click.command("release", help=_HELP, short_help="Release DP counts of tabular logs (Parquet + manifest).")
-@click.argument("logs", type=click.Path(path_type=str))
-@click.option("--spec", "spec_path", required=True, type=click.Path(path_type=str), help="Domain spec (JSON).")
+@click.argument("logs", type=click.Path(readable=False, path_type=str))
+@click.option("--spec", "spec_path", required=True, type=click.Path(readable=False, path_type=str), help="Domain spec (JSON).")
 @click.option("--rho", type=float, default=None, help="zCDP budget rho (Gaussian).")
 @click.option("--epsilon", type=float, default=None, help="epsilon: with --delta (Gaussian) or alone (Laplace).")
 @click.option("--delta", type=float, default=None, help="delta of an (epsilon, delta) target (Gaussian only).")
@@ -66,7 +66,7 @@ Example:
               help="exact: exact discrete Gaussian/Laplace (total variation 0, the manifest's guarantee holds "
                    "exactly). rounded (numpy float noise) is refused: its guarantee is not certified.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=str), help="Release folder DIR to create.")
-@click.option("--ledger", type=click.Path(path_type=str), default=None, help="Budget ledger (privaudit budget init).")
+@click.option("--ledger", type=click.Path(readable=False, path_type=str), default=None, help="Budget ledger (privaudit budget init).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Noise seed, for tests only (rng mode seeded-insecure; never written).")
 @click.option("--json", "as_json", is_flag=True, help="Print only a JSON summary (the manifest path and guarantee).")

@@ -31,8 +31,8 @@ spec error.
 
 
 @click.command("validate", help=_HELP, short_help="Check Parquet trajectory logs against a domain spec.")
-@click.argument("logs", type=click.Path(path_type=str))
-@click.option("--spec", "spec_path", required=True, type=click.Path(path_type=str),
+@click.argument("logs", type=click.Path(readable=False, path_type=str))
+@click.option("--spec", "spec_path", required=True, type=click.Path(readable=False, path_type=str),
               help="Domain spec (JSON) with S, A, H, reward range, privacy unit, column mapping.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")
 @click.option("--max-errors", type=click.IntRange(min=0), default=20, show_default=True,

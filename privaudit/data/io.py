@@ -13,6 +13,7 @@ log larger than memory with the streaming engine. Only Parquet footers
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +115,9 @@ def list_parts(path: str | Path) -> list[LogPart]:
     """
     p = Path(path)
     if p.is_dir():
+        if not os.access(p, os.R_OK | os.X_OK):  # else rglob finds nothing: "holds no *.parquet file"
+            raise LogReadError(f"{p}: cannot list the folder (permission denied). Let the user running "
+                               "privaudit read it (chmod, or run as its owner).")
         files = sorted(f for f in p.rglob("*.parquet") if f.is_file()
                        and not any(part.startswith(".") for part in f.relative_to(p).parts))
         if not files:
@@ -124,6 +128,9 @@ def list_parts(path: str | Path) -> list[LogPart]:
         raise MissingInputError(f"{p}: no such file or folder.")
     parts, offset = [], 0
     for f in files:
+        if not os.access(f, os.R_OK):  # else pyarrow's "[Errno 13] Failed to open" and advice to rewrite it
+            raise LogReadError(f"{f}: cannot read the file (permission denied). Let the user running "
+                               "privaudit read it (chmod, or run as its owner).")
         try:
             n = pq.read_metadata(f).num_rows
             schema = dict(pl.read_parquet_schema(f))

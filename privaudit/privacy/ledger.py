@@ -298,8 +298,10 @@ def _refuse_non_ledger(path: Path) -> None:
     try:
         with open(path, "rb") as f:
             first = f.readline(1 << 20)
-    except OSError:
-        return  # a missing or unreadable file: the locked read names it
+    except FileNotFoundError:
+        return  # the callers name a missing ledger
+    except OSError as e:  # unreadable: no lock file beside it either
+        raise ArtifactError(f"{path}: cannot read the ledger: {e.strerror or e}.") from None
     if not first.strip():
         return  # empty: the locked read names it
     try:
