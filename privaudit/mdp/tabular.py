@@ -77,6 +77,10 @@ class TabularMDP:
         S, A = P.shape[-3], P.shape[-2]
         if P.shape[-1] != S:
             raise UsageError(f"`P` last axis must be S={S}. Got shape {P.shape}.")
+        for name, x in (("P", P), ("r", r), ("d0", d0)):  # NaN passes every comparison below
+            if not np.isfinite(x).all():
+                raise UsageError(f"`{name}` must hold finite numbers; it has {int((~np.isfinite(x)).sum())} "
+                                 "NaN or infinite entries.")
         if d0.shape != (S,) or abs(d0.sum() - 1) > 1e-6 or (d0 < 0).any():
             raise UsageError(f"`d0` must be a probability vector of shape ({S},).")
         if (P < -1e-12).any() or np.abs(P.sum(-1) - 1).max() > 1e-6:
@@ -173,7 +177,7 @@ def _check_policy(mdp: TabularMDP, pi: np.ndarray) -> np.ndarray:
     S, A, H = mdp.n_states, mdp.n_actions, mdp.horizon
     if pi.shape not in ((S, A), (H, S, A)):
         raise UsageError(f"policy must have shape ({S}, {A}) or ({H}, {S}, {A}). Got {pi.shape}.")
-    if (pi < -1e-12).any() or np.abs(pi.sum(-1) - 1).max() > 1e-6:
+    if not np.isfinite(pi).all() or (pi < -1e-12).any() or np.abs(pi.sum(-1) - 1).max() > 1e-6:
         raise UsageError("policy rows pi(. | s) must be probability vectors (non-negative, summing to 1).")
     return pi
 

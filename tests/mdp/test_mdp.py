@@ -190,6 +190,25 @@ def test_load_refuses_bad_files(tmp_path):
     assert zipfile.is_zipfile(path)
 
 
+@pytest.mark.parametrize("key,entry", [("P", (0, 0, 0, 1)), ("r", (1, 0, 1)), ("d0", (0,))])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_load_refuses_nan_or_inf_tables(tmp_path, key, entry, bad):
+    """Before: a NaN in P, r or d0 passed every check (NaN compares false), `evaluate` printed
+    'policy value nan' with exit 0 and `pipeline --mdp` ended in a matplotlib traceback (fresh-user pass)."""
+    path = tmp_path / "m.npz"
+    mdp = random_tabular_mdp(2, 2, 2, 0)
+    save_mdp(mdp, path)
+    table = np.array(getattr(mdp, key), dtype=float)
+    table[entry] = bad
+    _rewrite(path, **{key: table})
+    with pytest.raises(ArtifactError, match=rf"valid MDP: `{key}` must hold finite numbers; it has 1 NaN or "):
+        load_mdp(path)
+    pi = np.full((2, 2, 2), 0.5)
+    pi[0, 0] = [bad, 0.5]
+    with pytest.raises(UsageError, match="policy rows"):
+        evaluate_policy(mdp, pi)
+
+
 def test_per_step_reward_read_as_such_when_H_equals_S_equals_A():
     # H = S = A = 3: a (H, S, A) reward has the shape of an (S, A, S) one. With per-step P it is
     # r_h(s, a) (random tabular MDPs); reading it as r(s, a, s') gave wrong exact values.
