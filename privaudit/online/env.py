@@ -35,6 +35,7 @@ determinism matters here.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -60,6 +61,8 @@ ENV_DEFAULTS = {
 }
 _U64 = np.uint64
 _TWO_M53 = 2.0 ** -53
+#: ``rollout`` keeps the CDF and reward tables as Python lists (bisect) when each has at most this many entries.
+_LIST_TABLES_MAX = 1 << 18
 _REWARD_TOL = 1e-12
 
 
@@ -286,19 +289,30 @@ class EpisodicEnv:
                              f"Got shape {pi.shape}, dtype {pi.dtype}.")
         s = self.reset(k)
         acts = pi.tolist()
-        key, ctr, block = run["key"], run["ctr"], run["philox"].block
+        if "cdf_lists" not in run:   # Python lists of the tables when small: bisect and list look-ups
+            small = self._cdf.size <= _LIST_TABLES_MAX and self._rew.size <= _LIST_TABLES_MAX
+            run["cdf_lists"] = (self._cdf.tolist(), self._rew.tolist()) if small else None
+        lists = run["cdf_lists"]
+        cdf, rew = lists if lists is not None else (self._cdf, self._rew)
+        philox = run["philox"]
+        bg, st, key = philox._bg, philox._state, run["key"].tolist()
         c2, c3 = run["c2"], run["c3"]
-        cdf, rew = self._cdf, self._rew
         cdf_steps, rew_steps, rew_next = run["cdf_steps"], run["rew_steps"], run["rew_next"]
         states, actions, rewards = [s], [], []
         for h in range(H):   # sequential by nature: each step's block chains on the last (as step)
             a = acts[h][s]
-            ctr[0], ctr[1], ctr[2], ctr[3] = h + 1, a, c2, c3
-            w = block(key, ctr).tolist()
-            s_next = int(cdf[h if cdf_steps else 0, s, a].searchsorted((w[0] >> 11) * _TWO_M53, "right"))
+            st["state"] = {"counter": [h + 1, a, c2, c3], "key": key}   # the block at (key, counter), as step
+            bg.state = st
+            w = bg.random_raw(4).tolist()
+            u = (w[0] >> 11) * _TWO_M53
+            hc, hr = (h if cdf_steps else 0), (h if rew_steps else 0)
+            if lists is not None:
+                s_next = bisect.bisect_right(cdf[hc][s][a], u)     # = searchsorted(..., "right")
+            else:
+                s_next = int(cdf[hc, s, a].searchsorted(u, "right"))
             if s_next >= S:
                 s_next = S - 1
-            rw = rew[h if rew_steps else 0, s, a]
+            rw = rew[hr][s][a] if lists is not None else rew[hr, s, a]
             rewards.append(float(rw[s_next] if rew_next else rw))
             actions.append(a)
             states.append(s_next)
