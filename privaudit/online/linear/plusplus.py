@@ -105,13 +105,13 @@ class LSVIUCBPlusPlus(LinearExplorer):
         H, S, SA = self.H, self.S, self.S * self.A
         # The backward pass works in units of the V grid, 2^-VB (lattice; 1 without it), so that V on the
         # grid is one rint: every stored Q and V below is ``_scale`` times its real value (a power of two:
-        # exact). Q state per h, 4 rows (H, 4, S*A): [Q-check, 0, H, Q-hat]; a switch sets rows (0, 3) to
-        # clip(x, rows (0, 1), rows (2, 3)) in one ufunc, i.e. Q-check = clip(new, Q-check_old, H) = min{max{new,
+        # exact). Q state per h, 4 rows (H, 4, S*A): [0, Q-check, Q-hat, H]; a switch sets rows (1, 2) to
+        # clip(x, rows (1, 0), rows (3, 2)) in one ufunc, i.e. Q-check = clip(new, Q-check_old, H) = min{max{new,
         # old}, H} and Q-hat = clip(new, 0, Q-hat_old) = max{min{new, old}, 0} (l.197-199, corrected).
         self._scale = 1.0 if self.lat is None else math.ldexp(1.0, self.lattice.value_bits)
         self._Q = np.zeros((H, 4, SA))
         self._Q[:, 2:] = H * self._scale
-        self._Q_spare = self._Q.copy()                        # rows 1 and 2 stay 0 and H in both
+        self._Q_spare = self._Q.copy()                        # rows 0 and 3 stay 0 and H in both
         # (V-check_h, V-hat_h)(s) for h = 0..H, scaled (H + 1, 2, S); row H is V_{H+1} = 0
         self._Vs = np.zeros((H + 1, 2, S))
         self._Vs[:H, 1] = H * self._scale
@@ -124,17 +124,19 @@ class LSVIUCBPlusPlus(LinearExplorer):
         self._coef = np.zeros((H, S + 2, self.d))
         self._pb_aug = np.empty((H, S + 2, SA))
         self._x = np.empty((H, 2, SA))
-        self._norms = np.zeros((H, 2, SA))                   # ||phi||_{Lambda^-1}, ||Lambda^-1 phi||_2
+        # ||phi||_{Lambda^-1}, ||Lambda^-1 phi||_2 (per release) and the reward r (fixed), scaled by _scale
+        self._norms = np.zeros((H, 3, SA))
+        self._norms[:, 2] = self._scale * self.r_flat
         self._noise_bonus = constants.noise_z > 0 and constants.noise_v > 0
         z = constants.noise_z * constants.noise_v if self._noise_bonus else 0.0
-        # rows (pessimistic, optimistic) = coefficients of (||phi||, ||Lambda^-1 phi||), scaled
-        self._bonus_coef = self._scale * np.array([[-constants.beta_hoef, -z], [self._beta_opt, z]])
-        self._r_pub = self._scale * np.repeat(self.r_flat[:, None, :], 2, axis=1)   # (H, 2, S*A)
+        # public parts (pessimistic, optimistic) = coefficients of the three rows of _norms
+        self._bonus_coef = np.array([[-constants.beta_hoef * self._scale, -z * self._scale, 1.0],
+                                     [self._beta_opt * self._scale, z * self._scale, 1.0]])
 
     @property
     def Qhat(self) -> np.ndarray:
         """Optimistic Q-hat_h(s, a), shape (H, S*A) (a copy)."""
-        return self._Q[:, 3] / self._scale
+        return self._Q[:, 2] / self._scale
 
     @property
     def V(self) -> np.ndarray:
@@ -144,7 +146,7 @@ class LSVIUCBPlusPlus(LinearExplorer):
     @property
     def Qchk(self) -> np.ndarray:
         """Pessimistic Q-check_h(s, a), shape (H, S*A) (a copy)."""
-        return self._Q[:, 0] / self._scale
+        return self._Q[:, 1] / self._scale
 
     # -- releases ---------------------------------------------------------
     def _release_gram(self) -> tuple[np.ndarray, np.ndarray]:
@@ -265,7 +267,6 @@ class LSVIUCBPlusPlus(LinearExplorer):
             # has sd noise_v ||Lambda^-1 phi||_2 given the released Lambda (post-processing)
             np.sqrt(np.einsum("hds,hds->hs", mT, mT, out=norms[:, 1]), out=norms[:, 1])
         # public parts, scaled: (r - beta-hoef ||phi|| - z noise_v ||M phi||, r + beta-opt ||phi|| + z noise_v ||M phi||)
-        pb[:, S:] += self._r_pub
         pb[:, S:] += np.matmul(self._bonus_coef, norms)
         v_aug = np.zeros((2, S + 2))                               # [V-check_{h+1}, 1, 0; V-hat_{h+1}, 0, 1]
         v_aug[0, S], v_aug[1, S + 1] = 1.0, 1.0
@@ -281,17 +282,17 @@ class LSVIUCBPlusPlus(LinearExplorer):
             else:
                 np.rint(Vs[h + 1], out=vg)
             xh = np.dot(v_aug, pb[h], out=x[h])
-            qh, new = Q[h], Qn[h, 0::3]
+            qh, new = Q[h], Qn[h, 1:3]
             # monotone (l.197-199): Q-check = clip(new, Q-check_old, H), Q-hat = clip(new, 0, Q-hat_old);
             # otherwise the new estimate clipped to [0, H]
             if clip is None:
-                _CLIP(xh, qh[0:2], qh[2:4], out=new)
+                _CLIP(xh, qh[1::-1], qh[3:1:-1], out=new)
             else:
                 clip(xh, 0.0, upper, out=new)
-            new.reshape(2, S, A).max(axis=2, out=Vs[h])
+            np.maximum.reduce(new.reshape(2, S, A), axis=2, out=Vs[h])
         self._Q, self._Q_spare = Qn, Q
         Q = Qn
-        qhat = Q[:, 3] if sc == 1.0 else Q[:, 3] / sc
+        qhat = Q[:, 2] if sc == 1.0 else Q[:, 2] / sc
         index = x[:, 1] if sc == 1.0 else x[:, 1] / sc
         self.pi = greedy(qhat.reshape(H, S, A), index.reshape(H, S, A))
 
