@@ -64,8 +64,8 @@ class Policy:
         t = np.asarray(self.table, dtype=np.float64)
         if t.ndim != 3:
             raise UsageError(f"policy table must have shape (H, S, A). Got {t.shape}.")
-        if (t < -1e-12).any() or np.abs(t.sum(-1) - 1).max() > 1e-6:
-            raise UsageError("policy table rows pi_h(. | s) must be probability vectors.")
+        if not np.isfinite(t).all() or (t < -1e-12).any() or np.abs(t.sum(-1) - 1).max() > 1e-6:
+            raise UsageError("policy table rows pi_h(. | s) must be probability vectors (finite, >= 0, summing to 1).")
         object.__setattr__(self, "table", t)
         if isinstance(self.privacy, dict):
             object.__setattr__(self, "privacy", PolicyPrivacy.from_dict(self.privacy))

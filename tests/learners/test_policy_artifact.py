@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from privaudit.errors import ArtifactError, UsageError
@@ -39,6 +40,19 @@ def test_unknown_version_refused(tmp_path):
     doc["format_version"] = 99
     (tmp_path / "pol" / "policy.json").write_text(json.dumps(doc))
     with pytest.raises(ArtifactError, match="format_version 99"):
+        load_policy(tmp_path / "pol")
+
+
+def test_nan_probability_is_a_corrupt_artifact(tmp_path):
+    """Before: a policy.parquet with a NaN probability loaded (NaN compares false) and `evaluate` printed
+    'policy value nan' (exit 0); now the folder is named as corrupt (fresh-user pass)."""
+    save_policy(Policy(greedy_table(np.random.default_rng(2).random((2, 3, 2))), "ve"), tmp_path / "pol")
+    f = tmp_path / "pol" / "policy.parquet"
+    df = pl.read_parquet(f)
+    df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(float("nan")).otherwise(pl.col("probability"))
+                    .alias("probability")).write_parquet(f)
+    with pytest.raises(ArtifactError, match=r"pol: policy table rows pi_h\(\. \| s\) must be probability vectors "
+                                            r"\(finite"):
         load_policy(tmp_path / "pol")
 
 
