@@ -68,6 +68,29 @@ def check_writable(path, name: str = "out") -> None:
                          f"or choose another location.")
 
 
+def check_sidecar_free(path, what: str, name: str = "out") -> None:
+    """Refuse a folder (or other non-file) where a file beside the output will be written, before any work.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file written next to the output at the end (e.g. ``DIR.local-log.json``).
+    what : str
+        What goes there, for the message.
+    name : str
+        The option naming the output (``out``).
+
+    Raises
+    ------
+    UsageError
+        ``path`` exists and is not a regular file: the run would otherwise read the logs, draw its noise
+        and charge its budget, then fail writing it.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{path} (where {what} goes) is not a file; remove it or choose another `{name}`.")
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
     path = Path(path)

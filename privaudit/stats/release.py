@@ -42,7 +42,7 @@ from privaudit.data.prepare import PreparedLogs, prepare_logs, read_failed
 from privaudit.errors import UsageError
 from privaudit import progress
 from privaudit.fmt import num
-from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
+from privaudit.io_utils import atomic_dir, atomic_write_text, check_sidecar_free, new_run_id, output_lock
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
@@ -317,9 +317,7 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     if out.exists():
         raise UsageError(f"{out} already exists; choose another `out` or remove it.")
     log_path = local_log_path(out)
-    if log_path.exists() and not log_path.is_file():  # else the release is written and charged, then this fails
-        raise UsageError(f"{log_path} (where the release's private bounding log goes) is not a file; remove it "
-                         "or choose another `out`.")
+    check_sidecar_free(log_path, "the release's private bounding log")
     if engine not in ("polars", "spark"):
         raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
     prepared = logs if isinstance(logs, PreparedLogs) else None

@@ -161,6 +161,23 @@ def test_dp_vapvi_refuses_tabular_options(rows, tmp_path, extra, msg):
     assert not (tmp_path / "p").exists()
 
 
+def test_dp_vapvi_local_log_path_taken_by_a_folder_refused_before_charging(rows, tmp_path):
+    """Before: with a folder at POLICY.local-log.json, dp-vapvi read the logs, fitted, charged the ledger
+    (rho 1) and ended with exit 2 "...: Is a directory; nothing was written" (fresh-user pass)."""
+    led = tmp_path / "budget.jsonl"
+    assert run("budget", "init", led, "--dataset", load_spec(rows / "rows.json").dataset_id,
+               "--rho-total", 5).exit_code == 0
+    before = led.read_bytes()
+    (tmp_path / "p.local-log.json").mkdir()
+    r = run("train", rows / "logs.parquet", "--spec", rows / "rows.json", "--algo", "dp-vapvi", "--rho", 1,
+            "--ledger", led, "--out", tmp_path / "p")
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines()[-1] == (
+        f"error: {tmp_path / 'p.local-log.json'} (where the policy's private bounding log goes) is not a file; "
+        "remove it or choose another `--out`.")
+    assert led.read_bytes() == before and not (tmp_path / "p").exists()
+
+
 def test_dp_vapvi_failure_prob_and_local_log(rows, tmp_path):
     spec = load_spec(rows / "rows.json").to_dict()
     spec["dataset_id"] = "pairs"

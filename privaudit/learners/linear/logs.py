@@ -19,7 +19,7 @@ from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.errors import SpecError, UsageError
 from privaudit import registry
 from privaudit.learners.linear.data import LinearData
-from privaudit.io_utils import atomic_write_text, new_run_id
+from privaudit.io_utils import atomic_write_text, check_sidecar_free, new_run_id
 from privaudit.learners.linear.privacy import guarantee, privacy_event
 from privaudit.learners.linear.providers import FiniteFeatures, RowFeatures, q_rows
 from privaudit.learners.linear.rows import clip_features, column_dims, row_steps
@@ -217,6 +217,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     BudgetExceededError
         The ledger's remaining budget is below rho (exit code 3).
     """
+    if local_log is not None:  # else the budget is charged and then writing the log fails
+        check_sidecar_free(local_log, "the policy's private bounding log")
     linear = registry.names(family="linear")
     if algo not in linear:
         raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {', '.join(linear)}.")
