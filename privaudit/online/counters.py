@@ -261,6 +261,19 @@ class TreeCounter:
         # _above[j]: summed noise of the open nodes at levels >= j; _above[L] = 0
         self._above = None if mechanism == "none" else np.zeros((self.n_levels + 1,) + self.shape, dtype=dtype)
 
+    @property
+    def sampler_path(self) -> str | None:
+        """The exact sampler this counter's node noises come from (``samplers.noise_statement`` paths).
+
+        ``"scaled"`` (``fixed_point.discrete_gaussian_scaled``) for the wide
+        exact path (goe, or Gaussian above ``GAUSSIAN_SIGMA_MAX`` units),
+        ``"table"`` (``samplers.exact_noise``) for the other exact counters,
+        None without exact noise.
+        """
+        if self.noise != "exact" or self.mechanism == "none":
+            return None
+        return "scaled" if self._wide else "table"
+
     def __repr__(self) -> str:
         return (f"TreeCounter(shape={self.shape}, mechanism={self.mechanism!r}, T={self.n_releases}, "
                 f"L={self.n_levels}, t={self.t})")

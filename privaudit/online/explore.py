@@ -92,17 +92,19 @@ JDP_TEXT = {
 }
 
 
-def sampler_statement(events) -> dict:
+def sampler_statement(events, paths=("table",)) -> dict:
     """What the explorer's noise samplers deliver, as the release manifest's ``guarantee.sampler``.
 
-    ``samplers.noise_statement("exact")`` (total variation 0, extra delta 0)
-    when every event's noise is ``"exact"`` (PUCB's discrete counters);
+    ``samplers.noise_statement("exact", paths=paths)`` (total variation 0,
+    extra delta 0; ``paths`` names the exact samplers that drew, from
+    ``Agent.exact_sampler_paths``) when every event's noise is ``"exact"``;
     otherwise the statement of the first non-exact kind (``"continuous"`` for
-    the linear explorers' numpy Gaussians: not certified, total variation and
-    extra delta None).
+    float Gaussians: not certified, total variation and extra delta None).
     """
     kinds = {leaf.noise for e in events for leaf, _ in leaves(e)}
-    return samplers.noise_statement("exact" if kinds <= {"exact"} else sorted(kinds - {"exact"})[0])
+    if kinds <= {"exact"}:
+        return samplers.noise_statement("exact", paths=paths)
+    return samplers.noise_statement(sorted(kinds - {"exact"})[0])
 
 
 #: The note of a seeded run's guarantee (as the release's rng ``seeded-insecure``).
@@ -116,7 +118,7 @@ def _guarantee(agent: Agent, budget: Budget | None, seeded: bool = False) -> dic
     if budget is None or not events:
         g.update({"private": False, "epsilon": None, "delta": None, "rho": None, "events": [], "sampler": None})
         return g
-    sampler = sampler_statement(events)
+    sampler = sampler_statement(events, agent.exact_sampler_paths())
     certified = sampler["extra_delta"] is not None
     acc = Accountant()
     for e in events:

@@ -68,6 +68,15 @@ class Agent(abc.ABC):
     def end_episode(self) -> None:
         """The episode is over: update (and release) the statistics."""
 
+    def exact_sampler_paths(self) -> frozenset:
+        """The exact samplers of this agent's ``"exact"`` noise (``samplers.noise_statement``'s ``paths``).
+
+        The release manifest names them (``guarantee.sampler``). Default
+        ``{"table"}`` (``samplers.exact_noise``); agents drawing otherwise
+        override it.
+        """
+        return frozenset({"table"})
+
     #: True when :meth:`act` always returns ``policy()[h, s]`` (the default :meth:`act` does), so
     #: that :func:`run_episodes` may play the episode in one ``env.rollout`` call and hand the
     #: trajectory over with :meth:`observe_episode`.

@@ -189,6 +189,10 @@ class PUCB(Agent):
         One per family (empty for the twin), noise ``"exact"``, in real units.
     """
 
+    def exact_sampler_paths(self) -> frozenset:
+        """``"table"`` and/or ``"scaled"``: the samplers of the counters' node noises (``TreeCounter.sampler_path``)."""
+        return frozenset(c.sampler_path for c in self.counters_.values() if c.sampler_path) or frozenset({"table"})
+
     def __init__(self, n_states: int, n_actions: int, horizon: int, n_episodes: int, *,
                  epsilon: float | None = None, rho: float | None = None, beta: float = DEFAULT_BETA,
                  constants="practical", rng: np.random.Generator):

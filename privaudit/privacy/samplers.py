@@ -201,8 +201,18 @@ _REJECTION = ("privaudit.privacy.fixed_point: exact discrete Gaussian by rejecti
               "Steinke 2020, Algorithm 3: discrete Laplace proposal of scale t = floor(sigma) + 1, accepted with "
               "probability exp(-(|y| - sigma^2/t)^2 / (2 sigma^2)), the acceptance decided exactly: a float "
               "comparison outside a rigorous 2^-40 band, interval arithmetic inside)")
-#: the ways ``exact`` noise is drawn: the table sampler of this module, or rejection (few draws at a scale)
-EXACT_PATHS = ("table", "rejection")
+#: The exact discrete Gaussian of wide scales (``privaudit.privacy.fixed_point.discrete_gaussian_scaled``).
+_SCALED = ("privaudit.privacy.fixed_point.discrete_gaussian_scaled: exact discrete Gaussian of a wide scale "
+           "sigma, one trial = a coarse part J ~ N_Z(0, sigma^2 / M^2) from this module's table sampler (M = 2^m, "
+           "sigma / M in [2^7, 2^8); trials with J < 0 rejected), a uniform fine part F on [0, M) and a sign bit, "
+           "|y| = M J + F (+ 1 for the negative side), accepted with probability "
+           "exp(-(|y|^2 - M^2 J^2) / (2 sigma^2)), decided exactly (a float comparison outside a rigorous band, "
+           "interval arithmetic inside); scales below 2^8 lattice units by rejection from a discrete Laplace "
+           "(Canonne, Kamath & Steinke 2020, Algorithm 3)")
+#: the ways ``exact`` noise is drawn: the table sampler of this module, rejection (few draws at a scale),
+#: or the scaled sampler (wide scales: the online counters' GOE and wide Gaussian nodes, the linear
+#: explorers' lattice statistics)
+EXACT_PATHS = ("table", "rejection", "scaled")
 #: ``fixed_point.exact_gaussian`` builds (or reuses) the table when a call draws at least this many values
 #: per unit of the table's half-width T: building costs about 7 us per unit of T, a draw about 0.03 us from
 #: the table and 0.4-0.5 us by rejection, so the two break even near 15 T draws
@@ -215,12 +225,15 @@ def noise_statement(noise: str, *, paths=("table",)) -> dict:
     Parameters
     ----------
     noise : {"exact", "rounded", "continuous"}
-    paths : collection of {"table", "rejection"}, default ("table",)
+    paths : collection of {"table", "rejection", "scaled"}, default ("table",)
         ``"exact"`` only: the exact samplers that drew the noise, named in
         ``sampler`` (``fixed_point.exact_gaussian`` uses ``"rejection"`` for
         a scale drawn fewer than :data:`TABLE_MIN_DRAWS_PER_T` T times in a
-        call, the table otherwise).
-        Both have total variation 0, so nothing else changes.
+        call, the table otherwise; ``"scaled"`` is
+        ``fixed_point.discrete_gaussian_scaled``, the online explorers' wide
+        scales: GOE matrices, Gaussian nodes above :data:`GAUSSIAN_SIGMA_MAX`
+        lattice units, the linear explorers' lattice statistics).
+        All have total variation 0, so nothing else changes.
 
     Returns
     -------
@@ -248,6 +261,13 @@ def noise_statement(noise: str, *, paths=("table",)) -> dict:
         out["sampler"] = (f"{out['sampler']}; for the Gaussian scales drawn fewer than "
                           f"{TABLE_MIN_DRAWS_PER_T} T times in one call "
                           f"(T: that table's half-width, about 6.6 sigma): {_REJECTION}")
+    if paths == {"scaled"}:
+        out["sampler"] = _SCALED
+    elif "scaled" in paths:
+        if paths == {"scaled", "rejection"}:
+            out["sampler"] = _REJECTION
+        out["sampler"] = (f"{out['sampler']}; for the GOE matrices and the Gaussian scales above "
+                          f"{GAUSSIAN_SIGMA_MAX:.0f} lattice units: {_SCALED}")
     return out
 
 

@@ -19,6 +19,7 @@ from privaudit.online.env import make_env
 from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.online.explore import run_explore, validate_budget
 from privaudit.privacy.accounting import event_epsilon
+from privaudit.privacy import samplers
 from privaudit.privacy.events import event_from_dict
 from privaudit.online.manifest import ExploreManifest, read_explore_manifest
 
@@ -39,7 +40,7 @@ def test_explore_writes_regret_manifest_and_plot(tmp_path):
     assert pq.read_schema(out / "regret.parquet").metadata[b"privaudit_format_version"] == b"1"
     # the same seed through the library gives the same regret
     env = make_env("riverswim", horizon=5)
-    _, res = run_explore(env, "pucb", 300, validate_budget("pucb", 2.0, None, None), seed=3)
+    agent, res = run_explore(env, "pucb", 300, validate_budget("pucb", 2.0, None, None), seed=3)
     np.testing.assert_array_equal(df["regret"].to_numpy(), res.regret)
     m = json.loads((out / "manifest.json").read_text())
     g = m["guarantee"]
@@ -53,6 +54,10 @@ def test_explore_writes_regret_manifest_and_plot(tmp_path):
     # exact discrete counters: the release manifest's sampler statement (total variation 0, no extra delta)
     assert g["sampler"]["total_variation_per_draw"] == 0.0 and g["sampler"]["extra_delta"] == 0.0
     assert {e["noise"] for e in g["events"]} == {"exact"} and "not certified" not in g["statement"]
+    # and names the samplers its counters drew from
+    paths = {c.sampler_path for c in agent.counters_.values()}
+    assert paths and None not in paths
+    assert g["sampler"] == samplers.noise_statement("exact", paths=paths)
     assert m["calibration"]["lattice"]["rewards"].startswith("2^-")
     assert (out / "regret.png").stat().st_size > 1000
 

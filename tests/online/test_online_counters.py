@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from scipy import stats
 
 from privaudit.errors import UsageError
 from privaudit.privacy.accounting import event_epsilon, event_rho
+from privaudit.privacy.fixed_point import discrete_gaussian_scaled
 from privaudit.online.counters import (TreeCounter, gaussian_node_sigma, laplace_node_scale, tree_counter_event,
                                        tree_error_bound, tree_levels)
 
@@ -239,3 +241,20 @@ def test_exact_goe_counter_blocks_are_a_slow_tree_of_fresh_draws(monkeypatch):
         expect = total + sum(node[j] for j in range(c.n_levels) if (t >> j) & 1)
         np.testing.assert_array_equal(c.update(z), expect)
     assert len(set(d.tobytes() for d in draws)) == T
+
+
+def test_sampler_path_names_the_exact_sampler_of_the_node_noises():
+    """sampler_path: the table sampler for exact Gaussian/Laplace nodes up to GAUSSIAN_SIGMA_MAX units,
+    the scaled sampler for wider Gaussian nodes and every goe counter, None without exact noise; a wide
+    counter's node noises are the scaled sampler's (same draws from the same stream)."""
+    rng = np.random.default_rng(0)
+    assert TreeCounter((3,), 8, "gaussian", 5.0, noise="exact", rng=rng).sampler_path == "table"
+    assert TreeCounter((3,), 8, "laplace", 5.0, noise="exact", rng=rng).sampler_path == "table"
+    wide = TreeCounter((3,), 8, "gaussian", 2.0 ** 20, noise="exact", rng=rng)
+    assert wide.sampler_path == "scaled"
+    assert TreeCounter((2, 2), 8, "goe", 5.0, noise="exact", rng=rng).sampler_path == "scaled"
+    assert TreeCounter((3,), 8, "none", noise="exact", rng=rng).sampler_path is None
+    assert TreeCounter((3,), 8, "gaussian", 5.0, noise="continuous", rng=rng).sampler_path is None
+    got = wide.node_noises(4, np.random.default_rng(7))
+    want = discrete_gaussian_scaled(Fraction(2.0 ** 20) ** 2, (4, 3), rng=np.random.default_rng(7))
+    np.testing.assert_array_equal(got, want)

@@ -19,6 +19,7 @@ from privaudit.online.linear.constants import (Problem, dp_lsvi_ucb_pp_constants
 from privaudit.online.linear.jin import LSVIUCB, LuyoLSVIUCB, NgoLSVIUCB
 from privaudit.online.linear.plusplus import LSVIUCBPlusPlus
 from privaudit.online.linear.registry import make_linear_agent
+from privaudit.privacy import samplers
 from privaudit.privacy.accounting import Accountant, event_rho
 from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensitivity
 from privaudit.online.counters import TreeCounter
@@ -490,6 +491,8 @@ def test_explore_cli_runs_a_linear_explorer(tmp_path):
     # exact discrete Gaussian on lattice statistics: total variation 0, nothing added to delta
     smp = m["guarantee"]["sampler"]
     assert smp["total_variation_per_draw"] == 0.0 and smp["extra_delta"] == 0.0
+    # the sampler that drew (lattice noise and GOE trees): named, not the table sampler's text
+    assert smp["sampler"] == samplers.noise_statement("exact", paths={"scaled"})["sampler"]
     assert "not certified" not in m["guarantee"]["statement"]
     assert all(e["noise"] == "exact" for e in m["guarantee"]["events"])
     assert m["guarantee"]["grid"]["features"].startswith("2^-12")

@@ -226,7 +226,17 @@ def test_exact_statement_names_the_samplers_that_ran():
     for st in (table, rej, both):
         assert st["total_variation_per_draw"] == 0.0 and st["extra_delta"] == 0.0
         assert st["derivation"] == table["derivation"] and set(st) == set(table)
-    for noise, paths in [("exact", ()), ("exact", ("table", "alias")), ("rounded", ("rejection",))]:
+    scaled = samplers.noise_statement("exact", paths={"scaled"})
+    assert "discrete_gaussian_scaled" in scaled["sampler"] and "alias table" not in scaled["sampler"]
+    wide = samplers.noise_statement("exact", paths=("table", "scaled"))
+    assert wide["sampler"].startswith(table["sampler"]) and scaled["sampler"] in wide["sampler"]
+    assert "above 32768 lattice units" in wide["sampler"]
+    few = samplers.noise_statement("exact", paths=("rejection", "scaled"))
+    assert few["sampler"].startswith(rej["sampler"]) and "alias table" not in few["sampler"]
+    for st in (scaled, wide, few):
+        assert st["total_variation_per_draw"] == 0.0 and st["extra_delta"] == 0.0
+    for noise, paths in [("exact", ()), ("exact", ("table", "alias")), ("rounded", ("rejection",)),
+                         ("continuous", ("scaled",))]:
         with pytest.raises(UsageError, match="`paths` must be a non-empty subset"):
             samplers.noise_statement(noise, paths=paths)
 

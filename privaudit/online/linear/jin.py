@@ -80,6 +80,11 @@ class LinearExplorer(Agent):
     algo = "linear"
     acts_by_policy = True          # act(h, s) = pi[h, s]: run_episodes may use env.rollout
 
+    def exact_sampler_paths(self) -> frozenset:
+        """``{"scaled"}``: the lattice noise (``lattice.NoiseSource``) and the GOE Gram trees are drawn by
+        ``fixed_point.discrete_gaussian_scaled`` (which hands scales below 2^8 lattice units to CKS rejection)."""
+        return frozenset({"scaled"})
+
     def __init__(self, phi, horizon: int, n_episodes: int, *, rng: np.random.Generator | None = None):
         self.phi = checked_features(phi)
         self.S, self.A, self.d = self.phi.shape
