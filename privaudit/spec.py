@@ -343,10 +343,26 @@ def load_spec(path: str | Path) -> DomainSpec:
         raise SpecError(f"spec {p} is not UTF-8 text: byte 0x{e.object[e.start]:02x} at position {e.start}. "
                         "Save it as UTF-8 JSON.") from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as e:
         raise SpecError(f"spec {p} is not valid JSON: line {e.lineno} column {e.colno}: {e.msg}") from None
+    except _DuplicateKey as e:
+        raise SpecError(f"spec {p}: key {e.args[0]!r} appears twice in one object; JSON readers keep one of the "
+                        "two values silently. Keep one.") from None
     return DomainSpec.from_dict(doc, source=p.resolve())
+
+
+class _DuplicateKey(ValueError):
+    """A JSON object names one key twice (``json.loads`` would keep the last value)."""
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """``object_pairs_hook`` for :func:`load_spec`: a dict, refusing a key named twice in one object."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
 
 
 def write_spec(spec_doc: dict, path: str | Path) -> None:

@@ -56,6 +56,18 @@ def test_missing_and_malformed_files(tmp_path):
         load_spec(bad)
 
 
+def test_duplicate_key_is_a_spec_error(tmp_path):
+    """Before: '"horizon": 20, "horizon": 5' loaded as H = 5 without a word, and validate called the sample
+    'valid for release' with 8,695 steps to cut (fresh-user pass)."""
+    p = tmp_path / "dup.json"
+    p.write_text(json.dumps(tiny_spec_doc()).replace('"horizon": 3', '"horizon": 3, "horizon": 2'))
+    with pytest.raises(SpecError, match=rf"spec {p}: key 'horizon' appears twice in one object"):
+        load_spec(p)
+    p.write_text(json.dumps(tiny_spec_doc()).replace('"max_episodes": 1', '"max_episodes": 1, "max_episodes": 3'))
+    with pytest.raises(SpecError, match="key 'max_episodes' appears twice"):
+        load_spec(p)
+
+
 def test_spec_not_utf8_is_a_spec_error(tmp_path):
     """A spec saved in another encoding (UTF-16's BOM, Latin-1) gave a UnicodeDecodeError traceback (exit 1);
     it is a spec error naming the file and the byte (fresh-user pass)."""
