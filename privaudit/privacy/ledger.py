@@ -623,6 +623,11 @@ def check_budget(path, dataset_id: str, rho) -> Fraction:
     path = Path(path)
     want, _ = _amount("rho", rho)
     _must_exist(path)
+    for where in (path, path.parent):  # the charge appends to FILE and replaces FILE.head in its folder
+        if not os.access(where, os.W_OK):
+            raise UsageError(f"{path}: the ledger cannot be charged: {'its folder ' if where != path else ''}"
+                             f"{where} is not writable by this user. Fix the permissions before spending "
+                             "(nothing was read or charged).")
     head, charges, _ = _verified(path)
     spent = _refuse_if_over(path, head, charges, dataset_id, want)
     return Fraction(head["rho_total"]) - spent

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import multiprocessing as mp
 from fractions import Fraction
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -16,6 +18,8 @@ from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.ledger import (charge, check_budget, init_ledger, ledger_status,
                                       rho_of_pure_dp)
 from privaudit.schemas import schema_errors
+from tests._spy import watch_reads
+from tests.conftest import tiny_spec_doc
 
 
 @pytest.fixture
@@ -60,6 +64,33 @@ def test_init_refuses_existing_and_bad_values(tmp_path, ledger):
             init_ledger(tmp_path / f"x{bad}.ledger", "icu", bad)
     with pytest.raises(UsageError):
         init_ledger(tmp_path / "y.ledger", "", 1)
+
+
+@pytest.mark.parametrize("deny", ["file", "folder"])
+def test_read_only_ledger_refused_before_any_work(tmp_path, monkeypatch, deny):
+    """Before: `release --ledger` on a read-only ledger read and bounded the logs and drew its noise, then
+    failed at the charge with "...: Permission denied; ... Check that the output location is writable"
+    (fresh-user pass). Tests run as root, so ``os.access`` is made to deny the write."""
+    path = tmp_path / "d.ledger"
+    init_ledger(path, "tiny", "1")
+    before = path.read_bytes()
+    denied = str(path if deny == "file" else tmp_path)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: not (str(p) == denied and mode & os.W_OK)
+                        and real(p, mode, *a, **k))
+    with pytest.raises(UsageError, match=rf"{path}: the ledger cannot be charged: "
+                                         + ("its folder " if deny == "folder" else "")
+                                         + rf"{denied} is not writable by this user"):
+        check_budget(path, "tiny", "0.1")
+    (tmp_path / "spec.json").write_text(json.dumps(tiny_spec_doc()))
+    logs = tmp_path / "logs.parquet"
+    pl.DataFrame({"episode_id": [0], "step": [0], "state": [0], "action": [0], "reward": [1.0],
+                  "next_state": [3]}).write_parquet(logs)
+    with watch_reads(logs) as reads:
+        res = CliRunner().invoke(main, ["release", str(logs), "--spec", str(tmp_path / "spec.json"), "--rho", "0.1",
+                                        "--ledger", str(path), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "is not writable by this user" in res.output.strip().splitlines()[-1], res.output
+    assert reads == [] and not (tmp_path / "r").exists() and path.read_bytes() == before
 
 
 def test_a_folder_as_ledger_is_named_a_folder(tmp_path):
