@@ -339,6 +339,24 @@ def test_local_log_path_taken_by_a_folder_is_refused_before_reading(data, tmp_pa
     assert led.read_bytes() == before
 
 
+def test_an_earlier_local_log_is_not_overwritten(data, tmp_path):
+    """Before: a release to DIR replaced an existing regular file DIR.local-log.json (the private bounding log
+    of an earlier release whose folder was removed) without a word (fresh-user pass). Now: exit 2 before any
+    row is read, the file byte-identical, nothing written or charged."""
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, "tiny-release", 1.0)
+    before = led.read_bytes()
+    kept = tmp_path / "r.local-log.json"
+    kept.write_text('{"earlier": "release"}\n')
+    with watch_reads(data["logs_dir"]) as reads:
+        res = CliRunner().invoke(main, ["release", str(data["logs_dir"]), "--spec", str(data["spec_public"]),
+                                        "--rho", "0.5", "--out", str(tmp_path / "r"), "--ledger", str(led)])
+    assert res.exit_code == 2 and reads == [], res.output
+    assert res.output.strip().splitlines()[-1].startswith(f"error: {kept} already exists: the private bounding log")
+    assert kept.read_text() == '{"earlier": "release"}\n' and led.read_bytes() == before
+    _no_leftovers(tmp_path, ["budget.jsonl", "budget.jsonl.head", "budget.jsonl.lock", "r.local-log.json"])
+
+
 def test_ledger_charged_on_success(data, tmp_path):
     led = tmp_path / "budget.jsonl"
     ledger_mod.init_ledger(led, "tiny-release", 1.0)
