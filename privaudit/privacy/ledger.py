@@ -304,14 +304,17 @@ def _refuse_non_ledger(path: Path) -> None:
         raise ArtifactError(f"{path}: cannot read the ledger: {e.strerror or e}.") from None
     if not first.strip():
         return  # empty: the locked read names it
+    # A ledger's line 1 is written once, atomically, by init_ledger: a line 1 that is not its header
+    # says that ``path`` is some other file (a Parquet log, a README), not a corrupt ledger.
+    hint = ("this is not a privaudit ledger; pass the file created by `privaudit budget init FILE "
+            "--dataset ID --rho-total R` (if it was one, restore it from a backup).")
     try:
         head = json.loads(first)
-    except ValueError as err:
-        raise ArtifactError(f"{path}, line 1: not valid JSON ({getattr(err, 'msg', err)}). "
-                            f"The ledger is corrupt; restore it from a backup.") from None
+    except ValueError as err:  # UnicodeDecodeError included: a binary file
+        why = "a binary file" if isinstance(err, UnicodeDecodeError) else getattr(err, "msg", err)
+        raise ArtifactError(f"{path}, line 1: not valid JSON ({why}): {hint}") from None
     if not isinstance(head, dict):
-        raise ArtifactError(f"{path}, line 1: must be a JSON object, found {type(head).__name__}. "
-                            f"The ledger is corrupt; restore it from a backup.")
+        raise ArtifactError(f"{path}, line 1: must be a JSON object, found {type(head).__name__}: {hint}")
     _check_header(path, head)
 
 
@@ -420,7 +423,8 @@ def _check_header(path: Path, head: dict) -> int:
     """The header's format version (1 or 2); ArtifactError for anything else."""
     if head.get("format") != LEDGER_FORMAT or head.get("type") != "init":
         raise ArtifactError(f"{path}, line 1: not a privaudit ledger header "
-                            f"(expected format {LEDGER_FORMAT!r} and type 'init').")
+                            f"(expected format {LEDGER_FORMAT!r} and type 'init'); pass the file created by "
+                            f"`privaudit budget init FILE --dataset ID --rho-total R`.")
     version = head.get("format_version")
     if version not in (1, LEDGER_VERSION) or isinstance(version, bool):
         raise ArtifactError(f"{path}, line 1: unknown ledger format_version {version!r}; this privaudit "

@@ -123,21 +123,27 @@ def test_wrong_dataset_missing_file_and_corruption(tmp_path, ledger):
 
 @pytest.mark.parametrize("text,needle", [
     ('{"format_version": 1, "horizon": 20}', "line 1: not a privaudit ledger header"),  # a spec, no final newline
-    ("# privaudit\n\nA README.\n", "line 1: not valid JSON"),
+    ("# privaudit\n\nA README.\n", "line 1: not valid JSON (Expecting value): this is not a privaudit ledger"),
+    (b"PAR1\x15\x04\x80\xff\n", "line 1: not valid JSON (a binary file): this is not a privaudit ledger"),
+    ("[1, 2]\n", "line 1: must be a JSON object, found list: this is not a privaudit ledger"),
 ])
 def test_a_file_that_is_no_ledger_gets_no_lock_file_beside_it(tmp_path, text, needle):
     """Before: `pipeline --ledger spec.json` said "the last line is incomplete (an interrupted write?)" and
-    left spec.json.lock in the spec's folder (fresh-user pass); any file given as a ledger got a FILE.lock."""
+    left spec.json.lock in the spec's folder (fresh-user pass); any file given as a ledger got a FILE.lock.
+    A file whose line 1 is not JSON (a README, a Parquet log) was called "corrupt; restore it from a backup",
+    though it never was a ledger (fresh-user pass)."""
     path = tmp_path / "spec.json"
-    path.write_text(text)
+    (path.write_bytes if isinstance(text, bytes) else path.write_text)(text)
+    before = path.read_bytes()
     for call in (lambda: check_budget(path, "icu", 0.1), lambda: charge(path, "icu", 0.1, "x"),
                  lambda: ledger_status(path)):
-        with pytest.raises(ArtifactError, match=needle):
+        with pytest.raises(ArtifactError, match=re.escape(needle)):
             call()
     res = CliRunner().invoke(main, ["budget", "show", str(path)])
     assert res.exit_code == 1 and needle in res.output and "Traceback" not in res.output
+    assert "corrupt" not in res.output and len(res.output.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.json"]
-    assert path.read_text() == text
+    assert path.read_bytes() == before
 
 
 def _worker(path, barrier, n, out):
