@@ -245,6 +245,10 @@ def numpy_load_reason(err: Exception) -> str:
     (object) data" and suggests loading it unsafely; privaudit never unpickles
     a file, so the reason given is that the file is not NumPy's format.
     """
+    if isinstance(err, IsADirectoryError):
+        return "it is a folder, not a file"
+    if isinstance(err, OSError) and err.strerror:  # "[Errno 13] Permission denied: 'x'" -> "Permission denied"
+        return err.strerror
     msg = str(err)
     if "pickle" in msg:
         return "not a NumPy .npy/.npz file (no NumPy header or zip signature; pickled files are never loaded)"

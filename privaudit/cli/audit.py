@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from privaudit.audit.runner import MIN_TRIALS
-from privaudit.cli.common import as_flags, echo_json, handle_errors
+from privaudit.cli.common import PathArg, as_flags, echo_json, handle_errors
 from privaudit import registry
 from privaudit.audit import Claim, load_pair, run_audit
 from privaudit.audit.adapters import MECHANISMS
@@ -94,10 +94,10 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
               help="release | dp-apvi | dp-pbb | dp-vapvi | explore:ALGO (an online explorer's joint-DP claim: "
                    "pucb, luyo, ngo, dp-lsvi-ucb-pp, or a broken one of the online catalogue) | FILE.py:NAME "
                    "(a callable fn(logs, rng[, n_runs])).")
-@click.option("--logs", "logs_path", type=click.Path(readable=False), default=None,
+@click.option("--logs", "logs_path", type=PathArg(readable=False), default=None,
               help="Logs D (Parquet file or folder); D' = D with one unit replaced by a canary. "
                    "Validated against the spec first (the fatal rules of a release).")
-@click.option("--spec", "spec_path", default=None, type=click.Path(readable=False, dir_okay=False),
+@click.option("--spec", "spec_path", default=None, type=PathArg(readable=False, dir_okay=False),
               help="Domain spec JSON (required except for explore:ALGO).")
 @click.option("--claim-epsilon", type=float, default=None, help="Claimed epsilon (with --delta; 0 delta = pure DP).")
 @click.option("--claim-rho", type=float, default=None, help="Claimed rho-zCDP (compared at --delta).")
@@ -118,7 +118,7 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "to orthogonal unit vectors; rare/repeat aim a real-feature canary at its statistics. dp-pbb: "
                    "synthetic (default) spreads each unit's transitions over cells at the per-cell cap (attains its "
                    "capped sensitivity); synthetic-repeat puts them in one cell (where the cap must bite).")
-@click.option("--pair", nargs=2, type=click.Path(readable=False, dir_okay=False), default=None,
+@click.option("--pair", nargs=2, type=PathArg(readable=False, dir_okay=False), default=None,
               metavar="D.parquet D2.parquet",
               help="An explicit neighbouring pair, read with the spec's column mapping; both validated "
                    "against the spec.")
@@ -139,8 +139,8 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
 @click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None,
               help="Built-ins: noise mode of the release (default: exact, as `privaudit release`; "
                    "rounded for the GDP opt-in).")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="REPORT.json to write.")
-@click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None, help="REPORT.png (trade-off plot).")
+@click.option("--out", "out", required=True, type=PathArg(dir_okay=False), help="REPORT.json to write.")
+@click.option("--plot", "plot", type=PathArg(dir_okay=False), default=None, help="REPORT.png (trade-off plot).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out / --plot file (refused otherwise).")
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the audit (OS entropy if omitted).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Processes for unbatched mechanisms.")

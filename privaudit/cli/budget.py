@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import click
 
-from privaudit.cli.common import echo_json, handle_errors
+from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.errors import UsageError
 from privaudit.io_utils import check_writable
 from privaudit.fmt import bound
@@ -33,7 +33,7 @@ def command():
 
 
 @command.command("init")
-@click.argument("file", metavar="FILE", type=click.Path(readable=False, dir_okay=False))
+@click.argument("file", metavar="FILE", type=PathArg(readable=False, dir_okay=False))
 @click.option("--dataset", "dataset_id", required=True, help="Identifier of the dataset the budget protects.")
 @click.option("--rho-total", required=True, help="Total zCDP budget rho (> 0), stored exactly as written.")
 @click.option("--json", "as_json", is_flag=True, help="Print the header entry as JSON.")
@@ -53,7 +53,7 @@ def init_cmd(file, dataset_id, rho_total, as_json):
 
 
 @command.command("show")
-@click.argument("file", metavar="FILE", type=click.Path(readable=False, dir_okay=False))
+@click.argument("file", metavar="FILE", type=PathArg(readable=False, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print only JSON: totals and every entry.")
 @handle_errors
 def show_cmd(file, as_json):
@@ -94,7 +94,7 @@ def _readable(exact: str, direction: str) -> str:
 
 
 @command.command("upgrade")
-@click.argument("file", metavar="FILE", type=click.Path(readable=False, dir_okay=False))
+@click.argument("file", metavar="FILE", type=PathArg(readable=False, dir_okay=False))
 @handle_errors
 def upgrade_cmd(file):
     """Chain a format_version 1 ledger FILE (kept as FILE.v1), trusting its current content.
@@ -108,7 +108,7 @@ def upgrade_cmd(file):
 
 
 @command.command("charge")
-@click.argument("file", metavar="FILE", type=click.Path(readable=False, dir_okay=False))
+@click.argument("file", metavar="FILE", type=PathArg(readable=False, dir_okay=False))
 @click.option("--dataset", "dataset_id", required=True, help="Dataset the ledger protects (must match).")
 @click.option("--rho", default=None, help="zCDP rho spent (> 0), stored exactly as written.")
 @click.option("--epsilon", default=None, help="Pure eps-DP spent instead; charged as rho = eps^2/2.")

@@ -85,6 +85,21 @@ def handle_errors(fn: Callable) -> Callable:
     return wrapper
 
 
+class PathArg(click.Path):
+    """``click.Path`` that refuses an empty path.
+
+    ``Path('')`` is the current folder: ``--out ''`` (an unset shell variable) was reported as
+    "`.` already exists", ``--spec-out ''`` failed on a temporary file after the logs were written,
+    and ``validate ''`` read every Parquet file under the current folder. An empty path is a usage
+    error naming the option (exit 2) before any work.
+    """
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value == "":
+            self.fail("the path is empty (an unset shell variable?); give a file or folder name.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class Notices:
     """Notices on stderr held until the inputs are validated.
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from privaudit.cli.common import echo_json, handle_errors
+from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.errors import SpecError, UsageError
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.policy import load_policy, load_policy_table
@@ -16,7 +16,7 @@ from privaudit.spec import load_spec
 
 
 @click.command("evaluate", short_help="Exact value of a policy on a known MDP, next to the optimal value.")
-@click.argument("policy", metavar="POLICY", type=click.Path(readable=False, dir_okay=True))
+@click.argument("policy", metavar="POLICY", type=PathArg(readable=False, dir_okay=True))
 @click.option("--mdp", "mdp", required=True,
               help="icu-sepsis, synthetic-linear, or an MDP.npz written by `privaudit simulate --mdp-out`.")
 @click.option("--horizon", type=click.IntRange(min=1), default=None,
@@ -24,7 +24,7 @@ from privaudit.spec import load_spec
 @click.option("--instance-seed", type=click.IntRange(min=0), default=None,
               help="Instance of a seeded named MDP (synthetic-linear; random-tabular with --spec). Required "
                    "unless --spec records it ($.mdp.instance_seed, written by simulate); must agree with it.")
-@click.option("--spec", "spec_path", type=click.Path(readable=False, dir_okay=False), default=None,
+@click.option("--spec", "spec_path", type=PathArg(readable=False, dir_okay=False), default=None,
               help="The logs' spec: names the MDP instance ($.mdp) and, for a policy folder, must be the spec "
                    "the policy was trained under. Its S, A, terminal states and public reward must be the MDP's.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only: value, optimal_value, gap, references.")

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from privaudit.cli.common import echo_json, handle_errors, stderr_is_tty
+from privaudit.cli.common import PathArg, echo_json, handle_errors, stderr_is_tty
 from privaudit.errors import UsageError
 from privaudit.online.env import ENV_NAMES, make_env
 from privaudit.online.explore import ALGORITHMS, run_explore, validate_budget, write_explore
@@ -67,7 +67,7 @@ Example:
 @click.option("--actions", type=click.IntRange(min=1), default=None, help="A (random-tabular).")
 @click.option("--instance-seed", type=click.IntRange(min=0), default=None,
               help="Instance of random-tabular / synthetic-linear (default 0).")
-@click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="Output folder DIR.")
+@click.option("--out", "out", type=PathArg(file_okay=False), required=True, help="Output folder DIR.")
 @click.option("--overwrite", is_flag=True, help="Replace DIR if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest's summary and guarantee as JSON only.")
 @handle_errors

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import as_flags, echo_json, engine_options, handle_errors, spark_target
+from privaudit.cli.common import PathArg, as_flags, echo_json, engine_options, handle_errors, spark_target
 from privaudit.io_utils import check_writable
 from privaudit.pipeline import run_pipeline
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
@@ -66,13 +66,13 @@ Examples:
 
 
 @click.command("pipeline", help=_HELP, short_help="The main job: validate, release, train, evaluate, audit, report.")
-@click.argument("logs", metavar="[LOGS]", required=False, type=click.Path(readable=False, path_type=str))
-@click.option("--spec", "spec_path", type=click.Path(readable=False, path_type=str), default=None,
+@click.argument("logs", metavar="[LOGS]", required=False, type=PathArg(readable=False, path_type=str))
+@click.option("--spec", "spec_path", type=PathArg(readable=False, path_type=str), default=None,
               help="Domain spec (JSON); required with LOGS.")
 @click.option("--rho", type=float, default=None, help="Total zCDP budget rho.")
 @click.option("--epsilon", type=float, default=None, help="Total epsilon (with --delta).")
 @click.option("--delta", type=float, default=None, help="delta of the (epsilon, delta) target.")
-@click.option("--out", "out", required=True, type=click.Path(path_type=str), help="Output folder DIR to create.")
+@click.option("--out", "out", required=True, type=PathArg(path_type=str), help="Output folder DIR to create.")
 @click.option("--mdp", default=None,
               help="icu-sepsis, synthetic-linear or MDP.npz (privaudit simulate --mdp-out): evaluate the policies on it "
                    "(default with no LOGS: icu-sepsis).")
@@ -93,7 +93,7 @@ Examples:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the noise and the audit (rng seeded-insecure; never written).")
 @click.option("--overwrite", is_flag=True, help="Replace DIR if it holds a previous pipeline output.")
-@click.option("--ledger", type=click.Path(readable=False, path_type=str), default=None,
+@click.option("--ledger", type=PathArg(readable=False, path_type=str), default=None,
               help="Budget ledger (privaudit budget init): refuse (exit 3) a run that would exceed it, "
                    "and charge what the run spends.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")

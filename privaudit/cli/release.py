@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import Notices, as_flags, echo_json, engine_options, handle_errors, spark_target
+from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, engine_options, handle_errors, spark_target
 from privaudit.fmt import num
 from privaudit.io_utils import check_writable
 from privaudit.stats.release import default_stationary, release_logs
@@ -53,8 +53,8 @@ Example:
 
 
 @click.command("release", help=_HELP, short_help="Release DP counts of tabular logs (Parquet + manifest).")
-@click.argument("logs", type=click.Path(readable=False, path_type=str))
-@click.option("--spec", "spec_path", required=True, type=click.Path(readable=False, path_type=str), help="Domain spec (JSON).")
+@click.argument("logs", type=PathArg(readable=False, path_type=str))
+@click.option("--spec", "spec_path", required=True, type=PathArg(readable=False, path_type=str), help="Domain spec (JSON).")
 @click.option("--rho", type=float, default=None, help="zCDP budget rho (Gaussian).")
 @click.option("--epsilon", type=float, default=None, help="epsilon: with --delta (Gaussian) or alone (Laplace).")
 @click.option("--delta", type=float, default=None, help="delta of an (epsilon, delta) target (Gaussian only).")
@@ -65,8 +65,8 @@ Example:
 @click.option("--noise", type=click.Choice(["exact", "rounded"]), default="exact", show_default=True,
               help="exact: exact discrete Gaussian/Laplace (total variation 0, the manifest's guarantee holds "
                    "exactly). rounded (numpy float noise) is refused: its guarantee is not certified.")
-@click.option("--out", "out", required=True, type=click.Path(path_type=str), help="Release folder DIR to create.")
-@click.option("--ledger", type=click.Path(readable=False, path_type=str), default=None, help="Budget ledger (privaudit budget init).")
+@click.option("--out", "out", required=True, type=PathArg(path_type=str), help="Release folder DIR to create.")
+@click.option("--ledger", type=PathArg(readable=False, path_type=str), default=None, help="Budget ledger (privaudit budget init).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Noise seed, for tests only (rng mode seeded-insecure; never written).")
 @click.option("--json", "as_json", is_flag=True, help="Print only a JSON summary (the manifest path and guarantee).")

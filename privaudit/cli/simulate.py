@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from privaudit.cli.common import echo_json, handle_errors
+from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.errors import UsageError
 from privaudit.io_utils import check_writable
 from privaudit.mdp.io import save_mdp
@@ -43,9 +43,9 @@ Example:
                    "(icu-sepsis: clinicians; synthetic-linear: seed = a 0 w.p. 0.6; also the base of mix:W; elsewhere the base is a fixed random policy).")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed of the simulation (default: OS entropy).")
-@click.option("--out", "out", type=click.Path(dir_okay=False), required=True, help="Output Parquet file LOGS.parquet.")
-@click.option("--spec-out", type=click.Path(dir_okay=False), required=True, help="Output domain spec SPEC.json.")
-@click.option("--mdp-out", type=click.Path(dir_okay=False), default=None, help="Also save the MDP as MDP.npz.")
+@click.option("--out", "out", type=PathArg(dir_okay=False), required=True, help="Output Parquet file LOGS.parquet.")
+@click.option("--spec-out", type=PathArg(dir_okay=False), required=True, help="Output domain spec SPEC.json.")
+@click.option("--mdp-out", type=PathArg(dir_okay=False), default=None, help="Also save the MDP as MDP.npz.")
 @click.option("--horizon", type=int, default=None, help="H (icu-sepsis default 20; required for random-tabular).")
 @click.option("--states", type=int, default=None, help="S (random-tabular).")
 @click.option("--actions", type=int, default=None, help="A (random-tabular).")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from privaudit.cli.common import Notices, as_flags, echo_json, handle_errors
+from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, handle_errors
 from privaudit.errors import UsageError
 from privaudit.fmt import num
 from privaudit.io_utils import check_writable, output_lock
@@ -26,10 +26,10 @@ def release_dir_for(out: Path) -> Path:
 
 
 @click.command("train", short_help="Train an offline policy (DP-APVI, APVI, VE, ...) from logs or a release.")
-@click.argument("logs", metavar="[LOGS]", required=False, type=click.Path(readable=False, dir_okay=True))
-@click.option("--spec", "spec_path", type=click.Path(readable=False, dir_okay=False), default=None,
+@click.argument("logs", metavar="[LOGS]", required=False, type=PathArg(readable=False, dir_okay=True))
+@click.option("--spec", "spec_path", type=PathArg(readable=False, dir_okay=False), default=None,
               help="Domain spec JSON (required with LOGS; with --release, checked against the release).")
-@click.option("--release", "release_dir", type=click.Path(readable=False, file_okay=False), default=None,
+@click.option("--release", "release_dir", type=PathArg(readable=False, file_okay=False), default=None,
               help="Train on this release folder instead of LOGS (post-processing: spends no budget).")
 @click.option("--algo", required=True, type=click.Choice(ALGOS),
               help=" | ".join(registry.names(family="tabular")) + " (tabular); "
@@ -59,10 +59,10 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--max-per-cell", "max_per_cell", type=click.IntRange(min=1), default=None,
               help="dp-pbb: at most C steps of one privacy unit per (s, a) cell (per (h, s, a) with --per-step); "
                    "default 1.")
-@click.option("--ledger", type=click.Path(readable=False, dir_okay=False), default=None,
+@click.option("--ledger", type=PathArg(readable=False, dir_okay=False), default=None,
               help="Budget ledger: dp-apvi charges the release made from LOGS; dp-vapvi is checked before "
                    "any noise and charged before the policy is written.")
-@click.option("--out", "out", required=True, type=click.Path(), help="Policy folder to write.")
+@click.option("--out", "out", required=True, type=PathArg(), help="Policy folder to write.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the release's noise (rng mode seeded-insecure).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")

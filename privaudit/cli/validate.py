@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import echo_json, handle_errors
+from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.data.validate import RULES, validate_logs
 from privaudit.spec import load_spec
 
@@ -31,8 +31,8 @@ spec error.
 
 
 @click.command("validate", help=_HELP, short_help="Check Parquet trajectory logs against a domain spec.")
-@click.argument("logs", type=click.Path(readable=False, path_type=str))
-@click.option("--spec", "spec_path", required=True, type=click.Path(readable=False, path_type=str),
+@click.argument("logs", type=PathArg(readable=False, path_type=str))
+@click.option("--spec", "spec_path", required=True, type=PathArg(readable=False, path_type=str),
               help="Domain spec (JSON) with S, A, H, reward range, privacy unit, column mapping.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")
 @click.option("--max-errors", type=click.IntRange(min=0), default=20, show_default=True,

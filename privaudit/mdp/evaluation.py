@@ -132,7 +132,7 @@ def resolve_mdp(mdp: str | Path | TabularMDP, horizon: int | None = None, *,
             horizon = spec.horizon if horizon is None else horizon
         return build_mdp(key, horizon=horizon, instance_seed=seed, **sizes)
     path = Path(key)
-    if not path.exists():
+    if not key or not path.exists():  # Path('') is the current folder
         raise UsageError(f"`mdp` {key!r} is neither a known MDP ({', '.join(MDP_REGISTRY)}) nor an "
                          "existing .npz file (write one with `privaudit simulate ... --mdp-out MDP.npz`).")
     if horizon is not None:

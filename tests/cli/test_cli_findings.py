@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
-from privaudit.cli import main
+from privaudit.cli import COMMANDS, main
+from privaudit.cli.common import PathArg
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "sample_data" / "icu_sepsis_clinicians_20k.parquet"
@@ -129,3 +131,63 @@ def test_a_budget_too_large_to_convert_names_the_flag(tmp_path, cmd):
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith(f"error: `{cmd[-2]}` = {cmd[-1]} is too large"), res.stderr
     assert not (tmp_path / "x").exists()
+
+
+def _all_params():
+    """(command path, parameter) of every option and argument of every command (groups walked)."""
+    def walk(name, cmd):
+        if isinstance(cmd, click.Group):
+            for sub, c in cmd.commands.items():
+                yield from walk(f"{name} {sub}", c)
+        else:
+            for p in cmd.params:
+                yield name, p
+    ctx = click.Context(main)
+    for name in COMMANDS:
+        yield from walk(name, main.get_command(ctx, name))
+
+
+def test_every_path_parameter_refuses_an_empty_path():
+    """A new path option must use PathArg (an empty path is the current folder otherwise)."""
+    plain = [f"{name} {p.name}" for name, p in _all_params()
+             if isinstance(p.type, click.Path) and not isinstance(p.type, PathArg)]
+    assert plain == []
+    assert len([p for _, p in _all_params() if isinstance(p.type, PathArg)]) >= 20
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["release", LOGS, "--spec", SPEC, "--rho", "1", "--out", ""], "'--out'"),
+    (["release", LOGS, "--spec", SPEC, "--rho", "1", "--out", "o", "--ledger", ""], "'--ledger'"),
+    (["pipeline", "--rho", "1", "--out", ""], "'--out'"),
+    (["train", LOGS, "--spec", SPEC, "--algo", "ve", "--out", ""], "'--out'"),
+    (["simulate", "icu-sepsis", "-n", "5", "--out", "x.parquet", "--spec-out", ""], "'--spec-out'"),
+    (["simulate", "icu-sepsis", "-n", "5", "--out", "x.parquet", "--spec-out", "s.json", "--mdp-out", ""],
+     "'--mdp-out'"),
+    (["validate", "", "--spec", SPEC], "'LOGS'"),
+    (["validate", LOGS, "--spec", ""], "'--spec'"),
+    (["budget", "init", "", "--dataset", "d", "--rho-total", "1"], "'FILE'"),
+    (["evaluate", "", "--mdp", "icu-sepsis"], "'POLICY'"),
+    (["explore", "--algo", "pucb", "--env", "riverswim", "-K", "5", "--epsilon", "1", "--out", ""], "'--out'"),
+    (["audit", "--mechanism", "explore:ngo", "--claim-rho", "1", "--trials", "100", "--out", ""], "'--out'"),
+])
+def test_an_empty_path_is_a_usage_error_naming_the_option(tmp_path, monkeypatch, args, flag):
+    """Before: `--out ''` said "`.` already exists" (Path('') is the current folder), `--spec-out ''` failed on
+    a temporary file '..xxxx.tmp: Device or resource busy' after the logs were written (x.parquet left
+    behind), `--mdp-out ''` was silently ignored and `validate ''` read every Parquet file under the current
+    folder (fresh-user pass)."""
+    monkeypatch.chdir(tmp_path)
+    res = run(*args)
+    assert res.exit_code == 2, res.output
+    assert f"Invalid value for {flag}: the path is empty" in res.output and "Traceback" not in res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_mdp_is_a_usage_error(tmp_path):
+    """Before: `evaluate POLICY --mdp ''` said "cannot read MDP file .: [Errno 21] Is a directory: '.'", exit 1."""
+    (tmp_path / "p.npy").write_bytes(b"")
+    res = run("evaluate", tmp_path / "p.npy", "--mdp", "")
+    assert res.exit_code == 2 and "`--mdp` '' is neither a known MDP" in res.stderr, res.output
+    (tmp_path / "d").mkdir()
+    res = run("evaluate", tmp_path / "p.npy", "--mdp", tmp_path / "d")
+    assert res.exit_code == 1, res.output
+    assert res.stderr.strip().startswith(f"error: cannot read MDP file {tmp_path / 'd'}: it is a folder, not a file.")
