@@ -127,6 +127,32 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
 
 @contextmanager
+def atomic_paths(paths: list[Path]) -> Iterator[list[Path]]:
+    """Temporary file paths next to each of ``paths``, renamed to them together on success.
+
+    For a command whose outputs belong together (``simulate``: logs, spec, MDP): the caller writes
+    every temporary file; only when all are written are they renamed, so a failure while writing
+    the last one (disk full, out of memory) leaves none of them, and an existing file replaced with
+    ``--overwrite`` is kept as it was. On an exception every temporary file is removed.
+    """
+    tmps: list[Path] = []
+    try:
+        for path in map(Path, paths):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            os.close(fd)
+            tmps.append(Path(tmp))
+        yield list(tmps)
+        for tmp, path in zip(tmps, paths):
+            _default_mode(tmp)
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
 def atomic_dir(path: Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary folder next to ``path``; rename it to ``path`` on success.
 

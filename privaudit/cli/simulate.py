@@ -9,7 +9,7 @@ import numpy as np
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.errors import UsageError
-from privaudit.io_utils import check_writable
+from privaudit.io_utils import atomic_paths, check_writable
 from privaudit.mdp.io import save_mdp
 from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
 from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
@@ -84,10 +84,11 @@ def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon
         spec_doc["mdp"] = {"name": mdp_name, "instance_seed": int(instance_seed)}
     DomainSpec.from_dict(spec_doc)  # refuse a bad spec before any work
     df = simulate(mdp, pi, episodes, rng=np.random.default_rng(seed))
-    write_logs(df, out)
-    write_spec(spec_doc, spec_out)
-    if mdp_out:
-        save_mdp(mdp, mdp_out)
+    with atomic_paths(targets) as tmps:  # all three or none: a failure on the last leaves no logs behind
+        write_logs(df, tmps[0])
+        write_spec(spec_doc, tmps[1])
+        if mdp_out:
+            save_mdp(mdp, tmps[2])
     summary = {"mdp": mdp_name, "instance_seed": instance_seed if seeded else None,
                "behaviour": behaviour, "episodes": episodes, "rows": df.height,
                "horizon": mdp.horizon, "n_states": mdp.n_states, "n_actions": mdp.n_actions,

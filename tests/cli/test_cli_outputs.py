@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from privaudit.cli import main
 from privaudit import io_utils
+from privaudit.mdp.io import save_mdp
 from privaudit.mdp.simulate import simulate, write_logs
 from privaudit.mdp.random_tabular import random_tabular_mdp
 from tests._release_logs import spec_doc
@@ -98,3 +99,28 @@ def test_a_write_failing_mid_run_is_one_line_exit_2(files, tmp_path, monkeypatch
     patch_everywhere(monkeypatch, write_logs, full)  # whichever name the CLI calls it by
     res = CliRunner().invoke(main, _commands(files, str(tmp_path / "r.parquet"))["simulate"])
     _check_refused(res, "No space left on device")
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_simulate_failing_on_its_last_output_leaves_none_of_them(files, tmp_path, monkeypatch, overwrite):
+    """simulate's logs, spec and MDP belong together: before, a failure writing the MDP (disk full) left the
+    logs and the spec behind (with --overwrite: new logs beside the old MDP); now none is written, and
+    files replaced with --overwrite keep their old bytes (fresh-user pass)."""
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "m.npz"))
+
+    outs = {"--out": tmp_path / "x.parquet", "--spec-out": tmp_path / "s.json", "--mdp-out": tmp_path / "m.npz"}
+    if overwrite:
+        for p in outs.values():
+            p.write_text("old\n")
+    patch_everywhere(monkeypatch, save_mdp, full)
+    args = _commands(files, str(outs["--out"]))["simulate"][:-2] + [
+        "--spec-out", str(outs["--spec-out"]), "--mdp-out", str(outs["--mdp-out"])] + (
+        ["--overwrite"] if overwrite else [])
+    res = CliRunner().invoke(main, args)
+    _check_refused(res, "No space left on device")
+    if overwrite:
+        assert all(p.read_text() == "old\n" for p in outs.values())
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in outs.values())
+    else:
+        assert list(tmp_path.iterdir()) == []
