@@ -99,6 +99,8 @@ def test_numbers_are_printed_as_users_write_them(logs, tmp_path):
      "k (privacy_unit.max_episodes): manifest 1, spec 2"),
     (lambda m: m["domain"].update(reward_range=[-1.0, 1.0]), "reward_range"),
     (lambda m: m["domain"].update(terminal_states=[3]), "terminal_states"),
+    # before: accepted, and the policy named the edited dataset (fresh-user pass)
+    (lambda m: m.update(dataset_id="another-dataset"), "dataset_id: manifest another-dataset, spec "),
 ])
 def test_train_refuses_a_manifest_that_disagrees_with_the_spec(logs, tmp_path, edit, needle):
     d, _ = logs

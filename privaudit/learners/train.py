@@ -91,10 +91,11 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
 
 
 def _check_manifest_against_spec(manifest: ReleaseManifest, spec: DomainSpec, where) -> None:
-    """Refuse a manifest whose k or domain differs from the spec's, even under the same spec hash
-    (an edited manifest: the learner's noise bound E and planning would follow the manifest)."""
+    """Refuse a manifest whose dataset_id, k or domain differs from the spec's, even under the same spec hash
+    (an edited manifest: the learner's noise bound E and planning would follow the manifest, and the
+    policy would name the manifest's dataset)."""
     dom = manifest.domain
-    pairs = {"H": (dom.H, spec.H), "S": (dom.S, spec.S), "A": (dom.A, spec.A),
+    pairs = {"dataset_id": (manifest.dataset_id, spec.dataset_id), "H": (dom.H, spec.H), "S": (dom.S, spec.S), "A": (dom.A, spec.A),
              "k (privacy_unit.max_episodes)": (manifest.privacy_unit.max_episodes, spec.max_episodes_per_unit),
              "terminal_states": (sorted(dom.terminal_states), sorted(spec.terminal_states)),
              "reward_range": ([float(x) for x in dom.reward_range], [float(x) for x in spec.reward_range])}
