@@ -116,6 +116,22 @@ def test_train_refuses_a_manifest_that_disagrees_with_the_spec(logs, tmp_path, e
     assert needle in str(info.value)
 
 
+def test_a_table_of_the_wrong_size_is_named_without_an_empty_missing_list(logs, tmp_path):
+    """Before: "... must hold 8 rows with columns [...]; found 16 rows, missing []." (fresh-user pass)."""
+    d, _ = logs
+    spec = load_spec(d / "spec.json")
+    rel = release_logs(d / "logs.parquet", spec, rho=1.0, out=tmp_path / "r", seed=1).out
+    m = json.loads((rel / "manifest.json").read_text())
+    S = m["domain"]["S"]
+    m["domain"]["S"] = S - 1
+    (rel / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ArtifactError) as info:
+        train_from_release(rel)
+    H, A = m["domain"]["H"], m["domain"]["A"]  # a per-step release (the library's default)
+    assert str(info.value) == (f"{rel / 'visits.parquet'}: must hold {H * (S - 1) * A} rows with columns "
+                               f"['h', 'state', 'action', 'value']; found {H * S * A} rows. The release is corrupt.")
+
+
 def test_audit_trials_minimum_is_the_real_one(logs, tmp_path):
     """`audit --trials` used to accept 20..64 and then refuse them after validation (issue 13 item 10)."""
     from privaudit.audit.runner import MIN_TRIALS, selection_size

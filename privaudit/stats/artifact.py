@@ -313,7 +313,7 @@ class Release:
         missing = [c for c in want if c not in tab.column_names]
         if missing or tab.num_rows != S * A * S:
             raise ArtifactError(f"{path}: row group {group} must hold {S * A * S} rows with columns {want}; "
-                                f"found {tab.num_rows} rows, missing {missing}. The release is corrupt.")
+                                f"found {tab.num_rows} rows{_missing(missing)}. The release is corrupt.")
         _check_dense(path, tab, ["state", "action", "next_state"], (S, A, S),
                      None if self.stationary else int(h))
         return numpy_of(tab.column("value"), f"{path}: value").astype(np.int64).reshape(S, A, S)
@@ -358,6 +358,11 @@ def _cannot_read(path: Path, e: Exception) -> str:
     return f"{path}: cannot read: {e}"
 
 
+def _missing(columns: list[str]) -> str:
+    """", missing ['h']" for a message; nothing when no column is missing (only the row count is wrong)."""
+    return f", missing {columns}" if columns else ""
+
+
 def _read_sa(path: Path, H: int, S: int, A: int, stationary: bool) -> np.ndarray:
     try:  # ParquetFile, not pq.read_table: that loads pyarrow.dataset, which imports pandas (~1 s, issue 19)
         with pq.ParquetFile(path) as pf:
@@ -369,7 +374,7 @@ def _read_sa(path: Path, H: int, S: int, A: int, stationary: bool) -> np.ndarray
     missing = [c for c in names + ["value"] if c not in tab.column_names]
     if missing or tab.num_rows != int(np.prod(shape)):
         raise ArtifactError(f"{path}: must hold {int(np.prod(shape))} rows with columns {names + ['value']}; "
-                            f"found {tab.num_rows} rows, missing {missing}. The release is corrupt.")
+                            f"found {tab.num_rows} rows{_missing(missing)}. The release is corrupt.")
     _check_dense(path, tab, names, shape, None)
     return numpy_of(tab.column("value"), f"{path}: value").astype(np.int64).reshape(shape)
 
