@@ -16,7 +16,7 @@ from privaudit.audit.online_catalogue import explore_audit
 from privaudit.audit.runner import default_canary
 from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.errors import UsageError
-from privaudit.io_utils import check_writable
+from privaudit.io_utils import atomic_paths, check_writable
 from privaudit.privacy import budget as budget_mod
 from privaudit.spec import load_spec
 from privaudit.stats.release import default_stationary
@@ -353,7 +353,10 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
 
 
 def _check_outputs(out, plot, overwrite) -> None:
-    """Refuse an existing --out / --plot (unless --overwrite) and an unwritable one, before any run."""
+    """Refuse an existing --out / --plot (unless --overwrite), one path for both, and an unwritable one,
+    before any run."""
+    if plot and Path(plot).resolve() == Path(out).resolve():  # the figure would replace the report
+        raise UsageError(f"--out and --plot must be different files (both are {out}).")
     if not overwrite:  # like release/train/pipeline: never replace a file silently; checked before any run
         for opt, path in (("--out", out), ("--plot", plot)):
             if path and Path(path).exists():
@@ -370,9 +373,10 @@ SHAREABLE = "shareable: {reason}."
 
 def _finish(rep, out, plot, confidence, as_json) -> None:
     """Write the report (and plot), print the verdict and whether the report may be shared, exit 0 / 3."""
-    rep.write_json(Path(out))
-    if plot:
-        rep.plot(Path(plot))
+    with atomic_paths([out] + ([plot] if plot else [])) as tmps:  # both or neither: no report without its figure
+        rep.write_json(tmps[0])
+        if plot:
+            rep.plot(tmps[1])
     claim = rep.data["claim"]
     lb = "n/a (gray-box)" if rep.epsilon_lower_bound is None else f"{rep.epsilon_lower_bound:.4g}"
     click.echo(f"{rep.verdict}: epsilon lower bound {lb} vs claimed {claim['epsilon']:.4g} at delta {claim['delta']:g} "

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.audit import load_report, make_pair
+from privaudit.audit.report import AuditReport
 from privaudit.cli import main
 from privaudit.spec import DomainSpec
 from tests.audit.helpers import tiny_logs, tiny_spec
@@ -245,6 +246,32 @@ def test_existing_out_or_plot_is_refused_unless_overwrite(files):
     assert res.exit_code == 0, res.output
     assert load_report(files / "rep.json")["rng_mode"] == "secure"
     assert (files / "rep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_one_path_for_out_and_plot_is_refused_before_any_run(files):
+    """Before: `--out rep.json --plot rep.json` ran, wrote the report, then the PNG over it, exit 0 (fresh-user
+    pass)."""
+    res = _run(["--mechanism", "release", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
+                "--claim-rho", "1", "--trials", "100", "--out", files / "rep.json", "--plot", files / "." / "rep.json"])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == f"error: --out and --plot must be different files (both are {files / 'rep.json'})."
+    assert not (files / "rep.json").exists()
+
+
+def test_a_plot_that_fails_leaves_no_report(files, monkeypatch):
+    """The report and its figure are written together: before, a figure that failed (disk full) left the
+    report behind (fresh-user pass)."""
+    from privaudit.audit.report import AuditReport
+
+    def full(self, path):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(AuditReport, "plot", full)
+    res = _run(["--mechanism", "release", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
+                "--claim-rho", "1", "--trials", "100", "--out", files / "rep.json", "--plot", files / "rep.png"])
+    assert res.exit_code == 2 and "No space left on device" in res.output, res.output
+    assert not (files / "rep.json").exists() and not (files / "rep.png").exists()
+    assert not [p for p in files.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_rho_claim_defaults_to_delta_1e6_and_seeded_rng_mode(files):
