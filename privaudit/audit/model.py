@@ -107,7 +107,7 @@ class Claim:
             rho <= 0 or delta outside (0, 1).
         """
         if not (isinstance(rho, (int, float)) and math.isfinite(rho) and rho > 0):
-            raise UsageError(f"`claim_rho` must be > 0. Found {rho}.")
+            raise UsageError(f"`claim_rho` must be a finite number > 0. Found {rho}.")
         if not 0 < delta < 1:
             raise UsageError(f"`delta` must lie in (0, 1) for a rho claim. Found {delta}.")
         if kind not in CLAIM_KINDS:
@@ -153,7 +153,7 @@ class Claim:
 
 def _check_claim(epsilon, delta, kind):
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise UsageError(f"`claim_epsilon` must be > 0. Found {epsilon}.")
+        raise UsageError(f"`claim_epsilon` must be a finite number > 0. Found {epsilon}.")
     if not (isinstance(delta, (int, float)) and 0 <= delta < 1):
         raise UsageError(f"`delta` must lie in [0, 1). Found {delta}.")
     if kind not in CLAIM_KINDS:

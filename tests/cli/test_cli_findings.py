@@ -91,6 +91,18 @@ def test_audit_claim_budget_errors_name_the_claim_flag(tmp_path):
     assert res.exit_code == 2 and "`--mechanism-rho` = 1e-300 is too small" in res.stderr, res.output
 
 
+@pytest.mark.parametrize("claim,flag,value", [(["--claim-rho", "inf"], "--claim-rho", "inf"),
+                                              (["--claim-epsilon", "inf", "--delta", "0"], "--claim-epsilon", "inf"),
+                                              (["--claim-epsilon", "nan", "--delta", "0"], "--claim-epsilon", "nan")])
+def test_an_infinite_claim_is_called_not_finite(tmp_path, claim, flag, value):
+    """Before: "`--claim-epsilon` must be > 0. Found inf." (fresh-user pass)."""
+    res = run("audit", "--mechanism", "release", "--logs", LOGS, "--spec", SPEC, *claim, "--trials", 100,
+              "--out", tmp_path / "a.json")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == f"error: `{flag}` must be a finite number > 0. Found {value}."
+    assert not (tmp_path / "a.json").exists()
+
+
 def test_online_audit_errors_name_the_audit_flags(tmp_path):
     """The online catalogue's errors describe its parameters (`claim_epsilon`, `delta`); `audit` shows its flags."""
     res = run("audit", "--mechanism", "explore:pucb", "--claim-rho", "1", "--trials", 100, "--out", tmp_path / "a.json")
