@@ -17,8 +17,10 @@ from tests._spark import skip_without_spark
 skip_without_spark()
 
 from privaudit.cli import main  # noqa: E402
+from privaudit.data.validate import validate_logs  # noqa: E402
 from privaudit.mdp.simulate import write_logs  # noqa: E402
 from privaudit.privacy.ledger import init_ledger, ledger_status  # noqa: E402
+from privaudit.spec import load_spec  # noqa: E402
 from privaudit.stats import spark_engine  # noqa: E402
 from tests.test_pipeline import world  # noqa: E402,F401  the pipeline tests' small world (a module fixture)
 
@@ -96,6 +98,29 @@ def test_a_public_reward_the_logs_contradict_stops_the_spark_pipeline(spark, wor
     res = run(world["dir"] / "logs.parquet", "--spec", spec, "--rho", 1, "--audit-trials", 0,
               "--ledger", ledger, "--out", tmp_path / "out", "--engine", "spark")
     assert res.exit_code == 1 and "reward_not_public (" in res.output, res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "out").exists() and ledger.read_bytes() == before
+    assert not any(p.name.startswith(".out") for p in tmp_path.iterdir())
+
+
+def test_a_return_bound_the_logs_break_below_stops_the_spark_pipeline(spark, world, tmp_path):
+    """The logs earn the public reward r(s') = 1{s' = 0} (so reward_not_public holds); the spec declares
+    return_bound [1, 4], which the episodes that never enter state 0 break (return 0): Spark's fatal rules refuse
+    them (return_below_bound, the count polars' validation gives) with nothing written or charged."""
+    logs = tmp_path / "logs.parquet"
+    write_logs(world["df"].with_columns(reward=(pl.col("next_state") == 0).cast(pl.Float64)), logs)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**world["doc"], "public_reward": {"kind": "next_state", "values": {"0": 1.0}},
+                                "return_bound": [1.0, 4.0]}))
+    report = validate_logs(logs, load_spec(spec))
+    below = report.counts["return_below_bound"]
+    assert report.fatal == {"return_below_bound": below} and 0 < below < report.episodes
+    ledger = tmp_path / "budget.jsonl"
+    init_ledger(ledger, "rt-pipeline", 1)
+    before = ledger.read_bytes()
+    res = run(logs, "--spec", spec, "--rho", 1, "--audit-trials", 0, "--ledger", ledger, "--out", tmp_path / "out",
+              "--engine", "spark")
+    assert res.exit_code == 1 and f"return_below_bound ({below})" in res.output, res.output
     assert "Traceback" not in res.output
     assert not (tmp_path / "out").exists() and ledger.read_bytes() == before
     assert not any(p.name.startswith(".out") for p in tmp_path.iterdir())

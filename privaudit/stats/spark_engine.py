@@ -20,7 +20,10 @@ Identity with the polars path:
   operations, then summed as int64 units of 1/quantum (float sums are not
   reproducible across partitions, so the engine requires ``quantum`` when it
   sums rewards);
-* cells are the same flat index ``((h*S + s)*A + a)*S + s'``.
+* cells are the same flat index ``((h*S + s)*A + a)*S + s'``;
+* the fatal rules count what validation counts, rule by rule
+  (:func:`fatal_rule_counts`; ``return_below_bound`` too when the spec
+  declares a ``return_bound``), so Spark refuses the logs polars refuses.
 
 Failures of Spark itself (the JVM cannot start, a query fails analysis, a
 job fails: out of memory, a lost executor, a corrupt part; the JVM dies; a
@@ -387,7 +390,7 @@ def _usable(std: str, t: T.DataType) -> bool:
 
 
 def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
-    """Count the violations of every fatal validation rule, in two Spark jobs.
+    """Count the violations of every fatal validation rule, in one pass over the rows.
 
     Parameters
     ----------
@@ -402,6 +405,22 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
     structural rules use window functions over each episode ordered by step.
     Counts are PRIVATE facts for the data holder, never released. Rules that
     bounding repairs (``BOUNDING_RULES``) are not checked.
+
+    Notes
+    -----
+    When the spec declares a ``return_bound`` (G_min, G_max),
+    ``return_below_bound`` counts the episodes whose return is below G_min:
+    the sum over the episode's rows with step h < H and a finite reward of
+    the reward clipped into ``reward_range`` (:func:`_return_term`), as
+    ``privaudit.data.validate``; one count per episode, at its last row in
+    step order. The sum is a window over the episode, the window the
+    structural rules already use, so the rule adds no shuffle and no job:
+    one action, three Spark jobs with adaptive query execution (Spark 4,
+    ``local[2]``), with or without the rule. Both engines sum in float64 in
+    an unspecified order, so an episode whose return equals G_min only up
+    to rounding (e.g. 0.1 + 0.2 + 0.3 against 0.6) may be judged differently by
+    the two; returns that are exact in binary (sums of multiples of 2^-k)
+    are judged the same.
     """
     c, S, A = F.col, spec.S, spec.A
     names = set(df.columns)
@@ -428,6 +447,9 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
          .withColumn("_first", F.min("step").over(whole)).withColumn("_last", F.max("step").over(whole))
          .withColumn("_n", F.count(F.lit(1)).over(whole))
          .withColumn("_units", F.size(F.collect_set("unit_id").over(whole))))
+    if spec.return_bound is not None:  # the episode's return over the same window: no extra job
+        w = (w.withColumn("_return", F.sum(_return_term(spec)).over(whole))
+             .withColumn("_final", F.lead(F.lit(1)).over(ep).isNull()))  # one row per episode: its last
     contiguous = (c("_last") == c("_n") - 1) & (c("_first") == 0)
     epi = {"step_duplicate": c("_prev") == c("step"),
            "step_gap": F.when(c("_prev").isNull(), c("step") != 0).otherwise(c("step") > c("_prev") + 1),
@@ -435,6 +457,9 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
            "unit_not_unique": c("_units") > 1}
     if flags:
         epi["flag_not_last"] = (sum((c(f).cast("long") for f in flags), F.lit(0)) > 0) & (c("step") != c("_last"))
+    if spec.return_bound is not None:  # once per episode, at its last row in step order (``_nstep`` is
+        # null there too, but also before a null step: nulls sort first)
+        epi["return_below_bound"] = c("_final") & (c("_return") < float(spec.return_bound[0]))
     checks = {**row, **epi}
     aggs = [F.sum(F.coalesce(e.cast("long"), F.lit(0))).alias(r) for r, e in checks.items()]
     got = w.agg(F.count(F.lit(1)).alias("_rows"), *aggs).collect()[0].asDict()
@@ -442,6 +467,21 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
     out["empty_log"] = int(got["_rows"] == 0)
     assert not set(out) & set(BOUNDING_RULES)
     return out
+
+
+def _return_term(spec: DomainSpec):
+    """A row's share of its episode's return for ``return_below_bound``, the Spark twin of polars' rule.
+
+    The reward clipped into ``reward_range`` on rows with step h < H and a finite reward; null on the
+    other rows (a null, NaN or infinite reward is another rule's, a step h >= H is cut by bounding), so
+    ``sum`` over the episode skips them, and an episode with no such row has a null return (no
+    violation), as polars' group-by over the kept rows has no group for it.
+    """
+    c = F.col
+    lo, hi = spec.reward_range
+    r = c("reward").cast("double")
+    kept = (c("step") < spec.horizon) & ~F.isnan(r) & (F.abs(r) != float("inf"))
+    return F.when(kept, F.least(F.greatest(r, F.lit(float(lo))), F.lit(float(hi))))
 
 
 def _reward_not_public(spec: DomainSpec):

@@ -159,6 +159,73 @@ def test_reward_not_public_counts_identical_in_both_engines(spark, tmp_path):
         se.check_fatal_rules(se.read_logs(str(path), wrong, spark), wrong)
 
 
+#: episode -> rewards of steps 0, 1, ... (H = 3, reward_range [0, 1], return_bound [1.25, 2.5]), and whether its
+#: return (steps h < 3, finite rewards clipped into [0, 1]) is below G_min = 1.25. Rewards are multiples of 2^-2:
+#: every sum is exact in float64, in any order.
+RETURN_CASES = {
+    0: ([0.5, 0.5, 0.5], False),  # 1.5
+    1: ([0.25, 0.5, 0.5], False),  # exactly G_min: not a violation
+    2: ([0.25, 0.25, 0.5], True),  # 1.0
+    3: ([3.0, 0.0, 0.0], True),  # clipped 1.0 (unclipped 3.0 would pass)
+    4: ([0.25, -1.0, 1.0], False),  # clipped 0.25 + 0 + 1 = G_min (unclipped 0.25 would fail)
+    5: ([0.25, 0.25, 0.5, 1.0, 1.0], True),  # steps 3 and 4 >= H are not summed (with them: 3.0)
+    6: ([float("nan"), 0.5, 0.5], True),  # the NaN row is not summed (NaN < G_min is false)
+    7: ([None, 0.5, 0.5], True),  # nor the null one
+    8: ([float("inf"), 0.5, 0.5], True),  # nor +inf (clipped it would give 2.0)
+    9: ([float("nan")] * 3, False),  # no finite reward: no return, no violation (as polars: no group)
+    10: ([1.5, 0.0, 0.0], True),  # clipped 1.0 (unclipped 1.5 would pass)
+}
+
+
+def _return_logs() -> pl.DataFrame:
+    """:data:`RETURN_CASES` as logs of a valid chain 0 -> 1 -> 2 -> 3 -> 0 ... (S=4, no terminal state)."""
+    rows = [{"episode_id": e, "patient": e, "step": h, "state": h % 4, "action": h % 2, "reward": r,
+             "next_state": (h + 1) % 4} for e, (rewards, _) in RETURN_CASES.items() for h, r in enumerate(rewards)]
+    return pl.DataFrame(rows, schema_overrides={"reward": pl.Float64})
+
+
+def _return_spec(g_min=1.25, g_max=2.5) -> DomainSpec:
+    return DomainSpec.from_dict({**spec_doc(H=3, S=4, A=2, k=1, terminals=(), unit_column="patient"),
+                                 "return_bound": [g_min, g_max]})
+
+
+def test_return_below_bound_counts_identical_in_both_engines(spark, tmp_path):
+    """Same episodes below G_min: clipped rewards, steps h < H and finite rewards only, G_min itself allowed."""
+    spec = _return_spec()
+    path = tmp_path / "returns.parquet"
+    _return_logs().write_parquet(path)
+    expected = sum(below for _, below in RETURN_CASES.values())
+    assert expected == 7
+    report = validate_logs(path, spec)
+    assert report.counts["return_below_bound"] == expected
+    assert sorted(v["episode_id"] for v in report.violations if v["rule"] == "return_below_bound") == \
+        [e for e, (_, below) in RETURN_CASES.items() if below]
+    got = se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec)  # one Spark action
+    assert got["return_below_bound"] == expected
+    assert {r: report.counts[r] for r in got} == got  # not_finite, null_value... too
+    with pytest.raises(ValidationFailed, match=rf"return_below_bound \({expected}\)"):
+        se.check_fatal_rules(se.read_logs(str(path), spec, spark), spec)
+    # no bound declared: the rule is not checked by either engine
+    plain = DomainSpec.from_dict(spec_doc(H=3, S=4, A=2, k=1, terminals=(), unit_column="patient"))
+    assert "return_below_bound" not in se.fatal_rule_counts(se.read_logs(str(path), plain, spark), plain)
+    assert validate_logs(path, plain).counts["return_below_bound"] == 0
+
+
+def test_return_below_bound_identical_on_random_logs_in_parts(spark, tmp_path):
+    """120 random episodes (rewards spilling out of [0, 1], episodes longer than H, text ids), rows of an episode
+    spread over 3 Parquet parts: the same count of episodes below G_min in both engines, and it is neither 0
+    nor all of them (the bound splits the episodes)."""
+    path, spec = _logs(tmp_path, ids="string", k=2, n_units=40, parts=3)
+    spec = DomainSpec.from_dict({**spec_doc(H=4, S=5, A=3, k=2, terminals=(4,), unit_column="patient"),
+                                 "return_bound": [1.0, 4.0]})
+    report = validate_logs(path, spec)
+    n = report.counts["return_below_bound"]
+    assert 0 < n < report.episodes
+    got = se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec)
+    assert got["return_below_bound"] == n
+    assert {r: report.counts[r] for r in got} == got
+
+
 def test_missing_and_mistyped_columns_are_fatal(spark, tmp_path):
     spec = DomainSpec.from_dict(spec_doc(H=4, S=4, A=2, k=2, terminals=(3,), unit_column="patient"))
     _good().drop("action").write_parquet(tmp_path / "a.parquet")
