@@ -328,10 +328,6 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
         if engine == "spark":
             raise UsageError("logs prepared by polars cannot be counted by Spark: pass the path or DataFrame.")
         prepared.check_spec(spec)
-    if engine == "spark" and spec.return_bound is not None and spec.public_reward is None:
-        raise UsageError("the spec declares a return_bound, which only the polars engine enforces on the rewards "
-                         "(validation rules return_above_bound / return_below_bound, bounding rule 4); use "
-                         "engine='polars', or remove return_bound from the spec for a Spark release.")
     if engine == "spark":
         spark_engine = _spark_engine()  # an install problem is reported before anything is read
     logs = prepared.path if prepared is not None else logs if engine == "spark" else Path(logs)

@@ -531,9 +531,12 @@ def bound_contributions(df: DataFrame, spec: DomainSpec) -> tuple[DataFrame, Bou
     bounded : pyspark DataFrame
         At most k episodes per unit (the k with the smallest
         ``(xxhash64(string(id)), string(id))``), steps h < H, ``reward``
-        (double) clipped into ``reward_range`` and scaled to [0, 1].
+        (double) clipped into ``reward_range`` and scaled to [0, 1]; when
+        the spec declares a ``return_bound``, each episode's running scaled
+        return clipped at ``spec.scaled_return_max`` (:func:`clip_returns`).
     report : BoundingReport
-        PRIVATE counts of what was dropped or clipped (one Spark job).
+        PRIVATE counts of what was dropped or clipped (one Spark action),
+        ``returns_clipped`` included.
     """
     H, k = spec.horizon, spec.max_episodes_per_unit
     lo, hi = spec.reward_range
@@ -552,15 +555,67 @@ def bound_contributions(df: DataFrame, spec: DomainSpec) -> tuple[DataFrame, Bou
                     F.sum((c("step") == H).cast("long")).alias("truncated"),
                     F.sum(((c("step") < H) & out_of_range).cast("long")).alias("clipped"),
                     F.count(F.lit(1)).alias("rows"))
-    r = facts.crossJoin(rows).crossJoin(df.agg(F.count(F.lit(1)).alias("all_rows"))).collect()[0].asDict()
+    reward = (F.least(F.greatest(c("reward").cast("double"), F.lit(float(lo))), F.lit(float(hi))) - lo) / (hi - lo)
+    bounded = kept.filter(c("step") < H).withColumn("reward", reward)
+    facts = facts.crossJoin(rows).crossJoin(df.agg(F.count(F.lit(1)).alias("all_rows")))
+    bound = spec.scaled_return_max
+    clip = spec.return_bound is not None and bound < H  # rule 4 of privaudit.data.bounding
+    if clip:  # episodes whose scaled return exceeds B, counted in the same action
+        facts = facts.crossJoin(bounded.groupBy("episode_id").agg(F.sum("reward").alias("_G"))
+                                .agg(F.sum((c("_G") > bound).cast("long")).alias("returns")))
+    r = facts.collect()[0].asDict()
     report = BoundingReport(units=int(r["units"]), episodes=int(r["episodes"]), units_over_k=int(r["over"]),
                             episodes_dropped=int(r["dropped"] or 0),
                             rows_dropped_with_episodes=int(r["all_rows"]) - int(r["rows"]),
                             episodes_truncated=int(r["truncated"] or 0), steps_dropped=int(r["over_H"] or 0),
                             rewards_clipped=int(r["clipped"] or 0), k=k, H=H,
-                            rows_kept=int(r["rows"]) - int(r["over_H"] or 0))
-    reward = (F.least(F.greatest(c("reward").cast("double"), F.lit(float(lo))), F.lit(float(hi))) - lo) / (hi - lo)
-    return kept.filter(c("step") < H).withColumn("reward", reward), report
+                            rows_kept=int(r["rows"]) - int(r["over_H"] or 0),
+                            returns_clipped=int(r.get("returns") or 0))
+    if clip:
+        bounded = clip_returns(bounded, bound)
+    return bounded, report
+
+
+def clip_returns(bounded: DataFrame, bound: float) -> DataFrame:
+    """Clip each episode's running scaled return at ``bound`` (Spark).
+
+    The Spark twin of :func:`privaudit.data.bounding.clip_returns` (rule 4
+    of that module): in an episode whose scaled rewards sum above B,
+    r_t <- max(min(G_t, B) - min(G_t - r_t, B), 0) with G_t the running sum
+    in step order; other episodes unchanged. Lazy: two window columns over
+    the episode (one shuffle, evaluated by the job that counts the rows).
+
+    Parameters
+    ----------
+    bounded : pyspark DataFrame
+        Rows with ``episode_id``, ``step`` and ``reward`` (double, scaled
+        into [0, 1]), steps h < H.
+    bound : float
+        B >= 0 (``DomainSpec.scaled_return_max``).
+
+    Returns
+    -------
+    pyspark DataFrame, same columns.
+
+    Notes
+    -----
+    The running sum is a rows frame ordered by step, added one row at a
+    time in step order as polars' ``cum_sum``, with the same float64
+    operations, so the clipped rewards are the same floats. Which episodes
+    are touched compares the episode's sum with B; both engines sum it in
+    an unspecified order, so an episode whose sum equals B up to rounding
+    may be touched by one engine only (its rewards then differ by rounding
+    at most).
+    """
+    c = F.col
+    b = F.lit(float(bound))
+    run = F.sum("reward").over(Window.partitionBy("episode_id").orderBy("step")
+                               .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    fixed = F.greatest(F.least(c("_run"), b) - F.least(c("_run") - c("reward"), b), F.lit(0.0))
+    return (bounded.withColumn("_G", F.sum("reward").over(Window.partitionBy("episode_id")))
+            .withColumn("_run", run)
+            .withColumn("reward", F.when(c("_G") > b, fixed).otherwise(c("reward")))
+            .drop("_G", "_run"))
 
 
 def cap_per_cell(bounded: DataFrame, report: BoundingReport, max_per_cell: int, *,

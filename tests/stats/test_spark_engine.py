@@ -236,17 +236,25 @@ def test_missing_and_mistyped_columns_are_fatal(spark, tmp_path):
         se.read_logs(str(tmp_path / "b.parquet"), spec, spark)
 
 
+def _release_both(tmp_path, path, doc: dict, seed: int):
+    """``privaudit release`` of ``path`` with spec ``doc``, rho 1 and ``seed``, once per engine, into
+    ``tmp_path / rel-ENGINE``; each must succeed. Returns (engine -> release folder, the two outputs)."""
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(doc))
+    outs, said = {}, []
+    for engine in ("polars", "spark"):
+        outs[engine] = tmp_path / f"rel-{engine}"
+        res = CliRunner().invoke(main, ["release", str(path), "--spec", str(spec_file), "--rho", "1", "--seed",
+                                        str(seed), "--out", str(outs[engine]), "--engine", engine])
+        assert res.exit_code == 0, res.output
+        said.append(res.output)
+    return outs, said
+
+
 def test_cli_release_with_spark_equals_polars_release(spark, tmp_path):
     """Same logs, same seed: the Spark release's noisy tables are the polars release's, byte for byte."""
     path, spec = _logs(tmp_path, ids="string", k=2, n_units=30)
-    spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps(spec_doc(H=4, S=5, A=3, k=2, terminals=(4,), unit_column="patient")))
-    outs = {}
-    for engine in ("polars", "spark"):
-        outs[engine] = tmp_path / f"rel-{engine}"
-        res = CliRunner().invoke(main, ["release", str(path), "--spec", str(spec_file), "--rho", "1", "--seed", "3",
-                                        "--out", str(outs[engine]), "--engine", engine])
-        assert res.exit_code == 0, res.output
+    outs, _ = _release_both(tmp_path, path, spec_doc(H=4, S=5, A=3, k=2, terminals=(4,), unit_column="patient"), 3)
     for f in ("visits.parquet", "rewards.parquet"):
         assert pl.read_parquet(outs["polars"] / f).equals(pl.read_parquet(outs["spark"] / f))
     tp = sorted(p.relative_to(outs["polars"]) for p in outs["polars"].rglob("*transitions*") if p.is_file())
@@ -377,6 +385,18 @@ def test_spark_per_cell_cap_keeps_the_polars_steps(spark, tmp_path, stationary, 
     _assert_identical(got, exp, spec, stationary)
 
 
+def _same_release(outs) -> dict:
+    """Assert the releases in ``outs["polars"]`` and ``outs["spark"]`` (one-file tables) are the same: tables equal,
+    manifests equal but for their creation time. Returns the manifest."""
+    for f in ("visits.parquet", "rewards.parquet", "transitions.parquet"):
+        assert pl.read_parquet(outs["polars"] / f).equals(pl.read_parquet(outs["spark"] / f)), f
+    m = [json.loads((outs[e] / "manifest.json").read_text()) for e in ("polars", "spark")]
+    for x in m:
+        del x["created"]
+    assert m[0] == m[1]
+    return m[0]
+
+
 def test_cli_release_with_per_cell_cap_equals_polars(spark, tmp_path):
     """--max-per-cell with --engine spark: the polars release's tables and manifest, byte for byte."""
     path, _ = _logs(tmp_path, ids="int", k=2, n_units=30)
@@ -388,12 +408,40 @@ def test_cli_release_with_per_cell_cap_equals_polars(spark, tmp_path):
         res = CliRunner().invoke(main, a)
         assert res.exit_code == 0, res.output
         assert "at most c=2 steps per unit" in res.output, res.output
-    for f in ("visits.parquet", "rewards.parquet", "transitions.parquet"):
-        assert pl.read_parquet(outs["polars"] / f).equals(pl.read_parquet(outs["spark"] / f))
-    m = [json.loads((outs[e] / "manifest.json").read_text()) for e in ("polars", "spark")]
-    for x in m:
-        del x["created"]
-    assert m[0] == m[1] and m[0]["privacy_unit"]["max_per_cell"] == 2
+    assert _same_release(outs)["privacy_unit"]["max_per_cell"] == 2
+
+
+def _bounded_return_doc():
+    """The random logs' spec with return_bound [0, 1.5]: B = 1.5 < H = 4 scaled units, so bounding clips the
+    running return of the episodes that earn more (G_min = 0: no clipped return is below it)."""
+    return {**spec_doc(H=4, S=5, A=3, k=2, terminals=(4,), unit_column="patient"), "return_bound": [0.0, 1.5]}
+
+
+def test_spark_clips_returns_as_polars(spark, tmp_path):
+    """Bounding rule 4 (running scaled return clipped at B) in Spark: the polars report (returns_clipped) and the
+    same reward sums, which differ from the unclipped ones."""
+    path, plain = _logs(tmp_path, ids="string", k=2, n_units=40, parts=2)
+    spec = DomainSpec.from_dict(_bounded_return_doc())
+    assert spec.scaled_return_max == 1.5
+    exp, exp_report = _polars(path, spec, False)
+    got, report = se.spark_sparse_counts(str(path), spec, spark=spark, stationary=False, quantum=Q)
+    assert 0 < exp_report.returns_clipped < exp_report.episodes
+    assert report == exp_report
+    _assert_identical(got, exp, spec, False)
+    unclipped, _ = _polars(path, plain, False)
+    np.testing.assert_array_equal(unclipped.visits, exp.visits)
+    assert (unclipped.rewards >= exp.rewards).all() and (unclipped.rewards > exp.rewards).any()
+
+
+def test_cli_spark_release_with_a_return_bound_equals_polars(spark, tmp_path):
+    """A return_bound with private rewards, once refused with Spark (exit 2): now the polars release's tables
+    and manifest byte for byte, and the same private bounding log (returns clipped)."""
+    path, _ = _logs(tmp_path, ids="int", k=2, n_units=30)
+    outs, said = _release_both(tmp_path, path, _bounded_return_doc(), 6)
+    assert all("clipped at the declared return bound" in x for x in said), said
+    _same_release(outs)
+    logs = [json.loads(outs[e].with_name(outs[e].name + ".local-log.json").read_text()) for e in ("polars", "spark")]
+    assert logs[0]["bounding"] == logs[1]["bounding"] and logs[0]["bounding"]["returns_clipped"] > 0
 
 
 # ------------------------------------------------------------------ one h at a time to the driver
