@@ -294,7 +294,8 @@ def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, re
     g = manifest.guarantee
     label = ("non-private" if g.statement is None else g.statement.split(" for")[0]
              + ("" if g.private else " (seeded: not private)"))
-    title = f"{algo} on {env.name} (H={env.horizon}, S={env.n_states}, A={env.n_actions}), {label}"
+    # two lines: on one, "(7.76622, 1e-06)-JDP (seeded: not private)" ran off the 6-inch figure
+    title = f"{algo} on {env.name} (H={env.horizon}, S={env.n_states}, A={env.n_actions})\n{label}"
     with atomic_dir(Path(out), overwrite=overwrite) as tmp:
         table = df.to_arrow()
         table = table.replace_schema_metadata({"privaudit_format_version": str(EXPLORE_FORMAT_VERSION),

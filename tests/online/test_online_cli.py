@@ -12,6 +12,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from matplotlib.figure import Figure
 
 from privaudit.cli import main
 from privaudit.errors import ArtifactError, MissingInputError, UsageError
@@ -60,6 +61,25 @@ def test_explore_writes_regret_manifest_and_plot(tmp_path):
     assert g["sampler"] == samplers.noise_statement("exact", paths=paths)
     assert m["calibration"]["lattice"]["rewards"].startswith("2^-")
     assert (out / "regret.png").stat().st_size > 1000
+
+
+def test_explore_figure_title_fits_the_figure(tmp_path, monkeypatch):
+    """Before: "ngo on synthetic-linear (H=20, S=2, A=100), (7.76622, 1e-06)-JDP (seeded: not private)" on one
+    line ran off the 6-inch figure (fresh-user pass)."""
+    seen = []
+    save = Figure.savefig
+
+    def spy(fig, *a, **k):
+        fig.canvas.draw()
+        seen.append([(ax.title.get_window_extent(), fig.bbox) for ax in fig.axes])
+        return save(fig, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    r = _run(["--algo", "ngo", "--env", "synthetic-linear", "--horizon", "2", "--episodes", "20", "--rho", "1",
+              "--seed", "1", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    [[(title, fig)]] = seen
+    assert fig.x0 <= title.x0 and title.x1 <= fig.x1, (title, fig)
 
 
 def test_explore_rho_reports_eps_delta_and_twin_has_no_guarantee(tmp_path):
