@@ -276,6 +276,8 @@ def numpy_load_reason(err: Exception) -> str:
     if isinstance(err, OSError) and err.strerror:  # "[Errno 13] Permission denied: 'x'" -> "Permission denied"
         return err.strerror
     msg = str(err)
+    if msg.startswith("Object arrays cannot be loaded"):  # a real .npy header, dtype object
+        return "a NumPy array of Python objects (dtype object: pickled data, never loaded); save numbers"
     if "pickle" in msg:
         return "not a NumPy .npy/.npz file (no NumPy header or zip signature; pickled files are never loaded)"
     return msg

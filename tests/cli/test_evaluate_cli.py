@@ -211,3 +211,14 @@ def test_garbage_policy_and_mdp_files_say_not_numpy_not_unpickle(tmp_path):
     res = run("evaluate", tmp_path / "p.npy", "--mdp", tmp_path / "m.npz")
     assert res.exit_code == 1 and "cannot read MDP file" in res.output
     assert "not a NumPy .npy/.npz file" in res.output and "allow_pickle" not in res.output
+
+
+def test_an_object_array_policy_is_named_as_such(tmp_path):
+    """A real .npy of dtype object was called "not a NumPy .npy/.npz file (no NumPy header or zip signature)"
+    (fresh-user pass)."""
+    np.save(tmp_path / "p.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    res = run("evaluate", tmp_path / "p.npy", "--mdp", "icu-sepsis")
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert res.stderr.strip() == (f"error: cannot read policy {tmp_path / 'p.npy'}: a NumPy array of Python objects "
+                                  "(dtype object: pickled data, never loaded); save numbers. Expected a .npy array "
+                                  "of shape (20, 716, 25) or (716, 25).")
