@@ -23,7 +23,7 @@ COMMANDS = {
     "validate": ("validate", "Check Parquet trajectory logs against a domain spec."),
     "simulate": ("simulate", "Simulate logs (Parquet) and their spec from a known MDP."),
     "release": ("release", "Release DP counts of tabular logs (Parquet + manifest)."),
-    "budget": ("budget", "Create or show a privacy-budget ledger (append-only, exact amounts)."),
+    "budget": ("budget", "Create, show or charge a privacy-budget ledger (append-only, exact amounts)."),
     "train": ("train", "Train an offline policy (DP-APVI, APVI, VE, ...) from logs or a release."),
     "evaluate": ("evaluate", "Exact value of a policy on a known MDP, next to the optimal value."),
     "audit": ("audit", "Audit a DP claim empirically: epsilon lower bound from neighbouring runs."),

@@ -18,7 +18,7 @@ from privaudit.fmt import bound
 from privaudit.privacy.ledger import charge, init_ledger, ledger_status, rho_of_pure_dp, upgrade_ledger
 
 
-@click.group("budget", short_help="Create or show a privacy-budget ledger (append-only, exact amounts).")
+@click.group("budget", short_help="Create, show or charge a privacy-budget ledger (append-only, exact amounts).")
 def command():
     """Privacy-budget ledger: one total zCDP budget per dataset; every release
     is charged against it and refused (exit 3) once it would be exceeded.
@@ -116,13 +116,15 @@ def upgrade_cmd(file):
 @click.option("--json", "as_json", is_flag=True, help="Print the entry appended as JSON.")
 @handle_errors
 def charge_cmd(file, dataset_id, rho, epsilon, description, as_json):
-    """Record a release made outside ``privaudit release`` (exit 3 if it does not fit).
+    """Record a release made outside `privaudit release` (exit 3 if it does not fit).
 
     Example: privaudit budget charge icu.ledger --dataset icu-2024 --rho 0.25 --description "manual table"
     """
 
     if (rho is None) == (epsilon is None):
         raise UsageError("give exactly one of --rho or --epsilon.")
+    if not description.strip():  # the ledger's only record of what spent the budget
+        raise UsageError("`--description` is empty: say what was released (it is kept in the ledger).")
     amount = rho if rho is not None else rho_of_pure_dp(epsilon)
     entry = charge(file, dataset_id, amount, description)
     if as_json:

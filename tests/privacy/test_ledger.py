@@ -7,6 +7,7 @@ import os
 import re
 import multiprocessing as mp
 from fractions import Fraction
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -190,6 +191,12 @@ def test_cli_init_show_charge(tmp_path):
     r = runner.invoke(main, ["budget", "charge", path, "--dataset", "icu", "--rho", "0.6",
                              "--description", "too much"])
     assert r.exit_code == 3 and "would exceed" in r.output
+    before = Path(path).read_bytes()
+    for empty in ("", "  "):  # before: charged with no record of what spent it (fresh-user pass)
+        r = runner.invoke(main, ["budget", "charge", path, "--dataset", "icu", "--rho", "0.1", "--description", empty])
+        assert r.exit_code == 2 and r.output.strip() == ("error: `--description` is empty: say what was released "
+                                                         "(it is kept in the ledger)."), r.output
+    assert Path(path).read_bytes() == before
     r = runner.invoke(main, ["budget", "show", path, "--json"])
     assert r.exit_code == 0
     st = json.loads(r.output)
