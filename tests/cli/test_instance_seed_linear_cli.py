@@ -19,6 +19,7 @@ from privaudit.mdp.synthetic_linear import synthetic_linear_mdp
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline import run_pipeline
 from privaudit.spec import load_spec, write_spec
+from tests._spy import watch_reads
 
 MDP = random_tabular_mdp(4, 2, 3, 0)
 S, A, H = 4, 2, 3
@@ -176,6 +177,26 @@ def test_dp_vapvi_local_log_path_taken_by_a_folder_refused_before_charging(rows,
         f"error: {tmp_path / 'p.local-log.json'} (where the policy's private bounding log goes) is not a file; "
         "remove it or choose another `--out`.")
     assert led.read_bytes() == before and not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("algo,budget", [("dp-vapvi", ["--rho", "1"]), ("pevi", [])])
+def test_an_earlier_policys_local_log_is_never_overwritten(rows, tmp_path, algo, budget):
+    """Before: with POLICY.local-log.json left by an earlier policy whose folder was removed, train replaced it
+    silently (release refuses, since a1eb5b2) (fresh-user pass)."""
+    led = tmp_path / "budget.jsonl"
+    assert run("budget", "init", led, "--dataset", load_spec(rows / "rows.json").dataset_id,
+               "--rho-total", 5).exit_code == 0
+    before = led.read_bytes()
+    (tmp_path / "p.local-log.json").write_text('{"earlier": true}\n')
+    with watch_reads(rows / "logs.parquet") as reads:
+        r = run("train", rows / "logs.parquet", "--spec", rows / "rows.json", "--algo", algo, *budget,
+                *(["--ledger", led] if budget else []), "--out", tmp_path / "p")
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines()[-1] == (
+        f"error: {tmp_path / 'p.local-log.json'} already exists: the private bounding log of an earlier policy "
+        "written to this `--out`; move it away (keep it with that policy's records) or choose another `--out`.")
+    assert (tmp_path / "p.local-log.json").read_text() == '{"earlier": true}\n'
+    assert led.read_bytes() == before and not (tmp_path / "p").exists() and reads == []
 
 
 def test_dp_vapvi_failure_prob_and_local_log(rows, tmp_path):

@@ -208,7 +208,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     ------
     UsageError
         Unknown algo or parameter, a budget for a non-private learner or none
-        for dp-vapvi. With k = max_episodes_per_unit > 1, dp-vapvi multiplies
+        for dp-vapvi, an existing ``local_log`` (before any row is read). With k = max_episodes_per_unit > 1, dp-vapvi multiplies
         every sensitivity (and noise scale) by k.
     SpecError
         The spec has no usable ``features``.
@@ -219,6 +219,10 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     """
     if local_log is not None:  # else the budget is charged and then writing the log fails
         check_sidecar_free(local_log, "the policy's private bounding log")
+        if Path(local_log).is_file():  # an earlier policy's private log (its folder removed): never overwritten
+            raise UsageError(f"{local_log} already exists: the private bounding log of an earlier policy written "
+                             "to this `out`; move it away (keep it with that policy's records) or choose another "
+                             "`out`.")
     linear = registry.names(family="linear")
     if algo not in linear:
         raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {', '.join(linear)}.")
