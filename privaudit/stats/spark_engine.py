@@ -404,7 +404,12 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
     their meaning are those of ``privaudit.data.validate.RULES``; the
     structural rules use window functions over each episode ordered by step.
     Counts are PRIVATE facts for the data holder, never released. Rules that
-    bounding repairs (``BOUNDING_RULES``) are not checked.
+    bounding repairs (``BOUNDING_RULES``) are not checked. Every count equals
+    validation's, with one difference in *how many* (never in *whether*):
+    ``unit_not_unique`` counts the rows whose unit differs from the unit of
+    the episode's first row in step order, validation from its first row in
+    file order (Spark reads no row order); the two agree when the log lists
+    each episode's rows in step order.
 
     Notes
     -----
@@ -426,7 +431,8 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
     names = set(df.columns)
     flags = [f for f in ("terminated", "truncated") if f in names]
     terminals = list(spec.terminal_states)
-    row = {"null_value": sum((c(x).isNull().cast("long") for x in df.columns), F.lit(0)),
+    own = [x for x in df.columns if not (x == "unit_id" and spec.unit_column is None)]  # not read_logs' id copy
+    row = {"null_value": sum((c(x).isNull().cast("long") for x in own), F.lit(0)),
            "not_finite": (F.isnan(c("reward").cast("double"))
                           | (F.abs(c("reward").cast("double")) == float("inf"))),
            "state_out_of_range": (c("state") < 0) | (c("state") >= S),
@@ -446,7 +452,7 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
          .withColumn("_nstate", F.lead("state").over(ep))
          .withColumn("_first", F.min("step").over(whole)).withColumn("_last", F.max("step").over(whole))
          .withColumn("_n", F.count(F.lit(1)).over(whole))
-         .withColumn("_units", F.size(F.collect_set("unit_id").over(whole))))
+         .withColumn("_u0", F.first("unit_id").over(ep)))
     if spec.return_bound is not None:  # the episode's return over the same window: no extra job
         w = (w.withColumn("_return", F.sum(_return_term(spec)).over(whole))
              .withColumn("_final", F.lead(F.lit(1)).over(ep).isNull()))  # one row per episode: its last
@@ -454,12 +460,15 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
     epi = {"step_duplicate": c("_prev") == c("step"),
            "step_gap": F.when(c("_prev").isNull(), c("step") != 0).otherwise(c("step") > c("_prev") + 1),
            "next_state_mismatch": contiguous & c("_nstep").isNotNull() & (c("_nstate") != c("next_state")),
-           "unit_not_unique": c("_units") > 1}
+           "unit_not_unique": c("unit_id") != c("_u0")}
     if flags:
         epi["flag_not_last"] = (sum((c(f).cast("long") for f in flags), F.lit(0)) > 0) & (c("step") != c("_last"))
     if spec.return_bound is not None:  # once per episode, at its last row in step order (``_nstep`` is
         # null there too, but also before a null step: nulls sort first)
         epi["return_below_bound"] = c("_final") & (c("_return") < float(spec.return_bound[0]))
+    # rows without an episode id are null_value's: like polars' episode table, the structural rules skip them
+    # (return_below_bound does not: polars' group-by over the rewards keeps a null id as one episode)
+    epi = {r: e if r == "return_below_bound" else c("episode_id").isNotNull() & e for r, e in epi.items()}
     checks = {**row, **epi}
     aggs = [F.sum(F.coalesce(e.cast("long"), F.lit(0))).alias(r) for r, e in checks.items()]
     got = w.agg(F.count(F.lit(1)).alias("_rows"), *aggs).collect()[0].asDict()

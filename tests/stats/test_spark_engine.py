@@ -7,6 +7,7 @@ pyspark or Java is absent.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import polars as pl
@@ -114,14 +115,42 @@ BREAKS = {
 }
 
 
+def _spark_refusal(path, spec, spark) -> dict:
+    """rule -> count of the fatal rules Spark's refusal names (its message, from one Spark action)."""
+    with pytest.raises(ValidationFailed) as e:
+        se.check_fatal_rules(se.read_logs(str(path), spec, spark), spec)
+    return {r: int(n) for r, n in re.findall(r"(\w+) \((\d+)\)", str(e.value))}
+
+
 @pytest.mark.parametrize("rule", sorted(BREAKS))
 def test_each_fatal_rule_caught_by_both_engines(spark, tmp_path, rule):
+    """Spark refuses the logs naming the broken rules with polars' counts (not only the verdict)."""
     spec = _spec()
     path = tmp_path / "bad.parquet"
     BREAKS[rule](_good()).write_parquet(path)
-    assert rule in validate_logs(path, spec).fatal
-    with pytest.raises(ValidationFailed, match=rf"\b{rule} \([1-9]"):  # one Spark job
-        se.check_fatal_rules(se.read_logs(str(path), spec, spark), spec)
+    fatal = validate_logs(path, spec).fatal
+    assert rule in fatal
+    assert _spark_refusal(path, spec, spark) == fatal
+
+
+def test_rows_without_an_episode_id_counted_as_polars(spark, tmp_path):
+    """Each episode its own unit (read_logs copies the id into unit_id): a null id is one null_value, not two,
+    and the null-id rows form no episode for the structural rules (polars' episode table skips them), so only
+    the gap they leave in episode 1 is a step_gap. And two rows of one episode under other units: 2, not 3."""
+    spec = DomainSpec.from_dict(spec_doc(H=4, S=4, A=2, k=1, terminals=(3,)))
+    i = pl.int_range(pl.len())
+    d = _good().drop("patient").with_columns(episode_id=pl.when(i == 4).then(None).otherwise(pl.col("episode_id")))
+    path = tmp_path / "null-id.parquet"
+    d.write_parquet(path)
+    fatal = validate_logs(path, spec).fatal
+    assert fatal == {"null_value": 1, "step_gap": 1}
+    assert _spark_refusal(path, spec, spark) == fatal
+    two = BREAKS["unit_not_unique"](_good()).with_columns(
+        patient=pl.when(i == 2).then(98).otherwise(pl.col("patient")))
+    two.write_parquet(path)
+    fatal = validate_logs(path, _spec()).fatal
+    assert fatal == {"unit_not_unique": 2}
+    assert _spark_refusal(path, _spec(), spark) == fatal
 
 
 def test_clean_logs_break_no_rule_in_spark(spark, tmp_path):
