@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from typing import Any, Callable
 
@@ -151,6 +152,12 @@ def engine_options(fn: Callable) -> Callable:
                              "noise is added here either way: same release.")(fn)
 
 
+#: The master URLs Spark itself parses (SparkContext.createTaskScheduler); anything else makes its JVM exit
+#: at start-up, which reads as a Java problem.
+_MASTER_URL = re.compile(r"local(\[\s*(\d+|\*)\s*(,\s*\d+\s*)?\])?|local-cluster\[[\d\s,]+\]"
+                         r"|(spark|k8s|mesos)://\S+|yarn")
+
+
 def spark_target(engine: str, master: str | None, remote: str | None) -> str | None:
     """The ``spark`` argument of the library from ``--engine``, ``--master`` and ``--remote``.
 
@@ -174,4 +181,8 @@ def spark_target(engine: str, master: str | None, remote: str | None) -> str | N
     if master is not None and master.startswith("sc://"):
         raise click.UsageError(f"--master takes a Spark master URL (local[*], spark://HOST:7077, yarn); for a "
                                f"Spark Connect server use --remote {master}.")
+    if master is not None and not _MASTER_URL.fullmatch(master.strip()):  # else "could not start its JVM: check
+        raise click.UsageError(                                           # JAVA_HOME", after the checks' work
+            f"--master {master!r} is not a Spark master URL: give local, local[N], local[*], "
+            "local-cluster[N,C,M], spark://HOST:PORT, yarn, k8s://HOST:PORT or mesos://HOST:PORT.")
     return remote if remote is not None else master

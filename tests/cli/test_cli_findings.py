@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import COMMANDS, main
-from privaudit.cli.common import PathArg
+from privaudit.cli.common import PathArg, spark_target
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "sample_data" / "icu_sepsis_clinicians_20k.parquet"
@@ -203,3 +203,20 @@ def test_an_empty_mdp_is_a_usage_error(tmp_path):
     res = run("evaluate", tmp_path / "p.npy", "--mdp", tmp_path / "d")
     assert res.exit_code == 1, res.output
     assert res.stderr.strip().startswith(f"error: cannot read MDP file {tmp_path / 'd'}: it is a folder, not a file.")
+
+
+@pytest.mark.parametrize("cmd", [["release", LOGS, "--spec", SPEC], ["pipeline"]])
+@pytest.mark.parametrize("master", ["foo", "local[x]", "spark:/head:7077", ""])
+def test_a_master_that_is_no_spark_url_is_a_usage_error_before_spark_starts(tmp_path, cmd, master):
+    """Before: `--master foo` started Spark, whose JVM exited, and the run ended with "Spark could not start its
+    JVM ... Check JAVA_HOME and the Java version" (exit 1) after the step-rule notice (fresh-user pass)."""
+    res = run(*cmd, "--rho", 1, "--out", tmp_path / "o", "--engine", "spark", "--master", master)
+    assert res.exit_code == 2, res.output
+    assert f"Error: --master {master!r} is not a Spark master URL: give local, local[N]" in res.output
+    assert "JVM" not in res.output and NOTICE not in res.output and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("master", ["local", "local[1]", "local[*]", "local[2,3]", "local-cluster[2, 1, 1024]",
+                                    "spark://head:7077", "spark://a:7077,b:7077", "yarn", "k8s://https://h:443"])
+def test_spark_master_urls_are_accepted(master):
+    assert spark_target("spark", master, None) == master
