@@ -491,6 +491,16 @@ def test_value_share_refusals(world, tmp_path):
     assert res.exit_code == 2 and "--value-share" in res.output
 
 
+def test_a_linear_share_for_a_spec_without_features_is_refused(world, tmp_path):
+    """Before: `--linear-share 0.3` on a spec without a feature map was ignored silently (fresh-user pass)."""
+    res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 1, "--out",
+              tmp_path / "y", "--linear-share", 0.3)
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == ("error: `--linear-share` 0.3 is DP-VAPVI's share of the budget, and this spec "
+                                  "declares no feature map ($.features): there is no DP-VAPVI to give it to. Drop it.")
+    assert not (tmp_path / "y").exists()
+
+
 def test_default_pipeline_states_exact_decimal_shares(tmp_path):
     """`privaudit pipeline --rho 1` on the bundled sample: the split (release 0.3, behaviour value 0.1, DP-PBB 0.6)
     is stated as exact decimals in summary.json, on stdout and in the ledger, and the stated parts add up to rho

@@ -84,8 +84,9 @@ Examples:
                    "Default: as the --mdp is (icu-sepsis: stationary); without --mdp, stationary.")
 @click.option("--audit-trials", type=click.IntRange(min=0), default=4000, show_default=True,
               help="Runs per side of the release audit (0 skips the audit).")
-@click.option("--linear-share", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
-              show_default=True, help="Share of rho given to DP-VAPVI when the spec declares a feature map.")
+@click.option("--linear-share", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+              help="Share of rho given to DP-VAPVI when the spec declares a feature map (default 0.5; refused "
+                   "for a spec without one).")
 @click.option("--value-share", type=click.FloatRange(0, 1, max_open=True), default=None,
               help=f"Share of rho spent on the DP estimate of the clinicians' (behaviour) value and the start "
                    f"distribution of the certified values (0: neither). Default {VALUE_SHARE_DEFAULT}; 0 with "

@@ -150,7 +150,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
                  rho: float | None = None, epsilon: float | None = None, delta: float | None = None,
                  out: str | Path, mdp: str | Path | None = None, seed: int | None = None,
                  stationary: bool | None = None, audit_trials: int = AUDIT_TRIALS_DEFAULT,
-                 linear_share: float = LINEAR_SHARE_DEFAULT, value_share: float = VALUE_SHARE_DEFAULT,
+                 linear_share: float | None = None, value_share: float = VALUE_SHARE_DEFAULT,
                  overwrite: bool = False, ledger: str | Path | None = None, instance_seed: int | None = None,
                  progress: bool | None = None, echo: Callable[[str], None] | None = None,
                  engine: str = "polars", spark=None) -> dict:
@@ -210,8 +210,9 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         never handed back).
     audit_trials : int, default 4000
         Runs per side of the release audit (>= ``audit.runner.MIN_TRIALS``); 0 skips the audit.
-    linear_share : float, default 0.5
-        Share of the budget given to DP-VAPVI when the spec has a feature map.
+    linear_share : float or None, default None (0.5)
+        Share of the budget given to DP-VAPVI when the spec has a feature map; a share given for a
+        spec without one is refused (UsageError) rather than ignored.
     value_share : float, default 0.1
         Share of the budget spent on the behaviour-value release
         (:mod:`privaudit.stats.behaviour_value`): the clinicians' value
@@ -326,6 +327,10 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
             or (audit_trials != 0 and audit_trials < MIN_TRIALS):
         raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {audit_trials!r}.")
     linear = bool(spec.features)
+    if linear_share is not None and not linear:  # a share the user chose would be silently ignored
+        raise UsageError(f"`linear_share` {linear_share!r} is DP-VAPVI's share of the budget, and this spec declares "
+                         "no feature map ($.features): there is no DP-VAPVI to give it to. Drop it.")
+    linear_share = LINEAR_SHARE_DEFAULT if linear_share is None else linear_share
     budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")  # once
     pbb_share = 0.0 if engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
                                                            linear_share=linear_share, value_share=value_share)
