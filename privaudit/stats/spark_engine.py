@@ -340,8 +340,10 @@ def read_logs(source, spec: DomainSpec, spark: SparkSession | None = None) -> Da
     Returns
     -------
     pyspark DataFrame with ``episode_id, step, state, action, reward,
-    next_state, unit_id`` and the optional flags that exist (``unit_id`` is
-    a copy of the episode id when each episode is its own unit).
+    next_state, unit_id`` and the optional flags and ``features`` that exist
+    (``unit_id`` is a copy of the episode id when each episode is its own
+    unit; ``features`` is only checked, as validation checks it: the counts
+    never read it, and Spark prunes it from their jobs).
 
     Raises
     ------
@@ -366,7 +368,7 @@ def read_logs(source, spec: DomainSpec, spark: SparkSession | None = None) -> Da
     if missing:
         raise ValidationFailed("the logs break fatal validation rules: missing_column ("
                                + ", ".join(f"'{spec.column(c)}' ({c})" for c in missing) + ").")
-    wanted = [c for c in STANDARD_COLUMNS if not (c == "unit_id" and unit_is_episode) and c != "features"]
+    wanted = [c for c in STANDARD_COLUMNS if not (c == "unit_id" and unit_is_episode)]
     cols = [F.col(f"`{spec.column(c)}`").alias(c) for c in wanted if spec.column(c) in names]
     if unit_is_episode:
         cols.append(F.col(f"`{spec.column('episode_id')}`").alias("unit_id"))
@@ -375,7 +377,7 @@ def read_logs(source, spec: DomainSpec, spark: SparkSession | None = None) -> Da
     if bad:
         raise ValidationFailed("the logs break fatal validation rules: column_type (" + ", ".join(bad)
                                + "). Integers for step/state/action/next_state, numbers for reward, booleans "
-                               "for flags, integer or string ids.")
+                               "for flags, integer or string ids, lists of numbers for features.")
     return df
 
 
@@ -386,6 +388,8 @@ def _usable(std: str, t: T.DataType) -> bool:
         return isinstance(t, T.NumericType)
     if std in ("terminated", "truncated"):
         return isinstance(t, T.BooleanType)
+    if std == "features":
+        return isinstance(t, T.ArrayType) and isinstance(t.elementType, T.NumericType)
     return isinstance(t, (T.IntegralType, T.StringType))
 
 
@@ -433,8 +437,7 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
     terminals = list(spec.terminal_states)
     own = [x for x in df.columns if not (x == "unit_id" and spec.unit_column is None)]  # not read_logs' id copy
     row = {"null_value": sum((c(x).isNull().cast("long") for x in own), F.lit(0)),
-           "not_finite": (F.isnan(c("reward").cast("double"))
-                          | (F.abs(c("reward").cast("double")) == float("inf"))),
+           "not_finite": _not_finite(names),
            "state_out_of_range": (c("state") < 0) | (c("state") >= S),
            "action_out_of_range": (c("action") < 0) | (c("action") >= A),
            "next_state_out_of_range": (c("next_state") < 0) | (c("next_state") >= S)}
@@ -475,6 +478,18 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
     out = {r: int(got[r] or 0) for r in checks}
     out["empty_log"] = int(got["_rows"] == 0)
     assert not set(out) & set(BOUNDING_RULES)
+    return out
+
+
+def _not_finite(names):
+    """``not_finite`` of a row, 0 to 2 (as validation counts it, per row and column): a NaN or infinite reward,
+    and, when the logs have ``features``, a list holding a null, NaN or infinity (a null list is null_value's)."""
+    def bad(x):
+        return F.isnan(x.cast("double")) | (F.abs(x.cast("double")) == float("inf"))
+
+    out = F.coalesce(bad(F.col("reward")).cast("long"), F.lit(0))
+    if "features" in names:
+        out = out + F.coalesce(F.exists("features", lambda x: x.isNull() | bad(x)).cast("long"), F.lit(0))
     return out
 
 

@@ -188,6 +188,31 @@ def test_reward_not_public_counts_identical_in_both_engines(spark, tmp_path):
         se.check_fatal_rules(se.read_logs(str(path), wrong, spark), wrong)
 
 
+def test_a_features_column_is_checked_as_polars(spark, tmp_path):
+    """A tabular release reads no features, but polars' validation checks a features column the logs carry (nulls,
+    NaN or infinite entries, its type); Spark refuses the same logs with the same counts."""
+    spec = _spec()
+    i = pl.int_range(pl.len())
+    nan, inf = float("nan"), float("inf")
+    feats = (pl.when(i == 0).then(pl.lit([0.5, nan])).when(i == 2).then(pl.lit([None, 1.0], pl.List(pl.Float64)))
+             .when(i == 5).then(pl.lit(None, pl.List(pl.Float64))).when(i == 7).then(pl.lit([-inf, 1.0]))
+             .when(i == 9).then(pl.lit([], pl.List(pl.Float64))).otherwise(pl.concat_list(pl.col("reward"), 1.0)))
+    d = _good().with_columns(features=feats,
+                             reward=pl.when(i == 7).then(nan).otherwise(pl.col("reward")))  # row 7: both columns
+    path = tmp_path / "features.parquet"
+    d.write_parquet(path)
+    fatal = validate_logs(path, spec).fatal
+    assert fatal == {"null_value": 1, "not_finite": 4}  # rows 0, 2, 7 (features) and 7 (reward); 5 is null
+    assert _spark_refusal(path, spec, spark) == fatal
+    _good().with_columns(features=pl.concat_list(pl.col("reward"), 1.0)).write_parquet(path)
+    assert validate_logs(path, spec).releasable
+    assert not any(se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec).values())
+    _good().with_columns(features=pl.concat_list(pl.col("reward").cast(pl.String))).write_parquet(path)
+    assert "column_type" in validate_logs(path, spec).fatal
+    with pytest.raises(ValidationFailed, match=r"column_type \(features \(array<string>\)\)"):
+        se.read_logs(str(path), spec, spark)
+
+
 #: episode -> rewards of steps 0, 1, ... (H = 3, reward_range [0, 1], return_bound [1.25, 2.5]), and whether its
 #: return (steps h < 3, finite rewards clipped into [0, 1]) is below G_min = 1.25. Rewards are multiples of 2^-2:
 #: every sum is exact in float64, in any order.
