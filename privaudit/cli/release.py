@@ -41,9 +41,9 @@ local[*]; or --remote sc://HOST:PORT, a Spark Connect server, which then
 reads LOGS); only the exact cell counts come back to this process, one
 step h at a time, and it adds the noise. A failure of Spark itself (a
 failed job, out of memory, a lost JVM, no Connect server answering at
-HOST:PORT) exits 1 with one line; no Java runtime (for --master) or a
-malformed sc:// URL exits 2 before Spark starts; nothing is written or
-charged either way.
+HOST:PORT) exits 1 with one line; no Java runtime (for --master), a
+--master that is no Spark master URL or a malformed sc:// URL exits 2
+before Spark starts; nothing is written or charged either way.
 
 \b
 Example:
