@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import click
 from tqdm import tqdm
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors, stderr_is_tty
-from privaudit.errors import UsageError
 from privaudit.online.env import ENV_NAMES, make_env
-from privaudit.online.explore import ALGORITHMS, run_explore, validate_budget, write_explore
+from privaudit.online.explore import ALGORITHMS, check_explore_out, run_explore, validate_budget, write_explore
 
 _HELP = """Run an online explorer for K users (--episodes), one episode each, on a
 simulated environment, and write its exact per-episode regret.
@@ -68,13 +66,12 @@ Example:
 @click.option("--instance-seed", type=click.IntRange(min=0), default=None,
               help="Instance of random-tabular / synthetic-linear (default 0).")
 @click.option("--out", "out", type=PathArg(file_okay=False), required=True, help="Output folder DIR.")
-@click.option("--overwrite", is_flag=True, help="Replace DIR if it exists.")
+@click.option("--overwrite", is_flag=True, help="Replace DIR if it holds a previous explore output (only then).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest's summary and guarantee as JSON only.")
 @handle_errors
 def command(algo, env_name, episodes, epsilon, rho, delta, constants, beta, seed, world_key, horizon, states,
             actions, instance_seed, out, overwrite, as_json):
-    if Path(out).exists() and not overwrite:
-        raise UsageError(f"{out} already exists; choose another --out or pass --overwrite.")
+    check_explore_out(out, overwrite)  # before any user is simulated
     budget = validate_budget(algo, epsilon, rho, delta)
     env = make_env(env_name, world_key=world_key, horizon=horizon, states=states, actions=actions,
                    instance_seed=instance_seed)

@@ -43,8 +43,8 @@ from privaudit.errors import UsageError
 from privaudit.io_utils import atomic_dir
 from privaudit.online.counters import tree_levels
 from privaudit.online.env import EpisodicEnv
-from privaudit.online.manifest import (EXPLORE_FORMAT_VERSION, ExploreEnvironment, ExploreGuarantee, ExploreManifest,
-                                       ExploreSummary)
+from privaudit.online.manifest import (EXPLORE_FORMAT_VERSION, EXPLORE_KIND, ExploreEnvironment, ExploreGuarantee,
+                                       ExploreManifest, ExploreSummary)
 from privaudit.online.protocol import Agent, RunResult, run_episodes
 from privaudit.online.pucb import PUCB, UCBVI
 from privaudit.privacy import accounting, samplers
@@ -268,6 +268,32 @@ def _plot(df: pl.DataFrame, title: str, path: Path) -> None:
     plt.close(fig)
 
 
+def check_explore_out(out: str | Path, overwrite: bool = False) -> None:
+    """Refuse an existing ``out`` unless ``overwrite`` and it holds a previous explore output.
+
+    ``overwrite`` removes the folder it replaces, so it applies only to a folder whose
+    ``manifest.json`` has kind ``privaudit-explore`` (as ``pipeline --overwrite`` replaces only a
+    pipeline output): never to a pipeline run, a release or any other folder.
+
+    Raises
+    ------
+    UsageError
+        ``out`` exists and ``overwrite`` is False, or it is not a previous explore output.
+    """
+    out = Path(out)
+    if not out.exists():
+        return
+    if not overwrite:
+        raise UsageError(f"{out} already exists; choose another `out` or pass `overwrite`.")
+    try:
+        kind = json.loads((out / "manifest.json").read_text()).get("kind") if out.is_dir() else None
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    if kind != EXPLORE_KIND:
+        raise UsageError(f"`overwrite` replaces only a previous explore output (a folder whose manifest.json has kind "
+                         f"{EXPLORE_KIND!r}); {out} is not one, and it would be deleted. Choose another `out`.")
+
+
 def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, res: RunResult, budget: Budget | None,
                   config: dict, overwrite: bool = False, seeded: bool = False) -> ExploreManifest:
     """Write regret.parquet, manifest.json and regret.png into ``out`` atomically; returns the manifest.
@@ -290,6 +316,7 @@ def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, re
         calibration=_calibration_dict(agent),
         summary=ExploreSummary(K, float(df["cumulative_regret"][-1]), float(res.regret[-tail:].mean()),
                                float(res.regret[:tail].mean())))
+    check_explore_out(out, overwrite)
     doc = manifest.to_dict()  # checked against its schema before anything is written
     g = manifest.guarantee
     label = ("non-private" if g.statement is None else g.statement.split(" for")[0]

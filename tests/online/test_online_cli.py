@@ -63,6 +63,37 @@ def test_explore_writes_regret_manifest_and_plot(tmp_path):
     assert (out / "regret.png").stat().st_size > 1000
 
 
+@pytest.mark.parametrize("kind", ["pipeline", "plain", "file"])
+def test_overwrite_replaces_only_a_previous_explore_output(tmp_path, kind):
+    """Before: `explore --out DIR --overwrite` deleted whatever DIR held (a pipeline run with its private log,
+    a data folder) and wrote the explore run in its place (fresh-user pass)."""
+    out = tmp_path / "d"
+    if kind == "file":
+        out.write_text("keep\n")
+    else:
+        out.mkdir()
+        (out / "data.parquet").write_text("keep\n")
+        if kind == "pipeline":
+            (out / "summary.json").write_text('{"kind": "privaudit-pipeline-summary"}\n')
+            (out / "manifest.json").write_text('{"kind": "privaudit-release"}\n')
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    args = ["--algo", "pucb", "--env", "riverswim", "--horizon", "3", "--episodes", "5", "--epsilon", "1",
+            "--out", str(out)]
+    r = _run(args + ["--overwrite"])
+    assert r.exit_code == 2, r.output
+    if kind != "file":
+        assert r.output.strip() == (f"error: `--overwrite` replaces only a previous explore output (a folder whose "
+                                    f"manifest.json has kind 'privaudit-explore'); {out} is not one, and it would "
+                                    "be deleted. Choose another `--out`.")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    # a previous explore output is replaced
+    other = tmp_path / "e"
+    assert _run(args[:-1] + [str(other)]).exit_code == 0
+    r = _run(args[:-1] + [str(other), "--overwrite", "--seed", "1"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((other / "manifest.json").read_text())["guarantee"]["rng"] == "seeded-insecure"
+
+
 def test_explore_figure_title_fits_the_figure(tmp_path, monkeypatch):
     """Before: "ngo on synthetic-linear (H=20, S=2, A=100), (7.76622, 1e-06)-JDP (seeded: not private)" on one
     line ran off the 6-inch figure (fresh-user pass)."""
