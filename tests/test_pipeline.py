@@ -491,6 +491,27 @@ def test_value_share_refusals(world, tmp_path):
     assert res.exit_code == 2 and "--value-share" in res.output
 
 
+def test_a_spec_the_audit_cannot_pair_is_refused_before_the_budget_is_spent(tmp_path):
+    """S = A = 1: no two synthetic units on disjoint cells. Before: the pipeline validated, released, trained and
+    charged the ledger (rho 0.9 + 0.1), then stopped at the audit with exit 2 (fresh-user pass)."""
+    mdp = random_tabular_mdp(1, 1, 2, 0)
+    write_logs(simulate(mdp, np.ones((1, 1)), 10, np.random.default_rng(0)), tmp_path / "l.parquet")
+    (tmp_path / "s.json").write_text(json.dumps(random_tabular_spec_doc(mdp, dataset_id="one-cell")))
+    led = tmp_path / "b.jsonl"
+    assert CliRunner().invoke(main, ["budget", "init", str(led), "--dataset", "one-cell", "--rho-total", "5"]).exit_code == 0
+    before = led.read_bytes()
+    args = [tmp_path / "l.parquet", "--spec", tmp_path / "s.json", "--rho", 1, "--out", tmp_path / "o",
+            "--ledger", led]
+    res = run(*args)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines()[-1] == (
+        "error: the spec has fewer than two non-terminal (state, action) cells: no two units on disjoint cells "
+        "exist, so no audit pair attains the declared sensitivity. The pipeline's audit cannot run on this spec: "
+        "pass `--audit-trials` 0.")
+    assert led.read_bytes() == before and not (tmp_path / "o").exists()
+    assert run(*args, "--audit-trials", 0).exit_code == 0
+
+
 def test_a_linear_share_for_a_spec_without_features_is_refused(world, tmp_path):
     """Before: `--linear-share 0.3` on a spec without a feature map was ignored silently (fresh-user pass)."""
     res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 1, "--out",

@@ -187,6 +187,30 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
     return NeighbouringPair(logs, d_prime, description)
 
 
+def check_synthetic_pair_exists(spec: DomainSpec) -> np.ndarray:
+    """The spec's non-terminal states, after checking that :func:`synthetic_units` can build its pair.
+
+    From the spec alone, so a caller that audits late (the pipeline) can refuse before it reads a
+    row or charges a budget.
+
+    Returns
+    -------
+    ndarray of int, shape (n,)
+        The non-terminal states, in index order.
+
+    Raises
+    ------
+    UsageError
+        If the spec has fewer than two non-terminal (s, a) cells (no pair of disjoint units exists;
+        the declared sensitivity is then not attained).
+    """
+    nonterm = np.setdiff1d(np.arange(spec.n_states), np.asarray(spec.terminal_states, dtype=int))
+    if nonterm.size * spec.n_actions < 2:
+        raise UsageError("the spec has fewer than two non-terminal (state, action) cells: no two units "
+                         "on disjoint cells exist, so no audit pair attains the declared sensitivity.")
+    return nonterm
+
+
 def synthetic_units(spec: DomainSpec, pooled: bool, spread: int | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Two synthetic privacy units u*, v* built from the spec alone.
 
@@ -241,11 +265,8 @@ def synthetic_units(spec: DomainSpec, pooled: bool, spread: int | None = None) -
         disjoint units exists; the sensitivity is then not attained).
     """
     H, A, k = spec.horizon, spec.n_actions, spec.max_episodes_per_unit
-    nonterm = np.setdiff1d(np.arange(spec.n_states), np.asarray(spec.terminal_states, dtype=int))
+    nonterm = check_synthetic_pair_exists(spec)
     M = nonterm.size * A
-    if M < 2:
-        raise UsageError("the spec has fewer than two non-terminal (state, action) cells: no two units "
-                         "on disjoint cells exist, so no audit pair attains the declared sensitivity.")
     pub = spec.public_reward_vector()
     hi = float(spec.reward_range[1])
     if spread is not None:

@@ -42,6 +42,7 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
+from privaudit.audit.neighbours import check_synthetic_pair_exists
 from privaudit.audit.runner import MIN_TRIALS
 from privaudit.resources import sample_dir
 from privaudit.errors import UsageError
@@ -326,6 +327,11 @@ def _run_pipeline_locked(logs, spec, *, rho, epsilon, delta, out, mdp, seed, sta
     if isinstance(audit_trials, bool) or not isinstance(audit_trials, (int, np.integer)) \
             or (audit_trials != 0 and audit_trials < MIN_TRIALS):
         raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {audit_trials!r}.")
+    if audit_trials:  # the audit's synthetic pair comes from the spec: refuse now, not after the budget is spent
+        try:
+            check_synthetic_pair_exists(spec)
+        except UsageError as e:
+            raise UsageError(f"{e} The pipeline's audit cannot run on this spec: pass `audit_trials` 0.") from None
     linear = bool(spec.features)
     if linear_share is not None and not linear:  # a share the user chose would be silently ignored
         raise UsageError(f"`linear_share` {linear_share!r} is DP-VAPVI's share of the budget, and this spec declares "
