@@ -24,6 +24,7 @@ _READ_EVENTS = ("open", "os.scandir", "os.listdir", "glob.glob", "os.open")
 _watched: list[tuple[str, list]] = []
 _lock = threading.Lock()
 _hook_installed = False
+_patches: list[tuple] = []  # (func, replacement) of every patch_everywhere since the last heal_patches
 
 
 def spy_everywhere(monkeypatch, func) -> list:
@@ -50,15 +51,38 @@ def spy_everywhere(monkeypatch, func) -> list:
     return calls
 
 
-def patch_everywhere(monkeypatch, func, replacement) -> None:
-    """Replace ``func`` by ``replacement`` under every name that holds it in privaudit's and the tests' modules."""
+def _holders(value):
+    """(module, name) of every name that holds ``value`` in privaudit's and the tests' loaded modules."""
     for mod in list(sys.modules.values()):
         d = getattr(mod, "__dict__", None)
         if not d or not getattr(mod, "__name__", "").startswith(("privaudit", "tests")):
             continue
-        for name, value in list(d.items()):
-            if value is func:
-                monkeypatch.setattr(mod, name, replacement)
+        for name, held in list(d.items()):
+            if held is value:
+                yield mod, name
+
+
+def patch_everywhere(monkeypatch, func, replacement) -> None:
+    """Replace ``func`` by ``replacement`` under every name that holds it in privaudit's and the tests' modules.
+
+    monkeypatch restores the names it replaced; a module imported *while* the patch is in place
+    (the CLI imports each command's module on first use) binds ``replacement`` by its own
+    ``from x import f``, which monkeypatch never saw. :func:`heal_patches` (run after every test by
+    tests/conftest.py) rebinds those to ``func``: without it, a test that patched ``write_logs``
+    before the first ``simulate`` of its xdist worker left every later ``simulate`` of that worker
+    failing with the patch's "No space left on device".
+    """
+    _patches.append((func, replacement))
+    for mod, name in list(_holders(func)):
+        monkeypatch.setattr(mod, name, replacement)
+
+
+def heal_patches() -> None:
+    """Undo what monkeypatch cannot: names bound to a replacement by modules imported during the patch."""
+    while _patches:
+        func, replacement = _patches.pop()
+        for mod, name in list(_holders(replacement)):
+            setattr(mod, name, func)
 
 
 def _hook(event, args):

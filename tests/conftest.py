@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._spy import heal_patches
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_data"
 
@@ -55,6 +57,13 @@ def connect_url(spark):
     from tests._spark import start_connect_server
 
     return start_connect_server(spark)
+
+
+@pytest.fixture(autouse=True)
+def _heal_patches():
+    """After each test (and after monkeypatch's undo): rebind what a patch left in modules imported meanwhile."""
+    yield
+    heal_patches()
 
 
 @pytest.fixture(scope="session", autouse=True)
