@@ -68,27 +68,34 @@ def check_writable(path, name: str = "out") -> None:
                          f"or choose another location.")
 
 
-def check_sidecar_free(path, what: str, name: str = "out") -> None:
-    """Refuse a folder (or other non-file) where a file beside the output will be written, before any work.
+def check_sidecar_free(path, what: str, earlier: str, name: str = "out") -> None:
+    """Refuse anything already at the path of a private file written beside the output, before any work.
 
     Parameters
     ----------
     path : str or Path
         The file written next to the output at the end (e.g. ``DIR.local-log.json``).
     what : str
-        What goes there, for the message.
+        What goes there, for the message ("the release's private bounding log").
+    earlier : str
+        What wrote such a file before ("release", "policy"), for the message.
     name : str
         The option naming the output (``out``).
 
     Raises
     ------
     UsageError
-        ``path`` exists and is not a regular file: the run would otherwise read the logs, draw its noise
-        and charge its budget, then fail writing it.
+        ``path`` exists. A folder (or other non-file): the run would otherwise read the logs, draw its
+        noise and charge its budget, then fail writing it. A regular file: the private log of an earlier
+        output to the same ``out`` whose folder was removed, never overwritten silently.
     """
     path = Path(path)
     if path.exists() and not path.is_file():
         raise UsageError(f"{path} (where {what} goes) is not a file; remove it or choose another `{name}`.")
+    if path.is_file():
+        raise UsageError(f"{path} already exists: the private bounding log of an earlier {earlier} "
+                         f"written to this `{name}`; move it away (keep it "
+                         f"with that {earlier}'s records) or choose another `{name}`.")
 
 
 def atomic_write_text(path: Path, text: str) -> None:

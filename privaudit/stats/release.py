@@ -317,10 +317,7 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
     if out.exists():
         raise UsageError(f"{out} already exists; choose another `out` or remove it.")
     log_path = local_log_path(out)
-    check_sidecar_free(log_path, "the release's private bounding log")
-    if log_path.is_file():  # an earlier release's private log (its folder removed): never overwritten silently
-        raise UsageError(f"{log_path} already exists: the private bounding log of an earlier release to this `out`; "
-                         "move it away (keep it with that release's records) or choose another `out`.")
+    check_sidecar_free(log_path, "the release's private bounding log", "release")
     if engine not in ("polars", "spark"):
         raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
     prepared = logs if isinstance(logs, PreparedLogs) else None

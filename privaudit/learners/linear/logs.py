@@ -218,11 +218,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         The ledger's remaining budget is below rho (exit code 3).
     """
     if local_log is not None:  # else the budget is charged and then writing the log fails
-        check_sidecar_free(local_log, "the policy's private bounding log")
-        if Path(local_log).is_file():  # an earlier policy's private log (its folder removed): never overwritten
-            raise UsageError(f"{local_log} already exists: the private bounding log of an earlier policy written "
-                             "to this `out`; move it away (keep it with that policy's records) or choose another "
-                             "`out`.")
+        check_sidecar_free(local_log, "the policy's private bounding log", "policy")
     linear = registry.names(family="linear")
     if algo not in linear:
         raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {', '.join(linear)}.")
