@@ -481,15 +481,23 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
     return out
 
 
+def _nan_or_inf(x):
+    """True where the number ``x`` is NaN or +-infinity, False where finite, null where null."""
+    return F.isnan(x.cast("double")) | (F.abs(x.cast("double")) == float("inf"))
+
+
+def _clipped_reward(spec: DomainSpec):
+    """The reward (double) clipped into the spec's ``reward_range`` (what bounding keeps, before scaling)."""
+    lo, hi = spec.reward_range
+    return F.least(F.greatest(F.col("reward").cast("double"), F.lit(float(lo))), F.lit(float(hi)))
+
+
 def _not_finite(names):
     """``not_finite`` of a row, 0 to 2 (as validation counts it, per row and column): a NaN or infinite reward,
     and, when the logs have ``features``, a list holding a null, NaN or infinity (a null list is null_value's)."""
-    def bad(x):
-        return F.isnan(x.cast("double")) | (F.abs(x.cast("double")) == float("inf"))
-
-    out = F.coalesce(bad(F.col("reward")).cast("long"), F.lit(0))
+    out = F.coalesce(_nan_or_inf(F.col("reward")).cast("long"), F.lit(0))
     if "features" in names:
-        out = out + F.coalesce(F.exists("features", lambda x: x.isNull() | bad(x)).cast("long"), F.lit(0))
+        out = out + F.coalesce(F.exists("features", lambda x: x.isNull() | _nan_or_inf(x)).cast("long"), F.lit(0))
     return out
 
 
@@ -501,11 +509,8 @@ def _return_term(spec: DomainSpec):
     ``sum`` over the episode skips them, and an episode with no such row has a null return (no
     violation), as polars' group-by over the kept rows has no group for it.
     """
-    c = F.col
-    lo, hi = spec.reward_range
-    r = c("reward").cast("double")
-    kept = (c("step") < spec.horizon) & ~F.isnan(r) & (F.abs(r) != float("inf"))
-    return F.when(kept, F.least(F.greatest(r, F.lit(float(lo))), F.lit(float(hi))))
+    kept = (F.col("step") < spec.horizon) & ~_nan_or_inf(F.col("reward"))
+    return F.when(kept, _clipped_reward(spec))
 
 
 def _reward_not_public(spec: DomainSpec):
@@ -523,7 +528,7 @@ def _reward_not_public(spec: DomainSpec):
     else:
         pub = F.lit(0.0)
     r = c("reward").cast("double")
-    checked = ~F.isnan(r) & (F.abs(r) != float("inf")) & (ns >= 0) & (ns < spec.S)
+    checked = ~_nan_or_inf(r) & (ns >= 0) & (ns < spec.S)
     if spec.terminal_states:
         checked = checked & ~F.coalesce(c("state").isin(list(spec.terminal_states)), F.lit(False))
     return checked & (F.abs(r - pub) > spec.public_reward_tolerance())
@@ -579,7 +584,7 @@ def bound_contributions(df: DataFrame, spec: DomainSpec) -> tuple[DataFrame, Bou
                     F.sum((c("step") == H).cast("long")).alias("truncated"),
                     F.sum(((c("step") < H) & out_of_range).cast("long")).alias("clipped"),
                     F.count(F.lit(1)).alias("rows"))
-    reward = (F.least(F.greatest(c("reward").cast("double"), F.lit(float(lo))), F.lit(float(hi))) - lo) / (hi - lo)
+    reward = (_clipped_reward(spec) - lo) / (hi - lo)
     bounded = kept.filter(c("step") < H).withColumn("reward", reward)
     facts = facts.crossJoin(rows).crossJoin(df.agg(F.count(F.lit(1)).alias("all_rows")))
     bound = spec.scaled_return_max
