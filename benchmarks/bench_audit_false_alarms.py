@@ -5,7 +5,7 @@ and counts violations (each audit is wrong with probability at most
 1 - confidence = 0.05 when a mechanism sits exactly at its claim; correct
 mechanisms sit below theirs, so 0 is expected):
 
-* the catalogue's correct mechanisms (``privaudit.audit.catalogue.CORRECT``,
+* the catalogue's correct mechanisms (``privaudit.audit.mechanisms.catalogue.CORRECT``,
   tiny domain H = 3, S = 5, A = 2, ``rare`` canary): rounded Gaussian and
   Laplace, snapped float Gaussian reward sums, the exact discrete Gaussian
   (claimed as rho, generic test) and discrete Laplace;
@@ -29,8 +29,8 @@ import numpy as np
 import polars as pl
 
 from privaudit.audit import run_audit
-from privaudit.audit.catalogue import CLAIM_KIND, CORRECT, CatalogueMechanism, ClaimKindMechanism, scalar_pair
-from privaudit.spec import DomainSpec
+from privaudit.audit.mechanisms.catalogue import CLAIM_KIND, CORRECT, CatalogueMechanism, ClaimKindMechanism, scalar_pair
+from privaudit.core.spec import DomainSpec
 
 H, S, A = 3, 5, 2
 

@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 
 from privaudit.audit.model import Claim
-from privaudit.audit.online import ExplorerMechanism
-from privaudit.audit.online_catalogue import BROKEN, CATALOGUE, audit_entry, audit_explorer, entry_claim
-from privaudit.audit.online_world import make_world_pair
+from privaudit.audit.online.jdp import ExplorerMechanism
+from privaudit.audit.online.catalogue import BROKEN, CATALOGUE, audit_entry, audit_explorer, entry_claim
+from privaudit.audit.online.streams import make_world_pair
 from privaudit.online.env import make_env
 
 OUT = Path(__file__).resolve().parent / "results" / "audit_online.jsonl"

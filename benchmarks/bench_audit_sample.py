@@ -25,8 +25,8 @@ import numpy as np
 import polars as pl
 
 from privaudit.audit import make_pair, run_audit
-from privaudit.audit.adapters import DPAPVIMechanism, ReleaseMechanism
-from privaudit.spec import load_spec
+from privaudit.audit.mechanisms.tabular import DPAPVIMechanism, ReleaseMechanism
+from privaudit.core.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from privaudit.audit import Claim, run_audit
 from privaudit.audit.bounds import gdp_eps
-from privaudit.audit.catalogue import scalar_pair
+from privaudit.audit.mechanisms.catalogue import scalar_pair
 
 MUS = (0.2, 0.3, 0.5, 1.0, 2.0)
 

@@ -80,8 +80,8 @@ def child(logs: str, algo: str, epsilon: float, max_per_cell: int) -> None:
     from privaudit.mdp.icu_sepsis import load_icu_sepsis
     from privaudit.mdp.tabular import evaluate_policy
     from privaudit.privacy.budget import resolve_budget
-    from privaudit.spec import load_spec
-    from privaudit.stats.counts import sparse_counts
+    from privaudit.core.spec import load_spec
+    from privaudit.data.counts import sparse_counts
     mark("import")
     spec = load_spec(SPEC)
     budget = resolve_budget(epsilon=epsilon, delta=1e-6, mechanism="gaussian")
@@ -89,7 +89,7 @@ def child(logs: str, algo: str, epsilon: float, max_per_cell: int) -> None:
     mark("validate_and_bound")
     rng = np.random.default_rng()
     if algo == "dp-pbb":
-        from privaudit.learners.dp_pbb import CappedCounts, DPPBB
+        from privaudit.learners.tabular.dp_pbb import CappedCounts, DPPBB
 
         capped = prepared.with_cell_cap(max_per_cell, stationary=True)
         exact = sparse_counts(capped.bounded, spec, stationary=True, rewards=False)
@@ -101,9 +101,9 @@ def child(logs: str, algo: str, epsilon: float, max_per_cell: int) -> None:
                               reward_range=spec.reward_range, return_bound=spec.return_bound[1],
                               budget=budget, rng=rng)
     else:
-        from privaudit.learners.dp_apvi import DPAPVI
-        from privaudit.learners.tabular_counts import TabularCounts
-        from privaudit.stats.mechanism import TabularRelease
+        from privaudit.learners.tabular.dp_apvi import DPAPVI
+        from privaudit.learners.tabular.counts import TabularCounts
+        from privaudit.release.mechanism import TabularRelease
 
         exact = sparse_counts(prepared.bounded, spec, stationary=True, rewards=False)
         mark("count")

@@ -82,8 +82,8 @@ def run_privaudit(d: dict) -> dict:
 
     from privaudit.privacy.mechanisms import add_noise, gaussian_sigma
     from privaudit.privacy.sensitivity import count_sensitivity
-    from privaudit.spec import DomainSpec
-    from privaudit.stats.counts import visit_counts
+    from privaudit.core.spec import DomainSpec
+    from privaudit.data.counts import visit_counts
 
     spec = DomainSpec.from_dict(json.loads(str(d["spec"])))
     frame = pl.DataFrame({c: d[c] for c in ("step", "state", "action", "next_state")})
@@ -166,7 +166,7 @@ def prepare(episodes: int | None, seed: int, rho: float, delta: float, folder: P
     from privaudit.data.bounding import unit_column_of
     from privaudit.data.prepare import prepare_logs
     from privaudit.privacy.accounting import zcdp_to_dp
-    from privaudit.spec import load_spec
+    from privaudit.core.spec import load_spec
 
     if episodes is None:
         logs, spec_path = privaudit.sample_data().logs, privaudit.sample_data().spec

@@ -35,7 +35,7 @@ def make_logs(episodes: int, seed: int, folder: Path) -> tuple[Path, Path]:
 
     from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
     from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
-    from privaudit.spec import write_spec
+    from privaudit.core.spec import write_spec
 
     logs, spec = folder / f"icu_{episodes}_{seed}.parquet", folder / f"icu_{episodes}_{seed}.spec.json"
     if logs.exists() and spec.exists():
@@ -49,7 +49,7 @@ def make_logs(episodes: int, seed: int, folder: Path) -> tuple[Path, Path]:
 
 def child(logs: str, spec: str, out: str, noise: str) -> None:
     """One release; prints its timings and peak RSS as JSON."""
-    from privaudit.stats.release import release_logs
+    from privaudit.release.tabular import release_logs
 
     t = time.perf_counter()
     info = release_logs(logs, spec, rho=1.0, out=out, noise=noise)
@@ -60,7 +60,7 @@ def child(logs: str, spec: str, out: str, noise: str) -> None:
 
 
 def read_back(out: Path) -> dict:
-    from privaudit.stats.release import load_release
+    from privaudit.release.tabular import load_release
 
     t = time.perf_counter()
     rel = load_release(out)

@@ -4,7 +4,7 @@ Measures, in a fresh subprocess per case, the peak resident set size
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) added by one ``release_logs``
 call over the RSS just before it, and divides it by the bytes of one dense
 (S, A, S) int64 h-slice (8 S^2 A). The quotient is the multiplier that
-``privaudit.stats.release.MEMORY_PER_SLICE_BYTE`` must cover (the release
+``privaudit.release.tabular.MEMORY_PER_SLICE_BYTE`` must cover (the release
 refuses a domain whose estimate exceeds the machine's physical memory).
 
 Usage: python benchmarks/bench_release_memory.py [S] [A]   (default S=1000, A=10: 80 MB per slice)
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 sys.path.insert(0, "tests")
 from _release_logs import random_log, write_spec
-from privaudit.stats.release import release_logs
+from privaudit.release.tabular import release_logs
 
 S, A, H, mech, noise = int(sys.argv[1]), int(sys.argv[2]), 3, sys.argv[3], sys.argv[4]
 d = Path(tempfile.mkdtemp())

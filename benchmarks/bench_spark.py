@@ -45,7 +45,7 @@ def make_logs(rows: int, parts_of: int, folder: Path) -> tuple[Path, Path]:
 
     from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
     from privaudit.mdp.simulate import behaviour_policy, simulate
-    from privaudit.spec import write_spec
+    from privaudit.core.spec import write_spec
 
     logs = folder / f"spark_{rows:.0e}_{parts_of:.0e}"
     spec = folder / f"spark_{rows:.0e}.spec.json"
@@ -77,7 +77,7 @@ def make_logs(rows: int, parts_of: int, folder: Path) -> tuple[Path, Path]:
 
 def _quantum(spec) -> int:
     from privaudit.privacy.budget import resolve_budget
-    from privaudit.stats.mechanism import TabularRelease
+    from privaudit.release.mechanism import TabularRelease
 
     release = TabularRelease.plan(spec, resolve_budget(rho=1.0), stationary=False, noise="exact")
     return release.families["rewards"].quantum
@@ -107,7 +107,7 @@ def _fetch_like_release(counts) -> None:
 
 def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, driver_memory: str) -> None:
     """One engine's data side; writes its cell table, prints timings and usage as JSON."""
-    from privaudit.spec import load_spec
+    from privaudit.core.spec import load_spec
 
     spec = load_spec(spec_path)
     quantum = _quantum(spec)
@@ -118,7 +118,7 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
         import polars as pl
 
         from privaudit.data.prepare import prepare_logs
-        from privaudit.stats.counts import sparse_counts
+        from privaudit.data.counts import sparse_counts
 
         prepared = prepare_logs(logs, spec)
         cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]
@@ -130,7 +130,7 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
     else:
         from pyspark.sql import SparkSession
 
-        from privaudit.stats.spark_engine import spark_sparse_counts
+        from privaudit.data.spark.engine import spark_sparse_counts
 
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         spark = (SparkSession.builder.master(master).appName("privaudit-bench")

@@ -35,7 +35,7 @@ import numpy as np
 CHILD = """
 import json, resource, sys, time
 from privaudit.data.validate import validate_logs
-from privaudit.spec import load_spec
+from privaudit.core.spec import load_spec
 spec = load_spec(sys.argv[2])
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)

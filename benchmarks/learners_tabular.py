@@ -18,14 +18,14 @@ import time
 
 import numpy as np
 
-from privaudit.learners.apvi import APVI
-from privaudit.learners.dp_apvi import DPAPVI
-from privaudit.learners.tabular_counts import TabularCounts, exact_counts
-from privaudit.learners.ve import ValueIterationCE
+from privaudit.learners.tabular.apvi import APVI
+from privaudit.learners.tabular.dp_apvi import DPAPVI
+from privaudit.learners.tabular.counts import TabularCounts, exact_counts
+from privaudit.learners.tabular.ve import ValueIterationCE
 from privaudit.mdp.icu_sepsis import clinicians_policy, icu_sepsis_spec_doc, load_icu_sepsis
 from privaudit.mdp.simulate import simulate
 from privaudit.privacy.mechanisms import add_noise, noise_bound
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 
 
 def main(argv=None):

@@ -2,7 +2,7 @@
 
 Simulates R independent logs of N stays of the clinicians' policy on ICU-Sepsis
 (H = 20, the sample's spec: reward 1 on survival, range [0, 1]), runs the
-pipeline's behaviour-value release (``privaudit.stats.behaviour_value``) on
+pipeline's behaviour-value release (``privaudit.release.behaviour_value``) on
 each with a fresh noise stream, and reports how often the 95% interval covers
 the exact clinicians' value (0.6920), the mean half-width and its sampling
 and noise parts. The sample's spec declares ``return_bound`` [0, 1] (a stay
@@ -29,9 +29,9 @@ from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.simulate import behaviour_policy, simulate
 from privaudit.mdp.tabular import evaluate_policy
 from privaudit.privacy.budget import resolve_budget
-from privaudit.resources import sample_dir
-from privaudit.spec import DomainSpec, load_spec
-from privaudit.stats.behaviour_value import BehaviourValueRelease, estimate_behaviour_value
+from privaudit.core.package_data import sample_dir
+from privaudit.core.spec import DomainSpec, load_spec
+from privaudit.release.behaviour_value import BehaviourValueRelease, estimate_behaviour_value
 
 
 def run(logs: int, stays: int, rho: float, k: int, return_bound: bool, seed: int) -> dict:

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from privaudit.online.linear.constants import Problem, dp_lsvi_ucb_pp_constants
-from privaudit.online.linear.stats import psd_inverse
+from privaudit.online.linear.numerics import psd_inverse
 from privaudit.privacy.accounting import dp_to_zcdp
 
 H, D, K, DELTA = 20, 10, 100_000, 1e-5

@@ -26,7 +26,7 @@ import numpy as np
 from privaudit.learners.linear import train_from_logs as linear_train
 from privaudit.mdp.icu_sepsis import default_data_dir, load_icu_sepsis
 from privaudit.mdp.tabular import evaluate_policy
-from privaudit.spec import DomainSpec, load_spec
+from privaudit.core.spec import DomainSpec, load_spec
 
 EPSILONS = (1.0, 5.0, 20.0)
 DELTA = 1e-6
@@ -47,7 +47,7 @@ def main(argv=None) -> None:
     ap.add_argument("--spec", type=Path, default=Path("sample_data/icu_sepsis_spec.json"))
     ap.add_argument("--json", type=Path, default=Path("experiments/results/icu_linear.json"))
     args = ap.parse_args(argv)
-    from privaudit.learners.train import train_from_logs as tabular_train
+    from privaudit.learners.tabular.train import train_from_logs as tabular_train
 
     mdp = load_icu_sepsis()
     spec = load_spec(args.spec)

@@ -14,13 +14,13 @@ Protocol
   project's vectorized simulator). For each seed one log of max(n) episodes
   is simulated; the log of size n is its first n episodes (episodes are
   i.i.d., so every prefix is a sample of size n; the sizes are nested).
-* Exact counts (``privaudit.learners.tabular_counts.exact_counts``) per
+* Exact counts (``privaudit.learners.tabular.counts.exact_counts``) per
   (seed, n, per-step | stationary) are computed once and shared by all
   algorithms and budgets.
 * DP: (epsilon, delta = 1e-6) is turned into rho exactly as ``privaudit
   release`` does (``privacy.budget.resolve_budget``: tight CKS conversion)
   and the noise is the release's own mechanism object
-  (``privaudit.stats.mechanism.TabularRelease``: combined visits +
+  (``privaudit.release.mechanism.TabularRelease``: combined visits +
   transitions sensitivity, k = 1; stationary releases pool counts and have
   the larger stationary sensitivity), its ``noise_family`` (exact
   discrete Gaussian, ``privaudit.privacy.samplers``, the release default)
@@ -31,7 +31,7 @@ Protocol
   (h, s, a) whose noisy visit count is > E/2. For the other rows DP-APVI's
   output does not depend on the transition counts at all: any projection has
   ñ <= n' + E/2 <= E, so the pair falls back to Q = 0 (see
-  ``privaudit.learners.dp_apvi``), and drawing the noise would change nothing.
+  ``privaudit.learners.tabular.dp_apvi``), and drawing the noise would change nothing.
 * Algorithms: ve (certainty equivalence), apvi (ALGORITHMS.md 1.7 recommended
   baseline, Bernstein term only), apvi+16Hι/n (with Yin & Wang's lower-order
   term), dp-apvi at each epsilon.
@@ -51,17 +51,17 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from privaudit.learners.apvi import APVI
-from privaudit.learners.dp_apvi import DPAPVI
-from privaudit.learners.tabular_counts import TabularCounts, exact_counts
-from privaudit.learners.ve import ValueIterationCE
+from privaudit.learners.tabular.apvi import APVI
+from privaudit.learners.tabular.dp_apvi import DPAPVI
+from privaudit.learners.tabular.counts import TabularCounts, exact_counts
+from privaudit.learners.tabular.ve import ValueIterationCE
 from privaudit.mdp.icu_sepsis import REFERENCE_VALUES, clinicians_policy, icu_sepsis_spec_doc, load_icu_sepsis
 from privaudit.mdp.simulate import simulate
 from privaudit.mdp.tabular import evaluate_policy
 from privaudit.privacy.budget import resolve_budget
-from privaudit.spec import DomainSpec
-from privaudit.stats.counts import SparseCounts
-from privaudit.stats.mechanism import TabularRelease
+from privaudit.core.spec import DomainSpec
+from privaudit.data.counts import SparseCounts
+from privaudit.release.mechanism import TabularRelease
 
 ROOT = Path(__file__).resolve().parents[1]
 DP_DELTA = 1e-6

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from privaudit.learners.dp_apvi import DPAPVI
-from privaudit.learners.tabular_counts import exact_counts
+from privaudit.learners.tabular.dp_apvi import DPAPVI
+from privaudit.learners.tabular.counts import exact_counts
 from privaudit.mdp.icu_sepsis import clinicians_policy, icu_sepsis_spec_doc, load_icu_sepsis
 from privaudit.mdp.simulate import simulate
 from privaudit.mdp.tabular import evaluate_policy
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from utility_icu import FAILURE_PROB, noisy_counts  # noqa: E402

@@ -23,7 +23,7 @@ learner's pessimistic estimate d0 . V_0, ``value_estimate``), and whether the
 certificate held (certified <= exact value).
 
 Private learners see exactly the distribution of a ``privaudit release``:
-the release mechanism object (``privaudit.stats.mechanism.TabularRelease``,
+the release mechanism object (``privaudit.release.mechanism.TabularRelease``,
 exact discrete Gaussian noise on every cell of the declared domain, (epsilon,
 1e-6) turned into rho by the tight conversion ``resolve_budget`` uses) applied
 to the exact counts of the simulated logs, without writing Parquet tables.
@@ -44,7 +44,7 @@ certificate of 0 holds trivially).
 
 Learners: every tabular learner of the registry with a runner in
 :data:`LEARNERS` (ve, apvi, apvi-hoeffding, dp-apvi with seed 000's
-constants), DP-PBB (``privaudit.learners.dp_pbb``, the issue-12 learner, its
+constants), DP-PBB (``privaudit.learners.tabular.dp_pbb``, the issue-12 learner, its
 default constants, per-cell cap c = 1, the spec's return bound), and two
 unregistered variants for reference: APVI with Yin & Wang's lower-order term
 and DP-APVI with C2 = 0.
@@ -65,19 +65,19 @@ from typing import Callable
 import numpy as np
 import polars as pl
 
-from privaudit import registry
+from privaudit.core import registry
 from privaudit.data.bounding import bound_contributions, cap_per_cell
 from privaudit.audit.bounds import cp_lower, cp_upper
-from privaudit.learners.dp_pbb import DPPBB, CappedCounts
-from privaudit.learners.tabular_counts import TabularCounts
+from privaudit.learners.tabular.dp_pbb import DPPBB, CappedCounts
+from privaudit.learners.tabular.counts import TabularCounts
 from privaudit.mdp.icu_sepsis import REFERENCE_VALUES, clinicians_policy, icu_sepsis_spec_doc, load_icu_sepsis
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
 from privaudit.mdp.simulate import simulate, uniform_policy
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy
 from privaudit.privacy.budget import resolve_budget
-from privaudit.spec import DomainSpec
-from privaudit.stats.counts import SparseCounts, sparse_counts
-from privaudit.stats.mechanism import TabularRelease
+from privaudit.core.spec import DomainSpec
+from privaudit.data.counts import SparseCounts, sparse_counts
+from privaudit.release.mechanism import TabularRelease
 
 ROOT = Path(__file__).resolve().parents[1]
 DP_DELTA = 1e-6

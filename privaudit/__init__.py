@@ -5,7 +5,7 @@ differentially private statistics of them, train offline policies (DP-APVI,
 DP-VAPVI and their non-private baselines) and audit DP claims empirically.
 """
 
-from privaudit.resources import SampleData, sample_dir
+from privaudit.core.package_data import SampleData, sample_dir
 
 __version__ = "0.1.0"
 
@@ -30,7 +30,7 @@ def sample_data():
     --------
     >>> import privaudit
     >>> from privaudit.data.validate import validate_logs
-    >>> from privaudit.spec import load_spec
+    >>> from privaudit.core.spec import load_spec
     >>> s = privaudit.sample_data()
     >>> validate_logs(s.logs, load_spec(s.spec)).ok
     True

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 from tests._release_logs import random_log, spec_doc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,8 +35,8 @@ def spark_missing() -> str | None:
     """Why the Spark engine cannot run here (None: it can)."""
     if importlib.util.find_spec("pyspark") is None:
         return "pyspark is not installed (python -m pip install -e '.[spark]')"
-    from privaudit.errors import UsageError
-    from privaudit.stats.spark_engine import ensure_java
+    from privaudit.core.errors import UsageError
+    from privaudit.data.spark.engine import ensure_java
 
     try:
         ensure_java()
@@ -112,8 +112,8 @@ def spark_test_logs(tmp_path: Path, *, ids: str, k: int, n_units: int, parts: in
     return path, spec
 
 
-#: The quiet-start test (tests/stats/test_spark_connect.py) whose CLI run :func:`start_quiet_cli_release` starts.
-QUIET_START_TEST = "tests/stats/test_spark_connect.py::test_cli_spark_start_is_quiet"
+#: The quiet-start test (tests/data/spark/test_spark_connect.py) whose CLI run :func:`start_quiet_cli_release` starts.
+QUIET_START_TEST = "tests/data/spark/test_spark_connect.py::test_cli_spark_start_is_quiet"
 
 
 class QuietCliRelease:

@@ -78,7 +78,7 @@ def early_runs(request, tmp_path_factory):
     no test depends on the order of the others.
     """
     runs = {}
-    if "PYTEST_XDIST_WORKER" not in os.environ and any(item.nodeid == "tests/stats/test_spark_connect.py::test_cli_spark_start_is_quiet"
+    if "PYTEST_XDIST_WORKER" not in os.environ and any(item.nodeid == "tests/data/spark/test_spark_connect.py::test_cli_spark_start_is_quiet"
            for item in request.session.items):
         from tests._spark import spark_missing, start_quiet_cli_release
 

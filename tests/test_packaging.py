@@ -2,7 +2,7 @@
 
 import tomllib
 
-from privaudit.resources import sample_dir, schema_dir
+from privaudit.core.package_data import sample_dir, schema_dir
 from tests.conftest import REPO
 
 

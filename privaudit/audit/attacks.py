@@ -32,7 +32,7 @@ release:
   ``any_float_noise_lattice`` (float outputs, when the noise-free values are
   known): is y reachable as fl(c + z) from D's value c and from D''s, for a
   z numpy's Laplace / normal sampler can produce, or for any float z
-  (:mod:`privaudit.audit.samplers`; Mironov 2012, Jin et al. 2022);
+  (:mod:`privaudit.audit.float_attacks`; Mironov 2012, Jin et al. 2022);
 * user or adapter scores (e.g. "the policy acts as the canary did").
 """
 
@@ -44,8 +44,8 @@ from typing import Callable
 import numpy as np
 
 from privaudit.audit.model import numeric_output
-from privaudit.audit.samplers import sampler_scores
-from privaudit.errors import UsageError, UserCodeError
+from privaudit.audit.float_attacks import sampler_scores
+from privaudit.core.errors import UsageError, UserCodeError
 
 #: Dimension above which the Fisher discriminant is skipped (d x d covariance).
 FISHER_MAX_DIM = 400
@@ -132,7 +132,7 @@ def fit_candidates(X0: np.ndarray, X1: np.ndarray, extra: list[Candidate] | None
         ``c0``, ``c1`` (noise-free value of each output cell on D and D',
         shape (d,)) and ``scale`` (declared noise scale per cell, or None):
         enables the float side-channel scores of
-        :mod:`privaudit.audit.samplers` (known-sampler lattices of numpy's
+        :mod:`privaudit.audit.float_attacks` (known-sampler lattices of numpy's
         Laplace and normal samplers, and the sampler-free round trip).
 
     Returns

@@ -22,7 +22,7 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 
 #: Relative slack applied when rounding a bound pessimistically.
 _REL = 1e-10

@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from privaudit.errors import Terminated, UsageError, UserCodeError
+from privaudit.core.errors import Terminated, UsageError, UserCodeError
 from privaudit.privacy import accounting
 from privaudit.audit.bounds import gdp_mu_from_eps
 from privaudit.privacy.accounting import zcdp_to_dp
@@ -185,7 +185,7 @@ class FileFunction:
     and user code: loading the file and every call go through it, and any
     exception the user code raises (a wrong signature and ``sys.exit`` included;
     only KeyboardInterrupt and privaudit's ``Terminated`` pass through) becomes a
-    :class:`~privaudit.errors.UserCodeError` naming ``FILE.py:NAME``, the
+    :class:`~privaudit.core.errors.UserCodeError` naming ``FILE.py:NAME``, the
     exception type and message (no traceback at the CLI).
 
     Parameters

@@ -49,8 +49,8 @@ import numpy as np
 import polars as pl
 
 from privaudit.data.io import scan_logs
-from privaudit.errors import LogReadError, UsageError
-from privaudit.spec import DomainSpec
+from privaudit.core.errors import LogReadError, UsageError
+from privaudit.core.spec import DomainSpec
 
 CANARY_STRATEGIES = ("rare", "repeat", "random", "synthetic", "synthetic-repeat")
 

@@ -23,9 +23,9 @@ import numpy as np
 from privaudit import __version__
 from privaudit.audit import bounds as B
 from privaudit.audit.plotting import plot_report
-from privaudit.errors import ArtifactError
-from privaudit.io_utils import atomic_write_text, json_default
-from privaudit.schemas import check_on_write, load_versioned_json
+from privaudit.core.errors import ArtifactError
+from privaudit.core.files import atomic_write_text, json_default
+from privaudit.core.schemas import check_on_write, load_versioned_json
 
 REPORT_FORMAT_VERSION = 1
 VIOLATION = "violation"

@@ -48,13 +48,13 @@ from scipy import special
 from tqdm import tqdm
 
 from privaudit.audit import bounds as B
-from privaudit.audit.adapters import DPAPVIMechanism, DPPBBMechanism, DPVAPVIMechanism, ReleaseMechanism
+from privaudit.audit.mechanisms.tabular import DPAPVIMechanism, DPPBBMechanism, DPVAPVIMechanism, ReleaseMechanism
 from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
 from privaudit.audit.model import Claim, FileFunction, flatten_runs, is_batched, numeric_output
 from privaudit.audit.neighbours import NeighbouringPair, make_pair
 from privaudit.audit.report import AuditReport
-from privaudit.audit.samplers import sampler_verdict
-from privaudit.errors import UsageError
+from privaudit.audit.float_attacks import sampler_verdict
+from privaudit.core.errors import UsageError
 
 #: Default share of the trials used to fit and choose the event (see :func:`selection_size`).
 SELECTION_FRACTION = 0.1
@@ -595,7 +595,7 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
             for side, data, r in ((0, pair.d, c0), (1, pair.d_prime, c1)):
                 X = sampler.draw(data, size, r)
                 ev_scores[side].append(cand.score(X))
-    except BaseException:  # Ctrl-C, SIGTERM (privaudit.errors.Terminated), an error: cancel the queued chunks
+    except BaseException:  # Ctrl-C, SIGTERM (privaudit.core.errors.Terminated), an error: cancel the queued chunks
         sampler.close(abort=True)
         raise
     finally:
@@ -680,7 +680,7 @@ def _evaluate_event(cand: Candidate, t: float, d: str, e0: np.ndarray, e1: np.nd
 
 def _sampler_hint(mech, pair: NeighbouringPair, X0: np.ndarray, X1: np.ndarray) -> dict | None:
     """Noise-free value (D, D') and declared noise scale of each output cell, for the float
-    side-channel scores (:mod:`privaudit.audit.samplers`).
+    side-channel scores (:mod:`privaudit.audit.float_attacks`).
 
     From the mechanism's ``exact_statistics`` and ``noise`` hooks when their
     cells line up with the output (concatenated in order); else, for user

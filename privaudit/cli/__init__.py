@@ -14,7 +14,7 @@ import sys
 import click
 
 from privaudit import __version__
-from privaudit.errors import Terminated
+from privaudit.core.errors import Terminated
 
 #: command name -> (module under privaudit.cli, its short help). Ordered as in --help; the short
 #: help is repeated here so that ``privaudit --help`` imports no command module (a test keeps the

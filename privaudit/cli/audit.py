@@ -8,18 +8,18 @@ import click
 
 from privaudit.audit.runner import MIN_TRIALS
 from privaudit.cli.common import PathArg, as_flags, echo_json, handle_errors
-from privaudit import registry
+from privaudit.core import registry
 from privaudit.audit import Claim, load_pair, run_audit
-from privaudit.audit.adapters import MECHANISMS
+from privaudit.audit.mechanisms.tabular import MECHANISMS
 from privaudit.audit.model import FileFunction
-from privaudit.audit.online_catalogue import explore_audit
+from privaudit.audit.online.catalogue import explore_audit
 from privaudit.audit.runner import default_canary
 from privaudit.data.prepare import collect_or_raise, prepare_logs
-from privaudit.errors import UsageError
-from privaudit.io_utils import atomic_paths, check_writable
+from privaudit.core.errors import UsageError
+from privaudit.core.files import atomic_paths, check_writable
 from privaudit.privacy import budget as budget_mod
-from privaudit.spec import load_spec
-from privaudit.stats.release import default_stationary
+from privaudit.core.spec import load_spec
+from privaudit.release.tabular import default_stationary
 
 #: Built-in mechanisms: the tabular release and every private offline algorithm of the registry.
 BUILTIN = ("release",) + registry.names(family=registry.OFFLINE, private=True)

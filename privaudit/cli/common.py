@@ -11,10 +11,10 @@ from typing import Any, Callable
 
 import click
 
-from privaudit.errors import PrivauditError, Terminated
-from privaudit.io_utils import json_default
+from privaudit.core.errors import PrivauditError, Terminated
+from privaudit.core.files import json_default
 from privaudit.privacy.ledger import charges_by_this_process
-from privaudit.progress import progress_enabled
+from privaudit.core.progress import progress_enabled
 
 
 def as_flags(message: str) -> str:

@@ -7,12 +7,12 @@ from pathlib import Path
 import click
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors
-from privaudit.errors import SpecError, UsageError
+from privaudit.core.errors import SpecError, UsageError
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.policy import load_policy, load_policy_table
 from privaudit.mdp.evaluation import evaluate_report, resolve_mdp
 from privaudit.mdp.spec_check import check_spec_matches_mdp
-from privaudit.spec import load_spec
+from privaudit.core.spec import load_spec
 
 
 @click.command("evaluate", short_help="Exact value of a policy on a known MDP, next to the optimal value.")

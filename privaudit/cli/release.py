@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, engine_options, handle_errors, spark_target
-from privaudit.fmt import num
-from privaudit.io_utils import check_writable
-from privaudit.stats.release import default_stationary, release_logs
+from privaudit.core.formatting import num
+from privaudit.core.files import check_writable
+from privaudit.release.tabular import default_stationary, release_logs
 
 _HELP = """Release noisy visit counts n_h(s,a), transition counts n_h(s,a,s') and,
 unless the spec declares the reward public, reward sums R_h(s,a) of the

@@ -8,12 +8,12 @@ import click
 import numpy as np
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors
-from privaudit.errors import UsageError
-from privaudit.io_utils import atomic_paths, check_writable
+from privaudit.core.errors import UsageError
+from privaudit.core.files import atomic_paths, check_writable
 from privaudit.mdp.io import save_mdp
 from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
 from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
-from privaudit.spec import DomainSpec, write_spec
+from privaudit.core.spec import DomainSpec, write_spec
 
 _HELP = """Simulate N (--episodes) episodes of a behaviour policy in MDP and write them as
 a Parquet log in the standard schema (episode_id, step, state, action,

@@ -7,15 +7,15 @@ from pathlib import Path
 import click
 
 from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, handle_errors
-from privaudit.errors import UsageError
-from privaudit.fmt import num
-from privaudit.io_utils import check_writable, output_lock
-from privaudit import registry
+from privaudit.core.errors import UsageError
+from privaudit.core.formatting import num
+from privaudit.core.files import check_writable, output_lock
+from privaudit.core import registry
 from privaudit.learners.linear.logs import local_log_path, train_from_logs as linear_train_from_logs
 from privaudit.learners.policy import save_policy
-from privaudit.learners.train import check_out_free, train_from_logs, train_from_release
-from privaudit.spec import load_spec
-from privaudit.stats.release import default_stationary
+from privaudit.learners.tabular.train import check_out_free, train_from_logs, train_from_release
+from privaudit.core.spec import load_spec
+from privaudit.release.tabular import default_stationary
 
 ALGOS = registry.names(family=registry.OFFLINE)
 

@@ -6,7 +6,7 @@ import click
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.data.validate import RULES, validate_logs
-from privaudit.spec import load_spec
+from privaudit.core.spec import load_spec
 
 _HELP = """Check trajectory logs against a domain spec; writes nothing.
 

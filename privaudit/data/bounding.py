@@ -32,7 +32,7 @@ Before any statistic (DESIGN.md "The privacy model"):
 What validation rejects (nulls, states/actions/next states outside the
 domain, broken episode structure, an episode split across units, rows after a
 terminal, a return below the declared G_min) is *not* repaired here: those rules are
-fatal before a release (see ``privaudit.stats.release``). Only the rules above are enforced by
+fatal before a release (see ``privaudit.release.tabular``). Only the rules above are enforced by
 bounding instead of refusal. The bounds hold for any logs that pass those
 fatal rules, whatever their number of episodes per unit, lengths or rewards.
 
@@ -48,8 +48,8 @@ from dataclasses import asdict, dataclass, replace
 import polars as pl
 import polars_hash as plh
 
-from privaudit.errors import UsageError
-from privaudit.spec import DomainSpec
+from privaudit.core.errors import UsageError
+from privaudit.core.spec import DomainSpec
 
 #: Seed of XXH64 in the episode priority key. A public constant, not a noise
 #: seed: the keep-k rule must be deterministic and data-independent. 42 is the

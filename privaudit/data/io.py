@@ -21,8 +21,8 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from privaudit.errors import LogReadError, MissingInputError
-from privaudit.spec import REQUIRED_COLUMNS, STANDARD_COLUMNS, DomainSpec
+from privaudit.core.errors import LogReadError, MissingInputError
+from privaudit.core.spec import REQUIRED_COLUMNS, STANDARD_COLUMNS, DomainSpec
 
 #: Name of the 0-based row index column added by :func:`scan_logs`.
 ROW = "row"

@@ -26,8 +26,8 @@ import polars as pl
 from privaudit.data.bounding import BoundingReport, bound_contributions, cap_per_cell
 from privaudit.data.io import ROW, scan_logs
 from privaudit.data.validate import BOUNDING_RULES, RULES, ValidationReport, validate_logs
-from privaudit.errors import LogReadError, UsageError, ValidationFailed
-from privaudit.spec import DomainSpec
+from privaudit.core.errors import LogReadError, UsageError, ValidationFailed
+from privaudit.core.spec import DomainSpec
 
 
 #: Examples listed per broken rule in the refusal message.

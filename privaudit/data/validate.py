@@ -20,8 +20,8 @@ import polars as pl
 
 from privaudit.data import episode_checks as ec
 from privaudit.data.io import FLAG_COLUMNS, ROW, OpenLog, dtype_problem, open_log
-from privaudit.errors import LogReadError, UsageError
-from privaudit.spec import DomainSpec
+from privaudit.core.errors import LogReadError, UsageError
+from privaudit.core.spec import DomainSpec
 
 #: rule -> (counted per, meaning). Order is the order of reports.
 RULES: dict[str, tuple[str, str]] = {

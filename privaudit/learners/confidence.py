@@ -1,6 +1,6 @@
 """Time-uniform confidence bounds for means of bounded samples, and Gaussian noise tails.
 
-DP-PBB (:mod:`privaudit.learners.dp_pbb`) needs lower confidence bounds on
+DP-PBB (:mod:`privaudit.learners.tabular.dp_pbb`) needs lower confidence bounds on
 P_h W(s, a) = E[W(s') | s, a] from a *random* number n of next-state samples
 (the number of logged visits to (s, a) is itself random and depends on the
 samples). A bound that holds for one fixed n does not hold at a random n, so
@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 
 #: Number of stitching epochs [2^j, 2^(j+1)): the bounds hold for every n < 2^EPOCHS.
 EPOCHS = 48

@@ -22,10 +22,10 @@ import numpy as np
 import polars as pl
 
 from privaudit import FORMAT_VERSION, __version__
-from privaudit.errors import ArtifactError, MissingInputError, UsageError
-from privaudit.io_utils import atomic_dir, numpy_load_reason
+from privaudit.core.errors import ArtifactError, MissingInputError, UsageError
+from privaudit.core.files import atomic_dir, numpy_load_reason
 from privaudit.learners.policy_manifest import PolicyManifest, PolicyPrivacy
-from privaudit.schemas import load_versioned_json
+from privaudit.core.schemas import load_versioned_json
 
 #: Largest deviation of a policy row's sum from 1 that is accepted (``load_policy_table``).
 ROW_SUM_TOL = 1e-6

@@ -9,7 +9,7 @@ fields instead of string keys, so a misspelt field is an AttributeError at
 the line that reads it, not a KeyError (or a silent ``.get`` default) later.
 
 The on-disk format is unchanged (format version 1,
-``schemas/policy.schema.json``, as :class:`privaudit.stats.manifest.ReleaseManifest`
+``schemas/policy.schema.json``, as :class:`privaudit.release.manifest.ReleaseManifest`
 for releases): :meth:`PolicyManifest.to_dict` gives the document, checked
 against the schema on every write; :meth:`PolicyManifest.from_dict` checks
 the format version and the schema on every read, and reads policies written
@@ -25,8 +25,8 @@ import copy
 from dataclasses import dataclass, field
 
 from privaudit import FORMAT_VERSION
-from privaudit.errors import ArtifactError
-from privaudit.schemas import check_on_write, check_versioned
+from privaudit.core.errors import ArtifactError
+from privaudit.core.schemas import check_on_write, check_versioned
 
 __all__ = ["PolicyManifest", "PolicyPrivacy", "POLICY_KIND"]
 
@@ -182,7 +182,7 @@ class PolicyManifest:
         Raises
         ------
         ArtifactError
-            As :func:`privaudit.schemas.check_versioned` (format version 1, then the schema).
+            As :func:`privaudit.core.schemas.check_versioned` (format version 1, then the schema).
         """
         check_versioned(doc, _SCHEMA, str(where), FORMAT_VERSION)
         return cls(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 
 #: Largest feature dimension accepted (the learners hold several d x d matrices per step).
 MAX_DIM = 4096

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from privaudit.resources import sample_dir
-from privaudit.errors import ArtifactError, UsageError
-from privaudit.io_utils import atomic_dir
+from privaudit.core.package_data import sample_dir
+from privaudit.core.errors import ArtifactError, UsageError
+from privaudit.core.files import atomic_dir
 from privaudit.mdp.tabular import TabularMDP
 
 #: Number of states S and actions A of ICU-Sepsis.

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from privaudit.errors import ArtifactError, UsageError
-from privaudit.io_utils import atomic_path, numpy_load_reason
+from privaudit.core.errors import ArtifactError, UsageError
+from privaudit.core.files import atomic_path, numpy_load_reason
 from privaudit.mdp.tabular import TabularMDP
 
 #: Version written by ``save_mdp``; ``load_mdp`` reads only these.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.mdp.tabular import TabularMDP
 
 #: Dirichlet concentration of each transition row (1 = uniform over the simplex).

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.mdp.icu_sepsis import N_ACTIONS, N_STATES, clinicians_policy, icu_sepsis_spec_doc, load_icu_sepsis
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
 from privaudit.mdp.synthetic_linear import behaviour_policy as seed_behaviour

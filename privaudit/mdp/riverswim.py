@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.mdp.tabular import TabularMDP
 
 #: Default number of states.

@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from privaudit.errors import UsageError
-from privaudit.io_utils import atomic_path
+from privaudit.core.errors import UsageError
+from privaudit.core.files import atomic_path
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import TabularMDP, _check_policy
 

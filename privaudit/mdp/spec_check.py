@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from privaudit.errors import SpecError
+from privaudit.core.errors import SpecError
 from privaudit.mdp.tabular import TabularMDP
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 
 #: Most differing cells listed in the error message.
 MAX_LISTED = 3

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privaudit.errors import SpecError
+from privaudit.core.errors import SpecError
 from privaudit.mdp.features import FeatureMap, one_hot_features, state_table_x_action
 from privaudit.mdp.synthetic_linear import N_ACTIONS, N_STATES, synthetic_linear_features
 

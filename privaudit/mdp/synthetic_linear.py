@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.mdp.features import FeatureMap, enforce_norm
 from privaudit.mdp.tabular import TabularMDP
 

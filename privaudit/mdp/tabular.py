@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 
 #: Exact evaluation multiplies by P_h in compressed sparse rows when at most this share of its
 #: entries is nonzero (ICU-Sepsis: 12%, 1.5 M of 12.8 M; a mat-vec then reads about a fifth of the

@@ -74,7 +74,7 @@ from fractions import Fraction
 import numpy as np
 from scipy import special
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.privacy.fixed_point import MAX_SIGMA_UNITS, discrete_gaussian_scaled
 from privaudit.privacy.samplers import GAUSSIAN_SIGMA_MAX, exact_noise, get_sampler
 from privaudit.privacy.events import GaussianEvent, LaplaceEvent, PrivacyEvent, PrivacyUnit

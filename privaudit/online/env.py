@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.mdp.features import FeatureMap
 from privaudit.mdp.icu_sepsis import load_icu_sepsis
 from privaudit.mdp.io import load_mdp

@@ -21,7 +21,7 @@ nothing in the folder describes a real person. The agent's noise seed
 ``seeded-insecure`` and not private, as a seeded release is.
 
 Algorithms are the ``online`` entries of the one algorithm registry
-(:mod:`privaudit.registry`; :data:`ALGORITHMS` maps their names to them): each
+(:mod:`privaudit.core.registry`; :data:`ALGORITHMS` maps their names to them): each
 names its builder ``build(env, K, budget, constants, beta, rng, *, algo) -> Agent``
 and says whether it takes a privacy budget.
 """
@@ -38,20 +38,21 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from privaudit import __version__, registry
-from privaudit.errors import UsageError
-from privaudit.io_utils import atomic_dir
+from privaudit import __version__
+from privaudit.core import registry
+from privaudit.core.errors import UsageError
+from privaudit.core.files import atomic_dir
 from privaudit.online.counters import tree_levels
 from privaudit.online.env import EpisodicEnv
 from privaudit.online.manifest import (EXPLORE_FORMAT_VERSION, EXPLORE_KIND, ExploreEnvironment, ExploreGuarantee,
                                        ExploreManifest, ExploreSummary)
 from privaudit.online.protocol import Agent, RunResult, run_episodes
-from privaudit.online.pucb import PUCB, UCBVI
+from privaudit.online.tabular.pucb import PUCB, UCBVI
 from privaudit.privacy import accounting, samplers
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.privacy.events import leaves
-from privaudit.stats.release import physical_memory_bytes
+from privaudit.release.tabular import physical_memory_bytes
 
 
 

@@ -3,7 +3,7 @@
 :class:`ExploreManifest` is what :func:`privaudit.online.explore.write_explore`
 builds and writes, and what :func:`read_explore_manifest` returns: fields
 instead of string keys (``manifest.guarantee.private``, ``manifest.summary.
-cumulative_regret``), as :class:`privaudit.stats.manifest.ReleaseManifest` for
+cumulative_regret``), as :class:`privaudit.release.manifest.ReleaseManifest` for
 releases and :class:`privaudit.learners.policy_manifest.PolicyManifest` for
 policies.
 
@@ -23,8 +23,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from privaudit.errors import MissingInputError
-from privaudit.schemas import check_on_write, check_versioned, load_versioned_json
+from privaudit.core.errors import MissingInputError
+from privaudit.core.schemas import check_on_write, check_versioned, load_versioned_json
 
 __all__ = ["ExploreManifest", "ExploreEnvironment", "ExploreGuarantee", "ExploreSummary", "EXPLORE_KIND",
            "EXPLORE_FORMAT_VERSION", "read_explore_manifest"]
@@ -206,7 +206,7 @@ class ExploreManifest:
         Raises
         ------
         ArtifactError
-            As :func:`privaudit.schemas.check_versioned` (format version 1, then the schema).
+            As :func:`privaudit.core.schemas.check_versioned` (format version 1, then the schema).
         """
         check_versioned(doc, _SCHEMA, str(where), EXPLORE_FORMAT_VERSION)
         return cls(software=dict(doc["software"]), config=copy.deepcopy(doc["config"]),

@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.mdp.tabular import TabularMDP, value_iteration
 from privaudit.online.env import EpisodicEnv
 

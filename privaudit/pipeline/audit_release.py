@@ -1,7 +1,7 @@
 """The pipeline's audit stage: the tabular release, audited at its claimed budget.
 
 A thin call of the auditor's built-in ``release`` adapter
-(:class:`privaudit.audit.adapters.ReleaseMechanism`), which runs the library's
+(:class:`privaudit.audit.mechanisms.tabular.ReleaseMechanism`), which runs the library's
 own bounding, counting, noise plan and noise sampler on a public view of the
 release (every cell the pair changes plus a few fixed public cells; see
 docs/audit.md).
@@ -17,7 +17,7 @@ is the same for every logs (a shift of both sides by the exact statistics
 of the logs, a bijection); the audit runs it with the empty baseline. Its
 verdict, bound and figure are therefore functions of the spec, the manifest
 and the audit's own noise only, and may leave with the release
-(tests/test_pipeline_audit.py checks them identical on two neighbouring logs).
+(tests/pipeline/test_pipeline_audit.py checks them identical on two neighbouring logs).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from __future__ import annotations
 import math
 
 from privaudit.audit.neighbours import synthetic_pair
-from privaudit.errors import ArtifactError
-from privaudit.spec import DomainSpec
-from privaudit.stats.manifest import ReleaseManifest
+from privaudit.core.errors import ArtifactError
+from privaudit.core.spec import DomainSpec
+from privaudit.release.manifest import ReleaseManifest
 from privaudit.audit import run_audit
-from privaudit.audit.adapters import ReleaseMechanism
+from privaudit.audit.mechanisms.tabular import ReleaseMechanism
 
 
 def audit_release(spec: DomainSpec, manifest: ReleaseManifest, *, delta: float, trials: int,

@@ -15,7 +15,7 @@ What it shows, side by side, for a reader who has not opened summary.json:
   triangle), joined to the exact value by a line: the certificate holds when
   the triangle lies left of the dot;
 * the **clinicians' value estimated with DP** from the logged returns
-  (``privaudit.stats.behaviour_value``) with its confidence interval (error
+  (``privaudit.release.behaviour_value``) with its confidence interval (error
   bar), next to the MDP's exact clinicians' value (dotted line) and the
   optimum v* (dashed line);
 * other reference policies (grey dots).
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privaudit.io_utils import atomic_path
+from privaudit.core.files import atomic_path
 
 __all__ = ["values_figure", "plot_values"]
 

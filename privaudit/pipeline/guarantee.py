@@ -2,12 +2,12 @@
 
 The pipeline touches the private logs through at most four mechanisms:
 
-* the tabular count release (``privaudit.stats.release``), always;
-* DP-PBB (``privaudit.learners.dp_pbb``), when the spec declares a public
+* the tabular count release (``privaudit.release.tabular``), always;
+* DP-PBB (``privaudit.learners.tabular.dp_pbb``), when the spec declares a public
   reward: its noisy capped counts and private Bellman backups;
 * DP-VAPVI (``privaudit.learners.linear``), when the spec declares a feature
   map: its 5H noisy statistics are a second release;
-* the behaviour-value release (``privaudit.stats.behaviour_value``: noisy
+* the behaviour-value release (``privaudit.release.behaviour_value``: noisy
   episode count, sums of clipped returns and start-state counts), unless its
   share is 0: the DP estimate of the clinicians' value and the start
   distribution of the certified values.
@@ -29,14 +29,14 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from privaudit.errors import AccountingError, UsageError
-from privaudit.fmt import num
+from privaudit.core.errors import AccountingError, UsageError
+from privaudit.core.formatting import num
 from privaudit.privacy import accounting
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import Neighbouring
-from privaudit.spec import DomainSpec
-from privaudit.stats.manifest import ReleaseManifest
+from privaudit.core.spec import DomainSpec
+from privaudit.release.manifest import ReleaseManifest
 
 #: Default share of the total rho given to DP-VAPVI when the spec declares features.
 LINEAR_SHARE_DEFAULT = 0.5
@@ -237,7 +237,7 @@ def check_split(budget: Budget, parts: dict) -> Fraction:
 
     Raises
     ------
-    privaudit.errors.AccountingError
+    privaudit.core.errors.AccountingError
         The parts compose to more than the budget (an internal error: a split
         that must never be produced).
     """
@@ -282,7 +282,7 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
 
     Raises
     ------
-    privaudit.errors.AccountingError
+    privaudit.core.errors.AccountingError
         An event the accountant refuses (another privacy unit, an unknown
         kind), or a composition costing more than the requested total.
     """

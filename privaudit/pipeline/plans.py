@@ -26,17 +26,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from privaudit.errors import AccountingError
+from privaudit.core.errors import AccountingError
 from privaudit.learners.linear import plan_dp_vapvi
-from privaudit.learners.train import plan_dp_pbb
+from privaudit.learners.tabular.train import plan_dp_pbb
 from privaudit.pipeline.guarantee import VALUE_PART, check_split
 from privaudit.privacy import accounting
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.ledger import charge_of
-from privaudit.spec import DomainSpec
-from privaudit.stats.behaviour_value import BehaviourValueRelease
-from privaudit.stats.mechanism import TabularRelease
+from privaudit.core.spec import DomainSpec
+from privaudit.release.behaviour_value import BehaviourValueRelease
+from privaudit.release.mechanism import TabularRelease
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class PartsPlan:
 
         Raises
         ------
-        privaudit.errors.AccountingError
+        privaudit.core.errors.AccountingError
             The part's event differs from its plan (internal error: the
             up-front check would not have been of what is spent).
         """
@@ -98,7 +98,7 @@ def plan_parts(spec: DomainSpec, budget: Budget, parts: dict, *, stationary: boo
 
     Raises
     ------
-    privaudit.errors.AccountingError
+    privaudit.core.errors.AccountingError
         A part's event costs more than its share, the events do not compose
         (another privacy unit) or compose above the total, or the stated
         shares add up above it (internal errors; exit 2).

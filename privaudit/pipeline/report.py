@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from privaudit import FORMAT_VERSION, __version__
-from privaudit.fmt import num
-from privaudit.io_utils import atomic_path, atomic_write_text
+from privaudit.core.formatting import num
+from privaudit.core.files import atomic_path, atomic_write_text
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline.figures import plot_values, values_figure  # noqa: F401 - the values figure lives there
-from privaudit.schemas import check_on_write, load_versioned_json
-from privaudit.stats.manifest import ReleaseManifest
+from privaudit.core.schemas import check_on_write, load_versioned_json
+from privaudit.release.manifest import ReleaseManifest
 
 SUMMARY_KIND = "privaudit-pipeline-summary"
 #: Files and folders of the output that may be shared outside the hospital.

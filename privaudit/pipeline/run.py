@@ -19,11 +19,11 @@ Layout of ``out`` (see docs/pipeline.md)::
     private/local-log.json    PRIVATE: bounding facts, stage timings
 
 Privacy: the release and DP-PBB (when the spec declares a public reward: its
-noisy counts and private Bellman backups, ``privaudit.learners.dp_pbb``) are
+noisy counts and private Bellman backups, ``privaudit.learners.tabular.dp_pbb``) are
 the accesses to the logs besides the
 behaviour-value release (a small share of the budget: the DP estimate of the
 clinicians' value and the start distribution of the certified values;
-:mod:`privaudit.stats.behaviour_value`) and, when the spec declares a feature
+:mod:`privaudit.release.behaviour_value`) and, when the spec declares a feature
 map, DP-VAPVI; the budget is split between them (see
 :mod:`privaudit.pipeline.guarantee`). DP-APVI, the certified values, the
 evaluation on a public MDP and the figures are post-processing. The audit reads nothing of the logs:
@@ -44,23 +44,23 @@ from tqdm import tqdm
 
 from privaudit.audit.neighbours import check_synthetic_pair_exists
 from privaudit.audit.runner import MIN_TRIALS
-from privaudit.resources import sample_dir
-from privaudit.errors import UsageError
-from privaudit.io_utils import atomic_dir, atomic_write_text, new_run_id, output_lock
+from privaudit.core.package_data import sample_dir
+from privaudit.core.errors import UsageError
+from privaudit.core.files import atomic_dir, atomic_write_text, new_run_id, output_lock
 from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT, budget_shares,
                                           check_split, composed_guarantee, pbb_share_of, split_budget)
 from privaudit.pipeline.plans import PartsPlan, plan_parts
 from privaudit.pipeline import values as val
-from privaudit.stats.behaviour_value import estimate_behaviour_value, return_range
+from privaudit.release.behaviour_value import estimate_behaviour_value, return_range
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.events import event_from_dict
 from privaudit.pipeline.report import SUMMARY_KIND
-from privaudit.spec import DomainSpec, load_spec
+from privaudit.core.spec import DomainSpec, load_spec
 from privaudit.data.prepare import prepare_logs
-from privaudit.errors import SpecError
-from privaudit.learners.dp_apvi import DPAPVI
-from privaudit.learners.train import train_dp_pbb
+from privaudit.core.errors import SpecError
+from privaudit.learners.tabular.dp_apvi import DPAPVI
+from privaudit.learners.tabular.train import train_dp_pbb
 from privaudit.learners.linear import train_from_logs as train_linear
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.linear.rows import column_dims
@@ -72,8 +72,8 @@ from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.pipeline import report as rep
 from privaudit.pipeline import figures
 from privaudit.pipeline.audit_release import audit_release
-from privaudit.stats.release import load_release, release_logs
-from privaudit.stats.release import default_stationary
+from privaudit.release.tabular import load_release, release_logs
+from privaudit.release.tabular import default_stationary
 
 #: Bundled sample: 20,000 ICU-Sepsis episodes under the clinicians' policy, and its spec.
 SAMPLE_DIR = sample_dir()
@@ -216,7 +216,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         spec without one is refused (UsageError) rather than ignored.
     value_share : float, default 0.1
         Share of the budget spent on the behaviour-value release
-        (:mod:`privaudit.stats.behaviour_value`): the clinicians' value
+        (:mod:`privaudit.release.behaviour_value`): the clinicians' value
         estimated with DP from the logged returns, with a 95% interval, and
         the noisy start-state counts the certified values are averaged over
         when no MDP is known. 0: neither (certified values then use a
@@ -232,7 +232,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         ``echo(text)`` for messages to the data holder (stderr in the CLI).
     engine : {"polars", "spark"}
         Who validates, bounds and counts for the release stage
-        (``privaudit.stats.release.release_logs``): polars here, or Apache
+        (``privaudit.release.tabular.release_logs``): polars here, or Apache
         Spark (the ``privaudit[spark]`` extra; ``logs`` may then be any path
         Spark reads, or a Spark DataFrame). The release is the same either way
         (same counts, so the same tables for the same seed); with Spark the

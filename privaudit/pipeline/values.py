@@ -10,7 +10,7 @@ unknown. The pipeline reports two estimates that need none:
   (:func:`start_distribution` says which it is);
 * the **behaviour (clinicians') value**, estimated with DP from the logged
   returns under its own part of the budget
-  (``privaudit.stats.behaviour_value``), with a confidence interval.
+  (``privaudit.release.behaviour_value``), with a confidence interval.
 
 With a known MDP both are shown next to the exact values, and
 ``certificate_held`` says whether certified <= exact.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound, stitched_log
-from privaudit.stats.behaviour_value import ValueStatistics
+from privaudit.release.behaviour_value import ValueStatistics
 
 __all__ = ["start_distribution", "certified_value", "certified_entries", "start_lower_bound", "D0_SOURCES",
            "START_FAILURE_PROB"]
@@ -63,9 +63,9 @@ def start_distribution(*, value_stats: ValueStatistics | None = None, release=No
     Parameters
     ----------
     value_stats : ValueStatistics, optional
-        The behaviour-value release (``privaudit.stats.behaviour_value``).
+        The behaviour-value release (``privaudit.release.behaviour_value``).
     release : Release, optional
-        The count release (``privaudit.stats.release.load_release``).
+        The count release (``privaudit.release.tabular.load_release``).
     mdp : TabularMDP, optional
         A known MDP (``--mdp``).
     terminal_states : sequence of int
@@ -150,7 +150,7 @@ def certified_value(V0: np.ndarray, d0: np.ndarray | None, return_range: tuple[f
     d0 : ndarray, shape (S,) or None
     return_range : (G_lo, G_hi), optional
         The declared range of every episode's return
-        (``privaudit.stats.behaviour_value.return_range``): every policy's
+        (``privaudit.release.behaviour_value.return_range``): every policy's
         value lies in it, so clipping keeps a lower bound a lower bound (a
         learner whose frame ignores a declared ``return_bound`` can certify
         less than G_lo, e.g. H r_min).

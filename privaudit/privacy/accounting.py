@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 from scipy import optimize
 
-from privaudit.errors import AccountingError, UsageError
+from privaudit.core.errors import AccountingError, UsageError
 from privaudit.privacy.events import (ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyEvent,
                                       PrivacyUnit, SelfComposedEvent, leaves)
 

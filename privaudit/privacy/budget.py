@@ -25,9 +25,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from privaudit.errors import AccountingError, UsageError
+from privaudit.core.errors import AccountingError, UsageError
 from privaudit.privacy import accounting
-from privaudit.fmt import num
+from privaudit.core.formatting import num
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA, dp_to_zcdp, zcdp_to_dp
 
 __all__ = ["Budget", "resolve_budget", "check_reportable", "short_floor", "DEFAULT_REPORT_DELTA", "MECHANISMS"]

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Union
 
-from privaudit.errors import AccountingError, positive_finite
+from privaudit.core.errors import AccountingError, positive_finite
 
 __all__ = ["Neighbouring", "PrivacyUnit", "GaussianEvent", "LaplaceEvent", "ComposedEvent",
            "SelfComposedEvent", "PrivacyEvent", "event_from_dict", "NOISE_KINDS"]

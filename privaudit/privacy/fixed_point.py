@@ -44,7 +44,7 @@ import numpy as np
 from mpmath import iv
 from mpmath.libmp import to_rational
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.privacy.samplers import (TABLE_MIN_DRAWS_PER_T, _words, exact_noise, gaussian_sampler_for_variance,
                                         table_half_width)
 

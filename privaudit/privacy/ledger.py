@@ -91,10 +91,10 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from privaudit.errors import ArtifactError, BudgetExceededError, LedgerIntegrityError, UsageError
-from privaudit.fmt import bound
+from privaudit.core.errors import ArtifactError, BudgetExceededError, LedgerIntegrityError, UsageError
+from privaudit.core.formatting import bound
 from privaudit.privacy import accounting
-from privaudit.schemas import schema_errors
+from privaudit.core.schemas import schema_errors
 
 LEDGER_FORMAT = "privaudit-ledger"
 HEAD_FORMAT = "privaudit-ledger-head"
@@ -104,7 +104,7 @@ KEY_FILE_ENV = "PRIVAUDIT_LEDGER_KEY_FILE"
 KEY_ENV = "PRIVAUDIT_LEDGER_KEY"
 #: Seconds to wait for another process's lock before giving up.
 LOCK_TIMEOUT = 300.0
-#: Said after amounts printed rounded (``privaudit.fmt.bound``: spent and wanted rounded up, totals
+#: Said after amounts printed rounded (``privaudit.core.formatting.bound``: spent and wanted rounded up, totals
 #: and remaining down, 6 significant digits).
 _ROUNDING_NOTE = (" (~: rounded to 6 significant digits in the safe direction; "
                   "`privaudit budget show --json` gives the exact values)")

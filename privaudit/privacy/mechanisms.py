@@ -42,7 +42,7 @@ import math
 
 import numpy as np
 
-from privaudit.errors import UsageError, positive_finite
+from privaudit.core.errors import UsageError, positive_finite
 from privaudit.privacy import samplers
 
 MECHANISMS = ("gaussian", "laplace")

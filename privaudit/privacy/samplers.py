@@ -77,8 +77,8 @@ from functools import lru_cache
 import numpy as np
 from mpmath.libmp import from_int, mpi_div, mpi_exp, mpi_neg
 
-from privaudit.errors import UsageError
-from privaudit.fmt import num
+from privaudit.core.errors import UsageError
+from privaudit.core.formatting import num
 
 __all__ = ["exact_noise", "sampler_total_variation", "noise_statement", "get_sampler",
            "gaussian_sampler_for_variance", "ExactSampler", "MECHANISMS",

@@ -83,7 +83,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.privacy.events import Neighbouring
 
 #: Families a release may contain.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 
 H, S, A = 3, 5, 2
 

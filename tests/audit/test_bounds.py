@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from privaudit.audit import bounds as B
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 
 
 @pytest.mark.parametrize("n", [1, 7, 50, 1000])

@@ -2,7 +2,7 @@
 GDP test is an opt-in valid only for continuous Gaussian noise.
 
 rho-zCDP does not imply sqrt(2 rho)-GDP. Three correct mechanisms of one count (sensitivity 1)
-whose rho claims are true (``privaudit.audit.catalogue.ClaimKindMechanism``): the exact discrete
+whose rho claims are true (``privaudit.audit.mechanisms.catalogue.ClaimKindMechanism``): the exact discrete
 Gaussian N_Z(0, 1) claimed as rho = 0.5, randomized response at epsilon 1 claimed as rho = 0.5,
 rounded Laplace at epsilon 0.5 claimed as rho = 0.125. At 20 000 runs per side with fixed seeds:
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 
 from privaudit.audit import Claim, run_audit
-from privaudit.audit.catalogue import CLAIM_KIND, ClaimKindMechanism, scalar_pair
+from privaudit.audit.mechanisms.catalogue import CLAIM_KIND, ClaimKindMechanism, scalar_pair
 
 TRIALS = 20_000
 

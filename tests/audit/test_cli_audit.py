@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from privaudit.audit import load_report, make_pair
 from privaudit.audit.report import AuditReport
 from privaudit.cli import main
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 from tests.audit.helpers import tiny_logs, tiny_spec
 
 USER_MECHANISMS = '''
@@ -218,7 +218,7 @@ def test_errors_inside_privaudit_are_not_masked_as_user_errors():
     """Only FILE.py:NAME calls are the user-code boundary: an exception from an
     in-process callable (the library's own code) keeps its type and traceback."""
     from privaudit.audit import Claim, run_audit
-    from privaudit.errors import UserCodeError
+    from privaudit.core.errors import UserCodeError
 
     def library_mechanism(logs, rng):
         raise ZeroDivisionError("a bug in privaudit")

@@ -15,7 +15,7 @@ from privaudit.audit import check_neighbours, load_report, make_pair
 from privaudit.audit.model import Claim
 from privaudit.cli import main
 from privaudit.cli.audit import builtin_budget
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from tests.audit.helpers import H, tiny_logs, tiny_spec
 
 

@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from privaudit.audit import check_neighbours, load_pair, make_pair
-from privaudit.errors import UsageError
-from privaudit.spec import DomainSpec
+from privaudit.core.errors import UsageError
+from privaudit.core.spec import DomainSpec
 from tests.audit.helpers import A, H, S, tiny_logs, tiny_spec
 
 
@@ -98,7 +98,7 @@ def test_unknown_strategy_and_empty_logs():
 
 
 def test_repeat_canary_attains_the_stationary_sensitivity():
-    from privaudit.audit.adapters import ReleaseMechanism
+    from privaudit.audit.mechanisms.tabular import ReleaseMechanism
 
     spec, logs = tiny_spec(), tiny_logs()
     p = make_pair(logs, spec, "repeat", rng=np.random.default_rng(0))
@@ -114,7 +114,7 @@ def test_repeat_canary_attains_the_stationary_sensitivity():
 
 def test_reports_of_every_canary_strategy_validate():
     from privaudit.audit import run_audit
-    from privaudit.audit.catalogue import CatalogueMechanism
+    from privaudit.audit.mechanisms.catalogue import CatalogueMechanism
 
     spec, logs = tiny_spec(), tiny_logs()
     m = CatalogueMechanism("gaussian", spec)

@@ -3,7 +3,7 @@
 Reads the drawn artists back (not pixels): the claim's line and the certified point of the log-log
 panel must put a violation inside the forbidden band and a correct mechanism outside it; axes start
 at 0 (linear) and reach below the claim's line (log); the headline curve is the deciding test's.
-Fixed seeds; the verdicts are those of tests/audit/test_catalogue.py at these sizes.
+Fixed seeds; the verdicts are those of tests/audit/mechanisms/test_catalogue.py at these sizes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from privaudit.audit import Claim, run_audit  # noqa: E402
-from privaudit.audit.catalogue import CatalogueMechanism  # noqa: E402
+from privaudit.audit.mechanisms.catalogue import CatalogueMechanism  # noqa: E402
 from privaudit.audit.plotting import trade_off_figure  # noqa: E402
 from tests.audit.helpers import tiny_logs, tiny_spec  # noqa: E402
 

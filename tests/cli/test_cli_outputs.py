@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit import io_utils
+from privaudit.core import files as io_utils
 from privaudit.mdp.io import save_mdp
 from privaudit.mdp.simulate import simulate, write_logs
 from privaudit.mdp.random_tabular import random_tabular_mdp

@@ -16,7 +16,7 @@ from privaudit.learners.policy import load_policy_table
 from privaudit.mdp.evaluation import evaluate_report
 from privaudit.mdp.icu_sepsis import clinicians_policy
 from privaudit.mdp.random_tabular import random_tabular_mdp
-from privaudit.spec import load_spec
+from privaudit.core.spec import load_spec
 
 
 def run(*args):

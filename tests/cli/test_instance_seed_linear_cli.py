@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.learners.policy import load_policy
 from privaudit.mdp.evaluation import resolve_mdp
 from privaudit.mdp.io import save_mdp
@@ -18,7 +18,7 @@ from privaudit.mdp.simulate import simulate, uniform_policy, write_logs
 from privaudit.mdp.synthetic_linear import synthetic_linear_mdp
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline import run_pipeline
-from privaudit.spec import load_spec, write_spec
+from privaudit.core.spec import load_spec, write_spec
 from tests._spy import watch_reads
 
 MDP = random_tabular_mdp(4, 2, 3, 0)

@@ -10,14 +10,14 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit.learners.apvi import APVI
+from privaudit.learners.tabular.apvi import APVI
 from privaudit.learners.policy import load_policy
-from privaudit.learners.tabular_counts import exact_counts
+from privaudit.learners.tabular.counts import exact_counts
 from privaudit.mdp.io import save_mdp
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
 from privaudit.mdp.simulate import simulate, uniform_policy, write_logs
 from privaudit.mdp.tabular import evaluate_policy
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_budgets_are_printed_as_every_command_prints_them(world):
     """``--epsilon 5 --delta 1e-6`` resolves to rho = 0.4630649901377737...; train printed it in full
     (``rho=0.4630649901377737``) and dp-apvi's delta as ``1e-06``, where release prints ``fmt.num``
     (6 significant digits, ``1e-6``)."""
-    from privaudit.fmt import num
+    from privaudit.core.formatting import num
     from privaudit.privacy.budget import resolve_budget
     d = world["dir"]
     rho = resolve_budget(epsilon=5, delta=1e-6).rho

@@ -7,8 +7,8 @@ import xxhash
 
 from privaudit.data import bounding
 from privaudit.data.bounding import PRIORITY_HASH_SEED, bound_contributions, cap_per_cell, episode_priority
-from privaudit.errors import UsageError
-from privaudit.spec import DomainSpec
+from privaudit.core.errors import UsageError
+from privaudit.core.spec import DomainSpec
 from tests._release_logs import spec_doc
 
 

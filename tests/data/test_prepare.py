@@ -17,17 +17,17 @@ from click.testing import CliRunner
 from privaudit.cli import main
 from privaudit.data import bounding, io, validate
 from privaudit.data.prepare import BOUNDING_RULES, prepare_logs
-from privaudit.errors import ValidationFailed
+from privaudit.core.errors import ValidationFailed
 from privaudit.learners.linear import train_from_logs as linear_train
-from privaudit.learners.train import train_from_logs as tabular_train
+from privaudit.learners.tabular.train import train_from_logs as tabular_train
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
 from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
 from privaudit.pipeline import run_pipeline
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.ledger import init_ledger, ledger_status
-from privaudit.spec import load_spec
-from privaudit.stats.release import release_logs
+from privaudit.core.spec import load_spec
+from privaudit.release.tabular import release_logs
 from tests._spy import spy_everywhere
 
 

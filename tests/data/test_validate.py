@@ -18,8 +18,8 @@ from privaudit.cli import main
 from privaudit.data import episode_checks
 from privaudit.data.io import open_log, scan_logs
 from privaudit.data.validate import BOUNDING_RULES, RULES, validate_logs
-from privaudit.errors import LogReadError
-from privaudit.spec import DomainSpec
+from privaudit.core.errors import LogReadError
+from privaudit.core.spec import DomainSpec
 from tests.conftest import tiny_spec_doc
 
 # H=3, S=4, A=2, terminal state 3, rewards in [0, 1].

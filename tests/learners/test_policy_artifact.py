@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from privaudit.errors import ArtifactError, UsageError
+from privaudit.core.errors import ArtifactError, UsageError
 from privaudit.learners.policy import Policy, greedy_table, load_policy, save_policy
 from privaudit.learners.policy_manifest import PolicyManifest, PolicyPrivacy
 

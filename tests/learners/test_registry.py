@@ -6,14 +6,14 @@ import inspect
 
 import pytest
 
-from privaudit.audit.adapters import MECHANISMS
+from privaudit.audit.mechanisms.tabular import MECHANISMS
 from privaudit.cli import audit as cli_audit
 from privaudit.cli import explore as cli_explore
 from privaudit.cli import train as cli_train
-from privaudit.errors import UsageError
-from privaudit import registry
+from privaudit.core.errors import UsageError
+from privaudit.core import registry
 from privaudit.learners.linear.logs import train_from_logs as linear_train
-from privaudit.learners.train import train_from_logs as tabular_train
+from privaudit.learners.tabular.train import train_from_logs as tabular_train
 from privaudit.online.linear.registry import LINEAR_ALGOS
 
 

@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from privaudit.errors import SpecError, UsageError
+from privaudit.core.errors import SpecError, UsageError
 from privaudit.mdp.features import FeatureMap, enforce_norm, one_hot_features, state_table_x_action
 from privaudit.mdp.spec_features import feature_map_from_spec
 from privaudit.mdp.synthetic_linear import (behaviour_policy, raw_features, synthetic_linear_features,
                                             synthetic_linear_instance, synthetic_linear_mdp,
                                             synthetic_linear_spec_doc)
 from privaudit.mdp.tabular import value_iteration
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 
 
 def test_enforce_norm_rescale_and_clip():

@@ -8,14 +8,14 @@ import zipfile
 import numpy as np
 import pytest
 
-from privaudit.errors import ArtifactError, UsageError
+from privaudit.core.errors import ArtifactError, UsageError
 from privaudit.mdp import MDP_REGISTRY, TabularMDP, build_mdp, evaluate_policy, load_mdp, policy_values, save_mdp
 from privaudit.mdp import value_iteration
 from privaudit.mdp.icu_sepsis import (REFERENCE_VALUES, TERMINAL_STATES, clinicians_policy, icu_sepsis_spec_doc,
                                       load_icu_sepsis, state_cluster_centers)
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
 from privaudit.mdp.simulate import simulate, uniform_policy
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 
 
 @pytest.fixture(scope="module")

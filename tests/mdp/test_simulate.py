@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.mdp import TabularMDP, evaluate_policy
 from privaudit.mdp.icu_sepsis import clinicians_policy, load_icu_sepsis
 from privaudit.mdp.random_tabular import random_tabular_mdp

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from privaudit.errors import SpecError
+from privaudit.core.errors import SpecError
 from privaudit.mdp.icu_sepsis import load_icu_sepsis
 from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
 from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.mdp.tabular import TabularMDP
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 
 
 @pytest.fixture(scope="module")

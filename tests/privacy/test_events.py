@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from privaudit.errors import AccountingError
+from privaudit.core.errors import AccountingError
 from privaudit.privacy.events import (ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyUnit,
                                       SelfComposedEvent, event_from_dict, leaves)
 

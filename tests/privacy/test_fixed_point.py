@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.privacy import fixed_point as fp
 from privaudit.privacy import samplers
 from tests.privacy.test_mechanisms import _chi2_pvalue, _dgauss_pmf

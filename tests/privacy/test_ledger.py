@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit.errors import ArtifactError, BudgetExceededError, LedgerIntegrityError, UsageError
+from privaudit.core.errors import ArtifactError, BudgetExceededError, LedgerIntegrityError, UsageError
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.ledger import (charge, check_budget, init_ledger, ledger_status,
                                       rho_of_pure_dp)
-from privaudit.schemas import schema_errors
+from privaudit.core.schemas import schema_errors
 from tests._spy import watch_reads
 from tests.conftest import tiny_spec_doc
 

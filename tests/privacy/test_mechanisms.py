@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.privacy.samplers import bernoulli_exp
 from privaudit.privacy.mechanisms import add_noise, gaussian_sigma, laplace_scale, noise_bound
 

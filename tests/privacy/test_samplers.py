@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.privacy import samplers
 from privaudit.privacy.samplers import ExactSampler, exact_noise, get_sampler, sampler_total_variation
 

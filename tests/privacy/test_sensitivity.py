@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pytest
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.privacy.sensitivity import Sensitivity, capped_square_norm, check_max_per_cell, combine, count_sensitivity
 
 

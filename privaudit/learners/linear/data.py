@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.privacy.fixed_point import to_grid_nearest
 
 #: Rewards enter DP-VAPVI's statistics rounded to the nearest multiple of 2^-REWARD_BITS, per row and
@@ -56,7 +56,7 @@ class StepData:
         V_{h+1} of a terminal next state: the terminal states' per-step
         reward times the H - h - 1 steps left (0 at h = H - 1, and 0 when
         the declared reward range starts at 0; see
-        ``privaudit.learners.pessimism.RewardFrame``).
+        ``privaudit.learners.tabular.pessimism.RewardFrame``).
     """
 
     s: np.ndarray

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.learners.linear import privacy as _privacy
-from privaudit.learners.linear.core import ExactStatistics, backward_pass, step_statistics
+from privaudit.learners.linear.dp_vapvi import ExactStatistics, backward_pass, step_statistics
 from privaudit.learners.linear.providers import DEFAULT_CHUNK_BYTES, FiniteFeatures
 from privaudit.learners.policy import Policy
 from privaudit.learners.policy_manifest import PolicyPrivacy
@@ -276,7 +276,7 @@ class DPVAPVI(_LinearLearner):
         ``privacy.LatticeGaussian`` and ``core.step_statistics``), exposed for the
         auditor. At h = H-1, V_H = 0, so the release depends on the data of step
         H-1 only and not on earlier releases: it is a valid mechanism on its own,
-        rho_0-zCDP per statistic (``privaudit.audit.adapter_dpvapvi``).
+        rho_0-zCDP per statistic (``privaudit.audit.mechanisms.dp_vapvi``).
 
         Parameters
         ----------

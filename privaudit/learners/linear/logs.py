@@ -16,14 +16,14 @@ import numpy as np
 import polars as pl
 
 from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
-from privaudit.errors import SpecError, UsageError
-from privaudit import registry
+from privaudit.core.errors import SpecError, UsageError
+from privaudit.core import registry
 from privaudit.learners.linear.data import LinearData
-from privaudit.io_utils import atomic_write_text, check_sidecar_free, new_run_id
+from privaudit.core.files import atomic_write_text, check_sidecar_free, new_run_id
 from privaudit.learners.linear.privacy import guarantee, privacy_event
 from privaudit.learners.linear.providers import FiniteFeatures, RowFeatures, q_rows
 from privaudit.learners.linear.rows import clip_features, column_dims, row_steps
-from privaudit.learners.pessimism import reward_frame
+from privaudit.learners.tabular.pessimism import reward_frame
 from privaudit.learners.policy import Policy, greedy_table
 from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
@@ -31,7 +31,7 @@ from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import PrivacyUnit
-from privaudit.spec import DomainSpec
+from privaudit.core.spec import DomainSpec
 
 #: ``parameters["table"]`` of a column-x-action policy whose (H, S, A) table is a uniform
 #: placeholder (no public state features): it must not be scored as the policy's value.

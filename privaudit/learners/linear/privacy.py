@@ -62,7 +62,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.learners.linear.data import REWARD_BITS
 from privaudit.privacy.fixed_point import discrete_gaussian_batch, to_grid_nearest, to_grid_toward_zero
 from privaudit.privacy.budget import Budget

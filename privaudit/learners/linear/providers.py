@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.learners.linear.data import REWARD_BITS, LinearData, StepData
 from privaudit.learners.policy import greedy_table
 from privaudit.mdp.features import FeatureMap

@@ -28,9 +28,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from privaudit.errors import SpecError, UsageError
+from privaudit.core.errors import SpecError, UsageError
 from privaudit.learners.linear.providers import RowStep
-from privaudit.learners.pessimism import reward_frame
+from privaudit.learners.tabular.pessimism import reward_frame
 from privaudit.mdp.features import enforce_norm
 
 

@@ -52,11 +52,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.online.linear.sensitivity import (gram_sensitivity, target_sensitivity, goe_scale,
                                                  gauss_scale, tree_gram_scale, vector_scale)
 from privaudit.online.counters import tree_levels
-from privaudit.online.linear.stats import goe_opnorm_bound, gauss_norm_bound
+from privaudit.online.linear.numerics import goe_opnorm_bound, gauss_norm_bound
 from privaudit.privacy.accounting import zcdp_to_dp_simple
 
 #: The practical multipliers (applied to the theory values). Chosen once by a

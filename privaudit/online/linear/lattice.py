@@ -51,7 +51,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.online.counters import symmetric_discrete_gaussian
 from privaudit.privacy.fixed_point import discrete_gaussian_scaled, to_grid_nearest, to_grid_toward_zero
 
@@ -187,7 +187,7 @@ def grid_features(phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class LatticeStats:
     """Per-step statistics of a finite-state linear MDP as exact integers on their lattices.
 
-    The lattice twin of :class:`~privaudit.online.linear.stats.RidgeStats`
+    The lattice twin of :class:`~privaudit.online.linear.numerics.RidgeStats`
     (without the ridge and the inverse: a private release is recomputed from
     its noisy integers each time). Integers in int64; the constructor checks
     that no sum over the declared K episodes can overflow.

@@ -10,23 +10,23 @@ import math
 
 import numpy as np
 
-from privaudit import registry
-from privaudit.errors import UsageError
+from privaudit.core import registry
+from privaudit.core.errors import UsageError
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.online.linear.constants import (CONSTANT_SETS, Problem, dp_lsvi_ucb_pp_constants,
                                                lsvi_ucb_constants, lsvi_ucb_pp_constants,
                                                luyo_constants, ngo_constants)
-from privaudit.online.linear.jin import LinearExplorer, LSVIUCB, LuyoLSVIUCB, NgoLSVIUCB
-from privaudit.online.linear.plusplus import LSVIUCBPlusPlus
+from privaudit.online.linear.lsvi_ucb import LinearExplorer, LSVIUCB, LuyoLSVIUCB, NgoLSVIUCB
+from privaudit.online.linear.lsvi_ucb_pp import LSVIUCBPlusPlus
 
-#: Linear explorer names (the ``online`` entries of :mod:`privaudit.registry` that need features),
+#: Linear explorer names (the ``online`` entries of :mod:`privaudit.core.registry` that need features),
 #: and whether each is private.
 LINEAR_ALGOS = {n: registry.get(n).private for n in registry.names(family="online")
                 if registry.get(n).needs_features}
 
 
 def build_linear(env, n_episodes, budget, constants, fail_prob, rng, *, algo: str) -> LinearExplorer:
-    """The builder of every linear explorer in :mod:`privaudit.registry` (``privaudit explore``).
+    """The builder of every linear explorer in :mod:`privaudit.core.registry` (``privaudit explore``).
 
     The environment supplies the public feature map (``env.phi``) and reward
     function (``env.mdp.expected_reward``). A private algorithm takes a

@@ -4,7 +4,7 @@ Neighbouring relation (JDP, seeds 002 l.29-33 and 003 Def. 2.2): two user
 sequences differ in one user's whole data (replacement). Given the earlier
 releases, a user enters a step-h statistic through exactly one term
 ``w phi (target)`` or ``w phi phi^T`` with ``||phi|| <= 1`` (enforced by
-:func:`~privaudit.online.linear.stats.checked_features`), ``0 < w <= w_max``
+:func:`~privaudit.online.linear.numerics.checked_features`), ``0 < w <= w_max``
 and the target clipped to ``[0, t_max]``; the weights and value functions of
 the other users are post-processing of earlier releases and their own data
 (adaptive composition). Hence, under replacement [D]:
@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.online.counters import goe_node_scale, tree_levels
 
 

@@ -5,17 +5,17 @@ import json
 import numpy as np
 import pytest
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.learners.linear import DPVAPVI, PEVI, VAPVI, LinearData, train_from_logs
 from privaudit.learners.linear import privacy as lp
-from privaudit.learners.linear.core import ExactStatistics, step_statistics
+from privaudit.learners.linear.dp_vapvi import ExactStatistics, step_statistics
 from privaudit.learners.linear.providers import q_values
 from privaudit.learners.policy import load_policy, save_policy
 from privaudit.mdp.simulate import simulate, write_logs
 from privaudit.mdp.synthetic_linear import (behaviour_policy, synthetic_linear_features, synthetic_linear_mdp,
                                             synthetic_linear_spec_doc)
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
-from privaudit.spec import DomainSpec, write_spec
+from privaudit.core.spec import DomainSpec, write_spec
 
 MDP = synthetic_linear_mdp(0)
 FMAP = synthetic_linear_features()
@@ -111,7 +111,7 @@ def test_policy_artifact_round_trip_and_train_from_logs(tmp_path):
     df = simulate(MDP, behaviour_policy(), 300, np.random.default_rng(4))
     write_logs(df, tmp_path / "logs.parquet")
     write_spec(synthetic_linear_spec_doc(), tmp_path / "spec.json")
-    from privaudit.spec import load_spec
+    from privaudit.core.spec import load_spec
     spec = load_spec(tmp_path / "spec.json")
     # train_from_logs = the estimator on the same rows (VAPVI is deterministic)
     pol = train_from_logs(tmp_path / "logs.parquet", spec, "vapvi")

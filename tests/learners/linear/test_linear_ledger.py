@@ -9,7 +9,7 @@ from privaudit.learners.linear import privacy as lp
 from privaudit.mdp.simulate import simulate, write_logs
 from privaudit.mdp.synthetic_linear import behaviour_policy, synthetic_linear_mdp, synthetic_linear_spec_doc
 from privaudit.privacy.ledger import init_ledger, ledger_status
-from privaudit.spec import load_spec, write_spec
+from privaudit.core.spec import load_spec, write_spec
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from privaudit.errors import UsageError
+from privaudit.core.errors import UsageError
 from privaudit.privacy import accounting
 from privaudit.privacy.events import PrivacyUnit
 from privaudit.learners.linear import DPVAPVI, LinearData
 from privaudit.learners.linear import privacy as lp
-from privaudit.learners.linear.core import ExactStatistics, _pair_sum, step_statistics
+from privaudit.learners.linear.dp_vapvi import ExactStatistics, _pair_sum, step_statistics
 from privaudit.mdp.features import FeatureMap
 from privaudit.mdp.synthetic_linear import behaviour_policy, synthetic_linear_features, synthetic_linear_mdp
 from privaudit.mdp.simulate import simulate

@@ -8,12 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit.errors import SpecError, UsageError
+from privaudit.core.errors import SpecError, UsageError
 from privaudit.learners.linear import train_from_logs
 from privaudit.learners.policy import load_policy
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
 from privaudit.mdp.simulate import simulate, uniform_policy, write_logs
-from privaudit.spec import DomainSpec, load_spec, write_spec
+from privaudit.core.spec import DomainSpec, load_spec, write_spec
 
 MDP = random_tabular_mdp(4, 2, 3, 0)
 S, A, H = 4, 2, 3

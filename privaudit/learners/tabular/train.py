@@ -1,0 +1,319 @@
+"""Train a tabular policy from logs or from a release: the Python API behind ``privaudit train``.
+
+* :func:`train_from_release`: DP-APVI on a release (post-processing; spends nothing).
+* :func:`train_from_logs`: a non-private learner (ve, apvi, apvi-hoeffding) on
+  exact counts, or dp-apvi after releasing the counts first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from privaudit.data.prepare import PreparedLogs, prepare_logs
+from privaudit.core.errors import ArtifactError, SpecError, UsageError
+from privaudit.core.formatting import num
+from privaudit.core import registry
+from privaudit.core.files import new_run_id
+from privaudit.learners.tabular import dp_pbb
+from privaudit.learners.policy import Policy
+from privaudit.privacy import budget as budget_mod
+from privaudit.privacy import ledger as ledger_mod
+from privaudit.privacy.budget import Budget
+from privaudit.learners.tabular.counts import exact_counts
+from privaudit.core.spec import DomainSpec
+from privaudit.release.manifest import ReleaseManifest
+from privaudit.release.tabular import load_release, release_logs
+
+
+def _learner(algo: str, params: dict | None):
+    cls = registry.get(algo).load()
+    try:
+        return cls(**(params or {}))
+    except TypeError as e:
+        raise UsageError(f"bad parameters for {algo}: {e}") from None
+
+
+def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: DomainSpec | None = None,
+                       stationary: bool | None = None, params: dict | None = None) -> Policy:
+    """DP-APVI on a release folder: post-processing, no further privacy cost.
+
+    Parameters
+    ----------
+    release_dir : path
+        A folder written by ``privaudit release`` (``manifest.json`` + tables).
+    algo : str
+        Must be ``dp-apvi`` (the non-private learners read exact counts).
+    spec : DomainSpec, optional
+        If given, the release's spec hash must equal ``spec.hash()``.
+    stationary : bool, optional
+        If given, must match the release (``--stationary``).
+    params : dict, optional
+        DPAPVI constructor parameters (failure_prob, C1, C2, C, penalty).
+
+    Returns
+    -------
+    Policy
+        Its privacy record is the release's guarantee.
+
+    Raises
+    ------
+    ArtifactError
+        Missing/invalid manifest or tables; a manifest whose domain or k
+        differs from ``spec`` under the same spec hash (an edited manifest).
+    SpecError
+        ``spec`` is not the spec the release was made under (its hash differs).
+    UsageError
+        A non-DP algorithm, or ``stationary`` contradicting the release.
+    """
+
+    if algo != "dp-apvi":
+        raise UsageError(f"`algo` {algo} cannot train on a release: a release holds noisy counts, which only "
+                         "dp-apvi is built for (ve/apvi/apvi-hoeffding read exact logs; dp-pbb reads the logs and spends its own budget "
+                         "on private Bellman backups: pass the logs and their spec).")
+    release = load_release(release_dir)
+    if spec is not None and release.spec_hash != spec.hash():  # the wrong --spec: a spec error (exit 2)
+        raise SpecError(
+            f"release {release_dir} was made under another spec: its spec_hash is {release.spec_hash}, "
+            f"the `spec` hashes to {spec.hash()}. Pass the spec the release was made with (or none).")
+    if spec is not None:
+        _check_manifest_against_spec(release.manifest, spec, release_dir)
+    if stationary is not None and bool(stationary) != release.stationary:
+        raise UsageError(f"release {release_dir} is {'stationary' if release.stationary else 'per-step'} "
+                         f"but `stationary` was {'given' if stationary else 'not given'}; drop it "
+                         "(the release decides) or use a release made with the same setting.")
+    learner = _learner(algo, params).fit(release, release_path=str(release_dir))
+    return learner.policy_
+
+
+def _check_manifest_against_spec(manifest: ReleaseManifest, spec: DomainSpec, where) -> None:
+    """Refuse a manifest whose dataset_id, k or domain differs from the spec's, even under the same spec hash
+    (an edited manifest: the learner's noise bound E and planning would follow the manifest, and the
+    policy would name the manifest's dataset)."""
+    dom = manifest.domain
+    pairs = {"dataset_id": (manifest.dataset_id, spec.dataset_id), "H": (dom.H, spec.H), "S": (dom.S, spec.S), "A": (dom.A, spec.A),
+             "k (privacy_unit.max_episodes)": (manifest.privacy_unit.max_episodes, spec.max_episodes_per_unit),
+             "terminal_states": (sorted(dom.terminal_states), sorted(spec.terminal_states)),
+             "reward_range": ([float(x) for x in dom.reward_range], [float(x) for x in spec.reward_range])}
+    bad = [f"{k}: manifest {m}, spec {s}" for k, (m, s) in pairs.items() if m != s]
+    if bad:
+        raise ArtifactError(f"release {where}: its manifest disagrees with the spec ({'; '.join(bad)}). The "
+                            "manifest was edited or belongs to another spec; use the release as written.")
+
+
+def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: str, stationary: bool = False,
+                    rho: float | None = None, epsilon: float | None = None, delta: float | None = None,
+                    mechanism: str = "gaussian", noise: str = "exact", release_out: str | Path | None = None,
+                    ledger: str | Path | None = None, seed: int | None = None, params: dict | None = None,
+                    echo: Callable[[str], None] | None = None, max_per_cell: int | None = None,
+                    budget: Budget | None = None, run: str | None = None, output=None) -> Policy:
+    """Train a tabular policy from Parquet logs.
+
+    Parameters
+    ----------
+    logs : path or PreparedLogs
+        Parquet file or folder of the standard trajectory table (prepared
+        here: ``privaudit.data.prepare.prepare_logs``), or logs already
+        prepared under ``spec``.
+    spec : DomainSpec
+    algo : {"ve", "apvi", "apvi-hoeffding", "dp-apvi"}
+    stationary : bool
+        Pool counts over h.
+    rho, epsilon, delta, mechanism, noise, ledger, seed
+        dp-apvi only: the release's budget and options
+        (``privaudit.release.tabular.release_logs``); ``seed`` makes the
+        release's noise reproducible (tests only, rng "seeded-insecure").
+    release_out : path
+        dp-apvi only: where the release is written (kept next to the policy).
+    params : dict, optional
+        Learner constructor parameters.
+    echo : callable, optional
+        Messages for the data holder (stderr in the CLI).
+    max_per_cell : int, optional
+        dp-pbb only: c, the most steps one unit contributes to one cell
+        (default :data:`privaudit.learners.tabular.dp_pbb.MAX_PER_CELL_DEFAULT`).
+    budget : Budget, optional
+        dp-pbb only: an already resolved Gaussian budget (the pipeline's part)
+        instead of ``rho``/``epsilon``/``delta``.
+    run, output : optional
+        dp-pbb only: named in the ledger entry.
+
+    Returns
+    -------
+    Policy
+
+    Raises
+    ------
+    UsageError
+        A budget given to a non-private algorithm, none to dp-apvi, or a
+        missing ``release_out``.
+    LogReadError, ValidationFailed, BudgetExceededError
+        From reading, validating or releasing the logs.
+    """
+    tabular = registry.names(family="tabular")
+    if algo not in tabular:
+        raise UsageError(f"unknown tabular algorithm {algo!r}; choose one of {', '.join(tabular)}.")
+    say = echo or (lambda s: None)
+    if algo == "dp-pbb":
+        if mechanism != "gaussian":
+            raise UsageError("dp-pbb is Gaussian / zCDP only: give `rho`, or `epsilon` with `delta` "
+                             "(not `mechanism` laplace).")
+        return train_dp_pbb(logs, spec, stationary=stationary, rho=rho, epsilon=epsilon, delta=delta,
+                            ledger=ledger, seed=seed, params=params, echo=say, max_per_cell=max_per_cell,
+                            budget=budget, run=run, output=output).learner.policy_
+    if max_per_cell is not None or budget is not None:
+        raise UsageError(f"`max_per_cell` and `budget` apply to dp-pbb, not to {algo} "
+                         "(dp-apvi: cap the release itself, `release_logs(max_per_cell=...)`, i.e. "
+                         "`privaudit release --max-per-cell`).")
+    if algo == "dp-apvi":
+        if release_out is None:
+            raise UsageError("dp-apvi on logs needs a release folder to write (release_out).")
+        release_logs(logs, spec, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                     stationary=stationary, noise=noise, out=release_out, ledger=ledger, seed=seed,
+                     echo=say)
+        return train_from_release(release_out, algo=algo, spec=spec, params=params)
+    if any(v is not None for v in (rho, epsilon, delta)):
+        raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`). "
+                         "Use `algo` dp-pbb (or dp-apvi) for a differentially private policy.")
+    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)  # same gate as a release
+    prepared.check_spec(spec)
+    counts = exact_counts(prepared.bounded, spec, stationary=stationary)
+    learner = _learner(algo, params).fit(counts, spec.public_reward_scaled(), terminal_states=spec.terminal_states,
+                                         spec_hash=spec.hash(), reward_range=spec.reward_range)
+    return learner.policy_
+
+
+@dataclass(frozen=True)
+class PBBRun:
+    """What :func:`train_dp_pbb` returns: the fitted learner (its ``policy_``, ``event_``,
+    ``certified_value()``) and the per-cell cap it used."""
+
+    learner: object
+    max_per_cell: int
+
+
+def plan_dp_pbb(spec: DomainSpec, budget: Budget, *, stationary: bool = True, params: dict | None = None,
+                max_per_cell: int | None = None) -> tuple[dp_pbb.DPPBB, dp_pbb.PBBPlan, int]:
+    """DP-PBB's noise plan on logs of ``spec``, from public facts only (before any row is read).
+
+    What :func:`train_dp_pbb` fits with: the learner, its plan
+    (``plan.event`` is the event its fit records and the ledger is charged,
+    :meth:`privaudit.learners.tabular.dp_pbb.DPPBB.plan`) and the per-cell cap c. The
+    inputs are the spec (H, S, k, reward range and public r(s'), return
+    bound, privacy unit), the budget, ``stationary``, the parameters and c:
+    nothing of the logs (the fit's counts carry the same k, c, pooling and
+    start-state counts, so it re-plans the same event).
+
+    Parameters
+    ----------
+    spec : DomainSpec
+        Must declare a public reward.
+    budget : Budget
+        The learner's Gaussian budget (noise calibrated to ``budget.rho``).
+    stationary : bool
+        Pool over h.
+    params : dict, optional
+        :class:`privaudit.learners.tabular.dp_pbb.DPPBB` parameters.
+    max_per_cell : int, optional
+        c (default ``dp_pbb.MAX_PER_CELL_DEFAULT``).
+
+    Returns
+    -------
+    (DPPBB, PBBPlan, int)
+        The unfitted learner, its noise plan and c.
+
+    Raises
+    ------
+    UsageError
+        No public reward, bad parameters, ``n_backups`` or budget.
+    """
+    c = dp_pbb.MAX_PER_CELL_DEFAULT if max_per_cell is None else max_per_cell
+    learner = _learner("dp-pbb", params)
+    if spec.public_reward_scaled() is None:
+        raise UsageError("dp-pbb needs a public reward (spec $.public_reward): it backs up r(s') + V(s'). "
+                         "Use dp-apvi for logs whose rewards are private.")
+    rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
+    plan, _ = learner.plan(budget.rho, horizon=spec.H, n_states=spec.S, max_episodes=spec.max_episodes_per_unit,
+                           max_per_cell=c, stationary=stationary, reward_range=spec.reward_range,
+                           return_bound=rb, starts=True, unit_column=spec.unit_column or "episode_id")
+    return learner, plan, c
+
+
+def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, rho: float | None = None,
+                 epsilon: float | None = None, delta: float | None = None, budget: Budget | None = None,
+                 ledger=None, seed: int | None = None, params: dict | None = None,
+                 echo: Callable[[str], None] | None = None, max_per_cell: int | None = None,
+                 run: str | None = None, output=None) -> PBBRun:
+    """DP-PBB on logs: plan (and check the ledger) from public facts, then count, noise, learn, charge.
+
+    Parameters
+    ----------
+    logs : path or PreparedLogs
+    spec : DomainSpec
+        Must declare a public reward; its ``return_bound`` (if any) bounds the backed-up values.
+    stationary : bool
+        Pool over h (the MDP is time-homogeneous).
+    rho, epsilon, delta, budget
+        The learner's whole budget (Gaussian); ``budget`` an already resolved one.
+    ledger : path, optional
+        Checked before any row is read; charged with the learner's event once it is fitted.
+    seed : int, optional
+        TESTS ONLY: seeds the noise (policy marked not private, rng seeded-insecure).
+    params : dict, optional
+        :class:`privaudit.learners.tabular.dp_pbb.DPPBB` parameters.
+    max_per_cell : int, optional
+        c (default ``dp_pbb.MAX_PER_CELL_DEFAULT``).
+
+    Returns
+    -------
+    PBBRun
+
+    Raises
+    ------
+    UsageError
+        No budget, both budget forms, no public reward, bad parameters.
+    BudgetExceededError
+        The ledger's remaining budget is below rho (before any row is read).
+    """
+    say = echo or (lambda s: None)
+    if budget is None:
+        if all(v is None for v in (rho, epsilon, delta)):
+            raise UsageError("dp-pbb releases private Bellman backups: give a budget (`rho`, or `epsilon` "
+                             "with `delta`).")
+        budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
+    elif any(v is not None for v in (rho, epsilon, delta)):
+        raise UsageError("give either `budget` (a resolved Budget) or `rho`/`epsilon`/`delta`, not both.")
+    learner, plan, c = plan_dp_pbb(spec, budget, stationary=stationary, params=params, max_per_cell=max_per_cell)
+    reward = spec.public_reward_scaled()
+    rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
+    if ledger is not None:  # before any row is read or noise drawn
+        ledger_mod.check_event(Path(ledger), spec.dataset_id, plan.event, budget)
+    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
+    prepared.check_spec(spec)
+    counts = dp_pbb.capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
+    say(f"dp-pbb: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
+        f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={num(budget.shown)}): this spends privacy budget.")
+    learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,
+                return_bound=rb, budget=budget, spec_hash=spec.hash(), rng=np.random.default_rng(seed),
+                seeded=seed is not None)
+    if ledger is not None:
+        ledger_mod.charge_event(Path(ledger), spec.dataset_id, learner.event_,
+                                f"train dp-pbb: gaussian, rho={budget.rho!r} ({len(plan.backups)} private backups)",
+                                budget, run=run or new_run_id(), output=output)
+    return PBBRun(learner, c)
+
+
+def check_out_free(*paths: Path) -> None:
+    """Refuse to start when an output already exists (before any budget is spent)."""
+    for p in paths:
+        if p is not None and Path(p).exists():
+            raise UsageError(f"{p} already exists; choose another `out` or remove it.")
+    return None
+
+
+__all__ = ["train_from_release", "train_from_logs", "train_dp_pbb", "plan_dp_pbb", "PBBRun",
+           "check_out_free", "ArtifactError"]

@@ -1,0 +1,525 @@
+"""Differentially private release of tabular counts (``privaudit release``).
+
+Pipeline (DESIGN.md "The privacy model"; ALGORITHMS.md 1.2-1.4):
+
+1. check the arguments and the budget (the ledger) **before** reading a row
+   or drawing any noise;
+2. prepare the logs (``privaudit.data.prepare.prepare_logs``): validate them
+   (rules that bounding cannot repair are fatal), then bound contributions
+   (k episodes per unit, H steps, rewards clipped and scaled to [0, 1]);
+4. exact counts per family (``privaudit.data.counts``), dense over the
+   declared domain;
+5. add independent noise to **every** cell (observed or not), integers out;
+6. write the folder under a temporary name, charge the ledger, rename.
+
+Ledger order: *write-to-temporary, charge, rename*. The charge happens once
+the files are complete but before they appear under the final name. If the
+charge is refused (another release took the budget meanwhile) nothing is
+released. If the rename failed after a successful charge, the budget would be
+over-counted (safe) but never under-counted: an entry is never lost.
+
+The mechanism itself (noise plan, budget split between families, event,
+manifest, noise, E) is :class:`privaudit.release.mechanism.TabularRelease`;
+this module only reads, prepares, applies it and writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from privaudit.data.bounding import BoundingReport
+from privaudit.data.prepare import PreparedLogs, prepare_logs, read_failed
+from privaudit.core.errors import UsageError
+from privaudit.core import progress
+from privaudit.core.formatting import num
+from privaudit.core.files import atomic_dir, atomic_write_text, check_sidecar_free, new_run_id, output_lock
+from privaudit.privacy import budget as budget_mod
+from privaudit.privacy import ledger as ledger_mod
+from privaudit.privacy.budget import Budget
+from privaudit.privacy.events import PrivacyEvent
+from privaudit.core.spec import DomainSpec, load_spec
+from privaudit.data import counts
+from privaudit.release.manifest import ReleaseManifest
+from privaudit.release.mechanism import TabularRelease
+from privaudit.release.artifact import (FILES, MANIFEST, Release, TransitionWriter, load_release,
+                                      write_sa_table)
+
+__all__ = ["release_logs", "default_stationary", "STEP_RULE", "ReleaseInfo", "load_release", "Release",
+           "local_log_path", "check_release_size",
+           "release_memory_estimate", "physical_memory_bytes", "MEMORY_PER_SLICE_BYTE", "MAX_SLICE_CELLS"]
+
+#: Peak working memory of a release per byte of one dense (S, A, S) int64
+#: transition slice: the exact slice (noised in place), the previous noisy
+#: slice being written, its int32 Arrow copy and the encoder's buffers.
+#: Measured 2.5 x (benchmarks/bench_release_memory.py: peak RSS over the
+#: start, S = 1000 and 1500, A = 10, both mechanisms); 4 leaves a margin.
+#: (6 while the noise was copied and index columns written: 3.8-4.9 x.)
+MEMORY_PER_SLICE_BYTE = 4
+#: Most cells of one (S, A, S) slice: one Parquet row group of Arrow arrays
+#: with int32 dictionary indices and int32 index columns (``artifact``).
+MAX_SLICE_CELLS = 2**31 - 1
+
+
+class _Clock:
+    """Wall and CPU seconds per stage (for ReleaseInfo.timings and the benchmark).
+
+    ``cpu`` is the calling thread's CPU time (``time.thread_time``) by
+    default, or the whole process's (``time.process_time``) for stages that
+    run polars' thread pool alone.
+    """
+
+    def __init__(self):
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str, cpu=time.thread_time):
+        w, c = time.perf_counter(), cpu()
+        try:
+            yield
+        finally:
+            self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - w
+            self.cpu[name] = self.cpu.get(name, 0.0) + cpu() - c
+
+    def as_dict(self) -> dict:
+        return {**self.wall, **{f"{k}_cpu": v for k, v in self.cpu.items()}}
+
+
+@dataclass(frozen=True)
+class ReleaseInfo:
+    """What :func:`release_logs` did.
+
+    Attributes
+    ----------
+    out : Path
+        The release folder.
+    manifest : ReleaseManifest
+        Its manifest (public; ``manifest.to_dict()`` is ``manifest.json``).
+    local_log : Path
+        The local, NOT-for-release log of bounding facts next to ``out``.
+    bounding : BoundingReport
+        PRIVATE counts of what bounding changed (for the data holder only).
+    event : PrivacyEvent
+        What the release cost (the event stored in the manifest); the
+        caller composes it with its other parts.
+    timings : dict[str, float]
+        Wall seconds per stage: validate, read_count, noise, write (write
+        overlaps the noise of the next h), total; and CPU seconds per stage
+        under ``<stage>_cpu`` (process CPU for validate and read_count, the
+        stage's own thread for noise and write).
+    """
+
+    out: Path
+    manifest: ReleaseManifest
+    local_log: Path
+    bounding: BoundingReport = field(repr=False)
+    timings: dict = field(default_factory=dict, repr=False)
+    event: PrivacyEvent | None = None
+
+
+def local_log_path(out: Path) -> Path:
+    """``<out>.local-log.json``: beside the release folder, never inside it."""
+    out = Path(out)
+    return out.with_name(out.name + ".local-log.json")
+
+
+STEP_RULE = ("counts are pooled over the steps h unless `stationary`=False is given or the MDP given is "
+             "non-stationary")
+
+
+def default_stationary(mdp=None) -> tuple[bool, str]:
+    """The one default for pooling counts over the steps h, used by every command.
+
+    Rule (docs/pipeline.md, "Defaults, and why"): pool the counts over h
+    (stationary tables (S, A), (S, A, S)) unless the user says
+    ``stationary=False`` or an MDP is given whose dynamics change with h.
+    ``release``, ``train``, ``audit`` and ``pipeline`` apply it when
+    ``stationary`` is None, and print the returned sentence on stderr. The
+    sentence names the parameter (```stationary`=False``); the CLI shows its
+    flags instead (``privaudit.cli.common.as_flags``: ``--per-step``).
+
+    Parameters
+    ----------
+    mdp : object with a boolean ``stationary`` attribute and a ``name``, optional
+        The known MDP (pipeline ``--mdp``); None when none is given.
+
+    Returns
+    -------
+    stationary : bool
+        True to pool over h.
+    said : str
+        One line stating the rule that applied and how to override it.
+    """
+    if mdp is None:
+        stationary, why = True, "no MDP is given, so the dynamics are taken as the same at every step"
+    else:
+        stationary = bool(mdp.stationary)
+        why = f"the MDP {getattr(mdp, 'name', 'given')} is {'stationary' if stationary else 'non-stationary'}"
+    said = (f"counts {'pooled over the steps h' if stationary else 'per step h'} ({why}); "
+            f"`stationary`={not stationary} overrides. Default of every command: {STEP_RULE}.")
+    return stationary, said
+
+
+def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None = None,
+                 delta: float | None = None, mechanism: str = "gaussian", budget: Budget | None = None,
+                 stationary: bool = False, noise: str = "exact", out, ledger=None, seed: int | None = None,
+                 echo=None, run: str | None = None, run_output=None, engine: str = "polars",
+                 spark=None, max_per_cell: int | None = None) -> ReleaseInfo:
+    """Release noisy visit, transition (and reward-sum) counts of tabular logs.
+
+    read -> prepare -> apply -> write: the budget is resolved once
+    (``privacy.budget.resolve_budget``, unless ``budget`` is given), the
+    mechanism planned from public facts (:class:`privaudit.release.mechanism.TabularRelease`),
+    the ledger checked with its event before any row is read, the logs
+    validated, bounded and counted, the noise applied by the mechanism, and
+    the folder written under a temporary name, charged, renamed.
+
+    Parameters
+    ----------
+    logs : str, Path or PreparedLogs
+        A Parquet file or folder of parts (``privaudit.data.io.scan_logs``),
+        prepared here once the arguments, size and budget have passed; or logs
+        the caller already prepared under ``spec``
+        (``privaudit.data.prepare.prepare_logs``: the pipeline's single pass).
+    spec : DomainSpec, str or Path
+        The public domain spec (or its file).
+    rho : float, optional
+        zCDP budget (Gaussian).
+    epsilon, delta : float, optional
+        (epsilon, delta)-DP target (Gaussian: converted to rho), or pure
+        epsilon (Laplace, no delta).
+    mechanism : {"gaussian", "laplace"}
+    budget : Budget, optional
+        An already resolved budget (an entry point that resolved it, e.g. the
+        pipeline's part); then ``rho``, ``epsilon`` and ``delta`` must be None
+        and ``mechanism`` is the budget's.
+    stationary : bool
+        Pool counts over h (shapes (S, A), (S, A, S); sensitivities change:
+        ``privaudit.privacy.sensitivity``).
+    noise : {"exact"}
+        Exact discrete Gaussian / discrete Laplace samplers
+        (``privaudit.privacy.samplers``; the manifest's ``guarantee.sampler``
+        states total variation 0). ``"rounded"`` (numpy's float samplers,
+        rounded) is refused: their output law is not certified, so no exact
+        guarantee could be stated (docs/privacy.md, "Noise modes").
+    out : str or Path
+        Release folder to create (must not exist).
+    ledger : str or Path, optional
+        Budget ledger: checked with the release's event before anything is
+        read, charged with it on success.
+    seed : int, optional
+        For tests only: rng mode ``seeded-insecure`` (the value is never
+        written). None draws OS entropy.
+    echo : callable, optional
+        ``echo(text)`` for messages to the data holder (stderr in the CLI).
+    run : str, optional
+        Identifier of the run, recorded in the ledger entry (default: a new
+        random one).
+    run_output : str or Path, optional
+        The output the ledger entry names (default ``out``; the pipeline
+        passes its own folder).
+    engine : {"polars", "spark"}
+        Who validates, bounds and counts: polars on this machine (default),
+        or Apache Spark (:mod:`privaudit.data.spark.engine`, the
+        ``privaudit[spark]`` extra). With Spark, ``logs`` may also be a Spark
+        DataFrame or any path Spark reads (HDFS, cloud storage); only the
+        exact cell counts come back to this process, which adds the noise:
+        the (H, S, A) tables once, the transition cells one step h at a time
+        (the driver holds one (S, A, S) slice). The budget and the ledger are
+        checked before Spark reads a row.
+    spark : SparkSession or str, optional
+        With ``engine="spark"``: the session to use (classic or Spark
+        Connect: a notebook's ``spark``), a master URL (``local[4]``,
+        ``spark://host:7077``, ``yarn``), or a Spark Connect URL
+        ``sc://HOST:PORT`` (``spark_engine.connect_session``: an unreachable
+        server is an ``EngineError`` before anything is read). None uses the
+        active session or ``local[*]``.
+    max_per_cell : int, optional
+        c >= 1: after bounding, keep at most c steps of each unit in each
+        cell ((s, a) when ``stationary``, else (h, s, a); transitions and
+        rewards follow the kept steps; ``privaudit.data.bounding.cap_per_cell``)
+        and plan the noise for the smaller sensitivities this gives
+        (``privaudit.privacy.sensitivity``). Recorded in the manifest
+        (``privacy_unit.max_per_cell``, ``bounding.per_cell``) and the event.
+        Both engines (Spark: ``spark_engine.cap_per_cell``, the same kept
+        steps). None: no per-cell cap.
+
+    Notes
+    -----
+    ``out`` is locked for the whole call (:func:`privaudit.core.files.output_lock`):
+    a second release to the same folder at the same time is refused at once,
+    and hidden temporary folders that a killed release left next to ``out``
+    are removed (and reported through ``echo``).
+
+    Returns
+    -------
+    ReleaseInfo
+
+    Raises
+    ------
+    UsageError
+        Bad budget arguments, ``out`` exists or is being written by another
+        run, bad noise mode, or a domain too
+        large for this machine (:func:`check_release_size`, before any row is read).
+    SpecError
+        Missing or invalid spec.
+    BudgetExceededError
+        The ledger refuses the release (before any noise is drawn).
+    ArtifactError
+        A corrupt ledger (every entry is validated on each read), before any
+        row is read or noise drawn.
+    LogReadError, ValidationFailed
+        Unreadable logs, or rules broken that bounding cannot repair.
+
+    References
+    ----------
+    Qiao & Wang, Offline RL with DP (seed 000), eq. (1) and Thm 3.3;
+    ALGORITHMS.md 1.2 (steps 2-3), 1.3, 1.4.
+    """
+    if noise == "rounded":
+        raise UsageError("noise='rounded' (numpy's float samplers, rounded) is no longer used for releases: "
+                         "their output law is not certified (numpy's Laplace cannot draw beyond 36.04 b, its "
+                         "normal is a float ziggurat), so the stated guarantee would be stronger than what holds. "
+                         "Use noise='exact' (the default): exact discrete samplers, as fast.")
+    out = Path(out)
+    with output_lock(out, "out") as stale:
+        if stale and echo is not None:
+            echo(f"removed {len(stale)} stale temporary folder(s) of an interrupted run: "
+                 + ", ".join(str(p) for p in stale))
+        return _release_locked(logs, spec, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
+                               budget=budget, stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed, echo=echo,
+                               run=run or new_run_id(), run_output=out if run_output is None else run_output,
+                               engine=engine, spark=spark, max_per_cell=max_per_cell)
+
+
+def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stationary, noise, out, ledger, seed,
+                    echo, run, run_output, engine="polars", spark=None, max_per_cell=None) -> ReleaseInfo:
+    """The body of :func:`release_logs`, under the output lock."""
+    t_start = time.perf_counter()
+    if budget is None:
+        budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism)
+    elif any(v is not None for v in (rho, epsilon, delta)) or not isinstance(budget, Budget):
+        raise UsageError("give either `budget` (a resolved Budget) or `rho`/`epsilon`/`delta`, not both.")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise UsageError(f"`seed` must be a non-negative integer. Found {seed!r}.")
+    spec = spec if isinstance(spec, DomainSpec) else load_spec(spec)
+    out = Path(out)
+    if out.exists():
+        raise UsageError(f"{out} already exists; choose another `out` or remove it.")
+    log_path = local_log_path(out)
+    check_sidecar_free(log_path, "the release's private bounding log", "release")
+    if engine not in ("polars", "spark"):
+        raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
+    prepared = logs if isinstance(logs, PreparedLogs) else None
+    if prepared is not None:
+        if engine == "spark":
+            raise UsageError("logs prepared by polars cannot be counted by Spark: pass the path or DataFrame.")
+        prepared.check_spec(spec)
+    if engine == "spark":
+        spark_engine = _spark_engine()  # an install problem is reported before anything is read
+    logs = prepared.path if prepared is not None else logs if engine == "spark" else Path(logs)
+    release = TabularRelease.plan(spec, budget, stationary=stationary, noise=noise,
+                                  max_per_cell=max_per_cell)  # may raise on bad H, k, c
+    check_release_size(spec, stationary=stationary, n_sa_families=release.n_sa_families)  # before any row
+    event = release.event
+    if ledger is not None:
+        ledger_mod.check_event(Path(ledger), spec.dataset_id, event, budget)
+    manifest = release.manifest(seeded=seed is not None)
+    warning = release.negligible_noise_warning()
+    if warning is not None and echo is not None:
+        echo(warning)
+
+    clock = _Clock()
+    rewards = "rewards" in release.families
+    quantum = release.families["rewards"].quantum if rewards else None
+    if engine == "spark":
+        with clock.stage("spark", cpu=time.process_time):  # the first rows read, on the cluster
+            session = spark if spark is None or not isinstance(spark, str) else spark_engine.spark_session(spark)
+            exact, report = spark_engine.spark_sparse_counts(logs, spec, spark=session, stationary=stationary,
+                                                             rewards=rewards, quantum=quantum,
+                                                             max_per_cell=max_per_cell)
+        logs = logs if isinstance(logs, (str, Path)) else "a Spark DataFrame"
+    else:
+        if prepared is None:
+            with clock.stage("validate", cpu=time.process_time):  # validation and bounding: the first rows read
+                prepared = prepare_logs(logs, spec)
+        if prepared.bounding.max_per_cell is not None:  # capped by the caller: it must be this plan's cap
+            if (prepared.bounding.max_per_cell, prepared.bounding.cell_cap_stationary) != (max_per_cell, stationary):
+                raise UsageError(f"the prepared logs are capped at c={prepared.bounding.max_per_cell} per "
+                                 f"{'(s, a)' if prepared.bounding.cell_cap_stationary else '(h, s, a)'} cell; "
+                                 f"this release asks for max_per_cell={max_per_cell} with stationary={stationary}.")
+        else:
+            with clock.stage("cell_cap", cpu=time.process_time):
+                prepared = prepared.with_cell_cap(max_per_cell, stationary=stationary)
+        report = prepared.bounding
+        with clock.stage("read_count", cpu=time.process_time):  # one streaming pass: the rows stay on disk
+            cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]
+            frame = prepared.bounded.select(cols + ([pl.col("reward")] if rewards else []))
+            try:
+                exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards=rewards, quantum=quantum)
+            except pl.exceptions.PolarsError as e:
+                raise read_failed(logs, e) from None
+            if report.max_per_cell is not None and report.cell_steps_dropped is None:
+                # the cap's drop count, from the rows it kept (validated logs have no row in a terminal state,
+                # so every kept row is counted)
+                report = report.with_cell_kept(int(exact.cells["n"].sum()))
+    if echo is not None:
+        echo(report.summary())
+
+    noisy = None
+    try:
+        with atomic_dir(out) as tmp:
+            with clock.stage("noise"):
+                noisy = release.apply(exact, rng=np.random.default_rng(seed))
+            with clock.stage("write"):
+                write_sa_table(tmp / FILES["visits"], noisy.visits, stationary=stationary)
+                if noisy.rewards is not None:
+                    write_sa_table(tmp / FILES["rewards"], noisy.rewards, stationary=stationary)
+            _write_transitions(tmp, spec, release, noisy.transitions, clock)
+            atomic_write_text(tmp / MANIFEST, json.dumps(manifest.to_dict(), indent=2) + "\n")
+            if ledger is not None:
+                ledger_mod.charge_event(Path(ledger), spec.dataset_id, event,
+                                        _ledger_description(Path(run_output), release), budget, run=run,
+                                        output=run_output)
+    finally:
+        exact.close()  # Spark: drop the cells cached on the cluster
+        del exact, noisy
+    atomic_write_text(log_path, json.dumps({
+        "WARNING": "PRIVATE: facts about the private logs. Not part of the release; do not share.",
+        "release": str(out), "created": manifest.created, "spec_hash": manifest.spec_hash,
+        "logs": str(logs), "bounding": report.to_dict(),
+    }, indent=2) + "\n")
+    timings = clock.as_dict()
+    timings["total"] = time.perf_counter() - t_start
+    return ReleaseInfo(out=out, manifest=manifest, local_log=log_path, bounding=report, timings=timings,
+                       event=event)
+
+
+def _spark_engine():
+    """The Spark engine module, imported only when asked for (pyspark is the optional extra ``spark``)."""
+    try:
+        from privaudit.data.spark import engine as spark_engine  # optional dependency: imported on demand, not at module top
+    except ImportError as e:
+        raise UsageError(f"engine='spark' needs pyspark ({e}). Install it with: pip install 'privaudit[spark]' "
+                         "(and a Java runtime).") from None
+    return spark_engine
+
+
+def physical_memory_bytes() -> int | None:
+    """The machine's physical memory (``SC_PAGE_SIZE * SC_PHYS_PAGES``), None where unknown."""
+    try:
+        n = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return n if n > 0 else None
+
+
+def release_memory_estimate(spec: DomainSpec, *, stationary: bool, n_sa_families: int = 2) -> dict:
+    """Estimated peak working memory of :func:`release_logs` from the public domain alone.
+
+    Parameters
+    ----------
+    spec : DomainSpec
+    stationary : bool
+    n_sa_families : int
+        (H, S, A) tables noised at once: visits, and rewards when private.
+
+    Returns
+    -------
+    dict
+        ``slice_cells`` = S*A*S (cells of one transition slice), ``bytes`` =
+        MEMORY_PER_SLICE_BYTE x 8 x (S*A*S + n_sa_families x H*S*A) (the
+        (H, S, A) tables go through the same noise path; H is 1 when
+        stationary). Rows of the logs add a sparse table on top (at most one
+        cell per row), not counted here.
+    """
+    S, A = int(spec.S), int(spec.A)
+    h = 1 if stationary else int(spec.H)
+    cells = S * A * S
+    return {"slice_cells": cells, "bytes": MEMORY_PER_SLICE_BYTE * 8 * (cells + n_sa_families * h * S * A)}
+
+
+def check_release_size(spec: DomainSpec, *, stationary: bool, n_sa_families: int = 2) -> dict:
+    """Refuse a domain whose release cannot run on this machine, before any row is read.
+
+    Raises
+    ------
+    UsageError
+        One (S, A, S) slice holds more than MAX_SLICE_CELLS cells, or the
+        estimate of :func:`release_memory_estimate` exceeds the physical
+        memory (:func:`physical_memory_bytes`). The message names both figures.
+    """
+    est = release_memory_estimate(spec, stationary=stationary, n_sa_families=n_sa_families)
+    S, A = spec.S, spec.A
+    if est["slice_cells"] > MAX_SLICE_CELLS:
+        raise UsageError(
+            f"the domain is too large to release: one transition slice n_h(s, a, s') has S*A*S = "
+            f"{S}*{A}*{S} = {est['slice_cells']:,} cells, above the {MAX_SLICE_CELLS:,} that one Parquet "
+            f"row group with int32 indexing holds. Coarsen the state space (n_states) in the spec.")
+    phys = physical_memory_bytes()
+    if phys is not None and est["bytes"] > phys:
+        raise UsageError(
+            f"the domain is too large to release on this machine: the estimated peak working memory is "
+            f"{est['bytes'] / 2**30:,.1f} GiB ({MEMORY_PER_SLICE_BYTE} x one dense int64 (S, A, S) slice of "
+            f"{S}*{A}*{S} cells, plus the (H, S, A) tables), above the physical memory of "
+            f"{phys / 2**30:,.1f} GiB. Coarsen the state space (n_states) in the spec, or use a larger machine.")
+    return est
+
+
+def _ledger_description(out: Path, release: TabularRelease) -> str:
+    b = release.budget
+    what = (f"rho={num(b.rho, 12)}" if b.mechanism == "gaussian"
+            else f"laplace epsilon={num(b.epsilon, 12)} (charged rho=eps^2/2)")
+    return f"release {out.name}: {b.mechanism}, {what}"
+
+
+def _write_transitions(tmp: Path, spec: DomainSpec, release: TabularRelease, noisy_slices, clock: _Clock) -> None:
+    """Write the noisy transition slices; writing slice h overlaps the scatter and noise of slice h+1.
+
+    The write of each slice runs in one background thread (pyarrow releases
+    the GIL); at most two noisy slices are in memory at once. Stage times go
+    to ``clock`` ("noise" covers the scatter of the exact slice and its
+    noise; the writer thread's CPU time goes under "write").
+    """
+    scale = release.families["transitions"].scale
+    # int32 holds |value| < 2^31; counts are <= rows and the noise is tiny next to that,
+    # but a pathological scale (epsilon ~ 1e-8) would not fit: then use int64.
+    big = scale * 50 > 2**30
+    writer = TransitionWriter(tmp / FILES["transitions"], spec.H, spec.S, spec.A, stationary=release.stationary,
+                              value_type=pa.int64() if big else pa.int32())
+
+    def timed_write(h, values):
+        with clock.stage("write"):
+            writer.write(h, values)
+
+    pending = None
+    with ThreadPoolExecutor(max_workers=1) as pool, \
+            progress.bar(1 if release.stationary else spec.H, "release: noisy transition slices", "step") as shown:
+        try:
+            while True:
+                with clock.stage("noise"):
+                    item = next(noisy_slices, None)
+                if item is None:
+                    break
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(timed_write, *item)
+                del item
+                shown.update(1)
+            if pending is not None:
+                pending.result()
+                pending = None
+        finally:
+            if pending is not None:
+                pending.exception()
+            writer.close()

@@ -1,0 +1,98 @@
+"""The typed release manifest (privaudit.release.manifest.ReleaseManifest): round trip, schema on write and read,
+old manifests, format version."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from privaudit.core.errors import ArtifactError, PrivauditError
+from privaudit.privacy.budget import resolve_budget
+from privaudit.core.schemas import schema_errors
+from privaudit.core.spec import load_spec
+from privaudit.release.manifest import FamilyRecord, ReleaseManifest
+from privaudit.release.mechanism import TabularRelease
+from tests._release_logs import write_spec
+
+
+@pytest.fixture
+def manifest(tmp_path):
+    spec = load_spec(write_spec(tmp_path, H=3, S=4, A=2, terminals=(3,)))
+    return TabularRelease.plan(spec, resolve_budget(rho=0.5)).manifest(seeded=True)
+
+
+def test_typed_fields_and_round_trip(manifest):
+    d = manifest.to_dict()
+    assert schema_errors(d, "release_manifest") == []
+    assert (manifest.domain.H, manifest.domain.S, manifest.domain.A) == (3, 4, 2)
+    assert isinstance(manifest.families["visits"], FamilyRecord) and manifest.has_rewards
+    assert manifest.private is False and d["private"] is False and d["rng"] == "seeded-insecure"
+    assert manifest.rho == 0.5 == d["guarantee"]["rho"]
+    back = ReleaseManifest.from_dict(json.loads(json.dumps(d)))
+    assert back == manifest and back.to_dict() == d
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        manifest.rng = "secure"
+
+
+def test_schema_checked_on_write_and_on_read(manifest):
+    broken = dataclasses.replace(manifest, mechanism="cauchy")
+    with pytest.raises(ArtifactError, match=r"internal error(.|\n)*\$\.mechanism"):
+        broken.to_dict()
+    d = manifest.to_dict()
+    d["domain"]["H"] = 0
+    with pytest.raises(ArtifactError, match=r"breaks schema 'release_manifest':\n  \$\.domain\.H"):
+        ReleaseManifest.from_dict(d, "x/manifest.json")
+
+
+def test_format_version_refused_with_its_number(manifest):
+    """A future version is refused naming it and the versions read; so is a non-integer or a missing one."""
+    assert manifest.format_version == 2 == manifest.to_dict()["format_version"]
+    d = dict(manifest.to_dict(), format_version=3)
+    with pytest.raises(ArtifactError, match=r"unknown release format version: format_version is 3, and this "
+                                            r"privaudit reads release format versions 1 and 2 only\. The release "
+                                            r"was written by a newer privaudit: upgrade"):
+        ReleaseManifest.from_dict(d, "x/manifest.json")
+    for bad in (0, "2", True, None):
+        with pytest.raises(ArtifactError, match=f"format_version is {bad!r}.*Use the privaudit version"):
+            ReleaseManifest.from_dict(dict(d, format_version=bad), "x/manifest.json")
+    with pytest.raises(ArtifactError, match="must be a JSON object. Found 'list'"):
+        ReleaseManifest.from_dict([], "x/manifest.json")
+
+
+def test_version_2_requires_the_dense_layout_and_version_1_forbids_it(manifest):
+    """The schema ties the dense transition layout to format version 2 (and only to it)."""
+    d = manifest.to_dict()
+    t = d["families"]["transitions"]
+    assert t["columns"] == ["value"] and t["dense"]["row_groups"] == 3 and t["dense"]["row_group_shape"] == [4, 2, 4]
+    assert t["shape"] == [3, 4, 2, 4] and "row-major" in t["dense"]["order"]
+    no_dense = json.loads(json.dumps(d))
+    del no_dense["families"]["transitions"]["dense"]
+    with pytest.raises(ArtifactError, match=r"\$\.families\.transitions: 'dense' is a required property"):
+        ReleaseManifest.from_dict(no_dense, "x/manifest.json")
+    v1_with_dense = dict(json.loads(json.dumps(d)), format_version=1)
+    with pytest.raises(ArtifactError, match=r"\$\.families\.transitions: .*should not be valid"):
+        ReleaseManifest.from_dict(v1_with_dense, "x/manifest.json")
+    index_cols = json.loads(json.dumps(d))
+    index_cols["families"]["transitions"]["columns"] = ["h", "state", "action", "next_state", "value"]
+    with pytest.raises(ArtifactError, match=r"\$\.families\.transitions\.columns"):
+        ReleaseManifest.from_dict(index_cols, "x/manifest.json")
+
+
+def test_older_manifests_read(manifest):
+    """Written before event, file_column, episode_key and private existed: read, private derived from rng."""
+    d = manifest.to_dict()
+    for key in ("event", "private"):
+        d.pop(key)
+    d["privacy_unit"].pop("file_column", None)
+    d["bounding"].pop("episode_key")
+    m = ReleaseManifest.from_dict(d)
+    assert m.event is None and m.privacy_unit.file_column is None and m.private is False
+    assert m.to_dict() == {**d, "private": False}
+
+
+def test_private_flag_contradicting_rng_is_refused(manifest):
+    d = dict(manifest.to_dict(), private=True)
+    with pytest.raises(ArtifactError, match="private is True but rng is 'seeded-insecure'"):
+        ReleaseManifest.from_dict(d)
