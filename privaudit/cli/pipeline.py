@@ -6,7 +6,7 @@ import click
 
 from privaudit.cli.common import PathArg, as_flags, echo_json, engine_options, handle_errors, spark_target
 from privaudit.core.files import check_writable
-from privaudit.pipeline import run_pipeline
+from privaudit.pipeline import PipelineConfig, run_pipeline_config
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
 from privaudit.pipeline.report import format_table
 
@@ -109,10 +109,11 @@ def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stati
         if engine == "spark":
             click.echo("--engine spark: no DP estimate of the clinicians' value (--value-share 0; the estimate "
                        "reads the logs with polars): the whole budget goes to the release.", err=True)
-    summary = run_pipeline(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp, seed=seed,
-                           stationary=stationary, audit_trials=audit_trials, linear_share=linear_share,
-                           value_share=value_share, overwrite=overwrite, ledger=ledger, instance_seed=instance_seed,
-                           echo=lambda s: click.echo(as_flags(s), err=True), engine=engine, spark=spark)
+    config = PipelineConfig(logs=logs, spec=spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp,
+                            instance_seed=instance_seed, seed=seed, stationary=stationary, audit_trials=audit_trials,
+                            linear_share=linear_share, value_share=value_share, overwrite=overwrite, ledger=ledger,
+                            engine=engine, spark=spark)
+    summary = run_pipeline_config(config, echo=lambda s: click.echo(as_flags(s), err=True))
     private_log = summary.pop("private_log")
     if as_json:
         echo_json(summary)

@@ -1,9 +1,11 @@
 """The main job end to end: ``privaudit pipeline`` (validate -> release -> train -> evaluate -> audit).
 
-Entry point: :func:`run_pipeline`. See docs/pipeline.md.
+Entry points: :func:`run_pipeline` (keyword arguments) and :func:`run_pipeline_config` (one
+:class:`PipelineConfig`). See docs/pipeline.md.
 """
 
+from privaudit.pipeline.config import PipelineConfig
 from privaudit.pipeline.report import load_summary
-from privaudit.pipeline.run import run_pipeline
+from privaudit.pipeline.run import run_pipeline, run_pipeline_config
 
-__all__ = ["run_pipeline", "load_summary"]
+__all__ = ["run_pipeline", "run_pipeline_config", "PipelineConfig", "load_summary"]

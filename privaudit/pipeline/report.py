@@ -9,6 +9,7 @@ docs/pipeline.md, "What may leave the building").
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.core.formatting import num
-from privaudit.core.files import atomic_path, atomic_write_text
+from privaudit.core.files import atomic_write_text
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline.figures import plot_values, values_figure  # noqa: F401 - the values figure lives there
@@ -141,21 +142,46 @@ def audit_summary(report) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class ValueFacts:
+    """The value facts of ``summary.json`` besides the exact values (all post-processing of DP outputs).
+
+    Attributes
+    ----------
+    diagnostics : dict, optional
+        Per policy, :func:`learner_diagnostics`.
+    certified : dict, optional
+        Per policy, ``privaudit.pipeline.values.certified_entries``: its certified value.
+    behaviour : dict, optional
+        The DP estimate of the clinicians' value (``behaviour_value``; None when its share is 0).
+    start_distribution : dict, optional
+        The d0 of the certified values: ``source`` and ``what``.
+    figure_drawn : bool, optional
+        Whether ``figures/values.png`` was drawn (default: an MDP is known).
+    """
+
+    diagnostics: dict | None = None
+    certified: dict | None = None
+    behaviour: dict | None = None
+    start_distribution: dict | None = None
+    figure_drawn: bool | None = None
+
+
 def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies: dict, evaluation: dict | None,
-                  audit: dict | None, stationary: bool, seeded: bool, tmp: Path,
-                  diagnostics: dict | None = None, certified: dict | None = None,
-                  behaviour: dict | None = None, start_distribution: dict | None = None,
-                  values_figure_drawn: bool | None = None) -> dict:
+                  audit: dict | None, stationary: bool, seeded: bool, values: ValueFacts | None = None,
+                  config: dict | None = None) -> dict:
     """The ``summary.json`` document (schema ``schemas/summary.schema.json``).
 
     Holds no seed, no count of rows, episodes or units, no timing (a
     runtime grows with the private data's size), no path outside the output
-    folder. ``certified`` (``privaudit.pipeline.values.certified_entries``)
-    adds each policy's certified value; ``behaviour`` is the DP estimate of
-    the clinicians' value (``behaviour_value``, null when its share is 0);
-    ``start_distribution`` names the d0 of the certified values.
-    ``values_figure_drawn`` (default: an MDP is known) lists ``figures/values.png``.
+    folder. ``values`` (:class:`ValueFacts`) adds each policy's certified
+    value and diagnostics, the DP estimate of the clinicians' value and the
+    start distribution of the certified values. ``config`` is the run's
+    public choices (``PipelineConfig.public``: no path, no seed), written
+    under ``config`` when given.
     """
+    values = values or ValueFacts()
+    diagnostics, certified, values_figure_drawn = values.diagnostics, values.certified, values.figure_drawn
     pol_entries = []
     for name, pol in policies.items():
         e = {"name": name, "algorithm": pol.algorithm, "path": f"policies/{name}",
@@ -192,8 +218,8 @@ def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies:
                     "noise_scale": {f: float(p.noise_scale) for f, p in fams.items()}},
         "policies": pol_entries,
         "evaluation": evaluation,
-        "behaviour_value": behaviour,
-        "start_distribution": start_distribution,
+        "behaviour_value": values.behaviour,
+        "start_distribution": values.start_distribution,
         "audit": audit,
         "artifacts": {
             "summary": "summary.json", "report": "report.md", "release": "release",
@@ -202,6 +228,7 @@ def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies:
             "private_log": "private/local-log.json",
         },
         "sharing": _sharing(audit, seeded),
+        **({} if config is None else {"config": config}),
     }
 
 

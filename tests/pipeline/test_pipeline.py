@@ -107,6 +107,19 @@ def test_every_artifact_and_a_valid_summary(linear_run):
     assert [p.name for p in out.parent.iterdir() if p.name.startswith(".run_linear")] == []
 
 
+def test_the_summary_records_the_public_choices_and_old_summaries_load(linear_run, tmp_path):
+    out, _ = linear_run
+    s = load_summary(out / "summary.json")
+    # what was chosen (PipelineConfig.public): the MDP is a file (its path is not repeated), no seed, no path
+    assert s["config"] == {"bundled_sample": False, "mdp": "file", "stationary": None, "audit_trials": 600,
+                           "linear_share": None, "value_share": 0.1, "engine": "polars", "ledger": False,
+                           "overwrite": False}
+    # a summary written before the config field existed still loads
+    old = {k: v for k, v in s.items() if k != "config"}
+    (tmp_path / "summary.json").write_text(json.dumps(old))
+    assert load_summary(tmp_path / "summary.json") == old
+
+
 def test_composed_guarantee_is_what_was_asked(linear_run):
     out, _ = linear_run
     s = load_summary(out / "summary.json")

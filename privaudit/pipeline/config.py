@@ -1,0 +1,241 @@
+"""``PipelineConfig``: what the user chose for one ``privaudit pipeline`` run, checked in one place.
+
+The CLI (``privaudit pipeline``) and :func:`privaudit.pipeline.run_pipeline`
+build one :class:`PipelineConfig`; every stage of the run reads it (see
+:mod:`privaudit.pipeline.run` and :mod:`privaudit.pipeline.stages`).
+Its public part (:meth:`PipelineConfig.public`, no path, no seed) is written
+into ``summary.json`` under ``config``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privaudit.audit.neighbours import check_synthetic_pair_exists
+from privaudit.audit.runner import MIN_TRIALS
+from privaudit.core.errors import UsageError
+from privaudit.core.package_data import sample_dir
+from privaudit.core.spec import DomainSpec
+from privaudit.mdp.registry import MDP_REGISTRY
+from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
+
+#: Bundled sample: 20,000 ICU-Sepsis episodes under the clinicians' policy, and its spec.
+SAMPLE_DIR = sample_dir()
+SAMPLE_LOGS = SAMPLE_DIR / "icu_sepsis_clinicians_20k.parquet"
+SAMPLE_SPEC = SAMPLE_DIR / "icu_sepsis_spec.json"
+#: The MDP of the bundled sample (the default ``mdp`` when no logs are given).
+SAMPLE_MDP = "icu-sepsis"
+#: Audit runs per side by default (selection + evaluation): seconds on ICU-Sepsis.
+AUDIT_TRIALS_DEFAULT = 4000
+#: Engines that validate, bound and count the logs for the release.
+ENGINES = ("polars", "spark")
+
+
+def check_seed(seed) -> None:
+    """Refuse a ``seed`` that is not None or a non-negative integer (UsageError)."""
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UsageError(f"`seed` must be a non-negative integer. Found {seed!r}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineConfig:
+    """The choices of one pipeline run (the arguments of :func:`privaudit.pipeline.run_pipeline`).
+
+    Built once (by the CLI or by ``run_pipeline``); construction checks every
+    choice that needs no file (UsageError, exit 2, before anything is read);
+    :meth:`check_against` checks the choices that depend on the spec.
+
+    Attributes
+    ----------
+    logs : path, str or Spark DataFrame, optional
+        Parquet file or folder of parts. None: the bundled ICU-Sepsis sample
+        (20,000 episodes of the clinicians' policy) with its spec and, unless
+        ``mdp`` is given, ``mdp="icu-sepsis"``. With ``engine="spark"``, any
+        path Spark reads, or a Spark DataFrame.
+    spec : path or DomainSpec, optional
+        The public domain spec; required with ``logs``.
+    rho : float, optional
+        Total zCDP budget of everything the pipeline outputs.
+    epsilon, delta : float, optional
+        Total (epsilon, delta)-DP target instead of ``rho``.
+    out : path
+        Output folder; must not exist (see ``overwrite``).
+    mdp : str or path, optional
+        ``icu-sepsis``, ``synthetic-linear`` or an MDP ``.npz`` (``privaudit
+        simulate --mdp-out``): evaluate the learned policies exactly on it.
+        Its (H, S, A) must match the spec. None: no evaluation (values are
+        absent from the summary). A policy whose table is a placeholder
+        (dp-vapvi on column-x-action without a public state_table) is not
+        evaluated; the summary says so.
+    instance_seed : int, optional
+        The instance of a seeded named MDP (synthetic-linear): from here or
+        the spec's ``$.mdp.instance_seed`` (written by ``privaudit
+        simulate``); they must agree, and one is required
+        (``privaudit.mdp.evaluation.resolve_instance_seed``).
+    seed : int, optional
+        TESTS ONLY: makes the release noise, DP-VAPVI noise and the audit
+        reproducible. The release is then marked rng "seeded-insecure"; the
+        seed is written nowhere.
+    stationary : bool or None, default None
+        True: release counts pooled over h (tables (S, A) and (S, A, S));
+        False: one table per step h. None (auto): the MDP's own structure when
+        ``mdp`` is given (a public fact: ICU-Sepsis is stationary, the
+        random-tabular MDPs are not), else True. Why pooling is the default
+        (docs/pipeline.md): for a time-homogeneous process, a pooled cell holds
+        about H times the count of a per-step cell for sqrt(H) times the noise
+        (L2 sensitivity kH sqrt(2) vs k sqrt(2H)), and at S = 716 it is the
+        only setting that fits the 2-minute target (per-step DP-APVI needs
+        H = 20 projections of 17,900 rows: about 90 s alone).
+    audit_trials : int, default 4000
+        Runs per side of the release audit (>= ``audit.runner.MIN_TRIALS``); 0 skips the audit.
+    linear_share : float or None, default None (0.5)
+        Share of the budget given to DP-VAPVI when the spec has a feature map; a share given for a
+        spec without one is refused (UsageError) rather than ignored.
+    value_share : float, default 0.1
+        Share of the budget spent on the behaviour-value release
+        (:mod:`privaudit.release.behaviour_value`): the clinicians' value
+        estimated with DP from the logged returns, with a 95% interval, and
+        the noisy start-state counts the certified values are averaged over
+        when no MDP is known. 0: neither (certified values then use a
+        per-step release's h = 0 visits or the MDP's d0, else are absent).
+        Must be 0 with ``engine="spark"`` (the estimate reads the logs with
+        polars; the CLI then defaults it to 0).
+    overwrite : bool
+        Replace ``out`` if it holds a previous pipeline output (a
+        ``summary.json`` of this kind); any other existing path is refused.
+    ledger : path, optional
+        A budget ledger (``privaudit budget init``): the planned split (every
+        part, checked to compose within the total budget:
+        ``guarantee.check_split``, and every part's planned privacy event,
+        checked to cost at most its share and to compose within the total:
+        ``plans.plan_parts``, AccountingError) is checked against its
+        remaining budget before any row is read or any part charged
+        (BudgetExceededError, exit 3); each part (release, behaviour value,
+        DP-PBB, DP-VAPVI) charges its share when it succeeds, with its planned
+        event (``PartsPlan.charged``). A run that fails
+        after a charge keeps the charge (the safe direction: spent budget is
+        never handed back).
+    progress : bool, optional
+        Progress bars on stderr (default: only when stderr is a terminal).
+    engine : {"polars", "spark"}
+        Who validates, bounds and counts for the release stage
+        (``privaudit.release.tabular.release_logs``): polars here, or Apache
+        Spark (the ``privaudit[spark]`` extra). The release is the same either way
+        (same counts, so the same tables for the same seed); with Spark the
+        fatal rules are checked by Spark inside the release stage, after the
+        budget and the ledger were checked. Tabular only: a spec with a
+        feature map (DP-VAPVI reads per-row features with polars) is refused,
+        and so is ``value_share`` > 0; DP-PBB (which also reads the logs with
+        polars) is not trained, so DP-APVI on the release is the DP policy.
+    spark : SparkSession or str, optional
+        With ``engine="spark"``: the session (classic or Spark Connect), a
+        master URL (``local[4]``, ``spark://host:7077``, ``yarn``), or a
+        Spark Connect URL ``sc://HOST:PORT``; None: the active session or
+        ``local[*]``.
+
+    Raises
+    ------
+    UsageError
+        On construction: ``spec`` without ``logs`` or ``logs`` without
+        ``spec``, an unknown ``engine``, ``value_share`` > 0 or no ``engine``
+        spark with ``spark``, a ``stationary``, ``audit_trials`` or ``seed``
+        of the wrong type or range.
+    TypeError
+        ``out`` missing, or an unknown field.
+    """
+
+    logs: Any = None
+    spec: str | Path | DomainSpec | None = None
+    rho: float | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    out: str | Path
+    mdp: str | Path | None = None
+    instance_seed: int | None = None
+    seed: int | None = None
+    stationary: bool | None = None
+    audit_trials: int = AUDIT_TRIALS_DEFAULT
+    linear_share: float | None = None
+    value_share: float = VALUE_SHARE_DEFAULT
+    overwrite: bool = False
+    ledger: str | Path | None = None
+    progress: bool | None = None
+    engine: str = "polars"
+    spark: Any = None
+
+    def __post_init__(self):
+        if self.logs is None and self.spec is not None:
+            raise UsageError("`spec` needs LOGS; with no LOGS the bundled ICU-Sepsis sample and its spec are used.")
+        if self.logs is not None and self.spec is None:
+            raise UsageError("LOGS needs `spec` SPEC (the public domain spec of the logs).")
+        if self.engine not in ENGINES:
+            raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {self.engine!r}.")
+        if self.engine == "spark" and self.value_share:
+            raise UsageError("`engine` spark counts the logs for the release only; the DP estimate of the behaviour "
+                             f"value reads them with polars: pass `value_share` 0. Found {self.value_share!r}.")
+        if self.engine != "spark" and self.spark is not None:
+            raise UsageError("`spark` (a session or master URL) needs `engine` 'spark'.")
+        if self.stationary is not None and not isinstance(self.stationary, bool):
+            raise UsageError(f"`stationary` must be True, False or None (auto). Found {self.stationary!r}.")
+        t = self.audit_trials
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or (t != 0 and t < MIN_TRIALS):
+            raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {t!r}.")
+        check_seed(self.seed)
+
+    @property
+    def bundled(self) -> bool:
+        """True when no logs were given: the bundled ICU-Sepsis sample is used."""
+        return self.logs is None
+
+    def inputs(self) -> tuple[Any, str | Path | DomainSpec, str | Path | None]:
+        """(logs, spec, mdp) to run on: the user's, or the bundled sample with its spec and MDP.
+
+        ``logs`` is a local :class:`~pathlib.Path` with the polars engine, or
+        with Spark when it is a path without a scheme; Spark may also read URLs
+        (hdfs://, s3a://) and DataFrames, passed on as given.
+        """
+        if self.bundled:
+            return SAMPLE_LOGS, SAMPLE_SPEC, SAMPLE_MDP if self.mdp is None else self.mdp
+        logs = self.logs
+        if self.engine == "polars" or isinstance(logs, (str, Path)) and "://" not in str(logs):
+            logs = Path(logs)
+        return logs, self.spec, self.mdp
+
+    def check_against(self, spec: DomainSpec) -> None:
+        """Refuse the choices this spec cannot serve, before any row is read (UsageError).
+
+        ``engine`` spark with a feature map, an audit without a synthetic
+        neighbouring pair for the spec, a ``linear_share`` without a feature map.
+        """
+        if self.engine == "spark" and spec.features:
+            raise UsageError("`engine` spark runs the tabular release only, and this spec declares a feature map "
+                             "(DP-VAPVI reads per-row features with polars): run it with the polars engine, or "
+                             "without the feature map.")
+        if self.audit_trials:  # the audit's synthetic pair comes from the spec: refuse now, not after the budget
+            try:
+                check_synthetic_pair_exists(spec)
+            except UsageError as e:
+                raise UsageError(f"{e} The pipeline's audit cannot run on this spec: pass `audit_trials` 0.") from None
+        if self.linear_share is not None and not spec.features:  # a share the user chose would be silently ignored
+            raise UsageError(f"`linear_share` {self.linear_share!r} is DP-VAPVI's share of the budget, and this spec "
+                             "declares no feature map ($.features): there is no DP-VAPVI to give it to. Drop it.")
+
+    def public(self) -> dict:
+        """The choices ``summary.json`` may hold (its ``config``): no path, no seed, no Spark target.
+
+        The budget is not repeated (``privacy.requested`` holds it); ``mdp`` is
+        a registered name, ``"file"`` for an MDP file, or None; ``ledger`` says
+        only whether a ledger was charged. Nothing here depends on the logs.
+        """
+        mdp = self.mdp if self.mdp is None or str(self.mdp) in MDP_REGISTRY else "file"
+        return {"bundled_sample": self.bundled, "mdp": None if mdp is None else str(mdp),
+                "stationary": self.stationary, "audit_trials": int(self.audit_trials),
+                "linear_share": None if self.linear_share is None else float(self.linear_share),
+                "value_share": float(self.value_share), "engine": self.engine,
+                "ledger": self.ledger is not None, "overwrite": bool(self.overwrite)}

@@ -1,0 +1,282 @@
+"""The pipeline's stages after validation: release -> train -> evaluate -> audit -> report.
+
+Each stage is one function ``stage(config, state)``: it reads the run's
+:class:`~privaudit.pipeline.config.PipelineConfig` and the :class:`RunState`
+(what planning and the earlier stages produced) and adds its own products to
+the state. Everything is written inside the temporary folder ``state.tmp``
+(:func:`privaudit.pipeline.run.run_pipeline_config` renames it to ``out``
+once every stage succeeded).
+
+Privacy: the release stage holds the accesses to the logs (the count release
+and the behaviour-value release); the train stage holds DP-PBB and DP-VAPVI.
+Each part's mechanism returns its privacy event, which must equal the planned
+one (``PartsPlan.charged``); the ledger (checked once during planning) is
+charged once per part from that event; the composed guarantee is the
+accountant's composition of the events. The rest (DP-APVI on the release,
+evaluation on a public MDP, the certified values, the figures) is
+post-processing; the audit reads nothing of the logs (a synthetic pair built
+from the spec: :mod:`privaudit.pipeline.audit_release`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from privaudit.core.files import atomic_write_text
+from privaudit.core.spec import DomainSpec
+from privaudit.learners.linear import train_from_logs as train_linear
+from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
+from privaudit.learners.policy import save_policy
+from privaudit.learners.tabular.dp_apvi import DPAPVI
+from privaudit.learners.tabular.train import train_dp_pbb
+from privaudit.pipeline import figures
+from privaudit.pipeline import report as rep
+from privaudit.pipeline import values as val
+from privaudit.pipeline.audit_release import audit_release
+from privaudit.pipeline.config import PipelineConfig
+from privaudit.pipeline.guarantee import VALUE_PART, composed_guarantee
+from privaudit.pipeline.plans import PartsPlan
+from privaudit.privacy import ledger as ledger_mod
+from privaudit.privacy.budget import Budget
+from privaudit.privacy.events import event_from_dict
+from privaudit.release.behaviour_value import estimate_behaviour_value, return_range
+from privaudit.release.tabular import load_release, release_logs
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What planning decided from the config and public inputs, before any row is read.
+
+    Attributes
+    ----------
+    spec : DomainSpec
+    logs : Path, str or Spark DataFrame
+        The logs to read (the bundled sample's path when the config has none).
+    mdp : TabularMDP or None
+        The public MDP the policies are evaluated on; ``mdp_name`` is how the user named it.
+    stationary : bool
+        Counts pooled over h (True) or one table per step (the config's choice, or its default).
+    budget : Budget
+        The whole budget, resolved once.
+    parts : dict[str, Budget]
+        Its split (``guarantee.split_budget``); ``shares`` the configured shares.
+    parts_plan : PartsPlan
+        Every part's planned noise and event (``plans.plan_parts``), checked against its share.
+    seeds : list of int or None
+        Child seeds: release, DP-VAPVI, audit, behaviour value, DP-PBB (None: OS entropy).
+    """
+
+    spec: DomainSpec
+    logs: Any
+    mdp: Any
+    mdp_name: str | None
+    stationary: bool
+    budget: Budget
+    parts: dict
+    shares: dict
+    parts_plan: PartsPlan
+    seeds: list
+
+
+@dataclass
+class RunState:
+    """What the stages produced so far (each stage fills its own fields).
+
+    ``prepared`` is the validated and bounded logs (``privaudit.data.prepare.PreparedLogs``), or with
+    ``engine="spark"`` what Spark reads (a path or a DataFrame): the release is then the only reader.
+    """
+
+    plan: RunPlan
+    prepared: Any
+    tmp: Path
+    out: Path
+    run_id: str
+    say: Callable[[str], None]
+    events: dict = field(default_factory=dict)
+    manifest: Any = None
+    local: dict = field(default_factory=dict)
+    value_stats: Any = None
+    policies: dict = field(default_factory=dict)
+    start_values: dict = field(default_factory=dict)
+    diagnostics: dict = field(default_factory=dict)
+    d0: np.ndarray | None = None
+    d0_source: str | None = None
+    guarantee: dict | None = None
+    evaluation: dict | None = None
+    audit: dict | None = None
+    summary: dict | None = None
+    private: dict | None = None
+
+
+def _charge(config: PipelineConfig, state: RunState, name: str, event, note: str = "") -> None:
+    """Keep part ``name``'s event (checked against its plan) and charge the ledger with it, if any."""
+    plan = state.plan
+    state.events[name] = plan.parts_plan.charged(name, event)
+    if config.ledger is not None:
+        ledger_mod.charge_event(config.ledger, plan.spec.dataset_id, state.events[name],
+                                f"pipeline, {name} part: gaussian, rho={plan.parts[name].shown!r}"
+                                + (f" ({note})" if note else ""), plan.parts[name], run=state.run_id,
+                                output=state.out)
+
+
+def release(config: PipelineConfig, state: RunState) -> None:
+    """The count release into ``tmp/release`` and, unless its share is 0, the behaviour-value release.
+
+    Fills ``manifest``, ``local`` (the release's private bounding facts, folded
+    into ``private/local-log.json``), ``value_stats`` and their ``events``.
+    """
+    plan = state.plan
+    info = release_logs(state.prepared, plan.spec, budget=plan.parts["release"], stationary=plan.stationary,
+                        noise="exact", out=state.tmp / "release", seed=plan.seeds[0], engine=config.engine,
+                        spark=config.spark)
+    _charge(config, state, "release", info.event)
+    state.local = json.loads(info.local_log.read_text())
+    info.local_log.unlink()  # folded into private/local-log.json
+    state.manifest = info.manifest
+    value_plan = plan.parts_plan.value
+    if value_plan is not None:  # the behaviour-value part: a second access to the bounded logs
+        state.value_stats = value_plan.apply(state.prepared.bounded, rng=np.random.default_rng(plan.seeds[3]))
+        _charge(config, state, VALUE_PART, value_plan.event)
+
+
+def train(config: PipelineConfig, state: RunState) -> None:
+    """DP-PBB (its own access), DP-APVI on the release (post-processing), DP-VAPVI (its own access).
+
+    Saves every policy under ``tmp/policies/<name>``; fills ``policies``,
+    ``start_values``, ``diagnostics``, the start distribution ``d0`` of the
+    certified values and the composed ``guarantee``.
+    """
+    plan, say, tmp = state.plan, state.say, state.tmp
+    spec, parts, seeds = plan.spec, plan.parts, plan.seeds
+    policies, events = state.policies, state.events
+    release = load_release(tmp / "release")
+    # the start distribution of the certified values: released or public, never read off the logs
+    d0, d0_source = val.start_distribution(value_stats=state.value_stats, release=release, mdp=plan.mdp,
+                                           terminal_states=spec.terminal_states)
+    state.d0, state.d0_source = d0, d0_source
+    # tabular learners on the release (post-processing); each pessimistic one exposes its value at
+    # step 0 in declared units (declared_values), which the certified values and diagnostics use
+    tabular = {}
+    if "dp-pbb" in parts:  # the default DP policy: learns from outcomes, with a certificate (issue 12)
+        pbb = train_dp_pbb(state.prepared, spec, stationary=plan.stationary, budget=parts["dp-pbb"], seed=seeds[4],
+                           echo=say)
+        tabular["dp-pbb"] = pbb.learner
+        _charge(config, state, "dp-pbb", pbb.learner.event_, "private Bellman backups")
+    # Qiao & Wang (2023)'s DP-APVI with the paper's constants on the release: the reference
+    tabular["dp-apvi"] = DPAPVI().fit(release, release_path="../../release")
+    start_values, diagnostics = state.start_values, state.diagnostics
+    for name, learner in tabular.items():
+        policies[name] = learner.policy_
+        start_values[name] = learner.declared_values()[0] if hasattr(learner, "declared_values") else None
+        if start_values[name] is not None:
+            q_choice = getattr(learner, "Q_select_", learner.Q_)  # the values that chose the actions
+            diagnostics[name] = rep.learner_diagnostics(q_choice, start_values[name], learner.policy_.table,
+                                                        plan.mdp, spec.terminal_states, d0=d0)
+    if "dp-vapvi" in parts:
+
+        pol = train_linear(state.prepared, spec, "dp-vapvi", budget=parts["dp-vapvi"], seed=seeds[1])
+        policies["dp-vapvi"] = pol
+        start_values["dp-vapvi"] = None  # DP-VAPVI's pessimistic values are not kept
+        _charge(config, state, "dp-vapvi", event_from_dict(pol.privacy.event), "5H releases")
+    for name, pol in policies.items():
+        save_policy(pol, tmp / "policies" / name)
+    state.guarantee = composed_guarantee(plan.budget, parts, events, spec, shares=plan.shares,
+                                         manifest=state.manifest)
+
+
+def evaluate(config: PipelineConfig, state: RunState) -> None:
+    """Exact values of the policies on the public MDP, if one is known (fills ``evaluation``).
+
+    A policy whose table is a placeholder (DP-VAPVI on column-x-action without
+    a public state_table) is not evaluated; the data holder is told so.
+    """
+    the_mdp, policies = state.plan.mdp, state.policies
+    placeholders = [n for n, p in policies.items()
+                    if str(p.parameters.get("table", "")).startswith(PLACEHOLDER_TABLE)]
+    state.evaluation = None if the_mdp is None else rep.evaluate_all(
+        the_mdp, {n: p.table for n, p in policies.items() if n not in placeholders}, str(state.plan.mdp_name))
+    for n in placeholders:
+        if the_mdp is not None:
+            state.say(f"{n}: not evaluated: its table is a uniform placeholder (column-x-action without a public "
+                      "state_table); the policy acts through w_h and phi(features, a) of each patient.")
+
+
+def audit(config: PipelineConfig, state: RunState) -> None:
+    """Audit the release at its claimed budget, unless ``audit_trials`` is 0 (fills ``audit``).
+
+    Runs on a synthetic pair from the spec: reads nothing of the logs (docs/pipeline.md "What may leave").
+    Writes ``tmp/audit/audit_report.json`` and ``tmp/figures/audit_tradeoff.png``.
+    """
+    if not config.audit_trials:
+        return
+    plan = state.plan
+    report = audit_release(plan.spec, state.manifest, delta=plan.budget.delta, trials=int(config.audit_trials),
+                           budget=plan.parts["release"], seed=plan.seeds[2], progress=config.progress)
+    report.write_json(state.tmp / "audit" / "audit_report.json")
+    report.plot(state.tmp / "figures" / "audit_tradeoff.png")
+    state.audit = rep.audit_summary(report)
+
+
+def report(config: PipelineConfig, state: RunState) -> None:
+    """Certified values, the values figure, ``summary.json`` and ``report.md``; the private log's content.
+
+    Fills ``summary`` (as written) and ``private`` (the facts for
+    ``private/local-log.json``, written by the caller with the timings).
+    """
+    plan, tmp = state.plan, state.tmp
+    spec, evaluation, diagnostics, value_stats = plan.spec, state.evaluation, state.diagnostics, state.value_stats
+    certified = val.certified_entries(state.start_values, state.d0, state.d0_source,
+                                      None if evaluation is None else evaluation["values"],
+                                      return_range=return_range(spec)[:2], value_stats=value_stats,
+                                      terminal_states=spec.terminal_states)
+    for name, dg in diagnostics.items():  # one certified value per policy (clipped into the return range)
+        dg["certified_value"] = certified[name]["certified_value"]
+    behaviour = None if value_stats is None else {
+        **estimate_behaviour_value(value_stats), "privacy_part": VALUE_PART,
+        "mechanism": plan.parts_plan.value.describe(),
+        "exact_clinicians": None if evaluation is None else evaluation["references"].get("clinicians")}
+    cert_values = {n: c["certified_value"] for n, c in certified.items()}
+    draw = evaluation is not None or behaviour is not None or any(v is not None for v in cert_values.values())
+    if draw:  # values, certificates and the clinicians' DP estimate side by side (all public)
+        figures.plot_values(evaluation, tmp / "figures" / "values.png",
+                            fallback={n: d["fallback_share"] for n, d in diagnostics.items()},
+                            certified=cert_values, behaviour=behaviour, return_range=return_range(spec)[:2])
+    start = None if state.d0_source is None else {"source": state.d0_source,
+                                                  "what": val.D0_SOURCES[state.d0_source]}
+    summary = rep.build_summary(
+        spec=spec, manifest=state.manifest, guarantee=state.guarantee, policies=state.policies,
+        evaluation=evaluation, audit=state.audit, stationary=plan.stationary, seeded=config.seed is not None,
+        values=rep.ValueFacts(diagnostics=diagnostics, certified=certified, behaviour=behaviour,
+                              start_distribution=start, figure_drawn=draw),
+        config=config.public())
+    rep.write_summary(summary, tmp / "summary.json")
+    atomic_write_text(tmp / "report.md", rep.render_markdown(summary))
+    state.summary = summary
+    state.private = {
+        "WARNING": "PRIVATE: facts about the private logs, for the data holder only. Never share this file.",
+        "created": summary["created"],
+        "logs": _logs_named(config, state.prepared),
+        "spec": str(spec.source) if spec.source else None,
+        "engine": config.engine,
+        "validation": "passed every rule that contribution bounding cannot repair",
+        "bounding": state.local.get("bounding"),
+    }
+
+
+def _logs_named(config: PipelineConfig, prepared) -> str:
+    """How the private log names the logs: an absolute path, a URL as given, or 'a Spark DataFrame'."""
+    if config.engine == "polars":
+        return str(prepared.path.resolve())
+    if isinstance(prepared, (str, Path)):
+        return str(prepared.resolve()) if isinstance(prepared, Path) else prepared
+    return "a Spark DataFrame"
+
+
+#: The stages after validation, in order (name, function); the run times each one.
+STAGES_AFTER_VALIDATION = (("release", release), ("train", train), ("evaluate", evaluate), ("audit", audit),
+                           ("report", report))
