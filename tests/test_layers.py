@@ -132,8 +132,8 @@ def test_validate_run_imports_neither_matplotlib_nor_scipy_stats():
 
 
 def test_cli_short_helps_are_the_commands_own():
-    for name, (module, short) in COMMANDS.items():
-        command = importlib.import_module(f"privaudit.cli.{module}").command
+    for name, short in COMMANDS.items():
+        command = importlib.import_module(f"privaudit.cli.{name}").command
         assert command.get_short_help_str(limit=90) == short, name
 
 

@@ -16,19 +16,19 @@ import click
 from privaudit import __version__
 from privaudit.core.errors import Terminated
 
-#: command name -> (module under privaudit.cli, its short help). Ordered as in --help; the short
-#: help is repeated here so that ``privaudit --help`` imports no command module (a test keeps the
-#: two equal).
+#: command name -> its short help; the command lives in ``privaudit/cli/<name>.py``. Ordered as in
+#: --help; the short help is repeated here so that ``privaudit --help`` imports no command module (a
+#: test keeps the two equal).
 COMMANDS = {
-    "validate": ("validate", "Check Parquet trajectory logs against a domain spec."),
-    "simulate": ("simulate", "Simulate logs (Parquet) and their spec from a known MDP."),
-    "release": ("release", "Release DP counts of tabular logs (Parquet + manifest)."),
-    "budget": ("budget", "Create, show or charge a privacy-budget ledger (append-only, exact amounts)."),
-    "train": ("train", "Train an offline policy (DP-APVI, APVI, VE, ...) from logs or a release."),
-    "evaluate": ("evaluate", "Exact value of a policy on a known MDP, next to the optimal value."),
-    "audit": ("audit", "Audit a DP claim empirically: epsilon lower bound from neighbouring runs."),
-    "pipeline": ("pipeline", "The main job: validate, release, train, evaluate, audit, report."),
-    "explore": ("explore", "Online exploration under joint DP (PUCB, UCB-VI, LSVI-UCB, Luyo, Ngo, LSVI-UCB++, DP-LSVI-UCB++): regret on a simulated user stream."),
+    "validate": "Check Parquet trajectory logs against a domain spec.",
+    "simulate": "Simulate logs (Parquet) and their spec from a known MDP.",
+    "release": "Release DP counts of tabular logs (Parquet + manifest).",
+    "budget": "Create, show or charge a privacy-budget ledger (append-only, exact amounts).",
+    "train": "Train an offline policy (DP-APVI, APVI, VE, ...) from logs or a release.",
+    "evaluate": "Exact value of a policy on a known MDP, next to the optimal value.",
+    "audit": "Audit a DP claim empirically: epsilon lower bound from neighbouring runs.",
+    "pipeline": "The main job: validate, release, train, evaluate, audit, report.",
+    "explore": "Online exploration under joint DP (PUCB, UCB-VI, LSVI-UCB, Luyo, Ngo, LSVI-UCB++, DP-LSVI-UCB++): regret on a simulated user stream.",
 }
 
 
@@ -53,10 +53,10 @@ class LazyGroup(click.Group):
     def get_command(self, ctx, name):
         if name not in COMMANDS:
             return None
-        return importlib.import_module(f"privaudit.cli.{COMMANDS[name][0]}").command
+        return importlib.import_module(f"privaudit.cli.{name}").command
 
     def format_commands(self, ctx, formatter):
-        rows = [(name, short) for name, (_, short) in COMMANDS.items()]
+        rows = list(COMMANDS.items())
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
