@@ -8,7 +8,7 @@ from privaudit.cli.common import PathArg, as_flags, echo_json, engine_options, h
 from privaudit.core.files import check_writable
 from privaudit.pipeline import PipelineConfig, run_pipeline_config
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
-from privaudit.pipeline.report import format_table
+from privaudit.pipeline.render import format_table
 
 _HELP = """Run the main job end to end on LOGS into the folder DIR (--out):
 validate the logs against SPEC, release DP counts, train DP-PBB (the

@@ -35,6 +35,7 @@ from privaudit.learners.policy import save_policy
 from privaudit.learners.tabular.dp_apvi import DPAPVI
 from privaudit.learners.tabular.train import train_dp_pbb
 from privaudit.pipeline import figures
+from privaudit.pipeline import render
 from privaudit.pipeline import report as rep
 from privaudit.pipeline import values as val
 from privaudit.pipeline.audit_release import audit_release
@@ -255,7 +256,7 @@ def report(config: PipelineConfig, state: RunState) -> None:
                               start_distribution=start, figure_drawn=draw),
         config=config.public())
     rep.write_summary(summary, tmp / "summary.json")
-    atomic_write_text(tmp / "report.md", rep.render_markdown(summary))
+    atomic_write_text(tmp / "report.md", render.render_markdown(summary))
     state.summary = summary
     state.private = {
         "WARNING": "PRIVATE: facts about the private logs, for the data holder only. Never share this file.",

@@ -26,8 +26,7 @@ from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec
 from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline import load_summary, run_pipeline
-from privaudit.pipeline import report as rep
-from privaudit.pipeline.report import format_table
+from privaudit.pipeline.render import format_table, render_markdown
 from privaudit.pipeline.run import _child_seeds
 from privaudit.privacy import accounting
 from privaudit.core.schemas import schema_errors
@@ -449,8 +448,8 @@ def test_value_estimates_are_post_processing_of_the_noisy_statistics(world, tmp_
     for key in ("version", "interval_unit"):
         del old["behaviour_value"]["mechanism"][key]
     (tmp_path / "old.json").write_text(json.dumps(old))
-    assert "version 1" in rep.render_markdown(load_summary(tmp_path / "old.json"))
-    assert "version 1" not in rep.render_markdown(s)
+    assert "version 1" in render_markdown(load_summary(tmp_path / "old.json"))
+    assert "version 1" not in render_markdown(s)
     # noise was added: the logs' exact mean return differs from the estimate, by about the noise
     df = world["df"]
     exact_mean = float(df.group_by("episode_id").agg(pl.col("reward").sum())["reward"].mean())

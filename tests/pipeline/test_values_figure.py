@@ -80,7 +80,8 @@ def test_without_an_mdp_the_figure_shows_certificates_and_the_estimate_only(tmp_
 
 
 def test_figure_module_keeps_matplotlib_out_of_imports():
-    code = ("import sys; import privaudit.pipeline.figures, privaudit.pipeline.report, privaudit.pipeline.run; "
+    code = ("import sys; import privaudit.pipeline.figures, privaudit.pipeline.report, privaudit.pipeline.run, "
+            "privaudit.pipeline.render, privaudit.pipeline.stages, privaudit.pipeline.config; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
