@@ -67,7 +67,7 @@ Examples:
 
 @click.command("pipeline", help=_HELP, short_help="The main job: validate, release, train, evaluate, audit, report.")
 @click.argument("logs", metavar="[LOGS]", required=False, type=PathArg(readable=False, path_type=str))
-@click.option("--spec", "spec_path", type=PathArg(readable=False, path_type=str), default=None,
+@click.option("--spec", "spec", type=PathArg(readable=False, path_type=str), default=None,
               help="Domain spec (JSON); required with LOGS.")
 @click.option("--rho", type=float, default=None, help="Total zCDP budget rho.")
 @click.option("--epsilon", type=float, default=None, help="Total epsilon (with --delta).")
@@ -100,25 +100,23 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @engine_options
 @handle_errors
-def command(logs, spec_path, rho, epsilon, delta, out, mdp, instance_seed, stationary, audit_trials, linear_share,
-            value_share, seed, overwrite, ledger, as_json, engine, master, remote):
-    check_writable(out, "--out")  # before the logs are read or any budget is checked
+def command(as_json, master, remote, **choices):
+    # every option but --json, --master and --remote is a field of PipelineConfig, by name
+    check_writable(choices["out"], "--out")  # before the logs are read or any budget is checked
+    engine = choices["engine"]
     spark = spark_target(engine, master, remote)
-    if value_share is None:
-        value_share = 0.0 if engine == "spark" else VALUE_SHARE_DEFAULT
+    if choices["value_share"] is None:
+        choices["value_share"] = 0.0 if engine == "spark" else VALUE_SHARE_DEFAULT
         if engine == "spark":
             click.echo("--engine spark: no DP estimate of the clinicians' value (--value-share 0; the estimate "
                        "reads the logs with polars): the whole budget goes to the release.", err=True)
-    config = PipelineConfig(logs=logs, spec=spec_path, rho=rho, epsilon=epsilon, delta=delta, out=out, mdp=mdp,
-                            instance_seed=instance_seed, seed=seed, stationary=stationary, audit_trials=audit_trials,
-                            linear_share=linear_share, value_share=value_share, overwrite=overwrite, ledger=ledger,
-                            engine=engine, spark=spark)
+    config = PipelineConfig(**choices, spark=spark)
     summary = run_pipeline_config(config, echo=lambda s: click.echo(as_flags(s), err=True))
     private_log = summary.pop("private_log")
     if as_json:
         echo_json(summary)
     else:
-        click.echo(format_table(summary, out))
+        click.echo(format_table(summary, config.out))
     click.echo(f"private log (bounding facts; do not share): {private_log}", err=True)
     if summary["audit"] is not None and summary["audit"]["verdict"] == "violation":
         click.echo("AUDIT VIOLATION: the release's privacy claim is false at the stated confidence; "
