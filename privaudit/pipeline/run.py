@@ -227,6 +227,19 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     remaining budget: a refusal leaves the ledger untouched and nothing written.
 
     Returns the plan and the default-stationarity note to tell once the logs pass (or None).
+
+    Raises
+    ------
+    UsageError
+        A choice the spec cannot serve (``PipelineConfig.check_against``), a bad
+        budget or split, an existing ``out``, an MDP that does not fit the spec.
+    SpecError
+        An unreadable spec or feature map; with ``mdp``, terminal states or a public reward
+        that are not the MDP's.
+    AccountingError
+        A part's planned event above its share, or parts composing above the total.
+    BudgetExceededError
+        With ``ledger``: the planned parts exceed its remaining budget.
     """
     logs, spec, mdp = config.inputs()
     spec = spec if isinstance(spec, DomainSpec) else load_spec(spec)

@@ -150,7 +150,8 @@ def train(config: PipelineConfig, state: RunState) -> None:
 
     Saves every policy under ``tmp/policies/<name>``; fills ``policies``,
     ``start_values``, ``diagnostics``, the start distribution ``d0`` of the
-    certified values and the composed ``guarantee``.
+    certified values and the composed ``guarantee``. DP-APVI is Qiao & Wang (2023), Algorithm 1 (with
+    the paper's constants); DP-VAPVI is their Algorithm 2 (5H noisy statistics, rho/(5H) each).
     """
     plan, say, tmp = state.plan, state.say, state.tmp
     spec, parts, seeds = plan.spec, plan.parts, plan.seeds
