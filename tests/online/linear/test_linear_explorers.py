@@ -395,6 +395,7 @@ def test_dp_lsvi_ucb_pp_switch_margin_and_non_monotone_options():
         assert (rises <= 0.0) if monotone else (rises > 0.1), (monotone, rises)
 
 
+@pytest.mark.slow
 def test_lsvi_ucb_regret_is_sublinear():
     """Slope of log cumulative regret between K = 10^3 and 10^4 below 0.8 (one run, fixed seed).
 
