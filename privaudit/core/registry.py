@@ -138,10 +138,10 @@ for _a in (
               "private LSVI-UCB through batching (Luyo et al. 2021): Gram trees over batches, rho-zCDP",
               needs_features=True),
     Algorithm("ngo", "online", True, "privaudit.online.linear.registry:build_linear",
-              "low-switching private LSVI-UCB (Ngo et al. 2022, seed 002): Gram trees, capped "
+              "low-switching private LSVI-UCB (Ngo, Vietri & Wu 2022): Gram trees, capped "
               "det-doubling switches, rho-zCDP", needs_features=True),
     Algorithm("dp-lsvi-ucb-pp", "online", True, "privaudit.online.linear.registry:build_linear",
-              "DP-LSVI-UCB++ (seed 003, corrected): fresh GOE/Gaussian noise per (k, h), rho-zCDP",
+              "DP-LSVI-UCB++ (Sahu 2025, corrected): fresh GOE/Gaussian noise per (k, h), rho-zCDP",
               needs_features=True),
 ):
     register(_a)
