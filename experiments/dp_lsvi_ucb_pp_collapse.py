@@ -49,7 +49,7 @@ import numpy as np
 from privaudit.mdp.synthetic_linear import raw_features
 from privaudit.mdp.tabular import value_iteration
 from privaudit.online.env import make_env
-from privaudit.online.linear.registry import make_linear_agent
+from privaudit.online.linear.build import make_linear_agent
 from privaudit.online.protocol import run_episodes
 from privaudit.privacy.accounting import dp_to_zcdp
 

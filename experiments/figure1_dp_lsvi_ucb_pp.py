@@ -63,7 +63,7 @@ import numpy as np  # noqa: E402
 
 from privaudit.mdp.synthetic_linear import raw_features  # noqa: E402
 from privaudit.online.env import make_env  # noqa: E402
-from privaudit.online.linear.registry import LINEAR_ALGOS, make_linear_agent  # noqa: E402
+from privaudit.online.linear.build import LINEAR_ALGOS, make_linear_agent  # noqa: E402
 from privaudit.online.protocol import run_episodes  # noqa: E402
 from privaudit.privacy.accounting import dp_to_zcdp  # noqa: E402
 

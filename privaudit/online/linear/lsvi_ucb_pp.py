@@ -44,7 +44,7 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.online.linear.constants import PlusPlusConstants
-from privaudit.online.linear.lsvi_ucb import PRIVACY_UNIT, LinearExplorer, _goe_event, _vec_event
+from privaudit.online.linear.base import PRIVACY_UNIT, LinearExplorer, goe_event, vector_event
 from privaudit.online.linear.lattice import LatticeStats, choose_lattice, release
 from privaudit.online.linear.numerics import FlooredInverse, RidgeStats, greedy
 from privaudit.online.linear.numerics import clip_ufunc as _CLIP
@@ -333,10 +333,10 @@ class LSVIUCBPlusPlus(LinearExplorer):
         if not self.private or self.c.noise_gram == 0:
             return []
         n, w, H = self.H * self.K, self.c.w_max, self.H
-        return [_goe_event("dp-lsvi-ucb-pp:gram", n, w, self.c.noise_gram),
-                _vec_event("dp-lsvi-ucb-pp:v-hat", n, H, w, self.c.noise_v),
-                _vec_event("dp-lsvi-ucb-pp:v-check", n, H, w, self.c.noise_v),
-                _vec_event("dp-lsvi-ucb-pp:v-squared", n, H ** 2, w, self.c.noise_v2)]
+        return [goe_event("dp-lsvi-ucb-pp:gram", n, w, self.c.noise_gram),
+                vector_event("dp-lsvi-ucb-pp:v-hat", n, H, w, self.c.noise_v),
+                vector_event("dp-lsvi-ucb-pp:v-check", n, H, w, self.c.noise_v),
+                vector_event("dp-lsvi-ucb-pp:v-squared", n, H ** 2, w, self.c.noise_v2)]
 
 
 __all__ = ["LSVIUCBPlusPlus", "PRIVACY_UNIT"]

@@ -16,9 +16,11 @@ from privaudit.mdp.tabular import value_iteration
 from privaudit.online.linear.constants import (Problem, dp_lsvi_ucb_pp_constants, lsvi_ucb_constants,
                                                lsvi_ucb_pp_constants, luyo_constants, ngo_constants,
                                                luyo_boundaries, noise_union_z)
-from privaudit.online.linear.lsvi_ucb import LSVIUCB, LuyoLSVIUCB, NgoLSVIUCB
+from privaudit.online.linear.lsvi_ucb import LSVIUCB
+from privaudit.online.linear.luyo import LuyoLSVIUCB
+from privaudit.online.linear.ngo import NgoLSVIUCB
 from privaudit.online.linear.lsvi_ucb_pp import LSVIUCBPlusPlus
-from privaudit.online.linear.registry import make_linear_agent
+from privaudit.online.linear.build import make_linear_agent
 from privaudit.privacy import samplers
 from privaudit.privacy.accounting import Accountant, event_rho
 from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensitivity
