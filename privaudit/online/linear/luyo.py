@@ -27,7 +27,7 @@ class LuyoLSVIUCB(LSVIUCBFamily):
     shift) I + tree noise of the b batch leaves (H independent binary trees over
     B leaves, one per h), u-tilde_h = sum phi (r + V_{h+1}(s')) + eta_{b,h} with
     fresh eta ~ N(0, sigma_u^2 I), then LSVI-UCB's backward pass. rho/2 to each
-    family (ALGORITHMS.md 6.1 and section 10).
+    family (this project's zCDP form of Luyo et al.'s calibration; docs/online.md).
     """
 
     algo = "luyo"

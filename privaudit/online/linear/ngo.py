@@ -23,7 +23,7 @@ from privaudit.privacy.events import PrivacyEvent
 
 
 class NgoLSVIUCB(LSVIUCBFamily):
-    """Low-switching private LSVI-UCB (Ngo, Vietri, Wu, ICML 2022, seed 002, Algorithm 1).
+    """Low-switching private LSVI-UCB (Ngo, Vietri & Wu, ICML 2022, Algorithm 1).
 
     Every episode k (after k - 1 users): Lambda-tilde_{k,h} = G_h + (lambda +
     shift) I + binary-tree noise (H trees over K leaves, rho/2). The switch is
