@@ -23,7 +23,7 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.online.counters import tree_counter_event, tree_levels
-from privaudit.online.linear.lattice import Lattice, NoiseSource, grid_features
+from privaudit.online.linear.lattice import Lattice, LatticeStats, NoiseSource, grid_features, release
 from privaudit.online.linear.numerics import checked_features
 from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensitivity
 from privaudit.online.protocol import Agent
@@ -78,6 +78,7 @@ class LinearExplorer(Agent):
         self.n_switches = 0            # policy recomputations after the first policy
         self.pi = np.zeros((self.H, self.S), dtype=np.int64)
         self.lattice: Lattice | None = None   # the grids of a private run (None: no noise, float statistics)
+        self.lat: LatticeStats | None = None   # integer lattice statistics of a private run with noise
         self.phi_q: np.ndarray | None = None  # phi on the 2^-12 grid, integer multiples (S, A, d)
 
     def _use_lattice(self, lattice: Lattice) -> None:
@@ -130,6 +131,19 @@ class LinearExplorer(Agent):
         if self.k >= self.K:
             raise UsageError(f"all K={self.K} declared episodes are used; the noise was sized for K.")
         return s, a, r
+
+    def exact_gram(self) -> np.ndarray:
+        """The exact (weighted) Gram statistic under the Gram release, real units (H, d, d).
+
+        With the public (lambda + shift) I that every release carries: what a
+        release adds noise to (gray-box view of the auditor; never released
+        itself). Subclasses keep ``stats`` (float statistics), ``lat`` (the
+        lattice statistics of a private run with noise, or None) and
+        ``_public`` (the public diagonal part).
+        """
+        if self.lat is None:
+            return self.stats.gram
+        return release(self.lat.gram, self.lattice.gram_bits) + self._public
 
     def events(self) -> list[PrivacyEvent]:
         """Privacy events of a complete run of K episodes (empty for a non-private explorer).

@@ -53,7 +53,6 @@ class LSVIUCBFamily(LinearExplorer):
         # the exact Gram carries lambda + shift on its diagonal (the public part of the release)
         self.stats = RidgeStats(self.H, self.S, self.d, constants.lam + constants.shift)
         self.Q = np.full((self.H, self.S, self.A), float(self.H))
-        self.lat: LatticeStats | None = None     # integer lattice statistics of a private run with noise
         self._inverse = FlooredInverse(constants.floor)   # eigenvalue-floored inverse of a Gram release
 
     def _backward(self, inv: np.ndarray, target) -> None:
@@ -122,13 +121,6 @@ class LSVIUCBFamily(LinearExplorer):
         """Real-unit Gram release (H, d, d) plus the public (lambda + shift) I (post-processing)."""
         g = released if self.lat is None else release(released, self.lattice.gram_bits)
         return g + self._public
-
-    def exact_gram(self) -> np.ndarray:
-        """The exact statistic under the Gram release, real units (H, d, d), with the public (lambda + shift) I.
-
-        What a release adds noise to (gray-box view of the auditor; never released itself).
-        """
-        return self.stats.gram if self.lat is None else release(self.lat.gram, self.lattice.gram_bits) + self._public
 
     def _target_release(self):
         """The target function of one policy update: fresh noise for each of its H releases."""

@@ -91,7 +91,6 @@ class LSVIUCBPlusPlus(LinearExplorer):
         self.private = bool(private)
         self.algo = "dp-lsvi-ucb-pp" if private else "lsvi-ucb-pp"
         self.r_flat = r.reshape(self.H, -1)
-        self.lat = None
         if self.private and constants.noise_gram > 0:
             # exact discrete Gaussian noise on integer lattice statistics (privaudit.online.linear.lattice)
             self._use_lattice(choose_lattice(math.sqrt(2.0) * constants.noise_gram, constants.noise_v,
@@ -168,11 +167,6 @@ class LSVIUCBPlusPlus(LinearExplorer):
         noisy = self.lat.gram + self.noise.goe("gram", self.c.noise_gram, bits, self.H, self.d)
         # exactly symmetric: integer statistic and noise, a power-of-two scale, a diagonal public part
         return self._inverse(release(noisy, bits) + self._public, symmetric=True)
-
-    def exact_gram(self) -> np.ndarray:
-        """The exact weighted Gram statistic under the release, real units (H, d, d), with the public
-        (lambda + 2 lambda-tilde) I (gray-box view of the auditor; never released itself)."""
-        return self.stats.gram if self.lat is None else release(self.lat.gram, self.lattice.gram_bits) + self._public
 
     def _vec_noise(self) -> np.ndarray | None:
         """Fresh phi_1, phi_2, phi_3 for every step of this episode, int64 (H, 3, d) in lattice units.
