@@ -37,11 +37,12 @@ import math
 import numpy as np
 
 from privaudit.online.counters import TreeCounter
-from privaudit.online.linear.base import LinearExplorer
+from privaudit.online.linear.base import LinearExplorer, tree_event, vector_event
 from privaudit.online.linear.constants import JinConstants
 from privaudit.online.linear.lattice import LatticeStats, choose_lattice, release
 from privaudit.online.linear.numerics import FlooredInverse, RidgeStats, TIE_DECIMALS, bonus_table
 from privaudit.online.linear.numerics import clip_ufunc as _CLIP
+from privaudit.privacy.events import PrivacyEvent
 
 
 class LSVIUCBFamily(LinearExplorer):
@@ -129,6 +130,20 @@ class LSVIUCBFamily(LinearExplorer):
         eta = self.noise.vector("target", self.c.noise_vec, self.lattice.target_bits, self.H, self.d)
         bits = self.lattice.target_bits
         return lambda h, v: release(self.lat.target(h, v) + eta[h], bits)
+
+    def _switch(self, inv: np.ndarray) -> None:
+        """A policy update of a private version: fresh target releases and the backward pass over ``inv``."""
+        self._backward(inv, self._target_release())
+        self.n_switches += 1
+
+    def _private_events(self, n_leaves: int, n_target_releases: int) -> list[PrivacyEvent]:
+        """The events of a private version: the H Gram trees over ``n_leaves`` leaves and
+        ``n_target_releases`` Gaussian target releases (targets in [0, H + 1], weights 1);
+        empty without noise."""
+        if self.c.noise_gram == 0:
+            return []
+        return [tree_event(f"{self.algo}:gram", self.H, n_leaves, self.c.noise_gram),
+                vector_event(f"{self.algo}:target", n_target_releases, self.H + 1, 1.0, self.c.noise_vec)]
 
     def _add(self, s, a, r) -> np.ndarray:
         """Feed the statistics; returns the Gram increment of the tree (int lattice units or float)."""

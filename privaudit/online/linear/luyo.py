@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 
-from privaudit.online.linear.base import tree_event, vector_event
 from privaudit.online.linear.constants import JinConstants
 from privaudit.online.linear.lsvi_ucb import LSVIUCBFamily
 from privaudit.privacy.events import PrivacyEvent
@@ -28,6 +27,11 @@ class LuyoLSVIUCB(LSVIUCBFamily):
     B leaves, one per h), u-tilde_h = sum phi (r + V_{h+1}(s')) + eta_{b,h} with
     fresh eta ~ N(0, sigma_u^2 I), then LSVI-UCB's backward pass. rho/2 to each
     family (this project's zCDP form of Luyo et al.'s calibration; docs/online.md).
+
+    Departures from Luyo et al. (2021): the calibration is rho-zCDP (the paper
+    states (eps, delta)); B is the formula Sahu's public code reads from the
+    paper, not checked against it; Q is clipped to [0, H] and the ridge lambda
+    is added to the shift, as in :class:`~privaudit.online.linear.ngo.NgoLSVIUCB`.
     """
 
     algo = "luyo"
@@ -45,17 +49,13 @@ class LuyoLSVIUCB(LSVIUCBFamily):
             gram = self._gram_release(self.tree.update(self._batch_gram))
             self._batch_gram[:] = 0
             inv, _ = self._inverse(gram, symmetric=self.lat is not None)
-            self._backward(inv, self._target_release())
-            self.n_switches += 1
+            self._switch(inv)
         return self.pi
 
     def events(self) -> list[PrivacyEvent]:
         """Gram trees (H trees x levels nodes per user) and the H (boundaries) vector releases."""
-        if self.c.noise_gram == 0:
-            return []
         n_rel = math.ceil(self.K / self.batch_len) - 1
-        return [tree_event("luyo:gram", self.H, self.c.n_batches, self.c.noise_gram),
-                vector_event("luyo:target", self.H * max(n_rel, 1), self.H + 1, 1.0, self.c.noise_vec)]
+        return self._private_events(self.c.n_batches, self.H * max(n_rel, 1))
 
     def update(self, states, actions, rewards) -> None:
         """Feed one episode; its Gram increment joins the current batch's leaf."""

@@ -16,7 +16,6 @@ import math
 
 import numpy as np
 
-from privaudit.online.linear.base import tree_event, vector_event
 from privaudit.online.linear.constants import JinConstants
 from privaudit.online.linear.lsvi_ucb import LSVIUCBFamily
 from privaudit.privacy.events import PrivacyEvent
@@ -32,6 +31,14 @@ class NgoLSVIUCB(LSVIUCBFamily):
     than N_max switches happened. At a switch, y-tilde_{k,h} = sum phi (r +
     V_{h+1}(s')) + eta_{k,h} with fresh eta (rho/2 over H N_max releases) and
     LSVI-UCB's backward pass with Lambda-tilde (eigenvalues floored).
+
+    Departures from Ngo et al. (2022), Algorithm 1 (docs/online.md,
+    "Departures from the papers"): Q is clipped to [0, H], not only at H (the
+    target sensitivity 2 (H + 1) needs V >= 0); the ridge lambda is added to
+    the shift 2 lambda-tilde (rho = inf is then LSVI-UCB); N_max is a public cap
+    fixed before the run, which alone bounds the target releases because noisy
+    determinants are not monotone; eps is reported with a tight zCDP conversion
+    (their Section 4.2 misses a factor 2 in rho + 2 sqrt(rho ln(1/delta))).
     """
 
     algo = "ngo"
@@ -57,17 +64,13 @@ class NgoLSVIUCB(LSVIUCBFamily):
             return self.pi
         grew = (logdet - self._logdet_last > self._log_c).any()
         if grew and self.n_switches < self.c.n_max:
-            self._backward(inv, self._target_release())
+            self._switch(inv)
             self._logdet_last = logdet
-            self.n_switches += 1
         return self.pi
 
     def events(self) -> list[PrivacyEvent]:
         """Gram trees (released every episode) and H N_max vector releases (rho/2 each)."""
-        if self.c.noise_gram == 0:
-            return []
-        return [tree_event("ngo:gram", self.H, self.K, self.c.noise_gram),
-                vector_event("ngo:target", self.H * self.c.n_max, self.H + 1, 1.0, self.c.noise_vec)]
+        return self._private_events(self.K, self.H * self.c.n_max)
 
 
 __all__ = ["NgoLSVIUCB"]
