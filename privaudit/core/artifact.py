@@ -145,6 +145,15 @@ class Record:
     #: The document's keys in their order on disk (default: field order, then derived keys).
     _JSON_ORDER: ClassVar[tuple] = ()
 
+    def __post_init__(self):
+        """A guarantee given as a plain mapping (as the accountant states it) becomes a :class:`Guarantee`."""
+        hints = _hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if (isinstance(value, Mapping) and not isinstance(value, Guarantee)
+                    and Guarantee in (hints[f.name], *typing.get_args(hints[f.name]))):
+                object.__setattr__(self, f.name, Guarantee(value))
+
     def _json_derived(self) -> dict:
         """Keys written beside the fields (derived from them; not read back as fields)."""
         return {}
@@ -263,7 +272,18 @@ class ArtifactFormat:
         OSError
             The file cannot be written (nothing appears under ``path``).
         """
-        self.check_write(doc)
+        return self.dump(self.check_write(doc), path)
+
+    @staticmethod
+    def dump(doc: dict, path) -> Path:
+        """Write ``doc``, already checked, to ``path`` atomically (2-space indented JSON and a final newline;
+        numpy numbers as JSON numbers); returns the path.
+
+        Raises
+        ------
+        OSError
+            The file cannot be written (nothing appears under ``path``).
+        """
         atomic_write_text(Path(path), json.dumps(doc, indent=2, default=json_default) + "\n")
         return Path(path)
 
@@ -307,6 +327,10 @@ class Artifact(Record):
     """
 
     FORMAT: ClassVar[ArtifactFormat]
+
+    def _json_derived(self) -> dict:
+        """The ``kind`` key (when the format has one); subclasses add theirs to it."""
+        return {} if self.FORMAT.kind is None else {"kind": self.FORMAT.kind}
 
     def to_dict(self) -> dict:
         """The document, checked against the schema.
@@ -356,7 +380,7 @@ class Artifact(Record):
         ArtifactError
             As :meth:`ArtifactFormat.read` and :meth:`from_dict`.
         """
-        return cls.from_dict(read_json_file(path, cls.FORMAT.what), path)
+        return cls.from_dict(read_json_file(path, cls.FORMAT.what), f"{cls.FORMAT.what} {path}")
 
 
 #: The keys :class:`Guarantee` types; the others are its words (``Guarantee.text``).
