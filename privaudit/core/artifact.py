@@ -228,14 +228,15 @@ class ArtifactFormat:
         return self.readable or (self.version,)
 
     def check_write(self, doc: dict) -> dict:
-        """Return ``doc`` after checking it against the schema (before anything is written).
+        """Return ``doc`` as JSON-ready data (:func:`to_json`: a guarantee, a record or numpy numbers inside
+        a plain dict included) after checking it against the schema (before anything is written).
 
         Raises
         ------
         ArtifactError
             The document breaks its schema (an internal error: nothing is written).
         """
-        return check_on_write(doc, self.schema, self.what)
+        return check_on_write(to_json(doc), self.schema, self.what)
 
     def check_read(self, doc: Any, where) -> dict:
         """Return ``doc`` (parsed JSON) after checking its ``format_version`` and its schema.
@@ -277,14 +278,14 @@ class ArtifactFormat:
     @staticmethod
     def dump(doc: dict, path) -> Path:
         """Write ``doc``, already checked, to ``path`` atomically (2-space indented JSON and a final newline;
-        numpy numbers as JSON numbers); returns the path.
+        guarantees and records as objects, numpy numbers as JSON numbers); returns the path.
 
         Raises
         ------
         OSError
             The file cannot be written (nothing appears under ``path``).
         """
-        atomic_write_text(Path(path), json.dumps(doc, indent=2, default=json_default) + "\n")
+        atomic_write_text(Path(path), json.dumps(to_json(doc), indent=2, default=json_default) + "\n")
         return Path(path)
 
     def read(self, path) -> dict:
