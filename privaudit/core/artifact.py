@@ -145,6 +145,15 @@ class Record:
     #: The document's keys in their order on disk (default: field order, then derived keys).
     _JSON_ORDER: ClassVar[tuple] = ()
 
+    def __post_init__(self):
+        """A guarantee given as a plain mapping (as the accountant states it) becomes a :class:`Guarantee`."""
+        hints = _hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if (isinstance(value, Mapping) and not isinstance(value, Guarantee)
+                    and Guarantee in (hints[f.name], *typing.get_args(hints[f.name]))):
+                object.__setattr__(self, f.name, Guarantee(value))
+
     def _json_derived(self) -> dict:
         """Keys written beside the fields (derived from them; not read back as fields)."""
         return {}
@@ -219,14 +228,15 @@ class ArtifactFormat:
         return self.readable or (self.version,)
 
     def check_write(self, doc: dict) -> dict:
-        """Return ``doc`` after checking it against the schema (before anything is written).
+        """Return ``doc`` as JSON-ready data (:func:`to_json`: a guarantee, a record or numpy numbers inside
+        a plain dict included) after checking it against the schema (before anything is written).
 
         Raises
         ------
         ArtifactError
             The document breaks its schema (an internal error: nothing is written).
         """
-        return check_on_write(doc, self.schema, self.what)
+        return check_on_write(to_json(doc), self.schema, self.what)
 
     def check_read(self, doc: Any, where) -> dict:
         """Return ``doc`` (parsed JSON) after checking its ``format_version`` and its schema.
@@ -263,8 +273,19 @@ class ArtifactFormat:
         OSError
             The file cannot be written (nothing appears under ``path``).
         """
-        self.check_write(doc)
-        atomic_write_text(Path(path), json.dumps(doc, indent=2, default=json_default) + "\n")
+        return self.dump(self.check_write(doc), path)
+
+    @staticmethod
+    def dump(doc: dict, path) -> Path:
+        """Write ``doc``, already checked, to ``path`` atomically (2-space indented JSON and a final newline;
+        guarantees and records as objects, numpy numbers as JSON numbers); returns the path.
+
+        Raises
+        ------
+        OSError
+            The file cannot be written (nothing appears under ``path``).
+        """
+        atomic_write_text(Path(path), json.dumps(to_json(doc), indent=2, default=json_default) + "\n")
         return Path(path)
 
     def read(self, path) -> dict:
@@ -307,6 +328,10 @@ class Artifact(Record):
     """
 
     FORMAT: ClassVar[ArtifactFormat]
+
+    def _json_derived(self) -> dict:
+        """The ``kind`` key (when the format has one); subclasses add theirs to it."""
+        return {} if self.FORMAT.kind is None else {"kind": self.FORMAT.kind}
 
     def to_dict(self) -> dict:
         """The document, checked against the schema.
@@ -356,7 +381,7 @@ class Artifact(Record):
         ArtifactError
             As :meth:`ArtifactFormat.read` and :meth:`from_dict`.
         """
-        return cls.from_dict(read_json_file(path, cls.FORMAT.what), path)
+        return cls.from_dict(read_json_file(path, cls.FORMAT.what), f"{cls.FORMAT.what} {path}")
 
 
 #: The keys :class:`Guarantee` types; the others are its words (``Guarantee.text``).

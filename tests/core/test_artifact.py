@@ -147,3 +147,13 @@ def test_the_explore_shape_reads_through_the_same_object():
     assert g.to_dict() == doc and json.dumps(g.to_dict()) == json.dumps(doc)
     assert g.private == doc["private"] and g.epsilon == doc["epsilon"] and g.events == tuple(doc["events"])
     assert "private" not in g.text and set(g.text) <= set(doc)
+
+
+def test_a_plain_document_may_hold_a_guarantee_and_numpy_numbers(tmp_path):
+    """As the pipeline's summary does: the guarantee object and numpy values are written as JSON."""
+    fmt = ArtifactFormat("policy manifest", "policy", 1, kind="privaudit-policy")
+    doc = json.loads((FIXTURES / "policy_v1" / "dp_apvi" / "policy.json").read_text())
+    held = {**doc, "horizon": np.int64(doc["horizon"]),
+            "privacy": {**doc["privacy"], "guarantee": Guarantee(doc["privacy"]["guarantee"])}}
+    assert fmt.check_write(held) == doc
+    assert fmt.write(held, tmp_path / "p.json").read_text() == json.dumps(doc, indent=2) + "\n"
