@@ -25,7 +25,8 @@ import numpy as np
 import polars as pl
 
 from privaudit.audit import make_pair, run_audit
-from privaudit.audit.mechanisms.tabular import DPAPVIMechanism, ReleaseMechanism
+from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
+from privaudit.audit.mechanisms.release import ReleaseMechanism
 from privaudit.core.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]

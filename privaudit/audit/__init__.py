@@ -3,8 +3,9 @@
 Entry point: :func:`run_audit`. See ``docs/audit.md``.
 """
 
-from privaudit.audit.model import Claim
-from privaudit.audit.neighbours import NeighbouringPair, check_neighbours, load_pair, make_pair
+from privaudit.audit.claim import Claim
+from privaudit.audit.explicit_pairs import check_neighbours, load_pair
+from privaudit.audit.neighbours import NeighbouringPair, make_pair
 from privaudit.audit.report import AuditReport, load_report
 from privaudit.audit.runner import run_audit
 

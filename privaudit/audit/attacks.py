@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from privaudit.audit.model import numeric_output
+from privaudit.audit.protocol import numeric_output
 from privaudit.audit.float_attacks import sampler_scores
 from privaudit.core.errors import UsageError, UserCodeError
 

@@ -3,7 +3,8 @@
 privaudit's neighbouring relation is substitution: D' is D with all the data
 of one privacy unit replaced by other data (DESIGN.md "The privacy model";
 ALGORITHMS.md "Neighbouring datasets"). An audit's violation finding is only
-sound for such a pair, so explicit pairs are checked before use.
+sound for such a pair, so explicit pairs are checked before use
+(:mod:`privaudit.audit.explicit_pairs`).
 
 Canary strategies (``make_pair``)
 ---------------------------------
@@ -43,13 +44,11 @@ Canary strategies (``make_pair``)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from privaudit.data.io import scan_logs
-from privaudit.core.errors import LogReadError, UsageError
+from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 
 CANARY_STRATEGIES = ("rare", "repeat", "random", "synthetic", "synthetic-repeat")
@@ -80,7 +79,7 @@ class NeighbouringPair:
         return f"NeighbouringPair(kind={self.description.get('kind')!r}, rows={self.d.height}/{self.d_prime.height})"
 
 
-def _unit_col(df: pl.DataFrame) -> str:
+def unit_column(df: pl.DataFrame) -> str:
     return "unit_id" if "unit_id" in df.columns else "episode_id"
 
 
@@ -125,7 +124,7 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
         raise UsageError("the logs are empty: an audit needs at least one privacy unit to replace.")
     H, S, A = spec.horizon, spec.n_states, spec.n_actions
     lo, hi = spec.reward_range
-    unit = _unit_col(logs)
+    unit = unit_column(logs)
     nonterm = np.setdiff1d(np.arange(S), np.asarray(spec.terminal_states, dtype=int))
     if nonterm.size == 0:
         raise UsageError("the spec declares every state terminal; no canary episode is possible.")
@@ -354,7 +353,7 @@ def synthetic_pair(spec: DomainSpec, pooled: bool, logs: pl.DataFrame | None = N
     """
     u, v = synthetic_units(spec, pooled, spread)
     if logs is not None and logs.height:
-        unit = _unit_col(logs)
+        unit = unit_column(logs)
         base_ep, base_unit = _next_int_id(logs["episode_id"]), _next_int_id(logs[unit])
         k = spec.max_episodes_per_unit
 
@@ -483,84 +482,3 @@ def _visit_counts(logs: pl.DataFrame, H: int, S: int, A: int) -> np.ndarray:
     out = np.zeros((H, S, A), dtype=np.int64)
     out[cells["step"].to_numpy(), cells["state"].to_numpy(), cells["action"].to_numpy()] = cells["len"].to_numpy()
     return out
-
-
-def _unit_fingerprints(df: pl.DataFrame, unit: str) -> pl.DataFrame:
-    """One row per unit: (unit, a, b, n), order-free sums of its rows' hashes."""
-    h = df.with_columns(pl.struct(pl.all()).hash(seed=7).alias("_h"))
-    return h.group_by(unit).agg(
-        (pl.col("_h") // (1 << 33)).cast(pl.Int64).sum().alias("a"),
-        (pl.col("_h") % (1 << 32)).cast(pl.Int64).sum().alias("b"),
-        pl.len().alias("n"))
-
-
-def check_neighbours(d: pl.DataFrame, d_prime: pl.DataFrame) -> dict:
-    """Check that (D, D') differ by the substitution of at most one unit.
-
-    Returns
-    -------
-    dict
-        ``{"kind": "identical" | "explicit", "relation": "substitution",
-        "removed_units": int, "added_units": int}``.
-
-    Raises
-    ------
-    UsageError
-        If the columns differ, or more than one unit differs, or the pair is
-        an addition/removal (then a lower bound above the claim would not show
-        a violation of a substitution claim).
-    """
-    if set(d.columns) != set(d_prime.columns):
-        raise UsageError(f"the pair's columns differ: D has {sorted(d.columns)}, D' has {sorted(d_prime.columns)}.")
-    d_prime = d_prime.select(d.columns).cast(d.schema)
-    unit = _unit_col(d)
-    f0, f1 = _unit_fingerprints(d, unit), _unit_fingerprints(d_prime, unit)
-    both = f0.join(f1, on=unit, how="full", suffix="_1", coalesce=True)
-    same = (pl.col("a") == pl.col("a_1")) & (pl.col("b") == pl.col("b_1")) & (pl.col("n") == pl.col("n_1"))
-    differ = both.filter(~same.fill_null(False))                  # a unit absent on one side differs too
-    removed = differ.filter(pl.col("n").is_not_null()).height      # units of D with no identical twin in D'
-    added = differ.filter(pl.col("n_1").is_not_null()).height      # units of D' with no identical twin in D
-    if (removed, added) not in ((0, 0), (1, 1)):
-        raise UsageError(
-            f"D and D' must differ by replacing exactly one privacy unit ({unit}); "
-            f"found {removed} unit(s) of D not in D' and {added} unit(s) of D' not in D. "
-            "Build D' from D by removing one unit and adding one (or use `canary`).")
-    return {"kind": "identical" if not removed else "explicit", "relation": "substitution",
-            "removed_units": removed, "added_units": added}
-
-
-def load_pair(path_d: str | Path, path_d_prime: str | Path, spec: DomainSpec | None = None) -> NeighbouringPair:
-    """Read an explicit pair of Parquet logs and check it.
-
-    Parameters
-    ----------
-    path_d, path_d_prime : str or Path
-        D and D' (Parquet file or folder of parts).
-    spec : DomainSpec, optional
-        When given, both are read through :func:`privaudit.data.io.scan_logs`,
-        which maps the spec's column names to the standard ones (and sets
-        ``unit_id`` from the spec's privacy unit); without it the files must
-        use the standard column names.
-
-    Raises
-    ------
-    LogReadError
-        If a file cannot be read or lacks a required column.
-    UsageError
-        If the two are not substitution neighbours (see ``check_neighbours``).
-    """
-    frames = []
-    for p in (path_d, path_d_prime):
-        if spec is not None:
-            lf = scan_logs(p, spec)
-            try:
-                frames.append(lf.drop("row").collect())
-            except Exception as e:  # data-page errors surface on collect
-                raise LogReadError(f"cannot read logs {p}: {e}") from None
-            continue
-        try:
-            frames.append(pl.read_parquet(p))
-        except Exception as e:  # polars raises several types for unreadable files
-            raise LogReadError(f"cannot read logs {p}: {e}") from None
-    desc = check_neighbours(*frames)
-    return NeighbouringPair(frames[0], frames[1].select(frames[0].columns).cast(frames[0].schema), desc)

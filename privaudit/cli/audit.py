@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from privaudit.audit.runner import MIN_TRIALS
+from privaudit.audit.choice import MIN_TRIALS
 from privaudit.cli.common import PathArg, as_flags, echo_json, handle_errors
 from privaudit.core import registry
 from privaudit.audit import Claim, load_pair, run_audit
-from privaudit.audit.mechanisms.tabular import MECHANISMS
-from privaudit.audit.model import FileFunction
+from privaudit.audit.mechanisms.registry import MECHANISMS
+from privaudit.audit.protocol import FileFunction
 from privaudit.audit.online.catalogue import explore_audit
 from privaudit.audit.runner import default_canary
 from privaudit.data.prepare import collect_or_raise, prepare_logs

@@ -1,7 +1,7 @@
 """The pipeline's audit stage: the tabular release, audited at its claimed budget.
 
 A thin call of the auditor's built-in ``release`` adapter
-(:class:`privaudit.audit.mechanisms.tabular.ReleaseMechanism`), which runs the library's
+(:class:`privaudit.audit.mechanisms.release.ReleaseMechanism`), which runs the library's
 own bounding, counting, noise plan and noise sampler on a public view of the
 release (every cell the pair changes plus a few fixed public cells; see
 docs/audit.md).
@@ -29,7 +29,7 @@ from privaudit.core.errors import ArtifactError
 from privaudit.core.spec import DomainSpec
 from privaudit.release.manifest import ReleaseManifest
 from privaudit.audit import run_audit
-from privaudit.audit.mechanisms.tabular import ReleaseMechanism
+from privaudit.audit.mechanisms.release import ReleaseMechanism
 
 
 def audit_release(spec: DomainSpec, manifest: ReleaseManifest, *, delta: float, trials: int,

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.audit import check_neighbours, load_report, make_pair
-from privaudit.audit.model import Claim
+from privaudit.audit.claim import Claim
 from privaudit.cli import main
 from privaudit.cli.audit import builtin_budget
 from privaudit.core.errors import UsageError

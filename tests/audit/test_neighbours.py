@@ -98,7 +98,7 @@ def test_unknown_strategy_and_empty_logs():
 
 
 def test_repeat_canary_attains_the_stationary_sensitivity():
-    from privaudit.audit.mechanisms.tabular import ReleaseMechanism
+    from privaudit.audit.mechanisms.release import ReleaseMechanism
 
     spec, logs = tiny_spec(), tiny_logs()
     p = make_pair(logs, spec, "repeat", rng=np.random.default_rng(0))

@@ -50,8 +50,9 @@ import polars as pl
 from privaudit.data.bounding import bound_contributions
 from privaudit.core.errors import UsageError
 from privaudit.audit.bounds import gdp_mu_from_eps
-from privaudit.audit.model import Claim
-from privaudit.audit.neighbours import NeighbouringPair, check_neighbours
+from privaudit.audit.claim import Claim
+from privaudit.audit.explicit_pairs import check_neighbours
+from privaudit.audit.neighbours import NeighbouringPair
 from privaudit.privacy.mechanisms import add_noise, gaussian_sigma, laplace_scale
 from privaudit.privacy.sensitivity import count_sensitivity
 from privaudit.core.spec import DomainSpec

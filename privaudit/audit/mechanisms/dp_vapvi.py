@@ -41,11 +41,11 @@ import numpy as np
 import polars as pl
 
 from privaudit.audit.bounds import lattice_gaussian_tv
-from privaudit.audit.model import Claim
+from privaudit.audit.claim import Claim
 from privaudit.core.errors import UsageError
 from privaudit.privacy import budget as budget_mod
 from privaudit.core.spec import DomainSpec
-from privaudit.audit.neighbours import (NeighbouringPair, _unit_col, _visit_counts, canary_frame, make_pair,
+from privaudit.audit.neighbours import (NeighbouringPair, unit_column, _visit_counts, canary_frame, make_pair,
                                        synthetic_pair)
 from privaudit.data.bounding import bound_contributions
 from privaudit.learners.linear import privacy as lp
@@ -343,7 +343,7 @@ def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
     nonterm = np.setdiff1d(np.arange(S), np.asarray(spec.terminal_states, dtype=int))
     if nonterm.size == 0:
         raise UsageError("the spec declares every state terminal; no canary episode is possible.")
-    unit = _unit_col(logs)
+    unit = unit_column(logs)
     last_units = logs.filter(pl.col("step") == H - 1).select(unit).unique()
     pool = logs.join(last_units, on=unit, how="semi") if last_units.height else logs
     per_unit = pool.group_by(unit).len().sort([pl.col("len"), pl.col(unit)], descending=[True, False])

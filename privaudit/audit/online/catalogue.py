@@ -40,13 +40,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privaudit.audit.model import Claim
+from privaudit.audit.claim import Claim
 from privaudit.audit.neighbours import NeighbouringPair
 from privaudit.audit.bounds import perfect_separation_cap
-from privaudit.audit.online.jdp import EXPLORERS, ExplorerMechanism, RecordingNoise, gdp_allowed, target_range_check
+from privaudit.audit.online.checks import gdp_allowed, target_range_check
+from privaudit.audit.online.jdp import EXPLORERS, ExplorerMechanism
+from privaudit.audit.online.recording import RecordingNoise
 from privaudit.audit.report import AuditReport
 from privaudit.audit.online.streams import make_world_pair
-from privaudit.audit.runner import run_audit, selection_size
+from privaudit.audit.choice import selection_size
+from privaudit.audit.runner import run_audit
 from privaudit.core.errors import UsageError
 from privaudit.online.env import make_env
 from privaudit.online.linear.constants import Problem, luyo_constants, ngo_constants

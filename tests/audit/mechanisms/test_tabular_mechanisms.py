@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from privaudit.audit import make_pair, run_audit
-from privaudit.audit.mechanisms.tabular import DPAPVIMechanism, ReleaseMechanism
+from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
+from privaudit.audit.mechanisms.release import ReleaseMechanism
 from privaudit.core.errors import UsageError
 from privaudit.privacy import sensitivity
 from tests.audit.helpers import H, tiny_logs, tiny_spec

@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from privaudit.audit.model import Claim
+from privaudit.audit.claim import Claim
 from privaudit.audit.neighbours import NeighbouringPair
-from privaudit.audit.online.jdp import ExplorerMechanism, RecordingNoise, gdp_allowed, tree_nodes
+from privaudit.audit.online.checks import gdp_allowed
+from privaudit.audit.online.jdp import ExplorerMechanism
+from privaudit.audit.online.recording import RecordingNoise, tree_nodes
 from privaudit.audit.online.catalogue import (BROKEN, CATALOGUE, TWIN, audit_entry, audit_explorer,
                                               entry_mechanism)
 from privaudit.audit.online.streams import make_world_pair
