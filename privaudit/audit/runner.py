@@ -1,6 +1,6 @@
 """Run an audit: sample a mechanism on D and D', attack, bound epsilon.
 
-Protocol (AUDITING.md 4.1-4.5; every soundness trap of its section 1 is
+Protocol (docs/audit.md, Background; each of its rules is
 avoided as noted):
 
 1. Gray-box check (zero samples): when the mechanism exposes its pre-noise
@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -54,7 +55,7 @@ from privaudit.audit.mechanisms.dp_vapvi import DPVAPVIMechanism
 from privaudit.audit.mechanisms.release import ReleaseMechanism
 from privaudit.audit.neighbours import NeighbouringPair, make_pair
 from privaudit.audit.protocol import FileFunction, is_batched
-from privaudit.audit.report import AuditReport
+from privaudit.audit.report import AuditReport, ReportContext, RunFacts
 from privaudit.audit.sampling import CHUNK_CELLS, Sampler, pair_leaves_output_unchanged
 from privaudit.core.errors import UsageError
 
@@ -89,13 +90,57 @@ def default_canary(mechanism) -> str:
     return "rare"
 
 
+@dataclass(frozen=True)
+class AuditSettings:
+    """The less common settings of :func:`run_audit` (the defaults are the CLI's).
+
+    Attributes
+    ----------
+    confidence : float
+        1 - alpha, the probability that a reported lower bound is valid, in [0.5, 1).
+    selection_fraction : float or None
+        Share of the trials that fit and choose the event, in (0, 1); None:
+        :func:`~privaudit.audit.choice.selection_size` (10%, at least min(30%, 2000) runs).
+    n_jobs : int or None
+        Worker processes for unbatched mechanisms (default: CPU count).
+    graybox : bool
+        Run the gray-box sensitivity check when the mechanism supports it.
+    stop_on_graybox : bool
+        Skip the trials when the gray-box check already found a violation.
+    mechanism_name : str, optional
+        Shown in the report (default: the mechanism's ``name`` or ``__name__``).
+    """
+
+    confidence: float = 0.95
+    selection_fraction: float | None = None
+    n_jobs: int | None = None
+    graybox: bool = True
+    stop_on_graybox: bool = True
+    mechanism_name: str | None = None
+
+
+@dataclass(frozen=True)
+class FixedEvents:
+    """Events fixed before any run, from public facts only, and why (recorded in the report).
+
+    Attributes
+    ----------
+    events : sequence of (name, fn, threshold, direction)
+        ``fn(outputs: (n, *shape)) -> (n,)``; direction ``"+"`` (event
+        {score > t} supports D') or ``"-"`` ({score <= t} supports D).
+    reason : str
+        Why the events are fixed (e.g. the projection on a canary's known
+        change, threshold at the design's midpoint).
+    """
+
+    events: Sequence[tuple]
+    reason: str
+
+
 def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, *, claim: Claim,
               pair: NeighbouringPair | None = None, canary: str | None = None, trials: int = 100_000,
-              confidence: float = 0.95, selection_fraction: float | None = None,
-              scores: Sequence[tuple[str, Callable]] = (), seed: int | None = None,
-              n_jobs: int | None = None, graybox: bool = True, stop_on_graybox: bool = True,
-              mechanism_name: str | None = None, progress: bool | None = None,
-              fixed_events: Sequence[tuple] | None = None, fixed_reason: str | None = None) -> AuditReport:
+              seed: int | None = None, progress: bool | None = None, scores: Sequence[tuple[str, Callable]] = (),
+              fixed: FixedEvents | str | None = None, settings: AuditSettings | None = None) -> AuditReport:
     """Audit ``mechanism`` against ``claim`` on a neighbouring pair.
 
     Parameters
@@ -117,40 +162,24 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         DP-APVI, per step / pooled; else ``rare``).
     trials : int
         Runs per side (selection + evaluation), >= 20.
-    confidence : float
-        1 - alpha, the probability that a reported lower bound is valid.
-    selection_fraction : float or None
-        Share of the trials that fit and choose the event, in (0, 1); None:
-        :func:`selection_size` (10%, at least min(30%, 2000) runs).
-    scores : sequence of (name, fn)
-        User scores ``fn(outputs: (n, *shape)) -> (n,)``, larger = more like D'.
     seed : int or None
         Seeds the audit's generator (OS entropy when None).
-    n_jobs : int or None
-        Worker processes for unbatched mechanisms (default: CPU count).
-    graybox : bool
-        Run the gray-box sensitivity check when the mechanism supports it.
-    stop_on_graybox : bool
-        Skip the trials when the gray-box check already found a violation.
-    mechanism_name : str, optional
-        Shown in the report.
     progress : bool or None
         Progress bar on stderr (default: only when stderr is a terminal).
-    fixed_events : sequence of (name, fn, threshold, direction), optional
-        Events fixed before any run, from public facts only (e.g. the
-        projection on a canary's known change, threshold at the design's
-        midpoint): ``fn(outputs: (n, *shape)) -> (n,)``, direction ``"+"``
-        (event {score > t} supports D') or ``"-"`` ({score <= t} supports D).
-        No selection split then: all ``trials`` runs per side are evaluation
-        runs, and each of the J events gets alpha / (2 J) per bound
-        (Bonferroni); the best is reported. Valid because nothing about the
-        events depends on the runs they are counted on (the split exists only
-        to make a data-chosen event independent of its evaluation).
-        ``"design"``: the mechanism's ``design_events(pair)`` after
-        ``prepare`` (``(events, reason)``; ``(None, None)`` falls back to the
-        selection split), e.g. DP-PBB's projection on its exact change.
-    fixed_reason : str, optional
-        Why the events are fixed (recorded in the report); required with ``fixed_events``.
+    scores : sequence of (name, fn)
+        User scores ``fn(outputs: (n, *shape)) -> (n,)``, larger = more like D'.
+    fixed : FixedEvents, "design" or None
+        Events fixed before any run (:class:`FixedEvents`). No selection
+        split then: all ``trials`` runs per side are evaluation runs, and each
+        of the J events gets alpha / (2 J) per bound (Bonferroni); the best is
+        reported. Valid because nothing about the events depends on the runs
+        they are counted on (the split exists only to make a data-chosen event
+        independent of its evaluation). ``"design"``: the mechanism's
+        ``design_events(pair)`` after ``prepare`` (``(events, reason)``;
+        ``(None, None)`` falls back to the selection split), e.g. DP-PBB's
+        projection on its exact change.
+    settings : AuditSettings, optional
+        Confidence, selection share, workers, gray-box switches, report name.
 
     Returns
     -------
@@ -163,6 +192,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         whose output shape changes.
     """
     t_start = time.perf_counter()
+    cfg = settings or AuditSettings()
+    confidence, selection_fraction = cfg.confidence, cfg.selection_fraction
     if not isinstance(trials, (int, np.integer)) or trials < 20:
         raise UsageError(f"`trials` must be an integer >= 20. Found {trials!r}.")
     if not 0.5 <= confidence < 1:
@@ -178,21 +209,12 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         maker = getattr(mechanism, "make_pair", None)  # an adapter may aim its canary (e.g. dp-vapvi)
         pair = maker(logs, spec, canary, rng=r_pair) if maker else make_pair(logs, spec, canary, rng=r_pair)
     mech = mechanism.prepare(pair.d, pair.d_prime) if hasattr(mechanism, "prepare") else mechanism
-    name = mechanism_name or getattr(mechanism, "name", None) or getattr(mechanism, "__name__", repr(mechanism))
+    name = cfg.mechanism_name or getattr(mechanism, "name", None) or getattr(mechanism, "__name__", repr(mechanism))
     alpha = 1 - confidence
     alpha_b = alpha / 2  # one chosen event (either direction) x (TPR lower, FPR upper)
-    if isinstance(fixed_events, str):  # "design": the mechanism's own events, fixed from the prepared pair
-        if fixed_events != "design" or not hasattr(mech, "design_events"):
-            raise UsageError(f"`fixed_events` must be a sequence of events, or 'design' for a mechanism with "
-                             f"design_events. Found {fixed_events!r} for {type(mech).__name__}.")
-        fixed_events, fixed_reason = mech.design_events(pair)
-    fixed = list(fixed_events) if fixed_events is not None else None
+    fixed = _fixed_events(fixed, mech, pair)
     if fixed is not None:
-        if not fixed or not fixed_reason:
-            raise UsageError("`fixed_events` needs at least one (name, fn, threshold, direction) and a `fixed_reason`.")
-        if any(len(e) != 4 or e[3] not in ("+", "-") for e in fixed):
-            raise UsageError("each fixed event is (name, fn, threshold, direction) with direction '+' or '-'.")
-        alpha_b = alpha / (2 * len(fixed))
+        alpha_b = alpha / (2 * len(fixed.events))
     n_sel = 0 if fixed is not None else selection_size(int(trials), selection_fraction)
     n_ev = int(trials) - n_sel
     if n_ev < 10 or (fixed is None and n_sel < 20):
@@ -214,21 +236,23 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
                    "why": "discrete Gaussian noise on a fine lattice: within total variation tv_per_run of a "
                           "post-processed continuous Gaussian mechanism per run (bounds.lattice_gaussian_tv), "
                           "so the GDP test runs at alpha minus 2 n tv"}
-    gb = graybox_check(mech, pair, claim.delta) if graybox else {"checked": False, "violation": False, "families": []}
-    base = dict(mechanism=str(name), claim=claim, confidence=confidence, pair=pair.description,
-                graybox=gb, selection_trials=n_sel, evaluation_trials=n_ev,
-                rng_mode="seeded-insecure" if seed is not None else "secure",
-                self_contained=bool(getattr(mechanism, "SELF_CONTAINED", False)))  # report.sharing
+    gb = graybox_check(mech, pair, claim.delta) if cfg.graybox else {"checked": False, "violation": False,
+                                                                      "families": []}
     cap = B.perfect_separation_cap(n_ev, n_ev, alpha_b, claim.delta)
     if claim.delta > 0:
         cap["epsilon_gaussian"] = B.gdp_eps(cap["mu"], claim.delta)
-    if gb["violation"] and stop_on_graybox:
-        return AuditReport.graybox_only(**base, resolution=cap, runtime_s=time.perf_counter() - t_start)
+    context = ReportContext(mechanism=str(name), claim=claim, confidence=confidence, pair=pair.description,
+                            graybox=gb, selection_trials=n_sel, evaluation_trials=n_ev,
+                            rng_mode="seeded-insecure" if seed is not None else "secure", resolution=cap,
+                            self_contained=bool(getattr(mechanism, "SELF_CONTAINED", False)))  # report.sharing
+    if gb["violation"] and cfg.stop_on_graybox:
+        return AuditReport.graybox_only(context, runtime_s=time.perf_counter() - t_start)
+    plan = _Evaluation(claim, n_ev, alpha_b, gdp_alpha, lattice, int(trials), t_start)
 
     # a FileFunction stays wrapped: its calls are the user-code boundary (errors named, no traceback)
     fn = mech
     batched = is_batched(mech.load() if isinstance(mech, FileFunction) else mech)
-    jobs = n_jobs or os.cpu_count() or 1
+    jobs = cfg.n_jobs or os.cpu_count() or 1
     show = sys.stderr.isatty() if progress is None else progress
     bar = None
     if show:
@@ -237,17 +261,16 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     sampler = Sampler(fn, batched, jobs, bar.update if bar else (lambda k: None), who)
     try:
         if fixed is not None:
-            return _run_fixed(sampler, pair, fixed, fixed_reason, base, r_ev, n_ev, alpha_b, claim, gdp_alpha,
-                              lattice, cap, batched, int(trials), t_start)
+            return _run_fixed(sampler, pair, fixed, context, r_ev, plan)
         s0_sel, s1_sel = r_sel.spawn(2)
         X0 = sampler.draw(pair.d, n_sel, s0_sel)
         X1 = sampler.draw(pair.d_prime, n_sel, s1_sel)
         if pair_leaves_output_unchanged(sampler, pair):  # after the first draws: their errors come first
-            base["pair"] = {**base["pair"], "warning": (
+            context = replace(context, pair={**context.pair, "warning": (
                 "the pair does not change the mechanism's output: with the same random draws, D and D' gave "
                 "identical outputs in 3 of 3 tries, so no test can tell them apart and the bound says nothing "
                 "about the claim. Use a pair that changes what the mechanism computes (another `pair` D D2, or "
-                "another `canary`).")}
+                "another `canary`).")})
         extra = [fixed_candidate(n, f, sampler.shape) for n, f in scores]
         if hasattr(mech, "attack_scores"):
             extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
@@ -275,16 +298,53 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     events = [_evaluate_event(cand, t, d, e0, e1, alpha_b, claim.delta, gdp_joint=claim.kind == "gaussian",
                               gdp_alpha=gdp_alpha)]
     evidence = sampler_verdict([c.info for c in cands if c.info.get("kind") == "known_sampler"])
-    return AuditReport.from_events(**base, events=events, resolution=cap, candidates=[c.name for c in cands],
-                                   float_sampler=evidence,
-                                   batched=batched, output_shape=list(sampler.shape or ()),
-                                   trials=int(trials), alpha_per_bound=alpha_b, gdp_lattice=lattice,
-                                   runtime_s=time.perf_counter() - t_start)
+    runs = RunFacts(trials=int(trials), alpha_per_bound=alpha_b, candidates=[c.name for c in cands],
+                    batched=batched, output_shape=list(sampler.shape or ()), float_sampler=evidence,
+                    gdp_lattice=lattice)
+    return AuditReport.from_events(context, events, runs, runtime_s=time.perf_counter() - t_start)
 
 
-def _run_fixed(sampler, pair, fixed, reason, base, r_ev, n_ev, alpha_b, claim, gdp_alpha, lattice, cap, batched,
-               trials, t_start) -> AuditReport:
-    """The evaluation-only audit of :func:`run_audit` with ``fixed_events``: every run counts every event."""
+def _fixed_events(fixed: FixedEvents | str | None, mech, pair: NeighbouringPair) -> FixedEvents | None:
+    """``fixed`` checked, with ``"design"`` resolved to the prepared mechanism's ``design_events(pair)``.
+
+    Raises
+    ------
+    UsageError
+        An unknown string, no events, no reason, or an event that is not (name, fn, threshold, "+" | "-").
+    """
+    if isinstance(fixed, str):  # "design": the mechanism's own events, fixed from the prepared pair
+        if fixed != "design" or not hasattr(mech, "design_events"):
+            raise UsageError(f"`fixed` must be FixedEvents, or 'design' for a mechanism with "
+                             f"design_events. Found {fixed!r} for {type(mech).__name__}.")
+        events, reason = mech.design_events(pair)
+        fixed = None if events is None else FixedEvents(events, reason)
+    if fixed is None:
+        return None
+    events = list(fixed.events)
+    if not events or not fixed.reason:
+        raise UsageError("`fixed` needs at least one (name, fn, threshold, direction) and a reason.")
+    if any(len(e) != 4 or e[3] not in ("+", "-") for e in events):
+        raise UsageError("each fixed event is (name, fn, threshold, direction) with direction '+' or '-'.")
+    return FixedEvents(events, fixed.reason)
+
+
+@dataclass(frozen=True)
+class _Evaluation:
+    """What counting events on the evaluation split needs (the chosen-event and fixed-events paths)."""
+
+    claim: Claim
+    n_ev: int
+    alpha_b: float
+    gdp_alpha: float
+    lattice: dict | None
+    trials: int
+    t_start: float
+
+
+def _run_fixed(sampler: Sampler, pair: NeighbouringPair, fixed: FixedEvents, context: ReportContext,
+               r_ev: np.random.Generator, plan: _Evaluation) -> AuditReport:
+    """The evaluation-only audit of :func:`run_audit` with ``fixed`` events: every run counts every event."""
+    claim, n_ev = plan.claim, plan.n_ev
     gdp_joint = claim.kind == "gaussian"  # gdp_alpha is already 2 alpha_b = alpha / J per event (Bonferroni)
     ev = ([], [])
     cands = None
@@ -296,19 +356,19 @@ def _run_fixed(sampler, pair, fixed, reason, base, r_ev, n_ev, alpha_b, claim, g
         c0, c1 = r_ev.spawn(1)[0].spawn(2)
         X0, X1 = sampler.draw(pair.d, size, c0), sampler.draw(pair.d_prime, size, c1)
         if cands is None:
-            cands = [fixed_candidate(n, f, sampler.shape) for n, f, _, _ in fixed]
+            cands = [fixed_candidate(n, f, sampler.shape) for n, f, _, _ in fixed.events]
             per = max(1, CHUNK_CELLS // max(1, int(np.prod(sampler.shape))))
         ev[0].append(np.stack([c.score(X0) for c in cands]))
         ev[1].append(np.stack([c.score(X1) for c in cands]))
         done += size
     e0, e1 = np.concatenate(ev[0], axis=1), np.concatenate(ev[1], axis=1)
-    events = [_evaluate_event(c, float(t), d, e0[j], e1[j], alpha_b, claim.delta, gdp_joint=gdp_joint,
-                              gdp_alpha=gdp_alpha)
-              for j, (c, (_, _, t, d)) in enumerate(zip(cands, fixed))]
-    return AuditReport.from_events(**base, events=events, resolution=cap, candidates=[c.name for c in cands],
-                                   float_sampler=None, batched=batched, output_shape=list(sampler.shape or ()),
-                                   trials=trials, alpha_per_bound=alpha_b, gdp_lattice=lattice,
-                                   fixed_events=reason, runtime_s=time.perf_counter() - t_start)
+    events = [_evaluate_event(c, float(t), d, e0[j], e1[j], plan.alpha_b, claim.delta, gdp_joint=gdp_joint,
+                              gdp_alpha=plan.gdp_alpha)
+              for j, (c, (_, _, t, d)) in enumerate(zip(cands, fixed.events))]
+    runs = RunFacts(trials=plan.trials, alpha_per_bound=plan.alpha_b, candidates=[c.name for c in cands],
+                    batched=sampler.batched, output_shape=list(sampler.shape or ()), gdp_lattice=plan.lattice,
+                    fixed_events=fixed.reason)
+    return AuditReport.from_events(context, events, runs, runtime_s=time.perf_counter() - plan.t_start)
 
 
 def _evaluate_event(cand: Candidate, t: float, d: str, e0: np.ndarray, e1: np.ndarray, alpha_b: float,

@@ -28,7 +28,7 @@ from privaudit.audit.neighbours import synthetic_pair
 from privaudit.core.errors import ArtifactError
 from privaudit.core.spec import DomainSpec
 from privaudit.release.manifest import ReleaseManifest
-from privaudit.audit import run_audit
+from privaudit.audit import AuditSettings, run_audit
 from privaudit.audit.mechanisms.release import ReleaseMechanism
 
 
@@ -88,5 +88,5 @@ def audit_release(spec: DomainSpec, manifest: ReleaseManifest, *, delta: float, 
     # the GDP test only where it is valid: continuous Gaussian noise, rounded (post-processing of the
     # Gaussian mechanism); exact (discrete Gaussian) or Laplace noise gets the generic test
     gdp = mech.budget.mechanism == "gaussian" and mech.noise_mode == "rounded"
-    return run_audit(mech, claim=mech.claim(kind="gaussian" if gdp else "generic"), pair=pair, trials=int(trials), seed=seed, n_jobs=1,
-                     progress=progress)
+    return run_audit(mech, claim=mech.claim(kind="gaussian" if gdp else "generic"), pair=pair, trials=int(trials), seed=seed,
+                     progress=progress, settings=AuditSettings(n_jobs=1))

@@ -50,9 +50,9 @@ covers, so a lower bound on it is a lower bound for the claim):
 
 References
 ----------
-Seed 004 l.23-27 (JDP; the released output is every episode's actions and the
-final policy); seed 002 l.29-33, seed 003 Def. 2.2; ALGORITHMS.md section 10
-"Auditing JDP"; AUDITING.md 4.1-4.3 (GDP fit for Gaussian mechanisms, the
+Vietri et al. (2020) (JDP; the released output is every episode's actions and the
+final policy); Ngo et al. (2022), Sahu (2025), Definition 2.2; docs/audit.md, "Online explorers" and
+"Background" (GDP fit for Gaussian mechanisms, the
 Laplace likelihood-ratio event, discrete outputs).
 """
 
@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -79,6 +80,26 @@ from privaudit.privacy.events import leaves
 EXPLORERS = ("pucb", "luyo", "ngo", "dp-lsvi-ucb-pp")
 #: Views of an explorer's output (module docstring).
 VIEWS = ("billboard", "actions")
+
+
+@dataclass(frozen=True)
+class ExplorerSetup:
+    """How an audited explorer runs and what its attacker reads.
+
+    Attributes
+    ----------
+    view : {"billboard", "actions"}
+        See the module docstring.
+    constants : {"practical", "theory"}
+        The explorer's constants.
+    mechanism_rho, mechanism_epsilon : float, optional
+        Run the explorer at this budget instead of the claim's (a mis-stated claim); at most one.
+    """
+
+    view: str = "billboard"
+    constants: str = "practical"
+    mechanism_rho: float | None = None
+    mechanism_epsilon: float | None = None
 
 
 # --------------------------------------------------------------------------- the mechanism
@@ -185,8 +206,8 @@ class ExplorerMechanism:
     def attack_scores(self, pair) -> list:
         """The fixed score "projection on user k's change" of the billboard view (larger = more like D').
 
-        The change is known from the pair alone (AUDITING.md 4.1: project on mean(D') - mean(D)): user k adds
-        her unit at the canary lane y / direction e_c in D' and at the decoy lane x / e_x in D. PUCB: the
+        The change is known from the pair alone (the Neyman-Pearson direction: project on mean(D') - mean(D)):
+        user k adds her unit at the canary lane y / direction e_c in D' and at the decoy lane x / e_x in D. PUCB: the
         Laplace likelihood ratio sum |v - m_D| - |v - m_D'| with the lane values 0/1 (Neyman-Pearson for the
         node noise); the linear explorers: sum of (c - x) entries, each family weighted by 1/variance of its
         noise (Gram nodes / releases: the GOE diagonal 2 s^2; target releases: sigma^2 of the vector noise).
@@ -342,4 +363,4 @@ class ExplorerMechanism:
         return tree_billboard(world, agent, self.targets_seen)
 
 
-__all__ = ["EXPLORERS", "VIEWS", "ExplorerMechanism"]
+__all__ = ["EXPLORERS", "VIEWS", "ExplorerMechanism", "ExplorerSetup"]

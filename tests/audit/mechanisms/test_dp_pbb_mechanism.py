@@ -30,7 +30,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from privaudit.audit import run_audit
+from privaudit.audit import AuditSettings, run_audit
 from privaudit.audit.mechanisms import dp_pbb as dp_pbb_adapter
 from privaudit.audit.mechanisms.dp_pbb import DPPBBMechanism
 from privaudit.audit.mechanisms.registry import MECHANISMS
@@ -49,8 +49,8 @@ CLAIM_EPS = 2.67293585691811  # rho 0.15 at delta 1e-6 (the view's share of rho 
 def _audit(mech, strategy="synthetic", trials=20_000, seed=0, graybox=True):
     pair = mech.make_pair(None, SPEC, strategy, rng=np.random.default_rng(0))
     claim = mech.audited_claim(1e-6, rho_total=1.0)
-    return run_audit(mech, pair=pair, claim=claim, trials=trials, seed=seed, graybox=graybox,
-                     fixed_events="design"), claim
+    return run_audit(mech, pair=pair, claim=claim, trials=trials, seed=seed, fixed="design",
+                     settings=AuditSettings(graybox=graybox)), claim
 
 
 @pytest.mark.parametrize("stationary,c", [(True, 1), (True, 2), (False, 1)])

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from privaudit.audit import make_pair, run_audit
+from privaudit.audit import AuditSettings, make_pair, run_audit
 from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
 from privaudit.audit.mechanisms.release import ReleaseMechanism
 from privaudit.core.errors import UsageError
@@ -122,7 +122,7 @@ def test_dp_apvi_outputs_a_policy_and_is_flagged_when_run_with_far_less_noise():
     # Gaussian noise, so the GDP opt-in is valid (not for the default exact noise)
     loud = DPAPVIMechanism(spec, rho=1e6, delta=1e-5, noise="rounded")  # almost no noise, claims rho = 0.5
     claim_gdp = DPAPVIMechanism(spec, rho=0.5, delta=1e-5, noise="rounded").claim(kind="gaussian")
-    r = run_audit(loud, logs, spec, claim=claim_gdp, trials=300, seed=1, n_jobs=1, progress=False)
+    r = run_audit(loud, logs, spec, claim=claim_gdp, trials=300, seed=1, progress=False, settings=AuditSettings(n_jobs=1))
     assert r.verdict == "violation", r.data["chosen_event"]
-    ok = run_audit(m, logs, spec, claim=m.claim(), trials=300, seed=1, n_jobs=1, progress=False)
+    ok = run_audit(m, logs, spec, claim=m.claim(), trials=300, seed=1, progress=False, settings=AuditSettings(n_jobs=1))
     assert ok.verdict == "no violation found"
