@@ -1,8 +1,7 @@
 """Neighbouring pairs (D, D') for an audit: canaries and explicit pairs.
 
 privaudit's neighbouring relation is substitution: D' is D with all the data
-of one privacy unit replaced by other data (DESIGN.md "The privacy model";
-ALGORITHMS.md "Neighbouring datasets"). An audit's violation finding is only
+of one privacy unit replaced by other data (docs/privacy.md). An audit's violation finding is only
 sound for such a pair, so explicit pairs are checked before use
 (:mod:`privaudit.audit.explicit_pairs`).
 
@@ -20,8 +19,8 @@ Canary strategies (``make_pair``)
     declares a public reward function (e.g. ICU-Sepsis survival, state 714),
     else reward r_max at the last step (r_min before). This makes the pair as
     distinguishable as the data allows: removed and added cells do not cancel,
-    and the added cells go from (nearly) 0 to 1 (AUDITING.md 4.3 "canary
-    trajectories"). The auditor is the data holder's tool, so it may read D.
+    and the added cells go from (nearly) 0 to 1 (docs/audit.md, Background:
+    canaries). The auditor is the data holder's tool, so it may read D.
     When the spec's privacy unit holds k > 1 episodes, the canary unit is k
     copies of the canary walk (each canary cell changes by k) and the removed
     unit is the one whose visits have the largest sum of squares (k episodes
@@ -110,6 +109,7 @@ def make_pair(logs: pl.DataFrame, spec: DomainSpec, strategy: str = "rare",
     Returns
     -------
     NeighbouringPair
+        D = ``logs`` (or logs + u* for a synthetic pair) and D', described without any unit's id.
 
     Raises
     ------
@@ -419,7 +419,7 @@ def _heaviest_unit(logs: pl.DataFrame, unit: str, pooled: bool):
 def _visits_change(d: pl.DataFrame, d_prime: pl.DataFrame, spec: DomainSpec, k: int, pooled: bool) -> dict:
     """L2 change of the visits between D and D' (raw rows) against the declared sensitivity.
 
-    Declared (a unit of k episodes of H steps, ALGORITHMS.md "sensitivity"):
+    Declared (a unit of k episodes of H steps, docs/privacy.md):
     k sqrt(2H) per step h, k H sqrt(2) pooled over h. A warning is added when
     the pair falls short (the removed unit has fewer or shorter episodes, or
     episodes in different cells): the audit then tests a weaker pair.

@@ -14,7 +14,7 @@ hooks an adapter may provide:
 * ``exact_statistics(logs) -> dict[name, ndarray]`` and
   ``declared_sensitivity() -> dict[name, {"l1": .., "l2": ..}]``: the
   pre-noise statistics and their declared sensitivities, for the gray-box
-  check (AUDITING.md 4.1 "gray-box first");
+  check (docs/audit.md, Background: the gray-box check);
 * ``noise() -> dict[name, {"mechanism": "gaussian"|"laplace", "scale": ..}]``:
   lets the gray-box check say how much privacy a sensitivity excess costs;
 * ``attack_scores(pair) -> list[(name, fn)]``: extra fixed scores

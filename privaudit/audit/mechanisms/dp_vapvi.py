@@ -1,6 +1,6 @@
 """The DP-VAPVI adapter of the auditor: the noisy statistics of the last step h = H-1.
 
-What is audited. DP-VAPVI releases 5 statistics per step h (seed 000 Alg. 2
+What is audited. DP-VAPVI releases 5 statistics per step h (Qiao & Wang (2023), Algorithm 2
 lines 4-10), each by the Gaussian mechanism at rho_0 = rho / (5H); the
 policy is post-processing of them (``learners.linear.privacy``). At the last
 step (0-based h = H-1, the paper's h = H) V_H = 0, so the statistics of that
@@ -329,6 +329,7 @@ def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
     Returns
     -------
     NeighbouringPair
+        Kind ``canary-linear``; its description records the removed unit's row count.
 
     Raises
     ------

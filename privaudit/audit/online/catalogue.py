@@ -11,14 +11,14 @@ benchmarks/bench_audit_online.py).
 ==============================  ==================================================  =====================
 name                            the bug                                             source
 ==============================  ==================================================  =====================
-dp-lsvi-ucb-pp:noise-once       phi_1..3 and K1 drawn once, reused every episode    Sahu (2025);
+dp-lsvi-ucb-pp:noise-once       phi_1..3 and K1 drawn once, reused every episode    Sahu (2025), Alg. 1 l. 1;
                                 (consecutive Gram releases differ by the data)      Sahu's code
-dp-lsvi-ucb-pp:k1-accumulated   Lambda~_k = G_k + 2 lambda~ I + k K1, K1 drawn      Sahu (2025)
+dp-lsvi-ucb-pp:k1-accumulated   Lambda~_k = G_k + 2 lambda~ I + k K1, K1 drawn      Sahu (2025), Alg. 1 l. 26
                                 once (second differences are noise-free)
 ngo:exact-switch                the determinant-doubling test on the non-private    Ngo et al. (2022)
                                 Gram matrix: the switch time is a deterministic
                                 function of the data
-luyo:no-lower-clip              value targets r + V without the lower clip of V     Sahu (2025);
+luyo:no-lower-clip              value targets r + V without the lower clip of V     Sahu (2025), Alg. 1 l. 11;
                                 (flagged by the gray-box range check: targets       docs/online.md
                                 leave the [0, H + 1] the noise is calibrated for)
 luyo:data-range                 the target noise scaled to the largest reward       domain read off the data
@@ -64,7 +64,7 @@ from privaudit.privacy.budget import resolve_budget
 
 class ReusedNoise(RecordingNoise):
     """Draws each family's noise once and returns the same array at every later call (the bug of
-    Sahu (2025), Algorithm 1, and of Sahu's ``DP_LSVI_UCB_PlusPlus.py``)."""
+    Sahu (2025), Algorithm 1, line 1, and of Sahu's ``DP_LSVI_UCB_PlusPlus.py``)."""
 
     def __init__(self, rng):
         super().__init__(rng)
@@ -82,7 +82,7 @@ class ReusedNoise(RecordingNoise):
 
 
 class AccumulatedGramNoise(RecordingNoise):
-    """The Gram noise of the k-th release is k K1 with one K1 (Sahu (2025) read literally:
+    """The Gram noise of the k-th release is k K1 with one K1 (Sahu (2025), Algorithm 1, line 26 read literally:
     K1 added on every update of Lambda~); the vector noises stay fresh."""
 
     def __init__(self, rng):
@@ -113,7 +113,8 @@ class RewardRangeNoise(RecordingNoise):
 
 class NoLowerClipLuyo(LuyoLSVIUCB):
     """Luyo et al.'s explorer whose value targets lack the lower clip: V = min(max_a index, H)
-    instead of clip(max_a index, 0, H) (Sahu (2025)'s missing lower clip, here in the Jin family)."""
+    instead of clip(max_a index, 0, H) (Sahu (2025), Algorithm 1, line 11: the missing lower clip, here in
+    the Jin family)."""
 
     def _backward(self, inv, target):
         H = self.H

@@ -15,11 +15,11 @@ def target_range_check(mech: ExplorerMechanism, worlds, *, runs: int = 30, seed:
 
     Luyo's and Ngo's target-vector noise is calibrated to Delta_2 = 2 (H + 1),
     which holds only if every target r + V_{h+1}(s') lies in [0, H + 1] (V
-    clipped to [0, H]; ALGORITHMS.md section 10). This runs ``runs`` seeded
+    clipped to [0, H]; docs/online.md). This runs ``runs`` seeded
     runs on each world, records the targets user k entered into the vector
     releases (as the agent computed them) and reports those outside the range:
     a deterministic finding, like the offline gray-box sensitivity check
-    (AUDITING.md 4.1 "gray-box first", 4.5 rule 3). The seeded runs are
+    (docs/audit.md, Background: the gray-box check). The seeded runs are
     compared with the declared range and discarded.
 
     Returns

@@ -1,7 +1,7 @@
 """Neighbouring user streams for auditing the joint-DP claims of online explorers.
 
-Under joint DP (docs/online.md; Ngo et al. (2022), Sahu (2025)
-Def. 2.2, Vietri et al. (2020)) two runs are neighbours when one user's *whole
+Under joint DP (docs/online.md; Ngo et al. (2022), Sahu (2025),
+Definition 2.2; Vietri et al. (2020)) two runs are neighbours when one user's *whole
 data* (her response tree: initial state and her reward and next state in
 response to every action sequence) is replaced and every other user's tree is
 unchanged. An :class:`AuditWorld` is one such stream, built from a public

@@ -72,7 +72,7 @@ def pp_billboard(world: AuditWorld, agent) -> np.ndarray:
         z = ag.noise.last.get("gram") if noisy else None
         gram.append(g if z is None else g + z[:, [c, xd], [c, xd]])
         if t > k:
-            # the three target releases of this episode (seed 003 l.169: fresh phi_1..3 per (k, h)):
+            # the three target releases of this episode (Sahu (2025): fresh phi_1..3 per (k, h)):
             # sum w phi (V-hat, V-check, V-hat^2)(s') + noise, at coordinates c and x; user k's term is
             # w_k (V, V-check, V^2)_{h+1}(lane), the V the agent used for this release
             vh = ag.V[1:, 0]
