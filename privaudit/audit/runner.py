@@ -1,7 +1,6 @@
 """Run an audit: sample a mechanism on D and D', attack, bound epsilon.
 
-Protocol (docs/audit.md, Background; each of its rules is
-avoided as noted):
+Protocol (docs/audit.md, Background; the rules it numbers are followed as noted):
 
 1. Gray-box check (zero samples): when the mechanism exposes its pre-noise
    statistics, their L1/L2 change between D and D' is compared with the
@@ -19,8 +18,8 @@ avoided as noted):
    symmetric (substitution neighbours in either order; the mu-GDP trade-off
    curve is symmetric), so one event in either direction tests it: the two
    mirror-image directions share one choice, and each of the two one-sided
-   Clopper-Pearson bounds gets alpha / 2 (trap 1, 2). Counts are integers,
-   no randomized tie-breaking (trap 4, 5).
+   Clopper-Pearson bounds gets alpha / 2 (rules 1, 2). Counts are integers,
+   no randomized tie-breaking (rules 4, 5).
 4. eps_lb = ln((CP_L(TPR) - delta) / CP_U(FPR)): the generic test, valid for
    every (eps, delta) claim and the default. With the Gaussian opt-in
    (``Claim.kind == "gaussian"``) also mu_lb = Phi^-1(1 - FPR_UB) -
@@ -28,7 +27,7 @@ avoided as noted):
    mu-GDP (a post-processing of a continuous Gaussian mechanism; rho-zCDP
    alone does not imply sqrt(2 rho)-GDP). Verdict ``violation`` when a valid
    bound exceeds the claim, else ``no violation found`` with the resolution
-   limit (trap 7).
+   limit (rule 7).
 """
 
 from __future__ import annotations
