@@ -5,7 +5,8 @@ Entry point: :func:`run_audit`. See ``docs/audit.md``.
 
 from privaudit.audit.claim import Claim
 from privaudit.audit.explicit_pairs import check_neighbours, load_pair
-from privaudit.audit.neighbours import NeighbouringPair, make_pair
+from privaudit.audit.neighbours import make_pair
+from privaudit.audit.pairs import NeighbouringPair
 from privaudit.audit.report import AuditReport, load_report
 from privaudit.audit.runner import AuditSettings, FixedEvents, run_audit
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from privaudit.audit.neighbours import NeighbouringPair, unit_column
+from privaudit.audit.pairs import NeighbouringPair, unit_column
 from privaudit.core.errors import LogReadError, UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.io import scan_logs

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from privaudit.audit import bounds as B
-from privaudit.audit.neighbours import NeighbouringPair
+from privaudit.audit.pairs import NeighbouringPair
 from privaudit.audit.protocol import FileFunction
 from privaudit.core.errors import UsageError
 

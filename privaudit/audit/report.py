@@ -31,7 +31,7 @@ from privaudit.core.schemas import check_on_write, load_versioned_json
 REPORT_FORMAT_VERSION = 1
 VIOLATION = "violation"
 NO_VIOLATION = "no violation found"
-#: Pair kinds built from the spec alone (``neighbours.synthetic_pair``), on top of a ``baseline``.
+#: Pair kinds built from the spec alone (``synthetic_pairs.synthetic_pair``), on top of a ``baseline``.
 SYNTHETIC_KINDS = ("synthetic", "synthetic-repeat", "synthetic-spread")
 
 

@@ -52,7 +52,8 @@ from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
 from privaudit.audit.mechanisms.dp_pbb import DPPBBMechanism
 from privaudit.audit.mechanisms.dp_vapvi import DPVAPVIMechanism
 from privaudit.audit.mechanisms.release import ReleaseMechanism
-from privaudit.audit.neighbours import NeighbouringPair, make_pair
+from privaudit.audit.neighbours import make_pair
+from privaudit.audit.pairs import NeighbouringPair
 from privaudit.audit.protocol import FileFunction, is_batched
 from privaudit.audit.report import AuditReport, ReportContext, RunFacts
 from privaudit.audit.sampling import CHUNK_CELLS, Sampler, pair_leaves_output_unchanged
@@ -65,7 +66,7 @@ def default_canary(mechanism) -> str:
     ``synthetic`` for the built-in tabular release and DP-APVI adapters
     (``synthetic-repeat`` when run with pooled, stationary, counts): D =
     logs + u*, D' = logs + v* with u*, v* built from the spec alone
-    (:func:`privaudit.audit.neighbours.synthetic_pair`), a pair that reaches
+    (:func:`privaudit.audit.synthetic_pairs.synthetic_pair`), a pair that reaches
     the declared sensitivity whatever the logs hold (a real unit removed by
     ``rare`` may have fewer than k episodes or short ones, and ``rare``
     spreads over H cells, reaching only a 1/sqrt(H) share of the pooled

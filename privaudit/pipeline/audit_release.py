@@ -8,7 +8,7 @@ docs/audit.md).
 
 The pair depends on no real unit and reads nothing of the logs: D0 = logs + u*,
 D1 = logs + v*, where u* and v* are synthetic units built from the spec alone
-(:func:`privaudit.audit.neighbours.synthetic_pair`: k full-length episodes each
+(:func:`privaudit.audit.synthetic_pairs.synthetic_pair`: k full-length episodes each
 on disjoint cells; one repeated cell for a stationary release), so the pair
 attains the release's declared sensitivity. The release's exact statistics
 are sums over units after per-unit bounding and its noise is drawn
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from privaudit.audit.neighbours import synthetic_pair
+from privaudit.audit.synthetic_pairs import synthetic_pair
 from privaudit.core.errors import ArtifactError
 from privaudit.core.spec import DomainSpec
 from privaudit.release.manifest import ReleaseManifest

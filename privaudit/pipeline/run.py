@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from privaudit.audit.neighbours import check_synthetic_pair_exists
+from privaudit.audit.synthetic_pairs import check_synthetic_pair_exists
 from privaudit.audit.choice import MIN_TRIALS
 from privaudit.core.package_data import sample_dir
 from privaudit.core.errors import UsageError

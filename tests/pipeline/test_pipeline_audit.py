@@ -5,7 +5,7 @@ Every audit number the pipeline marks as shareable (the ``audit`` part of
 ``figures/audit_tradeoff.png`` and ``audit/audit_report.json``) must be the
 same for two neighbouring logs run with the same seed: the audit runs the
 release's code path on a synthetic pair built from the spec
-(``privaudit.audit.neighbours.synthetic_pair``), never on the logs. Before
+(``privaudit.audit.synthetic_pairs.synthetic_pair``), never on the logs. Before
 this, the audit replaced the heaviest real unit by a canary, so its bound
 was a non-DP function of one real patient.
 """
@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.audit.explicit_pairs import check_neighbours
-from privaudit.audit.neighbours import synthetic_pair, synthetic_units
+from privaudit.audit.synthetic_pairs import synthetic_pair, synthetic_units
 from privaudit.cli import main
 from privaudit.core.errors import UsageError
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc

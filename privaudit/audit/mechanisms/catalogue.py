@@ -52,7 +52,7 @@ from privaudit.core.errors import UsageError
 from privaudit.audit.bounds import gdp_mu_from_eps
 from privaudit.audit.claim import Claim
 from privaudit.audit.explicit_pairs import check_neighbours
-from privaudit.audit.neighbours import NeighbouringPair
+from privaudit.audit.pairs import NeighbouringPair
 from privaudit.privacy.mechanisms import add_noise, gaussian_sigma, laplace_scale
 from privaudit.privacy.sensitivity import count_sensitivity
 from privaudit.core.spec import DomainSpec

@@ -21,7 +21,8 @@ import polars as pl
 from privaudit.audit.claim import Claim
 from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
 from privaudit.audit.mechanisms.library import VIEW_EXTRA, VIEW_SEED, LibraryStatistics
-from privaudit.audit.neighbours import make_pair, synthetic_pair
+from privaudit.audit.neighbours import make_pair
+from privaudit.audit.synthetic_pairs import synthetic_pair
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import bound_contributions, cap_per_cell
@@ -68,7 +69,7 @@ class DPPBBMechanism(LibraryStatistics):
     composition adds that share); "no violation found" says nothing about
     the backups. Canary (:meth:`make_pair`): ``synthetic`` builds units u*,
     v* from the spec that put exactly c' = min(c, M) transitions in each of
-    their cells (``neighbours.synthetic_units(spread=c')``), so the capped
+    their cells (``synthetic_pairs.synthetic_units(spread=c')``), so the capped
     visits change by the declared L2 sqrt(2 c' k H) (when c' divides k H)
     and the starts by sqrt(2) k; ``synthetic-repeat`` puts each unit's k H
     transitions in one cell, where the cap must bite (its audit catches a

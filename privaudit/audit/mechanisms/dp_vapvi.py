@@ -45,8 +45,9 @@ from privaudit.audit.claim import Claim
 from privaudit.core.errors import UsageError
 from privaudit.privacy import budget as budget_mod
 from privaudit.core.spec import DomainSpec
-from privaudit.audit.neighbours import (NeighbouringPair, unit_column, _visit_counts, canary_frame, make_pair,
-                                       synthetic_pair)
+from privaudit.audit.neighbours import canary_frame, make_pair
+from privaudit.audit.pairs import NeighbouringPair, unit_column, visit_counts
+from privaudit.audit.synthetic_pairs import synthetic_pair
 from privaudit.data.bounding import bound_contributions
 from privaudit.learners.linear import privacy as lp
 from privaudit.learners.linear.estimators import DPVAPVI
@@ -127,7 +128,7 @@ class DPVAPVIMechanism:
     def synthetic_boundary_pair(self, logs: pl.DataFrame | None = None) -> NeighbouringPair:
         """Synthetic units u*, v* whose step-(H-1) features sit at the norm bound.
 
-        The pair is :func:`privaudit.audit.neighbours.synthetic_pair` (k
+        The pair is :func:`privaudit.audit.synthetic_pairs.synthetic_pair` (k
         full-length episodes each, disjoint cells, built from the spec), and
         the feature map this adapter runs with is the spec's with the two
         step-(H-1) cells set to orthogonal unit vectors: phi(u*) = e_1,
@@ -350,7 +351,7 @@ def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
     per_unit = pool.group_by(unit).len().sort([pl.col("len"), pl.col(unit)], descending=[True, False])
     removed = per_unit[unit][0]
     rem_last = logs.filter((pl.col(unit) == removed) & (pl.col("step") == H - 1)).sort("episode_id")
-    counts = _visit_counts(logs, H, S, A)[:, nonterm, :]  # (H, S_nt, A)
+    counts = visit_counts(logs, H, S, A)[:, nonterm, :]  # (H, S_nt, A)
     flat = counts.reshape(H, -1).argmin(axis=1)
     states, actions = nonterm[flat // A], flat % A
     T = table[nonterm]  # (S_nt, A, d)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from privaudit.audit.claim import Claim
-from privaudit.audit.neighbours import NeighbouringPair
+from privaudit.audit.pairs import NeighbouringPair
 from privaudit.audit.bounds import perfect_separation_cap
 from privaudit.audit.online.checks import gdp_allowed, target_range_check
 from privaudit.audit.online.jdp import EXPLORERS, ExplorerMechanism, ExplorerSetup

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.audit.claim import Claim
-from privaudit.audit.neighbours import NeighbouringPair
+from privaudit.audit.pairs import NeighbouringPair
 from privaudit.audit.online.checks import gdp_allowed
 from privaudit.audit.online.jdp import ExplorerMechanism
 from privaudit.audit.online.recording import RecordingNoise, tree_nodes
