@@ -6,7 +6,7 @@ half; :func:`choose_event` then picks one (candidate, threshold, direction)
 on its second half (cross-fitting), by the bound that half itself proves
 simultaneously over every event tried. The evaluation split, drawn
 afterwards and independent of the choice, gives the reported bound
-(docs/audit.md, "Why the split keeps the bound valid").
+(docs/audit.md, Background: validity under selection).
 """
 
 from __future__ import annotations
@@ -78,6 +78,27 @@ def choose_event(cands: list[Candidate], X0, X1, alpha_b, delta, objective):
     ``X0``, ``X1`` are the *choice* half of the selection split: the
     candidates were fitted on the other half (cross-fitting), so a score
     that memorised its fitting runs (a lookup table) gains nothing here.
+
+    Parameters
+    ----------
+    cands : list of Candidate
+        Fitted scores (:func:`privaudit.audit.attacks.fit_candidates`).
+    X0, X1 : ndarray, shape (n, d)
+        Flattened outputs of the choice runs on D and D'.
+    alpha_b : float
+        Error probability of each evaluation bound; the prediction spends it
+        over every (candidate, threshold, direction) tried (Bonferroni).
+    delta : float
+        The claim's delta.
+    objective : {"generic", "gaussian"}
+        Predicted epsilon lower bound, or (GDP opt-in) predicted mu lower
+        bound with the threshold noise shrunk (:func:`_gdp_shrunk`).
+
+    Returns
+    -------
+    tuple
+        (predicted value, candidate, threshold, direction "+" or "-"); when
+        nothing is predicted above 0, the first candidate at its median.
     """
     n0, n1 = len(X0), len(X1)
     best = (-math.inf, None, None, "+")

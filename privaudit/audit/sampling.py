@@ -59,7 +59,22 @@ def _worker_init(abort) -> None:
 
 
 class Sampler:
-    """Draws independent runs of one mechanism on one dataset."""
+    """Draws independent runs of one mechanism on one dataset.
+
+    Parameters
+    ----------
+    fn : callable
+        The mechanism (:mod:`privaudit.audit.protocol`); a ``FileFunction`` stays wrapped.
+    batched : bool
+        ``fn`` takes ``n_runs`` (one call per chunk of :data:`CHUNK_CELLS` cells).
+    n_jobs : int
+        Worker processes for unbatched runs (used only when the serial work would exceed
+        :data:`PARALLEL_MIN_SERIAL_S`).
+    progress : callable
+        ``progress(k)`` after k runs (a progress bar's update).
+    who : str
+        Names the mechanism in error messages.
+    """
 
     def __init__(self, fn, batched: bool, n_jobs: int, progress, who: str = "the mechanism"):
         self.fn, self.batched, self.n_jobs, self.progress, self.who = fn, batched, n_jobs, progress, who
@@ -84,6 +99,20 @@ class Sampler:
             pool.shutdown(wait=True, cancel_futures=abort)
 
     def draw(self, logs: pl.DataFrame, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` independent runs on ``logs`` (any dataset the mechanism takes), flattened.
+
+        Returns
+        -------
+        ndarray, shape (n, d), float64
+            One row per run; the output shape of a run is kept in ``self.shape``.
+
+        Raises
+        ------
+        UsageError
+            The mechanism's output shape changes between runs.
+        UserCodeError
+            A mechanism that returns no real-valued array (or not ``n`` runs when batched).
+        """
         if self.batched:
             parts, done = [], 0
             while done < n:
