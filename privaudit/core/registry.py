@@ -15,7 +15,7 @@ Adding a learner: write its class (``__init__`` stores parameters, ``fit``
 returns ``self``, the policy in ``policy_``; see docs/learners.md), then
 :func:`register` an ``Algorithm`` here (or from your own module, before the
 CLI parses its arguments). A private learner also needs an audit adapter
-(``privaudit.audit.mechanisms.tabular.MECHANISMS``, under the same name): a test
+(``privaudit.audit.mechanisms.registry.MECHANISMS``, under the same name): a test
 checks that every private algorithm has one.
 """
 
