@@ -1,7 +1,7 @@
 """Import layers (issue 11): the import-linter contracts of pyproject.toml, private names, imports at top.
 
 Layers, highest first: cli > pipeline > audit > learners | online > release >
-data | privacy | mdp > core (errors, spec, schemas, files, package data, ...). A
+data | privacy | mdp > core (errors, spec, schemas, atomic writes, outputs, package data, ...). A
 module imports only from its own package or a lower layer; no two modules of
 a package import each other in a cycle.
 """

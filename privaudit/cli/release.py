@@ -6,7 +6,7 @@ import click
 
 from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, engine_options, handle_errors, spark_target
 from privaudit.core.formatting import num
-from privaudit.core.files import check_writable
+from privaudit.core.outputs import check_writable
 from privaudit.release.tabular import default_stationary, release_logs
 
 _HELP = """Release noisy visit counts n_h(s,a), transition counts n_h(s,a,s') and,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from privaudit.core.errors import SpecError
-from privaudit.core.files import atomic_write_text
+from privaudit.core.atomic import atomic_write_text
 from privaudit.core.schemas import validate_or_raise
 
 #: The standard column names of the trajectory table.

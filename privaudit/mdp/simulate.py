@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from privaudit.core.errors import UsageError
-from privaudit.core.files import atomic_path
+from privaudit.core.atomic import atomic_path
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import TabularMDP, _check_policy
 

@@ -46,7 +46,8 @@ from privaudit.audit.synthetic_pairs import check_synthetic_pair_exists
 from privaudit.audit.choice import MIN_TRIALS
 from privaudit.core.package_data import sample_dir
 from privaudit.core.errors import UsageError
-from privaudit.core.files import atomic_dir, atomic_write_text, new_run_id, output_lock
+from privaudit.core.atomic import atomic_dir, atomic_write_text
+from privaudit.core.outputs import new_run_id, output_lock
 from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT, budget_shares,
                                           check_split, composed_guarantee, pbb_share_of, split_budget)
 from privaudit.pipeline.plans import PartsPlan, plan_parts
@@ -257,7 +258,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     ------
     UsageError
         Bad or conflicting arguments, ``out`` exists or is being written by
-        another run (refused at once: ``io_utils.output_lock``; hidden
+        another run (refused at once: ``core.outputs.output_lock``; hidden
         temporary folders a killed run left next to ``out`` are removed and
         reported), an MDP that does not fit
         the spec (all before any row is read or noise drawn).

@@ -42,7 +42,8 @@ from privaudit.data.prepare import PreparedLogs, prepare_logs, read_failed
 from privaudit.core.errors import UsageError
 from privaudit.core import progress
 from privaudit.core.formatting import num
-from privaudit.core.files import atomic_dir, atomic_write_text, check_sidecar_free, new_run_id, output_lock
+from privaudit.core.atomic import atomic_dir, atomic_write_text
+from privaudit.core.outputs import check_sidecar_free, new_run_id, output_lock
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
@@ -256,7 +257,7 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
 
     Notes
     -----
-    ``out`` is locked for the whole call (:func:`privaudit.core.files.output_lock`):
+    ``out`` is locked for the whole call (:func:`privaudit.core.outputs.output_lock`):
     a second release to the same folder at the same time is refused at once,
     and hidden temporary folders that a killed release left next to ``out``
     are removed (and reported through ``echo``).

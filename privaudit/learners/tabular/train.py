@@ -18,7 +18,7 @@ from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.core.errors import ArtifactError, SpecError, UsageError
 from privaudit.core.formatting import num
 from privaudit.core import registry
-from privaudit.core.files import new_run_id
+from privaudit.core.outputs import new_run_id
 from privaudit.learners.tabular import dp_pbb
 from privaudit.learners.policy import Policy
 from privaudit.privacy import budget as budget_mod
