@@ -35,7 +35,8 @@ TOP_IMPORTS_ONLY = ("", "audit", "audit/mechanisms", "audit/online", "cli", "cor
 #: for (issue 19: ``privaudit --help`` and non-plotting runs must not pay for them).
 LAZY_LIBRARIES = ("matplotlib",)
 # Modules of an optional extra (their library may be absent): imported where they are asked for.
-OPTIONAL_EXTRA_MODULES = ("privaudit.data.spark.engine",)  # pyspark, extra [spark]
+OPTIONAL_EXTRA_MODULES = tuple(f"privaudit.data.spark.{m}" for m in (  # pyspark, extra [spark]
+    "engine", "session", "logs", "fatal_rules", "bounding", "counts"))
 
 
 def _modules():

@@ -198,7 +198,7 @@ class SparseCounts:
 
     def close(self) -> None:
         """Release what the counts hold outside this process (nothing here; Spark's cached cells in
-        ``privaudit.data.spark.engine.SparkSparseCounts``)."""
+        ``privaudit.data.spark.counts.SparkSparseCounts``)."""
 
 
 def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,

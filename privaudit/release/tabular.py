@@ -242,7 +242,7 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         With ``engine="spark"``: the session to use (classic or Spark
         Connect: a notebook's ``spark``), a master URL (``local[4]``,
         ``spark://host:7077``, ``yarn``), or a Spark Connect URL
-        ``sc://HOST:PORT`` (``spark_engine.connect_session``: an unreachable
+        ``sc://HOST:PORT`` (``privaudit.data.spark.session.connect_session``: an unreachable
         server is an ``EngineError`` before anything is read). None uses the
         active session or ``local[*]``.
     max_per_cell : int, optional
@@ -252,7 +252,7 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         and plan the noise for the smaller sensitivities this gives
         (``privaudit.privacy.sensitivity``). Recorded in the manifest
         (``privacy_unit.max_per_cell``, ``bounding.per_cell``) and the event.
-        Both engines (Spark: ``spark_engine.cap_per_cell``, the same kept
+        Both engines (Spark: ``privaudit.data.spark.bounding.cap_per_cell``, the same kept
         steps). None: no per-cell cap.
 
     Notes
