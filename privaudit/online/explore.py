@@ -52,7 +52,7 @@ from privaudit.privacy import accounting, samplers
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.privacy.events import leaves
-from privaudit.release.tabular import physical_memory_bytes
+from privaudit.release.size import physical_memory_bytes
 
 
 

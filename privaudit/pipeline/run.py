@@ -73,7 +73,7 @@ from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.pipeline import report as rep
 from privaudit.pipeline import figures
 from privaudit.pipeline.audit_release import audit_release
-from privaudit.release.tabular import load_release, release_logs
+from privaudit.release.tabular import ReleaseOptions, load_release, release_logs
 from privaudit.release.tabular import default_stationary
 
 #: Bundled sample: 20,000 ICU-Sepsis episodes under the clinicians' policy, and its spec.
@@ -432,8 +432,8 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     bar.stage("release")
     t = time.perf_counter()
     budget, parts, shares = budgets
-    info = release_logs(prepared, spec, budget=parts["release"], stationary=stationary, noise="exact",
-                        out=tmp / "release", seed=seeds[0], engine=engine, spark=spark)
+    info = release_logs(prepared, spec, stationary=stationary, out=tmp / "release", seed=seeds[0],
+                        options=ReleaseOptions(budget=parts["release"], noise="exact", engine=engine, spark=spark))
     events = {"release": plan.charged("release", info.event)}
     if ledger is not None:
         ledger_mod.charge_event(ledger, spec.dataset_id, events["release"],

@@ -12,7 +12,7 @@ from privaudit.privacy.budget import resolve_budget
 from privaudit.core.spec import load_spec
 from privaudit.data import counts
 from privaudit.release.mechanism import TabularRelease
-from privaudit.release.tabular import load_release, release_logs
+from privaudit.release.tabular import ReleaseOptions, load_release, release_logs
 from tests._release_logs import random_log, write_spec
 
 H, S, A = 6, 5, 3
@@ -102,5 +102,5 @@ def test_negligible_noise_is_warned_not_refused(spec, tmp_path):
     logs = tmp_path / "logs.parquet"
     random_log(np.random.default_rng(1), 30, H=H, S=S, A=A, terminals=(4,)).write_parquet(logs)
     said = []
-    release_logs(logs, spec, rho=1e4, out=tmp_path / "r", echo=said.append)
+    release_logs(logs, spec, rho=1e4, out=tmp_path / "r", options=ReleaseOptions(echo=said.append))
     assert sum("noise is negligible" in t for t in said) == 1 and (tmp_path / "r" / "manifest.json").is_file()

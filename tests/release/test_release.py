@@ -18,8 +18,8 @@ from privaudit.privacy import ledger as ledger_mod
 from privaudit.core.schemas import schema_errors
 from privaudit.core.spec import load_spec
 from privaudit.release import mechanism as mechanism_mod
-from privaudit.release import tabular as release_mod
-from privaudit.release.tabular import load_release, release_logs
+from privaudit.release import size as release_size
+from privaudit.release.tabular import ReleaseOptions, load_release, release_logs
 from privaudit.privacy import mechanisms
 from tests._release_logs import random_log, slow_counts, write_spec
 from tests._spy import spy_everywhere, watch_reads
@@ -89,7 +89,8 @@ def test_noise_variance_matches_manifest_scale(data, tmp_path, mech, noise, budg
     (the test has power against a wrong sigma/b).
     """
     out = tmp_path / "rel"
-    release_logs(data["logs"], data["spec_private"], mechanism=mech, noise=noise, out=out, seed=3, **budget)
+    release_logs(data["logs"], data["spec_private"], mechanism=mech, out=out, seed=3,
+                 options=ReleaseOptions(noise=noise), **budget)
     rel = load_release(out)
     fams = rel.manifest.to_dict()["families"]
     diffs = {"visits": rel.visits - data["n"], "transitions": _all_transitions(rel) - data["t"],
@@ -118,7 +119,8 @@ def test_default_noise_is_exact_and_rounded_is_refused(data, tmp_path):
     info = release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r", seed=1)
     assert info.manifest.to_dict()["noise"] == "exact"
     with pytest.raises(UsageError, match="rounded"):
-        release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r2", seed=1, noise="rounded")
+        release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r2", seed=1,
+                     options=ReleaseOptions(noise="rounded"))
     assert not (tmp_path / "r2").exists()
 
 
@@ -678,14 +680,14 @@ def test_memory_estimate_against_physical_memory(data, tmp_path, monkeypatch):
     from privaudit.core.spec import load_spec
 
     spec = load_spec(data["spec_private"])
-    est = release_mod.release_memory_estimate(spec, stationary=False, n_sa_families=2)
+    est = release_size.release_memory_estimate(spec, stationary=False, n_sa_families=2)
     # hand computation: 4 x 8 bytes x (S*A*S + 2 * H*S*A)
     assert est == {"slice_cells": S * A * S, "bytes": 4 * 8 * (S * A * S + 2 * H * S * A)}
-    assert release_mod.physical_memory_bytes() > est["bytes"]
-    monkeypatch.setattr(release_mod, "physical_memory_bytes", lambda: est["bytes"] - 1)
+    assert release_size.physical_memory_bytes() > est["bytes"]
+    monkeypatch.setattr(release_size, "physical_memory_bytes", lambda: est["bytes"] - 1)
     with pytest.raises(UsageError, match=r"estimated peak working memory .* above the physical memory"):
         release_logs(data["logs"], data["spec_private"], rho=1.0, out=tmp_path / "r", seed=1)
-    monkeypatch.setattr(release_mod, "physical_memory_bytes", lambda: est["bytes"])
+    monkeypatch.setattr(release_size, "physical_memory_bytes", lambda: est["bytes"])
     release_logs(data["logs"], data["spec_private"], rho=1.0, out=tmp_path / "r", seed=1)
 
 

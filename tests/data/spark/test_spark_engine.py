@@ -376,7 +376,7 @@ def test_runtime_failure_in_a_dataframe_is_an_engine_error(spark, tmp_path):
     from pyspark.sql import functions as F
 
     from privaudit.core.errors import EngineError
-    from privaudit.release.tabular import release_logs
+    from privaudit.release.tabular import ReleaseOptions, release_logs
 
     path, spec = _logs(tmp_path, ids="int", k=2, n_units=30)
     df = spark.read.parquet(str(path)).withColumn(
@@ -385,7 +385,8 @@ def test_runtime_failure_in_a_dataframe_is_an_engine_error(spark, tmp_path):
     ledger_mod.init_ledger(led, spec.dataset_id, 10)
     before = led.read_text()
     with pytest.raises(EngineError, match=r"^Spark failed while .*USER_RAISED_EXCEPTION\] bad row in the view") as e:
-        release_logs(df, spec, rho=1, out=tmp_path / "rel", ledger=led, engine="spark", spark=spark)
+        release_logs(df, spec, rho=1, out=tmp_path / "rel", ledger=led,
+                     options=ReleaseOptions(engine="spark", spark=spark))
     assert "\n" not in str(e.value)
     assert not (tmp_path / "rel").exists() and led.read_text() == before
 
@@ -511,7 +512,7 @@ def test_cli_spark_release_with_a_return_bound_equals_polars(spark, tmp_path):
 
 def test_transitions_come_to_the_driver_one_step_at_a_time(spark, tmp_path, monkeypatch):
     """The release collects the (H, S, A) tables once and then one transition slice per h; same release."""
-    from privaudit.release.tabular import release_logs
+    from privaudit.release.tabular import ReleaseOptions, release_logs
 
     path, spec = _logs(tmp_path, ids="int", k=2, n_units=40)
     collected = []
@@ -524,7 +525,8 @@ def test_transitions_come_to_the_driver_one_step_at_a_time(spark, tmp_path, monk
 
     monkeypatch.setattr(spark_counts, "_to_polars", spy)
     per_h = spec.S * spec.A * spec.S
-    info = release_logs(str(path), spec, rho=1, out=tmp_path / "spark", seed=9, engine="spark", spark=spark)
+    info = release_logs(str(path), spec, rho=1, out=tmp_path / "spark", seed=9,
+                        options=ReleaseOptions(engine="spark", spark=spark))
     slices = [t for t in collected if t.columns == ["i", "n"]]
     assert len(slices) == spec.H  # one collection per step h, in order, each holding step h's cells only
     for h, t in enumerate(slices):
