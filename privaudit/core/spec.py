@@ -2,8 +2,8 @@
 
 S, A, the horizon H, terminal states, the reward range, the privacy unit and
 the most episodes one unit may contribute, the column mapping and the feature
-map all come from here and never from the data (DESIGN.md "The trajectory
-table"). A spec is a JSON file validated by ``schemas/spec.schema.json``.
+map all come from here and never from the data (docs/validate.md, "The
+trajectory table"). A spec is a JSON file validated by ``schemas/spec.schema.json``.
 """
 
 from __future__ import annotations

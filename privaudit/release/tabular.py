@@ -1,6 +1,6 @@
 """Differentially private release of tabular counts (``privaudit release``).
 
-Pipeline (DESIGN.md "The privacy model"; ALGORITHMS.md 1.2-1.4):
+Pipeline (docs/release.md, "The privacy model" and "The noise and the budget split"):
 
 1. check the arguments and the budget (the ledger) **before** reading a row
    or drawing any noise;
@@ -56,8 +56,8 @@ from privaudit.release.size import check_release_size
 from privaudit.release.artifact import (FILES, MANIFEST, Release, TransitionWriter, load_release,
                                       write_sa_table)
 
-__all__ = ["release_logs", "ReleaseOptions", "default_stationary", "STEP_RULE", "ReleaseInfo", "load_release", "Release",
-           "local_log_path"]
+__all__ = ["release_logs", "ReleaseOptions", "default_stationary", "STEP_RULE", "ReleaseInfo", "load_release",
+           "Release", "local_log_path"]
 
 class _Clock:
     """Wall and CPU seconds per stage (for ReleaseInfo.timings and the benchmark).
@@ -296,8 +296,8 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
 
     References
     ----------
-    Qiao & Wang, Offline RL with DP (seed 000), eq. (1) and Thm 3.3;
-    ALGORITHMS.md 1.2 (steps 2-3), 1.3, 1.4.
+    Qiao & Wang (2023), Section 3: the counts, eq. (1) (Gaussian noise, sigma^2 = 2H/rho) and the
+    pure-DP remark (Lap(4H/epsilon)); docs/release.md, "Where the numbers come from".
     """
     options = ReleaseOptions() if options is None else options
     if options.noise == "rounded":

@@ -24,7 +24,7 @@ def spec(tmp_path):
 
 
 def test_gaussian_plan_is_seed_000_eq1_and_costs_the_budget(tmp_path):
-    """Visits + transitions, k = 1: sigma^2 = 2H/rho (seed 000 eq. (1)), rho/2 per family; with rewards
+    """Visits + transitions, k = 1: sigma^2 = 2H/rho (Qiao & Wang 2023, eq. (1)), rho/2 per family; with rewards
     the three families share one sigma^2 = 3H/rho."""
     public = load_spec(write_spec(tmp_path, "p.json", H=H, S=S, A=A, terminals=(4,), public_reward={3: 1.0}))
     rel = TabularRelease.plan(public, resolve_budget(rho=0.8))
@@ -40,7 +40,7 @@ def test_gaussian_plan_is_seed_000_eq1_and_costs_the_budget(tmp_path):
 
 def test_laplace_plan_is_lap_4H_over_eps(spec):
     rel = TabularRelease.plan(spec, resolve_budget(epsilon=2.0, mechanism="laplace"), noise="exact")
-    # visits + transitions + rewards, each l1 = 2H: b = 6H / eps (4H/eps without rewards, ALGORITHMS.md 1.4)
+    # visits + transitions + rewards, each l1 = 2H: b = 6H / eps (4H/eps without rewards, Qiao & Wang 2023, Section 3)
     assert rel.families["visits"].scale == pytest.approx(6 * H / 2.0, rel=1e-14)
     assert event_epsilon(rel.event) <= 2.0 and rel.guarantee()["epsilon"] == 2.0
 

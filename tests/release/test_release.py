@@ -163,7 +163,7 @@ def test_rounded_manifest_states_no_certified_guarantee(data):
 # ----------------------------------------------------------------------------- paper values
 @pytest.mark.parametrize("k", [1, 2])
 def test_gaussian_sigma_is_seed_paper_eq1(data, tmp_path, k):
-    """Visits + transitions, public reward: sigma^2 = 2H/rho (seed 000 eq. (1)) times k^2."""
+    """Visits + transitions, public reward: sigma^2 = 2H/rho (Qiao & Wang 2023, eq. (1)) times k^2."""
     spec = write_spec(tmp_path, H=H, S=S, A=A, terminals=TERMINALS, public_reward=PUBLIC, k=k)
     info = release_logs(data["logs"], spec, rho=0.7, out=tmp_path / "r", seed=1)
     fams = info.manifest.to_dict()["families"]
