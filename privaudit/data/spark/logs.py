@@ -88,6 +88,7 @@ def _usable(std: str, t: T.DataType) -> bool:
         return isinstance(t, T.ArrayType) and isinstance(t.elementType, T.NumericType)
     return isinstance(t, (T.IntegralType, T.StringType))
 
+
 def nan_or_inf(x):
     """True where the number ``x`` is NaN or +-infinity, False where finite, null where null."""
     return F.isnan(x.cast("double")) | (F.abs(x.cast("double")) == float("inf"))
