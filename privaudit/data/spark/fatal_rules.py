@@ -102,6 +102,7 @@ def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
     assert not set(out) & set(BOUNDING_RULES)
     return out
 
+
 def _not_finite(names):
     """``not_finite`` of a row, 0 to 2 (as validation counts it, per row and column): a NaN or infinite reward,
     and, when the logs have ``features``, a list holding a null, NaN or infinity (a null list is null_value's)."""
