@@ -2,7 +2,7 @@
 
 S, A, the horizon H, terminal states, the reward range, the privacy unit and
 the most episodes one unit may contribute, the column mapping and the feature
-map all come from here and never from the data (docs/validate.md, "The
+map all come from here and never from the data (docs/data-format.md, "The
 trajectory table"). A spec is a JSON file validated by ``schemas/spec.schema.json``.
 """
 

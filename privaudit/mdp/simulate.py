@@ -1,7 +1,7 @@
 """Simulate logs from a tabular MDP, vectorized over episodes.
 
 The output is a polars DataFrame in privaudit's standard trajectory schema
-(docs/validate.md, "The trajectory table"), one row per step, sorted by
+(docs/data-format.md, "The trajectory table"), one row per step, sorted by
 (episode_id, step):
 
 | column | dtype | meaning |
