@@ -325,7 +325,7 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, stationary, m
     if budget is None:
         budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism)
     elif any(v is not None for v in (rho, epsilon, delta)) or not isinstance(budget, Budget):
-        raise UsageError("give either `budget` (a resolved Budget) or `rho`/`epsilon`/`delta`, not both.")
+        raise UsageError("give either `options.budget` (a resolved Budget) or `rho`/`epsilon`/`delta`, not both.")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise UsageError(f"`seed` must be a non-negative integer. Found {seed!r}.")
     spec = spec if isinstance(spec, DomainSpec) else load_spec(spec)
