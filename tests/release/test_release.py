@@ -743,3 +743,23 @@ def test_private_flag_must_match_the_rng(data, tmp_path):
     old = {k: v for k, v in m.items() if k != "private"}
     (src / "manifest.json").write_text(json.dumps(old))
     assert load_release(src).manifest.rng == "seeded-insecure"
+
+
+def test_release_options_carry_the_run_and_refuse_a_second_budget(data, tmp_path):
+    """ReleaseOptions: the ledger entry names options.run and options.run_output; a resolved budget and rho
+    together are refused before anything is written."""
+    from privaudit.privacy.budget import resolve_budget
+
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, "tiny-release", 10)
+    release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r", ledger=led, seed=1,
+                 options=ReleaseOptions(run="run-42", run_output=tmp_path / "pipeline-out"))
+    charged = [e for e in map(json.loads, led.read_text().splitlines()) if "run" in e]
+    assert [(e["run"], e["output"]) for e in charged] == [("run-42", str((tmp_path / "pipeline-out").absolute()))]
+    with pytest.raises(UsageError, match=r"options\.budget"):
+        release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r2",
+                     options=ReleaseOptions(budget=resolve_budget(rho=0.5)))
+    assert not (tmp_path / "r2").exists()
+    info = release_logs(data["logs"], data["spec_private"], out=tmp_path / "r3", seed=1,
+                        options=ReleaseOptions(budget=resolve_budget(rho=0.5)))
+    assert info.manifest.rho == pytest.approx(0.5)
