@@ -24,12 +24,13 @@ from privaudit import __version__
 from privaudit.audit import bounds as B
 from privaudit.audit.claim import Claim
 from privaudit.audit.plotting import plot_report
+from privaudit.core.artifact import ArtifactFormat
 from privaudit.core.errors import ArtifactError
-from privaudit.core.atomic import atomic_write_text
 from privaudit.core.jsonio import json_default
-from privaudit.core.schemas import check_on_write, load_versioned_json
 
 REPORT_FORMAT_VERSION = 1
+#: The audit report on disk (``schemas/audit_report.schema.json``; no ``kind`` key).
+REPORT_FORMAT = ArtifactFormat("audit report", "audit_report", REPORT_FORMAT_VERSION)
 VIOLATION = "violation"
 NO_VIOLATION = "no violation found"
 #: Pair kinds built from the spec alone (``synthetic_pairs.synthetic_pair``), on top of a ``baseline``.
@@ -191,6 +192,7 @@ class AuditReport:
         return 3 if self.violation else 0
 
     def to_dict(self) -> dict:
+        """The JSON document: a copy of ``data`` as parsed JSON (numpy numbers as numbers, keys as strings)."""
         return json.loads(json.dumps(self.data, default=json_default))
 
     def __repr__(self) -> str:
@@ -359,18 +361,29 @@ class AuditReport:
         return cls(verdict, eps_lb, d, runtime_s=runtime_s)
 
     # ------------------------------------------------------------------ output
-    def validate(self) -> None:
-        """Raise ArtifactError if the document breaks its schema."""
+    def validate(self) -> dict:
+        """The document (:meth:`to_dict`), checked against its schema.
+
+        Raises
+        ------
+        ArtifactError
+            The document breaks the schema, or lacks ``shareable`` (optional on
+            reading older reports, always written).
+        """
         if "shareable" not in self.data:  # optional on reading (older reports), always written
             raise ArtifactError("audit report (internal error: nothing was written): $: 'shareable' is a "
                                 "required property of a report written now")
-        check_on_write(self.to_dict(), "audit_report", "audit report")
+        return REPORT_FORMAT.check_write(self.to_dict())
 
     def write_json(self, path: str | Path) -> Path:
-        """Validate and write the report atomically."""
-        self.validate()
-        atomic_write_text(Path(path), json.dumps(self.data, indent=2, default=json_default) + "\n")
-        return Path(path)
+        """Validate and write the report atomically (:meth:`ArtifactFormat.dump`); returns the path.
+
+        Raises
+        ------
+        ArtifactError
+            As :meth:`validate` (nothing is written).
+        """
+        return REPORT_FORMAT.dump(self.validate(), path)
 
     def plot(self, path: str | Path) -> Path:
         """PNG of the trade-off (:func:`privaudit.audit.plotting.plot_report`): the region the
@@ -387,4 +400,4 @@ def load_report(path: str | Path) -> dict:
     ArtifactError
         Unreadable, unknown format version, or schema errors.
     """
-    return load_versioned_json(path, "audit_report", "audit report", REPORT_FORMAT_VERSION)
+    return REPORT_FORMAT.read(path)

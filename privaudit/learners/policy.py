@@ -14,7 +14,6 @@ penalty matrices) in ``extras.parquet`` (columns name, h, i, j, value).
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from privaudit.core.errors import ArtifactError, MissingInputError, UsageError
 from privaudit.core.atomic import atomic_dir
 from privaudit.core.npyio import numpy_load_reason
 from privaudit.learners.policy_manifest import PolicyManifest, PolicyPrivacy
-from privaudit.core.schemas import load_versioned_json
 
 #: Largest deviation of a policy row's sum from 1 that is accepted (``load_policy_table``).
 ROW_SUM_TOL = 1e-6
@@ -122,7 +120,7 @@ def save_policy(policy: Policy, out: str | Path, overwrite: bool = False) -> Pat
                     "value": arr3.reshape(-1),
                 }))
             pl.concat(frames).write_parquet(tmp / "extras.parquet")
-        (tmp / "policy.json").write_text(json.dumps(doc, indent=2) + "\n")
+        PolicyManifest.FORMAT.dump(doc, tmp / "policy.json")
     return out
 
 
@@ -141,7 +139,7 @@ def load_policy(path: str | Path) -> Policy:
     man_path = path / "policy.json"
     if not man_path.is_file():
         raise ArtifactError(f"{path} is not a policy folder: {man_path.name} is missing")
-    man = PolicyManifest.from_dict(load_versioned_json(man_path, "policy", "policy manifest"), man_path)
+    man = PolicyManifest.read(man_path)
     H, S, A = man.shape
     try:
         df = pl.read_parquet(path / "policy.parquet")

@@ -14,29 +14,32 @@ for releases): :meth:`PolicyManifest.to_dict` gives the document, checked
 against the schema on every write; :meth:`PolicyManifest.from_dict` checks
 the format version and the schema on every read, and reads policies written
 before ``stationary``, ``spec_hash`` or ``extras`` existed (defaults: not
-stationary, no spec hash, no extras). The guarantee stays the dict the
+stationary, no spec hash, no extras). Both are
+:class:`privaudit.core.artifact.Record` s (the manifest an
+:class:`~privaudit.core.artifact.Artifact`: schema on write and read, atomic
+:meth:`~privaudit.core.artifact.Artifact.write` and
+:meth:`~privaudit.core.artifact.Artifact.read`). The guarantee is what the
 mechanism's ``Budget.guarantee`` (``privaudit.privacy.accounting.guarantee``)
-built: this module types the record around it, not the accounting.
+stated, held as a :class:`privaudit.core.artifact.Guarantee` and written as
+stated: this module types the record around it, not the accounting.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 from privaudit import FORMAT_VERSION
+from privaudit.core.artifact import Artifact, ArtifactFormat, Guarantee, Record, jfield
 from privaudit.core.errors import ArtifactError
-from privaudit.core.schemas import check_on_write, check_versioned
 
 __all__ = ["PolicyManifest", "PolicyPrivacy", "POLICY_KIND"]
 
 #: The manifest's ``kind``.
 POLICY_KIND = "privaudit-policy"
-_SCHEMA = "policy"
 
 
 @dataclass(frozen=True)
-class PolicyPrivacy:
+class PolicyPrivacy(Record):
     """A policy's privacy record (``policy.json``'s ``privacy``).
 
     Attributes
@@ -45,7 +48,7 @@ class PolicyPrivacy:
         True only when the guarantee holds against everyone: a DP learner (or a
         DP release) whose noise came from OS entropy. Seeded noise keeps the
         guarantee for reference but is not private.
-    guarantee : dict or None
+    guarantee : Guarantee or None
         The guarantee as the mechanism stated it (``definition``, ``rho``,
         ``epsilon``, ``delta``, ``requested``, ``rng``, ``privacy_unit``, and
         ``event`` for mechanisms that record one); None for a learner that
@@ -57,11 +60,12 @@ class PolicyPrivacy:
     """
 
     private: bool
-    guarantee: dict | None = field(default=None, repr=False)
-    release: str | None = None
-    note: str | None = None
+    guarantee: Guarantee | None = jfield(default=None, omit_none=True, repr=False)
+    release: str | None = jfield(default=None, omit_none=True)
+    note: str | None = jfield(default=None, omit_none=True)
 
     def __post_init__(self):
+        super().__post_init__()
         if self.private and self.guarantee is None:
             raise ArtifactError("a private policy must record its guarantee (`guarantee` is None).")
 
@@ -85,29 +89,13 @@ class PolicyPrivacy:
         """The mechanism's privacy event (``PrivacyEvent.to_dict()``), when its guarantee records one."""
         return None if self.guarantee is None else self.guarantee.get("event")
 
-    def to_dict(self) -> dict:
-        """The ``privacy`` object of ``policy.json``."""
-        d: dict = {"private": self.private}
-        if self.guarantee is not None:
-            d["guarantee"] = copy.deepcopy(self.guarantee)
-        if self.release is not None:
-            d["release"] = self.release
-        if self.note is not None:
-            d["note"] = self.note
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "PolicyPrivacy":
-        """Read a ``privacy`` object (as written by any version of format 1)."""
-        return cls(bool(d["private"]), copy.deepcopy(d.get("guarantee")), d.get("release"), d.get("note"))
-
 
 @dataclass(frozen=True)
-class PolicyManifest:
+class PolicyManifest(Artifact):
     """The public description of one policy (``policy.json``).
 
     Build it with ``Policy.manifest()`` (writer) or :meth:`from_dict` (reader);
-    write :meth:`to_dict`.
+    write :meth:`to_dict` (or :meth:`write`).
 
     Attributes
     ----------
@@ -132,16 +120,20 @@ class PolicyManifest:
         1.
     """
 
+    FORMAT = ArtifactFormat("policy manifest", "policy", FORMAT_VERSION, kind=POLICY_KIND)
+    _JSON_ORDER = ("format_version", "kind", "algorithm", "parameters", "horizon", "n_states", "n_actions",
+                   "stationary", "spec_hash", "software_version", "created", "extras", "privacy")
+
     algorithm: str
     parameters: dict = field(repr=False)
     horizon: int
     n_states: int
     n_actions: int
-    stationary: bool
-    spec_hash: str | None
+    stationary: bool = jfield(missing=False)
+    spec_hash: str | None = jfield(missing=None)
     software_version: str
     created: str
-    extras: tuple = ()
+    extras: tuple = jfield(default=(), skip=True)
     privacy: PolicyPrivacy = field(default_factory=lambda: PolicyPrivacy(False))
     format_version: int = FORMAT_VERSION
 
@@ -150,45 +142,9 @@ class PolicyManifest:
         """(H, S, A)."""
         return (self.horizon, self.n_states, self.n_actions)
 
-    def to_dict(self) -> dict:
-        """The ``policy.json`` document, checked against ``schemas/policy.schema.json``.
-
-        Raises
-        ------
-        ArtifactError
-            The document breaks its schema (an internal error: nothing is written).
-        """
-        d = {
-            "format_version": self.format_version,
-            "kind": POLICY_KIND,
-            "algorithm": self.algorithm,
-            "parameters": copy.deepcopy(self.parameters),
-            "horizon": self.horizon,
-            "n_states": self.n_states,
-            "n_actions": self.n_actions,
-            "stationary": self.stationary,
-            "spec_hash": self.spec_hash,
-            "software_version": self.software_version,
-            "created": self.created,
-            "extras": sorted(self.extras),
-            "privacy": self.privacy.to_dict(),
-        }
-        return check_on_write(d, _SCHEMA, "policy manifest")  # a bug in the caller: never write a bad artifact
+    def _json_derived(self) -> dict:
+        return {**super()._json_derived(), "extras": sorted(self.extras)}
 
     @classmethod
-    def from_dict(cls, doc, where="policy manifest") -> "PolicyManifest":
-        """Read a ``policy.json`` document (the parsed JSON ``doc``; ``where``: its path, for messages).
-
-        Raises
-        ------
-        ArtifactError
-            As :func:`privaudit.core.schemas.check_versioned` (format version 1, then the schema).
-        """
-        check_versioned(doc, _SCHEMA, str(where), FORMAT_VERSION)
-        return cls(
-            algorithm=doc["algorithm"], parameters=copy.deepcopy(doc["parameters"]), horizon=int(doc["horizon"]),
-            n_states=int(doc["n_states"]), n_actions=int(doc["n_actions"]),
-            stationary=bool(doc.get("stationary", False)), spec_hash=doc.get("spec_hash"),
-            software_version=doc["software_version"], created=doc["created"],
-            extras=tuple(doc.get("extras") or ()), privacy=PolicyPrivacy.from_dict(doc["privacy"]),
-            format_version=doc["format_version"])
+    def _json_read(cls, doc: dict) -> dict:
+        return {"extras": tuple(doc.get("extras") or ())}

@@ -329,7 +329,7 @@ def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, re
         table = table.replace_schema_metadata({"privaudit_format_version": str(EXPLORE_FORMAT_VERSION),
                                                "privaudit_kind": "explore-regret"})
         pq.write_table(table, tmp / "regret.parquet")
-        (tmp / "manifest.json").write_text(json.dumps(doc, indent=2) + "\n")
+        ExploreManifest.FORMAT.dump(doc, tmp / "manifest.json")
         _plot(df, title, tmp / "regret.png")
     return manifest
 

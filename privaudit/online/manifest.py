@@ -13,33 +13,59 @@ gives the document, checked against the schema on every write;
 :meth:`ExploreManifest.from_dict` checks the format version and the schema on
 every read, and reads manifests written before the guarantee recorded ``rng``,
 ``sampler`` or ``grid`` (None when absent). The schema refuses a ``seed`` in
-``config`` (the noise seed is never written).
+``config`` (the noise seed is never written). The records are
+:class:`privaudit.core.artifact.Record` s and the manifest an
+:class:`~privaudit.core.artifact.Artifact`; the guarantee is the one
+in-memory :class:`privaudit.core.artifact.Guarantee` (``ExploreGuarantee`` is
+its former name), written in the explore manifest's own flat joint-DP shape
+(:func:`explore_guarantee` puts its keys in that order).
 """
 
 from __future__ import annotations
 
-import copy
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from privaudit.core.artifact import Artifact, ArtifactFormat, Guarantee, Record, jfield
 from privaudit.core.errors import MissingInputError
-from privaudit.core.schemas import check_on_write, check_versioned, load_versioned_json
 
 __all__ = ["ExploreManifest", "ExploreEnvironment", "ExploreGuarantee", "ExploreSummary", "EXPLORE_KIND",
-           "EXPLORE_FORMAT_VERSION", "read_explore_manifest"]
+           "EXPLORE_FORMAT_VERSION", "read_explore_manifest", "explore_guarantee"]
 
 #: The manifest's ``kind``.
 EXPLORE_KIND = "privaudit-explore"
 #: Version of the explore output folder (manifest and Parquet).
 EXPLORE_FORMAT_VERSION = 1
-_SCHEMA = "explore_manifest"
-#: The guarantee's typed keys; every other key is the JDP text (what is protected, from whom).
-_TYPED = ("private", "rng", "epsilon", "delta", "rho", "statement", "sampler", "events", "grid", "note")
+#: The guarantee's typed keys in their order on disk, after the JDP text (what is protected, from whom);
+#: the value written when a key is absent (older manifests), ``...``: left out.
+_EXPLORE_KEYS = {"rng": ..., "private": False, "epsilon": None, "delta": None, "rho": None, "statement": ...,
+                 "sampler": None, "events": [], "grid": ..., "note": ...}
+
+#: The former name of the run's guarantee: one :class:`~privaudit.core.artifact.Guarantee` for every artifact.
+ExploreGuarantee = Guarantee
+
+
+def explore_guarantee(g) -> Guarantee:
+    """The run's JDP guarantee in the explore manifest's shape: the JDP text first, then ``rng``, ``private``,
+    ``epsilon``, ``delta``, ``rho``, ``statement``, ``sampler``, ``events``, ``grid``, ``note``.
+
+    ``private``, ``epsilon``, ``delta``, ``rho``, ``sampler`` and ``events``
+    are always written (``sampler`` None and ``events`` empty in manifests
+    written before they were recorded); ``rng``, ``statement``, ``grid`` and
+    ``note`` only when recorded.
+
+    Parameters
+    ----------
+    g : Mapping
+        The guarantee as ``privaudit.online.explore`` builds it, or as read.
+    """
+    text = {k: v for k, v in g.items() if k not in _EXPLORE_KEYS}
+    typed = {k: g.get(k, absent) for k, absent in _EXPLORE_KEYS.items() if k in g or absent is not ...}
+    return Guarantee(text, **typed | {"private": bool(typed["private"])})
 
 
 @dataclass(frozen=True)
-class ExploreEnvironment:
+class ExploreEnvironment(Record):
     """The simulated user stream (public: all data is simulated from a known MDP).
 
     Attributes
@@ -56,77 +82,12 @@ class ExploreEnvironment:
     n_actions: int
     world_key: int | None = None
 
-    def to_dict(self) -> dict:
-        return {"name": self.name, "horizon": self.horizon, "n_states": self.n_states, "n_actions": self.n_actions,
-                "world_key": self.world_key, "simulated": True}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ExploreEnvironment":
-        return cls(d["name"], int(d["horizon"]), int(d["n_states"]), int(d["n_actions"]), d.get("world_key"))
+    def _json_derived(self) -> dict:
+        return {"simulated": True}
 
 
 @dataclass(frozen=True)
-class ExploreGuarantee:
-    """The run's JDP guarantee (``guarantee``).
-
-    Attributes
-    ----------
-    private : bool
-        False for a non-private explorer, and for a seeded run (kept for reference).
-    epsilon, delta, rho : float or None
-        The composed guarantee (``rho`` None for pure epsilon-JDP; all None when not private).
-    rng : {"secure", "seeded-insecure"} or None
-        None in manifests written before it was recorded.
-    statement : str or None
-        The guarantee in words.
-    note : str or None
-        Why a run with a guarantee is not private (seeded noise).
-    sampler : dict or None
-        What the noise samplers deliver (``privacy.samplers.noise_statement``).
-    events : tuple of dict
-        The privacy events of every counter family (``PrivacyEvent.to_dict()``).
-    grid : dict or None
-        The linear explorers' lattices.
-    text : dict
-        What joint DP protects, from whom and what it does not (``online.explore.JDP_TEXT``).
-    """
-
-    private: bool
-    epsilon: float | None
-    delta: float | None
-    rho: float | None
-    rng: str | None = None
-    statement: str | None = None
-    note: str | None = None
-    sampler: dict | None = field(default=None, repr=False)
-    events: tuple = field(default=(), repr=False)
-    grid: dict | None = field(default=None, repr=False)
-    text: dict = field(default_factory=dict, repr=False)
-
-    def to_dict(self) -> dict:
-        d = dict(copy.deepcopy(self.text))
-        if self.rng is not None:
-            d["rng"] = self.rng
-        d.update({"private": self.private, "epsilon": self.epsilon, "delta": self.delta, "rho": self.rho})
-        if self.statement is not None:
-            d["statement"] = self.statement
-        d["sampler"] = copy.deepcopy(self.sampler)
-        d["events"] = [copy.deepcopy(e) for e in self.events]
-        if self.grid is not None:
-            d["grid"] = copy.deepcopy(self.grid)
-        if self.note is not None:
-            d["note"] = self.note
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ExploreGuarantee":
-        return cls(bool(d["private"]), d["epsilon"], d["delta"], d["rho"], d.get("rng"), d.get("statement"),
-                   d.get("note"), copy.deepcopy(d.get("sampler")), tuple(copy.deepcopy(d["events"])),
-                   copy.deepcopy(d.get("grid")), {k: v for k, v in d.items() if k not in _TYPED})
-
-
-@dataclass(frozen=True)
-class ExploreSummary:
+class ExploreSummary(Record):
     """The regret summary (simulated users).
 
     Attributes
@@ -143,19 +104,9 @@ class ExploreSummary:
     mean_regret_last_10pct: float
     mean_regret_first_10pct: float
 
-    def to_dict(self) -> dict:
-        return {"episodes": self.episodes, "cumulative_regret": self.cumulative_regret,
-                "mean_regret_last_10pct": self.mean_regret_last_10pct,
-                "mean_regret_first_10pct": self.mean_regret_first_10pct}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ExploreSummary":
-        return cls(int(d["episodes"]), float(d["cumulative_regret"]), float(d["mean_regret_last_10pct"]),
-                   float(d["mean_regret_first_10pct"]))
-
 
 @dataclass(frozen=True)
-class ExploreManifest:
+class ExploreManifest(Artifact):
     """The public description of one ``privaudit explore`` run.
 
     Attributes
@@ -165,7 +116,11 @@ class ExploreManifest:
     config : dict
         The run's configuration (never a seed).
     environment : ExploreEnvironment
-    guarantee : ExploreGuarantee
+    guarantee : Guarantee
+        The run's JDP guarantee (``private``, ``epsilon``, ``delta``, ``rho``,
+        ``rng``, ``statement``, ``note``, ``sampler``, ``events``, ``grid``
+        and the JDP words, ``Guarantee.text``), put in the manifest's shape by
+        :func:`explore_guarantee` (a plain dict given here too).
     calibration : dict or None
         The counters' noise calibration (tabular explorers).
     summary : ExploreSummary
@@ -175,45 +130,21 @@ class ExploreManifest:
         1.
     """
 
+    FORMAT = ArtifactFormat("explore manifest", "explore_manifest", EXPLORE_FORMAT_VERSION, kind=EXPLORE_KIND)
+    _JSON_ORDER = ("format_version", "kind")
+
     software: dict = field(repr=False)
     config: dict = field(repr=False)
     environment: ExploreEnvironment
-    guarantee: ExploreGuarantee
-    calibration: dict | None = field(repr=False)
+    guarantee: Guarantee
+    calibration: dict | None = jfield(missing=None, repr=False)
     summary: ExploreSummary
     files: dict = field(default_factory=lambda: {"regret": "regret.parquet", "plot": "regret.png"}, repr=False)
     format_version: int = EXPLORE_FORMAT_VERSION
 
-    def to_dict(self) -> dict:
-        """The ``manifest.json`` document, checked against ``schemas/explore_manifest.schema.json``.
-
-        Raises
-        ------
-        ArtifactError
-            The document breaks its schema (an internal error: nothing is written).
-        """
-        d = {"format_version": self.format_version, "kind": EXPLORE_KIND, "software": dict(self.software),
-             "config": copy.deepcopy(self.config), "environment": self.environment.to_dict(),
-             "guarantee": self.guarantee.to_dict(), "calibration": copy.deepcopy(self.calibration),
-             "summary": self.summary.to_dict(), "files": dict(self.files)}
-        d = json.loads(json.dumps(d, default=_json_default))  # numpy scalars -> JSON numbers, as written
-        return check_on_write(d, _SCHEMA, "explore manifest")
-
-    @classmethod
-    def from_dict(cls, doc, where="explore manifest") -> "ExploreManifest":
-        """Read an explore ``manifest.json`` document (the parsed JSON ``doc``; ``where``: its path, for messages).
-
-        Raises
-        ------
-        ArtifactError
-            As :func:`privaudit.core.schemas.check_versioned` (format version 1, then the schema).
-        """
-        check_versioned(doc, _SCHEMA, str(where), EXPLORE_FORMAT_VERSION)
-        return cls(software=dict(doc["software"]), config=copy.deepcopy(doc["config"]),
-                   environment=ExploreEnvironment.from_dict(doc["environment"]),
-                   guarantee=ExploreGuarantee.from_dict(doc["guarantee"]),
-                   calibration=copy.deepcopy(doc.get("calibration")), summary=ExploreSummary.from_dict(doc["summary"]),
-                   files=dict(doc["files"]), format_version=doc["format_version"])
+    def __post_init__(self):
+        """The guarantee in the explore manifest's shape (:func:`explore_guarantee`)."""
+        object.__setattr__(self, "guarantee", explore_guarantee(self.guarantee))
 
 
 def read_explore_manifest(path) -> ExploreManifest:
@@ -229,14 +160,4 @@ def read_explore_manifest(path) -> ExploreManifest:
     path = Path(path)
     if not path.exists():
         raise MissingInputError(f"{path}: no such explore folder or manifest.")
-    mpath = path / "manifest.json" if path.is_dir() else path
-    return ExploreManifest.from_dict(load_versioned_json(mpath, _SCHEMA, "explore manifest", EXPLORE_FORMAT_VERSION),
-                                     mpath)
-
-
-def _json_default(o):
-    """numpy scalars as JSON numbers (the writer's ``json.dumps(default=...)``)."""
-    item = getattr(o, "item", None)
-    if callable(item):
-        return item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+    return ExploreManifest.read(path / "manifest.json" if path.is_dir() else path)

@@ -19,20 +19,23 @@ document, checked against the schema on every write;
 versions it does not know) and the schema on every read, and reads
 manifests written before ``event``,
 ``privacy_unit.file_column``, ``bounding.episode_key`` and ``private``
-existed (``private`` is then derived from ``rng``). The guarantee stays the
-dict ``privaudit.privacy.accounting.guarantee`` builds (the one function
-that states guarantees); the consistency of the stated guarantee with the
+existed (``private`` is then derived from ``rng``). The records are
+:class:`privaudit.core.artifact.Record` s (their JSON keys follow from their
+fields) and the manifest an :class:`privaudit.core.artifact.Artifact`
+(schema on write and read, atomic :meth:`ReleaseManifest.write`). The
+guarantee is what ``privaudit.privacy.accounting.guarantee`` builds (the one
+function that states guarantees), held as a
+:class:`privaudit.core.artifact.Guarantee` and written as stated; the consistency of the stated guarantee with the
 mechanism facts is checked on reading by
 :func:`privaudit.release.manifest_check.check_manifest_guarantee`.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
+from privaudit.core.artifact import Artifact, ArtifactFormat, Guarantee, Number, Record, jfield
 from privaudit.core.errors import ArtifactError
-from privaudit.core.schemas import check_on_write, validate_or_raise
 
 __all__ = ["ReleaseManifest", "Domain", "UnitRecord", "FamilyRecord", "DenseLayout", "RELEASE_KIND",
            "RELEASE_FORMAT_VERSION", "READABLE_FORMAT_VERSIONS", "DENSE_ORDER"]
@@ -47,11 +50,10 @@ DENSE_ORDER = ("row-major (C order) over (state, action, next_state): cell (s, a
 
 #: The manifest's ``kind``.
 RELEASE_KIND = "privaudit-release"
-_SCHEMA = "release_manifest"
 
 
 @dataclass(frozen=True)
-class Domain:
+class Domain(Record):
     """The declared domain of a release (all from the spec).
 
     Attributes
@@ -69,21 +71,12 @@ class Domain:
     S: int  # noqa: N815
     A: int  # noqa: N815
     stationary: bool
-    terminal_states: tuple
+    terminal_states: tuple[int, ...]
     reward_range: tuple
-
-    def to_dict(self) -> dict:
-        return {"H": self.H, "S": self.S, "A": self.A, "stationary": self.stationary,
-                "terminal_states": list(self.terminal_states), "reward_range": list(self.reward_range)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Domain":
-        return cls(int(d["H"]), int(d["S"]), int(d["A"]), bool(d["stationary"]),
-                   tuple(int(x) for x in d["terminal_states"]), tuple(d["reward_range"]))
 
 
 @dataclass(frozen=True)
-class UnitRecord:
+class UnitRecord(Record):
     """Whom the release protects (``privacy_unit``).
 
     Attributes
@@ -99,23 +92,16 @@ class UnitRecord:
         c: most steps kept per unit and released cell; None: no per-cell cap.
     """
 
+    _JSON_ORDER = ("column", "file_column", "max_episodes", "max_per_cell")
+
     column: str
     max_episodes: int
-    file_column: str | None = None
-    max_per_cell: int | None = None
-
-    def to_dict(self) -> dict:
-        return {"column": self.column, **({} if self.file_column is None else {"file_column": self.file_column}),
-                "max_episodes": self.max_episodes,
-                **({} if self.max_per_cell is None else {"max_per_cell": self.max_per_cell})}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "UnitRecord":
-        return cls(d["column"], int(d["max_episodes"]), d.get("file_column"), d.get("max_per_cell"))
+    file_column: str | None = jfield(default=None, omit_none=True)
+    max_per_cell: int | None = jfield(default=None, omit_none=True)
 
 
 @dataclass(frozen=True)
-class DenseLayout:
+class DenseLayout(Record):
     """How a dense family table is stored (``families.<f>.dense``, format version 2).
 
     Attributes
@@ -129,19 +115,12 @@ class DenseLayout:
     """
 
     row_groups: int
-    row_group_shape: tuple
+    row_group_shape: tuple[int, ...]
     order: str = DENSE_ORDER
-
-    def to_dict(self) -> dict:
-        return {"row_groups": self.row_groups, "row_group_shape": list(self.row_group_shape), "order": self.order}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "DenseLayout":
-        return cls(int(d["row_groups"]), tuple(int(x) for x in d["row_group_shape"]), d["order"])
 
 
 @dataclass(frozen=True)
-class FamilyRecord:
+class FamilyRecord(Record):
     """One released family (``families.<name>``): its table and its noise, in stored value units.
 
     Attributes
@@ -165,45 +144,36 @@ class FamilyRecord:
         Set when the table holds the values alone (format version 2
         transitions); None: index columns beside ``value`` (format 1, and
         visits and rewards in format 2).
+
+    The numbers are written and read exactly as stated (an integer stays an integer).
     """
+
+    _JSON_ORDER = ("file", "columns", "shape", "dense")
 
     file: str
     columns: tuple
-    shape: tuple
-    value_unit: float
-    l1_sensitivity: float
-    l2_sensitivity: float
-    noise_scale: float
+    shape: tuple[int, ...]
+    value_unit: Number
+    l1_sensitivity: Number
+    l2_sensitivity: Number
+    noise_scale: Number
     noise_scale_name: str
     budget: dict
-    dense: DenseLayout | None = None
-
-    def to_dict(self) -> dict:
-        return {"file": self.file, "columns": list(self.columns), "shape": list(self.shape),
-                **({} if self.dense is None else {"dense": self.dense.to_dict()}),
-                "value_unit": self.value_unit, "l1_sensitivity": self.l1_sensitivity,
-                "l2_sensitivity": self.l2_sensitivity, "noise_scale": self.noise_scale,
-                "noise_scale_name": self.noise_scale_name, "budget": dict(self.budget)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "FamilyRecord":
-        return cls(d["file"], tuple(d["columns"]), tuple(int(x) for x in d["shape"]), d["value_unit"],
-                   d["l1_sensitivity"], d["l2_sensitivity"], d["noise_scale"], d["noise_scale_name"],
-                   dict(d["budget"]), None if "dense" not in d else DenseLayout.from_dict(d["dense"]))
+    dense: DenseLayout | None = jfield(default=None, omit_none=True)
 
 
 @dataclass(frozen=True)
-class ReleaseManifest:
+class ReleaseManifest(Artifact):
     """The public description of one tabular count release (``manifest.json``).
 
     Build it with ``TabularRelease.manifest`` (writer) or :meth:`from_dict`
-    (reader); write :meth:`to_dict`. Holds no seed, no exact statistic and no
-    count of rows, episodes or units of the private logs.
+    (reader); write :meth:`to_dict` (or :meth:`write`). Holds no seed, no
+    exact statistic and no count of rows, episodes or units of the private logs.
 
     Attributes
     ----------
     software_version : str
-        privaudit version that wrote it.
+        privaudit version that wrote it (``software.version``).
     created : str
         UTC timestamp, ISO 8601.
     spec_hash : str
@@ -222,8 +192,9 @@ class ReleaseManifest:
     rng : {"secure", "seeded-insecure"}
     families : dict[str, FamilyRecord]
         visits, transitions and (private reward) rewards, in that order.
-    guarantee : dict
-        As ``privaudit.privacy.accounting.guarantee`` states it (plus ``sampler``).
+    guarantee : Guarantee
+        As ``privaudit.privacy.accounting.guarantee`` states it (plus
+        ``sampler``); a plain dict given here becomes a Guarantee.
     budget_split, values : str
         The split rule and what the value columns hold, in words.
     public_reward : dict or None
@@ -238,7 +209,13 @@ class ReleaseManifest:
         written before dense transition slices (still read).
     """
 
-    software_version: str
+    FORMAT = ArtifactFormat("release manifest", "release_manifest", RELEASE_FORMAT_VERSION, kind=RELEASE_KIND,
+                            readable=READABLE_FORMAT_VERSIONS)
+    _JSON_ORDER = ("format_version", "kind", "software", "created", "spec_hash", "dataset_id", "domain",
+                   "privacy_unit", "neighbouring", "bounding", "mechanism", "noise", "rng", "private", "families",
+                   "guarantee", "event", "budget_split", "values", "public_reward", "reward_quantum")
+
+    software_version: str = jfield(skip=True)
     created: str
     spec_hash: str
     dataset_id: str
@@ -249,13 +226,13 @@ class ReleaseManifest:
     mechanism: str
     noise: str
     rng: str
-    families: dict = field(repr=False)
-    guarantee: dict = field(repr=False)
+    families: dict[str, FamilyRecord] = field(repr=False)
+    guarantee: Guarantee = field(repr=False)
     budget_split: str = field(repr=False)
     values: str = field(repr=False)
     public_reward: dict | None = field(repr=False)
-    reward_quantum: int | None = None
-    event: dict | None = field(default=None, repr=False)
+    reward_quantum: int | None = jfield(default=None, omit_none=True)
+    event: dict | None = jfield(default=None, omit_none=True, repr=False)
     format_version: int = RELEASE_FORMAT_VERSION
 
     @property
@@ -273,81 +250,18 @@ class ReleaseManifest:
         """The stated zCDP rho of the whole release (pure DP: epsilon^2/2)."""
         return float(self.guarantee["rho"])
 
-    def to_dict(self) -> dict:
-        """The ``manifest.json`` document, checked against ``schemas/release_manifest.schema.json``.
-
-        Raises
-        ------
-        ArtifactError
-            The document breaks its schema (an internal error: nothing is written).
-        """
-        d = {
-            "format_version": self.format_version,
-            "kind": RELEASE_KIND,
-            "software": {"name": "privaudit", "version": self.software_version},
-            "created": self.created,
-            "spec_hash": self.spec_hash,
-            "dataset_id": self.dataset_id,
-            "domain": self.domain.to_dict(),
-            "privacy_unit": self.privacy_unit.to_dict(),
-            "neighbouring": self.neighbouring,
-            "bounding": dict(self.bounding),
-            "mechanism": self.mechanism,
-            "noise": self.noise,
-            "rng": self.rng,
-            "private": self.private,
-            "families": {f: p.to_dict() for f, p in self.families.items()},
-            "guarantee": copy.deepcopy(self.guarantee),
-            **({} if self.event is None else {"event": copy.deepcopy(self.event)}),
-            "budget_split": self.budget_split,
-            "values": self.values,
-            "public_reward": copy.deepcopy(self.public_reward),
-        }
-        if self.reward_quantum is not None:
-            d["reward_quantum"] = self.reward_quantum
-        return check_on_write(d, _SCHEMA, "release manifest")
+    def _json_derived(self) -> dict:
+        return {**super()._json_derived(), "software": {"name": "privaudit", "version": self.software_version},
+                "private": self.private}
 
     @classmethod
-    def from_dict(cls, doc, where="release manifest") -> "ReleaseManifest":
-        """Read a ``manifest.json`` document: format version, schema, then the typed fields.
+    def _json_read(cls, doc: dict) -> dict:
+        return {"software_version": doc["software"]["version"]}
 
-        Parameters
-        ----------
-        doc : object
-            The parsed JSON.
-        where : str or Path
-            The manifest's path, for messages.
-
-        Raises
-        ------
-        ArtifactError
-            Not an object, a ``format_version`` not in
-            :data:`READABLE_FORMAT_VERSIONS` (the message names the version
-            found and the ones this privaudit reads), or a document breaking
-            the schema (every error named by its JSON path), or a
-            ``private`` flag that contradicts ``rng``.
-        """
-        if not isinstance(doc, dict):
-            raise ArtifactError(f"{where}: a release manifest must be a JSON object. Found {type(doc).__name__!r}.")
-        found = doc.get("format_version")
-        if isinstance(found, bool) or found not in READABLE_FORMAT_VERSIONS:
-            known = " and ".join(str(v) for v in READABLE_FORMAT_VERSIONS)
-            newer = isinstance(found, int) and not isinstance(found, bool) and found > max(READABLE_FORMAT_VERSIONS)
-            raise ArtifactError(f"{where}: unknown release format version: format_version is {found!r}, and this "
-                                f"privaudit reads release format versions {known} only. "
-                                + ("The release was written by a newer privaudit: upgrade privaudit to read it."
-                                   if newer else "Use the privaudit version that wrote it."))
-        validate_or_raise(doc, _SCHEMA, ArtifactError, str(where))
+    @classmethod
+    def _check_doc(cls, doc: dict, where) -> None:
+        """Refuse a ``private`` flag that contradicts ``rng`` (ArtifactError)."""
         if "private" in doc and doc["private"] != (doc["rng"] == "secure"):
             raise ArtifactError(f"{where}: private is {doc['private']!r} but rng is {doc['rng']!r} (a release is "
                                 "private exactly when its noise came from OS entropy). The manifest is "
                                 "inconsistent (edited by hand?); do not trust or use this release.")
-        return cls(
-            software_version=doc["software"]["version"], created=doc["created"], spec_hash=doc["spec_hash"],
-            dataset_id=doc["dataset_id"], domain=Domain.from_dict(doc["domain"]),
-            privacy_unit=UnitRecord.from_dict(doc["privacy_unit"]), neighbouring=doc["neighbouring"],
-            bounding=dict(doc["bounding"]), mechanism=doc["mechanism"], noise=doc["noise"], rng=doc["rng"],
-            families={f: FamilyRecord.from_dict(p) for f, p in doc["families"].items()},
-            guarantee=copy.deepcopy(doc["guarantee"]), budget_split=doc["budget_split"], values=doc["values"],
-            public_reward=copy.deepcopy(doc["public_reward"]), reward_quantum=doc.get("reward_quantum"),
-            event=copy.deepcopy(doc.get("event")), format_version=doc["format_version"])

@@ -402,7 +402,7 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, stationary, m
                 if noisy.rewards is not None:
                     write_sa_table(tmp / FILES["rewards"], noisy.rewards, stationary=stationary)
             _write_transitions(tmp, spec, release, noisy.transitions, clock)
-            atomic_write_text(tmp / MANIFEST, json.dumps(manifest.to_dict(), indent=2) + "\n")
+            manifest.write(tmp / MANIFEST)
             if ledger is not None:
                 ledger_mod.charge_event(Path(ledger), spec.dataset_id, event,
                                         _ledger_description(Path(options.run_output), release), budget,

@@ -95,3 +95,14 @@ def test_reports_without_the_field_still_read_and_written_ones_must_hold_it(tmp_
     with pytest.raises(ArtifactError, match="'shareable' is a required property"):
         AuditReport(rep.verdict, rep.epsilon_lower_bound, old).write_json(tmp_path / "new.json")
     assert not (tmp_path / "new.json").exists()
+
+
+def test_the_report_is_written_as_its_data_with_numpy_numbers_as_json(tmp_path):
+    rep = _audit(synthetic_pair(tiny_spec(), pooled=False))
+    data = {**rep.data, "trials": np.int64(rep.data["trials"]), "confidence": np.float64(rep.data["confidence"])}
+    rep2 = AuditReport(rep.verdict, rep.epsilon_lower_bound, data)
+    text = rep2.write_json(tmp_path / "r.json").read_text()
+    assert text == json.dumps(rep.to_dict(), indent=2) + "\n" and rep2.validate() == rep.to_dict()
+    assert load_report(tmp_path / "r.json") == rep.to_dict()
+    with pytest.raises(ArtifactError, match="audit report .*absent.json: the file is missing"):
+        load_report(tmp_path / "absent.json")

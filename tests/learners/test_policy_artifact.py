@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from privaudit.core.artifact import Guarantee
 from privaudit.core.errors import ArtifactError, UsageError
 from privaudit.learners.policy import Policy, greedy_table, load_policy, save_policy
 from privaudit.learners.policy_manifest import PolicyManifest, PolicyPrivacy
@@ -109,3 +110,18 @@ def test_manifest_is_typed_frozen_and_checked_both_ways(tmp_path):
         PolicyPrivacy(True)
     with pytest.raises(UsageError, match="`privacy` must be a PolicyPrivacy"):
         Policy(greedy_table(np.zeros((1, 2, 2))), "ve", privacy="private")
+
+
+def test_policy_json_read_and_written_again_is_byte_identical(tmp_path):
+    """The artifact base writes the old document's bytes; the minimal one gains its defaults, in place."""
+    path = FIXTURES / "dp_apvi" / "policy.json"
+    m = PolicyManifest.read(path)
+    assert isinstance(m.privacy.guarantee, Guarantee) and m.privacy.guarantee.rho == 0.3
+    assert m.write(tmp_path / "policy.json").read_text() == path.read_text()
+    minimal = json.loads((FIXTURES / "minimal" / "policy.json").read_text())
+    back = PolicyManifest.read(FIXTURES / "minimal" / "policy.json").to_dict()
+    assert back == {**minimal, "stationary": False, "spec_hash": None, "extras": []}
+    assert list(back)[:8] == ["format_version", "kind", "algorithm", "parameters", "horizon", "n_states",
+                              "n_actions", "stationary"]
+    with pytest.raises(ArtifactError, match="policy manifest .*absent.json: the file is missing"):
+        PolicyManifest.read(tmp_path / "absent.json")

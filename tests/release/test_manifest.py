@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
+from privaudit.core.artifact import Guarantee
 from privaudit.core.errors import ArtifactError, PrivauditError
 from privaudit.privacy.budget import resolve_budget
 from privaudit.core.schemas import schema_errors
@@ -96,3 +98,23 @@ def test_private_flag_contradicting_rng_is_refused(manifest):
     d = dict(manifest.to_dict(), private=True)
     with pytest.raises(ArtifactError, match="private is True but rng is 'seeded-insecure'"):
         ReleaseManifest.from_dict(d)
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "release_v1"
+
+
+@pytest.mark.parametrize("name", ["per_step", "stationary"])
+def test_a_manifest_read_is_written_back_byte_for_byte(name, tmp_path):
+    """Format version 1 manifests (written before the artifact base) come back unchanged, bytes included."""
+    path = FIXTURES / name / "manifest.json"
+    m = ReleaseManifest.read(path)
+    assert m.format_version == 1 and isinstance(m.guarantee, Guarantee)
+    assert m.write(tmp_path / "manifest.json").read_text() == path.read_text()
+
+
+def test_the_guarantee_is_one_typed_object_written_as_stated(manifest):
+    g = manifest.guarantee
+    assert isinstance(g, Guarantee) and g.rho == g["rho"] == manifest.rho and g.definition == "zCDP"
+    assert manifest.to_dict()["guarantee"] == g.to_dict() and list(manifest.to_dict()["guarantee"]) == list(g)
+    plain = dataclasses.replace(manifest, guarantee=g.to_dict())  # a plain dict, as the accountant states it
+    assert isinstance(plain.guarantee, Guarantee) and plain == manifest
