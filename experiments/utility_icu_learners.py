@@ -43,7 +43,7 @@ next to 1 - failure_prob, and how many certificates were positive (a
 certificate of 0 holds trivially).
 
 Learners: every tabular learner of the registry with a runner in
-:data:`LEARNERS` (ve, apvi, apvi-hoeffding, dp-apvi with seed 000's
+:data:`LEARNERS` (ve, apvi, apvi-hoeffding, dp-apvi with Qiao & Wang (2023)'s
 constants), DP-PBB (``privaudit.learners.tabular.dp_pbb``, the issue-12 learner, its
 default constants, per-cell cap c = 1, the spec's return bound), and two
 unregistered variants for reference: APVI with Yin & Wang's lower-order term
@@ -168,7 +168,7 @@ def _fit_exact(name: str, **params):
 
 
 def _fit_dp_apvi(data: Data, epsilon: float, rng, **params):
-    """DP-APVI (seed 000's constants unless ``params`` say otherwise) on one release: E from the release."""
+    """DP-APVI (Qiao & Wang (2023)'s constants unless ``params`` say otherwise) on one release: E from the release."""
     cls = registry.get("dp-apvi").load()
     release = release_plan(data.spec, epsilon, data.stationary)
     E = release.noise_bound(FAILURE_PROB)
