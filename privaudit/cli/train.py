@@ -118,12 +118,14 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     spec = load_spec(spec_path) if spec_path else None
     params = {} if failure_prob is None else {"failure_prob": failure_prob}
     penalty = {k: v for k, v in (("C1", c1), ("C2", c2), ("C", c_fallback)) if v is not None}
+    learner = registry.get(algo).load()  # what the learner reads and which options apply: asked, not branched on
     if penalty:
-        pessimistic = ("apvi", "apvi-hoeffding", "dp-apvi")
+        pessimistic = registry.names_with(lambda cls: {"C1", "C"} <= cls.options)
         if algo not in pessimistic:
             raise UsageError(f"--penalty-* apply to {', '.join(pessimistic)}, not to --algo {algo}.")
-        if "C2" in penalty and algo != "dp-apvi":
-            raise UsageError("--penalty-c2 is DP-APVI's privacy term: it applies to --algo dp-apvi only.")
+        if "C2" in penalty and "C2" not in learner.options:
+            raise UsageError("--penalty-c2 is DP-APVI's privacy term: it applies to --algo "
+                             f"{' | '.join(registry.names_with(lambda cls: 'C2' in cls.options))} only.")
         params.update(penalty)
     budget_given = any(v is not None for v in (rho, epsilon, delta))
     linear_algos = registry.names(family="linear")
@@ -171,17 +173,18 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             notes.hold(as_flags(said))
         release_used = release_dir_for(out) if algo in private_algos else None
         check_out_free(out, release_used)
-        if algo == "dp-pbb":
+        if learner.reads == "logs":
             release_used = None  # its releases (noisy counts, private backups) live inside the learner
             if noise is not None:
-                raise UsageError("--noise does not apply to --algo dp-pbb: it always draws exact discrete "
+                raise UsageError(f"--noise does not apply to --algo {algo}: it always draws exact discrete "
                                  "Gaussian noise. Drop the flag.")
-        if max_per_cell is not None and algo != "dp-pbb":
-            raise UsageError(f"--max-per-cell applies to --algo dp-pbb (its per-cell cap), not to --algo {algo}; "
+        if max_per_cell is not None and "max_per_cell" not in learner.options:
+            capped = " | ".join(registry.names_with(lambda cls: "max_per_cell" in cls.options))
+            raise UsageError(f"--max-per-cell applies to --algo {capped} (its per-cell cap), not to --algo {algo}; "
                              "cap a count release with `privaudit release --max-per-cell`.")
-        if algo == "dp-pbb":
+        if learner.reads == "logs":
             if not budget_given:
-                raise UsageError("--algo dp-pbb releases private Bellman backups: give a budget "
+                raise UsageError(f"--algo {algo} releases private Bellman backups: give a budget "
                                  "(--rho R, or --epsilon E --delta D).")
         elif algo in private_algos:
             if not budget_given:

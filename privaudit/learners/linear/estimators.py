@@ -23,6 +23,7 @@ import numpy as np
 from privaudit.core.errors import UsageError
 from privaudit.learners.linear import privacy as _privacy
 from privaudit.learners.linear.dp_vapvi import ExactStatistics, backward_pass, step_statistics
+from privaudit.learners.linear.logs import plan_dp_vapvi
 from privaudit.learners.linear.providers import DEFAULT_CHUNK_BYTES, FiniteFeatures
 from privaudit.learners.policy import Policy
 from privaudit.learners.policy_manifest import PolicyPrivacy
@@ -51,6 +52,12 @@ class _LinearLearner:
 
     algorithm = "linear"
     variance_aware = True
+    #: :class:`privaudit.core.registry.OfflineLearner` answers: the linear learners read the logs (rows and
+    #: the spec's feature map); only DP-VAPVI is private.
+    private = False
+    reads = "logs"
+    options: frozenset = frozenset()
+    pipeline_output = None
 
     def fit(self, data, fmap: FeatureMap | None = None, *, rng: np.random.Generator | None = None,
             data_var=None):
@@ -220,6 +227,21 @@ class DPVAPVI(_LinearLearner):
     """
 
     algorithm = "dp-vapvi"
+    private = True
+    pipeline_output = "the DP-VAPVI policy (its noisy statistics are not output)"
+
+    @classmethod
+    def plan_event(cls, spec, budget, *, stationary: bool = False):
+        """The privacy event of a fit on logs of ``spec`` at ``budget`` (public facts only):
+        :func:`privaudit.learners.linear.logs.plan_dp_vapvi` with default parameters (``stationary``
+        does not apply: one regression per step)."""
+        return plan_dp_vapvi(spec, budget)
+
+    @staticmethod
+    def mechanism_text(spec) -> str:
+        """How DP-VAPVI adds its noise (one sentence for the pipeline's summary)."""
+        return (f"exact discrete Gaussian on fixed-point statistics: 5H = {5 * spec.horizon} statistics "
+                "with fresh noise per step, rho/(5H) each (grid in the policy manifest)")
 
     def __init__(self, rho: float, *, C: float = 1.0, lam: float = 1.0, d_scale: float = 0.0,
                  kappa: float | None = None, episodes_public: int | None = None, delta_fail: float = 0.05,

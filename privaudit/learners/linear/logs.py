@@ -140,13 +140,13 @@ def _plan(algo: str, spec: DomainSpec, budget: Budget | None, params: dict):
         m = column_dims(spec)  # before reading any row: a spec error costs nothing
     else:
         fmap = feature_map_from_spec(spec)
+    cls = registry.get(algo).load()
     try:
-        cls = registry.get(algo).load()
         learner = cls(budget.rho, **params) if budget else cls(**params)
     except TypeError as e:
         raise UsageError(f"bad parameters for {algo}: {e}") from None
     event = None
-    if algo == "dp-vapvi":  # the run's event, from public facts: before any row is read or noise drawn
+    if cls.private:  # the run's event, from public facts: before any row is read or noise drawn
         d = m * spec.n_actions if row_features else fmap.dim
         k = int(spec.max_episodes_per_unit)
         event = privacy_event(learner.noise_scales(spec.horizon, d), PrivacyUnit(spec.unit_column or "episode_id", k))
@@ -223,17 +223,18 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     if algo not in linear:
         raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {', '.join(linear)}.")
     params = dict(params or {})
+    private = registry.get(algo).load().private
     if "failure_prob" in params:
-        if algo != "dp-vapvi":
+        if not private:
             raise UsageError(f"`failure_prob` applies to dp-vapvi (its delta_fail) only; {algo} does not take it.")
         params["delta_fail"] = params.pop("failure_prob")
     split = bool(params.pop("split", False))
     budget_given = any(v is not None for v in (rho, epsilon, delta))
-    if algo != "dp-vapvi" and (budget_given or budget is not None):
+    if not private and (budget_given or budget is not None):
         raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`).")
     if budget is not None and (budget_given or not isinstance(budget, Budget) or budget.mechanism != "gaussian"):
         raise UsageError("give either `budget` (a resolved Gaussian Budget) or `rho`/`epsilon`/`delta`, not both.")
-    if algo == "dp-vapvi":
+    if private:
         if budget is None:
             budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
         params["k"] = spec.max_episodes_per_unit
@@ -267,7 +268,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     else:
         data = FiniteFeatures(data_from_frame(df, spec), fmap, learner.chunk_bytes)
     learner.fit(data, rng=noise_rng, data_var=data_var)
-    if algo == "dp-vapvi":
+    if private:
         privacy = PolicyPrivacy(
             seed is None, guarantee(event, budget, spec, "seeded-insecure" if seed is not None else "secure"),
             note=None if seed is None else
@@ -281,7 +282,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         policy.parameters["split"] = split
     if ledger is not None:  # atomic re-check + append; refusal raises before the policy is returned
         ledger_mod.charge_event(Path(ledger), spec.dataset_id, event,
-                                f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)", budget,
+                                f"train {algo}: gaussian, rho={budget.rho!r} (5H releases)", budget,
                                 run=run or new_run_id(), output=output)
     if local_log is not None:
         write_local_log(local_log, report, logs, spec)

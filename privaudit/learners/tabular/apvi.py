@@ -62,6 +62,7 @@ class APVI(TabularLearnerBase):
     """
 
     algorithm = "apvi"
+    options = frozenset({"C1", "C"})
     _param_names = ("failure_prob", "C1", "C", "lower_order", "penalty", "tie_break")
 
     def __init__(self, *, failure_prob: float = FAILURE_PROB_DEFAULT, C1: float = C1_DEFAULT,

@@ -194,6 +194,12 @@ class TabularLearnerBase:
     """
 
     algorithm = "tabular"
+    #: The :class:`privaudit.core.registry.OfflineLearner` answers of a non-private learner on exact
+    #: counts; a learner that differs sets its own.
+    private = False
+    reads = "counts"
+    options: frozenset = frozenset()
+    pipeline_output = None
     _param_names: tuple[str, ...] = ()
 
     def get_params(self) -> dict:

@@ -137,6 +137,9 @@ class DPAPVI(TabularLearnerBase):
     """
 
     algorithm = "dp-apvi"
+    private = True
+    reads = "release"
+    options = frozenset({"C1", "C2", "C"})
     _param_names = ("failure_prob", "C1", "C2", "C", "penalty", "noise_bound", "tie_break")
 
     def __init__(self, *, failure_prob: float = FAILURE_PROB_DEFAULT, C1: float = C1_DEFAULT,

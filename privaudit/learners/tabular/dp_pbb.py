@@ -589,6 +589,10 @@ class DPPBB(TabularLearnerBase):
     """
 
     algorithm = "dp-pbb"
+    private = True
+    reads = "logs"
+    options = frozenset({"max_per_cell"})
+    pipeline_output = "the DP-PBB policy (its noisy counts and private Bellman backups are not output)"
     _param_names = ("rho", "split", "failure_prob", "selection", "n_backups", "tie_break")
 
     def __init__(self, *, rho: float = 1.0, split: dict | None = None, failure_prob: float = FAILURE_PROB_DEFAULT,
@@ -790,6 +794,66 @@ class DPPBB(TabularLearnerBase):
                           stationary=stationary, backup_ranges=[ranges[H - 1 - i][0] for i in range(int(K))],
                           split=self.split, starts=starts, unit_column=unit_column)
         return plan, ranges
+
+    @classmethod
+    def plan_for(cls, spec, budget: Budget, *, stationary: bool = True, params: dict | None = None,
+                 max_per_cell: int | None = None) -> tuple["DPPBB", PBBPlan, int]:
+        """DP-PBB's noise plan on logs of ``spec``, from public facts only (before any row is read).
+
+        The inputs are the spec (H, S, k, reward range and public r(s'), return
+        bound, privacy unit), the budget, ``stationary``, the parameters and c:
+        nothing of the logs (the fit's counts carry the same k, c, pooling and
+        start-state counts, so it re-plans the same event).
+
+        Parameters
+        ----------
+        spec : DomainSpec
+            Must declare a public reward.
+        budget : Budget
+            The learner's Gaussian budget (noise calibrated to ``budget.rho``).
+        stationary : bool
+            Pool over h.
+        params : dict, optional
+            Constructor parameters.
+        max_per_cell : int, optional
+            c (default :data:`MAX_PER_CELL_DEFAULT`).
+
+        Returns
+        -------
+        (DPPBB, PBBPlan, int)
+            The unfitted learner, its noise plan (``plan.event``: what the fit records and the
+            ledger is charged) and c.
+
+        Raises
+        ------
+        UsageError
+            No public reward, bad parameters, ``n_backups`` or budget.
+        """
+        c = MAX_PER_CELL_DEFAULT if max_per_cell is None else max_per_cell
+        try:
+            learner = cls(**(params or {}))
+        except TypeError as e:
+            raise UsageError(f"bad parameters for {cls.algorithm}: {e}") from None
+        if spec.public_reward_scaled() is None:
+            raise UsageError("dp-pbb needs a public reward (spec $.public_reward): it backs up r(s') + V(s'). "
+                             "Use dp-apvi for logs whose rewards are private.")
+        rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
+        plan, _ = learner.plan(budget.rho, horizon=spec.H, n_states=spec.S, max_episodes=spec.max_episodes_per_unit,
+                               max_per_cell=c, stationary=stationary, reward_range=spec.reward_range,
+                               return_bound=rb, starts=True, unit_column=spec.unit_column or "episode_id")
+        return learner, plan, c
+
+    @classmethod
+    def plan_event(cls, spec, budget: Budget, *, stationary: bool = True) -> ComposedEvent:
+        """The privacy event of a fit on logs of ``spec`` with default parameters (:meth:`plan_for`)."""
+        return cls.plan_for(spec, budget, stationary=stationary)[1].event
+
+    @staticmethod
+    def mechanism_text(spec) -> str:
+        """How DP-PBB adds its noise (one sentence for the pipeline's summary)."""
+        return ("exact discrete Gaussian: noisy capped visit and start counts and K private Bellman backups "
+                "(and their second moments) with fresh noise, for the certificate and the selection "
+                "(event in the policy manifest)")
 
     # ---------------------------------------------------------------- pieces
     @staticmethod

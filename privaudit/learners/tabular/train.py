@@ -71,7 +71,7 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
         A non-DP algorithm, or ``stationary`` contradicting the release.
     """
 
-    if algo != "dp-apvi":
+    if algo not in registry.names_with(lambda cls: cls.reads == "release"):
         raise UsageError(f"`algo` {algo} cannot train on a release: a release holds noisy counts, which only "
                          "dp-apvi is built for (ve/apvi/apvi-hoeffding read exact logs; dp-pbb reads the logs and spends its own budget "
                          "on private Bellman backups: pass the logs and their spec).")
@@ -158,20 +158,22 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     if algo not in tabular:
         raise UsageError(f"unknown tabular algorithm {algo!r}; choose one of {', '.join(tabular)}.")
     say = echo or (lambda s: None)
-    if algo == "dp-pbb":
+    reads = registry.get(algo).load().reads
+    if reads == "logs":  # a private learner with its own noise (DP-PBB)
         if mechanism != "gaussian":
-            raise UsageError("dp-pbb is Gaussian / zCDP only: give `rho`, or `epsilon` with `delta` "
+            raise UsageError(f"{algo} is Gaussian / zCDP only: give `rho`, or `epsilon` with `delta` "
                              "(not `mechanism` laplace).")
         return train_dp_pbb(logs, spec, stationary=stationary, rho=rho, epsilon=epsilon, delta=delta,
                             ledger=ledger, seed=seed, params=params, echo=say, max_per_cell=max_per_cell,
                             budget=budget, run=run, output=output).learner.policy_
     if max_per_cell is not None or budget is not None:
-        raise UsageError(f"`max_per_cell` and `budget` apply to dp-pbb, not to {algo} "
+        own = " / ".join(registry.names_with(lambda cls: cls.reads == "logs", family="tabular"))
+        raise UsageError(f"`max_per_cell` and `budget` apply to {own}, not to {algo} "
                          "(dp-apvi: cap the release itself, `release_logs(max_per_cell=...)`, i.e. "
                          "`privaudit release --max-per-cell`).")
-    if algo == "dp-apvi":
+    if reads == "release":  # DP-APVI: release the counts first (spends the budget), then post-process
         if release_out is None:
-            raise UsageError("dp-apvi on logs needs a release folder to write (release_out).")
+            raise UsageError(f"{algo} on logs needs a release folder to write (release_out).")
         release_logs(logs, spec, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
                      stationary=stationary, noise=noise, out=release_out, ledger=ledger, seed=seed,
                      echo=say)
@@ -198,49 +200,12 @@ class PBBRun:
 
 def plan_dp_pbb(spec: DomainSpec, budget: Budget, *, stationary: bool = True, params: dict | None = None,
                 max_per_cell: int | None = None) -> tuple[dp_pbb.DPPBB, dp_pbb.PBBPlan, int]:
-    """DP-PBB's noise plan on logs of ``spec``, from public facts only (before any row is read).
+    """DP-PBB's noise plan on logs of ``spec`` from public facts only: ``(learner, plan, c)``.
 
-    What :func:`train_dp_pbb` fits with: the learner, its plan
-    (``plan.event`` is the event its fit records and the ledger is charged,
-    :meth:`privaudit.learners.tabular.dp_pbb.DPPBB.plan`) and the per-cell cap c. The
-    inputs are the spec (H, S, k, reward range and public r(s'), return
-    bound, privacy unit), the budget, ``stationary``, the parameters and c:
-    nothing of the logs (the fit's counts carry the same k, c, pooling and
-    start-state counts, so it re-plans the same event).
-
-    Parameters
-    ----------
-    spec : DomainSpec
-        Must declare a public reward.
-    budget : Budget
-        The learner's Gaussian budget (noise calibrated to ``budget.rho``).
-    stationary : bool
-        Pool over h.
-    params : dict, optional
-        :class:`privaudit.learners.tabular.dp_pbb.DPPBB` parameters.
-    max_per_cell : int, optional
-        c (default ``dp_pbb.MAX_PER_CELL_DEFAULT``).
-
-    Returns
-    -------
-    (DPPBB, PBBPlan, int)
-        The unfitted learner, its noise plan and c.
-
-    Raises
-    ------
-    UsageError
-        No public reward, bad parameters, ``n_backups`` or budget.
+    What :func:`train_dp_pbb` fits with; see
+    :meth:`privaudit.learners.tabular.dp_pbb.DPPBB.plan_for` (parameters, errors).
     """
-    c = dp_pbb.MAX_PER_CELL_DEFAULT if max_per_cell is None else max_per_cell
-    learner = _learner("dp-pbb", params)
-    if spec.public_reward_scaled() is None:
-        raise UsageError("dp-pbb needs a public reward (spec $.public_reward): it backs up r(s') + V(s'). "
-                         "Use dp-apvi for logs whose rewards are private.")
-    rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
-    plan, _ = learner.plan(budget.rho, horizon=spec.H, n_states=spec.S, max_episodes=spec.max_episodes_per_unit,
-                           max_per_cell=c, stationary=stationary, reward_range=spec.reward_range,
-                           return_bound=rb, starts=True, unit_column=spec.unit_column or "episode_id")
-    return learner, plan, c
+    return dp_pbb.DPPBB.plan_for(spec, budget, stationary=stationary, params=params, max_per_cell=max_per_cell)
 
 
 def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, rho: float | None = None,
