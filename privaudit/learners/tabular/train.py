@@ -20,6 +20,8 @@ from privaudit.core.formatting import num
 from privaudit.core import registry
 from privaudit.core.files import new_run_id
 from privaudit.learners.tabular import dp_pbb
+from privaudit.learners.tabular.pbb_counts import capped_counts_from_logs
+from privaudit.learners.tabular.pbb_noise import PBBPlan
 from privaudit.learners.policy import Policy
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
@@ -199,7 +201,7 @@ class PBBRun:
 
 
 def plan_dp_pbb(spec: DomainSpec, budget: Budget, *, stationary: bool = True, params: dict | None = None,
-                max_per_cell: int | None = None) -> tuple[dp_pbb.DPPBB, dp_pbb.PBBPlan, int]:
+                max_per_cell: int | None = None) -> tuple[dp_pbb.DPPBB, PBBPlan, int]:
     """DP-PBB's noise plan on logs of ``spec`` from public facts only: ``(learner, plan, c)``.
 
     What :func:`train_dp_pbb` fits with; see
@@ -259,7 +261,7 @@ def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, rho: float 
         ledger_mod.check_event(Path(ledger), spec.dataset_id, plan.event, budget)
     prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
     prepared.check_spec(spec)
-    counts = dp_pbb.capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
+    counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
     say(f"dp-pbb: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
         f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={num(budget.shown)}): this spends privacy budget.")
     learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,

@@ -25,7 +25,10 @@ from privaudit.core.spec import load_spec
 from privaudit.core.errors import UsageError
 from privaudit.learners.tabular import dp_pbb
 from privaudit.learners.confidence import EPOCHS, gaussian_tail, mean_radius, start_mean_lower_bound, stitched_log
-from privaudit.learners.tabular.dp_pbb import DPPBB, CappedCounts, pbb_sensitivities, plan_noise
+from privaudit.learners.tabular import pbb_backup, pbb_noise
+from privaudit.learners.tabular.dp_pbb import DPPBB
+from privaudit.learners.tabular.pbb_counts import CappedCounts
+from privaudit.learners.tabular.pbb_noise import pbb_sensitivities, plan_noise
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy
 from privaudit.privacy import accounting, fixed_point, samplers
 
@@ -169,13 +172,13 @@ def test_plan_event_fits_budget_and_matches_drawn_scales(monkeypatch):
     cost = accounting.event_rho(plan.event)
     assert cost <= rho and cost == pytest.approx(rho, rel=1e-9)
     drawn = []
-    real = dp_pbb.fixed_point.exact_gaussian
+    real = pbb_noise.fixed_point.exact_gaussian
 
     def spy(sigma, n, *, rng):
         drawn.append(sigma)
         return real(sigma, n, rng=rng)
 
-    monkeypatch.setattr(dp_pbb.fixed_point, "exact_gaussian", spy)
+    monkeypatch.setattr(pbb_noise.fixed_point, "exact_gaussian", spy)
     counts = capped_counts(tiny_mdp(), 200, np.random.default_rng(0))
     learner = DPPBB(rho=rho).fit(counts, REWARD, terminal_states=TERMINALS, return_bound=1.0,
                                  rng=np.random.default_rng(1), seeded=True)
@@ -303,7 +306,7 @@ def test_certificate_coverage_tiny_mdp(monkeypatch):
     fails, fails_private, positive = coverage()
     assert fails <= 9 and fails_private <= 9
     assert positive >= len(runs) // 2
-    monkeypatch.setattr(dp_pbb, "mean_radius", lambda n, v, b, L: np.zeros(np.shape(n)))
+    monkeypatch.setattr(pbb_backup, "mean_radius", lambda n, v, b, L: np.zeros(np.shape(n)))
     monkeypatch.setattr(dp_pbb, "gaussian_tail", lambda alpha: 0.0)
     broken, _, _ = coverage()
     assert broken >= 20
