@@ -11,6 +11,7 @@ from privaudit.core.errors import UsageError
 from privaudit.core.formatting import num
 from privaudit.core.files import check_writable, output_lock
 from privaudit.core import registry
+from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.linear.logs import local_log_path, train_from_logs as linear_train_from_logs
 from privaudit.learners.policy import save_policy
 from privaudit.learners.tabular.train import check_out_free, train_from_logs, train_from_release
@@ -160,9 +161,9 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                              + ("" if algo in private_algos else f"; {algo} is not private and adds no noise")
                              + ".")
         log_path = local_log_path(out)
-        policy = linear_train_from_logs(logs, spec, algo, rho=rho, epsilon=epsilon, delta=delta, seed=seed,
-                                        params=params or None, ledger=ledger, echo=say, local_log=log_path,
-                                        output=out)
+        policy = linear_train_from_logs(logs, spec, algo, budget=BudgetRequest(rho, epsilon, delta), seed=seed,
+                                        params=params or None, local_log=log_path,
+                                        context=RunContext(ledger=ledger, output=out, echo=say))
         say(f"private log (bounding facts; do not share): {log_path}")
         release_used = None
     else:
@@ -197,11 +198,10 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         else:
             notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
                 "and can reveal patients' records. Use --algo dp-pbb (or dp-apvi) for a private policy.")
-        policy = train_from_logs(logs, spec, algo=algo, stationary=stationary, rho=rho, epsilon=epsilon,
-                                 delta=delta, mechanism=mechanism, noise=noise or "exact",
-                                 release_out=release_used,
-                                 ledger=ledger, seed=seed, params=params, echo=say, max_per_cell=max_per_cell,
-                                 output=out)
+        policy = train_from_logs(logs, spec, algo=algo, stationary=stationary,
+                                 budget=BudgetRequest(rho, epsilon, delta, mechanism), noise=noise or "exact",
+                                 release_out=release_used, seed=seed, params=params, max_per_cell=max_per_cell,
+                                 context=RunContext(ledger=ledger, output=out, echo=say))
     notes.flush()
     save_policy(policy, out)
     summary = {"policy": str(out), "algorithm": policy.algorithm, "private": policy.privacy.private,

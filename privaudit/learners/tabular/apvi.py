@@ -21,7 +21,7 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.learners.tabular.base import TabularLearnerBase
-from privaudit.learners.tabular.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
+from privaudit.learners.tabular.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT, Penalty
 from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.data.counts_protocol import Counts
 
@@ -108,8 +108,8 @@ class APVI(TabularLearnerBase):
         if counts.noisy:
             raise UsageError(f"{type(self).__name__} reads exact counts; these are noisy release counts. "
                              "Use DPAPVI (algo dp-apvi) on a release.")
-        self._run(counts, reward, E=0.0, prepare=_identity, penalty=self.penalty, C1=self.C1,
-                  C2=C2_DEFAULT, C=self.C, failure_prob=self.failure_prob, lower_order=self.lower_order,
+        self._run(counts, reward, E=0.0, prepare=_identity,
+                  penalty=Penalty(self.penalty, self.C1, C2_DEFAULT, self.C, self.failure_prob, self.lower_order),
                   terminal_states=terminal_states, privacy=NON_PRIVATE, spec_hash=spec_hash,
                   reward_range=reward_range)
         return self

@@ -12,7 +12,8 @@ from typing import Sequence
 import numpy as np
 
 from privaudit.core.errors import UsageError
-from privaudit.learners.tabular.pessimism import PVIResult, RewardFrame, pessimistic_value_iteration, reward_frame
+from privaudit.learners.tabular.pessimism import (Penalty, PVIResult, RewardFrame, pessimistic_value_iteration,
+                                                  reward_frame)
 from privaudit.learners.policy import Policy
 from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.privacy.projection import private_transition_estimate
@@ -215,10 +216,10 @@ class TabularLearnerBase:
         """Pessimistic value estimate d0 . Ṽ_0 at the start distribution ``d0`` (S,), declared units."""
         return float(np.asarray(d0, dtype=np.float64) @ self.declared_values()[0])
 
-    def _run(self, counts: Counts, reward, *, E: float, prepare, penalty: str,
-             C1: float, C2: float, C: float, failure_prob: float, lower_order: bool,
+    def _run(self, counts: Counts, reward, *, E: float, prepare, penalty: Penalty,
              terminal_states: Sequence[int], privacy: PolicyPrivacy, spec_hash: str | None,
              reward_range: Sequence[float] | None = None) -> None:
+        """Plan on ``counts`` (after ``prepare``) with ``penalty`` and set the fitted attributes and ``policy_``."""
         frame = reward_frame(reward_range)
         model = StepModel(counts, reward, E, prepare, frame)
         H = counts.horizon
@@ -231,8 +232,7 @@ class TabularLearnerBase:
 
         res: PVIResult = pessimistic_value_iteration(
             lambda h: model.step(h)[0], lambda h: model.step(h)[1], n_at,
-            horizon=H, E=E, penalty=penalty, C1=C1, C2=C2, C=C, failure_prob=failure_prob,
-            lower_order=lower_order, terminal_states=terminal_states,
+            horizon=H, E=E, penalty=penalty, terminal_states=terminal_states,
             next_state_reward=model.reward if model.kind == "next_state" else None, terminal_value=frame.terminal)
         self.reward_frame_ = frame
         self.Q_, self.V_, self.penalty_, self.trusted_ = res.Q, res.V, res.penalty, res.trusted

@@ -37,7 +37,7 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.learners.tabular.base import TabularLearnerBase
-from privaudit.learners.tabular.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
+from privaudit.learners.tabular.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT, Penalty
 from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.release.manifest import ReleaseManifest
 from privaudit.release.mechanism import count_noise_bound
@@ -223,8 +223,8 @@ class DPAPVI(TabularLearnerBase):
                              f"Got {type(data).__name__}.")
         if not (np.isfinite(E) and E >= 0):
             raise UsageError(f"noise bound E must be a finite number >= 0. Got {E}.")
-        self._run(counts, reward, E=float(E), prepare=_clip_and_project(float(E)), penalty=self.penalty,
-                  C1=self.C1, C2=self.C2, C=self.C, failure_prob=self.failure_prob, lower_order=False,
+        self._run(counts, reward, E=float(E), prepare=_clip_and_project(float(E)),
+                  penalty=Penalty(self.penalty, self.C1, self.C2, self.C, self.failure_prob),
                   terminal_states=terminal_states or (), privacy=privacy, spec_hash=spec_hash,
                   reward_range=reward_range)
         return self

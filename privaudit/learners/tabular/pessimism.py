@@ -46,6 +46,47 @@ PENALTIES = ("bernstein", "hoeffding", "none")
 
 
 @dataclass(frozen=True)
+class Penalty:
+    """The penalty Γ_h(s, a) of :func:`pessimistic_value_iteration`: its kind and constants.
+
+    Attributes
+    ----------
+    kind : {"bernstein", "hoeffding", "none"}
+        Main term: Bernstein C1 sqrt(Var_P̃(Ṽ_{h+1}) ι / (ñ - E)) (Qiao & Wang 2023,
+        Algorithm 1 line 5), Hoeffding C1 H sqrt(ι / (ñ - E)) (their section 3,
+        "Comparison to Hoeffding type pessimism"), or none (certainty equivalence).
+    C1, C2 : float
+        Penalty constants, paper values sqrt(2) and 16. The C2 S H E ι / ñ
+        term is added for every kind (it is 0 when E = 0).
+    C : float, default 2
+        Fallback penalty C * H for pairs with ñ <= E; must be > 1 so that the
+        clip makes those Q values exactly 0.
+    failure_prob : float, default 0.05
+        delta of ι = log(H S A / delta).
+    lower_order : bool, default False
+        Add APVI's lower-order term 16 H ι / ñ (Yin & Wang 2021).
+    """
+
+    kind: str = "bernstein"
+    C1: float = C1_DEFAULT
+    C2: float = C2_DEFAULT
+    C: float = C_DEFAULT
+    failure_prob: float = FAILURE_PROB_DEFAULT
+    lower_order: bool = False
+
+    def check(self) -> None:
+        """Raise :class:`UsageError` for an unknown kind, C <= 1, failure_prob outside (0, 1), C1 or C2 < 0."""
+        if self.kind not in PENALTIES:
+            raise UsageError(f"`penalty` must be one of {PENALTIES}. Got {self.kind!r}.")
+        if not self.C > 1:
+            raise UsageError(f"`C` must be > 1 (the fallback C*H must exceed every value). Got {self.C}.")
+        if not 0 < self.failure_prob < 1:
+            raise UsageError(f"`failure_prob` must lie in (0, 1). Got {self.failure_prob}.")
+        if self.C1 < 0 or self.C2 < 0:
+            raise UsageError(f"`C1` and `C2` must be >= 0. Got C1={self.C1}, C2={self.C2}.")
+
+
+@dataclass(frozen=True)
 class RewardFrame:
     """The reward units the tabular and linear learners optimise in.
 
@@ -204,12 +245,7 @@ def pessimistic_value_iteration(
     *,
     horizon: int,
     E: float = 0.0,
-    penalty: str = "bernstein",
-    C1: float = C1_DEFAULT,
-    C2: float = C2_DEFAULT,
-    C: float = C_DEFAULT,
-    failure_prob: float = FAILURE_PROB_DEFAULT,
-    lower_order: bool = False,
+    penalty: Penalty = Penalty(),
     terminal_states: Sequence[int] = (),
     next_state_reward: np.ndarray | None = None,
     terminal_value: float = 0.0,
@@ -232,21 +268,8 @@ def pessimistic_value_iteration(
     E : float, default 0
         Noise bound E_rho / E_eps (ALGORITHMS.md 1.2 step 1, 1.4); 0 for the
         non-private learners.
-    penalty : {"bernstein", "hoeffding", "none"}
-        Main penalty term: Bernstein C1 sqrt(Var_P̃(Ṽ_{h+1}) ι / (ñ - E))
-        (Alg. 1 line 5), Hoeffding C1 H sqrt(ι / (ñ - E)) (seed 000 section 3,
-        "Comparison to Hoeffding type pessimism"), or none (certainty
-        equivalence).
-    C1, C2 : float
-        Penalty constants, paper values sqrt(2) and 16. The C2 S H E ι / ñ
-        term is added for every penalty kind (it is 0 when E = 0).
-    C : float, default 2
-        Fallback penalty C * H for pairs with ñ <= E; must be > 1 so that the
-        clip makes those Q values exactly 0.
-    failure_prob : float, default 0.05
-        delta of ι = log(H S A / delta).
-    lower_order : bool, default False
-        Add APVI's lower-order term 16 H ι / ñ (Yin & Wang 2021b, [R]).
+    penalty : Penalty
+        Kind and constants of Γ_h(s, a) (default: Bernstein with the paper's constants).
     terminal_states : sequence of int
         Public absorbing states (from the spec): their Q at step h is set to
         ``terminal_value * (H - h)``, their true value.
@@ -290,24 +313,18 @@ def pessimistic_value_iteration(
     H = int(horizon)
     if H < 1:
         raise UsageError(f"`horizon` must be >= 1. Got {horizon}.")
-    if penalty not in PENALTIES:
-        raise UsageError(f"`penalty` must be one of {PENALTIES}. Got {penalty!r}.")
-    if not C > 1:
-        raise UsageError(f"`C` must be > 1 (the fallback C*H must exceed every value). Got {C}.")
-    if not 0 < failure_prob < 1:
-        raise UsageError(f"`failure_prob` must lie in (0, 1). Got {failure_prob}.")
+    penalty.check()
+    C1, C2, C = penalty.C1, penalty.C2, penalty.C
     if not (E >= 0 and np.isfinite(E)):
         raise UsageError(f"`E` must be a finite number >= 0. Got {E}.")
     if not 0.0 <= terminal_value <= 1.0:
         raise UsageError(f"`terminal_value` must lie in [0, 1] (a per-step reward). Got {terminal_value}.")
-    if C1 < 0 or C2 < 0:
-        raise UsageError(f"`C1` and `C2` must be >= 0. Got C1={C1}, C2={C2}.")
     P_at, r_at, n_at = _step_getter(P, 3, "P"), _step_getter(r, 2, "r"), _step_getter(n, 2, "n")
     P0 = np.asarray(P_at(H - 1))
     S, A = P0.shape[0], P0.shape[1]
     if P0.shape != (S, A, S):
         raise UsageError(f"`P` at step h must have shape (S, A, S). Got {P0.shape}.")
-    iota = math.log(H * S * A / failure_prob)                   # step 1: ι = log(HSA/δ)
+    iota = math.log(H * S * A / penalty.failure_prob)          # step 1: ι = log(HSA/δ)
     terminals = np.asarray(list(terminal_states), dtype=np.int64)
 
     Q = np.zeros((H, S, A))
@@ -331,16 +348,16 @@ def pessimistic_value_iteration(
         PW = PV if next_state_reward is None else Q_tilde
         n_safe = np.where(trusted, n_h, 1.0)                    # avoid 0-division; masked below
         gap = np.where(trusted, n_h - E, 1.0)                   # ñ - E > 0 on trusted pairs
-        if penalty == "bernstein":                              # 6.2, Alg. 1 line 5 (Bernstein)
+        if penalty.kind == "bernstein":                         # 6.2, Alg. 1 line 5 (Bernstein)
             var = np.maximum(rows_of.scatter(P_h @ (W * W)) - PW * PW, 0.0)
             gamma = C1 * np.sqrt(var * iota / gap)
-        elif penalty == "hoeffding":                            # section 3 Hoeffding variant
+        elif penalty.kind == "hoeffding":                       # section 3 Hoeffding variant
             gamma = C1 * H * np.sqrt(iota / gap)
         else:
             gamma = np.zeros((S, A))
         if E > 0:                                               # + C2 S H E ι / ñ
             gamma = gamma + C2 * S * H * E * iota / n_safe
-        if lower_order:                                         # APVI's 16 H ι / n [R]
+        if penalty.lower_order:                                 # APVI's 16 H ι / n [R]
             gamma = gamma + APVI_LOWER_ORDER_COEF * H * iota / n_safe
         gamma = np.where(trusted, gamma, C * H)                 # 6.2 else-branch: Γ = C H
         Q_h = np.clip(Q_tilde - gamma, 0.0, float(H - h))       # 6.3-6.4: clip to [0, H-h+1] (1-based h)

@@ -17,6 +17,7 @@ from privaudit.audit.mechanisms.tabular import MECHANISMS
 from privaudit.cli import main
 from privaudit.core.errors import BudgetExceededError
 from privaudit.learners.policy import load_policy
+from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.tabular.train import train_dp_pbb
 from privaudit.pipeline.guarantee import budget_shares, pbb_share_of
 from privaudit.privacy.ledger import init_ledger, ledger_status
@@ -398,7 +399,7 @@ def test_train_from_logs_charges_the_ledger_with_the_event(small_logs, tmp_path)
     logs, spec = small_logs
     ledger = tmp_path / "budget.jsonl"
     init_ledger(ledger, spec.dataset_id, 1.0)
-    run = train_dp_pbb(logs, spec, rho=0.6, ledger=ledger, seed=3)
+    run = train_dp_pbb(logs, spec, budget=BudgetRequest(rho=0.6), seed=3, context=RunContext(ledger=ledger))
     L = run.learner
     assert run.max_per_cell == 1 and L.plan_.sens["c"] == 1
     assert ledger_status(ledger)["rho_spent_float"] == pytest.approx(0.6, rel=1e-12)
@@ -409,7 +410,7 @@ def test_train_from_logs_charges_the_ledger_with_the_event(small_logs, tmp_path)
     assert pol.parameters["return_bound"] == 1.0 and pol.table.shape == (spec.H, spec.S, spec.A)
     assert 0.0 <= L.certified_value() <= 1.0
     with pytest.raises(BudgetExceededError):          # 0.6 + 0.6 > 1: refused before any row is read
-        train_dp_pbb(logs, spec, rho=0.6, ledger=ledger)
+        train_dp_pbb(logs, spec, budget=BudgetRequest(rho=0.6), context=RunContext(ledger=ledger))
     assert ledger_status(ledger)["rho_spent_float"] == pytest.approx(0.6, rel=1e-12)
 
 

@@ -10,7 +10,7 @@ import pytest
 from privaudit.core.errors import UsageError
 from privaudit.learners.tabular.apvi import APVI, APVIHoeffding
 from privaudit.learners.tabular.dp_apvi import DPAPVI, release_noise_bound
-from privaudit.learners.tabular.pessimism import pessimistic_value_iteration
+from privaudit.learners.tabular.pessimism import Penalty, pessimistic_value_iteration
 from privaudit.learners.tabular.counts import TabularCounts, exact_counts
 from privaudit.learners.tabular.ve import ValueIterationCE
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
@@ -82,8 +82,7 @@ def test_core_matches_slow_reference(penalty):
     n = rng.integers(0, 4000, size=(H, S, A)).astype(float)
     n[0, 0, 0] = 3.0                               # below E: fallback
     E, C1, C2, C, delta = 5.0, 1.3, 0.01, 1.5, 0.1
-    res = pessimistic_value_iteration(P, r, n, horizon=H, E=E, penalty=penalty, C1=C1, C2=C2, C=C,
-                                      failure_prob=delta)
+    res = pessimistic_value_iteration(P, r, n, horizon=H, E=E, penalty=Penalty(penalty, C1, C2, C, delta))
     Q_ref, V_ref = _slow_reference(P, r, n, H, E, penalty, C1, C2, C, delta)
     np.testing.assert_allclose(res.Q, Q_ref, rtol=0, atol=1e-12)
     np.testing.assert_allclose(res.V, V_ref, rtol=0, atol=1e-12)
@@ -106,8 +105,7 @@ def test_core_with_few_trusted_pairs_matches_slow_reference(penalty, stationary)
     E, C1, C2, C, delta = 5.0, 0.3, 0.001, 1.5, 0.1
     assert all(2 * (n[h] > E).sum() < S * A for h in range(H))  # the trusted-rows path at every h
     P_arg = (lambda h: P) if stationary else P                # the same object at every h
-    res = pessimistic_value_iteration(P_arg, r, n, horizon=H, E=E, penalty=penalty, C1=C1, C2=C2, C=C,
-                                      failure_prob=delta)
+    res = pessimistic_value_iteration(P_arg, r, n, horizon=H, E=E, penalty=Penalty(penalty, C1, C2, C, delta))
     P4 = np.broadcast_to(P, (H, S, A, S)) if stationary else P
     Q_ref, V_ref = _slow_reference(P4, r, n, H, E, penalty, C1, C2, C, delta)
     np.testing.assert_allclose(res.Q, Q_ref, rtol=0, atol=1e-12)
@@ -120,18 +118,18 @@ def test_core_rejects_bad_constants():
     r = np.zeros((2, 1))
     n = np.ones((2, 1))
     with pytest.raises(UsageError, match="`C` must be > 1"):
-        pessimistic_value_iteration(P, r, n, horizon=2, C=1.0)
+        pessimistic_value_iteration(P, r, n, horizon=2, penalty=Penalty(C=1.0))
     with pytest.raises(UsageError, match="failure_prob"):
-        pessimistic_value_iteration(P, r, n, horizon=2, failure_prob=1.5)
+        pessimistic_value_iteration(P, r, n, horizon=2, penalty=Penalty(failure_prob=1.5))
     with pytest.raises(UsageError, match="penalty"):
-        pessimistic_value_iteration(P, r, n, horizon=2, penalty="optimism")
+        pessimistic_value_iteration(P, r, n, horizon=2, penalty=Penalty("optimism"))
 
 
 def test_clip_upper_bound_is_H_minus_h_zero_based():
     """With no penalty and reward 1 everywhere, Q_h = H - h exactly (the paper's H - h + 1, 1-based)."""
     H, S, A = 5, 2, 2
     P = np.full((S, A, S), 1.0 / S)
-    res = pessimistic_value_iteration(P, np.ones((S, A)), np.full((S, A), 10.0), horizon=H, penalty="none")
+    res = pessimistic_value_iteration(P, np.ones((S, A)), np.full((S, A), 10.0), horizon=H, penalty=Penalty("none"))
     np.testing.assert_allclose(res.Q[:, 0, 0], H - np.arange(H))
 
 
