@@ -238,6 +238,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, budget: BudgetRequest 
         params["k"] = spec.max_episodes_per_unit
     elif ctx.ledger is not None:
         raise UsageError(f"`algo` {algo} is not private: it spends no budget, so `ledger` does not apply.")
+    else:
+        budget = None  # an empty request (the CLI's, without --rho/--epsilon/--delta)
     row_features = bool(spec.features) and spec.features.get("map") == "column-x-action"
     learner, event, m, fmap = _plan(algo, spec, budget, params)
     if ctx.ledger is not None:

@@ -68,12 +68,7 @@ class APVI(TabularLearnerBase):
     def __init__(self, *, failure_prob: float = FAILURE_PROB_DEFAULT, C1: float = C1_DEFAULT,
                  C: float = C_DEFAULT, lower_order: bool = False, penalty: str = "bernstein",
                  tie_break: str = "visits"):
-        self.failure_prob = failure_prob
-        self.C1 = C1
-        self.C = C
-        self.lower_order = lower_order
-        self.penalty = penalty
-        self.tie_break = tie_break
+        self._store_params(locals())
 
     def fit(self, counts: Counts, reward=None, *, terminal_states: Sequence[int] = (),
             spec_hash: str | None = None, reward_range: Sequence[float] | None = None) -> "APVI":
@@ -97,7 +92,8 @@ class APVI(TabularLearnerBase):
 
         Returns
         -------
-        self
+        APVI
+            ``self``, fitted (``policy_`` and the attributes above).
 
         Raises
         ------

@@ -203,6 +203,13 @@ class TabularLearnerBase:
     pipeline_output = None
     _param_names: tuple[str, ...] = ()
 
+    def _store_params(self, given: dict) -> None:
+        """Keep the constructor's arguments (``locals()`` of ``__init__``) as attributes, unchecked
+        (sklearn style: ``fit`` validates them)."""
+        for name, value in given.items():
+            if name not in ("self", "__class__"):
+                setattr(self, name, value)
+
     def get_params(self) -> dict:
         """The constructor parameters (JSON-serialisable)."""
         return {k: getattr(self, k) for k in self._param_names}

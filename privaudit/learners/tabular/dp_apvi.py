@@ -145,13 +145,7 @@ class DPAPVI(TabularLearnerBase):
     def __init__(self, *, failure_prob: float = FAILURE_PROB_DEFAULT, C1: float = C1_DEFAULT,
                  C2: float = C2_DEFAULT, C: float = C_DEFAULT, penalty: str = "bernstein",
                  noise_bound: float | None = None, tie_break: str = "visits"):
-        self.failure_prob = failure_prob
-        self.C1 = C1
-        self.C2 = C2
-        self.C = C
-        self.penalty = penalty
-        self.tie_break = tie_break
-        self.noise_bound = noise_bound
+        self._store_params(locals())
 
     def fit(self, data, reward=None, *, terminal_states: Sequence[int] | None = None,
             spec_hash: str | None = None, privacy: PolicyPrivacy | None = None,
@@ -182,7 +176,8 @@ class DPAPVI(TabularLearnerBase):
 
         Returns
         -------
-        self
+        DPAPVI
+            ``self``, fitted (``policy_`` and the attributes above).
 
         Raises
         ------

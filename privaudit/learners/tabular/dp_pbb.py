@@ -105,16 +105,9 @@ class DPPBB(TabularLearnerBase):
     _param_names = ("rho", "split", "failure_prob", "selection", "n_backups", "tie_break")
 
     def __init__(self, *, rho: float = 1.0, split: dict | None = None, failure_prob: float = FAILURE_PROB_DEFAULT,
-                 selection: float = SELECTION_DEFAULT, n_backups: int | None = N_BACKUPS_DEFAULT, tie_break: str = "visits", random_state: int | None = None,
-                 delta_report: float | None = None):
-        self.selection = selection
-        self.n_backups = n_backups
-        self.rho = rho
-        self.split = split
-        self.failure_prob = failure_prob
-        self.tie_break = tie_break
-        self.random_state = random_state
-        self.delta_report = delta_report
+                 selection: float = SELECTION_DEFAULT, n_backups: int | None = N_BACKUPS_DEFAULT,
+                 tie_break: str = "visits", random_state: int | None = None, delta_report: float | None = None):
+        self._store_params(locals())
 
     # ---------------------------------------------------------------- fit
     def fit(self, counts: CappedCounts, reward, *, terminal_states: Sequence[int] = (),
@@ -150,7 +143,8 @@ class DPPBB(TabularLearnerBase):
 
         Returns
         -------
-        self
+        DPPBB
+            ``self``, fitted (``policy_`` and the attributes above).
 
         Raises
         ------
