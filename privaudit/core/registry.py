@@ -212,7 +212,7 @@ for _a in (
     Algorithm("apvi-hoeffding", "tabular", False, "privaudit.learners.tabular.apvi:APVIHoeffding",
               "APVI with a Hoeffding penalty (NOT private)"),
     Algorithm("dp-apvi", "tabular", True, "privaudit.learners.tabular.dp_apvi:DPAPVI",
-              "DP-APVI (seed 000 Alg. 1): post-processing of a DP count release"),
+              "DP-APVI (Qiao & Wang 2023, Alg. 1): post-processing of a DP count release"),
     Algorithm("dp-pbb", "tabular", True, "privaudit.learners.tabular.dp_pbb:DPPBB",
               "DP-PBB: pessimistic value iteration with private Bellman backups (rho-zCDP), with a certificate"),
     Algorithm("pevi", "linear", False, "privaudit.learners.linear.estimators:PEVI",
@@ -220,7 +220,7 @@ for _a in (
     Algorithm("vapvi", "linear", False, "privaudit.learners.linear.estimators:VAPVI",
               "variance-aware PEVI with linear features (NOT private)"),
     Algorithm("dp-vapvi", "linear", True, "privaudit.learners.linear.estimators:DPVAPVI",
-              "DP-VAPVI (seed 000 Alg. 2): Gaussian noise on its 5H statistics"),
+              "DP-VAPVI (Qiao & Wang 2023, Alg. 2): Gaussian noise on its 5H statistics"),
     Algorithm("pucb", "online", True, "privaudit.online.explore:build_pucb",
               "PUCB (Vietri et al. 2020): tabular, Laplace (eps) or Gaussian (rho) tree counters, eps-JDP"),
     Algorithm("ucb-vi", "online", False, "privaudit.online.explore:build_ucbvi",
@@ -233,10 +233,10 @@ for _a in (
               "private LSVI-UCB through batching (Luyo et al. 2021): Gram trees over batches, rho-zCDP",
               needs_features=True),
     Algorithm("ngo", "online", True, "privaudit.online.linear.registry:build_linear",
-              "low-switching private LSVI-UCB (Ngo et al. 2022, seed 002): Gram trees, capped "
+              "low-switching private LSVI-UCB (Ngo et al. 2022): Gram trees, capped "
               "det-doubling switches, rho-zCDP", needs_features=True),
     Algorithm("dp-lsvi-ucb-pp", "online", True, "privaudit.online.linear.registry:build_linear",
-              "DP-LSVI-UCB++ (seed 003, corrected): fresh GOE/Gaussian noise per (k, h), rho-zCDP",
+              "DP-LSVI-UCB++ (Sahu 2025, corrected): fresh GOE/Gaussian noise per (k, h), rho-zCDP",
               needs_features=True),
 ):
     register(_a)

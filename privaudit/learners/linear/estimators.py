@@ -1,7 +1,8 @@
 """PEVI, VAPVI and DP-VAPVI estimators (scikit-learn style: parameters in
 ``__init__``, ``fit`` returns self, fitted results end in ``_``).
 
-Defaults and their provenance (ALGORITHMS.md 2.3, 2.6, 2.7):
+Defaults and their provenance (docs/linear.md, "Constants and their provenance", "PEVI and VAPVI";
+[D] our choice, [R] recalled from the paper, not checked against its text):
 
 * lambda = 1 ([D]; the theorem needs 0 < lambda < kappa, but kappa = 0 for the
   seed's map, see ``synthetic_linear.coverage_kappa``);
@@ -61,7 +62,7 @@ class _LinearLearner:
 
     def fit(self, data, fmap: FeatureMap | None = None, *, rng: np.random.Generator | None = None,
             data_var=None):
-        """Run the backward pass (seed 000 Alg. 2) and store the fitted attributes.
+        """Run the backward pass (Qiao & Wang 2023, Algorithm 2) and store the fitted attributes.
 
         Parameters
         ----------
@@ -126,7 +127,7 @@ class _LinearLearner:
 
 
 class PEVI(_LinearLearner):
-    """PEVI (Jin, Yang & Wang 2021), linear-MDP version (ALGORITHMS.md 2.7). Not private.
+    """PEVI (Jin, Yang & Wang 2021), linear-MDP version (docs/linear.md, "PEVI and VAPVI"). Not private.
 
     Parameters
     ----------
@@ -156,7 +157,7 @@ class PEVI(_LinearLearner):
 
 
 class VAPVI(_LinearLearner):
-    """VAPVI (Yin, Duan, Wang & Wang 2022): DP-VAPVI without noise (ALGORITHMS.md 2.6). Not private.
+    """VAPVI (Yin, Duan, Wang & Wang 2022): DP-VAPVI without noise (docs/linear.md, "PEVI and VAPVI"). Not private.
 
     Parameters
     ----------
@@ -183,7 +184,7 @@ class VAPVI(_LinearLearner):
 
 
 class DPVAPVI(_LinearLearner):
-    """DP-VAPVI (seed 000 Algorithm 2): rho-zCDP under substitution of one privacy unit.
+    """DP-VAPVI (Qiao & Wang 2023, Algorithm 2): rho-zCDP under substitution of one privacy unit.
 
     Parameters
     ----------
@@ -212,7 +213,8 @@ class DPVAPVI(_LinearLearner):
     Notes
     -----
     Noise is drawn fresh for every statistic and every step h from a child
-    stream ``rng.spawn(H)[h]`` (ALGORITHMS.md 2.5 "noise per h"): the 5H
+    stream ``rng.spawn(H)[h]`` (a departure from Algorithm 2, line 1, which draws once;
+    docs/linear.md, "Fresh noise per h"): the 5H
     draws are independent. The statistics are exact lattice points and the
     noise exact discrete Gaussian (``privacy.LatticeGaussian``), so the
     guarantee is exactly rho-zCDP with no float side channel. Privacy holds

@@ -1,13 +1,13 @@
 """APVI (non-private) and its Hoeffding variant, on exact counts.
 
-APVI (Yin & Wang 2021b) is DP-APVI with (ñ, P̃, E) := (n, P̂, 0), as seed
-000 section 3 says ("If we replace ñ and P̃ with n and P̂, then our DP-APVI
-(Algorithm 1) will degenerate to APVI") and ALGORITHMS.md 1.7 recommends:
+APVI (Yin & Wang 2021) is DP-APVI with (ñ, P̃, E) := (n, P̂, 0), as Qiao &
+Wang (2023), section 3, says ("If we replace ñ and P̃ with n and P̂, then our
+DP-APVI (Algorithm 1) will degenerate to APVI"; docs/learners.md, "APVI"):
 
 * P̂_h(s' | s, a) = n_h(s, a, s') / n_h(s, a) where n_h(s, a) > 0, uniform else;
 * Γ_h(s, a) = C1 sqrt(Var_P̂(V̂_{h+1}) ι / n_h(s, a)) for n > 0 (the C2 term
   vanishes with E = 0), optionally + 16 H ι / n (Yin & Wang's lower-order
-  term, flag ``lower_order``, tag [R]); Γ = C H (so Q = 0) where n = 0;
+  term as we recall it, not checked against the paper, flag ``lower_order``); Γ = C H (so Q = 0) where n = 0;
 * clip to [0, H - h] (0-based h), greedy policy.
 
 These learners read exact counts: their policies are NOT private.
@@ -44,7 +44,7 @@ class APVI(TabularLearnerBase):
     C : float, default 2
         Fallback penalty C * H for unseen pairs (C > 1).
     lower_order : bool, default False
-        Add 16 H ι / n (Yin & Wang 2021b, [R]).
+        Add 16 H ι / n (Yin & Wang 2021, as recalled: docs/learners.md, "APVI").
     penalty : {"bernstein", "hoeffding"}
         Main penalty term (``APVIHoeffding`` sets "hoeffding").
     tie_break : {"visits", "first"}, default "visits"
@@ -58,7 +58,7 @@ class APVI(TabularLearnerBase):
 
     References
     ----------
-    Yin & Wang 2021b (APVI); seed 000 section 3 and footnote 6; ALGORITHMS.md 1.7.
+    Yin & Wang 2021 (APVI); Qiao & Wang 2023, section 3 and footnote 6; docs/learners.md, "APVI".
     """
 
     algorithm = "apvi"
@@ -112,7 +112,7 @@ class APVI(TabularLearnerBase):
 
 
 class APVIHoeffding(APVI):
-    """APVI with the Hoeffding-type penalty C1 H sqrt(ι / n) (seed 000 section 3).
+    """APVI with the Hoeffding-type penalty C1 H sqrt(ι / n) (Qiao & Wang 2023, section 3).
 
     Same parameters as :class:`APVI` (``penalty`` fixed to "hoeffding").
     """

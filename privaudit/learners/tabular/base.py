@@ -36,7 +36,7 @@ def greedy_with_ties(Q: np.ndarray, visits: np.ndarray, tie_break: str = "visits
         all 0 where every action fell back), "visits" takes the most-visited
         action (the behaviour's habit; then the lowest index), "first" the
         lowest action index. Any maximiser is an argmax, so both are the
-        paper's greedy step (Alg. 1; ALGORITHMS.md 1.2 step 6.5).
+        paper's greedy step (Qiao & Wang 2023, Algorithm 1; docs/learners.md, "DP-APVI step by step", step 6.5).
 
     Returns
     -------
@@ -56,7 +56,7 @@ from privaudit.data.counts_protocol import Counts
 
 
 def transition_estimate(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> np.ndarray:
-    """P̃(s' | s, a) = ñ_{s,a,s'} / ñ_{s,a} where ñ_{s,a} > E, else 1/S (seed 000 eq. (3)).
+    """P̃(s' | s, a) = ñ_{s,a,s'} / ñ_{s,a} where ñ_{s,a} > E, else 1/S (Qiao & Wang 2023, eq. (3)).
 
     Delegates to ``privaudit.privacy.projection.private_transition_estimate``
     (E = 0 gives the empirical P̂ of APVI with uniform rows where n = 0).

@@ -1,7 +1,7 @@
 """DP-PBB: pessimistic value iteration with private Bellman backups (tabular, offline, rho-zCDP).
 
 The learner that learns from outcomes under DP at hospital scale (issue 12).
-Where DP-APVI (seed 000) releases every transition count n(s, a, s') once
+Where DP-APVI (Qiao & Wang 2023) releases every transition count n(s, a, s') once
 and pays for the worst case of S noisy cells in every backup (its
 C2 S H E iota / n term), DP-PBB releases, for each of the H backups, only
 what that backup needs: the noisy (s, a)-sums of W_{h+1}(s') = r(s') +

@@ -1,8 +1,8 @@
 """Backward pessimistic value iteration: the shared core of the tabular learners.
 
-One function, :func:`pessimistic_value_iteration`, runs the loop of seed 000
-(Qiao & Wang, *Offline RL with DP*) Algorithm 1, lines 2-9, restated in
-ALGORITHMS.md 1.2 step 6. DP-APVI, APVI, their Hoeffding variants and the
+One function, :func:`pessimistic_value_iteration`, runs the loop of Qiao &
+Wang (2023), *Offline RL with DP*, Algorithm 1, lines 2-9, restated in
+docs/learners.md, "DP-APVI step by step", step 6. DP-APVI, APVI, their Hoeffding variants and the
 certainty-equivalent baseline all call it with different counts, thresholds
 and penalties:
 
@@ -30,7 +30,7 @@ import numpy as np
 from privaudit.core import progress
 from privaudit.core.errors import UsageError
 
-#: Paper constants (seed 000 Alg. 1; ALGORITHMS.md 1.2 [Q:ICLR]).
+#: Paper constants (Qiao & Wang 2023, Algorithm 1; docs/learners.md, "DP-APVI step by step", step 1).
 C1_DEFAULT = math.sqrt(2.0)
 C2_DEFAULT = 16.0
 #: "any constant C > 1" of the fallback penalty C*H; 2 is our choice.
@@ -39,7 +39,7 @@ C_DEFAULT = 2.0
 #: (not a privacy parameter; the paper leaves its value free).
 FAILURE_PROB_DEFAULT = 0.05
 #: Coefficient of APVI's optional lower-order term 16 H iota / n
-#: (Yin & Wang 2021b, ALGORITHMS.md 1.7, tag [R]).
+#: (Yin & Wang 2021, as we recall it, not checked against the paper: docs/learners.md, "APVI").
 APVI_LOWER_ORDER_COEF = 16.0
 
 PENALTIES = ("bernstein", "hoeffding", "none")
@@ -109,7 +109,7 @@ class RewardFrame:
     declared value: the learned policy is the one for the declared reward,
     whatever the range (widening it or multiplying rewards and range by
     a > 0 changes the model only through the penalty's width), and values
-    stay in [0, H - h] as the paper's analysis assumes (seed 000, rewards in
+    stay in [0, H - h] as the paper's analysis assumes (Qiao & Wang 2023, rewards in
     [0, 1]). For the range [0, 1] the frame is the identity (scale 1, shift
     0, terminal 0).
 
@@ -250,7 +250,7 @@ def pessimistic_value_iteration(
     next_state_reward: np.ndarray | None = None,
     terminal_value: float = 0.0,
 ) -> PVIResult:
-    """Backward pessimistic value iteration (seed 000 Algorithm 1, lines 2-9).
+    """Backward pessimistic value iteration (Qiao & Wang 2023, Algorithm 1, lines 2-9).
 
     Parameters
     ----------
@@ -266,7 +266,8 @@ def pessimistic_value_iteration(
     horizon : int
         H.
     E : float, default 0
-        Noise bound E_rho / E_eps (ALGORITHMS.md 1.2 step 1, 1.4); 0 for the
+        Noise bound E_rho / E_eps (docs/learners.md, "DP-APVI step by step", step 1,
+        and "The Laplace variant"); 0 for the
         non-private learners.
     penalty : Penalty
         Kind and constants of Γ_h(s, a) (default: Bernstein with the paper's constants).
@@ -281,7 +282,8 @@ def pessimistic_value_iteration(
         When the reward is a public function of the next state, r(s') (then
         ``r`` must be sum_s' P̃ r(s')), the Bernstein variance is taken of
         r(s') + Ṽ_{h+1}(s'), the quantity whose mean Q̃ estimates; the paper's
-        r(s, a) is deterministic and adds no variance [D].
+        r(s, a) is deterministic and adds no variance (our addition: a departure
+        from Algorithm 1 line 5, which takes the variance of Ṽ_{h+1} alone).
 
     Returns
     -------
@@ -300,15 +302,15 @@ def pessimistic_value_iteration(
     computed as sum p V^2 - (sum p V)^2 and clipped at 0 (rounding).
     With 0-based h the clip of line 7 is [0, H - h]. A pair with ñ <= E gets
     Γ = C H > H >= r + P̃ Ṽ_{h+1}, so its clipped Q is exactly 0
-    (ALGORITHMS.md 1.2 "What happens when ñ <= E_rho"); when fewer than half
+    (docs/learners.md, "When ñ ≤ E"); when fewer than half
     of the pairs are trusted, P̃ Ṽ_{h+1} and the variance are therefore
     computed on the trusted rows only (the outputs are the same up to the
     rounding of the row products).
 
     References
     ----------
-    Qiao & Wang, Offline RL with DP (seed 000), Algorithm 1 and eqs. (1)-(3);
-    ALGORITHMS.md 1.2 step 6, 1.5 (Hoeffding variant), 1.7 (APVI).
+    Qiao & Wang 2023, Offline RL with DP, Algorithm 1 and eqs. (1)-(3);
+    docs/learners.md, "DP-APVI step by step", step 6, "The Hoeffding variant", "APVI".
     """
     H = int(horizon)
     if H < 1:
@@ -357,7 +359,7 @@ def pessimistic_value_iteration(
             gamma = np.zeros((S, A))
         if E > 0:                                               # + C2 S H E ι / ñ
             gamma = gamma + C2 * S * H * E * iota / n_safe
-        if penalty.lower_order:                                 # APVI's 16 H ι / n [R]
+        if penalty.lower_order:                                 # APVI's 16 H ι / n (recalled)
             gamma = gamma + APVI_LOWER_ORDER_COEF * H * iota / n_safe
         gamma = np.where(trusted, gamma, C * H)                 # 6.2 else-branch: Γ = C H
         Q_h = np.clip(Q_tilde - gamma, 0.0, float(H - h))       # 6.3-6.4: clip to [0, H-h+1] (1-based h)

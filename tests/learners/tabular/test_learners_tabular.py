@@ -48,7 +48,8 @@ def _occupancy(mdp, pi):
 # ---------------------------------------------------------------------------- core vs slow reference
 
 def _slow_reference(P, r, n, H, E, penalty, C1, C2, C, delta):
-    """Scalar loops over (h, s, a, s'): ALGORITHMS.md 1.2 step 6 written out literally (1-based h)."""
+    """Scalar loops over (h, s, a, s'): Qiao & Wang (2023) Algorithm 1 lines 2-9 written out literally
+    (1-based h; docs/learners.md, "DP-APVI step by step", step 6)."""
     S, A = r.shape[1], r.shape[2]
     iota = math.log(H * S * A / delta)
     V = np.zeros((H + 2, S))                      # paper indices 1..H+1
@@ -142,7 +143,7 @@ def test_release_noise_bound_is_paper_E_rho(tmp_path):
     spec = load_spec(write_spec(tmp_path, H=H, S=S, A=A, public_reward={0: 1.0}))
     man = TabularRelease.plan(spec, resolve_budget(rho=rho), noise="rounded").manifest(seeded=False)
     assert man.families["visits"].noise_scale == pytest.approx(math.sqrt(2 * H / rho), rel=1e-14)
-    E_rho = 4 * math.sqrt(H * math.log(4 * H * S * S * A / delta) / rho)   # seed 000, ALGORITHMS.md 1.2
+    E_rho = 4 * math.sqrt(H * math.log(4 * H * S * S * A / delta) / rho)   # Qiao & Wang 2023, E_rho
     assert release_noise_bound(man, delta) == pytest.approx(E_rho + 1, rel=1e-12)
     eps = 2.0
     man = TabularRelease.plan(spec, resolve_budget(epsilon=eps, mechanism="laplace"),
@@ -253,7 +254,7 @@ def test_exact_learners_refuse_noisy_counts():
 # ---------------------------------------------------------------------------- utility with plenty of data
 
 def _suboptimality_bound(mdp, learner):
-    """2 sum_h E_{d^{pi*}_h}[Γ_h(s, a)] (Jin, Yang & Wang 2021, Thm 4.2; seed 000 Thm 3.3's proof).
+    """2 sum_h E_{d^{pi*}_h}[Γ_h(s, a)] (Jin, Yang & Wang 2021, Thm 4.2; Qiao & Wang 2023, Thm 3.3's proof).
 
     On the event that Γ bounds |(P̂_h - P_h) V̂_{h+1}| everywhere (probability >= 1 - delta by
     the concentration step of the seed's analysis), pessimism gives
