@@ -50,8 +50,9 @@ from privaudit.audit.runner import run_audit, selection_size
 from privaudit.core.errors import UsageError
 from privaudit.online.env import make_env
 from privaudit.online.linear.constants import Problem, luyo_constants, ngo_constants
-from privaudit.online.linear.lsvi_ucb import LuyoLSVIUCB, NgoLSVIUCB
-from privaudit.online.linear.registry import make_linear_agent
+from privaudit.online.linear.luyo import LuyoLSVIUCB
+from privaudit.online.linear.ngo import NgoLSVIUCB
+from privaudit.online.linear.build import make_linear_agent
 from privaudit.online.linear.numerics import TIE_DECIMALS, bonus_table, psd_inverse
 from privaudit.online.tabular.pucb import PUCB
 from privaudit.privacy.budget import resolve_budget

@@ -67,9 +67,10 @@ import numpy as np
 from privaudit.audit import bounds as B
 from privaudit.audit.online.streams import AuditWorld
 from privaudit.core.errors import UsageError
-from privaudit.online.linear.lsvi_ucb import LuyoLSVIUCB, NgoLSVIUCB
+from privaudit.online.linear.luyo import LuyoLSVIUCB
+from privaudit.online.linear.ngo import NgoLSVIUCB
 from privaudit.online.linear.lsvi_ucb_pp import LSVIUCBPlusPlus
-from privaudit.online.linear.registry import LINEAR_ALGOS, make_linear_agent
+from privaudit.online.linear.build import LINEAR_ALGOS, make_linear_agent
 from privaudit.online.linear.lattice import NoiseSource, grid_values
 from privaudit.online.tabular.pucb import FAMILIES, PUCB
 from privaudit.privacy.accounting import Accountant

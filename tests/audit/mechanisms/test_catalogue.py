@@ -89,6 +89,7 @@ def test_every_broken_mechanism_has_a_correct_twin():
     assert set(TWIN) == set(BROKEN) and set(TWIN.values()) <= set(CORRECT)
 
 
+@pytest.mark.slow
 def test_false_alarm_rate_of_correct_mechanisms_over_10_seeds(spec, logs):
     # Each audit is wrong with probability <= 0.05; the test allows 1 alarm in 10 per mechanism
     # (false-failure probability <= 1 - 0.95^10 - 10 x 0.05 x 0.95^9 = 0.086 if a mechanism sat exactly
