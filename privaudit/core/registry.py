@@ -76,6 +76,10 @@ class OfflineLearner(Protocol):
         and the ledger is charged, from public facts only (before any row is read).
     mechanism_text(spec) -> str
         Same learners: how it adds its noise (one sentence for summary.json).
+    train_on_logs(logs, spec, *, stationary, budget, seed, params, max_per_cell, context)
+        A *tabular* learner that reads logs: the whole run (plan, ledger check, count, fit,
+        charge), returning an object with the fitted ``learner``; the tabular ``train_from_logs``
+        calls it. (The linear family's ``train_from_logs`` trains every linear learner itself.)
     """
 
     algorithm: ClassVar[str]

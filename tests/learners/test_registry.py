@@ -108,3 +108,38 @@ def test_check_learner_refuses_a_class_that_does_not_answer_the_protocol():
         registry.check_learner(type("NoFit", (), {k: getattr(Good, k) for k in
                                                   ("algorithm", "private", "reads", "options", "pipeline_output",
                                                    "get_params")}), "x", False)
+
+
+def test_a_new_learner_is_its_class_and_one_registry_line(tmp_path):
+    """Issue 27: a learner added by one ``register`` call is trained by ``train_from_logs`` through its
+    protocol answers (no name branch anywhere); a class that breaks the protocol is refused at load."""
+    from click.testing import CliRunner
+
+    from privaudit.cli import main
+    from privaudit.core.spec import load_spec
+    from privaudit.learners.tabular.apvi import APVI
+
+    class Cautious(APVI):  # APVI with a larger fallback: a "new" non-private learner on exact counts
+        algorithm = "cautious-apvi"
+
+        def __init__(self, *, C: float = 5.0):
+            super().__init__(C=C)
+
+    res = CliRunner().invoke(main, ["simulate", "random-tabular", "--episodes", "200", "--seed", "1", "--horizon",
+                                    "4", "--states", "3", "--actions", "2", "--out", str(tmp_path / "logs.parquet"),
+                                    "--spec-out", str(tmp_path / "spec.json")])
+    assert res.exit_code == 0, res.output
+    spec = load_spec(tmp_path / "spec.json")
+    module = inspect.getmodule(test_a_new_learner_is_its_class_and_one_registry_line)
+    module.Cautious = Cautious
+    try:
+        registry.register(registry.Algorithm("cautious-apvi", "tabular", False, f"{module.__name__}:Cautious", "test"))
+        pol = tabular_train(tmp_path / "logs.parquet", spec, algo="cautious-apvi")
+        assert pol.algorithm == "cautious-apvi" and pol.parameters["C"] == 5.0 and not pol.privacy.private
+        registry._REGISTRY.pop("cautious-apvi")
+        registry.register(registry.Algorithm("cautious-apvi", "tabular", True, f"{module.__name__}:Cautious", "x"))
+        with pytest.raises(UsageError, match="says private=False, the registry True"):
+            tabular_train(tmp_path / "logs.parquet", spec, algo="cautious-apvi")
+    finally:
+        registry._REGISTRY.pop("cautious-apvi", None)
+        del module.Cautious

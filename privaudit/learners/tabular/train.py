@@ -2,27 +2,23 @@
 
 * :func:`train_from_release`: DP-APVI on a release (post-processing; spends nothing).
 * :func:`train_from_logs`: a non-private learner (ve, apvi, apvi-hoeffding) on
-  exact counts, or dp-apvi after releasing the counts first.
+  exact counts, dp-apvi after releasing the counts first, or a private learner
+  that reads the logs itself through its ``train_on_logs`` (dp-pbb); which one is
+  asked of the learner class (``core.registry.OfflineLearner.reads``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from dataclasses import dataclass
-
-import numpy as np
 
 from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.core.errors import ArtifactError, SpecError, UsageError
-from privaudit.core.formatting import num
 from privaudit.core import registry
-from privaudit.core.files import new_run_id
 from privaudit.learners.tabular import dp_pbb
-from privaudit.learners.tabular.pbb_counts import capped_counts_from_logs
+from privaudit.learners.tabular.dp_pbb import PBBRun
 from privaudit.learners.tabular.pbb_noise import PBBPlan
 from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.policy import Policy
-from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
 from privaudit.learners.tabular.counts import exact_counts
 from privaudit.core.spec import DomainSpec
@@ -158,10 +154,11 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
         raise UsageError(f"unknown tabular algorithm {algo!r}; choose one of {', '.join(tabular)}.")
     ctx = context or RunContext()
     request = budget if isinstance(budget, BudgetRequest) else BudgetRequest()
-    reads = registry.get(algo).load().reads
-    if reads == "logs":  # a private learner with its own noise (DP-PBB)
-        return train_dp_pbb(logs, spec, stationary=stationary, budget=budget, seed=seed, params=params,
-                            max_per_cell=max_per_cell, context=ctx).learner.policy_
+    cls = registry.get(algo).load()
+    reads = cls.reads
+    if reads == "logs":  # a private learner with its own noise (DP-PBB): it trains itself
+        return cls.train_on_logs(logs, spec, stationary=stationary, budget=budget, seed=seed, params=params,
+                                 max_per_cell=max_per_cell, context=ctx).learner.policy_
     if max_per_cell is not None or isinstance(budget, Budget):
         own = " / ".join(registry.names_with(lambda cls: cls.reads == "logs", family="tabular"))
         raise UsageError(f"`max_per_cell` and `budget` apply to {own}, not to {algo} "
@@ -185,15 +182,6 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     return learner.policy_
 
 
-@dataclass(frozen=True)
-class PBBRun:
-    """What :func:`train_dp_pbb` returns: the fitted learner (its ``policy_``, ``event_``,
-    ``certified_value()``) and the per-cell cap it used."""
-
-    learner: object
-    max_per_cell: int
-
-
 def plan_dp_pbb(spec: DomainSpec, budget: Budget, *, stationary: bool = True, params: dict | None = None,
                 max_per_cell: int | None = None) -> tuple[dp_pbb.DPPBB, PBBPlan, int]:
     """DP-PBB's noise plan on logs of ``spec`` from public facts only: ``(learner, plan, c)``.
@@ -207,65 +195,9 @@ def plan_dp_pbb(spec: DomainSpec, budget: Budget, *, stationary: bool = True, pa
 def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, budget: BudgetRequest | Budget | None = None,
                  seed: int | None = None, params: dict | None = None, max_per_cell: int | None = None,
                  context: RunContext | None = None) -> PBBRun:
-    """DP-PBB on logs: plan (and check the ledger) from public facts, then count, noise, learn, charge.
-
-    Parameters
-    ----------
-    logs : path or PreparedLogs
-    spec : DomainSpec
-        Must declare a public reward; its ``return_bound`` (if any) bounds the backed-up values.
-    stationary : bool
-        Pool over h (the MDP is time-homogeneous).
-    budget : BudgetRequest or Budget
-        The learner's whole budget (Gaussian): as given, or already resolved.
-    seed : int, optional
-        TESTS ONLY: seeds the noise (policy marked not private, rng seeded-insecure).
-    params : dict, optional
-        :class:`privaudit.learners.tabular.dp_pbb.DPPBB` parameters.
-    max_per_cell : int, optional
-        c (default ``dp_pbb.MAX_PER_CELL_DEFAULT``).
-    context : RunContext, optional
-        The ledger (checked before any row is read; charged with the learner's event once it is
-        fitted), the run and output named in its entry, the messages.
-
-    Returns
-    -------
-    PBBRun
-
-    Raises
-    ------
-    UsageError
-        No budget, a Laplace request, no public reward, bad parameters.
-    BudgetExceededError
-        The ledger's remaining budget is below rho (before any row is read).
-    """
-    ctx = context or RunContext()
-    if isinstance(budget, BudgetRequest) and budget.mechanism != "gaussian":
-        raise UsageError("dp-pbb is Gaussian / zCDP only: give `rho`, or `epsilon` with `delta` "
-                         "(not `mechanism` laplace).")
-    if budget is None or (isinstance(budget, BudgetRequest) and not budget.given):
-        raise UsageError("dp-pbb releases private Bellman backups: give a budget (`rho`, or `epsilon` "
-                         "with `delta`).")
-    if isinstance(budget, BudgetRequest):
-        budget = budget.resolve()
-    learner, plan, c = plan_dp_pbb(spec, budget, stationary=stationary, params=params, max_per_cell=max_per_cell)
-    reward = spec.public_reward_scaled()
-    rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
-    if ctx.ledger is not None:  # before any row is read or noise drawn
-        ledger_mod.check_event(Path(ctx.ledger), spec.dataset_id, plan.event, budget)
-    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
-    prepared.check_spec(spec)
-    counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
-    ctx.say(f"dp-pbb: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
-        f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={num(budget.shown)}): this spends privacy budget.")
-    learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,
-                return_bound=rb, budget=budget, spec_hash=spec.hash(), rng=np.random.default_rng(seed),
-                seeded=seed is not None)
-    if ctx.ledger is not None:
-        ledger_mod.charge_event(Path(ctx.ledger), spec.dataset_id, learner.event_,
-                                f"train dp-pbb: gaussian, rho={budget.rho!r} ({len(plan.backups)} private backups)",
-                                budget, run=ctx.run or new_run_id(), output=ctx.output)
-    return PBBRun(learner, c)
+    """DP-PBB on logs: :meth:`privaudit.learners.tabular.dp_pbb.DPPBB.train_on_logs` (parameters, errors)."""
+    return dp_pbb.DPPBB.train_on_logs(logs, spec, stationary=stationary, budget=budget, seed=seed, params=params,
+                                      max_per_cell=max_per_cell, context=context)
 
 
 def check_out_free(*paths: Path) -> None:
