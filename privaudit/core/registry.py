@@ -93,29 +93,37 @@ class OfflineLearner(Protocol):
     def fit(self, data: Any, *args: Any, **kwargs: Any) -> Any: ...
 
 
-def check_learner(cls: type, name: str, private: bool) -> type:
+def check_learner(cls: type, name: str, private: bool, family: str = "tabular") -> type:
     """``cls`` if it answers :class:`OfflineLearner` consistently with its registry entry.
 
     Raises
     ------
     UsageError
-        A missing attribute, an unknown ``reads`` or option, or ``algorithm`` / ``private``
-        differing from the entry's ``name`` / ``private``.
+        A missing attribute, an unknown ``reads`` or option, ``algorithm`` / ``private``
+        differing from the entry's ``name`` / ``private``, or a private learner reading logs
+        without the methods that plan (``plan_event``, ``mechanism_text``) or, tabular, train
+        (``train_on_logs``) it.
     """
     missing = [a for a in ("algorithm", "private", "reads", "options", "pipeline_output", "get_params", "fit")
                if not hasattr(cls, a)]
-    bad = (f"misses {', '.join(missing)}" if missing
-           else f"reads {cls.reads!r}, not one of {READS}" if cls.reads not in READS
-           else f"has options {sorted(set(cls.options) - set(OPTIONS))} outside {OPTIONS}"
-           if set(cls.options) - set(OPTIONS)
-           else f"is named {cls.algorithm!r}" if cls.algorithm != name
-           else f"says private={cls.private!r}, the registry {private!r}" if bool(cls.private) != private
-           else f"is private and reads logs but has no plan_event/mechanism_text"
-           if cls.private and cls.reads == "logs" and not (hasattr(cls, "plan_event") and hasattr(cls, "mechanism_text"))
-           else None)
-    if bad is not None:
+    if missing:
         raise UsageError(f"the learner class of algorithm {name!r} does not answer the OfflineLearner protocol: "
-                         f"it {bad}.")
+                         f"it misses {', '.join(missing)}.")
+    needs = []
+    if cls.private and cls.reads == "logs":
+        needs = ["plan_event", "mechanism_text"] + (["train_on_logs"] if family == "tabular" else [])
+    checks = (
+        (cls.reads not in READS, f"reads {cls.reads!r}, not one of {READS}"),
+        (bool(set(cls.options) - set(OPTIONS)), f"has options {sorted(set(cls.options) - set(OPTIONS))} outside "
+                                                f"{OPTIONS}"),
+        (cls.algorithm != name, f"is named {cls.algorithm!r}"),
+        (bool(cls.private) != private, f"says private={cls.private!r}, the registry {private!r}"),
+        (any(not hasattr(cls, m) for m in needs), f"is private and reads logs but has no {'/'.join(needs)}"),
+    )
+    for failed, what in checks:
+        if failed:
+            raise UsageError(f"the learner class of algorithm {name!r} does not answer the OfflineLearner "
+                             f"protocol: it {what}.")
     return cls
 
 
@@ -160,7 +168,7 @@ class Algorithm:
         """
         module, _, attr = self.learner.partition(":")
         obj = getattr(importlib.import_module(module), attr)
-        return obj if self.family not in OFFLINE else check_learner(obj, self.name, self.private)
+        return obj if self.family not in OFFLINE else check_learner(obj, self.name, self.private, self.family)
 
 
 _REGISTRY: dict[str, Algorithm] = {}
