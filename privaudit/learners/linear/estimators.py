@@ -44,7 +44,7 @@ def _providers(data, fmap: FeatureMap | None, data_var, chunk_bytes: int):
 
 
 class _LinearLearner:
-    """One ``fit`` for the three learners: they differ only in what they supply to ``core.backward_pass``.
+    """One ``fit`` for the three learners: they differ only in what they supply to ``dp_vapvi.backward_pass``.
 
     A subclass sets ``algorithm`` and ``variance_aware`` and defines
     ``_penalty(provider)`` -> (scale, offset) and ``_statistics(provider, rng)``
@@ -297,7 +297,7 @@ class DPVAPVI(_LinearLearner):
         """The 5 noisy statistics DP-VAPVI releases at step h, given V_{h+1}.
 
         Exactly what ``fit`` computes at step h (same ``privacy.draw_step_noise``,
-        ``privacy.LatticeGaussian`` and ``core.step_statistics``), exposed for the
+        ``privacy.LatticeGaussian`` and ``dp_vapvi.step_statistics``), exposed for the
         auditor. At h = H-1, V_H = 0, so the release depends on the data of step
         H-1 only and not on earlier releases: it is a valid mechanism on its own,
         rho_0-zCDP per statistic (``privaudit.audit.mechanisms.dp_vapvi``).
