@@ -416,7 +416,8 @@ class DPPBB(TabularLearnerBase):
         prepared.check_spec(spec)
         counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
         ctx.say(f"dp-pbb: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
-                f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={num(budget.shown)}): this spends privacy budget.")
+                f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={num(budget.shown)}): "
+                "this spends privacy budget.")
         learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,
                     return_bound=rb, budget=budget, spec_hash=spec.hash(), rng=np.random.default_rng(seed),
                     seeded=seed is not None)
