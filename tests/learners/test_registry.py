@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from privaudit.audit.mechanisms.tabular import MECHANISMS
+from privaudit.audit.mechanisms.registry import MECHANISMS
 from privaudit.cli import audit as cli_audit
 from privaudit.cli import explore as cli_explore
 from privaudit.cli import train as cli_train
