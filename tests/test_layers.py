@@ -1,7 +1,7 @@
 """Import layers (issue 11): the import-linter contracts of pyproject.toml, private names, imports at top.
 
 Layers, highest first: cli > pipeline > audit > learners | online > release >
-data | privacy | mdp > core (errors, spec, schemas, files, package data, ...). A
+data | privacy | mdp > core (errors, spec, schemas, atomic writes, outputs, package data, ...). A
 module imports only from its own package or a lower layer; no two modules of
 a package import each other in a cycle.
 """
@@ -36,7 +36,8 @@ TOP_IMPORTS_ONLY = ("", "audit", "audit/mechanisms", "audit/online", "cli", "cor
 #: for (issue 19: ``privaudit --help`` and non-plotting runs must not pay for them).
 LAZY_LIBRARIES = ("matplotlib",)
 # Modules of an optional extra (their library may be absent): imported where they are asked for.
-OPTIONAL_EXTRA_MODULES = ("privaudit.data.spark.engine",)  # pyspark, extra [spark]
+OPTIONAL_EXTRA_MODULES = tuple(f"privaudit.data.spark.{m}" for m in (  # pyspark, extra [spark]
+    "engine", "session", "logs", "fatal_rules", "bounding", "counts"))
 
 
 def _modules():

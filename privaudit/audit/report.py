@@ -25,7 +25,8 @@ from privaudit.audit import bounds as B
 from privaudit.audit.claim import Claim
 from privaudit.audit.plotting import plot_report
 from privaudit.core.errors import ArtifactError
-from privaudit.core.files import atomic_write_text, json_default
+from privaudit.core.atomic import atomic_write_text
+from privaudit.core.jsonio import json_default
 from privaudit.core.schemas import check_on_write, load_versioned_json
 
 REPORT_FORMAT_VERSION = 1

@@ -18,7 +18,8 @@ from privaudit.audit.online.streams import StreamSetup
 from privaudit.audit.runner import AuditSettings, default_canary
 from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.core.errors import UsageError
-from privaudit.core.files import atomic_paths, check_writable
+from privaudit.core.atomic import atomic_paths
+from privaudit.core.outputs import check_writable
 from privaudit.privacy import budget as budget_mod
 from privaudit.core.spec import load_spec
 from privaudit.release.tabular import default_stationary

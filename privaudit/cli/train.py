@@ -9,7 +9,7 @@ import click
 from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, handle_errors
 from privaudit.core.errors import UsageError
 from privaudit.core.formatting import num
-from privaudit.core.files import check_writable, output_lock
+from privaudit.core.outputs import check_writable, output_lock
 from privaudit.core import registry
 from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.linear.logs import local_log_path, train_from_logs as linear_train_from_logs

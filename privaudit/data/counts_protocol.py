@@ -1,6 +1,6 @@
 """The counts protocol: what every container of tabular count statistics answers.
 
-Four containers hold the statistics of DP-APVI (ALGORITHMS.md 1.2 step 2)
+Four containers hold the statistics of DP-APVI (Qiao & Wang (2023), Section 3)
 over the declared domain, and all answer the same questions in the same
 words, so the release, the learners and the auditor read any of them:
 

@@ -23,7 +23,8 @@ import polars as pl
 
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.core.errors import ArtifactError, MissingInputError, UsageError
-from privaudit.core.files import atomic_dir, numpy_load_reason
+from privaudit.core.atomic import atomic_dir
+from privaudit.core.npyio import numpy_load_reason
 from privaudit.learners.policy_manifest import PolicyManifest, PolicyPrivacy
 from privaudit.core.schemas import load_versioned_json
 

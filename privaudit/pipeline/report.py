@@ -17,7 +17,7 @@ import numpy as np
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.core import registry
 from privaudit.core.formatting import num
-from privaudit.core.files import atomic_path, atomic_write_text
+from privaudit.core.atomic import atomic_path, atomic_write_text
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline.figures import plot_values, values_figure  # noqa: F401 - the values figure lives there

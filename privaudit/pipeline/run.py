@@ -46,7 +46,8 @@ from privaudit.audit.synthetic_pairs import check_synthetic_pair_exists
 from privaudit.audit.choice import MIN_TRIALS
 from privaudit.core.package_data import sample_dir
 from privaudit.core.errors import UsageError
-from privaudit.core.files import atomic_dir, atomic_write_text, new_run_id, output_lock
+from privaudit.core.atomic import atomic_dir, atomic_write_text
+from privaudit.core.outputs import new_run_id, output_lock
 from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, VALUE_PART, VALUE_SHARE_DEFAULT, budget_shares,
                                           check_split, composed_guarantee, pbb_share_of, split_budget)
 from privaudit.pipeline.plans import PartsPlan, plan_parts
@@ -73,7 +74,7 @@ from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.pipeline import report as rep
 from privaudit.pipeline import figures
 from privaudit.pipeline.audit_release import audit_release
-from privaudit.release.tabular import load_release, release_logs
+from privaudit.release.tabular import ReleaseOptions, load_release, release_logs
 from privaudit.release.tabular import default_stationary
 
 #: Bundled sample: 20,000 ICU-Sepsis episodes under the clinicians' policy, and its spec.
@@ -258,7 +259,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     ------
     UsageError
         Bad or conflicting arguments, ``out`` exists or is being written by
-        another run (refused at once: ``io_utils.output_lock``; hidden
+        another run (refused at once: ``core.outputs.output_lock``; hidden
         temporary folders a killed run left next to ``out`` are removed and
         reported), an MDP that does not fit
         the spec (all before any row is read or noise drawn).
@@ -432,8 +433,8 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     bar.stage("release")
     t = time.perf_counter()
     budget, parts, shares = budgets
-    info = release_logs(prepared, spec, budget=parts["release"], stationary=stationary, noise="exact",
-                        out=tmp / "release", seed=seeds[0], engine=engine, spark=spark)
+    info = release_logs(prepared, spec, stationary=stationary, out=tmp / "release", seed=seeds[0],
+                        options=ReleaseOptions(budget=parts["release"], noise="exact", engine=engine, spark=spark))
     events = {"release": plan.charged("release", info.event)}
     if ledger is not None:
         ledger_mod.charge_event(ledger, spec.dataset_id, events["release"],

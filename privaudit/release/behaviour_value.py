@@ -256,7 +256,7 @@ class BehaviourValueRelease:
 
     @classmethod
     def plan(cls, spec: DomainSpec, budget: Budget) -> "BehaviourValueRelease":
-        """Lattice, sensitivities and noise scales for ``budget`` (ALGORITHMS: module docstring).
+        """Lattice, sensitivities and noise scales for ``budget`` (the derivation: this module's docstring).
 
         Raises
         ------

@@ -75,8 +75,8 @@ def check_manifest_guarantee(m: ReleaseManifest, where) -> dict:
 
     References
     ----------
-    Sensitivities: ``privaudit.privacy.sensitivity`` (seed 000 Thm 3.3 proof;
-    ALGORITHMS.md 1.3, 1.4). Gaussian zCDP: Bun & Steinke 2016, Prop. 1.6 and
+    Sensitivities: ``privaudit.privacy.sensitivity`` (Qiao & Wang (2023), Section 3;
+    docs/release.md, "Where the numbers come from"). Gaussian zCDP: Bun & Steinke 2016, Prop. 1.6 and
     Lemma 2.3 (composition). Conversion: Canonne, Kamath & Steinke 2020
     (``accounting.zcdp_to_dp``).
     """

@@ -6,13 +6,13 @@ the auditor's release and DP-APVI adapters and ``experiments/utility_icu.py``
 all call the same object, so the noise they draw, the event they account and
 the noise bound E they use cannot drift apart.
 
-Budget split between families (ALGORITHMS.md 1.3, 1.4): the released object
+Budget split between families (docs/release.md, "The noise and the budget split"): the released object
 is the concatenation of the families, whose sensitivity is L1 = sum of l1,
 L2 = sqrt(sum of l2^2) (``privaudit.privacy.sensitivity.combine``). One noise
 scale from the combined sensitivity (sigma = L2 / sqrt(2 rho), or
 b = L1 / eps) spends the budget; family f costs l2_f^2 / (2 sigma^2) (zCDP)
 or l1_f / b (pure DP). With equal per-family sensitivities the budget is
-split equally (visits + transitions: rho/2 each; seed 000 eq. (1)).
+split equally (visits + transitions: rho/2 each; Qiao & Wang (2023), eq. (1)).
 
 Rewards are summed in units of 1/q of the [0, 1]-scaled reward (q =
 :func:`reward_quantum`, a function of the public noise scale), so their
@@ -96,8 +96,8 @@ def count_noise_bound(mechanism: str, scale: float, H: int, S: int, A: int, stat
     -------
     float
         ``noise_bound(mechanism, scale, 2 H S^2 A (2 S^2 A if stationary),
-        failure_prob, noise=noise)``: seed 000's E_rho (ALGORITHMS.md 1.2
-        step 1), E_eps (1.4).
+        failure_prob, noise=noise)``: Qiao & Wang's (2023) E_rho (Section 3, with eq. (2)) and
+        a concrete E_eps for their pure-DP remark (docs/release.md, "The noise bound E").
     """
     n_cells = 2 * S * S * A * (1 if stationary else H)
     return mechanisms.noise_bound(mechanism, scale, n_cells, failure_prob, noise=noise)
@@ -269,7 +269,7 @@ class TabularRelease:
         """E: every visit and transition noise draw within ±E/2 w.p. >= 1 - failure_prob.
 
         The largest of the visit and transition scales (equal: both in count
-        units) in :func:`count_noise_bound`; what DP-APVI uses (seed 000 E_rho).
+        units) in :func:`count_noise_bound`; what DP-APVI uses (Qiao & Wang (2023), E_rho).
         """
         scale = max(self.families["visits"].scale, self.families["transitions"].scale)
         return count_noise_bound(self.mechanism, scale, self.spec.H, self.spec.S, self.spec.A,

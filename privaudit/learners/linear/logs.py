@@ -20,7 +20,8 @@ from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.core.errors import SpecError, UsageError
 from privaudit.core import registry
 from privaudit.learners.linear.data import LinearData
-from privaudit.core.files import atomic_write_text, check_sidecar_free, new_run_id
+from privaudit.core.atomic import atomic_write_text
+from privaudit.core.outputs import check_sidecar_free, new_run_id
 from privaudit.learners.linear.privacy import guarantee, privacy_event
 from privaudit.learners.linear.providers import FiniteFeatures, RowFeatures, q_rows
 from privaudit.learners.linear.rows import clip_features, column_dims, row_steps

@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from privaudit.core.errors import UsageError
-from privaudit.core.files import new_run_id
+from privaudit.core.outputs import new_run_id
 from privaudit.core.formatting import num
 from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.learners.tabular.base import TabularLearnerBase, greedy_with_ties, known_reward

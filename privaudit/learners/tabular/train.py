@@ -23,7 +23,7 @@ from privaudit.privacy.budget import Budget
 from privaudit.learners.tabular.counts import exact_counts
 from privaudit.core.spec import DomainSpec
 from privaudit.release.manifest import ReleaseManifest
-from privaudit.release.tabular import load_release, release_logs
+from privaudit.release.tabular import ReleaseOptions, load_release, release_logs
 
 
 def _learner(algo: str, params: dict | None):
@@ -168,8 +168,8 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
         if release_out is None:
             raise UsageError(f"{algo} on logs needs a release folder to write (release_out).")
         release_logs(logs, spec, rho=request.rho, epsilon=request.epsilon, delta=request.delta,
-                     mechanism=request.mechanism, stationary=stationary, noise=noise, out=release_out,
-                     ledger=ctx.ledger, seed=seed, echo=ctx.say)
+                     mechanism=request.mechanism, stationary=stationary, out=release_out, ledger=ctx.ledger,
+                     seed=seed, options=ReleaseOptions(noise=noise, echo=ctx.say))
         return train_from_release(release_out, algo=algo, spec=spec, params=params)
     if request.given:
         raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`). "
