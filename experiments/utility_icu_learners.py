@@ -68,7 +68,8 @@ import polars as pl
 from privaudit.core import registry
 from privaudit.data.bounding import bound_contributions, cap_per_cell
 from privaudit.audit.bounds import cp_lower, cp_upper
-from privaudit.learners.tabular.dp_pbb import DPPBB, CappedCounts
+from privaudit.learners.tabular.dp_pbb import DPPBB
+from privaudit.learners.tabular.pbb_counts import CappedCounts
 from privaudit.learners.tabular.counts import TabularCounts
 from privaudit.mdp.icu_sepsis import REFERENCE_VALUES, clinicians_policy, icu_sepsis_spec_doc, load_icu_sepsis
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc

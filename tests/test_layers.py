@@ -20,6 +20,7 @@ from importlinter import cli as importlinter_cli
 
 from privaudit.cli import COMMANDS, main
 from privaudit.core.errors import UsageError
+from privaudit.learners.options import BudgetRequest
 from privaudit.learners.tabular.train import train_from_logs
 from privaudit.core.spec import load_spec
 
@@ -146,7 +147,7 @@ def test_library_errors_name_the_parameter_and_the_cli_its_flag(tmp_path):
                     '"max_episodes": 1}}')
     with pytest.raises(UsageError, match="`algo` apvi is not private: it takes no budget "
                                          r"\(`rho`/`epsilon`/`delta`\)"):
-        train_from_logs(tmp_path / "logs.parquet", load_spec(spec), algo="apvi", rho=1.0)
+        train_from_logs(tmp_path / "logs.parquet", load_spec(spec), algo="apvi", budget=BudgetRequest(rho=1.0))
     res = CliRunner().invoke(main, ["train", str(tmp_path / "logs.parquet"), "--spec", str(spec), "--algo", "apvi",
                                     "--rho", "1", "--out", str(tmp_path / "pol")])
     assert res.exit_code == 2

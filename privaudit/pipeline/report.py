@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from privaudit import FORMAT_VERSION, __version__
+from privaudit.core import registry
 from privaudit.core.formatting import num
 from privaudit.core.atomic import atomic_path, atomic_write_text
 from privaudit.mdp.registry import MDP_REGISTRY
@@ -159,7 +160,7 @@ def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies:
     pol_entries = []
     for name, pol in policies.items():
         e = {"name": name, "algorithm": pol.algorithm, "path": f"policies/{name}",
-             "privacy_part": "release" if name == "dp-apvi" else name,
+             "privacy_part": "release" if registry.get(name).load().reads == "release" else name,
              "value": None, "optimal_value": None, "clinicians_value": None, "gap": None,
              **(certified or {}).get(name, {"certified_value": None, "certified_start": None,
                                            "certificate_held": None})}

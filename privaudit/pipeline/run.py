@@ -61,6 +61,7 @@ from privaudit.core.spec import DomainSpec, load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.core.errors import SpecError
 from privaudit.learners.tabular.dp_apvi import DPAPVI
+from privaudit.learners.options import RunContext
 from privaudit.learners.tabular.train import train_dp_pbb
 from privaudit.learners.linear import train_from_logs as train_linear
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
@@ -466,7 +467,8 @@ def _stages(tmp: Path, prepared, spec: DomainSpec, budgets, the_mdp, mdp_arg, st
     # step 0 in declared units (declared_values), which the certified values and diagnostics use
     tabular = {}
     if "dp-pbb" in parts:  # the default DP policy: learns from outcomes, with a certificate (issue 12)
-        pbb = train_dp_pbb(prepared, spec, stationary=stationary, budget=parts["dp-pbb"], seed=seeds[4], echo=say)
+        pbb = train_dp_pbb(prepared, spec, stationary=stationary, budget=parts["dp-pbb"], seed=seeds[4],
+                           context=RunContext(echo=say))
         tabular["dp-pbb"] = pbb.learner
         events["dp-pbb"] = plan.charged("dp-pbb", pbb.learner.event_)
         if ledger is not None:

@@ -236,6 +236,7 @@ def test_library_errors_of_audit_and_linear_training_name_parameters(logs):
     from privaudit.audit import run_audit
     from privaudit.core.errors import UsageError
     from privaudit.learners.linear.logs import train_from_logs as train_linear
+    from privaudit.learners.options import BudgetRequest
 
     d, _ = logs
     spec = load_spec(d / "spec.json")
@@ -244,7 +245,7 @@ def test_library_errors_of_audit_and_linear_training_name_parameters(logs):
     with pytest.raises(UsageError, match="^`failure_prob` applies to dp-vapvi"):
         train_linear(d / "logs.parquet", spec, "pevi", params={"failure_prob": 0.1})
     with pytest.raises(UsageError, match="^`algo` pevi is not private: it takes no budget"):
-        train_linear(d / "logs.parquet", spec, "pevi", rho=1.0)
+        train_linear(d / "logs.parquet", spec, "pevi", budget=BudgetRequest(rho=1.0))
 
 
 @pytest.mark.parametrize("epsilon", ["1e-300", "1e-100", "1e-20"])

@@ -26,8 +26,9 @@ from privaudit.audit.synthetic_pairs import synthetic_pair
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import bound_contributions, cap_per_cell
-from privaudit.learners.tabular import dp_pbb as pbb_lib
-from privaudit.learners.tabular.dp_pbb import DPPBB, MAX_PER_CELL_DEFAULT, capped_counts_from_frames
+from privaudit.learners.tabular import pbb_noise as pbb_lib
+from privaudit.learners.tabular.dp_pbb import DPPBB, MAX_PER_CELL_DEFAULT
+from privaudit.learners.tabular.pbb_counts import capped_counts_from_frames
 from privaudit.privacy import accounting
 from privaudit.privacy.events import ComposedEvent
 
@@ -52,7 +53,7 @@ class DPPBBMechanism(LibraryStatistics):
         cell the pair changes plus :data:`VIEW_EXTRA` cells drawn with
         :data:`VIEW_SEED`) and the noisy start counts (``pbb-starts``) on the
         states the pair changes plus as many others. Both are drawn by the
-        learner's own noise function (``dp_pbb._noise``) at the scales of its
+        learner's own noise function (``pbb_noise.add_noise``) at the scales of its
         plan (``DPPBB.plan``), on the exact capped counts of the library path
         (``bound_contributions`` -> ``cap_per_cell`` ->
         ``capped_counts_from_frames``). Batched (``n_runs``). ``policy``
@@ -157,8 +158,8 @@ class DPPBBMechanism(LibraryStatistics):
         n = 1 if n_runs is None else int(n_runs)
         rv, _, rs = rng.spawn(3)  # the learner's streams: visits, backups, starts
         vals = self.values[key]
-        out = [pbb_lib._noise(np.broadcast_to(vals["visits"], (n, vals["visits"].size)), self.plan.sigma_visits, rv),
-               pbb_lib._noise(np.broadcast_to(vals["starts"], (n, vals["starts"].size)), self.plan.sigma_starts, rs)]
+        out = [pbb_lib.add_noise(np.broadcast_to(vals["visits"], (n, vals["visits"].size)), self.plan.sigma_visits, rv),
+               pbb_lib.add_noise(np.broadcast_to(vals["starts"], (n, vals["starts"].size)), self.plan.sigma_starts, rs)]
         return np.concatenate(out, axis=1)
 
     def _policy(self, key: str, rng: np.random.Generator) -> np.ndarray:

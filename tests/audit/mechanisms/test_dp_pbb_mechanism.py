@@ -37,7 +37,7 @@ from privaudit.audit.mechanisms.registry import MECHANISMS
 from privaudit.audit.graybox import graybox_check
 from privaudit.audit.runner import default_canary
 from privaudit.cli import main
-from privaudit.learners.tabular import dp_pbb
+from privaudit.learners.tabular import pbb_noise
 from privaudit.privacy import accounting
 from privaudit.core.package_data import sample_dir
 from privaudit.core.spec import load_spec
@@ -94,7 +94,7 @@ def test_the_view_is_the_learners_noise_at_the_plans_scales(monkeypatch):
     assert np.all(np.abs(out.mean(axis=0) - exact) < 5 * sig / math.sqrt(4000))
     for sl, s in ((slice(0, nv), mech.plan.sigma_visits), (slice(nv, None), mech.plan.sigma_starts)):
         assert abs((out[:, sl] - exact[sl]).std() / s - 1) < 0.05
-    monkeypatch.setattr(dp_pbb, "_noise", lambda values, sigma, rng: np.asarray(values, dtype=np.float64))
+    monkeypatch.setattr(pbb_noise, "add_noise", lambda values, sigma, rng: np.asarray(values, dtype=np.float64))
     rep, claim = _audit(DPPBBMechanism(SPEC, rho=1.0, stationary=True), trials=2000)
     assert rep.verdict == "violation" and rep.epsilon_lower_bound > claim.epsilon
 
@@ -111,7 +111,7 @@ def test_correct_dp_pbb_is_not_flagged_and_the_view_sees_it():
 
 
 def test_sigma_from_a_halved_sensitivity_is_flagged(monkeypatch):
-    real = dp_pbb.pbb_sensitivities
+    real = pbb_noise.pbb_sensitivities
 
     def halved(*a, **kw):
         s = dict(real(*a, **kw))
@@ -119,7 +119,7 @@ def test_sigma_from_a_halved_sensitivity_is_flagged(monkeypatch):
         s["starts_l2"] /= 2
         return s
 
-    monkeypatch.setattr(dp_pbb, "pbb_sensitivities", halved)
+    monkeypatch.setattr(pbb_noise, "pbb_sensitivities", halved)
     mech = DPPBBMechanism(SPEC, rho=1.0, stationary=True)
     assert mech.plan.sigma_visits == pytest.approx(math.sqrt(40) / 2 / math.sqrt(2 * 0.1), rel=1e-9)
     rep, _ = _audit(mech)
