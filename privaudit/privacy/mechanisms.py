@@ -43,68 +43,13 @@ import math
 import numpy as np
 
 from privaudit.core.errors import UsageError, positive_finite
-from privaudit.privacy import samplers
+from privaudit.privacy.noise import MECHANISMS, gaussian_sigma, laplace_scale, noise_family
 
-MECHANISMS = ("gaussian", "laplace")
+__all__ = ["add_noise", "noise_bound", "gaussian_sigma", "laplace_scale", "MECHANISMS", "NOISE_MODES"]
 NOISE_MODES = ("rounded", "exact")
 
 #: cells drawn per chunk: bounds the temporary memory of add_noise to a few MB
 _CHUNK = 1 << 20
-
-
-# ----------------------------------------------------------------------------
-# scales
-
-
-def _check_positive(name: str, value) -> float:
-    return positive_finite(name, value)
-
-
-def gaussian_sigma(l2: float, rho: float) -> float:
-    """Noise standard deviation for rho-zCDP: sigma = l2 / sqrt(2 rho).
-
-    Parameters
-    ----------
-    l2 : float
-        L2 sensitivity of the released vector (> 0).
-    rho : float
-        zCDP budget (> 0).
-
-    Returns
-    -------
-    float
-        sigma, in the units of the counts. Rounded up by one ulp so that the
-        resulting guarantee is never weaker than ``rho``.
-
-    Raises
-    ------
-    UsageError
-        ``l2`` or ``rho`` not positive and finite.
-
-    References
-    ----------
-    Bun & Steinke 2016, Prop. 1.6; seed 000 Lemma 2.6 (ALGORITHMS.md, general facts).
-    """
-    l2 = _check_positive("l2", l2)
-    rho = _check_positive("rho", rho)
-    return float(np.nextafter(l2 / math.sqrt(2.0 * rho), math.inf))
-
-
-def laplace_scale(l1: float, epsilon: float) -> float:
-    """Laplace scale for eps-DP: b = l1 / epsilon (rounded up by one ulp).
-
-    Raises
-    ------
-    UsageError
-        ``l1`` or ``epsilon`` not positive and finite.
-
-    References
-    ----------
-    Dwork, McSherry, Nissim, Smith 2006; seed 000 Lap(4H/eps) (ALGORITHMS.md 1.4).
-    """
-    l1 = _check_positive("l1", l1)
-    epsilon = _check_positive("epsilon", epsilon)
-    return float(np.nextafter(l1 / epsilon, math.inf))
 
 
 # ----------------------------------------------------------------------------
@@ -153,31 +98,24 @@ def add_noise(values: np.ndarray, *, mechanism: str, scale: float,
     the output). ``rounded``: chunks of 2^20 cells, so temporary memory is a
     few MB on top of the int64 output.
     """
-    if mechanism not in MECHANISMS:
-        raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Found {mechanism!r}.")
+    family = noise_family(mechanism)
     if noise not in NOISE_MODES:
         raise UsageError(f"`noise` must be one of {NOISE_MODES}. Found {noise!r}.")
-    scale = _check_positive("scale", scale)
+    scale = positive_finite("scale", scale)
     values = np.asarray(values)
     if not np.issubdtype(values.dtype, np.integer):
         raise UsageError(f"`values` must be an integer array (exact counts). "
                          f"Found dtype {values.dtype}.")
     if noise == "exact":
-        sampler = samplers.get_sampler(mechanism, scale)
+        sampler = family.exact_sampler(scale)
         own = (inplace and values.dtype == np.int64 and values.flags.c_contiguous and values.flags.writeable)
         return sampler.add_into(values if own else np.array(values, dtype=np.int64, order="C"), rng)
-    if mechanism == "gaussian":
-        def sampler(m, rng):
-            return np.rint(rng.normal(0.0, scale, m)).astype(np.int64)
-    else:
-        def sampler(m, rng):
-            return np.rint(rng.laplace(0.0, scale, m)).astype(np.int64)
     flat = values.reshape(-1)
     out = np.empty(flat.shape, dtype=np.int64)
     for start in range(0, flat.size, _CHUNK):
         stop = min(start + _CHUNK, flat.size)
         out[start:stop] = flat[start:stop]
-        out[start:stop] += sampler(stop - start, rng)
+        out[start:stop] += family.rounded_noise(rng, scale, stop - start)
     return out.reshape(values.shape)
 
 
@@ -229,9 +167,8 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
     ----------
     Seed 000, E_rho (ALGORITHMS.md 1.2 step 1); ALGORITHMS.md 1.4 [D].
     """
-    if mechanism not in MECHANISMS:
-        raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Found {mechanism!r}.")
-    scale = _check_positive("scale", scale)
+    family = noise_family(mechanism)
+    scale = positive_finite("scale", scale)
     if isinstance(n_counts, bool) or int(n_counts) != n_counts or n_counts < 1:
         raise UsageError(f"`n_counts` must be an integer >= 1. Found {n_counts!r}.")
     if not (0 < delta < 1):
@@ -240,13 +177,7 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
     if mode not in ("rounded", "exact", "continuous"):
         raise UsageError(f"`noise` must be 'rounded', 'exact' or 'continuous'. Found {noise!r}.")
     n = float(n_counts)
-    if mechanism == "gaussian":
-        half = scale * math.sqrt(2.0 * math.log(2.0 * n / delta))
-    elif mode == "exact":
-        c = 2.0 / (1.0 + math.exp(-1.0 / scale))
-        half = scale * math.log(c * n / delta)
-    else:
-        half = scale * math.log(n / delta)
+    half = family.tail_half_width(scale, n, delta, exact=mode == "exact")
     if mode == "rounded":
         half += 0.5
     return float(np.nextafter(2.0 * half, math.inf))

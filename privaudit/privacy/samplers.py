@@ -344,29 +344,27 @@ def table_half_width(mechanism: str, scale: float) -> int:
 
 def _law_parameter(mechanism: str, scale: float) -> Fraction:
     """x = 1 / (2 sigma^2) (Gaussian) or 1 / b (Laplace), exact, from a validated float scale."""
-    if mechanism not in MECHANISMS:
-        raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Found {mechanism!r}.")
+    law = _law_class(mechanism)
     try:
         s = float(scale)
     except (TypeError, ValueError):
         raise UsageError(f"`scale` must be a positive number. Found {scale!r}.") from None
     if not (s > 0 and math.isfinite(s)):
         raise UsageError(f"`scale` must be a positive finite number. Found {scale!r}.")
-    if mechanism == "gaussian" and s > GAUSSIAN_SIGMA_MAX:
-        raise UsageError(f"the exact discrete Gaussian supports sigma up to {GAUSSIAN_SIGMA_MAX:g}. "
-                         f"Found sigma={num(s)}: the privacy budget is too small for these sensitivities; "
-                         "use a larger budget (rho or epsilon).")
-    return 1 / (2 * Fraction(s) ** 2) if mechanism == "gaussian" else 1 / Fraction(s)
+    return law.parameter(s)
 
 
 def _half_width(mechanism: str, x: Fraction) -> int:
     """Table half-width: P(|Y| > T) about 2^-_TAIL_BITS, within [1, _T_MAX]."""
-    if mechanism == "gaussian":
-        sigma = math.sqrt(1 / (2 * float(x)))
-        T = math.ceil(sigma * math.sqrt(2 * (_TAIL_BITS + 1) * math.log(2)))
-    else:
-        T = math.ceil(float(1 / x) * (_TAIL_BITS + 1) * math.log(2))
-    return int(min(max(T, 1), _T_MAX))
+    return int(min(max(_law_class(mechanism).half_width(x), 1), _T_MAX))
+
+
+def _law_class(mechanism: str) -> type:
+    """The law of a mechanism name: :class:`_GaussianLaw` or :class:`_LaplaceLaw`."""
+    try:
+        return _LAWS[mechanism]
+    except (KeyError, TypeError):
+        raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Found {mechanism!r}.") from None
 
 
 @lru_cache(maxsize=64)
@@ -402,39 +400,18 @@ def _mul(a: tuple[int, int], b: tuple[int, int], P: int) -> tuple[int, int]:
 
 
 class _Law:
-    """Weights w(y) = exp(-x y^2) (Gaussian, x = 1/(2 sigma^2)) or exp(-x y) (Laplace, x = 1/b), y >= 0."""
+    """Weights w(y) >= 0 for y >= 0 of a symmetric law on Z, P(Y = y) proportional to w(|y|)."""
 
-    def __init__(self, mechanism: str, x: Fraction):
-        self.mechanism, self.x = mechanism, x
+    #: pure epsilon-DP law (Laplace): the tail is memoryless
+    pure = False
+
+    def __init__(self, x: Fraction):
+        self.x = x
 
     def tail_sums(self, T: int, P: int) -> tuple[list, tuple[int, int]]:
         """Intervals (2^-P units) on U(j) = sum_{y > j} w(y) for j = 0..T, and on Z = w(0) + 2 U(0)."""
         one = 1 << P
-        if self.mechanism == "laplace":
-            q = _exp_neg(self.x, P)
-            ws = [(one, one)]
-            for _ in range(T + 1):
-                ws.append(_mul(ws[-1], q, P))
-            # U(T) = q^(T+1) / (1 - q), exact closed form, as an interval
-            d_lo, d_hi = one - q[1], one - q[0]
-            if d_lo <= 0:
-                raise RuntimeError("precision too low for this Laplace scale; report this")
-            tail = ((ws[T + 1][0] << P) // d_hi, -((-(ws[T + 1][1] << P)) // d_lo))
-            n = T
-        else:
-            # sum far enough that the rest is below 2^-(P+8) of w(0)
-            n = max(T, math.isqrt(math.ceil((P + 8) * math.log(2) / self.x)) + 2)
-            r = _exp_neg(self.x, P)            # w(1)/w(0) = exp(-x)
-            e2 = _exp_neg(2 * self.x, P)       # ratio of successive ratios
-            ws = [(one, one)]
-            for _ in range(n + 1):
-                ws.append(_mul(ws[-1], r, P))
-                r = _mul(r, e2, P)
-            # ws[n+1] = w(n+1); r = w(n+2)/w(n+1); rest <= w(n+1) / (1 - r) (ratios decrease)
-            d_lo = one - r[1]
-            if d_lo <= 0:
-                raise RuntimeError("precision too low for this Gaussian scale; report this")
-            tail = (ws[n + 1][0], -((-(ws[n + 1][1] << P)) // d_lo))
+        ws, tail, n = self._weights(T, P)
         U = [None] * (n + 1)
         acc = tail
         for j in range(n, -1, -1):
@@ -442,6 +419,73 @@ class _Law:
             acc = (acc[0] + ws[j][0], acc[1] + ws[j][1])
         Z = (one + 2 * U[0][0], one + 2 * U[0][1])
         return U[:T + 1], Z
+
+
+class _GaussianLaw(_Law):
+    """w(y) = exp(-x y^2), x = 1/(2 sigma^2): the discrete Gaussian N_Z(0, sigma^2)."""
+
+    @staticmethod
+    def parameter(s: float) -> Fraction:
+        """x = 1 / (2 sigma^2) from sigma = ``s`` (UsageError above :data:`GAUSSIAN_SIGMA_MAX`)."""
+        if s > GAUSSIAN_SIGMA_MAX:
+            raise UsageError(f"the exact discrete Gaussian supports sigma up to {GAUSSIAN_SIGMA_MAX:g}. "
+                             f"Found sigma={num(s)}: the privacy budget is too small for these sensitivities; "
+                             "use a larger budget (rho or epsilon).")
+        return 1 / (2 * Fraction(s) ** 2)
+
+    @staticmethod
+    def half_width(x: Fraction) -> int:
+        """T with P(|Y| > T) about 2^-_TAIL_BITS (before the clamp to [1, _T_MAX])."""
+        sigma = math.sqrt(1 / (2 * float(x)))
+        return math.ceil(sigma * math.sqrt(2 * (_TAIL_BITS + 1) * math.log(2)))
+
+    def _weights(self, T: int, P: int) -> tuple[list, tuple[int, int], int]:
+        """Intervals on w(0..n+1), on the rest sum_{y > n} w(y), and n (summed far enough)."""
+        one = 1 << P
+        # sum far enough that the rest is below 2^-(P+8) of w(0)
+        n = max(T, math.isqrt(math.ceil((P + 8) * math.log(2) / self.x)) + 2)
+        r = _exp_neg(self.x, P)            # w(1)/w(0) = exp(-x)
+        e2 = _exp_neg(2 * self.x, P)       # ratio of successive ratios
+        ws = [(one, one)]
+        for _ in range(n + 1):
+            ws.append(_mul(ws[-1], r, P))
+            r = _mul(r, e2, P)
+        # ws[n+1] = w(n+1); r = w(n+2)/w(n+1); rest <= w(n+1) / (1 - r) (ratios decrease)
+        d_lo = one - r[1]
+        if d_lo <= 0:
+            raise RuntimeError("precision too low for this Gaussian scale; report this")
+        return ws, (ws[n + 1][0], -((-(ws[n + 1][1] << P)) // d_lo)), n
+
+
+class _LaplaceLaw(_Law):
+    """w(y) = exp(-x y), x = 1/b: the discrete Laplace of scale b."""
+
+    pure = True
+
+    @staticmethod
+    def parameter(s: float) -> Fraction:
+        """x = 1 / b from b = ``s``."""
+        return 1 / Fraction(s)
+
+    @staticmethod
+    def half_width(x: Fraction) -> int:
+        """T with P(|Y| > T) about 2^-_TAIL_BITS (before the clamp to [1, _T_MAX])."""
+        return math.ceil(float(1 / x) * (_TAIL_BITS + 1) * math.log(2))
+
+    def _weights(self, T: int, P: int) -> tuple[list, tuple[int, int], int]:
+        """Intervals on w(0..T+1), on the rest U(T) = q^(T+1) / (1 - q) (closed form), and T."""
+        one = 1 << P
+        q = _exp_neg(self.x, P)
+        ws = [(one, one)]
+        for _ in range(T + 1):
+            ws.append(_mul(ws[-1], q, P))
+        d_lo, d_hi = one - q[1], one - q[0]
+        if d_lo <= 0:
+            raise RuntimeError("precision too low for this Laplace scale; report this")
+        return ws, ((ws[T + 1][0] << P) // d_hi, -((-(ws[T + 1][1] << P)) // d_lo)), T
+
+
+_LAWS = {"gaussian": _GaussianLaw, "laplace": _LaplaceLaw}
 
 
 def _cdf(law: _Law, T: int, P: int) -> list[tuple[int, int]]:
@@ -508,7 +552,7 @@ class ExactSampler:
     """
 
     def __init__(self, mechanism: str, x: Fraction):
-        self.law = _Law(mechanism, x)
+        self.law = _law_class(mechanism)(x)
         self.mechanism, self.x = mechanism, x
         self.T = T = _half_width(mechanism, x)
         self._cdf_cache: dict[int, list] = {}
@@ -710,7 +754,7 @@ class ExactSampler:
 
     def _tail(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """n draws of G >= 0 with P(G = g) proportional to w(T + 1 + g)."""
-        if self.mechanism == "laplace":  # memoryless: G is geometric with ratio exp(-x)
+        if self.law.pure:  # Laplace, memoryless: G is geometric with ratio exp(-x)
             return self._geometric(n, rng)
         # Gaussian: w(T+1+g) / w(T+1) = exp(-2x(T+1) g) exp(-x g^2): geometric proposal, exact acceptance
         if self._proposal is None:

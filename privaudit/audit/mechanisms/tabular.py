@@ -149,7 +149,7 @@ class _LibraryStatistics:
         UsageError
             ``gaussian`` with Laplace or exact (discrete Gaussian) noise.
         """
-        gdp_ok = self.budget.mechanism == "gaussian" and self.noise_mode == "rounded"
+        gdp_ok = not self.budget.family.pure and self.noise_mode == "rounded"
         if kind == "gaussian" and not gdp_ok:
             raise UsageError(f"the GDP test is valid only for continuous Gaussian noise (rounded); this release "
                              f"uses {self.budget.mechanism} noise in {self.noise_mode!r} mode: use the generic test.")
@@ -381,7 +381,7 @@ class DPPBBMechanism(_LibraryStatistics):
     def __init__(self, spec, *, learner_params: dict | None = None, max_per_cell: int | None = None,
                  view: str = "statistics", **kw):
         super().__init__(spec, **{**kw, "noise": "exact"})
-        if self.budget.mechanism != "gaussian":
+        if self.budget.family.pure:
             raise UsageError("dp-pbb is Gaussian / zCDP only: audit it with a rho claim, or an epsilon claim with "
                              "`delta` > 0 (Gaussian noise, not Laplace).")
         if view not in ("statistics", "policy"):

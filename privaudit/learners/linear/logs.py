@@ -231,7 +231,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     budget_given = any(v is not None for v in (rho, epsilon, delta))
     if algo != "dp-vapvi" and (budget_given or budget is not None):
         raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`).")
-    if budget is not None and (budget_given or not isinstance(budget, Budget) or budget.mechanism != "gaussian"):
+    if budget is not None and (budget_given or not isinstance(budget, Budget) or budget.family.pure):
         raise UsageError("give either `budget` (a resolved Gaussian Budget) or `rho`/`epsilon`/`delta`, not both.")
     if algo == "dp-vapvi":
         if budget is None:
