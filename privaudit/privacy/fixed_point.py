@@ -45,7 +45,8 @@ from mpmath import iv
 from mpmath.libmp import to_rational
 
 from privaudit.core.errors import UsageError
-from privaudit.privacy.samplers import (TABLE_MIN_DRAWS_PER_T, _words, exact_noise, gaussian_sampler_for_variance,
+from privaudit.privacy.exact_sampler import uniform_words
+from privaudit.privacy.samplers import (TABLE_MIN_DRAWS_PER_T, exact_noise, gaussian_sampler_for_variance,
                                         table_half_width)
 
 #: Largest sigma (in lattice units) the wide sampler accepts: |y| stays far below 2^53,
@@ -63,7 +64,7 @@ _FEW = 2048
 _STREAM_CHUNK = 1 << 18
 #: :func:`discrete_gaussian_scaled`: the coarse part J is drawn from the table sampler at
 #: sigma / 2^m in [2^_COARSE_BITS, 2^(_COARSE_BITS + 1)) (a table of about 6.6 x 2^8 entries at most,
-#: below the guide-table limit of ``samplers.add_into``, built once per variance in milliseconds;
+#: below the guide-table limit of ``exact_sampler.ExactSampler.add_into``, built once per variance in milliseconds;
 #: about 0.4 / 2^_COARSE_BITS of the trials are rejected by the fine test).
 _COARSE_BITS = 7
 #: Coarse values J above this are assembled in Python integers (int64 products stay below 2^62);
@@ -263,7 +264,7 @@ def discrete_gaussian_scaled(sigma2: Fraction, size, *, rng: np.random.Generator
         J = coarse.add_into(np.zeros(min(2 * need + 64, _SCALED_CHUNK), dtype=np.int64), rng)
         J = J[J >= 0]                                                  # trials with J < 0 are rejected
         k = J.size
-        w = _words(rng, k)
+        w = uniform_words(rng, k)
         neg = (w & np.uint64(1)).view(np.int64)                        # the sign bit B
         off = (w >> np.uint64(64 - m)).view(np.int64)                  # F, uniform on [0, M)
         off += neg                                                     # |Y| = M J + off
@@ -274,7 +275,7 @@ def discrete_gaussian_scaled(sigma2: Fraction, size, *, rng: np.random.Generator
         x *= c
         ya += off
         # accept iff U < exp(-x), U = (u + V) 2^-53, V uniform on [0, 1): d = exp(-x) 2^53 - u
-        u = _words(rng, k) >> np.uint64(64 - _U_BITS)
+        u = uniform_words(rng, k) >> np.uint64(64 - _U_BITS)
         d = np.exp(-x)
         d *= 2.0 ** _U_BITS
         d -= u.astype(np.float64)
