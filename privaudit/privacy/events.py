@@ -33,10 +33,9 @@ Dwork & Roth 2014, Thm 3.6 (Laplace: eps = Delta_1 / b).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Union
+from typing import ClassVar, Union
 
 from privaudit.core.errors import AccountingError, positive_finite
 
@@ -146,6 +145,18 @@ class _Leaf:
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise AccountingError(f"`max_per_cell` must be None or an integer >= 1. Found {c!r}.")
 
+    #: the serialised ``kind`` and the names of the (sensitivity, scale) fields, both > 0
+    KIND: ClassVar[str] = ""
+    FIELDS: ClassVar[tuple] = ()
+
+    def __post_init__(self):
+        self._check_leaf()
+        for name in self.FIELDS:
+            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+
+    def to_dict(self) -> dict:
+        return {"kind": self.KIND, **{name: getattr(self, name) for name in self.FIELDS}, **self._leaf_dict()}
+
     def _leaf_dict(self) -> dict:
         d = {"family": self.family, "unit": self.unit.to_dict(),
              "neighbouring": self.neighbouring.value, "noise": self.noise}
@@ -181,16 +192,11 @@ class GaussianEvent(_Leaf):
     rho-zCDP (Canonne, Kamath & Steinke 2020, Thm 14), so one event serves both.
     """
 
+    KIND: ClassVar[str] = "gaussian"
+    FIELDS: ClassVar[tuple] = ("l2", "sigma")
+
     l2: float
     sigma: float
-
-    def __post_init__(self):
-        self._check_leaf()
-        object.__setattr__(self, "l2", _positive("l2", self.l2))
-        object.__setattr__(self, "sigma", _positive("sigma", self.sigma))
-
-    def to_dict(self) -> dict:
-        return {"kind": "gaussian", "l2": self.l2, "sigma": self.sigma, **self._leaf_dict()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,16 +213,11 @@ class LaplaceEvent(_Leaf):
         same b gives the same eps.
     """
 
+    KIND: ClassVar[str] = "laplace"
+    FIELDS: ClassVar[tuple] = ("l1", "b")
+
     l1: float
     b: float
-
-    def __post_init__(self):
-        self._check_leaf()
-        object.__setattr__(self, "l1", _positive("l1", self.l1))
-        object.__setattr__(self, "b", _positive("b", self.b))
-
-    def to_dict(self) -> dict:
-        return {"kind": "laplace", "l1": self.l1, "b": self.b, **self._leaf_dict()}
 
 
 @dataclass(frozen=True)

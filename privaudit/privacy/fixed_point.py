@@ -116,14 +116,8 @@ def exact_gaussian(scale: float, n: int, *, rng: np.random.Generator) -> np.ndar
     rng : np.random.Generator
         OS-seeded for a real release.
 
-    Returns
-    -------
-    np.ndarray of int64, shape (n,)
-
-    Raises
-    ------
-    UsageError
-        Bad scale or n (as ``samplers.exact_noise``).
+    Returns an int64 array of shape (n,); raises UsageError on a bad scale
+    or n (as ``samplers.exact_noise``).
 
     Notes
     -----

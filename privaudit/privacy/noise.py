@@ -68,30 +68,27 @@ def gaussian_sigma(l2: float, rho: float) -> float:
 
     References
     ----------
-    Bun & Steinke 2016, Prop. 1.6; Qiao & Wang 2023, eq. (1) (sigma^2 = 2H/rho
+    Bun & Steinke 2016, Prop. 1.6; Qiao & Wang (2023), eq. (1) (sigma^2 = 2H/rho
     for visits and transitions).
     """
-    l2 = positive_finite("l2", l2)
-    rho = positive_finite("rho", rho)
-    return float(np.nextafter(l2 / math.sqrt(2.0 * rho), math.inf))
+    return _up(positive_finite("l2", l2) / math.sqrt(2.0 * positive_finite("rho", rho)))
 
 
 def laplace_scale(l1: float, epsilon: float) -> float:
-    """Laplace scale for eps-DP: b = l1 / epsilon (rounded up by one ulp).
+    """Laplace scale for pure eps-DP: b = l1 / epsilon, raised by one ulp as :func:`gaussian_sigma` is.
 
-    Raises
-    ------
-    UsageError
-        ``l1`` or ``epsilon`` not positive and finite.
-
-    References
-    ----------
-    Dwork, McSherry, Nissim & Smith 2006; Qiao & Wang 2023, Sec. 4 (Lap(4H/eps)
-    for visits and transitions; docs/privacy.md, "Mechanisms and noise").
+    ``l1`` is the L1 sensitivity (> 0), ``epsilon`` the budget (> 0); b is in
+    the units of the counts. UsageError when either is not positive and
+    finite. Source: the Laplace mechanism (Dwork, McSherry, Nissim & Smith
+    2006); Qiao & Wang (2023), paragraph "Apply Laplace Mechanism to achieve
+    pure DP": Lap(4H/eps) for visits and transitions (L1 sensitivity 4H).
     """
-    l1 = positive_finite("l1", l1)
-    epsilon = positive_finite("epsilon", epsilon)
-    return float(np.nextafter(l1 / epsilon, math.inf))
+    return _up(positive_finite("l1", l1) / positive_finite("epsilon", epsilon))
+
+
+def _up(scale: float) -> float:
+    """``scale`` raised by one ulp: the noise is never narrower than the exact calibration."""
+    return float(np.nextafter(scale, math.inf))
 
 
 @dataclass(frozen=True)

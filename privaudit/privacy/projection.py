@@ -12,6 +12,18 @@ import numpy as np
 from privaudit.core.errors import UsageError
 
 
+def _counts_and_margin(sas, sa, E: float, sas_name: str, sa_name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``sas`` (..., S) and ``sa`` (...) as float64 arrays of matching shapes; UsageError naming them, or E."""
+    x = np.asarray(sas, dtype=np.float64)
+    n = np.asarray(sa, dtype=np.float64)
+    if x.ndim < 1 or x.shape[:-1] != n.shape:
+        raise UsageError(f"`{sas_name}` must have shape (..., S) and `{sa_name}` shape (...). "
+                         f"Found {x.shape} and {n.shape}.")
+    if not (np.isfinite(E) and E >= 0):
+        raise UsageError(f"`E` must be >= 0 and finite. Found {E!r}.")
+    return x, n
+
+
 def _lo_inverse(a_desc: np.ndarray, csum: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Smallest u >= 0 with Lo(u) = sum_i max(0, a_i - u) <= c, row by row.
 
@@ -81,13 +93,7 @@ def project_counts(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> tuple[np.nd
     ----------
     Qiao & Wang, seed 000 eq. (2) and Remark 3.1 (ICLR eq. (3)); ALGORITHMS.md 1.2 step 4, 1.6.
     """
-    a = np.asarray(n_sas, dtype=np.float64)
-    b = np.asarray(n_sa, dtype=np.float64)
-    if a.ndim < 1 or a.shape[:-1] != b.shape:
-        raise UsageError(f"`n_sas` must have shape (..., S) and `n_sa` shape (...). "
-                         f"Found {a.shape} and {b.shape}.")
-    if not (np.isfinite(E) and E >= 0):
-        raise UsageError(f"`E` must be >= 0 and finite. Found {E!r}.")
+    a, b = _counts_and_margin(n_sas, n_sa, E, "n_sas", "n_sa")
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) or (a < 0).any() or (b < 0).any():
         raise UsageError("`n_sas` and `n_sa` must be finite and >= 0 (clip the noisy counts "
                          "at 0 first).")
@@ -157,13 +163,7 @@ def private_transition_estimate(n_tilde_sas: np.ndarray, n_tilde_sa: np.ndarray,
     ----------
     Seed 000 eq. (3) (ICLR eq. (5)); ALGORITHMS.md 1.2 step 5.
     """
-    x = np.asarray(n_tilde_sas, dtype=np.float64)
-    n = np.asarray(n_tilde_sa, dtype=np.float64)
-    if x.ndim < 1 or x.shape[:-1] != n.shape:
-        raise UsageError(f"`n_tilde_sas` must have shape (..., S) and `n_tilde_sa` shape (...). "
-                         f"Found {x.shape} and {n.shape}.")
-    if not (np.isfinite(E) and E >= 0):
-        raise UsageError(f"`E` must be >= 0 and finite. Found {E!r}.")
+    x, n = _counts_and_margin(n_tilde_sas, n_tilde_sa, E, "n_tilde_sas", "n_tilde_sa")
     S = x.shape[-1]
     ok = n > E
     denom = np.where(ok, n, 1.0)[..., None]

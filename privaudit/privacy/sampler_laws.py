@@ -30,7 +30,7 @@ from fractions import Fraction
 import numpy as np
 from mpmath.libmp import from_int, mpi_div, mpi_exp, mpi_neg
 
-from privaudit.core.errors import UsageError
+from privaudit.core.errors import UsageError, positive_finite
 from privaudit.core.formatting import num
 
 MECHANISMS = ("gaussian", "laplace")
@@ -46,13 +46,7 @@ GAUSSIAN_SIGMA_MAX = float(1 << 15)
 def law_parameter(mechanism: str, scale: float) -> Fraction:
     """x = 1 / (2 sigma^2) (Gaussian) or 1 / b (Laplace), exact, from a validated float scale."""
     law = law_class(mechanism)
-    try:
-        s = float(scale)
-    except (TypeError, ValueError):
-        raise UsageError(f"`scale` must be a positive number. Found {scale!r}.") from None
-    if not (s > 0 and math.isfinite(s)):
-        raise UsageError(f"`scale` must be a positive finite number. Found {scale!r}.")
-    return law.parameter(s)
+    return law.parameter(positive_finite("scale", scale))
 
 
 def half_width(mechanism: str, x: Fraction) -> int:
