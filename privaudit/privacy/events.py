@@ -51,7 +51,7 @@ class Neighbouring(str, Enum):
     """The neighbouring relation an event's sensitivity is computed for.
 
     privaudit supports one: substitution of all data of one privacy unit
-    (seed 000's "replace one trajectory" is the case k = 1). The value is the
+    (Qiao & Wang 2023's "replace one trajectory" is the case k = 1). The value is the
     short name stored in events; :attr:`description` is the sentence stored
     in manifests (``"substitution: replace all data of one privacy unit"``).
     """

@@ -1,7 +1,7 @@
 """Fixed-point encodings and an exact discrete Gaussian for wide scales (no float side channel).
 
 Why. A float statistic plus float noise leaks through its low-order bits
-(AUDITING.md B2/B3), and numpy's float samplers are not the continuous
+(Mironov 2012; Jin et al. 2022), and numpy's float samplers are not the continuous
 distributions the accounting assumes (bounded support, 2^-53 grids). The
 remedy used by DP-VAPVI (``learners.linear``): put every input of a
 statistic on a power-of-two grid *before* the statistic (rounding the
@@ -29,7 +29,8 @@ rejection sampler otherwise (no table to build: issue 19); both are exact.
 References
 ----------
 Canonne, Kamath, Steinke, "The Discrete Gaussian for Differential Privacy",
-NeurIPS 2020, arXiv:2004.00010 (Algorithms 2, 3; Thm 14).
+NeurIPS 2020, arXiv:2004.00010 (Algorithms 2, 3; Thm 14). Mironov, CCS 2012;
+Jin, McMurtry, Rubinstein & Ohrimenko, IEEE S&P 2022 (floating-point attacks).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Noise mechanisms for integer count vectors: Gaussian (rho-zCDP) and Laplace (eps-DP).
 
-Two noise modes, both giving integer outputs (no floating-point side channel,
-AUDITING.md B2/B3: a float count + float noise leaks the count through its
-low-order bits):
+Two noise modes, both giving integer outputs (no floating-point side channel:
+a float count plus float noise leaks the count through its low-order bits,
+Mironov 2012 for Laplace, Jin et al. 2022 for Gaussian noise):
 
 ``"rounded"`` (default)
     Draw continuous noise Z (numpy's ``Generator.normal`` / ``laplace``),
@@ -22,7 +22,7 @@ low-order bits):
     the rare draws in cells that contain a CDF boundary, and the tails, are
     finished exactly): total-variation distance 0 to the target law, at
     numpy speed. sigma and b are the float scales themselves (no rounding).
-    By CKS Thm 14 (multivariate, independent coordinates) the discrete
+    By Canonne, Kamath & Steinke 2020, Thm 14 (multivariate, independent coordinates) the discrete
     Gaussian gives rho = Delta_2^2 / (2 sigma^2) for integer-valued
     statistics, and the discrete Laplace gives eps = Delta_1 / b, the same
     guarantees as the continuous mechanisms. Supports sigma up to 2^15
@@ -33,7 +33,11 @@ References
 Canonne, Kamath, Steinke, "The Discrete Gaussian for Differential Privacy",
 NeurIPS 2020, arXiv:2004.00010 (Thm 14; Cor. 9 for the sub-Gaussian tail used
 by ``noise_bound``).
-Seed 000 eq. (1) (ALGORITHMS.md 1.2 step 3) and 1.4.
+Qiao & Wang (2023), eq. (1) (Gaussian noise on every visit and transition
+count) and the paragraph "Apply Laplace Mechanism to achieve pure DP".
+Mironov, "On Significance of the Least Significant Bits for Differential
+Privacy", CCS 2012. Jin, McMurtry, Rubinstein & Ohrimenko, "Are We There Yet?
+Timing and Floating-Point Attacks on Differential Privacy Systems", IEEE S&P 2022.
 """
 
 from __future__ import annotations
@@ -134,7 +138,7 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
         sigma or b of the release (from its manifest).
     n_counts : int
         Number of noisy cells the bound must cover (e.g. 2 H S^2 A for
-        visits + transitions, as in seed 000's E_rho).
+        visits + transitions, as in Qiao & Wang 2023's E_rho).
     delta : float
         Failure probability, in (0, 1).
     rounded : bool
@@ -142,7 +146,8 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
         grows by 1. False for continuous (unrounded) noise.
     noise : {"rounded", "exact", "continuous"}, optional
         Overrides ``rounded``. ``"exact"`` (discrete samplers): the discrete
-        Gaussian is sub-Gaussian with parameter sigma (CKS Cor. 9), so the
+        Gaussian is sub-Gaussian with parameter sigma (Canonne, Kamath &
+        Steinke 2020, Cor. 9), so the
         continuous bound holds without the +1; the discrete Laplace has
         P(|Y| > x) <= c exp(-x/b) with c = 2 / (1 + exp(-1/b)), which is used.
 
@@ -151,12 +156,13 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
     float
         Gaussian: E = 2 sigma sqrt(2 log(2 n / delta)) (from
         P(|Z| > x) <= 2 exp(-x^2 / (2 sigma^2)) and a union bound); with
-        n = 2HS^2A and sigma^2 = 2H/rho this is seed 000's
+        n = 2HS^2A and sigma^2 = 2H/rho this is Qiao & Wang (2023)'s
         E_rho = 4 sqrt(H log(4HS^2A/delta) / rho).
         Laplace: E = 2 b log(n / delta) (from P(|Lap(b)| > x) = exp(-x/b));
-        with b = 4H/eps and n = 2HS^2A, E = (8H/eps) log(2HS^2A/delta), i.e.
-        ALGORITHMS.md 1.4's E_eps = (8H/eps) log(4HS^2A/delta) is this bound
-        at failure probability delta/2.
+        with b = 4H/eps and n = 2HS^2A, E = (8H/eps) log(2HS^2A/delta). The
+        paper gives only E_eps = O~(H/eps); E_eps = (8H/eps) log(4HS^2A/delta),
+        this bound at failure probability delta/2 (the allocation of E_rho),
+        is our choice (docs/privacy.md, "E_rho and E_eps").
 
     Raises
     ------
@@ -165,7 +171,9 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
 
     References
     ----------
-    Seed 000, E_rho (ALGORITHMS.md 1.2 step 1); ALGORITHMS.md 1.4 [D].
+    Qiao & Wang (2023): E_rho in the text of eq. (2); E_eps = O~(H/eps) in the
+    paragraph "Apply Laplace Mechanism to achieve pure DP" (the constant here
+    is ours, as above).
     """
     family = noise_family(mechanism)
     scale = positive_finite("scale", scale)

@@ -1,8 +1,8 @@
 """Consistency projection of noisy transition counts and the private transition estimate.
 
-Seed 000 eq. (2) (ICLR eq. (3)) and eq. (3) (ICLR eq. (5)); ALGORITHMS.md 1.2
-steps 4-5 and the numpy recipe of 1.6. Both are post-processing of a release:
-they spend no privacy budget.
+Qiao & Wang (2023), eq. (2) (the projection) and eq. (3) (the transition
+estimate); docs/privacy.md, "Projection", gives the exact solution used here.
+Both are post-processing of a release: they spend no privacy budget.
 """
 
 from __future__ import annotations
@@ -45,14 +45,14 @@ def _lo_inverse(a_desc: np.ndarray, csum: np.ndarray, c: np.ndarray) -> np.ndarr
 
 
 def project_counts(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> tuple[np.ndarray, np.ndarray]:
-    """Make noisy transition counts consistent with noisy visit counts (seed 000 eq. (2)).
+    """Make noisy transition counts consistent with noisy visit counts (Qiao & Wang 2023, eq. (2)).
 
     For every leading index (h, s, a) at once, solves
 
         min_x max_{s'} |x_{s'} - n'_{s'}|  s.t.  |sum_{s'} x_{s'} - n'| <= E/2,  x >= 0,
 
     exactly (no iterative tolerance). With a = n'_{h,s,a,.}, b = n'_{h,s,a},
-    e = E/2 and Lo(t) = sum_i max(0, a_i - t) (ALGORITHMS.md 1.6), the optimal
+    e = E/2 and Lo(t) = sum_i max(0, a_i - t) (docs/privacy.md, "Projection"), the optimal
     max-deviation is t* = max(t1, t2), t1 = max(0, (b - e - sum a)/S) and t2
     the smallest t >= 0 with Lo(t) <= b + e (sort-based: Lo is piecewise
     linear with breakpoints at the a_i). At most one of them is positive, and
@@ -91,7 +91,10 @@ def project_counts(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> tuple[np.nd
 
     References
     ----------
-    Qiao & Wang, seed 000 eq. (2) and Remark 3.1 (ICLR eq. (3)); ALGORITHMS.md 1.2 step 4, 1.6.
+    Qiao & Wang (2023), eq. (2), also written there as a linear program in
+    (x, t); solved here in closed form instead of by an LP solver (any
+    minimiser serves: the paper's analysis uses only the constraints and the
+    max-deviation bound).
     """
     a, b = _counts_and_margin(n_sas, n_sa, E, "n_sas", "n_sa")
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) or (a < 0).any() or (b < 0).any():
@@ -136,7 +139,7 @@ def _project_block(a2: np.ndarray, b1: np.ndarray, e: float) -> np.ndarray:
 
 def private_transition_estimate(n_tilde_sas: np.ndarray, n_tilde_sa: np.ndarray,
                                 E: float) -> np.ndarray:
-    """Private transition estimate P̃_h(s' | s, a) (seed 000 eq. (3)).
+    """Private transition estimate P̃_h(s' | s, a) (Qiao & Wang 2023, eq. (3)).
 
     P̃ = ñ_{h,s,a,s'} / ñ_{h,s,a} where ñ_{h,s,a} > E, else the uniform 1/S.
 
@@ -161,7 +164,8 @@ def private_transition_estimate(n_tilde_sas: np.ndarray, n_tilde_sa: np.ndarray,
 
     References
     ----------
-    Seed 000 eq. (3) (ICLR eq. (5)); ALGORITHMS.md 1.2 step 5.
+    Qiao & Wang (2023), eq. (3): the uniform row below the threshold keeps
+    every row a probability vector.
     """
     x, n = _counts_and_margin(n_tilde_sas, n_tilde_sa, E, "n_tilde_sas", "n_tilde_sa")
     S = x.shape[-1]

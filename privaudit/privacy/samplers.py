@@ -123,7 +123,7 @@ _STATEMENTS = {
         "derivation": "not certified: the stated rho is that of the ideal continuous Gaussian mechanism "
                       "(rho = l2^2 / (2 sigma^2)); numpy's normal is a float ziggurat with bounded support and "
                       "float tables, and a float statistic plus float noise leaks through its low-order bits "
-                      "(AUDITING.md B2/B3), so the guarantee is not established for the sampler that ran",
+                      "(Mironov 2012; Jin et al. 2022), so the guarantee is not established for the sampler that ran",
     },
 }
 
