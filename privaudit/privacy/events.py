@@ -268,6 +268,8 @@ class SelfComposedEvent:
 
 
 _EVENT_TYPES = (GaussianEvent, LaplaceEvent, ComposedEvent, SelfComposedEvent)
+#: the noise-adding events by their serialised ``kind``
+_LEAF_TYPES = {leaf.KIND: leaf for leaf in (GaussianEvent, LaplaceEvent)}
 PrivacyEvent = Union[GaussianEvent, LaplaceEvent, ComposedEvent, SelfComposedEvent]
 
 
@@ -296,16 +298,13 @@ def event_from_dict(d: dict) -> PrivacyEvent:
         names the field.
     """
     kind = _field(d, "kind", "privacy event")
-    if kind in ("gaussian", "laplace"):
-        common = dict(family=_field(d, "family", kind + " event"),
-                      unit=PrivacyUnit.from_dict(_field(d, "unit", kind + " event")),
-                      neighbouring=Neighbouring.parse(_field(d, "neighbouring", kind + " event")),
-                      noise=_field(d, "noise", kind + " event"),
-                      max_per_cell=d.get("max_per_cell"))
-        if kind == "gaussian":
-            return GaussianEvent(l2=_field(d, "l2", "gaussian event"), sigma=_field(d, "sigma", "gaussian event"),
-                                 **common)
-        return LaplaceEvent(l1=_field(d, "l1", "laplace event"), b=_field(d, "b", "laplace event"), **common)
+    leaf = _LEAF_TYPES.get(kind) if isinstance(kind, str) else None
+    if leaf is not None:
+        what = kind + " event"
+        common = dict(family=_field(d, "family", what), unit=PrivacyUnit.from_dict(_field(d, "unit", what)),
+                      neighbouring=Neighbouring.parse(_field(d, "neighbouring", what)),
+                      noise=_field(d, "noise", what), max_per_cell=d.get("max_per_cell"))
+        return leaf(**{name: _field(d, name, what) for name in leaf.FIELDS}, **common)
     if kind == "composed":
         evs = _field(d, "events", "composed event")
         if not isinstance(evs, list):
