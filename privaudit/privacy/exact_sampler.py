@@ -71,6 +71,7 @@ _RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC6
 
 @lru_cache(maxsize=64)
 def cached_sampler(mechanism: str, x: Fraction) -> "ExactSampler":
+    """The :class:`ExactSampler` of law parameter x (``sampler_laws.law_parameter``), built once per (mechanism, x)."""
     return ExactSampler(mechanism, x)
 
 

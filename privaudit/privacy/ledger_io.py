@@ -108,12 +108,14 @@ def write_atomic(path: Path, text: str, *, replace: bool) -> None:
 
 
 def write_head(path: Path, ledger_id: str, last: dict, key: bytes | None) -> None:
+    """Rewrite ``FILE.head`` atomically: the ledger id, the last line's ``seq`` and digest, sealed under ``key``."""
     head = {"format": HEAD_FORMAT, "format_version": LEDGER_VERSION, "ledger_id": ledger_id,
             "seq": int(last.get("seq", 0)), "last_digest": last["digest"]}
     write_atomic(head_path(path), json.dumps(sealed(head, key)) + "\n", replace=True)
 
 
 def read_text(path: Path) -> str:
+    """The ledger's text; UsageError when it is missing, ArtifactError when it cannot be read."""
     try:
         return path.read_text()
     except FileNotFoundError:
@@ -124,6 +126,7 @@ def read_text(path: Path) -> str:
 
 
 def must_exist(path: Path) -> None:
+    """UsageError unless ``path`` is an existing ledger file (not a folder)."""
     if path.is_dir():
         raise UsageError(f"{path}: is a folder, not a ledger file; pass the ledger's file (created by "
                          f"`privaudit budget init FILE --dataset ID --rho-total R`).")

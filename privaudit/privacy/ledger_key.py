@@ -56,6 +56,7 @@ def key_for(path: Path) -> bytes | None:
 
 
 def key_id(key: bytes) -> str:
+    """The key's public id (16 hex digits of an HMAC of a fixed label): recorded in the header, never the key."""
     return hmac.new(key, b"privaudit-ledger-key-id", hashlib.sha256).hexdigest()[:16]
 
 
@@ -69,6 +70,7 @@ def entry_digest(entry: dict, key: bytes | None) -> str:
 
 
 def sealed(entry: dict, key: bytes | None) -> dict:
+    """``entry`` with its ``digest`` (:func:`entry_digest` under ``key``)."""
     return {**entry, "digest": entry_digest(entry, key)}
 
 

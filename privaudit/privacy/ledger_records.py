@@ -28,6 +28,7 @@ LEDGER_VERSION = 2
 
 
 def now_utc() -> str:
+    """The current UTC time as an ISO 8601 string to the second, ``Z``-suffixed."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
@@ -130,6 +131,7 @@ def exact_text(x: Fraction) -> str:
 
 
 def head_path(path: Path) -> Path:
+    """The head file beside the ledger: ``FILE.head``."""
     return path.with_name(path.name + ".head")
 
 
