@@ -37,7 +37,7 @@ import json, resource, sys, time
 import numpy as np
 sys.path.insert(0, {root!r})
 from privaudit.online.env import make_env
-from privaudit.online.linear.registry import LINEAR_ALGOS, make_linear_agent
+from privaudit.online.linear.build import LINEAR_ALGOS, make_linear_agent
 from privaudit.online.protocol import run_episodes
 algo, K, rho, which = {algo!r}, {K}, {rho}, {which!r}
 env = make_env("synthetic-linear", world_key=0)

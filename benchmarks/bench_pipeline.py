@@ -26,7 +26,7 @@ child's CPU time (user + system, all threads) and peak RSS from
 checkout's bytecode is written first (``compileall``, not measured: an installed package has
 it). With ``--before DIR`` each size also runs the
 checkout in DIR (``PYTHONPATH=DIR``) and both rows are printed side by side,
-with the ratio, in one run: the comparison the README's figures come from.
+with the ratio, in one run: the comparison benchmarks/results/bench_pipeline.md comes from.
 """
 
 from __future__ import annotations

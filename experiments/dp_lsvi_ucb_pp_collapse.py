@@ -1,7 +1,7 @@
 """Why DP-LSVI-UCB++ did not learn with the practical constants: instrumented runs (issue 16).
 
 Runs DP-LSVI-UCB++ (and non-private LSVI-UCB++ for reference) on the
-Figure-1 setting (seed-000 synthetic linear MDP, H = 20, d = 10, phi/sqrt(7),
+Figure-1 setting (the synthetic linear MDP of Qiao & Wang 2023, H = 20, d = 10, phi/sqrt(7),
 world key 0, noise seed 1000, delta = 1e-5) and records, after each of
 ``--chunks`` equal chunks of users:
 
@@ -49,7 +49,7 @@ import numpy as np
 from privaudit.mdp.synthetic_linear import raw_features
 from privaudit.mdp.tabular import value_iteration
 from privaudit.online.env import make_env
-from privaudit.online.linear.registry import make_linear_agent
+from privaudit.online.linear.build import make_linear_agent
 from privaudit.online.protocol import run_episodes
 from privaudit.privacy.accounting import dp_to_zcdp
 

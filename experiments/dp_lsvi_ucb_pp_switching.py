@@ -1,6 +1,6 @@
 """Why DP-LSVI-UCB++ switches almost every episode: the noisy determinant test with no new data.
 
-Seed 003's switch test compares det Lambda-tilde_{k,h} with det Lambda-tilde_{k_last,h};
+Sahu (2025)'s switch test (Algorithm 1 line 10) compares det Lambda-tilde_{k,h} with det Lambda-tilde_{k_last,h};
 with fresh Gram noise per (k, h) (what its privacy proof needs) the two
 determinants differ even when no user arrived in between, and its Lemma D.2
 (the noisy Gram matrices grow monotonically) is false. This script measures,

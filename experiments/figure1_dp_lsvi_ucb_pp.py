@@ -1,17 +1,18 @@
-"""Reproduce seed 003's Figure 1: cumulative regret of the linear explorers on the synthetic linear MDP.
+"""Reproduce Sahu (2025)'s Figure 1: cumulative regret of the linear explorers on the synthetic linear MDP.
 
 (a) LSVI-UCB, Luyo et al., Ngo et al., LSVI-UCB++ and DP-LSVI-UCB++ at one
 budget (eps = 5, delta = 1e-5, converted to rho exactly); (b) DP-LSVI-UCB++ at
-eps in {0.5, 1, 2, 5, 10} (delta = 1e-5) against LSVI-UCB++. The seed's MDP
-(seed 000 Appendix 13, instance seed 0, H = 20) with phi scaled by 1/sqrt(7)
+eps in {0.5, 1, 2, 5, 10} (delta = 1e-5) against LSVI-UCB++. The paper's MDP
+(the synthetic linear MDP of Min et al. 2021 as Qiao & Wang 2023 describe it in
+their appendix "Details for the Evaluation part"; instance seed 0, H = 20) with phi scaled by 1/sqrt(7)
 (||phi|| <= 1, as issue 16 asks); users are the project's response trees
 (``privaudit.online.env``), seed r uses world key r (fresh users) and agent
 noise seed 1000 + r. Mean and standard error over the seeds that exist.
 
-The seed's figure has no readable numbers and does not state K, the budget
+The paper's figure has no readable numbers and does not state K, the budget
 of panel (a) or its constants; the claims to check are "DP-LSVI-UCB++ beats
 Ngo and Luyo and even non-private LSVI-UCB, and approaches LSVI-UCB++ as the
-budget grows" (seed 003 l.275).
+budget grows" (Sahu 2025, Section 4, "Key Takeaways").
 
 Resumable: every run (constants, K, algorithm, epsilon, seed) is its own small
 JSON file ``<results>/figure1/<constants>/K<K>/<algo>_eps<eps|none>_seed<r>.json``
@@ -63,7 +64,7 @@ import numpy as np  # noqa: E402
 
 from privaudit.mdp.synthetic_linear import raw_features  # noqa: E402
 from privaudit.online.env import make_env  # noqa: E402
-from privaudit.online.linear.registry import LINEAR_ALGOS, make_linear_agent  # noqa: E402
+from privaudit.online.linear.build import LINEAR_ALGOS, make_linear_agent  # noqa: E402
 from privaudit.online.protocol import run_episodes  # noqa: E402
 from privaudit.privacy.accounting import dp_to_zcdp  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""A hospital-style log from the bundled ICU-Sepsis sample, for README "Using your own hospital logs".
+"""A hospital-style log from the bundled ICU-Sepsis sample, for docs/guide.md, "A fresh run on a hospital-style log".
 
 Writes, into the folder given (default ``hospital``):
 

@@ -1,6 +1,6 @@
 """Issue 12, item 3: every tabular learner on ICU-Sepsis, and the coverage of their certificates.
 
-Reproduce (CPU figures in the README; run it niced, the machine is shared)::
+Reproduce (results in docs/results.md; run it niced, the machine is shared)::
 
     nice -n 10 python experiments/utility_icu_learners.py            # both parts
     nice -n 10 python experiments/utility_icu_learners.py --part coverage --coverage-runs 240
@@ -201,7 +201,7 @@ LEARNERS: dict[str, Runner] = {
     "dp-apvi": Runner(True, _fit_dp_apvi),
     "dp-pbb": Runner(True, _fit_dp_pbb),
     # variants (not registered): APVI with Yin & Wang's lower-order term, and DP-APVI without its
-    # C2 S H E iota / n privacy term (the README's "C2 = 0": it learns, its certificate is not valid)
+    # C2 S H E iota / n privacy term (docs/results.md, "C2 = 0": it learns, its certificate is not valid)
     "apvi+16Hι/n": Runner(False, _fit_exact("apvi", failure_prob=FAILURE_PROB, lower_order=True)),
     "dp-apvi C2=0": Runner(True, lambda data, eps, rng: _fit_dp_apvi(data, eps, rng, C2=0.0)),
 }

@@ -6,14 +6,16 @@ from pathlib import Path
 
 import click
 
-from privaudit.audit.runner import MIN_TRIALS
+from privaudit.audit.choice import MIN_TRIALS
 from privaudit.cli.common import PathArg, as_flags, echo_json, handle_errors
 from privaudit.core import registry
 from privaudit.audit import Claim, load_pair, run_audit
-from privaudit.audit.mechanisms.tabular import MECHANISMS
-from privaudit.audit.model import FileFunction
+from privaudit.audit.mechanisms.registry import MECHANISMS
+from privaudit.audit.protocol import FileFunction
 from privaudit.audit.online.catalogue import explore_audit
-from privaudit.audit.runner import default_canary
+from privaudit.audit.online.jdp import ExplorerSetup
+from privaudit.audit.online.streams import StreamSetup
+from privaudit.audit.runner import AuditSettings, default_canary
 from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.core.errors import UsageError
 from privaudit.core.files import atomic_paths, check_writable
@@ -234,17 +236,18 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {mechanism}: an online explorer is audited on "
                              "simulated user streams (--env) it builds itself. Remove the option(s).")
         _check_outputs(out, plot, overwrite)
+        env_options = {"horizon": horizon if horizon is not None else (
+                           2 if env_name in (None, "riverswim", "random-tabular") else None),
+                       "states": states if states is not None else (2 if env_name in (None, "riverswim") else None),
+                       "actions": actions, "instance_seed": instance_seed}
         rep = explore_audit(mechanism[len("explore:"):], claim_epsilon=claim_epsilon, claim_rho=claim_rho,
-                            delta=delta, claim_kind=claim_kind, mechanism_rho=mechanism_rho,
-                            mechanism_epsilon=mechanism_epsilon, env_name=env_name or "riverswim",
-                            env_options={"horizon": horizon if horizon is not None else (
-                                2 if env_name in (None, "riverswim", "random-tabular") else None),
-                                "states": states if states is not None else (2 if env_name in (None, "riverswim")
-                                                                             else None),
-                                "actions": actions, "instance_seed": instance_seed},
-                            episodes=episodes, canary_user=canary_user, users_after=users_after, decoy=decoy,
-                            view=view, constants=constants, trials=trials, confidence=confidence, seed=seed,
-                            fixed=bool(fixed_event))
+                            delta=delta, claim_kind=claim_kind,
+                            explorer=ExplorerSetup(view=view, constants=constants, mechanism_rho=mechanism_rho,
+                                                   mechanism_epsilon=mechanism_epsilon),
+                            streams=StreamSetup(env_name=env_name or "riverswim", env_options=env_options,
+                                                episodes=episodes, canary_user=canary_user, users_after=users_after,
+                                                decoy=decoy),
+                            trials=trials, confidence=confidence, seed=seed, fixed=bool(fixed_event))
         _finish(rep, out, plot, confidence, as_json)
     if mechanism not in BUILTIN and ".py:" not in mechanism:  # a typo: say so before asking for --spec
         raise UsageError(f"--mechanism {mechanism!r}: expected a built-in ({', '.join(BUILTIN)}), explore:ALGO "
@@ -346,9 +349,9 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         if mechanism == "dp-vapvi" and canary in ("rare", "repeat"):  # dp-vapvi aims its own (canary-linear)
             shown, why = "linear", f"{mechanism}'s canary aimed at its audited statistics; --canary random for a typical one"
         click.echo(f"canary: {shown} ({why})", err=True)
-    design = {"fixed_events": "design"} if hasattr(mech, "design_events") and not score_fns else {}
-    rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, confidence=confidence,
-                    scores=score_fns, seed=seed, n_jobs=jobs, mechanism_name=name, **design)
+    design = "design" if hasattr(mech, "design_events") and not score_fns else None
+    rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, scores=score_fns, seed=seed,
+                    fixed=design, settings=AuditSettings(confidence=confidence, n_jobs=jobs, mechanism_name=name))
     _finish(rep, out, plot, confidence, as_json)
 
 

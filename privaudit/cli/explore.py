@@ -10,14 +10,14 @@ from tqdm import tqdm
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors, stderr_is_tty
 from privaudit.online.env import ENV_NAMES, make_env
-from privaudit.online.explore import ALGORITHMS, check_explore_out, run_explore, validate_budget, write_explore
+from privaudit.online.explore import ONLINE_ALGOS, check_explore_out, run_explore, validate_budget, write_explore
 
 _HELP = """Run an online explorer for K users (--episodes), one episode each, on a
 simulated environment, and write its exact per-episode regret.
 
 \b
 Algorithms:
-""" + "\n".join(f"  {k}: {a.summary}" for k, a in ALGORITHMS.items()) + """
+""" + "\n".join(f"  {k}: {a.summary}" for k, a in ONLINE_ALGOS.items()) + """
 
 \b
 Environments: """ + ", ".join(ENV_NAMES) + """, or MDP.npz (written by
@@ -46,7 +46,7 @@ Example:
 
 
 @click.command("explore", help=_HELP, short_help="Online exploration under joint DP (PUCB, UCB-VI, LSVI-UCB, Luyo, Ngo, LSVI-UCB++, DP-LSVI-UCB++): regret on a simulated user stream.")
-@click.option("--algo", type=click.Choice(list(ALGORITHMS)), required=True, help="The explorer.")
+@click.option("--algo", type=click.Choice(list(ONLINE_ALGOS)), required=True, help="The explorer.")
 @click.option("--env", "env_name", required=True, metavar="ENV",
               help=f"One of {', '.join(ENV_NAMES)}, or MDP.npz.")
 @click.option("--episodes", "-K", type=click.IntRange(min=1), required=True, help="K, the number of users.")

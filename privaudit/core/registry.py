@@ -15,7 +15,7 @@ Adding a learner: write its class (``__init__`` stores parameters, ``fit``
 returns ``self``, the policy in ``policy_``; see docs/learners.md), then
 :func:`register` an ``Algorithm`` here (or from your own module, before the
 CLI parses its arguments). A private learner also needs an audit adapter
-(``privaudit.audit.mechanisms.tabular.MECHANISMS``, under the same name): a test
+(``privaudit.audit.mechanisms.registry.MECHANISMS``, under the same name): a test
 checks that every private algorithm has one.
 """
 
@@ -130,18 +130,18 @@ for _a in (
               "PUCB (Vietri et al. 2020): tabular, Laplace (eps) or Gaussian (rho) tree counters, eps-JDP"),
     Algorithm("ucb-vi", "online", False, "privaudit.online.explore:build_ucbvi",
               "PUCB's non-private twin (exact counts; UBEV-style UCB-VI)"),
-    Algorithm("lsvi-ucb", "online", False, "privaudit.online.linear.registry:build_linear",
+    Algorithm("lsvi-ucb", "online", False, "privaudit.online.linear.build:build_linear",
               "LSVI-UCB (Jin et al. 2020): linear MDP, non-private", needs_features=True),
-    Algorithm("lsvi-ucb-pp", "online", False, "privaudit.online.linear.registry:build_linear",
+    Algorithm("lsvi-ucb-pp", "online", False, "privaudit.online.linear.build:build_linear",
               "LSVI-UCB++ (He et al. 2023): variance-weighted, rare switching, non-private", needs_features=True),
-    Algorithm("luyo", "online", True, "privaudit.online.linear.registry:build_linear",
+    Algorithm("luyo", "online", True, "privaudit.online.linear.build:build_linear",
               "private LSVI-UCB through batching (Luyo et al. 2021): Gram trees over batches, rho-zCDP",
               needs_features=True),
-    Algorithm("ngo", "online", True, "privaudit.online.linear.registry:build_linear",
-              "low-switching private LSVI-UCB (Ngo et al. 2022, seed 002): Gram trees, capped "
+    Algorithm("ngo", "online", True, "privaudit.online.linear.build:build_linear",
+              "low-switching private LSVI-UCB (Ngo, Vietri & Wu 2022): Gram trees, capped "
               "det-doubling switches, rho-zCDP", needs_features=True),
-    Algorithm("dp-lsvi-ucb-pp", "online", True, "privaudit.online.linear.registry:build_linear",
-              "DP-LSVI-UCB++ (seed 003, corrected): fresh GOE/Gaussian noise per (k, h), rho-zCDP",
+    Algorithm("dp-lsvi-ucb-pp", "online", True, "privaudit.online.linear.build:build_linear",
+              "DP-LSVI-UCB++ (Sahu 2025, corrected): fresh GOE/Gaussian noise per (k, h), rho-zCDP",
               needs_features=True),
 ):
     register(_a)

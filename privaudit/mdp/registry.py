@@ -126,7 +126,7 @@ MDP_REGISTRY: dict[str, MDPEntry] = {
     "synthetic-linear": MDPEntry(
         build=_synthetic_linear_build, options={"horizon": 20, "instance_seed": 0},
         spec_doc=_synthetic_linear_spec,
-        summary="the seed paper's synthetic linear MDP (S=2, A=100, d=10; [--instance-seed]; behaviour 'seed')",
+        summary="the synthetic linear MDP of Qiao & Wang 2023 (S=2, A=100, d=10; [--instance-seed]; behaviour 'seed')",
         references=_synthetic_linear_references, behaviours={"seed": _synthetic_linear_behaviour},
         mix_base="seed"),
 }

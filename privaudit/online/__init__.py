@@ -9,7 +9,12 @@ recommended to them (billboard model). Modules:
 * ``protocol``: the agent protocol and a runner measuring exact regret;
 * ``counters``: private counters (binary tree mechanism, Laplace / Gaussian /
   GOE), their error bound and privacy event;
-* ``pucb``: PUCB (Vietri et al. 2020) and its non-private twin (UCB-VI).
+* ``tabular``: PUCB (Vietri, Balle, Krishnamurthy & Wu 2020) and its non-private
+  twin (UCB-VI), with their constants;
+* ``linear``: the linear-MDP explorers (LSVI-UCB, Luyo et al., Ngo et al.,
+  LSVI-UCB++, DP-LSVI-UCB++);
+* ``explore``: the library side of ``privaudit explore`` (build, run, write);
+* ``manifest``: the typed explore manifest.
 
 See docs/online.md.
 """

@@ -14,7 +14,7 @@ of the nodes of the set bits of t (at most L of them). Each z_t lies in at
 most L nodes (one per level), so the whole output sequence is the node
 vector's Laplace/Gaussian mechanism with sensitivity L * Delta_1 (Laplace) or
 sqrt(L) * Delta_2 (Gaussian), where Delta is the sensitivity of one time
-step's increment over *all* counters of the family (ALGORITHMS.md 4.2, 10).
+step's increment over *all* counters of the family (docs/online.md, "Private counters").
 
 Implementation: the exact prefix sum is kept (inside the trusted agent) and
 one noise array per open level: ``_above[j]`` = the summed noise of the open
@@ -31,7 +31,7 @@ Delta_1 (l1) or Delta_2 (l2) between neighbouring datasets:
 * Gaussian (rho_f-zCDP): node sigma^2 = L * Delta_2^2 / (2 rho_f);
 * GOE (rho_f-zCDP for symmetric matrix counters, e.g. Gram matrices): node
   noise (Z + Z^T)/sqrt(2) with Z_ij ~ N(0, s^2); it costs ||Delta||_F^2 / (4 s^2)
-  per node (ALGORITHMS.md 10), so s^2 = L * Delta_F^2 / (4 rho_f).
+  per node (docs/online.md, "Exact GOE nodes"), so s^2 = L * Delta_F^2 / (4 rho_f).
 
 Noise kinds. ``noise="exact"`` (PUCB, and the linear explorers' Gram trees):
 the counters hold integers (counts, or reals put on a power-of-two lattice
@@ -56,7 +56,7 @@ for the sampler (``privaudit.privacy.samplers.noise_statement("continuous")``).
 
 Under JDP with *replacement* of one user (one episode), a per-step count
 family (one unit per step h) has Delta_1 = 2H and Delta_2 = sqrt(2H)
-(seed 004 l.29 states H for add/remove; section 10).
+(Vietri et al. 2020, Claim 1, state H: the add/remove relation).
 
 References
 ----------
@@ -133,8 +133,8 @@ def _symmetric_index(dim: int) -> np.ndarray:
 def tree_levels(n_releases: int) -> int:
     """L = floor(log2 T) + 1, the number of levels of a binary tree over T >= 1 leaves.
 
-    (Not ceil(log2 T): with T a power of two the root level is needed; the
-    bug noted in ALGORITHMS.md 4.2.)
+    (Not ceil(log2 T): with T a power of two the root level is needed; a
+    ceil would leave the release at t = T without its node.)
     """
     T = int(n_releases)
     if T < 1:

@@ -1,9 +1,10 @@
 """Episodic environments whose users are deterministic response trees.
 
-Online exploration under joint DP (ALGORITHMS.md 4.1 and 10): an agent meets
+Online exploration under joint DP (docs/online.md): an agent meets
 a stream of users k = 0, 1, ..., one episode each. A user's *data* is her
 whole response tree: her initial state and her response (reward, next state)
-to every possible action sequence (seed 002 l.29, l.33). Here that tree is a
+to every possible action sequence (Ngo, Vietri & Wu 2022, their definition
+of JDP: a user is a depth-H tree of responses). Here that tree is a
 pure function of the user's 128-bit key, computed on demand by a
 counter-based generator (numpy's Philox4x64-10):
 

@@ -21,7 +21,7 @@ nothing in the folder describes a real person. The agent's noise seed
 ``seeded-insecure`` and not private, as a seeded release is.
 
 Algorithms are the ``online`` entries of the one algorithm registry
-(:mod:`privaudit.core.registry`; :data:`ALGORITHMS` maps their names to them): each
+(:mod:`privaudit.core.registry`; :data:`ONLINE_ALGOS` maps their names to them): each
 names its builder ``build(env, K, budget, constants, beta, rng, *, algo) -> Agent``
 and says whether it takes a privacy budget.
 """
@@ -72,12 +72,12 @@ def build_ucbvi(env: EpisodicEnv, K: int, budget: Budget | None, constants: str,
 
 
 #: name -> registry entry of every online explorer (those registered when this module is imported).
-ALGORITHMS: dict[str, registry.Algorithm] = {n: registry.get(n) for n in registry.names(family="online")}
+ONLINE_ALGOS: dict[str, registry.Algorithm] = {n: registry.get(n) for n in registry.names(family="online")}
 
 #: What joint DP protects, for the manifest and the docs.
 JDP_TEXT = {
     "notion": "joint differential privacy (JDP) under continual observation, billboard model "
-              "(Vietri et al. 2020, seed 004; Kearns et al. 2014)",
+              "(Vietri et al. 2020; Kearns et al. 2014)",
     "neighbouring": "one user's whole data replaced: her response tree (initial state and her reward and "
                     "next state in response to every possible action sequence); all other users' trees "
                     "unchanged",
@@ -163,9 +163,9 @@ def validate_budget(algo: str, epsilon: float | None, rho: float | None,
         budgets out of range. Messages name the parameters (``epsilon``,
         ``rho``, ``delta``, ``algo``).
     """
-    if algo not in ALGORITHMS:
-        raise UsageError(f"unknown algorithm {algo!r}; choose one of {sorted(ALGORITHMS)}.")
-    entry = ALGORITHMS[algo]
+    if algo not in ONLINE_ALGOS:
+        raise UsageError(f"unknown algorithm {algo!r}; choose one of {sorted(ONLINE_ALGOS)}.")
+    entry = ONLINE_ALGOS[algo]
     if delta is not None and rho is None:
         raise UsageError("`delta` applies only with `rho` (it converts the zCDP guarantee to (eps, delta)).")
     if not entry.private:
@@ -189,7 +189,7 @@ def memory_estimate(algo: str, env: EpisodicEnv, n_episodes: int) -> int:
     released copy, the increments and PrivQ's temporaries (about three more).
     Linear explorers report 0 here (their state is a few (H, d, d) arrays).
     """
-    if ALGORITHMS[algo].needs_features:
+    if ONLINE_ALGOS[algo].needs_features:
         return 0
     S, A, H = env.n_states, env.n_actions, env.horizon
     C = 2 * S * A * H + S * S * A * H
@@ -215,7 +215,7 @@ def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget | N
     ----------
     env : EpisodicEnv
     algo : str
-        A key of :data:`ALGORITHMS`.
+        A key of :data:`ONLINE_ALGOS`.
     n_episodes : int
         K (public; fixes the counters' trees).
     budget : Budget or None
@@ -232,7 +232,7 @@ def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget | N
     -------
     (Agent, RunResult)
     """
-    entry = ALGORITHMS[algo]
+    entry = ONLINE_ALGOS[algo]
     check_memory(algo, env, n_episodes)
     if entry.needs_features and env.phi is None:
         raise UsageError(f"`algo` {algo} needs a feature map; environment {env.name!r} has none "

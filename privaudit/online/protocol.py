@@ -6,7 +6,7 @@ Every online algorithm (tabular PUCB / UCB-VI here, the linear explorers of
 1. ``start_episode(k)``: user k arrives; the agent fixes the deterministic
    Markov policy pi_k it will follow for the whole episode. Under joint DP
    pi_k may depend on users 0..k-1 only through privatized releases
-   (billboard model, ALGORITHMS.md 4.1).
+   (billboard model: Vietri et al. 2020, proof of Theorem 1; Hsu et al. 2016).
 2. ``policy()``: that policy as a table of actions, shape (H, S), int.
 3. ``act(h, s) -> a``: the action recommended to the user at step h in state s
    (must equal ``policy()[h, s]``; the runner checks it).

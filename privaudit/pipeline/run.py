@@ -42,8 +42,8 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from privaudit.audit.neighbours import check_synthetic_pair_exists
-from privaudit.audit.runner import MIN_TRIALS
+from privaudit.audit.synthetic_pairs import check_synthetic_pair_exists
+from privaudit.audit.choice import MIN_TRIALS
 from privaudit.core.package_data import sample_dir
 from privaudit.core.errors import UsageError
 from privaudit.core.files import atomic_dir, atomic_write_text, new_run_id, output_lock
@@ -210,7 +210,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
         after a charge keeps the charge (the safe direction: spent budget is
         never handed back).
     audit_trials : int, default 4000
-        Runs per side of the release audit (>= ``audit.runner.MIN_TRIALS``); 0 skips the audit.
+        Runs per side of the release audit (>= ``audit.choice.MIN_TRIALS``); 0 skips the audit.
     linear_share : float or None, default None (0.5)
         Share of the budget given to DP-VAPVI when the spec has a feature map; a share given for a
         spec without one is refused (UsageError) rather than ignored.

@@ -134,7 +134,7 @@ def test_a_table_of_the_wrong_size_is_named_without_an_empty_missing_list(logs, 
 
 def test_audit_trials_minimum_is_the_real_one(logs, tmp_path):
     """`audit --trials` used to accept 20..64 and then refuse them after validation (issue 13 item 10)."""
-    from privaudit.audit.runner import MIN_TRIALS, selection_size
+    from privaudit.audit.choice import MIN_TRIALS, selection_size
 
     assert all(selection_size(t, None) >= 20 and t - selection_size(t, None) >= 10
                for t in range(MIN_TRIALS, MIN_TRIALS + 500))

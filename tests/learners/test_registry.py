@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from privaudit.audit.mechanisms.tabular import MECHANISMS
+from privaudit.audit.mechanisms.registry import MECHANISMS
 from privaudit.cli import audit as cli_audit
 from privaudit.cli import explore as cli_explore
 from privaudit.cli import train as cli_train
@@ -14,7 +14,7 @@ from privaudit.core.errors import UsageError
 from privaudit.core import registry
 from privaudit.learners.linear.logs import train_from_logs as linear_train
 from privaudit.learners.tabular.train import train_from_logs as tabular_train
-from privaudit.online.linear.registry import LINEAR_ALGOS
+from privaudit.online.linear.build import LINEAR_ALGOS
 
 
 def test_every_algorithm_loads_a_learner_with_fit():

@@ -126,6 +126,7 @@ def test_a_return_bound_the_logs_break_below_stops_the_spark_pipeline(spark, wor
     assert not any(p.name.startswith(".out") for p in tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_bundled_sample_with_spark_trains_dp_apvi_on_the_whole_budget(spark, tmp_path):
     """ICU-Sepsis declares a public reward, so polars would train DP-PBB on 60% of rho: Spark cannot (DP-PBB reads
     the logs with polars), says so, and gives the release the whole budget."""

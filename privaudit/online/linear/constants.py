@@ -2,8 +2,8 @@
 
 **theory**: the papers' formulas with every missing O(1) constant set to 1,
 and with the high-probability noise bounds (lambda-tilde, L, Y) computed for
-the noise the implementation actually adds (seed 003 l.303-307 compute them
-for its own, looser noise; section 10 of ALGORITHMS.md). **practical**: the
+the noise the implementation actually adds (Sahu 2025, Lemma A.1, computes
+them for its own, looser noise; docs/online.md, "Constants"). **practical**: the
 theory set times the documented multipliers of :data:`PRACTICAL`, chosen so
 that every algorithm learns on the synthetic linear MDP (d = 10, H = 20) at
 K <= 10^5. The multipliers change confidence radii, the eigenvalue shift,
@@ -20,31 +20,36 @@ and ``floor = lambda + lambda-tilde`` floors its eigenvalues (post-processing).
 Sources
 -------
 * LSVI-UCB: Jin, Yang, Wang, Jordan, COLT 2020, Theorem 3.1: lambda = 1,
-  beta = c d H sqrt(iota), iota = ln(2 d T / p), T = K H (ALGORITHMS.md 6.2).
+  beta = c d H sqrt(iota), iota = ln(2 d T / p), T = K H (c = 1).
 * Luyo et al. 2021 (arXiv:2112.01585): B = ceil((K eps)^{2/5} d^{3/5} H^{1/5})
-  batches (ALGORITHMS.md 6.1, read from Sahu's code, [CODE:Sahu]); tree
-  Gram noise and fresh vector noise with rho/2 each (section 10).
-* Ngo, Vietri, Wu 2022 (seed 002): rho/2 Gram trees over K leaves, rho/2 to
+  batches (as read by Sahu's public code, github.com/sharansahu/DiffPrivateModelEval,
+  ``DP_LSVI_Luyo.py``, whose docstring cites Luyo et al.'s Appendix E.1; not checked
+  against the paper); tree Gram noise and fresh
+  vector noise with rho/2 each (this project's zCDP form; docs/online.md).
+* Ngo, Vietri & Wu 2022 (Section 4.2, privacy analysis): rho/2 Gram trees over K leaves, rho/2 to
   H N_max vector releases, det-doubling switches C = 2, public cap
   N_max = ceil(d H log_C(1 + K/(d (lambda + lambda-tilde)))) (the sum over h of
-  the per-step doubling counts; ALGORITHMS.md 5.2 notes Sahu's is garbled).
+  the per-step doubling counts [D]; the N_max of Sahu's public code,
+  floor(d H log2(log(1 + K/(lambda-tilde d)))), does not have that form).
 * Private LSVI-UCB radius [D]: Jin's radius plus the regulariser bias of the
   shift, (H+1) sqrt(3 d lambda-tilde), plus the noise term Y / sqrt(lambda +
   lambda-tilde), Y a bound on the vector noise norm (standard private-ridge
   decomposition, Shariff & Sheffet 2018). It reduces to Jin's beta at rho = inf.
-* LSVI-UCB++: He, Zhao, Zhou, Gu, ICML 2023 (ALGORITHMS.md 7.1): lambda = 1/H^2,
+* LSVI-UCB++: He, Zhao, Zhou & Gu, ICML 2023, Algorithm 1: lambda = 1/H^2,
   Bernstein radius beta = H sqrt(d lambda) + sqrt(d) iota, Hoeffding radius
   beta-bar = H sqrt(d lambda) + sqrt(d^3 H^2) iota, variance radius
   beta-tilde = H^2 sqrt(d lambda) + sqrt(d^3 H^4) iota, iota = ln(d H K/(p lambda));
   sigma-bar = max{sigma, sigma_min, 2 d^3 H^2 ||phi||^{1/2}}, D = min{4 d^3 H^2 (.), d^3 H^3}.
-  sigma_min = sqrt(H) (the proofs; HYRULE footnote).
-* DP-LSVI-UCB++ (seed 003): the same radii with lambda replaced by the private
+  sigma_min = sqrt(H) (what the proofs use, sigma-bar^-1 <= 1/sqrt(H); Tan, Fan &
+  Wei 2024, Appendix A, note that the algorithm's H is a typo).
+* DP-LSVI-UCB++ (Sahu 2025, Algorithm 1): the same radii with lambda replaced by the private
   regulariser (bias term with lambda + 3 lambda-tilde) plus the noise terms
   L / sqrt(lambda + lambda-tilde), L (L2 for the squared values) a bound on the
-  vector noise norms. [D] departure: seed 003 writes H L sqrt(d lambda-tilde)
-  (l.251), multiplying the noise bound by sqrt(lambda-tilde) where the ridge
+  vector noise norms. [D] departure: Sahu 2025 writes H L sqrt(d lambda-tilde)
+  (the radii of Theorem 3.2), multiplying the noise bound by sqrt(lambda-tilde) where the ridge
   error ``||eta||_{Lambda^-1} <= L / sqrt(lambda_min)`` divides by it.
-  sigma_min = H (seed 003 Algorithm l.157, l.225; its noise calibration).
+  sigma_min = H (Sahu 2025, Algorithm 1 line 25 and the definition of sigma-bar in
+  Section 3; its noise calibration assumes it).
 """
 
 from __future__ import annotations
@@ -166,10 +171,10 @@ class PlusPlusConstants:
         As in :class:`JinConstants`.
     beta_bern, beta_hoef, beta_var : float
         He et al.'s beta (Bernstein), beta-bar (Hoeffding) and beta-tilde
-        (variance); seed 003 calls them beta, beta-hat = beta-check, beta-bar.
+        (variance); Sahu 2025 calls them beta, beta-hat = beta-check, beta-bar.
     optimistic : {"bernstein", "hoeffding"}
-        Radius of the optimistic Q: He et al. and seed 003's regret proof
-        (Lemma C.5) use the Bernstein one, seed 003's Algorithm l.197 beta-hat.
+        Radius of the optimistic Q: He et al. and Sahu 2025's regret proof
+        (Lemma C.5) use the Bernstein one, Sahu's Algorithm 1 line 11 beta-hat.
     sigma_min : float
         Variance floor of sigma-bar (weights <= 1/sigma_min^2).
     d_coef, d_cap, floor_coef : float
@@ -182,7 +187,7 @@ class PlusPlusConstants:
         Nats added to ln 2 in the determinant-doubling switch test (0: the papers' test).
     monotone : bool
         Q-hat = min{new, previous} and Q-check = max{new, previous} at a switch
-        (He et al., seed 003 l.197-199); False: the new estimate (clipped).
+        (He et al.; Sahu 2025, Algorithm 1 lines 11-12); False: the new estimate (clipped).
     noise_z : float
         Adds ``noise_z * noise_v * ||Lambda-tilde^-1 phi||_2`` (noise_z standard deviations of the
         target noise's part of w^T phi) to the optimistic bonus and subtracts it from the pessimistic one.
@@ -280,7 +285,7 @@ def luyo_constants(pb: Problem, rho: float, which: str = "theory", *, delta: flo
     -----
     rho/2 to H binary trees over the B batch leaves (a user is one leaf per
     step), rho/2 to the H (n_boundaries) target-vector releases with targets
-    r + V in [0, H + 1] (section 10: Delta_2 = 2 (H + 1)).
+    r + V in [0, H + 1] (Delta_2 = 2 (H + 1) under replacement; docs/online.md).
     """
     _check_set(which)
     B = int(n_batches) if n_batches is not None else luyo_batches(pb, rho, delta)
@@ -307,7 +312,7 @@ def luyo_boundaries(n_episodes: int, n_batches: int) -> int:
 
 def ngo_constants(pb: Problem, rho: float, which: str = "theory", *, switch_ratio: float = 2.0,
                   n_max: int | None = None) -> JinConstants:
-    """Low-switching private LSVI-UCB (Ngo, Vietri, Wu 2022, seed 002).
+    """Low-switching private LSVI-UCB (Ngo, Vietri & Wu 2022, Algorithm 1).
 
     Notes
     -----
@@ -363,14 +368,14 @@ def lsvi_ucb_pp_constants(pb: Problem, which: str = "theory", *,
 
 def dp_lsvi_ucb_pp_constants(pb: Problem, rho: float, which: str = "theory", *,
                              sigma_min: float | None = None) -> PlusPlusConstants:
-    """DP-LSVI-UCB++ (seed 003 Algorithm 1, corrected per ALGORITHMS.md section 10).
+    """DP-LSVI-UCB++ (Sahu 2025, Algorithm 1, corrected as docs/online.md says).
 
     Notes
     -----
     rho_0 = rho / (4 H K) per released statistic, fresh for every (k, h): the
     Gram matrix (GOE, Delta_F = sqrt(2) w_max), the V and V-check targets
     (Delta = 2 H w_max) and the V^2 target (Delta = 2 H^2 w_max), with
-    w_max = 1/sigma_min^2. sigma_min = H in both sets (seed 003 l.225).
+    w_max = 1/sigma_min^2. sigma_min = H in both sets (Sahu 2025, Algorithm 1 line 25).
 
     **practical** [D] (issue 16): the radii get the multipliers of :data:`PRACTICAL`
     like LSVI-UCB++'s, *except* the target noise, which stays covered at full
@@ -385,7 +390,7 @@ def dp_lsvi_ucb_pp_constants(pb: Problem, rho: float, which: str = "theory", *,
     the monotone update min{new, old} drove Q-hat to 0 in every cell within a few
     hundred users at any budget: measured in ``experiments/dp_lsvi_ucb_pp_collapse.py``
     and docs/online.md. The theory set keeps the norm bound L / sqrt(lambda_min) of
-    the seed's radius instead (noise_z = 0). noise_z = 0 at rho = inf (no noise).
+    Sahu's radius instead (noise_z = 0). noise_z = 0 at rho = inf (no noise).
     """
     _check_set(which)
     H, d, K, p = pb.horizon, pb.dim, pb.n_episodes, pb.fail_prob

@@ -1,6 +1,6 @@
 """Lattice statistics and exact discrete Gaussian noise for the private linear explorers.
 
-Why (issue 10 item 3, AUDITING.md B2/B3): a float statistic plus float noise
+Why (issue 10 item 3; docs/privacy.md): a float statistic plus float noise
 leaks through its low-order bits, and numpy's float Gaussian is not the
 continuous law the accounting assumes. So, as DP-VAPVI does
 (``privaudit.learners.linear.privacy``), every input of a released statistic

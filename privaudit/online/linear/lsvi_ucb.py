@@ -1,26 +1,25 @@
-"""LSVI-UCB (Jin et al. 2020) and its two private versions: Luyo et al. 2021 and Ngo et al. 2022.
+"""LSVI-UCB (Jin, Yang, Wang & Jordan 2020, Algorithm 1) and the backward pass its private versions share.
 
-All three regress ``r + V_{h+1}(s')`` on phi(s, a) with ridge regression and
-act greedily on ``Q_h = clip(w_h^T phi + beta ||phi||_{Lambda_h^{-1}}, 0, H)``;
-they differ in when the policy is recomputed and in what is private:
+LSVI-UCB regresses ``r + V_{h+1}(s')`` on phi(s, a) with ridge regression and
+acts greedily on ``Q_h = clip(w_h^T phi + beta ||phi||_{Lambda_h^{-1}}, 0, H)``.
+:class:`LSVIUCBFamily` is that backward pass over *released* statistics (an
+inverse Gram matrix and a target function per step), with the lattice set-up
+and the Gram / target releases of a private run; :class:`LSVIUCB`
+recomputes the policy every episode from the exact statistics. The two
+private versions differ in when the policy is recomputed and in what is
+released: :class:`~privaudit.online.linear.luyo.LuyoLSVIUCB` (Luyo, Garcelon,
+Lazaric & Pirotta 2021: batches) and :class:`~privaudit.online.linear.ngo.NgoLSVIUCB`
+(Ngo, Vietri & Wu 2022: rare switches).
 
-* :class:`LSVIUCB` recomputes every episode from the exact statistics.
-* :class:`LuyoLSVIUCB` recomputes at the public batch boundaries
-  k = b ceil(K/B) + 1 from a Gram matrix released by H binary trees over
-  the B batches and a target vector with fresh Gaussian noise per (b, h).
-* :class:`NgoLSVIUCB` releases every episode's Gram matrices through H
-  binary trees over the K episodes, recomputes when some step's *noisy*
-  determinant has grown by the factor C since the last switch, and releases
-  fresh target vectors at each switch; a public cap N_max stops switching
-  (noisy determinants are not monotone, so only the cap bounds the
-  composition; seed 002 l.53-59, ALGORITHMS.md section 10).
-
-Departures (all documented in docs/online.md): Q is clipped to [0, H] in all
-three (Jin writes min{., H}; the lower clip only raises an optimistic value to
-the known lower bound of Q*, and the private versions need it for the
-sensitivity); value targets use the finite next-state sums of
-:class:`~privaudit.online.linear.numerics.RidgeStats`; the Gram release adds the
-ridge lambda I to the shift 2 lambda-tilde I, so that rho = inf reduces to LSVI-UCB.
+Departures from Jin et al. (2020) (all in docs/online.md, "Linear MDPs"):
+Q is clipped to [0, H] (Algorithm 1 writes min{., H}; the lower clip only
+raises an optimistic value to the known lower bound 0 of Q*, and the private
+versions need it for the sensitivity of the targets); value targets use the
+finite next-state sums of :class:`~privaudit.online.linear.numerics.RidgeStats`
+instead of a pass over the past; the Gram release adds the ridge lambda I to
+the shift 2 lambda-tilde I of the private versions, so that rho = inf reduces
+to LSVI-UCB exactly; greedy ties are broken as in
+:func:`~privaudit.online.linear.numerics.greedy`.
 
 Noise (private versions, finite rho): exact discrete Gaussian on integer
 lattice statistics (:mod:`privaudit.online.linear.lattice`): phi on 2^-12
@@ -28,8 +27,7 @@ lattice statistics (:mod:`privaudit.online.linear.lattice`): phi on 2^-12
 ``TreeCounter(mechanism="goe", noise="exact")`` over integer increments and
 the target vectors get exact N_Z noise in their lattice units, so the stated
 rho holds for the sampler that runs (events ``noise="exact"``). With rho = inf
-nothing is released and the exact float statistics are used (so that rho = inf
-reduces to LSVI-UCB exactly).
+nothing is released and the exact float statistics are used.
 """
 
 from __future__ import annotations
@@ -38,135 +36,16 @@ import math
 
 import numpy as np
 
-from privaudit.core.errors import UsageError
+from privaudit.online.counters import TreeCounter
+from privaudit.online.linear.base import LinearExplorer, tree_event, vector_event
 from privaudit.online.linear.constants import JinConstants
-from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensitivity
-from privaudit.online.counters import TreeCounter, tree_counter_event, tree_levels
-from privaudit.online.linear.lattice import (Lattice, LatticeStats, NoiseSource, choose_lattice,
-                                             grid_features, release)
-from privaudit.online.linear.numerics import (FlooredInverse, RidgeStats, TIE_DECIMALS, bonus_table,
-                                           checked_features)
+from privaudit.online.linear.lattice import LatticeStats, choose_lattice, release
+from privaudit.online.linear.numerics import FlooredInverse, RidgeStats, TIE_DECIMALS, bonus_table
 from privaudit.online.linear.numerics import clip_ufunc as _CLIP
-from privaudit.online.protocol import Agent
-from privaudit.privacy.events import GaussianEvent, PrivacyEvent, PrivacyUnit
-
-#: Privacy unit of every explorer (JDP, billboard model; as in privaudit.online.counters).
-#: One user (one episode) is the privacy unit of the online explorers.
-PRIVACY_UNIT = PrivacyUnit("user", 1)
+from privaudit.privacy.events import PrivacyEvent
 
 
-class LinearExplorer(Agent):
-    """Shared episode loop of the linear explorers.
-
-    Parameters
-    ----------
-    phi : array_like, shape (S, A, d)
-        Public feature map; norms enforced <= 1 before any statistic.
-    horizon : int
-        H.
-    n_episodes : int
-        Public K (sizes the trees and the noise).
-    rng : numpy.random.Generator, optional
-        Noise stream (OS entropy when omitted; pass a seeded one only in tests).
-
-    Notes
-    -----
-    Protocol: ``pi = policy()`` gives the greedy actions pi[h, s] (shape
-    (H, S), int) of the coming episode; ``update(states, actions, rewards)``
-    feeds the episode's trajectory (states shape (H + 1,), actions and rewards
-    shape (H,)). Steps are 0-based.
-    """
-
-    algo = "linear"
-    acts_by_policy = True          # act(h, s) = pi[h, s]: run_episodes may use env.rollout
-
-    def exact_sampler_paths(self) -> frozenset:
-        """``{"scaled"}``: the lattice noise (``lattice.NoiseSource``) and the GOE Gram trees are drawn by
-        ``fixed_point.discrete_gaussian_scaled`` (which hands scales below 2^8 lattice units to CKS rejection)."""
-        return frozenset({"scaled"})
-
-    def __init__(self, phi, horizon: int, n_episodes: int, *, rng: np.random.Generator | None = None):
-        self.phi = checked_features(phi)
-        self.S, self.A, self.d = self.phi.shape
-        self.H = int(horizon)
-        self.K = int(n_episodes)
-        if self.H < 1 or self.K < 1:
-            raise UsageError(f"`horizon` and `n_episodes` must be >= 1. Got {horizon}, {n_episodes}.")
-        self.phi_flat = self.phi.reshape(-1, self.d)
-        self.rng = rng if rng is not None else np.random.default_rng()
-        self.noise = NoiseSource(self.rng)
-        self.k = 0                     # episodes completed
-        self.n_switches = 0            # policy recomputations after the first policy
-        self.pi = np.zeros((self.H, self.S), dtype=np.int64)
-        self.lattice: Lattice | None = None   # the grids of a private run (None: no noise, float statistics)
-        self.phi_q: np.ndarray | None = None  # phi on the 2^-12 grid, integer multiples (S, A, d)
-
-    def _use_lattice(self, lattice: Lattice) -> None:
-        """Put the feature table on the lattice's grid: every later statistic and Q use it."""
-        self.lattice = lattice
-        self.phi_q, self.phi = grid_features(self.phi)
-        self.phi_flat = self.phi.reshape(-1, self.d)
-
-    # -- agent protocol (privaudit.online.protocol) -----------------------
-    def start_episode(self, k: int) -> None:
-        """User ``k`` arrives: release what the algorithm releases now and fix pi_k."""
-        if self.k >= self.K:
-            raise UsageError(f"all K={self.K} declared episodes are used; the noise was sized for K.")
-        self._prepare()
-        self._traj_s = np.zeros(self.H + 1, dtype=np.int64)
-        self._traj_a = np.zeros(self.H, dtype=np.int64)
-        self._traj_r = np.zeros(self.H)
-
-    def policy(self) -> np.ndarray:
-        """This episode's greedy actions, shape (H, S), int."""
-        return self.pi
-
-    def act(self, h: int, s: int) -> int:
-        """The action recommended at step ``h`` in state ``s``."""
-        return int(self.pi[h, s])
-
-    def observe(self, h: int, s: int, a: int, r: float, s_next: int) -> None:
-        """The user's response at step ``h``."""
-        self._traj_s[h], self._traj_a[h], self._traj_r[h] = s, a, r
-        self._traj_s[h + 1] = s_next
-
-    def observe_episode(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
-        """The whole response at once: states (H + 1,), actions and rewards (H,)."""
-        self._traj_s, self._traj_a, self._traj_r = states, actions, rewards
-
-    def end_episode(self) -> None:
-        """Feed the episode's trajectory to the statistics."""
-        self.update(self._traj_s, self._traj_a, self._traj_r)
-
-    def _prepare(self) -> np.ndarray:
-        raise NotImplementedError
-
-    def _check_traj(self, states, actions, rewards):
-        s = np.asarray(states, dtype=np.int64)
-        a = np.asarray(actions, dtype=np.int64)
-        r = np.minimum(np.maximum(np.asarray(rewards, dtype=np.float64), 0.0), 1.0)
-        if s.shape != (self.H + 1,) or a.shape != (self.H,) or r.shape != (self.H,):
-            raise UsageError(f"a trajectory needs states ({self.H + 1},), actions and rewards "
-                             f"({self.H},). Got {s.shape}, {a.shape}, {r.shape}.")
-        if self.k >= self.K:
-            raise UsageError(f"all K={self.K} declared episodes are used; the noise was sized for K.")
-        return s, a, r
-
-    def events(self) -> list[PrivacyEvent]:
-        """Privacy events of a complete run of K episodes (empty for a non-private explorer).
-
-        They follow from the public constants alone (no data, no noise), so
-        they are known before the first user arrives.
-        """
-        return []
-
-    @property
-    def events_(self) -> list[PrivacyEvent]:
-        """:meth:`events`, under the name ``privaudit explore`` reads."""
-        return self.events()
-
-
-class _JinFamily(LinearExplorer):
+class LSVIUCBFamily(LinearExplorer):
     """LSVI-UCB's backward pass over released (inverse Gram, target) statistics."""
 
     def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
@@ -175,7 +54,6 @@ class _JinFamily(LinearExplorer):
         # the exact Gram carries lambda + shift on its diagonal (the public part of the release)
         self.stats = RidgeStats(self.H, self.S, self.d, constants.lam + constants.shift)
         self.Q = np.full((self.H, self.S, self.A), float(self.H))
-        self.lat: LatticeStats | None = None     # integer lattice statistics of a private run with noise
         self._inverse = FlooredInverse(constants.floor)   # eigenvalue-floored inverse of a Gram release
 
     def _backward(self, inv: np.ndarray, target) -> None:
@@ -245,13 +123,6 @@ class _JinFamily(LinearExplorer):
         g = released if self.lat is None else release(released, self.lattice.gram_bits)
         return g + self._public
 
-    def exact_gram(self) -> np.ndarray:
-        """The exact statistic under the Gram release, real units (H, d, d), with the public (lambda + shift) I.
-
-        What a release adds noise to (gray-box view of the auditor; never released itself).
-        """
-        return self.stats.gram if self.lat is None else release(self.lat.gram, self.lattice.gram_bits) + self._public
-
     def _target_release(self):
         """The target function of one policy update: fresh noise for each of its H releases."""
         if self.lat is None:
@@ -259,6 +130,20 @@ class _JinFamily(LinearExplorer):
         eta = self.noise.vector("target", self.c.noise_vec, self.lattice.target_bits, self.H, self.d)
         bits = self.lattice.target_bits
         return lambda h, v: release(self.lat.target(h, v) + eta[h], bits)
+
+    def _switch(self, inv: np.ndarray) -> None:
+        """A policy update of a private version: fresh target releases and the backward pass over ``inv``."""
+        self._backward(inv, self._target_release())
+        self.n_switches += 1
+
+    def _private_events(self, n_leaves: int, n_target_releases: int) -> list[PrivacyEvent]:
+        """The events of a private version: the H Gram trees over ``n_leaves`` leaves and
+        ``n_target_releases`` Gaussian target releases (targets in [0, H + 1], weights 1);
+        empty without noise."""
+        if self.c.noise_gram == 0:
+            return []
+        return [tree_event(f"{self.algo}:gram", self.H, n_leaves, self.c.noise_gram),
+                vector_event(f"{self.algo}:target", n_target_releases, self.H + 1, 1.0, self.c.noise_vec)]
 
     def _add(self, s, a, r) -> np.ndarray:
         """Feed the statistics; returns the Gram increment of the tree (int lattice units or float)."""
@@ -274,7 +159,8 @@ class _JinFamily(LinearExplorer):
         self._add(s, a, r)
         self.k += 1
 
-class LSVIUCB(_JinFamily):
+
+class LSVIUCB(LSVIUCBFamily):
     """LSVI-UCB (Jin, Yang, Wang, Jordan, COLT 2020, Algorithm 1), non-private.
 
     Every episode: Lambda_h = lambda I + sum phi phi^T (Sherman-Morrison),
@@ -291,116 +177,4 @@ class LSVIUCB(_JinFamily):
         return self.pi
 
 
-class LuyoLSVIUCB(_JinFamily):
-    """Private LSVI-UCB through batching (Luyo, Garcelon, Lazaric, Pirotta 2021, arXiv:2112.01585).
-
-    The policy is recomputed at the public boundaries k = b L + 1 (L = ceil(K/B),
-    b = 1, ..., ceil(K/L) - 1). At boundary b: Lambda-tilde_h = G_h + (lambda +
-    shift) I + tree noise of the b batch leaves (H independent binary trees over
-    B leaves, one per h), u-tilde_h = sum phi (r + V_{h+1}(s')) + eta_{b,h} with
-    fresh eta ~ N(0, sigma_u^2 I), then LSVI-UCB's backward pass. rho/2 to each
-    family (ALGORITHMS.md 6.1 and section 10).
-    """
-
-    algo = "luyo"
-
-    def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
-        super().__init__(phi, horizon, n_episodes, constants, rng=rng)
-        self.batch_len = math.ceil(self.K / constants.n_batches)
-        self._private_setup(constants.n_batches)
-        self._batch_gram = np.zeros((self.H, self.d, self.d), dtype=np.int64 if self.lat is not None else float)
-
-    def _prepare(self) -> np.ndarray:
-        """Greedy actions (H, S); recomputed only at a batch boundary."""
-        if self.k > 0 and self.k % self.batch_len == 0:
-            # the batch that just ended is the next leaf of the H Gram trees
-            gram = self._gram_release(self.tree.update(self._batch_gram))
-            self._batch_gram[:] = 0
-            inv, _ = self._inverse(gram, symmetric=self.lat is not None)
-            self._backward(inv, self._target_release())
-            self.n_switches += 1
-        return self.pi
-
-    def events(self) -> list[PrivacyEvent]:
-        """Gram trees (H trees x levels nodes per user) and the H (boundaries) vector releases."""
-        if self.c.noise_gram == 0:
-            return []
-        n_rel = math.ceil(self.K / self.batch_len) - 1
-        return [_tree_event("luyo:gram", self.H, self.c.n_batches, self.c.noise_gram),
-                _vec_event("luyo:target", self.H * max(n_rel, 1), self.H + 1, 1.0, self.c.noise_vec)]
-
-    def update(self, states, actions, rewards) -> None:
-        """Feed one episode; its Gram increment joins the current batch's leaf."""
-        s, a, r = self._check_traj(states, actions, rewards)
-        self._batch_gram += self._add(s, a, r)
-        self.k += 1
-
-
-class NgoLSVIUCB(_JinFamily):
-    """Low-switching private LSVI-UCB (Ngo, Vietri, Wu, ICML 2022, seed 002, Algorithm 1).
-
-    Every episode k (after k - 1 users): Lambda-tilde_{k,h} = G_h + (lambda +
-    shift) I + binary-tree noise (H trees over K leaves, rho/2). The switch is
-    decided once per episode before the backward pass: switch iff some h has
-    logdet Lambda-tilde_{k,h} - logdet Lambda-tilde_{k_last,h} > ln C and fewer
-    than N_max switches happened. At a switch, y-tilde_{k,h} = sum phi (r +
-    V_{h+1}(s')) + eta_{k,h} with fresh eta (rho/2 over H N_max releases) and
-    LSVI-UCB's backward pass with Lambda-tilde (eigenvalues floored).
-    """
-
-    algo = "ngo"
-
-    def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
-        super().__init__(phi, horizon, n_episodes, constants, rng=rng)
-        self._private_setup(self.K)
-        self._released = np.zeros((self.H, self.d, self.d))    # tree release after k users
-        self._log_c = math.log(constants.switch_ratio)
-        self._logdet_last: np.ndarray | None = None
-
-    def update(self, states, actions, rewards) -> None:
-        """Feed one episode: the H Gram trees take its leaf and release (every episode)."""
-        s, a, r = self._check_traj(states, actions, rewards)
-        self._released = self.tree.update(self._add(s, a, r))
-        self.k += 1
-
-    def _prepare(self) -> np.ndarray:
-        """Greedy actions (H, S); recomputed at a (capped) determinant-doubling switch."""
-        inv, logdet = self._inverse(self._gram_release(self._released), symmetric=self.lat is not None)
-        if self._logdet_last is None:
-            self._logdet_last = logdet
-            return self.pi
-        grew = (logdet - self._logdet_last > self._log_c).any()
-        if grew and self.n_switches < self.c.n_max:
-            self._backward(inv, self._target_release())
-            self._logdet_last = logdet
-            self.n_switches += 1
-        return self.pi
-
-    def events(self) -> list[PrivacyEvent]:
-        """Gram trees (released every episode) and H N_max vector releases (rho/2 each)."""
-        if self.c.noise_gram == 0:
-            return []
-        return [_tree_event("ngo:gram", self.H, self.K, self.c.noise_gram),
-                _vec_event("ngo:target", self.H * self.c.n_max, self.H + 1, 1.0, self.c.noise_vec)]
-
-
-def _tree_event(family: str, horizon: int, n_leaves: int, s: float) -> PrivacyEvent:
-    """The Gram trees' event: one step's (H, d, d) increment changes by sqrt(2 H) in Frobenius norm."""
-    return tree_counter_event(family, "goe", math.sqrt(horizon) * gram_sensitivity(1.0),
-                              tree_levels(n_leaves), s, privacy_unit=PRIVACY_UNIT, noise="exact")
-
-
-def _goe_event(family: str, n_per_user: int, w_max: float, s: float) -> PrivacyEvent:
-    """Composition of ``n_per_user`` GOE releases a user enters, each Delta_F^2/(4 s^2)-zCDP.
-
-    Recorded as one Gaussian event with l2 = sqrt(n) Delta_F and sigma = sqrt(2) s
-    (same rho = n Delta_F^2 / (4 s^2)).
-    """
-    return GaussianEvent(family=f"{family} (x{n_per_user})", l2=math.sqrt(n_per_user) * gram_sensitivity(w_max),
-                         sigma=math.sqrt(2.0) * s, unit=PRIVACY_UNIT, noise="exact")
-
-
-def _vec_event(family: str, n_rel: int, t_max: float, w_max: float, sigma: float) -> PrivacyEvent:
-    """Composition of ``n_rel`` Gaussian target releases, each Delta = 2 w_max t_max."""
-    return GaussianEvent(family=f"{family} (x{n_rel})", l2=math.sqrt(n_rel) * target_sensitivity(t_max, w_max),
-                         sigma=sigma, unit=PRIVACY_UNIT, noise="exact")
+__all__ = ["LSVIUCB", "LSVIUCBFamily"]

@@ -1,28 +1,28 @@
-"""LSVI-UCB++ (He, Zhao, Zhou, Gu, ICML 2023) and DP-LSVI-UCB++ (seed 003, Algorithm 1, corrected).
+"""LSVI-UCB++ (He, Zhao, Zhou & Gu, ICML 2023) and DP-LSVI-UCB++ (Sahu 2025, Algorithm 1, corrected).
 
-Episode k, read top to bottom (seed 003 Algorithm 1 line numbers in brackets):
+Episode k, read top to bottom (Sahu 2025, Algorithm 1 line numbers in brackets):
 
 1. Release, for every h, Lambda-tilde_{k,h} = (lambda + 2 lambda-tilde) I +
    sum_{i<k} sigma-bar_{i,h}^{-2} phi_i phi_i^T + K1_{k,h}, with a *fresh* GOE
-   K1_{k,h} [l.177, l.227]; eigenvalues floored at lambda + lambda-tilde.
+   K1_{k,h} [lines 1 and 26, corrected]; eigenvalues floored at lambda + lambda-tilde.
    Non-private: the exact Sigma_{k,h} = lambda I + sum ... (no noise).
 2. Decide the switch once, before the backward pass: switch iff some h has
-   det Lambda-tilde_{k,h} >= 2 det Lambda-tilde_{k_last,h} [l.195]; then
-   k_last = k [l.201, moved out of the h loop].
-3. Backward, h = H-1..0 [l.185-217]: release w-hat, w-check, w-bar (V, V-check,
+   det Lambda-tilde_{k,h} >= 2 det Lambda-tilde_{k_last,h} [line 10]; then
+   k_last = k [line 13, moved out of the h loop].
+3. Backward, h = H-1..0 [lines 5-21]: release w-hat, w-check, w-bar (V, V-check,
    V^2 targets) with fresh Gaussian noise phi_1, phi_2, phi_3 per (k, h)
-   [l.187-191]; at a switch
-   Q-hat_h = clip(min{r + w-hat^T phi + beta_opt ||phi||, Q-hat_h}, 0, H) [l.197],
+   [lines 6-8]; at a switch
+   Q-hat_h = clip(min{r + w-hat^T phi + beta_opt ||phi||, Q-hat_h}, 0, H) [line 11],
    Q-check_h = clip(max{r + w-check^T phi - beta-hoef ||phi||, Q-check_h}, 0, H)
-   [l.199 corrected: the proofs use "-" and max, l.577, l.581], V = max_a Q.
+   [line 12 corrected: the proof of Lemma B.5 uses "-" and max], V = max_a Q.
    Practical constants [D] (issue 16): both bonuses also carry
    noise_z noise_v ||Lambda-tilde^-1 phi||_2, noise_z standard deviations of the
    target noise's part of w^T phi, so that the running min/max stays safe; without
    it Q-hat collapsed to 0 in every cell (docs/online.md). ``monotone=False``
    (new estimate instead of min/max) and ``switch_margin`` (nats added to ln 2)
    are options for experiments, off in both constant sets.
-4. Act greedily on Q-hat [l.20, l.23].
-5. Forward, once the trajectory is known [l.9, l.24-26]: at (s_h, a_h),
+4. Act greedily on Q-hat [lines 20, 23].
+5. Forward, once the trajectory is known [lines 9, 24-26; line 9 moved here]: at (s_h, a_h),
    V-bar = [w-bar^T phi]_{[0,H^2]} - [w-hat^T phi]_{[0,H]}^2,
    E = min{beta-var ||phi||, H^2} + min{2 H beta-hoef ||phi||, H^2},
    D = min{d_coef (w-hat^T phi - w-check^T phi + 2 beta-hoef ||phi||), d_cap},
@@ -30,10 +30,13 @@ Episode k, read top to bottom (seed 003 Algorithm 1 line numbers in brackets):
    and the weight sigma-bar^{-2} <= 1/sigma_min^2 enters the statistics.
 
 Every quantity inside the loop is computed from released statistics (and the
-current user's own phi), so the weights and switches are post-processing
-(ALGORITHMS.md 7.3 point 4). The statistics are non-cumulative: each release
-is the exact weighted sum plus *one* fresh noise (section 10: K1 is not added
-cumulatively as in l.227). Privacy: 4HK releases of rho/(4HK) each.
+current user's own phi, which only enters her own term), so the weights and
+switches are post-processing of the releases. The statistics are
+non-cumulative: each release is the exact weighted sum plus *one* fresh noise
+(line 26 adds K1 cumulatively; Lemmas B.1 and B.2 use one K1). Privacy: 4HK
+releases of rho/(4HK) each, fresh noise for every (k, h) (line 1 draws once;
+the text of Section 3 and the proof of Theorem A.1 compose 4HK independent
+releases). Every departure and why: docs/online.md, "Departures from the papers".
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.online.linear.constants import PlusPlusConstants
-from privaudit.online.linear.lsvi_ucb import PRIVACY_UNIT, LinearExplorer, _goe_event, _vec_event
+from privaudit.online.linear.base import PRIVACY_UNIT, LinearExplorer, goe_event, vector_event
 from privaudit.online.linear.lattice import LatticeStats, choose_lattice, release
 from privaudit.online.linear.numerics import FlooredInverse, RidgeStats, greedy
 from privaudit.online.linear.numerics import clip_ufunc as _CLIP
@@ -54,14 +57,14 @@ _LOG2 = math.log(2.0)
 
 
 class LSVIUCBPlusPlus(LinearExplorer):
-    """LSVI-UCB++ (He et al. 2023); ``private=True`` gives DP-LSVI-UCB++ (seed 003).
+    """LSVI-UCB++ (He et al. 2023); ``private=True`` gives DP-LSVI-UCB++ (Sahu 2025).
 
     Parameters
     ----------
     phi : array_like, shape (S, A, d)
         Public feature map (norms enforced <= 1).
     reward : array_like, shape (H, S, A)
-        Public reward function r_h(s, a) in [0, 1] (He et al. and seed 003
+        Public reward function r_h(s, a) in [0, 1] (He et al. and Sahu 2025
         assume it known: Q = r + w^T phi + bonus).
     horizon, n_episodes : int
     constants : PlusPlusConstants
@@ -88,7 +91,6 @@ class LSVIUCBPlusPlus(LinearExplorer):
         self.private = bool(private)
         self.algo = "dp-lsvi-ucb-pp" if private else "lsvi-ucb-pp"
         self.r_flat = r.reshape(self.H, -1)
-        self.lat = None
         if self.private and constants.noise_gram > 0:
             # exact discrete Gaussian noise on integer lattice statistics (privaudit.online.linear.lattice)
             self._use_lattice(choose_lattice(math.sqrt(2.0) * constants.noise_gram, constants.noise_v,
@@ -107,7 +109,7 @@ class LSVIUCBPlusPlus(LinearExplorer):
         # grid is one rint: every stored Q and V below is ``_scale`` times its real value (a power of two:
         # exact). Q state per h, 4 rows (H, 4, S*A): [0, Q-check, Q-hat, H]; a switch sets rows (1, 2) to
         # clip(x, rows (1, 0), rows (3, 2)) in one ufunc, i.e. Q-check = clip(new, Q-check_old, H) = min{max{new,
-        # old}, H} and Q-hat = clip(new, 0, Q-hat_old) = max{min{new, old}, 0} (l.197-199, corrected).
+        # old}, H} and Q-hat = clip(new, 0, Q-hat_old) = max{min{new, old}, 0} (Sahu 2025, Algorithm 1 lines 11-12, corrected).
         self._scale = 1.0 if self.lat is None else math.ldexp(1.0, self.lattice.value_bits)
         self._Q = np.zeros((H, 4, SA))
         self._Q[:, 2:] = H * self._scale
@@ -165,11 +167,6 @@ class LSVIUCBPlusPlus(LinearExplorer):
         noisy = self.lat.gram + self.noise.goe("gram", self.c.noise_gram, bits, self.H, self.d)
         # exactly symmetric: integer statistic and noise, a power-of-two scale, a diagonal public part
         return self._inverse(release(noisy, bits) + self._public, symmetric=True)
-
-    def exact_gram(self) -> np.ndarray:
-        """The exact weighted Gram statistic under the release, real units (H, d, d), with the public
-        (lambda + 2 lambda-tilde) I (gray-box view of the auditor; never released itself)."""
-        return self.stats.gram if self.lat is None else release(self.lat.gram, self.lattice.gram_bits) + self._public
 
     def _vec_noise(self) -> np.ndarray | None:
         """Fresh phi_1, phi_2, phi_3 for every step of this episode, int64 (H, 3, d) in lattice units.
@@ -283,7 +280,7 @@ class LSVIUCBPlusPlus(LinearExplorer):
                 np.rint(Vs[h + 1], out=vg)
             xh = np.dot(v_aug, pb[h], out=x[h])
             qh, new = Q[h], Qn[h, 1:3]
-            # monotone (l.197-199): Q-check = clip(new, Q-check_old, H), Q-hat = clip(new, 0, Q-hat_old);
+            # monotone (Algorithm 1 lines 11-12): Q-check = clip(new, Q-check_old, H), Q-hat = clip(new, 0, Q-hat_old);
             # otherwise the new estimate clipped to [0, H]
             if clip is None:
                 _CLIP(xh, qh[1::-1], qh[3:1:-1], out=new)
@@ -333,10 +330,10 @@ class LSVIUCBPlusPlus(LinearExplorer):
         if not self.private or self.c.noise_gram == 0:
             return []
         n, w, H = self.H * self.K, self.c.w_max, self.H
-        return [_goe_event("dp-lsvi-ucb-pp:gram", n, w, self.c.noise_gram),
-                _vec_event("dp-lsvi-ucb-pp:v-hat", n, H, w, self.c.noise_v),
-                _vec_event("dp-lsvi-ucb-pp:v-check", n, H, w, self.c.noise_v),
-                _vec_event("dp-lsvi-ucb-pp:v-squared", n, H ** 2, w, self.c.noise_v2)]
+        return [goe_event("dp-lsvi-ucb-pp:gram", n, w, self.c.noise_gram),
+                vector_event("dp-lsvi-ucb-pp:v-hat", n, H, w, self.c.noise_v),
+                vector_event("dp-lsvi-ucb-pp:v-check", n, H, w, self.c.noise_v),
+                vector_event("dp-lsvi-ucb-pp:v-squared", n, H ** 2, w, self.c.noise_v2)]
 
 
 __all__ = ["LSVIUCBPlusPlus", "PRIVACY_UNIT"]

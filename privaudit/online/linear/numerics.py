@@ -2,7 +2,7 @@
 
 Everything here is batched over the steps h = 0..H-1 and costs O(H S d + H d^2)
 per episode whatever the episode index k, so a run's memory does not grow
-with K (ALGORITHMS.md section 10, "Cost"):
+with K (docs/online.md, "How the statistics are kept"):
 
 * :class:`RidgeStats` holds, per step h, the (weighted) Gram matrix, its
   inverse and log-determinant maintained by Sherman-Morrison and the matrix
@@ -16,7 +16,8 @@ with K (ALGORITHMS.md section 10, "Cost"):
   Gram releases of Luyo and Ngo use :class:`privaudit.online.counters.TreeCounter`
   (mechanism ``goe``, ``noise="exact"``).
 * :func:`psd_inverse` turns a noisy symmetric matrix into a positive-definite
-  one (eigenvalues floored: post-processing, ALGORITHMS.md 7.3 point 7) and
+  one (eigenvalues floored: post-processing of a private release, so it costs
+  no privacy) and
   returns its inverse and log-determinant.
 
 The per-user sensitivity of every statistic is stated by the functions in
@@ -186,7 +187,7 @@ def psd_inverse(mat: np.ndarray, floor: float, *, symmetric: bool = False,
         Noisy symmetric matrices (symmetrised here unless ``symmetric``).
     floor : float
         Eigenvalue floor > 0 (post-processing of a private release: costs no
-        privacy; ALGORITHMS.md 7.3 point 7).
+        privacy).
     symmetric : bool, default False
         ``mat`` is exactly symmetric already (e.g. integer lattice statistic
         plus symmetric integer noise, in real units): skip the symmetrisation

@@ -1,6 +1,7 @@
 """Per-user sensitivities of the statistics the linear explorers release, and their noise scales.
 
-Neighbouring relation (JDP, seeds 002 l.29-33 and 003 Def. 2.2): two user
+Neighbouring relation (JDP: Ngo, Vietri & Wu 2022, definition of JDP; Sahu 2025,
+Definition 2.2): two user
 sequences differ in one user's whole data (replacement). Given the earlier
 releases, a user enters a step-h statistic through exactly one term
 ``w phi (target)`` or ``w phi phi^T`` with ``||phi|| <= 1`` (enforced by
@@ -10,12 +11,13 @@ the other users are post-processing of earlier releases and their own data
 (adaptive composition). Hence, under replacement [D]:
 
 * Gram term: ``||w phi phi^T - w' psi psi^T||_F^2 = w^2|phi|^4 + w'^2|psi|^4 - 2 w w' (phi.psi)^2
-  <= 2 w_max^2``, so ``Delta_F = sqrt(2) w_max`` (the seed 002 value sqrt(2) at w_max = 1).
+  <= 2 w_max^2``, so ``Delta_F = sqrt(2) w_max`` (Ngo et al. 2022's replacement value sqrt(2) at w_max = 1).
 * Target vector: ``||w phi t - w' psi t'||_2 <= 2 w_max t_max``.
 
 The Gaussian mechanism with sigma^2 = Delta^2/(2 rho) is rho-zCDP; a GOE
 perturbation ``(Z + Z^T)/sqrt(2)``, ``Z_ij ~ N(0, s^2)``, of a symmetric
-statistic is ``Delta_F^2/(4 s^2)``-zCDP (ALGORITHMS.md section 10), i.e. a
+statistic is ``Delta_F^2/(4 s^2)``-zCDP (its off-diagonal entries have variance s^2, its
+diagonal 2 s^2; docs/online.md, "Exact GOE nodes"), i.e. a
 Gaussian mechanism of sensitivity Delta_F and equivalent sigma sqrt(2) s.
 """
 
@@ -65,7 +67,8 @@ def tree_gram_scale(rho_gram: float, horizon: int, n_leaves: int) -> float:
 
     A user is one leaf per step, i.e. in ``levels = floor(log2 T) + 1`` nodes of
     each of the H trees; each node costs Delta_F^2/(4 s^2) with Delta_F^2 = 2:
-    ``s^2 = H levels Delta_F^2 / (4 rho_gram)`` (ALGORITHMS.md section 10, seed 002).
+    ``s^2 = H levels Delta_F^2 / (4 rho_gram)`` (the binary mechanism of Ngo et al. 2022,
+    Section 4.2, with the replacement Delta_F).
     """
     rho_gram = _rho(rho_gram)
     if math.isinf(rho_gram):

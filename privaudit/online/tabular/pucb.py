@@ -1,23 +1,27 @@
 """PUCB (Vietri, Balle, Krishnamurthy & Wu, ICML 2020), tabular online eps-JDP, and its non-private twin.
 
-PUCB is a private UBEV (seed 004 l.9-13): three families of per-step
+PUCB is a private UBEV (Vietri et al. 2020, Algorithm 2): three families of per-step
 counters, n_h(s, a) (visits), r_h(s, a) (reward sums) and m_h(s, a, s')
 (transitions), 2SAH + S^2AH counters in all, each family a binary-tree
 counter stream fed **every** episode with that episode's increments (zeros
 included) and released after every episode. The policy of user k is greedy
-in the optimistic Q~ = PrivQ(releases after user k - 1) (seed 004 l.21,
-l.27), so users < k reach user k only through the released counters
-(billboard lemma, seed 004 l.25-27): if the counter streams are eps-DP, the
+in the optimistic Q~ = PrivQ(releases after user k - 1) (Vietri et al.
+2020, Algorithm 3 and the proof of Theorem 1), so users < k reach user k
+only through the released counters (billboard lemma, Hsu et al. 2016, as
+used in that proof): if the counter streams are eps-DP, the
 actions recommended to all users and the final policy are eps-JDP.
 
-Budget (ALGORITHMS.md section 10): one user's replacement changes each
+Budget (docs/online.md, "PUCB"): one user's replacement changes each
 family's one-step increments by l1 <= 2H (at every step h one counter loses a
 unit and another gains it; rewards lie in [0, 1]), so each family gets eps/3
 with node scale b = 2H L / (eps/3) = 6HL/eps, i.e. eps/(6H) per counter
-(seed 004 l.29 states eps/(3H), which holds for add/remove neighbours only).
+(Vietri et al. 2020, proof of Theorem 1 and Claim 1, state eps/(3H) per
+counter from a total l1 sensitivity H, which holds for add/remove neighbours
+only; their JDP neighbours replace a user).
 Gaussian counters: rho/3 per family, l2 <= sqrt(2H), sigma^2 = 3HL/rho.
 
-PrivQ and the bonuses (seed 004 gives no formulas; section 10 derives them)
+PrivQ and the bonuses (derived here from the structure Vietri et al. 2020
+describe, Algorithm 3: a sampling bonus and a counter-error bonus; docs/online.md)
 live in ``privaudit.online.tabular.pucb_constants`` with the theory and practical
 constant sets. Ties in argmax_a Q~ (all actions at the optimistic cap) are
 broken uniformly at random with the agent's own generator, drawn once per
@@ -132,8 +136,10 @@ def privq(n: np.ndarray, r: np.ndarray, m: np.ndarray, cal: PUCBCalibration) -> 
 
     References
     ----------
-    Seed 004 Algorithm 3 (PrivQ, "a standard batch Q-learning update" with
-    the bonus phi~ + psi~, l.19-21); formulas: ALGORITHMS.md section 10.
+    Vietri, Balle, Krishnamurthy & Wu (2020), Algorithm 3 (PrivQ, "a standard
+    batch Q-learning update" with the bonus phi~ + psi~). The
+    formulas of E, phi~ and psi~ are this project's derivation (docs/online.md,
+    "PrivQ"): a departure only in that the paper's constants are not used.
     """
     H, S, A = n.shape
     c, E = cal.constants, cal.E

@@ -1,17 +1,18 @@
 """PUCB's constants as formulas of (S, A, H, K, budget, failure probability): the one place.
 
-Seed 004 (Vietri, Balle, Krishnamurthy, Wu 2020) is an excerpt without its
-displayed equations: the error bound E, the bonuses and PrivQ's threshold are
-derived in ALGORITHMS.md section 10 ("[derived]"). With
+Vietri, Balle, Krishnamurthy & Wu (2020) give PUCB's structure (Algorithm 2,
+PrivQ in Algorithm 3: a sampling bonus phi~ plus a counter-error bonus psi~);
+the error bound E, the bonuses and PrivQ's threshold used here are this
+project's derivation [D], written out in docs/online.md ("PrivQ"). With
 
-    C      = 2 S A H + S^2 A H            number of scalar counters (seed 004 l.13)
+    C      = 2 S A H + S^2 A H            number of scalar counters (Vietri et al. 2020, text of Algorithm 2)
     L      = floor(log2 K) + 1            tree levels, K = T = number of episodes/releases
     b      = 6 H L / eps                  Laplace node scale (eps/3 per family, l1 <= 2H per family
-                                          under replacement: eps/(6H) per counter, section 10)
+                                          under replacement: eps/(6H) per counter, docs/online.md)
     sigma^2 = 3 H L / rho                 Gaussian node variance (rho/3 per family, l2^2 <= 2H)
     lambda = ln(2 C K / beta)
 
-the **theory** set is section 10's derivation:
+the **theory** set is that derivation:
 
     E       = tree_error_bound(mech, scale, L, beta/2, n_counters=C, n_releases=K)
               (Laplace: b max(sqrt(L), sqrt(lambda')) sqrt(8 lambda'), lambda' = ln(4CK/beta))
@@ -23,7 +24,7 @@ the **theory** set is section 10's derivation:
 
 (the failure probability beta is split: beta/2 for the counters' error, beta/2
 inside lambda for the sampling bonus; Q is clipped to [0, H - h] as every
-private variant must, section 10).
+private variant must: noisy counts can make r^ + P^ . V negative).
 
 With the theory constants the privacy terms dominate for every K that fits
 in a run: at S = 10, A = 5, H = 10, K = 10^5, eps = 1, E is about 7 * 10^4,

@@ -59,6 +59,7 @@ def _same_release(a, b):
         assert pl.read_parquet(a / f).equals(pl.read_parquet(b / f)), f
 
 
+@pytest.mark.slow
 def test_cli_release_through_spark_connect_equals_polars(spark, connect_url, tmp_path):
     """release --engine spark --remote sc://...: the polars release, byte for byte; a quiet stderr."""
     path, spec = _logs(tmp_path, ids="string", k=2, n_units=30)
@@ -87,6 +88,7 @@ print(json.dumps({"session": type(session).__module__, "report": report.to_dict(
 """
 
 
+@pytest.mark.slow
 def test_python_api_takes_a_spark_connect_session(spark, connect_url, tmp_path):
     """A notebook's Connect session and DataFrame: the polars counts and bounding facts (per-cell cap too)."""
     path, spec = _logs(tmp_path, ids="int", k=3, n_units=25, seed=11)
@@ -163,6 +165,7 @@ def test_startup_notices_are_dropped_and_other_lines_kept(monkeypatch):
     assert sink.getvalue().splitlines() == lines[5:]
 
 
+@pytest.mark.slow
 def test_cli_spark_start_is_quiet(early_runs, tmp_path):
     """A JVM started by the CLI prints none of Spark's start-up notices (log4j at ERROR from its first line).
 

@@ -52,8 +52,12 @@ def _assert_identical(a, b, spec, stationary):
 
 # Few cases, each a few Spark jobs: together they cover k = 1 and k > 1, integer (incl. negative) and
 # non-ASCII string ids, per step and pooled, one file and a folder of parts.
-@pytest.mark.parametrize("ids,k,parts,stationary", [("int", 1, 1, False), ("int", 3, 1, True),
-                                                    ("string", 2, 1, False), ("negative", 2, 3, True)])
+# The first case runs by default; the others (slow marker) in CI's second run (`python -m pytest -m slow`).
+@pytest.mark.parametrize("ids,k,parts,stationary", [
+    ("int", 1, 1, False),
+    pytest.param("int", 3, 1, True, marks=pytest.mark.slow),
+    pytest.param("string", 2, 1, False, marks=pytest.mark.slow),
+    pytest.param("negative", 2, 3, True, marks=pytest.mark.slow)])
 def test_spark_counts_identical_to_polars(spark, tmp_path, ids, k, parts, stationary):
     path, spec = _logs(tmp_path, ids=ids, k=k, n_units=40, parts=parts)
     exp, exp_report = _polars(path, spec, stationary)
@@ -423,7 +427,7 @@ def test_missing_java_is_a_usage_error_before_spark_starts(spark, tmp_path, monk
 # ------------------------------------------------------------------ per-cell cap (--max-per-cell) in Spark
 
 
-@pytest.mark.parametrize("stationary,c", [(True, 2), (False, 1)])
+@pytest.mark.parametrize("stationary,c", [pytest.param(True, 2, marks=pytest.mark.slow), (False, 1)])
 def test_spark_per_cell_cap_keeps_the_polars_steps(spark, tmp_path, stationary, c):
     """Same kept steps as polars' cap_per_cell (same portable key order): identical cells and report."""
     path, spec = _logs(tmp_path, ids="string", k=3, n_units=25, seed=11)
@@ -451,6 +455,7 @@ def _same_release(outs) -> dict:
     return m[0]
 
 
+@pytest.mark.slow
 def test_cli_release_with_per_cell_cap_equals_polars(spark, tmp_path):
     """--max-per-cell with --engine spark: the polars release's tables and manifest, byte for byte."""
     path, _ = _logs(tmp_path, ids="int", k=2, n_units=30)
@@ -487,6 +492,7 @@ def test_spark_clips_returns_as_polars(spark, tmp_path):
     assert (unclipped.rewards >= exp.rewards).all() and (unclipped.rewards > exp.rewards).any()
 
 
+@pytest.mark.slow
 def test_cli_spark_release_with_a_return_bound_equals_polars(spark, tmp_path):
     """A return_bound with private rewards, once refused with Spark (exit 2): now the polars release's tables
     and manifest byte for byte, and the same private bounding log (returns clipped)."""

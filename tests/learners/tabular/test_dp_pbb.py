@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from privaudit.audit.mechanisms.tabular import MECHANISMS
+from privaudit.audit.mechanisms.registry import MECHANISMS
 from privaudit.cli import main
 from privaudit.core.errors import BudgetExceededError
 from privaudit.learners.policy import load_policy

@@ -16,9 +16,11 @@ from privaudit.mdp.tabular import value_iteration
 from privaudit.online.linear.constants import (Problem, dp_lsvi_ucb_pp_constants, lsvi_ucb_constants,
                                                lsvi_ucb_pp_constants, luyo_constants, ngo_constants,
                                                luyo_boundaries, noise_union_z)
-from privaudit.online.linear.lsvi_ucb import LSVIUCB, LuyoLSVIUCB, NgoLSVIUCB
+from privaudit.online.linear.lsvi_ucb import LSVIUCB
+from privaudit.online.linear.luyo import LuyoLSVIUCB
+from privaudit.online.linear.ngo import NgoLSVIUCB
 from privaudit.online.linear.lsvi_ucb_pp import LSVIUCBPlusPlus
-from privaudit.online.linear.registry import make_linear_agent
+from privaudit.online.linear.build import make_linear_agent
 from privaudit.privacy import samplers
 from privaudit.privacy.accounting import Accountant, event_rho
 from privaudit.online.linear.sensitivity import gram_sensitivity, target_sensitivity
@@ -29,7 +31,7 @@ from privaudit.online.linear.lattice import NoiseSource
 from privaudit.online.linear.numerics import FlooredInverse, RidgeStats, checked_features, psd_inverse
 
 H, S, A, D = 20, 2, 100, 10
-PHI = raw_features() / math.sqrt(7.0)          # seed 003's scaling: ||phi|| <= 1
+PHI = raw_features() / math.sqrt(7.0)          # Sahu (2025)'s experiment: ||phi|| <= 1
 MDP = synthetic_linear_mdp(0, H)
 REWARD = np.stack([MDP.expected_reward(h) for h in range(H)])
 
@@ -174,7 +176,7 @@ class _RecordingNoise(NoiseSource):
 
 
 class _DrawOnceNoise(_RecordingNoise):
-    """The broken twin of seed 003 Algorithm line 1 (and Sahu's code): noise drawn once, reused."""
+    """The broken twin of Sahu (2025), Algorithm 1 line 1 (and Sahu's code): noise drawn once, reused."""
 
     def __init__(self, rng):
         super().__init__(rng)
@@ -309,7 +311,7 @@ def test_dp_lsvi_ucb_pp_at_rho_infinity_is_lsvi_ucb_pp():
 def test_dp_lsvi_ucb_pp_practical_q_hat_does_not_collapse():
     """Issue 16: with practical constants and a large budget, Q-hat stays off the clip floor and regret falls.
 
-    Seed 003's synthetic MDP with H = 5 (weights <= 1/25), K = 2,000, rho = 1,000.
+    Sahu (2025)'s synthetic MDP with H = 5 (weights <= 1/25), K = 2,000, rho = 1,000.
     Before the fix the practical radius (0.005 x theory) covered about 0.05 standard
     deviations of the target noise's part of w^T phi, the noisy determinant test
     switched at ~98% of the episodes, and the monotone Q-hat = min{new, old} kept the
@@ -395,6 +397,7 @@ def test_dp_lsvi_ucb_pp_switch_margin_and_non_monotone_options():
         assert (rises <= 0.0) if monotone else (rises > 0.1), (monotone, rises)
 
 
+@pytest.mark.slow
 def test_lsvi_ucb_regret_is_sublinear():
     """Slope of log cumulative regret between K = 10^3 and 10^4 below 0.8 (one run, fixed seed).
 

@@ -16,7 +16,10 @@ from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.online.linear.constants import (CONSTANT_SETS, Problem, dp_lsvi_ucb_pp_constants,
                                                lsvi_ucb_constants, lsvi_ucb_pp_constants,
                                                luyo_constants, ngo_constants)
-from privaudit.online.linear.lsvi_ucb import LinearExplorer, LSVIUCB, LuyoLSVIUCB, NgoLSVIUCB
+from privaudit.online.linear.base import LinearExplorer
+from privaudit.online.linear.lsvi_ucb import LSVIUCB
+from privaudit.online.linear.luyo import LuyoLSVIUCB
+from privaudit.online.linear.ngo import NgoLSVIUCB
 from privaudit.online.linear.lsvi_ucb_pp import LSVIUCBPlusPlus
 
 #: Linear explorer names (the ``online`` entries of :mod:`privaudit.core.registry` that need features),
