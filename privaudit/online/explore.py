@@ -60,7 +60,7 @@ def build_pucb(env: EpisodicEnv, K: int, budget: Budget | None, constants: str, 
                algo: str = "pucb") -> Agent:
     """PUCB for ``privaudit explore`` (registry entry ``pucb``); None: no noise (the twin's counts)."""
     epsilon = math.inf if budget is None else budget.epsilon
-    rho = budget.rho if budget is not None and budget.mechanism == "gaussian" else None
+    rho = budget.rho if budget is not None and not budget.family.pure else None
     return PUCB(env.n_states, env.n_actions, env.horizon, K, epsilon=epsilon, rho=rho,
                 beta=beta, constants=constants, rng=rng)
 

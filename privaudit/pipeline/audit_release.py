@@ -87,6 +87,6 @@ def audit_release(spec: DomainSpec, manifest: ReleaseManifest, *, delta: float, 
     pair = synthetic_pair(spec, pooled=stationary)
     # the GDP test only where it is valid: continuous Gaussian noise, rounded (post-processing of the
     # Gaussian mechanism); exact (discrete Gaussian) or Laplace noise gets the generic test
-    gdp = mech.budget.mechanism == "gaussian" and mech.noise_mode == "rounded"
+    gdp = not mech.budget.family.pure and mech.noise_mode == "rounded"
     return run_audit(mech, claim=mech.claim(kind="gaussian" if gdp else "generic"), pair=pair, trials=int(trials), seed=seed,
                      progress=progress, settings=AuditSettings(n_jobs=1))

@@ -38,9 +38,10 @@ from privaudit import __version__
 from privaudit.data.bounding import CELL_KEEP_RULE, PRIORITY_KEY
 from privaudit.core.errors import UsageError
 from privaudit.core.formatting import num
-from privaudit.privacy import accounting, mechanisms, samplers
+from privaudit.privacy import mechanisms, samplers
 from privaudit.privacy.budget import Budget
-from privaudit.privacy.events import ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyUnit
+from privaudit.privacy.events import ComposedEvent, Neighbouring, PrivacyUnit
+from privaudit.privacy.noise import noise_family
 from privaudit.privacy import sensitivity
 from privaudit.core.spec import DomainSpec
 from privaudit.release.layout import FILES
@@ -77,7 +78,7 @@ def reward_quantum(scale: float, mechanism: str, noise: str) -> int:
     sum of n rewards by at most n / (2q).
     """
     q = REWARD_QUANTUM
-    if noise == "exact" and mechanism == "gaussian":
+    if noise == "exact" and not noise_family(mechanism).pure:
         while q > 1 and q * scale > _EXACT_SIGMA_LIMIT:
             q //= 10
     return q
@@ -197,26 +198,24 @@ class TabularRelease:
         """
         if noise not in mechanisms.NOISE_MODES:
             raise UsageError(f"`noise` must be one of {mechanisms.NOISE_MODES}. Found {noise!r}.")
-        mech = budget.mechanism
+        fam = budget.family
         sens = [sensitivity.count_sensitivity(spec.H, spec.max_episodes_per_unit, stationary, f,
                                               max_per_cell=max_per_cell)
                 for f in release_families(spec.public_reward)]
         comb = sensitivity.combine(sens)
-        scale = (mechanisms.gaussian_sigma(comb.l2, budget.rho) if mech == "gaussian"
-                 else mechanisms.laplace_scale(comb.l1, budget.epsilon))
+        scale = fam.calibrate(getattr(comb, fam.norm), budget.amount)
         for _ in range(_FIT_STEPS):
-            q = reward_quantum(scale, mech, noise)
+            q = reward_quantum(scale, fam.name, noise)
             fams = {}
             for s in sens:
                 unit = q if s.family == "rewards" else 1
                 fams[s.family] = FamilyNoise(s.family, s.l1 * unit, s.l2 * unit, scale * unit, unit)
             rel = cls(spec, budget, bool(stationary), noise, fams, max_per_cell)
-            cost = (accounting.event_rho(rel.event) if mech == "gaussian"
-                    else accounting.event_epsilon(rel.event))
+            cost = fam.cost(rel.event)
             if cost <= budget.amount:
                 if noise == "exact":  # refuse a scale the exact sampler cannot draw at, before any row is read
                     for f in fams.values():
-                        samplers.get_sampler(mech, f.scale)
+                        fam.exact_sampler(f.scale)
                 return rel
             scale = float(np.nextafter(scale, math.inf))
         raise UsageError(f"no noise scale fits the budget {budget.amount!r} exactly (numerical failure).")
@@ -236,9 +235,8 @@ class TabularRelease:
         p = self.families[family]
         common = dict(family=family, unit=self.unit, neighbouring=Neighbouring.SUBSTITUTION, noise=self.noise,
                       max_per_cell=self.max_per_cell)
-        if self.mechanism == "gaussian":
-            return GaussianEvent(l2=p.l2, sigma=p.scale, **common)
-        return LaplaceEvent(l1=p.l1, b=p.scale, **common)
+        fam = self.budget.family
+        return fam.event(getattr(p, fam.norm), p.scale, **common)
 
     @property
     def event(self) -> ComposedEvent:
@@ -255,10 +253,8 @@ class TabularRelease:
 
     def family_share(self, family: str) -> dict:
         """The family's part of the cost: ``{"rho": ...}`` or ``{"epsilon": ...}``."""
-        ev = self.family_event(family)
-        if self.mechanism == "gaussian":
-            return {"rho": accounting.event_rho(ev)}
-        return {"epsilon": accounting.event_epsilon(ev)}
+        fam = self.budget.family
+        return {fam.budget_unit: fam.cost(self.family_event(family))}
 
     @property
     def n_sa_families(self) -> int:
@@ -281,15 +277,14 @@ class TabularRelease:
         (The continuous law's; the discrete law's sd is within a few percent of it at these scales.)
         """
         scale = self.families["visits"].scale
-        return scale if self.mechanism == "gaussian" else math.sqrt(2.0) * scale
+        return self.budget.family.std(scale)
 
     def negligible_noise_warning(self) -> str | None:
         """A warning when the count noise sd is below :data:`NEGLIGIBLE_NOISE_SD` (a huge budget), else None."""
         sd = self.count_noise_sd()
         if sd >= NEGLIGIBLE_NOISE_SD:
             return None
-        amount = (f"rho = {num(self.budget.rho)}" if self.mechanism == "gaussian"
-                  else f"epsilon = {num(self.budget.epsilon)}")
+        amount = f"{self.budget.family.budget_unit} = {num(self.budget.amount)}"
         return (f"WARNING: at {amount} the noise is negligible: its standard deviation on each count is "
                 f"{sd:.3g}, below {NEGLIGIBLE_NOISE_SD} count, so the released counts are essentially the exact "
                 "counts. The stated guarantee is true but protects almost nothing; use a smaller budget "
@@ -374,7 +369,7 @@ class TabularRelease:
         for f, p in self.families.items():
             cols, shape, dense = layout[f]
             families[f] = FamilyRecord(FILES[f], tuple(cols), tuple(shape), 1.0 / p.quantum, p.l1, p.l2, p.scale,
-                                       "sigma" if self.mechanism == "gaussian" else "laplace_b",
+                                       self.budget.family.scale_key,
                                        self.family_share(f), dense)
         gaussian = self.mechanism == "gaussian"
         rewards = "rewards" in self.families

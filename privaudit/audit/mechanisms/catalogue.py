@@ -53,7 +53,8 @@ from privaudit.audit.bounds import gdp_mu_from_eps
 from privaudit.audit.claim import Claim
 from privaudit.audit.explicit_pairs import check_neighbours
 from privaudit.audit.pairs import NeighbouringPair
-from privaudit.privacy.mechanisms import add_noise, gaussian_sigma, laplace_scale
+from privaudit.privacy.mechanisms import add_noise
+from privaudit.privacy.noise import noise_family
 from privaudit.privacy.sensitivity import count_sensitivity
 from privaudit.core.spec import DomainSpec
 from privaudit.data.counts import reward_sums, visit_counts
@@ -104,14 +105,10 @@ class CatalogueMechanism:
         self._declared = {"l1": sens.l1, "l2": sens.l2}
         if self.name == "gaussian_add_remove":
             self._declared = {"l1": k * H, "l2": k * np.sqrt(H)}  # the bug: one side of the change only
-        if self.kind == "gaussian":
-            self.scale = gaussian_sigma(self._declared["l2"], self.rho)
-            if self.name == "gaussian_small_noise":
-                self.scale /= 2
-        else:
-            self.scale = laplace_scale(sens.l1, self.epsilon)
-            if self.name == "laplace_half_scale":
-                self.scale /= 2
+        fam = noise_family(self.kind)  # calibrated to the declared sensitivity in the family's norm
+        self.scale = fam.calibrate(self._declared[fam.norm], getattr(self, fam.budget_unit))
+        if self.name in ("gaussian_small_noise", "laplace_half_scale"):
+            self.scale /= 2
 
     @property
     def __name__(self) -> str:

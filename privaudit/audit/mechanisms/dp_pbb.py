@@ -82,7 +82,7 @@ class DPPBBMechanism(LibraryStatistics):
     def __init__(self, spec, *, learner_params: dict | None = None, max_per_cell: int | None = None,
                  view: str = "statistics", **kw):
         super().__init__(spec, **{**kw, "noise": "exact"})
-        if self.budget.mechanism != "gaussian":
+        if self.budget.family.pure:
             raise UsageError("dp-pbb is Gaussian / zCDP only: audit it with a rho claim, or an epsilon claim with "
                              "`delta` > 0 (Gaussian noise, not Laplace).")
         if view not in ("statistics", "policy"):

@@ -106,7 +106,7 @@ class LibraryStatistics:
         UsageError
             ``gaussian`` with Laplace or exact (discrete Gaussian) noise.
         """
-        gdp_ok = self.budget.mechanism == "gaussian" and self.noise_mode == "rounded"
+        gdp_ok = not self.budget.family.pure and self.noise_mode == "rounded"
         if kind == "gaussian" and not gdp_ok:
             raise UsageError(f"the GDP test is valid only for continuous Gaussian noise (rounded); this release "
                              f"uses {self.budget.mechanism} noise in {self.noise_mode!r} mode: use the generic test.")

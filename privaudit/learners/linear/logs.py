@@ -231,7 +231,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, budget: BudgetRequest 
     ctx = context or RunContext()
     if not private and budget is not None and (isinstance(budget, Budget) or budget.given):
         raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`).")
-    if isinstance(budget, Budget) and budget.mechanism != "gaussian":
+    if isinstance(budget, Budget) and budget.family.pure:
         raise UsageError("`budget` must be a resolved Gaussian Budget (or a BudgetRequest).")
     if private:
         if not isinstance(budget, Budget):  # as given: always Gaussian (zCDP)

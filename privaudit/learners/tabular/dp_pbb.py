@@ -170,7 +170,7 @@ class DPPBB(TabularLearnerBase):
         if not isinstance(counts, CappedCounts):
             raise UsageError(f"DPPBB.fit needs CappedCounts (exact capped counts). Got {type(counts).__name__}.")
         if budget is not None:
-            if budget.mechanism != "gaussian":
+            if budget.family.pure:
                 raise UsageError("dp-pbb is Gaussian (zCDP) only; `mechanism` laplace is not supported.")
             rho = budget.rho  # calibration (a split part's double just below its decimal share)
         else:
