@@ -28,7 +28,7 @@ import time
 import numpy as np
 import polars as pl
 
-from privaudit.audit import run_audit
+from privaudit.audit import AuditSettings, run_audit
 from privaudit.audit.mechanisms.catalogue import CLAIM_KIND, CORRECT, CatalogueMechanism, ClaimKindMechanism, scalar_pair
 from privaudit.core.spec import DomainSpec
 
@@ -78,7 +78,7 @@ def main(argv=None):
         alarms, worst_eps, worst_mu = 0, 0.0, 0.0
         t = time.perf_counter()
         for seed in range(args.seeds):
-            r = run_audit(m, **audit, claim=claim, trials=args.trials, seed=seed, graybox=False, progress=False)
+            r = run_audit(m, **audit, claim=claim, trials=args.trials, seed=seed, settings=AuditSettings(graybox=False), progress=False)
             alarms += r.violation
             worst_eps = max(worst_eps, r.epsilon_lower_bound / claim.epsilon)
             if claim.kind == "gaussian":

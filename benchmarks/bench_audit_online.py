@@ -32,7 +32,7 @@ import resource
 import time
 from pathlib import Path
 
-from privaudit.audit.model import Claim
+from privaudit.audit.claim import Claim
 from privaudit.audit.online.jdp import ExplorerMechanism
 from privaudit.audit.online.catalogue import BROKEN, CATALOGUE, audit_entry, audit_explorer, entry_claim
 from privaudit.audit.online.streams import make_world_pair

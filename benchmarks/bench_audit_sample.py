@@ -24,8 +24,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from privaudit.audit import make_pair, run_audit
-from privaudit.audit.mechanisms.tabular import DPAPVIMechanism, ReleaseMechanism
+from privaudit.audit import AuditSettings, make_pair, run_audit
+from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
+from privaudit.audit.mechanisms.release import ReleaseMechanism
 from privaudit.core.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def main(argv=None):
         t = time.perf_counter()
         cpu0 = _cpu()
         r = run_audit(mech, claim=mech.claim(kind=kind), pair=pairs[canary], trials=trials, seed=args.seed,
-                      mechanism_name=name)
+                      settings=AuditSettings(mechanism_name=name))
         wall, cpu = time.perf_counter() - t, _cpu() - cpu0
         r.write_json(args.out / f"{name}.json")
         r.plot(args.out / f"{name}.png")

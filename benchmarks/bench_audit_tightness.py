@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from privaudit.audit import Claim, run_audit
+from privaudit.audit import AuditSettings, Claim, run_audit
 from privaudit.audit.bounds import gdp_eps
 from privaudit.audit.mechanisms.catalogue import scalar_pair
 
@@ -68,7 +68,7 @@ def main(argv=None):
         r_mu, r_gdp, r_gen = [], [], []
         t = time.perf_counter()
         for seed in range(args.seeds):
-            r = run_audit(mech, claim=claim, pair=pair, trials=args.trials, seed=seed, graybox=False,
+            r = run_audit(mech, claim=claim, pair=pair, trials=args.trials, seed=seed, settings=AuditSettings(graybox=False),
                           progress=False)
             m = r.data["method"]
             r_mu.append(m["gaussian"]["mu_lower_bound"] / mu)

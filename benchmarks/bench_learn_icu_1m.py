@@ -89,7 +89,8 @@ def child(logs: str, algo: str, epsilon: float, max_per_cell: int) -> None:
     mark("validate_and_bound")
     rng = np.random.default_rng()
     if algo == "dp-pbb":
-        from privaudit.learners.tabular.dp_pbb import CappedCounts, DPPBB
+        from privaudit.learners.tabular.dp_pbb import DPPBB
+        from privaudit.learners.tabular.pbb_counts import CappedCounts
 
         capped = prepared.with_cell_cap(max_per_cell, stationary=True)
         exact = sparse_counts(capped.bounded, spec, stationary=True, rewards=False)

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from privaudit.privacy import samplers
+from privaudit.privacy import exact_sampler, samplers
 from privaudit.privacy.mechanisms import add_noise
 
 
@@ -141,7 +141,7 @@ def main(argv=None):
     print(f"{'mechanism':9s} {'scale':>9s} {'what':24s} {'build':>7s} {'exact':>7s} {'exact2T':>8s} "
           f"{'add_ex':>7s} {'numpy':>7s} {'add_rd':>7s}")
     for mech, scale, what in cases:
-        samplers._sampler.cache_clear()
+        exact_sampler.cached_sampler.cache_clear()
         t = time.perf_counter()
         samplers.get_sampler(mech, scale)
         build = time.perf_counter() - t

@@ -1,4 +1,4 @@
-"""Projection (seed 000 eq. (2)) over all (h, s, a) vs a per-(h, s, a) linprog loop.
+"""Projection (Qiao & Wang 2023, eq. (2)) over all (h, s, a) vs a per-(h, s, a) linprog loop.
 
 ICU-Sepsis shape H = 20, S = 716, A = 25 (358,000 rows of length 716). The
 noisy counts are simulated like a release at rho = 1 (sigma^2 = 2H/rho = 40):

@@ -49,10 +49,10 @@ def make_logs(episodes: int, seed: int, folder: Path) -> tuple[Path, Path]:
 
 def child(logs: str, spec: str, out: str, noise: str) -> None:
     """One release; prints its timings and peak RSS as JSON."""
-    from privaudit.release.tabular import release_logs
+    from privaudit.release.tabular import ReleaseOptions, release_logs
 
     t = time.perf_counter()
-    info = release_logs(logs, spec, rho=1.0, out=out, noise=noise)
+    info = release_logs(logs, spec, rho=1.0, out=out, options=ReleaseOptions(noise=noise))
     wall = time.perf_counter() - t
     ru = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"timings": info.timings, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,

@@ -4,7 +4,7 @@ Measures, in a fresh subprocess per case, the peak resident set size
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) added by one ``release_logs``
 call over the RSS just before it, and divides it by the bytes of one dense
 (S, A, S) int64 h-slice (8 S^2 A). The quotient is the multiplier that
-``privaudit.release.tabular.MEMORY_PER_SLICE_BYTE`` must cover (the release
+``privaudit.release.size.MEMORY_PER_SLICE_BYTE`` must cover (the release
 refuses a domain whose estimate exceeds the machine's physical memory).
 
 Usage: python benchmarks/bench_release_memory.py [S] [A]   (default S=1000, A=10: 80 MB per slice)
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 sys.path.insert(0, "tests")
 from _release_logs import random_log, write_spec
-from privaudit.release.tabular import release_logs
+from privaudit.release.tabular import ReleaseOptions, release_logs
 
 S, A, H, mech, noise = int(sys.argv[1]), int(sys.argv[2]), 3, sys.argv[3], sys.argv[4]
 d = Path(tempfile.mkdtemp())
@@ -32,10 +32,10 @@ random_log(np.random.default_rng(0), 2000, H=H, S=S, A=A, terminals=(S - 1,)).wr
 def rss():  # current RSS in bytes
     return int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
 kw = dict(rho=1.0) if mech == "gaussian" else dict(epsilon=1.0)
-release_logs(d / "l.parquet", spec, mechanism=mech, noise=noise, out=d / "warm", seed=1, **kw)  # warm imports
+release_logs(d / "l.parquet", spec, mechanism=mech, options=ReleaseOptions(noise=noise), out=d / "warm", seed=1, **kw)  # warm imports
 before = rss()
 peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-release_logs(d / "l.parquet", spec, mechanism=mech, noise=noise, out=d / "r", seed=1, **kw)
+release_logs(d / "l.parquet", spec, mechanism=mech, options=ReleaseOptions(noise=noise), out=d / "r", seed=1, **kw)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"before": before, "peak_before": peak_before, "peak": peak}))
 """

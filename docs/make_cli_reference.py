@@ -70,7 +70,11 @@ does, stage by stage, in [pipeline.md](pipeline.md).
 
 
 def _help(cmd: click.Command, path: list[str], parent: click.Context | None) -> tuple[str, click.Context]:
-    ctx = click.Context(cmd, info_name=path[-1], parent=parent, terminal_width=WIDTH, max_content_width=WIDTH)
+    # the command's own context_settings (e.g. the group's help_option_names -h/--help), as make_context applies
+    # them: click caches a command's help option from the first context that asks, so a context built without
+    # them would render "--help" alone or "-h, --help" depending on what ran before in the process
+    settings = {"terminal_width": WIDTH, "max_content_width": WIDTH, **cmd.context_settings}
+    ctx = click.Context(cmd, info_name=path[-1], parent=parent, **settings)
     return cmd.get_help(ctx), ctx
 
 

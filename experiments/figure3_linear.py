@@ -1,11 +1,11 @@
-"""Reproduce seed 000 Figure 3: sub-optimality v* - v^pi against K on the synthetic linear MDP.
+"""Reproduce Qiao & Wang (2023) Figure 3: sub-optimality v* - v^pi against K on the synthetic linear MDP.
 
 (a) PEVI, VAPVI and DP-VAPVI (rho = 5, with and without the (E/2) I shift); (b) DP-VAPVI at rho in {1, 5, 25, 100}
 with VAPVI for reference. H = 20, instance seed 0, 5 runs per point (each run a
-fresh dataset from the seed's behaviour policy, shared by all learners of that
+fresh dataset from the paper's behaviour policy, shared by all learners of that
 run, and fresh DP noise); no D/D' split, as in the paper.
 
-Constants (ALGORITHMS.md 2.3 [D]; the paper does not report its own): C = 1,
+Constants (this project's choice, docs/linear.md; the paper does not report its own): C = 1,
 lambda = 1, d_scale = 0 (no D/K term), delta_fail = 0.05, c1 = c2 = 1. PEVI
 uses beta = sqrt(d) (the same multiplier as VAPVI's C sqrt(d)): with its
 theoretical beta = d H sqrt(log(2dHK/xi)) its Q is 0 everywhere for every K

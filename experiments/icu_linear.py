@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from privaudit.learners.linear import train_from_logs as linear_train
+from privaudit.learners.options import BudgetRequest
 from privaudit.mdp.icu_sepsis import default_data_dir, load_icu_sepsis
 from privaudit.mdp.tabular import evaluate_policy
 from privaudit.core.spec import DomainSpec, load_spec
@@ -63,10 +64,11 @@ def main(argv=None) -> None:
             for _ in range(args.runs):
                 seed += 1
                 if algo == "dp-vapvi":
-                    pol = linear_train(args.logs, lspec, algo, epsilon=eps, delta=DELTA, seed=seed)
+                    pol = linear_train(args.logs, lspec, algo, budget=BudgetRequest(epsilon=eps, delta=DELTA), seed=seed)
                 else:
                     with tempfile.TemporaryDirectory() as tmp:
-                        pol = tabular_train(args.logs, spec, algo=algo, stationary=True, epsilon=eps, delta=DELTA,
+                        pol = tabular_train(args.logs, spec, algo=algo, stationary=True,
+                                            budget=BudgetRequest(epsilon=eps, delta=DELTA),
                                             release_out=Path(tmp) / "rel", seed=seed)
                 vals.append(evaluate_policy(mdp, pol.table))
             res["rows"].append({"algo": algo, "epsilon": eps, "values": vals})

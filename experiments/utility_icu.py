@@ -32,8 +32,8 @@ Protocol
   output does not depend on the transition counts at all: any projection has
   ñ <= n' + E/2 <= E, so the pair falls back to Q = 0 (see
   ``privaudit.learners.tabular.dp_apvi``), and drawing the noise would change nothing.
-* Algorithms: ve (certainty equivalence), apvi (ALGORITHMS.md 1.7 recommended
-  baseline, Bernstein term only), apvi+16Hι/n (with Yin & Wang's lower-order
+* Algorithms: ve (certainty equivalence), apvi (Yin & Wang 2021, the
+  recommended baseline, Bernstein term only), apvi+16Hι/n (with Yin & Wang's lower-order
   term), dp-apvi at each epsilon.
 * Metrics: the exact value v^pi (``evaluate_policy``) of the learned policy;
   the learner's own pessimistic estimate d0 . V_0 ("certified"); the share of

@@ -43,7 +43,7 @@ next to 1 - failure_prob, and how many certificates were positive (a
 certificate of 0 holds trivially).
 
 Learners: every tabular learner of the registry with a runner in
-:data:`LEARNERS` (ve, apvi, apvi-hoeffding, dp-apvi with seed 000's
+:data:`LEARNERS` (ve, apvi, apvi-hoeffding, dp-apvi with Qiao & Wang (2023)'s
 constants), DP-PBB (``privaudit.learners.tabular.dp_pbb``, the issue-12 learner, its
 default constants, per-cell cap c = 1, the spec's return bound), and two
 unregistered variants for reference: APVI with Yin & Wang's lower-order term
@@ -68,7 +68,8 @@ import polars as pl
 from privaudit.core import registry
 from privaudit.data.bounding import bound_contributions, cap_per_cell
 from privaudit.audit.bounds import cp_lower, cp_upper
-from privaudit.learners.tabular.dp_pbb import DPPBB, CappedCounts
+from privaudit.learners.tabular.dp_pbb import DPPBB
+from privaudit.learners.tabular.pbb_counts import CappedCounts
 from privaudit.learners.tabular.counts import TabularCounts
 from privaudit.mdp.icu_sepsis import REFERENCE_VALUES, clinicians_policy, icu_sepsis_spec_doc, load_icu_sepsis
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
@@ -168,7 +169,7 @@ def _fit_exact(name: str, **params):
 
 
 def _fit_dp_apvi(data: Data, epsilon: float, rng, **params):
-    """DP-APVI (seed 000's constants unless ``params`` say otherwise) on one release: E from the release."""
+    """DP-APVI (Qiao & Wang (2023)'s constants unless ``params`` say otherwise) on one release: E from the release."""
     cls = registry.get("dp-apvi").load()
     release = release_plan(data.spec, epsilon, data.stationary)
     E = release.noise_bound(FAILURE_PROB)

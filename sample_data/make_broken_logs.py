@@ -88,7 +88,7 @@ def break_rules(df: pl.DataFrame) -> pl.DataFrame:
 
 def make_broken_logs(out_dir: Path = HERE) -> tuple[Path, Path]:
     """Write ``broken_logs.parquet`` and ``broken_spec.json`` into ``out_dir``."""
-    from privaudit.core.files import atomic_path, atomic_write_text
+    from privaudit.core.atomic import atomic_path, atomic_write_text
     from privaudit.core.spec import DomainSpec
 
     DomainSpec.from_dict(SPEC)  # the spec itself is valid

@@ -36,7 +36,7 @@ def spark_missing() -> str | None:
     if importlib.util.find_spec("pyspark") is None:
         return "pyspark is not installed (python -m pip install -e '.[spark]')"
     from privaudit.core.errors import UsageError
-    from privaudit.data.spark.engine import ensure_java
+    from privaudit.data.spark.session import ensure_java
 
     try:
         ensure_java()

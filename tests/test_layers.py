@@ -1,7 +1,7 @@
 """Import layers (issue 11): the import-linter contracts of pyproject.toml, private names, imports at top.
 
 Layers, highest first: cli > pipeline > audit > learners | online > release >
-data | privacy | mdp > core (errors, spec, schemas, files, package data, ...). A
+data | privacy | mdp > core (errors, spec, schemas, atomic writes, outputs, package data, ...). A
 module imports only from its own package or a lower layer; no two modules of
 a package import each other in a cycle.
 """
@@ -20,6 +20,7 @@ from importlinter import cli as importlinter_cli
 
 from privaudit.cli import COMMANDS, main
 from privaudit.core.errors import UsageError
+from privaudit.learners.options import BudgetRequest
 from privaudit.learners.tabular.train import train_from_logs
 from privaudit.core.spec import load_spec
 
@@ -35,7 +36,8 @@ TOP_IMPORTS_ONLY = ("", "audit", "audit/mechanisms", "audit/online", "cli", "cor
 #: for (issue 19: ``privaudit --help`` and non-plotting runs must not pay for them).
 LAZY_LIBRARIES = ("matplotlib",)
 # Modules of an optional extra (their library may be absent): imported where they are asked for.
-OPTIONAL_EXTRA_MODULES = ("privaudit.data.spark.engine",)  # pyspark, extra [spark]
+OPTIONAL_EXTRA_MODULES = tuple(f"privaudit.data.spark.{m}" for m in (  # pyspark, extra [spark]
+    "engine", "session", "logs", "fatal_rules", "bounding", "counts"))
 
 
 def _modules():
@@ -145,7 +147,7 @@ def test_library_errors_name_the_parameter_and_the_cli_its_flag(tmp_path):
                     '"max_episodes": 1}}')
     with pytest.raises(UsageError, match="`algo` apvi is not private: it takes no budget "
                                          r"\(`rho`/`epsilon`/`delta`\)"):
-        train_from_logs(tmp_path / "logs.parquet", load_spec(spec), algo="apvi", rho=1.0)
+        train_from_logs(tmp_path / "logs.parquet", load_spec(spec), algo="apvi", budget=BudgetRequest(rho=1.0))
     res = CliRunner().invoke(main, ["train", str(tmp_path / "logs.parquet"), "--spec", str(spec), "--algo", "apvi",
                                     "--rho", "1", "--out", str(tmp_path / "pol")])
     assert res.exit_code == 2

@@ -6,16 +6,16 @@ score of shape (n,); larger means "looks like D'". An event is
 candidates are fitted on the selection split only; the runner then chooses
 one (candidate, threshold, direction) on the other half of that split
 (cross-fitting) and counts it on the independent evaluation split
-(AUDITING.md 4.1-4.5).
+(docs/audit.md, Background).
 
-The battery covers the bug classes of AUDITING.md that reach a count
+The battery covers the known classes of DP bugs that reach a count
 release:
 
 * ``mean_difference``: projection on mean(D') - mean(D), the Neyman-Pearson
-  direction for isotropic Gaussian noise (AUDITING.md 4.1);
+  direction for isotropic Gaussian noise (Nasr et al. 2021);
 * ``fisher``: Fisher's discriminant Sigma^-1 (mean(D') - mean(D)) with the
   pooled covariance; catches noise shared between cells (e.g. one draw reused
-  across steps h, ALGORITHMS.md 2.5/7.3), where differences are noise-free;
+  across steps h), where differences are noise-free;
 * ``exact_zero``, ``non_finite``, ``integer_valued``: indicator features
   weighted by their frequency difference; catch cells released only when
   observed (support leak), domains read off the data (B10) and outputs
@@ -27,7 +27,7 @@ release:
   cells (m = 8, 16, 24); catches noise on a coarse grid added to real-valued
   data, whose low-order digits then carry the data (B1-B3 "granularity");
 * ``laplace_lr``: sum over cells of |y - median_D| - |y - median_D'|, the
-  Neyman-Pearson statistic for Laplace noise (AUDITING.md 4.2);
+  Neyman-Pearson statistic for Laplace noise (Neyman-Pearson lemma);
 * ``numpy_laplace_lattice``, ``numpy_normal_lattice``,
   ``any_float_noise_lattice`` (float outputs, when the noise-free values are
   known): is y reachable as fl(c + z) from D's value c and from D''s, for a
@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from privaudit.audit.model import numeric_output
+from privaudit.audit.protocol import numeric_output
 from privaudit.audit.float_attacks import sampler_scores
 from privaudit.core.errors import UsageError, UserCodeError
 

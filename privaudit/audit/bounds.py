@@ -3,7 +3,7 @@
 Everything here is pure arithmetic on counts; every rounding goes the
 pessimistic way for the auditor (lower bounds down, upper bounds up), so
 that a reported violation is a real one with the stated confidence
-(AUDITING.md soundness traps 2-4).
+(docs/audit.md, Background, rules 3-4).
 
 References
 ----------
@@ -72,7 +72,7 @@ def eps_from_rates(tpr_lb, fpr_ub, delta):
     """Generic (eps, delta) lower bound from one trade-off point.
 
     eps_lb = ln((TPR_LB - delta) / FPR_UB), 0 when negative or undefined
-    (Kairouz et al. 2015; AUDITING.md 4.2/4.3). Valid for any (eps, delta)
+    (Kairouz et al. 2015; docs/audit.md, Background). Valid for any (eps, delta)
     claim when TPR_LB and FPR_UB hold jointly.
 
     Parameters
@@ -102,7 +102,7 @@ def gdp_mu_from_rates(fpr_ub, fnr_ub):
     mu_lb = Phi^-1(1 - FPR_UB) - Phi^-1(FNR_UB) (Dong-Roth-Su 2019 eq. 6),
     0 when negative. Symmetric in (FPR, FNR), so one formula covers both
     directions. Valid only against a claim derived from a Gaussian / GDP
-    analysis (AUDITING.md 4.1 "validity caveat").
+    analysis (docs/audit.md, "Which test is valid for which claim").
     """
     fpr_ub = np.clip(np.asarray(fpr_ub, dtype=float), 1e-300, 1.0)
     fnr_ub = np.clip(np.asarray(fnr_ub, dtype=float), 1e-300, 1.0)
@@ -196,7 +196,7 @@ def perfect_separation_cap(n0: int, n1: int, alpha_bound: float, delta: float) -
     dict
         ``epsilon`` (generic cap), ``mu`` (GDP cap) and
         ``min_detectable_probability`` (about 3/n: events rarer than this are
-        invisible, AUDITING.md trap 7).
+        invisible, docs/audit.md, Background, rule 7).
     """
     tpr_lb = float(cp_lower(n1, n1, alpha_bound))
     fpr_ub = float(cp_upper(0, n0, alpha_bound))

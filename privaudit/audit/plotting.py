@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from privaudit.audit import bounds as B
-from privaudit.core.files import atomic_path
+from privaudit.core.atomic import atomic_path
 
 _FORBID = "tab:red"
 _PROVED = "tab:blue"

@@ -2,7 +2,7 @@
 
 An audit can show that a claim is false (``violation``); it can never show
 that a mechanism is private. A run without a violation says only that none
-was found at the audit's resolution (AUDITING.md trap 7), which the report
+was found at the audit's resolution (docs/audit.md, Background, rule 7), which the report
 states with the perfect-separation cap.
 
 The report is written for the data holder; it names the removed unit only by
@@ -15,24 +15,25 @@ Whether it may leave the data holder is its ``shareable`` field
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from privaudit import __version__
 from privaudit.audit import bounds as B
+from privaudit.audit.claim import Claim
 from privaudit.audit.plotting import plot_report
 from privaudit.core.artifact import ArtifactFormat
 from privaudit.core.errors import ArtifactError
-from privaudit.core.files import json_default
+from privaudit.core.jsonio import json_default
 
 REPORT_FORMAT_VERSION = 1
 #: The audit report on disk (``schemas/audit_report.schema.json``; no ``kind`` key).
 REPORT_FORMAT = ArtifactFormat("audit report", "audit_report", REPORT_FORMAT_VERSION)
 VIOLATION = "violation"
 NO_VIOLATION = "no violation found"
-#: Pair kinds built from the spec alone (``neighbours.synthetic_pair``), on top of a ``baseline``.
+#: Pair kinds built from the spec alone (``synthetic_pairs.synthetic_pair``), on top of a ``baseline``.
 SYNTHETIC_KINDS = ("synthetic", "synthetic-repeat", "synthetic-spread")
 
 
@@ -86,6 +87,75 @@ def sharing(pair: dict | None, self_contained: bool) -> tuple[bool, str]:
     return True, "the pair is built from the spec alone (synthetic units, empty baseline): no logs were read"
 
 
+@dataclass(frozen=True)
+class ReportContext:
+    """What every report of an audit states, whether or not trials ran.
+
+    Attributes
+    ----------
+    mechanism : str
+        The audited mechanism's name.
+    claim : Claim
+        The claim under test (:class:`privaudit.audit.claim.Claim`).
+    confidence : float
+        1 - alpha.
+    pair : dict
+        The neighbouring pair's description.
+    graybox : dict
+        The gray-box block (``checked``, ``violation``, ``families``).
+    selection_trials, evaluation_trials : int
+        Runs per side of the two splits.
+    rng_mode : {"secure", "seeded-insecure"}
+    resolution : dict
+        The perfect-separation cap (``bounds.perfect_separation_cap``).
+    self_contained : bool
+        The mechanism is a built-in adapter (see :func:`sharing`).
+    """
+
+    mechanism: str
+    claim: Claim
+    confidence: float
+    pair: dict
+    graybox: dict
+    selection_trials: int
+    evaluation_trials: int
+    rng_mode: str
+    resolution: dict
+    self_contained: bool = False
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """How the runs of an audit were drawn and counted (the report's ``method`` block).
+
+    Attributes
+    ----------
+    trials : int
+        Runs per side.
+    alpha_per_bound : float
+        Error probability of each one-sided Clopper-Pearson bound.
+    candidates : list of str
+        The scores tried.
+    batched : bool
+    output_shape : list of int
+    float_sampler : dict or None
+        The float side-channel evidence (``float_attacks.sampler_verdict``).
+    gdp_lattice : dict or None
+        The GDP test's lattice share of alpha (discrete Gaussian noise).
+    fixed_events : str or None
+        Why the events were fixed before any run (no selection split), else None.
+    """
+
+    trials: int
+    alpha_per_bound: float
+    candidates: list
+    batched: bool
+    output_shape: list
+    float_sampler: dict | None = None
+    gdp_lattice: dict | None = None
+    fixed_events: str | None = None
+
+
 @dataclass
 class AuditReport:
     """Result of :func:`privaudit.audit.run_audit`.
@@ -132,36 +202,34 @@ class AuditReport:
 
     # ------------------------------------------------------------------ builders
     @classmethod
-    def _base(cls, mechanism, claim, confidence, pair, graybox, selection_trials, evaluation_trials,
-              rng_mode, resolution, runtime_s, self_contained) -> dict:
-        shareable, why = sharing(pair, self_contained)
+    def _base(cls, context: ReportContext) -> dict:
+        c = context
+        claim, pair = c.claim, c.pair
+        shareable, why = sharing(pair, c.self_contained)
         return {
             "format_version": REPORT_FORMAT_VERSION,
             "software": {"name": "privaudit", "version": __version__},
-            "mechanism": mechanism,
+            "mechanism": c.mechanism,
             "claim": claim.to_dict(),
             "claimed_epsilon": claim.epsilon,
             "delta": claim.delta,
-            "confidence": confidence,
+            "confidence": c.confidence,
             "neighbouring_pair": pair,
-            "graybox": graybox,
-            "selection_trials": selection_trials,
-            "evaluation_trials": evaluation_trials,
-            "resolution_limit": resolution,
-            "rng_mode": rng_mode,
+            "graybox": c.graybox,
+            "selection_trials": c.selection_trials,
+            "evaluation_trials": c.evaluation_trials,
+            "resolution_limit": c.resolution,
+            "rng_mode": c.rng_mode,
             "shareable": shareable,
             "shareable_reason": why,
         }
 
     @classmethod
-    def graybox_only(cls, *, mechanism, claim, confidence, pair, graybox, selection_trials,
-                     evaluation_trials, rng_mode, resolution, runtime_s,
-                     self_contained: bool = False) -> "AuditReport":
-        """A report whose verdict comes from the gray-box check alone (no trials ran).
-
-        ``self_contained``: the mechanism is a built-in adapter (see :func:`sharing`)."""
-        d = cls._base(mechanism, claim, confidence, pair, graybox, 0, 0, rng_mode, resolution, runtime_s,
-                      self_contained)
+    def graybox_only(cls, context: ReportContext, runtime_s: float | None = None) -> "AuditReport":
+        """A report whose verdict comes from the gray-box check alone (no trials ran: both
+        split sizes are written as 0 whatever ``context`` says)."""
+        d = cls._base(replace(context, selection_trials=0, evaluation_trials=0))
+        claim, graybox = context.claim, context.graybox
         excess = [f for f in graybox["families"] if f["exceeds"]]
         lb = max((f.get("epsilon_at_change") or 0.0 for f in excess), default=0.0)
         d.update({
@@ -179,11 +247,8 @@ class AuditReport:
         return cls(VIOLATION, None, d, runtime_s=runtime_s)
 
     @classmethod
-    def from_events(cls, *, mechanism, claim, confidence, pair, graybox, selection_trials,
-                    evaluation_trials, rng_mode, resolution, runtime_s, events, candidates,
-                    batched, output_shape, trials, alpha_per_bound, float_sampler=None,
-                    gdp_lattice=None, fixed_events: str | None = None,
-                    self_contained: bool = False) -> "AuditReport":
+    def from_events(cls, context: ReportContext, events: list[dict], runs: RunFacts,
+                    runtime_s: float | None = None) -> "AuditReport":
         """Build the report from the evaluated event (one, in the direction chosen on the selection split).
 
         ``epsilon_lower_bound`` is the generic (epsilon, delta) bound, valid for
@@ -191,14 +256,15 @@ class AuditReport:
         (``claim.kind == "gaussian"``) may a GDP-derived epsilon replace it,
         and ``method.epsilon_lower_bound_from`` then says so.
 
-        ``fixed_events``: the events were fixed before any run (the reason, e.g. "the canary's known
-        change direction from the public design"), no selection split; each of the ``len(events)``
-        events then has its own share of alpha (Bonferroni) and the best one is reported.
-
-        ``self_contained``: the mechanism is a built-in adapter (see :func:`sharing`).
+        ``runs.fixed_events``: the events were fixed before any run (the reason, e.g. "the canary's
+        known change direction from the public design"), no selection split; each of the
+        ``len(events)`` events then has its own share of alpha (Bonferroni) and the best one is reported.
         """
-        d = cls._base(mechanism, claim, confidence, pair, graybox, selection_trials, evaluation_trials,
-                      rng_mode, resolution, runtime_s, self_contained)
+        d = cls._base(context)
+        claim, pair, graybox, resolution = context.claim, context.pair, context.graybox, context.resolution
+        evaluation_trials, fixed_events = context.evaluation_trials, runs.fixed_events
+        alpha_per_bound = runs.alpha_per_bound
+        float_sampler, gdp_lattice = runs.float_sampler, runs.gdp_lattice
         eps_generic = max(e["epsilon_lower_bound"] for e in events)
         mu_lb = max(e["mu_lower_bound"] for e in events)
         eps_gdp = B.gdp_eps(mu_lb, claim.delta) if claim.delta > 0 else None
@@ -253,7 +319,7 @@ class AuditReport:
                         f"{claim.epsilon:.4g}: this audit could not have refuted the claim at this run count "
                         "(run more trials)")
         d.update({
-            "verdict": verdict, "trials": trials,
+            "verdict": verdict, "trials": runs.trials,
             "epsilon_lower_bound": eps_lb,
             "method": {
                 "test": test,
@@ -284,12 +350,12 @@ class AuditReport:
                                          "(rho-zCDP or (epsilon, delta)-DP does not imply mu-GDP)"),
                              "formula": "mu = Phi^-1(1 - FPR_UB) - Phi^-1(FNR_UB), eps from the GDP privacy profile",
                              **({"lattice_approximation": gdp_lattice} if gdp_lattice else {})},
-                "batched": batched, "output_shape": output_shape,
+                "batched": runs.batched, "output_shape": runs.output_shape,
             },
             "float_sampler": float_sampler,
             "events": events,
             "chosen_event": {k: v for k, v in best.items() if k != "roc"},
-            "candidates": candidates,
+            "candidates": runs.candidates,
             "messages": msgs,
         })
         return cls(verdict, eps_lb, d, runtime_s=runtime_s)

@@ -1,7 +1,6 @@
 """Run an audit: sample a mechanism on D and D', attack, bound epsilon.
 
-Protocol (AUDITING.md 4.1-4.5; every soundness trap of its section 1 is
-avoided as noted):
+Protocol (docs/audit.md, Background; the rules it numbers are followed as noted):
 
 1. Gray-box check (zero samples): when the mechanism exposes its pre-noise
    statistics, their L1/L2 change between D and D' is compared with the
@@ -19,8 +18,8 @@ avoided as noted):
    symmetric (substitution neighbours in either order; the mu-GDP trade-off
    curve is symmetric), so one event in either direction tests it: the two
    mirror-image directions share one choice, and each of the two one-sided
-   Clopper-Pearson bounds gets alpha / 2 (trap 1, 2). Counts are integers,
-   no randomized tie-breaking (trap 4, 5).
+   Clopper-Pearson bounds gets alpha / 2 (rules 1, 2). Counts are integers,
+   no randomized tie-breaking (rules 4, 5).
 4. eps_lb = ln((CP_L(TPR) - delta) / CP_U(FPR)): the generic test, valid for
    every (eps, delta) claim and the default. With the Gaussian opt-in
    (``Claim.kind == "gaussian"``) also mu_lb = Phi^-1(1 - FPR_UB) -
@@ -28,367 +27,38 @@ avoided as noted):
    mu-GDP (a post-processing of a continuous Gaussian mechanism; rho-zCDP
    alone does not imply sqrt(2 rho)-GDP). Verdict ``violation`` when a valid
    bound exceeds the claim, else ``no violation found`` with the resolution
-   limit (trap 7).
+   limit (rule 7).
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import math
-import multiprocessing as mp
 import os
-import signal
 import sys
 import time
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
-from scipy import special
 from tqdm import tqdm
 
 from privaudit.audit import bounds as B
-from privaudit.audit.mechanisms.tabular import DPAPVIMechanism, DPPBBMechanism, DPVAPVIMechanism, ReleaseMechanism
 from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
-from privaudit.audit.model import Claim, FileFunction, flatten_runs, is_batched, numeric_output
-from privaudit.audit.neighbours import NeighbouringPair, make_pair
-from privaudit.audit.report import AuditReport
+from privaudit.audit.choice import choose_event, min_trials, selection_size
+from privaudit.audit.claim import Claim
 from privaudit.audit.float_attacks import sampler_verdict
+from privaudit.audit.graybox import graybox_check, sampler_hint
+from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
+from privaudit.audit.mechanisms.dp_pbb import DPPBBMechanism
+from privaudit.audit.mechanisms.dp_vapvi import DPVAPVIMechanism
+from privaudit.audit.mechanisms.release import ReleaseMechanism
+from privaudit.audit.neighbours import make_pair
+from privaudit.audit.pairs import NeighbouringPair
+from privaudit.audit.protocol import FileFunction, is_batched
+from privaudit.audit.report import AuditReport, ReportContext, RunFacts
+from privaudit.audit.sampling import CHUNK_CELLS, Sampler, pair_leaves_output_unchanged
 from privaudit.core.errors import UsageError
 
-#: Default share of the trials used to fit and choose the event (see :func:`selection_size`).
-SELECTION_FRACTION = 0.1
-#: Default floor of the selection runs per side (capped at 30% of the trials).
-SELECTION_MIN = 2000
-#: Cells per batched chunk (memory of one chunk ~ 8 bytes x this).
-CHUNK_CELLS = 4_000_000
-#: Serial work (seconds) below which unbatched runs stay in this process.
-PARALLEL_MIN_SERIAL_S = 20.0
-#: Most thresholds tried per candidate on the selection split.
-MAX_THRESHOLDS = 3000
-#: Pooled quantiles tried as thresholds for the GDP objective.
-GDP_QUANTILES = np.linspace(0.005, 0.995, 199)
-#: GDP objective: a threshold's own probit estimate counts only where its Clopper-Pearson interval at this
-#: many standard deviations per rate excludes the candidate's central level (see ``_gdp_shrunk``).
-GDP_SHRINK_SD = 4.0
-#: ... and the central level is the median over thresholds whose two rates both lie in this range.
-GDP_CENTRAL_RATES = (0.05, 0.95)
-
-
-# --------------------------------------------------------------------------- sampling
-
-#: In a pool worker: the main process's abort event (``_Sampler.close(abort=True)`` sets it); None elsewhere.
-_ABORT = None
-
-
-class _Aborted(Exception):
-    """A worker's chunk stopped between two runs because the main process is aborting."""
-
-
-def _run_serial(fn, logs, rng, n, who="the mechanism"):
-    outs = []
-    for _ in range(n):
-        if _ABORT is not None and _ABORT.is_set():  # the main process is unwinding: stop between runs
-            raise _Aborted()
-        outs.append(numeric_output(fn(logs, rng), who))
-    shapes = {o.shape for o in outs}
-    if len(shapes) != 1:
-        raise UsageError(f"{who} must return a fixed shape; got shapes {sorted(shapes)}.")
-    return np.stack(outs).reshape(n, -1).astype(np.float64), outs[0].shape
-
-
-def _worker_init(abort) -> None:
-    """Initializer of the pool's workers: Ctrl-C and SIGTERM sent to the whole process group (a terminal,
-    a job scheduler) are left to the main process, which stops the pool itself (``_Sampler.close``); a
-    worker killed by the signal mid-task would break the pool and leak its semaphores (Python's
-    resource_tracker then warns at exit). ``abort`` (a multiprocessing Event) is checked between two runs
-    of a chunk, so an abort waits for one run per worker, not for whole chunks (minutes for DP-APVI)."""
-    global _ABORT
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _ABORT = abort
-
-
-class _Sampler:
-    """Draws independent runs of one mechanism on one dataset."""
-
-    def __init__(self, fn, batched: bool, n_jobs: int, progress, who: str = "the mechanism"):
-        self.fn, self.batched, self.n_jobs, self.progress, self.who = fn, batched, n_jobs, progress, who
-        self.shape = None
-        self.per_run_s = None
-        self._pool = None
-        self._abort = None
-
-    def close(self, abort: bool = False):
-        """Shut the worker pool down (idempotent).
-
-        ``abort`` (an exception is unwinding: Ctrl-C, SIGTERM, an error): the queued chunks are cancelled
-        and the chunks already running (at most one per worker) stop after their current run (the abort
-        event the workers check between runs). The workers are not killed: a worker killed mid-task
-        leaves the pool's semaphores registered, and Python's resource_tracker then warns of "leaked
-        semaphore objects" at exit.
-        """
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            if abort:
-                self._abort.set()
-            pool.shutdown(wait=True, cancel_futures=abort)
-
-    def draw(self, logs: pl.DataFrame, n: int, rng: np.random.Generator) -> np.ndarray:
-        if self.batched:
-            parts, done = [], 0
-            while done < n:
-                per = 256 if self.shape is None else max(1, CHUNK_CELLS // max(1, int(np.prod(self.shape))))
-                size = min(per, n - done)
-                out = numeric_output(self.fn(logs, rng.spawn(1)[0], n_runs=size), self.who)
-                flat = flatten_runs(out, size, self.who)
-                if self.shape is None:
-                    self.shape = out.shape[1:]
-                elif out.shape[1:] != self.shape:
-                    raise UsageError(f"{self.who} must return a fixed shape; got {out.shape[1:]} after {self.shape}.")
-                parts.append(flat)
-                done += size
-                self.progress(size)
-            return np.concatenate(parts)
-        if self.per_run_s is None:  # time one run: processes only pay off for slow mechanisms
-            t = time.perf_counter()
-            first, shape = _run_serial(self.fn, logs, rng, 1, self.who)
-            self.per_run_s = time.perf_counter() - t
-            self.shape = shape
-            self.progress(1)
-            rest = self.draw(logs, n - 1, rng) if n > 1 else first[:0]
-            return np.concatenate([first, rest])
-        if self.n_jobs <= 1 or n < 2 * self.n_jobs or self.per_run_s * n < PARALLEL_MIN_SERIAL_S:
-            out, shape = _run_serial(self.fn, logs, rng, n, self.who)
-            self.progress(n)
-        else:
-            if self._pool is None:
-                ctx = mp.get_context("spawn")
-                self._abort = ctx.Event()
-                self._pool = cf.ProcessPoolExecutor(self.n_jobs, mp_context=ctx, initializer=_worker_init,
-                                                    initargs=(self._abort,))
-            k = min(n, 4 * self.n_jobs)
-            sizes = [n // k + (i < n % k) for i in range(k)]
-            futs = [self._pool.submit(_run_serial, self.fn, logs, c, s, self.who)
-                    for s, c in zip(sizes, rng.spawn(k))]
-            parts = []
-            for f, s in zip(futs, sizes):
-                part, shape = f.result()
-                parts.append(part)
-                self.progress(s)
-            out = np.concatenate(parts)
-        if self.shape is None:
-            self.shape = shape
-        if shape != self.shape or out.shape[1] != int(np.prod(self.shape)):
-            raise UsageError(f"{self.who} must return a fixed shape; got {out.shape[1]} cells, expected {self.shape}.")
-        return out
-
-
-# --------------------------------------------------------------------------- gray-box
-
-def graybox_check(mech, pair: NeighbouringPair, delta: float) -> dict:
-    """Compare the pre-noise change between D and D' with the declared sensitivity.
-
-    Returns
-    -------
-    dict
-        ``checked`` (bool), ``violation`` (bool), ``families``: per statistic
-        the observed L1/L2 change, the declared ones, and when the noise is
-        known the privacy the observed change costs at this noise
-        (``epsilon_at_change``: Gaussian -> GDP eps at delta with
-        mu = L2 / sigma; Laplace -> L1 / b).
-    """
-    if not (hasattr(mech, "exact_statistics") and hasattr(mech, "declared_sensitivity")):
-        return {"checked": False, "violation": False, "families": []}
-    s0, s1 = mech.exact_statistics(pair.d), mech.exact_statistics(pair.d_prime)
-    declared = mech.declared_sensitivity()
-    noise = mech.noise() if hasattr(mech, "noise") else {}
-    fams, bad = [], False
-    for name in s0:
-        a, b = np.asarray(s0[name], dtype=np.float64), np.asarray(s1[name], dtype=np.float64)
-        if a.shape != b.shape:
-            raise UsageError(f"statistic {name!r} has shape {a.shape} on D and {b.shape} on D'.")
-        diff = b - a
-        nonfinite = bool(~np.all(np.isfinite(a)) or ~np.all(np.isfinite(b)))
-        l1 = float(np.abs(diff).sum()) if not nonfinite else None
-        l2 = float(np.sqrt((diff ** 2).sum())) if not nonfinite else None
-        dec = declared.get(name, {})
-        ex = nonfinite or (l1 > dec.get("l1", math.inf) * (1 + 1e-12)) or (l2 > dec.get("l2", math.inf) * (1 + 1e-12))
-        row = {"name": name, "l1": l1, "l2": l2, "declared_l1": dec.get("l1"), "declared_l2": dec.get("l2"),
-               "cells_changed": int(np.count_nonzero(diff)), "non_finite": nonfinite, "exceeds": bool(ex)}
-        nz = noise.get(name)
-        if nz and not nonfinite:
-            if nz["mechanism"] == "gaussian" and delta > 0:
-                row["epsilon_at_change"] = B.gdp_eps(l2 / nz["scale"], delta)
-            elif nz["mechanism"] == "laplace":
-                row["epsilon_at_change"] = l1 / nz["scale"]
-        fams.append(row)
-        bad |= ex
-    return {"checked": True, "violation": bool(bad), "families": fams}
-
-
-# --------------------------------------------------------------------------- choice
-
-def _grid(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
-    pooled = np.sort(np.concatenate([s0, s1]))
-    u = np.unique(pooled)
-    if len(u) <= MAX_THRESHOLDS:
-        return u
-    N = len(pooled)
-    idx = np.unique(np.concatenate([np.linspace(0, N - 1, MAX_THRESHOLDS - 600).astype(int),
-                                    np.arange(min(300, N)), N - 1 - np.arange(min(300, N))]))
-    return np.unique(pooled[idx])
-
-
-def selection_size(trials: int, selection_fraction: float | None) -> int:
-    """Selection runs per side: ``selection_fraction * trials``, or by default
-    10% of the trials but at least min(30% of the trials, 2000) (a few
-    thousand runs fit and place a threshold well; more only shrinks the
-    evaluation split, whose size sets the bounds' width)."""
-    if selection_fraction is not None:
-        return max(1, int(round(trials * selection_fraction)))
-    return max(int(round(trials * SELECTION_FRACTION)), min(int(round(trials * 0.3)), SELECTION_MIN))
-
-
-def _pair_leaves_output_unchanged(sampler, pair, tries: int = 3) -> bool:
-    """True when the mechanism gives D and D' the same output under the same random draws, ``tries`` times.
-
-    A mechanism whose statistic the pair does not change (e.g. a user statistic of columns the canary
-    does not touch) is then indistinguishable on the pair by construction. The probe draws use fixed
-    seeds; their outputs are compared and discarded, never reported. The progress bar is not advanced.
-    """
-    update, sampler.progress = sampler.progress, (lambda k: None)
-    try:
-        for i in range(tries):
-            a = sampler.draw(pair.d, 1, np.random.default_rng([PROBE_SEED, i]))
-            b = sampler.draw(pair.d_prime, 1, np.random.default_rng([PROBE_SEED, i]))
-            if a.shape != b.shape or not np.array_equal(a, b):
-                return False
-        return True
-    finally:
-        sampler.progress = update
-
-
-#: Seed of the probe draws of ``_pair_leaves_output_unchanged`` (compared, then discarded).
-PROBE_SEED = 20_250_101
-
-
-def min_trials(selection_fraction: float | None = None) -> int:
-    """The fewest runs per side an audit accepts: >= 20 selection and >= 10 evaluation runs
-    for every count from there on (``selection_size`` is not monotone near its rounding)."""
-    def ok(t: int) -> bool:
-        n_sel = selection_size(t, selection_fraction)
-        return n_sel >= 20 and t - n_sel >= 10
-
-    t = 10_000 if selection_fraction is None else int(np.ceil(20 / max(selection_fraction, 1e-9))) + 10_000
-    while t > 20 and ok(t - 1):
-        t -= 1
-    return t
-
-
-#: The fewest runs per side with the default selection split (``audit --trials`` refuses fewer).
-MIN_TRIALS = min_trials()
-
-
-def _choose(cands: list[Candidate], X0, X1, alpha_b, delta, objective):
-    """The (value, candidate, threshold, direction) with the best predicted bound on ``X0``, ``X1``.
-
-    ``X0``, ``X1`` are the *choice* half of the selection split: the
-    candidates were fitted on the other half (cross-fitting), so a score
-    that memorised its fitting runs (a lookup table) gains nothing here.
-    """
-    n0, n1 = len(X0), len(X1)
-    best = (-math.inf, None, None, "+")
-    for c in cands:
-        s0, s1 = np.sort(c.score(X0)), np.sort(c.score(X1))
-        # GDP objective: a smooth grid of pooled quantiles (the informative thresholds are central;
-        # fewer thresholds tried also means a smaller Bonferroni correction in the choice)
-        t = _grid(s0, s1) if objective != "gaussian" else np.unique(
-            np.quantile(np.concatenate([s0, s1]), GDP_QUANTILES, method="inverted_cdf"))
-        gt0 = n0 - np.searchsorted(s0, t, side="right")
-        gt1 = n1 - np.searchsorted(s1, t, side="right")
-        # Score each event by the bound the choice half itself proves, simultaneously over
-        # every event tried (Bonferroni over candidates x thresholds x directions). A plug-in
-        # estimate, or a per-event bound, favours far-tail events whose few counts are mostly
-        # noise (winner's curse) and that then fail on the evaluation split.
-        a_sel = alpha_b / (2 * len(cands) * len(t))
-        plus = B.predict_objective(gt0, gt1, n0, n1, n0, n1, a_sel, delta, objective)
-        minus = B.predict_objective(n1 - gt1, n0 - gt0, n1, n0, n1, n0, a_sel, delta, objective)
-        if objective == "gaussian":
-            plus = _gdp_shrunk(gt0, n0, n1 - gt1, n1, a_sel)
-            minus = _gdp_shrunk(n1 - gt1, n1, gt0, n0, a_sel)
-        for d, v in (("+", plus), ("-", minus)):
-            i = int(np.argmax(v))
-            if v[i] > best[0]:
-                best = (float(v[i]), c, float(t[i]), d)
-    if best[1] is None:  # nothing predicted above 0: keep the first candidate at its median
-        c = cands[0]
-        best = (0.0, c, float(np.median(np.concatenate([c.score(X0), c.score(X1)]))), "+")
-    return best
-
-
-def _gdp_shrunk(fp, n_fp, fn, n_fn, a_sel):
-    """Predicted mu lower bound of each threshold for the GDP objective, with the threshold's
-    own noise shrunk away.
-
-    The plain prediction at threshold t is bound(t) = T(t) - pen(t): T the
-    probit estimate Phi^-1(1 - FPR) - Phi^-1(FNR) on the choice half, pen the
-    width of two Clopper-Pearson bounds at ``a_sel``. For a mu-GDP mechanism
-    T(t) = mu at every t, so the best threshold is the one with the smallest
-    width (near the centre of the curve); but T(t) on a few thousand runs
-    carries noise (sd ~ 0.025 at the centre for 5000 runs) that dwarfs the
-    differences in width, and the in-sample argmax then lands on a lucky,
-    off-centre threshold that loses on the evaluation split (issue 14: the
-    worst of 10 seeds at mu = 0.2 chose FPR 0.087 and got mu_lb/mu 0.890).
-    So a threshold keeps its own prediction bound(t) only where T(t) departs
-    significantly from the candidate's central level T_c (median of T over the
-    thresholds whose two rates lie in ``GDP_CENTRAL_RATES``): where the
-    Clopper-Pearson interval of T(t) at ``GDP_SHRINK_SD`` standard deviations
-    per rate (exact at zero counts) excludes T_c. Elsewhere its prediction is
-    T_c - pen(t). A curve that really is not GDP-shaped (a leak in a tail
-    event) keeps its tail; noise does not move the choice off the centre. Only
-    the choice uses this; the evaluation split, independent of it, gives the
-    bound. With no central threshold (well-separated outputs) the plain
-    prediction is returned.
-
-    Parameters
-    ----------
-    fp, fn : ndarray
-        False positives and false negatives per threshold on the choice half.
-    n_fp, n_fn : int
-        Runs on the negative and positive side of the choice half.
-    a_sel : float
-        Error probability of each Clopper-Pearson bound in the prediction.
-
-    Returns
-    -------
-    ndarray
-        Predicted mu_lb per threshold, not floored at 0 (so that, when no
-        threshold is predicted to prove anything, the least-penalised one
-        still wins the choice rather than the first of the grid).
-    """
-    fp, fn = np.asarray(fp, float), np.asarray(fn, float)
-
-    def probit(fpr, fnr):
-        return (-special.ndtri(np.clip(fpr, 1e-300, 1.0)) - special.ndtri(np.clip(fnr, 1e-300, 1.0)))
-
-    bound = probit(B.cp_upper(fp, n_fp, a_sel), B.cp_upper(fn, n_fn, a_sel))
-    r0 = np.clip(fp / n_fp, 0.5 / n_fp, 1 - 0.5 / n_fp)
-    r1 = np.clip(fn / n_fn, 0.5 / n_fn, 1 - 0.5 / n_fn)
-    point = probit(r0, r1)
-    lo, hi = GDP_CENTRAL_RATES
-    central = (r0 >= lo) & (r0 <= hi) & (r1 >= lo) & (r1 <= hi)
-    if not central.any():
-        return bound
-    level = float(np.median(point[central]))
-    a_k = float(special.ndtr(-GDP_SHRINK_SD))
-    t_lo = probit(B.cp_upper(fp, n_fp, a_k), B.cp_upper(fn, n_fn, a_k))
-    t_hi = probit(B.cp_lower(fp, n_fp, a_k), B.cp_lower(fn, n_fn, a_k))
-    significant = (t_lo > level) | (t_hi < level)
-    return np.where(significant, bound, level - (point - bound))
-
-
-# --------------------------------------------------------------------------- audit
 
 def default_canary(mechanism) -> str:
     """The canary strategy an audit of ``mechanism`` uses when none is given.
@@ -396,7 +66,7 @@ def default_canary(mechanism) -> str:
     ``synthetic`` for the built-in tabular release and DP-APVI adapters
     (``synthetic-repeat`` when run with pooled, stationary, counts): D =
     logs + u*, D' = logs + v* with u*, v* built from the spec alone
-    (:func:`privaudit.audit.neighbours.synthetic_pair`), a pair that reaches
+    (:func:`privaudit.audit.synthetic_pairs.synthetic_pair`), a pair that reaches
     the declared sensitivity whatever the logs hold (a real unit removed by
     ``rare`` may have fewer than k episodes or short ones, and ``rare``
     spreads over H cells, reaching only a 1/sqrt(H) share of the pooled
@@ -420,20 +90,64 @@ def default_canary(mechanism) -> str:
     return "rare"
 
 
+@dataclass(frozen=True)
+class AuditSettings:
+    """The less common settings of :func:`run_audit` (the defaults are the CLI's).
+
+    Attributes
+    ----------
+    confidence : float
+        1 - alpha, the probability that a reported lower bound is valid, in [0.5, 1).
+    selection_fraction : float or None
+        Share of the trials that fit and choose the event, in (0, 1); None:
+        :func:`~privaudit.audit.choice.selection_size` (10%, at least min(30%, 2000) runs).
+    n_jobs : int or None
+        Worker processes for unbatched mechanisms (default: CPU count).
+    graybox : bool
+        Run the gray-box sensitivity check when the mechanism supports it.
+    stop_on_graybox : bool
+        Skip the trials when the gray-box check already found a violation.
+    mechanism_name : str, optional
+        Shown in the report (default: the mechanism's ``name`` or ``__name__``).
+    """
+
+    confidence: float = 0.95
+    selection_fraction: float | None = None
+    n_jobs: int | None = None
+    graybox: bool = True
+    stop_on_graybox: bool = True
+    mechanism_name: str | None = None
+
+
+@dataclass(frozen=True)
+class FixedEvents:
+    """Events fixed before any run, from public facts only, and why (recorded in the report).
+
+    Attributes
+    ----------
+    events : sequence of (name, fn, threshold, direction)
+        ``fn(outputs: (n, *shape)) -> (n,)``; direction ``"+"`` (event
+        {score > t} supports D') or ``"-"`` ({score <= t} supports D).
+    reason : str
+        Why the events are fixed (e.g. the projection on a canary's known
+        change, threshold at the design's midpoint).
+    """
+
+    events: Sequence[tuple]
+    reason: str
+
+
 def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, *, claim: Claim,
               pair: NeighbouringPair | None = None, canary: str | None = None, trials: int = 100_000,
-              confidence: float = 0.95, selection_fraction: float | None = None,
-              scores: Sequence[tuple[str, Callable]] = (), seed: int | None = None,
-              n_jobs: int | None = None, graybox: bool = True, stop_on_graybox: bool = True,
-              mechanism_name: str | None = None, progress: bool | None = None,
-              fixed_events: Sequence[tuple] | None = None, fixed_reason: str | None = None) -> AuditReport:
+              seed: int | None = None, progress: bool | None = None, scores: Sequence[tuple[str, Callable]] = (),
+              fixed: FixedEvents | str | None = None, settings: AuditSettings | None = None) -> AuditReport:
     """Audit ``mechanism`` against ``claim`` on a neighbouring pair.
 
     Parameters
     ----------
     mechanism : callable
         ``fn(logs, rng) -> ndarray`` (fixed shape), optionally batched with
-        keyword ``n_runs`` and the hooks of :mod:`privaudit.audit.model`.
+        keyword ``n_runs`` and the hooks of :mod:`privaudit.audit.protocol`.
     logs : polars.DataFrame, optional
         D (standard schema); needed unless ``pair`` is given.
     spec : DomainSpec, optional
@@ -448,40 +162,24 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         DP-APVI, per step / pooled; else ``rare``).
     trials : int
         Runs per side (selection + evaluation), >= 20.
-    confidence : float
-        1 - alpha, the probability that a reported lower bound is valid.
-    selection_fraction : float or None
-        Share of the trials that fit and choose the event, in (0, 1); None:
-        :func:`selection_size` (10%, at least min(30%, 2000) runs).
-    scores : sequence of (name, fn)
-        User scores ``fn(outputs: (n, *shape)) -> (n,)``, larger = more like D'.
     seed : int or None
         Seeds the audit's generator (OS entropy when None).
-    n_jobs : int or None
-        Worker processes for unbatched mechanisms (default: CPU count).
-    graybox : bool
-        Run the gray-box sensitivity check when the mechanism supports it.
-    stop_on_graybox : bool
-        Skip the trials when the gray-box check already found a violation.
-    mechanism_name : str, optional
-        Shown in the report.
     progress : bool or None
         Progress bar on stderr (default: only when stderr is a terminal).
-    fixed_events : sequence of (name, fn, threshold, direction), optional
-        Events fixed before any run, from public facts only (e.g. the
-        projection on a canary's known change, threshold at the design's
-        midpoint): ``fn(outputs: (n, *shape)) -> (n,)``, direction ``"+"``
-        (event {score > t} supports D') or ``"-"`` ({score <= t} supports D).
-        No selection split then: all ``trials`` runs per side are evaluation
-        runs, and each of the J events gets alpha / (2 J) per bound
-        (Bonferroni); the best is reported. Valid because nothing about the
-        events depends on the runs they are counted on (the split exists only
-        to make a data-chosen event independent of its evaluation).
-        ``"design"``: the mechanism's ``design_events(pair)`` after
-        ``prepare`` (``(events, reason)``; ``(None, None)`` falls back to the
-        selection split), e.g. DP-PBB's projection on its exact change.
-    fixed_reason : str, optional
-        Why the events are fixed (recorded in the report); required with ``fixed_events``.
+    scores : sequence of (name, fn)
+        User scores ``fn(outputs: (n, *shape)) -> (n,)``, larger = more like D'.
+    fixed : FixedEvents, "design" or None
+        Events fixed before any run (:class:`FixedEvents`). No selection
+        split then: all ``trials`` runs per side are evaluation runs, and each
+        of the J events gets alpha / (2 J) per bound (Bonferroni); the best is
+        reported. Valid because nothing about the events depends on the runs
+        they are counted on (the split exists only to make a data-chosen event
+        independent of its evaluation). ``"design"``: the mechanism's
+        ``design_events(pair)`` after ``prepare`` (``(events, reason)``;
+        ``(None, None)`` falls back to the selection split), e.g. DP-PBB's
+        projection on its exact change.
+    settings : AuditSettings, optional
+        Confidence, selection share, workers, gray-box switches, report name.
 
     Returns
     -------
@@ -494,6 +192,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         whose output shape changes.
     """
     t_start = time.perf_counter()
+    cfg = settings or AuditSettings()
+    confidence, selection_fraction = cfg.confidence, cfg.selection_fraction
     if not isinstance(trials, (int, np.integer)) or trials < 20:
         raise UsageError(f"`trials` must be an integer >= 20. Found {trials!r}.")
     if not 0.5 <= confidence < 1:
@@ -509,21 +209,12 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         maker = getattr(mechanism, "make_pair", None)  # an adapter may aim its canary (e.g. dp-vapvi)
         pair = maker(logs, spec, canary, rng=r_pair) if maker else make_pair(logs, spec, canary, rng=r_pair)
     mech = mechanism.prepare(pair.d, pair.d_prime) if hasattr(mechanism, "prepare") else mechanism
-    name = mechanism_name or getattr(mechanism, "name", None) or getattr(mechanism, "__name__", repr(mechanism))
+    name = cfg.mechanism_name or getattr(mechanism, "name", None) or getattr(mechanism, "__name__", repr(mechanism))
     alpha = 1 - confidence
     alpha_b = alpha / 2  # one chosen event (either direction) x (TPR lower, FPR upper)
-    if isinstance(fixed_events, str):  # "design": the mechanism's own events, fixed from the prepared pair
-        if fixed_events != "design" or not hasattr(mech, "design_events"):
-            raise UsageError(f"`fixed_events` must be a sequence of events, or 'design' for a mechanism with "
-                             f"design_events. Found {fixed_events!r} for {type(mech).__name__}.")
-        fixed_events, fixed_reason = mech.design_events(pair)
-    fixed = list(fixed_events) if fixed_events is not None else None
+    fixed = _fixed_events(fixed, mech, pair)
     if fixed is not None:
-        if not fixed or not fixed_reason:
-            raise UsageError("`fixed_events` needs at least one (name, fn, threshold, direction) and a `fixed_reason`.")
-        if any(len(e) != 4 or e[3] not in ("+", "-") for e in fixed):
-            raise UsageError("each fixed event is (name, fn, threshold, direction) with direction '+' or '-'.")
-        alpha_b = alpha / (2 * len(fixed))
+        alpha_b = alpha / (2 * len(fixed.events))
     n_sel = 0 if fixed is not None else selection_size(int(trials), selection_fraction)
     n_ev = int(trials) - n_sel
     if n_ev < 10 or (fixed is None and n_sel < 20):
@@ -545,47 +236,48 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
                    "why": "discrete Gaussian noise on a fine lattice: within total variation tv_per_run of a "
                           "post-processed continuous Gaussian mechanism per run (bounds.lattice_gaussian_tv), "
                           "so the GDP test runs at alpha minus 2 n tv"}
-    gb = graybox_check(mech, pair, claim.delta) if graybox else {"checked": False, "violation": False, "families": []}
-    base = dict(mechanism=str(name), claim=claim, confidence=confidence, pair=pair.description,
-                graybox=gb, selection_trials=n_sel, evaluation_trials=n_ev,
-                rng_mode="seeded-insecure" if seed is not None else "secure",
-                self_contained=bool(getattr(mechanism, "SELF_CONTAINED", False)))  # report.sharing
+    gb = graybox_check(mech, pair, claim.delta) if cfg.graybox else {"checked": False, "violation": False,
+                                                                      "families": []}
     cap = B.perfect_separation_cap(n_ev, n_ev, alpha_b, claim.delta)
     if claim.delta > 0:
         cap["epsilon_gaussian"] = B.gdp_eps(cap["mu"], claim.delta)
-    if gb["violation"] and stop_on_graybox:
-        return AuditReport.graybox_only(**base, resolution=cap, runtime_s=time.perf_counter() - t_start)
+    context = ReportContext(mechanism=str(name), claim=claim, confidence=confidence, pair=pair.description,
+                            graybox=gb, selection_trials=n_sel, evaluation_trials=n_ev,
+                            rng_mode="seeded-insecure" if seed is not None else "secure", resolution=cap,
+                            self_contained=bool(getattr(mechanism, "SELF_CONTAINED", False)))  # report.sharing
+    if gb["violation"] and cfg.stop_on_graybox:
+        return AuditReport.graybox_only(context, runtime_s=time.perf_counter() - t_start)
+    plan = _Evaluation(claim, n_ev, alpha_b, gdp_alpha, lattice, int(trials), t_start)
 
     # a FileFunction stays wrapped: its calls are the user-code boundary (errors named, no traceback)
     fn = mech
     batched = is_batched(mech.load() if isinstance(mech, FileFunction) else mech)
-    jobs = n_jobs or os.cpu_count() or 1
+    jobs = cfg.n_jobs or os.cpu_count() or 1
     show = sys.stderr.isatty() if progress is None else progress
     bar = None
     if show:
         bar = tqdm(total=2 * int(trials), desc="audit runs", unit="run", file=sys.stderr)
     who = mech.ref if isinstance(mech, FileFunction) else f"mechanism {name}"
-    sampler = _Sampler(fn, batched, jobs, bar.update if bar else (lambda k: None), who)
+    sampler = Sampler(fn, batched, jobs, bar.update if bar else (lambda k: None), who)
     try:
         if fixed is not None:
-            return _run_fixed(sampler, pair, fixed, fixed_reason, base, r_ev, n_ev, alpha_b, claim, gdp_alpha,
-                              lattice, cap, batched, int(trials), t_start)
+            return _run_fixed(sampler, pair, fixed, context, r_ev, plan)
         s0_sel, s1_sel = r_sel.spawn(2)
         X0 = sampler.draw(pair.d, n_sel, s0_sel)
         X1 = sampler.draw(pair.d_prime, n_sel, s1_sel)
-        if _pair_leaves_output_unchanged(sampler, pair):  # after the first draws: their errors come first
-            base["pair"] = {**base["pair"], "warning": (
+        if pair_leaves_output_unchanged(sampler, pair):  # after the first draws: their errors come first
+            context = replace(context, pair={**context.pair, "warning": (
                 "the pair does not change the mechanism's output: with the same random draws, D and D' gave "
                 "identical outputs in 3 of 3 tries, so no test can tell them apart and the bound says nothing "
                 "about the claim. Use a pair that changes what the mechanism computes (another `pair` D D2, or "
-                "another `canary`).")}
+                "another `canary`).")})
         extra = [fixed_candidate(n, f, sampler.shape) for n, f in scores]
         if hasattr(mech, "attack_scores"):
             extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
         nf = n_sel // 2  # cross-fitting: fit on the first half, choose on the second
-        cands = fit_candidates(X0[:nf], X1[:nf], extra, hint=_sampler_hint(mech, pair, X0[:nf], X1[:nf]))
+        cands = fit_candidates(X0[:nf], X1[:nf], extra, hint=sampler_hint(mech, pair, X0[:nf], X1[:nf]))
         objective = "gaussian" if claim.kind == "gaussian" else "generic"
-        _, cand, t, d = _choose(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective)
+        _, cand, t, d = choose_event(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective)
         del X0, X1
         ev_scores = ([], [])
         per = max(1, CHUNK_CELLS // max(1, int(np.prod(sampler.shape))))
@@ -606,16 +298,53 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     events = [_evaluate_event(cand, t, d, e0, e1, alpha_b, claim.delta, gdp_joint=claim.kind == "gaussian",
                               gdp_alpha=gdp_alpha)]
     evidence = sampler_verdict([c.info for c in cands if c.info.get("kind") == "known_sampler"])
-    return AuditReport.from_events(**base, events=events, resolution=cap, candidates=[c.name for c in cands],
-                                   float_sampler=evidence,
-                                   batched=batched, output_shape=list(sampler.shape or ()),
-                                   trials=int(trials), alpha_per_bound=alpha_b, gdp_lattice=lattice,
-                                   runtime_s=time.perf_counter() - t_start)
+    runs = RunFacts(trials=int(trials), alpha_per_bound=alpha_b, candidates=[c.name for c in cands],
+                    batched=batched, output_shape=list(sampler.shape or ()), float_sampler=evidence,
+                    gdp_lattice=lattice)
+    return AuditReport.from_events(context, events, runs, runtime_s=time.perf_counter() - t_start)
 
 
-def _run_fixed(sampler, pair, fixed, reason, base, r_ev, n_ev, alpha_b, claim, gdp_alpha, lattice, cap, batched,
-               trials, t_start) -> AuditReport:
-    """The evaluation-only audit of :func:`run_audit` with ``fixed_events``: every run counts every event."""
+def _fixed_events(fixed: FixedEvents | str | None, mech, pair: NeighbouringPair) -> FixedEvents | None:
+    """``fixed`` checked, with ``"design"`` resolved to the prepared mechanism's ``design_events(pair)``.
+
+    Raises
+    ------
+    UsageError
+        An unknown string, no events, no reason, or an event that is not (name, fn, threshold, "+" | "-").
+    """
+    if isinstance(fixed, str):  # "design": the mechanism's own events, fixed from the prepared pair
+        if fixed != "design" or not hasattr(mech, "design_events"):
+            raise UsageError(f"`fixed` must be FixedEvents, or 'design' for a mechanism with "
+                             f"design_events. Found {fixed!r} for {type(mech).__name__}.")
+        events, reason = mech.design_events(pair)
+        fixed = None if events is None else FixedEvents(events, reason)
+    if fixed is None:
+        return None
+    events = list(fixed.events)
+    if not events or not fixed.reason:
+        raise UsageError("`fixed` needs at least one (name, fn, threshold, direction) and a reason.")
+    if any(len(e) != 4 or e[3] not in ("+", "-") for e in events):
+        raise UsageError("each fixed event is (name, fn, threshold, direction) with direction '+' or '-'.")
+    return FixedEvents(events, fixed.reason)
+
+
+@dataclass(frozen=True)
+class _Evaluation:
+    """What counting events on the evaluation split needs (the chosen-event and fixed-events paths)."""
+
+    claim: Claim
+    n_ev: int
+    alpha_b: float
+    gdp_alpha: float
+    lattice: dict | None
+    trials: int
+    t_start: float
+
+
+def _run_fixed(sampler: Sampler, pair: NeighbouringPair, fixed: FixedEvents, context: ReportContext,
+               r_ev: np.random.Generator, plan: _Evaluation) -> AuditReport:
+    """The evaluation-only audit of :func:`run_audit` with ``fixed`` events: every run counts every event."""
+    claim, n_ev = plan.claim, plan.n_ev
     gdp_joint = claim.kind == "gaussian"  # gdp_alpha is already 2 alpha_b = alpha / J per event (Bonferroni)
     ev = ([], [])
     cands = None
@@ -627,19 +356,19 @@ def _run_fixed(sampler, pair, fixed, reason, base, r_ev, n_ev, alpha_b, claim, g
         c0, c1 = r_ev.spawn(1)[0].spawn(2)
         X0, X1 = sampler.draw(pair.d, size, c0), sampler.draw(pair.d_prime, size, c1)
         if cands is None:
-            cands = [fixed_candidate(n, f, sampler.shape) for n, f, _, _ in fixed]
+            cands = [fixed_candidate(n, f, sampler.shape) for n, f, _, _ in fixed.events]
             per = max(1, CHUNK_CELLS // max(1, int(np.prod(sampler.shape))))
         ev[0].append(np.stack([c.score(X0) for c in cands]))
         ev[1].append(np.stack([c.score(X1) for c in cands]))
         done += size
     e0, e1 = np.concatenate(ev[0], axis=1), np.concatenate(ev[1], axis=1)
-    events = [_evaluate_event(c, float(t), d, e0[j], e1[j], alpha_b, claim.delta, gdp_joint=gdp_joint,
-                              gdp_alpha=gdp_alpha)
-              for j, (c, (_, _, t, d)) in enumerate(zip(cands, fixed))]
-    return AuditReport.from_events(**base, events=events, resolution=cap, candidates=[c.name for c in cands],
-                                   float_sampler=None, batched=batched, output_shape=list(sampler.shape or ()),
-                                   trials=trials, alpha_per_bound=alpha_b, gdp_lattice=lattice,
-                                   fixed_events=reason, runtime_s=time.perf_counter() - t_start)
+    events = [_evaluate_event(c, float(t), d, e0[j], e1[j], plan.alpha_b, claim.delta, gdp_joint=gdp_joint,
+                              gdp_alpha=plan.gdp_alpha)
+              for j, (c, (_, _, t, d)) in enumerate(zip(cands, fixed.events))]
+    runs = RunFacts(trials=plan.trials, alpha_per_bound=plan.alpha_b, candidates=[c.name for c in cands],
+                    batched=sampler.batched, output_shape=list(sampler.shape or ()), gdp_lattice=plan.lattice,
+                    fixed_events=fixed.reason)
+    return AuditReport.from_events(context, events, runs, runtime_s=time.perf_counter() - plan.t_start)
 
 
 def _evaluate_event(cand: Candidate, t: float, d: str, e0: np.ndarray, e1: np.ndarray, alpha_b: float,
@@ -676,29 +405,6 @@ def _evaluate_event(cand: Candidate, t: float, d: str, e0: np.ndarray, e1: np.nd
         "mu_bound": "joint exact test" if gdp_joint else "two Clopper-Pearson bounds",
         "roc": _roc(e0, e1, d),
     }
-
-
-def _sampler_hint(mech, pair: NeighbouringPair, X0: np.ndarray, X1: np.ndarray) -> dict | None:
-    """Noise-free value (D, D') and declared noise scale of each output cell, for the float
-    side-channel scores (:mod:`privaudit.audit.float_attacks`).
-
-    From the mechanism's ``exact_statistics`` and ``noise`` hooks when their
-    cells line up with the output (concatenated in order); else, for user
-    code, the values are estimated as the rounded medians of the fitting runs
-    (integer counts) and no scale is known (only the sampler-free score).
-    """
-    d = X0.shape[1]
-    if not isinstance(mech, FileFunction) and hasattr(mech, "exact_statistics"):
-        s0, s1 = mech.exact_statistics(pair.d), mech.exact_statistics(pair.d_prime)
-        noise = mech.noise() if hasattr(mech, "noise") else {}
-        c0 = np.concatenate([np.asarray(v, dtype=np.float64).reshape(-1) for v in s0.values()])
-        c1 = np.concatenate([np.asarray(s1[k], dtype=np.float64).reshape(-1) for k in s0])
-        if c0.size == d:
-            scale = np.concatenate([np.full(np.asarray(v).size, float(noise.get(k, {}).get("scale", 0.0)))
-                                    for k, v in s0.items()])
-            return {"c0": c0, "c1": c1, "scale": scale}
-    F0, F1 = np.where(np.isfinite(X0), X0, 0.0), np.where(np.isfinite(X1), X1, 0.0)
-    return {"c0": np.rint(np.median(F0, axis=0)), "c1": np.rint(np.median(F1, axis=0)), "scale": None}
 
 
 def _roc(e0: np.ndarray, e1: np.ndarray, d: str, points: int = 60) -> list[list[float]]:

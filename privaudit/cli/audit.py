@@ -6,17 +6,20 @@ from pathlib import Path
 
 import click
 
-from privaudit.audit.runner import MIN_TRIALS
+from privaudit.audit.choice import MIN_TRIALS
 from privaudit.cli.common import PathArg, as_flags, echo_json, handle_errors
 from privaudit.core import registry
 from privaudit.audit import Claim, load_pair, run_audit
-from privaudit.audit.mechanisms.tabular import MECHANISMS
-from privaudit.audit.model import FileFunction
+from privaudit.audit.mechanisms.registry import MECHANISMS
+from privaudit.audit.protocol import FileFunction
 from privaudit.audit.online.catalogue import explore_audit
-from privaudit.audit.runner import default_canary
+from privaudit.audit.online.jdp import ExplorerSetup
+from privaudit.audit.online.streams import StreamSetup
+from privaudit.audit.runner import AuditSettings, default_canary
 from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.core.errors import UsageError
-from privaudit.core.files import atomic_paths, check_writable
+from privaudit.core.atomic import atomic_paths
+from privaudit.core.outputs import check_writable
 from privaudit.privacy import budget as budget_mod
 from privaudit.core.spec import load_spec
 from privaudit.release.tabular import default_stationary
@@ -234,17 +237,18 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {mechanism}: an online explorer is audited on "
                              "simulated user streams (--env) it builds itself. Remove the option(s).")
         _check_outputs(out, plot, overwrite)
+        env_options = {"horizon": horizon if horizon is not None else (
+                           2 if env_name in (None, "riverswim", "random-tabular") else None),
+                       "states": states if states is not None else (2 if env_name in (None, "riverswim") else None),
+                       "actions": actions, "instance_seed": instance_seed}
         rep = explore_audit(mechanism[len("explore:"):], claim_epsilon=claim_epsilon, claim_rho=claim_rho,
-                            delta=delta, claim_kind=claim_kind, mechanism_rho=mechanism_rho,
-                            mechanism_epsilon=mechanism_epsilon, env_name=env_name or "riverswim",
-                            env_options={"horizon": horizon if horizon is not None else (
-                                2 if env_name in (None, "riverswim", "random-tabular") else None),
-                                "states": states if states is not None else (2 if env_name in (None, "riverswim")
-                                                                             else None),
-                                "actions": actions, "instance_seed": instance_seed},
-                            episodes=episodes, canary_user=canary_user, users_after=users_after, decoy=decoy,
-                            view=view, constants=constants, trials=trials, confidence=confidence, seed=seed,
-                            fixed=bool(fixed_event))
+                            delta=delta, claim_kind=claim_kind,
+                            explorer=ExplorerSetup(view=view, constants=constants, mechanism_rho=mechanism_rho,
+                                                   mechanism_epsilon=mechanism_epsilon),
+                            streams=StreamSetup(env_name=env_name or "riverswim", env_options=env_options,
+                                                episodes=episodes, canary_user=canary_user, users_after=users_after,
+                                                decoy=decoy),
+                            trials=trials, confidence=confidence, seed=seed, fixed=bool(fixed_event))
         _finish(rep, out, plot, confidence, as_json)
     if mechanism not in BUILTIN and ".py:" not in mechanism:  # a typo: say so before asking for --spec
         raise UsageError(f"--mechanism {mechanism!r}: expected a built-in ({', '.join(BUILTIN)}), explore:ALGO "
@@ -268,25 +272,29 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     # reported as bad input (exit 1, located errors), never as a violation of the mechanism.
     prepared = [prepare_logs(path, spec) for path in ([logs_path] if pair is None else list(pair))]
 
+    # asked of the registry, not of the name: a linear learner (DP-VAPVI) releases one step's zCDP lattice
+    # statistics; a learner with its own per-cell cap (DP-PBB) audits its first releases
+    linear = mechanism in registry.names(family="linear")
+    capped = mechanism in registry.names_with(lambda cls: "max_per_cell" in cls.options)
     if mechanism in BUILTIN:
-        if mechanism == "dp-vapvi" and noise == "rounded":
-            raise UsageError("--noise rounded does not apply to --mechanism dp-vapvi: DP-VAPVI always draws exact "
-                             "discrete Gaussian noise on its fixed-point lattice. Remove --noise.")
+        if linear and noise == "rounded":
+            raise UsageError(f"--noise rounded does not apply to --mechanism {mechanism}: DP-VAPVI always draws "
+                             "exact discrete Gaussian noise on its fixed-point lattice. Remove --noise.")
         noise = noise or "exact"  # what `privaudit release` releases by default: the audit tests that
         # dp-vapvi keeps the GDP opt-in: its lattice is so fine (sigma >= 1e4 lattice steps) that the runner
         # proves the GDP test valid up to a total-variation share of alpha (DPVAPVIMechanism.gaussian_tv_per_run)
-        if claim.kind == "gaussian" and noise == "exact" and mechanism != "dp-vapvi":
+        if claim.kind == "gaussian" and noise == "exact" and not linear:
             raise UsageError("--claim-kind gaussian with --noise exact (the default): discrete Gaussian noise is "
                              "rho-zCDP but not sqrt(2 rho)-GDP (its trade-off curve lies below the Gaussian one "
                              "at lattice thresholds), so the GDP test could report a false violation. Use "
                              "--claim-kind generic (the default), or --noise rounded (continuous Gaussian noise) "
                              "for the GDP test.")
-        if mechanism == "dp-vapvi" and claim.rho is None:
-            raise UsageError("--mechanism dp-vapvi needs a rho claim (--claim-rho R): its accounting is rho-zCDP.")
+        if linear and claim.rho is None:
+            raise UsageError(f"--mechanism {mechanism} needs a rho claim (--claim-rho R): its accounting is rho-zCDP.")
         fam, budget = builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon)
         budget.setdefault("delta", claim.delta if "rho" in budget else None)  # rho: the delta it is reported at
         said = None
-        if stationary is None and mechanism != "dp-vapvi":  # the one default rule of every command, said
+        if stationary is None and not linear:  # the one default rule of every command, said
             stationary, said = default_stationary()        # once the mechanism is built (its budget checked)
         try:
             mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=bool(stationary), noise=noise, **budget)
@@ -301,20 +309,20 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             " (--mechanism-rho / --mechanism-epsilon)" if mechanism_rho is not None or mechanism_epsilon is not None
             else " (the claim's budget)")
         click.echo(f"mechanism: {mechanism}, {fam} noise at {runs_at}", err=True)
-        if mechanism == "dp-pbb" and mech.view == "statistics":  # first releases: test their share of rho
+        if capped and mech.view == "statistics":  # first releases: test their share of rho
             total = claim
             rho_total = total.rho if total.rho is not None else budget_mod.resolve_budget(
                 epsilon=total.epsilon, delta=total.delta).rho
             claim = mech.audited_claim(total.delta, rho_total=rho_total, kind=total.kind)
             name = mech.describe() + f"; total claim rho={rho_total:.6g}"
-            click.echo(f"dp-pbb: auditing its noisy capped visit counts and start counts (gray-box) against their "
-                       f"share of the claim, rho={claim.rho:.6g} (epsilon {claim.epsilon:.4g} at delta "
+            click.echo(f"{mechanism}: auditing its noisy capped visit counts and start counts (gray-box) against "
+                       f"their share of the claim, rho={claim.rho:.6g} (epsilon {claim.epsilon:.4g} at delta "
                        f"{claim.delta:g}); see docs/audit.md", err=True)
-        if mechanism == "dp-vapvi":  # the output is one step's statistics: test the accounting's share of rho
+        if linear:  # the output is one step's statistics: test the accounting's share of rho
             total = claim
             claim = mech.audited_claim(claim.delta, rho_total=total.rho, kind=total.kind)
             name = mech.describe() + f"; total claim rho={total.rho:g}"
-            click.echo(f"dp-vapvi: auditing the noisy statistics of step h=H-1 against their share of the claim, "
+            click.echo(f"{mechanism}: auditing the noisy statistics of step h=H-1 against their share of the claim, "
                        f"rho={claim.rho:.6g} (epsilon {claim.epsilon:.4g} at delta {claim.delta:g}); see docs/audit.md",
                        err=True)
     else:
@@ -337,18 +345,18 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             canary = default_canary(mech)
             why = ("default: units built from the spec that attain the declared "
                    + ("pooled sensitivity" if canary == "synthetic-repeat" else
-                      "capped sensitivity (transitions spread over cells at the cap)" if mechanism == "dp-pbb"
+                      "capped sensitivity (transitions spread over cells at the cap)" if capped
                       else "sensitivity")
                    if canary.startswith("synthetic") else "default")
         else:
             why = "--canary"
         shown = canary
-        if mechanism == "dp-vapvi" and canary in ("rare", "repeat"):  # dp-vapvi aims its own (canary-linear)
+        if linear and canary in ("rare", "repeat"):  # dp-vapvi aims its own (canary-linear)
             shown, why = "linear", f"{mechanism}'s canary aimed at its audited statistics; --canary random for a typical one"
         click.echo(f"canary: {shown} ({why})", err=True)
-    design = {"fixed_events": "design"} if hasattr(mech, "design_events") and not score_fns else {}
-    rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, confidence=confidence,
-                    scores=score_fns, seed=seed, n_jobs=jobs, mechanism_name=name, **design)
+    design = "design" if hasattr(mech, "design_events") and not score_fns else None
+    rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, scores=score_fns, seed=seed,
+                    fixed=design, settings=AuditSettings(confidence=confidence, n_jobs=jobs, mechanism_name=name))
     _finish(rep, out, plot, confidence, as_json)
 
 

@@ -13,7 +13,7 @@ import click
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.core.errors import UsageError
-from privaudit.core.files import check_writable
+from privaudit.core.outputs import check_writable
 from privaudit.core.formatting import bound
 from privaudit.privacy.ledger import charge, init_ledger, ledger_status, rho_of_pure_dp, upgrade_ledger
 

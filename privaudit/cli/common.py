@@ -12,7 +12,7 @@ from typing import Any, Callable
 import click
 
 from privaudit.core.errors import PrivauditError, Terminated
-from privaudit.core.files import json_default
+from privaudit.core.jsonio import json_default
 from privaudit.privacy.ledger import charges_by_this_process
 from privaudit.core.progress import progress_enabled
 

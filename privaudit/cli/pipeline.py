@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from privaudit.cli.common import PathArg, as_flags, echo_json, engine_options, handle_errors, spark_target
-from privaudit.core.files import check_writable
+from privaudit.core.outputs import check_writable
 from privaudit.pipeline import PipelineConfig, run_pipeline_config
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
 from privaudit.pipeline.render import format_table

@@ -6,8 +6,8 @@ import click
 
 from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, engine_options, handle_errors, spark_target
 from privaudit.core.formatting import num
-from privaudit.core.files import check_writable
-from privaudit.release.tabular import default_stationary, release_logs
+from privaudit.core.outputs import check_writable
+from privaudit.release.tabular import ReleaseOptions, default_stationary, release_logs
 
 _HELP = """Release noisy visit counts n_h(s,a), transition counts n_h(s,a,s') and,
 unless the spec declares the reward public, reward sums R_h(s,a) of the
@@ -86,9 +86,8 @@ def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, 
         notes.hold(as_flags(said))
     spark = spark_target(engine, master, remote)
     info = release_logs(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
-                        stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed,
-                        echo=notes.say, engine=engine, spark=spark,
-                        max_per_cell=max_per_cell)
+                        stationary=stationary, max_per_cell=max_per_cell, out=out, ledger=ledger, seed=seed,
+                        options=ReleaseOptions(noise=noise, echo=notes.say, engine=engine, spark=spark))
     notes.flush()
     m = info.manifest
     g = m.guarantee

@@ -9,7 +9,8 @@ import numpy as np
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.core.errors import UsageError
-from privaudit.core.files import atomic_paths, check_writable
+from privaudit.core.atomic import atomic_paths
+from privaudit.core.outputs import check_writable
 from privaudit.mdp.io import save_mdp
 from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
 from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs

@@ -9,8 +9,9 @@ import click
 from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, handle_errors
 from privaudit.core.errors import UsageError
 from privaudit.core.formatting import num
-from privaudit.core.files import check_writable, output_lock
+from privaudit.core.outputs import check_writable, output_lock
 from privaudit.core import registry
+from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.linear.logs import local_log_path, train_from_logs as linear_train_from_logs
 from privaudit.learners.policy import save_policy
 from privaudit.learners.tabular.train import check_out_free, train_from_logs, train_from_release
@@ -118,12 +119,14 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     spec = load_spec(spec_path) if spec_path else None
     params = {} if failure_prob is None else {"failure_prob": failure_prob}
     penalty = {k: v for k, v in (("C1", c1), ("C2", c2), ("C", c_fallback)) if v is not None}
+    learner = registry.get(algo).load()  # what the learner reads and which options apply: asked, not branched on
     if penalty:
-        pessimistic = ("apvi", "apvi-hoeffding", "dp-apvi")
+        pessimistic = registry.names_with(lambda cls: {"C1", "C"} <= cls.options)
         if algo not in pessimistic:
             raise UsageError(f"--penalty-* apply to {', '.join(pessimistic)}, not to --algo {algo}.")
-        if "C2" in penalty and algo != "dp-apvi":
-            raise UsageError("--penalty-c2 is DP-APVI's privacy term: it applies to --algo dp-apvi only.")
+        if "C2" in penalty and "C2" not in learner.options:
+            raise UsageError("--penalty-c2 is DP-APVI's privacy term: it applies to --algo "
+                             f"{' | '.join(registry.names_with(lambda cls: 'C2' in cls.options))} only.")
         params.update(penalty)
     budget_given = any(v is not None for v in (rho, epsilon, delta))
     linear_algos = registry.names(family="linear")
@@ -158,9 +161,9 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                              + ("" if algo in private_algos else f"; {algo} is not private and adds no noise")
                              + ".")
         log_path = local_log_path(out)
-        policy = linear_train_from_logs(logs, spec, algo, rho=rho, epsilon=epsilon, delta=delta, seed=seed,
-                                        params=params or None, ledger=ledger, echo=say, local_log=log_path,
-                                        output=out)
+        policy = linear_train_from_logs(logs, spec, algo, budget=BudgetRequest(rho, epsilon, delta), seed=seed,
+                                        params=params or None, local_log=log_path,
+                                        context=RunContext(ledger=ledger, output=out, echo=say))
         say(f"private log (bounding facts; do not share): {log_path}")
         release_used = None
     else:
@@ -171,17 +174,18 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             notes.hold(as_flags(said))
         release_used = release_dir_for(out) if algo in private_algos else None
         check_out_free(out, release_used)
-        if algo == "dp-pbb":
+        if learner.reads == "logs":
             release_used = None  # its releases (noisy counts, private backups) live inside the learner
             if noise is not None:
-                raise UsageError("--noise does not apply to --algo dp-pbb: it always draws exact discrete "
+                raise UsageError(f"--noise does not apply to --algo {algo}: it always draws exact discrete "
                                  "Gaussian noise. Drop the flag.")
-        if max_per_cell is not None and algo != "dp-pbb":
-            raise UsageError(f"--max-per-cell applies to --algo dp-pbb (its per-cell cap), not to --algo {algo}; "
+        if max_per_cell is not None and "max_per_cell" not in learner.options:
+            capped = " | ".join(registry.names_with(lambda cls: "max_per_cell" in cls.options))
+            raise UsageError(f"--max-per-cell applies to --algo {capped} (its per-cell cap), not to --algo {algo}; "
                              "cap a count release with `privaudit release --max-per-cell`.")
-        if algo == "dp-pbb":
+        if learner.reads == "logs":
             if not budget_given:
-                raise UsageError("--algo dp-pbb releases private Bellman backups: give a budget "
+                raise UsageError(f"--algo {algo} releases private Bellman backups: give a budget "
                                  "(--rho R, or --epsilon E --delta D).")
         elif algo in private_algos:
             if not budget_given:
@@ -194,11 +198,10 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         else:
             notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
                 "and can reveal patients' records. Use --algo dp-pbb (or dp-apvi) for a private policy.")
-        policy = train_from_logs(logs, spec, algo=algo, stationary=stationary, rho=rho, epsilon=epsilon,
-                                 delta=delta, mechanism=mechanism, noise=noise or "exact",
-                                 release_out=release_used,
-                                 ledger=ledger, seed=seed, params=params, echo=say, max_per_cell=max_per_cell,
-                                 output=out)
+        policy = train_from_logs(logs, spec, algo=algo, stationary=stationary,
+                                 budget=BudgetRequest(rho, epsilon, delta, mechanism), noise=noise or "exact",
+                                 release_out=release_used, seed=seed, params=params, max_per_cell=max_per_cell,
+                                 context=RunContext(ledger=ledger, output=out, echo=say))
     notes.flush()
     save_policy(policy, out)
     summary = {"policy": str(out), "algorithm": policy.algorithm, "private": policy.privacy.private,

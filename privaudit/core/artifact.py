@@ -51,7 +51,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Union
 
 from privaudit.core.errors import ArtifactError
-from privaudit.core.files import atomic_write_text, json_default
+from privaudit.core.atomic import atomic_write_text
+from privaudit.core.jsonio import json_default
 from privaudit.core.schemas import check_on_write, check_versioned, load_versioned_json
 
 __all__ = ["ArtifactFormat", "Record", "Artifact", "Guarantee", "jfield", "Number", "to_json", "read_json_file"]

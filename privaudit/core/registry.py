@@ -11,11 +11,17 @@ Each :class:`Algorithm` names its learner class (offline) or its builder
 (``privaudit --help`` stays fast); it is imported by :meth:`Algorithm.load`
 when a command uses it.
 
+An offline learner class answers :class:`OfflineLearner` (what it reads,
+whether it is private, which options apply, how its privacy event is planned
+from public facts): the CLI, the training functions and the pipeline ask the
+class through its registry entry instead of branching on its name.
+
 Adding a learner: write its class (``__init__`` stores parameters, ``fit``
-returns ``self``, the policy in ``policy_``; see docs/learners.md), then
+returns ``self``, the policy in ``policy_``, the class attributes of
+:class:`OfflineLearner`; see docs/learners.md, "Adding a learner"), then
 :func:`register` an ``Algorithm`` here (or from your own module, before the
 CLI parses its arguments). A private learner also needs an audit adapter
-(``privaudit.audit.mechanisms.tabular.MECHANISMS``, under the same name): a test
+(``privaudit.audit.mechanisms.registry.MECHANISMS``, under the same name): a test
 checks that every private algorithm has one.
 """
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from privaudit.core.errors import UsageError
 
@@ -30,6 +37,94 @@ from privaudit.core.errors import UsageError
 FAMILIES = ("tabular", "linear", "online")
 #: The offline families (``privaudit train``; private ones have an audit adapter).
 OFFLINE = ("tabular", "linear")
+#: What an offline learner reads (:attr:`OfflineLearner.reads`): "counts", exact counts of the
+#: logs (not private); "release", a DP count release (made from the logs first, which spends the
+#: budget; the learner is post-processing); "logs", the logs themselves (a private learner adds
+#: its own noise and plans its own privacy event, :meth:`OfflineLearner.plan_event`).
+READS = ("counts", "release", "logs")
+#: Options of ``privaudit train`` that apply to some learners only (:attr:`OfflineLearner.options`):
+#: the penalty constants C1, C2, C, and ``max_per_cell`` (a learner's own per-cell cap).
+OPTIONS = ("C1", "C2", "C", "max_per_cell")
+
+
+@runtime_checkable
+class OfflineLearner(Protocol):
+    """What every offline learner class answers, without an instance or a fit.
+
+    Class attributes
+    ----------------
+    algorithm : str
+        Its registry name (the ``--algo`` choice).
+    private : bool
+        True when its policy is differentially private (equals the registry entry's).
+    reads : {"counts", "release", "logs"}
+        See :data:`READS`.
+    options : frozenset of str
+        The members of :data:`OPTIONS` that apply to it (``privaudit train`` refuses the others).
+    pipeline_output : str or None
+        A private learner that reads logs and runs in ``privaudit pipeline``: what its part of
+        the budget releases (one phrase for summary.json); None otherwise.
+
+    Methods
+    -------
+    get_params() -> dict
+        Its constructor parameters (JSON-serialisable).
+    fit(data, ...) -> self
+        Learns; the policy is then in ``policy_``.
+    plan_event(spec, budget, *, stationary) -> PrivacyEvent
+        A private learner reading logs: the privacy event its fit on logs of ``spec`` records
+        and the ledger is charged, from public facts only (before any row is read).
+    mechanism_text(spec) -> str
+        Same learners: how it adds its noise (one sentence for summary.json).
+    train_on_logs(logs, spec, *, stationary, budget, seed, params, max_per_cell, context)
+        A *tabular* learner that reads logs: the whole run (plan, ledger check, count, fit,
+        charge), returning an object with the fitted ``learner``; the tabular ``train_from_logs``
+        calls it. (The linear family's ``train_from_logs`` trains every linear learner itself.)
+    """
+
+    algorithm: ClassVar[str]
+    private: ClassVar[bool]
+    reads: ClassVar[str]
+    options: ClassVar[frozenset]
+    pipeline_output: ClassVar[str | None]
+
+    def get_params(self) -> dict: ...
+
+    def fit(self, data: Any, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def check_learner(cls: type, name: str, private: bool, family: str = "tabular") -> type:
+    """``cls`` if it answers :class:`OfflineLearner` consistently with its registry entry.
+
+    Raises
+    ------
+    UsageError
+        A missing attribute, an unknown ``reads`` or option, ``algorithm`` / ``private``
+        differing from the entry's ``name`` / ``private``, or a private learner reading logs
+        without the methods that plan (``plan_event``, ``mechanism_text``) or, tabular, train
+        (``train_on_logs``) it.
+    """
+    missing = [a for a in ("algorithm", "private", "reads", "options", "pipeline_output", "get_params", "fit")
+               if not hasattr(cls, a)]
+    if missing:
+        raise UsageError(f"the learner class of algorithm {name!r} does not answer the OfflineLearner protocol: "
+                         f"it misses {', '.join(missing)}.")
+    needs = []
+    if cls.private and cls.reads == "logs":
+        needs = ["plan_event", "mechanism_text"] + (["train_on_logs"] if family == "tabular" else [])
+    checks = (
+        (cls.reads not in READS, f"reads {cls.reads!r}, not one of {READS}"),
+        (bool(set(cls.options) - set(OPTIONS)), f"has options {sorted(set(cls.options) - set(OPTIONS))} outside "
+                                                f"{OPTIONS}"),
+        (cls.algorithm != name, f"is named {cls.algorithm!r}"),
+        (bool(cls.private) != private, f"says private={cls.private!r}, the registry {private!r}"),
+        (any(not hasattr(cls, m) for m in needs), f"is private and reads logs but has no {'/'.join(needs)}"),
+    )
+    for failed, what in checks:
+        if failed:
+            raise UsageError(f"the learner class of algorithm {name!r} does not answer the OfflineLearner "
+                             f"protocol: it {what}.")
+    return cls
 
 
 @dataclass(frozen=True)
@@ -64,9 +159,16 @@ class Algorithm:
     needs_features: bool = False
 
     def load(self) -> type:
-        """The learner class, or the online builder (imported now)."""
+        """The learner class (checked against :class:`OfflineLearner`), or the online builder (imported now).
+
+        Raises
+        ------
+        UsageError
+            An offline learner class that does not answer the protocol (:func:`check_learner`).
+        """
         module, _, attr = self.learner.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        obj = getattr(importlib.import_module(module), attr)
+        return obj if self.family not in OFFLINE else check_learner(obj, self.name, self.private, self.family)
 
 
 _REGISTRY: dict[str, Algorithm] = {}
@@ -109,6 +211,11 @@ def names(*, family: str | tuple[str, ...] | None = None, private: bool | None =
                  if (fams is None or a.family in fams) and (private is None or a.private == private))
 
 
+def names_with(test, *, family: str | tuple[str, ...] = OFFLINE) -> tuple[str, ...]:
+    """Registered offline names whose learner class passes ``test(cls)`` (imports those classes)."""
+    return tuple(n for n in names(family=family) if test(get(n).load()))
+
+
 for _a in (
     Algorithm("ve", "tabular", False, "privaudit.learners.tabular.ve:ValueIterationCE",
               "certainty-equivalent value iteration on exact counts (NOT private)"),
@@ -117,7 +224,7 @@ for _a in (
     Algorithm("apvi-hoeffding", "tabular", False, "privaudit.learners.tabular.apvi:APVIHoeffding",
               "APVI with a Hoeffding penalty (NOT private)"),
     Algorithm("dp-apvi", "tabular", True, "privaudit.learners.tabular.dp_apvi:DPAPVI",
-              "DP-APVI (seed 000 Alg. 1): post-processing of a DP count release"),
+              "DP-APVI (Qiao & Wang 2023, Alg. 1): post-processing of a DP count release"),
     Algorithm("dp-pbb", "tabular", True, "privaudit.learners.tabular.dp_pbb:DPPBB",
               "DP-PBB: pessimistic value iteration with private Bellman backups (rho-zCDP), with a certificate"),
     Algorithm("pevi", "linear", False, "privaudit.learners.linear.estimators:PEVI",
@@ -125,7 +232,7 @@ for _a in (
     Algorithm("vapvi", "linear", False, "privaudit.learners.linear.estimators:VAPVI",
               "variance-aware PEVI with linear features (NOT private)"),
     Algorithm("dp-vapvi", "linear", True, "privaudit.learners.linear.estimators:DPVAPVI",
-              "DP-VAPVI (seed 000 Alg. 2): Gaussian noise on its 5H statistics"),
+              "DP-VAPVI (Qiao & Wang 2023, Alg. 2): Gaussian noise on its 5H statistics"),
     Algorithm("pucb", "online", True, "privaudit.online.explore:build_pucb",
               "PUCB (Vietri et al. 2020): tabular, Laplace (eps) or Gaussian (rho) tree counters, eps-JDP"),
     Algorithm("ucb-vi", "online", False, "privaudit.online.explore:build_ucbvi",
@@ -147,4 +254,5 @@ for _a in (
     register(_a)
 del _a
 
-__all__ = ["Algorithm", "FAMILIES", "OFFLINE", "register", "get", "names"]
+__all__ = ["Algorithm", "FAMILIES", "OFFLINE", "READS", "OPTIONS", "OfflineLearner", "check_learner", "register",
+           "get", "names", "names_with"]

@@ -2,8 +2,8 @@
 
 S, A, the horizon H, terminal states, the reward range, the privacy unit and
 the most episodes one unit may contribute, the column mapping and the feature
-map all come from here and never from the data (DESIGN.md "The trajectory
-table"). A spec is a JSON file validated by ``schemas/spec.schema.json``.
+map all come from here and never from the data (docs/data-format.md, "The
+trajectory table"). A spec is a JSON file validated by ``schemas/spec.schema.json``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from privaudit.core.errors import SpecError
-from privaudit.core.files import atomic_write_text
+from privaudit.core.atomic import atomic_write_text
 from privaudit.core.schemas import validate_or_raise
 
 #: The standard column names of the trajectory table.

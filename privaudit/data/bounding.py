@@ -1,6 +1,6 @@
 """Contribution bounding: make the declared sensitivities true for any valid-structure logs.
 
-Before any statistic (DESIGN.md "The privacy model"):
+Before any statistic (docs/release.md, "The privacy model"):
 
 1. **At most k episodes per privacy unit.** When a unit has more than
    k = ``spec.max_episodes_per_unit`` episodes, the k kept are those with the

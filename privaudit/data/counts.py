@@ -1,6 +1,6 @@
 """Exact sufficient statistics of bounded tabular logs, as dense arrays.
 
-The statistics of DP-APVI (ALGORITHMS.md 1.2 step 2, [Q:ICLR]) over the
+The statistics of DP-APVI (Qiao & Wang (2023), Section 3; docs/release.md) over the
 *declared* domain (S, A, H from the spec, never from the data):
 
 * visits      n_h(s, a)      shape (H, S, A)      int64
@@ -198,7 +198,7 @@ class SparseCounts:
 
     def close(self) -> None:
         """Release what the counts hold outside this process (nothing here; Spark's cached cells in
-        ``privaudit.data.spark.engine.SparkSparseCounts``)."""
+        ``privaudit.data.spark.counts.SparkSparseCounts``)."""
 
 
 def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
@@ -278,7 +278,7 @@ def visit_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False) ->
 
     References
     ----------
-    Qiao & Wang, Offline RL with DP, Alg. 1 raw counts; ALGORITHMS.md 1.2 step 2.
+    Qiao & Wang (2023), Section 3, "Private Model-based Components": the counts n_{s_h, a_h}.
     """
     return sparse_counts(frame, spec, stationary=stationary, rewards=False).visits
 

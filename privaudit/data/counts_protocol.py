@@ -1,6 +1,6 @@
 """The counts protocol: what every container of tabular count statistics answers.
 
-Four containers hold the statistics of DP-APVI (ALGORITHMS.md 1.2 step 2)
+Four containers hold the statistics of DP-APVI (Qiao & Wang (2023), Section 3)
 over the declared domain, and all answer the same questions in the same
 words, so the release, the learners and the auditor read any of them:
 
@@ -11,7 +11,7 @@ words, so the release, the learners and the auditor read any of them:
 * :class:`privaudit.learners.tabular.counts.TabularCounts`: counts held as
   arrays (noisy counts drawn by the auditor and the experiments, small MDPs,
   tests);
-* :class:`privaudit.learners.tabular.dp_pbb.CappedCounts`: exact counts of logs
+* :class:`privaudit.learners.tabular.pbb_counts.CappedCounts`: exact counts of logs
   capped per unit and cell, held as sparse matrices (PRIVATE; DP-PBB noises
   them; no reward sums: its reward is public).
 

@@ -1,6 +1,6 @@
 """Reading trajectory logs: a Parquet file or a folder of Parquet parts.
 
-The trajectory table (DESIGN.md "The trajectory table") has one row per step
+The trajectory table (docs/data-format.md, "The trajectory table") has one row per step
 h of an episode. Users' own column names map onto the standard names
 (``episode_id, step, state, action, reward, next_state, terminated,
 truncated, unit_id, features``) through the domain spec's ``columns``.

@@ -194,7 +194,7 @@ def prepare_logs(path: str | Path, spec: DomainSpec) -> PreparedLogs:
     Call it after every check that needs no row (budget, ledger, outputs):
     this is where the private logs are first read. Bounding makes the
     contribution bounds that the sensitivities assume true
-    (``privaudit.data.bounding``; DESIGN.md "The privacy model").
+    (``privaudit.data.bounding``; docs/release.md, "The privacy model").
     """
     path = Path(path)
     report = validate_logs(path, spec, max_errors=MAX_EXAMPLES)

@@ -23,38 +23,56 @@ from privaudit.data.io import FLAG_COLUMNS, ROW, OpenLog, dtype_problem, open_lo
 from privaudit.core.errors import LogReadError, UsageError
 from privaudit.core.spec import DomainSpec
 
+
+def _counted_per(per: str, meanings: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """``{rule: (per, meaning)}`` for rules counted per the same thing (a table row of :data:`RULES`)."""
+    return {rule: (per, meaning) for rule, meaning in meanings.items()}
+
+
 #: rule -> (counted per, meaning). Order is the order of reports.
 RULES: dict[str, tuple[str, str]] = {
-    "missing_column": ("column", "a required column is absent (after the spec's column mapping)"),
-    "column_type": ("column", "a column has an unusable type (integers for step/state/action/next_state, "
-                              "numbers for reward, booleans for flags, int or string ids, lists of numbers for features)"),
-    "empty_log": ("log", "the log has no rows"),
-    "null_value": ("row and column", "a value is null"),
-    "not_finite": ("row and column", "reward is NaN or infinite, or features hold a null, NaN or infinity"),
-    "state_out_of_range": ("row", "state is outside [0, S)"),
-    "action_out_of_range": ("row", "action is outside [0, A)"),
-    "next_state_out_of_range": ("row", "next_state is outside [0, S)"),
-    "reward_out_of_range": ("row", "reward is outside the spec's reward_range [r_min, r_max]"),
-    "reward_not_public": ("row", "reward differs from the spec's public reward r(next_state) by more than the "
-                                 "tolerance (checked when the spec declares public_reward)"),
-    "episode_too_long": ("row", "step h >= H: the episode has more than H steps"),
-    "terminated_and_truncated": ("row", "a row is flagged both terminated and truncated"),
-    "continues_after_terminal": ("row", "the row's state is a terminal state: the episode should have ended "
-                                        "at the step that entered it"),
-    "terminated_mismatch": ("row", "terminated is not equal to 'next_state is a terminal state' "
-                                   "(checked when the spec declares terminal states)"),
-    "step_duplicate": ("row", "(episode_id, step) repeats an earlier row"),
-    "step_gap": ("row", "the steps of an episode are not contiguous from 0 (reported at the first step after a gap, "
-                        "or at a first step other than 0)"),
-    "next_state_mismatch": ("row", "next_state of step h differs from state of step h+1 "
-                                   "(checked in episodes whose steps are 0..L-1)"),
-    "flag_not_last": ("row", "a terminated/truncated flag sits on a row that is not the episode's last step"),
-    "unit_not_unique": ("row", "an episode's rows carry different unit_id values"),
-    "too_many_episodes": ("unit", "a privacy unit has more episodes than the spec's privacy_unit.max_episodes (k)"),
-    "return_above_bound": ("episode", "the episode's running return (rewards clipped into reward_range, steps h < H) "
-                                      "exceeds the spec's return_bound G_max (reported at the first step above it)"),
-    "return_below_bound": ("episode", "the episode's return (rewards clipped into reward_range, steps h < H) is "
-                                      "below the spec's return_bound G_min (reported at its last step)"),
+    **_counted_per("column", {
+        "missing_column": "a required column is absent (after the spec's column mapping)",
+        "column_type": "a column has an unusable type (integers for step/state/action/next_state, "
+                       "numbers for reward, booleans for flags, int or string ids, lists of numbers for features)",
+    }),
+    **_counted_per("log", {
+        "empty_log": "the log has no rows",
+    }),
+    **_counted_per("row and column", {
+        "null_value": "a value is null",
+        "not_finite": "reward is NaN or infinite, or features hold a null, NaN or infinity",
+    }),
+    **_counted_per("row", {
+        "state_out_of_range": "state is outside [0, S)",
+        "action_out_of_range": "action is outside [0, A)",
+        "next_state_out_of_range": "next_state is outside [0, S)",
+        "reward_out_of_range": "reward is outside the spec's reward_range [r_min, r_max]",
+        "reward_not_public": "reward differs from the spec's public reward r(next_state) by more than the "
+                             "tolerance (checked when the spec declares public_reward)",
+        "episode_too_long": "step h >= H: the episode has more than H steps",
+        "terminated_and_truncated": "a row is flagged both terminated and truncated",
+        "continues_after_terminal": "the row's state is a terminal state: the episode should have ended "
+                                    "at the step that entered it",
+        "terminated_mismatch": "terminated is not equal to 'next_state is a terminal state' "
+                               "(checked when the spec declares terminal states)",
+        "step_duplicate": "(episode_id, step) repeats an earlier row",
+        "step_gap": "the steps of an episode are not contiguous from 0 (reported at the first step after a gap, "
+                    "or at a first step other than 0)",
+        "next_state_mismatch": "next_state of step h differs from state of step h+1 "
+                               "(checked in episodes whose steps are 0..L-1)",
+        "flag_not_last": "a terminated/truncated flag sits on a row that is not the episode's last step",
+        "unit_not_unique": "an episode's rows carry different unit_id values",
+    }),
+    **_counted_per("unit", {
+        "too_many_episodes": "a privacy unit has more episodes than the spec's privacy_unit.max_episodes (k)",
+    }),
+    **_counted_per("episode", {
+        "return_above_bound": "the episode's running return (rewards clipped into reward_range, steps h < H) "
+                              "exceeds the spec's return_bound G_max (reported at the first step above it)",
+        "return_below_bound": "the episode's return (rewards clipped into reward_range, steps h < H) is "
+                              "below the spec's return_bound G_min (reported at its last step)",
+    }),
 }
 
 #: Rules that contribution bounding enforces instead of refusing the logs: more

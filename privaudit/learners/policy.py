@@ -22,7 +22,8 @@ import polars as pl
 
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.core.errors import ArtifactError, MissingInputError, UsageError
-from privaudit.core.files import atomic_dir, numpy_load_reason
+from privaudit.core.atomic import atomic_dir
+from privaudit.core.npyio import numpy_load_reason
 from privaudit.learners.policy_manifest import PolicyManifest, PolicyPrivacy
 
 #: Largest deviation of a policy row's sum from 1 that is accepted (``load_policy_table``).

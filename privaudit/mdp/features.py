@@ -1,6 +1,6 @@
 """Feature maps phi(s, a) in R^d for linear-MDP learners, with ||phi|| <= 1 enforced.
 
-The privacy sensitivities of DP-VAPVI (ALGORITHMS.md 2.5) hold only when
+The privacy sensitivities of DP-VAPVI (Qiao & Wang (2023), Section 4; docs/linear.md) hold only when
 every feature vector has Euclidean norm at most 1. Each map here enforces it in
 one of two ways, recorded in ``FeatureMap.norm`` and in the policy manifest:
 
@@ -12,8 +12,8 @@ one of two ways, recorded in ``FeatureMap.norm`` and in the policy manifest:
 Built-in maps over finite states (all expose the full table of shape (S, A, d)):
 
 * ``one-hot``: tabular as linear, d = S*A, phi(s, a) = e_{s*A + a}.
-* ``synthetic-linear``: the seed's map (seed 000 Appendix 13, ALGORITHMS.md
-  3.2), (binary(a), delta(s, a), 1 - delta(s, a)) scaled by the public 1/3.
+* ``synthetic-linear``: the map of Qiao & Wang's (2023) evaluation MDP (docs/mdp.md, "The
+  synthetic linear MDP"), (binary(a), delta(s, a), 1 - delta(s, a)) scaled by the public 1/3.
 * ``state-table-x-action``: x(s) (x) e_a where x(s) is a row of a public
   state-feature table (e.g. ICU-Sepsis's 47 clinical variables), standardised
   with the table's own (public) column means and deviations, optionally reduced

@@ -28,7 +28,7 @@ import numpy as np
 
 from privaudit.core.package_data import sample_dir
 from privaudit.core.errors import ArtifactError, UsageError
-from privaudit.core.files import atomic_dir
+from privaudit.core.atomic import atomic_dir
 from privaudit.mdp.tabular import TabularMDP
 
 #: Number of states S and actions A of ICU-Sepsis.

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from privaudit.core.errors import ArtifactError, UsageError
-from privaudit.core.files import atomic_path, numpy_load_reason
+from privaudit.core.atomic import atomic_path
+from privaudit.core.npyio import numpy_load_reason
 from privaudit.mdp.tabular import TabularMDP
 
 #: Version written by ``save_mdp``; ``load_mdp`` reads only these.

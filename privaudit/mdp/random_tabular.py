@@ -8,7 +8,7 @@ split into independent child streams, so an instance is a pure function of
   independently for every step h = 0..H-1 and every (s, a), shape (H, S, A, S);
 * rewards, deterministic and non-stationary: r_h(s, a) ~ Uniform[0, 1]
   independently, shape (H, S, A) (inside the reward range [0, 1] that DP-APVI
-  assumes, ALGORITHMS.md 1.1);
+  assumes, Qiao & Wang (2023), Section 2);
 * initial distribution d0 ~ Dirichlet(1_S);
 * no terminal states: every episode lasts exactly H steps.
 """

@@ -1,7 +1,7 @@
 """Simulate logs from a tabular MDP, vectorized over episodes.
 
 The output is a polars DataFrame in privaudit's standard trajectory schema
-(DESIGN.md "The trajectory table"), one row per step, sorted by
+(docs/data-format.md, "The trajectory table"), one row per step, sorted by
 (episode_id, step):
 
 | column | dtype | meaning |
@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from privaudit.core.errors import UsageError
-from privaudit.core.files import atomic_path
+from privaudit.core.atomic import atomic_path
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import TabularMDP, _check_policy
 

@@ -1,6 +1,6 @@
-"""The synthetic linear MDP of the seed paper's simulations (seed 000, Appendix 13).
+"""The synthetic linear MDP of Qiao & Wang's (2023) simulations (their appendix "Details for the Evaluation part").
 
-S = {0, 1}, A = {0, ..., 99}, d = 10, H = 20 (ALGORITHMS.md 3.2). Each action
+S = {0, 1}, A = {0, ..., 99}, d = 10, H = 20 (docs/mdp.md, "The synthetic linear MDP"). Each action
 a has an 8-bit binary code **a** (coordinate j = bit j of a, least significant
 first: the paper does not fix the order; with this order the always-zero bit
 128 meets theta's zero coordinate 7). With
@@ -19,7 +19,7 @@ noise). The initial state is uniform; the behaviour policy takes a = 0 w.p.
 
 The raw map has ||phi|| up to sqrt(7) (a < 100 has at most 6 one-bits), so the
 learners use phi/3 (public constant; nu_h and theta_h scale by 3 and the MDP
-is unchanged) to meet ||phi|| <= 1 (ALGORITHMS.md 2.5 "Feature norm").
+is unchanged) to meet ||phi|| <= 1, which DP-VAPVI's sensitivities need (docs/mdp.md, "Feature norm").
 Steps are 0-based h = 0..H-1 here (the paper's h = 1..H).
 """
 
@@ -37,14 +37,14 @@ N_STATES = 2
 N_ACTIONS = 100
 DIM = 10
 HORIZON = 20
-#: Behaviour policy: probability of action 0 (seed 000 Appendix 13).
+#: Behaviour policy: probability of action 0 (Qiao & Wang (2023), appendix "Details for the Evaluation part").
 BEHAVIOUR_P0 = 0.6
-#: Public rescale constant of the feature map (ALGORITHMS.md 3.2).
+#: Public rescale constant of the feature map: ||phi|| <= sqrt(7) < 3 (docs/mdp.md, "Feature norm").
 FEATURE_SCALE = 3.0
 
 
 def raw_features() -> np.ndarray:
-    """The seed's unscaled phi(s, a), shape (2, 100, 10), entries in {0, 1}."""
+    """The paper's unscaled phi(s, a), shape (2, 100, 10), entries in {0, 1}."""
     a = np.arange(N_ACTIONS)
     bits = ((a[:, None] >> np.arange(8)[None, :]) & 1).astype(np.float64)  # (A, 8), LSB first
     s = np.arange(N_STATES)
@@ -57,7 +57,7 @@ def raw_features() -> np.ndarray:
 
 
 def synthetic_linear_features(norm: str = "rescale") -> FeatureMap:
-    """The seed's feature map with ||phi|| <= 1: phi/3 (``rescale``) or per-vector ``clip``."""
+    """The paper's feature map with ||phi|| <= 1: phi/3 (``rescale``) or per-vector ``clip``."""
     table, scale = enforce_norm(raw_features(), norm, FEATURE_SCALE if norm == "rescale" else None)
     return FeatureMap(table, "synthetic-linear", norm, scale, {})
 
@@ -145,7 +145,7 @@ def behaviour_policy(p0: float = BEHAVIOUR_P0) -> np.ndarray:
 def coverage_kappa(mdp: TabularMDP, fmap: FeatureMap, policy: np.ndarray | None = None) -> np.ndarray:
     """lambda_min(E_mu[phi phi^T]) at each step h under the behaviour policy, shape (H,).
 
-    kappa = min_h of this (ALGORITHMS.md 2.1). With the seed's map it is 0:
+    kappa = min_h of this (Qiao & Wang (2023), Section 2.1). With this map it is 0:
     bit 7 of a < 100 is always 0, so one coordinate never varies; the
     ridge term lambda * I makes the regressions well posed anyway.
     """
@@ -169,7 +169,7 @@ def synthetic_linear_spec_doc(horizon: int = HORIZON, dataset_id: str = "synthet
     return {
         "format_version": 1,
         "dataset_id": dataset_id,
-        "description": "Synthetic linear MDP of Qiao & Wang (seed 000, Appendix 13).",
+        "description": "Synthetic linear MDP of Qiao & Wang (2023), appendix 'Details for the Evaluation part'.",
         "horizon": int(horizon),
         "n_states": N_STATES,
         "n_actions": N_ACTIONS,

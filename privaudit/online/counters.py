@@ -77,7 +77,8 @@ from scipy import special
 from privaudit.core.errors import UsageError
 from privaudit.privacy.fixed_point import MAX_SIGMA_UNITS, discrete_gaussian_scaled
 from privaudit.privacy.samplers import GAUSSIAN_SIGMA_MAX, exact_noise, get_sampler
-from privaudit.privacy.events import GaussianEvent, LaplaceEvent, PrivacyEvent, PrivacyUnit
+from privaudit.privacy.events import GaussianEvent, PrivacyEvent, PrivacyUnit
+from privaudit.privacy.noise import FAMILIES
 
 #: Node noises drawn per vectorised call on the wide exact path (goe, or Gaussian sigma above 2^15 units).
 WIDE_BLOCK = 256
@@ -474,10 +475,9 @@ def tree_counter_event(family: str, mechanism: str, step_sensitivity: float, n_l
     if noise not in NOISE_KINDS:
         raise UsageError(f"`noise` must be one of {NOISE_KINDS}. Got {noise!r}.")
     common = dict(family=family, unit=privacy_unit, noise=noise)
-    if mechanism == "laplace":
-        return LaplaceEvent(l1=L * float(step_sensitivity), b=scale, **common)
-    if mechanism == "gaussian":
-        return GaussianEvent(l2=math.sqrt(L) * float(step_sensitivity), sigma=scale, **common)
+    if mechanism in FAMILIES:
+        fam = FAMILIES[mechanism]
+        return fam.event(fam.stacked_sensitivity(step_sensitivity, L), scale, **common)
     if mechanism == "goe":
         return GaussianEvent(l2=math.sqrt(L / 2.0) * float(step_sensitivity), sigma=scale, **common)
     raise UsageError(f"no privacy event for mechanism {mechanism!r}.")

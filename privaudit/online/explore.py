@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from privaudit import __version__
 from privaudit.core import registry
 from privaudit.core.errors import UsageError
-from privaudit.core.files import atomic_dir
+from privaudit.core.atomic import atomic_dir
 from privaudit.online.counters import tree_levels
 from privaudit.online.env import EpisodicEnv
 from privaudit.online.manifest import (EXPLORE_FORMAT_VERSION, EXPLORE_KIND, ExploreEnvironment, ExploreGuarantee,
@@ -52,7 +52,7 @@ from privaudit.privacy import accounting, samplers
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.budget import Budget, resolve_budget
 from privaudit.privacy.events import leaves
-from privaudit.release.tabular import physical_memory_bytes
+from privaudit.release.size import physical_memory_bytes
 
 
 
@@ -60,7 +60,7 @@ def build_pucb(env: EpisodicEnv, K: int, budget: Budget | None, constants: str, 
                algo: str = "pucb") -> Agent:
     """PUCB for ``privaudit explore`` (registry entry ``pucb``); None: no noise (the twin's counts)."""
     epsilon = math.inf if budget is None else budget.epsilon
-    rho = budget.rho if budget is not None and budget.mechanism == "gaussian" else None
+    rho = budget.rho if budget is not None and not budget.family.pure else None
     return PUCB(env.n_states, env.n_actions, env.horizon, K, epsilon=epsilon, rho=rho,
                 beta=beta, constants=constants, rng=rng)
 

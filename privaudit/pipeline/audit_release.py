@@ -1,14 +1,14 @@
 """The pipeline's audit stage: the tabular release, audited at its claimed budget.
 
 A thin call of the auditor's built-in ``release`` adapter
-(:class:`privaudit.audit.mechanisms.tabular.ReleaseMechanism`), which runs the library's
+(:class:`privaudit.audit.mechanisms.release.ReleaseMechanism`), which runs the library's
 own bounding, counting, noise plan and noise sampler on a public view of the
 release (every cell the pair changes plus a few fixed public cells; see
 docs/audit.md).
 
 The pair depends on no real unit and reads nothing of the logs: D0 = logs + u*,
 D1 = logs + v*, where u* and v* are synthetic units built from the spec alone
-(:func:`privaudit.audit.neighbours.synthetic_pair`: k full-length episodes each
+(:func:`privaudit.audit.synthetic_pairs.synthetic_pair`: k full-length episodes each
 on disjoint cells; one repeated cell for a stationary release), so the pair
 attains the release's declared sensitivity. The release's exact statistics
 are sums over units after per-unit bounding and its noise is drawn
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import math
 
-from privaudit.audit.neighbours import synthetic_pair
+from privaudit.audit.synthetic_pairs import synthetic_pair
 from privaudit.core.errors import ArtifactError
 from privaudit.core.spec import DomainSpec
 from privaudit.release.manifest import ReleaseManifest
-from privaudit.audit import run_audit
-from privaudit.audit.mechanisms.tabular import ReleaseMechanism
+from privaudit.audit import AuditSettings, run_audit
+from privaudit.audit.mechanisms.release import ReleaseMechanism
 
 
 def audit_release(spec: DomainSpec, manifest: ReleaseManifest, *, delta: float, trials: int,
@@ -87,6 +87,6 @@ def audit_release(spec: DomainSpec, manifest: ReleaseManifest, *, delta: float, 
     pair = synthetic_pair(spec, pooled=stationary)
     # the GDP test only where it is valid: continuous Gaussian noise, rounded (post-processing of the
     # Gaussian mechanism); exact (discrete Gaussian) or Laplace noise gets the generic test
-    gdp = mech.budget.mechanism == "gaussian" and mech.noise_mode == "rounded"
-    return run_audit(mech, claim=mech.claim(kind="gaussian" if gdp else "generic"), pair=pair, trials=int(trials), seed=seed, n_jobs=1,
-                     progress=progress)
+    gdp = not mech.budget.family.pure and mech.noise_mode == "rounded"
+    return run_audit(mech, claim=mech.claim(kind="gaussian" if gdp else "generic"), pair=pair, trials=int(trials), seed=seed,
+                     progress=progress, settings=AuditSettings(n_jobs=1))

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from privaudit.audit.neighbours import check_synthetic_pair_exists
-from privaudit.audit.runner import MIN_TRIALS
+from privaudit.audit.choice import MIN_TRIALS
+from privaudit.audit.synthetic_pairs import check_synthetic_pair_exists
 from privaudit.core.errors import UsageError
 from privaudit.core.package_data import sample_dir
 from privaudit.core.spec import DomainSpec
@@ -93,7 +93,7 @@ class PipelineConfig:
         only setting that fits the 2-minute target (per-step DP-APVI needs
         H = 20 projections of 17,900 rows: about 90 s alone).
     audit_trials : int, default 4000
-        Runs per side of the release audit (>= ``audit.runner.MIN_TRIALS``); 0 skips the audit.
+        Runs per side of the release audit (>= ``audit.choice.MIN_TRIALS``); 0 skips the audit.
     linear_share : float or None, default None (0.5)
         Share of the budget given to DP-VAPVI when the spec has a feature map; a share given for a
         spec without one is refused (UsageError) rather than ignored.

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privaudit.core.files import atomic_path
+from privaudit.core.atomic import atomic_path
 
 __all__ = ["values_figure", "plot_values"]
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from privaudit.core import registry
 from privaudit.core.errors import AccountingError, UsageError
 from privaudit.core.formatting import num
 from privaudit.privacy import accounting
@@ -50,10 +51,9 @@ PBB_SHARE_DEFAULT = 0.6
 #: At most this share of what DP-VAPVI and the behaviour value leave goes to DP-PBB (the release keeps the
 #: rest; rounded down to two significant digits, :func:`pbb_share_of`).
 PBB_REST_SHARE_FRACTION = Fraction(2, 3)
-#: What each part releases and how (for the summary).
+#: What each part releases and how (for the summary); a learner's part says it itself
+#: (``pipeline_output`` of its class, ``core.registry.OfflineLearner``).
 _WHAT = {"release": "noisy {families} counts over the whole declared domain (release/)",
-         "dp-pbb": "the DP-PBB policy (its noisy counts and private Bellman backups are not output)",
-         "dp-vapvi": "the DP-VAPVI policy (its noisy statistics are not output)",
          VALUE_PART: "the clinicians' (behaviour) value estimate and, without a known MDP, the start "
                      "distribution of the certified values (its noisy statistics are not output)"}
 
@@ -62,10 +62,6 @@ def _mechanism_text(name: str, spec: DomainSpec) -> str:
     """How a part adds its noise (for the summary)."""
     if name == "release":
         return "Gaussian, one sigma for all families (sigma per family in release/manifest.json)"
-    if name == "dp-pbb":
-        return ("exact discrete Gaussian: noisy capped visit and start counts and K private Bellman backups "
-                "(and their second moments) with fresh noise, for the certificate and the selection "
-                "(event in the policy manifest)")
     if name == VALUE_PART:
         if int(spec.max_episodes_per_unit) == 1:
             return ("exact discrete Gaussian on fixed-point statistics: episode count, sum and sum of squares of "
@@ -75,8 +71,7 @@ def _mechanism_text(name: str, spec: DomainSpec) -> str:
                 f"{spec.n_states} start-state counts (rho/4 each); per privacy unit, the sums of the squared unit "
                 "totals, of unit total x stays and of squared stays (rho/12 each: the interval over patients; "
                 "sigmas in summary.json behaviour_value.mechanism)")
-    return (f"exact discrete Gaussian on fixed-point statistics: 5H = {5 * spec.horizon} statistics "
-            "with fresh noise per step, rho/(5H) each (grid in the policy manifest)")
+    return registry.get(name).load().mechanism_text(spec)  # a learner's part
 
 
 def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT,
@@ -295,7 +290,8 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
         part_rows.append({
             "name": name, "rho": stated["rho"],
             "epsilon_alone": float(accounting.zcdp_to_dp(stated["rho"], budget.delta)),
-            "what": _WHAT[name].format(families=", ".join(fams.split("+"))),
+            "what": (_WHAT[name] if name in _WHAT else registry.get(name).load().pipeline_output).format(
+                families=", ".join(fams.split("+"))),
             "mechanism": _mechanism_text(name, spec)})
     sampler = manifest.guarantee.get("sampler") if manifest is not None else None
     if sampler is not None:  # what the release's noise sampler adds (0 for the exact samplers)

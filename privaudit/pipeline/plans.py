@@ -9,8 +9,9 @@ None reads the logs, so every event can be built before the first row is read:
 
 * release: ``stats.mechanism.TabularRelease.plan`` (what ``stats.release.release_logs`` plans);
 * behaviour value: ``stats.behaviour_value.BehaviourValueRelease.plan`` (the pipeline applies this plan);
-* DP-PBB: ``learners.train.plan_dp_pbb`` (what ``train_dp_pbb`` plans and its fit re-plans);
-* DP-VAPVI: ``learners.linear.plan_dp_vapvi`` (what ``train_from_logs`` records).
+* DP-PBB and DP-VAPVI: the learner class's ``plan_event`` (``core.registry.OfflineLearner``):
+  ``DPPBB.plan_for`` (what ``train_dp_pbb`` plans and its fit re-plans),
+  ``learners.linear.plan_dp_vapvi`` (what ``train_from_logs`` records).
 
 :func:`plan_parts` builds them and checks each against its share
 (``privacy.ledger.charge_of``: the event's exact cost is at most the part's
@@ -27,8 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from privaudit.core.errors import AccountingError
-from privaudit.learners.linear import plan_dp_vapvi
-from privaudit.learners.tabular.train import plan_dp_pbb
+from privaudit.core import registry
 from privaudit.pipeline.guarantee import VALUE_PART, check_split
 from privaudit.privacy import accounting
 from privaudit.privacy.accounting import Accountant
@@ -118,10 +118,9 @@ def plan_parts(spec: DomainSpec, budget: Budget, parts: dict, *, stationary: boo
     if VALUE_PART in parts:
         value = BehaviourValueRelease.plan(spec, parts[VALUE_PART])
         events[VALUE_PART] = value.event
-    if "dp-pbb" in parts:
-        events["dp-pbb"] = plan_dp_pbb(spec, parts["dp-pbb"], stationary=stationary)[1].event
-    if "dp-vapvi" in parts:
-        events["dp-vapvi"] = plan_dp_vapvi(spec, parts["dp-vapvi"])
+    for name in parts:  # a learner's part (DP-PBB, DP-VAPVI): the learner plans its own event
+        if name in registry.names(family=registry.OFFLINE, private=True):
+            events[name] = registry.get(name).load().plan_event(spec, parts[name], stationary=stationary)
     unknown = sorted(set(parts) - set(events))
     if unknown:
         raise AccountingError(f"no plan for the part(s) {', '.join(unknown)} (internal error).")

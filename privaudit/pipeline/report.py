@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from privaudit import FORMAT_VERSION, __version__
+from privaudit.core import registry
 from privaudit.core.artifact import ArtifactFormat
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
@@ -187,7 +188,7 @@ def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies:
     pol_entries = []
     for name, pol in policies.items():
         e = {"name": name, "algorithm": pol.algorithm, "path": f"policies/{name}",
-             "privacy_part": "release" if name == "dp-apvi" else name,
+             "privacy_part": "release" if registry.get(name).load().reads == "release" else name,
              "value": None, "optimal_value": None, "clinicians_value": None, "gap": None,
              **(certified or {}).get(name, {"certified_value": None, "certified_start": None,
                                            "certificate_held": None})}

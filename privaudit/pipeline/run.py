@@ -47,7 +47,8 @@ import numpy as np
 from tqdm import tqdm
 
 from privaudit.core.errors import SpecError, UsageError
-from privaudit.core.files import atomic_dir, atomic_write_text, new_run_id, output_lock
+from privaudit.core.atomic import atomic_dir, atomic_write_text
+from privaudit.core.outputs import new_run_id, output_lock
 from privaudit.core.spec import DomainSpec, load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.learners.linear.rows import column_dims
@@ -184,7 +185,7 @@ def run_pipeline_config(config: PipelineConfig, *, echo: Callable[[str], None] |
     ------
     UsageError
         Bad or conflicting arguments, ``out`` exists or is being written by
-        another run (refused at once: ``core.files.output_lock``; hidden
+        another run (refused at once: ``core.outputs.output_lock``; hidden
         temporary folders a killed run left next to ``out`` are removed and
         reported), an MDP that does not fit
         the spec (all before any row is read or noise drawn).

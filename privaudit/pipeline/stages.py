@@ -27,10 +27,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from privaudit.core.files import atomic_write_text
+from privaudit.core.atomic import atomic_write_text
 from privaudit.core.spec import DomainSpec
 from privaudit.learners.linear import train_from_logs as train_linear
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
+from privaudit.learners.options import RunContext
 from privaudit.learners.policy import save_policy
 from privaudit.learners.tabular.dp_apvi import DPAPVI
 from privaudit.learners.tabular.train import train_dp_pbb
@@ -46,7 +47,7 @@ from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import event_from_dict
 from privaudit.release.behaviour_value import estimate_behaviour_value, return_range
-from privaudit.release.tabular import load_release, release_logs
+from privaudit.release.tabular import ReleaseOptions, load_release, release_logs
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,9 @@ def release(config: PipelineConfig, state: RunState) -> None:
     into ``private/local-log.json``), ``value_stats`` and their ``events``.
     """
     plan = state.plan
-    info = release_logs(state.prepared, plan.spec, budget=plan.parts["release"], stationary=plan.stationary,
-                        noise="exact", out=state.tmp / "release", seed=plan.seeds[0], engine=config.engine,
-                        spark=config.spark)
+    info = release_logs(state.prepared, plan.spec, stationary=plan.stationary, out=state.tmp / "release",
+                        seed=plan.seeds[0], options=ReleaseOptions(budget=plan.parts["release"], noise="exact",
+                                                                   engine=config.engine, spark=config.spark))
     _charge(config, state, "release", info.event)
     state.local = json.loads(info.local_log.read_text())
     info.local_log.unlink()  # folded into private/local-log.json
@@ -166,7 +167,7 @@ def train(config: PipelineConfig, state: RunState) -> None:
     tabular = {}
     if "dp-pbb" in parts:  # the default DP policy: learns from outcomes, with a certificate (issue 12)
         pbb = train_dp_pbb(state.prepared, spec, stationary=plan.stationary, budget=parts["dp-pbb"], seed=seeds[4],
-                           echo=say)
+                           context=RunContext(echo=say))
         tabular["dp-pbb"] = pbb.learner
         _charge(config, state, "dp-pbb", pbb.learner.event_, "private Bellman backups")
     # Qiao & Wang (2023)'s DP-APVI with the paper's constants on the release: the reference

@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 from scipy import optimize
 
-from privaudit.core.errors import AccountingError, UsageError
+from privaudit.core.errors import AccountingError, UsageError, positive_finite
 from privaudit.privacy.events import (ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyEvent,
                                       PrivacyUnit, SelfComposedEvent, leaves)
 
@@ -383,12 +383,7 @@ def dp_to_zcdp(epsilon: float, delta: float) -> float:
     AccountingError
         No bracket found (numerical failure).
     """
-    try:
-        epsilon = float(epsilon)
-    except (TypeError, ValueError):
-        raise UsageError(f"`epsilon` must be a positive number. Found {epsilon!r}.") from None
-    if not (epsilon > 0 and math.isfinite(epsilon)):
-        raise UsageError(f"`epsilon` must be > 0 and finite. Found {epsilon!r}.")
+    epsilon = positive_finite("epsilon", epsilon)
     _check_rho_delta(0.0, delta)
     lo = 0.0
     # eps(rho) >= rho for rho above ~1e-12, so rho = epsilon is already too large or equal; below, the tight

@@ -29,12 +29,9 @@ from privaudit.core.errors import AccountingError, UsageError
 from privaudit.privacy import accounting
 from privaudit.core.formatting import num
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA, dp_to_zcdp, zcdp_to_dp
+from privaudit.privacy.noise import GAUSSIAN, LAPLACE, MECHANISMS, NoiseFamily, noise_family
 
 __all__ = ["Budget", "resolve_budget", "check_reportable", "short_floor", "DEFAULT_REPORT_DELTA", "MECHANISMS"]
-
-#: Noise families a budget can be resolved for.
-MECHANISMS = ("gaussian", "laplace")
-
 
 @dataclass(frozen=True)
 class Budget:
@@ -71,9 +68,14 @@ class Budget:
     stated: float | None = None
 
     @property
+    def family(self) -> NoiseFamily:
+        """The noise family of :attr:`mechanism` (``privaudit.privacy.noise``)."""
+        return noise_family(self.mechanism)
+
+    @property
     def amount(self) -> float:
         """What the noise is calibrated to: rho (Gaussian) or epsilon (Laplace)."""
-        return self.rho if self.mechanism == "gaussian" else self.epsilon
+        return self.family.amount(self)
 
     @property
     def shown(self) -> float:
@@ -101,11 +103,11 @@ class Budget:
             A Laplace budget (pure DP has delta = 0), ``delta`` outside (0, 1),
             or a rho too small to report at ``delta`` (:func:`check_reportable`).
         """
-        if self.mechanism != "gaussian":
+        if self.family.pure:
             raise UsageError("the Laplace mechanism is pure epsilon-DP (delta = 0): omit `delta`.")
         d = _delta(delta)
         check_reportable(self.rho, d)
-        return Budget("gaussian", self.rho, None, d, {**self.requested, "delta": d})
+        return Budget(GAUSSIAN.name, self.rho, None, d, {**self.requested, "delta": d})
 
     def part(self, share: float, name: str = "part of rho") -> "Budget":
         """A Gaussian part holding ``share`` of rho (zCDP composes by adding rho).
@@ -123,7 +125,7 @@ class Budget:
             are not needed by any entry point), or a part too small to report
             (:func:`check_reportable`, the message names ``name``).
         """
-        if self.mechanism != "gaussian":
+        if self.family.pure:
             raise UsageError("only a Gaussian (zCDP) budget can be split into parts.")
         s = float(share)
         if not (math.isfinite(s) and 0 < s <= 1):
@@ -163,7 +165,7 @@ class Budget:
             Shares not adding up to 1, a bad share, a Laplace budget, or a part
             too small to report.
         """
-        if self.mechanism != "gaussian":
+        if self.family.pure:
             raise UsageError("only a Gaussian (zCDP) budget can be split into parts.")
         names = list(shares)
         vals = [float(v) for v in shares.values()]
@@ -194,14 +196,14 @@ class Budget:
             name = f"{n}'s share of rho"
             check_reportable(rho, self.delta, name)
             req = {"rho": shown, **({"delta": self.delta} if "delta" in self.requested else {})}
-            out[n] = Budget("gaussian", rho, None, self.delta, req, None if rho == shown else shown)
+            out[n] = Budget(GAUSSIAN.name, rho, None, self.delta, req, None if rho == shown else shown)
         return out
 
     def _part_of(self, exact: Fraction | float, name: str) -> "Budget":
         rho = exact if isinstance(exact, float) else short_floor(exact)
         check_reportable(rho, self.delta, name)
         req = {"rho": rho, **({"delta": self.delta} if "delta" in self.requested else {})}
-        return Budget("gaussian", rho, None, self.delta, req)
+        return Budget(GAUSSIAN.name, rho, None, self.delta, req)
 
 
 def _decimal_of(x: float) -> Fraction:
@@ -301,9 +303,7 @@ def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism: str = "gaus
         Missing, conflicting or out-of-range values; the message names the
         parameter (``rho``, ``epsilon``, ``delta``, ``mechanism``), never a CLI flag.
     """
-    if mechanism not in MECHANISMS:
-        raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Found {mechanism!r}.")
-    if mechanism == "laplace":
+    if noise_family(mechanism).pure:
         if rho is not None:
             raise UsageError("the Laplace mechanism is pure epsilon-DP: give `epsilon`, not `rho`.")
         if epsilon is None:
@@ -312,13 +312,13 @@ def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism: str = "gaus
             raise UsageError(f"the Laplace mechanism is pure epsilon-DP (delta = 0): omit `delta`. Found {delta!r}.")
         eps = _positive("epsilon", epsilon)
         check_reportable(eps * eps / 2.0, DEFAULT_REPORT_DELTA, "epsilon", pure=eps)
-        return Budget("laplace", eps * eps / 2.0, eps, 0.0, {"epsilon": eps})
+        return Budget(LAPLACE.name, eps * eps / 2.0, eps, 0.0, {"epsilon": eps})
     if rho is not None:
         if epsilon is not None or delta is not None:
             raise UsageError("give either a budget `rho`, or `epsilon` with `delta`, not both.")
         r = _positive("rho", rho)
         check_reportable(r, DEFAULT_REPORT_DELTA)
-        return Budget("gaussian", r, None, DEFAULT_REPORT_DELTA, {"rho": r})
+        return Budget(GAUSSIAN.name, r, None, DEFAULT_REPORT_DELTA, {"rho": r})
     if epsilon is None or delta is None:
         raise UsageError("give a budget: `rho`, or `epsilon` with `delta`.")
     eps = _positive("epsilon", epsilon)
@@ -329,7 +329,7 @@ def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism: str = "gaus
                          f"({num(r)}) is already (0, {num(d)})-DP by the tight conversion, so the noise would "
                          "drown every count and nothing useful could be released. Give a larger budget.")
     check_reportable(r, d, "rho converted from epsilon")
-    return Budget("gaussian", r, None, d, {"epsilon": eps, "delta": d})
+    return Budget(GAUSSIAN.name, r, None, d, {"epsilon": eps, "delta": d})
 
 
 def check_reportable(rho: float, delta: float, name: str = "rho", *, pure: float | None = None) -> None:

@@ -33,10 +33,9 @@ Dwork & Roth 2014, Thm 3.6 (Laplace: eps = Delta_1 / b).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Union
+from typing import ClassVar, Union
 
 from privaudit.core.errors import AccountingError, positive_finite
 
@@ -52,7 +51,7 @@ class Neighbouring(str, Enum):
     """The neighbouring relation an event's sensitivity is computed for.
 
     privaudit supports one: substitution of all data of one privacy unit
-    (seed 000's "replace one trajectory" is the case k = 1). The value is the
+    (Qiao & Wang 2023's "replace one trajectory" is the case k = 1). The value is the
     short name stored in events; :attr:`description` is the sentence stored
     in manifests (``"substitution: replace all data of one privacy unit"``).
     """
@@ -146,6 +145,18 @@ class _Leaf:
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise AccountingError(f"`max_per_cell` must be None or an integer >= 1. Found {c!r}.")
 
+    #: the serialised ``kind`` and the names of the (sensitivity, scale) fields, both > 0
+    KIND: ClassVar[str] = ""
+    FIELDS: ClassVar[tuple] = ()
+
+    def __post_init__(self):
+        self._check_leaf()
+        for name in self.FIELDS:
+            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+
+    def to_dict(self) -> dict:
+        return {"kind": self.KIND, **{name: getattr(self, name) for name in self.FIELDS}, **self._leaf_dict()}
+
     def _leaf_dict(self) -> dict:
         d = {"family": self.family, "unit": self.unit.to_dict(),
              "neighbouring": self.neighbouring.value, "noise": self.noise}
@@ -181,16 +192,11 @@ class GaussianEvent(_Leaf):
     rho-zCDP (Canonne, Kamath & Steinke 2020, Thm 14), so one event serves both.
     """
 
+    KIND: ClassVar[str] = "gaussian"
+    FIELDS: ClassVar[tuple] = ("l2", "sigma")
+
     l2: float
     sigma: float
-
-    def __post_init__(self):
-        self._check_leaf()
-        object.__setattr__(self, "l2", _positive("l2", self.l2))
-        object.__setattr__(self, "sigma", _positive("sigma", self.sigma))
-
-    def to_dict(self) -> dict:
-        return {"kind": "gaussian", "l2": self.l2, "sigma": self.sigma, **self._leaf_dict()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,16 +213,11 @@ class LaplaceEvent(_Leaf):
         same b gives the same eps.
     """
 
+    KIND: ClassVar[str] = "laplace"
+    FIELDS: ClassVar[tuple] = ("l1", "b")
+
     l1: float
     b: float
-
-    def __post_init__(self):
-        self._check_leaf()
-        object.__setattr__(self, "l1", _positive("l1", self.l1))
-        object.__setattr__(self, "b", _positive("b", self.b))
-
-    def to_dict(self) -> dict:
-        return {"kind": "laplace", "l1": self.l1, "b": self.b, **self._leaf_dict()}
 
 
 @dataclass(frozen=True)
@@ -267,6 +268,8 @@ class SelfComposedEvent:
 
 
 _EVENT_TYPES = (GaussianEvent, LaplaceEvent, ComposedEvent, SelfComposedEvent)
+#: the noise-adding events by their serialised ``kind``
+_LEAF_TYPES = {leaf.KIND: leaf for leaf in (GaussianEvent, LaplaceEvent)}
 PrivacyEvent = Union[GaussianEvent, LaplaceEvent, ComposedEvent, SelfComposedEvent]
 
 
@@ -295,16 +298,13 @@ def event_from_dict(d: dict) -> PrivacyEvent:
         names the field.
     """
     kind = _field(d, "kind", "privacy event")
-    if kind in ("gaussian", "laplace"):
-        common = dict(family=_field(d, "family", kind + " event"),
-                      unit=PrivacyUnit.from_dict(_field(d, "unit", kind + " event")),
-                      neighbouring=Neighbouring.parse(_field(d, "neighbouring", kind + " event")),
-                      noise=_field(d, "noise", kind + " event"),
-                      max_per_cell=d.get("max_per_cell"))
-        if kind == "gaussian":
-            return GaussianEvent(l2=_field(d, "l2", "gaussian event"), sigma=_field(d, "sigma", "gaussian event"),
-                                 **common)
-        return LaplaceEvent(l1=_field(d, "l1", "laplace event"), b=_field(d, "b", "laplace event"), **common)
+    leaf = _LEAF_TYPES.get(kind) if isinstance(kind, str) else None
+    if leaf is not None:
+        what = kind + " event"
+        common = dict(family=_field(d, "family", what), unit=PrivacyUnit.from_dict(_field(d, "unit", what)),
+                      neighbouring=Neighbouring.parse(_field(d, "neighbouring", what)),
+                      noise=_field(d, "noise", what), max_per_cell=d.get("max_per_cell"))
+        return leaf(**{name: _field(d, name, what) for name in leaf.FIELDS}, **common)
     if kind == "composed":
         evs = _field(d, "events", "composed event")
         if not isinstance(evs, list):

@@ -1,8 +1,8 @@
 """Noise mechanisms for integer count vectors: Gaussian (rho-zCDP) and Laplace (eps-DP).
 
-Two noise modes, both giving integer outputs (no floating-point side channel,
-AUDITING.md B2/B3: a float count + float noise leaks the count through its
-low-order bits):
+Two noise modes, both giving integer outputs (no floating-point side channel:
+a float count plus float noise leaks the count through its low-order bits,
+Mironov 2012 for Laplace, Jin et al. 2022 for Gaussian noise):
 
 ``"rounded"`` (default)
     Draw continuous noise Z (numpy's ``Generator.normal`` / ``laplace``),
@@ -22,7 +22,7 @@ low-order bits):
     the rare draws in cells that contain a CDF boundary, and the tails, are
     finished exactly): total-variation distance 0 to the target law, at
     numpy speed. sigma and b are the float scales themselves (no rounding).
-    By CKS Thm 14 (multivariate, independent coordinates) the discrete
+    By Canonne, Kamath & Steinke 2020, Thm 14 (multivariate, independent coordinates) the discrete
     Gaussian gives rho = Delta_2^2 / (2 sigma^2) for integer-valued
     statistics, and the discrete Laplace gives eps = Delta_1 / b, the same
     guarantees as the continuous mechanisms. Supports sigma up to 2^15
@@ -33,7 +33,11 @@ References
 Canonne, Kamath, Steinke, "The Discrete Gaussian for Differential Privacy",
 NeurIPS 2020, arXiv:2004.00010 (Thm 14; Cor. 9 for the sub-Gaussian tail used
 by ``noise_bound``).
-Seed 000 eq. (1) (ALGORITHMS.md 1.2 step 3) and 1.4.
+Qiao & Wang (2023), eq. (1) (Gaussian noise on every visit and transition
+count) and the paragraph "Apply Laplace Mechanism to achieve pure DP".
+Mironov, "On Significance of the Least Significant Bits for Differential
+Privacy", CCS 2012. Jin, McMurtry, Rubinstein & Ohrimenko, "Are We There Yet?
+Timing and Floating-Point Attacks on Differential Privacy Systems", IEEE S&P 2022.
 """
 
 from __future__ import annotations
@@ -43,68 +47,13 @@ import math
 import numpy as np
 
 from privaudit.core.errors import UsageError, positive_finite
-from privaudit.privacy import samplers
+from privaudit.privacy.noise import MECHANISMS, gaussian_sigma, laplace_scale, noise_family
 
-MECHANISMS = ("gaussian", "laplace")
+__all__ = ["add_noise", "noise_bound", "gaussian_sigma", "laplace_scale", "MECHANISMS", "NOISE_MODES"]
 NOISE_MODES = ("rounded", "exact")
 
 #: cells drawn per chunk: bounds the temporary memory of add_noise to a few MB
 _CHUNK = 1 << 20
-
-
-# ----------------------------------------------------------------------------
-# scales
-
-
-def _check_positive(name: str, value) -> float:
-    return positive_finite(name, value)
-
-
-def gaussian_sigma(l2: float, rho: float) -> float:
-    """Noise standard deviation for rho-zCDP: sigma = l2 / sqrt(2 rho).
-
-    Parameters
-    ----------
-    l2 : float
-        L2 sensitivity of the released vector (> 0).
-    rho : float
-        zCDP budget (> 0).
-
-    Returns
-    -------
-    float
-        sigma, in the units of the counts. Rounded up by one ulp so that the
-        resulting guarantee is never weaker than ``rho``.
-
-    Raises
-    ------
-    UsageError
-        ``l2`` or ``rho`` not positive and finite.
-
-    References
-    ----------
-    Bun & Steinke 2016, Prop. 1.6; seed 000 Lemma 2.6 (ALGORITHMS.md, general facts).
-    """
-    l2 = _check_positive("l2", l2)
-    rho = _check_positive("rho", rho)
-    return float(np.nextafter(l2 / math.sqrt(2.0 * rho), math.inf))
-
-
-def laplace_scale(l1: float, epsilon: float) -> float:
-    """Laplace scale for eps-DP: b = l1 / epsilon (rounded up by one ulp).
-
-    Raises
-    ------
-    UsageError
-        ``l1`` or ``epsilon`` not positive and finite.
-
-    References
-    ----------
-    Dwork, McSherry, Nissim, Smith 2006; seed 000 Lap(4H/eps) (ALGORITHMS.md 1.4).
-    """
-    l1 = _check_positive("l1", l1)
-    epsilon = _check_positive("epsilon", epsilon)
-    return float(np.nextafter(l1 / epsilon, math.inf))
 
 
 # ----------------------------------------------------------------------------
@@ -153,31 +102,24 @@ def add_noise(values: np.ndarray, *, mechanism: str, scale: float,
     the output). ``rounded``: chunks of 2^20 cells, so temporary memory is a
     few MB on top of the int64 output.
     """
-    if mechanism not in MECHANISMS:
-        raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Found {mechanism!r}.")
+    family = noise_family(mechanism)
     if noise not in NOISE_MODES:
         raise UsageError(f"`noise` must be one of {NOISE_MODES}. Found {noise!r}.")
-    scale = _check_positive("scale", scale)
+    scale = positive_finite("scale", scale)
     values = np.asarray(values)
     if not np.issubdtype(values.dtype, np.integer):
         raise UsageError(f"`values` must be an integer array (exact counts). "
                          f"Found dtype {values.dtype}.")
     if noise == "exact":
-        sampler = samplers.get_sampler(mechanism, scale)
+        sampler = family.exact_sampler(scale)
         own = (inplace and values.dtype == np.int64 and values.flags.c_contiguous and values.flags.writeable)
         return sampler.add_into(values if own else np.array(values, dtype=np.int64, order="C"), rng)
-    if mechanism == "gaussian":
-        def sampler(m, rng):
-            return np.rint(rng.normal(0.0, scale, m)).astype(np.int64)
-    else:
-        def sampler(m, rng):
-            return np.rint(rng.laplace(0.0, scale, m)).astype(np.int64)
     flat = values.reshape(-1)
     out = np.empty(flat.shape, dtype=np.int64)
     for start in range(0, flat.size, _CHUNK):
         stop = min(start + _CHUNK, flat.size)
         out[start:stop] = flat[start:stop]
-        out[start:stop] += sampler(stop - start, rng)
+        out[start:stop] += family.rounded_noise(rng, scale, stop - start)
     return out.reshape(values.shape)
 
 
@@ -196,7 +138,7 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
         sigma or b of the release (from its manifest).
     n_counts : int
         Number of noisy cells the bound must cover (e.g. 2 H S^2 A for
-        visits + transitions, as in seed 000's E_rho).
+        visits + transitions, as in Qiao & Wang 2023's E_rho).
     delta : float
         Failure probability, in (0, 1).
     rounded : bool
@@ -204,7 +146,8 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
         grows by 1. False for continuous (unrounded) noise.
     noise : {"rounded", "exact", "continuous"}, optional
         Overrides ``rounded``. ``"exact"`` (discrete samplers): the discrete
-        Gaussian is sub-Gaussian with parameter sigma (CKS Cor. 9), so the
+        Gaussian is sub-Gaussian with parameter sigma (Canonne, Kamath &
+        Steinke 2020, Cor. 9), so the
         continuous bound holds without the +1; the discrete Laplace has
         P(|Y| > x) <= c exp(-x/b) with c = 2 / (1 + exp(-1/b)), which is used.
 
@@ -213,12 +156,13 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
     float
         Gaussian: E = 2 sigma sqrt(2 log(2 n / delta)) (from
         P(|Z| > x) <= 2 exp(-x^2 / (2 sigma^2)) and a union bound); with
-        n = 2HS^2A and sigma^2 = 2H/rho this is seed 000's
+        n = 2HS^2A and sigma^2 = 2H/rho this is Qiao & Wang (2023)'s
         E_rho = 4 sqrt(H log(4HS^2A/delta) / rho).
         Laplace: E = 2 b log(n / delta) (from P(|Lap(b)| > x) = exp(-x/b));
-        with b = 4H/eps and n = 2HS^2A, E = (8H/eps) log(2HS^2A/delta), i.e.
-        ALGORITHMS.md 1.4's E_eps = (8H/eps) log(4HS^2A/delta) is this bound
-        at failure probability delta/2.
+        with b = 4H/eps and n = 2HS^2A, E = (8H/eps) log(2HS^2A/delta). The
+        paper gives only E_eps = O~(H/eps); E_eps = (8H/eps) log(4HS^2A/delta),
+        this bound at failure probability delta/2 (the allocation of E_rho),
+        is our choice (docs/privacy.md, "E_rho and E_eps").
 
     Raises
     ------
@@ -227,11 +171,12 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
 
     References
     ----------
-    Seed 000, E_rho (ALGORITHMS.md 1.2 step 1); ALGORITHMS.md 1.4 [D].
+    Qiao & Wang (2023): E_rho in the text of eq. (2); E_eps = O~(H/eps) in the
+    paragraph "Apply Laplace Mechanism to achieve pure DP" (the constant here
+    is ours, as above).
     """
-    if mechanism not in MECHANISMS:
-        raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Found {mechanism!r}.")
-    scale = _check_positive("scale", scale)
+    family = noise_family(mechanism)
+    scale = positive_finite("scale", scale)
     if isinstance(n_counts, bool) or int(n_counts) != n_counts or n_counts < 1:
         raise UsageError(f"`n_counts` must be an integer >= 1. Found {n_counts!r}.")
     if not (0 < delta < 1):
@@ -240,13 +185,7 @@ def noise_bound(mechanism: str, scale: float, n_counts: int, delta: float,
     if mode not in ("rounded", "exact", "continuous"):
         raise UsageError(f"`noise` must be 'rounded', 'exact' or 'continuous'. Found {noise!r}.")
     n = float(n_counts)
-    if mechanism == "gaussian":
-        half = scale * math.sqrt(2.0 * math.log(2.0 * n / delta))
-    elif mode == "exact":
-        c = 2.0 / (1.0 + math.exp(-1.0 / scale))
-        half = scale * math.log(c * n / delta)
-    else:
-        half = scale * math.log(n / delta)
+    half = family.tail_half_width(scale, n, delta, exact=mode == "exact")
     if mode == "rounded":
         half += 0.5
     return float(np.nextafter(2.0 * half, math.inf))

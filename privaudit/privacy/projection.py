@@ -1,8 +1,8 @@
 """Consistency projection of noisy transition counts and the private transition estimate.
 
-Seed 000 eq. (2) (ICLR eq. (3)) and eq. (3) (ICLR eq. (5)); ALGORITHMS.md 1.2
-steps 4-5 and the numpy recipe of 1.6. Both are post-processing of a release:
-they spend no privacy budget.
+Qiao & Wang (2023), eq. (2) (the projection) and eq. (3) (the transition
+estimate); docs/privacy.md, "Projection", gives the exact solution used here.
+Both are post-processing of a release: they spend no privacy budget.
 """
 
 from __future__ import annotations
@@ -10,6 +10,18 @@ from __future__ import annotations
 import numpy as np
 
 from privaudit.core.errors import UsageError
+
+
+def _counts_and_margin(sas, sa, E: float, sas_name: str, sa_name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``sas`` (..., S) and ``sa`` (...) as float64 arrays of matching shapes; UsageError naming them, or E."""
+    x = np.asarray(sas, dtype=np.float64)
+    n = np.asarray(sa, dtype=np.float64)
+    if x.ndim < 1 or x.shape[:-1] != n.shape:
+        raise UsageError(f"`{sas_name}` must have shape (..., S) and `{sa_name}` shape (...). "
+                         f"Found {x.shape} and {n.shape}.")
+    if not (np.isfinite(E) and E >= 0):
+        raise UsageError(f"`E` must be >= 0 and finite. Found {E!r}.")
+    return x, n
 
 
 def _lo_inverse(a_desc: np.ndarray, csum: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -33,14 +45,14 @@ def _lo_inverse(a_desc: np.ndarray, csum: np.ndarray, c: np.ndarray) -> np.ndarr
 
 
 def project_counts(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> tuple[np.ndarray, np.ndarray]:
-    """Make noisy transition counts consistent with noisy visit counts (seed 000 eq. (2)).
+    """Make noisy transition counts consistent with noisy visit counts (Qiao & Wang 2023, eq. (2)).
 
     For every leading index (h, s, a) at once, solves
 
         min_x max_{s'} |x_{s'} - n'_{s'}|  s.t.  |sum_{s'} x_{s'} - n'| <= E/2,  x >= 0,
 
     exactly (no iterative tolerance). With a = n'_{h,s,a,.}, b = n'_{h,s,a},
-    e = E/2 and Lo(t) = sum_i max(0, a_i - t) (ALGORITHMS.md 1.6), the optimal
+    e = E/2 and Lo(t) = sum_i max(0, a_i - t) (docs/privacy.md, "Projection"), the optimal
     max-deviation is t* = max(t1, t2), t1 = max(0, (b - e - sum a)/S) and t2
     the smallest t >= 0 with Lo(t) <= b + e (sort-based: Lo is piecewise
     linear with breakpoints at the a_i). At most one of them is positive, and
@@ -79,15 +91,12 @@ def project_counts(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> tuple[np.nd
 
     References
     ----------
-    Qiao & Wang, seed 000 eq. (2) and Remark 3.1 (ICLR eq. (3)); ALGORITHMS.md 1.2 step 4, 1.6.
+    Qiao & Wang (2023), eq. (2), also written there as a linear program in
+    (x, t); solved here in closed form instead of by an LP solver (any
+    minimiser serves: the paper's analysis uses only the constraints and the
+    max-deviation bound).
     """
-    a = np.asarray(n_sas, dtype=np.float64)
-    b = np.asarray(n_sa, dtype=np.float64)
-    if a.ndim < 1 or a.shape[:-1] != b.shape:
-        raise UsageError(f"`n_sas` must have shape (..., S) and `n_sa` shape (...). "
-                         f"Found {a.shape} and {b.shape}.")
-    if not (np.isfinite(E) and E >= 0):
-        raise UsageError(f"`E` must be >= 0 and finite. Found {E!r}.")
+    a, b = _counts_and_margin(n_sas, n_sa, E, "n_sas", "n_sa")
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) or (a < 0).any() or (b < 0).any():
         raise UsageError("`n_sas` and `n_sa` must be finite and >= 0 (clip the noisy counts "
                          "at 0 first).")
@@ -130,7 +139,7 @@ def _project_block(a2: np.ndarray, b1: np.ndarray, e: float) -> np.ndarray:
 
 def private_transition_estimate(n_tilde_sas: np.ndarray, n_tilde_sa: np.ndarray,
                                 E: float) -> np.ndarray:
-    """Private transition estimate P̃_h(s' | s, a) (seed 000 eq. (3)).
+    """Private transition estimate P̃_h(s' | s, a) (Qiao & Wang 2023, eq. (3)).
 
     P̃ = ñ_{h,s,a,s'} / ñ_{h,s,a} where ñ_{h,s,a} > E, else the uniform 1/S.
 
@@ -155,15 +164,10 @@ def private_transition_estimate(n_tilde_sas: np.ndarray, n_tilde_sa: np.ndarray,
 
     References
     ----------
-    Seed 000 eq. (3) (ICLR eq. (5)); ALGORITHMS.md 1.2 step 5.
+    Qiao & Wang (2023), eq. (3): the uniform row below the threshold keeps
+    every row a probability vector.
     """
-    x = np.asarray(n_tilde_sas, dtype=np.float64)
-    n = np.asarray(n_tilde_sa, dtype=np.float64)
-    if x.ndim < 1 or x.shape[:-1] != n.shape:
-        raise UsageError(f"`n_tilde_sas` must have shape (..., S) and `n_tilde_sa` shape (...). "
-                         f"Found {x.shape} and {n.shape}.")
-    if not (np.isfinite(E) and E >= 0):
-        raise UsageError(f"`E` must be >= 0 and finite. Found {E!r}.")
+    x, n = _counts_and_margin(n_tilde_sas, n_tilde_sa, E, "n_tilde_sas", "n_tilde_sa")
     S = x.shape[-1]
     ok = n > E
     denom = np.where(ok, n, 1.0)[..., None]

@@ -1,7 +1,7 @@
 """Sensitivities of the count statistics released from tabular logs.
 
-Neighbouring relation: **substitution of one privacy unit** (seed 000 uses
-"replace one trajectory", the case ``max_episodes = 1``). Before any count is
+Neighbouring relation: **substitution of one privacy unit** (Qiao & Wang
+2023 use "replace one trajectory", the case ``max_episodes = 1``). Before any count is
 taken, contribution bounding (``privaudit.data``) keeps at most ``k =
 max_episodes`` episodes per unit and at most ``H`` steps per episode, and
 scales rewards into [0, 1]. The bounds below hold for *any* input once that
@@ -43,8 +43,9 @@ i.e. L2 = kH sqrt(2). Attained by k copies of an episode that stays in one
 Several families released together: the released vector is the concatenation,
 so L1 adds and L2 adds in squares; the same pair (u, v) attains every family's
 maximum at once, so the combined bounds are attained too. Visits +
-transitions, per-h, k = 1: L1 = 4H and L2 = 2 sqrt(H), which are seed 000's
-Lap(4H/eps) and sigma^2 = 2H/rho (ALGORITHMS.md 1.3, 1.4).
+transitions, per-h, k = 1: L1 = 4H and L2 = 2 sqrt(H), which give Qiao & Wang
+(2023)'s Lap(4H/eps) and sigma^2 = 2H/rho (their eq. (1); docs/privacy.md,
+"Neighbouring relation and sensitivities").
 
 Per-cell contribution bound c (``max_per_cell``; ``privaudit.data.bounding.cap_per_cell``).
 After the cap, one unit adds at most c to each released cell: per (h, s, a)
@@ -231,9 +232,10 @@ def count_sensitivity(horizon: int, max_episodes: int, stationary: bool,
 
     References
     ----------
-    Qiao & Wang, Offline RL with DP (seed 000), Thm 3.3 proof; ALGORITHMS.md
-    1.3 (L2 = 2 sqrt(H)) and 1.4 (L1 = 4H) for visits + transitions, k = 1.
-    The k > 1, stationary, reward and per-cell-cap cases are our derivation [D]; the
+    Qiao & Wang (2023): sigma^2 = 2H/rho in eq. (1) (L2 = 2 sqrt(H)) and
+    Delta_1 = 4H in the paragraph "Apply Laplace Mechanism to achieve pure DP",
+    for visits + transitions, k = 1. The k > 1, stationary, reward and
+    per-cell-cap cases are our own derivation (docs/privacy.md); the
     per-cell cap is the per-partition bound of DP SQL engines (PipelineDP's
     ``max_contributions_per_partition``).
     """

@@ -1,1 +1,1 @@
-"""The private release of tabular count statistics: mechanism, manifest, on-disk artifact, behaviour value."""
+"""The private release of tabular count statistics: mechanism, size checks, manifest, on-disk artifact, behaviour value."""

@@ -256,7 +256,7 @@ class BehaviourValueRelease:
 
     @classmethod
     def plan(cls, spec: DomainSpec, budget: Budget) -> "BehaviourValueRelease":
-        """Lattice, sensitivities and noise scales for ``budget`` (ALGORITHMS: module docstring).
+        """Lattice, sensitivities and noise scales for ``budget`` (the derivation: this module's docstring).
 
         Raises
         ------
@@ -266,7 +266,7 @@ class BehaviourValueRelease:
             or a budget so small that a sigma exceeds the exact sampler's
             range (2^47 lattice units).
         """
-        if budget.mechanism != "gaussian":
+        if budget.family.pure:
             raise UsageError("the behaviour-value estimate needs a Gaussian (zCDP) budget.")
         lo, hi, source = return_range(spec)
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):

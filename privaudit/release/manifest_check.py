@@ -21,8 +21,8 @@ import math
 
 from privaudit.core.errors import AccountingError, ArtifactError, PrivauditError
 from privaudit.privacy import accounting
-from privaudit.privacy.events import (ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyUnit,
-                                      event_from_dict)
+from privaudit.privacy.events import ComposedEvent, Neighbouring, PrivacyUnit, event_from_dict
+from privaudit.privacy.noise import FAMILIES
 from privaudit.privacy.sensitivity import count_sensitivity
 from privaudit.release.manifest import ReleaseManifest
 from privaudit.release.mechanism import reward_quantum
@@ -75,8 +75,8 @@ def check_manifest_guarantee(m: ReleaseManifest, where) -> dict:
 
     References
     ----------
-    Sensitivities: ``privaudit.privacy.sensitivity`` (seed 000 Thm 3.3 proof;
-    ALGORITHMS.md 1.3, 1.4). Gaussian zCDP: Bun & Steinke 2016, Prop. 1.6 and
+    Sensitivities: ``privaudit.privacy.sensitivity`` (Qiao & Wang (2023), Section 3;
+    docs/release.md, "Where the numbers come from"). Gaussian zCDP: Bun & Steinke 2016, Prop. 1.6 and
     Lemma 2.3 (composition). Conversion: Canonne, Kamath & Steinke 2020
     (``accounting.zcdp_to_dp``).
     """
@@ -90,9 +90,10 @@ def check_manifest_guarantee(m: ReleaseManifest, where) -> dict:
     want = {"visits", "transitions"} | ({"rewards"} if m.public_reward is None else set())
     if set(fams) != want:
         refuse(f"families {sorted(fams)} do not match the release's reward setting (expected {sorted(want)})")
-    name = {"gaussian": "sigma", "laplace": "laplace_b"}.get(mech)
-    if name is None:
+    noise_fam = FAMILIES.get(mech)
+    if noise_fam is None:
         refuse(f"unknown mechanism {mech!r}")
+    name = noise_fam.scale_key
     # stored-unit factor per family, exactly as plan_noise: 1 for counts, the quantum q for rewards,
     # q a function of the public natural-unit scale (= the visits' scale, stored in unit 1)
     natural = float(fams["visits"].noise_scale)
@@ -122,11 +123,10 @@ def check_manifest_guarantee(m: ReleaseManifest, where) -> dict:
         scale = float(fam.noise_scale)
         common = dict(family=f, unit=unit_of_privacy, neighbouring=Neighbouring.SUBSTITUTION, noise=m.noise,
                       max_per_cell=c)
-        leaf = (GaussianEvent(l2=l2, sigma=scale, **common) if mech == "gaussian"
-                else LaplaceEvent(l1=l1, b=scale, **common))
+        leaf = noise_fam.event({"l1": l1, "l2": l2}[noise_fam.norm], scale, **common)
         leaves.append(leaf)
-        key = "rho" if mech == "gaussian" else "epsilon"
-        share = accounting.event_rho(leaf) if mech == "gaussian" else accounting.event_epsilon(leaf)
+        key = noise_fam.budget_unit
+        share = noise_fam.cost(leaf)
         stated_share = fam.budget.get(key)
         if stated_share is None or _below(float(stated_share), share):
             refuse(f"families.{f}.budget.{key} = {stated_share!r} is below the {share!r} implied by its "
@@ -140,19 +140,18 @@ def check_manifest_guarantee(m: ReleaseManifest, where) -> dict:
         if stored != event:
             refuse("its stored event differs from the event its families' sensitivities and noise scales give")
     g = m.guarantee
-    if mech == "gaussian" and g["definition"] != "zCDP":
-        refuse(f"guarantee.definition is {g['definition']!r}; a Gaussian release is 'zCDP'")
-    if mech == "laplace" and g["definition"] != "pure-DP":
-        refuse(f"guarantee.definition is {g['definition']!r}; a Laplace release is 'pure-DP'")
+    if g["definition"] != noise_fam.definition:
+        refuse(f"guarantee.definition is {g['definition']!r}; a {noise_fam.title} release is "
+               f"{noise_fam.definition!r}")
     delta = float(g["delta"])
-    if mech == "gaussian" and not 0.0 < delta < 1.0:
+    if not noise_fam.pure and not 0.0 < delta < 1.0:
         refuse(f"guarantee.delta = {g['delta']!r}: a zCDP guarantee converts to (epsilon, delta) with "
                f"delta in (0, 1)")
-    derived = accounting.guarantee(event, delta=delta if mech == "gaussian" else 0.0,
+    derived = accounting.guarantee(event, delta=0.0 if noise_fam.pure else delta,
                                    requested=dict(g.get("requested", {})))
     for key in ("rho", "epsilon", "epsilon_simple", "ledger_charge_rho"):
         if key in g and key in derived and _below(float(g[key]), derived[key]):
-            at = f" at delta = {delta!r}" if key.startswith("epsilon") and mech == "gaussian" else ""
+            at = f" at delta = {delta!r}" if key.startswith("epsilon") and not noise_fam.pure else ""
             refuse(f"guarantee.{key} = {g[key]!r}{at} is below the {key} = {derived[key]!r} derived from its "
                    f"event (its sensitivities and noise scales)")
-    return {"rho": derived["rho"], "epsilon": derived["epsilon"] if mech == "laplace" else None, "event": event}
+    return {"rho": derived["rho"], "epsilon": derived["epsilon"] if noise_fam.pure else None, "event": event}

@@ -6,13 +6,13 @@ the auditor's release and DP-APVI adapters and ``experiments/utility_icu.py``
 all call the same object, so the noise they draw, the event they account and
 the noise bound E they use cannot drift apart.
 
-Budget split between families (ALGORITHMS.md 1.3, 1.4): the released object
+Budget split between families (docs/release.md, "The noise and the budget split"): the released object
 is the concatenation of the families, whose sensitivity is L1 = sum of l1,
 L2 = sqrt(sum of l2^2) (``privaudit.privacy.sensitivity.combine``). One noise
 scale from the combined sensitivity (sigma = L2 / sqrt(2 rho), or
 b = L1 / eps) spends the budget; family f costs l2_f^2 / (2 sigma^2) (zCDP)
 or l1_f / b (pure DP). With equal per-family sensitivities the budget is
-split equally (visits + transitions: rho/2 each; seed 000 eq. (1)).
+split equally (visits + transitions: rho/2 each; Qiao & Wang (2023), eq. (1)).
 
 Rewards are summed in units of 1/q of the [0, 1]-scaled reward (q =
 :func:`reward_quantum`, a function of the public noise scale), so their
@@ -38,9 +38,10 @@ from privaudit import __version__
 from privaudit.data.bounding import CELL_KEEP_RULE, PRIORITY_KEY
 from privaudit.core.errors import UsageError
 from privaudit.core.formatting import num
-from privaudit.privacy import accounting, mechanisms, samplers
+from privaudit.privacy import mechanisms, samplers
 from privaudit.privacy.budget import Budget
-from privaudit.privacy.events import ComposedEvent, GaussianEvent, LaplaceEvent, Neighbouring, PrivacyUnit
+from privaudit.privacy.events import ComposedEvent, Neighbouring, PrivacyUnit
+from privaudit.privacy.noise import noise_family
 from privaudit.privacy import sensitivity
 from privaudit.core.spec import DomainSpec
 from privaudit.release.layout import FILES
@@ -77,7 +78,7 @@ def reward_quantum(scale: float, mechanism: str, noise: str) -> int:
     sum of n rewards by at most n / (2q).
     """
     q = REWARD_QUANTUM
-    if noise == "exact" and mechanism == "gaussian":
+    if noise == "exact" and not noise_family(mechanism).pure:
         while q > 1 and q * scale > _EXACT_SIGMA_LIMIT:
             q //= 10
     return q
@@ -96,8 +97,8 @@ def count_noise_bound(mechanism: str, scale: float, H: int, S: int, A: int, stat
     -------
     float
         ``noise_bound(mechanism, scale, 2 H S^2 A (2 S^2 A if stationary),
-        failure_prob, noise=noise)``: seed 000's E_rho (ALGORITHMS.md 1.2
-        step 1), E_eps (1.4).
+        failure_prob, noise=noise)``: Qiao & Wang's (2023) E_rho (Section 3, with eq. (2)) and
+        a concrete E_eps for their pure-DP remark (docs/release.md, "The noise bound E").
     """
     n_cells = 2 * S * S * A * (1 if stationary else H)
     return mechanisms.noise_bound(mechanism, scale, n_cells, failure_prob, noise=noise)
@@ -197,26 +198,24 @@ class TabularRelease:
         """
         if noise not in mechanisms.NOISE_MODES:
             raise UsageError(f"`noise` must be one of {mechanisms.NOISE_MODES}. Found {noise!r}.")
-        mech = budget.mechanism
+        fam = budget.family
         sens = [sensitivity.count_sensitivity(spec.H, spec.max_episodes_per_unit, stationary, f,
                                               max_per_cell=max_per_cell)
                 for f in release_families(spec.public_reward)]
         comb = sensitivity.combine(sens)
-        scale = (mechanisms.gaussian_sigma(comb.l2, budget.rho) if mech == "gaussian"
-                 else mechanisms.laplace_scale(comb.l1, budget.epsilon))
+        scale = fam.calibrate(getattr(comb, fam.norm), budget.amount)
         for _ in range(_FIT_STEPS):
-            q = reward_quantum(scale, mech, noise)
+            q = reward_quantum(scale, fam.name, noise)
             fams = {}
             for s in sens:
                 unit = q if s.family == "rewards" else 1
                 fams[s.family] = FamilyNoise(s.family, s.l1 * unit, s.l2 * unit, scale * unit, unit)
             rel = cls(spec, budget, bool(stationary), noise, fams, max_per_cell)
-            cost = (accounting.event_rho(rel.event) if mech == "gaussian"
-                    else accounting.event_epsilon(rel.event))
+            cost = fam.cost(rel.event)
             if cost <= budget.amount:
                 if noise == "exact":  # refuse a scale the exact sampler cannot draw at, before any row is read
                     for f in fams.values():
-                        samplers.get_sampler(mech, f.scale)
+                        fam.exact_sampler(f.scale)
                 return rel
             scale = float(np.nextafter(scale, math.inf))
         raise UsageError(f"no noise scale fits the budget {budget.amount!r} exactly (numerical failure).")
@@ -236,9 +235,8 @@ class TabularRelease:
         p = self.families[family]
         common = dict(family=family, unit=self.unit, neighbouring=Neighbouring.SUBSTITUTION, noise=self.noise,
                       max_per_cell=self.max_per_cell)
-        if self.mechanism == "gaussian":
-            return GaussianEvent(l2=p.l2, sigma=p.scale, **common)
-        return LaplaceEvent(l1=p.l1, b=p.scale, **common)
+        fam = self.budget.family
+        return fam.event(getattr(p, fam.norm), p.scale, **common)
 
     @property
     def event(self) -> ComposedEvent:
@@ -255,10 +253,8 @@ class TabularRelease:
 
     def family_share(self, family: str) -> dict:
         """The family's part of the cost: ``{"rho": ...}`` or ``{"epsilon": ...}``."""
-        ev = self.family_event(family)
-        if self.mechanism == "gaussian":
-            return {"rho": accounting.event_rho(ev)}
-        return {"epsilon": accounting.event_epsilon(ev)}
+        fam = self.budget.family
+        return {fam.budget_unit: fam.cost(self.family_event(family))}
 
     @property
     def n_sa_families(self) -> int:
@@ -269,7 +265,7 @@ class TabularRelease:
         """E: every visit and transition noise draw within ±E/2 w.p. >= 1 - failure_prob.
 
         The largest of the visit and transition scales (equal: both in count
-        units) in :func:`count_noise_bound`; what DP-APVI uses (seed 000 E_rho).
+        units) in :func:`count_noise_bound`; what DP-APVI uses (Qiao & Wang (2023), E_rho).
         """
         scale = max(self.families["visits"].scale, self.families["transitions"].scale)
         return count_noise_bound(self.mechanism, scale, self.spec.H, self.spec.S, self.spec.A,
@@ -281,15 +277,14 @@ class TabularRelease:
         (The continuous law's; the discrete law's sd is within a few percent of it at these scales.)
         """
         scale = self.families["visits"].scale
-        return scale if self.mechanism == "gaussian" else math.sqrt(2.0) * scale
+        return self.budget.family.std(scale)
 
     def negligible_noise_warning(self) -> str | None:
         """A warning when the count noise sd is below :data:`NEGLIGIBLE_NOISE_SD` (a huge budget), else None."""
         sd = self.count_noise_sd()
         if sd >= NEGLIGIBLE_NOISE_SD:
             return None
-        amount = (f"rho = {num(self.budget.rho)}" if self.mechanism == "gaussian"
-                  else f"epsilon = {num(self.budget.epsilon)}")
+        amount = f"{self.budget.family.budget_unit} = {num(self.budget.amount)}"
         return (f"WARNING: at {amount} the noise is negligible: its standard deviation on each count is "
                 f"{sd:.3g}, below {NEGLIGIBLE_NOISE_SD} count, so the released counts are essentially the exact "
                 "counts. The stated guarantee is true but protects almost nothing; use a smaller budget "
@@ -374,7 +369,7 @@ class TabularRelease:
         for f, p in self.families.items():
             cols, shape, dense = layout[f]
             families[f] = FamilyRecord(FILES[f], tuple(cols), tuple(shape), 1.0 / p.quantum, p.l1, p.l2, p.scale,
-                                       "sigma" if self.mechanism == "gaussian" else "laplace_b",
+                                       self.budget.family.scale_key,
                                        self.family_share(f), dense)
         gaussian = self.mechanism == "gaussian"
         rewards = "rewards" in self.families

@@ -1,6 +1,6 @@
 """Differentially private release of tabular counts (``privaudit release``).
 
-Pipeline (DESIGN.md "The privacy model"; ALGORITHMS.md 1.2-1.4):
+Pipeline (docs/release.md, "The privacy model" and "The noise and the budget split"):
 
 1. check the arguments and the budget (the ledger) **before** reading a row
    or drawing any noise;
@@ -26,12 +26,12 @@ this module only reads, prepares, applies it and writes.
 from __future__ import annotations
 
 import json
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import polars as pl
@@ -42,7 +42,8 @@ from privaudit.data.prepare import PreparedLogs, prepare_logs, read_failed
 from privaudit.core.errors import UsageError
 from privaudit.core import progress
 from privaudit.core.formatting import num
-from privaudit.core.files import atomic_dir, atomic_write_text, check_sidecar_free, new_run_id, output_lock
+from privaudit.core.atomic import atomic_dir, atomic_write_text
+from privaudit.core.outputs import check_sidecar_free, new_run_id, output_lock
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
@@ -51,24 +52,12 @@ from privaudit.core.spec import DomainSpec, load_spec
 from privaudit.data import counts
 from privaudit.release.manifest import ReleaseManifest
 from privaudit.release.mechanism import TabularRelease
+from privaudit.release.size import check_release_size
 from privaudit.release.artifact import (FILES, MANIFEST, Release, TransitionWriter, load_release,
                                       write_sa_table)
 
-__all__ = ["release_logs", "default_stationary", "STEP_RULE", "ReleaseInfo", "load_release", "Release",
-           "local_log_path", "check_release_size",
-           "release_memory_estimate", "physical_memory_bytes", "MEMORY_PER_SLICE_BYTE", "MAX_SLICE_CELLS"]
-
-#: Peak working memory of a release per byte of one dense (S, A, S) int64
-#: transition slice: the exact slice (noised in place), the previous noisy
-#: slice being written, its int32 Arrow copy and the encoder's buffers.
-#: Measured 2.5 x (benchmarks/bench_release_memory.py: peak RSS over the
-#: start, S = 1000 and 1500, A = 10, both mechanisms); 4 leaves a margin.
-#: (6 while the noise was copied and index columns written: 3.8-4.9 x.)
-MEMORY_PER_SLICE_BYTE = 4
-#: Most cells of one (S, A, S) slice: one Parquet row group of Arrow arrays
-#: with int32 dictionary indices and int32 index columns (``artifact``).
-MAX_SLICE_CELLS = 2**31 - 1
-
+__all__ = ["release_logs", "ReleaseOptions", "default_stationary", "STEP_RULE", "ReleaseInfo", "load_release",
+           "Release", "local_log_path"]
 
 class _Clock:
     """Wall and CPU seconds per stage (for ReleaseInfo.timings and the benchmark).
@@ -170,15 +159,68 @@ def default_stationary(mdp=None) -> tuple[bool, str]:
     return stationary, said
 
 
+@dataclass(frozen=True)
+class ReleaseOptions:
+    """How :func:`release_logs` runs, beside what it releases (the budget, the cells, the output).
+
+    The entry points (the CLI, the pipeline, ``train``) and Spark users set these; a plain
+    ``release_logs(logs, spec, rho=..., out=..., seed=...)`` needs none of them.
+
+    Attributes
+    ----------
+    budget : Budget, optional
+        An already resolved budget (an entry point that resolved it, e.g. the
+        pipeline's part); then ``rho``, ``epsilon`` and ``delta`` must be None
+        and ``mechanism`` is the budget's.
+    noise : {"exact"}
+        Exact discrete Gaussian / discrete Laplace samplers
+        (``privaudit.privacy.samplers``; the manifest's ``guarantee.sampler``
+        states total variation 0). ``"rounded"`` (numpy's float samplers,
+        rounded) is refused: their output law is not certified, so no exact
+        guarantee could be stated (docs/privacy.md, "Noise modes").
+    engine : {"polars", "spark"}
+        Who validates, bounds and counts: polars on this machine (default),
+        or Apache Spark (:mod:`privaudit.data.spark.engine`, the
+        ``privaudit[spark]`` extra). With Spark, ``logs`` may also be a Spark
+        DataFrame or any path Spark reads (HDFS, cloud storage); only the
+        exact cell counts come back to this process, which adds the noise:
+        the (H, S, A) tables once, the transition cells one step h at a time
+        (the driver holds one (S, A, S) slice). The budget and the ledger are
+        checked before Spark reads a row.
+    spark : SparkSession or str, optional
+        With ``engine="spark"``: the session to use (classic or Spark
+        Connect: a notebook's ``spark``), a master URL (``local[4]``,
+        ``spark://host:7077``, ``yarn``), or a Spark Connect URL
+        ``sc://HOST:PORT`` (``privaudit.data.spark.session.connect_session``: an unreachable
+        server is an ``EngineError`` before anything is read). None uses the
+        active session or ``local[*]``.
+    echo : callable, optional
+        ``echo(text)`` for messages to the data holder (stderr in the CLI).
+    run : str, optional
+        Identifier of the run, recorded in the ledger entry (default: a new
+        random one).
+    run_output : str or Path, optional
+        The output the ledger entry names (default ``out``; the pipeline
+        passes its own folder).
+    """
+
+    budget: Budget | None = None
+    noise: str = "exact"
+    engine: str = "polars"
+    spark: Any = None
+    echo: Callable[[str], Any] | None = None
+    run: str | None = None
+    run_output: str | Path | None = None
+
+
 def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None = None,
-                 delta: float | None = None, mechanism: str = "gaussian", budget: Budget | None = None,
-                 stationary: bool = False, noise: str = "exact", out, ledger=None, seed: int | None = None,
-                 echo=None, run: str | None = None, run_output=None, engine: str = "polars",
-                 spark=None, max_per_cell: int | None = None) -> ReleaseInfo:
+                 delta: float | None = None, mechanism: str = "gaussian", stationary: bool = False,
+                 max_per_cell: int | None = None, out, ledger=None, seed: int | None = None,
+                 options: ReleaseOptions | None = None) -> ReleaseInfo:
     """Release noisy visit, transition (and reward-sum) counts of tabular logs.
 
     read -> prepare -> apply -> write: the budget is resolved once
-    (``privacy.budget.resolve_budget``, unless ``budget`` is given), the
+    (``privacy.budget.resolve_budget``, unless ``options.budget`` is given), the
     mechanism planned from public facts (:class:`privaudit.release.mechanism.TabularRelease`),
     the ledger checked with its event before any row is read, the logs
     validated, bounded and counted, the noise applied by the mechanism, and
@@ -199,19 +241,18 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         (epsilon, delta)-DP target (Gaussian: converted to rho), or pure
         epsilon (Laplace, no delta).
     mechanism : {"gaussian", "laplace"}
-    budget : Budget, optional
-        An already resolved budget (an entry point that resolved it, e.g. the
-        pipeline's part); then ``rho``, ``epsilon`` and ``delta`` must be None
-        and ``mechanism`` is the budget's.
     stationary : bool
         Pool counts over h (shapes (S, A), (S, A, S); sensitivities change:
         ``privaudit.privacy.sensitivity``).
-    noise : {"exact"}
-        Exact discrete Gaussian / discrete Laplace samplers
-        (``privaudit.privacy.samplers``; the manifest's ``guarantee.sampler``
-        states total variation 0). ``"rounded"`` (numpy's float samplers,
-        rounded) is refused: their output law is not certified, so no exact
-        guarantee could be stated (docs/privacy.md, "Noise modes").
+    max_per_cell : int, optional
+        c >= 1: after bounding, keep at most c steps of each unit in each
+        cell ((s, a) when ``stationary``, else (h, s, a); transitions and
+        rewards follow the kept steps; ``privaudit.data.bounding.cap_per_cell``)
+        and plan the noise for the smaller sensitivities this gives
+        (``privaudit.privacy.sensitivity``). Recorded in the manifest
+        (``privacy_unit.max_per_cell``, ``bounding.per_cell``) and the event.
+        Both engines (Spark: ``privaudit.data.spark.bounding.cap_per_cell``, the same kept
+        steps). None: no per-cell cap.
     out : str or Path
         Release folder to create (must not exist).
     ledger : str or Path, optional
@@ -220,43 +261,15 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     seed : int, optional
         For tests only: rng mode ``seeded-insecure`` (the value is never
         written). None draws OS entropy.
-    echo : callable, optional
-        ``echo(text)`` for messages to the data holder (stderr in the CLI).
-    run : str, optional
-        Identifier of the run, recorded in the ledger entry (default: a new
-        random one).
-    run_output : str or Path, optional
-        The output the ledger entry names (default ``out``; the pipeline
-        passes its own folder).
-    engine : {"polars", "spark"}
-        Who validates, bounds and counts: polars on this machine (default),
-        or Apache Spark (:mod:`privaudit.data.spark.engine`, the
-        ``privaudit[spark]`` extra). With Spark, ``logs`` may also be a Spark
-        DataFrame or any path Spark reads (HDFS, cloud storage); only the
-        exact cell counts come back to this process, which adds the noise:
-        the (H, S, A) tables once, the transition cells one step h at a time
-        (the driver holds one (S, A, S) slice). The budget and the ledger are
-        checked before Spark reads a row.
-    spark : SparkSession or str, optional
-        With ``engine="spark"``: the session to use (classic or Spark
-        Connect: a notebook's ``spark``), a master URL (``local[4]``,
-        ``spark://host:7077``, ``yarn``), or a Spark Connect URL
-        ``sc://HOST:PORT`` (``spark_engine.connect_session``: an unreachable
-        server is an ``EngineError`` before anything is read). None uses the
-        active session or ``local[*]``.
-    max_per_cell : int, optional
-        c >= 1: after bounding, keep at most c steps of each unit in each
-        cell ((s, a) when ``stationary``, else (h, s, a); transitions and
-        rewards follow the kept steps; ``privaudit.data.bounding.cap_per_cell``)
-        and plan the noise for the smaller sensitivities this gives
-        (``privaudit.privacy.sensitivity``). Recorded in the manifest
-        (``privacy_unit.max_per_cell``, ``bounding.per_cell``) and the event.
-        Both engines (Spark: ``spark_engine.cap_per_cell``, the same kept
-        steps). None: no per-cell cap.
+    options : ReleaseOptions, optional
+        How the release runs, beside what it releases: an already resolved
+        ``budget``, the ``noise`` mode, the ``engine`` (and ``spark``
+        session), ``echo`` for messages, the ledger entry's ``run`` and
+        ``run_output`` (:class:`ReleaseOptions`; default ``ReleaseOptions()``).
 
     Notes
     -----
-    ``out`` is locked for the whole call (:func:`privaudit.core.files.output_lock`):
+    ``out`` is locked for the whole call (:func:`privaudit.core.outputs.output_lock`):
     a second release to the same folder at the same time is refused at once,
     and hidden temporary folders that a killed release left next to ``out``
     are removed (and reported through ``echo``).
@@ -270,7 +283,7 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     UsageError
         Bad budget arguments, ``out`` exists or is being written by another
         run, bad noise mode, or a domain too
-        large for this machine (:func:`check_release_size`, before any row is read).
+        large for this machine (:func:`privaudit.release.size.check_release_size`, before any row is read).
     SpecError
         Missing or invalid spec.
     BudgetExceededError
@@ -283,33 +296,36 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
 
     References
     ----------
-    Qiao & Wang, Offline RL with DP (seed 000), eq. (1) and Thm 3.3;
-    ALGORITHMS.md 1.2 (steps 2-3), 1.3, 1.4.
+    Qiao & Wang (2023), Section 3: the counts, eq. (1) (Gaussian noise, sigma^2 = 2H/rho) and the
+    pure-DP remark (Lap(4H/epsilon)); docs/release.md, "Where the numbers come from".
     """
-    if noise == "rounded":
+    options = ReleaseOptions() if options is None else options
+    if options.noise == "rounded":
         raise UsageError("noise='rounded' (numpy's float samplers, rounded) is no longer used for releases: "
                          "their output law is not certified (numpy's Laplace cannot draw beyond 36.04 b, its "
                          "normal is a float ziggurat), so the stated guarantee would be stronger than what holds. "
                          "Use noise='exact' (the default): exact discrete samplers, as fast.")
     out = Path(out)
     with output_lock(out, "out") as stale:
-        if stale and echo is not None:
-            echo(f"removed {len(stale)} stale temporary folder(s) of an interrupted run: "
-                 + ", ".join(str(p) for p in stale))
+        if stale and options.echo is not None:
+            options.echo(f"removed {len(stale)} stale temporary folder(s) of an interrupted run: "
+                         + ", ".join(str(p) for p in stale))
+        options = replace(options, run=options.run or new_run_id(),
+                          run_output=out if options.run_output is None else options.run_output)
         return _release_locked(logs, spec, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
-                               budget=budget, stationary=stationary, noise=noise, out=out, ledger=ledger, seed=seed, echo=echo,
-                               run=run or new_run_id(), run_output=out if run_output is None else run_output,
-                               engine=engine, spark=spark, max_per_cell=max_per_cell)
+                               stationary=stationary, max_per_cell=max_per_cell, out=out, ledger=ledger, seed=seed,
+                               options=options)
 
 
-def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stationary, noise, out, ledger, seed,
-                    echo, run, run_output, engine="polars", spark=None, max_per_cell=None) -> ReleaseInfo:
-    """The body of :func:`release_logs`, under the output lock."""
+def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, stationary, max_per_cell, out, ledger, seed,
+                    options: ReleaseOptions) -> ReleaseInfo:
+    """The body of :func:`release_logs`, under the output lock (``options.run`` and ``run_output`` set)."""
     t_start = time.perf_counter()
+    budget, noise, engine, spark, echo = options.budget, options.noise, options.engine, options.spark, options.echo
     if budget is None:
         budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism)
     elif any(v is not None for v in (rho, epsilon, delta)) or not isinstance(budget, Budget):
-        raise UsageError("give either `budget` (a resolved Budget) or `rho`/`epsilon`/`delta`, not both.")
+        raise UsageError("give either `options.budget` (a resolved Budget) or `rho`/`epsilon`/`delta`, not both.")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise UsageError(f"`seed` must be a non-negative integer. Found {seed!r}.")
     spec = spec if isinstance(spec, DomainSpec) else load_spec(spec)
@@ -389,8 +405,8 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, budget, stati
             manifest.write(tmp / MANIFEST)
             if ledger is not None:
                 ledger_mod.charge_event(Path(ledger), spec.dataset_id, event,
-                                        _ledger_description(Path(run_output), release), budget, run=run,
-                                        output=run_output)
+                                        _ledger_description(Path(options.run_output), release), budget,
+                                        run=options.run, output=options.run_output)
     finally:
         exact.close()  # Spark: drop the cells cached on the cluster
         del exact, noisy
@@ -413,67 +429,6 @@ def _spark_engine():
         raise UsageError(f"engine='spark' needs pyspark ({e}). Install it with: pip install 'privaudit[spark]' "
                          "(and a Java runtime).") from None
     return spark_engine
-
-
-def physical_memory_bytes() -> int | None:
-    """The machine's physical memory (``SC_PAGE_SIZE * SC_PHYS_PAGES``), None where unknown."""
-    try:
-        n = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-    return n if n > 0 else None
-
-
-def release_memory_estimate(spec: DomainSpec, *, stationary: bool, n_sa_families: int = 2) -> dict:
-    """Estimated peak working memory of :func:`release_logs` from the public domain alone.
-
-    Parameters
-    ----------
-    spec : DomainSpec
-    stationary : bool
-    n_sa_families : int
-        (H, S, A) tables noised at once: visits, and rewards when private.
-
-    Returns
-    -------
-    dict
-        ``slice_cells`` = S*A*S (cells of one transition slice), ``bytes`` =
-        MEMORY_PER_SLICE_BYTE x 8 x (S*A*S + n_sa_families x H*S*A) (the
-        (H, S, A) tables go through the same noise path; H is 1 when
-        stationary). Rows of the logs add a sparse table on top (at most one
-        cell per row), not counted here.
-    """
-    S, A = int(spec.S), int(spec.A)
-    h = 1 if stationary else int(spec.H)
-    cells = S * A * S
-    return {"slice_cells": cells, "bytes": MEMORY_PER_SLICE_BYTE * 8 * (cells + n_sa_families * h * S * A)}
-
-
-def check_release_size(spec: DomainSpec, *, stationary: bool, n_sa_families: int = 2) -> dict:
-    """Refuse a domain whose release cannot run on this machine, before any row is read.
-
-    Raises
-    ------
-    UsageError
-        One (S, A, S) slice holds more than MAX_SLICE_CELLS cells, or the
-        estimate of :func:`release_memory_estimate` exceeds the physical
-        memory (:func:`physical_memory_bytes`). The message names both figures.
-    """
-    est = release_memory_estimate(spec, stationary=stationary, n_sa_families=n_sa_families)
-    S, A = spec.S, spec.A
-    if est["slice_cells"] > MAX_SLICE_CELLS:
-        raise UsageError(
-            f"the domain is too large to release: one transition slice n_h(s, a, s') has S*A*S = "
-            f"{S}*{A}*{S} = {est['slice_cells']:,} cells, above the {MAX_SLICE_CELLS:,} that one Parquet "
-            f"row group with int32 indexing holds. Coarsen the state space (n_states) in the spec.")
-    phys = physical_memory_bytes()
-    if phys is not None and est["bytes"] > phys:
-        raise UsageError(
-            f"the domain is too large to release on this machine: the estimated peak working memory is "
-            f"{est['bytes'] / 2**30:,.1f} GiB ({MEMORY_PER_SLICE_BYTE} x one dense int64 (S, A, S) slice of "
-            f"{S}*{A}*{S} cells, plus the (H, S, A) tables), above the physical memory of "
-            f"{phys / 2**30:,.1f} GiB. Coarsen the state space (n_states) in the spec, or use a larger machine.")
-    return est
 
 
 def _ledger_description(out: Path, release: TabularRelease) -> str:

@@ -5,7 +5,7 @@ workers used to die with it mid-task, and Python's resource_tracker then
 printed "UserWarning: resource_tracker: There appear to be 2 leaked semaphore
 objects to clean up at shutdown" after the command's own message. Now the
 workers ignore the signal and the main process cancels the queued chunks and
-stops the running ones between two runs (``runner._Sampler.close``): exit 143, one line,
+stops the running ones between two runs (``sampling.Sampler.close``): exit 143, one line,
 no warning, no traceback, no report.
 """
 
@@ -24,8 +24,8 @@ from tests.audit.helpers import tiny_logs, tiny_spec
 #: Runs the CLI with the pool used from the first draw (the default waits for 20 s of serial work).
 SCRIPT = """
 import sys
-import privaudit.audit.runner as runner
-runner.PARALLEL_MIN_SERIAL_S = 0.0
+import privaudit.audit.sampling as sampling
+sampling.PARALLEL_MIN_SERIAL_S = 0.0
 from privaudit.cli import main
 sys.argv = ["privaudit", *sys.argv[1:]]
 main()

@@ -1,4 +1,4 @@
-"""Exact checks of the auditor's bounds against scipy and AUDITING.md's computed tables."""
+"""Exact checks of the auditor's bounds against scipy and independently computed values."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_clopper_pearson_is_the_exact_binomial_bound(n):
 
 
 def test_perfect_separation_cap_matches_auditing_table():
-    # AUDITING.md 4.4 "Ceiling when the two outputs separate perfectly", alpha/2 = 0.025 per bound
+    # the ceiling when the two outputs separate perfectly, alpha/2 = 0.025 per bound
     table = {10**3: 5.6, 10**4: 7.9, 10**5: 10.2, 10**6: 12.5, 10**7: 14.8}
     for n, cap in table.items():
         assert B.perfect_separation_cap(n, n, 0.025, 0.0)["epsilon"] == pytest.approx(cap, abs=0.05)
@@ -57,7 +57,7 @@ def test_gdp_mu_from_an_exact_gaussian_tradeoff_point():
 
 
 def test_gaussian_profile_roundtrip_and_auditing_sigma_table():
-    # AUDITING.md 4.4: eps_true 1, 2, 4, 8 at delta = 1e-5 <-> sigma / Delta = 3.73, 1.99, 1.08, 0.60
+    # Gaussian mechanism: eps_true 1, 2, 4, 8 at delta = 1e-5 <-> sigma / Delta = 3.73, 1.99, 1.08, 0.60
     for eps, ratio in ((1, 3.73), (2, 1.99), (4, 1.08), (8, 0.60)):
         assert B.gdp_eps(1 / ratio, 1e-5) == pytest.approx(eps, rel=0.02)
     for mu in (0.1, 0.5, 1.0, 3.0):

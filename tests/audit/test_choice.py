@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from privaudit.audit import bounds as B
-from privaudit.audit.runner import GDP_QUANTILES, _gdp_shrunk
+from privaudit.audit.choice import GDP_QUANTILES, _gdp_shrunk
 
 N = 5000
 A_SEL = 0.025 / (2 * 10 * len(GDP_QUANTILES))  # the runner's share with 10 candidates

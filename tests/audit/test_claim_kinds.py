@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from privaudit.audit import Claim, run_audit
+from privaudit.audit import AuditSettings, Claim, run_audit
 from privaudit.audit.mechanisms.catalogue import CLAIM_KIND, ClaimKindMechanism, scalar_pair
 
 TRIALS = 20_000
@@ -47,5 +47,6 @@ def test_gdp_opt_in_is_what_calls_randomized_response_broken():
 def test_one_event_one_bonferroni_share():
     """The mirror-image directions share one choice: one evaluated event, each bound at alpha / 2."""
     m = ClaimKindMechanism("laplace_rho")
-    r = run_audit(m, claim=m.claim(), pair=scalar_pair(), trials=2000, confidence=0.9, seed=1, progress=False)
+    r = run_audit(m, claim=m.claim(), pair=scalar_pair(), trials=2000, seed=1, progress=False,
+                  settings=AuditSettings(confidence=0.9))
     assert len(r.data["events"]) == 1 and r.data["method"]["bonferroni"]["alpha_per_bound"] == pytest.approx(0.05)

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.audit import check_neighbours, load_report, make_pair
-from privaudit.audit.model import Claim
+from privaudit.audit.claim import Claim
 from privaudit.cli import main
 from privaudit.cli.audit import builtin_budget
 from privaudit.core.errors import UsageError
@@ -156,8 +156,8 @@ def _paired_units(identical: bool) -> pl.DataFrame:
 
 
 def _visits_l2(d, d2):
-    from privaudit.audit.neighbours import _visit_counts
-    return float(np.linalg.norm((_visit_counts(d2, H, 5, 2) - _visit_counts(d, H, 5, 2)).ravel()))
+    from privaudit.audit.pairs import visit_counts
+    return float(np.linalg.norm((visit_counts(d2, H, 5, 2) - visit_counts(d, H, 5, 2)).ravel()))
 
 
 def test_rare_canary_unit_has_k_episodes_and_attains_k_sqrt_2H():

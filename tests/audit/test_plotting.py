@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from privaudit.audit import Claim, run_audit  # noqa: E402
+from privaudit.audit import AuditSettings, Claim, run_audit  # noqa: E402
 from privaudit.audit.mechanisms.catalogue import CatalogueMechanism  # noqa: E402
 from privaudit.audit.plotting import trade_off_figure  # noqa: E402
 from tests.audit.helpers import tiny_logs, tiny_spec  # noqa: E402
@@ -37,7 +37,7 @@ def test_certified_point_sits_in_the_forbidden_band_exactly_for_a_violation(name
     spec, logs = tiny_spec(), tiny_logs()
     m = CatalogueMechanism(name, spec)
     claim = Claim.from_rho(0.5, 1e-5, kind=kind)
-    r = run_audit(m, logs, spec, claim=claim, trials=4000, seed=2, graybox=False, progress=False)
+    r = run_audit(m, logs, spec, claim=claim, trials=4000, seed=2, settings=AuditSettings(graybox=False), progress=False)
     assert r.violation == violation
     fig = trade_off_figure(r.data, r.verdict, r.epsilon_lower_bound)
     try:

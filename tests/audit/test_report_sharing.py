@@ -16,10 +16,11 @@ import polars as pl
 import pytest
 
 from privaudit.audit import Claim, load_report, run_audit
-from privaudit.audit.mechanisms.tabular import ReleaseMechanism
-from privaudit.audit.neighbours import make_pair, synthetic_pair
+from privaudit.audit.mechanisms.release import ReleaseMechanism
+from privaudit.audit.neighbours import make_pair
+from privaudit.audit.synthetic_pairs import synthetic_pair
 from privaudit.audit.report import AuditReport, sharing
-from privaudit.audit.runner import MIN_TRIALS
+from privaudit.audit.choice import MIN_TRIALS
 from privaudit.core.errors import ArtifactError
 from tests.audit.helpers import tiny_logs, tiny_spec
 

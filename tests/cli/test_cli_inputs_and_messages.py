@@ -134,7 +134,7 @@ def test_a_table_of_the_wrong_size_is_named_without_an_empty_missing_list(logs, 
 
 def test_audit_trials_minimum_is_the_real_one(logs, tmp_path):
     """`audit --trials` used to accept 20..64 and then refuse them after validation (issue 13 item 10)."""
-    from privaudit.audit.runner import MIN_TRIALS, selection_size
+    from privaudit.audit.choice import MIN_TRIALS, selection_size
 
     assert all(selection_size(t, None) >= 20 and t - selection_size(t, None) >= 10
                for t in range(MIN_TRIALS, MIN_TRIALS + 500))
@@ -236,6 +236,7 @@ def test_library_errors_of_audit_and_linear_training_name_parameters(logs):
     from privaudit.audit import run_audit
     from privaudit.core.errors import UsageError
     from privaudit.learners.linear.logs import train_from_logs as train_linear
+    from privaudit.learners.options import BudgetRequest
 
     d, _ = logs
     spec = load_spec(d / "spec.json")
@@ -244,7 +245,7 @@ def test_library_errors_of_audit_and_linear_training_name_parameters(logs):
     with pytest.raises(UsageError, match="^`failure_prob` applies to dp-vapvi"):
         train_linear(d / "logs.parquet", spec, "pevi", params={"failure_prob": 0.1})
     with pytest.raises(UsageError, match="^`algo` pevi is not private: it takes no budget"):
-        train_linear(d / "logs.parquet", spec, "pevi", rho=1.0)
+        train_linear(d / "logs.parquet", spec, "pevi", budget=BudgetRequest(rho=1.0))
 
 
 @pytest.mark.parametrize("epsilon", ["1e-300", "1e-100", "1e-20"])

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit.core import files as io_utils
+from privaudit.core import outputs
 from privaudit.mdp.io import save_mdp
 from privaudit.mdp.simulate import simulate, write_logs
 from privaudit.mdp.random_tabular import random_tabular_mdp
@@ -74,7 +74,7 @@ def test_read_only_location_is_refused_before_any_work(files, tmp_path, cmd, mon
     def read_only(*a, **k):
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(io_utils.tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(outputs.tempfile, "mkstemp", read_only)
     out = str(tmp_path / "ro" / "result")
     with watch_reads(files / "logs") as reads:
         res = CliRunner().invoke(main, _commands(files, out)[cmd])
@@ -84,7 +84,7 @@ def test_read_only_location_is_refused_before_any_work(files, tmp_path, cmd, mon
 
 def test_full_disk_is_refused_up_front(files, tmp_path, monkeypatch):
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(io_utils.shutil, "disk_usage", lambda p: usage(10, 10, 0))
+    monkeypatch.setattr(outputs.shutil, "disk_usage", lambda p: usage(10, 10, 0))
     with watch_reads(files / "logs") as reads:
         res = CliRunner().invoke(main, _commands(files, str(tmp_path / "r"))["release"])
     _check_refused(res, "no free space")

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from privaudit.cli import _terminated
 from privaudit.cli.common import handle_errors
-from privaudit.core.files import atomic_dir
+from privaudit.core.atomic import atomic_dir
 
 
 def _command(out, how):

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit.core.files import atomic_dir, output_lock
+from privaudit.core.atomic import atomic_dir
+from privaudit.core.outputs import output_lock
 from privaudit.learners.tabular.dp_apvi import DPAPVI
 from privaudit.mdp.random_tabular import random_tabular_mdp
 from privaudit.mdp.simulate import simulate, write_logs

@@ -11,7 +11,7 @@ import pytest
 from privaudit.core.errors import UsageError
 from privaudit.data.prepare import prepare_logs
 from privaudit.learners.tabular.dp_apvi import DPAPVI
-from privaudit.learners.tabular.dp_pbb import capped_counts_from_logs
+from privaudit.learners.tabular.pbb_counts import capped_counts_from_logs
 from privaudit.learners.tabular.counts import TabularCounts, exact_counts
 from privaudit.core.spec import load_spec
 from privaudit.data.counts import sparse_counts

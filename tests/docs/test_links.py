@@ -14,9 +14,6 @@ from tests.conftest import REPO
 DOCS = sorted({REPO / "README.md", REPO / "CHANGELOG.md", *REPO.glob("docs/**/*.md"),
                *REPO.glob("benchmarks/results/*.md")} & {p for p in REPO.rglob("*.md")})
 
-#: Files the issue-27 round is still writing (the lead's docs/architecture.md). A link to one of them
-#: is accepted while the file does not exist; once it exists it is checked like any other.
-PENDING = {REPO / "docs" / "architecture.md"}
 
 _FENCE = re.compile(r"^(```|~~~)")
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
@@ -89,8 +86,7 @@ def broken_links(path: Path, root: Path = REPO) -> list[str]:
         dest = (path.parent / file_part).resolve() if file_part else path
         where = f"{path.relative_to(root)}:{n}: {target}"
         if not dest.exists():
-            if dest not in PENDING:
-                problems.append(f"{where}: no such file")
+            problems.append(f"{where}: no such file")
             continue
         if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             problems.append(f"{where}: no heading or anchor #{anchor} in {dest.relative_to(root)}")

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from privaudit.audit.mechanisms.tabular import MECHANISMS
+from privaudit.audit.mechanisms.registry import MECHANISMS
 from privaudit.cli import audit as cli_audit
 from privaudit.cli import explore as cli_explore
 from privaudit.cli import train as cli_train
@@ -60,3 +60,86 @@ def test_explore_choices_come_from_the_same_registry():
     for name in online:
         assert callable(registry.get(name).load()), name
     assert LINEAR_ALGOS == {n: registry.get(n).private for n in online if registry.get(n).needs_features}
+
+
+def test_every_offline_learner_answers_the_protocol_as_its_entry_says():
+    """The CLI, training functions and pipeline ask the class (reads, options, plan_event), not the name."""
+    reads = {}
+    for name in registry.names(family=registry.OFFLINE):
+        cls = registry.get(name).load()
+        assert isinstance(cls, type) and issubclass(cls, object)
+        assert cls.algorithm == name and cls.private == registry.get(name).private
+        assert cls.reads in registry.READS and set(cls.options) <= set(registry.OPTIONS)
+        reads[name] = cls.reads
+    assert reads == {"ve": "counts", "apvi": "counts", "apvi-hoeffding": "counts", "dp-apvi": "release",
+                     "dp-pbb": "logs", "pevi": "logs", "vapvi": "logs", "dp-vapvi": "logs"}
+    for name in registry.names(family=registry.OFFLINE, private=True):
+        cls = registry.get(name).load()
+        if cls.reads == "logs":  # plans its own event; the pipeline's summary reads its phrases
+            assert callable(cls.plan_event) and callable(cls.mechanism_text) and cls.pipeline_output
+
+
+def test_check_learner_refuses_a_class_that_does_not_answer_the_protocol():
+    class Good:
+        algorithm, private, reads, options, pipeline_output = "x", False, "counts", frozenset(), None
+
+        def get_params(self):
+            return {}
+
+        def fit(self, data):
+            return self
+
+    assert registry.check_learner(Good, "x", False) is Good
+    assert isinstance(Good(), registry.OfflineLearner)
+    with pytest.raises(UsageError, match="is named 'x'"):
+        registry.check_learner(Good, "y", False)
+    with pytest.raises(UsageError, match="says private=False, the registry True"):
+        registry.check_learner(Good, "x", True)
+    Bad = type("Bad", (Good,), {"reads": "tea leaves"})
+    with pytest.raises(UsageError, match="reads 'tea leaves'"):
+        registry.check_learner(Bad, "x", False)
+    Bad = type("Bad", (Good,), {"options": frozenset({"gamma"})})
+    with pytest.raises(UsageError, match="options"):
+        registry.check_learner(Bad, "x", False)
+    Bad = type("Bad", (Good,), {"private": True, "reads": "logs"})
+    with pytest.raises(UsageError, match="no plan_event"):
+        registry.check_learner(Bad, "x", True)
+    with pytest.raises(UsageError, match="misses fit"):
+        registry.check_learner(type("NoFit", (), {k: getattr(Good, k) for k in
+                                                  ("algorithm", "private", "reads", "options", "pipeline_output",
+                                                   "get_params")}), "x", False)
+
+
+def test_a_new_learner_is_its_class_and_one_registry_line(tmp_path):
+    """Issue 27: a learner added by one ``register`` call is trained by ``train_from_logs`` through its
+    protocol answers (no name branch anywhere); a class that breaks the protocol is refused at load."""
+    from click.testing import CliRunner
+
+    from privaudit.cli import main
+    from privaudit.core.spec import load_spec
+    from privaudit.learners.tabular.apvi import APVI
+
+    class Cautious(APVI):  # APVI with a larger fallback: a "new" non-private learner on exact counts
+        algorithm = "cautious-apvi"
+
+        def __init__(self, *, C: float = 5.0):
+            super().__init__(C=C)
+
+    res = CliRunner().invoke(main, ["simulate", "random-tabular", "--episodes", "200", "--seed", "1", "--horizon",
+                                    "4", "--states", "3", "--actions", "2", "--out", str(tmp_path / "logs.parquet"),
+                                    "--spec-out", str(tmp_path / "spec.json")])
+    assert res.exit_code == 0, res.output
+    spec = load_spec(tmp_path / "spec.json")
+    module = inspect.getmodule(test_a_new_learner_is_its_class_and_one_registry_line)
+    module.Cautious = Cautious
+    try:
+        registry.register(registry.Algorithm("cautious-apvi", "tabular", False, f"{module.__name__}:Cautious", "test"))
+        pol = tabular_train(tmp_path / "logs.parquet", spec, algo="cautious-apvi")
+        assert pol.algorithm == "cautious-apvi" and pol.parameters["C"] == 5.0 and not pol.privacy.private
+        registry._REGISTRY.pop("cautious-apvi")
+        registry.register(registry.Algorithm("cautious-apvi", "tabular", True, f"{module.__name__}:Cautious", "x"))
+        with pytest.raises(UsageError, match="says private=False, the registry True"):
+            tabular_train(tmp_path / "logs.parquet", spec, algo="cautious-apvi")
+    finally:
+        registry._REGISTRY.pop("cautious-apvi", None)
+        del module.Cautious

@@ -1,4 +1,4 @@
-"""Feature maps and the synthetic linear MDP (seed 000 Appendix 13, ALGORITHMS.md 3.2)."""
+"""Feature maps and the synthetic linear MDP (Qiao & Wang 2023; docs/mdp.md)."""
 
 import numpy as np
 import pytest

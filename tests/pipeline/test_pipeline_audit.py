@@ -5,7 +5,7 @@ Every audit number the pipeline marks as shareable (the ``audit`` part of
 ``figures/audit_tradeoff.png`` and ``audit/audit_report.json``) must be the
 same for two neighbouring logs run with the same seed: the audit runs the
 release's code path on a synthetic pair built from the spec
-(``privaudit.audit.neighbours.synthetic_pair``), never on the logs. Before
+(``privaudit.audit.synthetic_pairs.synthetic_pair``), never on the logs. Before
 this, the audit replaced the heaviest real unit by a canary, so its bound
 was a non-DP function of one real patient.
 """
@@ -20,7 +20,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from privaudit.audit.neighbours import check_neighbours, synthetic_pair, synthetic_units
+from privaudit.audit.explicit_pairs import check_neighbours
+from privaudit.audit.synthetic_pairs import synthetic_pair, synthetic_units
 from privaudit.cli import main
 from privaudit.core.errors import UsageError
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
@@ -141,7 +142,7 @@ def test_synthetic_canary_attains_the_release_sensitivity(strategy, stationary):
     """--canary synthetic(-repeat) on real logs: every released family changes by exactly its declared
     L1 and L2 sensitivity (the real-unit canaries reach e.g. 0.963 of the pooled L2 on ICU-Sepsis)."""
     from privaudit.audit import make_pair, run_audit
-    from privaudit.audit.mechanisms.tabular import ReleaseMechanism
+    from privaudit.audit.mechanisms.release import ReleaseMechanism
     from tests.audit.helpers import tiny_logs, tiny_spec
 
     spec, logs = tiny_spec(k=2), tiny_logs()
@@ -159,7 +160,7 @@ def test_resolution_reported_is_that_of_the_deciding_test():
     """A rho-zCDP claim is decided by the generic test: the reported resolution is the generic one
     (not the GDP one, which is larger and would hide that the audit could not refute the claim)."""
     from privaudit.audit import make_pair, run_audit
-    from privaudit.audit.mechanisms.tabular import ReleaseMechanism
+    from privaudit.audit.mechanisms.release import ReleaseMechanism
     from privaudit.pipeline.report import audit_summary
     from tests.audit.helpers import tiny_logs, tiny_spec
 

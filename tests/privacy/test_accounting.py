@@ -30,7 +30,7 @@ def _lap(l1, b, family="visits"):
 
 def test_event_costs_are_exact_and_never_optimistic():
     H, rho = 20, 0.5
-    e = _g(2 * math.sqrt(H), math.sqrt(2 * H / rho))  # seed 000 eq. (1): l2 = 2 sqrt(H), sigma^2 = 2H/rho
+    e = _g(2 * math.sqrt(H), math.sqrt(2 * H / rho))  # Qiao & Wang 2023 eq. (1): l2 = 2 sqrt(H), sigma^2 = 2H/rho
     exact = Fraction(e.l2) ** 2 / (2 * Fraction(e.sigma) ** 2)
     assert Fraction(event_rho(e)) >= exact and event_rho(e) == pytest.approx(rho, rel=1e-15)
     assert event_epsilon(_lap(80, 40)) == 2.0

@@ -10,6 +10,7 @@ from scipy import stats
 
 from privaudit.core.errors import UsageError
 from privaudit.privacy import fixed_point as fp
+from privaudit.privacy import rejection
 from privaudit.privacy import samplers
 from tests.privacy.test_mechanisms import _chi2_pvalue, _dgauss_pmf
 
@@ -51,10 +52,10 @@ def test_wide_sampler_huge_sigma_moments():
 
 def test_wide_sampler_exact_path_keeps_the_distribution(monkeypatch):
     # widen the band to 2^-4 so that ~10% of decisions go through the interval-arithmetic path
-    monkeypatch.setattr(fp, "_BAND_BITS", 4)
+    monkeypatch.setattr(rejection, "_BAND_BITS", 4)
     calls = []
-    real = fp._accept_exact
-    monkeypatch.setattr(fp, "_accept_exact", lambda *a: calls.append(1) or real(*a))
+    real = rejection.accept_exact
+    monkeypatch.setattr(rejection, "accept_exact", lambda *a: calls.append(1) or real(*a))
     y = fp.discrete_gaussian_wide(Fraction(9, 4), 20_000, rng=np.random.default_rng(8))
     support = np.arange(-10, 11)
     assert len(calls) > 1000
@@ -71,9 +72,9 @@ def test_accept_exact_probability():
     assert 0.05 < f < 0.95
     rng = np.random.default_rng(5)
     N = 4000
-    k = sum(fp._accept_exact(num, den, u0, rng) for _ in range(N))
+    k = sum(rejection.accept_exact(num, den, u0, rng) for _ in range(N))
     assert abs(k / N - f) < 5 * math.sqrt(f * (1 - f) / N)  # 5 sd: false failure < 1e-6
-    assert fp._accept_exact(num, den, u0 - 1, rng) and not fp._accept_exact(num, den, u0 + 1, rng)
+    assert rejection.accept_exact(num, den, u0 - 1, rng) and not rejection.accept_exact(num, den, u0 + 1, rng)
 
 
 def test_wide_sampler_refuses_bad_parameters():
@@ -87,8 +88,8 @@ def test_batch_streams_large_groups_and_keeps_small_ones_together(monkeypatch):
     # a group above _FEW elements goes through the one-group candidate stream, the small one through
     # the multi-group loop; both have the discrete Gaussian law (chi-square, false failure 1e-6 each)
     streamed = []
-    real = fp._stream_group
-    monkeypatch.setattr(fp, "_stream_group", lambda param, n, rng: streamed.append(n) or real(param, n, rng))
+    real = rejection._stream_group
+    monkeypatch.setattr(rejection, "_stream_group", lambda param, n, rng: streamed.append(n) or real(param, n, rng))
     small, large = fp.discrete_gaussian_batch([(Fraction(9, 4), (40, 50)), (Fraction(9, 4), (300, 100))],
                                               rng=np.random.default_rng(11))
     assert streamed == [30_000] and small.shape == (40, 50) and large.shape == (300, 100)
@@ -210,8 +211,8 @@ def test_scaled_sampler_exact_paths_keep_the_law(monkeypatch):
     monkeypatch.setattr(fp, "_SCALED_BAND", float(2**60))
     monkeypatch.setattr(fp, "_COARSE_SAFE", 0)
     calls = []
-    real = fp._accept_exact
-    monkeypatch.setattr(fp, "_accept_exact", lambda *a: calls.append(1) or real(*a))
+    real = fp.accept_exact
+    monkeypatch.setattr(fp, "accept_exact", lambda *a: calls.append(1) or real(*a))
     y = fp.discrete_gaussian_scaled(Fraction(200_000, 3), 12_000, rng=np.random.default_rng(23))
     assert len(calls) >= 12_000
     assert _chi2_binned(y, 200_000 / 3, 8) > 1e-6

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from privaudit.cli import main
 from privaudit.core.errors import ArtifactError, BudgetExceededError, LedgerIntegrityError, UsageError
-from privaudit.privacy import ledger as ledger_mod
+from privaudit.privacy import ledger_io, ledger_key
 from privaudit.privacy.ledger import (charge, check_budget, init_ledger, ledger_status,
                                       rho_of_pure_dp)
 from privaudit.core.schemas import schema_errors
@@ -217,9 +217,9 @@ def _forge(path, obj, key=None):
     if isinstance(obj, str):
         return _append(path, obj)
     entries = [json.loads(x) for x in path.read_text().splitlines()]
-    line = ledger_mod._sealed({**obj, "prev": entries[-1]["digest"]}, key)
+    line = ledger_key.sealed({**obj, "prev": entries[-1]["digest"]}, key)
     _append(path, line)
-    ledger_mod._write_head(path, entries[0]["ledger_id"], line, key)
+    ledger_io.write_head(path, entries[0]["ledger_id"], line, key)
 
 
 def _charge_line(seq, rho, dataset="icu"):
@@ -276,9 +276,9 @@ def test_duplicated_header_and_broken_sequence_refused(tmp_path):
 def test_corrupt_header_total_refused(tmp_path, total):
     path = tmp_path / "l.jsonl"
     head = init_ledger(path, "icu", 1)
-    forged = ledger_mod._sealed({**head, "rho_total": total}, None)  # re-hashed: the chain alone passes
+    forged = ledger_key.sealed({**head, "rho_total": total}, None)  # re-hashed: the chain alone passes
     path.write_text(json.dumps(forged) + "\n")
-    ledger_mod._write_head(path, head["ledger_id"], forged, None)
+    ledger_io.write_head(path, head["ledger_id"], forged, None)
     with pytest.raises(ArtifactError, match="line 1: `rho_total`"):
         ledger_status(path)
 
@@ -412,11 +412,11 @@ def test_keyless_chain_does_not_stop_a_full_rehash_but_a_key_does(tmp_path, monk
         entries[2]["rho"] = "0.02"
         prev, out = None, []
         for e in entries:
-            e = ledger_mod._sealed({**e, "prev": prev}, key)
+            e = ledger_key.sealed({**e, "prev": prev}, key)
             out.append(e)
             prev = e["digest"]
         path.write_text("".join(json.dumps(e) + "\n" for e in out))
-        ledger_mod._write_head(path, out[0]["ledger_id"], out[-1], key)
+        ledger_io.write_head(path, out[0]["ledger_id"], out[-1], key)
 
     plain = _three_charges(tmp_path)
     rehash(plain, None)

@@ -142,7 +142,7 @@ def test_noise_bound_matches_paper():
     assert noise_bound("gaussian", sigma, n, delta, rounded=False) == pytest.approx(E_rho, rel=1e-12)
     assert noise_bound("gaussian", sigma, n, delta) == pytest.approx(E_rho + 1, rel=1e-12)
     eps = 1.3
-    E_eps = 8 * H / eps * math.log(4 * H * S * S * A / delta)  # ALGORITHMS.md 1.4 [D]
+    E_eps = 8 * H / eps * math.log(4 * H * S * S * A / delta)  # our E_eps: failure delta/2 (docs/privacy.md)
     assert noise_bound("laplace", 4 * H / eps, n, delta / 2, rounded=False) == pytest.approx(E_eps, rel=1e-12)
     for bad in (dict(delta=0), dict(delta=1), dict(n_counts=0)):
         args = dict(mechanism="gaussian", scale=1.0, n_counts=10, delta=0.1) | bad

@@ -1,4 +1,4 @@
-"""Projection (seed 000 eq. (2)) against scipy.optimize.linprog; transition estimate (eq. (3))."""
+"""Projection (Qiao & Wang 2023, eq. (2)) against scipy.optimize.linprog; transition estimate (eq. (3))."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from privaudit.privacy.projection import private_transition_estimate, project_co
 
 
 def lp_optimum(a, b, e):
-    """min t s.t. |x_i - a_i| <= t, x >= 0, |sum x - b| <= e (seed 000 Remark 3.1)."""
+    """min t s.t. |x_i - a_i| <= t, x >= 0, |sum x - b| <= e (eq. (2) as a linear program)."""
     S = a.size
     c = np.zeros(S + 1)
     c[-1] = 1.0

@@ -17,7 +17,7 @@ import pytest
 from scipy import stats
 
 from privaudit.core.errors import UsageError
-from privaudit.privacy import samplers
+from privaudit.privacy import exact_sampler, sampler_laws, samplers
 from privaudit.privacy.samplers import ExactSampler, exact_noise, get_sampler, sampler_total_variation
 
 TWO64 = 2 ** 64
@@ -111,7 +111,7 @@ def test_tail_paths_exact(monkeypatch, mechanism, scale, seed):
     # A table covering only P(|Y| > T) ~ 0.06-0.3 sends many draws through the tail paths
     # (Laplace: geometric decomposition; Gaussian: geometric proposal + exact
     # Bernoulli(exp(-g^2/(2 sigma^2)))); the law must not change. False failure 1e-6.
-    monkeypatch.setattr(samplers, "_TAIL_BITS", 0)
+    monkeypatch.setattr(sampler_laws, "_TAIL_BITS", 0)
     s = ExactSampler(mechanism, get_sampler(mechanism, scale).x)
     y = s.sample(100_000, np.random.default_rng(seed))
     assert (np.abs(y) > s.T).mean() > 0.04
@@ -124,7 +124,7 @@ def test_capped_laplace_table_tails_exact(monkeypatch, b, t_max, seed):
     # 19% of draws are tails): the folded-table geometric decomposition G = L M + R must
     # give exactly P(G = g) = (1 - q) q^g, q = exp(-1/b), and the whole law must stay
     # the discrete Laplace. Two chi-square tests, each false failure 1e-6.
-    monkeypatch.setattr(samplers, "_T_MAX", t_max)
+    monkeypatch.setattr(sampler_laws, "_T_MAX", t_max)
     s = ExactSampler("laplace", get_sampler("laplace", b).x)
     assert s.T == t_max
     rng = np.random.default_rng(seed)
@@ -186,7 +186,7 @@ def test_ambiguous_refinement_draws_more_words_until_decided(monkeypatch):
     for second, below in [((w2 - 5) % TWO64, True), ((w2 + 5) % TWO64, False)]:
         words = iter([w1, second])
         calls = []
-        monkeypatch.setattr(samplers, "_words", lambda rng, n: calls.append(n) or
+        monkeypatch.setattr(exact_sampler, "uniform_words", lambda rng, n: calls.append(n) or
                             np.array([next(words)], dtype=np.uint64))
         cell = s._amb.tolist().index(int(s._K[i]))
 
@@ -249,14 +249,14 @@ def test_other_bit_generators_give_the_same_law():
 
 
 # ----------------------------------------------------------------------------- in place (add_into)
-GUIDE_CASES = [c for c in CASES if get_sampler(*c).T <= samplers._GUIDE_MAX_T]
+GUIDE_CASES = [c for c in CASES if get_sampler(*c).T <= exact_sampler._GUIDE_MAX_T]
 
 
 def test_release_count_scales_take_the_guide_path():
     """sigma = sqrt(2H/rho) and b = 4H/eps at H = 20 for rho in [0.01, 1], eps in [1, 10]; reward scales not."""
     for mech, scale in [("gaussian", math.sqrt(40)), ("gaussian", math.sqrt(4000)), ("laplace", 80.0)]:
-        assert get_sampler(mech, scale).T <= samplers._GUIDE_MAX_T
-    assert get_sampler("gaussian", 1000 * math.sqrt(40)).T > samplers._GUIDE_MAX_T
+        assert get_sampler(mech, scale).T <= exact_sampler._GUIDE_MAX_T
+    assert get_sampler("gaussian", 1000 * math.sqrt(40)).T > exact_sampler._GUIDE_MAX_T
     assert len(GUIDE_CASES) == len(CASES)  # the alias path of add_into is tested by lowering _GUIDE_MAX_T
 
 
@@ -299,7 +299,7 @@ def test_add_into_distribution(monkeypatch, mechanism, scale, seed, path):
     """Noise added in place to a constant array has the exact law, by either path (chi-square; each of the
     14 cases fails with probability 1e-6 for a correct sampler)."""
     if path == "alias":
-        monkeypatch.setattr(samplers, "_GUIDE_MAX_T", -1)
+        monkeypatch.setattr(exact_sampler, "_GUIDE_MAX_T", -1)
     s = get_sampler(mechanism, scale)
     out = np.full(200_000, 7, dtype=np.int64)
     same = s.add_into(out, np.random.default_rng(seed + (path == "alias")))
@@ -313,11 +313,11 @@ def test_add_into_tails_and_impure_buckets_exact(monkeypatch, mechanism, scale, 
     """Tables covering little (P(|Y| > T) ~ 0.06-0.3) and (guide) a guide table with one bucket per outcome,
     so many impure buckets: the rare paths of add_into carry much of the mass; the law must not change.
     False failure 1e-6 per case."""
-    monkeypatch.setattr(samplers, "_TAIL_BITS", 0)
-    monkeypatch.setattr(samplers, "_GUIDE_PURITY", 1)
-    monkeypatch.setattr(samplers, "_GUIDE_MIN_BITS", 4)
+    monkeypatch.setattr(sampler_laws, "_TAIL_BITS", 0)
+    monkeypatch.setattr(exact_sampler, "_GUIDE_PURITY", 1)
+    monkeypatch.setattr(exact_sampler, "_GUIDE_MIN_BITS", 4)
     if path == "alias":
-        monkeypatch.setattr(samplers, "_GUIDE_MAX_T", -1)
+        monkeypatch.setattr(exact_sampler, "_GUIDE_MAX_T", -1)
     s = ExactSampler(mechanism, get_sampler(mechanism, scale).x)
     if path == "guide":
         table, _, _ = s._guide_table()
@@ -356,9 +356,9 @@ def test_add_into_refuses_arrays_it_cannot_fill():
 def test_add_into_adds_tail_draws_beyond_the_table_type(monkeypatch, path):
     """A tail draw need not fit the guide table's int16: a tail finished as 40,000 must arrive as 40,000
     (int16 would wrap it to -25,536). _finish is stubbed to make every tail draw that large."""
-    monkeypatch.setattr(samplers, "_TAIL_BITS", 0)
+    monkeypatch.setattr(sampler_laws, "_TAIL_BITS", 0)
     if path == "alias":
-        monkeypatch.setattr(samplers, "_GUIDE_MAX_T", -1)
+        monkeypatch.setattr(exact_sampler, "_GUIDE_MAX_T", -1)
     s = ExactSampler("laplace", get_sampler("laplace", 3.0).x)
     monkeypatch.setattr(s, "_finish", lambda marks, rng, tails: np.sign(marks) * 40_000)
     out = np.full(20_000, 5, dtype=np.int64)

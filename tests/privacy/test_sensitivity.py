@@ -126,8 +126,8 @@ def test_single_cell_domain_is_only_an_upper_bound():
     assert l2 == pytest.approx(k * math.sqrt(H)) and l2 < sens.l2
 
 
-def test_paper_values_seed000():
-    # ALGORITHMS.md 1.3 / 1.4: k = 1, visits + transitions: L2 = 2 sqrt(H), L1 = 4H,
+def test_paper_values_qiao_wang_2023():
+    # Qiao & Wang (2023), eq. (1) and the Laplace paragraph: k = 1, visits + transitions: L2 = 2 sqrt(H), L1 = 4H,
     # so sigma^2 = L2^2 / (2 rho) = 2H / rho.
     for H in (1, 5, 20):
         s = count_sensitivity(H, 1, False, "visits+transitions")

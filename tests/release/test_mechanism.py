@@ -12,7 +12,7 @@ from privaudit.privacy.budget import resolve_budget
 from privaudit.core.spec import load_spec
 from privaudit.data import counts
 from privaudit.release.mechanism import TabularRelease
-from privaudit.release.tabular import load_release, release_logs
+from privaudit.release.tabular import ReleaseOptions, load_release, release_logs
 from tests._release_logs import random_log, write_spec
 
 H, S, A = 6, 5, 3
@@ -24,7 +24,7 @@ def spec(tmp_path):
 
 
 def test_gaussian_plan_is_seed_000_eq1_and_costs_the_budget(tmp_path):
-    """Visits + transitions, k = 1: sigma^2 = 2H/rho (seed 000 eq. (1)), rho/2 per family; with rewards
+    """Visits + transitions, k = 1: sigma^2 = 2H/rho (Qiao & Wang 2023, eq. (1)), rho/2 per family; with rewards
     the three families share one sigma^2 = 3H/rho."""
     public = load_spec(write_spec(tmp_path, "p.json", H=H, S=S, A=A, terminals=(4,), public_reward={3: 1.0}))
     rel = TabularRelease.plan(public, resolve_budget(rho=0.8))
@@ -40,7 +40,7 @@ def test_gaussian_plan_is_seed_000_eq1_and_costs_the_budget(tmp_path):
 
 def test_laplace_plan_is_lap_4H_over_eps(spec):
     rel = TabularRelease.plan(spec, resolve_budget(epsilon=2.0, mechanism="laplace"), noise="exact")
-    # visits + transitions + rewards, each l1 = 2H: b = 6H / eps (4H/eps without rewards, ALGORITHMS.md 1.4)
+    # visits + transitions + rewards, each l1 = 2H: b = 6H / eps (4H/eps without rewards, Qiao & Wang 2023, Section 3)
     assert rel.families["visits"].scale == pytest.approx(6 * H / 2.0, rel=1e-14)
     assert event_epsilon(rel.event) <= 2.0 and rel.guarantee()["epsilon"] == 2.0
 
@@ -102,5 +102,5 @@ def test_negligible_noise_is_warned_not_refused(spec, tmp_path):
     logs = tmp_path / "logs.parquet"
     random_log(np.random.default_rng(1), 30, H=H, S=S, A=A, terminals=(4,)).write_parquet(logs)
     said = []
-    release_logs(logs, spec, rho=1e4, out=tmp_path / "r", echo=said.append)
+    release_logs(logs, spec, rho=1e4, out=tmp_path / "r", options=ReleaseOptions(echo=said.append))
     assert sum("noise is negligible" in t for t in said) == 1 and (tmp_path / "r" / "manifest.json").is_file()

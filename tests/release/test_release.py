@@ -18,8 +18,8 @@ from privaudit.privacy import ledger as ledger_mod
 from privaudit.core.schemas import schema_errors
 from privaudit.core.spec import load_spec
 from privaudit.release import mechanism as mechanism_mod
-from privaudit.release import tabular as release_mod
-from privaudit.release.tabular import load_release, release_logs
+from privaudit.release import size as release_size
+from privaudit.release.tabular import ReleaseOptions, load_release, release_logs
 from privaudit.privacy import mechanisms
 from tests._release_logs import random_log, slow_counts, write_spec
 from tests._spy import spy_everywhere, watch_reads
@@ -89,7 +89,8 @@ def test_noise_variance_matches_manifest_scale(data, tmp_path, mech, noise, budg
     (the test has power against a wrong sigma/b).
     """
     out = tmp_path / "rel"
-    release_logs(data["logs"], data["spec_private"], mechanism=mech, noise=noise, out=out, seed=3, **budget)
+    release_logs(data["logs"], data["spec_private"], mechanism=mech, out=out, seed=3,
+                 options=ReleaseOptions(noise=noise), **budget)
     rel = load_release(out)
     fams = rel.manifest.to_dict()["families"]
     diffs = {"visits": rel.visits - data["n"], "transitions": _all_transitions(rel) - data["t"],
@@ -118,7 +119,8 @@ def test_default_noise_is_exact_and_rounded_is_refused(data, tmp_path):
     info = release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r", seed=1)
     assert info.manifest.to_dict()["noise"] == "exact"
     with pytest.raises(UsageError, match="rounded"):
-        release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r2", seed=1, noise="rounded")
+        release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r2", seed=1,
+                     options=ReleaseOptions(noise="rounded"))
     assert not (tmp_path / "r2").exists()
 
 
@@ -161,7 +163,7 @@ def test_rounded_manifest_states_no_certified_guarantee(data):
 # ----------------------------------------------------------------------------- paper values
 @pytest.mark.parametrize("k", [1, 2])
 def test_gaussian_sigma_is_seed_paper_eq1(data, tmp_path, k):
-    """Visits + transitions, public reward: sigma^2 = 2H/rho (seed 000 eq. (1)) times k^2."""
+    """Visits + transitions, public reward: sigma^2 = 2H/rho (Qiao & Wang 2023, eq. (1)) times k^2."""
     spec = write_spec(tmp_path, H=H, S=S, A=A, terminals=TERMINALS, public_reward=PUBLIC, k=k)
     info = release_logs(data["logs"], spec, rho=0.7, out=tmp_path / "r", seed=1)
     fams = info.manifest.to_dict()["families"]
@@ -678,14 +680,14 @@ def test_memory_estimate_against_physical_memory(data, tmp_path, monkeypatch):
     from privaudit.core.spec import load_spec
 
     spec = load_spec(data["spec_private"])
-    est = release_mod.release_memory_estimate(spec, stationary=False, n_sa_families=2)
+    est = release_size.release_memory_estimate(spec, stationary=False, n_sa_families=2)
     # hand computation: 4 x 8 bytes x (S*A*S + 2 * H*S*A)
     assert est == {"slice_cells": S * A * S, "bytes": 4 * 8 * (S * A * S + 2 * H * S * A)}
-    assert release_mod.physical_memory_bytes() > est["bytes"]
-    monkeypatch.setattr(release_mod, "physical_memory_bytes", lambda: est["bytes"] - 1)
+    assert release_size.physical_memory_bytes() > est["bytes"]
+    monkeypatch.setattr(release_size, "physical_memory_bytes", lambda: est["bytes"] - 1)
     with pytest.raises(UsageError, match=r"estimated peak working memory .* above the physical memory"):
         release_logs(data["logs"], data["spec_private"], rho=1.0, out=tmp_path / "r", seed=1)
-    monkeypatch.setattr(release_mod, "physical_memory_bytes", lambda: est["bytes"])
+    monkeypatch.setattr(release_size, "physical_memory_bytes", lambda: est["bytes"])
     release_logs(data["logs"], data["spec_private"], rho=1.0, out=tmp_path / "r", seed=1)
 
 
@@ -741,3 +743,23 @@ def test_private_flag_must_match_the_rng(data, tmp_path):
     old = {k: v for k, v in m.items() if k != "private"}
     (src / "manifest.json").write_text(json.dumps(old))
     assert load_release(src).manifest.rng == "seeded-insecure"
+
+
+def test_release_options_carry_the_run_and_refuse_a_second_budget(data, tmp_path):
+    """ReleaseOptions: the ledger entry names options.run and options.run_output; a resolved budget and rho
+    together are refused before anything is written."""
+    from privaudit.privacy.budget import resolve_budget
+
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, "tiny-release", 10)
+    release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r", ledger=led, seed=1,
+                 options=ReleaseOptions(run="run-42", run_output=tmp_path / "pipeline-out"))
+    charged = [e for e in map(json.loads, led.read_text().splitlines()) if "run" in e]
+    assert [(e["run"], e["output"]) for e in charged] == [("run-42", str((tmp_path / "pipeline-out").absolute()))]
+    with pytest.raises(UsageError, match=r"options\.budget"):
+        release_logs(data["logs"], data["spec_private"], rho=0.5, out=tmp_path / "r2",
+                     options=ReleaseOptions(budget=resolve_budget(rho=0.5)))
+    assert not (tmp_path / "r2").exists()
+    info = release_logs(data["logs"], data["spec_private"], out=tmp_path / "r3", seed=1,
+                        options=ReleaseOptions(budget=resolve_budget(rho=0.5)))
+    assert info.manifest.rho == pytest.approx(0.5)

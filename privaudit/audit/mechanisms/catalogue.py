@@ -1,6 +1,6 @@
 """A catalogue of small count-release mechanisms, correct and deliberately broken.
 
-Each broken mechanism reproduces one bug class of AUDITING.md that reaches a
+Each broken mechanism reproduces one known class of DP bug that reaches a
 count release; each has a correct twin. The auditor must flag every broken
 one and never flag a correct one (tests/audit/mechanisms/test_catalogue.py). All are
 batched (``n_runs``) numpy mechanisms over visit counts n_h(s, a) (or reward
@@ -25,7 +25,7 @@ laplace_half_scale     b = Delta_1 / (2 eps): Laplace scale off by 2            
 support_leak           noise only on observed cells, unobserved cells exactly 0  DESIGN "every cell"
 domain_from_data       cells beyond the largest observed state are NaN            B10
 no_k_bound             contribution bounding skipped (k not enforced)             B8
-noise_reused_h         one noise draw reused for every step h                     ALGORITHMS 2.5/7.3
+noise_reused_h         one noise draw reused for every step h                     noise shared across h
 granular_rewards       reward sums + noise on a 1/64 grid (float granularity)     B1-B3
 float_gaussian         n + rng.normal(0, sigma) as float64, claimed (1, 1e-5)     float side channel
 float_laplace          n + rng.laplace(0, b) as float64, claimed eps = 1          float side channel
@@ -50,9 +50,11 @@ import polars as pl
 from privaudit.data.bounding import bound_contributions
 from privaudit.core.errors import UsageError
 from privaudit.audit.bounds import gdp_mu_from_eps
-from privaudit.audit.model import Claim
-from privaudit.audit.neighbours import NeighbouringPair, check_neighbours
-from privaudit.privacy.mechanisms import add_noise, gaussian_sigma, laplace_scale
+from privaudit.audit.claim import Claim
+from privaudit.audit.explicit_pairs import check_neighbours
+from privaudit.audit.pairs import NeighbouringPair
+from privaudit.privacy.mechanisms import add_noise
+from privaudit.privacy.noise import noise_family
 from privaudit.privacy.sensitivity import count_sensitivity
 from privaudit.core.spec import DomainSpec
 from privaudit.data.counts import reward_sums, visit_counts
@@ -103,14 +105,10 @@ class CatalogueMechanism:
         self._declared = {"l1": sens.l1, "l2": sens.l2}
         if self.name == "gaussian_add_remove":
             self._declared = {"l1": k * H, "l2": k * np.sqrt(H)}  # the bug: one side of the change only
-        if self.kind == "gaussian":
-            self.scale = gaussian_sigma(self._declared["l2"], self.rho)
-            if self.name == "gaussian_small_noise":
-                self.scale /= 2
-        else:
-            self.scale = laplace_scale(sens.l1, self.epsilon)
-            if self.name == "laplace_half_scale":
-                self.scale /= 2
+        fam = noise_family(self.kind)  # calibrated to the declared sensitivity in the family's norm
+        self.scale = fam.calibrate(self._declared[fam.norm], getattr(self, fam.budget_unit))
+        if self.name in ("gaussian_small_noise", "laplace_half_scale"):
+            self.scale /= 2
 
     @property
     def __name__(self) -> str:

@@ -1,6 +1,6 @@
 """The DP-VAPVI adapter of the auditor: the noisy statistics of the last step h = H-1.
 
-What is audited. DP-VAPVI releases 5 statistics per step h (seed 000 Alg. 2
+What is audited. DP-VAPVI releases 5 statistics per step h (Qiao & Wang (2023), Algorithm 2
 lines 4-10), each by the Gaussian mechanism at rho_0 = rho / (5H); the
 policy is post-processing of them (``learners.linear.privacy``). At the last
 step (0-based h = H-1, the paper's h = H) V_H = 0, so the statistics of that
@@ -41,12 +41,13 @@ import numpy as np
 import polars as pl
 
 from privaudit.audit.bounds import lattice_gaussian_tv
-from privaudit.audit.model import Claim
+from privaudit.audit.claim import Claim
 from privaudit.core.errors import UsageError
 from privaudit.privacy import budget as budget_mod
 from privaudit.core.spec import DomainSpec
-from privaudit.audit.neighbours import (NeighbouringPair, _unit_col, _visit_counts, canary_frame, make_pair,
-                                       synthetic_pair)
+from privaudit.audit.neighbours import canary_frame, make_pair
+from privaudit.audit.pairs import NeighbouringPair, unit_column, visit_counts
+from privaudit.audit.synthetic_pairs import synthetic_pair
 from privaudit.data.bounding import bound_contributions
 from privaudit.learners.linear import privacy as lp
 from privaudit.learners.linear.estimators import DPVAPVI
@@ -127,7 +128,7 @@ class DPVAPVIMechanism:
     def synthetic_boundary_pair(self, logs: pl.DataFrame | None = None) -> NeighbouringPair:
         """Synthetic units u*, v* whose step-(H-1) features sit at the norm bound.
 
-        The pair is :func:`privaudit.audit.neighbours.synthetic_pair` (k
+        The pair is :func:`privaudit.audit.synthetic_pairs.synthetic_pair` (k
         full-length episodes each, disjoint cells, built from the spec), and
         the feature map this adapter runs with is the spec's with the two
         step-(H-1) cells set to orthogonal unit vectors: phi(u*) = e_1,
@@ -329,6 +330,7 @@ def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
     Returns
     -------
     NeighbouringPair
+        Kind ``canary-linear``; its description records the removed unit's row count.
 
     Raises
     ------
@@ -343,13 +345,13 @@ def linear_canary_pair(logs: pl.DataFrame, spec: DomainSpec, table: np.ndarray):
     nonterm = np.setdiff1d(np.arange(S), np.asarray(spec.terminal_states, dtype=int))
     if nonterm.size == 0:
         raise UsageError("the spec declares every state terminal; no canary episode is possible.")
-    unit = _unit_col(logs)
+    unit = unit_column(logs)
     last_units = logs.filter(pl.col("step") == H - 1).select(unit).unique()
     pool = logs.join(last_units, on=unit, how="semi") if last_units.height else logs
     per_unit = pool.group_by(unit).len().sort([pl.col("len"), pl.col(unit)], descending=[True, False])
     removed = per_unit[unit][0]
     rem_last = logs.filter((pl.col(unit) == removed) & (pl.col("step") == H - 1)).sort("episode_id")
-    counts = _visit_counts(logs, H, S, A)[:, nonterm, :]  # (H, S_nt, A)
+    counts = visit_counts(logs, H, S, A)[:, nonterm, :]  # (H, S_nt, A)
     flat = counts.reshape(H, -1).argmin(axis=1)
     states, actions = nonterm[flat // A], flat % A
     T = table[nonterm]  # (S_nt, A, d)

@@ -1,7 +1,7 @@
 """Correct and deliberately broken online explorers, and the audit that must tell them apart.
 
 Each broken explorer reproduces one bug of the papers' pseudo-code or of the
-public code (ALGORITHMS.md 7.2, 7.3 and section 10; AUDITING.md B10, B15) as
+public code (docs/online.md; docs/audit.md, "The broken explorers") as
 a small subclass or noise source *here*, never in the production explorers'
 code paths; its correct twin is the production explorer at the same budget.
 The auditor must flag every broken one (exit 3) and no correct one at the
@@ -11,21 +11,21 @@ benchmarks/bench_audit_online.py).
 ==============================  ==================================================  =====================
 name                            the bug                                             source
 ==============================  ==================================================  =====================
-dp-lsvi-ucb-pp:noise-once       phi_1..3 and K1 drawn once, reused every episode    seed 003 Alg. l.177;
+dp-lsvi-ucb-pp:noise-once       phi_1..3 and K1 drawn once, reused every episode    Sahu (2025), Alg. 1 l. 1;
                                 (consecutive Gram releases differ by the data)      Sahu's code
-dp-lsvi-ucb-pp:k1-accumulated   Lambda~_k = G_k + 2 lambda~ I + k K1, K1 drawn      seed 003 l.227
+dp-lsvi-ucb-pp:k1-accumulated   Lambda~_k = G_k + 2 lambda~ I + k K1, K1 drawn      Sahu (2025), Alg. 1 l. 26
                                 once (second differences are noise-free)
-ngo:exact-switch                the determinant-doubling test on the non-private    ALGORITHMS 7.3 pt 4
+ngo:exact-switch                the determinant-doubling test on the non-private    Ngo et al. (2022)
                                 Gram matrix: the switch time is a deterministic
                                 function of the data
-luyo:no-lower-clip              value targets r + V without the lower clip of V     seed 003 l.197;
-                                (flagged by the gray-box range check: targets       ALGORITHMS section 10
+luyo:no-lower-clip              value targets r + V without the lower clip of V     Sahu (2025), Alg. 1 l. 11;
+                                (flagged by the gray-box range check: targets       docs/online.md
                                 leave the [0, H + 1] the noise is calibrated for)
-luyo:data-range                 the target noise scaled to the largest reward       AUDITING B10
+luyo:data-range                 the target noise scaled to the largest reward       domain read off the data
                                 observed so far (a constant read off the data)
                                 instead of the declared bound 1
-pucb:add-remove                 counters calibrated for add/remove neighbours       seed 004 l.29;
-                                (l1 = H per family) under a replacement claim:      AUDITING B15
+pucb:add-remove                 counters calibrated for add/remove neighbours       Vietri et al. (2020);
+                                (l1 = H per family) under a replacement claim:      add/remove vs replace
                                 half the noise
 ==============================  ==================================================  =====================
 
@@ -40,13 +40,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privaudit.audit.model import Claim
-from privaudit.audit.neighbours import NeighbouringPair
+from privaudit.audit.claim import Claim
+from privaudit.audit.pairs import NeighbouringPair
 from privaudit.audit.bounds import perfect_separation_cap
-from privaudit.audit.online.jdp import EXPLORERS, ExplorerMechanism, RecordingNoise, gdp_allowed, target_range_check
-from privaudit.audit.report import AuditReport
-from privaudit.audit.online.streams import make_world_pair
-from privaudit.audit.runner import run_audit, selection_size
+from privaudit.audit.online.checks import gdp_allowed, target_range_check
+from privaudit.audit.online.jdp import EXPLORERS, ExplorerMechanism, ExplorerSetup
+from privaudit.audit.online.recording import RecordingNoise
+from privaudit.audit.report import AuditReport, ReportContext
+from privaudit.audit.online.streams import StreamSetup, make_world_pair
+from privaudit.audit.choice import selection_size
+from privaudit.audit.runner import AuditSettings, FixedEvents, run_audit
 from privaudit.core.errors import UsageError
 from privaudit.online.env import make_env
 from privaudit.online.linear.constants import Problem, luyo_constants, ngo_constants
@@ -61,8 +64,8 @@ from privaudit.privacy.budget import resolve_budget
 # --------------------------------------------------------------------------- broken pieces
 
 class ReusedNoise(RecordingNoise):
-    """Draws each family's noise once and returns the same array at every later call (the bug of seed 003
-    Algorithm line 1 and of Sahu's ``DP_LSVI_UCB_PlusPlus.py``)."""
+    """Draws each family's noise once and returns the same array at every later call (the bug of
+    Sahu (2025), Algorithm 1, line 1, and of Sahu's ``DP_LSVI_UCB_PlusPlus.py``)."""
 
     def __init__(self, rng):
         super().__init__(rng)
@@ -80,7 +83,7 @@ class ReusedNoise(RecordingNoise):
 
 
 class AccumulatedGramNoise(RecordingNoise):
-    """The Gram noise of the k-th release is k K1 with one K1 (seed 003 l.227 read literally:
+    """The Gram noise of the k-th release is k K1 with one K1 (Sahu (2025), Algorithm 1, line 26 read literally:
     K1 added on every update of Lambda~); the vector noises stay fresh."""
 
     def __init__(self, rng):
@@ -111,7 +114,8 @@ class RewardRangeNoise(RecordingNoise):
 
 class NoLowerClipLuyo(LuyoLSVIUCB):
     """Luyo et al.'s explorer whose value targets lack the lower clip: V = min(max_a index, H)
-    instead of clip(max_a index, 0, H) (seed 003 l.197's missing lower clip, here in the Jin family)."""
+    instead of clip(max_a index, 0, H) (Sahu (2025), Algorithm 1, line 11: the missing lower clip, here in
+    the Jin family)."""
 
     def _backward(self, inv, target):
         H = self.H
@@ -288,6 +292,7 @@ def audit_explorer(mech: ExplorerMechanism, d_world, dp_world, description: dict
     Returns
     -------
     AuditReport
+        Its ``graybox`` block is the target-range check; a failed check is the verdict (no trials run).
 
     Raises
     ------
@@ -306,24 +311,26 @@ def audit_explorer(mech: ExplorerMechanism, d_world, dp_world, description: dict
         "step; probe state p at step 0 for linear explorers)")
     desc["view"] = mech.view
     pair = NeighbouringPair(d_world, dp_world, desc)
-    fixed_kw = ({"fixed_events": mech.fixed_events(pair), "fixed_reason": mech.FIXED_REASON} if fixed else {})
+    fixed_events = FixedEvents(mech.fixed_events(pair), mech.FIXED_REASON) if fixed else None
     gb = target_range_check(mech, (d_world, dp_world), seed=0 if seed is None else seed)
     if gb["violation"]:
         n_ev = int(trials) - selection_size(int(trials), selection_fraction)
         cap = perfect_separation_cap(n_ev, n_ev, (1 - confidence) / 2, claim.delta)
-        rep = AuditReport.graybox_only(mechanism=mech.name, claim=claim, confidence=confidence, pair=desc,
-                                       graybox=gb, selection_trials=0, evaluation_trials=0,
-                                       rng_mode="seeded-insecure" if seed is not None else "secure",
-                                       resolution=cap, runtime_s=0.0, self_contained=mech.SELF_CONTAINED)
+        context = ReportContext(mechanism=mech.name, claim=claim, confidence=confidence, pair=desc, graybox=gb,
+                                selection_trials=0, evaluation_trials=0,
+                                rng_mode="seeded-insecure" if seed is not None else "secure", resolution=cap,
+                                self_contained=mech.SELF_CONTAINED)
+        rep = AuditReport.graybox_only(context, runtime_s=0.0)
         row = gb["families"][0]
         rep.data["messages"] = [f"gray-box: user k's regression targets span {row['observed_range']} over "
                                 f"{row['runs']} seeded runs; the vector noise is calibrated for targets in "
                                 f"{row['declared_range']} (Delta_2 = {row['declared_l2']:g}): the explorer does not "
                                 "enforce the range its sensitivity assumes"]
         return rep
-    rep = run_audit(mech, claim=claim, pair=pair, trials=int(trials), seed=seed, confidence=confidence,
-                    selection_fraction=selection_fraction, graybox=False, mechanism_name=mech.name,
-                    progress=progress, **fixed_kw)
+    settings = AuditSettings(confidence=confidence, selection_fraction=selection_fraction, graybox=False,
+                             mechanism_name=mech.name)
+    rep = run_audit(mech, claim=claim, pair=pair, trials=int(trials), seed=seed, progress=progress,
+                    fixed=fixed_events, settings=settings)
     rep.data["graybox"] = gb
     return rep
 
@@ -350,11 +357,9 @@ def audit_entry(name: str, *, trials: int | None = None, seed: int | None = None
 
 
 def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | None, delta: float | None,
-                  claim_kind: str = "generic", mechanism_rho: float | None = None,
-                  mechanism_epsilon: float | None = None, env_name: str = "riverswim", env_options: dict | None = None,
-                  episodes: int | None = None, canary_user: int = 0, users_after: int = 3, decoy: str = "orthogonal",
-                  view: str = "billboard", constants: str = "practical", trials: int, confidence: float = 0.95,
-                  seed: int | None = None, fixed: bool = False):
+                  claim_kind: str = "generic", explorer: ExplorerSetup | None = None,
+                  streams: StreamSetup | None = None, trials: int, confidence: float = 0.95,
+                  seed: int | None = None, fixed: bool = False) -> AuditReport:
     """``privaudit audit --mechanism explore:ALGO``: audit an explorer's JDP claim on simulated user streams.
 
     Parameters
@@ -368,21 +373,19 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
         default 1e-5) or ``claim_epsilon`` with ``delta`` > 0 (run at the
         largest rho whose CKS conversion gives it). ``claim_kind="gaussian"``
         opts in to the GDP test (refused unless the noise is continuous Gaussian).
-    mechanism_rho, mechanism_epsilon : float, optional
-        Run the explorer at this budget instead of the claim's (a mis-stated claim).
-    env_name, env_options
-        Background users' environment (``privaudit.online.env.make_env``).
-    episodes, canary_user, users_after, decoy
-        K, k, m and the pair kind (:func:`~privaudit.audit.online.streams.make_world_pair`).
-    view, constants, trials, confidence, seed
-        See :class:`~privaudit.audit.online.jdp.ExplorerMechanism` and
-        :func:`~privaudit.audit.runner.run_audit`.
+    explorer : ExplorerSetup, optional
+        View, constants and a budget override (:class:`~privaudit.audit.online.jdp.ExplorerSetup`).
+    streams : StreamSetup, optional
+        The environment and the pair of user streams (:class:`~privaudit.audit.online.streams.StreamSetup`).
+    trials, confidence, seed
+        As :func:`~privaudit.audit.runner.run_audit`.
     fixed : bool
         Billboard view: the events fixed from the public design, no selection split (:func:`audit_explorer`).
 
     Returns
     -------
     AuditReport
+        The report of :func:`audit_explorer`; the pair's description records the explorer's budget.
 
     Raises
     ------
@@ -391,6 +394,7 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
         state (rho for PUCB, pure epsilon for a Gaussian explorer), both
         mechanism overrides, bad environment options.
     """
+    explorer, streams = explorer or ExplorerSetup(), streams or StreamSetup()
     if algo in CATALOGUE and CATALOGUE[algo].broken:
         entry = CATALOGUE[algo]
     elif algo in EXPLORERS:
@@ -398,6 +402,7 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
     else:
         raise UsageError(f"unknown explorer {algo!r} for explore:ALGO; choose one of {list(EXPLORERS)} or a broken "
                          f"catalogue explorer {list(BROKEN)} (non-private explorers make no claim to audit).")
+    mechanism_rho, mechanism_epsilon = explorer.mechanism_rho, explorer.mechanism_epsilon
     if mechanism_rho is not None and mechanism_epsilon is not None:
         raise UsageError("give at most one of `mechanism_rho` and `mechanism_epsilon`.")
     if entry.algo == "pucb":
@@ -421,11 +426,8 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
             claim = Claim.from_epsilon(claim_epsilon, delta, kind=claim_kind)
             rho = resolve_budget(epsilon=claim_epsilon, delta=delta).rho
         budget = {"rho": mechanism_rho if mechanism_rho is not None else rho}
-    opts = {k: v for k, v in (env_options or {}).items() if v is not None}
-    env = make_env(env_name, **opts)
-    d, dp, desc = make_world_pair(env, canary_user=canary_user, n_after=users_after, n_episodes=episodes,
-                                  decoy=decoy)
-    mech = entry_mechanism(entry, view, budget, constants)
+    d, dp, desc = streams.world_pair()
+    mech = entry_mechanism(entry, explorer.view, budget, explorer.constants)
     desc["explorer_budget"] = budget
     return audit_explorer(mech, d, dp, desc, claim=claim, trials=trials, seed=seed, confidence=confidence,
                           fixed=fixed)

@@ -50,9 +50,9 @@ covers, so a lower bound on it is a lower bound for the claim):
 
 References
 ----------
-Seed 004 l.23-27 (JDP; the released output is every episode's actions and the
-final policy); seed 002 l.29-33, seed 003 Def. 2.2; ALGORITHMS.md section 10
-"Auditing JDP"; AUDITING.md 4.1-4.3 (GDP fit for Gaussian mechanisms, the
+Vietri et al. (2020) (JDP; the released output is every episode's actions and the
+final policy); Ngo et al. (2022), Sahu (2025), Definition 2.2; docs/audit.md, "Online explorers" and
+"Background" (GDP fit for Gaussian mechanisms, the
 Laplace likelihood-ratio event, discrete outputs).
 """
 
@@ -60,19 +60,19 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from privaudit.audit import bounds as B
+from privaudit.audit.online.recording import NoisePool, RecordingNoise
 from privaudit.audit.online.streams import AuditWorld
+from privaudit.audit.online.views import actions_view, pp_billboard, pucb_billboard, tree_billboard
 from privaudit.core.errors import UsageError
-from privaudit.online.linear.luyo import LuyoLSVIUCB
-from privaudit.online.linear.ngo import NgoLSVIUCB
+from privaudit.online.linear.lattice import NoiseSource
 from privaudit.online.linear.lsvi_ucb_pp import LSVIUCBPlusPlus
-from privaudit.online.linear.build import LINEAR_ALGOS, make_linear_agent
-from privaudit.online.linear.lattice import NoiseSource, grid_values
-from privaudit.online.tabular.pucb import FAMILIES, PUCB
+from privaudit.online.linear.build import make_linear_agent
+from privaudit.online.tabular.pucb import PUCB
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.events import leaves
 
@@ -82,135 +82,24 @@ EXPLORERS = ("pucb", "luyo", "ngo", "dp-lsvi-ucb-pp")
 VIEWS = ("billboard", "actions")
 
 
-# --------------------------------------------------------------------------- recording
+@dataclass(frozen=True)
+class ExplorerSetup:
+    """How an audited explorer runs and what its attacker reads.
 
-class RecordingNoise(NoiseSource):
-    """A :class:`~privaudit.online.linear.lattice.NoiseSource` that keeps the last draw of each family.
-
-    Draws exactly what the production source draws (same generator calls),
-    so installing it changes nothing but what the audit can read. ``last``
-    holds the draws in real units (the integer lattice noise times 2^-bits).
-    """
-
-    def __init__(self, rng: np.random.Generator, block: int | None = None):
-        super().__init__(rng) if block is None else super().__init__(rng, block=block)
-        self.last: dict[str, np.ndarray] = {}
-
-    def keep(self, family: str, z: np.ndarray, bits: int) -> np.ndarray:
-        """Record ``z`` (lattice units) in real units and return it unchanged."""
-        self.last[family] = np.ldexp(np.asarray(z, dtype=np.float64), -bits)
-        return z
-
-    def vector(self, family: str, sigma: float, bits: int, n: int, dim: int) -> np.ndarray:
-        return self.keep(family, super().vector(family, sigma, bits, n, dim), bits)
-
-    def goe(self, family: str, s: float, bits: int, n: int, dim: int) -> np.ndarray:
-        return self.keep(family, super().goe(family, s, bits, n, dim), bits)
-
-
-class RecordingTree:
-    """Proxy of a :class:`~privaudit.online.counters.TreeCounter` that keeps selected cells of every release.
-
-    Parameters
+    Attributes
     ----------
-    tree : TreeCounter
-    select : callable
-        ``select(release) -> ndarray`` (the cells kept, any fixed shape).
+    view : {"billboard", "actions"}
+        See the module docstring.
+    constants : {"practical", "theory"}
+        The explorer's constants.
+    mechanism_rho, mechanism_epsilon : float, optional
+        Run the explorer at this budget instead of the claim's (a mis-stated claim); at most one.
     """
 
-    def __init__(self, tree, select: Callable[[np.ndarray], np.ndarray]):
-        self.tree, self.select = tree, select
-        self.releases: list[np.ndarray] = []
-
-    def update(self, z):
-        out = self.tree.update(z)
-        self.releases.append(np.asarray(self.select(out), dtype=np.float64))
-        return out
-
-    def __getattr__(self, name):  # everything else (t, n_levels, ...) from the real tree
-        return getattr(self.tree, name)
-
-
-def tree_nodes(releases: list[np.ndarray], leaf: int, n_leaves: int) -> np.ndarray:
-    """Values of the binary-tree nodes that hold ``leaf``, decoded from the prefix releases.
-
-    Parameters
-    ----------
-    releases : list of ndarray
-        S~_1, S~_2, ... (release t after the t-th update), same shape each.
-    leaf : int
-        1-based index t0 of the leaf (time step) of interest.
-    n_leaves : int
-        T of the tree (fixes how many nodes exist: floor(log2 T) + 1 levels).
-
-    Returns
-    -------
-    ndarray, shape (levels, *cell_shape)
-        Node (t - lowbit(t), t] = S~_t - S~_{t - lowbit(t)} for every t with
-        t - lowbit(t) < t0 <= t (one per level), in increasing t; rows for
-        nodes that close after the last recorded release are NaN-free zeros
-        and flagged by their absence from ``len(releases)`` (the caller keeps
-        enough releases). Post-processing of the releases: each row is the
-        exact sum of the node's leaves plus that node's noise alone
-        (Chan-Shi-Song 2011, Alg. 2).
-    """
-    levels = int(n_leaves).bit_length()
-    shape = releases[0].shape if releases else ()
-    out = np.zeros((levels,) + shape)
-    zero = np.zeros(shape)
-    i = 0
-    for t in range(int(leaf), min(len(releases), int(n_leaves)) + 1):
-        low = t & -t
-        if t - low < leaf:
-            prev = releases[t - low - 1] if t - low > 0 else zero
-            out[i] = releases[t - 1] - prev
-            i += 1
-    return out
-
-
-#: Most rows per family a :class:`NoisePool` draws at once (memory: rows x H x d^2 int64 for the Gram nodes).
-POOL_MAX_DRAWS = 4096
-
-
-class NoisePool:
-    """The privacy noise of a batch of audit runs, drawn in few vectorised calls.
-
-    A short audit run (k + m + 1 users) needs a handful of noise rows per
-    family, but the explorers pre-draw :data:`~privaudit.online.linear.lattice.NOISE_BLOCK`
-    releases (and a tree up to its remaining releases) per sampler call, and
-    each exact sampler call has a fixed cost of about a millisecond. The runs
-    of a batch are sequential, so one recording source (``source``) with a
-    block of ``n_draws`` rows serves all of them, and the Gram trees' node
-    noises are drawn for ``n_draws`` nodes at once (``supply_tree``). Every
-    row is used once; the draws are i.i.d. and independent of the data (the
-    same argument as the explorers' own pre-drawing), so each run's noise has
-    the law of the production explorer's.
-
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-        The batch's noise stream.
-    n_draws : int
-        Rows per family pre-drawn at once (runs x users per run covers one
-        release per user and step block), capped at :data:`POOL_MAX_DRAWS`
-        (a used-up pool draws the next block).
-    """
-
-    def __init__(self, rng: np.random.Generator, n_draws: int):
-        self.rng, self.n = rng, max(1, min(int(n_draws), POOL_MAX_DRAWS))  # refilled when used up
-        self.source = RecordingNoise(rng, block=self.n)
-        self._nodes: dict[tuple, list] = {}
-
-    def supply_tree(self, tree, world: AuditWorld) -> None:
-        """Hand ``tree`` (a fresh exact goe :class:`~privaudit.online.counters.TreeCounter`) its node noises."""
-        if getattr(tree, "noise", None) != "exact" or not getattr(tree, "_wide", False):
-            return
-        need = min(tree.n_releases, world.n_users)   # one node closes per update; a run updates <= n_users times
-        key = (tree.mechanism, tree.scale, tree.shape)
-        buf = self._nodes.setdefault(key, [])
-        if len(buf) < need:
-            buf.extend(tree.node_noises(max(self.n, need), self.rng))
-        tree.supply(np.stack([buf.pop() for _ in range(need)]))
+    view: str = "billboard"
+    constants: str = "practical"
+    mechanism_rho: float | None = None
+    mechanism_epsilon: float | None = None
 
 
 # --------------------------------------------------------------------------- the mechanism
@@ -317,8 +206,8 @@ class ExplorerMechanism:
     def attack_scores(self, pair) -> list:
         """The fixed score "projection on user k's change" of the billboard view (larger = more like D').
 
-        The change is known from the pair alone (AUDITING.md 4.1: project on mean(D') - mean(D)): user k adds
-        her unit at the canary lane y / direction e_c in D' and at the decoy lane x / e_x in D. PUCB: the
+        The change is known from the pair alone (the Neyman-Pearson direction: project on mean(D') - mean(D)):
+        user k adds her unit at the canary lane y / direction e_c in D' and at the decoy lane x / e_x in D. PUCB: the
         Laplace likelihood ratio sum |v - m_D| - |v - m_D'| with the lane values 0/1 (Neyman-Pearson for the
         node noise); the linear explorers: sum of (c - x) entries, each family weighted by 1/variance of its
         noise (Gram nodes / releases: the GOE diagonal 2 s^2; target releases: sigma^2 of the vector noise).
@@ -465,187 +354,13 @@ class ExplorerMechanism:
         """One run: play users 0..k+m, return the view."""
         agent = self.build(world, rng, pool)
         if self.view == "actions":
-            return self._actions(world, agent)
+            return actions_view(world, agent, self.algo)
         if self.algo == "pucb":
-            return self._pucb_billboard(world, agent)
+            return pucb_billboard(world, agent)
         if isinstance(agent, LSVIUCBPlusPlus):
-            return self._pp_billboard(world, agent)
-        return self._tree_billboard(world, agent)
-
-    def _actions(self, world: AuditWorld, agent) -> np.ndarray:
-        H, k = world.horizon, world.canary_user
-        x, y, p = world.state("x"), world.state("y"), world.state("p")
-        rows, cols = [h for h in range(H) for _ in (0, 1)], [s for _ in range(H) for s in (x, y)]
-        if self.algo != "pucb":
-            rows, cols = rows + [0], cols + [p]
-        out = []
-
-        def read(t, ag):
-            if t > k:
-                out.append(np.asarray(ag.policy())[rows, cols])
-        world.play(agent, on_prepare=read)
-        return np.asarray(out, dtype=np.float64)
-
-    def _pucb_billboard(self, world: AuditWorld, agent) -> np.ndarray:
-        lanes = [world.state("x"), world.state("y")]
-        bits = agent.lattice_bits_
-        for f in FAMILIES:
-            if f == "transitions":
-                sel = (lambda r, L=lanes: r[:, L][:, :, :, L].diagonal(axis1=1, axis2=3).transpose(0, 2, 1))
-            else:
-                sel = (lambda r, L=lanes: r[:, L, :])
-            agent.counters_[f] = RecordingTree(agent.counters_[f], sel)
-        pi_k = {}
-
-        def keep_policy(t, ag):
-            if t == world.canary_user:
-                pi_k["pi"] = np.asarray(ag.policy()).copy()
-        world.play(agent, on_prepare=keep_policy)
-        H = world.horizon
-        acts = pi_k["pi"][:, lanes]                                    # (H, 2): pi_k(h, lane)
-        fams = []
-        for f in FAMILIES:
-            nodes = tree_nodes(agent.counters_[f].releases, world.canary_user + 1, world.n_episodes)  # (L, H, 2, A)
-            vals = np.take_along_axis(nodes, np.broadcast_to(acts[None, :, :, None], nodes.shape[:3] + (1,)),
-                                      axis=3)[..., 0]
-            fams.append(np.ldexp(vals, -bits[f]))
-        return np.stack(fams, axis=1)                                  # (L, 3, H, 2)
-
-    def _pp_billboard(self, world: AuditWorld, agent) -> np.ndarray:
-        c, xd, k, H = world.c_dim, world.x_dim, world.canary_user, world.horizon
-        gram, vec = [], []
-        noisy = agent.private and agent.c.noise_gram > 0
-
-        def read(t, ag):
-            if t < k:
-                return
-            g = ag.exact_gram()[:, [c, xd], [c, xd]]
-            z = ag.noise.last.get("gram") if noisy else None
-            gram.append(g if z is None else g + z[:, [c, xd], [c, xd]])
-            if t > k:
-                # the three target releases of this episode (seed 003 l.169: fresh phi_1..3 per (k, h)):
-                # sum w phi (V-hat, V-check, V-hat^2)(s') + noise, at coordinates c and x; user k's term is
-                # w_k (V, V-check, V^2)_{h+1}(lane), the V the agent used for this release
-                vh = ag.V[1:, 0]
-                vals = np.stack([vh, ag.V[1:, 1], vh * vh], axis=1)                  # (H, 3, S)
-                if ag.lat is None:
-                    y = ag._targets(slice(None), vals, None)
-                else:
-                    y = ag._targets(slice(None), vals, np.zeros((H, 3, ag.d), dtype=np.int64))
-                if noisy:
-                    y = y + np.stack([ag.noise.last[f] for f in ("v-hat", "v-check", "v-squared")], axis=1)
-                vec.append(y[..., [c, xd]])
-        world.play(agent, on_prepare=read)
-        # (m + 1, H, 2) Gram releases from k, then (m, H, 3, 2) target releases after k; flattened
-        return np.concatenate([np.asarray(gram).reshape(-1), np.asarray(vec).reshape(-1)])
-
-    def _tree_billboard(self, world: AuditWorld, agent) -> np.ndarray:
-        c, xd, k, H = world.c_dim, world.x_dim, world.canary_user, world.horizon
-        x, y = world.state("x"), world.state("y")
-        bits = 0 if agent.lattice is None else agent.lattice.gram_bits    # integer lattice releases -> real units
-        agent.tree = RecordingTree(agent.tree, lambda r: np.ldexp(np.asarray(r[:, [c, xd], [c, xd]], dtype=np.float64),
-                                                                  -bits))
-        vec, switched = [], []
+            return pp_billboard(world, agent)
         self.targets_seen = []
-        lane_of_k = world.start
-        seen = [0]
-
-        def read(t, ag):
-            did = ag.n_switches > seen[0]
-            seen[0] = ag.n_switches
-            if t <= k:
-                return
-            switched.append(float(did))
-            row = np.zeros((H, 2))
-            if did:
-                # release at coordinate (c, x): user k's target r + V_{h+1}(lane) (V as the agent used it,
-                # i.e. max_a of its Q) plus the noise it drew; no other user has a c or x coordinate
-                V = np.vstack([ag.Q.max(axis=2), np.zeros((1, ag.S))])
-                r = world.reward[:, :, 0]
-                if ag.lattice is not None:  # the agent rounds rewards and V to its 2^-VB grid before the sums
-                    V, r = grid_values(V, ag.lattice.value_bits), grid_values(r, ag.lattice.value_bits)
-                for j, lane in enumerate((y, x)):
-                    if lane_of_k == lane:
-                        row[:, j] = r[:, lane] + V[1:, lane]
-                        self.targets_seen.append(row[:, j].copy())
-                eta = ag.noise.last.get("target")
-                if eta is not None:
-                    row += eta[:, [c, xd]]
-            vec.append(row)
-        world.play(agent, on_prepare=read)
-        if isinstance(agent, LuyoLSVIUCB):
-            leaf, n_leaves = k // agent.batch_len + 1, agent.c.n_batches
-        else:
-            leaf, n_leaves = k + 1, world.n_episodes
-        nodes = tree_nodes(agent.tree.releases, leaf, n_leaves)          # (L, H, 2)
-        parts = [nodes.reshape(-1), np.asarray(vec).reshape(-1)]
-        if isinstance(agent, NgoLSVIUCB):
-            parts.append(np.asarray(switched))
-        return np.concatenate(parts)
+        return tree_billboard(world, agent, self.targets_seen)
 
 
-def target_range_check(mech: ExplorerMechanism, worlds, *, runs: int = 30, seed: int = 0) -> dict:
-    """Gray-box range check (zero noise statistics needed): user k's regression targets must lie in [0, H + 1].
-
-    Luyo's and Ngo's target-vector noise is calibrated to Delta_2 = 2 (H + 1),
-    which holds only if every target r + V_{h+1}(s') lies in [0, H + 1] (V
-    clipped to [0, H]; ALGORITHMS.md section 10). This runs ``runs`` seeded
-    runs on each world, records the targets user k entered into the vector
-    releases (as the agent computed them) and reports those outside the range:
-    a deterministic finding, like the offline gray-box sensitivity check
-    (AUDITING.md 4.1 "gray-box first", 4.5 rule 3). The seeded runs are
-    compared with the declared range and discarded.
-
-    Returns
-    -------
-    dict
-        The report's ``graybox`` block: ``checked``, ``violation``, ``families``.
-    """
-    if mech.algo not in ("luyo", "ngo") or mech.view != "billboard":
-        return {"checked": False, "violation": False, "families": []}
-    lo, hi, n = math.inf, -math.inf, 0
-    for i, w in enumerate(worlds):
-        for r in np.random.default_rng([seed, i]).spawn(int(runs)):
-            mech.run_once(w, r)
-            for t in mech.targets_seen:
-                lo, hi, n = min(lo, float(t.min())), max(hi, float(t.max())), n + t.size
-    t_max = worlds[0].horizon + 1.0
-    bad = n > 0 and (lo < -1e-9 or hi > t_max + 1e-9)
-    row = {"name": f"{mech.algo}:target (user k's r + V_{{h+1}})", "l1": None, "l2": None, "declared_l1": None,
-           "declared_l2": 2 * t_max, "exceeds": bool(bad), "non_finite": False, "cells_changed": 0,
-           "observed_range": [lo if n else None, hi if n else None], "declared_range": [0.0, t_max],
-           "targets_checked": n, "runs": int(runs) * len(worlds)}
-    return {"checked": True, "violation": bool(bad), "families": [row]}
-
-
-def linear_algo(algo: str) -> bool:
-    """True for the linear explorers (they need a feature map)."""
-    return algo in LINEAR_ALGOS
-
-
-def gdp_allowed(mech: ExplorerMechanism, world: AuditWorld) -> tuple[bool, str]:
-    """Whether the GDP opt-in is valid for this explorer, and why.
-
-    Continuous Gaussian noise: an adaptive composition of Gaussian mechanisms
-    is sqrt(2 rho)-GDP. Exact discrete Gaussian noise on the explorers'
-    lattices (``privaudit.online.linear.lattice``): not GDP itself, but within
-    a tiny total variation of a post-processed continuous Gaussian mechanism
-    (:meth:`ExplorerMechanism.gaussian_tv_per_run`, DP-VAPVI's route,
-    ``bounds.lattice_gaussian_tv``), whose share of alpha the runner spends
-    (and refuses the test when it exceeds half of alpha). Refused for PUCB
-    (Laplace: pure eps) and for any other noise kind.
-    """
-    if mech.algo == "pucb":
-        return False, "PUCB's counters are Laplace (pure epsilon-DP); the GDP test does not describe them"
-    kinds = mech.noise_kinds(world)
-    if kinds == {"continuous"}:
-        return True, "continuous Gaussian noise, adaptively composed: sqrt(2 rho)-GDP"
-    if kinds == {"exact"}:
-        return True, ("exact discrete Gaussian noise on fine lattices: within total variation gaussian_tv_per_run "
-                      "of a post-processed continuous Gaussian mechanism (sqrt(2 rho)-GDP); the runner spends "
-                      "2 n x that share of alpha")
-    return False, f"{mech.algo} draws {sorted(kinds)} noise; the GDP test describes Gaussian noise only"
-
-
-__all__ = ["EXPLORERS", "VIEWS", "ExplorerMechanism", "NoisePool", "RecordingNoise", "RecordingTree", "gdp_allowed",
-           "linear_algo", "target_range_check", "tree_nodes"]
+__all__ = ["EXPLORERS", "VIEWS", "ExplorerMechanism", "ExplorerSetup"]

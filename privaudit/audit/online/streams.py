@@ -1,13 +1,13 @@
 """Neighbouring user streams for auditing the joint-DP claims of online explorers.
 
-Under joint DP (ALGORITHMS.md sections 4.1 and 10; seed 002 l.29-33, seed 003
-Def. 2.2, seed 004 l.23-27) two runs are neighbours when one user's *whole
+Under joint DP (docs/online.md; Ngo et al. (2022), Sahu (2025),
+Definition 2.2; Vietri et al. (2020)) two runs are neighbours when one user's *whole
 data* (her response tree: initial state and her reward and next state in
 response to every action sequence) is replaced and every other user's tree is
 unchanged. An :class:`AuditWorld` is one such stream, built from a public
 environment of :mod:`privaudit.online.env` plus four *scripted* states the
-auditor controls (adversarial users are allowed: seed 004 l.5 "malicious users
-who can probe the agent", seed 002 l.11 adversarial initial states):
+auditor controls (adversarial users are allowed: Vietri et al. (2020) "malicious users
+who can probe the agent", Ngo et al. (2022) adversarial initial states):
 
 ==========  =========================================================================
 state       role
@@ -260,3 +260,32 @@ def world_env(name: str, *, horizon: int | None = None, states: int | None = Non
     """The background environment by name (``privaudit.online.env.make_env``), for the CLI."""
     return make_env(name, world_key=world_key, horizon=horizon, states=states, actions=actions,
                     instance_seed=instance_seed)
+
+
+@dataclass(frozen=True)
+class StreamSetup:
+    """The simulated user streams an explorer is audited on (``privaudit audit --mechanism explore:ALGO``).
+
+    Attributes
+    ----------
+    env_name : str
+        Background users' environment (``privaudit.online.env.make_env``).
+    env_options : dict or None
+        Its options (``None`` values dropped).
+    episodes, canary_user, users_after, decoy
+        K, k, m and the pair kind of :func:`make_world_pair`.
+    """
+
+    env_name: str = "riverswim"
+    env_options: dict | None = None
+    episodes: int | None = None
+    canary_user: int = 0
+    users_after: int = 3
+    decoy: str = "orthogonal"
+
+    def world_pair(self):
+        """``(D, D', description)``: :func:`make_world_pair` on this environment."""
+        opts = {k: v for k, v in (self.env_options or {}).items() if v is not None}
+        env = make_env(self.env_name, **opts)
+        return make_world_pair(env, canary_user=self.canary_user, n_after=self.users_after,
+                               n_episodes=self.episodes, decoy=self.decoy)

@@ -1,4 +1,4 @@
-"""Offline linear-MDP learners: PEVI, VAPVI and DP-VAPVI (seed 000 Algorithm 2).
+"""Offline linear-MDP learners: PEVI, VAPVI and DP-VAPVI (Qiao & Wang 2023, Algorithm 2).
 
 See docs/linear.md. ``train_from_logs`` is the entry point used by
 ``privaudit train --algo pevi|vapvi|dp-vapvi``.

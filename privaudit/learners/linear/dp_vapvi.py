@@ -1,4 +1,4 @@
-"""DP-VAPVI, seed 000 (Qiao & Wang) Algorithm 2, top to bottom; VAPVI and PEVI as its variants.
+"""DP-VAPVI, Qiao & Wang (2023) Algorithm 2, top to bottom; VAPVI and PEVI as its variants.
 
 One backward pass, :func:`backward_pass`, over a feature provider
 (``providers.FiniteFeatures``: a feature table over S states;
@@ -15,10 +15,10 @@ VAPVI      yes             exact floats (:class:`ExactStatistics`)     C sqrt(d)
 PEVI       no (sigma = 1)  exact floats                                beta ||phi||_{Lambda^-1}
 =========  ==============  =========================================  ====================
 
-Line numbers in comments are the paper's (ALGORITHMS.md 2.2). Steps are
+Line numbers in comments are the paper's (docs/linear.md, "DP-VAPVI, as implemented"). Steps are
 0-based here, h = H-1, ..., 0 for the paper's h = H, ..., 1, so the paper's
 H - h + 1 is H - h. Departures from the pseudo-code (docs/linear.md): fresh
-noise for every h (the pseudo-code draws once; ALGORITHMS.md 2.5), matrix
+noise for every h (the pseudo-code draws once, in line 1), matrix
 noise calibrated for substitution, eigenvalues of Sigma and Lambda floored
 at lambda (post-processing), and for DP-VAPVI every input of a statistic
 rounded to a power-of-two grid before the sums (``privacy.grid()``; the
@@ -125,7 +125,8 @@ class ExactStatistics:
 def floored_inverse(M: np.ndarray, floor: float) -> np.ndarray:
     """Inverse of sym(M) with eigenvalues floored at ``floor``, over any leading batch axes.
 
-    ALGORITHMS.md 2.5 "Robustness": post-processing of a released matrix, costs
+    A departure from Qiao & Wang (2023), Algorithm 2 (docs/linear.md, "DP-VAPVI, as implemented"):
+    post-processing of a released matrix, costs
     no privacy. Without noise (M = Gram + floor * I) the floor changes nothing.
 
     Parameters
@@ -159,7 +160,7 @@ def _pair_sum(step: StepData, V_next: np.ndarray, f: Callable[[np.ndarray], np.n
 def step_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray, *, stats: Statistics, lam: float,
                     cap: float, variance_aware: bool, step_var: StepData | None = None,
                     Phi_var: np.ndarray | None = None, n_runs: int | None = None) -> dict:
-    """The 5 released statistics of one step h (seed 000 Alg. 2 lines 4-10).
+    """The 5 released statistics of one step h (Qiao & Wang 2023, Algorithm 2, lines 4-10).
 
     Parameters
     ----------
@@ -227,7 +228,7 @@ def step_statistics(step: StepData, Phi: np.ndarray, V_next: np.ndarray, *, stat
 
 def backward_pass(provider, *, stats: Callable[[int], Statistics], lam: float, penalty_scale: float,
                   offset: float, variance_aware: bool, provider_var=None) -> LinearFit:
-    """Pessimistic value iteration over h = H-1..0 (seed 000 Alg. 2 lines 2-14).
+    """Pessimistic value iteration over h = H-1..0 (Qiao & Wang 2023, Algorithm 2, lines 2-14).
 
     Parameters
     ----------

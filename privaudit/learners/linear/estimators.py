@@ -1,7 +1,8 @@
 """PEVI, VAPVI and DP-VAPVI estimators (scikit-learn style: parameters in
 ``__init__``, ``fit`` returns self, fitted results end in ``_``).
 
-Defaults and their provenance (ALGORITHMS.md 2.3, 2.6, 2.7):
+Defaults and their provenance (docs/linear.md, "Constants and their provenance", "PEVI and VAPVI";
+[D] our choice, [R] recalled from the paper, not checked against its text):
 
 * lambda = 1 ([D]; the theorem needs 0 < lambda < kappa, but kappa = 0 for the
   seed's map, see ``synthetic_linear.coverage_kappa``);
@@ -23,6 +24,7 @@ import numpy as np
 from privaudit.core.errors import UsageError
 from privaudit.learners.linear import privacy as _privacy
 from privaudit.learners.linear.dp_vapvi import ExactStatistics, backward_pass, step_statistics
+from privaudit.learners.linear.logs import plan_dp_vapvi
 from privaudit.learners.linear.providers import DEFAULT_CHUNK_BYTES, FiniteFeatures
 from privaudit.learners.policy import Policy
 from privaudit.learners.policy_manifest import PolicyPrivacy
@@ -42,7 +44,7 @@ def _providers(data, fmap: FeatureMap | None, data_var, chunk_bytes: int):
 
 
 class _LinearLearner:
-    """One ``fit`` for the three learners: they differ only in what they supply to ``core.backward_pass``.
+    """One ``fit`` for the three learners: they differ only in what they supply to ``dp_vapvi.backward_pass``.
 
     A subclass sets ``algorithm`` and ``variance_aware`` and defines
     ``_penalty(provider)`` -> (scale, offset) and ``_statistics(provider, rng)``
@@ -51,10 +53,16 @@ class _LinearLearner:
 
     algorithm = "linear"
     variance_aware = True
+    #: :class:`privaudit.core.registry.OfflineLearner` answers: the linear learners read the logs (rows and
+    #: the spec's feature map); only DP-VAPVI is private.
+    private = False
+    reads = "logs"
+    options: frozenset = frozenset()
+    pipeline_output = None
 
     def fit(self, data, fmap: FeatureMap | None = None, *, rng: np.random.Generator | None = None,
             data_var=None):
-        """Run the backward pass (seed 000 Alg. 2) and store the fitted attributes.
+        """Run the backward pass (Qiao & Wang 2023, Algorithm 2) and store the fitted attributes.
 
         Parameters
         ----------
@@ -119,7 +127,7 @@ class _LinearLearner:
 
 
 class PEVI(_LinearLearner):
-    """PEVI (Jin, Yang & Wang 2021), linear-MDP version (ALGORITHMS.md 2.7). Not private.
+    """PEVI (Jin, Yang & Wang 2021), linear-MDP version (docs/linear.md, "PEVI and VAPVI"). Not private.
 
     Parameters
     ----------
@@ -149,7 +157,7 @@ class PEVI(_LinearLearner):
 
 
 class VAPVI(_LinearLearner):
-    """VAPVI (Yin, Duan, Wang & Wang 2022): DP-VAPVI without noise (ALGORITHMS.md 2.6). Not private.
+    """VAPVI (Yin, Duan, Wang & Wang 2022): DP-VAPVI without noise (docs/linear.md, "PEVI and VAPVI"). Not private.
 
     Parameters
     ----------
@@ -176,7 +184,7 @@ class VAPVI(_LinearLearner):
 
 
 class DPVAPVI(_LinearLearner):
-    """DP-VAPVI (seed 000 Algorithm 2): rho-zCDP under substitution of one privacy unit.
+    """DP-VAPVI (Qiao & Wang 2023, Algorithm 2): rho-zCDP under substitution of one privacy unit.
 
     Parameters
     ----------
@@ -205,7 +213,8 @@ class DPVAPVI(_LinearLearner):
     Notes
     -----
     Noise is drawn fresh for every statistic and every step h from a child
-    stream ``rng.spawn(H)[h]`` (ALGORITHMS.md 2.5 "noise per h"): the 5H
+    stream ``rng.spawn(H)[h]`` (a departure from Algorithm 2, line 1, which draws once;
+    docs/linear.md, "Fresh noise per h"): the 5H
     draws are independent. The statistics are exact lattice points and the
     noise exact discrete Gaussian (``privacy.LatticeGaussian``), so the
     guarantee is exactly rho-zCDP with no float side channel. Privacy holds
@@ -220,6 +229,21 @@ class DPVAPVI(_LinearLearner):
     """
 
     algorithm = "dp-vapvi"
+    private = True
+    pipeline_output = "the DP-VAPVI policy (its noisy statistics are not output)"
+
+    @classmethod
+    def plan_event(cls, spec, budget, *, stationary: bool = False):
+        """The privacy event of a fit on logs of ``spec`` at ``budget`` (public facts only):
+        :func:`privaudit.learners.linear.logs.plan_dp_vapvi` with default parameters (``stationary``
+        does not apply: one regression per step)."""
+        return plan_dp_vapvi(spec, budget)
+
+    @staticmethod
+    def mechanism_text(spec) -> str:
+        """How DP-VAPVI adds its noise (one sentence for the pipeline's summary)."""
+        return (f"exact discrete Gaussian on fixed-point statistics: 5H = {5 * spec.horizon} statistics "
+                "with fresh noise per step, rho/(5H) each (grid in the policy manifest)")
 
     def __init__(self, rho: float, *, C: float = 1.0, lam: float = 1.0, d_scale: float = 0.0,
                  kappa: float | None = None, episodes_public: int | None = None, delta_fail: float = 0.05,
@@ -273,7 +297,7 @@ class DPVAPVI(_LinearLearner):
         """The 5 noisy statistics DP-VAPVI releases at step h, given V_{h+1}.
 
         Exactly what ``fit`` computes at step h (same ``privacy.draw_step_noise``,
-        ``privacy.LatticeGaussian`` and ``core.step_statistics``), exposed for the
+        ``privacy.LatticeGaussian`` and ``dp_vapvi.step_statistics``), exposed for the
         auditor. At h = H-1, V_H = 0, so the release depends on the data of step
         H-1 only and not on earlier releases: it is a valid mechanism on its own,
         rho_0-zCDP per statistic (``privaudit.audit.mechanisms.dp_vapvi``).

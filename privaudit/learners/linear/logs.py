@@ -9,6 +9,7 @@ The feature map comes from the spec (``features``), never from the data.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -19,15 +20,16 @@ from privaudit.data.prepare import PreparedLogs, collect_or_raise, prepare_logs
 from privaudit.core.errors import SpecError, UsageError
 from privaudit.core import registry
 from privaudit.learners.linear.data import LinearData
-from privaudit.core.files import atomic_write_text, check_sidecar_free, new_run_id
+from privaudit.core.atomic import atomic_write_text
+from privaudit.core.outputs import check_sidecar_free, new_run_id
 from privaudit.learners.linear.privacy import guarantee, privacy_event
 from privaudit.learners.linear.providers import FiniteFeatures, RowFeatures, q_rows
 from privaudit.learners.linear.rows import clip_features, column_dims, row_steps
 from privaudit.learners.tabular.pessimism import reward_frame
+from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.policy import Policy, greedy_table
 from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
-from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import PrivacyUnit
@@ -140,23 +142,22 @@ def _plan(algo: str, spec: DomainSpec, budget: Budget | None, params: dict):
         m = column_dims(spec)  # before reading any row: a spec error costs nothing
     else:
         fmap = feature_map_from_spec(spec)
+    cls = registry.get(algo).load()
     try:
-        cls = registry.get(algo).load()
         learner = cls(budget.rho, **params) if budget else cls(**params)
     except TypeError as e:
         raise UsageError(f"bad parameters for {algo}: {e}") from None
     event = None
-    if algo == "dp-vapvi":  # the run's event, from public facts: before any row is read or noise drawn
+    if cls.private:  # the run's event, from public facts: before any row is read or noise drawn
         d = m * spec.n_actions if row_features else fmap.dim
         k = int(spec.max_episodes_per_unit)
         event = privacy_event(learner.noise_scales(spec.horizon, d), PrivacyUnit(spec.unit_column or "episode_id", k))
     return learner, event, m, fmap
 
 
-def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = None, epsilon: float | None = None,
-                    delta: float | None = None, budget: Budget | None = None, seed: int | None = None,
-                    params: dict | None = None, ledger=None, echo=None, local_log=None, run: str | None = None,
-                    output=None) -> Policy:
+def train_from_logs(logs, spec: DomainSpec, algo: str, *, budget: BudgetRequest | Budget | None = None,
+                    seed: int | None = None, params: dict | None = None, local_log=None,
+                    context: RunContext | None = None) -> Policy:
     """Train PEVI, VAPVI or DP-VAPVI on Parquet logs with the spec's feature map.
 
     Parameters
@@ -169,14 +170,11 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     spec : DomainSpec
         Must have a ``features`` object (one-hot, synthetic-linear, state-table-x-action).
     algo : {"pevi", "vapvi", "dp-vapvi"}
-    rho : float, optional
-        dp-vapvi: total zCDP budget.
-    budget : Budget, optional
-        dp-vapvi: an already resolved Gaussian budget (the pipeline's part);
-        then ``rho``, ``epsilon`` and ``delta`` must be None.
-    epsilon, delta : float, optional
-        dp-vapvi: (epsilon, delta)-DP target instead of rho, converted by
-        ``accounting.dp_to_zcdp`` (CKS, tight).
+    budget : BudgetRequest or Budget, optional
+        dp-vapvi: its whole budget, as given (``rho``, or an (epsilon,
+        delta)-DP target converted by ``accounting.dp_to_zcdp``, CKS, tight;
+        always Gaussian) or an already resolved Gaussian budget (the
+        pipeline's part). None for pevi and vapvi.
     seed : int, optional
         TESTS ONLY: seeds the noise (recorded as rng "seeded-insecure", the
         seed itself is never written). Also seeds the D/D' split.
@@ -185,18 +183,19 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
         ``beta``); ``failure_prob`` maps to ``delta_fail``; ``split`` (bool,
         default False as in the paper's simulations) splits the episodes
         at random into D (regression) and D' (variance).
-    ledger : str or Path, optional
-        dp-vapvi only: budget ledger (``privaudit budget init``). The run's
-        event (``learners.linear.privacy.privacy_event``) is checked with
-        ``privacy.ledger.check_event`` and charged with ``charge_event``; the budget
-        rho is checked before any row is read or noise drawn
-        (``privacy.ledger.check_budget``) and charged once the policy is fitted
-        (``privacy.ledger.charge``, which re-checks atomically), before this
-        function returns it: the caller then writes it. A refusal raises
-        before anything is charged or returned.
-    run, output : optional
-        Named in the ledger entry: the run's identifier (default a new random
-        one) and the folder it writes.
+    local_log : path, optional
+        Where the PRIVATE bounding facts are written (refused before any row
+        is read if it exists).
+    context : RunContext, optional
+        ``ledger`` (dp-vapvi only: ``privaudit budget init``): the run's event
+        (``learners.linear.privacy.privacy_event``) is checked with
+        ``privacy.ledger.check_event`` before any row is read or noise drawn
+        and charged with ``charge_event`` (which re-checks atomically) once
+        the policy is fitted, before this function returns it: the caller
+        then writes it; a refusal raises before anything is charged or
+        returned. ``run`` and ``output`` are named in the ledger entry (the
+        run's identifier, default a new random one, and the folder it
+        writes); ``echo`` gets the bounding summary.
 
     Returns
     -------
@@ -223,32 +222,34 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     if algo not in linear:
         raise UsageError(f"unknown linear algorithm {algo!r}; choose one of {', '.join(linear)}.")
     params = dict(params or {})
+    private = registry.get(algo).load().private
     if "failure_prob" in params:
-        if algo != "dp-vapvi":
+        if not private:
             raise UsageError(f"`failure_prob` applies to dp-vapvi (its delta_fail) only; {algo} does not take it.")
         params["delta_fail"] = params.pop("failure_prob")
     split = bool(params.pop("split", False))
-    budget_given = any(v is not None for v in (rho, epsilon, delta))
-    if algo != "dp-vapvi" and (budget_given or budget is not None):
+    ctx = context or RunContext()
+    if not private and budget is not None and (isinstance(budget, Budget) or budget.given):
         raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`).")
-    if budget is not None and (budget_given or not isinstance(budget, Budget) or budget.mechanism != "gaussian"):
-        raise UsageError("give either `budget` (a resolved Gaussian Budget) or `rho`/`epsilon`/`delta`, not both.")
-    if algo == "dp-vapvi":
-        if budget is None:
-            budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
+    if isinstance(budget, Budget) and budget.family.pure:
+        raise UsageError("`budget` must be a resolved Gaussian Budget (or a BudgetRequest).")
+    if private:
+        if not isinstance(budget, Budget):  # as given: always Gaussian (zCDP)
+            budget = replace(budget or BudgetRequest(), mechanism="gaussian").resolve()
         params["k"] = spec.max_episodes_per_unit
-    elif ledger is not None:
+    elif ctx.ledger is not None:
         raise UsageError(f"`algo` {algo} is not private: it spends no budget, so `ledger` does not apply.")
+    else:
+        budget = None  # an empty request (the CLI's, without --rho/--epsilon/--delta)
     row_features = bool(spec.features) and spec.features.get("map") == "column-x-action"
     learner, event, m, fmap = _plan(algo, spec, budget, params)
-    if ledger is not None:
-        ledger_mod.check_event(Path(ledger), spec.dataset_id, event, budget)
+    if ctx.ledger is not None:
+        ledger_mod.check_event(Path(ctx.ledger), spec.dataset_id, event, budget)
     prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
     prepared.check_spec(spec)
     logs, report = prepared.path, prepared.bounding
     df = _rows(prepared, features=row_features)
-    if echo is not None:
-        echo(report.summary())
+    ctx.say(report.summary())
     rng = np.random.default_rng(seed)
     split_rng, noise_rng = rng.spawn(2)
     data_var = None
@@ -267,7 +268,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     else:
         data = FiniteFeatures(data_from_frame(df, spec), fmap, learner.chunk_bytes)
     learner.fit(data, rng=noise_rng, data_var=data_var)
-    if algo == "dp-vapvi":
+    if private:
         privacy = PolicyPrivacy(
             seed is None, guarantee(event, budget, spec, "seeded-insecure" if seed is not None else "secure"),
             note=None if seed is None else
@@ -279,10 +280,10 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, rho: float | None = No
     else:
         policy = learner.to_policy(privacy=privacy, spec_hash=spec.hash())
         policy.parameters["split"] = split
-    if ledger is not None:  # atomic re-check + append; refusal raises before the policy is returned
-        ledger_mod.charge_event(Path(ledger), spec.dataset_id, event,
-                                f"train dp-vapvi: gaussian, rho={budget.rho!r} (5H releases)", budget,
-                                run=run or new_run_id(), output=output)
+    if ctx.ledger is not None:  # atomic re-check + append; refusal raises before the policy is returned
+        ledger_mod.charge_event(Path(ctx.ledger), spec.dataset_id, event,
+                                f"train {algo}: gaussian, rho={budget.rho!r} (5H releases)", budget,
+                                run=ctx.run or new_run_id(), output=ctx.output)
     if local_log is not None:
         write_local_log(local_log, report, logs, spec)
     return policy

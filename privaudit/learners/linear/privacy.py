@@ -1,10 +1,10 @@
 """DP-VAPVI's privacy: sensitivities, the lattice, the 5H discrete Gaussian releases, E, L, D, the guarantee.
 
 Neighbouring relation: substitution of one privacy unit (one trajectory when
-k = 1; seed 000 "replace one trajectory"). Each of the 5 statistics of step h
+k = 1; Qiao & Wang 2023 "replace one trajectory"). Each of the 5 statistics of step h
 is released with the Gaussian mechanism at rho_0 = rho / (5H) zCDP, so the
-5H releases compose to rho-zCDP (adaptive composition; seed 000 section 4,
-ALGORITHMS.md 2.5). sigma_h and V_{h+1} are computed from releases of steps
+5H releases compose to rho-zCDP (adaptive composition; Qiao & Wang 2023,
+section 4; docs/linear.md, "Privacy"). sigma_h and V_{h+1} are computed from releases of steps
 > h only (post-processing), which makes the sensitivities below valid.
 
 Sensitivities under substitution, with ||phi|| <= 1, r in [0, 1], sigma^2 >= 1,
@@ -18,7 +18,8 @@ Sensitivities under substitution, with ||phi|| <= 1, r in [0, 1], sigma^2 >= 1,
   = ||phi||^4 + ||psi||^4 - 2 (phi.psi)^2 <= 2, so Frobenius sensitivity sqrt(2)
   (times k); the weighted Gram uses phi/sigma with ||phi/sigma|| <= 1.
 
-Noise (per statistic, per step, drawn fresh; ALGORITHMS.md 2.5 "noise per h"),
+Noise (per statistic, per step, drawn fresh: a departure from Algorithm 2,
+whose line 1 draws once; docs/linear.md, "Fresh noise per h"),
 the paper's Gaussians with these variances:
 
 * phi_1: (2H^2 k)^2 / (2 rho_0) = 2 H^4 k^2 / rho_0 per coordinate;
@@ -28,9 +29,9 @@ the paper's Gaussians with these variances:
   (Z + Z^T)/sqrt(2), Z_ij ~ N(0, s^2)). For a symmetric shift Delta the zCDP
   cost is ||Delta||_F^2 / (4 s^2); with ||Delta||_F^2 <= 2 k^2 this is rho_0. The paper's s^2 = 1/(4 rho_0) is calibrated for ||Delta||_F <= 1,
   i.e. add/remove of one trajectory; under substitution it would cost 2 rho_0
-  per matrix and 1.4 rho in total (ALGORITHMS.md 2.5 "factor-2 gap").
+  per matrix and 1.4 rho in total (docs/linear.md, "Matrix noise calibrated for substitution").
 
-E and L follow seed 000's notation list (section 8.2, with rho_0 = rho/(5H)):
+E and L follow Qiao & Wang (2023)'s notation list (section 8.2, with rho_0 = rho/(5H)):
 E = sqrt(2d/rho_0) (2 + (log(5 c1 H / delta_f) / (c2 d))^(2/3)) and
 L = 2H sqrt(d log(10 H d / delta_f) / rho_0), where delta_f is a failure
 probability (not the DP delta). We multiply E by k*sqrt(2) (our matrix noise
@@ -125,7 +126,7 @@ def sensitivities(H: int, k: int = 1) -> dict:
 
 def noise_scales(rho: float, H: int, d: int, k: int = 1, delta_fail: float = 0.05,
                  c1: float = 1.0, c2: float = 1.0) -> DPVAPVINoiseScales:
-    """Gaussian scales for rho-zCDP over the 5H releases (seed 000 Alg. 2 line 1, substitution).
+    """Gaussian scales for rho-zCDP over the 5H releases (Qiao & Wang 2023, Algorithm 2, line 1; substitution).
 
     Parameters
     ----------
@@ -187,7 +188,7 @@ def d_constant(H: int, d: int, kappa: float | None, scales: DPVAPVINoiseScales |
     """D of line 11 with every O~ constant 1: H^2 L/kappa + H^4 E sqrt(d)/kappa^1.5 + 2 H^3 sqrt(d).
 
     The last term is written 2 H^3 sqrt(d) so that D reduces to VAPVI's additive
-    term (ALGORITHMS.md 2.6) without noise (``scales`` None). ``kappa`` is a
+    term (docs/linear.md, "PEVI and VAPVI": our inference) without noise (``scales`` None). ``kappa`` is a
     public coverage constant from the user (it must not be computed from the
     logs); it is required when ``scales`` is given.
 

@@ -1,6 +1,6 @@
 """Feature providers: what the backward pass of ``core`` needs to know about the data and phi.
 
-The backward pass (seed 000 Alg. 2, :func:`core.backward_pass`) reads each
+The backward pass (Qiao & Wang 2023, Algorithm 2, :func:`privaudit.learners.linear.dp_vapvi.backward_pass`) reads each
 step h through four things, supplied by a provider:
 
 * ``step(h)``: the rows of step h aggregated into pairs (``StepData``); its
@@ -41,7 +41,7 @@ def q_values(fmap: FeatureMap, w: np.ndarray, Lambda_inv: np.ndarray, penalty_sc
              cap: float, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> np.ndarray:
     """Q(s, a) = clip(phi^T w - penalty_scale * ||phi||_{Lambda^-1} - offset, 0, cap) for every state.
 
-    Seed 000 Alg. 2 lines 11-13 over a feature table, in chunks of at most
+    Qiao & Wang 2023, Algorithm 2, lines 11-13 over a feature table, in chunks of at most
     ``chunk_bytes`` of phi blocks (memory cap).
 
     Returns

@@ -1,13 +1,13 @@
 """APVI (non-private) and its Hoeffding variant, on exact counts.
 
-APVI (Yin & Wang 2021b) is DP-APVI with (ñ, P̃, E) := (n, P̂, 0), as seed
-000 section 3 says ("If we replace ñ and P̃ with n and P̂, then our DP-APVI
-(Algorithm 1) will degenerate to APVI") and ALGORITHMS.md 1.7 recommends:
+APVI (Yin & Wang 2021) is DP-APVI with (ñ, P̃, E) := (n, P̂, 0), as Qiao &
+Wang (2023), section 3, says ("If we replace ñ and P̃ with n and P̂, then our
+DP-APVI (Algorithm 1) will degenerate to APVI"; docs/learners.md, "APVI"):
 
 * P̂_h(s' | s, a) = n_h(s, a, s') / n_h(s, a) where n_h(s, a) > 0, uniform else;
 * Γ_h(s, a) = C1 sqrt(Var_P̂(V̂_{h+1}) ι / n_h(s, a)) for n > 0 (the C2 term
   vanishes with E = 0), optionally + 16 H ι / n (Yin & Wang's lower-order
-  term, flag ``lower_order``, tag [R]); Γ = C H (so Q = 0) where n = 0;
+  term as we recall it, not checked against the paper, flag ``lower_order``); Γ = C H (so Q = 0) where n = 0;
 * clip to [0, H - h] (0-based h), greedy policy.
 
 These learners read exact counts: their policies are NOT private.
@@ -21,7 +21,7 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.learners.tabular.base import TabularLearnerBase
-from privaudit.learners.tabular.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
+from privaudit.learners.tabular.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT, Penalty
 from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.data.counts_protocol import Counts
 
@@ -44,7 +44,7 @@ class APVI(TabularLearnerBase):
     C : float, default 2
         Fallback penalty C * H for unseen pairs (C > 1).
     lower_order : bool, default False
-        Add 16 H ι / n (Yin & Wang 2021b, [R]).
+        Add 16 H ι / n (Yin & Wang 2021, as recalled: docs/learners.md, "APVI").
     penalty : {"bernstein", "hoeffding"}
         Main penalty term (``APVIHoeffding`` sets "hoeffding").
     tie_break : {"visits", "first"}, default "visits"
@@ -58,21 +58,17 @@ class APVI(TabularLearnerBase):
 
     References
     ----------
-    Yin & Wang 2021b (APVI); seed 000 section 3 and footnote 6; ALGORITHMS.md 1.7.
+    Yin & Wang 2021 (APVI); Qiao & Wang 2023, section 3 and footnote 6; docs/learners.md, "APVI".
     """
 
     algorithm = "apvi"
+    options = frozenset({"C1", "C"})
     _param_names = ("failure_prob", "C1", "C", "lower_order", "penalty", "tie_break")
 
     def __init__(self, *, failure_prob: float = FAILURE_PROB_DEFAULT, C1: float = C1_DEFAULT,
                  C: float = C_DEFAULT, lower_order: bool = False, penalty: str = "bernstein",
                  tie_break: str = "visits"):
-        self.failure_prob = failure_prob
-        self.C1 = C1
-        self.C = C
-        self.lower_order = lower_order
-        self.penalty = penalty
-        self.tie_break = tie_break
+        self._store_params(locals())
 
     def fit(self, counts: Counts, reward=None, *, terminal_states: Sequence[int] = (),
             spec_hash: str | None = None, reward_range: Sequence[float] | None = None) -> "APVI":
@@ -96,7 +92,8 @@ class APVI(TabularLearnerBase):
 
         Returns
         -------
-        self
+        APVI
+            ``self``, fitted (``policy_`` and the attributes above).
 
         Raises
         ------
@@ -107,15 +104,15 @@ class APVI(TabularLearnerBase):
         if counts.noisy:
             raise UsageError(f"{type(self).__name__} reads exact counts; these are noisy release counts. "
                              "Use DPAPVI (algo dp-apvi) on a release.")
-        self._run(counts, reward, E=0.0, prepare=_identity, penalty=self.penalty, C1=self.C1,
-                  C2=C2_DEFAULT, C=self.C, failure_prob=self.failure_prob, lower_order=self.lower_order,
+        self._run(counts, reward, E=0.0, prepare=_identity,
+                  penalty=Penalty(self.penalty, self.C1, C2_DEFAULT, self.C, self.failure_prob, self.lower_order),
                   terminal_states=terminal_states, privacy=NON_PRIVATE, spec_hash=spec_hash,
                   reward_range=reward_range)
         return self
 
 
 class APVIHoeffding(APVI):
-    """APVI with the Hoeffding-type penalty C1 H sqrt(ι / n) (seed 000 section 3).
+    """APVI with the Hoeffding-type penalty C1 H sqrt(ι / n) (Qiao & Wang 2023, section 3).
 
     Same parameters as :class:`APVI` (``penalty`` fixed to "hoeffding").
     """

@@ -12,7 +12,8 @@ from typing import Sequence
 import numpy as np
 
 from privaudit.core.errors import UsageError
-from privaudit.learners.tabular.pessimism import PVIResult, RewardFrame, pessimistic_value_iteration, reward_frame
+from privaudit.learners.tabular.pessimism import (Penalty, PVIResult, RewardFrame, pessimistic_value_iteration,
+                                                  reward_frame)
 from privaudit.learners.policy import Policy
 from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.privacy.projection import private_transition_estimate
@@ -35,7 +36,7 @@ def greedy_with_ties(Q: np.ndarray, visits: np.ndarray, tie_break: str = "visits
         all 0 where every action fell back), "visits" takes the most-visited
         action (the behaviour's habit; then the lowest index), "first" the
         lowest action index. Any maximiser is an argmax, so both are the
-        paper's greedy step (Alg. 1; ALGORITHMS.md 1.2 step 6.5).
+        paper's greedy step (Qiao & Wang 2023, Algorithm 1; docs/learners.md, "DP-APVI step by step", step 6.5).
 
     Returns
     -------
@@ -55,7 +56,7 @@ from privaudit.data.counts_protocol import Counts
 
 
 def transition_estimate(n_sas: np.ndarray, n_sa: np.ndarray, E: float) -> np.ndarray:
-    """P̃(s' | s, a) = ñ_{s,a,s'} / ñ_{s,a} where ñ_{s,a} > E, else 1/S (seed 000 eq. (3)).
+    """P̃(s' | s, a) = ñ_{s,a,s'} / ñ_{s,a} where ñ_{s,a} > E, else 1/S (Qiao & Wang 2023, eq. (3)).
 
     Delegates to ``privaudit.privacy.projection.private_transition_estimate``
     (E = 0 gives the empirical P̂ of APVI with uniform rows where n = 0).
@@ -194,7 +195,20 @@ class TabularLearnerBase:
     """
 
     algorithm = "tabular"
+    #: The :class:`privaudit.core.registry.OfflineLearner` answers of a non-private learner on exact
+    #: counts; a learner that differs sets its own.
+    private = False
+    reads = "counts"
+    options: frozenset = frozenset()
+    pipeline_output = None
     _param_names: tuple[str, ...] = ()
+
+    def _store_params(self, given: dict) -> None:
+        """Keep the constructor's arguments (``locals()`` of ``__init__``) as attributes, unchecked
+        (sklearn style: ``fit`` validates them)."""
+        for name, value in given.items():
+            if name not in ("self", "__class__"):
+                setattr(self, name, value)
 
     def get_params(self) -> dict:
         """The constructor parameters (JSON-serialisable)."""
@@ -209,10 +223,10 @@ class TabularLearnerBase:
         """Pessimistic value estimate d0 . Ṽ_0 at the start distribution ``d0`` (S,), declared units."""
         return float(np.asarray(d0, dtype=np.float64) @ self.declared_values()[0])
 
-    def _run(self, counts: Counts, reward, *, E: float, prepare, penalty: str,
-             C1: float, C2: float, C: float, failure_prob: float, lower_order: bool,
+    def _run(self, counts: Counts, reward, *, E: float, prepare, penalty: Penalty,
              terminal_states: Sequence[int], privacy: PolicyPrivacy, spec_hash: str | None,
              reward_range: Sequence[float] | None = None) -> None:
+        """Plan on ``counts`` (after ``prepare``) with ``penalty`` and set the fitted attributes and ``policy_``."""
         frame = reward_frame(reward_range)
         model = StepModel(counts, reward, E, prepare, frame)
         H = counts.horizon
@@ -225,8 +239,7 @@ class TabularLearnerBase:
 
         res: PVIResult = pessimistic_value_iteration(
             lambda h: model.step(h)[0], lambda h: model.step(h)[1], n_at,
-            horizon=H, E=E, penalty=penalty, C1=C1, C2=C2, C=C, failure_prob=failure_prob,
-            lower_order=lower_order, terminal_states=terminal_states,
+            horizon=H, E=E, penalty=penalty, terminal_states=terminal_states,
             next_state_reward=model.reward if model.kind == "next_state" else None, terminal_value=frame.terminal)
         self.reward_frame_ = frame
         self.Q_, self.V_, self.penalty_, self.trusted_ = res.Q, res.V, res.penalty, res.trusted

@@ -1,14 +1,16 @@
-"""DP-APVI (seed 000, Qiao & Wang, Algorithm 1): pessimistic value iteration on a DP release.
+"""DP-APVI (Qiao & Wang 2023, Algorithm 1): pessimistic value iteration on a DP release.
 
 Everything here is post-processing of the release's noisy counts, so the
 policy carries the release's guarantee and spends nothing more
-(ALGORITHMS.md 1.3). The steps, with ALGORITHMS.md 1.2 numbering:
+(docs/learners.md, "Privacy of the count release"). The steps, numbered as in
+docs/learners.md, "DP-APVI step by step":
 
 1. E: the noise bound of the release, from its manifest
    (``privacy.mechanisms.noise_bound`` with the manifest's mechanism, noise
    scale and noise mode over n = 2 H S^2 A cells, 2 S^2 A when stationary).
-   With sigma^2 = 2H/rho this is seed 000's E_rho = 4 sqrt(H log(4HS^2A/delta)/rho)
-   (+1 for rounded noise); with Laplace it is E_eps (1.4). Using the
+   With sigma^2 = 2H/rho this is Qiao & Wang's E_rho = 4 sqrt(H log(4HS^2A/delta)/rho)
+   (+1 for rounded noise); with Laplace it is E_eps (docs/learners.md, "The
+   Laplace variant": our concrete choice, the paper gives E_eps = Õ(H/eps)). Using the
    manifest's actual scale makes k > 1 episodes per unit and stationary
    (pooled) releases get the right E. ι = log(H S A / delta).
 3. n' = max(0, noisy count) for visits and transitions (eq. (1), the {.}^+).
@@ -37,7 +39,7 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.learners.tabular.base import TabularLearnerBase
-from privaudit.learners.tabular.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
+from privaudit.learners.tabular.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT, Penalty
 from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.release.manifest import ReleaseManifest
 from privaudit.release.mechanism import count_noise_bound
@@ -64,7 +66,8 @@ def release_noise_bound(manifest: ReleaseManifest, failure_prob: float) -> float
 
     References
     ----------
-    Seed 000 E_rho (ALGORITHMS.md 1.2 step 1); E_eps (ALGORITHMS.md 1.4).
+    Qiao & Wang 2023, E_rho (docs/learners.md, "DP-APVI step by step", step 1); E_eps
+    (docs/learners.md, "The Laplace variant").
     """
     d, fam = manifest.domain, manifest.families
     scale = max(float(fam["visits"].noise_scale), float(fam["transitions"].noise_scale))
@@ -106,18 +109,18 @@ def _clip_and_project(E: float):
 
 
 class DPAPVI(TabularLearnerBase):
-    """Differentially private APVI (seed 000 Algorithm 1) on released noisy counts.
+    """Differentially private APVI (Qiao & Wang 2023, Algorithm 1) on released noisy counts.
 
     Parameters
     ----------
     failure_prob : float, default 0.05
         delta of the noise bound E and of ι = log(H S A / delta).
     C1, C2 : float, default sqrt(2), 16
-        Penalty constants (paper values, [Q:ICLR]).
+        Penalty constants (the paper's values).
     C : float, default 2
         Fallback penalty C * H (any C > 1).
     penalty : {"bernstein", "hoeffding"}, default "bernstein"
-        "hoeffding" gives seed 000 section 3's Hoeffding-type variant.
+        "hoeffding" gives Qiao & Wang (2023) section 3's Hoeffding-type variant.
     noise_bound : float or None
         E. None: derived from the release manifest (required when ``fit``
         gets bare counts).
@@ -132,23 +135,20 @@ class DPAPVI(TabularLearnerBase):
 
     References
     ----------
-    Qiao & Wang, Offline RL with DP (seed 000), Algorithm 1, eqs. (1)-(3),
-    section 3 (Hoeffding variant, Laplace variant); ALGORITHMS.md 1.2-1.4.
+    Qiao & Wang 2023, Offline RL with DP, Algorithm 1, eqs. (1)-(3), section 3
+    (Hoeffding variant, Laplace variant); docs/learners.md, "DP-APVI step by step".
     """
 
     algorithm = "dp-apvi"
+    private = True
+    reads = "release"
+    options = frozenset({"C1", "C2", "C"})
     _param_names = ("failure_prob", "C1", "C2", "C", "penalty", "noise_bound", "tie_break")
 
     def __init__(self, *, failure_prob: float = FAILURE_PROB_DEFAULT, C1: float = C1_DEFAULT,
                  C2: float = C2_DEFAULT, C: float = C_DEFAULT, penalty: str = "bernstein",
                  noise_bound: float | None = None, tie_break: str = "visits"):
-        self.failure_prob = failure_prob
-        self.C1 = C1
-        self.C2 = C2
-        self.C = C
-        self.penalty = penalty
-        self.tie_break = tie_break
-        self.noise_bound = noise_bound
+        self._store_params(locals())
 
     def fit(self, data, reward=None, *, terminal_states: Sequence[int] | None = None,
             spec_hash: str | None = None, privacy: PolicyPrivacy | None = None,
@@ -179,7 +179,8 @@ class DPAPVI(TabularLearnerBase):
 
         Returns
         -------
-        self
+        DPAPVI
+            ``self``, fitted (``policy_`` and the attributes above).
 
         Raises
         ------
@@ -220,8 +221,8 @@ class DPAPVI(TabularLearnerBase):
                              f"Got {type(data).__name__}.")
         if not (np.isfinite(E) and E >= 0):
             raise UsageError(f"noise bound E must be a finite number >= 0. Got {E}.")
-        self._run(counts, reward, E=float(E), prepare=_clip_and_project(float(E)), penalty=self.penalty,
-                  C1=self.C1, C2=self.C2, C=self.C, failure_prob=self.failure_prob, lower_order=False,
+        self._run(counts, reward, E=float(E), prepare=_clip_and_project(float(E)),
+                  penalty=Penalty(self.penalty, self.C1, self.C2, self.C, self.failure_prob),
                   terminal_states=terminal_states or (), privacy=privacy, spec_hash=spec_hash,
                   reward_range=reward_range)
         return self

@@ -1,8 +1,8 @@
 """Backward pessimistic value iteration: the shared core of the tabular learners.
 
-One function, :func:`pessimistic_value_iteration`, runs the loop of seed 000
-(Qiao & Wang, *Offline RL with DP*) Algorithm 1, lines 2-9, restated in
-ALGORITHMS.md 1.2 step 6. DP-APVI, APVI, their Hoeffding variants and the
+One function, :func:`pessimistic_value_iteration`, runs the loop of Qiao &
+Wang (2023), *Offline RL with DP*, Algorithm 1, lines 2-9, restated in
+docs/learners.md, "DP-APVI step by step", step 6. DP-APVI, APVI, their Hoeffding variants and the
 certainty-equivalent baseline all call it with different counts, thresholds
 and penalties:
 
@@ -30,7 +30,7 @@ import numpy as np
 from privaudit.core import progress
 from privaudit.core.errors import UsageError
 
-#: Paper constants (seed 000 Alg. 1; ALGORITHMS.md 1.2 [Q:ICLR]).
+#: Paper constants (Qiao & Wang 2023, Algorithm 1; docs/learners.md, "DP-APVI step by step", step 1).
 C1_DEFAULT = math.sqrt(2.0)
 C2_DEFAULT = 16.0
 #: "any constant C > 1" of the fallback penalty C*H; 2 is our choice.
@@ -39,10 +39,51 @@ C_DEFAULT = 2.0
 #: (not a privacy parameter; the paper leaves its value free).
 FAILURE_PROB_DEFAULT = 0.05
 #: Coefficient of APVI's optional lower-order term 16 H iota / n
-#: (Yin & Wang 2021b, ALGORITHMS.md 1.7, tag [R]).
+#: (Yin & Wang 2021, as we recall it, not checked against the paper: docs/learners.md, "APVI").
 APVI_LOWER_ORDER_COEF = 16.0
 
 PENALTIES = ("bernstein", "hoeffding", "none")
+
+
+@dataclass(frozen=True)
+class Penalty:
+    """The penalty Γ_h(s, a) of :func:`pessimistic_value_iteration`: its kind and constants.
+
+    Attributes
+    ----------
+    kind : {"bernstein", "hoeffding", "none"}
+        Main term: Bernstein C1 sqrt(Var_P̃(Ṽ_{h+1}) ι / (ñ - E)) (Qiao & Wang 2023,
+        Algorithm 1 line 5), Hoeffding C1 H sqrt(ι / (ñ - E)) (their section 3,
+        "Comparison to Hoeffding type pessimism"), or none (certainty equivalence).
+    C1, C2 : float
+        Penalty constants, paper values sqrt(2) and 16. The C2 S H E ι / ñ
+        term is added for every kind (it is 0 when E = 0).
+    C : float, default 2
+        Fallback penalty C * H for pairs with ñ <= E; must be > 1 so that the
+        clip makes those Q values exactly 0.
+    failure_prob : float, default 0.05
+        delta of ι = log(H S A / delta).
+    lower_order : bool, default False
+        Add APVI's lower-order term 16 H ι / ñ (Yin & Wang 2021).
+    """
+
+    kind: str = "bernstein"
+    C1: float = C1_DEFAULT
+    C2: float = C2_DEFAULT
+    C: float = C_DEFAULT
+    failure_prob: float = FAILURE_PROB_DEFAULT
+    lower_order: bool = False
+
+    def check(self) -> None:
+        """Raise :class:`UsageError` for an unknown kind, C <= 1, failure_prob outside (0, 1), C1 or C2 < 0."""
+        if self.kind not in PENALTIES:
+            raise UsageError(f"`penalty` must be one of {PENALTIES}. Got {self.kind!r}.")
+        if not self.C > 1:
+            raise UsageError(f"`C` must be > 1 (the fallback C*H must exceed every value). Got {self.C}.")
+        if not 0 < self.failure_prob < 1:
+            raise UsageError(f"`failure_prob` must lie in (0, 1). Got {self.failure_prob}.")
+        if self.C1 < 0 or self.C2 < 0:
+            raise UsageError(f"`C1` and `C2` must be >= 0. Got C1={self.C1}, C2={self.C2}.")
 
 
 @dataclass(frozen=True)
@@ -68,7 +109,7 @@ class RewardFrame:
     declared value: the learned policy is the one for the declared reward,
     whatever the range (widening it or multiplying rewards and range by
     a > 0 changes the model only through the penalty's width), and values
-    stay in [0, H - h] as the paper's analysis assumes (seed 000, rewards in
+    stay in [0, H - h] as the paper's analysis assumes (Qiao & Wang 2023, rewards in
     [0, 1]). For the range [0, 1] the frame is the identity (scale 1, shift
     0, terminal 0).
 
@@ -204,17 +245,12 @@ def pessimistic_value_iteration(
     *,
     horizon: int,
     E: float = 0.0,
-    penalty: str = "bernstein",
-    C1: float = C1_DEFAULT,
-    C2: float = C2_DEFAULT,
-    C: float = C_DEFAULT,
-    failure_prob: float = FAILURE_PROB_DEFAULT,
-    lower_order: bool = False,
+    penalty: Penalty = Penalty(),
     terminal_states: Sequence[int] = (),
     next_state_reward: np.ndarray | None = None,
     terminal_value: float = 0.0,
 ) -> PVIResult:
-    """Backward pessimistic value iteration (seed 000 Algorithm 1, lines 2-9).
+    """Backward pessimistic value iteration (Qiao & Wang 2023, Algorithm 1, lines 2-9).
 
     Parameters
     ----------
@@ -230,23 +266,11 @@ def pessimistic_value_iteration(
     horizon : int
         H.
     E : float, default 0
-        Noise bound E_rho / E_eps (ALGORITHMS.md 1.2 step 1, 1.4); 0 for the
+        Noise bound E_rho / E_eps (docs/learners.md, "DP-APVI step by step", step 1,
+        and "The Laplace variant"); 0 for the
         non-private learners.
-    penalty : {"bernstein", "hoeffding", "none"}
-        Main penalty term: Bernstein C1 sqrt(Var_P̃(Ṽ_{h+1}) ι / (ñ - E))
-        (Alg. 1 line 5), Hoeffding C1 H sqrt(ι / (ñ - E)) (seed 000 section 3,
-        "Comparison to Hoeffding type pessimism"), or none (certainty
-        equivalence).
-    C1, C2 : float
-        Penalty constants, paper values sqrt(2) and 16. The C2 S H E ι / ñ
-        term is added for every penalty kind (it is 0 when E = 0).
-    C : float, default 2
-        Fallback penalty C * H for pairs with ñ <= E; must be > 1 so that the
-        clip makes those Q values exactly 0.
-    failure_prob : float, default 0.05
-        delta of ι = log(H S A / delta).
-    lower_order : bool, default False
-        Add APVI's lower-order term 16 H ι / ñ (Yin & Wang 2021b, [R]).
+    penalty : Penalty
+        Kind and constants of Γ_h(s, a) (default: Bernstein with the paper's constants).
     terminal_states : sequence of int
         Public absorbing states (from the spec): their Q at step h is set to
         ``terminal_value * (H - h)``, their true value.
@@ -258,7 +282,8 @@ def pessimistic_value_iteration(
         When the reward is a public function of the next state, r(s') (then
         ``r`` must be sum_s' P̃ r(s')), the Bernstein variance is taken of
         r(s') + Ṽ_{h+1}(s'), the quantity whose mean Q̃ estimates; the paper's
-        r(s, a) is deterministic and adds no variance [D].
+        r(s, a) is deterministic and adds no variance (our addition: a departure
+        from Algorithm 1 line 5, which takes the variance of Ṽ_{h+1} alone).
 
     Returns
     -------
@@ -277,37 +302,31 @@ def pessimistic_value_iteration(
     computed as sum p V^2 - (sum p V)^2 and clipped at 0 (rounding).
     With 0-based h the clip of line 7 is [0, H - h]. A pair with ñ <= E gets
     Γ = C H > H >= r + P̃ Ṽ_{h+1}, so its clipped Q is exactly 0
-    (ALGORITHMS.md 1.2 "What happens when ñ <= E_rho"); when fewer than half
+    (docs/learners.md, "When ñ ≤ E"); when fewer than half
     of the pairs are trusted, P̃ Ṽ_{h+1} and the variance are therefore
     computed on the trusted rows only (the outputs are the same up to the
     rounding of the row products).
 
     References
     ----------
-    Qiao & Wang, Offline RL with DP (seed 000), Algorithm 1 and eqs. (1)-(3);
-    ALGORITHMS.md 1.2 step 6, 1.5 (Hoeffding variant), 1.7 (APVI).
+    Qiao & Wang 2023, Offline RL with DP, Algorithm 1 and eqs. (1)-(3);
+    docs/learners.md, "DP-APVI step by step", step 6, "The Hoeffding variant", "APVI".
     """
     H = int(horizon)
     if H < 1:
         raise UsageError(f"`horizon` must be >= 1. Got {horizon}.")
-    if penalty not in PENALTIES:
-        raise UsageError(f"`penalty` must be one of {PENALTIES}. Got {penalty!r}.")
-    if not C > 1:
-        raise UsageError(f"`C` must be > 1 (the fallback C*H must exceed every value). Got {C}.")
-    if not 0 < failure_prob < 1:
-        raise UsageError(f"`failure_prob` must lie in (0, 1). Got {failure_prob}.")
+    penalty.check()
+    C1, C2, C = penalty.C1, penalty.C2, penalty.C
     if not (E >= 0 and np.isfinite(E)):
         raise UsageError(f"`E` must be a finite number >= 0. Got {E}.")
     if not 0.0 <= terminal_value <= 1.0:
         raise UsageError(f"`terminal_value` must lie in [0, 1] (a per-step reward). Got {terminal_value}.")
-    if C1 < 0 or C2 < 0:
-        raise UsageError(f"`C1` and `C2` must be >= 0. Got C1={C1}, C2={C2}.")
     P_at, r_at, n_at = _step_getter(P, 3, "P"), _step_getter(r, 2, "r"), _step_getter(n, 2, "n")
     P0 = np.asarray(P_at(H - 1))
     S, A = P0.shape[0], P0.shape[1]
     if P0.shape != (S, A, S):
         raise UsageError(f"`P` at step h must have shape (S, A, S). Got {P0.shape}.")
-    iota = math.log(H * S * A / failure_prob)                   # step 1: ι = log(HSA/δ)
+    iota = math.log(H * S * A / penalty.failure_prob)          # step 1: ι = log(HSA/δ)
     terminals = np.asarray(list(terminal_states), dtype=np.int64)
 
     Q = np.zeros((H, S, A))
@@ -331,16 +350,16 @@ def pessimistic_value_iteration(
         PW = PV if next_state_reward is None else Q_tilde
         n_safe = np.where(trusted, n_h, 1.0)                    # avoid 0-division; masked below
         gap = np.where(trusted, n_h - E, 1.0)                   # ñ - E > 0 on trusted pairs
-        if penalty == "bernstein":                              # 6.2, Alg. 1 line 5 (Bernstein)
+        if penalty.kind == "bernstein":                         # 6.2, Alg. 1 line 5 (Bernstein)
             var = np.maximum(rows_of.scatter(P_h @ (W * W)) - PW * PW, 0.0)
             gamma = C1 * np.sqrt(var * iota / gap)
-        elif penalty == "hoeffding":                            # section 3 Hoeffding variant
+        elif penalty.kind == "hoeffding":                       # section 3 Hoeffding variant
             gamma = C1 * H * np.sqrt(iota / gap)
         else:
             gamma = np.zeros((S, A))
         if E > 0:                                               # + C2 S H E ι / ñ
             gamma = gamma + C2 * S * H * E * iota / n_safe
-        if lower_order:                                         # APVI's 16 H ι / n [R]
+        if penalty.lower_order:                                 # APVI's 16 H ι / n (recalled)
             gamma = gamma + APVI_LOWER_ORDER_COEF * H * iota / n_safe
         gamma = np.where(trusted, gamma, C * H)                 # 6.2 else-branch: Γ = C H
         Q_h = np.clip(Q_tilde - gamma, 0.0, float(H - h))       # 6.3-6.4: clip to [0, H-h+1] (1-based h)

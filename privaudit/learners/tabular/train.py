@@ -2,32 +2,28 @@
 
 * :func:`train_from_release`: DP-APVI on a release (post-processing; spends nothing).
 * :func:`train_from_logs`: a non-private learner (ve, apvi, apvi-hoeffding) on
-  exact counts, or dp-apvi after releasing the counts first.
+  exact counts, dp-apvi after releasing the counts first, or a private learner
+  that reads the logs itself through its ``train_on_logs`` (dp-pbb); which one is
+  asked of the learner class (``core.registry.OfflineLearner.reads``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
-
-from dataclasses import dataclass
-
-import numpy as np
 
 from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.core.errors import ArtifactError, SpecError, UsageError
-from privaudit.core.formatting import num
 from privaudit.core import registry
-from privaudit.core.files import new_run_id
 from privaudit.learners.tabular import dp_pbb
+from privaudit.learners.tabular.dp_pbb import PBBRun
+from privaudit.learners.tabular.pbb_noise import PBBPlan
+from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.policy import Policy
-from privaudit.privacy import budget as budget_mod
-from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
 from privaudit.learners.tabular.counts import exact_counts
 from privaudit.core.spec import DomainSpec
 from privaudit.release.manifest import ReleaseManifest
-from privaudit.release.tabular import load_release, release_logs
+from privaudit.release.tabular import ReleaseOptions, load_release, release_logs
 
 
 def _learner(algo: str, params: dict | None):
@@ -71,7 +67,7 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
         A non-DP algorithm, or ``stationary`` contradicting the release.
     """
 
-    if algo != "dp-apvi":
+    if algo not in registry.names_with(lambda cls: cls.reads == "release"):
         raise UsageError(f"`algo` {algo} cannot train on a release: a release holds noisy counts, which only "
                          "dp-apvi is built for (ve/apvi/apvi-hoeffding read exact logs; dp-pbb reads the logs and spends its own budget "
                          "on private Bellman backups: pass the logs and their spec).")
@@ -106,11 +102,9 @@ def _check_manifest_against_spec(manifest: ReleaseManifest, spec: DomainSpec, wh
 
 
 def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: str, stationary: bool = False,
-                    rho: float | None = None, epsilon: float | None = None, delta: float | None = None,
-                    mechanism: str = "gaussian", noise: str = "exact", release_out: str | Path | None = None,
-                    ledger: str | Path | None = None, seed: int | None = None, params: dict | None = None,
-                    echo: Callable[[str], None] | None = None, max_per_cell: int | None = None,
-                    budget: Budget | None = None, run: str | None = None, output=None) -> Policy:
+                    budget: BudgetRequest | Budget | None = None, noise: str = "exact",
+                    release_out: str | Path | None = None, seed: int | None = None, params: dict | None = None,
+                    max_per_cell: int | None = None, context: RunContext | None = None) -> Policy:
     """Train a tabular policy from Parquet logs.
 
     Parameters
@@ -123,24 +117,25 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     algo : {"ve", "apvi", "apvi-hoeffding", "dp-apvi"}
     stationary : bool
         Pool counts over h.
-    rho, epsilon, delta, mechanism, noise, ledger, seed
-        dp-apvi only: the release's budget and options
-        (``privaudit.release.tabular.release_logs``); ``seed`` makes the
-        release's noise reproducible (tests only, rng "seeded-insecure").
+    budget : BudgetRequest or Budget, optional
+        dp-apvi: the release's budget (``BudgetRequest``: rho, or epsilon
+        with delta, and the mechanism; ``privaudit.release.tabular.release_logs``).
+        dp-pbb: its whole Gaussian budget, as a request or already resolved
+        (the pipeline's part). None for the non-private learners.
+    noise : {"exact", "rounded"}
+        dp-apvi only: the release's noise sampler.
     release_out : path
         dp-apvi only: where the release is written (kept next to the policy).
+    seed : int, optional
+        TESTS ONLY: makes the private learners' noise reproducible (rng "seeded-insecure").
     params : dict, optional
         Learner constructor parameters.
-    echo : callable, optional
-        Messages for the data holder (stderr in the CLI).
     max_per_cell : int, optional
         dp-pbb only: c, the most steps one unit contributes to one cell
         (default :data:`privaudit.learners.tabular.dp_pbb.MAX_PER_CELL_DEFAULT`).
-    budget : Budget, optional
-        dp-pbb only: an already resolved Gaussian budget (the pipeline's part)
-        instead of ``rho``/``epsilon``/``delta``.
-    run, output : optional
-        dp-pbb only: named in the ledger entry.
+    context : RunContext, optional
+        The ledger checked and charged (dp-apvi: by the release; dp-pbb: its
+        event), the run and output named in its entry (dp-pbb), the messages.
 
     Returns
     -------
@@ -157,26 +152,26 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     tabular = registry.names(family="tabular")
     if algo not in tabular:
         raise UsageError(f"unknown tabular algorithm {algo!r}; choose one of {', '.join(tabular)}.")
-    say = echo or (lambda s: None)
-    if algo == "dp-pbb":
-        if mechanism != "gaussian":
-            raise UsageError("dp-pbb is Gaussian / zCDP only: give `rho`, or `epsilon` with `delta` "
-                             "(not `mechanism` laplace).")
-        return train_dp_pbb(logs, spec, stationary=stationary, rho=rho, epsilon=epsilon, delta=delta,
-                            ledger=ledger, seed=seed, params=params, echo=say, max_per_cell=max_per_cell,
-                            budget=budget, run=run, output=output).learner.policy_
-    if max_per_cell is not None or budget is not None:
-        raise UsageError(f"`max_per_cell` and `budget` apply to dp-pbb, not to {algo} "
+    ctx = context or RunContext()
+    request = budget if isinstance(budget, BudgetRequest) else BudgetRequest()
+    cls = registry.get(algo).load()
+    reads = cls.reads
+    if reads == "logs":  # a private learner with its own noise (DP-PBB): it trains itself
+        return cls.train_on_logs(logs, spec, stationary=stationary, budget=budget, seed=seed, params=params,
+                                 max_per_cell=max_per_cell, context=ctx).learner.policy_
+    if max_per_cell is not None or isinstance(budget, Budget):
+        own = " / ".join(registry.names_with(lambda cls: cls.reads == "logs", family="tabular"))
+        raise UsageError(f"`max_per_cell` and `budget` apply to {own}, not to {algo} "
                          "(dp-apvi: cap the release itself, `release_logs(max_per_cell=...)`, i.e. "
                          "`privaudit release --max-per-cell`).")
-    if algo == "dp-apvi":
+    if reads == "release":  # DP-APVI: release the counts first (spends the budget), then post-process
         if release_out is None:
-            raise UsageError("dp-apvi on logs needs a release folder to write (release_out).")
-        release_logs(logs, spec, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
-                     stationary=stationary, noise=noise, out=release_out, ledger=ledger, seed=seed,
-                     echo=say)
+            raise UsageError(f"{algo} on logs needs a release folder to write (release_out).")
+        release_logs(logs, spec, rho=request.rho, epsilon=request.epsilon, delta=request.delta,
+                     mechanism=request.mechanism, stationary=stationary, out=release_out, ledger=ctx.ledger,
+                     seed=seed, options=ReleaseOptions(noise=noise, echo=ctx.say))
         return train_from_release(release_out, algo=algo, spec=spec, params=params)
-    if any(v is not None for v in (rho, epsilon, delta)):
+    if request.given:
         raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`). "
                          "Use `algo` dp-pbb (or dp-apvi) for a differentially private policy.")
     prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)  # same gate as a release
@@ -187,124 +182,22 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     return learner.policy_
 
 
-@dataclass(frozen=True)
-class PBBRun:
-    """What :func:`train_dp_pbb` returns: the fitted learner (its ``policy_``, ``event_``,
-    ``certified_value()``) and the per-cell cap it used."""
-
-    learner: object
-    max_per_cell: int
-
-
 def plan_dp_pbb(spec: DomainSpec, budget: Budget, *, stationary: bool = True, params: dict | None = None,
-                max_per_cell: int | None = None) -> tuple[dp_pbb.DPPBB, dp_pbb.PBBPlan, int]:
-    """DP-PBB's noise plan on logs of ``spec``, from public facts only (before any row is read).
+                max_per_cell: int | None = None) -> tuple[dp_pbb.DPPBB, PBBPlan, int]:
+    """DP-PBB's noise plan on logs of ``spec`` from public facts only: ``(learner, plan, c)``.
 
-    What :func:`train_dp_pbb` fits with: the learner, its plan
-    (``plan.event`` is the event its fit records and the ledger is charged,
-    :meth:`privaudit.learners.tabular.dp_pbb.DPPBB.plan`) and the per-cell cap c. The
-    inputs are the spec (H, S, k, reward range and public r(s'), return
-    bound, privacy unit), the budget, ``stationary``, the parameters and c:
-    nothing of the logs (the fit's counts carry the same k, c, pooling and
-    start-state counts, so it re-plans the same event).
-
-    Parameters
-    ----------
-    spec : DomainSpec
-        Must declare a public reward.
-    budget : Budget
-        The learner's Gaussian budget (noise calibrated to ``budget.rho``).
-    stationary : bool
-        Pool over h.
-    params : dict, optional
-        :class:`privaudit.learners.tabular.dp_pbb.DPPBB` parameters.
-    max_per_cell : int, optional
-        c (default ``dp_pbb.MAX_PER_CELL_DEFAULT``).
-
-    Returns
-    -------
-    (DPPBB, PBBPlan, int)
-        The unfitted learner, its noise plan and c.
-
-    Raises
-    ------
-    UsageError
-        No public reward, bad parameters, ``n_backups`` or budget.
+    What :func:`train_dp_pbb` fits with; see
+    :meth:`privaudit.learners.tabular.dp_pbb.DPPBB.plan_for` (parameters, errors).
     """
-    c = dp_pbb.MAX_PER_CELL_DEFAULT if max_per_cell is None else max_per_cell
-    learner = _learner("dp-pbb", params)
-    if spec.public_reward_scaled() is None:
-        raise UsageError("dp-pbb needs a public reward (spec $.public_reward): it backs up r(s') + V(s'). "
-                         "Use dp-apvi for logs whose rewards are private.")
-    rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
-    plan, _ = learner.plan(budget.rho, horizon=spec.H, n_states=spec.S, max_episodes=spec.max_episodes_per_unit,
-                           max_per_cell=c, stationary=stationary, reward_range=spec.reward_range,
-                           return_bound=rb, starts=True, unit_column=spec.unit_column or "episode_id")
-    return learner, plan, c
+    return dp_pbb.DPPBB.plan_for(spec, budget, stationary=stationary, params=params, max_per_cell=max_per_cell)
 
 
-def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, rho: float | None = None,
-                 epsilon: float | None = None, delta: float | None = None, budget: Budget | None = None,
-                 ledger=None, seed: int | None = None, params: dict | None = None,
-                 echo: Callable[[str], None] | None = None, max_per_cell: int | None = None,
-                 run: str | None = None, output=None) -> PBBRun:
-    """DP-PBB on logs: plan (and check the ledger) from public facts, then count, noise, learn, charge.
-
-    Parameters
-    ----------
-    logs : path or PreparedLogs
-    spec : DomainSpec
-        Must declare a public reward; its ``return_bound`` (if any) bounds the backed-up values.
-    stationary : bool
-        Pool over h (the MDP is time-homogeneous).
-    rho, epsilon, delta, budget
-        The learner's whole budget (Gaussian); ``budget`` an already resolved one.
-    ledger : path, optional
-        Checked before any row is read; charged with the learner's event once it is fitted.
-    seed : int, optional
-        TESTS ONLY: seeds the noise (policy marked not private, rng seeded-insecure).
-    params : dict, optional
-        :class:`privaudit.learners.tabular.dp_pbb.DPPBB` parameters.
-    max_per_cell : int, optional
-        c (default ``dp_pbb.MAX_PER_CELL_DEFAULT``).
-
-    Returns
-    -------
-    PBBRun
-
-    Raises
-    ------
-    UsageError
-        No budget, both budget forms, no public reward, bad parameters.
-    BudgetExceededError
-        The ledger's remaining budget is below rho (before any row is read).
-    """
-    say = echo or (lambda s: None)
-    if budget is None:
-        if all(v is None for v in (rho, epsilon, delta)):
-            raise UsageError("dp-pbb releases private Bellman backups: give a budget (`rho`, or `epsilon` "
-                             "with `delta`).")
-        budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon, delta=delta, mechanism="gaussian")
-    elif any(v is not None for v in (rho, epsilon, delta)):
-        raise UsageError("give either `budget` (a resolved Budget) or `rho`/`epsilon`/`delta`, not both.")
-    learner, plan, c = plan_dp_pbb(spec, budget, stationary=stationary, params=params, max_per_cell=max_per_cell)
-    reward = spec.public_reward_scaled()
-    rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
-    if ledger is not None:  # before any row is read or noise drawn
-        ledger_mod.check_event(Path(ledger), spec.dataset_id, plan.event, budget)
-    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
-    prepared.check_spec(spec)
-    counts = dp_pbb.capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
-    say(f"dp-pbb: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
-        f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={num(budget.shown)}): this spends privacy budget.")
-    learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,
-                return_bound=rb, budget=budget, spec_hash=spec.hash(), rng=np.random.default_rng(seed),
-                seeded=seed is not None)
-    if ledger is not None:
-        ledger_mod.charge_event(Path(ledger), spec.dataset_id, learner.event_,
-                                f"train dp-pbb: gaussian, rho={budget.rho!r} ({len(plan.backups)} private backups)",
-                                budget, run=run or new_run_id(), output=output)
-    return PBBRun(learner, c)
+def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, budget: BudgetRequest | Budget | None = None,
+                 seed: int | None = None, params: dict | None = None, max_per_cell: int | None = None,
+                 context: RunContext | None = None) -> PBBRun:
+    """DP-PBB on logs: :meth:`privaudit.learners.tabular.dp_pbb.DPPBB.train_on_logs` (parameters, errors)."""
+    return dp_pbb.DPPBB.train_on_logs(logs, spec, stationary=stationary, budget=budget, seed=seed, params=params,
+                                      max_per_cell=max_per_cell, context=context)
 
 
 def check_out_free(*paths: Path) -> None:

@@ -21,7 +21,7 @@ from typing import Sequence
 from privaudit.core.errors import UsageError
 from privaudit.learners.tabular.base import TabularLearnerBase
 from privaudit.learners.tabular.apvi import NON_PRIVATE, _identity
-from privaudit.learners.tabular.pessimism import C1_DEFAULT, C2_DEFAULT, C_DEFAULT, FAILURE_PROB_DEFAULT
+from privaudit.learners.tabular.pessimism import Penalty
 from privaudit.data.counts_protocol import Counts
 
 
@@ -58,8 +58,7 @@ class ValueIterationCE(TabularLearnerBase):
         if counts.noisy:
             raise UsageError("ValueIterationCE reads exact counts; these are noisy release counts. "
                              "Use DPAPVI (algo dp-apvi) on a release.")
-        self._run(counts, reward, E=0.0, prepare=_identity, penalty="none", C1=C1_DEFAULT,
-                  C2=C2_DEFAULT, C=C_DEFAULT, failure_prob=FAILURE_PROB_DEFAULT, lower_order=False,
+        self._run(counts, reward, E=0.0, prepare=_identity, penalty=Penalty("none"),
                   terminal_states=terminal_states, privacy=NON_PRIVATE, spec_hash=spec_hash,
                   reward_range=reward_range)
         return self

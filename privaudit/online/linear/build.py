@@ -44,7 +44,7 @@ def build_linear(env, n_episodes, budget, constants, fail_prob, rng, *, algo: st
     # budget: a privaudit.privacy.budget.Budget, or None (no privacy: no noise)
     rho, delta = math.inf, DEFAULT_REPORT_DELTA
     if budget is not None:
-        if budget.mechanism != "gaussian":
+        if budget.family.pure:
             raise UsageError(f"`algo` {algo} adds Gaussian noise (rho-zCDP): give `rho` "
                              f"(reported as (eps, delta)-JDP at `delta`), or `epsilon` inf for no noise.")
         rho, delta = float(budget.rho), budget.delta

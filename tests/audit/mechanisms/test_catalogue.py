@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from privaudit.audit import NeighbouringPair, check_neighbours, run_audit
+from privaudit.audit import AuditSettings, NeighbouringPair, check_neighbours, run_audit
 from privaudit.audit.mechanisms.catalogue import BROKEN, CORRECT, TWIN, CatalogueMechanism
 from tests.audit.helpers import tiny_logs, tiny_spec
 
@@ -45,7 +45,7 @@ def _multi_episode_pair(logs: pl.DataFrame) -> NeighbouringPair:
 @pytest.mark.parametrize("name", [b for b in BROKEN if b != "no_k_bound"])
 def test_broken_mechanisms_are_flagged_statistically(name, spec, logs):
     m = CatalogueMechanism(name, spec)
-    r = run_audit(m, logs, spec, claim=m.claim(), trials=TRIALS, seed=11, graybox=False, progress=False)
+    r = run_audit(m, logs, spec, claim=m.claim(), trials=TRIALS, seed=11, settings=AuditSettings(graybox=False), progress=False)
     assert r.verdict == "violation", (name, r.epsilon_lower_bound, r.data["chosen_event"]["candidate"])
     assert r.epsilon_lower_bound > r.data["claimed_epsilon"] or r.data["method"]["gaussian"]["mu_lower_bound"] > m.claim().mu
     r.validate()
@@ -54,7 +54,7 @@ def test_broken_mechanisms_are_flagged_statistically(name, spec, logs):
 def test_clipping_bypass_is_flagged_on_a_multi_episode_pair(spec, logs):
     pair = _multi_episode_pair(logs)
     broken, twin = CatalogueMechanism("no_k_bound", spec), CatalogueMechanism("gaussian", spec)
-    r = run_audit(broken, claim=broken.claim(), pair=pair, trials=TRIALS, seed=12, graybox=False, progress=False)
+    r = run_audit(broken, claim=broken.claim(), pair=pair, trials=TRIALS, seed=12, settings=AuditSettings(graybox=False), progress=False)
     assert r.verdict == "violation"
     g = run_audit(broken, claim=broken.claim(), pair=pair, trials=TRIALS, seed=12, progress=False)
     assert g.verdict == "violation" and g.data["method"]["test"] == "gray-box" and g.data["trials"] == 0
@@ -97,7 +97,7 @@ def test_false_alarm_rate_of_correct_mechanisms_over_10_seeds(spec, logs):
     # expected). The 50-seed study at 1e5 runs is benchmarks/bench_audit_false_alarms.py.
     for name in CORRECT:
         m = CatalogueMechanism(name, spec)
-        alarms = sum(run_audit(m, logs, spec, claim=m.claim(), trials=2000, seed=s, graybox=False,
+        alarms = sum(run_audit(m, logs, spec, claim=m.claim(), trials=2000, seed=s, settings=AuditSettings(graybox=False),
                                progress=False).violation for s in range(10))
         assert alarms <= 1, (name, alarms)
 

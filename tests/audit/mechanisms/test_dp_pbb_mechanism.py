@@ -30,12 +30,14 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from privaudit.audit import run_audit
-from privaudit.audit.mechanisms import tabular as adapters
-from privaudit.audit.mechanisms.tabular import MECHANISMS, DPPBBMechanism
-from privaudit.audit.runner import default_canary, graybox_check
+from privaudit.audit import AuditSettings, run_audit
+from privaudit.audit.mechanisms import dp_pbb as dp_pbb_adapter
+from privaudit.audit.mechanisms.dp_pbb import DPPBBMechanism
+from privaudit.audit.mechanisms.registry import MECHANISMS
+from privaudit.audit.graybox import graybox_check
+from privaudit.audit.runner import default_canary
 from privaudit.cli import main
-from privaudit.learners.tabular import dp_pbb
+from privaudit.learners.tabular import pbb_noise
 from privaudit.privacy import accounting
 from privaudit.core.package_data import sample_dir
 from privaudit.core.spec import load_spec
@@ -47,8 +49,8 @@ CLAIM_EPS = 2.67293585691811  # rho 0.15 at delta 1e-6 (the view's share of rho 
 def _audit(mech, strategy="synthetic", trials=20_000, seed=0, graybox=True):
     pair = mech.make_pair(None, SPEC, strategy, rng=np.random.default_rng(0))
     claim = mech.audited_claim(1e-6, rho_total=1.0)
-    return run_audit(mech, pair=pair, claim=claim, trials=trials, seed=seed, graybox=graybox,
-                     fixed_events="design"), claim
+    return run_audit(mech, pair=pair, claim=claim, trials=trials, seed=seed, fixed="design",
+                     settings=AuditSettings(graybox=graybox)), claim
 
 
 @pytest.mark.parametrize("stationary,c", [(True, 1), (True, 2), (False, 1)])
@@ -92,7 +94,7 @@ def test_the_view_is_the_learners_noise_at_the_plans_scales(monkeypatch):
     assert np.all(np.abs(out.mean(axis=0) - exact) < 5 * sig / math.sqrt(4000))
     for sl, s in ((slice(0, nv), mech.plan.sigma_visits), (slice(nv, None), mech.plan.sigma_starts)):
         assert abs((out[:, sl] - exact[sl]).std() / s - 1) < 0.05
-    monkeypatch.setattr(dp_pbb, "_noise", lambda values, sigma, rng: np.asarray(values, dtype=np.float64))
+    monkeypatch.setattr(pbb_noise, "add_noise", lambda values, sigma, rng: np.asarray(values, dtype=np.float64))
     rep, claim = _audit(DPPBBMechanism(SPEC, rho=1.0, stationary=True), trials=2000)
     assert rep.verdict == "violation" and rep.epsilon_lower_bound > claim.epsilon
 
@@ -109,7 +111,7 @@ def test_correct_dp_pbb_is_not_flagged_and_the_view_sees_it():
 
 
 def test_sigma_from_a_halved_sensitivity_is_flagged(monkeypatch):
-    real = dp_pbb.pbb_sensitivities
+    real = pbb_noise.pbb_sensitivities
 
     def halved(*a, **kw):
         s = dict(real(*a, **kw))
@@ -117,7 +119,7 @@ def test_sigma_from_a_halved_sensitivity_is_flagged(monkeypatch):
         s["starts_l2"] /= 2
         return s
 
-    monkeypatch.setattr(dp_pbb, "pbb_sensitivities", halved)
+    monkeypatch.setattr(pbb_noise, "pbb_sensitivities", halved)
     mech = DPPBBMechanism(SPEC, rho=1.0, stationary=True)
     assert mech.plan.sigma_visits == pytest.approx(math.sqrt(40) / 2 / math.sqrt(2 * 0.1), rel=1e-9)
     rep, _ = _audit(mech)
@@ -129,7 +131,7 @@ def test_sigma_from_a_halved_sensitivity_is_flagged(monkeypatch):
 def test_cap_not_applied_is_flagged_on_the_repeat_pair(monkeypatch):
     rep, _ = _audit(DPPBBMechanism(SPEC, rho=1.0, stationary=True), strategy="synthetic-repeat")
     assert rep.verdict == "no violation found"          # the cap bites: the correct twin shows little
-    monkeypatch.setattr(adapters, "cap_per_cell", lambda bounded, report, c, stationary: (bounded, None))
+    monkeypatch.setattr(dp_pbb_adapter, "cap_per_cell", lambda bounded, report, c, stationary: (bounded, None))
     rep, _ = _audit(DPPBBMechanism(SPEC, rho=1.0, stationary=True), strategy="synthetic-repeat")
     gb = {f["name"]: f for f in rep.data["graybox"]["families"]}
     assert rep.verdict == "violation" and gb["visits"]["l2"] == pytest.approx(20 * math.sqrt(2))

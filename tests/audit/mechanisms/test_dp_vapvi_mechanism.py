@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.audit import run_audit
-from privaudit.audit.mechanisms.tabular import MECHANISMS, DPVAPVIMechanism
+from privaudit.audit.mechanisms.dp_vapvi import DPVAPVIMechanism
+from privaudit.audit.mechanisms.registry import MECHANISMS
 from privaudit.audit.mechanisms.dp_vapvi import linear_canary_pair
 from privaudit.learners.linear import DPVAPVI
 from privaudit.learners.linear import privacy as lp
@@ -53,7 +54,7 @@ def test_registered_and_canary_attains_frobenius_sensitivity():
     pair = mech.make_pair(LOGS, SPEC, "rare", rng=np.random.default_rng(0))
     assert pair.description["kind"] == "canary-linear"
     mech.prepare(pair.d, pair.d_prime)
-    from privaudit.audit.runner import graybox_check
+    from privaudit.audit.graybox import graybox_check
     gb = graybox_check(mech, pair, 1e-5)
     assert gb["checked"] and not gb["violation"]
     for fam in gb["families"]:  # one-hot: orthogonal unit features, ||phi phi^T - psi psi^T||_F = sqrt(2)
@@ -131,7 +132,7 @@ def test_sensitivity_bug_in_library_is_caught_by_graybox(monkeypatch):
 
 def test_linear_canary_pair_is_a_substitution():
     pair = linear_canary_pair(LOGS, SPEC, DPVAPVIMechanism(SPEC, rho=RHO).fmap.table)
-    from privaudit.audit.neighbours import check_neighbours
+    from privaudit.audit.explicit_pairs import check_neighbours
     assert check_neighbours(pair.d, pair.d_prime)["removed_units"] == 1
     steps = pair.description["canary"]["steps"]
     assert len(steps) == SPEC.horizon
@@ -167,7 +168,7 @@ def test_synthetic_boundary_canary_attains_the_declared_frobenius_sensitivity():
     canary reaches 0.786 of sqrt(2); `synthetic` sets the two step-(H-1) cells of u*, v* to
     e_1, e_2 (on the 2^-12 lattice: rounding toward zero keeps them), and the exact Gram
     change the mechanism computes equals the declared sqrt(2) within the lattice rounding."""
-    from privaudit.audit.runner import graybox_check
+    from privaudit.audit.graybox import graybox_check
     from privaudit.mdp.synthetic_linear import synthetic_linear_mdp, synthetic_linear_spec_doc
 
     mdp = synthetic_linear_mdp(0, 3)
@@ -180,7 +181,7 @@ def test_synthetic_boundary_canary_attains_the_declared_frobenius_sensitivity():
     mech = DPVAPVIMechanism(spec, rho=RHO)
     pair = mech.make_pair(logs, spec, "synthetic", rng=np.random.default_rng(0))
     assert pair.description["kind"] == "synthetic"
-    from privaudit.audit.neighbours import check_neighbours
+    from privaudit.audit.explicit_pairs import check_neighbours
     assert check_neighbours(pair.d, pair.d_prime)["removed_units"] == 1
     cells = pair.description["features"]["cells"]
     assert cells["u"] != cells["v"] and np.linalg.norm(mech.fmap.table[tuple(cells["u"])]) == 1.0

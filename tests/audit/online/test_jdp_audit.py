@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from privaudit.audit.model import Claim
-from privaudit.audit.neighbours import NeighbouringPair
-from privaudit.audit.online.jdp import ExplorerMechanism, RecordingNoise, gdp_allowed, tree_nodes
+from privaudit.audit.claim import Claim
+from privaudit.audit.pairs import NeighbouringPair
+from privaudit.audit.online.checks import gdp_allowed
+from privaudit.audit.online.jdp import ExplorerMechanism
+from privaudit.audit.online.recording import RecordingNoise, tree_nodes
 from privaudit.audit.online.catalogue import (BROKEN, CATALOGUE, TWIN, audit_entry, audit_explorer,
                                               entry_mechanism)
 from privaudit.audit.online.streams import make_world_pair
@@ -332,7 +334,7 @@ def test_fixed_projection_certifies_a_correct_explorer_and_flags_a_misstated_cla
 
 def test_runner_fixed_events_use_every_run_with_a_bonferroni_share():
     # a Gaussian mechanism with a known shift: two fixed events, all runs evaluated, alpha / 4 per bound
-    from privaudit.audit.runner import run_audit
+    from privaudit.audit.runner import FixedEvents, run_audit
 
     def mech(data, rng, n_runs=1):
         return rng.normal(float(data), 1.0, size=(n_runs, 1))
@@ -340,14 +342,14 @@ def test_runner_fixed_events_use_every_run_with_a_bonferroni_share():
     pair = NeighbouringPair(0.0, 1.0, {"kind": "test"})
     ev = [("x", lambda X: X[:, 0], 0.5, "+"), ("x_tail", lambda X: X[:, 0], 2.0, "+")]
     rep = run_audit(mech, claim=Claim.from_epsilon(1.0, 1e-5), pair=pair, trials=500, seed=1,
-                    fixed_events=ev, fixed_reason="test")
+                    fixed=FixedEvents(ev, "test"))
     assert rep.data["selection_trials"] == 0 and rep.data["evaluation_trials"] == 500
     assert len(rep.data["events"]) == 2
     assert rep.data["method"]["bonferroni"]["alpha_per_bound"] == pytest.approx(0.05 / 4)
     n = sum(e["counts"]["negatives_evaluated"] for e in rep.data["events"])
     assert n == 1000
-    with pytest.raises(UsageError, match="fixed_reason"):
-        run_audit(mech, claim=Claim.from_epsilon(1.0, 1e-5), pair=pair, trials=500, fixed_events=ev)
+    with pytest.raises(UsageError, match="reason"):
+        run_audit(mech, claim=Claim.from_epsilon(1.0, 1e-5), pair=pair, trials=500, fixed=FixedEvents(ev, ""))
     with pytest.raises(UsageError, match="direction"):
         run_audit(mech, claim=Claim.from_epsilon(1.0, 1e-5), pair=pair, trials=500,
-                  fixed_events=[("x", lambda X: X[:, 0], 0.5, "?")], fixed_reason="test")
+                  fixed=FixedEvents([("x", lambda X: X[:, 0], 0.5, "?")], "test"))

@@ -27,7 +27,7 @@ from click.testing import CliRunner  # noqa: E402
 from privaudit.cli import main  # noqa: E402
 from privaudit.data.prepare import prepare_logs  # noqa: E402
 from privaudit.privacy import ledger as ledger_mod  # noqa: E402
-from privaudit.data.spark import engine as se  # noqa: E402
+from privaudit.data.spark import session as spark_sessions  # noqa: E402
 from privaudit.data.counts import sparse_counts  # noqa: E402
 from privaudit.release.tabular import release_logs  # noqa: E402
 from tests._release_logs import spec_doc  # noqa: E402
@@ -51,7 +51,8 @@ CLI = "from privaudit.cli import main; main()"
 def _noise(stderr: str) -> list[str]:
     """Lines of stderr that are Spark's chatter: start-up notices, log4j INFO/WARN lines, Python warnings."""
     log = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN) ")
-    return [ln for ln in stderr.splitlines() if se.is_startup_notice(ln) or log.match(ln) or "Warning:" in ln]
+    return [ln for ln in stderr.splitlines()
+            if spark_sessions.is_startup_notice(ln) or log.match(ln) or "Warning:" in ln]
 
 
 def _same_release(a, b):
@@ -161,7 +162,7 @@ def test_startup_notices_are_dropped_and_other_lines_kept(monkeypatch):
              "26/12/01 09:37:01 ERROR Executor: Exception in task 0.0 in stage 1.0",
              "java.lang.OutOfMemoryError: Java heap space",
              "Error: A JNI error has occurred, please check your installation and try again"]
-    se._forward_stderr(io.BytesIO("\n".join(lines).encode() + b"\n"))
+    spark_sessions._forward_stderr(io.BytesIO("\n".join(lines).encode() + b"\n"))
     assert sink.getvalue().splitlines() == lines[5:]
 
 

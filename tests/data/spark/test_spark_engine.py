@@ -25,7 +25,8 @@ from privaudit.data.validate import validate_logs  # noqa: E402
 from privaudit.core.errors import ValidationFailed  # noqa: E402
 from privaudit.privacy import ledger as ledger_mod  # noqa: E402
 from privaudit.core.spec import DomainSpec  # noqa: E402
-from privaudit.data.spark import engine as se  # noqa: E402
+from privaudit.data.spark import counts as spark_counts, engine as se, fatal_rules  # noqa: E402
+from privaudit.data.spark import logs as spark_logs  # noqa: E402
 from privaudit.data.counts import sparse_counts  # noqa: E402
 from tests._release_logs import spec_doc  # noqa: E402
 from tests._spark import spark_test_logs as _logs  # noqa: E402
@@ -122,7 +123,7 @@ BREAKS = {
 def _spark_refusal(path, spec, spark) -> dict:
     """rule -> count of the fatal rules Spark's refusal names (its message, from one Spark action)."""
     with pytest.raises(ValidationFailed) as e:
-        se.check_fatal_rules(se.read_logs(str(path), spec, spark), spec)
+        fatal_rules.check_fatal_rules(spark_logs.read_logs(str(path), spec, spark), spec)
     return {r: int(n) for r, n in re.findall(r"(\w+) \((\d+)\)", str(e.value))}
 
 
@@ -162,7 +163,7 @@ def test_clean_logs_break_no_rule_in_spark(spark, tmp_path):
     path = tmp_path / "good.parquet"
     _good().write_parquet(path)
     assert validate_logs(path, spec).releasable
-    assert not any(se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec).values())
+    assert not any(fatal_rules.fatal_rule_counts(spark_logs.read_logs(str(path), spec, spark), spec).values())
 
 
 def test_reward_not_public_counts_identical_in_both_engines(spark, tmp_path):
@@ -181,7 +182,7 @@ def test_reward_not_public_counts_identical_in_both_engines(spark, tmp_path):
     d.write_parquet(path)
     counts = validate_logs(path, spec).counts
     assert counts["reward_not_public"] == 2  # rows 1 and 3; not row 0 (within), 4 (NaN), 8 (next_state 9), 10 (null)
-    got = se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec)  # one Spark job
+    got = fatal_rules.fatal_rule_counts(spark_logs.read_logs(str(path), spec, spark), spec)  # one Spark job
     assert got["reward_not_public"] == 2
     assert {r: counts[r] for r in got} == got
     # the wrong declaration of the fresh-user test, in miniature: r(3) = 0 but the logs earn 0.5 entering 3
@@ -189,7 +190,7 @@ def test_reward_not_public_counts_identical_in_both_engines(spark, tmp_path):
     wrong = _spec({1: 0.5, 2: 0.5})
     assert validate_logs(path, wrong).fatal == {"reward_not_public": 6}
     with pytest.raises(ValidationFailed, match=r"reward_not_public \(6\)"):
-        se.check_fatal_rules(se.read_logs(str(path), wrong, spark), wrong)
+        fatal_rules.check_fatal_rules(spark_logs.read_logs(str(path), wrong, spark), wrong)
 
 
 def test_a_features_column_is_checked_as_polars(spark, tmp_path):
@@ -210,11 +211,11 @@ def test_a_features_column_is_checked_as_polars(spark, tmp_path):
     assert _spark_refusal(path, spec, spark) == fatal
     _good().with_columns(features=pl.concat_list(pl.col("reward"), 1.0)).write_parquet(path)
     assert validate_logs(path, spec).releasable
-    assert not any(se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec).values())
+    assert not any(fatal_rules.fatal_rule_counts(spark_logs.read_logs(str(path), spec, spark), spec).values())
     _good().with_columns(features=pl.concat_list(pl.col("reward").cast(pl.String))).write_parquet(path)
     assert "column_type" in validate_logs(path, spec).fatal
     with pytest.raises(ValidationFailed, match=r"column_type \(features \(array<string>\)\)"):
-        se.read_logs(str(path), spec, spark)
+        spark_logs.read_logs(str(path), spec, spark)
 
 
 #: episode -> rewards of steps 0, 1, ... (H = 3, reward_range [0, 1], return_bound [1.25, 2.5]), and whether its
@@ -258,14 +259,15 @@ def test_return_below_bound_counts_identical_in_both_engines(spark, tmp_path):
     assert report.counts["return_below_bound"] == expected
     assert sorted(v["episode_id"] for v in report.violations if v["rule"] == "return_below_bound") == \
         [e for e, (_, below) in RETURN_CASES.items() if below]
-    got = se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec)  # one Spark action
+    got = fatal_rules.fatal_rule_counts(spark_logs.read_logs(str(path), spec, spark), spec)  # one Spark action
     assert got["return_below_bound"] == expected
     assert {r: report.counts[r] for r in got} == got  # not_finite, null_value... too
     with pytest.raises(ValidationFailed, match=rf"return_below_bound \({expected}\)"):
-        se.check_fatal_rules(se.read_logs(str(path), spec, spark), spec)
+        fatal_rules.check_fatal_rules(spark_logs.read_logs(str(path), spec, spark), spec)
     # no bound declared: the rule is not checked by either engine
     plain = DomainSpec.from_dict(spec_doc(H=3, S=4, A=2, k=1, terminals=(), unit_column="patient"))
-    assert "return_below_bound" not in se.fatal_rule_counts(se.read_logs(str(path), plain, spark), plain)
+    plain_logs = spark_logs.read_logs(str(path), plain, spark)
+    assert "return_below_bound" not in fatal_rules.fatal_rule_counts(plain_logs, plain)
     assert validate_logs(path, plain).counts["return_below_bound"] == 0
 
 
@@ -279,7 +281,7 @@ def test_return_below_bound_identical_on_random_logs_in_parts(spark, tmp_path):
     report = validate_logs(path, spec)
     n = report.counts["return_below_bound"]
     assert 0 < n < report.episodes
-    got = se.fatal_rule_counts(se.read_logs(str(path), spec, spark), spec)
+    got = fatal_rules.fatal_rule_counts(spark_logs.read_logs(str(path), spec, spark), spec)
     assert got["return_below_bound"] == n
     assert {r: report.counts[r] for r in got} == got
 
@@ -288,10 +290,10 @@ def test_missing_and_mistyped_columns_are_fatal(spark, tmp_path):
     spec = DomainSpec.from_dict(spec_doc(H=4, S=4, A=2, k=2, terminals=(3,), unit_column="patient"))
     _good().drop("action").write_parquet(tmp_path / "a.parquet")
     with pytest.raises(ValidationFailed, match="missing_column.*action"):
-        se.read_logs(str(tmp_path / "a.parquet"), spec, spark)
+        spark_logs.read_logs(str(tmp_path / "a.parquet"), spec, spark)
     _good().with_columns(pl.col("state").cast(pl.Float64)).write_parquet(tmp_path / "b.parquet")
     with pytest.raises(ValidationFailed, match="column_type.*state"):
-        se.read_logs(str(tmp_path / "b.parquet"), spec, spark)
+        spark_logs.read_logs(str(tmp_path / "b.parquet"), spec, spark)
 
 
 def _release_both(tmp_path, path, doc: dict, seed: int):
@@ -374,7 +376,7 @@ def test_runtime_failure_in_a_dataframe_is_an_engine_error(spark, tmp_path):
     from pyspark.sql import functions as F
 
     from privaudit.core.errors import EngineError
-    from privaudit.release.tabular import release_logs
+    from privaudit.release.tabular import ReleaseOptions, release_logs
 
     path, spec = _logs(tmp_path, ids="int", k=2, n_units=30)
     df = spark.read.parquet(str(path)).withColumn(
@@ -383,7 +385,8 @@ def test_runtime_failure_in_a_dataframe_is_an_engine_error(spark, tmp_path):
     ledger_mod.init_ledger(led, spec.dataset_id, 10)
     before = led.read_text()
     with pytest.raises(EngineError, match=r"^Spark failed while .*USER_RAISED_EXCEPTION\] bad row in the view") as e:
-        release_logs(df, spec, rho=1, out=tmp_path / "rel", ledger=led, engine="spark", spark=spark)
+        release_logs(df, spec, rho=1, out=tmp_path / "rel", ledger=led,
+                     options=ReleaseOptions(engine="spark", spark=spark))
     assert "\n" not in str(e.value)
     assert not (tmp_path / "rel").exists() and led.read_text() == before
 
@@ -509,20 +512,21 @@ def test_cli_spark_release_with_a_return_bound_equals_polars(spark, tmp_path):
 
 def test_transitions_come_to_the_driver_one_step_at_a_time(spark, tmp_path, monkeypatch):
     """The release collects the (H, S, A) tables once and then one transition slice per h; same release."""
-    from privaudit.release.tabular import release_logs
+    from privaudit.release.tabular import ReleaseOptions, release_logs
 
     path, spec = _logs(tmp_path, ids="int", k=2, n_units=40)
     collected = []
-    real = se._to_polars
+    real = spark_counts._to_polars
 
     def spy(df):
         out = real(df)
         collected.append(out)
         return out
 
-    monkeypatch.setattr(se, "_to_polars", spy)
+    monkeypatch.setattr(spark_counts, "_to_polars", spy)
     per_h = spec.S * spec.A * spec.S
-    info = release_logs(str(path), spec, rho=1, out=tmp_path / "spark", seed=9, engine="spark", spark=spark)
+    info = release_logs(str(path), spec, rho=1, out=tmp_path / "spark", seed=9,
+                        options=ReleaseOptions(engine="spark", spark=spark))
     slices = [t for t in collected if t.columns == ["i", "n"]]
     assert len(slices) == spec.H  # one collection per step h, in order, each holding step h's cells only
     for h, t in enumerate(slices):

@@ -8,6 +8,7 @@ import pytest
 from privaudit.core.errors import UsageError
 from privaudit.learners.linear import DPVAPVI, PEVI, VAPVI, LinearData, train_from_logs
 from privaudit.learners.linear import privacy as lp
+from privaudit.learners.options import BudgetRequest
 from privaudit.learners.linear.dp_vapvi import ExactStatistics, step_statistics
 from privaudit.learners.linear.providers import q_values
 from privaudit.learners.policy import load_policy, save_policy
@@ -119,8 +120,9 @@ def test_policy_artifact_round_trip_and_train_from_logs(tmp_path):
                                 np.zeros(df.height, bool), H=20, S=2, A=100, n_episodes=300)
     np.testing.assert_allclose(pol.extras["w"], VAPVI().fit(data, FMAP).w_)
     assert pol.privacy.private is False
-    dp = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", epsilon=5.0, delta=1e-6, seed=3)
-    dp2 = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", epsilon=5.0, delta=1e-6, seed=3)
+    target = BudgetRequest(epsilon=5.0, delta=1e-6)
+    dp = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", budget=target, seed=3)
+    dp2 = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", budget=target, seed=3)
     np.testing.assert_array_equal(dp.extras["w"], dp2.extras["w"])  # --seed reproduces (tests only)
     g = dp.privacy.guarantee
     assert g["epsilon"] <= 5.0 and g["delta"] == 1e-6 and g["rng"] == "seeded-insecure"
@@ -137,10 +139,11 @@ def test_policy_artifact_round_trip_and_train_from_logs(tmp_path):
     doc = json.loads((tmp_path / "pol" / "policy.json").read_text())
     assert "seed" not in json.dumps(doc["parameters"]) and doc["parameters"]["features"]["map"] == "synthetic-linear"
     with pytest.raises(UsageError, match="not private"):
-        train_from_logs(tmp_path / "logs.parquet", spec, "vapvi", rho=1.0)
+        train_from_logs(tmp_path / "logs.parquet", spec, "vapvi", budget=BudgetRequest(rho=1.0))
     with pytest.raises(UsageError, match="budget"):
         train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi")
-    split = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", rho=1.0, seed=1, params={"split": True})
+    split = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", budget=BudgetRequest(rho=1.0), seed=1,
+                            params={"split": True})
     assert split.parameters["split"] is True
 
 
@@ -150,7 +153,7 @@ def test_spec_k_scales_noise(tmp_path):
     spec = DomainSpec.from_dict(doc)
     df = simulate(MDP, behaviour_policy(), 20, np.random.default_rng(4))
     write_logs(df, tmp_path / "logs.parquet")
-    pol = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", rho=1.0, seed=0)
+    pol = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", budget=BudgetRequest(rho=1.0), seed=0)
     assert pol.parameters["k"] == 2 and pol.privacy.guarantee["max_episodes_per_unit"] == 2
 
 

@@ -110,7 +110,7 @@ def test_symmetric_noise_calibrated_for_substitution():
     assert cost == pytest.approx(sc.rho0, rel=1e-12)
     # the paper's Z_ij ~ N(0, 1/(4 rho_0)) would cost 2 rho_0 here
     assert D.dot(D).trace() / (4 * (1 / (4 * sc.rho0))) == pytest.approx(2 * sc.rho0)
-    # Gaussian vectors: sigma^2 = Delta^2 / (2 rho_0) with Delta = 2H^2 and 2H (seed 000 Alg. 2 line 1)
+    # Gaussian vectors: sigma^2 = Delta^2 / (2 rho_0) with Delta = 2H^2 and 2H (Qiao & Wang 2023, Algorithm 2, line 1)
     assert sc.sigma_v2**2 == pytest.approx(2 * H**4 / sc.rho0)
     assert sc.sigma_v**2 == pytest.approx(2 * H**2 / sc.rho0) == pytest.approx(sc.sigma_r**2)
     # k episodes per unit multiply every scale by k
@@ -162,7 +162,7 @@ def test_budget_and_kappa_errors():
         lp.noise_scales(0.0, H, 2)
     with pytest.raises(UsageError, match="kappa"):
         lp.d_constant(H, 2, None, lp.noise_scales(1.0, H, 2))
-    # D reduces to VAPVI's additive 2 H^3 sqrt(d) without noise (ALGORITHMS.md 2.6)
+    # D reduces to VAPVI's additive 2 H^3 sqrt(d) without noise (docs/linear.md, "PEVI and VAPVI")
     assert lp.d_constant(H, 4, None, None) == pytest.approx(2 * H**3 * 2)
 
 

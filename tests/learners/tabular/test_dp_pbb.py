@@ -13,10 +13,11 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from privaudit.audit.mechanisms.tabular import MECHANISMS
+from privaudit.audit.mechanisms.registry import MECHANISMS
 from privaudit.cli import main
 from privaudit.core.errors import BudgetExceededError
 from privaudit.learners.policy import load_policy
+from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.tabular.train import train_dp_pbb
 from privaudit.pipeline.guarantee import budget_shares, pbb_share_of
 from privaudit.privacy.ledger import init_ledger, ledger_status
@@ -25,7 +26,10 @@ from privaudit.core.spec import load_spec
 from privaudit.core.errors import UsageError
 from privaudit.learners.tabular import dp_pbb
 from privaudit.learners.confidence import EPOCHS, gaussian_tail, mean_radius, start_mean_lower_bound, stitched_log
-from privaudit.learners.tabular.dp_pbb import DPPBB, CappedCounts, pbb_sensitivities, plan_noise
+from privaudit.learners.tabular import pbb_backup, pbb_noise
+from privaudit.learners.tabular.dp_pbb import DPPBB
+from privaudit.learners.tabular.pbb_counts import CappedCounts
+from privaudit.learners.tabular.pbb_noise import pbb_sensitivities, plan_noise
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy
 from privaudit.privacy import accounting, fixed_point, samplers
 
@@ -169,13 +173,13 @@ def test_plan_event_fits_budget_and_matches_drawn_scales(monkeypatch):
     cost = accounting.event_rho(plan.event)
     assert cost <= rho and cost == pytest.approx(rho, rel=1e-9)
     drawn = []
-    real = dp_pbb.fixed_point.exact_gaussian
+    real = pbb_noise.fixed_point.exact_gaussian
 
     def spy(sigma, n, *, rng):
         drawn.append(sigma)
         return real(sigma, n, rng=rng)
 
-    monkeypatch.setattr(dp_pbb.fixed_point, "exact_gaussian", spy)
+    monkeypatch.setattr(pbb_noise.fixed_point, "exact_gaussian", spy)
     counts = capped_counts(tiny_mdp(), 200, np.random.default_rng(0))
     learner = DPPBB(rho=rho).fit(counts, REWARD, terminal_states=TERMINALS, return_bound=1.0,
                                  rng=np.random.default_rng(1), seeded=True)
@@ -303,7 +307,7 @@ def test_certificate_coverage_tiny_mdp(monkeypatch):
     fails, fails_private, positive = coverage()
     assert fails <= 9 and fails_private <= 9
     assert positive >= len(runs) // 2
-    monkeypatch.setattr(dp_pbb, "mean_radius", lambda n, v, b, L: np.zeros(np.shape(n)))
+    monkeypatch.setattr(pbb_backup, "mean_radius", lambda n, v, b, L: np.zeros(np.shape(n)))
     monkeypatch.setattr(dp_pbb, "gaussian_tail", lambda alpha: 0.0)
     broken, _, _ = coverage()
     assert broken >= 20
@@ -395,7 +399,7 @@ def test_train_from_logs_charges_the_ledger_with_the_event(small_logs, tmp_path)
     logs, spec = small_logs
     ledger = tmp_path / "budget.jsonl"
     init_ledger(ledger, spec.dataset_id, 1.0)
-    run = train_dp_pbb(logs, spec, rho=0.6, ledger=ledger, seed=3)
+    run = train_dp_pbb(logs, spec, budget=BudgetRequest(rho=0.6), seed=3, context=RunContext(ledger=ledger))
     L = run.learner
     assert run.max_per_cell == 1 and L.plan_.sens["c"] == 1
     assert ledger_status(ledger)["rho_spent_float"] == pytest.approx(0.6, rel=1e-12)
@@ -406,7 +410,7 @@ def test_train_from_logs_charges_the_ledger_with_the_event(small_logs, tmp_path)
     assert pol.parameters["return_bound"] == 1.0 and pol.table.shape == (spec.H, spec.S, spec.A)
     assert 0.0 <= L.certified_value() <= 1.0
     with pytest.raises(BudgetExceededError):          # 0.6 + 0.6 > 1: refused before any row is read
-        train_dp_pbb(logs, spec, rho=0.6, ledger=ledger)
+        train_dp_pbb(logs, spec, budget=BudgetRequest(rho=0.6), context=RunContext(ledger=ledger))
     assert ledger_status(ledger)["rho_spent_float"] == pytest.approx(0.6, rel=1e-12)
 
 

@@ -10,7 +10,7 @@ import pytest
 from privaudit.core.errors import UsageError
 from privaudit.learners.tabular.apvi import APVI, APVIHoeffding
 from privaudit.learners.tabular.dp_apvi import DPAPVI, release_noise_bound
-from privaudit.learners.tabular.pessimism import pessimistic_value_iteration
+from privaudit.learners.tabular.pessimism import Penalty, pessimistic_value_iteration
 from privaudit.learners.tabular.counts import TabularCounts, exact_counts
 from privaudit.learners.tabular.ve import ValueIterationCE
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
@@ -48,7 +48,8 @@ def _occupancy(mdp, pi):
 # ---------------------------------------------------------------------------- core vs slow reference
 
 def _slow_reference(P, r, n, H, E, penalty, C1, C2, C, delta):
-    """Scalar loops over (h, s, a, s'): ALGORITHMS.md 1.2 step 6 written out literally (1-based h)."""
+    """Scalar loops over (h, s, a, s'): Qiao & Wang (2023) Algorithm 1 lines 2-9 written out literally
+    (1-based h; docs/learners.md, "DP-APVI step by step", step 6)."""
     S, A = r.shape[1], r.shape[2]
     iota = math.log(H * S * A / delta)
     V = np.zeros((H + 2, S))                      # paper indices 1..H+1
@@ -82,8 +83,7 @@ def test_core_matches_slow_reference(penalty):
     n = rng.integers(0, 4000, size=(H, S, A)).astype(float)
     n[0, 0, 0] = 3.0                               # below E: fallback
     E, C1, C2, C, delta = 5.0, 1.3, 0.01, 1.5, 0.1
-    res = pessimistic_value_iteration(P, r, n, horizon=H, E=E, penalty=penalty, C1=C1, C2=C2, C=C,
-                                      failure_prob=delta)
+    res = pessimistic_value_iteration(P, r, n, horizon=H, E=E, penalty=Penalty(penalty, C1, C2, C, delta))
     Q_ref, V_ref = _slow_reference(P, r, n, H, E, penalty, C1, C2, C, delta)
     np.testing.assert_allclose(res.Q, Q_ref, rtol=0, atol=1e-12)
     np.testing.assert_allclose(res.V, V_ref, rtol=0, atol=1e-12)
@@ -106,8 +106,7 @@ def test_core_with_few_trusted_pairs_matches_slow_reference(penalty, stationary)
     E, C1, C2, C, delta = 5.0, 0.3, 0.001, 1.5, 0.1
     assert all(2 * (n[h] > E).sum() < S * A for h in range(H))  # the trusted-rows path at every h
     P_arg = (lambda h: P) if stationary else P                # the same object at every h
-    res = pessimistic_value_iteration(P_arg, r, n, horizon=H, E=E, penalty=penalty, C1=C1, C2=C2, C=C,
-                                      failure_prob=delta)
+    res = pessimistic_value_iteration(P_arg, r, n, horizon=H, E=E, penalty=Penalty(penalty, C1, C2, C, delta))
     P4 = np.broadcast_to(P, (H, S, A, S)) if stationary else P
     Q_ref, V_ref = _slow_reference(P4, r, n, H, E, penalty, C1, C2, C, delta)
     np.testing.assert_allclose(res.Q, Q_ref, rtol=0, atol=1e-12)
@@ -120,18 +119,18 @@ def test_core_rejects_bad_constants():
     r = np.zeros((2, 1))
     n = np.ones((2, 1))
     with pytest.raises(UsageError, match="`C` must be > 1"):
-        pessimistic_value_iteration(P, r, n, horizon=2, C=1.0)
+        pessimistic_value_iteration(P, r, n, horizon=2, penalty=Penalty(C=1.0))
     with pytest.raises(UsageError, match="failure_prob"):
-        pessimistic_value_iteration(P, r, n, horizon=2, failure_prob=1.5)
+        pessimistic_value_iteration(P, r, n, horizon=2, penalty=Penalty(failure_prob=1.5))
     with pytest.raises(UsageError, match="penalty"):
-        pessimistic_value_iteration(P, r, n, horizon=2, penalty="optimism")
+        pessimistic_value_iteration(P, r, n, horizon=2, penalty=Penalty("optimism"))
 
 
 def test_clip_upper_bound_is_H_minus_h_zero_based():
     """With no penalty and reward 1 everywhere, Q_h = H - h exactly (the paper's H - h + 1, 1-based)."""
     H, S, A = 5, 2, 2
     P = np.full((S, A, S), 1.0 / S)
-    res = pessimistic_value_iteration(P, np.ones((S, A)), np.full((S, A), 10.0), horizon=H, penalty="none")
+    res = pessimistic_value_iteration(P, np.ones((S, A)), np.full((S, A), 10.0), horizon=H, penalty=Penalty("none"))
     np.testing.assert_allclose(res.Q[:, 0, 0], H - np.arange(H))
 
 
@@ -144,7 +143,7 @@ def test_release_noise_bound_is_paper_E_rho(tmp_path):
     spec = load_spec(write_spec(tmp_path, H=H, S=S, A=A, public_reward={0: 1.0}))
     man = TabularRelease.plan(spec, resolve_budget(rho=rho), noise="rounded").manifest(seeded=False)
     assert man.families["visits"].noise_scale == pytest.approx(math.sqrt(2 * H / rho), rel=1e-14)
-    E_rho = 4 * math.sqrt(H * math.log(4 * H * S * S * A / delta) / rho)   # seed 000, ALGORITHMS.md 1.2
+    E_rho = 4 * math.sqrt(H * math.log(4 * H * S * S * A / delta) / rho)   # Qiao & Wang 2023, E_rho
     assert release_noise_bound(man, delta) == pytest.approx(E_rho + 1, rel=1e-12)
     eps = 2.0
     man = TabularRelease.plan(spec, resolve_budget(epsilon=eps, mechanism="laplace"),
@@ -255,7 +254,7 @@ def test_exact_learners_refuse_noisy_counts():
 # ---------------------------------------------------------------------------- utility with plenty of data
 
 def _suboptimality_bound(mdp, learner):
-    """2 sum_h E_{d^{pi*}_h}[Γ_h(s, a)] (Jin, Yang & Wang 2021, Thm 4.2; seed 000 Thm 3.3's proof).
+    """2 sum_h E_{d^{pi*}_h}[Γ_h(s, a)] (Jin, Yang & Wang 2021, Thm 4.2; Qiao & Wang 2023, Thm 3.3's proof).
 
     On the event that Γ bounds |(P̂_h - P_h) V̂_{h+1}| everywhere (probability >= 1 - delta by
     the concentration step of the seed's analysis), pessimism gives

@@ -21,6 +21,7 @@ import pytest
 
 from privaudit.learners.tabular.dp_apvi import DPAPVI
 from privaudit.learners.linear import train_from_logs as train_linear
+from privaudit.learners.options import BudgetRequest
 from privaudit.learners.tabular.pessimism import reward_frame
 from privaudit.learners.tabular.counts import exact_counts
 from privaudit.learners.tabular.train import train_from_logs
@@ -130,8 +131,8 @@ def test_dp_apvi_at_zero_noise_finds_the_optimum(world):
 def test_linear_learners_find_the_optimum_for_the_declared_reward(world, algo, rho):
     """One-hot features make the linear learners tabular; DP-VAPVI at rho = 1e9 has negligible noise."""
     params = {"beta": 0.05} if algo == "pevi" else None  # the default beta is the loose theory constant
-    pol = train_linear(world["dir"] / "logs.parquet", world["specs"]["pm1_lin"], algo, rho=rho,
-                       seed=1 if rho else None, params=params)
+    pol = train_linear(world["dir"] / "logs.parquet", world["specs"]["pm1_lin"], algo,
+                       budget=BudgetRequest(rho=rho) if rho else None, seed=1 if rho else None, params=params)
     pi_star, _, v_star = value_iteration(world["mdp"])
     assert evaluate_policy(world["mdp"], pol.table) == pytest.approx(v_star, abs=0.01), algo
 

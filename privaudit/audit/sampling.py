@@ -1,0 +1,185 @@
+"""Drawing the runs of an audit: independent runs of one mechanism on one dataset.
+
+Batched mechanisms (keyword ``n_runs``) are called in chunks of about
+:data:`CHUNK_CELLS` output cells; unbatched ones run in this process, or in a
+pool of spawned worker processes once a timed first run shows that the serial
+work would exceed :data:`PARALLEL_MIN_SERIAL_S` seconds. Every chunk gets its
+own child of the audit's generator, so the runs are independent whatever the
+chunking.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import signal
+import time
+
+import numpy as np
+import polars as pl
+
+from privaudit.audit.protocol import flatten_runs, numeric_output
+from privaudit.core.errors import UsageError
+
+#: Cells per batched chunk (memory of one chunk ~ 8 bytes x this).
+CHUNK_CELLS = 4_000_000
+#: Serial work (seconds) below which unbatched runs stay in this process.
+PARALLEL_MIN_SERIAL_S = 20.0
+
+#: In a pool worker: the main process's abort event (``Sampler.close(abort=True)`` sets it); None elsewhere.
+_ABORT = None
+
+
+class _Aborted(Exception):
+    """A worker's chunk stopped between two runs because the main process is aborting."""
+
+
+def _run_serial(fn, logs, rng, n, who="the mechanism"):
+    outs = []
+    for _ in range(n):
+        if _ABORT is not None and _ABORT.is_set():  # the main process is unwinding: stop between runs
+            raise _Aborted()
+        outs.append(numeric_output(fn(logs, rng), who))
+    shapes = {o.shape for o in outs}
+    if len(shapes) != 1:
+        raise UsageError(f"{who} must return a fixed shape; got shapes {sorted(shapes)}.")
+    return np.stack(outs).reshape(n, -1).astype(np.float64), outs[0].shape
+
+
+def _worker_init(abort) -> None:
+    """Initializer of the pool's workers: Ctrl-C and SIGTERM sent to the whole process group (a terminal,
+    a job scheduler) are left to the main process, which stops the pool itself (``Sampler.close``); a
+    worker killed by the signal mid-task would break the pool and leak its semaphores (Python's
+    resource_tracker then warns at exit). ``abort`` (a multiprocessing Event) is checked between two runs
+    of a chunk, so an abort waits for one run per worker, not for whole chunks (minutes for DP-APVI)."""
+    global _ABORT
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _ABORT = abort
+
+
+class Sampler:
+    """Draws independent runs of one mechanism on one dataset.
+
+    Parameters
+    ----------
+    fn : callable
+        The mechanism (:mod:`privaudit.audit.protocol`); a ``FileFunction`` stays wrapped.
+    batched : bool
+        ``fn`` takes ``n_runs`` (one call per chunk of :data:`CHUNK_CELLS` cells).
+    n_jobs : int
+        Worker processes for unbatched runs (used only when the serial work would exceed
+        :data:`PARALLEL_MIN_SERIAL_S`).
+    progress : callable
+        ``progress(k)`` after k runs (a progress bar's update).
+    who : str
+        Names the mechanism in error messages.
+    """
+
+    def __init__(self, fn, batched: bool, n_jobs: int, progress, who: str = "the mechanism"):
+        self.fn, self.batched, self.n_jobs, self.progress, self.who = fn, batched, n_jobs, progress, who
+        self.shape = None
+        self.per_run_s = None
+        self._pool = None
+        self._abort = None
+
+    def close(self, abort: bool = False):
+        """Shut the worker pool down (idempotent).
+
+        ``abort`` (an exception is unwinding: Ctrl-C, SIGTERM, an error): the queued chunks are cancelled
+        and the chunks already running (at most one per worker) stop after their current run (the abort
+        event the workers check between runs). The workers are not killed: a worker killed mid-task
+        leaves the pool's semaphores registered, and Python's resource_tracker then warns of "leaked
+        semaphore objects" at exit.
+        """
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            if abort:
+                self._abort.set()
+            pool.shutdown(wait=True, cancel_futures=abort)
+
+    def draw(self, logs: pl.DataFrame, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` independent runs on ``logs`` (any dataset the mechanism takes), flattened.
+
+        Returns
+        -------
+        ndarray, shape (n, d), float64
+            One row per run; the output shape of a run is kept in ``self.shape``.
+
+        Raises
+        ------
+        UsageError
+            The mechanism's output shape changes between runs.
+        UserCodeError
+            A mechanism that returns no real-valued array (or not ``n`` runs when batched).
+        """
+        if self.batched:
+            parts, done = [], 0
+            while done < n:
+                per = 256 if self.shape is None else max(1, CHUNK_CELLS // max(1, int(np.prod(self.shape))))
+                size = min(per, n - done)
+                out = numeric_output(self.fn(logs, rng.spawn(1)[0], n_runs=size), self.who)
+                flat = flatten_runs(out, size, self.who)
+                if self.shape is None:
+                    self.shape = out.shape[1:]
+                elif out.shape[1:] != self.shape:
+                    raise UsageError(f"{self.who} must return a fixed shape; got {out.shape[1:]} after {self.shape}.")
+                parts.append(flat)
+                done += size
+                self.progress(size)
+            return np.concatenate(parts)
+        if self.per_run_s is None:  # time one run: processes only pay off for slow mechanisms
+            t = time.perf_counter()
+            first, shape = _run_serial(self.fn, logs, rng, 1, self.who)
+            self.per_run_s = time.perf_counter() - t
+            self.shape = shape
+            self.progress(1)
+            rest = self.draw(logs, n - 1, rng) if n > 1 else first[:0]
+            return np.concatenate([first, rest])
+        if self.n_jobs <= 1 or n < 2 * self.n_jobs or self.per_run_s * n < PARALLEL_MIN_SERIAL_S:
+            out, shape = _run_serial(self.fn, logs, rng, n, self.who)
+            self.progress(n)
+        else:
+            if self._pool is None:
+                ctx = mp.get_context("spawn")
+                self._abort = ctx.Event()
+                self._pool = cf.ProcessPoolExecutor(self.n_jobs, mp_context=ctx, initializer=_worker_init,
+                                                    initargs=(self._abort,))
+            k = min(n, 4 * self.n_jobs)
+            sizes = [n // k + (i < n % k) for i in range(k)]
+            futs = [self._pool.submit(_run_serial, self.fn, logs, c, s, self.who)
+                    for s, c in zip(sizes, rng.spawn(k))]
+            parts = []
+            for f, s in zip(futs, sizes):
+                part, shape = f.result()
+                parts.append(part)
+                self.progress(s)
+            out = np.concatenate(parts)
+        if self.shape is None:
+            self.shape = shape
+        if shape != self.shape or out.shape[1] != int(np.prod(self.shape)):
+            raise UsageError(f"{self.who} must return a fixed shape; got {out.shape[1]} cells, expected {self.shape}.")
+        return out
+
+
+def pair_leaves_output_unchanged(sampler, pair, tries: int = 3) -> bool:
+    """True when the mechanism gives D and D' the same output under the same random draws, ``tries`` times.
+
+    A mechanism whose statistic the pair does not change (e.g. a user statistic of columns the canary
+    does not touch) is then indistinguishable on the pair by construction. The probe draws use fixed
+    seeds; their outputs are compared and discarded, never reported. The progress bar is not advanced.
+    """
+    update, sampler.progress = sampler.progress, (lambda k: None)
+    try:
+        for i in range(tries):
+            a = sampler.draw(pair.d, 1, np.random.default_rng([PROBE_SEED, i]))
+            b = sampler.draw(pair.d_prime, 1, np.random.default_rng([PROBE_SEED, i]))
+            if a.shape != b.shape or not np.array_equal(a, b):
+                return False
+        return True
+    finally:
+        sampler.progress = update
+
+
+#: Seed of the probe draws of ``pair_leaves_output_unchanged`` (compared, then discarded).
+PROBE_SEED = 20_250_101

@@ -1,0 +1,81 @@
+"""What a training run on logs is given besides the logs, the spec and the learner's parameters.
+
+Two small frozen objects shared by the tabular and linear ``train_from_logs`` and
+``train_dp_pbb`` instead of a dozen keyword parameters threaded through each:
+
+* :class:`BudgetRequest`: the budget as the user gave it (``rho``, or ``epsilon``
+  with ``delta``, and the noise family), resolved by the learner that spends it;
+* :class:`RunContext`: where the run reports (the budget ledger, the run id and
+  output folder named in the ledger entry, the messages to the data holder).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from privaudit.privacy import budget as budget_mod
+from privaudit.privacy.budget import Budget
+
+__all__ = ["BudgetRequest", "RunContext"]
+
+
+@dataclass(frozen=True)
+class BudgetRequest:
+    """A training run's privacy budget as given (nothing resolved yet).
+
+    Attributes
+    ----------
+    rho : float, optional
+        zCDP budget.
+    epsilon, delta : float, optional
+        An (epsilon, delta)-DP target instead of ``rho`` (Gaussian: converted
+        with the tight Canonne-Kamath-Steinke bound), or ``epsilon`` alone
+        (Laplace, pure epsilon-DP; a count release only).
+    mechanism : {"gaussian", "laplace"}
+        The noise family asked for.
+    """
+
+    rho: float | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    mechanism: str = "gaussian"
+
+    @property
+    def given(self) -> bool:
+        """True when any of ``rho``, ``epsilon``, ``delta`` was given."""
+        return any(v is not None for v in (self.rho, self.epsilon, self.delta))
+
+    def resolve(self) -> Budget:
+        """The resolved budget (``privacy.budget.resolve_budget``; its errors: none or both forms given, ...)."""
+        return budget_mod.resolve_budget(rho=self.rho, epsilon=self.epsilon, delta=self.delta,
+                                         mechanism=self.mechanism)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where a training run reports.
+
+    Attributes
+    ----------
+    ledger : path, optional
+        Budget ledger (``privaudit budget init``): checked before any row is
+        read, charged with the run's privacy event once the learner is fitted.
+    run : str, optional
+        The run's identifier in the ledger entry (default: a new random one).
+    output : optional
+        The folder the run writes, named in the ledger entry.
+    echo : callable, optional
+        Messages for the data holder (stderr in the CLI).
+    """
+
+    ledger: str | Path | None = None
+    run: str | None = None
+    output: object = None
+    echo: Callable[[str], None] | None = None
+
+    def say(self, message: str) -> None:
+        """Pass ``message`` to ``echo`` (nothing without one)."""
+        if self.echo is not None:
+            self.echo(message)
