@@ -18,14 +18,14 @@ release:
   across steps h), where differences are noise-free;
 * ``exact_zero``, ``non_finite``, ``integer_valued``: indicator features
   weighted by their frequency difference; catch cells released only when
-  observed (support leak), domains read off the data (B10) and outputs
+  observed (support leak), domains read off the data and outputs
   without noise;
 * ``output_identity``: likelihood ratio of the whole output (hashed), with
   counts from the selection split; catches deterministic or discrete outputs
   (a policy, an un-noised release);
 * ``granularity_2^-m``: mean difference of frac(y 2^m) on the most shifted
   cells (m = 8, 16, 24); catches noise on a coarse grid added to real-valued
-  data, whose low-order digits then carry the data (B1-B3 "granularity");
+  data, whose low-order digits then carry the data ("granularity");
 * ``laplace_lr``: sum over cells of |y - median_D| - |y - median_D'|, the
   Neyman-Pearson statistic for Laplace noise (Neyman-Pearson lemma);
 * ``numpy_laplace_lattice``, ``numpy_normal_lattice``,

@@ -18,15 +18,15 @@ gaussian_rewards       R + N(0, sigma^2), snapped to a 2^-10 grid               
 discrete_gaussian      n + N_Z(0, sigma^2) exact (privaudit's CKS sampler),
                        claimed as rho (generic test)                              correct
 discrete_laplace       n + exact discrete Laplace(Delta_1 / eps)                  correct
-gaussian_small_noise   sigma halved (a wrong noise-scale formula)                 B6
+gaussian_small_noise   sigma halved (a wrong noise-scale formula)                 noise scale
 gaussian_add_remove    Delta_2 = k sqrt(H): add/remove calibration for
-                       substitution (2x under-counted change)                     B15 / B7
-laplace_half_scale     b = Delta_1 / (2 eps): Laplace scale off by 2              B6 / B9
-support_leak           noise only on observed cells, unobserved cells exactly 0  DESIGN "every cell"
-domain_from_data       cells beyond the largest observed state are NaN            B10
-no_k_bound             contribution bounding skipped (k not enforced)             B8
+                       substitution (2x under-counted change)                     neighbour relation
+laplace_half_scale     b = Delta_1 / (2 eps): Laplace scale off by 2              noise scale
+support_leak           noise only on observed cells, unobserved cells exactly 0  domain: every cell gets noise
+domain_from_data       cells beyond the largest observed state are NaN            domain from the data
+no_k_bound             contribution bounding skipped (k not enforced)             contribution bound
 noise_reused_h         one noise draw reused for every step h                     noise shared across h
-granular_rewards       reward sums + noise on a 1/64 grid (float granularity)     B1-B3
+granular_rewards       reward sums + noise on a 1/64 grid (float granularity)     float granularity
 float_gaussian         n + rng.normal(0, sigma) as float64, claimed (1, 1e-5)     float side channel
 float_laplace          n + rng.laplace(0, b) as float64, claimed eps = 1          float side channel
 float_rewards          R + rng.normal(0, sigma) as float64 (not snapped)          float side channel
