@@ -32,7 +32,7 @@ class DPAPVIMechanism(LibraryStatistics):
         As for :class:`ReleaseMechanism` (default ``exact``; ``rounded`` only
         for the GDP opt-in).
     learner_params : dict, optional
-        Passed to :class:`privaudit.learners.tabular.dp_apvi.DPAPVI`.
+        Passed to the learner class (:attr:`learner_class`).
 
     Notes
     -----
@@ -41,6 +41,9 @@ class DPAPVIMechanism(LibraryStatistics):
     """
 
     name = "dp-apvi"
+    #: The learner fitted on each release: a learner that post-processes a release (``reads = "release"``) is
+    #: audited by a subclass that sets ``name`` and ``learner_class`` (docs/learners.md, "Adding a learner").
+    learner_class = DPAPVI
 
     def __init__(self, spec, *, learner_params: dict | None = None, **kw):
         super().__init__(spec, **kw)
@@ -73,7 +76,7 @@ class DPAPVIMechanism(LibraryStatistics):
             rsum = rel.noise_family("rewards", ex["rewards"], rng=st["rewards"]) / rel.families["rewards"].quantum
         counts = TabularCounts.from_arrays(visits if not self.stationary else visits, trans if not self.stationary
                                            else trans[0], horizon=self.spec.H, reward_sums=rsum, noisy=True)
-        learner = DPAPVI(noise_bound=self.E, **self.learner_params)
+        learner = self.learner_class(noise_bound=self.E, **self.learner_params)
         learner.fit(counts, self.spec.public_reward_scaled(), terminal_states=self.spec.terminal_states,
                     reward_range=self.spec.reward_range)
         return np.argmax(learner.policy_.table, axis=-1).astype(np.int64)
