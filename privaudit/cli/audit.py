@@ -10,7 +10,7 @@ from privaudit.audit.choice import MIN_TRIALS
 from privaudit.cli.common import PathArg, as_flags, echo_json, handle_errors
 from privaudit.core import registry
 from privaudit.audit import Claim, load_pair, run_audit
-from privaudit.audit.mechanisms.registry import MECHANISMS
+from privaudit.audit.mechanisms.registry import ADAPTERS
 from privaudit.audit.protocol import FileFunction
 from privaudit.audit.online.catalogue import explore_audit
 from privaudit.audit.online.jdp import ExplorerSetup
@@ -297,7 +297,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         if stationary is None and not linear:  # the one default rule of every command, said
             stationary, said = default_stationary()        # once the mechanism is built (its budget checked)
         try:
-            mech = MECHANISMS[mechanism](spec, mechanism=fam, stationary=bool(stationary), noise=noise, **budget)
+            mech = ADAPTERS[mechanism](spec, mechanism=fam, stationary=bool(stationary), noise=noise, **budget)
         except UsageError as e:  # the mechanism's `rho` / `epsilon` is the budget this command gave it
             raise UsageError(budget_in_flags(str(e), mechanism_rho is not None or mechanism_epsilon is not None)) \
                 from None

@@ -21,7 +21,7 @@ returns ``self``, the policy in ``policy_``, the class attributes of
 :class:`OfflineLearner`; see docs/learners.md, "Adding a learner"), then
 :func:`register` an ``Algorithm`` here (or from your own module, before the
 CLI parses its arguments). A private learner also needs an audit adapter
-(``privaudit.audit.mechanisms.registry.MECHANISMS``, under the same name): a test
+(``privaudit.audit.mechanisms.registry.ADAPTERS``, under the same name): a test
 checks that every private algorithm has one.
 """
 

@@ -83,7 +83,7 @@ from privaudit.privacy.noise import FAMILIES
 #: Node noises drawn per vectorised call on the wide exact path (goe, or Gaussian sigma above 2^15 units).
 WIDE_BLOCK = 256
 #: Noise families a TreeCounter can draw ("none": exact counts, no privacy).
-MECHANISMS = ("laplace", "gaussian", "goe", "none")
+COUNTER_NOISE = ("laplace", "gaussian", "goe", "none")
 #: How the node noise is drawn: exact discrete samplers on integer counters (total variation 0),
 #: or numpy's float samplers (``Generator.laplace`` / ``normal``; not certified, module docstring).
 NOISE_KINDS = ("exact", "continuous")
@@ -224,8 +224,8 @@ class TreeCounter:
 
     def __init__(self, shape, n_releases: int, mechanism: str, scale: float = 0.0, *,
                  rng: np.random.Generator, noise: str = "continuous"):
-        if mechanism not in MECHANISMS:
-            raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Got {mechanism!r}.")
+        if mechanism not in COUNTER_NOISE:
+            raise UsageError(f"`mechanism` must be one of {COUNTER_NOISE}. Got {mechanism!r}.")
         if noise not in NOISE_KINDS:
             raise UsageError(f"`noise` must be one of {NOISE_KINDS}. Got {noise!r}.")
         self.shape = tuple(int(x) for x in np.atleast_1d(shape))

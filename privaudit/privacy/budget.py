@@ -29,9 +29,9 @@ from privaudit.core.errors import AccountingError, UsageError
 from privaudit.privacy import accounting
 from privaudit.core.formatting import num
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA, dp_to_zcdp, zcdp_to_dp
-from privaudit.privacy.noise import GAUSSIAN, LAPLACE, MECHANISMS, NoiseFamily, noise_family
+from privaudit.privacy.noise import GAUSSIAN, LAPLACE, NOISE_FAMILY_NAMES, NoiseFamily, noise_family
 
-__all__ = ["Budget", "resolve_budget", "check_reportable", "short_floor", "DEFAULT_REPORT_DELTA", "MECHANISMS"]
+__all__ = ["Budget", "resolve_budget", "check_reportable", "short_floor", "DEFAULT_REPORT_DELTA", "NOISE_FAMILY_NAMES"]
 
 @dataclass(frozen=True)
 class Budget:

@@ -47,9 +47,9 @@ import math
 import numpy as np
 
 from privaudit.core.errors import UsageError, positive_finite
-from privaudit.privacy.noise import MECHANISMS, gaussian_sigma, laplace_scale, noise_family
+from privaudit.privacy.noise import NOISE_FAMILY_NAMES, gaussian_sigma, laplace_scale, noise_family
 
-__all__ = ["add_noise", "noise_bound", "gaussian_sigma", "laplace_scale", "MECHANISMS", "NOISE_MODES"]
+__all__ = ["add_noise", "noise_bound", "gaussian_sigma", "laplace_scale", "NOISE_FAMILY_NAMES", "NOISE_MODES"]
 NOISE_MODES = ("rounded", "exact")
 
 #: cells drawn per chunk: bounds the temporary memory of add_noise to a few MB

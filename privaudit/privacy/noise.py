@@ -41,7 +41,7 @@ from privaudit.core.errors import UsageError, positive_finite
 from privaudit.privacy import accounting, samplers
 from privaudit.privacy.events import GaussianEvent, LaplaceEvent
 
-__all__ = ["NoiseFamily", "GAUSSIAN", "LAPLACE", "FAMILIES", "MECHANISMS", "noise_family",
+__all__ = ["NoiseFamily", "GAUSSIAN", "LAPLACE", "FAMILIES", "NOISE_FAMILY_NAMES", "noise_family",
            "gaussian_sigma", "laplace_scale"]
 
 
@@ -229,7 +229,7 @@ LAPLACE = NoiseFamily("laplace", "Laplace", "epsilon", "pure-DP", "l1", "b", "la
 #: The families by name.
 FAMILIES = {f.name: f for f in (GAUSSIAN, LAPLACE)}
 #: The names files and CLI flags hold.
-MECHANISMS = tuple(FAMILIES)
+NOISE_FAMILY_NAMES = tuple(FAMILIES)
 
 
 def noise_family(name, what: str = "mechanism") -> NoiseFamily:
@@ -252,4 +252,4 @@ def noise_family(name, what: str = "mechanism") -> NoiseFamily:
     try:
         return FAMILIES[name]
     except (KeyError, TypeError):
-        raise UsageError(f"`{what}` must be one of {MECHANISMS}. Found {name!r}.") from None
+        raise UsageError(f"`{what}` must be one of {NOISE_FAMILY_NAMES}. Found {name!r}.") from None

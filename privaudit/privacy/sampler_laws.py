@@ -33,7 +33,7 @@ from mpmath.libmp import from_int, mpi_div, mpi_exp, mpi_neg
 from privaudit.core.errors import UsageError, positive_finite
 from privaudit.core.formatting import num
 
-MECHANISMS = ("gaussian", "laplace")
+NOISE_FAMILY_NAMES = ("gaussian", "laplace")
 #: the table half-width T is chosen so that P(|Y| > T) is about 2^-_TAIL_BITS
 _TAIL_BITS = 30
 #: largest table half-width (the alias table then has 2^18 columns, 3 MB)
@@ -59,7 +59,7 @@ def law_class(mechanism: str) -> type:
     try:
         return _LAWS[mechanism]
     except (KeyError, TypeError):
-        raise UsageError(f"`mechanism` must be one of {MECHANISMS}. Found {mechanism!r}.") from None
+        raise UsageError(f"`mechanism` must be one of {NOISE_FAMILY_NAMES}. Found {mechanism!r}.") from None
 
 
 # ----------------------------------------------------------------------------

@@ -31,11 +31,11 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.privacy.exact_sampler import ExactSampler, cached_sampler
-from privaudit.privacy.sampler_laws import (GAUSSIAN_SIGMA_MAX, MECHANISMS, bernoulli_exp, half_width,
+from privaudit.privacy.sampler_laws import (GAUSSIAN_SIGMA_MAX, NOISE_FAMILY_NAMES, bernoulli_exp, half_width,
                                             law_parameter)
 
 __all__ = ["exact_noise", "sampler_total_variation", "noise_statement", "get_sampler",
-           "gaussian_sampler_for_variance", "ExactSampler", "MECHANISMS",
+           "gaussian_sampler_for_variance", "ExactSampler", "NOISE_FAMILY_NAMES",
            "GAUSSIAN_SIGMA_MAX", "bernoulli_exp", "table_half_width", "EXACT_PATHS",
            "TABLE_MIN_DRAWS_PER_T"]
 

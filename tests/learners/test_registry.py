@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from privaudit.audit.mechanisms.registry import MECHANISMS
+from privaudit.audit.mechanisms.registry import ADAPTERS
 from privaudit.cli import audit as cli_audit
 from privaudit.cli import explore as cli_explore
 from privaudit.cli import train as cli_train
@@ -30,7 +30,7 @@ def test_cli_and_audit_choices_come_from_the_registry():
     private = registry.names(family=registry.OFFLINE, private=True)
     assert private == ("dp-apvi", "dp-pbb", "dp-vapvi")
     assert cli_audit.BUILTIN == ("release",) + private
-    assert set(MECHANISMS) == set(cli_audit.BUILTIN)  # every private algorithm has an audit adapter
+    assert set(ADAPTERS) == set(cli_audit.BUILTIN)  # every private algorithm has an audit adapter
 
 
 def test_families_partition_the_names_and_train_refuses_the_other_family(tmp_path):

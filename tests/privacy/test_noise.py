@@ -10,7 +10,7 @@ from privaudit.privacy import accounting
 from privaudit.privacy.budget import resolve_budget
 from privaudit.privacy.events import GaussianEvent, LaplaceEvent, PrivacyUnit
 from privaudit.privacy.mechanisms import add_noise, noise_bound
-from privaudit.privacy.noise import (FAMILIES, GAUSSIAN, LAPLACE, MECHANISMS, gaussian_sigma, laplace_scale,
+from privaudit.privacy.noise import (FAMILIES, GAUSSIAN, LAPLACE, NOISE_FAMILY_NAMES, gaussian_sigma, laplace_scale,
                                      noise_family)
 from privaudit.privacy.samplers import exact_noise
 
@@ -20,7 +20,7 @@ UNIT = PrivacyUnit("episode_id", 1)
 def test_lookup_by_name_and_unknown_name_refused():
     assert noise_family("gaussian") is GAUSSIAN and noise_family("laplace") is LAPLACE
     assert noise_family(GAUSSIAN) is GAUSSIAN
-    assert MECHANISMS == ("gaussian", "laplace") and set(FAMILIES) == set(MECHANISMS)
+    assert NOISE_FAMILY_NAMES == ("gaussian", "laplace") and set(FAMILIES) == set(NOISE_FAMILY_NAMES)
     with pytest.raises(UsageError, match=r"`mechanism` must be one of \('gaussian', 'laplace'\). Found 'goe'"):
         noise_family("goe")
     with pytest.raises(UsageError, match="`noise_kind` must be one of"):

@@ -12,5 +12,5 @@ from privaudit.audit.mechanisms.dp_vapvi import DPVAPVIMechanism
 from privaudit.audit.mechanisms.release import ReleaseMechanism
 
 #: --mechanism names of the CLI -> adapter class
-MECHANISMS = {"release": ReleaseMechanism, "dp-apvi": DPAPVIMechanism, "dp-pbb": DPPBBMechanism,
+ADAPTERS = {"release": ReleaseMechanism, "dp-apvi": DPAPVIMechanism, "dp-pbb": DPPBBMechanism,
               "dp-vapvi": DPVAPVIMechanism}

@@ -33,7 +33,7 @@ from click.testing import CliRunner
 from privaudit.audit import AuditSettings, run_audit
 from privaudit.audit.mechanisms import dp_pbb as dp_pbb_adapter
 from privaudit.audit.mechanisms.dp_pbb import DPPBBMechanism
-from privaudit.audit.mechanisms.registry import MECHANISMS
+from privaudit.audit.mechanisms.registry import ADAPTERS
 from privaudit.audit.graybox import graybox_check
 from privaudit.audit.runner import default_canary
 from privaudit.cli import main
@@ -56,7 +56,7 @@ def _audit(mech, strategy="synthetic", trials=20_000, seed=0, graybox=True):
 @pytest.mark.parametrize("stationary,c", [(True, 1), (True, 2), (False, 1)])
 def test_synthetic_pair_attains_the_declared_capped_sensitivities(stationary, c):
     mech = DPPBBMechanism(SPEC, rho=1.0, stationary=stationary, max_per_cell=c)
-    assert MECHANISMS["dp-pbb"] is DPPBBMechanism and default_canary(mech) == "synthetic"
+    assert ADAPTERS["dp-pbb"] is DPPBBMechanism and default_canary(mech) == "synthetic"
     pair = mech.make_pair(None, SPEC, "synthetic", rng=np.random.default_rng(0))
     assert pair.description["kind"] == "synthetic-spread"
     mech.prepare(pair.d, pair.d_prime)

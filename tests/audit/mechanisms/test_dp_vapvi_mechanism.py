@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from privaudit.audit import run_audit
 from privaudit.audit.mechanisms.dp_vapvi import DPVAPVIMechanism
-from privaudit.audit.mechanisms.registry import MECHANISMS
+from privaudit.audit.mechanisms.registry import ADAPTERS
 from privaudit.audit.mechanisms.dp_vapvi import linear_canary_pair
 from privaudit.learners.linear import DPVAPVI
 from privaudit.learners.linear import privacy as lp
@@ -49,7 +49,7 @@ def _audit(mech, seed=0):
 
 
 def test_registered_and_canary_attains_frobenius_sensitivity():
-    assert MECHANISMS["dp-vapvi"] is DPVAPVIMechanism
+    assert ADAPTERS["dp-vapvi"] is DPVAPVIMechanism
     mech = DPVAPVIMechanism(SPEC, rho=RHO)
     pair = mech.make_pair(LOGS, SPEC, "rare", rng=np.random.default_rng(0))
     assert pair.description["kind"] == "canary-linear"

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from privaudit.audit.mechanisms.registry import MECHANISMS
+from privaudit.audit.mechanisms.registry import ADAPTERS
 from privaudit.cli import main
 from privaudit.core.errors import BudgetExceededError
 from privaudit.learners.policy import load_policy
@@ -437,7 +437,7 @@ def test_audit_adapter_runs_the_learner_and_claims_its_event(small_logs):
     ids = df["episode_id"].unique().sort()
     d = df.filter(pl.col("episode_id").is_in(ids[:200].implode()))
     d2 = df.filter(pl.col("episode_id").is_in(ids[1:201].implode()))
-    mech = MECHANISMS["dp-pbb"](spec, rho=0.5, stationary=True, view="policy").prepare(d, d2)
+    mech = ADAPTERS["dp-pbb"](spec, rho=0.5, stationary=True, view="policy").prepare(d, d2)
     out = mech(d, np.random.default_rng(0))
     assert out.shape == (spec.H, spec.S) and out.dtype == np.int64
     assert mech(d, np.random.default_rng(0), n_runs=2).shape == (2, spec.H, spec.S)
