@@ -1,25 +1,26 @@
 """DP evaluation of any tabular policy from logs: a noisy capped-model value and a proven lower bound.
 
 The mechanism (docs/certificates.md, "Policy evaluation from logs", which
-holds the theorem and its proof): on bounded logs, keep one stay per
-privacy unit (``ope.model.held_out_stays``), compute the capped model's value
-V' and absorbed mass L of the policy (``ope.model.capped_model_value``, a
-public coverage scale m), and release both with exact discrete Gaussian
-noise on a 2^-b lattice. Sensitivities, substitution of one unit (scaled
-reward units, l_h from ``ope.model.lipschitz_bounds``):
+holds the theorem, its proof and the sensitivities): on bounded logs, keep
+one stay per privacy unit (``ope.model.held_out_stays``), compute the capped
+model's value V', absorbed mass L and weighted variance proxy
+Q = sum_j R_j^2 q_j of the policy (``ope.model.capped_model_value``, a public
+coverage scale m), and release the three with exact discrete Gaussian noise
+on 2^-b lattices. Sensitivities under substitution of one unit (scaled reward
+units; l_j from ``ope.model.lipschitz_bounds``, R_j = min(l_j, b_j), j = 0
+the start and j = 1..H the steps h = j - 1, T_j = sum_{j' > j} R_{j'}^2):
 
-    Delta(V') = 2 (l_0 + sum_{h<H} l_h) / m,     Delta(L) = 6 (H + 1) / m,
+    Delta(V') = 2 sum_j l_j / m,   Delta(L) = 6 (H + 1) / m,   Delta(Q) = 2 sum_j (R_j^2 + 4 T_j) / m^2,
 
-plus one lattice step each for the rounding. The budget is split 3/4 to V'
-and 1/4 to L. The certificate is post-processing:
+plus one lattice step each for the rounding. The budget is split
+:data:`SHARES`. The certificate is post-processing: with Q+ an upper
+confidence bound of Q (never above the public Q_max = sum_j R_j^2 / m),
 
-    lower = V~' - b/2 - sigma_V sqrt(2 log(4/alpha)) - sqrt(2 v log(4/(3 alpha))),
-    v = sum over the start and the H steps of R_j^2 / (4 m),  R_j = min(l_j, b_j),
+    lower = V~' - (noise tail of V') - min over a grid of lambda of [log(G / a) / lambda + lambda Q+ / 8],
 
 a lower bound on the policy's value at its start distribution with
-probability >= 1 - alpha over the held-out stays and the noise
-(alpha/4 to the noise, 3 alpha/4 to the sampling); the two-sided
-interval adds the absorbed mass on its upper side (each end at alpha/2).
+probability >= 1 - alpha over the held-out stays and the noise; the
+two-sided interval adds the absorbed mass on its upper side.
 """
 
 from __future__ import annotations
@@ -48,8 +49,13 @@ __all__ = ["PolicyEvaluation", "evaluate_policy_on_logs", "CONFIDENCE_DEFAULT", 
 CONFIDENCE_DEFAULT = 0.95
 #: Default coverage scale m (public): cells are trusted up to an importance ratio of about n / m.
 COVERAGE_DEFAULT = 10_000.0
-#: Shares of the budget: the model value and the absorbed mass.
-SHARES = {"value": 0.75, "lost_mass": 0.25}
+#: Shares of the budget: the model value, the absorbed mass and the variance proxy.
+SHARES = {"value": 0.7, "lost_mass": 0.1, "variance": 0.2}
+#: Shares of a failure probability a: sampling (the martingale), the noise of V', of Q (and of L, upper side).
+_FAILURE = {"sampling": 0.6, "value": 0.25, "variance": 0.15}
+#: Grid of the martingale's lambda: G values, ratio 2, from the one optimal at Q = Q_max (covers Q down to
+#: Q_max / 4^(G-1); below that the last lambda is used: still valid, slightly wider).
+_GRID = 6
 #: Sensitivity in lattice units is about 2^_LATTICE_BITS (rounding adds one unit).
 _LATTICE_BITS = 20
 
@@ -102,7 +108,10 @@ class PolicyEvaluation:
                              f"declared units). Found {list(spec.reward_range)}.")
         ell = lipschitz_bounds(spec)
         H = spec.horizon
-        sens = {"value": 2.0 * (ell[0] + ell[:H].sum()) / m, "lost_mass": 6.0 * (H + 1) / m}
+        R2 = _ranges(spec, ell) ** 2
+        tails = np.concatenate([np.cumsum(R2[::-1])[::-1][1:], [0.0]])
+        sens = {"value": 2.0 * (ell[0] + ell[:H].sum()) / m, "lost_mass": 6.0 * (H + 1) / m,
+                "variance": 2.0 * float(np.sum(R2 + 4.0 * tails)) / (m * m)}
         parts = budget.split(SHARES)
         bits, l2, sig = {}, {}, {}
         for name, s in sens.items():
@@ -135,7 +144,9 @@ class PolicyEvaluation:
 
     def noisy(self, model: ModelValue, *, rng: np.random.Generator) -> dict:
         """Round each statistic to its lattice (nearest), add exact discrete Gaussian noise, rescale."""
-        exact = {"value": model.value, "lost_mass": model.lost_mass}
+        R2 = _ranges(self.spec, self.lipschitz) ** 2
+        exact = {"value": model.value, "lost_mass": model.lost_mass,
+                 "variance": float(np.dot(R2, model.weight_squares))}
         draws = discrete_gaussian_batch([(Fraction(self.sigma_lattice[f]) ** 2, 1) for f in SHARES], rng=rng)
         return {f: float(int(to_grid_nearest(np.array([exact[f]]), self.bits[f])[0]) + int(d[0])) * self.step(f)
                 for f, d in zip(SHARES, draws)}
@@ -163,36 +174,50 @@ class PolicyEvaluation:
         if not (0 < conf < 1):
             raise UsageError(f"`confidence` must lie in (0, 1). Found {confidence!r}.")
         alpha = 1.0 - conf
-        H = self.spec.horizon
-        b = self.spec.value_bounds()
-        R = np.minimum(self.lipschitz, b)
-        v = (R[0] ** 2 + float(np.sum(R[:H] ** 2))) / (4.0 * self.coverage)
+        R = _ranges(self.spec, self.lipschitz)
+        q_max = float(np.sum(R ** 2)) / self.coverage
         top = float(R[0])
-
-        def width(a: float) -> float:  # sub-Gaussian martingale tail (Azuma-Hoeffding)
-            return math.sqrt(2.0 * v * math.log(1.0 / a))
+        V, L, Q = noisy["value"], noisy["lost_mass"], noisy["variance"]
 
         def noise(name: str, a: float) -> float:  # discrete Gaussian tail (sub-Gaussian) + rounding
             return self.sigma(name) * math.sqrt(2.0 * math.log(1.0 / a)) + 0.5 * self.step(name)
 
-        V, L = noisy["value"], noisy["lost_mass"]
-        lower = V - noise("value", alpha / 4) - width(3 * alpha / 4)
-        lo2 = V - noise("value", alpha / 8) - width(3 * alpha / 8)
-        hi2 = (V + noise("value", alpha / 16) + width(3 * alpha / 8)
-               + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 16))))
+        def width(a: float) -> float:  # the martingale's tail at Q+ (failure a: sampling and Q's noise)
+            q_plus = min(q_max, max(0.0, Q + noise("variance", _FAILURE["variance"] * a)))
+            return _martingale_width(q_plus, q_max, _FAILURE["sampling"] * a)
+
+        lower = V - noise("value", _FAILURE["value"] * alpha) - width(alpha)
+        lo2 = V - noise("value", _FAILURE["value"] * alpha / 2) - width(alpha / 2)
+        hi2 = (V + noise("value", _FAILURE["value"] * alpha / 4) + width(alpha / 4)  # L takes alpha/4 of alpha/2
+               + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 4))))
         scale = float(self.spec.reward_range[1])
         clip = (lambda x: float(np.clip(x, 0.0, top)) * scale)
         return {"estimate": V * scale, "lower_bound": clip(lower), "interval": [clip(lo2), clip(hi2)],
-                "confidence": conf, "sampling_width": width(3 * alpha / 4) * scale,
-                "noise_width": noise("value", alpha / 4) * scale, "coverage": self.coverage,
+                "confidence": conf, "sampling_width": width(alpha) * scale,
+                "noise_width": noise("value", _FAILURE["value"] * alpha) * scale, "coverage": self.coverage,
                 "method": ("capped per-step model of the policy on one stay per privacy unit; lower bound = "
-                           "noisy model value - noise tail - Azuma-Hoeffding width (docs/certificates.md)")}
+                           "noisy model value - noise tail - martingale width at a noisy variance bound "
+                           "(docs/certificates.md)")}
 
     def describe(self) -> dict:
         """Public description: coverage, sensitivities, sigmas (real units), budget shares."""
         return {"coverage": self.coverage, "shares": dict(SHARES),
                 "statistics": {f: {"l2": self.l2_lattice[f] * self.step(f), "sigma": self.sigma(f)}
                                for f in SHARES}}
+
+
+def _ranges(spec: DomainSpec, lipschitz: np.ndarray) -> np.ndarray:
+    """R_j = min(l_j, b_j) for j = 0 (the start) and j = 1..H (steps h = j - 1): the targets' ranges."""
+    H = spec.horizon
+    R = np.minimum(lipschitz[:H], spec.value_bounds()[:H])
+    return np.concatenate([R[:1], R])
+
+
+def _martingale_width(q_plus: float, q_max: float, a: float) -> float:
+    """min over the lambda grid of log(G/a)/lambda + lambda q_plus/8 (Ville's inequality, union over G)."""
+    log_term = math.log(_GRID / a)
+    lam = math.sqrt(8.0 * log_term / q_max) * np.exp2(np.arange(_GRID))
+    return float(np.min(log_term / lam + lam * q_plus / 8.0))
 
 
 def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, pi: np.ndarray, *, budget: Budget,

@@ -175,10 +175,14 @@ class ModelValue:
         V' (absorbed mass earns 0), in [0, l_0].
     lost_mass : float
         L = mass absorbed by the caps (start cell included), in [0, 1].
+    weight_squares : ndarray, shape (H + 1,)
+        q_j = sum of w^2 over the start cell (j = 0) and over step j - 1's
+        transitions (j = 1..H); each q_j <= 1/m.
     """
 
     value: float
     lost_mass: float
+    weight_squares: np.ndarray
 
 
 def capped_model_value(stays: HeldOutStays, pi: np.ndarray, spec: DomainSpec, coverage: float) -> ModelValue:
@@ -203,8 +207,8 @@ def capped_model_value(stays: HeldOutStays, pi: np.ndarray, spec: DomainSpec, co
     -----
     Per step h: x = d'_h(s) pi_h(a|s), w = x / max(n_h(s,a), m x) (0 where
     x = 0), value += sum of w r over the step's transitions, L += sum of
-    x - n w, d'_{h+1} = sum of w into each next state, terminal states set
-    to 0. Cost O(T + H S A).
+    x - n w, q_{h+1} = sum of w^2, d'_{h+1} = sum of w into each next state,
+    terminal states set to 0. Cost O(T + H S A).
     """
     S, A, H = spec.n_states, spec.n_actions, spec.horizon
     m = float(coverage)
@@ -213,6 +217,8 @@ def capped_model_value(stays: HeldOutStays, pi: np.ndarray, spec: DomainSpec, co
     d = y0 * np.bincount(stays.start_states, minlength=S) / max(n, 1)
     lost = 1.0 - y0
     value = 0.0
+    q = np.zeros(H + 1)
+    q[0] = y0 * y0 / n if n else 0.0
     bounds = np.searchsorted(stays.step, np.arange(H + 1))
     terminal = list(spec.terminal_states)
     for h in range(H):
@@ -223,8 +229,9 @@ def capped_model_value(stays: HeldOutStays, pi: np.ndarray, spec: DomainSpec, co
         M = np.maximum(n_sa, m * x)
         f = np.divide(x, M, out=np.zeros_like(x), where=M > 0)
         lost += float(np.sum(x - f * n_sa))
+        q[h + 1] = float(np.dot(n_sa, f * f))
         w = f[cell]
         value += float(np.dot(w, stays.reward[sl]))
         d = np.bincount(stays.next_state[sl], weights=w, minlength=S)
         d[terminal] = 0.0
-    return ModelValue(value=value, lost_mass=min(max(lost, 0.0), 1.0))
+    return ModelValue(value=value, lost_mass=min(max(lost, 0.0), 1.0), weight_squares=q)

@@ -7,6 +7,7 @@ they hold nothing the summary does not: no seed, no count of the private logs.
 from __future__ import annotations
 
 from privaudit.core.formatting import num
+from privaudit.pipeline.certify import certification_lines
 
 
 def _f(x, nd=4) -> str:
@@ -68,6 +69,10 @@ def format_table(summary: dict, out: str) -> str:
             lines.append(f"  note        {p['name']} falls back to the tie-break (imitation of the behaviour) at "
                          f"{100 * dg['fallback_share']:.0f}% of its steps: too little data for this budget "
                          "to learn from outcomes (see report.md)")
+    held = summary.get("held_out_certification")
+    if held is not None:  # pipeline.certify: each policy's held-out lower bound next to the clinicians' interval
+        lines += [f"  held-out    {line}" for line in certification_lines(held["policies"],
+                                                                           held["clinicians_interval"])]
     a = summary["audit"]
     if a is None:
         lines.append("  audit       skipped")
