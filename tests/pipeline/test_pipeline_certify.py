@@ -9,24 +9,19 @@ import json
 
 import polars as pl
 import pytest
-from click.testing import CliRunner
-
-from privaudit.cli import main
 from privaudit.core.spec import load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, improvement_certified, split_held_out)
 from privaudit.privacy.ledger import ledger_status
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+from tests.cli.test_evaluate_logs_cli import run
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
+    """8,000 stays of a random per-step MDP (4 states, 2 actions, H = 3) with its spec and MDP file."""
     d = tmp_path_factory.mktemp("hold")
-    res = run("simulate", "random-tabular", "--states", 4, "--actions", 2, "--horizon", 3, "--instance-seed", 2,
-              "--episodes", 8000, "--behaviour", "uniform", "--seed", 1, "--out", d / "logs.parquet",
+    args = ["random-tabular", "--states", 4, "--actions", 2, "--horizon", 3, "--instance-seed", 2, "--episodes", 8000]
+    res = run("simulate", *args, "--behaviour", "uniform", "--seed", 1, "--out", d / "logs.parquet",
               "--spec-out", d / "spec.json", "--mdp-out", d / "mdp.npz")
     assert res.exit_code == 0, res.output
     return d
