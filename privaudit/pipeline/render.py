@@ -179,6 +179,11 @@ def render_markdown(summary: dict) -> str:
     L += ["| " + " | ".join(VALUES_COLUMNS) + " |", "|" + "---|" * len(VALUES_COLUMNS)]
     L += ["| " + " | ".join(r) + " |" for r in values_table(summary)]
     L += [""] + _values_notes(summary)
+    held = summary.get("held_out_certification")
+    if held is not None:  # pipeline.certify (--hold-out)
+        L += ["", "**Held-out certification** (`--hold-out`; privaudit's docs/certificates.md): each policy's DP "
+              f"lower bound on the privacy units held out from training ({held['split']}; {held['composition']}):",
+              ""] + [f"* {line}" for line in certification_lines(held["policies"], held["clinicians_interval"])] + [""]
     if ev is not None and ev["references"]:
         L += ["Reference policies: " + ", ".join(f"{k} {v:.4f}" for k, v in ev["references"].items())
               + f"; optimal {ev['optimal_value']:.4f}.", ""]

@@ -67,5 +67,6 @@ def test_pipeline_hold_out_certifies_each_policy_and_charges_the_ledger(files, t
         assert c["lower_bound"] <= exact  # fails with probability < 5% (OS noise)
         assert f"{name}: certified value {c['lower_bound']:.4f}" in res.stdout
     assert "clinicians: DP interval" in res.stdout
+    assert "**Held-out certification**" in (tmp_path / "o" / "report.md").read_text()
     entries = ledger_status(ledger)["entries"]
     assert sum("held-out certification" in e.get("description", "") for e in entries) == len(held["policies"])
