@@ -11,7 +11,8 @@ Protocol
   bounded) once.
 * Split: units by ``ope.split.unit_part`` (a public hash of the unit id):
   part 0 trains, part 1 (held out, about n/2 units) certifies.
-* At each (epsilon, delta = 1e-6): DP-PBB (pooled counts, its defaults)
+* At each (epsilon, delta = 1e-6): DP-PBB (pooled counts, its defaults;
+  ``--failure-probs`` adds more pessimistic alternatives, each its own run)
   trained on part 0 with the whole budget; on part 1, 3/4 of the budget to
   ``ope.evaluate`` (the policy's DP lower bound at 95% and its interval) and
   1/4 to the clinicians' DP value interval (``release.behaviour_value``).
@@ -49,7 +50,7 @@ from privaudit.privacy.budget import resolve_budget
 from privaudit.release.behaviour_value import BehaviourValueRelease, estimate_behaviour_value
 
 
-def run(sizes, epsilons, coverages, seed, out):
+def run(sizes, epsilons, coverages, seed, out, failure_probs=(0.05,)):
     mdp = load_icu_sepsis()
     spec = DomainSpec.from_dict(icu_sepsis_spec_doc())
     clin = clinicians_policy()
@@ -67,16 +68,18 @@ def run(sizes, epsilons, coverages, seed, out):
             for eps in epsilons:
                 budget = resolve_budget(epsilon=eps, delta=1e-6)
                 parts = budget.split({"evaluate": 0.75, "clinicians": 0.25})
-                t1 = time.perf_counter()
-                pbb = train_dp_pbb(train, spec, stationary=True, budget=budget, seed=int(rng.integers(2**31)))
-                pi = pbb.learner.policy_.table
-                true = evaluate_policy(mdp, pi)
                 bv = BehaviourValueRelease.plan(spec, parts["clinicians"])
                 clin_ci = estimate_behaviour_value(bv.apply(held.bounded, rng=rng))
-                for m in coverages:
+                for fp, m in ((fp, m) for fp in failure_probs for m in coverages):
+                    t1 = time.perf_counter()
+                    if m == coverages[0]:  # one DP-PBB policy per failure_prob (each an alternative run)
+                        pbb = train_dp_pbb(train, spec, stationary=True, budget=budget, seed=int(rng.integers(2**31)),
+                                           params={"failure_prob": fp})
+                        pi = pbb.learner.policy_.table
+                        true = evaluate_policy(mdp, pi)
                     res = evaluate_policy_on_logs(held, spec, pi, budget=parts["evaluate"], coverage=m,
                                                   seed=int(rng.integers(2**31)))
-                    row = {"n": n, "epsilon": eps, "coverage": m, "true_value": true,
+                    row = {"n": n, "epsilon": eps, "coverage": m, "failure_prob": fp, "true_value": true,
                            "dp_pbb_own_certificate": float(pbb.learner.declared_values()[0] @ mdp.d0),
                            "estimate": res["estimate"], "lower_bound": res["lower_bound"],
                            "interval": res["interval"], "sampling_width": res["sampling_width"],
@@ -88,10 +91,10 @@ def run(sizes, epsilons, coverages, seed, out):
                     print(json.dumps(row), flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1))
-    print("| n | eps | m | true value | lower bound (95%) | interval | clinicians' DP interval | gap |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| n | eps | failure_prob | m | true value | lower bound (95%) | interval | clinicians' DP interval | gap |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['n']:,} | {r['epsilon']} | {r['coverage']:,.0f} | {r['true_value']:.3f} | "
+        print(f"| {r['n']:,} | {r['epsilon']} | {r['failure_prob']:g} | {r['coverage']:,.0f} | {r['true_value']:.3f} | "
               f"{r['lower_bound']:.3f} | [{r['interval'][0]:.3f}, {r['interval'][1]:.3f}] | "
               f"[{r['clinicians_interval'][0]:.3f}, {r['clinicians_interval'][1]:.3f}] | "
               f"{r['gap_to_improvement']:.3f} |")
@@ -102,10 +105,12 @@ def main():
     p.add_argument("--sizes", type=int, nargs="+", default=[200_000, 1_000_000])
     p.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 5.0])
     p.add_argument("--coverages", type=float, nargs="+", default=[5_000, 10_000, 20_000, 40_000])
+    p.add_argument("--failure-probs", type=float, nargs="+", default=[0.05],
+                   help="DP-PBB's failure_prob: smaller = more pessimistic = closer to the clinicians' support")
     p.add_argument("--seed", type=int, default=2028)
     p.add_argument("--out", type=Path, default=Path("experiments/results/certify_icu.json"))
     a = p.parse_args()
-    run(a.sizes, a.epsilons, a.coverages, a.seed, a.out)
+    run(a.sizes, a.epsilons, a.coverages, a.seed, a.out, a.failure_probs)
 
 
 if __name__ == "__main__":
