@@ -94,11 +94,12 @@ def held_out_stays(bounded: pl.LazyFrame | pl.DataFrame, spec: DomainSpec) -> He
     unit = unit_column_of(lf)
     c = pl.col
     ep = c("episode_id")
-    keep = (lf.select(unit, "episode_id").unique()
-            .with_columns(episode_priority(ep).alias("_p"), episode_id_text(ep).alias("_t"))
-            .sort(unit, "_p", "_t").group_by(unit, maintain_order=True).first().select("episode_id"))
-    rows = (lf.join(keep, on="episode_id", how="semi")
-            .select("episode_id", "step", "state", "action", "next_state", "reward").sort("step").collect())
+    if unit != "episode_id":  # several stays per unit: keep the one with the smallest priority key
+        keep = (lf.select(unit, "episode_id").unique()
+                .with_columns(episode_priority(ep).alias("_p"), episode_id_text(ep).alias("_t"))
+                .sort(unit, "_p", "_t").group_by(unit, maintain_order=True).first().select("episode_id"))
+        lf = lf.join(keep, on="episode_id", how="semi")
+    rows = lf.select("episode_id", "step", "state", "action", "next_state", "reward").sort("step").collect()
     h = rows["step"].to_numpy().astype(np.int64)
     s2 = rows["next_state"].to_numpy().astype(np.int64)
     public = spec.public_reward_scaled()

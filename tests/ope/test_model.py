@@ -73,3 +73,25 @@ def test_a_policy_row_that_is_not_a_distribution_is_refused_with_its_step_and_st
         policy_table_for(pi, _spec(True))
     with pytest.raises(UsageError, match=r"shape \(H, S, A\) = \(3, 4, 2\)"):
         policy_table_for(np.full((S, A + 1), 1 / 3), _spec(True))
+
+
+def test_logs_without_a_unit_column_take_each_stay_as_its_unit():
+    """Before: a frame without ``unit_id`` (each episode its own unit) raised a polars DuplicateError."""
+    rng = np.random.default_rng(0)
+    df = pl.DataFrame(sum([_unit(rng, u) for u in range(5)], []))
+    with_units = held_out_stays(df, _spec(True))
+    without = held_out_stays(df.drop("unit_id"), _spec(True))
+    assert without.n_units == with_units.n_units == 5
+    assert np.array_equal(np.sort(without.start_states), np.sort(with_units.start_states))
+
+
+def test_one_stay_is_kept_per_unit_and_depends_on_that_unit_alone():
+    """Three different stays per unit: one is kept, the same one as when the unit is alone in the logs."""
+    rng = np.random.default_rng(1)
+    stays = [[dict(r, episode_id=3 * u + j, unit_id=u) for r in _unit(rng, u)] for u in range(6) for j in range(3)]
+    df = pl.DataFrame(sum(stays, []))
+    kept = held_out_stays(df, _spec(True))
+    alone = [held_out_stays(df.filter(pl.col("unit_id") == u), _spec(True)) for u in range(6)]
+    assert kept.n_units == 6 and all(a.n_units == 1 for a in alone)
+    assert kept.step.size == sum(a.step.size for a in alone) < df.height
+    assert sorted(kept.start_states) == sorted(np.concatenate([a.start_states for a in alone]))
