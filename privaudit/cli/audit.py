@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from privaudit.audit.choice import MIN_TRIALS
@@ -19,7 +17,8 @@ from privaudit.audit.runner import AuditSettings, default_canary
 from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.core.errors import UsageError
 from privaudit.core.atomic import atomic_paths
-from privaudit.core.outputs import check_writable
+from privaudit.audit.plotting import AUDIT_PLOT_MARK
+from privaudit.core.outputs import check_outputs, json_output, png_output
 from privaudit.privacy import budget as budget_mod
 from privaudit.core.spec import load_spec
 from privaudit.release.tabular import default_stationary
@@ -144,7 +143,7 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "rounded for the GDP opt-in).")
 @click.option("--out", "out", required=True, type=PathArg(dir_okay=False), help="REPORT.json to write.")
 @click.option("--plot", "plot", type=PathArg(dir_okay=False), default=None, help="REPORT.png (trade-off plot).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing --out / --plot file (refused otherwise).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out / --plot if it is an earlier audit report / plot (only then).")
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the audit (OS entropy if omitted).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Processes for unbatched mechanisms.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
@@ -201,7 +200,8 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     Errors in user code (FILE.py:NAME for --mechanism or --score: import
     error, wrong signature, an exception, a non-numeric output) are reported
     naming FILE.py:NAME with exit 2. An existing --out / --plot is refused
-    unless --overwrite.
+    unless --overwrite, which replaces only an earlier audit report / plot,
+    never a file the audit reads (exit 2, before any run).
 
     --mechanism-rho / --mechanism-epsilon run a built-in at that budget; the
     claim stays as claimed. Combinations that cannot run as asked (Laplace
@@ -236,7 +236,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         if given:
             raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {mechanism}: an online explorer is audited on "
                              "simulated user streams (--env) it builds itself. Remove the option(s).")
-        _check_outputs(out, plot, overwrite)
+        _check_outputs(out, plot, overwrite, _reads(logs_path, spec_path, pair, mechanism, scores, env_name))
         env_options = {"horizon": horizon if horizon is not None else (
                            2 if env_name in (None, "riverswim", "random-tabular") else None),
                        "states": states if states is not None else (2 if env_name in (None, "riverswim") else None),
@@ -260,7 +260,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         raise UsageError("--spec is required (except for --mechanism explore:ALGO).")
     if (logs_path is None) == (pair is None):
         raise UsageError("give exactly one input: --logs LOGS (a canary pair is built) or --pair D D2.")
-    _check_outputs(out, plot, overwrite)
+    _check_outputs(out, plot, overwrite, _reads(logs_path, spec_path, pair, mechanism, scores, env_name))
     spec = load_spec(spec_path)
     if claim_rho is not None:
         claim = Claim.from_rho(claim_rho, 1e-6 if delta is None else delta, kind=claim_kind)
@@ -360,18 +360,24 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     _finish(rep, out, plot, confidence, as_json)
 
 
-def _check_outputs(out, plot, overwrite) -> None:
-    """Refuse an existing --out / --plot (unless --overwrite), one path for both, and an unwritable one,
-    before any run."""
-    if plot and Path(plot).resolve() == Path(out).resolve():  # the figure would replace the report
-        raise UsageError(f"--out and --plot must be different files (both are {out}).")
-    if not overwrite:  # like release/train/pipeline: never replace a file silently; checked before any run
-        for opt, path in (("--out", out), ("--plot", plot)):
-            if path and Path(path).exists():
-                raise UsageError(f"{opt} {path} already exists; choose another path or pass --overwrite.")
-    for opt, path in (("--out", out), ("--plot", plot)):
-        if path:
-            check_writable(path, opt)  # before any trial is run
+#: What --overwrite may replace: a report and a plot written by an earlier audit.
+AUDIT_REPORT = json_output("an earlier audit report (a JSON file written by privaudit audit)",
+                           lambda d: (d.get("software") or {}).get("name") == "privaudit" and "verdict" in d)
+AUDIT_PLOT = png_output("an earlier audit plot (a PNG written by privaudit audit)", AUDIT_PLOT_MARK)
+
+
+def _check_outputs(out, plot, overwrite, reads) -> None:
+    """Refuse, before any run, an --out / --plot at one path, at a path the audit reads, existing (unless
+    --overwrite and it is an earlier audit report / plot), or unwritable (``core.outputs.check_outputs``)."""
+    check_outputs([("--out", out, AUDIT_REPORT), ("--plot", plot, AUDIT_PLOT)], reads, overwrite)
+
+
+def _reads(logs_path, spec_path, pair, mechanism, scores, env_name) -> list[tuple[str, object]]:
+    """The files the audit reads: logs, spec, the pair, user code (FILE.py of FILE.py:NAME), the MDP file."""
+    code = [("--mechanism", mechanism.rpartition(":")[0] if ".py:" in mechanism else None)]
+    code += [("--score", s.rpartition(":")[0]) for s in scores]
+    return [("--logs", logs_path), ("--spec", spec_path), ("--env", env_name),
+            *(("--pair", p) for p in (pair or ()))] + code
 
 
 #: Said after the verdict, from the report's ``shareable`` field (docs/audit.md "Which reports may be shared").

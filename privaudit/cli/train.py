@@ -9,7 +9,7 @@ import click
 from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, handle_errors
 from privaudit.core.errors import UsageError
 from privaudit.core.formatting import num
-from privaudit.core.outputs import check_writable, output_lock
+from privaudit.core.outputs import check_outputs, output_lock
 from privaudit.core import registry
 from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.linear.logs import local_log_path, train_from_logs as linear_train_from_logs
@@ -110,7 +110,10 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     if (logs is None) == (release_dir is None):
         raise UsageError("give exactly one input: LOGS (with --spec SPEC) or --release DIR.")
     out = Path(out)
-    check_writable(out, "--out")  # before the logs are read or any budget is checked
+    # before the logs are read or any budget is checked: a new folder, never an input
+    check_outputs([("--out", out, None)], [("LOGS", logs), ("--spec", spec_path), ("--release", release_dir),
+                                          ("--ledger", ledger), ("--ledger", ledger and f"{ledger}.head")],
+                  overwrite=None)
     # held until the command ends: a second run writing the same --out at once is refused now
     stale = click.get_current_context().with_resource(output_lock(out, "--out"))
     if stale:

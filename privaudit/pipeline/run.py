@@ -48,7 +48,7 @@ from tqdm import tqdm
 
 from privaudit.core.errors import SpecError, UsageError
 from privaudit.core.atomic import atomic_dir, atomic_write_text
-from privaudit.core.outputs import new_run_id, output_lock
+from privaudit.core.outputs import check_outputs, folder_output, new_run_id, output_lock
 from privaudit.core.spec import DomainSpec, load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.learners.linear.rows import column_dims
@@ -78,20 +78,19 @@ def _child_seeds(seed: int | None, n: int) -> list[int | None]:
     return [int(s.generate_state(1, np.uint64)[0] >> np.uint64(1)) for s in np.random.SeedSequence(int(seed)).spawn(n)]
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    """Refuse an existing ``out`` unless ``overwrite`` and it holds a previous pipeline output."""
-    if not out.exists():
-        return
-    if not overwrite:
-        raise UsageError(f"{out} already exists; choose another `out`, remove it, or pass `overwrite`.")
-    summary = out / "summary.json"
-    try:
-        kind = json.loads(summary.read_text()).get("kind") if summary.is_file() else None
-    except (OSError, json.JSONDecodeError, AttributeError):
-        kind = None
-    if not out.is_dir() or kind != SUMMARY_KIND:
-        raise UsageError(f"`overwrite` replaces only a previous pipeline output (a folder with a summary.json "
-                         f"of kind {SUMMARY_KIND!r}); {out} is not one. Choose another `out`.")
+#: What ``overwrite`` may replace (``privaudit.core.outputs.check_outputs``).
+PIPELINE_OUTPUT = folder_output(f"a previous pipeline output (a folder with a summary.json of kind {SUMMARY_KIND!r})",
+                                "summary.json", "kind", SUMMARY_KIND)
+
+
+def _check_out(config: PipelineConfig) -> None:
+    """Refuse an ``out`` that exists (unless ``overwrite`` and it holds a previous pipeline output), that
+    is or holds an input (the logs, the spec, the ledger, the MDP file), or that cannot be written."""
+    logs, spec, mdp = config.inputs()
+    ledger = config.ledger
+    reads = [("LOGS", logs), ("spec", spec), ("mdp", mdp), ("ledger", ledger),
+             ("ledger", None if ledger is None else f"{ledger}.head")]
+    check_outputs([("out", config.out, PIPELINE_OUTPUT)], reads, config.overwrite)
 
 
 def _resolve_mdp(mdp, spec: DomainSpec, instance_seed: int | None = None):
@@ -262,7 +261,7 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     # leaves the ledger untouched and nothing written (the composition is checked again on the events)
     check_split(budget, parts)
     seeds = _child_seeds(config.seed, 5)
-    _check_out(Path(config.out), config.overwrite)
+    _check_out(config)
     if linear:  # a bad feature map costs nothing: checked before any row is read
         _check_feature_map(spec)
     the_mdp = _resolve_mdp(mdp, spec, config.instance_seed)

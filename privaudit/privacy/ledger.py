@@ -228,9 +228,10 @@ def _refuse_if_over(path: Path, head: dict, charges: list[dict], dataset_id: str
 
 def _check_dataset(path: Path, head: dict, dataset_id: str) -> None:
     if head["dataset_id"] != dataset_id:
-        raise UsageError(f"{path}: this ledger is for dataset {head['dataset_id']!r}, not for {dataset_id!r} "
-                         f"(the dataset_id of the spec given, or budget charge --dataset). A ledger holds one "
-                         f"dataset's budget: pass the ledger of {dataset_id!r}, or correct the spec's dataset_id.")
+        raise UsageError(f"{path}: this ledger is for dataset {head['dataset_id']!r}, not for {dataset_id!r}, the "
+                         f"dataset being spent on (for release, train and pipeline: the dataset_id of the spec "
+                         f"given). A ledger holds one dataset's budget: pass the ledger of {dataset_id!r}, or "
+                         f"correct the spec's dataset_id.")
 
 
 def check_budget(path, dataset_id: str, rho) -> Fraction:

@@ -137,7 +137,7 @@ def test_wrong_dataset_names_the_spec_field_and_a_spent_budget_is_called_spent(f
     init_ledger(other, "ward-7", 1)
     res = _release(files, tmp_path / "rel", other)
     assert res.exit_code == 2 and "this ledger is for dataset 'ward-7', not for 'icu'" in res.output, res.output
-    assert "dataset_id of the spec" in res.output
+    assert "the dataset_id of the spec given" in res.output
     led = tmp_path / "icu.ledger"
     init_ledger(led, "icu", "0.5")
     assert _release(files, tmp_path / "r1", led).exit_code == 0
