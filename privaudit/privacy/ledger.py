@@ -74,7 +74,7 @@ folder is refused: whoever can edit the ledger could read it. An unkeyed
 ledger is put under the key by :func:`upgrade_ledger`, trusting its content.
 
 Old ledgers: format_version 1 (no chain) is read by ``ledger_status`` (shown
-as unverified) but refused for spending with a format-version error until
+as unverified; with no key set) but refused for spending with a format-version error until
 :func:`upgrade_ledger` (``privaudit budget upgrade FILE``) chains its current
 content, which it then trusts as it stands.
 
