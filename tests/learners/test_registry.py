@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
+from click.testing import CliRunner
 
+from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
 from privaudit.audit.mechanisms.registry import ADAPTERS
-from privaudit.cli import audit as cli_audit
+from privaudit.cli import main
 from privaudit.cli import explore as cli_explore
 from privaudit.cli import train as cli_train
 from privaudit.core.errors import UsageError
 from privaudit.core import registry
 from privaudit.learners.linear.logs import train_from_logs as linear_train
+from privaudit.learners.tabular.dp_apvi import DPAPVI
+from privaudit.learners.tabular.dp_pbb import DPPBB
 from privaudit.learners.tabular.train import train_from_logs as tabular_train
 from privaudit.online.linear.build import LINEAR_ALGOS
 
@@ -29,8 +34,9 @@ def test_cli_and_audit_choices_come_from_the_registry():
     assert tuple(algo.type.choices) == registry.names(family=registry.OFFLINE)
     private = registry.names(family=registry.OFFLINE, private=True)
     assert private == ("dp-apvi", "dp-pbb", "dp-vapvi")
-    assert cli_audit.BUILTIN == ("release",) + private
-    assert set(ADAPTERS) == set(cli_audit.BUILTIN)  # every private algorithm has an audit adapter
+    assert tuple(ADAPTERS) == ("release",) + private  # every private algorithm has an audit adapter
+    for name in private:
+        assert ADAPTERS[name].name == name and ADAPTERS[name].learner_class is registry.get(name).load()
 
 
 def test_families_partition_the_names_and_train_refuses_the_other_family(tmp_path):
@@ -143,3 +149,60 @@ def test_a_new_learner_is_its_class_and_one_registry_line(tmp_path):
     finally:
         registry._REGISTRY.pop("cautious-apvi", None)
         del module.Cautious
+
+
+class CautiousDPAPVI(DPAPVI):
+    """A "new" private learner on a count release: DP-APVI with a larger fallback penalty (C = 5)."""
+
+    algorithm = "cautious-dp-apvi"
+
+    def __init__(self, *, C: float = 5.0, **kw):
+        super().__init__(C=C, **kw)
+
+
+class ToyPBB(DPPBB):
+    """A "new" private learner on the logs with DP-PBB's noise, run by the pipeline at a fixed 0.1 of rho."""
+
+    algorithm = "toy-pbb"
+    pipeline_share = 0.1
+
+
+@pytest.fixture
+def new_learners():
+    """The two toy learners, each registered by one line (and removed after the test)."""
+    added = [registry.register(registry.Algorithm("cautious-dp-apvi", "tabular", True, f"{__name__}:CautiousDPAPVI",
+                                                  "DP-APVI with C = 5 (a test's learner)")),
+             registry.register(registry.Algorithm("toy-pbb", "tabular", True, f"{__name__}:ToyPBB",
+                                                  "DP-PBB at a fixed pipeline share (a test's learner)"))]
+    yield added
+    for a in added:
+        registry._REGISTRY.pop(a.name, None)
+
+
+def test_a_new_private_learner_is_trained_and_audited_from_the_cli(new_learners, tmp_path):
+    """Issue 27 item 4: a private learner registered by one line is an --algo choice of `train` and a built-in
+    of `audit --mechanism` (its adapter built from the class), and both help pages list it; no other file."""
+    res = CliRunner().invoke(main, ["simulate", "random-tabular", "--episodes", "200", "--seed", "1", "--horizon",
+                                    "3", "--states", "3", "--actions", "2", "--out", str(tmp_path / "logs.parquet"),
+                                    "--spec-out", str(tmp_path / "spec.json")])
+    assert res.exit_code == 0, res.output
+    assert "cautious-dp-apvi (tabular; private: from LOGS the counts are released first" in " ".join(
+        CliRunner().invoke(main, ["train", "--help"]).output.split())
+    assert "| cautious-dp-apvi | toy-pbb |" in " ".join(CliRunner().invoke(main, ["audit", "--help"]).output.split())
+    res = CliRunner().invoke(main, ["train", str(tmp_path / "logs.parquet"), "--spec", str(tmp_path / "spec.json"),
+                                    "--algo", "cautious-dp-apvi", "--rho", "1", "--stationary",
+                                    "--out", str(tmp_path / "pol")])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "pol" / "policy.json").read_text())
+    assert manifest["algorithm"] == "cautious-dp-apvi" and manifest["parameters"]["C"] == 5.0
+    assert manifest["privacy"]["private"] and manifest["privacy"]["guarantee"]["rho"] == 1
+    adapter = ADAPTERS["cautious-dp-apvi"]
+    assert issubclass(adapter, DPAPVIMechanism) and adapter.learner_class is CautiousDPAPVI
+    assert ADAPTERS["toy-pbb"].learner_class is ToyPBB and ADAPTERS["dp-apvi"] is DPAPVIMechanism
+    res = CliRunner().invoke(main, ["audit", "--mechanism", "cautious-dp-apvi", "--logs", str(tmp_path / "logs.parquet"),
+                                    "--spec", str(tmp_path / "spec.json"), "--claim-rho", "1", "--trials", "100",
+                                    "--seed", "1", "--out", str(tmp_path / "rep.json")])
+    assert res.exit_code == 0, res.output
+    assert "mechanism: cautious-dp-apvi, gaussian noise" in res.output
+    rep = json.loads((tmp_path / "rep.json").read_text())
+    assert rep["mechanism"].startswith("cautious-dp-apvi") and rep["claim"]["rho"] == 1
