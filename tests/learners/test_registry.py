@@ -206,3 +206,25 @@ def test_a_new_private_learner_is_trained_and_audited_from_the_cli(new_learners,
     assert "mechanism: cautious-dp-apvi, gaussian noise" in res.output
     rep = json.loads((tmp_path / "rep.json").read_text())
     assert rep["mechanism"].startswith("cautious-dp-apvi") and rep["claim"]["rho"] == 1
+
+
+def test_a_new_private_learner_runs_in_the_pipeline_at_its_declared_share(new_learners, tmp_path):
+    """The pipeline asks the registry: the toy learner on the logs gets its 0.1 of rho (planned, charged and
+    composed like DP-PBB's part), the toy learner on the release is fitted on the pipeline's release."""
+    res = CliRunner().invoke(main, ["simulate", "icu-sepsis", "--episodes", "300", "--behaviour", "clinicians",
+                                    "--seed", "1", "--out", str(tmp_path / "logs.parquet"),
+                                    "--spec-out", str(tmp_path / "spec.json")])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["pipeline", str(tmp_path / "logs.parquet"), "--spec", str(tmp_path / "spec.json"),
+                                    "--rho", "1", "--audit-trials", "0", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "out"
+    assert {p.name for p in (out / "policies").iterdir()} == {"dp-pbb", "dp-apvi", "cautious-dp-apvi", "toy-pbb"}
+    assert json.loads((out / "policies" / "toy-pbb" / "policy.json").read_text())["algorithm"] == "toy-pbb"
+    privacy = json.loads((out / "summary.json").read_text())["privacy"]
+    # DP-PBB's rule counts the toy's 0.1 with the others: two thirds of 1 - 0.1 - 0.1, rounded down to 0.53
+    assert privacy["split"] == {"release": 0.27, "dp-pbb": 0.53, "behaviour-value": 0.1, "toy-pbb": 0.1}
+    parts = {p["name"]: p for p in privacy["parts"]}
+    assert parts["toy-pbb"]["rho"] == 0.1 and privacy["rho"] == 1
+    policies = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["policies"]}
+    assert policies["toy-pbb"]["privacy_part"] == "toy-pbb" and policies["cautious-dp-apvi"]["privacy_part"] == "release"
