@@ -235,6 +235,10 @@ def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, v
                                                                                   and 0 <= share < 1):
             raise UsageError(f"{name}'s `pipeline_share` must lie in [0, 1). Found {share!r}.")
     shares = {}
+    for rule, share in (("pbb_share", ps), ("linear_share", linear_share if linear else 0)):
+        if share and rule_owner(rule) is None:
+            raise UsageError(f"`{rule}` {share!r} is given, but no registered learner takes the `{rule}` rule "
+                             "(core.registry.SHARE_RULES).")
     if ps > 0:
         shares[rule_owner("pbb_share")] = float(ps)
     if linear:

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
-from privaudit.audit.mechanisms.registry import ADAPTERS
+from privaudit.audit.mechanisms.registry import ADAPTERS, adapter_for
 from privaudit.cli import main
 from privaudit.cli import explore as cli_explore
 from privaudit.cli import train as cli_train
@@ -110,6 +110,12 @@ def test_check_learner_refuses_a_class_that_does_not_answer_the_protocol():
     Bad = type("Bad", (Good,), {"private": True, "reads": "logs"})
     with pytest.raises(UsageError, match="no plan_event"):
         registry.check_learner(Bad, "x", True)
+    for kind, share in (({}, 0.1), ({"private": True, "reads": "release"}, 0.3),
+                        ({"private": True, "reads": "logs"}, "most"), ({"private": True, "reads": "logs"}, True)):
+        Bad = type("Bad", (Good,), {**kind, "pipeline_share": share, "plan_event": None, "mechanism_text": None,
+                                    "train_on_logs": None})
+        with pytest.raises(UsageError, match="has pipeline_share"):
+            registry.check_learner(Bad, "x", Bad.private)
     with pytest.raises(UsageError, match="misses fit"):
         registry.check_learner(type("NoFit", (), {k: getattr(Good, k) for k in
                                                   ("algorithm", "private", "reads", "options", "pipeline_output",
@@ -228,3 +234,25 @@ def test_a_new_private_learner_runs_in_the_pipeline_at_its_declared_share(new_le
     assert parts["toy-pbb"]["rho"] == 0.1 and privacy["rho"] == 1
     policies = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["policies"]}
     assert policies["toy-pbb"]["privacy_part"] == "toy-pbb" and policies["cautious-dp-apvi"]["privacy_part"] == "release"
+
+
+class OwnAdapterPBB(DPPBB):
+    """A private learner on the logs that names its own audit adapter (here DP-PBB's, by path)."""
+
+    algorithm = "own-adapter-pbb"
+    audit_adapter = "privaudit.audit.mechanisms.dp_pbb:DPPBBMechanism"
+
+
+def test_adapters_are_asked_of_the_registry():
+    """A declared ``audit_adapter`` is imported as it is; a non-private or unknown name has no adapter."""
+    entry = registry.register(registry.Algorithm("own-adapter-pbb", "tabular", True, f"{__name__}:OwnAdapterPBB",
+                                                 "test"))
+    try:
+        assert ADAPTERS["own-adapter-pbb"] is ADAPTERS["dp-pbb"] and "own-adapter-pbb" in ADAPTERS
+    finally:
+        registry._REGISTRY.pop(entry.name)
+    assert "own-adapter-pbb" not in ADAPTERS and "apvi" not in ADAPTERS and len(ADAPTERS) == 4
+    with pytest.raises(KeyError):
+        ADAPTERS["apvi"]
+    with pytest.raises(UsageError, match="not a private offline learner"):
+        adapter_for("apvi")
