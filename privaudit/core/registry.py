@@ -256,11 +256,6 @@ def pipeline_names() -> tuple[str, ...]:
     return names_with(lambda cls: getattr(cls, "pipeline_share", None) is not None)
 
 
-def help_lines(family: str | tuple[str, ...] = OFFLINE, *, private: bool | None = None) -> str:
-    """One ``name: summary`` line per registered algorithm (for help texts generated from the registry)."""
-    return "\n".join(f"  {n}: {get(n).summary}" for n in names(family=family, private=private))
-
-
 for _a in (
     Algorithm("ve", "tabular", False, "privaudit.learners.tabular.ve:ValueIterationCE",
               "certainty-equivalent value iteration on exact counts (NOT private)"),
@@ -299,5 +294,5 @@ for _a in (
     register(_a)
 del _a
 
-__all__ = ["Algorithm", "FAMILIES", "OFFLINE", "READS", "OPTIONS", "SHARE_RULES", "pipeline_names", "help_lines", "OfflineLearner", "check_learner", "register",
+__all__ = ["Algorithm", "FAMILIES", "OFFLINE", "READS", "OPTIONS", "SHARE_RULES", "pipeline_names", "OfflineLearner", "check_learner", "register",
            "get", "names", "names_with"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -185,13 +186,18 @@ def new_learners():
         registry._REGISTRY.pop(a.name, None)
 
 
-def test_a_new_private_learner_is_trained_and_audited_from_the_cli(new_learners, tmp_path):
-    """Issue 27 item 4: a private learner registered by one line is an --algo choice of `train` and a built-in
-    of `audit --mechanism` (its adapter built from the class), and both help pages list it; no other file."""
+def _small_logs(tmp_path):
+    """tmp_path / logs.parquet and spec.json: 200 episodes of a random tabular MDP (H = 3, S = 3, A = 2)."""
     res = CliRunner().invoke(main, ["simulate", "random-tabular", "--episodes", "200", "--seed", "1", "--horizon",
                                     "3", "--states", "3", "--actions", "2", "--out", str(tmp_path / "logs.parquet"),
                                     "--spec-out", str(tmp_path / "spec.json")])
     assert res.exit_code == 0, res.output
+
+
+def test_a_new_private_learner_is_trained_and_audited_from_the_cli(new_learners, tmp_path):
+    """Issue 27 item 4: a private learner registered by one line is an --algo choice of `train` and a built-in
+    of `audit --mechanism` (its adapter built from the class), and both help pages list it; no other file."""
+    _small_logs(tmp_path)
     assert "cautious-dp-apvi (tabular; private: from LOGS the counts are released first" in " ".join(
         CliRunner().invoke(main, ["train", "--help"]).output.split())
     assert "| cautious-dp-apvi | toy-pbb |" in " ".join(CliRunner().invoke(main, ["audit", "--help"]).output.split())
@@ -217,10 +223,12 @@ def test_a_new_private_learner_is_trained_and_audited_from_the_cli(new_learners,
 def test_a_new_private_learner_runs_in_the_pipeline_at_its_declared_share(new_learners, tmp_path):
     """The pipeline asks the registry: the toy learner on the logs gets its 0.1 of rho (planned, charged and
     composed like DP-PBB's part), the toy learner on the release is fitted on the pipeline's release."""
-    res = CliRunner().invoke(main, ["simulate", "icu-sepsis", "--episodes", "300", "--behaviour", "clinicians",
-                                    "--seed", "1", "--out", str(tmp_path / "logs.parquet"),
-                                    "--spec-out", str(tmp_path / "spec.json")])
-    assert res.exit_code == 0, res.output
+    _small_logs(tmp_path)  # DP-PBB and the toy need a public reward: r(s') = 1 on entering state 2
+    logs = pl.read_parquet(tmp_path / "logs.parquet")
+    logs.with_columns(reward=(pl.col("next_state") == 2).cast(pl.Float64)).write_parquet(tmp_path / "logs.parquet")
+    doc = json.loads((tmp_path / "spec.json").read_text())
+    (tmp_path / "spec.json").write_text(json.dumps({**doc, "public_reward": {"kind": "next_state",
+                                                                             "values": {"2": 1.0}}}))
     res = CliRunner().invoke(main, ["pipeline", str(tmp_path / "logs.parquet"), "--spec", str(tmp_path / "spec.json"),
                                     "--rho", "1", "--audit-trials", "0", "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
