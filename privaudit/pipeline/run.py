@@ -57,8 +57,8 @@ from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.pipeline.config import PipelineConfig, check_seed
-from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, budget_shares, check_split, pbb_share_of,
-                                          split_budget)
+from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, budget_shares, check_split, learner_shares,
+                                          pbb_share_of, split_budget)
 from privaudit.pipeline.plans import plan_parts
 from privaudit.pipeline.report import SUMMARY_KIND
 from privaudit.pipeline.stages import STAGES_AFTER_VALIDATION, RunPlan, RunState
@@ -249,14 +249,17 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     value_share = config.value_share
     budget = budget_mod.resolve_budget(rho=config.rho, epsilon=config.epsilon, delta=config.delta,
                                        mechanism="gaussian")  # once
+    learners = learner_shares(spec, engine=config.engine)  # other registry learners with a fixed share
     pbb_share = 0.0 if config.engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
-                                                                  linear_share=linear_share, value_share=value_share)
+                                                                  linear_share=linear_share, value_share=value_share,
+                                                                  learners=learners)
     if config.engine == "spark" and spec.public_reward is not None:
         say("engine spark: DP-PBB is not trained (it reads the logs with polars); the budget goes to the "
             "release, and DP-APVI learns from it.")
-    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
+    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share,
+                           learners=learners)
     parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share,
-                         pbb_share=pbb_share)
+                         pbb_share=pbb_share, learners=learners)
     # every part, before any row is read or a part is charged: a split that composes above the total
     # leaves the ledger untouched and nothing written (the composition is checked again on the events)
     check_split(budget, parts)
