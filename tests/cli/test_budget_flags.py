@@ -143,12 +143,16 @@ def test_no_command_prints_float_noise(world, tmp_path, cmd):
     seed = [] if cmd.startswith("explore") else ["--seed", "1"]  # a seeded explore run states no guarantee
     r = CliRunner().invoke(main, [str(a) for a in args(world)] + budget + seed + ["--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
-    noisy = [t for t in _NUMBER.findall(r.output) if _significant(t) > 6]
-    assert not noisy, r.output
-    params = _PARAM.findall(r.output)
-    assert params, r.output  # the guarantee (or the budget) is printed
-    assert all(_significant(t) <= 4 for t in params if "." in t), r.output
-    assert "e-0" not in r.output  # 1e-5, not 1e-05
+    _check_printed_numbers(r.output)
+
+
+def _check_printed_numbers(output: str) -> None:
+    noisy = [t for t in _NUMBER.findall(output) if _significant(t) > 6]
+    assert not noisy, output
+    params = _PARAM.findall(output)
+    assert params, output  # the guarantee (or the budget) is printed
+    assert all(_significant(t) <= 4 for t in params if "." in t), output
+    assert "e-0" not in output  # 1e-5, not 1e-05
 
 
 @pytest.mark.parametrize("flags, claim", [
@@ -167,6 +171,7 @@ def test_audit_claims_in_the_same_flags(world, tmp_path, flags, claim):
     c = json.loads(out.read_text())["claim"]
     assert (c["rho"], c["delta"]) == claim
     assert "vs claimed " + ("(epsilon=2, delta=" if claim[0] is None else "rho=0.5 zCDP => (epsilon=") in r.stderr
+    _check_printed_numbers(r.output)
 
 
 def test_audit_reads_an_explorer_rho_claim_at_the_delta_its_help_states(tmp_path):
