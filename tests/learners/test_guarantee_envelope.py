@@ -84,6 +84,7 @@ def test_every_dp_learner_writes_the_one_envelope(fresh, name):
     # the policy reads back as written, and the envelope reads as itself
     p = load_policy(fresh / name)
     assert p.privacy.envelope == g and privacy_unit(p.privacy.guarantee) == g["privacy_unit"]
+    assert p.privacy.guarantee.grid == g["details"].get("grid")  # the lattices, where DP-VAPVI records them now
 
 
 @pytest.mark.parametrize("name", ["dp_apvi", "dp_pbb", "dp_vapvi"])
