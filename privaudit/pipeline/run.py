@@ -56,6 +56,7 @@ from privaudit.mdp.evaluation import resolve_mdp
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
+from privaudit.pipeline.certify import CERTIFIED_POLICIES, certification_charge, split_held_out
 from privaudit.pipeline.config import PipelineConfig, check_seed
 from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, budget_shares, check_split, learner_shares,
                                           pbb_share_of, split_budget)
@@ -64,6 +65,7 @@ from privaudit.pipeline.report import SUMMARY_KIND
 from privaudit.pipeline.stages import STAGES_AFTER_VALIDATION, RunPlan, RunState
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
+from privaudit.privacy.noise import GAUSSIAN
 from privaudit.release.tabular import default_stationary
 
 #: Stages, in order (progress bar and timings).
@@ -248,7 +250,7 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     linear_share = LINEAR_SHARE_DEFAULT if config.linear_share is None else config.linear_share
     value_share = config.value_share
     budget = budget_mod.resolve_budget(rho=config.rho, epsilon=config.epsilon, delta=config.delta,
-                                       mechanism="gaussian")  # once
+                                       families=(GAUSSIAN.name,))  # once; zCDP only (the budget is split)
     learners = learner_shares(spec, engine=config.engine)  # other registry learners with a fixed share
     pbb_share = 0.0 if config.engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
                                                                   linear_share=linear_share, value_share=value_share,
@@ -275,8 +277,9 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     # their composition against the total; then, once for all the parts' charges, the ledger's remaining
     # budget: all before any row is read, noise drawn or part charged
     parts_plan = plan_parts(spec, budget, parts, stationary=stationary)
-    if config.ledger is not None:
-        ledger_mod.check_budget(config.ledger, spec.dataset_id, parts_plan.total)
+    if config.ledger is not None:  # with hold_out, the held-out evaluations' charges too
+        held = certification_charge(spec, budget, CERTIFIED_POLICIES) if config.hold_out else 0
+        ledger_mod.check_budget(config.ledger, spec.dataset_id, parts_plan.total + held)
     return RunPlan(spec=spec, logs=logs, mdp=the_mdp, mdp_name=None if mdp is None else str(mdp),
                    stationary=stationary, budget=budget, parts=parts, shares=shares, parts_plan=parts_plan,
                    seeds=seeds), said
@@ -325,7 +328,11 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
         if said is not None:  # after the inputs are validated: not in front of an unrelated error
             say(said)
         with atomic_dir(out, overwrite=True) as tmp:
-            state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, run_id=new_run_id(), say=say)
+            held_out = None
+            if config.hold_out:  # every stage but `certify` sees the training part only
+                prepared, held_out = split_held_out(prepared)
+            state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, run_id=new_run_id(), say=say,
+                             held_out=held_out)
             for name, stage in STAGES_AFTER_VALIDATION:
                 bar.stage(name)
                 t = time.perf_counter()
