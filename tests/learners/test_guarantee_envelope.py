@@ -35,30 +35,32 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def _all_ok(*commands):
+    for command in commands:
+        r = run(*command)
+        assert r.exit_code == 0, r.output
+
+
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
     """The three DP learners' policies, as the fixtures were made (same sizes, rho = 1), by today's code."""
     d = tmp_path_factory.mktemp("env")
-    r = run("simulate", "random-tabular", "--states", 3, "--actions", 2, "--horizon", 2, "--instance-seed", 8,
-            "--episodes", 300, "--seed", 0, "--out", d / "logs.parquet", "--spec-out", d / "spec.json",
-            "--mdp-out", d / "mdp.npz")
-    assert r.exit_code == 0, r.output
+    _all_ok(("simulate", "random-tabular", "--states", 3, "--actions", 2, "--horizon", 2, "--instance-seed", 8,
+             "--episodes", 300, "--seed", 0, "--out", d / "logs.parquet", "--spec-out", d / "spec.json",
+             "--mdp-out", d / "mdp.npz"),
+            ("simulate", "synthetic-linear", "--episodes", 40, "--seed", 1, "--horizon", 2,
+             "--out", d / "lin.parquet", "--spec-out", d / "lin.json"))
     pbb_spec = {**json.loads((d / "spec.json").read_text()), "public_reward": {"kind": "next_state",
                                                                                 "values": {"0": 1.0}}}
     (d / "spec_pbb.json").write_text(json.dumps(pbb_spec))  # dp-pbb backs up a public next-state reward
     pl.read_parquet(d / "logs.parquet").with_columns((pl.col("next_state") == 0).cast(pl.Float64).alias(
         "reward")).write_parquet(d / "logs_pbb.parquet")
-    steps = [("release", d / "logs.parquet", "--spec", d / "spec.json", "--rho", 1, "--out", d / "rel"),
-             ("train", "--release", d / "rel", "--algo", "dp-apvi", "--out", d / "dp_apvi"),
-             ("train", d / "logs_pbb.parquet", "--spec", d / "spec_pbb.json", "--algo", "dp-pbb", "--rho", 1,
-              "--out", d / "dp_pbb"),
-             ("simulate", "synthetic-linear", "--episodes", 40, "--seed", 1, "--horizon", 2,
-              "--out", d / "lin.parquet", "--spec-out", d / "lin.json"),
-             ("train", d / "lin.parquet", "--spec", d / "lin.json", "--algo", "dp-vapvi", "--rho", 1,
-              "--out", d / "dp_vapvi")]
-    for step in steps:
-        r = run(*step)
-        assert r.exit_code == 0, r.output
+    _all_ok(("release", d / "logs.parquet", "--spec", d / "spec.json", "--rho", 1, "--out", d / "rel"),
+            ("train", "--release", d / "rel", "--algo", "dp-apvi", "--out", d / "dp_apvi"),
+            ("train", d / "logs_pbb.parquet", "--spec", d / "spec_pbb.json", "--algo", "dp-pbb", "--rho", 1,
+             "--out", d / "dp_pbb"),
+            ("train", d / "lin.parquet", "--spec", d / "lin.json", "--algo", "dp-vapvi", "--rho", 1,
+             "--out", d / "dp_vapvi"))
     return d
 
 
