@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
+from privaudit.core.envelope import envelope
 from privaudit.core.errors import UsageError
 from privaudit.core.outputs import new_run_id
 from privaudit.data.prepare import PreparedLogs, prepare_logs
@@ -275,11 +276,11 @@ class DPPBB(TabularLearnerBase):
         self.V_select_ = V_sel
         self.E_, self.iota_ = 0.0, L
         if plan.private:
-            g = {**self.guarantee_, "mechanism": "gaussian", "noise": "exact",
-                 "neighbouring": Neighbouring.SUBSTITUTION.description,
-                 "privacy_unit": {"column": plan.unit.column, "max_episodes": plan.unit.k},
-                 "rng": "seeded-insecure" if seeded else "secure", "event": self.event_.to_dict(),
-                 "sampler": samplers.noise_statement("exact", paths=paths)}
+            g = envelope(self.guarantee_, mechanism="gaussian", noise="exact",
+                         neighbouring=Neighbouring.SUBSTITUTION.description,
+                         unit={"column": plan.unit.column, "max_episodes": plan.unit.k},
+                         rng="seeded-insecure" if seeded else "secure", event=self.event_.to_dict(),
+                         sampler=samplers.noise_statement("exact", paths=paths))
             privacy = PolicyPrivacy(not seeded, g, note=(
                 "seeded noise: not private against anyone who knows the seed" if seeded else None))
         else:
