@@ -1,33 +1,43 @@
 """The on-disk release format: Parquet tables + ``manifest.json``; the one reader.
 
-Layout of a release folder (format version 2, written now; see docs/release.md):
+Layout of a release folder (format version 3, written now; see docs/release.md):
 
 ``visits.parquet``       columns (h, state, action, value): n'_h(s, a)
-``transitions.parquet``  one column ``value``: n'_h(s, a, s'), dense, one row group per h
+``transitions.parquet``  columns (h, state, next_state, action_0, ..., action_<A-1>): column
+                         action_<a> of row (h, s, s') is n'_h(s, a, s'); one row group per h
 ``rewards.parquet``      columns (h, state, action, value): R'_h(s, a), only when
                          the reward function is private
 ``manifest.json``        the guarantee, validated by ``schemas/release_manifest.schema.json``
 
-Every table is dense over the declared domain (one row per cell, observed or
-not). ``transitions.parquet`` holds one row group per h (H row groups; one
-for a stationary release) of S*A*S rows: row (s * A + a) * S + s' of row
-group h is n'_h(s, a, s') (row-major order over (state, action, next_state),
-``manifest.DENSE_ORDER``); the manifest records the shape (H, S, A, S), the
-row group shape (S, A, S) and the order (``families.transitions.dense``),
-and the file's Parquet key-value metadata repeats them
-(``privaudit.format_version``, ``privaudit.shape``, ``privaudit.order``), so
-a learner reads one h-slice of S*A*S values at a time and nothing else.
-Visits and rewards (H*S*A cells, small) keep their index columns (h, state,
-action), sorted row-major; stationary releases have no ``h`` column. Index
-columns are int16 (int32 when S or A exceed 32767), value int32 (int64 only
-if a value needs it); zstd level 1, dictionary encoding for ``value``.
+Every table is dense over the declared domain (one row per cell, or per
+(h, s, s') with a column per action, observed or not) and names its cells
+with index columns and column names, so pyarrow or polars alone reads it
+(``pl.read_parquet(...).unpivot(index=["h", "state", "next_state"],
+variable_name="action")`` gives one row per cell). ``transitions.parquet``
+holds one row group per h (H row groups; one for a stationary release) of
+S*S rows sorted by (state, next_state); the manifest records the shape
+(H, S, A, S), the row group shape (S, A, S) and the order
+(``families.transitions.dense``, ``manifest.WIDE_ORDER``), and the file's
+Parquet key-value metadata repeats them (``privaudit.format_version``,
+``privaudit.shape``, ``privaudit.dims``, ``privaudit.order``), so a learner
+reads one h-slice of S*A*S values at a time and nothing else. Stationary
+releases have no ``h`` column. Index columns are int16 (int32 when S or A
+exceed 32767), values int32 (int64 only if a value needs it); zstd level 1,
+dictionary encoding for the values. The index columns have S*S rows per h,
+not S*A*S, and no column is nested (a list column would cost Parquet
+repetition levels on every value), so naming every cell costs no more write
+CPU than the bare value column of version 2, and 2% more space
+(docs/release.md, "Release format and storage layout").
 
-Format version 1 (read, no longer written) stored transitions.parquet with
-four index columns (h, state, action, next_state) beside ``value``; writing
-them took 2.6 times the CPU of the value column alone. :func:`load_release`
-reads both versions and refuses any other (``ArtifactError`` naming the
-format version); every reader of a release (learners, ``train --release``,
-the pipeline, benchmarks) goes through it.
+Format version 2 (read, no longer written) stored transitions.parquet as the
+bare ``value`` column, S*A*S rows per row group in row-major order over
+(state, action, next_state) (``manifest.DENSE_ORDER``): readable only with
+the manifest's order. Format version 1 (read, no longer written) stored four
+index columns (h, state, action, next_state) beside ``value``, one row per
+cell; writing them took 2.6 times the CPU of the value column alone.
+:func:`load_release` reads all three versions and refuses any other
+(``ArtifactError`` naming the format version); every reader of a release
+(learners, ``train --release``, the pipeline, benchmarks) goes through it.
 """
 
 from __future__ import annotations
@@ -41,8 +51,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from privaudit.core.errors import ArtifactError, MissingInputError, SpecError
-from privaudit.release.layout import FILES, MANIFEST
-from privaudit.release.manifest import DENSE_ORDER, RELEASE_FORMAT_VERSION, ReleaseManifest
+from privaudit.release.layout import FILES, MANIFEST, action_columns
+from privaudit.release.manifest import DENSE_ORDER, RELEASE_FORMAT_VERSION, WIDE_ORDER, ReleaseManifest
 from privaudit.release.manifest_check import check_manifest_guarantee
 from privaudit.data.counts_protocol import step_index
 
@@ -149,19 +159,22 @@ def _slice_table(schema: pa.Schema, h: int, cols: dict, values: np.ndarray, stat
 
 
 class TransitionWriter:
-    """Write ``transitions.parquet`` (format version 2) one h-slice (S, A, S) at a time, one row group each.
+    """Write ``transitions.parquet`` (format version 3) one h-slice (S, A, S) at a time, one row group each.
 
-    The file holds one column, ``value``: the slice's S*A*S values in
-    row-major order over (state, action, next_state), with no index columns
-    (their order is documented: ``manifest.DENSE_ORDER``). Its Parquet
-    key-value metadata records the format version, the full shape and the
-    order.
+    Row group h holds S*S rows sorted row-major by (state, next_state), with
+    index columns (h,) state, next_state and one count column per action:
+    ``action_<a>`` of row (s, s') is n'_h(s, a, s')
+    (:data:`~privaudit.release.manifest.WIDE_ORDER`). The index columns are
+    built once (h: one constant array per slice); the count columns are the
+    slice transposed to (A, S, S) (one copy). The file's Parquet key-value
+    metadata records the format version, the full shape, the dimension names
+    and the order.
 
     Parameters
     ----------
     path : Path
     H, S, A : int
-        Declared domain; ``stationary`` writes a single slice (shape (S, A, S)).
+        Declared domain; ``stationary`` writes a single slice (shape (S, A, S)) and no ``h`` column.
     value_type : pyarrow DataType
         int32 normally; the caller passes int64 when values may not fit.
     """
@@ -171,19 +184,35 @@ class TransitionWriter:
         self.stationary = stationary
         self.slice_shape = (S, A, S)
         shape = [S, A, S] if stationary else [H, S, A, S]
+        dims = ["state", "action", "next_state"] if stationary else ["h", "state", "action", "next_state"]
         meta = {"privaudit.format_version": str(RELEASE_FORMAT_VERSION), "privaudit.shape": json.dumps(shape),
-                "privaudit.row_group_shape": json.dumps([S, A, S]), "privaudit.order": DENSE_ORDER}
-        self.schema = pa.schema([pa.field("value", value_type)], metadata=meta)
-        self.writer = pq.ParquetWriter(path, self.schema, **_WRITE_OPTS)
+                "privaudit.dims": json.dumps(dims), "privaudit.row_group_shape": json.dumps([S, A, S]),
+                "privaudit.order": WIDE_ORDER}
+        counts = action_columns(A)
+        fields = [] if stationary else [pa.field("h", index_type(H), nullable=False)]
+        fields += [pa.field("state", index_type(S), nullable=False),
+                   pa.field("next_state", index_type(S), nullable=False)]
+        fields += [pa.field(c, value_type, nullable=False) for c in counts]
+        self.schema = pa.schema(fields, metadata=meta)
+        self.value_dtype = np.dtype(value_type.to_pandas_dtype())
+        ss = _index_arrays((S, S), ["state", "next_state"])
+        self.index = [ss["state"], ss["next_state"]]
+        self.writer = pq.ParquetWriter(path, self.schema, **{**_WRITE_OPTS, "use_dictionary": counts})
 
     def write(self, h: int, values: np.ndarray) -> None:
         """Append the slice of step ``h`` (row group h): ``values`` of shape (S, A, S), integers."""
         if tuple(values.shape) != self.slice_shape:
             raise ValueError(f"a transition slice must have shape {self.slice_shape}; got {values.shape}")
-        v = value_array(values)
-        if v.type != self.schema.field("value").type:
-            v = v.cast(self.schema.field("value").type)  # int32 slice into an int64 file
-        self.writer.write_table(pa.Table.from_arrays([v], schema=self.schema), row_group_size=len(v))
+        if values.dtype.itemsize > self.value_dtype.itemsize and values.size:  # never wrap around silently
+            info = np.iinfo(self.value_dtype)
+            if values.min() < info.min or values.max() > info.max:
+                raise ValueError(f"a transition count of step {h} does not fit the file's {self.value_dtype}")
+        by_action = np.ascontiguousarray(np.moveaxis(values, 1, 0), dtype=self.value_dtype)  # (A, S, S)
+        rows = len(self.index[0])
+        lead = [] if self.stationary else [
+            arrow_of(np.full(rows, h, dtype=self.schema.field("h").type.to_pandas_dtype()))]
+        arrays = lead + self.index + [arrow_of(col.ravel()) for col in by_action]
+        self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema), row_group_size=rows)
 
     def close(self) -> None:
         self.writer.close()
@@ -280,8 +309,10 @@ class Release:
         """Noisy transition counts n'_h(s, a, s') of step ``h``, shape (S, A, S), int64.
 
         For a stationary release every h in [0, H) returns the pooled table.
-        Format version 2 reads the ``value`` column of row group h (S*A*S
-        values, row-major over (state, action, next_state)); format version
+        Format version 3 reads row group h (S*S rows: index columns checked
+        to list every (state, next_state) once, sorted, at step h; the A
+        count columns stacked); version 2 reads the ``value`` column of row group h
+        (S*A*S values, row-major over (state, action, next_state)); version
         1 reads the row group with its index columns and checks they list
         every cell once, in that order.
 
@@ -296,20 +327,23 @@ class Release:
         group = step_index(h, self.H, self.stationary)
         S, A = self.S, self.A
         path = self.path / FILES["transitions"]
-        dense = self.manifest.format_version >= 2
+        version = self.manifest.format_version
         try:
             pf = pq.ParquetFile(path)
-            tab = pf.read_row_group(group, columns=["value"] if dense else None)
+            tab = pf.read_row_group(group, columns=["value"] if version == 2 else None)
         except (OSError, pa.ArrowException) as e:
             raise ArtifactError(f"{path}: cannot read row group {group}: {e}") from None
-        if dense:
+        lead = [] if self.stationary else ["h"]
+        if version >= 3:
+            return _wide_slice(path, tab, group, (S, A), None if self.stationary else int(h))
+        if version == 2:
             col = tab.column("value")
             if tab.num_rows != S * A * S or col.null_count or not pa.types.is_integer(col.type):
                 raise ArtifactError(f"{path}: row group {group} must hold {S * A * S} integer values, no nulls "
                                     f"(the dense (S, A, S) slice); found {tab.num_rows} values of type {col.type} "
                                     f"with {col.null_count} nulls. The release is corrupt.")
             return numpy_of(col, f"{path}: value").astype(np.int64).reshape(S, A, S)
-        want = ["state", "action", "next_state", "value"] + ([] if self.stationary else ["h"])
+        want = ["state", "action", "next_state", "value"] + lead
         missing = [c for c in want if c not in tab.column_names]
         if missing or tab.num_rows != S * A * S:
             raise ArtifactError(f"{path}: row group {group} must hold {S * A * S} rows with columns {want}; "
@@ -329,6 +363,28 @@ class Release:
         return (f"Release(H={self.H}, S={self.S}, A={self.A}, stationary={self.stationary}, "
                 f"families={fam}, visits{self.visits.shape}, rewards={r}, "
                 f"mechanism={self.manifest.mechanism!r}, rho={self.manifest.rho:.6g})")
+
+
+def _wide_slice(path: Path, tab: pa.Table, group: int, shape: tuple[int, int], h: int | None) -> np.ndarray:
+    """Format version 3: the (S, A, S) int64 slice of one row group (index columns checked, one column per action).
+
+    Raises
+    ------
+    ArtifactError
+        Not S*S rows listing every (state, next_state) once, sorted (and only step ``h``), or a count column
+        missing or holding nulls or non-integers.
+    """
+    S, A = shape
+    counts = action_columns(A)
+    names = (["state", "next_state"] if h is None else ["h", "state", "next_state"]) + counts
+    missing = [c for c in names if c not in tab.column_names]
+    if missing or tab.num_rows != S * S:
+        raise ArtifactError(f"{path}: row group {group} must hold {S * S} rows with columns {names[:-A]} and "
+                            f"action_0 .. action_{A - 1}; found {tab.num_rows} rows{_missing(missing[:5])}. "
+                            "The release is corrupt.")
+    _check_dense(path, tab, ["state", "next_state"], (S, S), h)
+    cols = [numpy_of(tab.column(c), f"{path}: {c}").reshape(S, S) for c in counts]
+    return np.stack(cols, axis=1).astype(np.int64, copy=False)  # (S, A, S)
 
 
 def _check_dense(path: Path, tab: pa.Table, names: list[str], shape: tuple[int, ...], h: int | None) -> None:
@@ -447,26 +503,40 @@ def load_release(path: str | Path) -> Release:
 
 
 def _check_dense_layout(path: Path, m: ReleaseManifest, schema: pa.Schema) -> None:
-    """Format version 2: the manifest's dense layout and the file's columns must be the ones the format defines.
+    """Format versions 2 and 3: the manifest's dense layout and the file's columns must be the ones the format
+    defines.
 
     Raises
     ------
     ArtifactError
         ``families.transitions`` records another shape, row group shape or
-        order than (H, S, A, S) / (S, A, S) / ``DENSE_ORDER``, or the file
-        holds columns other than one integer ``value``.
+        order than (H, S, A, S) / (S, A, S) / ``DENSE_ORDER`` (version 2) or
+        ``WIDE_ORDER`` (version 3), or the file holds other columns than one
+        integer ``value`` (version 2) or (h,) state, next_state and an
+        integer column ``action_<a>`` per action (version 3).
     """
     d = m.domain
     fam = m.families["transitions"]
+    v3 = m.format_version >= 3
     want_shape = (d.S, d.A, d.S) if d.stationary else (d.H, d.S, d.A, d.S)
     dense = fam.dense
     got = (tuple(fam.shape), dense.row_groups, tuple(dense.row_group_shape), dense.order)
-    want = (want_shape, 1 if d.stationary else d.H, (d.S, d.A, d.S), DENSE_ORDER)
+    want = (want_shape, 1 if d.stationary else d.H, (d.S, d.A, d.S), WIDE_ORDER if v3 else DENSE_ORDER)
     if got != want:
         raise ArtifactError(f"{path.parent / MANIFEST}: families.transitions records shape {got[0]}, {got[1]} row "
-                            f"groups of shape {got[2]}, order {got[3]!r}; format version 2 with this domain means "
-                            f"shape {want[0]}, {want[1]} row groups of shape {want[2]}, order {want[3]!r}. "
-                            "The manifest is inconsistent; do not use this release.")
-    if schema.names != ["value"] or not pa.types.is_integer(schema.field("value").type):
-        raise ArtifactError(f"{path}: format version 2 stores one integer column 'value'; found columns "
-                            f"{schema.names}. The release is corrupt (or its manifest's format version is wrong).")
+                            f"groups of shape {got[2]}, order {got[3]!r}; format version {m.format_version} with this "
+                            f"domain means shape {want[0]}, {want[1]} row groups of shape {want[2]}, order "
+                            f"{want[3]!r}. The manifest is inconsistent; do not use this release.")
+    value = schema.field("value").type if "value" in schema.names else None
+    if not v3:
+        if schema.names != ["value"] or not pa.types.is_integer(value):
+            raise ArtifactError(f"{path}: format version 2 stores one integer column 'value'; found columns "
+                                f"{schema.names}. The release is corrupt (or its manifest's format version is wrong).")
+        return
+    names = ([] if d.stationary else ["h"]) + ["state", "next_state"] + action_columns(d.A)
+    types = [schema.field(n).type for n in schema.names[len(names) - d.A:]] if schema.names == names else []
+    if schema.names != names or not all(pa.types.is_integer(t) for t in types):
+        raise ArtifactError(f"{path}: format version 3 stores integer columns {names[:-d.A]} and action_0 .. "
+                            f"action_{d.A - 1} (a count column per action); found columns {schema.names[:6]}"
+                            f"{' ...' if len(schema.names) > 6 else ''}. The release is corrupt (or its manifest's "
+                            "format version is wrong).")
