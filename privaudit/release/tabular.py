@@ -53,8 +53,8 @@ from privaudit.data import counts
 from privaudit.release.manifest import ReleaseManifest
 from privaudit.release.mechanism import TabularRelease
 from privaudit.release.size import check_release_size
-from privaudit.release.artifact import (FILES, MANIFEST, Release, TransitionWriter, load_release,
-                                      write_sa_table)
+from privaudit.release.artifact import FILES, MANIFEST, Release, load_release
+from privaudit.release.writer import TransitionWriter, write_sa_table
 
 __all__ = ["release_logs", "ReleaseOptions", "default_stationary", "STEP_RULE", "ReleaseInfo", "load_release",
            "Release", "local_log_path"]

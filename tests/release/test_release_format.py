@@ -29,7 +29,8 @@ from privaudit.learners.tabular.dp_apvi import DPAPVI
 from privaudit.privacy.budget import resolve_budget
 from privaudit.core.spec import load_spec
 from privaudit.data import counts
-from privaudit.release.artifact import TransitionWriter, numpy_of
+from privaudit.release.artifact import numpy_of
+from privaudit.release.writer import TransitionWriter
 from privaudit.release.manifest import WIDE_ORDER
 from privaudit.release.mechanism import TabularRelease
 from privaudit.release.tabular import load_release, release_logs
