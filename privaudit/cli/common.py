@@ -13,6 +13,7 @@ import click
 
 from privaudit.core.errors import PrivauditError, Terminated
 from privaudit.core.formatting import privacy_param
+from privaudit.core.outputs import kept_incomplete
 from privaudit.core.jsonio import json_default
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.privacy.ledger import charges_by_this_process
@@ -54,8 +55,10 @@ def handle_errors(fn: Callable) -> Callable:
         def fail(message: str, code: int):
             click.echo(message, err=True)
             for path, e in charges_by_this_process(mark):
+                retry = ("its output is kept, marked incomplete: the same command again reuses it without charging"
+                         if kept_incomplete(e.get("output"), e.get("run")) else "a retry spends it again")
                 click.echo(f"note: the budget ledger {path} was charged before this stopped, and that budget "
-                           f"stays spent (a retry spends it again): entry #{e['seq']}, rho={e['rho']}, "
+                           f"stays spent ({retry}): entry #{e['seq']}, rho={e['rho']}, "
                            f"run {e.get('run', '?')}, output {e.get('output', '?')}.", err=True)
             sys.exit(code)
 
@@ -80,10 +83,10 @@ def handle_errors(fn: Callable) -> Callable:
             fail("error: out of memory: the domain (S, A, H) or the logs are too large for this "
                  "machine; nothing was written (temporary outputs removed). Use a smaller domain "
                  "or a machine with more memory.", 1)
-        except KeyboardInterrupt:
-            fail("interrupted: nothing was written (temporary outputs removed)", 130)
-        except Terminated:  # SIGTERM, see privaudit.cli._terminated
-            fail("terminated: nothing was written (temporary outputs removed)", 143)
+        except KeyboardInterrupt as e:  # a message: what the command kept (the pipeline's paid-for outputs)
+            fail(f"interrupted: {str(e) or 'nothing was written (temporary outputs removed)'}", 130)
+        except Terminated as e:  # SIGTERM, see privaudit.cli._terminated
+            fail(f"terminated: {str(e) or 'nothing was written (temporary outputs removed)'}", 143)
 
     return wrapper
 

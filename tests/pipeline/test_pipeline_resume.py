@@ -1,0 +1,156 @@
+"""Issue 29 item 4: what the pipeline paid for survives a failure or Ctrl-C in a later stage, and the same command
+again finishes the run without charging the ledger a second time.
+
+A small world (random tabular MDP S=5, A=3, H=4, 400 episodes) with a one-hot feature map, so three parts are
+charged before the audit: the release, the behaviour value and DP-VAPVI (a policy).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+import privaudit.pipeline.stages as stages_mod
+from privaudit.cli import main
+from privaudit.core.errors import ArtifactError
+from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
+from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
+from privaudit.pipeline import render
+from privaudit.privacy.ledger import init_ledger, ledger_status
+
+CHARGED = ["release", "behaviour-value", "dp-vapvi"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("resume")
+    mdp = random_tabular_mdp(5, 3, 4, instance_seed=3)
+    doc = dict(random_tabular_spec_doc(mdp, dataset_id="rt-resume"), features={"map": "one-hot"})
+    (d / "spec.json").write_text(json.dumps(doc))
+    write_logs(simulate(mdp, behaviour_policy("mix:0.5", mdp), 400, np.random.default_rng(5)), d / "logs.parquet")
+    return d
+
+
+def _run(world, out, ledger, *extra, logs=None):
+    return CliRunner().invoke(main, ["pipeline", str(logs or world / "logs.parquet"), "--spec",
+                                     str(world / "spec.json"), "--rho", "1", "--out", str(out), "--ledger",
+                                     str(ledger), "--audit-trials", "0", *map(str, extra)])
+
+
+def _files(path):
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _ledger(tmp_path):
+    led = tmp_path / "budget.jsonl"
+    init_ledger(led, "rt-resume", 3)
+    return led
+
+
+def _charged_parts(led):
+    return [e["description"].split(" part:")[0].removeprefix("pipeline, ") for e in ledger_status(led)["entries"]]
+
+
+def _check_kept(out, led, stopped_in):
+    """The paid-for outputs, marked incomplete, and nothing else that is shareable."""
+    marker = json.loads((out / "INCOMPLETE.json").read_text())
+    assert marker["status"] == "incomplete" and marker["stopped_in"] == stopped_in
+    assert marker["charged"] == CHARGED and marker["kept"] == ["policies/dp-vapvi", "release"]
+    assert stopped_in in marker["missing_stages"] and "report" in marker["missing_stages"]
+    shared = {p for p in _files(out) if not p.startswith("private/")}
+    assert {p.split("/")[0] for p in shared} == {"INCOMPLETE.json", "release", "policies"}
+    assert {p.split("/")[1] for p in shared if p.startswith("policies/")} == {"dp-vapvi"}
+    assert {p for p in _files(out) if p.startswith("private/")} == {"private/checkpoint.json",
+                                                                    "private/checkpoint.npz"}
+    assert _charged_parts(led) == CHARGED and marker["run_id"] == ledger_status(led)["entries"][0]["run"]
+    assert not any(p.name.startswith(f".{out.name}.") for p in out.parent.iterdir())  # no temporary left
+
+
+def _check_finished(out, led, kept, spent):
+    """The rerun: exit 0, complete output, the kept release and policy reused as they were, no new charge."""
+    assert ledger_status(led)["rho_spent"] == spent and _charged_parts(led) == CHARGED
+    files = _files(out)
+    assert "summary.json" in files and "report.md" in files and "INCOMPLETE.json" not in files
+    assert not any(p.startswith("private/checkpoint") for p in files)
+    for name, data in kept.items():
+        if name.startswith(("release/", "policies/dp-vapvi/")):
+            assert files[name] == data, name
+    g = json.loads(files["summary.json"])["privacy"]  # the guarantee composes the reused parts' events
+    assert [p["name"] for p in g["parts"]] == CHARGED and 1.0 <= g["rho"] <= 1.0 * (1 + 1e-12)
+
+
+def test_a_failing_audit_keeps_what_was_charged_and_the_same_command_finishes_without_charging(
+        world, tmp_path, monkeypatch):
+    led, out = _ledger(tmp_path), tmp_path / "run"
+
+    def broken(*a, **k):
+        raise ArtifactError("simulated failure of the audit")
+
+    monkeypatch.setattr(stages_mod, "audit_release", broken)
+    res = _run(world, out, led, "--audit-trials", 500)
+    assert res.exit_code == 1 and "simulated failure of the audit" in res.stderr, res.output
+    assert "Traceback" not in res.output
+    assert f"kept in {out}, marked incomplete (INCOMPLETE.json): run the same command again" in res.stderr
+    assert "the same command again reuses it without charging" in res.stderr
+    assert "a retry spends it again" not in res.stderr
+    _check_kept(out, led, "audit")
+    kept, spent = _files(out), ledger_status(led)["rho_spent"]
+    monkeypatch.undo()
+    res = _run(world, out, led, "--audit-trials", 0)  # the audit may be skipped: it spends nothing
+    assert res.exit_code == 0, res.output
+    assert f"resuming the incomplete run in {out}" in res.stderr and "nothing is charged again" in res.stderr
+    _check_finished(out, led, kept, spent)
+
+
+def test_ctrl_c_in_the_report_keeps_what_was_charged_and_the_rerun_finishes(world, tmp_path, monkeypatch):
+    """Interrupted after summary.json was written in the temporary folder: it is not kept (not a result)."""
+    led, out = _ledger(tmp_path), tmp_path / "run"
+
+    def interrupt(summary):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(render, "render_markdown", interrupt)
+    res = _run(world, out, led)
+    assert res.exit_code == 130, res.output
+    assert "interrupted: the pipeline stopped in its report stage" in res.stderr
+    assert "nothing was written" not in res.stderr
+    _check_kept(out, led, "report")
+    kept, spent = _files(out), ledger_status(led)["rho_spent"]
+    monkeypatch.undo()
+    res = _run(world, out, led)
+    assert res.exit_code == 0, res.output
+    _check_finished(out, led, kept, spent)
+
+
+def test_an_incomplete_run_is_never_reused_for_other_data(world, tmp_path, monkeypatch):
+    """Other logs (one reward changed), or another budget: refused before any row is read, nothing charged, the
+    kept run untouched; --overwrite discards it and spends again."""
+    led, out = _ledger(tmp_path), tmp_path / "run"
+    monkeypatch.setattr(render, "render_markdown", lambda s: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert _run(world, out, led).exit_code == 130
+    monkeypatch.undo()
+    kept, entries = _files(out), ledger_status(led)["n_entries"]
+    df = pl.read_parquet(world / "logs.parquet")
+    other = tmp_path / "other.parquet"
+    df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(1.0 - pl.col("reward")).otherwise(pl.col("reward"))
+                    .alias("reward")).write_parquet(other)
+    for res in (_run(world, out, led, logs=other), _run(world, out, led, "--seed", 4)):
+        assert res.exit_code == 2, res.output
+        assert "holds an incomplete run" in res.stderr and "Traceback" not in res.output
+        assert _files(out) == kept and ledger_status(led)["n_entries"] == entries
+    assert "another logs" in _run(world, out, led, logs=other).stderr
+    res = _run(world, out, led, "--overwrite", logs=other)
+    assert res.exit_code == 0, res.output
+    assert ledger_status(led)["n_entries"] == 2 * entries and not (out / "INCOMPLETE.json").exists()
+
+
+def test_a_failure_before_any_charge_keeps_nothing(world, tmp_path, monkeypatch):
+    led, out = _ledger(tmp_path), tmp_path / "run"
+    monkeypatch.setattr(stages_mod, "release_logs", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    res = _run(world, out, led)
+    assert res.exit_code == 130 and "interrupted: nothing was written" in res.stderr, res.output
+    assert not out.exists() and ledger_status(led)["n_entries"] == 0
