@@ -35,10 +35,13 @@ DIR/summary.json is their composition. --stationary pools counts over the steps 
 default follows --mdp (icu-sepsis is stationary) and is --stationary
 without one.
 
-DIR is built under a temporary name and appears only when every stage
+DIR is built under a temporary name and appears when every stage
 succeeded; invalid logs stop the run with the located errors and nothing
-is written. An existing DIR is refused; --overwrite replaces it only if it
-holds a previous pipeline output. What contribution bounding dropped goes to
+is written. A run stopped (error, Ctrl-C) after charging the budget keeps
+what it charged in DIR, marked incomplete (DIR/INCOMPLETE.json); the same
+command again finishes it without charging again (other logs, spec,
+budget or ledger are refused). An existing DIR is refused; --overwrite
+replaces it only if it holds a previous pipeline output. What contribution bounding dropped goes to
 DIR/private/local-log.json only (never to share; see report.md for which
 files may leave the building).
 

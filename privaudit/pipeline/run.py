@@ -6,8 +6,11 @@ stages of :mod:`privaudit.pipeline.stages` in a temporary folder; the choices ar
 
 What a hospital analyst runs on day one (``privaudit pipeline``). Every
 artifact is built in a temporary folder next to ``out`` and renamed to
-``out`` only when all stages succeeded, so a failure (invalid logs, a bad
-spec, an interrupted run) leaves ``out`` absent or unchanged.
+``out`` when all stages succeeded, so a failure before any charge (invalid
+logs, a bad spec, an interrupted run) leaves ``out`` absent or unchanged; a
+stop after a charge keeps the charged outputs as ``out``, marked incomplete,
+and the same run again finishes them without charging again
+(:mod:`privaudit.pipeline.resume`).
 
 Layout of ``out`` (see docs/pipeline.md)::
 
@@ -171,8 +174,10 @@ def run_pipeline_config(config: PipelineConfig, *, echo: Callable[[str], None] |
     """Run one configured pipeline into the folder ``config.out``.
 
     Every artifact is built in a temporary folder next to ``out`` and renamed
-    to ``out`` only when all stages succeeded (layout: this module's docstring
-    and docs/pipeline.md).
+    to ``out`` when all stages succeeded (layout: this module's docstring
+    and docs/pipeline.md). A stop after a part was charged keeps the charged
+    outputs as ``out``, marked incomplete; when ``out`` holds such a run of
+    the same inputs, this run resumes it (:mod:`privaudit.pipeline.resume`).
 
     Parameters
     ----------
@@ -190,7 +195,8 @@ def run_pipeline_config(config: PipelineConfig, *, echo: Callable[[str], None] |
     Raises
     ------
     UsageError
-        Bad or conflicting arguments, ``out`` exists or is being written by
+        Bad or conflicting arguments, ``out`` holds an incomplete run of other
+        inputs (configuration, spec, logs or ledger), ``out`` exists or is being written by
         another run (refused at once: ``core.outputs.output_lock``; hidden
         temporary folders a killed run left next to ``out`` are removed and
         reported), an MDP that does not fit
