@@ -125,8 +125,7 @@ def fingerprint(config, spec: DomainSpec, logs) -> dict:
     conf["mdp"] = None if conf["mdp"] is None else str(conf["mdp"])
     ledger = None if config.ledger is None else str(Path(config.ledger).absolute())
     data = logs_digest(logs)
-    return {"configuration": _sha(conf), "spec": spec.hash(), "logs": None if data is None else data,
-            "ledger": _sha(ledger)}
+    return {"configuration": _sha(conf), "spec": spec.hash(), "logs": data, "ledger": _sha(ledger)}
 
 
 def is_incomplete(out: Path) -> bool:
@@ -178,10 +177,10 @@ def check_resumable(cp: Checkpoint, fp: dict, ledger) -> None:
     else:
         differ = [k for k in ("configuration", "spec", "logs", "ledger") if cp.fingerprint.get(k) != fp[k]]
     if differ:
-        raise UsageError(f"`out` {cp.out} holds an incomplete run (charged: {', '.join(cp.charged)}) of another "
-                         f"{' / '.join(differ)}; its outputs are reused only by the same command on the same "
-                         "data. Rerun it as it was, choose another `out`, or pass `overwrite` to discard them "
-                         "(what they cost stays spent).")
+        raise UsageError(f"`out` {cp.out} holds an incomplete run (charged: {', '.join(cp.charged)}) of other "
+                         f"inputs (not the same: {', '.join(differ)}); its outputs are reused only by the same "
+                         "command on the same data. Rerun it as it was, choose another `out`, or pass "
+                         "`overwrite` to discard them (what they cost stays spent).")
     if ledger is not None:
         entries = ledger_mod.ledger_status(ledger)["entries"]
         ran = {e.get("description", "").split(" part:")[0].removeprefix("pipeline, ")

@@ -20,7 +20,9 @@ from privaudit.core.errors import ArtifactError
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
 from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
 from privaudit.pipeline import render
+from privaudit.learners.policy import load_policy
 from privaudit.privacy.ledger import init_ledger, ledger_status
+from privaudit.release.tabular import load_release
 
 CHARGED = ["release", "behaviour-value", "dp-vapvi"]
 
@@ -67,6 +69,8 @@ def _check_kept(out, led, stopped_in):
     assert {p for p in _files(out) if p.startswith("private/")} == {"private/checkpoint.json",
                                                                     "private/checkpoint.npz"}
     assert _charged_parts(led) == CHARGED and marker["run_id"] == ledger_status(led)["entries"][0]["run"]
+    load_release(out / "release").transitions_at(0)  # every kept file whole and readable
+    load_policy(out / "policies" / "dp-vapvi")
     assert not any(p.name.startswith(f".{out.name}.") for p in out.parent.iterdir())  # no temporary left
 
 
@@ -83,46 +87,43 @@ def _check_finished(out, led, kept, spent):
     assert [p["name"] for p in g["parts"]] == CHARGED and 1.0 <= g["rho"] <= 1.0 * (1 + 1e-12)
 
 
-def test_a_failing_audit_keeps_what_was_charged_and_the_same_command_finishes_without_charging(
-        world, tmp_path, monkeypatch):
+def _stop_in(monkeypatch, stage, error):
+    """Make ``stage`` raise ``error``: the audit's run, or the report's markdown (after summary.json is written in
+    the temporary folder: it must not be kept, an incomplete run is not a result)."""
+    def stop(*a, **k):
+        raise error("simulated failure") if error is ArtifactError else error
+    if stage == "audit":
+        monkeypatch.setattr(stages_mod, "audit_release", stop)
+    else:
+        monkeypatch.setattr(render, "render_markdown", stop)
+
+
+@pytest.mark.parametrize("stage,error", [
+    ("audit", ArtifactError), ("report", KeyboardInterrupt),
+    pytest.param("audit", KeyboardInterrupt, marks=pytest.mark.slow),
+    pytest.param("report", ArtifactError, marks=pytest.mark.slow)])
+def test_a_stop_after_the_charges_keeps_them_and_the_same_command_finishes_without_charging(
+        world, tmp_path, monkeypatch, stage, error):
     led, out = _ledger(tmp_path), tmp_path / "run"
-
-    def broken(*a, **k):
-        raise ArtifactError("simulated failure of the audit")
-
-    monkeypatch.setattr(stages_mod, "audit_release", broken)
-    res = _run(world, out, led, "--audit-trials", 500)
-    assert res.exit_code == 1 and "simulated failure of the audit" in res.stderr, res.output
+    _stop_in(monkeypatch, stage, error)
+    res = _run(world, out, led, "--audit-trials", 500 if stage == "audit" else 0)  # the audit stops at once
     assert "Traceback" not in res.output
+    if error is KeyboardInterrupt:
+        assert res.exit_code == 130, res.output
+        assert f"interrupted: the pipeline stopped in its {stage} stage" in res.stderr
+        assert "nothing was written" not in res.stderr
+    else:
+        assert res.exit_code == 1 and "simulated failure" in res.stderr, res.output
     assert f"kept in {out}, marked incomplete (INCOMPLETE.json): run the same command again" in res.stderr
     assert "the same command again reuses it without charging" in res.stderr
     assert "a retry spends it again" not in res.stderr
-    _check_kept(out, led, "audit")
+    _check_kept(out, led, stage)
     kept, spent = _files(out), ledger_status(led)["rho_spent"]
     monkeypatch.undo()
-    res = _run(world, out, led, "--audit-trials", 0)  # the audit may be skipped: it spends nothing
+    # the same command, except the audit's trials: it spends nothing, so a rerun may skip a failing audit
+    res = _run(world, out, led, "--audit-trials", 0)
     assert res.exit_code == 0, res.output
     assert f"resuming the incomplete run in {out}" in res.stderr and "nothing is charged again" in res.stderr
-    _check_finished(out, led, kept, spent)
-
-
-def test_ctrl_c_in_the_report_keeps_what_was_charged_and_the_rerun_finishes(world, tmp_path, monkeypatch):
-    """Interrupted after summary.json was written in the temporary folder: it is not kept (not a result)."""
-    led, out = _ledger(tmp_path), tmp_path / "run"
-
-    def interrupt(summary):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(render, "render_markdown", interrupt)
-    res = _run(world, out, led)
-    assert res.exit_code == 130, res.output
-    assert "interrupted: the pipeline stopped in its report stage" in res.stderr
-    assert "nothing was written" not in res.stderr
-    _check_kept(out, led, "report")
-    kept, spent = _files(out), ledger_status(led)["rho_spent"]
-    monkeypatch.undo()
-    res = _run(world, out, led)
-    assert res.exit_code == 0, res.output
     _check_finished(out, led, kept, spent)
 
 
@@ -138,11 +139,12 @@ def test_an_incomplete_run_is_never_reused_for_other_data(world, tmp_path, monke
     other = tmp_path / "other.parquet"
     df.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(1.0 - pl.col("reward")).otherwise(pl.col("reward"))
                     .alias("reward")).write_parquet(other)
-    for res in (_run(world, out, led, logs=other), _run(world, out, led, "--seed", 4)):
+    refused = ((_run(world, out, led, logs=other), "logs"), (_run(world, out, led, "--seed", 4), "configuration"))
+    for res, what in refused:
         assert res.exit_code == 2, res.output
-        assert "holds an incomplete run" in res.stderr and "Traceback" not in res.output
+        assert f"holds an incomplete run (charged: {', '.join(CHARGED)}) of other inputs (not the same: {what})" \
+            in res.stderr and "Traceback" not in res.output
         assert _files(out) == kept and ledger_status(led)["n_entries"] == entries
-    assert "another logs" in _run(world, out, led, logs=other).stderr
     res = _run(world, out, led, "--overwrite", logs=other)
     assert res.exit_code == 0, res.output
     assert ledger_status(led)["n_entries"] == 2 * entries and not (out / "INCOMPLETE.json").exists()
