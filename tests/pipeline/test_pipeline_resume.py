@@ -156,3 +156,44 @@ def test_a_failure_before_any_charge_keeps_nothing(world, tmp_path, monkeypatch)
     res = _run(world, out, led)
     assert res.exit_code == 130 and "interrupted: nothing was written" in res.stderr, res.output
     assert not out.exists() and ledger_status(led)["n_entries"] == 0
+
+
+def _without_times(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k not in ("created", "software")}
+
+
+@pytest.mark.slow  # three pipeline runs on 3000 episodes: about 5 s
+def test_a_resumed_dp_pbb_run_reports_what_an_uninterrupted_one_reports(world, tmp_path, monkeypatch):
+    """With a public reward DP-PBB is charged too; its policy is kept and its V_0 and Q checkpointed. With the same
+    (test-only) seed, the resumed run writes the uninterrupted run's summary (certified values, diagnostics,
+    guarantee), policies and release, and charges what that run charged, once."""
+    mdp = random_tabular_mdp(5, 3, 4, instance_seed=3)  # the world's MDP; 3000 episodes: a certified value > 0
+    logs = simulate(mdp, behaviour_policy("mix:0.5", mdp), 3000, np.random.default_rng(5))
+    logs.with_columns(reward=(pl.col("next_state") == 2).cast(pl.Float64)).write_parquet(tmp_path / "logs.parquet")
+    doc = {k: v for k, v in json.loads((world / "spec.json").read_text()).items() if k != "features"}
+    (tmp_path / "spec.json").write_text(json.dumps({**doc, "public_reward": {"kind": "next_state",
+                                                                             "values": {"2": 1.0}}}))
+
+    def run(out, led):
+        return CliRunner().invoke(main, ["pipeline", str(tmp_path / "logs.parquet"), "--spec",
+                                         str(tmp_path / "spec.json"), "--rho", "4", "--out", str(out), "--ledger",
+                                         str(led), "--audit-trials", "0", "--seed", "7"])
+    init_ledger(tmp_path / "a.jsonl", "rt-resume", 5)
+    init_ledger(tmp_path / "b.jsonl", "rt-resume", 5)
+    assert run(tmp_path / "a", tmp_path / "a.jsonl").exit_code == 0
+    _stop_in(monkeypatch, "report", KeyboardInterrupt)
+    assert run(tmp_path / "b", tmp_path / "b.jsonl").exit_code == 130
+    monkeypatch.undo()
+    marker = json.loads((tmp_path / "b" / "INCOMPLETE.json").read_text())
+    assert marker["charged"] == ["release", "behaviour-value", "dp-pbb"] and "policies/dp-pbb" in marker["kept"]
+    res = run(tmp_path / "b", tmp_path / "b.jsonl")
+    assert res.exit_code == 0 and "resuming the incomplete run" in res.stderr, res.output
+    a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
+    pbb = json.loads(b["summary.json"])["policies"][0]
+    assert pbb["name"] == "dp-pbb" and pbb["certified_value"] > 0.05  # DP-PBB's restored V_0 is used
+    assert _without_times(json.loads(a["summary.json"])) == _without_times(json.loads(b["summary.json"]))
+    for name in a:
+        if name.startswith(("policies/", "release/")) and not name.endswith((".json",)):
+            assert a[name] == b[name], name
+    spent = [[e["rho"] for e in ledger_status(tmp_path / f"{x}.jsonl")["entries"]] for x in "ab"]
+    assert spent[0] == spent[1] and len(spent[1]) == 3
