@@ -407,7 +407,8 @@ class TabularRelease:
                           + ("(L2 in quadrature); family rho_f = l2_f^2 / (2 sigma^2)"
                              if gaussian else "(L1 summed); family eps_f = l1_f / b")
                           + "; reward sensitivities and scales are in stored units (x reward_quantum)"),
-            values="noisy integer counts (value * value_unit), every cell of the declared domain, "
+            values="noisy integer counts (stored value * value_unit; a transition count is in column action_<a> "
+                   "of row (h, state, next_state)), every cell of the declared domain, "
                    "before any clipping at 0 (clipping and projection are the learner's post-processing)",
             public_reward=spec.public_reward,
             reward_quantum=self.families["rewards"].quantum if rewards else None,
