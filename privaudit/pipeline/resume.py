@@ -10,7 +10,8 @@ is complete and paid for:
 ``release/``                 the release, when it was charged
 ``policies/<name>/``         each charged policy (DP-PBB, DP-VAPVI)
 ``private/checkpoint.json``  PRIVATE: what a rerun needs (run id, fingerprints of the inputs, the release's
-                             bounding facts, the behaviour-value statistics, the charged parts)
+                             bounding facts, the behaviour-value statistics, the charged parts, a finished
+                             held-out certification)
 ``private/checkpoint.npz``   PRIVATE: the charged learners' values (DP outputs: V_0 and the Q that chose the actions)
 
 There is no ``summary.json``: an incomplete run is not a result. Running

@@ -197,3 +197,19 @@ def test_a_resumed_dp_pbb_run_reports_what_an_uninterrupted_one_reports(world, t
             assert a[name] == b[name], name
     spent = [[e["rho"] for e in ledger_status(tmp_path / f"{x}.jsonl")["entries"]] for x in "ab"]
     assert spent[0] == spent[1] and len(spent[1]) == 3
+
+
+@pytest.mark.slow  # two pipeline runs with the held-out evaluations: about 3 s
+def test_a_finished_held_out_certification_is_not_charged_again(world, tmp_path, monkeypatch):
+    """--hold-out charges each held-out evaluation to the ledger in its own stage; a stop in the report after it
+    keeps the certification (DP estimates) in the checkpoint, and the rerun charges nothing at all."""
+    led, out = _ledger(tmp_path), tmp_path / "run"
+    _stop_in(monkeypatch, "report", KeyboardInterrupt)
+    assert _run(world, out, led, "--hold-out").exit_code == 130
+    monkeypatch.undo()
+    entries = ledger_status(led)["entries"]
+    assert len(entries) > len(CHARGED)  # the held-out evaluations were charged too
+    res = _run(world, out, led, "--hold-out")
+    assert res.exit_code == 0, res.output
+    assert ledger_status(led)["entries"] == entries
+    assert json.loads((out / "summary.json").read_text())["held_out_certification"]["policies"]
