@@ -9,11 +9,15 @@ V_{h+1}(s') over the logged transitions (a "private Bellman backup"), with
 fresh Gaussian noise that is independent of W_{h+1}. The error of a backup
 is then one Gaussian draw of standard deviation sigma per (s, a), divided by
 the visit count, instead of S noisy cells. Pessimism comes from lower
-confidence bounds that hold simultaneously for every (h, s, a) with
+confidence bounds that hold simultaneously for every (h, s, a) and every
+value function (the backed-up W is learned from the same logs) with
 probability >= 1 - failure_prob, so the learner's value at the start
 distribution (``certified_value``) is a lower bound on the true value of the
-policy it outputs (docs/learners.md, "DP-PBB": privacy proof and validity
-argument).
+policy it outputs (docs/learners.md, "DP-PBB": the privacy proof;
+docs/certificates.md, "DP-PBB": the theorem and its proof). Values are reused
+across steps only for pooled counts (time-homogeneous dynamics, the caller's
+declaration) with a reward the same at every step; otherwise every step is
+backed up.
 
 The modules: :mod:`privaudit.learners.tabular.pbb_counts` (the exact capped counts, PRIVATE),
 :mod:`privaudit.learners.tabular.pbb_noise` (sensitivities and the noise plan, public facts only),
@@ -107,7 +111,7 @@ class DPPBB(TabularLearnerBase):
 
     References
     ----------
-    docs/learners.md "DP-PBB" (privacy proof, validity argument). Pessimism:
+    docs/learners.md "DP-PBB" (privacy proof), docs/certificates.md "DP-PBB" (validity). Pessimism:
     Jin, Yang & Wang 2021 (PEVI), Yin & Wang 2021 (APVI); Bellman backups
     released with fresh noise: the "private Q-value" idea of Vietri et al.
     2020 applied offline; time-uniform bounds: Howard et al. 2021.
@@ -456,7 +460,7 @@ class DPPBB(TabularLearnerBase):
         d0 : ndarray (S,), optional
             A public start distribution (a known MDP): d0 . V_0. None: a
             lower confidence bound on E_{s ~ d0}[V_0(s)] from the released
-            start counts (docs/learners.md, "Validity", event family 4).
+            start counts (docs/certificates.md, "Start distribution": over privacy units, uniform over V_0).
 
         Raises
         ------
