@@ -4,15 +4,21 @@ privacy unit sharing a start state (docs/certificates.md)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from scipy import stats
 
+from privaudit.cli import main
+from privaudit.mdp.io import save_mdp
+from privaudit.mdp.simulate import simulate, write_logs
 from privaudit.learners.tabular.dp_pbb import DPPBB
 from privaudit.learners.tabular.pbb_counts import CappedCounts
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy
+from tests._release_logs import spec_doc
 
 H, S, A = 10, 3, 2
 WAIT, GO = 0, 1                 # actions at state 0
@@ -45,12 +51,8 @@ def _start_mdp(P: np.ndarray, r: np.ndarray) -> TabularMDP:
     return TabularMDP(P=P, r=r, d0=np.array([1.0, 0.0, 0.0]), horizon=H, terminal_states=(GOOD, BAD))
 
 
-def test_per_step_mdp_whose_reward_is_reachable_only_from_step_h0():
-    """Per-step dynamics: GO from state 0 reaches GOOD (reward 1) w.p. 0.9 from step H0 on, BAD before.
-    Today's main backs up the last 6 steps only and copies step 4's policy (GO) to steps 0..3: it certified
-    about 0.85 for a policy worth 0 (GO at step 0 ends in BAD). Without noise (rho = inf) and at a fixed
-    seed, the certificate must lie below the true value of the policy it returns (the simulation's only
-    randomness: 20,000 episodes; the certificate fails w.p. <= 5% by its theorem, and at this seed holds)."""
+def _late_reward_per_step_mdp() -> TabularMDP:
+    """Per-step dynamics: GO from state 0 reaches GOOD (r(s') = 1) w.p. 0.9 from step H0 on, BAD before."""
     P = np.zeros((H, S, A, S))
     P[:, 0, WAIT, 0] = 1.0
     P[:H0, 0, GO, BAD] = 1.0
@@ -58,7 +60,16 @@ def test_per_step_mdp_whose_reward_is_reachable_only_from_step_h0():
     P[:, GOOD, :, GOOD] = P[:, BAD, :, BAD] = 1.0
     r = np.zeros((S, A, S))
     r[:, :, GOOD] = 1.0
-    mdp = _start_mdp(P, r)
+    return _start_mdp(P, r)
+
+
+def test_per_step_mdp_whose_reward_is_reachable_only_from_step_h0():
+    """Per-step dynamics: GO from state 0 reaches GOOD (reward 1) w.p. 0.9 from step H0 on, BAD before.
+    Today's main backs up the last 6 steps only and copies step 4's policy (GO) to steps 0..3: it certified
+    about 0.85 for a policy worth 0 (GO at step 0 ends in BAD). Without noise (rho = inf) and at a fixed
+    seed, the certificate must lie below the true value of the policy it returns (the simulation's only
+    randomness: 20,000 episodes; the certificate fails w.p. <= 5% by its theorem, and at this seed holds)."""
+    mdp = _late_reward_per_step_mdp()
     counts = _simulate(mdp, 20_000, np.random.default_rng(3), per_step=True)
     fit = DPPBB(rho=math.inf).fit(counts, np.array([0.0, 1.0, 0.0]), terminal_states=(GOOD, BAD), return_bound=1.0)
     value = evaluate_policy(mdp, fit.policy_.table)
@@ -134,3 +145,22 @@ def test_start_bound_holds_over_privacy_units_of_5_stays():
     """As above at k = 5 with 4,000 simulations (today's main: ~2% failures, 20 times its stated 0.1%)."""
     fails, stated = _start_bound_failures(5, 4000, 8)
     assert fails <= stats.binom.ppf(0.9999, 4000, stated)
+
+
+def test_pipeline_certificate_holds_on_a_per_step_mdp(tmp_path):
+    """From the CLI where the user met it: `privaudit pipeline --mdp` on the per-step MDP above (the pipeline
+    picks per-step counts for it), 5,000 stays, rho = 10, seed 3. Today's main printed `dp-pbb 0.0000 0.5811 NO`
+    (a certificate above the value of its policy); the certified value must be at most the exact value, and held
+    (the certificate fails w.p. <= 5% by its theorem; at this seed it holds)."""
+    mdp = _late_reward_per_step_mdp()
+    write_logs(simulate(mdp, np.tile([0.8, 0.2], (S, 1)), 5_000, np.random.default_rng(1)), tmp_path / "logs.parquet")
+    save_mdp(mdp, tmp_path / "mdp.npz")
+    (tmp_path / "spec.json").write_text(json.dumps(spec_doc(H=H, S=S, A=A, terminals=(GOOD, BAD),
+                                                            public_reward={GOOD: 1.0}, dataset_id="late")))
+    res = CliRunner().invoke(main, ["pipeline", str(tmp_path / "logs.parquet"), "--spec", str(tmp_path / "spec.json"),
+                                    "--rho", "10", "--mdp", str(tmp_path / "mdp.npz"), "--out", str(tmp_path / "out"),
+                                    "--audit-trials", "0", "--seed", "3"])
+    assert res.exit_code == 0, res.output
+    row = next(line.split() for line in res.output.splitlines() if line.strip().startswith("dp-pbb "))
+    value, certified, held = float(row[1]), float(row[2]), row[3]
+    assert certified <= value + 1e-9 and held == "yes", row
