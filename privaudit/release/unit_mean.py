@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from privaudit.core.errors import UsageError
 
-__all__ = ["check_alpha", "gaussian_tail", "unit_mean_lower_bound"]
+__all__ = ["check_alpha", "gaussian_tail", "unit_mean_lower_bound", "unit_ratio_lower_bound"]
 
 
 def check_alpha(alpha: float) -> float:
@@ -91,3 +93,64 @@ def unit_mean_lower_bound(total: float, sigma_total: float, count: float, sigma_
         return 0.0
     num = total - t * sigma_total - k * width * math.sqrt(n_up * log_term / 2.0)
     return float(min(max(min(num / n_lo, num / n_up), 0.0), width))
+
+
+def unit_ratio_lower_bound(sums: tuple, sigmas: tuple, half_range: float, *, max_episodes: int, miss: float,
+                           cells: int = 2000) -> float:
+    """An empirical-Bernstein lower confidence bound on gamma = E[t_u] / E[n_u] from noisy unit-level sums.
+
+    Units u = 1..n_U i.i.d., unit u with n_u in [1, k] episodes whose values c lie in [-C, C] (C =
+    ``half_range``), t_u their sum. Released (each with independent sub-Gaussian noise of the given
+    scale): T = sum t_u, N = sum n_u, Q = sum t_u^2, B = sum t_u n_u, D = sum n_u^2 (at k = 1 pass T, N
+    as B, D). For the true gamma, Y_u = t_u - gamma n_u are i.i.d. with mean 0 in an interval of length
+    2kC, and by Maurer & Pontil (2009, Thm 4) on (Y_u + k(C + gamma)) / (2kC) in [0, 1],
+    sum_u Y_u <= sqrt(2 L f sum_u Y_u^2) + 14 k C L f / 3 except w.p. delta, with L = log(2 / delta),
+    f = n_U / (n_U - 1) and sum_u Y_u^2 = Q - 2 gamma B + gamma^2 D. A gamma is excluded when even
+    the most favourable values on the noise events violate this; [-C, C] is cut into ``cells`` cells
+    and a cell is excluded when its smallest T - gamma N exceeds its largest deviation (U below is
+    convex, so its maximum over a cell is at an end). The bound is the left end of the first cell not
+    excluded: every gamma left of it is excluded. Failure probability <= ``miss``, split in eight
+    (T's noise, both sides of N, Q's, both sides of B, D's, the Bernstein event). Proof:
+    docs/certificates.md, "The clinicians' value interval".
+
+    Parameters
+    ----------
+    sums : (T', N', Q', B', D')
+    sigmas : (sigma_T, sigma_N, sigma_Q, sigma_B, sigma_D)
+    half_range : float
+        C > 0.
+    max_episodes : int
+        k.
+    miss : float
+        In (0, 1).
+    cells : int
+        Resolution of the search over [-C, C].
+
+    Returns
+    -------
+    float
+        The bound in [-C, C]; -C when N's lower bound is below 2k (fewer than two units for sure).
+
+    References
+    ----------
+    Maurer & Pontil (2009), "Empirical Bernstein Bounds and Sample Variance Penalization", Thm 4.
+    """
+    T, N, Q, B, D = (float(x) for x in sums)
+    sT, sN, sQ, sB, sD = (float(x) for x in sigmas)
+    C, k = float(half_range), int(max_episodes)
+    t, L = gaussian_tail(check_alpha(miss) / 8.0), math.log(16.0 / miss)
+    n_lo, n_up = N - t * sN, N + t * sN
+    units_lo = n_lo / k                                       # n_U >= N / k >= n_lo / k
+    if units_lo < 2.0:
+        return -C
+    f = units_lo / (units_lo - 1.0)                           # n_U / (n_U - 1) is decreasing in n_U
+    g = np.linspace(-C, C, int(cells) + 1)
+    a, b = g[:-1], g[1:]
+
+    def upper_sq(x):                                          # >= sum_u (t_u - x n_u)^2 on the noise events
+        return (Q + t * sQ) - 2.0 * x * B + 2.0 * np.abs(x) * t * sB + x * x * max(D + t * sD, 0.0)
+
+    dev = np.sqrt(2.0 * L * f * np.maximum(np.maximum(upper_sq(a), upper_sq(b)), 0.0)) + 14.0 * k * C * L * f / 3.0
+    low_sum = (T - t * sT) - np.where(b >= 0, b * n_up, b * n_lo)   # <= T - x N for every x in the cell
+    keep = np.flatnonzero(low_sum <= dev)
+    return float(a[keep[0]]) if keep.size else C
