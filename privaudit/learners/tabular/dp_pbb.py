@@ -428,7 +428,9 @@ class DPPBB(TabularLearnerBase):
         counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
         ctx.say(f"dp-pbb: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
                 f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={num(budget.shown)}): "
-                "this spends privacy budget.")
+                "this spends privacy budget."
+                + (" Counts pooled over h assume time-homogeneous dynamics: the certified value holds only then "
+                   "(--per-step otherwise)." if stationary else ""))
         learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,
                     return_bound=rb, budget=budget, spec_hash=spec.hash(), rng=np.random.default_rng(seed),
                     seeded=seed is not None)
