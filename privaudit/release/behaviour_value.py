@@ -67,28 +67,15 @@ fits its share. The event is one Gaussian leaf per statistic
 The estimate (:func:`estimate_behaviour_value`) is post-processing. The
 estimand is the mean return per episode, the ratio R = E[t_u] / E[n_u] over
 patients (m + R in declared units): with n = max(N', 1) and c-hat =
-clip(T'/n, -C, C), G-hat = m + c-hat. Its interval is a finite-sample one
-(issue 28): the intersection of a Hoeffding and an empirical-Bernstein
-interval over the i.i.d. privacy units (stays of one patient may be
-correlated in any way; a unit's sum of k episodes spans 2kC), widened by the
-Gaussian tails of the noise of the released sums (union bound), so it covers
-at the stated confidence for every sample size
-(``privaudit.release.unit_mean``; proof in docs/certificates.md, "The
-clinicians' value interval"). Before, it was a normal interval, which covered
-88.6-93% of the time with few stays or values near 0 or 1. The reported
-standard error is the delta-method (sandwich) variance of a ratio estimator
-over i.i.d. privacy units:
-
-    Var = sum_u (t_u - c-hat n_u)^2 / n^2 + (sigma_T^2 + c-hat^2 sigma_N^2) / n^2,
-    sum_u (t_u - c-hat n_u)^2 = Q' - 2 c-hat B' + c-hat^2 D',
-
-clipped to [0, k C^2 n] (weighted Bhatia-Davis: sum_u n_u^2 (t_u/n_u - R)^2
-<= k sum_u n_u (t_u/n_u - R)^2 <= k C^2 N), widened by the lattice rounding
-(< 2^-b per episode). At k = 1, B' = c-hat n and D' = n (B = T, D = N), so
-the sum is Q' - c-hat^2 n: version 1's s^2 n, the same interval. It covers
-the behaviour policy's value at its logged start distribution; coverage is
-measured by simulation in ``tests/release/test_behaviour_value.py`` (with
-correlated stays, k = 3) and docs/pipeline.md.
+clip(T'/n, -C, C), G-hat = m + c-hat. Its interval is finite-sample (issue
+28; before, a normal interval that covered 88.6-93% with few stays or values
+near 0 or 1): Hoeffding and empirical Bernstein over the i.i.d. privacy units
+(a patient's stays correlated in any way), widened by the noise
+(``privaudit.release.unit_mean``; proof: docs/certificates.md). The reported
+standard error is the delta-method (sandwich) one of a ratio estimator over
+units, Var = (Q' - 2 c-hat B' + c-hat^2 D') / n^2 + (sigma_T^2 + c-hat^2
+sigma_N^2) / n^2, the residual sum clipped to [0, k C^2 n] (weighted
+Bhatia-Davis); at k = 1, B = T and D = N.
 
 Versions: ``MECHANISM_VERSION`` 2 (this) writes ``"version": 2`` in
 :meth:`BehaviourValueRelease.describe`. Version 1 (summaries without the
@@ -123,7 +110,7 @@ import polars as pl
 from privaudit.data.bounding import unit_column_of
 from privaudit.core.errors import UsageError
 from privaudit.privacy import accounting
-from privaudit.release.unit_mean import gaussian_tail, unit_mean_lower_bound, unit_ratio_lower_bound
+from privaudit.release.unit_mean import unit_ratio_interval
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
 from privaudit.privacy.fixed_point import MAX_SIGMA_UNITS, discrete_gaussian_batch, to_grid_toward_zero
@@ -500,33 +487,16 @@ def estimate_behaviour_value(stats: ValueStatistics, confidence: float = CONFIDE
 
 
 def _interval(stats: ValueStatistics, miss: float) -> tuple[float, float]:
-    """The finite-sample interval of :func:`estimate_behaviour_value`, missing w.p. <= ``miss``.
-
-    The intersection of two intervals, each missing w.p. <= miss / 2 (so the intersection misses w.p. <=
-    miss): (1) Hoeffding over units, each side (miss / 4) ``unit_mean_lower_bound`` on the episodes'
-    x = C + c (lower side) or C - c (upper side) in [0, 2C]: the total X' = T' + C N' (resp. C N' - T',
-    noise proxy sigma_T^2 + C^2 sigma_N^2) and the count N', its failure probability split in thirds (X's
-    noise, the two sides of N', Hoeffding); (2) empirical Bernstein over units, each side (miss / 4)
-    ``unit_ratio_lower_bound`` on (T', N', Q', B', D') (the upper side on -c: T' and B' negated), which
-    adapts to the returns' spread when it is small next to the declared range. Each end is widened by the
-    lattice rounding (< 2^-b per episode) and lies in [low, high]. Proof: docs/certificates.md, "The
-    clinicians' value interval".
-    """
-    C, k = 0.5 * (stats.high - stats.low), int(stats.max_episodes)
-    side = miss / 4.0
+    """The finite-sample interval of :func:`estimate_behaviour_value`, missing w.p. <= ``miss``:
+    ``unit_mean.unit_ratio_interval`` on (T', N', Q', B', D') (B = T and D = N at k = 1), each end widened
+    by the lattice rounding (< 2^-b per episode), inside [low, high]. Proof: docs/certificates.md, "The
+    clinicians' value interval"."""
     sg = stats.sigma
-    sig_x = math.hypot(sg["return_sum"], C * sg["episode_count"])
-    hoeffding = [unit_mean_lower_bound(sign * stats.return_sum + C * stats.episodes, sig_x, stats.episodes,
-                                       sg["episode_count"], 2.0 * C, max_episodes=k,
-                                       t=gaussian_tail(side / 3.0), t_count=gaussian_tail(side / 6.0),
-                                       log_term=math.log(3.0 / side)) - C for sign in (1.0, -1.0)]
     B, sB = ((stats.return_sum, sg["return_sum"]) if stats.unit_cross is None
              else (stats.unit_cross, sg["unit_return_cross"]))
     D, sD = ((stats.episodes, sg["episode_count"]) if stats.unit_count_squares is None
              else (stats.unit_count_squares, sg["unit_count_squares"]))
-    sigmas = (sg["return_sum"], sg["episode_count"], sg["return_squares"], sB, sD)
-    bernstein = [unit_ratio_lower_bound((sign * stats.return_sum, stats.episodes, stats.return_squares, sign * B, D),
-                                        sigmas, C, max_episodes=k, miss=side) for sign in (1.0, -1.0)]
-    lo = stats.mid + max(hoeffding[0], bernstein[0]) - stats.rounding
-    hi = stats.mid - max(hoeffding[1], bernstein[1]) + stats.rounding
-    return max(stats.low, lo), min(stats.high, hi)
+    lo, hi = unit_ratio_interval((stats.return_sum, stats.episodes, stats.return_squares, B, D),
+                                 (sg["return_sum"], sg["episode_count"], sg["return_squares"], sB, sD),
+                                 0.5 * (stats.high - stats.low), max_episodes=int(stats.max_episodes), miss=miss)
+    return max(stats.low, stats.mid + lo - stats.rounding), min(stats.high, stats.mid + hi + stats.rounding)

@@ -14,7 +14,7 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 
-__all__ = ["check_alpha", "gaussian_tail", "unit_mean_lower_bound", "unit_ratio_lower_bound"]
+__all__ = ["check_alpha", "gaussian_tail", "unit_mean_lower_bound", "unit_ratio_lower_bound", "unit_ratio_interval"]
 
 
 def check_alpha(alpha: float) -> float:
@@ -154,3 +154,40 @@ def unit_ratio_lower_bound(sums: tuple, sigmas: tuple, half_range: float, *, max
     low_sum = (T - t * sT) - np.where(b >= 0, b * n_up, b * n_lo)   # <= T - x N for every x in the cell
     keep = np.flatnonzero(low_sum <= dev)
     return float(a[keep[0]]) if keep.size else C
+
+
+def unit_ratio_interval(sums: tuple, sigmas: tuple, half_range: float, *, max_episodes: int,
+                        miss: float) -> tuple[float, float]:
+    """An interval [lo, hi] containing gamma = E[t_u] / E[n_u] (values c in [-C, C]) w.p. >= 1 - ``miss``.
+
+    The intersection of two intervals, each missing w.p. <= miss / 2: (1) Hoeffding, each side (miss / 4)
+    :func:`unit_mean_lower_bound` on x = C + c (lower side) or C - c (upper side) in [0, 2C], from the
+    total X' = T' + C N' (resp. C N' - T', noise proxy sigma_T^2 + C^2 sigma_N^2) and N', its failure
+    probability split in thirds (X's noise, N's two sides, Hoeffding); (2) empirical Bernstein, each side
+    (miss / 4) :func:`unit_ratio_lower_bound` (the upper side on -c: T' and B' negated), which adapts to the
+    spread of the values when it is small next to [-C, C]. Proof: docs/certificates.md, "The clinicians'
+    value interval" (Theorem 5).
+
+    Parameters
+    ----------
+    sums, sigmas, half_range, max_episodes
+        As :func:`unit_ratio_lower_bound`: (T', N', Q', B', D'), their noise scales, C, k.
+    miss : float
+        In (0, 1).
+
+    Returns
+    -------
+    (lo, hi) : floats in [-C, C]
+    """
+    T, N, Q, B, D = (float(x) for x in sums)
+    sT, sN = float(sigmas[0]), float(sigmas[1])
+    C, k, side = float(half_range), int(max_episodes), check_alpha(miss) / 4.0
+    sig_x = math.hypot(sT, C * sN)
+    ends = []
+    for sign in (1.0, -1.0):
+        hoeffding = unit_mean_lower_bound(sign * T + C * N, sig_x, N, sN, 2.0 * C, max_episodes=k,
+                                          t=gaussian_tail(side / 3.0), t_count=gaussian_tail(side / 6.0),
+                                          log_term=math.log(3.0 / side)) - C
+        bernstein = unit_ratio_lower_bound((sign * T, N, Q, sign * B, D), sigmas, C, max_episodes=k, miss=side)
+        ends.append(max(hoeffding, bernstein))
+    return ends[0], -ends[1]
