@@ -48,7 +48,7 @@ from tqdm import tqdm
 
 from privaudit.core.errors import SpecError, UsageError
 from privaudit.core.atomic import atomic_dir, atomic_write_text
-from privaudit.core.outputs import new_run_id, output_lock
+from privaudit.core.outputs import check_outputs, folder_output, new_run_id, output_lock
 from privaudit.core.spec import DomainSpec, load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.learners.linear.rows import column_dims
@@ -56,9 +56,10 @@ from privaudit.mdp.evaluation import resolve_mdp
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
+from privaudit.pipeline.certify import CERTIFIED_POLICIES, certification_charge, split_held_out
 from privaudit.pipeline.config import PipelineConfig, check_seed
-from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, budget_shares, check_split, pbb_share_of,
-                                          split_budget)
+from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, budget_shares, check_split, learner_shares,
+                                          pbb_share_of, split_budget)
 from privaudit.pipeline.plans import plan_parts
 from privaudit.pipeline.report import SUMMARY_KIND
 from privaudit.pipeline.stages import STAGES_AFTER_VALIDATION, RunPlan, RunState
@@ -78,20 +79,19 @@ def _child_seeds(seed: int | None, n: int) -> list[int | None]:
     return [int(s.generate_state(1, np.uint64)[0] >> np.uint64(1)) for s in np.random.SeedSequence(int(seed)).spawn(n)]
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    """Refuse an existing ``out`` unless ``overwrite`` and it holds a previous pipeline output."""
-    if not out.exists():
-        return
-    if not overwrite:
-        raise UsageError(f"{out} already exists; choose another `out`, remove it, or pass `overwrite`.")
-    summary = out / "summary.json"
-    try:
-        kind = json.loads(summary.read_text()).get("kind") if summary.is_file() else None
-    except (OSError, json.JSONDecodeError, AttributeError):
-        kind = None
-    if not out.is_dir() or kind != SUMMARY_KIND:
-        raise UsageError(f"`overwrite` replaces only a previous pipeline output (a folder with a summary.json "
-                         f"of kind {SUMMARY_KIND!r}); {out} is not one. Choose another `out`.")
+#: What ``overwrite`` may replace (``privaudit.core.outputs.check_outputs``).
+PIPELINE_OUTPUT = folder_output(f"a previous pipeline output (a folder with a summary.json of kind {SUMMARY_KIND!r})",
+                                "summary.json", "kind", SUMMARY_KIND)
+
+
+def _check_out(config: PipelineConfig) -> None:
+    """Refuse an ``out`` that exists (unless ``overwrite`` and it holds a previous pipeline output), that
+    is or holds an input (the logs, the spec, the ledger, the MDP file), or that cannot be written."""
+    logs, spec, mdp = config.inputs()
+    ledger = config.ledger
+    reads = [("LOGS", logs), ("spec", spec), ("mdp", mdp), ("ledger", ledger),
+             ("ledger", None if ledger is None else f"{ledger}.head")]
+    check_outputs([("out", config.out, PIPELINE_OUTPUT)], reads, config.overwrite)
 
 
 def _resolve_mdp(mdp, spec: DomainSpec, instance_seed: int | None = None):
@@ -250,19 +250,22 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     value_share = config.value_share
     budget = budget_mod.resolve_budget(rho=config.rho, epsilon=config.epsilon, delta=config.delta,
                                        mechanism="gaussian")  # once
+    learners = learner_shares(spec, engine=config.engine)  # other registry learners with a fixed share
     pbb_share = 0.0 if config.engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
-                                                                  linear_share=linear_share, value_share=value_share)
+                                                                  linear_share=linear_share, value_share=value_share,
+                                                                  learners=learners)
     if config.engine == "spark" and spec.public_reward is not None:
         say("engine spark: DP-PBB is not trained (it reads the logs with polars); the budget goes to the "
             "release, and DP-APVI learns from it.")
-    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
+    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share,
+                           learners=learners)
     parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share,
-                         pbb_share=pbb_share)
+                         pbb_share=pbb_share, learners=learners)
     # every part, before any row is read or a part is charged: a split that composes above the total
     # leaves the ledger untouched and nothing written (the composition is checked again on the events)
     check_split(budget, parts)
     seeds = _child_seeds(config.seed, 5)
-    _check_out(Path(config.out), config.overwrite)
+    _check_out(config)
     if linear:  # a bad feature map costs nothing: checked before any row is read
         _check_feature_map(spec)
     the_mdp = _resolve_mdp(mdp, spec, config.instance_seed)
@@ -273,8 +276,9 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     # their composition against the total; then, once for all the parts' charges, the ledger's remaining
     # budget: all before any row is read, noise drawn or part charged
     parts_plan = plan_parts(spec, budget, parts, stationary=stationary)
-    if config.ledger is not None:
-        ledger_mod.check_budget(config.ledger, spec.dataset_id, parts_plan.total)
+    if config.ledger is not None:  # with hold_out, the held-out evaluations' charges too
+        held = certification_charge(spec, budget, CERTIFIED_POLICIES) if config.hold_out else 0
+        ledger_mod.check_budget(config.ledger, spec.dataset_id, parts_plan.total + held)
     return RunPlan(spec=spec, logs=logs, mdp=the_mdp, mdp_name=None if mdp is None else str(mdp),
                    stationary=stationary, budget=budget, parts=parts, shares=shares, parts_plan=parts_plan,
                    seeds=seeds), said
@@ -323,7 +327,11 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
         if said is not None:  # after the inputs are validated: not in front of an unrelated error
             say(said)
         with atomic_dir(out, overwrite=True) as tmp:
-            state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, run_id=new_run_id(), say=say)
+            held_out = None
+            if config.hold_out:  # every stage but `certify` sees the training part only
+                prepared, held_out = split_held_out(prepared)
+            state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, run_id=new_run_id(), say=say,
+                             held_out=held_out)
             for name, stage in STAGES_AFTER_VALIDATION:
                 bar.stage(name)
                 t = time.perf_counter()
