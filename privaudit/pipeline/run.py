@@ -65,6 +65,7 @@ from privaudit.pipeline.report import SUMMARY_KIND
 from privaudit.pipeline.stages import STAGES_AFTER_VALIDATION, RunPlan, RunState
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy import ledger as ledger_mod
+from privaudit.privacy.noise import GAUSSIAN
 from privaudit.release.tabular import default_stationary
 
 #: Stages, in order (progress bar and timings).
@@ -249,7 +250,7 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     linear_share = LINEAR_SHARE_DEFAULT if config.linear_share is None else config.linear_share
     value_share = config.value_share
     budget = budget_mod.resolve_budget(rho=config.rho, epsilon=config.epsilon, delta=config.delta,
-                                       mechanism="gaussian")  # once
+                                       families=(GAUSSIAN.name,))  # once; zCDP only (the budget is split)
     learners = learner_shares(spec, engine=config.engine)  # other registry learners with a fixed share
     pbb_share = 0.0 if config.engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
                                                                   linear_share=linear_share, value_share=value_share,

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from privaudit.core.artifact import Artifact, ArtifactFormat, Guarantee, Number, Record, jfield
+from privaudit.core.envelope import envelope as policy_envelope
 from privaudit.core.errors import ArtifactError
 
 __all__ = ["ReleaseManifest", "Domain", "UnitRecord", "FamilyRecord", "DenseLayout", "RELEASE_KIND",
@@ -249,6 +250,16 @@ class ReleaseManifest(Artifact):
     def rho(self) -> float:
         """The stated zCDP rho of the whole release (pure DP: epsilon^2/2)."""
         return float(self.guarantee["rho"])
+
+    def envelope(self) -> Guarantee:
+        """The release's guarantee in the policy envelope's shape (``privaudit.core.envelope.envelope``).
+
+        The accountant's statement and sampler, then mechanism, noise, neighbouring relation, privacy unit (as
+        recorded here: column, file column, k, c), rng; no event (the release's event stays in its manifest)
+        and no details. What a policy fitted on the release states (post-processing).
+        """
+        return policy_envelope(self.guarantee, mechanism=self.mechanism, noise=self.noise,
+                               neighbouring=self.neighbouring, unit=self.privacy_unit.to_dict(), rng=self.rng)
 
     def _json_derived(self) -> dict:
         return {**super()._json_derived(), "software": {"name": "privaudit", "version": self.software_version},

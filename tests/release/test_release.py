@@ -378,7 +378,7 @@ def _cli(*args):
 
 @pytest.mark.parametrize("extra,code", [
     (["--rho", "0"], 2), (["--rho", "-1"], 2), (["--rho", "nan"], 2),
-    (["--epsilon", "1"], 2),  # gaussian needs delta
+    (["--mechanism", "gaussian", "--epsilon", "1"], 2),  # gaussian needs delta (--epsilon alone: Laplace)
     (["--epsilon", "1", "--delta", "1.5"], 2),
     (["--rho", "1", "--epsilon", "1", "--delta", "1e-5"], 2),
     (["--mechanism", "laplace", "--rho", "1"], 2),
