@@ -232,12 +232,20 @@ class BatchedUCBVI(Agent):
                                    pooled=self.pooled, cap=self.cap)
             self.released_ += counts
             if self.sigma_ > 0:   # fresh noise for every release: batches are disjoint in users
-                self.released_ += exact_noise("gaussian", self.sigma_, counts.size,
-                                              rng=self._noise_rng).reshape(counts.shape)
+                self.released_ += self.noise(counts.shape)
             self._batch += 1
             self._row = 0
             if self._episodes < self.K:
                 self._pi = self._plan()
+
+    def noise(self, shape: tuple) -> np.ndarray:
+        """Fresh exact discrete Gaussian noise N_Z(0, sigma^2) for one release, int64 of ``shape``."""
+        return exact_noise("gaussian", self.sigma_, math.prod(shape), rng=self._noise_rng).reshape(shape)
+
+    @property
+    def n_released(self) -> int:
+        """Number of batches released so far."""
+        return self._batch
 
     # -- planning (post-processing of the releases) ----------------------------------------
     def _plan(self) -> np.ndarray:
