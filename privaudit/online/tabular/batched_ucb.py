@@ -23,11 +23,13 @@ user's replacement moves it by l2 <= sqrt(2) times the square root of that.
 Planning (post-processing of the releases): the noisy counts of each (s, a) are
 clipped at 0 and projected onto the simplex of the noisy visit count
 n~(s, a) = sum_{s'} m~(s, a, s') (``privaudit.privacy.projection.project_counts``,
-Qiao & Wang 2023 eq. (2) with E = 0); optimistic backward induction with a
-Bernstein bonus (Azar, Osband & Munos 2017, UCB-VI-BF, its first two terms) plus a
-privacy bonus 1.5 (H - h - 1) xi / n~, xi a high-probability bound on the l1 norm
-of the noise in one pair's summed releases (Qiao & Wang 2023, DP-UCBVI, use the
-worst-case bound instead); a pair with n~ <= xi gets the optimistic value H - h.
+Qiao & Wang (2023), eq. (2), with E = 0); optimistic backward induction with the
+Bernstein bonus of UCB-VI (Azar, Osband & Munos 2017, UCB-VI-BF, its first two terms,
+the second with the practical weight :data:`SECOND_ORDER`) plus a Gaussian privacy
+bonus z sd ||V_{h+1} - (P~ V_{h+1}) 1||_2 / n~, the high-probability size of what this
+pair's summed noise (sd = sigma sqrt(releases)) does to P~ V_{h+1} (Qiao & Wang (2023b),
+DP-UCBVI, use a worst-case l1 bound instead); a pair whose n~ is within z sd sqrt(S)
+of 0 gets the optimistic value H - h. [D] docs/online.md, "Batched DP-UCBVI".
 """
 
 from __future__ import annotations
