@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import PathArg, as_flags, echo_json, engine_options, handle_errors, spark_target
+from privaudit.cli.common import (PathArg, as_flags, echo_json, engine_options, handle_errors, repair_options,
+                                  spark_target)
 from privaudit.core.outputs import check_writable
 from privaudit.pipeline import PipelineConfig, run_pipeline_config
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
@@ -37,9 +38,16 @@ without one.
 DIR is built under a temporary name and appears only when every stage
 succeeded; invalid logs stop the run with the located errors and nothing
 is written. An existing DIR is refused; --overwrite replaces it only if it
-holds a previous pipeline output. What contribution bounding dropped goes to
-DIR/private/local-log.json only (never to share; see report.md for which
-files may leave the building).
+holds a previous pipeline output. What contribution bounding clipped or
+dropped (counts and shares of the logs: private) is printed on stderr and
+goes to DIR/private/local-log.json only (never to share; see report.md for
+which files may leave the building). When a repair changes more than
+--max-repair-share of the logs (default 0.05; e.g. a reward_range [0, 1]
+for rewards coded -1/0/+1, or H shorter than the stays), the run stops
+before spending anything unless given --accept-repairs.
+
+Without a public reward in SPEC, DP-PBB is not trained (it is said on
+stderr and in the summary) and DP-APVI on the release is the DP policy.
 
 --seed makes the noise reproducible, for tests only: the outputs are then
 marked rng "seeded-insecure" (the seed itself is written nowhere).
@@ -51,8 +59,8 @@ the release (--master URL, default local[*], with a Java runtime; or
 behaviour-value estimate, which read the logs with polars, are off
 (--value-share 0), so DP-APVI on the release is the DP policy.
 
-Exit codes: 0 ok; 1 invalid or unreadable logs, or Spark failed (nothing
-written or charged); 2 usage
+Exit codes: 0 ok; 1 invalid or unreadable logs, repairs above
+--max-repair-share, or Spark failed (nothing written or charged); 2 usage
 or spec error (DIR exists, bad budget, MDP not matching the spec; nothing
 written); 3 the audit found a violation (DIR is written for inspection and
 its summary.json marks no file as shareable).
@@ -99,6 +107,7 @@ Examples:
                    "and charge what the run spends.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @engine_options
+@repair_options
 @handle_errors
 def command(as_json, master, remote, **choices):
     # every option but --json, --master and --remote is a field of PipelineConfig, by name

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, handle_errors
+from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, handle_errors, repair_options
 from privaudit.core.errors import UsageError
 from privaudit.core.formatting import num
 from privaudit.core.outputs import check_writable, output_lock
@@ -16,6 +16,7 @@ from privaudit.learners.linear.logs import local_log_path, train_from_logs as li
 from privaudit.learners.policy import save_policy
 from privaudit.learners.tabular.train import check_out_free, train_from_logs, train_from_release
 from privaudit.core.spec import load_spec
+from privaudit.data.repairs import RepairLimit
 from privaudit.release.tabular import default_stationary
 
 ALGOS = registry.names(family=registry.OFFLINE)
@@ -67,9 +68,10 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the release's noise (rng mode seeded-insecure).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@repair_options
 @handle_errors
 def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, noise, stationary, max_per_cell,
-            failure_prob, c1, c2, c_fallback, ledger, out, seed, as_json):
+            failure_prob, c1, c2, c_fallback, ledger, out, seed, as_json, max_repair_share, accept_repairs):
     """Train a policy and write it as a folder (policy.parquet + policy.json).
 
     \b
@@ -85,15 +87,22 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
       ve | apvi | apvi-hoeffding (tabular) and pevi | vapvi (linear):
         NOT private; they read the exact logs and print a warning.
 
-    From LOGS, dp-apvi and the linear algorithms print the PRIVATE
-    contribution-bounding facts (episodes dropped above k per unit,
-    truncations, clipped rewards) on stderr and write them beside the
-    output, never inside the policy folder: OUT.release.local-log.json
-    (dp-apvi) or OUT.local-log.json (pevi, vapvi, dp-vapvi). Do not share them.
+    From LOGS, every algorithm prints the PRIVATE contribution-bounding
+    facts (episodes dropped above k per unit, steps dropped beyond H,
+    clipped rewards, as counts and shares) on stderr; dp-apvi and the linear
+    algorithms also write them beside the output, never inside the policy
+    folder: OUT.release.local-log.json (dp-apvi) or OUT.local-log.json
+    (pevi, vapvi, dp-vapvi). Do not share them. When a repair changes more
+    than --max-repair-share of the logs (default 0.05), training stops
+    before spending anything unless given --accept-repairs.
 
-    Exit codes: 0 ok; 1 invalid logs or a missing/corrupt release; 2 bad
-    arguments or spec (also a --spec the release was not made under); 3
-    budget exceeded.
+    dp-pbb prints its certificate: a lower bound on the learned policy's
+    value from the logs' start distribution (DP: computed from its noisy
+    releases), holding with probability >= 1 - failure_prob.
+
+    Exit codes: 0 ok; 1 invalid logs, repairs above --max-repair-share, or a
+    missing/corrupt release; 2 bad arguments or spec (also a --spec the
+    release was not made under); 3 budget exceeded.
 
     \b
     Examples:
@@ -129,6 +138,8 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                              f"{' | '.join(registry.names_with(lambda cls: 'C2' in cls.options))} only.")
         params.update(penalty)
     budget_given = any(v is not None for v in (rho, epsilon, delta))
+    repairs = RepairLimit(max_repair_share, accept_repairs)
+    certificate = None
     linear_algos = registry.names(family="linear")
     private_algos = registry.names(family=registry.OFFLINE, private=True)
 
@@ -163,7 +174,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         log_path = local_log_path(out)
         policy = linear_train_from_logs(logs, spec, algo, budget=BudgetRequest(rho, epsilon, delta), seed=seed,
                                         params=params or None, local_log=log_path,
-                                        context=RunContext(ledger=ledger, output=out, echo=say))
+                                        context=RunContext(ledger=ledger, output=out, echo=say, repairs=repairs))
         say(f"private log (bounding facts; do not share): {log_path}")
         release_used = None
     else:
@@ -198,18 +209,38 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         else:
             notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
                 "and can reveal patients' records. Use --algo dp-pbb (or dp-apvi) for a private policy.")
-        policy = train_from_logs(logs, spec, algo=algo, stationary=stationary,
-                                 budget=BudgetRequest(rho, epsilon, delta, mechanism), noise=noise or "exact",
-                                 release_out=release_used, seed=seed, params=params, max_per_cell=max_per_cell,
-                                 context=RunContext(ledger=ledger, output=out, echo=say))
+        context = RunContext(ledger=ledger, output=out, echo=say, repairs=repairs)
+        if learner.reads == "logs":  # its own noisy releases: the fitted learner holds its certificate
+            run = learner.train_on_logs(logs, spec, stationary=stationary, budget=BudgetRequest(rho, epsilon, delta,
+                                                                                              mechanism),
+                                        seed=seed, params=params, max_per_cell=max_per_cell, context=context)
+            policy, certificate = run.learner.policy_, _certificate(run.learner)
+        else:
+            policy = train_from_logs(logs, spec, algo=algo, stationary=stationary,
+                                     budget=BudgetRequest(rho, epsilon, delta, mechanism), noise=noise or "exact",
+                                     release_out=release_used, seed=seed, params=params, max_per_cell=max_per_cell,
+                                     context=context)
     notes.flush()
     save_policy(policy, out)
     summary = {"policy": str(out), "algorithm": policy.algorithm, "private": policy.privacy.private,
                "release": str(release_used) if release_used is not None else None,
                "stationary": policy.stationary, "shape": list(policy.table.shape),
-               "parameters": policy.parameters}
+               "parameters": policy.parameters, "certificate": certificate}
     if as_json:
         echo_json(summary)
     else:
         click.echo(f"wrote {out} ({policy.algorithm}, "
                    f"{'private: ' + str(policy.privacy.definition) if summary['private'] else 'NOT private'})")
+        if certificate is not None:
+            click.echo(f"certificate: the policy's value (expected total reward over H={spec.H} steps, in the "
+                       f"spec's reward units, averaged over the logs' start states) is at least "
+                       f"{certificate['value']:.4f} with probability >= {1 - certificate['failure_prob']:g} "
+                       f"(failure probability {certificate['failure_prob']:g}), when the logs follow the spec's "
+                       "declarations; " + certificate["what"])
+
+
+def _certificate(learner) -> dict:
+    """A fitted learner's certificate from its own releases (DP-PBB: ``certified_value()`` without a d0)."""
+    return {"value": float(learner.certified_value()), "failure_prob": float(learner.failure_prob),
+            "what": "a lower confidence bound from the learner's noisy backups and noisy start counts "
+                    "(post-processing of its DP releases; docs/learners.md, \"DP-PBB\")."}

@@ -71,6 +71,8 @@ class RunPlan:
         Every part's planned noise and event (``plans.plan_parts``), checked against its share.
     seeds : list of int or None
         Child seeds: release, DP-VAPVI, audit, behaviour value, DP-PBB (None: OS entropy).
+    skipped : dict[str, str]
+        Learners the run does not train, and why (public reasons: the spec, the engine).
     """
 
     spec: DomainSpec
@@ -83,6 +85,7 @@ class RunPlan:
     shares: dict
     parts_plan: PartsPlan
     seeds: list
+    skipped: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -134,8 +137,10 @@ def release(config: PipelineConfig, state: RunState) -> None:
     """
     plan = state.plan
     info = release_logs(state.prepared, plan.spec, stationary=plan.stationary, out=state.tmp / "release",
-                        seed=plan.seeds[0], options=ReleaseOptions(budget=plan.parts["release"], noise="exact",
-                                                                   engine=config.engine, spark=config.spark))
+                        seed=plan.seeds[0], options=ReleaseOptions(
+                            budget=plan.parts["release"], noise="exact", engine=config.engine, spark=config.spark,
+                            repairs=config.repair_limit,  # Spark: checked before its noise; polars: at validate
+                            echo=state.say if config.engine == "spark" else None))
     _charge(config, state, "release", info.event)
     state.local = json.loads(info.local_log.read_text())
     info.local_log.unlink()  # folded into private/local-log.json
@@ -256,7 +261,7 @@ def report(config: PipelineConfig, state: RunState) -> None:
         evaluation=evaluation, audit=state.audit, stationary=plan.stationary, seeded=config.seed is not None,
         values=rep.ValueFacts(diagnostics=diagnostics, certified=certified, behaviour=behaviour,
                               start_distribution=start, figure_drawn=draw),
-        config=config.public())
+        config=config.public(), skipped=plan.skipped)
     rep.write_summary(summary, tmp / "summary.json")
     atomic_write_text(tmp / "report.md", render.render_markdown(summary))
     state.summary = summary
@@ -268,6 +273,8 @@ def report(config: PipelineConfig, state: RunState) -> None:
         "engine": config.engine,
         "validation": "passed every rule that contribution bounding cannot repair",
         "bounding": state.local.get("bounding"),
+        # the data holder's stop/go on the repairs' shares: private, never in summary.json
+        "repair_limit": {"max_share": config.max_repair_share, "accepted": config.accept_repairs},
     }
 
 

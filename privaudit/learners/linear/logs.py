@@ -212,7 +212,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, budget: BudgetRequest 
     SpecError
         The spec has no usable ``features``.
     LogReadError, ValidationFailed
-        From reading or validating the logs.
+        From reading or validating the logs (``RepairsRefused``: bounding
+        changes more than ``context.repairs`` allows, before any noise).
     BudgetExceededError
         The ledger's remaining budget is below rho (exit code 3).
     """
@@ -245,7 +246,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, budget: BudgetRequest 
     learner, event, m, fmap = _plan(algo, spec, budget, params)
     if ctx.ledger is not None:
         ledger_mod.check_event(Path(ctx.ledger), spec.dataset_id, event, budget)
-    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
+    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec, repairs=ctx.repairs)
     prepared.check_spec(spec)
     logs, report = prepared.path, prepared.bounding
     df = _rows(prepared, features=row_features)
