@@ -222,7 +222,7 @@ def run_pipeline_config(config: PipelineConfig, *, echo: Callable[[str], None] |
         return _run_locked(config, echo or (lambda s: None))
 
 
-def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPlan, str | None]:
+def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
     """Everything decided before any row is read: spec, budget split, MDP, stationarity, every part's plan.
 
     Loads the spec, checks the config against it, resolves and splits the
@@ -231,7 +231,8 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     the MDP, plans every part's noise and event and checks the ledger's
     remaining budget: a refusal leaves the ledger untouched and nothing written.
 
-    Returns the plan and the default-stationarity note to tell once the logs pass (or None).
+    Returns the plan (its ``skipped`` learners are said once the logs pass) and the default-stationarity note
+    to tell then too (or None).
 
     Raises
     ------
@@ -256,15 +257,13 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
                                        mechanism="gaussian")  # once
     pbb_share = 0.0 if config.engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
                                                                   linear_share=linear_share, value_share=value_share)
-    skipped = {}  # learners the run does not train, and why (said here and written to the summary)
+    skipped = {}  # learners the run does not train, and why (said once the logs pass, and in the summary)
     if config.engine == "spark" and spec.public_reward is not None:
         skipped["dp-pbb"] = ("engine spark: DP-PBB reads the logs with polars; its share goes to the release, and "
                              "DP-APVI learns from it")
     elif spec.public_reward is None:
         skipped["dp-pbb"] = ("the spec declares no public reward ($.public_reward): DP-PBB backs up r(s') + V(s') "
                              "with a known r; its share goes to the release, and DP-APVI learns from it")
-    for name, why in skipped.items():
-        say(f"{name} is not trained: {why}.")
     shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
     parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share,
                          pbb_share=pbb_share)
@@ -331,7 +330,7 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
     """The body of :func:`run_pipeline_config`, under the output lock."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    plan, said = plan_run(config, say)
+    plan, said = plan_run(config)
     out = Path(config.out)
     bar = _Progress(sys.stderr.isatty() if config.progress is None else bool(config.progress))
     try:
@@ -342,6 +341,8 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
         bar.done()
         if said is not None:  # after the inputs are validated: not in front of an unrelated error
             say(said)
+        for name, why in plan.skipped.items():
+            say(f"{name} is not trained: {why}.")
         with atomic_dir(out, overwrite=True) as tmp:
             state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, run_id=new_run_id(), say=say)
             for name, stage in STAGES_AFTER_VALIDATION:
