@@ -49,6 +49,21 @@ does, stage by stage, in [pipeline.md](pipeline.md).
   written (a file is created and removed there; free space) and otherwise
   stops before any work with one line and exit 2; a write that fails later
   (disk full) also ends with one line and exit 2, temporary outputs removed.
+* **An output never replaces an input, and `--overwrite` replaces only an
+  earlier output of its own kind** (one check, `core.outputs.check_outputs`,
+  before any work, exit 2): an output at a path the command reads (logs,
+  spec, pair, ledger and its head, MDP file, user code), or a folder holding
+  one, is refused with or without `--overwrite`; two outputs at one path or
+  one inside the other are refused. `--overwrite` (`simulate`, `audit`,
+  `explore`, `pipeline`) replaces a path only when an earlier run of the same
+  command wrote it: a pipeline folder (`summary.json` of its kind), an
+  explore folder (`manifest.json` of its kind), an audit report (JSON with
+  privaudit's `software` and a `verdict`) or plot (a PNG marked
+  `privaudit_kind: audit-plot`), simulated logs (Parquet metadata
+  `privaudit_kind: simulate-logs`), a spec simulate wrote (its description
+  ends "(privaudit simulate).") or an MDP `.npz` file. `release`, `train` and
+  `budget init` never replace anything (`budget init` also refuses a path
+  whose `FILE.head` exists); `validate` and `evaluate` write nothing.
 * **One step rule** for `release`, `train` (from logs), `audit` (built-ins
   `release`, `dp-apvi`) and `pipeline`: counts are pooled over the steps h
   unless `--per-step` is given or the MDP given (`pipeline --mdp`) is

@@ -33,6 +33,10 @@ import numpy as np
 
 from privaudit.audit import bounds as B
 from privaudit.core.atomic import atomic_path
+from privaudit.core.outputs import MARK_KEY
+
+#: The mark of an audit plot (``privaudit.core.outputs.png_mark``): what ``audit --overwrite`` may replace.
+AUDIT_PLOT_MARK = "audit-plot"
 
 _FORBID = "tab:red"
 _PROVED = "tab:blue"
@@ -148,7 +152,7 @@ def plot_report(data: dict, verdict: str, epsilon_lower_bound, path: str | Path)
     """
     fig = trade_off_figure(data, verdict, epsilon_lower_bound)
     with atomic_path(Path(path)) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
+        fig.savefig(tmp, format="png", dpi=110, metadata={MARK_KEY: AUDIT_PLOT_MARK})  # --overwrite knows it
     return Path(path)
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from privaudit.audit.choice import MIN_TRIALS
 from privaudit.cli.common import PathArg, as_flags, echo_json, handle_errors
+from privaudit.cli.registry_help import LiveHelpCommand, LiveHelpOption, joined, release_readers
 from privaudit.core import registry
 from privaudit.audit import Claim, load_pair, run_audit
 from privaudit.audit.mechanisms.registry import ADAPTERS
@@ -19,13 +18,46 @@ from privaudit.audit.runner import AuditSettings, default_canary
 from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.core.errors import UsageError
 from privaudit.core.atomic import atomic_paths
-from privaudit.core.outputs import check_writable
+from privaudit.audit.plotting import AUDIT_PLOT_MARK
+from privaudit.core.outputs import check_outputs, json_output, png_output
 from privaudit.privacy import budget as budget_mod
 from privaudit.core.spec import load_spec
 from privaudit.release.tabular import default_stationary
 
-#: Built-in mechanisms: the tabular release and every private offline algorithm of the registry.
-BUILTIN = ("release",) + registry.names(family=registry.OFFLINE, private=True)
+
+
+def _capped() -> tuple[str, ...]:
+    """Private learners with their own per-cell cap (audited through their first releases, DP-PBB)."""
+    return registry.names_with(lambda cls: cls.private and "max_per_cell" in cls.options)
+
+
+def _pooled() -> str:
+    """The built-ins that count pooled over h or per step: the release and the learners on a release."""
+    return " / ".join(("release",) + release_readers())
+
+
+def _mechanism_help() -> str:
+    return (" | ".join(ADAPTERS) + " | explore:ALGO (an online explorer's joint-DP claim: "
+            + ", ".join(registry.names(family="online", private=True)) + ", or a broken one of the online "
+            "catalogue) | FILE.py:NAME (a callable fn(logs, rng[, n_runs])).")
+
+
+def _canary_help() -> str:
+    return ("How D' is built from D (docs/audit.md). synthetic / synthetic-repeat: D = logs + u*, D' = logs + v*, "
+            "units built from the spec that attain the declared sensitivity (per step / pooled) and involve no real "
+            f"unit; the default for --mechanism {_pooled()} (synthetic-repeat when pooled over h, the default). "
+            "rare / repeat / random replace a real unit; rare is the default for FILE.py:NAME. "
+            f"{joined(registry.names(family='linear', private=True), ' / ')}: synthetic (default) sets the units' "
+            "last-step features to orthogonal unit vectors; rare/repeat aim a real-feature canary at its "
+            f"statistics. {joined(_capped(), ' / ')}: synthetic (default) spreads each unit's transitions over "
+            "cells at the per-cell cap (attains its capped sensitivity); synthetic-repeat puts them in one cell "
+            "(where the cap must bite).")
+
+
+def _help(doc: str) -> str:
+    """The command's help: its docstring with the built-ins' names read from the registry."""
+    return (doc.replace("POOLED_BUILTINS", _pooled()).replace("CAPPED_LEARNERS", joined(_capped(), " / "))
+            .replace("LINEAR_LEARNERS", joined(registry.names(family="linear", private=True), " / ")))
 
 
 def budget_in_flags(message: str, override: bool) -> str:
@@ -92,11 +124,8 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
     return fam, {"epsilon": claim.epsilon, "delta": claim.delta}
 
 
-@click.command("audit", short_help="Audit a DP claim empirically: epsilon lower bound from neighbouring runs.")
-@click.option("--mechanism", "mechanism", required=True,
-              help="release | dp-apvi | dp-pbb | dp-vapvi | explore:ALGO (an online explorer's joint-DP claim: "
-                   "pucb, luyo, ngo, dp-lsvi-ucb-pp, or a broken one of the online catalogue) | FILE.py:NAME "
-                   "(a callable fn(logs, rng[, n_runs])).")
+@click.command("audit", cls=LiveHelpCommand, help_fn=_help, short_help="Audit a DP claim empirically: epsilon lower bound from neighbouring runs.")
+@click.option("--mechanism", "mechanism", required=True, cls=LiveHelpOption, help_fn=_mechanism_help)
 @click.option("--logs", "logs_path", type=PathArg(readable=False), default=None,
               help="Logs D (Parquet file or folder); D' = D with one unit replaced by a canary. "
                    "Validated against the spec first (the fatal rules of a release).")
@@ -106,21 +135,14 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
 @click.option("--claim-rho", type=float, default=None, help="Claimed rho-zCDP (compared at --delta).")
 @click.option("--delta", type=float, default=None,
               help="delta of the claim (default 1e-6 with --claim-rho, as release and pipeline report).")
-@click.option("--claim-kind", type=click.Choice(["gaussian", "generic"]), default="generic",
-              help="generic (default): the (epsilon, delta) test, valid for every claim. gaussian (opt-in): "
-                   "also the GDP test, valid only if the mechanism is mu-GDP (continuous Gaussian noise, "
-                   "post-processed); rho-zCDP alone does not imply it (refused with --noise exact, except for "
-                   "dp-vapvi, whose fine-lattice Gaussian is provably close: docs/audit.md).")
+@click.option("--claim-kind", type=click.Choice(["gaussian", "generic"]), default="generic", cls=LiveHelpOption,
+              help_fn=lambda: "generic (default): the (epsilon, delta) test, valid for every claim. gaussian (opt-in): "
+              "also the GDP test, valid only if the mechanism is mu-GDP (continuous Gaussian noise, post-processed); "
+              "rho-zCDP alone does not imply it (refused with --noise exact, except for "
+              f"{joined(registry.names(family='linear', private=True), ' / ')}, whose fine-lattice Gaussian is "
+              "provably close: docs/audit.md).")
 @click.option("--canary", type=click.Choice(["rare", "repeat", "random", "synthetic", "synthetic-repeat"]),
-              default=None,
-              help="How D' is built from D (docs/audit.md). synthetic / synthetic-repeat: D = logs + u*, "
-                   "D' = logs + v*, units built from the spec that attain the declared sensitivity (per step / "
-                   "pooled) and involve no real unit; the default for --mechanism release and dp-apvi "
-                   "(synthetic-repeat when pooled over h, the default). rare / repeat / random replace a real unit; rare is "
-                   "the default for FILE.py:NAME. dp-vapvi: synthetic (default) sets the units' last-step features "
-                   "to orthogonal unit vectors; rare/repeat aim a real-feature canary at its statistics. dp-pbb: "
-                   "synthetic (default) spreads each unit's transitions over cells at the per-cell cap (attains its "
-                   "capped sensitivity); synthetic-repeat puts them in one cell (where the cap must bite).")
+              default=None, cls=LiveHelpOption, help_fn=_canary_help)
 @click.option("--pair", nargs=2, type=PathArg(readable=False, dir_okay=False), default=None,
               metavar="D.parquet D2.parquet",
               help="An explicit neighbouring pair, read with the spec's column mapping; both validated "
@@ -136,15 +158,15 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
               help="Built-ins: run the mechanism at this rho instead of the claim's (to audit a mis-stated claim).")
 @click.option("--mechanism-epsilon", type=float, default=None,
               help="Built-ins: run the mechanism at this epsilon instead of the claim's.")
-@click.option("--stationary/--per-step", default=None,
-              help="Built-ins release / dp-apvi: counts pooled over h, or per step h. Default: pooled "
-                   "(the rule of every command, printed when it applies).")
+@click.option("--stationary/--per-step", default=None, cls=LiveHelpOption,
+              help_fn=lambda: f"Built-ins {_pooled()}: counts pooled over h, or per step h. Default: pooled "
+                              "(the rule of every command, printed when it applies).")
 @click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None,
               help="Built-ins: noise mode of the release (default: exact, as `privaudit release`; "
                    "rounded for the GDP opt-in).")
 @click.option("--out", "out", required=True, type=PathArg(dir_okay=False), help="REPORT.json to write.")
 @click.option("--plot", "plot", type=PathArg(dir_okay=False), default=None, help="REPORT.png (trade-off plot).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing --out / --plot file (refused otherwise).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out / --plot if it is an earlier audit report / plot (only then).")
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the audit (OS entropy if omitted).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Processes for unbatched mechanisms.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
@@ -187,21 +209,24 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     reported as a violation of the mechanism.
 
     Canary (with --logs): --canary, by default `synthetic` for --mechanism
-    release / dp-apvi (`synthetic-repeat` when pooled over h: units built
+    POOLED_BUILTINS (`synthetic-repeat` when pooled over h: units built
     from the spec that attain the declared sensitivity), else `rare`; the
     one used is printed.
 
-    dp-pbb is audited through its noisy capped visit counts and start
+    CAPPED_LEARNERS: audited through the noisy capped visit counts and start
     counts (gray-box, against their share of the claim, with events fixed
-    from the pair before any run); see docs/audit.md.
+    from the pair before any run); LINEAR_LEARNERS: through the noisy
+    statistics of the last step h = H-1 (against their share of the claim);
+    see docs/audit.md.
 
-    Steps: the built-ins release / dp-apvi pool their counts over h unless
+    Steps: the built-ins POOLED_BUILTINS pool their counts over h unless
     given --per-step, the default of every command (printed when it applies).
 
     Errors in user code (FILE.py:NAME for --mechanism or --score: import
     error, wrong signature, an exception, a non-numeric output) are reported
     naming FILE.py:NAME with exit 2. An existing --out / --plot is refused
-    unless --overwrite.
+    unless --overwrite, which replaces only an earlier audit report / plot,
+    never a file the audit reads (exit 2, before any run).
 
     --mechanism-rho / --mechanism-epsilon run a built-in at that budget; the
     claim stays as claimed. Combinations that cannot run as asked (Laplace
@@ -236,7 +261,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         if given:
             raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {mechanism}: an online explorer is audited on "
                              "simulated user streams (--env) it builds itself. Remove the option(s).")
-        _check_outputs(out, plot, overwrite)
+        _check_outputs(out, plot, overwrite, _reads(logs_path, spec_path, pair, mechanism, scores, env_name))
         env_options = {"horizon": horizon if horizon is not None else (
                            2 if env_name in (None, "riverswim", "random-tabular") else None),
                        "states": states if states is not None else (2 if env_name in (None, "riverswim") else None),
@@ -250,8 +275,8 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                                                 decoy=decoy),
                             trials=trials, confidence=confidence, seed=seed, fixed=bool(fixed_event))
         _finish(rep, out, plot, confidence, as_json)
-    if mechanism not in BUILTIN and ".py:" not in mechanism:  # a typo: say so before asking for --spec
-        raise UsageError(f"--mechanism {mechanism!r}: expected a built-in ({', '.join(BUILTIN)}), explore:ALGO "
+    if mechanism not in ADAPTERS and ".py:" not in mechanism:  # a typo: say so before asking for --spec
+        raise UsageError(f"--mechanism {mechanism!r}: expected a built-in ({', '.join(ADAPTERS)}), explore:ALGO "
                          "(an online explorer) or FILE.py:NAME (your own mechanism).")
     bad = [o for o, v in explore_opts.items() if v is not None]
     if bad:
@@ -260,7 +285,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
         raise UsageError("--spec is required (except for --mechanism explore:ALGO).")
     if (logs_path is None) == (pair is None):
         raise UsageError("give exactly one input: --logs LOGS (a canary pair is built) or --pair D D2.")
-    _check_outputs(out, plot, overwrite)
+    _check_outputs(out, plot, overwrite, _reads(logs_path, spec_path, pair, mechanism, scores, env_name))
     spec = load_spec(spec_path)
     if claim_rho is not None:
         claim = Claim.from_rho(claim_rho, 1e-6 if delta is None else delta, kind=claim_kind)
@@ -276,7 +301,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     # statistics; a learner with its own per-cell cap (DP-PBB) audits its first releases
     linear = mechanism in registry.names(family="linear")
     capped = mechanism in registry.names_with(lambda cls: "max_per_cell" in cls.options)
-    if mechanism in BUILTIN:
+    if mechanism in ADAPTERS:
         if linear and noise == "rounded":
             raise UsageError(f"--noise rounded does not apply to --mechanism {mechanism}: DP-VAPVI always draws "
                              "exact discrete Gaussian noise on its fixed-point lattice. Remove --noise.")
@@ -331,7 +356,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                                     ("--release-mechanism", release_mechanism)) if v is not None]
         if given:
             raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the built-in "
-                             f"mechanisms ({', '.join(BUILTIN)}) only; {mechanism} is your code, which sets its "
+                             f"mechanisms ({', '.join(ADAPTERS)}) only; {mechanism} is your code, which sets its "
                              "own noise and budget. Remove the option(s).")
         mech = FileFunction(mechanism, role="mechanism")
         name = mechanism
@@ -367,18 +392,24 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     _finish(rep, out, plot, confidence, as_json)
 
 
-def _check_outputs(out, plot, overwrite) -> None:
-    """Refuse an existing --out / --plot (unless --overwrite), one path for both, and an unwritable one,
-    before any run."""
-    if plot and Path(plot).resolve() == Path(out).resolve():  # the figure would replace the report
-        raise UsageError(f"--out and --plot must be different files (both are {out}).")
-    if not overwrite:  # like release/train/pipeline: never replace a file silently; checked before any run
-        for opt, path in (("--out", out), ("--plot", plot)):
-            if path and Path(path).exists():
-                raise UsageError(f"{opt} {path} already exists; choose another path or pass --overwrite.")
-    for opt, path in (("--out", out), ("--plot", plot)):
-        if path:
-            check_writable(path, opt)  # before any trial is run
+#: What --overwrite may replace: a report and a plot written by an earlier audit.
+AUDIT_REPORT = json_output("an earlier audit report (a JSON file written by privaudit audit)",
+                           lambda d: (d.get("software") or {}).get("name") == "privaudit" and "verdict" in d)
+AUDIT_PLOT = png_output("an earlier audit plot (a PNG written by privaudit audit)", AUDIT_PLOT_MARK)
+
+
+def _check_outputs(out, plot, overwrite, reads) -> None:
+    """Refuse, before any run, an --out / --plot at one path, at a path the audit reads, existing (unless
+    --overwrite and it is an earlier audit report / plot), or unwritable (``core.outputs.check_outputs``)."""
+    check_outputs([("--out", out, AUDIT_REPORT), ("--plot", plot, AUDIT_PLOT)], reads, overwrite)
+
+
+def _reads(logs_path, spec_path, pair, mechanism, scores, env_name) -> list[tuple[str, object]]:
+    """The files the audit reads: logs, spec, the pair, user code (FILE.py of FILE.py:NAME), the MDP file."""
+    code = [("--mechanism", mechanism.rpartition(":")[0] if ".py:" in mechanism else None)]
+    code += [("--score", s.rpartition(":")[0]) for s in scores]
+    return [("--logs", logs_path), ("--spec", spec_path), ("--env", env_name),
+            *(("--pair", p) for p in (pair or ()))] + code
 
 
 #: Said after the verdict, from the report's ``shareable`` field (docs/audit.md "Which reports may be shared").

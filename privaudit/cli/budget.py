@@ -26,7 +26,9 @@ def command():
     Entries are hash-chained (FILE.head holds the last one); an edited or
     truncated ledger refuses to spend (exit 3, the line named). Set
     PRIVAUDIT_LEDGER_KEY_FILE (a key file kept elsewhere) before `init` to
-    authenticate the chain with HMAC-SHA256.
+    authenticate the chain with HMAC-SHA256; while it is set, every command
+    refuses a ledger not keyed with that key (exit 3), and with
+    PRIVAUDIT_LEDGER_ID set (the id `show` prints) any other ledger.
 
     A pure eps-DP release is charged rho = eps^2/2 (a valid zCDP bound).
     """
@@ -75,6 +77,7 @@ def show_cmd(file, as_json):
     click.echo(f"entries   {st['n_entries']}")
     if st["verified"]:
         click.echo(f"chain     verified ({st['auth']}); head #{st['head']['seq']} {st['head']['digest']}")
+        click.echo(f"ledger id {st['ledger_id']}" + (f" (key id {st['key_id']})" if st["key_id"] else ""))
         click.echo("          (note the head elsewhere: it also catches a rollback of the ledger and its .head)")
     else:
         click.echo(f"chain     none (format_version {st['format_version']}): edits cannot be detected; "
@@ -97,14 +100,17 @@ def _readable(exact: str, direction: str) -> str:
 @click.argument("file", metavar="FILE", type=PathArg(readable=False, dir_okay=False))
 @handle_errors
 def upgrade_cmd(file):
-    """Chain a format_version 1 ledger FILE (kept as FILE.v1), trusting its current content.
+    """Chain a format_version 1 ledger FILE (kept as FILE.v1), or seal an
+    unkeyed one with the key set in PRIVAUDIT_LEDGER_KEY_FILE (kept as
+    FILE.unkeyed), trusting its current content.
 
-    Check its entries with `budget show` first. Example: privaudit budget upgrade icu.ledger
+    Check its entries with `budget show` first (without the key set, for an
+    unkeyed ledger). Example: privaudit budget upgrade icu.ledger
     """
 
     st = upgrade_ledger(file)
-    click.echo(f"chained {file} (format_version {st['format_version']}, {st['auth']}); "
-               f"{st['n_entries']} charges kept, spent {st['rho_spent']}; the unchained copy is {file}.v1")
+    click.echo(f"upgraded {file} (format_version {st['format_version']}, {st['auth']}, ledger id {st['ledger_id']}); "
+               f"{st['n_entries']} charges kept, spent {st['rho_spent']}; the old copy is {st['backup']}")
 
 
 @command.command("charge")

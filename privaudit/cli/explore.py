@@ -73,7 +73,7 @@ Example:
 @handle_errors
 def command(algo, env_name, episodes, epsilon, rho, delta, constants, beta, seed, world_key, horizon, states,
             actions, instance_seed, out, overwrite, as_json):
-    check_explore_out(out, overwrite)  # before any user is simulated
+    check_explore_out(out, overwrite, env_name)  # before any user is simulated
     budget = validate_budget(algo, epsilon, rho, delta)
     env = make_env(env_name, world_key=world_key, horizon=horizon, states=states, actions=actions,
                    instance_seed=instance_seed)

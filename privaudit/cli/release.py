@@ -8,7 +8,7 @@ from privaudit.cli.common import (Notices, PathArg, as_flags, echo_json, engine_
                                   repair_options, spark_target)
 from privaudit.data.repairs import RepairLimit
 from privaudit.core.formatting import num
-from privaudit.core.outputs import check_writable
+from privaudit.core.outputs import check_outputs
 from privaudit.release.tabular import ReleaseOptions, default_stationary, release_logs
 
 _HELP = """Release noisy visit counts n_h(s,a), transition counts n_h(s,a,s') and,
@@ -87,7 +87,9 @@ Example:
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, as_json,
             engine, master, remote, max_per_cell, max_repair_share, accept_repairs):
-    check_writable(out, "--out")  # before the logs are read or any budget is checked
+    # before the logs are read or any budget is checked: a new folder, never an input
+    check_outputs([("--out", out, None)], [("LOGS", logs), ("--spec", spec_path), ("--ledger", ledger),
+                                          ("--ledger", ledger and f"{ledger}.head")], overwrite=None)
     notes = Notices()  # said once the logs are read and validated (not in front of an unrelated error)
     if stationary is None:
         stationary, said = default_stationary()

@@ -8,12 +8,11 @@ import click
 import numpy as np
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors
-from privaudit.core.errors import UsageError
 from privaudit.core.atomic import atomic_paths
-from privaudit.core.outputs import check_writable
-from privaudit.mdp.io import save_mdp
+from privaudit.core.outputs import OutputKind, check_outputs, json_output
+from privaudit.mdp.io import is_mdp_file, save_mdp
 from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
-from privaudit.mdp.simulate import behaviour_policy, simulate, write_logs
+from privaudit.mdp.simulate import behaviour_policy, is_simulated_logs, simulate, write_logs
 from privaudit.core.spec import DomainSpec, write_spec
 
 _HELP = """Simulate N (--episodes) episodes of a behaviour policy in MDP and write them as
@@ -36,6 +35,15 @@ Example:
 """
 
 
+#: Said at the end of the description of every spec simulate writes: how --overwrite knows its spec.
+SIMULATED_BY = "(privaudit simulate)."
+#: What --overwrite may replace: the logs, spec and MDP file an earlier simulate wrote.
+SIMULATED_LOGS = OutputKind("simulated logs (a Parquet file written by privaudit simulate)", is_simulated_logs)
+SIMULATED_SPEC = json_output(f"a spec written by privaudit simulate (its description ends {SIMULATED_BY!r})",
+                             lambda d: str(d.get("description", "")).endswith(SIMULATED_BY))
+MDP_FILE = OutputKind("an MDP file (an .npz written by privaudit simulate --mdp-out)", is_mdp_file)
+
+
 @click.command("simulate", help=_HELP, short_help="Simulate logs (Parquet) and their spec from a known MDP.")
 @click.argument("mdp_name", metavar="MDP", type=click.Choice(list(MDP_REGISTRY)))
 @click.option("--episodes", "-n", type=click.IntRange(min=1), required=True, help="Number of episodes n.")
@@ -54,20 +62,15 @@ Example:
               help="Seed naming the MDP instance (random-tabular and synthetic-linear, default 0); recorded in "
                    "the spec as $.mdp.instance_seed, where evaluate and pipeline read it.")
 @click.option("--dataset-id", default=None, help="dataset_id written into the spec (default: '<MDP>-simulated').")
-@click.option("--overwrite", is_flag=True, help="Replace --out/--spec-out/--mdp-out if they exist (default: refuse).")
+@click.option("--overwrite", is_flag=True, help="Replace --out/--spec-out/--mdp-out if they exist and an earlier simulate wrote them (only then).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary only.")
 @handle_errors
 def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon, states, actions,
             instance_seed, dataset_id, overwrite, as_json):
     targets = [Path(p) for p in (out, spec_out, mdp_out) if p]
-    if len({t.resolve() for t in targets}) != len(targets):
-        raise UsageError("--out, --spec-out and --mdp-out must be different files.")
-    existing = [str(t) for t in targets if t.exists()]
-    if existing and not overwrite:  # a typo must never destroy real logs
-        raise UsageError(f"{', '.join(existing)} already exist(s); choose another path or pass --overwrite.")
-    for flag, target in (("--out", out), ("--spec-out", spec_out), ("--mdp-out", mdp_out)):
-        if target:
-            check_writable(target, flag)  # before any episode is simulated
+    # before any episode is simulated; --overwrite replaces only what an earlier simulate wrote
+    check_outputs([("--out", out, SIMULATED_LOGS), ("--spec-out", spec_out, SIMULATED_SPEC),
+                   ("--mdp-out", mdp_out, MDP_FILE)], [], overwrite)
 
     mdp = build_mdp(mdp_name, horizon=horizon, states=states, actions=actions, instance_seed=instance_seed)
     entry = MDP_REGISTRY[mdp_name]
@@ -78,8 +81,7 @@ def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon
     if seeded and instance_seed is None:
         instance_seed = entry.options["instance_seed"]
     instance = f" instance {instance_seed}" if seeded else ""
-    description = (f"Simulated from the {mdp_name} MDP{instance} with behaviour policy {behaviour} "
-                   "(privaudit simulate).")
+    description = f"Simulated from the {mdp_name} MDP{instance} with behaviour policy {behaviour} {SIMULATED_BY}"
     spec_doc = entry.spec_doc(mdp, dataset_id or f"{mdp_name}-simulated", description)
     if seeded:  # machine-readable: evaluate / pipeline --mdp NAME rebuild this very instance
         spec_doc["mdp"] = {"name": mdp_name, "instance_seed": int(instance_seed)}

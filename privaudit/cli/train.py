@@ -7,9 +7,11 @@ from pathlib import Path
 import click
 
 from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, handle_errors, repair_options
+from privaudit.cli.registry_help import (LiveHelpCommand, LiveHelpOption, RegistryChoice, joined, learner_lines,
+                                         private_tabular, release_readers)
 from privaudit.core.errors import UsageError
 from privaudit.core.formatting import num
-from privaudit.core.outputs import check_writable, output_lock
+from privaudit.core.outputs import check_outputs, output_lock
 from privaudit.core import registry
 from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.linear.logs import local_log_path, train_from_logs as linear_train_from_logs
@@ -19,7 +21,24 @@ from privaudit.core.spec import load_spec
 from privaudit.data.repairs import RepairLimit
 from privaudit.release.tabular import default_stationary
 
-ALGOS = registry.names(family=registry.OFFLINE)
+
+
+def _offline() -> tuple[str, ...]:
+    """The ``--algo`` choices: every offline learner of the registry, read when asked."""
+    return registry.names(family=registry.OFFLINE)
+
+
+def _with_option(option: str) -> str:
+    """The learners an option of :data:`privaudit.core.registry.OPTIONS` applies to, for a help text."""
+    return joined(registry.names_with(lambda cls: option in cls.options))
+
+
+def _help(doc: str) -> str:
+    """The command's help: its docstring with the learner list and names read from the registry."""
+    linear = registry.names(family="linear")
+    return (doc.replace("  LEARNERS_FROM_REGISTRY", learner_lines(indent=2))
+            .replace("RELEASE_READERS", joined(release_readers(), " | "))
+            .replace("LINEAR_LEARNERS", joined(linear)))
 
 
 def release_dir_for(out: Path) -> Path:
@@ -27,21 +46,23 @@ def release_dir_for(out: Path) -> Path:
     return out.with_name(out.name + ".release")
 
 
-@click.command("train", short_help="Train an offline policy (DP-APVI, APVI, VE, ...) from logs or a release.")
+@click.command("train", cls=LiveHelpCommand, help_fn=_help,
+               short_help="Train an offline policy (DP-APVI, APVI, VE, ...) from logs or a release.")
 @click.argument("logs", metavar="[LOGS]", required=False, type=PathArg(readable=False, dir_okay=True))
 @click.option("--spec", "spec_path", type=PathArg(readable=False, dir_okay=False), default=None,
               help="Domain spec JSON (required with LOGS; with --release, checked against the release).")
 @click.option("--release", "release_dir", type=PathArg(readable=False, file_okay=False), default=None,
               help="Train on this release folder instead of LOGS (post-processing: spends no budget).")
-@click.option("--algo", required=True, type=click.Choice(ALGOS),
-              help=" | ".join(registry.names(family="tabular")) + " (tabular); "
-                   + " | ".join(registry.names(family="linear")) + " (linear).")
+@click.option("--algo", required=True, type=RegistryChoice(_offline), cls=LiveHelpOption,
+              help_fn=lambda: " | ".join(registry.names(family="tabular")) + " (tabular); "
+              + " | ".join(registry.names(family="linear")) + " (linear).")
 @click.option("--rho", type=float, default=None, help="zCDP budget of the release (dp-* on LOGS).")
 @click.option("--epsilon", type=float, default=None, help="epsilon (with --delta for Gaussian; alone for Laplace).")
 @click.option("--delta", type=float, default=None, help="delta of (epsilon, delta)-DP (Gaussian).")
 @click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
-@click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None,
-              help="Noise sampler of the release made from LOGS (dp-apvi; default exact; rounded is refused).")
+@click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None, cls=LiveHelpOption,
+              help_fn=lambda: f"Noise sampler of the release made from LOGS ({joined(release_readers())}; default "
+                              "exact; rounded is refused).")
 @click.option("--stationary/--per-step", default=None,
               help="Pool counts over h (stationary MDP, e.g. ICU-Sepsis) or count per step h (tabular "
                    "learners). Default from LOGS: pooled (the rule of every command, printed when it "
@@ -49,21 +70,22 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--failure-prob", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
               help="Learner's failure probability delta (tabular: iota = log(HSA/delta), E; dp-vapvi: "
                    "delta_fail in its E and L). Default 0.05.")
-@click.option("--penalty-c1", "c1", type=click.FloatRange(min=0), default=None,
-              help="Penalty constant C1 of the variance term (apvi, apvi-hoeffding, dp-apvi; paper: sqrt(2)).")
-@click.option("--penalty-c2", "c2", type=click.FloatRange(min=0), default=None,
-              help="Penalty constant C2 of DP-APVI's S*H*E*iota/n term (dp-apvi; paper: 16). Values other than "
-                   "the paper's leave the privacy guarantee intact (post-processing) but not the paper's "
-                   "utility bound.")
+@click.option("--penalty-c1", "c1", type=click.FloatRange(min=0), default=None, cls=LiveHelpOption,
+              help_fn=lambda: f"Penalty constant C1 of the variance term ({_with_option('C1')}; paper: sqrt(2)).")
+@click.option("--penalty-c2", "c2", type=click.FloatRange(min=0), default=None, cls=LiveHelpOption,
+              help_fn=lambda: f"Penalty constant C2 of DP-APVI's S*H*E*iota/n term ({_with_option('C2')}; paper: "
+                              "16). Values other than the paper's leave the privacy guarantee intact "
+                              "(post-processing) but not the paper's utility bound.")
 @click.option("--penalty-c", "c_fallback", type=click.FloatRange(min=1, min_open=True), default=None,
-              help="Fallback penalty C*H where the count is at most E (apvi, apvi-hoeffding, dp-apvi; "
-                   "any C > 1; default 2).")
-@click.option("--max-per-cell", "max_per_cell", type=click.IntRange(min=1), default=None,
-              help="dp-pbb: at most C steps of one privacy unit per (s, a) cell (per (h, s, a) with --per-step); "
-                   "default 1.")
+              cls=LiveHelpOption,
+              help_fn=lambda: f"Fallback penalty C*H where the count is at most E ({_with_option('C')}; "
+                              "any C > 1; default 2).")
+@click.option("--max-per-cell", "max_per_cell", type=click.IntRange(min=1), default=None, cls=LiveHelpOption,
+              help_fn=lambda: f"{_with_option('max_per_cell')}: at most C steps of one privacy unit per (s, a) cell "
+                              "(per (h, s, a) with --per-step); default 1.")
 @click.option("--ledger", type=PathArg(readable=False, dir_okay=False), default=None,
-              help="Budget ledger: dp-apvi charges the release made from LOGS; dp-vapvi is checked before "
-                   "any noise and charged before the policy is written.")
+              help="Budget ledger: a learner on a release charges the release made from LOGS; a private learner "
+                   "reading LOGS is checked before any noise and charged before the policy is written.")
 @click.option("--out", "out", required=True, type=PathArg(), help="Policy folder to write.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the release's noise (rng mode seeded-insecure).")
@@ -75,30 +97,26 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     """Train a policy and write it as a folder (policy.parquet + policy.json).
 
     \b
-    Algorithm families:
-      dp-apvi (tabular, private): from LOGS the counts are released first
-        (the budget is spent; the release is kept next to the policy as
-        OUT.release) and the policy is post-processing of that release;
-        from --release DIR nothing more is spent.
-      dp-vapvi (linear, private): reads LOGS once with the spec's feature
-        map and adds Gaussian noise to its 5H statistics (zCDP only:
-        --rho, or --epsilon with --delta; no Laplace, no --noise, no
-        --stationary). No release folder is written.
-      ve | apvi | apvi-hoeffding (tabular) and pevi | vapvi (linear):
-        NOT private; they read the exact logs and print a warning.
+    Algorithms (the registry's, with how each reads LOGS):
+      LEARNERS_FROM_REGISTRY
 
-    From LOGS, every algorithm prints the PRIVATE contribution-bounding
-    facts (episodes dropped above k per unit, steps dropped beyond H,
-    clipped rewards, as counts and shares) on stderr; dp-apvi and the linear
-    algorithms also write them beside the output, never inside the policy
-    folder: OUT.release.local-log.json (dp-apvi) or OUT.local-log.json
-    (pevi, vapvi, dp-vapvi). Do not share them. When a repair changes more
-    than --max-repair-share of the logs (default 0.05), training stops
-    before spending anything unless given --accept-repairs.
+    The linear learners (LINEAR_LEARNERS) fit one regression per step h
+    with the spec's feature map: --stationary does not apply.
 
-    dp-pbb prints its certificate: a lower bound on the learned policy's
-    value from the logs' start distribution (DP: computed from its noisy
-    releases), holding with probability >= 1 - failure_prob.
+    From LOGS, every learner prints the PRIVATE contribution-bounding facts
+    (episodes dropped above k per unit, truncated at H, with a clipped
+    reward, as counts and shares) on stderr; the learners on a release
+    (RELEASE_READERS) and the linear learners also write them beside the
+    output, never inside the policy folder: OUT.release.local-log.json (on
+    a release) or OUT.local-log.json (linear). Do not share them. When a
+    repair changes more than --max-repair-share of the episodes (default
+    0.05), training stops before spending anything unless given
+    --accept-repairs.
+
+    A learner that releases its own noisy statistics of LOGS and carries a
+    certificate prints it: a lower bound on the learned policy's value from
+    the logs' start distribution (post-processing of its DP releases),
+    holding with probability >= 1 - failure_prob.
 
     Exit codes: 0 ok; 1 invalid logs, repairs above --max-repair-share, or a
     missing/corrupt release; 2 bad arguments or spec (also a --spec the
@@ -119,7 +137,10 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     if (logs is None) == (release_dir is None):
         raise UsageError("give exactly one input: LOGS (with --spec SPEC) or --release DIR.")
     out = Path(out)
-    check_writable(out, "--out")  # before the logs are read or any budget is checked
+    # before the logs are read or any budget is checked: a new folder, never an input
+    check_outputs([("--out", out, None)], [("LOGS", logs), ("--spec", spec_path), ("--release", release_dir),
+                                          ("--ledger", ledger), ("--ledger", ledger and f"{ledger}.head")],
+                  overwrite=None)
     # held until the command ends: a second run writing the same --out at once is refused now
     stale = click.get_current_context().with_resource(output_lock(out, "--out"))
     if stale:
@@ -208,7 +229,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                 + f"{', stationary' if stationary else ''}) into {release_used}: this spends privacy budget.")
         else:
             notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
-                "and can reveal patients' records. Use --algo dp-pbb (or dp-apvi) for a private policy.")
+                f"and can reveal patients' records. Use --algo {' or '.join(private_tabular())} for a private policy.")
         context = RunContext(ledger=ledger, output=out, echo=say, repairs=repairs)
         if learner.reads == "logs":  # its own noisy releases: the fitted learner holds its certificate
             run = learner.train_on_logs(logs, spec, stationary=stationary, budget=BudgetRequest(rho, epsilon, delta,
@@ -239,8 +260,10 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                        "declarations; " + certificate["what"])
 
 
-def _certificate(learner) -> dict:
-    """A fitted learner's certificate from its own releases (DP-PBB: ``certified_value()`` without a d0)."""
+def _certificate(learner) -> dict | None:
+    """A fitted learner's certificate from its own releases (``certified_value()`` without a d0), or None."""
+    if not hasattr(learner, "certified_value"):
+        return None
     return {"value": float(learner.certified_value()), "failure_prob": float(learner.failure_prob),
             "what": "a lower confidence bound from the learner's noisy backups and noisy start counts "
                     "(post-processing of its DP releases; docs/learners.md, \"DP-PBB\")."}

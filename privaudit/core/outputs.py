@@ -1,22 +1,27 @@
-"""Output locations: writability checks before any work, one writer at a time, stale temporaries, run ids.
+"""Output locations: checks before any work, one writer at a time, stale temporaries, run ids.
 
-The writes themselves are atomic (:mod:`privaudit.core.atomic`); this module refuses an output that
-cannot be written (:func:`check_writable`, :func:`check_sidecar_free`), holds the per-output lock of a
-run and removes the hidden temporaries a killed run left (:func:`output_lock`), and draws the run id
-named in ledger entries and messages (:func:`new_run_id`).
+The writes themselves are atomic (:mod:`privaudit.core.atomic`); this module refuses, before any
+work, an output that would replace an input or anything but an earlier output of its own kind
+(:func:`check_outputs`, the one check of every command), or that cannot be written
+(:func:`check_writable`, :func:`check_sidecar_free`); it holds the per-output lock of a run and
+removes the hidden temporaries a killed run left (:func:`output_lock`), and draws the run id named
+in ledger entries and messages (:func:`new_run_id`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import secrets
 import shutil
+import struct
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Sequence
 
 from filelock import FileLock, Timeout
 
@@ -60,6 +65,143 @@ def check_writable(path, name: str = "out") -> None:
     if shutil.disk_usage(anc).free == 0:
         raise UsageError(f"`{name}` {path}: no free space left on the disk of {anc}; free some space "
                          f"or choose another location.")
+
+
+#: The key of the mark privaudit writes into the files it makes that carry no JSON of their own: a PNG
+#: ``tEXt`` chunk, a Parquet key-value metadata entry (the value names the kind, e.g. ``audit-plot``).
+MARK_KEY = "privaudit_kind"
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """What an earlier output of one kind looks like: ``--overwrite`` replaces only that.
+
+    Attributes
+    ----------
+    name : str
+        Said in messages: "a previous pipeline output (a folder with a summary.json of kind ...)".
+    recognise : callable
+        ``recognise(path) -> bool`` for an existing ``path``; never raises on a foreign file.
+    """
+
+    name: str
+    recognise: Callable[[Path], bool]
+
+
+def _json_object(path: Path) -> dict | None:
+    """The JSON object in ``path`` (None: not a readable JSON object file)."""
+    try:
+        doc = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def json_output(name: str, test: Callable[[dict], bool]) -> OutputKind:
+    """An output that is a JSON object file passing ``test`` (e.g. a report with privaudit's ``software``)."""
+    return OutputKind(name, lambda p: (doc := _json_object(p)) is not None and bool(test(doc)))
+
+
+def folder_output(name: str, filename: str, key: str, value: str) -> OutputKind:
+    """An output folder whose ``filename`` is a JSON object with ``key`` = ``value`` (e.g. summary.json's kind)."""
+    return OutputKind(name, lambda p: p.is_dir() and (_json_object(p / filename) or {}).get(key) == value)
+
+
+def png_mark(path: Path) -> str | None:
+    """The :data:`MARK_KEY` ``tEXt`` value of a PNG file (None: not a PNG, or unmarked).
+
+    Reads the chunks before the image data (matplotlib writes its ``tEXt`` there).
+    """
+    try:
+        with open(path, "rb") as f:
+            if f.read(8) != b"\x89PNG\r\n\x1a\n":
+                return None
+            while True:
+                head = f.read(8)
+                if len(head) < 8:
+                    return None
+                size, ctype = struct.unpack(">I4s", head)
+                if ctype in (b"IDAT", b"IEND") or size > 1 << 20:
+                    return None
+                body = f.read(size)
+                f.read(4)  # CRC
+                if ctype == b"tEXt":
+                    key, _, value = body.partition(b"\0")
+                    if key == MARK_KEY.encode():
+                        return value.decode("latin-1")
+    except OSError:
+        return None
+
+
+def png_output(name: str, mark: str) -> OutputKind:
+    """An output PNG carrying the :data:`MARK_KEY` mark ``mark`` (write it with ``savefig(metadata=...)``)."""
+    return OutputKind(name, lambda p: p.is_file() and png_mark(p) == mark)
+
+
+def _inside(inner: Path, outer: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def check_outputs(outputs: Sequence[tuple[str, object, OutputKind | None]], reads: Sequence[tuple[str, object]],
+                  overwrite: bool | None = False) -> None:
+    """The one check of every command's outputs, before any work.
+
+    Refuses (1) two outputs at one path or one inside the other; (2) an output at a path the command
+    reads, or around one (a folder replaced with an input inside: a ledger, a spec); (3) an existing
+    output unless ``overwrite``, and then unless it is an earlier output of the same kind
+    (:class:`OutputKind`): never someone's logs, spec or another command's results; (4) an output
+    that cannot be written (:func:`check_writable`).
+
+    Parameters
+    ----------
+    outputs : sequence of (name, path, kind)
+        Each output: the name of its option in messages (``--out``, or a parameter name), its path
+        (None: not asked for, skipped) and its :class:`OutputKind` (None for a command without
+        ``overwrite``).
+    reads : sequence of (name, path)
+        What the command reads (logs, spec, ledger, MDP file, ...); None paths skipped.
+    overwrite : bool or None
+        The command's ``--overwrite``; None when it has none (an existing output is always refused).
+
+    Raises
+    ------
+    UsageError
+        One line naming the option, the path and what to do.
+    """
+    outs = [(name, Path(p), kind) for name, p, kind in outputs if p is not None]
+    full = [(name, Path(os.path.realpath(p)), p, kind) for name, p, kind in outs]
+    for i, (name, real, path, _) in enumerate(full):
+        for other, oreal, opath, _ in full[:i]:
+            if real == oreal:
+                raise UsageError(f"`{other}` and `{name}` must be different files (both are {opath}).")
+            if _inside(real, oreal) or _inside(oreal, real):
+                raise UsageError(f"`{other}` {opath} and `{name}` {path}: one is inside the other; choose "
+                                 f"separate paths.")
+    for rname, rpath in ((n, p) for n, p in reads if _local_file(p)):
+        rreal = Path(os.path.realpath(rpath))
+        for name, real, path, _ in full:
+            if real == rreal:
+                raise UsageError(f"`{name}` {path} is the file `{rname}` this command reads: an output never "
+                                 f"replaces an input. Choose another `{name}`.")
+            if _inside(rreal, real) and real.exists():
+                raise UsageError(f"`{name}` {path} holds `{rname}` {rpath}, which this command reads: an output "
+                                 f"never replaces an input. Choose another `{name}`.")
+    for name, real, path, kind in full:
+        if not (path.exists() or path.is_symlink()):
+            continue
+        if not overwrite:
+            hint = "" if overwrite is None else f", remove it, or pass `overwrite`, which replaces only {kind.name}"
+            raise UsageError(f"`{name}` {path} already exists; choose another path{hint}.")
+        if not kind.recognise(path):
+            raise UsageError(f"`overwrite` replaces only {kind.name}; {path} is not one, and it would be "
+                             f"deleted. Choose another `{name}`.")
+    for name, path, _ in outs:
+        check_writable(path, name)
+
+
+def _local_file(path) -> bool:
+    """An existing local path (not None, a Spark DataFrame, a URL read by Spark, or a registry name)."""
+    return isinstance(path, (str, os.PathLike)) and "://" not in str(path) and os.path.lexists(path)
 
 
 def check_sidecar_free(path, what: str, earlier: str, name: str = "out") -> None:

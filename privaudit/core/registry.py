@@ -20,9 +20,10 @@ Adding a learner: write its class (``__init__`` stores parameters, ``fit``
 returns ``self``, the policy in ``policy_``, the class attributes of
 :class:`OfflineLearner`; see docs/learners.md, "Adding a learner"), then
 :func:`register` an ``Algorithm`` here (or from your own module, before the
-CLI parses its arguments). A private learner also needs an audit adapter
-(``privaudit.audit.mechanisms.registry.ADAPTERS``, under the same name): a test
-checks that every private algorithm has one.
+CLI parses its arguments). Nothing else names it: ``privaudit train --algo``,
+``privaudit audit --mechanism`` (its adapter is built from the class,
+``privaudit.audit.mechanisms.registry.ADAPTERS``), ``privaudit pipeline`` (its
+``pipeline_share``) and the help texts read the registry when they run.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ OFFLINE = ("tabular", "linear")
 #: budget; the learner is post-processing); "logs", the logs themselves (a private learner adds
 #: its own noise and plans its own privacy event, :meth:`OfflineLearner.plan_event`).
 READS = ("counts", "release", "logs")
+#: Budget-share rules a private learner reading logs may name as its :attr:`OfflineLearner.pipeline_share`
+#: (the pipeline setting that decides the share; ``privaudit.pipeline.guarantee.budget_shares``):
+#: "linear_share", the configured share when the spec declares a feature map (DP-VAPVI);
+#: "pbb_share", min(0.6, two thirds of what the others leave) when the spec has a public reward (DP-PBB).
+SHARE_RULES = ("linear_share", "pbb_share")
 #: Options of ``privaudit train`` that apply to some learners only (:attr:`OfflineLearner.options`):
 #: the penalty constants C1, C2, C, and ``max_per_cell`` (a learner's own per-cell cap).
 OPTIONS = ("C1", "C2", "C", "max_per_cell")
@@ -64,6 +70,20 @@ class OfflineLearner(Protocol):
     pipeline_output : str or None
         A private learner that reads logs and runs in ``privaudit pipeline``: what its part of
         the budget releases (one phrase for summary.json); None otherwise.
+
+    Optional class attributes (read with a default of None)
+    -------------------------------------------------------
+    pipeline_share : float, str or None
+        Whether and how ``privaudit pipeline`` runs it. None (default): it does not. A learner
+        reading the release (``reads = "release"``): 0, it is fitted on the pipeline's count
+        release (post-processing, no share). A private learner reading logs: its share of the
+        total rho, a float in (0, 1), or the name of a rule of :data:`SHARE_RULES`.
+    audit_adapter : str or None
+        ``"module:Class"`` of its ``privaudit audit --mechanism`` adapter. None (default): the
+        adapter is built from the learner (``privaudit.audit.mechanisms.registry.adapter_for``:
+        the built-in adapter of its family and ``reads``, with this class as ``learner_class``).
+    ledger_note : str or None
+        A few words the ledger entry of its pipeline part adds (DP-PBB: "private Bellman backups").
 
     Methods
     -------
@@ -112,7 +132,11 @@ def check_learner(cls: type, name: str, private: bool, family: str = "tabular") 
     needs = []
     if cls.private and cls.reads == "logs":
         needs = ["plan_event", "mechanism_text"] + (["train_on_logs"] if family == "tabular" else [])
+    share = getattr(cls, "pipeline_share", None)
     checks = (
+        (share is not None and not _share_fits(share, cls), f"has pipeline_share {share!r}: a release reader takes "
+                                                            f"0, a private learner reading logs a float in (0, 1) "
+                                                            f"or one of {SHARE_RULES}, others None"),
         (cls.reads not in READS, f"reads {cls.reads!r}, not one of {READS}"),
         (bool(set(cls.options) - set(OPTIONS)), f"has options {sorted(set(cls.options) - set(OPTIONS))} outside "
                                                 f"{OPTIONS}"),
@@ -125,6 +149,17 @@ def check_learner(cls: type, name: str, private: bool, family: str = "tabular") 
             raise UsageError(f"the learner class of algorithm {name!r} does not answer the OfflineLearner "
                              f"protocol: it {what}.")
     return cls
+
+
+def _share_fits(share, cls: type) -> bool:
+    """Whether ``share`` (not None) is a pipeline share ``cls`` may declare (:class:`OfflineLearner`)."""
+    if not cls.private or cls.reads == "counts":
+        return False
+    if cls.reads == "release":
+        return share == 0 and not isinstance(share, bool)
+    if isinstance(share, str):
+        return share in SHARE_RULES
+    return isinstance(share, (int, float)) and not isinstance(share, bool) and 0 < share < 1
 
 
 @dataclass(frozen=True)
@@ -216,6 +251,11 @@ def names_with(test, *, family: str | tuple[str, ...] = OFFLINE) -> tuple[str, .
     return tuple(n for n in names(family=family) if test(get(n).load()))
 
 
+def pipeline_names() -> tuple[str, ...]:
+    """Offline learners ``privaudit pipeline`` runs (a ``pipeline_share`` other than None), in registry order."""
+    return names_with(lambda cls: getattr(cls, "pipeline_share", None) is not None)
+
+
 for _a in (
     Algorithm("ve", "tabular", False, "privaudit.learners.tabular.ve:ValueIterationCE",
               "certainty-equivalent value iteration on exact counts (NOT private)"),
@@ -254,5 +294,5 @@ for _a in (
     register(_a)
 del _a
 
-__all__ = ["Algorithm", "FAMILIES", "OFFLINE", "READS", "OPTIONS", "OfflineLearner", "check_learner", "register",
+__all__ = ["Algorithm", "FAMILIES", "OFFLINE", "READS", "OPTIONS", "SHARE_RULES", "pipeline_names", "OfflineLearner", "check_learner", "register",
            "get", "names", "names_with"]

@@ -33,6 +33,19 @@ SUPPORTED_VERSIONS = (1,)
 _KEYS = ("format_version", "kind", "P", "r", "d0", "horizon", "terminal_states", "name")
 
 
+def is_mdp_file(path: Path) -> bool:
+    """True when ``path`` is an ``.npz`` written by :func:`save_mdp` (its ``format_version`` and ``kind``
+    entries); reads only the archive's directory, never raises."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"PK\x03\x04":  # not a zip archive (an .npz is one)
+                return False
+        with np.load(path, allow_pickle=False) as z:
+            return {"format_version", "kind"} <= set(z.files)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return False
+
+
 def save_mdp(mdp: TabularMDP, path: str | Path, compress: bool = True) -> Path:
     """Write ``mdp`` to ``path`` (an ``.npz`` file) atomically.
 

@@ -35,8 +35,12 @@ import polars as pl
 
 from privaudit.core.errors import UsageError
 from privaudit.core.atomic import atomic_path
+from privaudit.core.outputs import MARK_KEY
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import TabularMDP, _check_policy
+
+#: The mark of simulated logs (``privaudit.core.outputs.MARK_KEY`` in the Parquet key-value metadata).
+SIMULATED_LOGS_MARK = "simulate-logs"
 
 #: Seed of the public random base policy that ``mix:W`` mixes with uniform on
 #: MDPs other than ICU-Sepsis (a fixed, documented constant, not a noise seed).
@@ -190,12 +194,23 @@ def simulate(mdp: TabularMDP, policy: np.ndarray, n_episodes: int, rng: np.rando
 def write_logs(df: pl.DataFrame, path: str | Path) -> Path:
     """Write a log table to one Parquet file atomically (zstd, deterministic bytes).
 
-    The same table gives the same bytes with the same polars version.
+    The same table gives the same bytes with the same polars version. The file is marked as simulated
+    (key-value metadata ``privaudit_kind: simulate-logs``): ``simulate --overwrite`` replaces only such
+    a file (:func:`is_simulated_logs`), never someone's own logs.
     """
     path = Path(path)
     with atomic_path(path) as tmp:
-        df.write_parquet(tmp, compression="zstd", compression_level=9, statistics=True)
+        df.write_parquet(tmp, compression="zstd", compression_level=9, statistics=True,
+                         metadata={MARK_KEY: SIMULATED_LOGS_MARK})
     return path
+
+
+def is_simulated_logs(path: Path) -> bool:
+    """True when ``path`` is a Parquet file written by :func:`write_logs` (its mark); never raises."""
+    try:
+        return pl.read_parquet_metadata(path).get(MARK_KEY) == SIMULATED_LOGS_MARK
+    except (OSError, pl.exceptions.PolarsError):
+        return False
 
 
 def uniform_policy(mdp: TabularMDP) -> np.ndarray:

@@ -42,6 +42,7 @@ from privaudit import __version__
 from privaudit.core import registry
 from privaudit.core.errors import UsageError
 from privaudit.core.atomic import atomic_dir
+from privaudit.core.outputs import check_outputs, folder_output
 from privaudit.online.counters import tree_levels
 from privaudit.online.env import EpisodicEnv
 from privaudit.online.manifest import (EXPLORE_FORMAT_VERSION, EXPLORE_KIND, ExploreEnvironment, ExploreGuarantee,
@@ -269,30 +270,28 @@ def _plot(df: pl.DataFrame, title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def check_explore_out(out: str | Path, overwrite: bool = False) -> None:
-    """Refuse an existing ``out`` unless ``overwrite`` and it holds a previous explore output.
+#: What ``overwrite`` may replace: a previous explore output (``privaudit.core.outputs.check_outputs``).
+EXPLORE_OUTPUT = folder_output(f"a previous explore output (a folder whose manifest.json has kind {EXPLORE_KIND!r})",
+                               "manifest.json", "kind", EXPLORE_KIND)
+
+
+def check_explore_out(out: str | Path, overwrite: bool = False, env: str | Path | None = None) -> None:
+    """Refuse, before any user is simulated, an ``out`` that cannot be written or would replace anything
+    but a previous explore output (``privaudit.core.outputs.check_outputs``).
 
     ``overwrite`` removes the folder it replaces, so it applies only to a folder whose
     ``manifest.json`` has kind ``privaudit-explore`` (as ``pipeline --overwrite`` replaces only a
-    pipeline output): never to a pipeline run, a release or any other folder.
+    pipeline output): never to a pipeline run, a release or any other folder, nor to one holding the
+    environment file ``env`` (an MDP.npz) the run reads.
 
     Raises
     ------
     UsageError
-        ``out`` exists and ``overwrite`` is False, or it is not a previous explore output.
+        ``out`` exists and ``overwrite`` is False, or it is not a previous explore output, or it holds
+        ``env``, or it cannot be written.
     """
-    out = Path(out)
-    if not out.exists():
-        return
-    if not overwrite:
-        raise UsageError(f"{out} already exists; choose another `out` or pass `overwrite`.")
-    try:
-        kind = json.loads((out / "manifest.json").read_text()).get("kind") if out.is_dir() else None
-    except (OSError, ValueError, AttributeError):
-        kind = None
-    if kind != EXPLORE_KIND:
-        raise UsageError(f"`overwrite` replaces only a previous explore output (a folder whose manifest.json has kind "
-                         f"{EXPLORE_KIND!r}); {out} is not one, and it would be deleted. Choose another `out`.")
+    check_outputs([("out", out, EXPLORE_OUTPUT)], [("env", env if env is not None and Path(env).exists() else None)],
+                  overwrite)
 
 
 def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, res: RunResult, budget: Budget | None,

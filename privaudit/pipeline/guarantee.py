@@ -10,7 +10,13 @@ The pipeline touches the private logs through at most four mechanisms:
 * the behaviour-value release (``privaudit.release.behaviour_value``: noisy
   episode count, sums of clipped returns and start-state counts), unless its
   share is 0: the DP estimate of the clinicians' value and the start
-  distribution of the certified values.
+  distribution of the certified values;
+* any other private learner of the registry that reads the logs and declares
+  a fixed ``pipeline_share`` (:func:`learner_shares`).
+
+Which learner a share belongs to is asked of the registry: DP-PBB and
+DP-VAPVI declare the rules ``pbb_share`` and ``linear_share``
+(``core.registry.SHARE_RULES``) as their ``pipeline_share``.
 
 Everything else (DP-APVI on the release, the value estimates, evaluation on
 a public MDP, the figures) is post-processing and spends nothing. zCDP
@@ -74,8 +80,34 @@ def _mechanism_text(name: str, spec: DomainSpec) -> str:
     return registry.get(name).load().mechanism_text(spec)  # a learner's part
 
 
+def rule_owner(rule: str) -> str | None:
+    """The registry learner whose ``pipeline_share`` is the rule ``rule`` (``core.registry.SHARE_RULES``), if any."""
+    owners = registry.names_with(lambda cls: getattr(cls, "pipeline_share", None) == rule)
+    return owners[0] if owners else None
+
+
+def learner_shares(spec: DomainSpec, *, engine: str = "polars") -> dict:
+    """The fixed budget shares of the registry's other pipeline learners, by name (in registry order).
+
+    A private learner reading the logs whose class declares a float
+    ``pipeline_share`` runs in the pipeline at that share of the total rho: a
+    linear one when the spec declares a feature map, a tabular one on the
+    polars engine (it reads the logs with polars, as DP-PBB). DP-PBB and
+    DP-VAPVI (share rules) are not in it.
+    """
+    out = {}
+    for name in registry.pipeline_names():
+        cls, family = registry.get(name).load(), registry.get(name).family
+        share = cls.pipeline_share
+        if cls.reads != "logs" or isinstance(share, str):
+            continue
+        if (family == "linear" and spec.features) or (family == "tabular" and engine != "spark"):
+            out[name] = float(share)
+    return out
+
+
 def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT,
-                 value_share: float = 0.0, pbb_share: float = 0.0) -> dict:
+                 value_share: float = 0.0, pbb_share: float = 0.0, learners: dict | None = None) -> dict:
     """Split the pipeline's resolved budget between the release, DP-VAPVI and the behaviour value.
 
     zCDP composes by adding rho (Bun & Steinke 2016, Lemma 2.3), so the parts
@@ -96,23 +128,27 @@ def split_budget(budget: Budget, *, linear: bool, linear_share: float = LINEAR_S
         The behaviour-value release's share of rho, in [0, 1) (0: none).
     pbb_share : float
         DP-PBB's share of rho, in [0, 1) (0: DP-PBB does not run).
+    learners : dict[str, float], optional
+        The other registry learners' shares (:func:`learner_shares`).
 
     Returns
     -------
     dict[str, Budget]
-        ``{"release": budget}`` alone, or with ``"dp-vapvi"`` and/or
-        :data:`VALUE_PART` parts.
+        ``{"release": budget}`` alone, or with the learners' (``"dp-pbb"``,
+        ``"dp-vapvi"``, ...) and/or :data:`VALUE_PART` parts.
 
     Raises
     ------
     UsageError
         A share outside its interval, or shares leaving the release nothing.
     """
-    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
+    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share,
+                           learners=learners)
     if len(shares) == 1:
         return {"release": budget}
-    given = {"dp-pbb": ("pbb_share", pbb_share), "dp-vapvi": ("linear_share", linear_share),
-             VALUE_PART: ("value_share", value_share)}
+    given = {rule_owner("pbb_share"): ("pbb_share", pbb_share), rule_owner("linear_share"): ("linear_share", linear_share),
+             VALUE_PART: ("value_share", value_share),
+             **{name: (f"{name}'s pipeline_share", share) for name, share in (learners or {}).items()}}
     for name, share in shares.items():  # each part must be reportable on its own (the rule of every budget)
         part = float(_decimal(budget.shown) * _decimal(share))
         if not (part > 0 and accounting.zcdp_to_dp(part, budget.delta) > 0):
@@ -143,7 +179,7 @@ def _floor_2_significant(x: Fraction) -> Fraction:
 
 
 def pbb_share_of(public_reward: bool, *, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT,
-                 value_share: float = 0.0) -> float:
+                 value_share: float = 0.0, learners: dict | None = None) -> float:
     """DP-PBB's share of the total rho in the pipeline.
 
     0 without a public reward (DP-PBB backs up r(s') + V(s')). Otherwise
@@ -153,12 +189,14 @@ def pbb_share_of(public_reward: bool, *, linear: bool, linear_share: float = LIN
     DP-VAPVI does not run (the default behaviour-value share 0.1 leaves 0.3 to
     the release), and 0.26 (two thirds of 0.4, rounded down) next to DP-VAPVI's
     default 0.5, so the release keeps a positive share (0.14) whenever
-    ``linear_share + value_share < 1``.
+    ``linear_share + value_share < 1``. The fixed shares of other registry
+    learners (``learners``, :func:`learner_shares`) count with DP-VAPVI's.
     """
     if not public_reward:
         return 0.0
     try:
-        lin = _decimal(linear_share) if linear else Fraction(0)
+        lin = (_decimal(linear_share) if linear else Fraction(0)) + sum(
+            (_decimal(v) for v in (learners or {}).values()), Fraction(0))
         vs = _decimal(value_share)
     except (TypeError, ValueError, OverflowError):
         return 0.0  # let budget_shares report the bad shares
@@ -169,18 +207,22 @@ def pbb_share_of(public_reward: bool, *, linear: bool, linear_share: float = LIN
 
 
 def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, value_share: float = 0.0,
-                  pbb_share: float = 0.0) -> dict:
+                  pbb_share: float = 0.0, learners: dict | None = None) -> dict:
     """The configured share of the total rho per part (``{"release": 1.0}`` when alone).
 
     The release's share is the exact decimal rest 1 - (the other shares),
     computed on the shares' decimal values (1 - 0.6 - 0.1 is 0.3, not
     0.30000000000000004), so the shares printed and stored add up to 1 exactly.
 
+    ``pbb_share`` and ``linear_share`` go to the learners that declare those
+    rules (``rule_owner``); ``learners`` adds other registry learners' fixed
+    shares (:func:`learner_shares`) after the behaviour value's.
+
     Raises
     ------
     UsageError
         ``linear_share`` outside (0, 1) (when ``linear``), ``value_share``
-        outside [0, 1), or shares summing to 1 or more.
+        or a learner's share outside [0, 1), or shares summing to 1 or more.
     """
     vs = value_share
     if isinstance(vs, bool) or not isinstance(vs, (int, float)) or not (math.isfinite(vs) and 0 <= vs < 1):
@@ -188,16 +230,25 @@ def budget_shares(*, linear: bool, linear_share: float = LINEAR_SHARE_DEFAULT, v
     ps = pbb_share
     if isinstance(ps, bool) or not isinstance(ps, (int, float)) or not (math.isfinite(ps) and 0 <= ps < 1):
         raise UsageError(f"`pbb_share` must lie in [0, 1). Found {pbb_share!r}.")
+    for name, share in (learners or {}).items():
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not (math.isfinite(share)
+                                                                                  and 0 <= share < 1):
+            raise UsageError(f"{name}'s `pipeline_share` must lie in [0, 1). Found {share!r}.")
     shares = {}
+    for rule, share in (("pbb_share", ps), ("linear_share", linear_share if linear else 0)):
+        if share and rule_owner(rule) is None:
+            raise UsageError(f"`{rule}` {share!r} is given, but no registered learner takes the `{rule}` rule "
+                             "(core.registry.SHARE_RULES).")
     if ps > 0:
-        shares["dp-pbb"] = float(ps)
+        shares[rule_owner("pbb_share")] = float(ps)
     if linear:
         ls = float(linear_share)
         if not (math.isfinite(ls) and 0 < ls < 1):
             raise UsageError(f"`linear_share` must lie in (0, 1). Found {linear_share!r}.")
-        shares["dp-vapvi"] = ls
+        shares[rule_owner("linear_share")] = ls
     if vs > 0:
         shares[VALUE_PART] = float(vs)
+    shares.update({name: float(share) for name, share in (learners or {}).items() if share > 0})
     rest = 1 - sum((_decimal(v) for v in shares.values()), Fraction(0))
     if not rest > 0:
         raise UsageError(f"`linear_share` + `value_share` + `pbb_share` must be below 1 (the release needs a share). "

@@ -48,7 +48,7 @@ from tqdm import tqdm
 
 from privaudit.core.errors import SpecError, UsageError
 from privaudit.core.atomic import atomic_dir, atomic_write_text
-from privaudit.core.outputs import new_run_id, output_lock
+from privaudit.core.outputs import check_outputs, folder_output, new_run_id, output_lock
 from privaudit.core.spec import DomainSpec, load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.learners.linear.rows import column_dims
@@ -57,8 +57,8 @@ from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.pipeline.config import PipelineConfig, check_seed
-from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, budget_shares, check_split, pbb_share_of,
-                                          split_budget)
+from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, budget_shares, check_split, learner_shares,
+                                          pbb_share_of, split_budget)
 from privaudit.pipeline.plans import plan_parts
 from privaudit.pipeline.report import SUMMARY_KIND
 from privaudit.pipeline.stages import STAGES_AFTER_VALIDATION, RunPlan, RunState
@@ -78,20 +78,19 @@ def _child_seeds(seed: int | None, n: int) -> list[int | None]:
     return [int(s.generate_state(1, np.uint64)[0] >> np.uint64(1)) for s in np.random.SeedSequence(int(seed)).spawn(n)]
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    """Refuse an existing ``out`` unless ``overwrite`` and it holds a previous pipeline output."""
-    if not out.exists():
-        return
-    if not overwrite:
-        raise UsageError(f"{out} already exists; choose another `out`, remove it, or pass `overwrite`.")
-    summary = out / "summary.json"
-    try:
-        kind = json.loads(summary.read_text()).get("kind") if summary.is_file() else None
-    except (OSError, json.JSONDecodeError, AttributeError):
-        kind = None
-    if not out.is_dir() or kind != SUMMARY_KIND:
-        raise UsageError(f"`overwrite` replaces only a previous pipeline output (a folder with a summary.json "
-                         f"of kind {SUMMARY_KIND!r}); {out} is not one. Choose another `out`.")
+#: What ``overwrite`` may replace (``privaudit.core.outputs.check_outputs``).
+PIPELINE_OUTPUT = folder_output(f"a previous pipeline output (a folder with a summary.json of kind {SUMMARY_KIND!r})",
+                                "summary.json", "kind", SUMMARY_KIND)
+
+
+def _check_out(config: PipelineConfig) -> None:
+    """Refuse an ``out`` that exists (unless ``overwrite`` and it holds a previous pipeline output), that
+    is or holds an input (the logs, the spec, the ledger, the MDP file), or that cannot be written."""
+    logs, spec, mdp = config.inputs()
+    ledger = config.ledger
+    reads = [("LOGS", logs), ("spec", spec), ("mdp", mdp), ("ledger", ledger),
+             ("ledger", None if ledger is None else f"{ledger}.head")]
+    check_outputs([("out", config.out, PIPELINE_OUTPUT)], reads, config.overwrite)
 
 
 def _resolve_mdp(mdp, spec: DomainSpec, instance_seed: int | None = None):
@@ -255,8 +254,10 @@ def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
     value_share = config.value_share
     budget = budget_mod.resolve_budget(rho=config.rho, epsilon=config.epsilon, delta=config.delta,
                                        mechanism="gaussian")  # once
+    learners = learner_shares(spec, engine=config.engine)  # other registry learners with a fixed share
     pbb_share = 0.0 if config.engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
-                                                                  linear_share=linear_share, value_share=value_share)
+                                                                  linear_share=linear_share, value_share=value_share,
+                                                                  learners=learners)
     skipped = {}  # learners the run does not train, and why (said once the logs pass, and in the summary)
     if config.engine == "spark" and spec.public_reward is not None:
         skipped["dp-pbb"] = ("engine spark: DP-PBB reads the logs with polars; its share goes to the release, and "
@@ -264,14 +265,15 @@ def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
     elif spec.public_reward is None:
         skipped["dp-pbb"] = ("the spec declares no public reward ($.public_reward): DP-PBB backs up r(s') + V(s') "
                              "with a known r; its share goes to the release, and DP-APVI learns from it")
-    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share)
+    shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share,
+                           learners=learners)
     parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share,
-                         pbb_share=pbb_share)
+                         pbb_share=pbb_share, learners=learners)
     # every part, before any row is read or a part is charged: a split that composes above the total
     # leaves the ledger untouched and nothing written (the composition is checked again on the events)
     check_split(budget, parts)
     seeds = _child_seeds(config.seed, 5)
-    _check_out(Path(config.out), config.overwrite)
+    _check_out(config)
     if linear:  # a bad feature map costs nothing: checked before any row is read
         _check_feature_map(spec)
     the_mdp = _resolve_mdp(mdp, spec, config.instance_seed)

@@ -27,14 +27,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from privaudit.core import registry
 from privaudit.core.atomic import atomic_write_text
 from privaudit.core.spec import DomainSpec
 from privaudit.learners.linear import train_from_logs as train_linear
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.options import RunContext
 from privaudit.learners.policy import save_policy
-from privaudit.learners.tabular.dp_apvi import DPAPVI
-from privaudit.learners.tabular.train import train_dp_pbb
 from privaudit.pipeline import figures
 from privaudit.pipeline import render
 from privaudit.pipeline import report as rep
@@ -151,13 +150,23 @@ def release(config: PipelineConfig, state: RunState) -> None:
         _charge(config, state, VALUE_PART, value_plan.event)
 
 
-def train(config: PipelineConfig, state: RunState) -> None:
-    """DP-PBB (its own access), DP-APVI on the release (post-processing), DP-VAPVI (its own access).
+def _learner_seed(seeds: list, slot: int, index: int) -> int | None:
+    """The seed of the ``index``-th learner part of a family: the family's child seed, then seeds derived from it."""
+    if seeds[slot] is None or index == 0:
+        return seeds[slot]
+    return int(np.random.SeedSequence([seeds[slot], index]).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
-    Saves every policy under ``tmp/policies/<name>``; fills ``policies``,
-    ``start_values``, ``diagnostics``, the start distribution ``d0`` of the
-    certified values and the composed ``guarantee``. DP-APVI is Qiao & Wang (2023), Algorithm 1 (with
-    the paper's constants); DP-VAPVI is their Algorithm 2 (5H noisy statistics, rho/(5H) each).
+
+def train(config: PipelineConfig, state: RunState) -> None:
+    """The registry's pipeline learners: on the logs with their shares, then on the release (post-processing).
+
+    In this order: the tabular learners reading the logs with their own part of the budget (DP-PBB, its own
+    access), the learners on the count release (DP-APVI: Qiao & Wang (2023), Algorithm 1 with the paper's
+    constants, post-processing), the linear learners with their own part (DP-VAPVI: their Algorithm 2, 5H
+    noisy statistics at rho/(5H) each). Which learners run is asked of the registry (``pipeline_share``,
+    ``core.registry.pipeline_names``) and of the split (a learner reading the logs runs when it has a part).
+    Saves every policy under ``tmp/policies/<name>``; fills ``policies``, ``start_values``, ``diagnostics``,
+    the start distribution ``d0`` of the certified values and the composed ``guarantee``.
     """
     plan, say, tmp = state.plan, state.say, state.tmp
     spec, parts, seeds = plan.spec, plan.parts, plan.seeds
@@ -167,16 +176,20 @@ def train(config: PipelineConfig, state: RunState) -> None:
     d0, d0_source = val.start_distribution(value_stats=state.value_stats, release=release, mdp=plan.mdp,
                                            terminal_states=spec.terminal_states)
     state.d0, state.d0_source = d0, d0_source
-    # tabular learners on the release (post-processing); each pessimistic one exposes its value at
-    # step 0 in declared units (declared_values), which the certified values and diagnostics use
+    entries = [registry.get(n) for n in registry.pipeline_names()]
+    on_logs = {f: [e for e in entries if e.family == f and e.name in parts] for f in registry.OFFLINE}
+    # tabular learners; each pessimistic one exposes its value at step 0 in declared units
+    # (declared_values), which the certified values and diagnostics use
     tabular = {}
-    if "dp-pbb" in parts:  # the default DP policy: learns from outcomes, with a certificate (issue 12)
-        pbb = train_dp_pbb(state.prepared, spec, stationary=plan.stationary, budget=parts["dp-pbb"], seed=seeds[4],
-                           context=RunContext(echo=say))
-        tabular["dp-pbb"] = pbb.learner
-        _charge(config, state, "dp-pbb", pbb.learner.event_, "private Bellman backups")
-    # Qiao & Wang (2023)'s DP-APVI with the paper's constants on the release: the reference
-    tabular["dp-apvi"] = DPAPVI().fit(release, release_path="../../release")
+    for i, entry in enumerate(on_logs["tabular"]):  # their own access to the logs (DP-PBB: the default DP policy)
+        cls = entry.load()
+        run = cls.train_on_logs(state.prepared, spec, stationary=plan.stationary, budget=parts[entry.name],
+                                seed=_learner_seed(seeds, 4, i), context=RunContext(echo=say))
+        tabular[entry.name] = run.learner
+        _charge(config, state, entry.name, run.learner.event_, getattr(cls, "ledger_note", ""))
+    for entry in entries:  # post-processing of the release (DP-APVI, the paper's reference)
+        if entry.family == "tabular" and entry.load().reads == "release":
+            tabular[entry.name] = entry.load()().fit(release, release_path="../../release")
     start_values, diagnostics = state.start_values, state.diagnostics
     for name, learner in tabular.items():
         policies[name] = learner.policy_
@@ -185,12 +198,12 @@ def train(config: PipelineConfig, state: RunState) -> None:
             q_choice = getattr(learner, "Q_select_", learner.Q_)  # the values that chose the actions
             diagnostics[name] = rep.learner_diagnostics(q_choice, start_values[name], learner.policy_.table,
                                                         plan.mdp, spec.terminal_states, d0=d0)
-    if "dp-vapvi" in parts:
-
-        pol = train_linear(state.prepared, spec, "dp-vapvi", budget=parts["dp-vapvi"], seed=seeds[1])
-        policies["dp-vapvi"] = pol
-        start_values["dp-vapvi"] = None  # DP-VAPVI's pessimistic values are not kept
-        _charge(config, state, "dp-vapvi", event_from_dict(pol.privacy.event), "5H releases")
+    for i, entry in enumerate(on_logs["linear"]):  # their own access to the logs (DP-VAPVI)
+        pol = train_linear(state.prepared, spec, entry.name, budget=parts[entry.name], seed=_learner_seed(seeds, 1, i))
+        policies[entry.name] = pol
+        start_values[entry.name] = None  # the linear learners' pessimistic values are not kept
+        _charge(config, state, entry.name, event_from_dict(pol.privacy.event),
+                getattr(entry.load(), "ledger_note", ""))
     for name, pol in policies.items():
         save_policy(pol, tmp / "policies" / name)
     state.guarantee = composed_guarantee(plan.budget, parts, events, spec, shares=plan.shares,

@@ -42,26 +42,39 @@ exit 3, the first bad line named):
 * the last line(s) deleted: the ledger ends before the charge the head file
   names; a missing or edited head file.
 
+The reader decides, not the file (``ledger_key.verification_key``): with a key
+set, only a ledger keyed with that key (same key id) is read or charged; an
+unkeyed ledger (``auth: sha256`` or format_version 1) is refused
+(:class:`LedgerIntegrityError`, exit 3). So without the key nobody can make a
+keyed reader accept an edited ledger, one rewritten as ``auth: sha256`` with
+re-computed digests, or one deleted and re-created by ``init``. With
+``PRIVAUDIT_LEDGER_ID`` also set, only the ledger of that id is read (a ledger
+re-created even by a key holder has a fresh id; the id is under the key's MAC).
+``init`` refuses a path whose ``FILE.head`` exists (a deleted ledger).
+
 Not detected:
 
 * Without a key (``auth: sha256``) anyone who can write the file can
-  recompute every digest and the head after an edit: the chain then only
-  catches accidental corruption and naive hand edits. Set a key (below) to
-  make edits require the key.
+  recompute every digest and the head after an edit, or delete and re-create
+  the ledger: the chain then only catches accidental corruption and naive
+  hand edits. Set a key (below) to make edits require the key.
 * Even with a key, a rollback of BOTH the ledger and its head file to an
   earlier pair of copies (a backup restored over both) looks like a valid,
   shorter ledger. Only a record kept outside the folder catches it: note the
   ``head`` that ``privaudit budget show`` prints (seq and digest) somewhere
   else, or keep the ledger on append-only storage.
+* Whoever can delete the files can always deny service (nothing is left to
+  spend from), key or not.
 
 Key: ``PRIVAUDIT_LEDGER_KEY_FILE`` (path of a file whose bytes are the key) or
 ``PRIVAUDIT_LEDGER_KEY`` (the key itself), at least 16 bytes, read when the
 ledger is created (it is then ``hmac-sha256`` and records the key's id, not
 the key) and required on every later read. A key file in the ledger's own
-folder is refused: whoever can edit the ledger could read it.
+folder is refused: whoever can edit the ledger could read it. An unkeyed
+ledger is put under the key by :func:`upgrade_ledger`, trusting its content.
 
 Old ledgers: format_version 1 (no chain) is read by ``ledger_status`` (shown
-as unverified) but refused for spending with a format-version error until
+as unverified; with no key set) but refused for spending with a format-version error until
 :func:`upgrade_ledger` (``privaudit budget upgrade FILE``) chains its current
 content, which it then trusts as it stands.
 
@@ -88,7 +101,7 @@ from privaudit.privacy import accounting
 from privaudit.privacy.ledger_io import LOCK_TIMEOUT, Locked, must_exist, read_text, write_atomic, write_head
 from privaudit.privacy.ledger_key import KEY_ENV, KEY_FILE_ENV, key_for, key_id, sealed
 from privaudit.privacy.ledger_records import (HEAD_FORMAT, LEDGER_FORMAT, LEDGER_VERSION, amount_problem,
-                                              exact_text, now_utc, parse_amount, parse_ledger)
+                                              exact_text, head_path, now_utc, parse_amount, parse_ledger)
 
 __all__ = ["init_ledger", "check_budget", "charge", "upgrade_ledger", "ledger_status", "charge_of", "check_event",
            "charge_event", "rho_of_pure_dp", "charges_by_this_process", "LEDGER_FORMAT", "HEAD_FORMAT",
@@ -146,7 +159,8 @@ def init_ledger(path, dataset_id: str, rho_total) -> dict:
     Raises
     ------
     UsageError
-        ``path`` exists, its folder does not, bad ``dataset_id`` / ``rho_total``, or a bad key.
+        ``path`` or ``path.head`` exists, its folder does not, bad ``dataset_id`` / ``rho_total``, or a bad
+        key.
     """
     path = Path(path)
     if not isinstance(dataset_id, str) or not dataset_id.strip():
@@ -158,6 +172,10 @@ def init_ledger(path, dataset_id: str, rho_total) -> dict:
     if not path.parent.is_dir():  # a typo in the folder would otherwise start a second, fresh ledger
         raise UsageError(f"{path}: the folder {path.parent} does not exist; create it first "
                          "(a ledger's folder is never created, so a typo cannot start a second ledger).")
+    if head_path(path).exists():  # the head of a ledger deleted from this path: never re-created silently
+        raise UsageError(f"{path}: {head_path(path)} exists, the head file of an earlier ledger at this path; "
+                         f"a deleted ledger is never re-created (its budget was spent). Restore the ledger from "
+                         f"a backup, or use another path for a new dataset.")
     key = key_for(path)
     header = sealed({"format": LEDGER_FORMAT, "format_version": LEDGER_VERSION, "type": "init",
                       "dataset_id": dataset_id, "rho_total": text, "created": now_utc(),
@@ -195,18 +213,25 @@ def _refuse_if_over(path: Path, head: dict, charges: list[dict], dataset_id: str
     _check_dataset(path, head, dataset_id)
     total, spent = _totals(head, charges)
     if spent + want > total:
+        left = total - spent
+        shown = bound(want, 'up') + bound(spent, 'up') + bound(left, 'down')
+        advice = (f"The budget of dataset {dataset_id!r} is spent: nothing more may be released from this data"
+                  if left <= 0 else "Lower `rho`/`epsilon` to fit in what remains; once it is spent, nothing more "
+                  "may be released from this data")
         raise BudgetExceededError(
             f"{path}: rho={bound(want, 'up')} would exceed the budget of dataset {dataset_id!r}: "
-            f"total {bound(total, 'down')}, spent {bound(spent, 'up')}, remaining {bound(total - spent, 'down')}"
-            f"{_ROUNDING_NOTE if '~' in bound(want, 'up') + bound(spent, 'up') + bound(total - spent, 'down') else ''}. "
-            f"Nothing was charged; lower `rho`/`epsilon` or use a new dataset budget.")
+            f"total {bound(total, 'down')}, spent {bound(spent, 'up')}, remaining {bound(left, 'down')}"
+            f"{_ROUNDING_NOTE if '~' in shown else ''}. Nothing was charged. {advice} (a new ledger for the same "
+            f"data would not keep its guarantee).")
     return spent
 
 
 def _check_dataset(path: Path, head: dict, dataset_id: str) -> None:
     if head["dataset_id"] != dataset_id:
-        raise UsageError(f"{path}: this ledger is for dataset {head['dataset_id']!r}, "
-                         f"not {dataset_id!r}.")
+        raise UsageError(f"{path}: this ledger is for dataset {head['dataset_id']!r}, not for {dataset_id!r}, the "
+                         f"dataset being spent on (for release, train and pipeline: the dataset_id of the spec "
+                         f"given). A ledger holds one dataset's budget: pass the ledger of {dataset_id!r}, or "
+                         f"correct the spec's dataset_id.")
 
 
 def check_budget(path, dataset_id: str, rho) -> Fraction:
@@ -221,7 +246,8 @@ def check_budget(path, dataset_id: str, rho) -> Fraction:
     BudgetExceededError
         spent + rho > total (exit code 3).
     LedgerIntegrityError
-        A broken chain or head file (exit code 3, the line named).
+        A broken chain or head file (exit code 3, the line named); a key is set and the ledger is not
+        keyed with it; ``PRIVAUDIT_LEDGER_ID`` names another ledger.
     UsageError
         No ledger, wrong dataset, bad amount, missing or wrong key.
     ArtifactError
@@ -298,34 +324,38 @@ def charge(path, dataset_id: str, rho, description: str, *, run: str | None = No
 
 
 def upgrade_ledger(path) -> dict:
-    """Chain a format_version 1 ledger in place (version 2), trusting its current content.
+    """Chain a format_version 1 ledger, or seal an unkeyed one with the key set, in place, trusting its content.
 
-    The version-1 file is kept as ``path.v1`` (refused if that exists). The
-    new header gets a fresh ``ledger_id`` and is keyed as :func:`init_ledger`
-    would be; every charge keeps its fields and gains ``prev`` and ``digest``.
+    A version-1 ledger is chained (version 2); a version-2 ``auth: sha256`` ledger (its chain verified
+    first) is re-sealed with the key set in the environment (``auth: hmac-sha256``). The old file is kept
+    as ``path.v1`` / ``path.unkeyed`` (refused if that exists). The new header gets a fresh ``ledger_id``
+    and is keyed as :func:`init_ledger` would be; every charge keeps its fields and gains (new) ``prev``
+    and ``digest``. Nothing proves that an unkeyed ledger was not rewritten before: check its entries first.
 
     Returns
     -------
     dict
-        :func:`ledger_status` of the upgraded ledger.
+        :func:`ledger_status` of the upgraded ledger, with ``backup`` (the old file's path).
 
     Raises
     ------
     UsageError
-        No ledger, already version 2, ``path.v1`` exists, bad key.
+        No ledger, nothing to upgrade (already keyed, or unkeyed with no key set), the backup exists, bad key.
     ArtifactError
-        The version-1 ledger breaks a rule (it is not upgraded).
+        The old ledger breaks a rule (it is not upgraded).
     """
     path = Path(path)
     must_exist(path)
-    backup = path.with_name(path.name + ".v1")
     with Locked(path):
-        head, charges, _ = parse_ledger(path, read_text(path))
-        if head["format_version"] == LEDGER_VERSION:
-            raise UsageError(f"{path}: already format_version {LEDGER_VERSION}; nothing to upgrade.")
+        head, charges, _ = parse_ledger(path, read_text(path), unkeyed_ok=True)
+        key = key_for(path)
+        if head["format_version"] == LEDGER_VERSION and (key is None or head.get("auth") == "hmac-sha256"):
+            raise UsageError(f"{path}: already format_version {LEDGER_VERSION} ({head.get('auth')}); nothing to "
+                             f"upgrade" + ("" if key else f" (set {KEY_FILE_ENV} to seal an unkeyed ledger with "
+                                                          "that key)") + ".")
+        backup = path.with_name(path.name + (".v1" if head["format_version"] != LEDGER_VERSION else ".unkeyed"))
         if backup.exists():
             raise UsageError(f"{backup} exists; move it away before upgrading {path}.")
-        key = key_for(path)
         new_head = sealed({**head, "format_version": LEDGER_VERSION, "ledger_id": secrets.token_hex(16),
                             "auth": "sha256" if key is None else "hmac-sha256",
                             "key_id": None if key is None else key_id(key), "prev": None}, key)
@@ -336,7 +366,7 @@ def upgrade_ledger(path) -> dict:
         os.link(path, backup)
         write_head(path, new_head["ledger_id"], last, key)  # first: a version-1 ledger ignores a head file
         write_atomic(path, "".join(json.dumps(e) + "\n" for e in lines), replace=True)
-    return ledger_status(path)
+    return {**ledger_status(path), "backup": str(backup)}
 
 
 def ledger_status(path) -> dict:
@@ -350,14 +380,14 @@ def ledger_status(path) -> dict:
     dict
         ``{"dataset_id", "rho_total", "rho_spent", "rho_remaining",
         "rho_*_float", "n_entries", "entries", "format_version", "verified",
-        "auth", "head"}``; ``head`` = ``{"seq", "digest"}`` of the last line,
+        "auth", "ledger_id", "key_id", "head"}``; ``head`` = ``{"seq", "digest"}`` of the last line,
         worth noting outside the folder (it catches a rollback of both files).
 
     Raises
     ------
     UsageError
-        No ledger, missing or wrong key. LedgerIntegrityError: broken chain.
-        ArtifactError: corrupt ledger.
+        No ledger, missing or wrong key. LedgerIntegrityError: broken chain, a ledger not keyed with
+        the key set, or not the one ``PRIVAUDIT_LEDGER_ID`` pins. ArtifactError: corrupt ledger.
     """
     path = Path(path)
     must_exist(path)
@@ -368,6 +398,7 @@ def ledger_status(path) -> dict:
     last = charges[-1] if charges else head
     return {"format_version": head["format_version"], "dataset_id": head["dataset_id"],
             "created": head.get("created"), "verified": chained, "auth": head.get("auth"),
+            "ledger_id": head.get("ledger_id"), "key_id": head.get("key_id"),
             "head": {"seq": int(last.get("seq", 0)), "digest": last.get("digest")},
             "rho_total": exact_text(total), "rho_spent": exact_text(spent), "rho_remaining": exact_text(total - spent),
             "rho_total_float": float(total), "rho_spent_float": float(spent),

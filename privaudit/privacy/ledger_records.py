@@ -20,11 +20,10 @@ from pathlib import Path
 
 from privaudit.core.errors import ArtifactError, LedgerIntegrityError, UsageError
 from privaudit.core.schemas import schema_errors
-from privaudit.privacy.ledger_key import entry_digest, verification_key
+from privaudit.privacy.ledger_key import LEDGER_VERSION, entry_digest, verification_key
 
 LEDGER_FORMAT = "privaudit-ledger"
 HEAD_FORMAT = "privaudit-ledger-head"
-LEDGER_VERSION = 2
 
 
 def now_utc() -> str:
@@ -222,7 +221,7 @@ def verify_head(path: Path, entries: list[dict], key: bytes | None) -> None:
                                    f"#{head['seq']} does not match this line. {fix}")
 
 
-def parse_ledger(path: Path, text: str) -> tuple[dict, list[dict], bytes | None]:
+def parse_ledger(path: Path, text: str, *, unkeyed_ok: bool = False) -> tuple[dict, list[dict], bytes | None]:
     """Parse and verify every line of a ledger; the header, the charges and the key.
 
     Checked on every read (``check_budget``, ``charge``, ``ledger_status``):
@@ -240,14 +239,16 @@ def parse_ledger(path: Path, text: str) -> tuple[dict, list[dict], bytes | None]
     LedgerIntegrityError
         A broken chain or head (exit 3).
     UsageError
-        An authenticated ledger without its key.
+        An authenticated ledger without its key, or with another key.
+    LedgerIntegrityError
+        Also: a key is set and the ledger is not keyed with it (unless ``unkeyed_ok``: ``budget upgrade``),
+        or it is not the ledger pinned by ``PRIVAUDIT_LEDGER_ID`` (``ledger_key.verification_key``).
     """
     entries = split_lines(path, text)
     head = entries[0]
     version = check_header(path, head)
-    key = None
+    key = verification_key(path, head, version, unkeyed_ok=unkeyed_ok)  # the reader's settings decide
     if version == LEDGER_VERSION:
-        key = verification_key(path, head)
         verify_chain(path, entries, key)
     dataset_id = head.get("dataset_id")
     if not isinstance(dataset_id, str) or not dataset_id.strip():

@@ -242,7 +242,12 @@ def test_existing_out_or_plot_is_refused_unless_overwrite(files):
         assert (files / existing).read_text() == "keep me"
         other = ({"rep.json", "rep.png"} - {existing}).pop()
         assert not (files / other).exists()   # nothing ran
-    res = _run(args + ["--overwrite"])
+    res = _run(args + ["--overwrite"])  # issue 29 item 3: "keep me" is no earlier plot: never replaced
+    assert res.exit_code == 2 and "replaces only an earlier audit plot" in res.output, res.output
+    assert (files / "rep.png").read_text() == "keep me"
+    (files / "rep.png").unlink()
+    assert _run(args).exit_code == 0
+    res = _run(args + ["--overwrite"])  # an earlier report and plot are replaced
     assert res.exit_code == 0, res.output
     assert load_report(files / "rep.json")["rng_mode"] == "secure"
     assert (files / "rep.png").read_bytes()[:4] == b"\x89PNG"
@@ -254,7 +259,7 @@ def test_one_path_for_out_and_plot_is_refused_before_any_run(files):
     res = _run(["--mechanism", "release", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
                 "--claim-rho", "1", "--trials", "100", "--out", files / "rep.json", "--plot", files / "." / "rep.json"])
     assert res.exit_code == 2, res.output
-    assert res.output.strip() == f"error: --out and --plot must be different files (both are {files / 'rep.json'})."
+    assert res.output.strip() == f"error: `--out` and `--plot` must be different files (both are {files / 'rep.json'})."
     assert not (files / "rep.json").exists()
 
 

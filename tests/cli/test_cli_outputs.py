@@ -110,17 +110,16 @@ def test_simulate_failing_on_its_last_output_leaves_none_of_them(files, tmp_path
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "m.npz"))
 
     outs = {"--out": tmp_path / "x.parquet", "--spec-out": tmp_path / "s.json", "--mdp-out": tmp_path / "m.npz"}
-    if overwrite:
-        for p in outs.values():
-            p.write_text("old\n")
-    patch_everywhere(monkeypatch, save_mdp, full)
     args = _commands(files, str(outs["--out"]))["simulate"][:-2] + [
-        "--spec-out", str(outs["--spec-out"]), "--mdp-out", str(outs["--mdp-out"])] + (
-        ["--overwrite"] if overwrite else [])
-    res = CliRunner().invoke(main, args)
+        "--spec-out", str(outs["--spec-out"]), "--mdp-out", str(outs["--mdp-out"])]
+    if overwrite:  # an earlier simulate's outputs (--overwrite replaces nothing else)
+        assert CliRunner().invoke(main, args).exit_code == 0
+        old = {k: p.read_bytes() for k, p in outs.items()}
+    patch_everywhere(monkeypatch, save_mdp, full)
+    res = CliRunner().invoke(main, args + (["--overwrite"] if overwrite else []))
     _check_refused(res, "No space left on device")
     if overwrite:
-        assert all(p.read_text() == "old\n" for p in outs.values())
+        assert all(p.read_bytes() == old[k] for k, p in outs.items())
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in outs.values())
     else:
         assert list(tmp_path.iterdir()) == []

@@ -191,9 +191,20 @@ def test_simulate_refuses_to_overwrite_existing_files(tmp_path):
     res = run(*args)
     assert res.exit_code == 2 and "already exist" in res.output and "--overwrite" in res.output
     assert logs.read_bytes() == b"precious hospital logs" and not (tmp_path / "s.json").exists()
+    # issue 29 item 3: before, --overwrite replaced the hospital's logs; it replaces only simulated ones
     res = run(*args, "--overwrite")
-    assert res.exit_code == 0, res.output
-    assert pl.read_parquet(logs).height == 10
+    assert res.exit_code == 2 and res.output.strip() == (
+        f"error: `--overwrite` replaces only simulated logs (a Parquet file written by privaudit simulate); "
+        f"{logs} is not one, and it would be deleted. Choose another `--out`."), res.output
+    assert logs.read_bytes() == b"precious hospital logs" and not (tmp_path / "s.json").exists()
+    (tmp_path / "s.json").write_text('{"description": "my own spec"}\n')
+    assert run(*args[:-4], "--out", tmp_path / "sim.parquet", "--spec-out", tmp_path / "s2.json").exit_code == 0
+    res = run(*args[:-4], "--out", tmp_path / "sim.parquet", "--spec-out", tmp_path / "s.json", "--overwrite")
+    assert res.exit_code == 2 and "replaces only a spec written by privaudit simulate" in res.output
+    assert (tmp_path / "s.json").read_text() == '{"description": "my own spec"}\n'
+    res = run(*args[:-4], "--out", tmp_path / "sim.parquet", "--spec-out", tmp_path / "s2.json", "--overwrite")
+    assert res.exit_code == 0, res.output  # an earlier simulate's logs and spec are replaced
+    assert pl.read_parquet(tmp_path / "sim.parquet").height == 10
     res = run("simulate", "random-tabular", "--states", 3, "--actions", 2, "--horizon", 2, "--episodes", 5,
               "--out", tmp_path / "x.parquet", "--spec-out", tmp_path / "x.parquet")
     assert res.exit_code == 2 and "different files" in res.output

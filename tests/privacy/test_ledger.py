@@ -405,18 +405,24 @@ def test_crash_between_append_and_head_is_accepted_and_repaired(tmp_path):
     assert json.loads(head.read_text())["seq"] == 5
 
 
+def reseal(path, entries, key):
+    """Write ``entries`` as a ledger chained and sealed under ``key`` (None: SHA-256), with its head:
+    what whoever can write the folder does after an edit (with or without the key)."""
+    prev, out = None, []
+    for e in entries:
+        e = ledger_key.sealed({**e, "prev": prev}, key)
+        out.append(e)
+        prev = e["digest"]
+    path.write_text("".join(json.dumps(e) + "\n" for e in out))
+    ledger_io.write_head(path, out[0]["ledger_id"], out[-1], key)
+
+
 def test_keyless_chain_does_not_stop_a_full_rehash_but_a_key_does(tmp_path, monkeypatch):
     """What is and is not detected (module docstring): without a key a re-hashed edit passes."""
     def rehash(path, key):
         entries = [json.loads(x) for x in path.read_text().splitlines()]
         entries[2]["rho"] = "0.02"
-        prev, out = None, []
-        for e in entries:
-            e = ledger_key.sealed({**e, "prev": prev}, key)
-            out.append(e)
-            prev = e["digest"]
-        path.write_text("".join(json.dumps(e) + "\n" for e in out))
-        ledger_io.write_head(path, out[0]["ledger_id"], out[-1], key)
+        reseal(path, entries, key)
 
     plain = _three_charges(tmp_path)
     rehash(plain, None)

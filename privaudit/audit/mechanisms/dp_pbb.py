@@ -78,19 +78,23 @@ class DPPBBMechanism(LibraryStatistics):
     """
 
     name = "dp-pbb"
+    #: The learner planned and fitted: a learner that reads the logs with DP-PBB's noise plan (a subclass of
+    #: ``DPPBB``) is audited by a subclass setting ``name`` and ``learner_class`` (built by
+    #: ``audit.mechanisms.registry.adapter_for``).
+    learner_class = DPPBB
 
     def __init__(self, spec, *, learner_params: dict | None = None, max_per_cell: int | None = None,
                  view: str = "statistics", **kw):
         super().__init__(spec, **{**kw, "noise": "exact"})
         if self.budget.family.pure:
-            raise UsageError("dp-pbb is Gaussian / zCDP only: audit it with a rho claim, or an epsilon claim with "
+            raise UsageError(f"{self.name} is Gaussian / zCDP only: audit it with a rho claim, or an epsilon claim with "
                              "`delta` > 0 (Gaussian noise, not Laplace).")
         if view not in ("statistics", "policy"):
             raise UsageError(f"`view` must be 'statistics' or 'policy'. Found {view!r}.")
         self.view = view
         self.reward = spec.public_reward_scaled()
         if self.reward is None:
-            raise UsageError("dp-pbb needs a spec with a public reward ($.public_reward).")
+            raise UsageError(f"{self.name} needs a spec with a public reward ($.public_reward).")
         self.learner_params = dict(learner_params or {})
         self.c = MAX_PER_CELL_DEFAULT if max_per_cell is None else int(max_per_cell)
         rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
@@ -100,7 +104,7 @@ class DPPBBMechanism(LibraryStatistics):
         self.values: dict = {}
 
     def _plan(self, rho: float):
-        plan, _ = DPPBB(**self.learner_params).plan(
+        plan, _ = self.learner_class(**self.learner_params).plan(
             rho, horizon=self.spec.H, n_states=self.spec.S, max_episodes=self.spec.max_episodes_per_unit,
             max_per_cell=self.c, stationary=self.stationary, reward_range=self.spec.reward_range,
             return_bound=self.return_bound, starts=True, unit_column=self.spec.unit_column or "episode_id")
@@ -163,7 +167,7 @@ class DPPBBMechanism(LibraryStatistics):
         return np.concatenate(out, axis=1)
 
     def _policy(self, key: str, rng: np.random.Generator) -> np.ndarray:
-        learner = DPPBB(**self.learner_params).fit(
+        learner = self.learner_class(**self.learner_params).fit(
             self.exact[key], self.reward, terminal_states=self.spec.terminal_states,
             reward_range=self.spec.reward_range, return_bound=self.return_bound, budget=self.budget, rng=rng)
         return np.argmax(learner.policy_.table, axis=-1).astype(np.int64)
@@ -171,7 +175,7 @@ class DPPBBMechanism(LibraryStatistics):
     def claim(self, kind: str = "generic"):
         """The accountant's claim for the learner's whole event (generic test only: exact discrete noise)."""
         if kind == "gaussian":
-            raise UsageError("the GDP test is valid only for continuous Gaussian noise; dp-pbb draws exact "
+            raise UsageError(f"the GDP test is valid only for continuous Gaussian noise; {self.name} draws exact "
                              "discrete Gaussian noise: use the generic test.")
         return Claim.from_event(self.plan.event, self.delta or 1e-5, kind=kind)
 
@@ -192,7 +196,7 @@ class DPPBBMechanism(LibraryStatistics):
             ``kind`` gaussian (exact discrete noise: the generic test only).
         """
         if kind == "gaussian":
-            raise UsageError("the GDP test is valid only for continuous Gaussian noise; dp-pbb draws exact "
+            raise UsageError(f"the GDP test is valid only for continuous Gaussian noise; {self.name} draws exact "
                              "discrete Gaussian noise: use the generic test.")
         plan = self.plan if rho_total is None else self._plan(float(rho_total))
         event = plan.event if self.view == "policy" else self.view_event(plan)
@@ -260,6 +264,6 @@ class DPPBBMechanism(LibraryStatistics):
 
     def describe(self) -> str:
         if self.view == "policy":
-            return f"dp-pbb at rho={self.budget.rho:g}: greedy policy (black-box)"
-        return (f"dp-pbb at rho={self.budget.rho:g}: noisy capped visit counts and start counts (gray-box; claim "
+            return f"{self.name} at rho={self.budget.rho:g}: greedy policy (black-box)"
+        return (f"{self.name} at rho={self.budget.rho:g}: noisy capped visit counts and start counts (gray-box; claim "
                 f"their share rho={accounting.event_rho(self.view_event()):.6g})")

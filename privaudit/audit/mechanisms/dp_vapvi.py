@@ -90,6 +90,9 @@ class DPVAPVIMechanism:
     """
 
     name = "dp-vapvi"
+    #: The learner whose noise plan and statistics are audited (a subclass of ``DPVAPVI`` is audited by a
+    #: subclass setting ``name`` and ``learner_class``, built by ``audit.mechanisms.registry.adapter_for``).
+    learner_class = DPVAPVI
     #: privaudit's own code: output from the given dataset, spec and own noise only (``audit.report.sharing``).
     SELF_CONTAINED = True
 
@@ -98,7 +101,7 @@ class DPVAPVIMechanism:
                  mechanism: str = "gaussian", stationary: bool = False, noise: str | None = None):
 
         if mechanism != "gaussian" or stationary:
-            raise UsageError("dp-vapvi is a Gaussian, per-step mechanism: `release_mechanism` laplace and "
+            raise UsageError(f"{self.name} is a Gaussian, per-step mechanism: `release_mechanism` laplace and "
                              "`stationary` do not apply.")
         bad = [s for s in statistics if s not in STATISTICS]
         if bad or not statistics:
@@ -107,7 +110,7 @@ class DPVAPVIMechanism:
         self.budget = budget_mod.resolve_budget(rho=rho, epsilon=epsilon,
                                                 delta=None if rho is not None else delta, mechanism="gaussian")
         self.fmap = feature_map_from_spec(spec)
-        self.learner = DPVAPVI(self.budget.rho, k=spec.max_episodes_per_unit, **dict(learner_params or {}))
+        self.learner = self.learner_class(self.budget.rho, k=spec.max_episodes_per_unit, **dict(learner_params or {}))
         self.scales = self.learner.noise_scales(spec.horizon, self.fmap.dim)
         self.data: dict = {}
 
@@ -161,7 +164,7 @@ class DPVAPVIMechanism:
         """
         d, H, k = self.fmap.dim, self.spec.horizon, self.spec.max_episodes_per_unit
         if d < 2:
-            raise UsageError(f"`canary` synthetic for dp-vapvi needs feature dimension d >= 2 (two orthogonal "
+            raise UsageError(f"`canary` synthetic for {self.name} needs feature dimension d >= 2 (two orthogonal "
                              f"unit features); this spec's map has d = {d}. Use `canary` rare.")
         pair = synthetic_pair(self.spec, pooled=False, logs=logs)
         units = pair.description["units"]
@@ -304,7 +307,7 @@ class DPVAPVIMechanism:
         return Claim.from_rho(len(self.statistics) * rho / (5 * self.spec.horizon), delta, kind=kind)
 
     def describe(self) -> str:
-        return (f"dp-vapvi at rho={self.budget.rho:g}: noisy {', '.join(self.statistics)} of step h=H-1 "
+        return (f"{self.name} at rho={self.budget.rho:g}: noisy {', '.join(self.statistics)} of step h=H-1 "
                 f"(claim {len(self.statistics)} x rho/(5H) = {len(self.statistics) * self.scales.rho0:.6g})")
 
 

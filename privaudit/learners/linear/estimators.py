@@ -231,6 +231,10 @@ class DPVAPVI(_LinearLearner):
     algorithm = "dp-vapvi"
     private = True
     pipeline_output = "the DP-VAPVI policy (its noisy statistics are not output)"
+    #: Its share of the pipeline's budget: the rule ``linear_share`` (``core.registry.SHARE_RULES``).
+    pipeline_share = "linear_share"
+    #: What the ledger entry of its pipeline part adds.
+    ledger_note = "5H releases"
 
     @classmethod
     def plan_event(cls, spec, budget, *, stationary: bool = False):

@@ -143,6 +143,8 @@ class DPAPVI(TabularLearnerBase):
     private = True
     reads = "release"
     options = frozenset({"C1", "C2", "C"})
+    #: ``privaudit pipeline`` fits it on its count release (post-processing: no share of its own).
+    pipeline_share = 0
     _param_names = ("failure_prob", "C1", "C2", "C", "penalty", "noise_bound", "tie_break")
 
     def __init__(self, *, failure_prob: float = FAILURE_PROB_DEFAULT, C1: float = C1_DEFAULT,

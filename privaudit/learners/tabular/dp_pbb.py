@@ -118,6 +118,10 @@ class DPPBB(TabularLearnerBase):
     reads = "logs"
     options = frozenset({"max_per_cell"})
     pipeline_output = "the DP-PBB policy (its noisy counts and private Bellman backups are not output)"
+    #: Its share of the pipeline's budget: the rule ``pbb_share`` (``core.registry.SHARE_RULES``).
+    pipeline_share = "pbb_share"
+    #: What the ledger entry of its pipeline part adds.
+    ledger_note = "private Bellman backups"
     _param_names = ("rho", "split", "failure_prob", "selection", "n_backups", "tie_break")
 
     def __init__(self, *, rho: float = 1.0, split: dict | None = None, failure_prob: float = FAILURE_PROB_DEFAULT,
@@ -171,7 +175,7 @@ class DPPBB(TabularLearnerBase):
             raise UsageError(f"DPPBB.fit needs CappedCounts (exact capped counts). Got {type(counts).__name__}.")
         if budget is not None:
             if budget.family.pure:
-                raise UsageError("dp-pbb is Gaussian (zCDP) only; `mechanism` laplace is not supported.")
+                raise UsageError(f"{self.algorithm} is Gaussian (zCDP) only; `mechanism` laplace is not supported.")
             rho = budget.rho  # calibration (a split part's double just below its decimal share)
         else:
             rho = float(self.rho)
@@ -180,7 +184,7 @@ class DPPBB(TabularLearnerBase):
             raise UsageError(f"`failure_prob` must lie in (0, 1). Got {self.failure_prob}.")
         H, S, A = counts.horizon, counts.n_states, counts.n_actions
         if reward is None:
-            raise UsageError("dp-pbb needs a public reward: the spec's public_reward (r(s')) or a known r(s, a).")
+            raise UsageError(f"{self.algorithm} needs a public reward: the spec's public_reward (r(s')) or a known r(s, a).")
         reward, kind = known_reward(reward, S, A, H)
         next_state = kind == "next_state"
         frame = reward_frame(reward_range)
@@ -279,7 +283,7 @@ class DPPBB(TabularLearnerBase):
             privacy = PolicyPrivacy(not seeded, g, note=(
                 "seeded noise: not private against anyone who knows the seed" if seeded else None))
         else:
-            privacy = PolicyPrivacy.none("dp-pbb without noise (rho = inf)")
+            privacy = PolicyPrivacy.none(f"{self.algorithm} without noise (rho = inf)")
         params = dict(self.get_params(), rho=shown_rho if math.isfinite(rho) else None, split=plan.split,
                       max_per_cell=counts.max_per_cell, n_backups=K, return_bound=return_bound,
                       stationary=bool(counts.stationary))
@@ -353,7 +357,7 @@ class DPPBB(TabularLearnerBase):
         except TypeError as e:
             raise UsageError(f"bad parameters for {cls.algorithm}: {e}") from None
         if spec.public_reward_scaled() is None:
-            raise UsageError("dp-pbb needs a public reward (spec $.public_reward): it backs up r(s') + V(s'). "
+            raise UsageError(f"{cls.algorithm} needs a public reward (spec $.public_reward): it backs up r(s') + V(s'). "
                              "Use dp-apvi for logs whose rewards are private.")
         rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
         plan, _ = learner.plan(budget.rho, horizon=spec.H, n_states=spec.S, max_episodes=spec.max_episodes_per_unit,
@@ -402,10 +406,10 @@ class DPPBB(TabularLearnerBase):
         """
         ctx = context or RunContext()
         if isinstance(budget, BudgetRequest) and budget.mechanism != "gaussian":
-            raise UsageError("dp-pbb is Gaussian / zCDP only: give `rho`, or `epsilon` with `delta` "
+            raise UsageError(f"{cls.algorithm} is Gaussian / zCDP only: give `rho`, or `epsilon` with `delta` "
                              "(not `mechanism` laplace).")
         if budget is None or (isinstance(budget, BudgetRequest) and not budget.given):
-            raise UsageError("dp-pbb releases private Bellman backups: give a budget (`rho`, or `epsilon` "
+            raise UsageError(f"{cls.algorithm} releases private Bellman backups: give a budget (`rho`, or `epsilon` "
                              "with `delta`).")
         if isinstance(budget, BudgetRequest):
             budget = budget.resolve()
@@ -422,7 +426,7 @@ class DPPBB(TabularLearnerBase):
             ctx.say(prepared.bounding.summary())
         prepared.check_spec(spec)
         counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
-        ctx.say(f"dp-pbb: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
+        ctx.say(f"{cls.algorithm}: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
                 f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={num(budget.shown)}): "
                 "this spends privacy budget.")
         learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,
@@ -430,7 +434,7 @@ class DPPBB(TabularLearnerBase):
                     seeded=seed is not None)
         if ctx.ledger is not None:
             ledger_mod.charge_event(Path(ctx.ledger), spec.dataset_id, learner.event_,
-                                    f"train dp-pbb: gaussian, rho={budget.rho!r} "
+                                    f"train {cls.algorithm}: gaussian, rho={budget.rho!r} "
                                     f"({len(plan.backups)} private backups)",
                                     budget, run=ctx.run or new_run_id(), output=ctx.output)
         return PBBRun(learner, c)

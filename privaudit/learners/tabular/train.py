@@ -67,10 +67,14 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
         A non-DP algorithm, or ``stationary`` contradicting the release.
     """
 
-    if algo not in registry.names_with(lambda cls: cls.reads == "release"):
+    on_release = registry.names_with(lambda cls: cls.reads == "release")
+    if algo not in on_release:
+        exact = "/".join(registry.names_with(lambda cls: cls.reads == "counts", family="tabular"))
+        own = "/".join(registry.names_with(lambda cls: cls.reads == "logs", family="tabular"))
         raise UsageError(f"`algo` {algo} cannot train on a release: a release holds noisy counts, which only "
-                         "dp-apvi is built for (ve/apvi/apvi-hoeffding read exact logs; dp-pbb reads the logs and spends its own budget "
-                         "on private Bellman backups: pass the logs and their spec).")
+                         f"{'/'.join(on_release)} {'is' if len(on_release) == 1 else 'are'} built for ({exact} read "
+                         f"exact logs; {own} read{'s' if '/' not in own else ''} the logs and spend"
+                         f"{'s' if '/' not in own else ''} its own budget: pass the logs and their spec).")
     release = load_release(release_dir)
     if spec is not None and release.spec_hash != spec.hash():  # the wrong --spec: a spec error (exit 2)
         raise SpecError(
@@ -163,7 +167,8 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
     if max_per_cell is not None or isinstance(budget, Budget):
         own = " / ".join(registry.names_with(lambda cls: cls.reads == "logs", family="tabular"))
         raise UsageError(f"`max_per_cell` and `budget` apply to {own}, not to {algo} "
-                         "(dp-apvi: cap the release itself, `release_logs(max_per_cell=...)`, i.e. "
+                         f"({'/'.join(registry.names_with(lambda cls: cls.reads == 'release'))}: cap the release "
+                         "itself, `release_logs(max_per_cell=...)`, i.e. "
                          "`privaudit release --max-per-cell`).")
     if reads == "release":  # DP-APVI: release the counts first (spends the budget), then post-process
         if release_out is None:
@@ -174,7 +179,8 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
         return train_from_release(release_out, algo=algo, spec=spec, params=params)
     if request.given:
         raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`). "
-                         "Use `algo` dp-pbb (or dp-apvi) for a differentially private policy.")
+                         f"Use `algo` {' or '.join(registry.names(family='tabular', private=True))} for a "
+                         "differentially private policy.")
     if isinstance(logs, PreparedLogs):
         prepared = logs
     else:  # the same gates as a release
