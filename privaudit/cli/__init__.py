@@ -25,7 +25,7 @@ COMMANDS = {
     "release": "Release DP counts of tabular logs (Parquet + manifest).",
     "budget": "Create, show or charge a privacy-budget ledger (append-only, exact amounts).",
     "train": "Train an offline policy (DP-APVI, APVI, VE, ...) from logs or a release.",
-    "evaluate": "Exact value of a policy on a known MDP, next to the optimal value.",
+    "evaluate": "Value of a policy: exact on a known MDP, or DP from logs with a lower bound.",
     "audit": "Audit a DP claim empirically: epsilon lower bound from neighbouring runs.",
     "pipeline": "The main job: validate, release, train, evaluate, audit, report.",
     "explore": "Online exploration under joint DP (PUCB, UCB-VI, LSVI-UCB, Luyo, Ngo, LSVI-UCB++, DP-LSVI-UCB++): regret on a simulated user stream.",

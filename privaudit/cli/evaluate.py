@@ -1,4 +1,4 @@
-"""``privaudit evaluate``: the exact value of a policy on a known MDP."""
+"""``privaudit evaluate``: the exact value of a policy on a known MDP, or its DP value from logs (``--logs``)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,33 @@ import click
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.core.errors import SpecError, UsageError
+from privaudit.core.formatting import num
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.policy import load_policy, load_policy_table
 from privaudit.mdp.evaluation import evaluate_report, resolve_mdp
 from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.core.spec import load_spec
+from privaudit.ope.evaluate import CONFIDENCE_DEFAULT, COVERAGE_DEFAULT, evaluate_policy_on_logs
+from privaudit.privacy.budget import resolve_budget
 
 
-@click.command("evaluate", short_help="Exact value of a policy on a known MDP, next to the optimal value.")
+@click.command("evaluate", short_help="Value of a policy: exact on a known MDP, or DP from logs with a lower bound.")
 @click.argument("policy", metavar="POLICY", type=PathArg(readable=False, dir_okay=True))
-@click.option("--mdp", "mdp", required=True,
+@click.option("--mdp", "mdp", default=None,
               help="icu-sepsis, synthetic-linear, or an MDP.npz written by `privaudit simulate --mdp-out`.")
+@click.option("--logs", "logs", type=PathArg(readable=False, path_type=str), default=None,
+              help="Evaluate from these Parquet logs instead of an MDP (needs --spec and a budget).")
+@click.option("--rho", type=float, default=None, help="--logs: zCDP budget rho of the evaluation.")
+@click.option("--epsilon", type=float, default=None, help="--logs: epsilon of an (epsilon, delta) budget.")
+@click.option("--delta", type=float, default=None, help="--logs: delta of an (epsilon, delta) budget.")
+@click.option("--ledger", type=PathArg(readable=False, path_type=str), default=None,
+              help="--logs: budget ledger, checked before any row is read and charged once.")
+@click.option("--coverage", type=float, default=COVERAGE_DEFAULT, show_default=True,
+              help="--logs: public coverage scale m (at most n_h(s,a)/m of the policy's mass passes a cell).")
+@click.option("--confidence", type=float, default=CONFIDENCE_DEFAULT, show_default=True,
+              help="--logs: level of the lower bound and of the two-sided interval.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="--logs: noise seed, for tests only (not private against anyone who knows it).")
 @click.option("--horizon", type=click.IntRange(min=1), default=None,
               help="H for a named MDP (icu-sepsis default 20).")
 @click.option("--instance-seed", type=click.IntRange(min=0), default=None,
@@ -29,8 +45,10 @@ from privaudit.core.spec import load_spec
                    "the policy was trained under. Its S, A, terminal states and public reward must be the MDP's.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only: value, optimal_value, gap, references.")
 @handle_errors
-def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
-    """Evaluate POLICY exactly (backward induction, no sampling) on an MDP.
+def command(policy, mdp, logs, rho, epsilon, delta, ledger, coverage, confidence, seed, horizon, instance_seed,
+            spec_path, as_json):
+    """Evaluate POLICY exactly (backward induction, no sampling) on an MDP,
+    or with DP from logs (--logs) when no MDP is known.
 
     POLICY is a policy folder written by `privaudit train`, or a .npy array
     pi_h(a | s) of shape (H, S, A) or (S, A). Prints
@@ -47,17 +65,33 @@ def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
     through w_h and phi(features, a) of each patient, so it is refused
     (exit 2) rather than scored.
 
-    Exit codes: 0 ok, 1 unreadable or invalid policy/MDP file, 2 bad
+    With --logs LOGS --spec SPEC and a budget (--rho R, or --epsilon E
+    --delta D): a DP estimate of the policy's value at the logs' start
+    distribution, a one-sided lower bound and a two-sided interval, each at
+    --confidence (docs/certificates.md, "Policy evaluation from logs"). One
+    stay per privacy unit is used; the logs must come from patients the
+    policy was not trained on. The guarantee is printed and, with --ledger,
+    charged once. Needs reward_range [0, r_max].
+
+    Exit codes: 0 ok, 1 unreadable or invalid policy/MDP file or logs, 2 bad
     arguments or spec (also a --spec the policy was not trained under, or
-    whose S, A, terminal states or public reward are not the MDP's).
+    whose S, A, terminal states or public reward are not the MDP's), 3
+    budget exceeded.
 
     \b
     Example:
       privaudit evaluate policy.npy --mdp icu-sepsis --json
       privaudit evaluate pol --mdp synthetic-linear --instance-seed 3
       privaudit evaluate pol --mdp synthetic-linear --spec spec.json
+      privaudit evaluate pol --logs held_out.parquet --spec spec.json \\
+          --epsilon 1 --delta 1e-6 --ledger budget.jsonl
     """
-
+    if (mdp is None) == (logs is None):
+        raise UsageError("give exactly one of --mdp (exact value on a known MDP) and --logs (DP value from logs).")
+    if logs is None and any(v is not None for v in (rho, epsilon, delta, ledger, seed)):
+        raise UsageError("--rho, --epsilon, --delta, --ledger and --seed apply to --logs only.")
+    if logs is not None and spec_path is None:
+        raise UsageError("--logs needs --spec SPEC (the logs' domain spec).")
     spec = load_spec(spec_path) if spec_path else None
     if Path(policy).is_dir():
         pol = load_policy(policy)
@@ -71,6 +105,10 @@ def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
         if spec is not None and pol.spec_hash is not None and pol.spec_hash != spec.hash():
             raise SpecError(f"policy {policy} was trained under another spec (spec_hash {pol.spec_hash}); "
                                 f"{spec_path} hashes to {spec.hash()}. Pass the spec of the policy's logs.")
+    if logs is not None:
+        _from_logs(policy, logs, spec, resolve_budget(rho=rho, epsilon=epsilon, delta=delta),
+                   dict(coverage=coverage, confidence=confidence, ledger=ledger, seed=seed), as_json)
+        return
     m = resolve_mdp(mdp, horizon, instance_seed=instance_seed, spec=spec)
     if spec is not None:  # S, A, terminal states and public reward of the spec must be the MDP's (exit 2)
         check_spec_matches_mdp(spec, m, mdp)
@@ -84,3 +122,25 @@ def command(policy, mdp, horizon, instance_seed, spec_path, as_json):
     click.echo(f"optimal value  {report['optimal_value']:.4f}  (gap {report['gap']:.4f})")
     for name, v in report.get("references", {}).items():
         click.echo(f"{name:<14} {v:.4f}")
+
+
+def _from_logs(policy, logs, spec, budget, options: dict, as_json: bool) -> None:
+    """The --logs mode: ``ope.evaluate.evaluate_policy_on_logs`` and its report."""
+    pi = load_policy_table(policy, spec.n_states, spec.n_actions, spec.horizon)
+    res = evaluate_policy_on_logs(logs, spec, pi, budget=budget, description=f"evaluate {policy} on {logs}",
+                                  **options)
+    if as_json:
+        echo_json(res)
+        return
+    g, lo, hi = res["guarantee"], res["interval"][0], res["interval"][1]
+    level = f"{100 * res['confidence']:g}%"
+    click.echo(f"policy {policy} on {logs} (one stay per privacy unit, coverage m = {num(res['coverage'])})")
+    click.echo(f"estimate        {res['estimate']:.4f}  (noisy capped model value, biased low)")
+    click.echo(f"lower bound     {res['lower_bound']:.4f}  (one-sided, {level})")
+    click.echo(f"interval        [{lo:.4f}, {hi:.4f}]  (two-sided, {level})")
+    click.echo(f"guarantee: {g['definition']} rho={num(g['rho'])} (epsilon={num(g['epsilon'], 4)}, "
+               f"delta={num(g['delta'])}); neighbouring: substitution of one privacy unit"
+               + (f"; charged to {options['ledger']}" if options["ledger"] else ""))
+    if res["rng"] != "os-entropy":
+        click.echo("WARNING: seeded noise (--seed): for tests only; not private against anyone who knows the seed.",
+                   err=True)

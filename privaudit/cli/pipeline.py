@@ -105,6 +105,11 @@ Examples:
 @click.option("--ledger", type=PathArg(readable=False, path_type=str), default=None,
               help="Budget ledger (privaudit budget init): refuse (exit 3) a run that would exceed it, "
                    "and charge what the run spends.")
+@click.option("--hold-out", "hold_out", is_flag=True,
+              help="Certify the learned policies on privacy units held out from training (a public hash of the "
+                   "unit id; every other stage sees the rest): each gets a DP lower bound next to the "
+                   "clinicians' DP interval, and 'improvement over the clinicians certified' only when it is "
+                   "above their upper end (docs/certificates.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @engine_options
 @repair_options

@@ -134,6 +134,12 @@ class PipelineConfig:
         feature map (DP-VAPVI reads per-row features with polars) is refused,
         and so is ``value_share`` > 0; DP-PBB (which also reads the logs with
         polars) is not trained, so DP-APVI on the release is the DP policy.
+    hold_out : bool, default False
+        Certify the learned tabular policies on privacy units held out from
+        training (``pipeline.certify``, docs/certificates.md): the units are
+        split by a public hash of their id, every other stage sees the
+        training part only, and each policy gets a DP lower bound on the
+        held-out part, next to the clinicians' DP interval. Polars engine only.
     spark : SparkSession or str, optional
         With ``engine="spark"``: the session (classic or Spark Connect), a
         master URL (``local[4]``, ``spark://host:7077``, ``yarn``), or a
@@ -180,6 +186,7 @@ class PipelineConfig:
     progress: bool | None = None
     engine: str = "polars"
     spark: Any = None
+    hold_out: bool = False
     max_repair_share: float = MAX_REPAIR_SHARE_DEFAULT
     accept_repairs: bool = False
 
@@ -193,6 +200,8 @@ class PipelineConfig:
         if self.engine == "spark" and self.value_share:
             raise UsageError("`engine` spark counts the logs for the release only; the DP estimate of the behaviour "
                              f"value reads them with polars: pass `value_share` 0. Found {self.value_share!r}.")
+        if self.hold_out and self.engine == "spark":
+            raise UsageError("`hold_out` needs `engine` 'polars' (the held-out evaluation reads the logs with polars).")
         if self.engine != "spark" and self.spark is not None:
             raise UsageError("`spark` (a session or master URL) needs `engine` 'spark'.")
         if self.stationary is not None and not isinstance(self.stationary, bool):
@@ -260,4 +269,5 @@ class PipelineConfig:
                 "stationary": self.stationary, "audit_trials": int(self.audit_trials),
                 "linear_share": None if self.linear_share is None else float(self.linear_share),
                 "value_share": float(self.value_share), "engine": self.engine,
-                "ledger": self.ledger is not None, "overwrite": bool(self.overwrite)}
+                "ledger": self.ledger is not None, "overwrite": bool(self.overwrite),
+                "hold_out": bool(self.hold_out)}

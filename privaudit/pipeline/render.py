@@ -7,6 +7,7 @@ they hold nothing the summary does not: no seed, no count of the private logs.
 from __future__ import annotations
 
 from privaudit.core.formatting import num
+from privaudit.pipeline.certify import certification_lines
 
 
 def _f(x, nd=4) -> str:
@@ -70,6 +71,10 @@ def format_table(summary: dict, out: str) -> str:
             lines.append(f"  note        {p['name']} falls back to the tie-break (imitation of the behaviour) at "
                          f"{100 * dg['fallback_share']:.0f}% of its steps: too little data for this budget "
                          "to learn from outcomes (see report.md)")
+    held = summary.get("held_out_certification")
+    if held is not None:  # pipeline.certify: each policy's held-out lower bound next to the clinicians' interval
+        lines += [f"  held-out    {line}" for line in certification_lines(held["policies"],
+                                                                           held["clinicians_interval"])]
     a = summary["audit"]
     if a is None:
         lines.append("  audit       skipped")
@@ -181,6 +186,11 @@ def render_markdown(summary: dict) -> str:
     L += ["| " + " | ".join(r) + " |" for r in values_table(summary)]
     L += [""] + [f"**`{n['name']}` was not trained:** {n['reason']}." for n in summary.get("not_trained", [])]
     L += [""] * bool(summary.get("not_trained")) + _values_notes(summary)
+    held = summary.get("held_out_certification")
+    if held is not None:  # pipeline.certify (--hold-out)
+        L += ["", "**Held-out certification** (`--hold-out`; privaudit's docs/certificates.md): each policy's DP "
+              f"lower bound on the privacy units held out from training ({held['split']}; {held['composition']}):",
+              ""] + [f"* {line}" for line in certification_lines(held["policies"], held["clinicians_interval"])] + [""]
     if ev is not None and ev["references"]:
         L += ["Reference policies: " + ", ".join(f"{k} {v:.4f}" for k, v in ev["references"].items())
               + f"; optimal {ev['optimal_value']:.4f}.", ""]

@@ -56,6 +56,7 @@ from privaudit.mdp.evaluation import resolve_mdp
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
+from privaudit.pipeline.certify import CERTIFIED_POLICIES, certification_charge, split_held_out
 from privaudit.pipeline.config import PipelineConfig, check_seed
 from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, budget_shares, check_split, learner_shares,
                                           pbb_share_of, split_budget)
@@ -140,7 +141,8 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     and ``delta``, ``out`` (required), ``mdp``, ``instance_seed``, ``seed``,
     ``stationary``, ``audit_trials``, ``linear_share``, ``value_share``,
     ``overwrite``, ``ledger``, ``progress``, ``engine``, ``spark``,
-    ``max_repair_share``, ``accept_repairs``; documented there) and runs it with :func:`run_pipeline_config`.
+    ``hold_out``, ``max_repair_share``, ``accept_repairs``; documented
+    there) and runs it with :func:`run_pipeline_config`.
 
     Parameters
     ----------
@@ -284,8 +286,9 @@ def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
     # their composition against the total; then, once for all the parts' charges, the ledger's remaining
     # budget: all before any row is read, noise drawn or part charged
     parts_plan = plan_parts(spec, budget, parts, stationary=stationary)
-    if config.ledger is not None:
-        ledger_mod.check_budget(config.ledger, spec.dataset_id, parts_plan.total)
+    if config.ledger is not None:  # with hold_out, the held-out evaluations' charges too
+        held = certification_charge(spec, budget, CERTIFIED_POLICIES) if config.hold_out else 0
+        ledger_mod.check_budget(config.ledger, spec.dataset_id, parts_plan.total + held)
     return RunPlan(spec=spec, logs=logs, mdp=the_mdp, mdp_name=None if mdp is None else str(mdp),
                    stationary=stationary, budget=budget, parts=parts, shares=shares, parts_plan=parts_plan,
                    seeds=seeds, skipped=skipped), said
@@ -346,7 +349,11 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
         for name, why in plan.skipped.items():
             say(f"{name} is not trained: {why}.")
         with atomic_dir(out, overwrite=True) as tmp:
-            state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, run_id=new_run_id(), say=say)
+            held_out = None
+            if config.hold_out:  # every stage but `certify` sees the training part only
+                prepared, held_out = split_held_out(prepared)
+            state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, run_id=new_run_id(), say=say,
+                             held_out=held_out)
             for name, stage in STAGES_AFTER_VALIDATION:
                 bar.stage(name)
                 t = time.perf_counter()

@@ -36,6 +36,7 @@ from privaudit.learners.options import RunContext
 from privaudit.learners.policy import save_policy
 from privaudit.pipeline import figures
 from privaudit.pipeline import render
+from privaudit.pipeline.certify import certify_stage
 from privaudit.pipeline import report as rep
 from privaudit.pipeline import values as val
 from privaudit.pipeline.audit_release import audit_release
@@ -115,6 +116,8 @@ class RunState:
     audit: dict | None = None
     summary: dict | None = None
     private: dict | None = None
+    held_out: Any = None
+    certification: dict | None = None
 
 
 def _charge(config: PipelineConfig, state: RunState, name: str, event, note: str = "") -> None:
@@ -275,6 +278,8 @@ def report(config: PipelineConfig, state: RunState) -> None:
         values=rep.ValueFacts(diagnostics=diagnostics, certified=certified, behaviour=behaviour,
                               start_distribution=start, figure_drawn=draw),
         config=config.public(), skipped=plan.skipped)
+    if state.certification is not None:  # pipeline.certify (hold_out)
+        summary["held_out_certification"] = state.certification
     rep.write_summary(summary, tmp / "summary.json")
     atomic_write_text(tmp / "report.md", render.render_markdown(summary))
     state.summary = summary
@@ -301,5 +306,5 @@ def _logs_named(config: PipelineConfig, prepared) -> str:
 
 
 #: The stages after validation, in order (name, function); the run times each one.
-STAGES_AFTER_VALIDATION = (("release", release), ("train", train), ("evaluate", evaluate), ("audit", audit),
-                           ("report", report))
+STAGES_AFTER_VALIDATION = (("release", release), ("train", train), ("evaluate", evaluate),
+                           ("certify", certify_stage), ("audit", audit), ("report", report))

@@ -112,7 +112,7 @@ def test_the_summary_records_the_public_choices_and_old_summaries_load(linear_ru
     # what was chosen (PipelineConfig.public): the MDP is a file (its path is not repeated), no seed, no path
     assert s["config"] == {"bundled_sample": False, "mdp": "file", "stationary": None, "audit_trials": 600,
                            "linear_share": None, "value_share": 0.1, "engine": "polars", "ledger": False,
-                           "overwrite": False}
+                           "overwrite": False, "hold_out": False}
     # a summary written before the config field existed still loads
     old = {k: v for k, v in s.items() if k != "config"}
     (tmp_path / "summary.json").write_text(json.dumps(old))

@@ -67,5 +67,6 @@ def test_the_public_part_holds_no_path_no_seed_and_no_spark_target(tmp_path):
     for secret in ("secret-ward", "918273645", "4242", "ward-7", str(tmp_path)):
         assert secret not in text, secret
     assert pub == {"bundled_sample": False, "mdp": "file", "stationary": None, "audit_trials": 0,
-                   "linear_share": None, "value_share": 0.0, "engine": "spark", "ledger": True, "overwrite": False}
+                   "linear_share": None, "value_share": 0.0, "engine": "spark", "ledger": True, "overwrite": False,
+                   "hold_out": False}
     assert PipelineConfig(out=tmp_path, rho=1, mdp="icu-sepsis").public()["mdp"] == "icu-sepsis"

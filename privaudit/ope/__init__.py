@@ -1,0 +1,1 @@
+"""Off-policy evaluation from logs with DP: the value of any tabular policy, with a proven lower bound."""

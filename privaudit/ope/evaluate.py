@@ -1,0 +1,288 @@
+"""DP evaluation of any tabular policy from logs: a noisy capped-model value and a proven lower bound.
+
+The mechanism (docs/certificates.md, "Policy evaluation from logs", which
+holds the theorem, its proof and the sensitivities): on bounded logs, keep
+one stay per privacy unit (``ope.model.held_out_stays``), compute the capped
+model's value V', absorbed mass L and weighted variance proxy
+Q = sum_j R_j^2 q_j of the policy (``ope.model.capped_model_value``, a public
+coverage scale m), and release the three with exact discrete Gaussian noise
+on 2^-b lattices. Sensitivities under substitution of one unit (scaled reward
+units; l_j from ``ope.model.lipschitz_bounds``, R_j = min(l_j, b_j), j = 0
+the start and j = 1..H the steps h = j - 1, T_j = sum_{j' > j} R_{j'}^2):
+
+    Delta(V') = 2 sum_j l_j / m,   Delta(L) = 6 (H + 1) / m,   Delta(Q) = 2 sum_j (R_j^2 + 4 T_j) / m^2,
+
+plus one lattice step each for the rounding. The budget is split
+:data:`SHARES`. The certificate is post-processing: with Q+ an upper
+confidence bound of Q (never above the public Q_max = sum_j R_j^2 / m),
+
+    lower = V~' - (noise tail of V') - min over a grid of lambda of [log(G / a) / lambda + lambda Q+ / 8],
+
+a lower bound on the policy's value at its start distribution with
+probability >= 1 - alpha over the held-out stays and the noise; the
+two-sided interval adds the absorbed mass on its upper side.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from privaudit.core.errors import UsageError
+from privaudit.core.spec import DomainSpec
+from privaudit.data.prepare import PreparedLogs, prepare_logs
+from privaudit.ope.model import (ModelValue, capped_model_value, held_out_stays, lipschitz_bounds,
+                                 policy_table_for)
+from privaudit.privacy import ledger as ledger_mod
+from privaudit.privacy.budget import Budget
+from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
+from privaudit.privacy.fixed_point import discrete_gaussian_batch, to_grid_nearest
+from privaudit.privacy.noise import gaussian_sigma
+
+__all__ = ["PolicyEvaluation", "evaluate_policy_on_logs", "CONFIDENCE_DEFAULT", "COVERAGE_DEFAULT", "SHARES"]
+
+#: Default level of the lower bound and of the two-sided interval.
+CONFIDENCE_DEFAULT = 0.95
+#: Default coverage scale m (public): cells are trusted up to an importance ratio of about n / m.
+COVERAGE_DEFAULT = 10_000.0
+#: Shares of the budget: the model value, the absorbed mass and the variance proxy.
+SHARES = {"value": 0.7, "lost_mass": 0.1, "variance": 0.2}
+#: Shares of a failure probability a: sampling (the martingale), the noise of V', of Q (and of L, upper side).
+_FAILURE = {"sampling": 0.6, "value": 0.25, "variance": 0.15}
+#: Grid of the martingale's lambda: G values, ratio 2, from the one optimal at Q = Q_max (covers Q down to
+#: Q_max / 4^(G-1); below that the last lambda is used: still valid, slightly wider).
+_GRID = 6
+#: Sensitivity in lattice units is about 2^_LATTICE_BITS (rounding adds one unit).
+_LATTICE_BITS = 20
+
+
+@dataclass(frozen=True)
+class PolicyEvaluation:
+    """The planned mechanism: coverage scale, sensitivities, lattices and noise scales.
+
+    Attributes
+    ----------
+    spec : DomainSpec
+    budget : Budget
+        Gaussian (zCDP) budget of the evaluation.
+    coverage : float
+        m > 0.
+    lipschitz : ndarray, shape (H + 1,)
+        l_h (``ope.model.lipschitz_bounds``).
+    bits, l2_lattice, sigma_lattice : dict
+        Per statistic (``value``, ``lost_mass``): lattice 2^-bits, L2
+        sensitivity and noise sigma in lattice units.
+    """
+
+    spec: DomainSpec = field(repr=False)
+    budget: Budget
+    coverage: float
+    lipschitz: np.ndarray = field(repr=False)
+    bits: dict
+    l2_lattice: dict
+    sigma_lattice: dict
+
+    @classmethod
+    def plan(cls, spec: DomainSpec, budget: Budget, coverage: float = COVERAGE_DEFAULT) -> "PolicyEvaluation":
+        """Sensitivities and noise scales for ``budget`` (module docstring).
+
+        Raises
+        ------
+        UsageError
+            A Laplace budget, coverage m not finite and > 0, a reward range
+            whose r_min is not 0 (the bound needs rewards >= 0 in the
+            declared units), or an event costing more than the budget.
+        """
+        if budget.family.pure:
+            raise UsageError("policy evaluation from logs needs a Gaussian (zCDP) budget: give `rho`, or "
+                             "`epsilon` with `delta`.")
+        m = float(coverage)
+        if not (math.isfinite(m) and m > 0):
+            raise UsageError(f"the coverage scale m must be finite and > 0. Found {coverage!r}.")
+        if float(spec.reward_range[0]) != 0.0:
+            raise UsageError(f"policy evaluation from logs needs reward_range [0, r_max] (rewards >= 0 in the "
+                             f"declared units). Found {list(spec.reward_range)}.")
+        ell = lipschitz_bounds(spec)
+        H = spec.horizon
+        R2 = _ranges(spec, ell) ** 2
+        tails = np.concatenate([np.cumsum(R2[::-1])[::-1][1:], [0.0]])
+        sens = {"value": 2.0 * (ell[0] + ell[:H].sum()) / m, "lost_mass": 6.0 * (H + 1) / m,
+                "variance": 2.0 * float(np.sum(R2 + 4.0 * tails)) / (m * m)}
+        parts = budget.split(SHARES)
+        bits, l2, sig = {}, {}, {}
+        for name, s in sens.items():
+            bits[name] = _LATTICE_BITS - math.floor(math.log2(s))
+            l2[name] = float(math.ceil(math.ldexp(s, bits[name])) + 1)
+            sig[name] = gaussian_sigma(l2[name], parts[name].rho)
+        plan = cls(spec, budget, m, ell, bits, l2, sig)
+        budget.guarantee(plan.event)  # raises AccountingError if the exact cost exceeds the budget
+        return plan
+
+    @property
+    def unit(self) -> PrivacyUnit:
+        return PrivacyUnit(self.spec.unit_column or "episode_id", int(self.spec.max_episodes_per_unit))
+
+    @property
+    def event(self) -> ComposedEvent:
+        """One Gaussian leaf per statistic (exact discrete Gaussian noise, lattice units)."""
+        return ComposedEvent(tuple(GaussianEvent(l2=self.l2_lattice[f], sigma=self.sigma_lattice[f],
+                                                 family=f"ope-{f}", unit=self.unit,
+                                                 neighbouring=Neighbouring.SUBSTITUTION, noise="exact")
+                                   for f in SHARES), label="policy-evaluation")
+
+    def step(self, name: str) -> float:
+        """Lattice step of a statistic, scaled reward units (value) or mass (lost_mass)."""
+        return math.ldexp(1.0, -self.bits[name])
+
+    def sigma(self, name: str) -> float:
+        """Noise standard deviation of a statistic in its real units."""
+        return self.sigma_lattice[name] * self.step(name)
+
+    def noisy(self, model: ModelValue, *, rng: np.random.Generator) -> dict:
+        """Round each statistic to its lattice (nearest), add exact discrete Gaussian noise, rescale."""
+        R2 = _ranges(self.spec, self.lipschitz) ** 2
+        exact = {"value": model.value, "lost_mass": model.lost_mass,
+                 "variance": float(np.dot(R2, model.weight_squares))}
+        draws = discrete_gaussian_batch([(Fraction(self.sigma_lattice[f]) ** 2, 1) for f in SHARES], rng=rng)
+        return {f: float(int(to_grid_nearest(np.array([exact[f]]), self.bits[f])[0]) + int(d[0])) * self.step(f)
+                for f, d in zip(SHARES, draws)}
+
+    def certify(self, noisy: dict, confidence: float = CONFIDENCE_DEFAULT) -> dict:
+        """The lower bound and the two-sided interval from the noisy statistics (post-processing).
+
+        Parameters
+        ----------
+        noisy : dict
+            ``value`` and ``lost_mass`` from :meth:`noisy`.
+        confidence : float
+            1 - alpha in (0, 1): the level of the one-sided lower bound and,
+            separately, of the two-sided interval.
+
+        Returns
+        -------
+        dict
+            Declared reward units: ``estimate`` (the noisy model value, biased
+            low by the caps), ``lower_bound``, ``interval`` [lo, hi],
+            ``confidence``, ``sampling_width`` (one-sided, at 3 alpha / 4),
+            ``noise_width``, ``coverage``, ``method``.
+        """
+        conf = float(confidence)
+        if not (0 < conf < 1):
+            raise UsageError(f"`confidence` must lie in (0, 1). Found {confidence!r}.")
+        alpha = 1.0 - conf
+        R = _ranges(self.spec, self.lipschitz)
+        q_max = float(np.sum(R ** 2)) / self.coverage
+        top = float(R[0])
+        V, L, Q = noisy["value"], noisy["lost_mass"], noisy["variance"]
+
+        def noise(name: str, a: float) -> float:  # discrete Gaussian tail (sub-Gaussian) + rounding
+            return self.sigma(name) * math.sqrt(2.0 * math.log(1.0 / a)) + 0.5 * self.step(name)
+
+        def width(a: float) -> float:  # the martingale's tail at Q+ (failure a: sampling and Q's noise)
+            q_plus = min(q_max, max(0.0, Q + noise("variance", _FAILURE["variance"] * a)))
+            return _martingale_width(q_plus, q_max, _FAILURE["sampling"] * a)
+
+        lower = V - noise("value", _FAILURE["value"] * alpha) - width(alpha)
+        lo2 = V - noise("value", _FAILURE["value"] * alpha / 2) - width(alpha / 2)
+        hi2 = (V + noise("value", _FAILURE["value"] * alpha / 4) + width(alpha / 4)  # L takes alpha/4 of alpha/2
+               + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 4))))
+        scale = float(self.spec.reward_range[1])
+        clip = (lambda x: float(np.clip(x, 0.0, top)) * scale)
+        return {"estimate": V * scale, "lower_bound": clip(lower), "interval": [clip(lo2), clip(hi2)],
+                "confidence": conf, "sampling_width": width(alpha) * scale,
+                "noise_width": noise("value", _FAILURE["value"] * alpha) * scale, "coverage": self.coverage,
+                "method": ("capped per-step model of the policy on one stay per privacy unit; lower bound = "
+                           "noisy model value - noise tail - martingale width at a noisy variance bound "
+                           "(docs/certificates.md)")}
+
+    def describe(self) -> dict:
+        """Public description: coverage, sensitivities, sigmas (real units), budget shares."""
+        return {"coverage": self.coverage, "shares": dict(SHARES),
+                "statistics": {f: {"l2": self.l2_lattice[f] * self.step(f), "sigma": self.sigma(f)}
+                               for f in SHARES}}
+
+
+def _ranges(spec: DomainSpec, lipschitz: np.ndarray) -> np.ndarray:
+    """R_j = min(l_j, b_j) for j = 0 (the start) and j = 1..H (steps h = j - 1): the targets' ranges."""
+    H = spec.horizon
+    R = np.minimum(lipschitz[:H], spec.value_bounds()[:H])
+    return np.concatenate([R[:1], R])
+
+
+def _martingale_width(q_plus: float, q_max: float, a: float) -> float:
+    """min over the lambda grid of log(G/a)/lambda + lambda q_plus/8 (Ville's inequality, union over G)."""
+    log_term = math.log(_GRID / a)
+    lam = math.sqrt(8.0 * log_term / q_max) * np.exp2(np.arange(_GRID))
+    return float(np.min(log_term / lam + lam * q_plus / 8.0))
+
+
+def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, pi: np.ndarray, *, budget: Budget,
+                            coverage: float = COVERAGE_DEFAULT, confidence: float = CONFIDENCE_DEFAULT,
+                            ledger: str | Path | None = None, seed: int | None = None, units=None,
+                            description: str = "policy evaluation") -> dict:
+    """Evaluate policy ``pi`` on the logs with DP: the Python side of ``privaudit evaluate --logs``.
+
+    Parameters
+    ----------
+    logs : path or PreparedLogs
+        Parquet logs (validated and bounded here) or logs already prepared
+        under ``spec``.
+    spec : DomainSpec
+        The logs' spec (r_min must be 0).
+    pi : ndarray, shape (H, S, A) or (S, A)
+        The policy, chosen without these logs (or without the ``units`` part).
+    budget : Budget
+        Gaussian budget of this evaluation (``privacy.budget.resolve_budget``).
+    coverage : float
+        Public coverage scale m.
+    confidence : float
+        Level 1 - alpha of the lower bound and of the interval.
+    ledger : path, optional
+        Checked with the event before any row is read; charged once after.
+    seed : int, optional
+        Noise seed, for tests only (the report then says ``seeded-insecure``).
+    units : polars expression, optional
+        A filter on the bounded rows (a public function of the unit id, e.g.
+        ``ope.split.in_part``): only those units are evaluated.
+    description : str
+        The ledger entry's description.
+
+    Returns
+    -------
+    dict
+        :meth:`PolicyEvaluation.certify`'s keys plus ``guarantee``,
+        ``mechanism`` (:meth:`PolicyEvaluation.describe`), ``rng``.
+
+    Raises
+    ------
+    UsageError
+        Bad policy table, budget, coverage or spec (before any row is read).
+    BudgetExceededError
+        The ledger refuses the evaluation (nothing read, nothing charged).
+    LogReadError, ValidationFailed
+        Unreadable or invalid logs (nothing charged).
+    """
+    table = policy_table_for(pi, spec)
+    plan = PolicyEvaluation.plan(spec, budget, coverage)
+    if not (0 < float(confidence) < 1):
+        raise UsageError(f"`confidence` must lie in (0, 1). Found {confidence!r}.")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise UsageError(f"`seed` must be a non-negative integer. Found {seed!r}.")
+    if ledger is not None:
+        ledger_mod.check_event(Path(ledger), spec.dataset_id, plan.event, budget)
+    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
+    prepared.check_spec(spec)
+    bounded = prepared.bounded if units is None else prepared.bounded.filter(units)
+    model = capped_model_value(held_out_stays(bounded, spec), table, spec, plan.coverage)
+    noisy = plan.noisy(model, rng=np.random.default_rng(seed))
+    del model
+    out = plan.certify(noisy, confidence)
+    if ledger is not None:
+        ledger_mod.charge_event(Path(ledger), spec.dataset_id, plan.event, description, budget)
+    out.update(guarantee=budget.guarantee(plan.event), mechanism=plan.describe(),
+               rng="seeded-insecure" if seed is not None else "os-entropy")
+    return out

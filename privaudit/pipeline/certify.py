@@ -1,0 +1,150 @@
+"""Held-out certification of the pipeline's learned policies (``privaudit pipeline --hold-out``).
+
+With ``PipelineConfig.hold_out`` the validated logs are split by a public
+hash of the unit id (``ope.split``): every stage before this one (release,
+behaviour value, learners) sees the training part only, and this stage
+evaluates each learned tabular policy on the held-out part with
+``ope.evaluate.evaluate_policy_on_logs``: a DP estimate, a one-sided lower
+bound and a two-sided interval (docs/certificates.md). The parts hold
+disjoint units, so the held-out evaluations compose in parallel with
+everything trained on the other part; privaudit's ledger still charges them
+as their own entries (the conservative, sequential reading). The budget of
+this stage is the pipeline's whole budget, split evenly over the policies
+(sequential composition within the held-out part).
+
+"Improvement over the clinicians certified" is said only when a policy's
+lower bound is above the upper end of the clinicians' DP interval (the
+behaviour-value release, on the training part).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+from privaudit.core.spec import DomainSpec
+from privaudit.data.bounding import unit_column_of
+from privaudit.data.prepare import PreparedLogs
+from privaudit.ope.evaluate import COVERAGE_DEFAULT, PolicyEvaluation, evaluate_policy_on_logs
+from privaudit.ope.split import HELD_OUT, SPLIT_HASH_SEED, in_part
+from privaudit.privacy.budget import Budget
+from privaudit.privacy.ledger import charge_of
+from privaudit.release.behaviour_value import estimate_behaviour_value
+
+__all__ = ["IMPROVEMENT", "NO_IMPROVEMENT", "CERTIFIED_POLICIES", "split_held_out", "certification_budgets",
+           "certification_charge", "improvement_certified", "certify_policies", "certification_lines", "certify_stage",
+           "summary_entry"]
+
+#: What is printed when a policy's lower bound is above the clinicians' upper bound.
+IMPROVEMENT = "improvement over the clinicians certified"
+#: What is printed otherwise.
+NO_IMPROVEMENT = "no improvement certified"
+#: The tabular policies the pipeline certifies (DP-VAPVI's table may be a placeholder).
+CERTIFIED_POLICIES = ("dp-pbb", "dp-apvi")
+
+
+def split_held_out(prepared: PreparedLogs) -> tuple[PreparedLogs, PreparedLogs]:
+    """(training part, held-out part) of prepared logs, by ``ope.split.in_part`` on the unit column."""
+    unit = unit_column_of(prepared.bounded)
+    return (replace(prepared, bounded=prepared.bounded.filter(in_part(unit, 1 - HELD_OUT))),
+            replace(prepared, bounded=prepared.bounded.filter(in_part(unit, HELD_OUT))))
+
+
+def certification_budgets(budget: Budget, names) -> dict:
+    """The whole budget split evenly over the certified policies ``names`` (one part each)."""
+    names = list(names)
+    if len(names) == 1:
+        return {names[0]: budget}
+    share = 1.0 / len(names)
+    return budget.split({n: share for n in names})
+
+
+def certification_charge(spec: DomainSpec, budget: Budget, names) -> Fraction:
+    """What the ledger will be charged for the held-out evaluations (planned, nothing read)."""
+    total = Fraction(0)
+    for name, part in certification_budgets(budget, names).items():
+        total += Fraction(charge_of(PolicyEvaluation.plan(spec, part, COVERAGE_DEFAULT).event, part))
+    return total
+
+
+def improvement_certified(lower_bound: float, clinicians_interval) -> bool:
+    """True only when the policy's lower bound is above the upper end of the clinicians' interval."""
+    return clinicians_interval is not None and float(lower_bound) > float(clinicians_interval[1])
+
+
+def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, budget: Budget, *,
+                     ledger=None, seed: int | None = None, clinicians_interval=None) -> dict:
+    """Evaluate each policy table on the held-out part; the verdict against the clinicians' interval.
+
+    Parameters
+    ----------
+    held_out : PreparedLogs
+        The held-out part (:func:`split_held_out`).
+    spec : DomainSpec
+    tables : dict[str, ndarray]
+        Policy name -> pi_h(a|s), shape (H, S, A), learned on the training part only.
+    budget : Budget
+        The budget of this stage (:func:`certification_budgets` splits it).
+    ledger : path, optional
+        Charged once per policy.
+    seed : int, optional
+        Tests only.
+    clinicians_interval : [lo, hi] or None
+        The clinicians' DP interval (declared units).
+
+    Returns
+    -------
+    dict
+        Per policy: ``estimate``, ``lower_bound``, ``interval``, ``confidence``,
+        ``coverage``, ``guarantee`` (of that evaluation) and
+        ``improvement_certified`` (:func:`improvement_certified`).
+    """
+    out = {}
+    for name, part in certification_budgets(budget, tables).items():
+        res = evaluate_policy_on_logs(held_out, spec, tables[name], budget=part, ledger=ledger, seed=seed,
+                                      description=f"pipeline, held-out certification of {name}")
+        out[name] = {k: res[k] for k in ("estimate", "lower_bound", "interval", "confidence", "coverage",
+                                         "guarantee")}
+        out[name]["improvement_certified"] = improvement_certified(res["lower_bound"], clinicians_interval)
+    return out
+
+
+def certification_lines(certification: dict, clinicians_interval) -> list[str]:
+    """One line per policy: certified value (lower bound), interval, and the verdict; then the clinicians'."""
+    lines = []
+    for name, c in certification.items():
+        lo, hi = c["interval"]
+        verdict = IMPROVEMENT if c["improvement_certified"] else NO_IMPROVEMENT
+        lines.append(f"{name}: certified value {c['lower_bound']:.4f} (held-out lower bound, "
+                     f"{100 * c['confidence']:g}%), interval [{lo:.4f}, {hi:.4f}]; {verdict}")
+    if clinicians_interval is not None:
+        lines.append(f"clinicians: DP interval [{clinicians_interval[0]:.4f}, {clinicians_interval[1]:.4f}]")
+    else:
+        lines.append("clinicians: no DP interval (value share 0): no improvement can be certified")
+    return lines
+
+
+def certify_stage(config, state) -> None:
+    """The pipeline stage: certify ``state.policies`` on ``state.held_out`` (nothing without ``hold_out``).
+
+    Fills ``state.certification``: the :func:`summary_entry` of the run.
+    Each evaluation is charged to the ledger (if any) as its own entry.
+    """
+    if state.held_out is None:
+        return
+    spec = state.plan.spec
+    tables = {n: state.policies[n].table for n in CERTIFIED_POLICIES if n in state.policies}
+    clinicians = None if state.value_stats is None else estimate_behaviour_value(state.value_stats)["interval"]
+    seed = None if config.seed is None else int(config.seed) + 1
+    results = certify_policies(state.held_out, spec, tables, state.plan.budget, ledger=config.ledger, seed=seed,
+                               clinicians_interval=clinicians)
+    state.certification = summary_entry(results, clinicians)
+
+
+def summary_entry(results: dict, clinicians_interval) -> dict:
+    """summary.json's ``held_out_certification``: the split rule, the composition, each policy, the clinicians."""
+    return {"split": f"privacy units by xxh64(unit id text, seed {SPLIT_HASH_SEED}) mod 2: 0 trains, 1 certifies",
+            "composition": ("parallel: the held-out evaluations and everything else run on disjoint units "
+                            "(the ledger charges both, conservatively)"),
+            "clinicians_interval": None if clinicians_interval is None else [float(x) for x in clinicians_interval],
+            "policies": results}
