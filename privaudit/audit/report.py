@@ -26,6 +26,7 @@ from privaudit.audit.claim import Claim
 from privaudit.audit.plotting import plot_report
 from privaudit.core.artifact import ArtifactFormat
 from privaudit.core.errors import ArtifactError
+from privaudit.core.formatting import privacy_param
 from privaudit.core.jsonio import json_default
 
 REPORT_FORMAT_VERSION = 1
@@ -242,7 +243,8 @@ class AuditReport:
             "messages": [f"gray-box: {f['name']} changes by L1 {f['l1']} / L2 {f['l2']} (non-finite: "
                          f"{f['non_finite']}), declared L1 {f['declared_l1']} / L2 {f['declared_l2']}"
                          for f in excess]
-            + ([f"at the mechanism's noise this pair costs epsilon {lb:.4g} at delta {claim.delta}"] if lb else []),
+            + ([f"at the mechanism's noise this pair costs epsilon {lb:.4g} at delta {privacy_param(claim.delta)}"]
+               if lb else []),
         })
         return cls(VIOLATION, None, d, runtime_s=runtime_s)
 
@@ -287,8 +289,8 @@ class AuditReport:
             msgs.append(f"GDP test (opted in): mu lower bound {mu_lb:.4g} > claimed mu {claim.mu:.4g}: the mechanism "
                         "is not the Gaussian mechanism its claim describes (valid only if the claim is mu-GDP)")
         if eps_lb > claim.epsilon:
-            msgs.append(f"epsilon lower bound {eps_lb:.4g} ({source}) > claimed epsilon {claim.epsilon:.4g} "
-                        f"at delta {claim.delta:g}")
+            msgs.append(f"epsilon lower bound {eps_lb:.4g} ({source}) > claimed epsilon "
+                        f"{privacy_param(claim.epsilon)} at delta {privacy_param(claim.delta)}")
         if float_sampler and float_sampler.get("sampler") in ("numpy_laplace", "numpy_normal"):
             msgs.append(f"float outputs: every checked output of D lies on the lattice of {float_sampler['sampler']} "
                         f"(numpy Generator.{float_sampler['sampler'].split('_')[1]}) plus its count; "

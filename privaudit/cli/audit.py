@@ -20,7 +20,9 @@ from privaudit.core.errors import UsageError
 from privaudit.core.atomic import atomic_paths
 from privaudit.audit.plotting import AUDIT_PLOT_MARK
 from privaudit.core.outputs import check_outputs, json_output, png_output
+from privaudit.core.formatting import guarantee_text, privacy_param
 from privaudit.privacy import budget as budget_mod
+from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.core.spec import load_spec
 from privaudit.release.tabular import default_stationary
 
@@ -131,10 +133,13 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "Validated against the spec first (the fatal rules of a release).")
 @click.option("--spec", "spec_path", default=None, type=PathArg(readable=False, dir_okay=False),
               help="Domain spec JSON (required except for explore:ALGO).")
-@click.option("--claim-epsilon", type=float, default=None, help="Claimed epsilon (with --delta; 0 delta = pure DP).")
-@click.option("--claim-rho", type=float, default=None, help="Claimed rho-zCDP (compared at --delta).")
+@click.option("--claim-epsilon", "--epsilon", "claim_epsilon", type=float, default=None,
+              help="Claimed epsilon: with --delta D an (epsilon, D)-DP claim; alone (or --delta 0) pure epsilon-DP.")
+@click.option("--claim-rho", "--rho", "claim_rho", type=float, default=None,
+              help="Claimed rho-zCDP, compared as (epsilon, delta)-DP at --delta.")
 @click.option("--delta", type=float, default=None,
-              help="delta of the claim (default 1e-6 with --claim-rho, as release and pipeline report).")
+              help=f"delta of an --claim-epsilon claim, or the delta a --claim-rho claim is compared at (default "
+                   f"{privacy_param(DEFAULT_REPORT_DELTA)}, the delta every command reports rho at).")
 @click.option("--claim-kind", type=click.Choice(["gaussian", "generic"]), default="generic", cls=LiveHelpOption,
               help_fn=lambda: "generic (default): the (epsilon, delta) test, valid for every claim. gaussian (opt-in): "
               "also the GDP test, valid only if the mechanism is mu-GDP (continuous Gaussian noise, post-processed); "
@@ -251,7 +256,9 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     """
 
     if (claim_epsilon is None) == (claim_rho is None):
-        raise UsageError("give exactly one claim: --claim-epsilon E --delta D, or --claim-rho R [--delta D].")
+        raise UsageError("give exactly one claim, in the budget flags of every command: --claim-rho R [--delta D] "
+                         "(rho-zCDP), --claim-epsilon E --delta D ((E, D)-DP) or --claim-epsilon E alone (pure "
+                         "E-DP); --rho and --epsilon are the same flags.")
     explore_opts = {"--env": env_name, "--horizon": horizon, "--states": states, "--actions": actions,
                     "--instance-seed": instance_seed, "--episodes": episodes, "--fixed-event": fixed_event}
     if mechanism.startswith("explore:"):
@@ -288,11 +295,9 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     _check_outputs(out, plot, overwrite, _reads(logs_path, spec_path, pair, mechanism, scores, env_name))
     spec = load_spec(spec_path)
     if claim_rho is not None:
-        claim = Claim.from_rho(claim_rho, 1e-6 if delta is None else delta, kind=claim_kind)
-    else:
-        if delta is None:
-            raise UsageError("--claim-epsilon needs --delta (use --delta 0 for a pure-DP claim).")
-        claim = Claim.from_epsilon(claim_epsilon, delta, kind=claim_kind)
+        claim = Claim.from_rho(claim_rho, DEFAULT_REPORT_DELTA if delta is None else delta, kind=claim_kind)
+    else:  # --claim-epsilon alone: pure epsilon-DP, as --epsilon alone everywhere
+        claim = Claim.from_epsilon(claim_epsilon, 0.0 if delta is None else delta, kind=claim_kind)
     # Validate the input before anything runs: a broken log (duplicated step, NaN reward) must be
     # reported as bad input (exit 1, located errors), never as a violation of the mechanism.
     prepared = [prepare_logs(path, spec) for path in ([logs_path] if pair is None else list(pair))]
@@ -330,7 +335,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             click.echo(as_flags(said), err=True)
         name = mechanism
         b = mech.budget
-        runs_at = (f"epsilon={b.epsilon:g}" if fam == "laplace" else f"rho={b.rho:.6g}") + (
+        runs_at = b.text + (
             " (--mechanism-rho / --mechanism-epsilon)" if mechanism_rho is not None or mechanism_epsilon is not None
             else " (the claim's budget)")
         click.echo(f"mechanism: {mechanism}, {fam} noise at {runs_at}", err=True)
@@ -339,16 +344,15 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             rho_total = total.rho if total.rho is not None else budget_mod.resolve_budget(
                 epsilon=total.epsilon, delta=total.delta).rho
             claim = mech.audited_claim(total.delta, rho_total=rho_total, kind=total.kind)
-            name = mech.describe() + f"; total claim rho={rho_total:.6g}"
+            name = mech.describe() + f"; total claim rho={privacy_param(rho_total)}"
             click.echo(f"{mechanism}: auditing its noisy capped visit counts and start counts (gray-box) against "
-                       f"their share of the claim, rho={claim.rho:.6g} (epsilon {claim.epsilon:.4g} at delta "
-                       f"{claim.delta:g}); see docs/audit.md", err=True)
+                       f"their share of the claim, {guarantee_text(claim.to_dict())}; see docs/audit.md", err=True)
         if linear:  # the output is one step's statistics: test the accounting's share of rho
             total = claim
             claim = mech.audited_claim(claim.delta, rho_total=total.rho, kind=total.kind)
-            name = mech.describe() + f"; total claim rho={total.rho:g}"
+            name = mech.describe() + f"; total claim rho={privacy_param(total.rho)}"
             click.echo(f"{mechanism}: auditing the noisy statistics of step h=H-1 against their share of the claim, "
-                       f"rho={claim.rho:.6g} (epsilon {claim.epsilon:.4g} at delta {claim.delta:g}); see docs/audit.md",
+                       f"{guarantee_text(claim.to_dict())}; see docs/audit.md",
                        err=True)
     else:
         given = [opt for opt, v in (("--mechanism-rho", mechanism_rho), ("--mechanism-epsilon", mechanism_epsilon),
@@ -425,7 +429,7 @@ def _finish(rep, out, plot, confidence, as_json) -> None:
             rep.plot(tmps[1])
     claim = rep.data["claim"]
     lb = "n/a (gray-box)" if rep.epsilon_lower_bound is None else f"{rep.epsilon_lower_bound:.4g}"
-    click.echo(f"{rep.verdict}: epsilon lower bound {lb} vs claimed {claim['epsilon']:.4g} at delta {claim['delta']:g} "
+    click.echo(f"{rep.verdict}: epsilon lower bound {lb} vs claimed {guarantee_text(claim)} "
                f"({rep.data['method']['test']} test, confidence {confidence}); report {out}", err=True)
     for m in rep.data["messages"]:
         click.echo(f"  {as_flags(m)}", err=True)  # library messages name parameters; here, the flags

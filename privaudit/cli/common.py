@@ -12,7 +12,10 @@ from typing import Any, Callable
 import click
 
 from privaudit.core.errors import PrivauditError, Terminated
+from privaudit.core.formatting import privacy_param
+from privaudit.core.outputs import kept_incomplete
 from privaudit.core.jsonio import json_default
+from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.privacy.ledger import charges_by_this_process
 from privaudit.core.progress import progress_enabled
 from privaudit.data.repairs import MAX_REPAIR_SHARE_DEFAULT
@@ -53,8 +56,10 @@ def handle_errors(fn: Callable) -> Callable:
         def fail(message: str, code: int):
             click.echo(message, err=True)
             for path, e in charges_by_this_process(mark):
+                retry = ("its output is kept, marked incomplete: the same command again reuses it without charging"
+                         if kept_incomplete(e.get("output"), e.get("run")) else "a retry spends it again")
                 click.echo(f"note: the budget ledger {path} was charged before this stopped, and that budget "
-                           f"stays spent (a retry spends it again): entry #{e['seq']}, rho={e['rho']}, "
+                           f"stays spent ({retry}): entry #{e['seq']}, rho={e['rho']}, "
                            f"run {e.get('run', '?')}, output {e.get('output', '?')}.", err=True)
             sys.exit(code)
 
@@ -79,10 +84,10 @@ def handle_errors(fn: Callable) -> Callable:
             fail("error: out of memory: the domain (S, A, H) or the logs are too large for this "
                  "machine; nothing was written (temporary outputs removed). Use a smaller domain "
                  "or a machine with more memory.", 1)
-        except KeyboardInterrupt:
-            fail("interrupted: nothing was written (temporary outputs removed)", 130)
-        except Terminated:  # SIGTERM, see privaudit.cli._terminated
-            fail("terminated: nothing was written (temporary outputs removed)", 143)
+        except KeyboardInterrupt as e:  # a message: what the command kept (the pipeline's paid-for outputs)
+            fail(f"interrupted: {str(e) or 'nothing was written (temporary outputs removed)'}", 130)
+        except Terminated as e:  # SIGTERM, see privaudit.cli._terminated
+            fail(f"terminated: {str(e) or 'nothing was written (temporary outputs removed)'}", 143)
 
     return wrapper
 
@@ -203,3 +208,44 @@ def spark_target(engine: str, master: str | None, remote: str | None) -> str | N
             f"--master {master!r} is not a Spark master URL: give local, local[N], local[*], "
             "local-cluster[N,C,M], spark://HOST:PORT, yarn, k8s://HOST:PORT or mesos://HOST:PORT.")
     return remote if remote is not None else master
+
+
+#: The budget flags in words, the same in every command that spends or audits (docs/privacy.md, "Budget flags").
+BUDGET_FORMS = (f"--rho R (R-zCDP, Gaussian noise; reported as (epsilon, delta)-DP at delta "
+                f"{privacy_param(DEFAULT_REPORT_DELTA)}); --rho R --delta D (the same, reported at D); "
+                "--epsilon E --delta D (an (E, D)-DP target, converted exactly to the largest rho giving it); "
+                "--epsilon E alone (pure E-DP, Laplace noise)")
+
+
+def budget_sentence(laplace: bool) -> str:
+    """The help paragraph on a command's budget: the four forms, and whether ``--epsilon E`` alone applies."""
+    return ("Budget (the same flags and meaning in every command; docs/privacy.md, \"Budget flags\"): "
+            + BUDGET_FORMS + ("." if laplace else ", which this command refuses: its noise is Gaussian (zCDP) "
+                              "only."))
+
+
+def budget_options(laplace: bool, epsilon_note: str = "") -> Callable[[Callable], Callable]:
+    """``--rho``, ``--epsilon`` and ``--delta`` with one meaning and one help in every command that spends.
+
+    Parameters
+    ----------
+    laplace : bool
+        Whether the command has a Laplace (pure epsilon-DP) mechanism for
+        ``--epsilon E`` alone; without one the help says it is refused.
+    epsilon_note : str
+        A sentence the command adds to ``--epsilon``'s help (explore: ``inf``).
+    """
+    alone = ("Alone: pure epsilon-DP (Laplace noise)." if laplace
+             else "Alone (pure epsilon-DP) refused: Gaussian noise only.")
+
+    def decorate(fn: Callable) -> Callable:
+        fn = click.option("--delta", type=float, default=None,
+                          help="delta of an --epsilon target, or the delta --rho is reported at (default "
+                               f"{privacy_param(DEFAULT_REPORT_DELTA)}).")(fn)
+        fn = click.option("--epsilon", type=float, default=None,
+                          help="With --delta: an (epsilon, delta)-DP target, converted exactly to rho (Gaussian). "
+                               + alone + (" " + epsilon_note if epsilon_note else ""))(fn)
+        return click.option("--rho", type=float, default=None,
+                            help="rho-zCDP budget (Gaussian noise).")(fn)
+
+    return decorate

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from privaudit.cli.common import PathArg, echo_json, handle_errors
+from privaudit.cli.common import PathArg, budget_options, echo_json, handle_errors
 from privaudit.core.errors import SpecError, UsageError
-from privaudit.core.formatting import num
+from privaudit.core.formatting import guarantee_text, num
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.policy import load_policy, load_policy_table
 from privaudit.mdp.evaluation import evaluate_report, resolve_mdp
@@ -16,6 +16,7 @@ from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.core.spec import load_spec
 from privaudit.ope.evaluate import CONFIDENCE_DEFAULT, COVERAGE_DEFAULT, evaluate_policy_on_logs
 from privaudit.privacy.budget import resolve_budget
+from privaudit.privacy.noise import GAUSSIAN
 
 
 @click.command("evaluate", short_help="Value of a policy: exact on a known MDP, or DP from logs with a lower bound.")
@@ -24,9 +25,7 @@ from privaudit.privacy.budget import resolve_budget
               help="icu-sepsis, synthetic-linear, or an MDP.npz written by `privaudit simulate --mdp-out`.")
 @click.option("--logs", "logs", type=PathArg(readable=False, path_type=str), default=None,
               help="Evaluate from these Parquet logs instead of an MDP (needs --spec and a budget).")
-@click.option("--rho", type=float, default=None, help="--logs: zCDP budget rho of the evaluation.")
-@click.option("--epsilon", type=float, default=None, help="--logs: epsilon of an (epsilon, delta) budget.")
-@click.option("--delta", type=float, default=None, help="--logs: delta of an (epsilon, delta) budget.")
+@budget_options(laplace=False, epsilon_note="(--logs only.)")
 @click.option("--ledger", type=PathArg(readable=False, path_type=str), default=None,
               help="--logs: budget ledger, checked before any row is read and charged once.")
 @click.option("--coverage", type=float, default=COVERAGE_DEFAULT, show_default=True,
@@ -106,7 +105,7 @@ def command(policy, mdp, logs, rho, epsilon, delta, ledger, coverage, confidence
             raise SpecError(f"policy {policy} was trained under another spec (spec_hash {pol.spec_hash}); "
                                 f"{spec_path} hashes to {spec.hash()}. Pass the spec of the policy's logs.")
     if logs is not None:
-        _from_logs(policy, logs, spec, resolve_budget(rho=rho, epsilon=epsilon, delta=delta),
+        _from_logs(policy, logs, spec, resolve_budget(rho=rho, epsilon=epsilon, delta=delta, families=(GAUSSIAN.name,)),
                    dict(coverage=coverage, confidence=confidence, ledger=ledger, seed=seed), as_json)
         return
     m = resolve_mdp(mdp, horizon, instance_seed=instance_seed, spec=spec)
@@ -138,8 +137,7 @@ def _from_logs(policy, logs, spec, budget, options: dict, as_json: bool) -> None
     click.echo(f"estimate        {res['estimate']:.4f}  (noisy capped model value, biased low)")
     click.echo(f"lower bound     {res['lower_bound']:.4f}  (one-sided, {level})")
     click.echo(f"interval        [{lo:.4f}, {hi:.4f}]  (two-sided, {level})")
-    click.echo(f"guarantee: {g['definition']} rho={num(g['rho'])} (epsilon={num(g['epsilon'], 4)}, "
-               f"delta={num(g['delta'])}); neighbouring: substitution of one privacy unit"
+    click.echo(f"guarantee: {guarantee_text(g)}; neighbouring: substitution of one privacy unit"
                + (f"; charged to {options['ledger']}" if options["ledger"] else ""))
     if res["rng"] != "os-entropy":
         click.echo("WARNING: seeded noise (--seed): for tests only; not private against anyone who knows the seed.",

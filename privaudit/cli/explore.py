@@ -8,7 +8,7 @@ import sys
 import click
 from tqdm import tqdm
 
-from privaudit.cli.common import PathArg, echo_json, handle_errors, stderr_is_tty
+from privaudit.cli.common import PathArg, budget_options, echo_json, handle_errors, stderr_is_tty
 from privaudit.online.env import ENV_NAMES, make_env
 from privaudit.online.explore import ONLINE_ALGOS, check_explore_out, run_explore, validate_budget, write_explore
 
@@ -24,9 +24,13 @@ Environments: """ + ", ".join(ENV_NAMES) + """, or MDP.npz (written by
 `privaudit simulate --mdp-out`). Each user is a deterministic response tree
 keyed by (--world-key, user index).
 
-A private algorithm takes exactly one budget: --epsilon E (Laplace counters,
-eps-JDP; --epsilon inf runs without noise) or --rho R (Gaussian counters,
-reported as (eps, delta)-JDP with --delta, default 1e-6). The guarantee is
+A private algorithm takes one budget, in the flags of every command:
+--rho R (Gaussian counters, R-zCDP, reported as (eps, delta)-JDP at delta
+1e-6); --rho R --delta D (reported at D); --epsilon E --delta D (an
+(E, D)-JDP target: Gaussian counters at the largest rho giving it);
+--epsilon E alone (pure E-JDP, Laplace counters: pucb only; the linear
+explorers are Gaussian only). --epsilon inf runs without noise. See
+docs/privacy.md, "Budget flags". The guarantee is
 joint DP: replacing one user's whole data changes the distribution of the
 actions recommended to all *other* users and of the final policy by at most
 the budget; the actions recommended to a user herself are not protected
@@ -50,9 +54,7 @@ Example:
 @click.option("--env", "env_name", required=True, metavar="ENV",
               help=f"One of {', '.join(ENV_NAMES)}, or MDP.npz.")
 @click.option("--episodes", "-K", type=click.IntRange(min=1), required=True, help="K, the number of users.")
-@click.option("--epsilon", type=float, default=None, help="Pure eps-JDP budget (Laplace counters); inf: no noise.")
-@click.option("--rho", type=float, default=None, help="zCDP budget of the counters (Gaussian).")
-@click.option("--delta", type=float, default=None, help="delta of the reported (eps, delta) for --rho (default 1e-6).")
+@budget_options(laplace=True, epsilon_note="(pucb only; the linear explorers are Gaussian only.) inf: no noise.")
 @click.option("--constants", type=click.Choice(["practical", "theory"]), default="practical", show_default=True,
               help="Constant set of the bonuses and thresholds (docs/online.md).")
 @click.option("--failure-prob", "beta", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import (PathArg, as_flags, echo_json, engine_options, handle_errors, repair_options,
-                                  spark_target)
+from privaudit.cli.common import (PathArg, as_flags, budget_options, budget_sentence, echo_json, engine_options,
+                                  handle_errors, repair_options, spark_target)
 from privaudit.core.outputs import check_writable
 from privaudit.pipeline import PipelineConfig, run_pipeline_config
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
@@ -28,23 +28,27 @@ value is estimated with DP from the logged returns, with a 95% interval
 With no LOGS, the bundled sample is used: 20,000 ICU-Sepsis episodes
 under the clinicians' policy, its spec, and --mdp icu-sepsis.
 
-Budget: --rho R (total zCDP) or --epsilon E --delta D (total
-(E, D)-DP). The guarantee in DIR/summary.json is the composition of
-everything DIR holds. --stationary pools counts over the steps h;
+The budget is the total of everything DIR holds, split between the
+release, the learners and the value estimate; the guarantee in
+DIR/summary.json is their composition. --stationary pools counts over the steps h;
 --per-step releases one table per h (slower, noisier per cell); the
 default follows --mdp (icu-sepsis is stationary) and is --stationary
 without one.
 
-DIR is built under a temporary name and appears only when every stage
+DIR is built under a temporary name and appears when every stage
 succeeded; invalid logs stop the run with the located errors and nothing
-is written. An existing DIR is refused; --overwrite replaces it only if it
-holds a previous pipeline output. What contribution bounding clipped or
-dropped (counts and shares of the logs: private) is printed on stderr and
-goes to DIR/private/local-log.json only (never to share; see report.md for
-which files may leave the building). When a repair changes more than
---max-repair-share of the logs (default 0.05; e.g. a reward_range [0, 1]
-for rewards coded -1/0/+1, or H shorter than the stays), the run stops
-before spending anything unless given --accept-repairs.
+is written. A run stopped (error, Ctrl-C) after charging the budget keeps
+what it charged in DIR, marked incomplete (DIR/INCOMPLETE.json); the same
+command again finishes it without charging again (other logs, spec,
+budget or ledger are refused). An existing DIR is refused; --overwrite
+replaces it only if it holds a previous pipeline output. What contribution
+bounding clipped or dropped (counts and shares of the logs: private) is
+printed on stderr and goes to DIR/private/local-log.json only (never to
+share; see report.md for which files may leave the building). When a
+repair changes more than --max-repair-share of the logs (default 0.05;
+e.g. a reward_range [0, 1] for rewards coded -1/0/+1, or H shorter than
+the stays), the run stops before spending anything unless given
+--accept-repairs.
 
 Without a public reward in SPEC, DP-PBB is not trained (it is said on
 stderr and in the summary) and DP-APVI on the release is the DP policy.
@@ -73,13 +77,15 @@ Examples:
 """
 
 
+_HELP = _HELP.replace("\n\nThe budget is the total", "\n\n" + budget_sentence(laplace=False)
+                      + "\n\nThe budget is the total", 1)
+
+
 @click.command("pipeline", help=_HELP, short_help="The main job: validate, release, train, evaluate, audit, report.")
 @click.argument("logs", metavar="[LOGS]", required=False, type=PathArg(readable=False, path_type=str))
 @click.option("--spec", "spec", type=PathArg(readable=False, path_type=str), default=None,
               help="Domain spec (JSON); required with LOGS.")
-@click.option("--rho", type=float, default=None, help="Total zCDP budget rho.")
-@click.option("--epsilon", type=float, default=None, help="Total epsilon (with --delta).")
-@click.option("--delta", type=float, default=None, help="delta of the (epsilon, delta) target.")
+@budget_options(laplace=False)
 @click.option("--out", "out", required=True, type=PathArg(path_type=str), help="Output folder DIR to create.")
 @click.option("--mdp", default=None,
               help="icu-sepsis, synthetic-linear or MDP.npz (privaudit simulate --mdp-out): evaluate the policies on it "

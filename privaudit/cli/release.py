@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from privaudit.cli.common import (Notices, PathArg, as_flags, echo_json, engine_options, handle_errors,
-                                  repair_options, spark_target)
+from privaudit.cli.common import (Notices, PathArg, as_flags, budget_options, budget_sentence, echo_json,
+                                  engine_options, handle_errors, repair_options, spark_target)
 from privaudit.data.repairs import RepairLimit
-from privaudit.core.formatting import num
+from privaudit.core.formatting import guarantee_text, num
 from privaudit.core.outputs import check_outputs
 from privaudit.release.tabular import ReleaseOptions, default_stationary, release_logs
 
@@ -16,11 +16,8 @@ unless the spec declares the reward public, reward sums R_h(s,a) of the
 logs LOGS, over the whole domain declared by SPEC, into the folder DIR
 (--out), with the guarantee in DIR/manifest.json.
 
-Budget: --rho R (Gaussian, rho-zCDP), or --epsilon E --delta D (Gaussian,
-converted to the largest rho giving (E, D)-DP), or --mechanism laplace
---epsilon E (pure E-DP). With --ledger FILE the release is checked against
-the dataset's remaining budget before any row is read, and charged once
-DIR is complete.
+With --ledger FILE the release is checked against the dataset's remaining
+budget before any row is read, and charged once DIR is complete.
 
 Before counting, the logs are validated (rules that cannot be repaired are
 fatal: the same located errors as `privaudit validate`), then bounded: at
@@ -59,13 +56,17 @@ Example:
 """
 
 
+_HELP = _HELP.replace("\n\nWith --ledger FILE", "\n\n" + budget_sentence(laplace=True) + " --mechanism picks "
+                      "the noise family explicitly (default: the one the budget flags name).\n\nWith --ledger FILE", 1)
+
+
 @click.command("release", help=_HELP, short_help="Release DP counts of tabular logs (Parquet + manifest).")
 @click.argument("logs", type=PathArg(readable=False, path_type=str))
 @click.option("--spec", "spec_path", required=True, type=PathArg(readable=False, path_type=str), help="Domain spec (JSON).")
-@click.option("--rho", type=float, default=None, help="zCDP budget rho (Gaussian).")
-@click.option("--epsilon", type=float, default=None, help="epsilon: with --delta (Gaussian) or alone (Laplace).")
-@click.option("--delta", type=float, default=None, help="delta of an (epsilon, delta) target (Gaussian only).")
-@click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
+@budget_options(laplace=True)
+@click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default=None,
+              help="Noise family (default: the one the budget flags name: laplace for --epsilon alone, else "
+                   "gaussian).")
 @click.option("--stationary/--per-step", default=None,
               help="Pool the counts over h (tables (S,A), (S,A,S)) or release one table per h. "
                    "Default: pooled (the rule of every command, printed when it applies).")
@@ -112,8 +113,7 @@ def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, 
         return
     fam = ", ".join(f"{f} ({p.noise_scale_name}={num(p.noise_scale, 4)})" for f, p in m.families.items())
     click.echo(f"released {fam} to {info.out}")
-    eps = f"epsilon={num(g['epsilon'], 4)}, delta={num(g['delta'])}"
-    click.echo(f"guarantee: {g['definition']} rho={num(g['rho'])} ({eps}); neighbouring: "
+    click.echo(f"guarantee: {guarantee_text(g)}; neighbouring: "
                f"{m.neighbouring}; unit {m.privacy_unit.column}, k={m.privacy_unit.max_episodes}"
                + (f", c={max_per_cell} per cell" if max_per_cell is not None else ""))
     if not m.private:

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import click
 
-from privaudit.cli.common import Notices, PathArg, as_flags, echo_json, handle_errors, repair_options
 from privaudit.cli.registry_help import (LiveHelpCommand, LiveHelpOption, RegistryChoice, joined, learner_lines,
                                          private_tabular, release_readers)
+from privaudit.cli.common import Notices, PathArg, as_flags, budget_options, echo_json, handle_errors, repair_options
 from privaudit.core.errors import UsageError
-from privaudit.core.formatting import num
+from privaudit.core.formatting import guarantee_text
+from privaudit.privacy.budget import accepted_budgets
+from privaudit.privacy.noise import GAUSSIAN
 from privaudit.core.outputs import check_outputs, output_lock
 from privaudit.core import registry
 from privaudit.learners.options import BudgetRequest, RunContext
@@ -56,10 +58,10 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--algo", required=True, type=RegistryChoice(_offline), cls=LiveHelpOption,
               help_fn=lambda: " | ".join(registry.names(family="tabular")) + " (tabular); "
               + " | ".join(registry.names(family="linear")) + " (linear).")
-@click.option("--rho", type=float, default=None, help="zCDP budget of the release (dp-* on LOGS).")
-@click.option("--epsilon", type=float, default=None, help="epsilon (with --delta for Gaussian; alone for Laplace).")
-@click.option("--delta", type=float, default=None, help="delta of (epsilon, delta)-DP (Gaussian).")
-@click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
+@budget_options(laplace=True, epsilon_note="(dp-apvi's count release only; dp-pbb and dp-vapvi are Gaussian.)")
+@click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default=None,
+              help="Noise family of dp-apvi's count release (default: the one the budget flags name: laplace for "
+                   "--epsilon alone, else gaussian); dp-pbb and dp-vapvi are gaussian only.")
 @click.option("--noise", type=click.Choice(["rounded", "exact"]), default=None, cls=LiveHelpOption,
               help_fn=lambda: f"Noise sampler of the release made from LOGS ({joined(release_readers())}; default "
                               "exact; rounded is refused).")
@@ -117,6 +119,12 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     certificate prints it: a lower bound on the learned policy's value from
     the logs' start distribution (post-processing of its DP releases),
     holding with probability >= 1 - failure_prob.
+
+    Budget (the same flags and meaning in every command; docs/privacy.md,
+    "Budget flags"): --rho R (R-zCDP, reported at delta 1e-6); --rho R
+    --delta D (reported at D); --epsilon E --delta D (an (E, D)-DP target,
+    converted exactly to rho); --epsilon E alone (pure E-DP, Laplace noise:
+    dp-apvi's release only; refused by dp-pbb and dp-vapvi).
 
     Exit codes: 0 ok; 1 invalid logs, repairs above --max-repair-share, or a
     missing/corrupt release; 2 bad arguments or spec (also a --spec the
@@ -187,9 +195,9 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         if noise is not None:
             raise UsageError(f"--noise does not apply to --algo {algo}: it selects the sampler of a count "
                              "release (dp-apvi); DP-VAPVI draws continuous Gaussian noise. Drop the flag.")
-        if mechanism != "gaussian":
+        if mechanism not in (None, "gaussian"):
             raise UsageError(f"--mechanism {mechanism} does not apply to --algo {algo}: DP-VAPVI is "
-                             "Gaussian / zCDP only (give --rho R, or --epsilon E --delta D)"
+                             f"Gaussian / zCDP only (give {as_flags(accepted_budgets((GAUSSIAN.name,)))})"
                              + ("" if algo in private_algos else f"; {algo} is not private and adds no noise")
                              + ".")
         log_path = local_log_path(out)
@@ -217,16 +225,15 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                              "cap a count release with `privaudit release --max-per-cell`.")
         if learner.reads == "logs":
             if not budget_given:
-                raise UsageError(f"--algo {algo} releases private Bellman backups: give a budget "
-                                 "(--rho R, or --epsilon E --delta D).")
+                raise UsageError(f"--algo {algo} releases private Bellman backups: give a budget: "
+                                 f"{as_flags(accepted_budgets((GAUSSIAN.name,)))}.")
         elif algo in private_algos:
             if not budget_given:
-                raise UsageError(f"--algo {algo} releases the counts first: give a budget "
-                                 "(--rho R, or --epsilon E --delta D; Laplace: --epsilon E).")
-            notes.hold(f"releasing DP counts of {logs} first ({mechanism}, "
-                + (f"rho={num(rho)}" if rho is not None else f"epsilon={num(epsilon)}"
-                   + (f", delta={num(delta)}" if delta else ""))
-                + f"{', stationary' if stationary else ''}) into {release_used}: this spends privacy budget.")
+                raise UsageError(f"--algo {algo} releases the counts first: give a budget: "
+                                 f"{as_flags(accepted_budgets())}.")
+            b = BudgetRequest(rho, epsilon, delta, mechanism).resolve()  # checked now; the release resolves it again
+            notes.hold(f"releasing DP counts of {logs} first ({b.mechanism} noise, {b.text}"
+                       f"{', stationary' if stationary else ''}) into {release_used}: this spends privacy budget.")
         else:
             notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
                 f"and can reveal patients' records. Use --algo {' or '.join(private_tabular())} for a private policy.")
@@ -252,6 +259,10 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     else:
         click.echo(f"wrote {out} ({policy.algorithm}, "
                    f"{'private: ' + str(policy.privacy.definition) if summary['private'] else 'NOT private'})")
+        g = policy.privacy.guarantee
+        if g is not None and g.get("epsilon") is not None:
+            click.echo(f"guarantee: {guarantee_text(g)}" + ("" if summary["private"] else
+                                                            " (does not hold: seeded noise, --seed)"))
         if certificate is not None:
             click.echo(f"certificate: the policy's value (expected total reward over H={spec.H} steps, in the "
                        f"spec's reward units, averaged over the logs' start states) is at least "

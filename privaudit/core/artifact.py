@@ -22,11 +22,13 @@ that once:
 - :class:`Guarantee`: the stated privacy guarantee as one read-only object
   (``rho``, ``epsilon``, ``delta``, ``definition``, ``rng``, ``sampler``,
   ``events``, ...) that every artifact holds in memory. On disk the
-  guarantee keeps the shape each artifact has always written (the
-  accountant's keys in a release manifest and a policy's ``privacy.guarantee``,
-  the flat joint-DP record of an explore manifest): :class:`Guarantee` keeps
-  the keys it was built from, in their order, so a file read and written
-  again is byte-identical.
+  guarantee keeps the shape of its artifact (the accountant's keys in a
+  release manifest, the envelope in a policy's ``privacy.guarantee``:
+  ``privaudit.core.envelope``, the flat joint-DP record of an explore
+  manifest): :class:`Guarantee` keeps the keys it was built from, in their
+  order, so a file read and written again is byte-identical (a policy written
+  before the envelope included; ``privaudit.core.envelope.as_envelope`` reads
+  it in the envelope's shape).
 
 Field options (:func:`jfield`): ``key`` (the JSON key, when it differs from
 the field name), ``omit_none`` (the key is left out when the value is None),
@@ -255,7 +257,8 @@ class ArtifactFormat:
         found = doc.get("format_version")
         if isinstance(found, bool) or found not in self.versions:
             noun = self.what.removesuffix(" manifest")
-            known = " and ".join(str(v) for v in self.versions)
+            names = [str(v) for v in self.versions]
+            known = ", ".join(names[:-1]) + " and " + names[-1]  # "1 and 2", "1, 2 and 3"
             newer = isinstance(found, int) and not isinstance(found, bool) and found > max(self.versions)
             raise ArtifactError(f"{where}: unknown {noun} format version: format_version is {found!r}, and this "
                                 f"privaudit reads {noun} format versions {known} only. "
@@ -387,7 +390,7 @@ class Artifact(Record):
 
 #: The keys :class:`Guarantee` types; the others are its words (``Guarantee.text``).
 _TYPED = ("private", "rng", "definition", "epsilon", "delta", "rho", "statement", "sampler", "events", "event",
-          "grid", "note", "requested", "conversion", "epsilon_simple", "ledger_charge_rho")
+          "grid", "note", "requested", "conversion", "epsilon_simple", "ledger_charge_rho", "details")
 
 
 def _stated(key: str, doc: str) -> property:
@@ -458,7 +461,13 @@ class Guarantee(Mapping):
     note = _stated("note", "Why a stated guarantee does not hold (seeded noise).")
     sampler = _stated("sampler", "What the noise samplers deliver (``privaudit.privacy.samplers.noise_statement``).")
     event = _stated("event", "The one recorded privacy event (``PrivacyEvent.to_dict()``), if any.")
-    grid = _stated("grid", "The lattices of the linear learners and explorers, if recorded.")
+    details = _stated("details", "A policy envelope's mechanism-specific facts (``privaudit.core.envelope``).")
+
+    @property
+    def grid(self):
+        """The lattices of the linear learners and explorers, if recorded (``grid``, or ``details.grid``)."""
+        found = self._doc["grid"] if "grid" in self._doc else (self._doc.get("details") or {}).get("grid")
+        return copy.deepcopy(found)
 
     @property
     def events(self) -> tuple:

@@ -7,6 +7,10 @@ Two kinds of printing:
 * :func:`bound` rounds an exact amount *in the safe direction* (an amount
   spent or wanted up, an amount remaining down), for budget figures: the
   printed number is never more optimistic than the exact one.
+
+A privacy guarantee on screen is printed by one function, :func:`guarantee_text`
+(its numbers by :func:`privacy_param`: :data:`PRIVACY_DIGITS` significant
+digits, rounded up); the JSON artifacts keep full precision.
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ from __future__ import annotations
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 from fractions import Fraction
+from typing import Mapping
+
+#: Significant digits of every privacy parameter (rho, epsilon, delta) printed on screen, in every command.
+PRIVACY_DIGITS = 4
 
 
 def num(x: float, sig: int = 6) -> str:
@@ -94,3 +102,55 @@ def _short(d: Decimal) -> str:
         return s.rstrip("0").rstrip(".") if "." in s else s
     mant, _, exp = format(d, "e").partition("e")
     return f"{mant}e{int(exp)}"
+
+
+def privacy_param(x) -> str:
+    """A privacy parameter (rho, epsilon, delta) as every command prints it.
+
+    At most :data:`PRIVACY_DIGITS` significant digits, rounded *up* (a printed
+    rho, epsilon or delta is never smaller, i.e. never more optimistic, than
+    the exact one; a float is taken at the shortest decimal that reads back as
+    it, so 0.1 prints as "0.1"), exact when it is that short, no float noise and no
+    zero-padded exponent: 0.5 -> "0.5", 3.9999999999999343 -> "4",
+    5.22159 -> "5.222", 1e-06 -> "1e-6", 0.10825636 -> "0.1083". The JSON
+    artifacts keep the full double.
+
+    Raises
+    ------
+    ValueError
+        A value that is not a finite number.
+    """
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ValueError(f"`x` must be a finite number. Found {x!r}.")
+    # a float at the decimal it prints as (0.1 is the user's 1/10, not the double just above it)
+    return bound(repr(float(x)) if isinstance(x, float) else x, "up", PRIVACY_DIGITS).lstrip("~")
+
+
+def guarantee_text(g: Mapping, notion: str = "DP") -> str:
+    """A stated guarantee in the one form every command prints.
+
+    Parameters
+    ----------
+    g : mapping
+        ``rho``, ``epsilon``, ``delta`` (and optionally ``definition``): a
+        release or policy guarantee (``privaudit.privacy.accounting.guarantee``),
+        an explore run's record or the pipeline's composed guarantee. Pure DP
+        when ``definition`` is "pure-DP" or ``delta`` is 0.
+    notion : str
+        "DP", or "JDP" for an explorer's joint-DP guarantee.
+
+    Returns
+    -------
+    str
+        zCDP: ``rho=0.5 zCDP => (epsilon=5.222, delta=1e-6)-DP``; pure DP:
+        ``(epsilon=2, delta=0)-DP (pure; ledger charge rho=2)`` (no rho for a
+        pure record that states none); an (epsilon, delta) record without a
+        rho (an audit claim): ``(epsilon=1, delta=1e-5)-DP``. Numbers by
+        :func:`privacy_param`.
+    """
+    eps, delta, rho = g.get("epsilon"), g.get("delta"), g.get("rho")
+    pure = g.get("definition") == "pure-DP" or delta == 0
+    head = f"(epsilon={privacy_param(eps)}, delta={privacy_param(delta)})-{notion}"
+    if pure:
+        return f"{head} (pure" + (f"; ledger charge rho={privacy_param(rho)})" if rho is not None else ")")
+    return head if rho is None else f"rho={privacy_param(rho)} zCDP => {head}"

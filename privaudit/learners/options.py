@@ -30,29 +30,35 @@ class BudgetRequest:
     Attributes
     ----------
     rho : float, optional
-        zCDP budget.
+        zCDP budget (with ``delta``: reported as (epsilon, delta)-DP at that delta).
     epsilon, delta : float, optional
         An (epsilon, delta)-DP target instead of ``rho`` (Gaussian: converted
         with the tight Canonne-Kamath-Steinke bound), or ``epsilon`` alone
-        (Laplace, pure epsilon-DP; a count release only).
-    mechanism : {"gaussian", "laplace"}
-        The noise family asked for.
+        (Laplace, pure epsilon-DP; a count release only). The same meaning as
+        the CLI's ``--rho/--epsilon/--delta`` (docs/privacy.md, "Budget flags").
+    mechanism : {"gaussian", "laplace"}, optional
+        The noise family asked for; None (default): the one the budget names
+        (Laplace for ``epsilon`` alone, else Gaussian).
     """
 
     rho: float | None = None
     epsilon: float | None = None
     delta: float | None = None
-    mechanism: str = "gaussian"
+    mechanism: str | None = None
 
     @property
     def given(self) -> bool:
         """True when any of ``rho``, ``epsilon``, ``delta`` was given."""
         return any(v is not None for v in (self.rho, self.epsilon, self.delta))
 
-    def resolve(self) -> Budget:
-        """The resolved budget (``privacy.budget.resolve_budget``; its errors: none or both forms given, ...)."""
+    def resolve(self, families=budget_mod.NOISE_FAMILY_NAMES) -> Budget:
+        """The resolved budget (``privacy.budget.resolve_budget``; its errors: none or both forms given, ...).
+
+        ``families``: the noise families of the learner that spends it (``("gaussian",)``
+        for a zCDP-only learner: ``epsilon`` alone is then refused, naming the accepted forms).
+        """
         return budget_mod.resolve_budget(rho=self.rho, epsilon=self.epsilon, delta=self.delta,
-                                         mechanism=self.mechanism)
+                                         mechanism=self.mechanism, families=families)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from privaudit import FORMAT_VERSION
 from privaudit.core.artifact import Artifact, ArtifactFormat, Guarantee, Record, jfield
+from privaudit.core.envelope import as_envelope
 from privaudit.core.errors import ArtifactError
 
 __all__ = ["PolicyManifest", "PolicyPrivacy", "POLICY_KIND"]
@@ -83,6 +84,18 @@ class PolicyPrivacy(Record):
     def definition(self) -> str | None:
         """``zCDP`` or ``pure-DP`` (None without a guarantee)."""
         return None if self.guarantee is None else self.guarantee.get("definition", "DP")
+
+    @property
+    def envelope(self) -> Guarantee | None:
+        """The guarantee in the envelope's shape (``privaudit.core.envelope.as_envelope``: files written before
+        the envelope read so too); None without a guarantee.
+
+        Raises
+        ------
+        ArtifactError
+            A guarantee stated by hand without the envelope's facts (mechanism, privacy unit, ...).
+        """
+        return None if self.guarantee is None else as_envelope(self.guarantee)
 
     @property
     def event(self) -> dict | None:

@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 from privaudit import __version__
 from privaudit.core import registry
 from privaudit.core.errors import UsageError
+from privaudit.core.formatting import guarantee_text
 from privaudit.core.atomic import atomic_dir
 from privaudit.core.outputs import check_outputs, folder_output
 from privaudit.online.counters import tree_levels
@@ -52,6 +53,7 @@ from privaudit.online.tabular.pucb import PUCB, UCBVI
 from privaudit.privacy import accounting, samplers
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.budget import Budget, resolve_budget
+from privaudit.privacy.noise import GAUSSIAN, NOISE_FAMILY_NAMES
 from privaudit.privacy.events import leaves
 from privaudit.release.size import physical_memory_bytes
 
@@ -131,7 +133,7 @@ def _guarantee(agent: Agent, budget: Budget | None, seeded: bool = False) -> dic
     derived = accounting.guarantee(acc.composed("explore"), delta=delta, requested={}, bound=budget.amount)
     eps, rho = derived["epsilon"], None if pure else derived["rho"]
     g.update({"private": True, "epsilon": eps, "delta": delta, "rho": rho,
-              "statement": (f"({eps:.6g}, {delta:.3g})-JDP" if delta else f"{eps:.6g}-JDP")
+              "statement": guarantee_text({"epsilon": eps, "delta": delta, "rho": rho}, "JDP")
               + " for the actions recommended to all users and the final policy"
               + ("" if certified else " (of the ideal continuous Gaussian mechanism; not certified for the "
                  "float sampler that ran: see guarantee.sampler)"),
@@ -145,42 +147,43 @@ def _guarantee(agent: Agent, budget: Budget | None, seeded: bool = False) -> dic
     return g
 
 
+def budget_families(algo: str) -> tuple[str, ...]:
+    """The noise families of a private explorer: PUCB's tree counters take Laplace or Gaussian noise;
+    the linear explorers (Luyo, Ngo, DP-LSVI-UCB++) are Gaussian (zCDP) only."""
+    return (GAUSSIAN.name,) if ONLINE_ALGOS[algo].needs_features else NOISE_FAMILY_NAMES
+
+
 def validate_budget(algo: str, epsilon: float | None, rho: float | None,
                     delta: float | None) -> Budget | None:
     """Check the budget arguments against the algorithm; returns the resolved budget, or None.
 
-    ``epsilon`` alone: pure eps-JDP, Laplace tree counters
-    (:func:`~privaudit.privacy.budget.resolve_budget`, ``mechanism="laplace"``);
-    ``rho`` (with an optional ``delta`` at which the zCDP guarantee is
-    reported, default :data:`~privaudit.privacy.accounting.DEFAULT_REPORT_DELTA`):
-    Gaussian counters. ``epsilon`` = inf, or a non-private algorithm: None (no
-    noise, no guarantee).
+    The meaning of every entry point (:func:`~privaudit.privacy.budget.resolve_budget`):
+    ``rho`` (Gaussian counters, reported as (eps, delta)-JDP at ``delta``, default
+    :data:`~privaudit.privacy.accounting.DEFAULT_REPORT_DELTA`); ``epsilon`` with
+    ``delta`` (Gaussian counters at the largest rho giving that (eps, delta));
+    ``epsilon`` alone (pure eps-JDP, Laplace tree counters, PUCB only:
+    :func:`budget_families`). ``epsilon`` = inf alone, or a non-private
+    algorithm: None (no noise, no guarantee).
 
     Raises
     ------
     UsageError
-        Unknown algorithm; a private algorithm without exactly one of
-        epsilon/rho; a non-private one given a budget; delta without rho;
-        budgets out of range. Messages name the parameters (``epsilon``,
-        ``rho``, ``delta``, ``algo``).
+        Unknown algorithm; a private algorithm without a budget, or with a
+        form it has no noise for; a non-private one given a budget; budgets
+        out of range. Messages name the parameters (``epsilon``, ``rho``,
+        ``delta``, ``algo``) and the accepted combinations.
     """
     if algo not in ONLINE_ALGOS:
         raise UsageError(f"unknown algorithm {algo!r}; choose one of {sorted(ONLINE_ALGOS)}.")
     entry = ONLINE_ALGOS[algo]
-    if delta is not None and rho is None:
-        raise UsageError("`delta` applies only with `rho` (it converts the zCDP guarantee to (eps, delta)).")
     if not entry.private:
-        if epsilon is not None or rho is not None:
-            raise UsageError(f"`algo` {algo} is not private; it takes no `epsilon`/`rho` (use `algo` pucb).")
+        if epsilon is not None or rho is not None or delta is not None:
+            raise UsageError(f"`algo` {algo} is not private; it takes no `epsilon`/`rho`/`delta` (use `algo` pucb).")
         return None
-    if (epsilon is None) == (rho is None):
-        raise UsageError(f"`algo` {algo} needs exactly one of `epsilon` (pure eps-JDP) and `rho` (zCDP).")
-    if epsilon is not None and not isinstance(epsilon, bool) and math.isinf(epsilon) and epsilon > 0:
+    if (epsilon is not None and rho is None and delta is None and not isinstance(epsilon, bool)
+            and math.isinf(epsilon) and epsilon > 0):
         return None  # the documented "no privacy" setting: the twin, no noise
-    if epsilon is not None:
-        return resolve_budget(epsilon=epsilon, mechanism="laplace")
-    budget = resolve_budget(rho=rho)
-    return budget if delta is None else budget.reported_at(delta)
+    return resolve_budget(rho=rho, epsilon=epsilon, delta=delta, families=budget_families(algo))
 
 
 def memory_estimate(algo: str, env: EpisodicEnv, n_episodes: int) -> int:

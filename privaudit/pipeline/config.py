@@ -62,9 +62,12 @@ class PipelineConfig:
     spec : path or DomainSpec, optional
         The public domain spec; required with ``logs``.
     rho : float, optional
-        Total zCDP budget of everything the pipeline outputs.
+        Total zCDP budget of everything the pipeline outputs (with ``delta``:
+        reported as (epsilon, delta)-DP at that delta).
     epsilon, delta : float, optional
-        Total (epsilon, delta)-DP target instead of ``rho``.
+        Total (epsilon, delta)-DP target instead of ``rho`` (converted exactly
+        to rho). ``epsilon`` alone (pure DP) is refused: the pipeline's noise is
+        Gaussian. docs/privacy.md, "Budget flags".
     out : path
         Output folder; must not exist (see ``overwrite``).
     mdp : str or path, optional

@@ -6,7 +6,7 @@ they hold nothing the summary does not: no seed, no count of the private logs.
 
 from __future__ import annotations
 
-from privaudit.core.formatting import num
+from privaudit.core.formatting import guarantee_text, num, privacy_param
 from privaudit.pipeline.certify import certification_lines
 
 
@@ -50,10 +50,10 @@ def format_table(summary: dict, out: str) -> str:
     """The short table printed on stdout at the end of ``privaudit pipeline``."""
     g = summary["privacy"]
     lines = [f"privaudit pipeline: {out}",
-             f"  guarantee   rho={num(g['rho'])}-zCDP => ({num(g['epsilon'], 4)}, {num(g['delta'])})-DP; "
+             f"  guarantee   {guarantee_text(g)}; "
              f"unit {g['privacy_unit']['column']}, k={g['privacy_unit']['max_episodes']}, substitution"]
     if len(g["parts"]) > 1:
-        lines.append("  split       " + ", ".join(f"{p['name']} rho={num(p['rho'], 4)}" for p in g["parts"]))
+        lines.append("  split       " + ", ".join(f"{p['name']} rho={privacy_param(p['rho'])}" for p in g["parts"]))
     rows = values_table(summary)
     w = max(len(r[0]) for r in rows + [("policy",), ("clinicians",)])
     widths = (w, 8, 9, 4, 10, 8)
@@ -80,7 +80,7 @@ def format_table(summary: dict, out: str) -> str:
         lines.append("  audit       skipped")
     else:
         lb = "n/a" if a["epsilon_lower_bound"] is None else f"{a['epsilon_lower_bound']:.3g}"
-        lines.append(f"  audit       {a['verdict']}: eps lower bound {lb} vs claimed {num(a['claim']['epsilon'], 4)} "
+        lines.append(f"  audit       {a['verdict']}: eps lower bound {lb} vs claimed {privacy_param(a['claim']['epsilon'])} "
                      f"({a['evaluation_trials_per_side']} evaluation runs per side; resolution "
                      f"{a['resolution_epsilon']:.3g})")
         if not a.get("can_refute", True):
@@ -160,15 +160,15 @@ def render_markdown(summary: dict) -> str:
               "the noise. Do not share these outputs as private.", ""]
     L += ["## Privacy guarantee", "",
           f"Everything under `release/` and `policies/` and the value estimates together are "
-          f"**rho = {num(g['rho'])} zCDP**, hence "
-          f"**({num(g['epsilon'], 4)}, {num(g['delta'])})-DP** ({g['conversion']}).", "",
+          f"**rho = {privacy_param(g['rho'])} zCDP**, hence "
+          f"**({privacy_param(g['epsilon'])}, {privacy_param(g['delta'])})-DP** ({g['conversion']}).", "",
           f"* Neighbouring datasets: {g['neighbouring']}.",
           f"* Privacy unit: `{unit['column']}`, at most k = {unit['max_episodes']} episode(s) per unit "
           "(extra episodes are dropped before counting). The guarantee protects one unit's whole contribution.",
           f"* Composition: {g['composition']}."]
     for p in g["parts"]:
-        L.append(f"* Part `{p['name']}`: rho = {num(p['rho'])} (alone: epsilon {num(p['epsilon_alone'], 4)} at "
-                 f"delta {num(g['delta'])}); {p['what']}."
+        L.append(f"* Part `{p['name']}`: rho = {privacy_param(p['rho'])} (alone: epsilon "
+                 f"{privacy_param(p['epsilon_alone'])} at delta {privacy_param(g['delta'])}); {p['what']}."
                  + (f" Noise sampler: {p['sampler']['sampler']}; total variation to the ideal law "
                     f"{num(p['sampler']['total_variation_per_draw'])} per draw, so delta grows by "
                     f"{num(p['sampler']['extra_delta'])}." if p.get("sampler", {}).get("extra_delta") is not None
@@ -222,7 +222,8 @@ def render_markdown(summary: dict) -> str:
               f"with confidence {a['confidence']}. The outcome is the same for every logs (the release adds "
               "noise independently of the counts), so the audit reads none of them.", "",
               f"* Verdict: **{a['verdict']}**; epsilon lower bound **{lb}** vs claimed "
-              f"{a['claim']['epsilon']:.4g} at delta {a['claim']['delta']:g} (test: {a['test']}; the bound "
+              f"{privacy_param(a['claim']['epsilon'])} at delta {privacy_param(a['claim']['delta'])} (test: "
+              f"{a['test']}; the bound "
               f"comes from the {a.get('epsilon_lower_bound_from', 'generic')} test"
               + ("; the GDP test is valid here because the release's noise is continuous Gaussian, rounded"
                  if a["test"] == "gaussian" else "") + ").",
@@ -230,7 +231,8 @@ def render_markdown(summary: dict) -> str:
               f"{'violation' if a['graybox']['violation'] else 'passed' if a['graybox']['checked'] else 'not run'}.",
               f"* Resolution: with {a['evaluation_trials_per_side']} evaluation runs per side the {a['test']} test "
               f"could prove no bound above about {a['resolution_epsilon']:.3g}"
-              + (f", which is not above the claimed epsilon {a['claim']['epsilon']:.4g}: **this audit could not "
+              + (f", which is not above the claimed epsilon {privacy_param(a['claim']['epsilon'])}: **this audit "
+                 "could not "
                  "have refuted the claim at this run count** (raise --audit-trials)."
                  if not a.get("can_refute", True) else "."), "",
               "An audit can prove a claim **false** (a bound above the claim); it can never prove it true. "

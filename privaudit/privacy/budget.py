@@ -27,11 +27,11 @@ import numpy as np
 
 from privaudit.core.errors import AccountingError, UsageError
 from privaudit.privacy import accounting
-from privaudit.core.formatting import num
+from privaudit.core.formatting import num, privacy_param
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA, dp_to_zcdp, zcdp_to_dp
 from privaudit.privacy.noise import GAUSSIAN, LAPLACE, NOISE_FAMILY_NAMES, NoiseFamily, noise_family
 
-__all__ = ["Budget", "resolve_budget", "check_reportable", "short_floor", "DEFAULT_REPORT_DELTA", "NOISE_FAMILY_NAMES"]
+__all__ = ["Budget", "resolve_budget", "accepted_budgets", "check_reportable", "short_floor", "DEFAULT_REPORT_DELTA", "NOISE_FAMILY_NAMES"]
 
 @dataclass(frozen=True)
 class Budget:
@@ -81,6 +81,21 @@ class Budget:
     def shown(self) -> float:
         """The amount manifests, summaries and the ledger state: :attr:`stated`, else :attr:`amount` (>= it)."""
         return self.amount if self.stated is None else self.stated
+
+    @property
+    def text(self) -> str:
+        """The budget as every command prints it (numbers by ``core.formatting.privacy_param``).
+
+        ``rho=0.5``; ``rho=0.5 (reported at delta=1e-5)``; ``epsilon=2,
+        delta=1e-5 => rho=0.1083``; ``pure epsilon=2``.
+        """
+        if self.family.pure:
+            return f"pure epsilon={privacy_param(self.epsilon)}"
+        rho = privacy_param(self.shown)
+        if "epsilon" in self.requested:
+            return (f"epsilon={privacy_param(self.requested['epsilon'])}, delta={privacy_param(self.delta)} "
+                    f"=> rho={rho}")
+        return f"rho={rho}" + (f" (reported at delta={privacy_param(self.delta)})" if "delta" in self.requested else "")
 
     def guarantee(self, event) -> dict:
         """The guarantee of ``event``, a mechanism calibrated to this budget (``accounting.guarantee``).
@@ -274,24 +289,52 @@ def _positive(name: str, v) -> float:
     return x
 
 
-def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism: str = "gaussian") -> Budget:
-    """Check the budget arguments and turn them into a :class:`Budget`.
+def accepted_budgets(families=NOISE_FAMILY_NAMES) -> str:
+    """The budget combinations an entry point accepts, in words (every refusal names them).
 
-    Gaussian: ``rho`` alone, or ``epsilon`` and ``delta`` (converted by
-    :func:`privaudit.privacy.accounting.dp_to_zcdp`: the largest rho whose
-    tight CKS conversion gives at most epsilon at delta; a rho budget is
-    reported at :data:`DEFAULT_REPORT_DELTA`). Laplace: ``epsilon`` alone
-    (pure DP).
+    ``families`` holds the noise families the entry point has: with Laplace,
+    ``epsilon`` alone (pure epsilon-DP) is one of them.
+    """
+    forms = []
+    if GAUSSIAN.name in families:
+        forms += ["`rho` R (R-zCDP)", "`rho` R with `delta` D (R-zCDP reported at D)",
+                  "`epsilon` E with `delta` D ((E, D)-DP, converted exactly to rho)"]
+    if LAPLACE.name in families:
+        forms.append("`epsilon` E alone (pure E-DP, Laplace noise)")
+    return forms[0] if len(forms) == 1 else ", ".join(forms[:-1]) + " or " + forms[-1]
+
+
+def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism: str | None = None,
+                   families=NOISE_FAMILY_NAMES) -> Budget:
+    """Check the budget arguments and turn them into a :class:`Budget`: one meaning at every entry point.
+
+    * ``rho`` R: R-zCDP, Gaussian noise, reported as (epsilon, delta)-DP at
+      :data:`DEFAULT_REPORT_DELTA`;
+    * ``rho`` R with ``delta`` D: the same budget, reported at D;
+    * ``epsilon`` E with ``delta`` D: an (E, D)-DP target, Gaussian noise at
+      the largest rho whose tight conversion gives at most E at D
+      (:func:`privaudit.privacy.accounting.dp_to_zcdp`, Canonne, Kamath &
+      Steinke 2020), reported at D;
+    * ``epsilon`` E alone (or with ``delta`` 0): pure E-DP, Laplace noise
+      (charged as rho = E^2/2, Bun & Steinke 2016 Prop. 1.4), where
+      ``families`` holds Laplace.
+
+    The same table is in docs/privacy.md ("Budget flags").
 
     Parameters
     ----------
     rho : float, optional
         zCDP budget, > 0.
     epsilon : float, optional
-        (epsilon, delta)-DP target (Gaussian) or pure epsilon (Laplace), > 0.
+        (epsilon, delta)-DP target (with ``delta``) or pure epsilon (alone), > 0.
     delta : float, optional
-        In (0, 1); Gaussian only.
-    mechanism : {"gaussian", "laplace"}
+        In (0, 1): the target's delta, or the delta a ``rho`` budget is reported at.
+    mechanism : {"gaussian", "laplace"}, optional
+        The noise family, when the caller fixes it; None (default): the one
+        the arguments name (Laplace for ``epsilon`` alone, else Gaussian).
+    families : tuple of str
+        The noise families the entry point has (default both); ``epsilon``
+        alone is refused where Laplace is not among them.
 
     Returns
     -------
@@ -300,27 +343,48 @@ def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism: str = "gaus
     Raises
     ------
     UsageError
-        Missing, conflicting or out-of-range values; the message names the
-        parameter (``rho``, ``epsilon``, ``delta``, ``mechanism``), never a CLI flag.
+        No budget, ``delta`` alone, both ``rho`` and ``epsilon``, a form the
+        entry point has no noise family for, or out-of-range values; the
+        message names the parameters (``rho``, ``epsilon``, ``delta``,
+        ``mechanism``), never a CLI flag, and lists the accepted combinations.
     """
-    if noise_family(mechanism).pure:
+    families = tuple(families)
+    if mechanism is not None:
+        noise_family(mechanism)  # an unknown name raises here
+        if mechanism not in families:
+            only = " or ".join(f.capitalize() for f in families)
+            raise UsageError(f"`mechanism` {mechanism} is not available here (the noise is {only} only): give "
+                             f"{accepted_budgets(families)}.")
+    accepted = accepted_budgets(families if mechanism is None else (mechanism,))
+    if rho is None and epsilon is None:
+        if delta is not None:
+            raise UsageError(f"`delta` alone is not a budget: give {accepted}.")
+        raise UsageError(f"give a budget: {accepted}.")
+    if rho is not None and epsilon is not None:
+        raise UsageError(f"give one budget, `rho` or `epsilon`, not both: {accepted}.")
+    no_delta = delta is None or (not isinstance(delta, bool) and delta == 0)  # (E, 0)-DP is pure E-DP
+    pure = epsilon is not None and no_delta if mechanism is None else noise_family(mechanism).pure
+    if pure:
         if rho is not None:
-            raise UsageError("the Laplace mechanism is pure epsilon-DP: give `epsilon`, not `rho`.")
-        if epsilon is None:
-            raise UsageError("the Laplace mechanism needs a budget `epsilon`.")
+            raise UsageError("the Laplace mechanism is pure epsilon-DP: give `epsilon` alone, not `rho`.")
         if delta not in (None, 0, 0.0):
             raise UsageError(f"the Laplace mechanism is pure epsilon-DP (delta = 0): omit `delta`. Found {delta!r}.")
+        if LAPLACE.name not in families:
+            raise UsageError("`epsilon` alone is a pure epsilon-DP budget (Laplace noise), and here the noise is "
+                             f"Gaussian (zCDP) only: give {accepted}.")
         eps = _positive("epsilon", epsilon)
         check_reportable(eps * eps / 2.0, DEFAULT_REPORT_DELTA, "epsilon", pure=eps)
         return Budget(LAPLACE.name, eps * eps / 2.0, eps, 0.0, {"epsilon": eps})
     if rho is not None:
-        if epsilon is not None or delta is not None:
-            raise UsageError("give either a budget `rho`, or `epsilon` with `delta`, not both.")
         r = _positive("rho", rho)
-        check_reportable(r, DEFAULT_REPORT_DELTA)
-        return Budget(GAUSSIAN.name, r, None, DEFAULT_REPORT_DELTA, {"rho": r})
-    if epsilon is None or delta is None:
-        raise UsageError("give a budget: `rho`, or `epsilon` with `delta`.")
+        if delta is None:
+            check_reportable(r, DEFAULT_REPORT_DELTA)
+            return Budget(GAUSSIAN.name, r, None, DEFAULT_REPORT_DELTA, {"rho": r})
+        d = _delta(delta)
+        check_reportable(r, d)
+        return Budget(GAUSSIAN.name, r, None, d, {"rho": r, "delta": d})
+    if delta is None:
+        raise UsageError(f"Gaussian noise needs `epsilon` with `delta` (or `rho`): give {accepted}.")
     eps = _positive("epsilon", epsilon)
     d = _delta(delta)
     r = float(dp_to_zcdp(eps, d))

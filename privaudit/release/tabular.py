@@ -54,8 +54,8 @@ from privaudit.data import counts
 from privaudit.release.manifest import ReleaseManifest
 from privaudit.release.mechanism import TabularRelease
 from privaudit.release.size import check_release_size
-from privaudit.release.artifact import (FILES, MANIFEST, Release, TransitionWriter, load_release,
-                                      write_sa_table)
+from privaudit.release.artifact import FILES, MANIFEST, Release, load_release
+from privaudit.release.writer import TransitionWriter, write_sa_table
 
 __all__ = ["release_logs", "ReleaseOptions", "default_stationary", "STEP_RULE", "ReleaseInfo", "load_release",
            "Release", "local_log_path"]
@@ -221,7 +221,7 @@ class ReleaseOptions:
 
 
 def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None = None,
-                 delta: float | None = None, mechanism: str = "gaussian", stationary: bool = False,
+                 delta: float | None = None, mechanism: str | None = None, stationary: bool = False,
                  max_per_cell: int | None = None, out, ledger=None, seed: int | None = None,
                  options: ReleaseOptions | None = None) -> ReleaseInfo:
     """Release noisy visit, transition (and reward-sum) counts of tabular logs.
@@ -243,11 +243,13 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
     spec : DomainSpec, str or Path
         The public domain spec (or its file).
     rho : float, optional
-        zCDP budget (Gaussian).
+        zCDP budget (Gaussian); with ``delta``, reported as (epsilon, delta)-DP at that delta.
     epsilon, delta : float, optional
-        (epsilon, delta)-DP target (Gaussian: converted to rho), or pure
-        epsilon (Laplace, no delta).
-    mechanism : {"gaussian", "laplace"}
+        (epsilon, delta)-DP target (Gaussian: converted exactly to rho), or
+        pure epsilon (Laplace, no delta). The meaning of every entry point:
+        ``privacy.budget.resolve_budget``, docs/privacy.md "Budget flags".
+    mechanism : {"gaussian", "laplace"}, optional
+        Default: the family the budget names (Laplace for ``epsilon`` alone).
     stationary : bool
         Pool counts over h (shapes (S, A), (S, A, S); sensitivities change:
         ``privaudit.privacy.sensitivity``).

@@ -95,7 +95,7 @@ def test_user_mechanisms_explicit_pair_and_user_score(files):
 
 @pytest.mark.parametrize("extra, match", [
     (["--claim-rho", "1", "--claim-epsilon", "1", "--delta", "1e-5"], "exactly one claim"),
-    (["--claim-epsilon", "1"], "--delta"),
+    (["--claim-rho", "1", "--delta", "0"], "delta"),  # a rho claim needs a delta in (0, 1)
     (["--claim-rho", "-1"], "claim-rho"),
     (["--claim-rho", "1", "--mechanism", "dp-vapvi"], "features"),
     (["--claim-rho", "1", "--mechanism", "nofile.py:f"], "no such file"),

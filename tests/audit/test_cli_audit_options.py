@@ -84,7 +84,7 @@ def test_mechanism_epsilon_override_under_a_rho_claim_runs_and_keeps_the_claim(f
     res = _run(_base(files, "--claim-rho", "0.5", "--mechanism-epsilon", "60", "--claim-kind", "gaussian",
                        "--noise", "rounded"))
     assert res.exit_code == 3, res.output
-    assert "--mechanism-epsilon" in res.output and "gaussian noise at rho=" in res.output
+    assert "--mechanism-epsilon" in res.output and "gaussian noise at epsilon=60, delta=1e-6 => rho=" in res.output
     doc = load_report(files / "rep.json")
     assert doc["claim"]["rho"] == 0.5 and doc["verdict"] == "violation"
 

@@ -68,7 +68,7 @@ def test_logs_mode_text_output_states_level_and_guarantee(files):
     ("shape", 1, "has shape (5, 3); the MDP needs (3, 5, 2) or (5, 2)"),
     ("both", 2, "give exactly one of --mdp"),
     ("no-spec", 2, "--logs needs --spec"),
-    ("no-delta", 2, "give a budget"),
+    ("no-delta", 2, "Gaussian (zCDP) only"),
     ("logs", 1, "logs"),
 ])
 def test_bad_input_is_refused_with_one_line_and_nothing_charged(files, tmp_path, case, code, needle):

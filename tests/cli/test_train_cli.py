@@ -165,9 +165,9 @@ def test_dp_apvi_penalty_c2_is_recorded(world, tmp_path):
 
 def test_budgets_are_printed_as_every_command_prints_them(world):
     """``--epsilon 5 --delta 1e-6`` resolves to rho = 0.4630649901377737...; train printed it in full
-    (``rho=0.4630649901377737``) and dp-apvi's delta as ``1e-06``, where release prints ``fmt.num``
-    (6 significant digits, ``1e-6``)."""
-    from privaudit.core.formatting import num
+    (``rho=0.4630649901377737``) and dp-apvi's delta as ``1e-06``, where release prints
+    ``formatting.privacy_param`` (4 significant digits rounded up, ``1e-6``)."""
+    from privaudit.core.formatting import privacy_param as num
     from privaudit.privacy.budget import resolve_budget
     d = world["dir"]
     rho = resolve_budget(epsilon=5, delta=1e-6).rho
@@ -179,8 +179,8 @@ def test_budgets_are_printed_as_every_command_prints_them(world):
     pbb = run("train", d / "logs_pbb.parquet", "--spec", d / "spec_pbb.json", "--algo", "dp-pbb", "--epsilon", "5",
               "--delta", "1e-6", "--seed", "1", "--out", d / "p_pbb_fmt")
     assert pbb.exit_code == 0, pbb.output
-    assert f"rho={num(rho)})" in pbb.stderr and repr(rho) not in pbb.output and num(rho) == "0.463065"
+    assert f"rho={num(rho)})" in pbb.stderr and repr(rho) not in pbb.output and num(rho) == "0.4631"
     apvi = run("train", d / "logs.parquet", "--spec", d / "spec.json", "--algo", "dp-apvi", "--epsilon", "5",
                "--delta", "1e-6", "--seed", "1", "--out", d / "p_apvi_fmt")
     assert apvi.exit_code == 0, apvi.output
-    assert "(gaussian, epsilon=5, delta=1e-6" in apvi.stderr and "1e-06" not in apvi.stderr
+    assert "(gaussian noise, epsilon=5, delta=1e-6" in apvi.stderr and "1e-06" not in apvi.stderr

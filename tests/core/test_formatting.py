@@ -48,3 +48,26 @@ def test_bound_refuses_bad_arguments():
 
 def test_num_examples():
     assert num(1e-06) == "1e-6" and num(1.0000000000000002) == "1" and num(7.76614, 4) == "7.766"
+
+
+@pytest.mark.parametrize("x, want", [
+    (3.9999999999999343, "4"),            # float noise of a composed epsilon: rounded up, never shown
+    (7.766216625319529, "7.767"),         # epsilon of rho = 1 at delta 1e-6: up, so never below the stated one
+    (0.10825636382285353, "0.1083"),      # rho converted from (2, 1e-5)
+    (0.1, "0.1"), (0.5, "0.5"), (2.0, "2"),  # a float is read at its decimal (0.1 is not 0.1000000000000000055...)
+    (1e-06, "1e-6"), (1e-5, "1e-5"), (0.0, "0"), (1e-300, "1e-300"),
+])
+def test_privacy_param_four_digits_rounded_up(x, want):
+    from privaudit.core.formatting import privacy_param
+    assert privacy_param(x) == want
+    assert Fraction(want) >= Fraction(repr(x))  # never more optimistic than the stated figure
+
+
+def test_guarantee_text_is_the_one_form():
+    from privaudit.core.formatting import guarantee_text
+    assert guarantee_text({"definition": "zCDP", "rho": 1.0, "epsilon": 7.766216625319529, "delta": 1e-06}) \
+        == "rho=1 zCDP => (epsilon=7.767, delta=1e-6)-DP"
+    assert guarantee_text({"definition": "pure-DP", "rho": 2.0, "epsilon": 2.0, "delta": 0.0}) \
+        == "(epsilon=2, delta=0)-DP (pure; ledger charge rho=2)"
+    assert guarantee_text({"rho": None, "epsilon": 2.0, "delta": 0.0}, "JDP") == "(epsilon=2, delta=0)-JDP (pure)"
+    assert guarantee_text({"rho": None, "epsilon": 1.0, "delta": 1e-5}) == "(epsilon=1, delta=1e-5)-DP"  # a claim

@@ -123,7 +123,8 @@ def test_budget_split_of_four_decimal_shares_is_exact():
     b = resolve_budget(rho=1)
     with pytest.raises(UsageError, match="add up to 1"):
         b.split({"a": 0.5, "b": 0.6})
-    for bad in [dict(rho=-1), dict(rho=1, delta=1e-5), dict(epsilon=1), dict(epsilon=1, delta=1.5),
+    for bad in [dict(rho=-1), dict(epsilon=1, delta=1.5), dict(epsilon=1, mechanism="gaussian"),
+                dict(epsilon=1, families=("gaussian",)), dict(delta=1e-5), dict(rho=1, epsilon=1),
                 dict(rho=1, mechanism="laplace"), dict(epsilon=1, delta=1e-5, mechanism="laplace"),
                 dict(rho=1, mechanism="cauchy"), dict(rho=5e-324), dict(rho=1e-300),
                 dict(epsilon=1e-300, mechanism="laplace"), dict(epsilon=1e-6, mechanism="laplace")]:

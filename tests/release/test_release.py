@@ -256,8 +256,8 @@ def test_dense_domain_unvisited_cells_get_noise(data, tmp_path):
     assert (rel.visits[:, 7:9] != 0).mean() > 0.75  # 250 cells: P(fail) < 1e-6
     assert (t < 0).any()  # released before any clipping at 0
     pf = pq.ParquetFile(tmp_path / "r" / "transitions.parquet")
-    assert pf.num_row_groups == H and pf.metadata.num_rows == H * S * A * S
-    assert pf.schema_arrow.names == ["value"]  # format version 2: dense values, row-major (s, a, s') per row group
+    assert pf.num_row_groups == H and pf.metadata.num_rows == H * S * S  # format version 3: a row per (h, s, s')
+    assert pf.schema_arrow.names == ["h", "state", "next_state"] + [f"action_{a}" for a in range(A)]
     assert "visits(5, 30, 5)" in repr(rel) and str(int(rel.visits[0, 0, 0])) + "," not in repr(rel)
 
 
@@ -278,8 +278,8 @@ def test_reader_refuses_unknown_version_and_bad_manifest(data, tmp_path):
     out = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "r", seed=2).out
     mpath = out / "manifest.json"
     m = json.loads(mpath.read_text())
-    mpath.write_text(json.dumps({**m, "format_version": 3}))
-    with pytest.raises(ArtifactError, match="unknown release format version: format_version is 3"):
+    mpath.write_text(json.dumps({**m, "format_version": 4}))
+    with pytest.raises(ArtifactError, match="unknown release format version: format_version is 4"):
         load_release(out)
     bad = dict(m)
     del bad["guarantee"]
@@ -378,7 +378,7 @@ def _cli(*args):
 
 @pytest.mark.parametrize("extra,code", [
     (["--rho", "0"], 2), (["--rho", "-1"], 2), (["--rho", "nan"], 2),
-    (["--epsilon", "1"], 2),  # gaussian needs delta
+    (["--mechanism", "gaussian", "--epsilon", "1"], 2),  # gaussian needs delta (--epsilon alone: Laplace)
     (["--epsilon", "1", "--delta", "1.5"], 2),
     (["--rho", "1", "--epsilon", "1", "--delta", "1e-5"], 2),
     (["--mechanism", "laplace", "--rho", "1"], 2),

@@ -30,6 +30,7 @@ from privaudit.learners.tabular import pbb_noise as pbb_lib
 from privaudit.learners.tabular.dp_pbb import DPPBB, MAX_PER_CELL_DEFAULT
 from privaudit.learners.tabular.pbb_counts import capped_counts_from_frames
 from privaudit.privacy import accounting
+from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.privacy.events import ComposedEvent
 
 
@@ -177,7 +178,7 @@ class DPPBBMechanism(LibraryStatistics):
         if kind == "gaussian":
             raise UsageError(f"the GDP test is valid only for continuous Gaussian noise; {self.name} draws exact "
                              "discrete Gaussian noise: use the generic test.")
-        return Claim.from_event(self.plan.event, self.delta or 1e-5, kind=kind)
+        return Claim.from_event(self.plan.event, self.delta or DEFAULT_REPORT_DELTA, kind=kind)
 
     def view_event(self, plan=None) -> ComposedEvent:
         """The privacy event of what the statistics view outputs: the visits and starts leaves of the plan."""

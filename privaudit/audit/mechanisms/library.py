@@ -19,6 +19,7 @@ from privaudit.core.spec import DomainSpec
 from privaudit.data import counts
 from privaudit.data.bounding import bound_contributions
 from privaudit.privacy import budget as budget_mod
+from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.release.mechanism import TabularRelease
 
 #: Extra public cells per family added to the release view.
@@ -110,7 +111,7 @@ class LibraryStatistics:
         if kind == "gaussian" and not gdp_ok:
             raise UsageError(f"the GDP test is valid only for continuous Gaussian noise (rounded); this release "
                              f"uses {self.budget.mechanism} noise in {self.noise_mode!r} mode: use the generic test.")
-        return Claim.from_event(self.release.event, self.delta or 1e-5, kind=kind, bound=self.budget.amount,
+        return Claim.from_event(self.release.event, self.delta or DEFAULT_REPORT_DELTA, kind=kind, bound=self.budget.amount,
                                 stated=self.budget.stated)
 
     def declared_sensitivity(self) -> dict:

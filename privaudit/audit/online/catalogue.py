@@ -58,6 +58,7 @@ from privaudit.online.linear.ngo import NgoLSVIUCB
 from privaudit.online.linear.build import make_linear_agent
 from privaudit.online.linear.numerics import TIE_DECIMALS, bonus_table, psd_inverse
 from privaudit.online.tabular.pucb import PUCB
+from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.privacy.budget import resolve_budget
 
 
@@ -265,7 +266,8 @@ def entry_mechanism(entry: OnlineEntry, view: str | None = None, budget: dict | 
         def build(w, r):  # the add/remove calibration: Delta_1 = H per family, i.e. the scale of 2 eps
             return PUCB(w.n_states, w.n_actions, w.horizon, w.n_episodes, epsilon=2 * eps, rng=r)
     return ExplorerMechanism(entry.algo, epsilon=eps, rho=rho, view=view or entry.view, build=build,
-                             constants=constants, name=f"explore:{entry.name}")
+                             constants=constants, name=f"explore:{entry.name}",
+                             **({"delta": budget["delta"]} if "delta" in budget else {}))
 
 
 def audit_explorer(mech: ExplorerMechanism, d_world, dp_world, description: dict, *, claim: Claim,
@@ -370,7 +372,7 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
     claim_epsilon, claim_rho, delta, claim_kind
         The claim: PUCB (Laplace counters) takes ``claim_epsilon`` (delta
         default 0); the linear explorers ``claim_rho`` (compared at ``delta``,
-        default 1e-5) or ``claim_epsilon`` with ``delta`` > 0 (run at the
+        default :data:`~privaudit.privacy.accounting.DEFAULT_REPORT_DELTA`, as every command) or ``claim_epsilon`` with ``delta`` > 0 (run at the
         largest rho whose CKS conversion gives it). ``claim_kind="gaussian"``
         opts in to the GDP test (refused unless the noise is continuous Gaussian).
     explorer : ExplorerSetup, optional
@@ -417,7 +419,7 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
         if mechanism_epsilon is not None:
             raise UsageError(f"`mechanism_epsilon` with {algo}: it adds Gaussian noise; use `mechanism_rho`.")
         if claim_rho is not None:
-            claim = Claim.from_rho(claim_rho, 1e-5 if delta is None else delta, kind=claim_kind)
+            claim = Claim.from_rho(claim_rho, DEFAULT_REPORT_DELTA if delta is None else delta, kind=claim_kind)
             rho = claim_rho
         else:
             if not delta:
@@ -425,7 +427,8 @@ def explore_audit(algo: str, *, claim_epsilon: float | None, claim_rho: float | 
                                  "`claim_epsilon` with `delta` > 0, or `claim_rho`.")
             claim = Claim.from_epsilon(claim_epsilon, delta, kind=claim_kind)
             rho = resolve_budget(epsilon=claim_epsilon, delta=delta).rho
-        budget = {"rho": mechanism_rho if mechanism_rho is not None else rho}
+        # run at the claim's delta, as `privaudit explore --rho R --delta D` runs (Luyo's batch count reads it)
+        budget = {"rho": mechanism_rho if mechanism_rho is not None else rho, "delta": claim.delta}
     d, dp, desc = streams.world_pair()
     mech = entry_mechanism(entry, explorer.view, budget, explorer.constants)
     desc["explorer_budget"] = budget

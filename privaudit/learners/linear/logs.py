@@ -9,7 +9,6 @@ The feature map comes from the spec (``features``), never from the data.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
+from privaudit.privacy.noise import GAUSSIAN
 from privaudit.privacy.events import PrivacyUnit
 from privaudit.core.spec import DomainSpec
 
@@ -250,7 +250,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, budget: BudgetRequest 
         raise UsageError("`budget` must be a resolved Gaussian Budget (or a BudgetRequest).")
     if private:
         if not isinstance(budget, Budget):  # as given: always Gaussian (zCDP)
-            budget = replace(budget or BudgetRequest(), mechanism="gaussian").resolve()
+            budget = (budget or BudgetRequest()).resolve(families=(GAUSSIAN.name,))  # zCDP only
         params["k"] = spec.max_episodes_per_unit
     elif ctx.ledger is not None:
         raise UsageError(f"`algo` {algo} is not private: it spends no budget, so `ledger` does not apply.")

@@ -63,6 +63,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from privaudit.core.artifact import Guarantee
+from privaudit.core.envelope import envelope
 from privaudit.core.errors import UsageError
 from privaudit.learners.linear.data import REWARD_BITS
 from privaudit.privacy.fixed_point import discrete_gaussian_batch, to_grid_nearest, to_grid_toward_zero
@@ -450,7 +452,7 @@ def privacy_event(scales: DPVAPVINoiseScales, unit: PrivacyUnit) -> ComposedEven
     return ComposedEvent((SelfComposedEvent(step, int(scales.H)),), label="dp-vapvi")
 
 
-def guarantee(event, budget: Budget, spec, rng_mode: str) -> dict:
+def guarantee(event, budget: Budget, spec, rng_mode: str) -> Guarantee:
     """The policy manifest's privacy guarantee for a DP-VAPVI run (zCDP, exact): ``budget.guarantee(event)``.
 
     Parameters
@@ -466,11 +468,14 @@ def guarantee(event, budget: Budget, spec, rng_mode: str) -> dict:
 
     Returns
     -------
-    dict
-        The accountant's guarantee (definition, rho, epsilon, delta,
-        conversion, epsilon_simple, requested, ledger_charge_rho) plus
-        mechanism, neighbouring, privacy_unit, max_episodes_per_unit,
-        released_object, grid (:func:`grid`), rng and the event.
+    Guarantee
+        The envelope (``privaudit.core.envelope.envelope``): the accountant's statement
+        (definition, rho, epsilon, delta, conversion, epsilon_simple,
+        requested, ledger_charge_rho), no sampler (null), mechanism
+        ``gaussian``, noise ``exact``, neighbouring, privacy_unit {column,
+        max_episodes k}, rng, the event, and under ``details`` the mechanism
+        in words (``description``, :func:`mechanism_text`),
+        ``released_object`` and ``grid`` (:func:`grid`).
 
     Notes
     -----
@@ -479,15 +484,10 @@ def guarantee(event, budget: Budget, spec, rng_mode: str) -> dict:
     an exact rational (``lattice_variances``); CKS 2020 Thm 14 gives each
     release rho_0 = Delta^2 / (2 sigma^2) and the 5H releases compose to rho.
     """
-    H = spec.horizon
-    return {
-        **budget.guarantee(event),
-        "mechanism": mechanism_text(H, budget.shown),
-        "neighbouring": Neighbouring.SUBSTITUTION.description,
-        "privacy_unit": spec.unit_column or "episode_id",
-        "max_episodes_per_unit": spec.max_episodes_per_unit,
-        "released_object": "the policy (greedy table, w_h, Lambda_h^-1); the noisy statistics are not output",
-        "grid": grid(),
-        "rng": rng_mode,
-        "event": event.to_dict(),
-    }
+    details = {"description": mechanism_text(spec.horizon, budget.shown),
+               "released_object": "the policy (greedy table, w_h, Lambda_h^-1); the noisy statistics are not output",
+               "grid": grid()}
+    return envelope(budget.guarantee(event), mechanism="gaussian", noise="exact",
+                    neighbouring=Neighbouring.SUBSTITUTION.description,
+                    unit={"column": spec.unit_column or "episode_id", "max_episodes": spec.max_episodes_per_unit},
+                    rng=rng_mode, event=event.to_dict(), details=details)

@@ -81,10 +81,7 @@ def release_privacy(manifest: ReleaseManifest, release_path: str | None = None) 
     ``seeded-insecure``: the guarantee is kept for reference but does not
     hold against anyone who knows the seed.
     """
-    g = dict(manifest.guarantee)
-    g.update({"mechanism": manifest.mechanism, "noise": manifest.noise, "neighbouring": manifest.neighbouring,
-              "privacy_unit": manifest.privacy_unit.to_dict(),
-              "rng": manifest.rng})
+    g = manifest.envelope()
     note = (None if manifest.private  # else the release's noise is reproducible from a seed
             else "seeded noise (rng seeded-insecure): not private against anyone who knows the seed")
     return PolicyPrivacy(manifest.private, g, None if release_path is None else str(release_path), note)

@@ -30,9 +30,9 @@ from typing import Sequence
 
 import numpy as np
 
+from privaudit.core.envelope import envelope
 from privaudit.core.errors import UsageError
 from privaudit.core.outputs import new_run_id
-from privaudit.core.formatting import num
 from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.learners.tabular.base import TabularLearnerBase, greedy_with_ties, known_reward
 from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound, stitched_log
@@ -46,7 +46,8 @@ from privaudit.learners.policy import Policy
 from privaudit.learners.policy_manifest import PolicyPrivacy
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy import samplers
-from privaudit.privacy.budget import Budget, resolve_budget
+from privaudit.privacy.budget import Budget, accepted_budgets, resolve_budget
+from privaudit.privacy.noise import GAUSSIAN
 from privaudit.privacy.events import ComposedEvent, Neighbouring
 
 __all__ = ["DPPBB", "PBBRun", "MAX_PER_CELL_DEFAULT", "SELECTION_DEFAULT", "N_BACKUPS_DEFAULT"]
@@ -275,11 +276,11 @@ class DPPBB(TabularLearnerBase):
         self.V_select_ = V_sel
         self.E_, self.iota_ = 0.0, L
         if plan.private:
-            g = {**self.guarantee_, "mechanism": "gaussian", "noise": "exact",
-                 "neighbouring": Neighbouring.SUBSTITUTION.description,
-                 "privacy_unit": {"column": plan.unit.column, "max_episodes": plan.unit.k},
-                 "rng": "seeded-insecure" if seeded else "secure", "event": self.event_.to_dict(),
-                 "sampler": samplers.noise_statement("exact", paths=paths)}
+            g = envelope(self.guarantee_, mechanism="gaussian", noise="exact",
+                         neighbouring=Neighbouring.SUBSTITUTION.description,
+                         unit={"column": plan.unit.column, "max_episodes": plan.unit.k},
+                         rng="seeded-insecure" if seeded else "secure", event=self.event_.to_dict(),
+                         sampler=samplers.noise_statement("exact", paths=paths))
             privacy = PolicyPrivacy(not seeded, g, note=(
                 "seeded noise: not private against anyone who knows the seed" if seeded else None))
         else:
@@ -405,14 +406,11 @@ class DPPBB(TabularLearnerBase):
             (``privaudit.data.repairs``), before any noise is drawn.
         """
         ctx = context or RunContext()
-        if isinstance(budget, BudgetRequest) and budget.mechanism != "gaussian":
-            raise UsageError(f"{cls.algorithm} is Gaussian / zCDP only: give `rho`, or `epsilon` with `delta` "
-                             "(not `mechanism` laplace).")
         if budget is None or (isinstance(budget, BudgetRequest) and not budget.given):
-            raise UsageError(f"{cls.algorithm} releases private Bellman backups: give a budget (`rho`, or `epsilon` "
-                             "with `delta`).")
+            raise UsageError(f"{cls.algorithm} releases private Bellman backups: give a budget: "
+                             f"{accepted_budgets((GAUSSIAN.name,))}.")
         if isinstance(budget, BudgetRequest):
-            budget = budget.resolve()
+            budget = budget.resolve(families=(GAUSSIAN.name,))  # zCDP only: `epsilon` alone is refused
         learner, plan, c = cls.plan_for(spec, budget, stationary=stationary, params=params,
                                         max_per_cell=max_per_cell)
         reward = spec.public_reward_scaled()
@@ -427,7 +425,7 @@ class DPPBB(TabularLearnerBase):
         prepared.check_spec(spec)
         counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
         ctx.say(f"{cls.algorithm}: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
-                f"{'(s, a)' if stationary else '(h, s, a)'} cell, rho={num(budget.shown)}): "
+                f"{'(s, a)' if stationary else '(h, s, a)'} cell, {budget.text}): "
                 "this spends privacy budget.")
         learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,
                     return_bound=rb, budget=budget, spec_hash=spec.hash(), rng=np.random.default_rng(seed),

@@ -126,8 +126,9 @@ def test_policy_artifact_round_trip_and_train_from_logs(tmp_path):
     np.testing.assert_array_equal(dp.extras["w"], dp2.extras["w"])  # --seed reproduces (tests only)
     g = dp.privacy.guarantee
     assert g["epsilon"] <= 5.0 and g["delta"] == 1e-6 and g["rng"] == "seeded-insecure"
-    assert "5H = 100 discrete Gaussian releases" in g["mechanism"] and "substitution" in g["neighbouring"]
-    assert g["grid"]["statistics"] == {"gram": "2^-24", "v2": "2^-20", "v": "2^-20", "weighted_gram": "2^-36",
+    assert (g["mechanism"], g["noise"]) == ("gaussian", "exact") and "substitution" in g["neighbouring"]
+    assert "5H = 100 discrete Gaussian releases" in g["details"]["description"]
+    assert g["details"]["grid"]["statistics"] == {"gram": "2^-24", "v2": "2^-20", "v": "2^-20", "weighted_gram": "2^-36",
                                        "r_plus_v": "2^-32"}
     save_policy(dp, tmp_path / "pol")
     back = load_policy(tmp_path / "pol")
@@ -154,7 +155,7 @@ def test_spec_k_scales_noise(tmp_path):
     df = simulate(MDP, behaviour_policy(), 20, np.random.default_rng(4))
     write_logs(df, tmp_path / "logs.parquet")
     pol = train_from_logs(tmp_path / "logs.parquet", spec, "dp-vapvi", budget=BudgetRequest(rho=1.0), seed=0)
-    assert pol.parameters["k"] == 2 and pol.privacy.guarantee["max_episodes_per_unit"] == 2
+    assert pol.parameters["k"] == 2 and pol.privacy.guarantee["privacy_unit"]["max_episodes"] == 2
 
 
 def test_cli_simulate_train_evaluate(tmp_path):
