@@ -18,6 +18,7 @@ from privaudit.core.jsonio import json_default
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.privacy.ledger import charges_by_this_process
 from privaudit.core.progress import progress_enabled
+from privaudit.data.repairs import MAX_REPAIR_SHARE_DEFAULT
 
 
 def as_flags(message: str) -> str:
@@ -155,6 +156,22 @@ def engine_options(fn: Callable) -> Callable:
                         help="Who validates, bounds and counts for the release: polars on this machine, or Apache "
                              "Spark (pip install 'privaudit[spark]'; LOGS may then be any path Spark reads). The "
                              "noise is added here either way: same release.")(fn)
+
+
+def repair_options(fn: Callable) -> Callable:
+    """``--max-repair-share`` and ``--accept-repairs`` for a command that bounds and spends
+    (``release``, ``train``, ``pipeline``): the data holder's stop before spending
+    (``privaudit.data.repairs.RepairLimit``)."""
+    fn = click.option("--accept-repairs", is_flag=True,
+                      help="Go on even when contribution bounding changes more than --max-repair-share of the "
+                           "logs (the repairs are still printed and written to the private log).")(fn)
+    return click.option("--max-repair-share", type=click.FloatRange(0, 1), default=MAX_REPAIR_SHARE_DEFAULT,
+                        show_default=True,
+                        help="Stop before spending anything (exit 1, nothing written or charged) when "
+                             "contribution bounding clips or drops a larger share of the logs: rewards clipped "
+                             "into reward_range, steps beyond H, episodes above k, returns above return_bound "
+                             "(a sign of a wrong declaration in the spec). A decision on private counts, "
+                             "on this machine: recorded in no shareable output.")(fn)
 
 
 #: The master URLs Spark itself parses (SparkContext.createTaskScheduler); anything else makes its JVM exit

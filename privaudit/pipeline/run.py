@@ -149,7 +149,8 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     ``spec`` and the keyword ``options`` (its fields: ``rho`` or ``epsilon``
     and ``delta``, ``out`` (required), ``mdp``, ``instance_seed``, ``seed``,
     ``stationary``, ``audit_trials``, ``linear_share``, ``value_share``,
-    ``overwrite``, ``ledger``, ``progress``, ``engine``, ``spark``; documented
+    ``overwrite``, ``ledger``, ``progress``, ``engine``, ``spark``,
+    ``hold_out``, ``max_repair_share``, ``accept_repairs``; documented
     there) and runs it with :func:`run_pipeline_config`.
 
     Parameters
@@ -214,6 +215,10 @@ def run_pipeline_config(config: PipelineConfig, *, echo: Callable[[str], None] |
     LogReadError, ValidationFailed
         Unreadable logs, or logs breaking rules that bounding cannot repair
         (the message lists the located errors); nothing is written.
+    RepairsRefused
+        Contribution bounding would change more of the logs than
+        ``max_repair_share`` allows and ``accept_repairs`` is False: nothing
+        is spent, charged or written (a ValidationFailed, exit 1).
     EngineError
         With ``engine="spark"``: Spark itself failed (no JVM, a failed job,
         out of memory); nothing is written or charged.
@@ -230,7 +235,7 @@ def run_pipeline_config(config: PipelineConfig, *, echo: Callable[[str], None] |
         return _run_locked(config, echo or (lambda s: None))
 
 
-def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPlan, str | None]:
+def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
     """Everything decided before any row is read: spec, budget split, MDP, stationarity, every part's plan.
 
     Loads the spec, checks the config against it, resolves and splits the
@@ -239,7 +244,8 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     the MDP, plans every part's noise and event and checks the ledger's
     remaining budget: a refusal leaves the ledger untouched and nothing written.
 
-    Returns the plan and the default-stationarity note to tell once the logs pass (or None).
+    Returns the plan (its ``skipped`` learners are said once the logs pass) and the default-stationarity note
+    to tell then too (or None).
 
     Raises
     ------
@@ -266,9 +272,13 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     pbb_share = 0.0 if config.engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
                                                                   linear_share=linear_share, value_share=value_share,
                                                                   learners=learners)
+    skipped = {}  # learners the run does not train, and why (said once the logs pass, and in the summary)
     if config.engine == "spark" and spec.public_reward is not None:
-        say("engine spark: DP-PBB is not trained (it reads the logs with polars); the budget goes to the "
-            "release, and DP-APVI learns from it.")
+        skipped["dp-pbb"] = ("engine spark: DP-PBB reads the logs with polars; its share goes to the release, and "
+                             "DP-APVI learns from it")
+    elif spec.public_reward is None:
+        skipped["dp-pbb"] = ("the spec declares no public reward ($.public_reward): DP-PBB backs up r(s') + V(s') "
+                             "with a known r; its share goes to the release, and DP-APVI learns from it")
     shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share,
                            learners=learners)
     parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share,
@@ -304,7 +314,7 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
                                     (check_split(budget, to_charge) if to_charge else 0) + held)
     return RunPlan(spec=spec, logs=logs, mdp=the_mdp, mdp_name=None if mdp is None else str(mdp),
                    stationary=stationary, budget=budget, parts=parts, shares=shares, parts_plan=parts_plan,
-                   seeds=seeds, fingerprint=fingerprint, resume_from=stopped), said
+                   seeds=seeds, skipped=skipped, fingerprint=fingerprint, resume_from=stopped), said
 
 
 def _same_run(stopped: resume.Checkpoint, fingerprint: dict, ledger) -> bool:
@@ -329,18 +339,28 @@ def _check_feature_map(spec: DomainSpec) -> None:
         feature_map_from_spec(spec)
 
 
-def validate(config: PipelineConfig, plan: RunPlan):
+def validate(config: PipelineConfig, plan: RunPlan, say: Callable[[str], None]):
     """The validate stage: the logs validated and bounded once (polars), before any folder exists.
 
+    Says what bounding changed (private counts and shares, for the data holder)
+    and stops when it changed more than ``config.max_repair_share`` allows
+    (``data.repairs.check_repairs``), before anything is spent or written.
     With Spark, returns the logs as given: Spark validates, bounds and counts
-    them in the release stage (inside the temporary folder, removed if it fails).
+    them in the release stage (inside the temporary folder, removed if it
+    fails), which applies the same limit before any noise is drawn.
 
     Raises
     ------
     LogReadError, ValidationFailed
         Unreadable logs, or rules that bounding cannot repair.
+    RepairsRefused
+        Bounding changes too much of the logs (and ``accept_repairs`` is False).
     """
-    return prepare_logs(plan.logs, plan.spec) if config.engine == "polars" else plan.logs
+    if config.engine != "polars":
+        return plan.logs
+    prepared = prepare_logs(plan.logs, plan.spec, repairs=config.repair_limit)
+    say(prepared.bounding.summary())
+    return prepared
 
 
 def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
@@ -352,7 +372,7 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
     """
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    plan, said = plan_run(config, say)
+    plan, said = plan_run(config)
     out = Path(config.out)
     stopped = plan.resume_from
     if stopped is not None:
@@ -366,11 +386,13 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
     try:
         bar.stage("validate")
         t = time.perf_counter()
-        prepared = validate(config, plan)
+        prepared = validate(config, plan, say)
         timings["validate"] = time.perf_counter() - t
         bar.done()
         if said is not None:  # after the inputs are validated: not in front of an unrelated error
             say(said)
+        for name, why in plan.skipped.items():
+            say(f"{name} is not trained: {why}.")
         with atomic_dir(out, overwrite=True) as tmp:
             held_out = None
             if config.hold_out:  # every stage but `certify` sees the training part only

@@ -72,6 +72,8 @@ class RunPlan:
         Every part's planned noise and event (``plans.plan_parts``), checked against its share.
     seeds : list of int or None
         Child seeds: release, DP-VAPVI, audit, behaviour value, DP-PBB (None: OS entropy).
+    skipped : dict[str, str]
+        Learners the run does not train, and why (public reasons: the spec, the engine).
     fingerprint : dict
         The run's inputs, hashed (``resume.fingerprint``): kept if the run stops after a charge.
     resume_from : resume.Checkpoint or None
@@ -88,6 +90,7 @@ class RunPlan:
     shares: dict
     parts_plan: PartsPlan
     seeds: list
+    skipped: dict = field(default_factory=dict)
     fingerprint: dict = field(default_factory=dict)
     resume_from: Checkpoint | None = None
 
@@ -161,8 +164,10 @@ def release(config: PipelineConfig, state: RunState) -> None:
         state.local = plan.resume_from.local
     else:
         info = release_logs(state.prepared, plan.spec, stationary=plan.stationary, out=state.tmp / "release",
-                            seed=plan.seeds[0], options=ReleaseOptions(budget=plan.parts["release"], noise="exact",
-                                                                       engine=config.engine, spark=config.spark))
+                            seed=plan.seeds[0], options=ReleaseOptions(
+                                budget=plan.parts["release"], noise="exact", engine=config.engine,
+                                spark=config.spark, repairs=config.repair_limit,  # Spark: checked before its noise
+                                echo=state.say if config.engine == "spark" else None))
         state.local = json.loads(info.local_log.read_text())
         info.local_log.unlink()  # folded into private/local-log.json
         state.manifest = info.manifest
@@ -322,7 +327,7 @@ def report(config: PipelineConfig, state: RunState) -> None:
         evaluation=evaluation, audit=state.audit, stationary=plan.stationary, seeded=config.seed is not None,
         values=rep.ValueFacts(diagnostics=diagnostics, certified=certified, behaviour=behaviour,
                               start_distribution=start, figure_drawn=draw),
-        config=config.public())
+        config=config.public(), skipped=plan.skipped)
     if state.certification is not None:  # pipeline.certify (hold_out)
         summary["held_out_certification"] = state.certification
     rep.write_summary(summary, tmp / "summary.json")
@@ -336,6 +341,8 @@ def report(config: PipelineConfig, state: RunState) -> None:
         "engine": config.engine,
         "validation": "passed every rule that contribution bounding cannot repair",
         "bounding": state.local.get("bounding"),
+        # the data holder's stop/go on the repairs' shares: private, never in summary.json
+        "repair_limit": {"max_share": config.max_repair_share, "accepted": config.accept_repairs},
     }
 
 

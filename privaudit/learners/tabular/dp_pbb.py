@@ -412,6 +412,9 @@ class DPPBB(TabularLearnerBase):
             No budget, a Laplace request, no public reward, bad parameters.
         BudgetExceededError
             The ledger's remaining budget is below rho (before any row is read).
+        RepairsRefused
+            Logs given as a path whose bounding changes more than ``context.repairs`` allows
+            (``privaudit.data.repairs``), before any noise is drawn.
         """
         ctx = context or RunContext()
         if budget is None or (isinstance(budget, BudgetRequest) and not budget.given):
@@ -425,7 +428,11 @@ class DPPBB(TabularLearnerBase):
         rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
         if ctx.ledger is not None:  # before any row is read or noise drawn
             ledger_mod.check_event(Path(ctx.ledger), spec.dataset_id, plan.event, budget)
-        prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
+        if isinstance(logs, PreparedLogs):
+            prepared = logs
+        else:  # validated, bounded and checked against the data holder's repair limit here
+            prepared = prepare_logs(logs, spec, repairs=ctx.repairs)
+            ctx.say(prepared.bounding.summary())
         prepared.check_spec(spec)
         counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
         ctx.say(f"{cls.algorithm}: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
