@@ -244,11 +244,13 @@ def _reward_not_public(spec: DomainSpec, state_usable: bool) -> tuple:
     reward function).
     """
     c, S = pl.col, spec.n_states
-    keys, vals = public_reward_table(spec)
     tol = spec.public_reward_tolerance()
     r = c("reward").cast(pl.Float64)
     ns = c("next_state")
-    pub = ns.cast(pl.Int64, strict=False).replace_strict(keys, vals, default=0.0, return_dtype=pl.Float64)
+    # r(next_state): a gather from r of shape (S,) at next_state clipped into [0, S - 1] (rows outside are
+    # not checked), evaluated batch by batch. replace_strict over the declared states is not streamed: it
+    # held the whole column and made validation's peak grow with the rows (issue 33, docs/benchmarks.md).
+    pub = pl.lit(pl.Series("r", spec.public_reward_vector(), dtype=pl.Float64)).gather(ns.clip(0, S - 1))
     checked = r.is_finite() & (ns >= 0) & (ns < S)
     if spec.terminal_states and state_usable:
         checked = checked & ~c("state").is_in(list(spec.terminal_states)).fill_null(False)
