@@ -455,11 +455,17 @@ def _return_rules(log: OpenLog, spec: DomainSpec) -> dict[str, pl.DataFrame]:
     r = c("reward").cast(pl.Float64)
     rows = (log.frame.filter((c("step") < H) & r.is_finite())
             .select(ROW, "episode_id", "step", r.clip(r_lo, r_hi).alias("_r")))
+    # plain sums per episode, and only the episodes that break a bound leave the streaming group-by (its
+    # state is two floats per episode); the last step of those below G_min is found on their rows only
     per_ep = (rows.group_by("episode_id")
-              .agg(c("_r").sum().alias("_G"), c("_r").clip(lower_bound=0.0).sum().alias("_P"),
-                   c(ROW).sort_by("step").last().alias(ROW), c("step").max().alias("step"))
+              .agg(c("_r").sum().alias("_G"), c("_r").clip(lower_bound=0.0).sum().alias("_P"))
+              .filter((c("_G") < g_lo) | (c("_P") > g_hi))
               .collect(engine="streaming"))
-    below = (per_ep.filter(c("_G") < g_lo)
+    low = per_ep.filter(c("_G") < g_lo).select("episode_id", "_G")
+    last = ((rows.join(low.lazy(), on="episode_id", how="semi") if low.height else rows.head(0))
+            .group_by("episode_id").agg(c(ROW).sort_by("step").last().alias(ROW), c("step").max().alias("step"))
+            .collect(engine="streaming"))
+    below = (low.join(last, on="episode_id")
              .select(ROW, "episode_id", "step", pl.lit("reward").alias("column"),
                      pl.format(f"the episode's return {{}} is below return_bound G_min={g_lo}", c("_G")).alias("detail")))
     suspects = per_ep.filter(c("_P") > g_hi).select("episode_id")
