@@ -126,7 +126,8 @@ def test_pipeline_goes_on_when_told_and_keeps_the_decision_private(export):
     assert "**`dp-pbb` was not trained:**" in (out / "report.md").read_text()
     # item 6: a sampling part clipped to 0 under the noise is said, not printed as "sampling 0.0000"
     b = summary["behaviour_value"]
-    assert b["sampling_sd"] > 0 and f"sampling {b['sampling_sd']:.4f}" in render_markdown(summary)
+    b["sampling_sd"] = 0.0123  # the run's own value is noisy (OS entropy) and may itself be clipped to 0
+    assert "sampling 0.0123" in render_markdown(summary)
     b["sampling_sd"] = 0.0  # what estimate_behaviour_value returns when the noisy residual sum is clipped
     text = render_markdown(summary)
     assert "sampling 0.0000" not in text and "the sampling part could not be estimated" in text
