@@ -330,7 +330,7 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
         with atomic_dir(out, overwrite=True) as tmp:
             held_out = None
             if config.hold_out:  # every stage but `certify` sees the training part only
-                prepared, held_out = split_held_out(prepared)
+                prepared, held_out = split_held_out(prepared, config.hold_out_fraction)
             state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, run_id=new_run_id(), say=say,
                              held_out=held_out)
             for name, stage in STAGES_AFTER_VALIDATION:

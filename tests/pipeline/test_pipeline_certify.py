@@ -70,3 +70,24 @@ def test_pipeline_hold_out_certifies_each_policy_and_charges_the_ledger(files, t
     assert "**Held-out certification**" in (tmp_path / "o" / "report.md").read_text()
     entries = ledger_status(ledger)["entries"]
     assert sum("held-out certification" in e.get("description", "") for e in entries) == len(held["policies"])
+
+
+def test_pipeline_hold_out_fraction_from_the_cli(files, tmp_path):
+    """--hold-out-fraction 0.3: 30% of the units certify, with m from the coverage rule (not the default)."""
+    res = run("pipeline", files / "logs.parquet", "--spec", files / "spec.json", "--rho", 2, "--out",
+              tmp_path / "o", "--hold-out", "--hold-out-fraction", 0.3, "--audit-trials", 0, "--mdp",
+              files / "mdp.npz", "--seed", 3)
+    assert res.exit_code == 0, res.output
+    held = json.loads((tmp_path / "o" / "summary.json").read_text())["held_out_certification"]
+    assert held["hold_out_fraction"] == 0.3 and "< 0.3 * 2^32" in held["split"]
+    assert held["policies"] and all(c["coverage"] != 10_000.0 for c in held["policies"].values())
+
+
+@pytest.mark.parametrize("extra, said", [(["--hold-out", "--hold-out-fraction", "1.2"],
+                                          "held-out fraction must lie strictly between 0 and 1"),
+                                         (["--hold-out-fraction", "0.3"], "`--hold-out-fraction` needs `--hold-out`")])
+def test_pipeline_bad_hold_out_fraction_is_one_line_and_writes_nothing(files, tmp_path, extra, said):
+    res = run("pipeline", files / "logs.parquet", "--spec", files / "spec.json", "--rho", 2, "--out",
+              tmp_path / "o", "--audit-trials", 0, *extra)
+    assert res.exit_code != 0 and said in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "o").exists()
