@@ -6,12 +6,14 @@ Before issue 28 the pipeline had no held-out certification and no rule for claim
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
 from privaudit.core.spec import load_spec
 from privaudit.data.prepare import prepare_logs
-from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, improvement_certified, split_held_out)
+from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, held_out_units_estimate, improvement_certified,
+                                       split_held_out)
 from privaudit.privacy.ledger import ledger_status
 from tests.cli.test_evaluate_logs_cli import run
 
@@ -91,3 +93,11 @@ def test_pipeline_bad_hold_out_fraction_is_one_line_and_writes_nothing(files, tm
               tmp_path / "o", "--audit-trials", 0, *extra)
     assert res.exit_code != 0 and said in res.output and "Traceback" not in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_held_out_units_estimate_scales_the_training_count():
+    """N'/k training units at least; times f/(1-f) held out; None without the clinicians' release."""
+    stats = SimpleNamespace(episodes=14_000.0, max_episodes=2)
+    assert held_out_units_estimate(stats, 0.3) == pytest.approx(7_000 * 0.3 / 0.7)
+    assert held_out_units_estimate(SimpleNamespace(episodes=-5.0, max_episodes=1), 0.5) == 0.0
+    assert held_out_units_estimate(None, 0.5) is None
