@@ -2,15 +2,17 @@
 
 Reproduce::
 
-    python experiments/certify_icu.py --sizes 200000 1000000 --epsilons 1 5
+    python experiments/certify_icu.py --sizes 200000 1000000 --epsilons 1 5 --hold-outs 0.5 0.3 \
+        --failure-probs 0.05 1e-6 --seed 2029 --out experiments/results/certify_icu_rule_seed2029.json
 
 Protocol
 --------
 * Logs: ``n`` stays simulated with the clinicians' policy (``mdp.simulate``),
   one stay per privacy unit, written to Parquet and prepared (validated,
   bounded) once.
-* Split: units by ``ope.split.unit_part`` (a public hash of the unit id):
-  part 0 trains, part 1 (held out, about n/2 units) certifies.
+* Split: units by ``ope.split.unit_part`` (a public hash of the unit id and
+  the public fraction f, ``--hold-outs``): part 0 trains, part 1 (held out,
+  about f n units) certifies.
 * At each (epsilon, delta = 1e-6): DP-PBB (pooled counts, its defaults;
   ``--failure-probs`` adds more pessimistic alternatives, each its own run)
   trained on part 0 with the whole budget; on part 1, 3/4 of the budget to
@@ -18,9 +20,11 @@ Protocol
   1/4 to the clinicians' DP value interval (``release.behaviour_value``).
   The parts hold disjoint units, so the run is (epsilon, delta)-DP by
   parallel composition (docs/certificates.md, "Held-out certification").
-* The coverage scale m is reported over a grid; the certificate is valid for
-  an m fixed before looking at the data (a grid with a union bound would
-  cost log(grid size) in the width).
+* The coverage scale m: ``ope.evaluate.coverage_rule`` from the evaluation's
+  budget and the clinicians' DP episode count of part 1 (k = 1, released
+  before the evaluation reads a stay); ``--coverages`` adds fixed values of
+  m for comparison (a choice among them after the fact would be a
+  selection).
 * The true values come from the MDP (exact backward induction).
 
 Writes ``experiments/results/certify_icu.json`` and prints a markdown table.
