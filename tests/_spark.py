@@ -131,7 +131,7 @@ class QuietCliRelease:
         self.out = folder / "spark"
         self.args = [sys.executable, "-c", "from privaudit.cli import main; main()", "release", str(self.logs),
                      "--spec", str(spec_file), "--rho", "1", "--seed", "5", "--stationary", "--out", str(self.out),
-                     "--engine", "spark", "--master", "local[1]"]
+                     "--engine", "spark", "--master", "local[1]", "--accept-repairs"]  # heavy repairs on purpose
         env = {**os.environ, "SPARK_SUBMIT_OPTS": TEST_JVM_OPTIONS, "SPARK_LOCAL_IP": "127.0.0.1"}
         with open(folder / "stdout", "w") as out, open(folder / "stderr", "w") as err:
             self.proc = subprocess.Popen(self.args, cwd=REPO, stdout=out, stderr=err, stdin=subprocess.DEVNULL,

@@ -43,6 +43,16 @@ def is_batched(fn: Callable) -> bool:
     return "n_runs" in params
 
 
+#: The optional hooks of this module's docstring. A ``FILE.py:NAME`` mechanism (:class:`FileFunction`)
+#: is called as ``fn(logs, rng)`` only: its hooks are not used (the CLI warns: :func:`hooks_of`).
+HOOKS = ("make_pair", "prepare", "exact_statistics", "declared_sensitivity", "noise", "attack_scores")
+
+
+def hooks_of(obj) -> list[str]:
+    """The hooks of :data:`HOOKS` that ``obj`` defines (callable attributes), in that order."""
+    return [h for h in HOOKS if callable(getattr(obj, h, None))]
+
+
 #: How privaudit calls user code, per role (shown when a call fails).
 USER_SIGNATURES = {
     "mechanism": "fn(logs: polars.DataFrame, rng: numpy.random.Generator[, n_runs: int]) -> ndarray "

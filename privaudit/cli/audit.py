@@ -10,7 +10,7 @@ from privaudit.cli.registry_help import LiveHelpCommand, LiveHelpOption, joined,
 from privaudit.core import registry
 from privaudit.audit import Claim, load_pair, run_audit
 from privaudit.audit.mechanisms.registry import ADAPTERS
-from privaudit.audit.protocol import FileFunction
+from privaudit.audit.protocol import FileFunction, hooks_of
 from privaudit.audit.online.catalogue import explore_audit
 from privaudit.audit.online.jdp import ExplorerSetup
 from privaudit.audit.online.streams import StreamSetup
@@ -364,6 +364,13 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                              "own noise and budget. Remove the option(s).")
         mech = FileFunction(mechanism, role="mechanism")
         name = mechanism
+        ignored = hooks_of(mech.load())
+        if ignored:  # said, not silently dropped: the gray-box check in particular does not run
+            click.echo(f"warning: {mechanism} defines the hook(s) {', '.join(ignored)}, which the CLI does not use: "
+                       "it calls your mechanism as fn(logs, rng) only, so "
+                       + ("no gray-box sensitivity check runs and " if "exact_statistics" in ignored else "")
+                       + "the verdict rests on the noisy runs alone. To use the hooks, pass the object itself "
+                       "to privaudit.audit.run_audit from Python (docs/audit.md).", err=True)
     score_fns = [("user:" + s.rpartition(":")[2], FileFunction(s, role="score")) for s in scores]
     if pair is not None:
         p = load_pair(*pair, spec=spec)

@@ -13,10 +13,12 @@ import click
 
 from privaudit.core.errors import PrivauditError, Terminated
 from privaudit.core.formatting import privacy_param
+from privaudit.core.outputs import kept_incomplete
 from privaudit.core.jsonio import json_default
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.privacy.ledger import charges_by_this_process
 from privaudit.core.progress import progress_enabled
+from privaudit.data.repairs import MAX_REPAIR_SHARE_DEFAULT
 
 
 def as_flags(message: str) -> str:
@@ -54,8 +56,10 @@ def handle_errors(fn: Callable) -> Callable:
         def fail(message: str, code: int):
             click.echo(message, err=True)
             for path, e in charges_by_this_process(mark):
+                retry = ("its output is kept, marked incomplete: the same command again reuses it without charging"
+                         if kept_incomplete(e.get("output"), e.get("run")) else "a retry spends it again")
                 click.echo(f"note: the budget ledger {path} was charged before this stopped, and that budget "
-                           f"stays spent (a retry spends it again): entry #{e['seq']}, rho={e['rho']}, "
+                           f"stays spent ({retry}): entry #{e['seq']}, rho={e['rho']}, "
                            f"run {e.get('run', '?')}, output {e.get('output', '?')}.", err=True)
             sys.exit(code)
 
@@ -80,10 +84,10 @@ def handle_errors(fn: Callable) -> Callable:
             fail("error: out of memory: the domain (S, A, H) or the logs are too large for this "
                  "machine; nothing was written (temporary outputs removed). Use a smaller domain "
                  "or a machine with more memory.", 1)
-        except KeyboardInterrupt:
-            fail("interrupted: nothing was written (temporary outputs removed)", 130)
-        except Terminated:  # SIGTERM, see privaudit.cli._terminated
-            fail("terminated: nothing was written (temporary outputs removed)", 143)
+        except KeyboardInterrupt as e:  # a message: what the command kept (the pipeline's paid-for outputs)
+            fail(f"interrupted: {str(e) or 'nothing was written (temporary outputs removed)'}", 130)
+        except Terminated as e:  # SIGTERM, see privaudit.cli._terminated
+            fail(f"terminated: {str(e) or 'nothing was written (temporary outputs removed)'}", 143)
 
     return wrapper
 
@@ -152,6 +156,22 @@ def engine_options(fn: Callable) -> Callable:
                         help="Who validates, bounds and counts for the release: polars on this machine, or Apache "
                              "Spark (pip install 'privaudit[spark]'; LOGS may then be any path Spark reads). The "
                              "noise is added here either way: same release.")(fn)
+
+
+def repair_options(fn: Callable) -> Callable:
+    """``--max-repair-share`` and ``--accept-repairs`` for a command that bounds and spends
+    (``release``, ``train``, ``pipeline``): the data holder's stop before spending
+    (``privaudit.data.repairs.RepairLimit``)."""
+    fn = click.option("--accept-repairs", is_flag=True,
+                      help="Go on even when contribution bounding changes more than --max-repair-share of the "
+                           "logs (the repairs are still printed and written to the private log).")(fn)
+    return click.option("--max-repair-share", type=click.FloatRange(0, 1), default=MAX_REPAIR_SHARE_DEFAULT,
+                        show_default=True,
+                        help="Stop before spending anything (exit 1, nothing written or charged) when "
+                             "contribution bounding clips or drops a larger share of the logs: rewards clipped "
+                             "into reward_range, steps beyond H, episodes above k, returns above return_bound "
+                             "(a sign of a wrong declaration in the spec). A decision on private counts, "
+                             "on this machine: recorded in no shareable output.")(fn)
 
 
 #: The master URLs Spark itself parses (SparkContext.createTaskScheduler); anything else makes its JVM exit

@@ -45,7 +45,7 @@ or an --env that is neither a known environment nor an existing file
 
 \b
 Example:
-  privaudit explore --algo pucb --env riverswim --episodes 20000 --epsilon 5 --seed 1 --out runs/pucb
+  privaudit explore --algo pucb --env riverswim --episodes 20000 --epsilon 5 --out runs/pucb
 """
 
 
@@ -59,7 +59,9 @@ Example:
               help="Constant set of the bonuses and thresholds (docs/online.md).")
 @click.option("--failure-prob", "beta", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
               default=0.05, show_default=True, help="beta of the confidence bounds.")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the agent's noise (default: OS entropy).")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="TESTS ONLY: seed the agent's noise (rng seeded-insecure: NOT private against anyone who knows "
+                   "the seed). Default: OS entropy.")
 @click.option("--world-key", type=click.IntRange(min=0, max=2 ** 64 - 1), default=0, show_default=True,
               help="Key of the simulated user population: user k's key is (world-key, k).")
 @click.option("--horizon", type=click.IntRange(min=1), default=None, help="H (defaults per environment).")

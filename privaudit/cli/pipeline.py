@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from privaudit.cli.common import (PathArg, as_flags, budget_options, budget_sentence, echo_json, engine_options,
-                                  handle_errors, spark_target)
+                                  handle_errors, repair_options, spark_target)
 from privaudit.core.outputs import check_writable
 from privaudit.pipeline import PipelineConfig, run_pipeline_config
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
@@ -35,12 +35,23 @@ DIR/summary.json is their composition. --stationary pools counts over the steps 
 default follows --mdp (icu-sepsis is stationary) and is --stationary
 without one.
 
-DIR is built under a temporary name and appears only when every stage
+DIR is built under a temporary name and appears when every stage
 succeeded; invalid logs stop the run with the located errors and nothing
-is written. An existing DIR is refused; --overwrite replaces it only if it
-holds a previous pipeline output. What contribution bounding dropped goes to
-DIR/private/local-log.json only (never to share; see report.md for which
-files may leave the building).
+is written. A run stopped (error, Ctrl-C) after charging the budget keeps
+what it charged in DIR, marked incomplete (DIR/INCOMPLETE.json); the same
+command again finishes it without charging again (other logs, spec,
+budget or ledger are refused). An existing DIR is refused; --overwrite
+replaces it only if it holds a previous pipeline output. What contribution
+bounding clipped or dropped (counts and shares of the logs: private) is
+printed on stderr and goes to DIR/private/local-log.json only (never to
+share; see report.md for which files may leave the building). When a
+repair changes more than --max-repair-share of the logs (default 0.05;
+e.g. a reward_range [0, 1] for rewards coded -1/0/+1, or H shorter than
+the stays), the run stops before spending anything unless given
+--accept-repairs.
+
+Without a public reward in SPEC, DP-PBB is not trained (it is said on
+stderr and in the summary) and DP-APVI on the release is the DP policy.
 
 --seed makes the noise reproducible, for tests only: the outputs are then
 marked rng "seeded-insecure" (the seed itself is written nowhere).
@@ -52,8 +63,8 @@ the release (--master URL, default local[*], with a Java runtime; or
 behaviour-value estimate, which read the logs with polars, are off
 (--value-share 0), so DP-APVI on the release is the DP policy.
 
-Exit codes: 0 ok; 1 invalid or unreadable logs, or Spark failed (nothing
-written or charged); 2 usage
+Exit codes: 0 ok; 1 invalid or unreadable logs, repairs above
+--max-repair-share, or Spark failed (nothing written or charged); 2 usage
 or spec error (DIR exists, bad budget, MDP not matching the spec; nothing
 written); 3 the audit found a violation (DIR is written for inspection and
 its summary.json marks no file as shareable).
@@ -110,6 +121,7 @@ _HELP = _HELP.replace("\n\nThe budget is the total", "\n\n" + budget_sentence(la
                    "trains), e.g. 0.3: 70% train the policies, 30% certify them.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @engine_options
+@repair_options
 @handle_errors
 def command(as_json, master, remote, **choices):
     # every option but --json, --master and --remote is a field of PipelineConfig, by name

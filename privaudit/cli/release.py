@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from privaudit.cli.common import (Notices, PathArg, as_flags, budget_options, budget_sentence, echo_json,
-                                  engine_options, handle_errors, spark_target)
+                                  engine_options, handle_errors, repair_options, spark_target)
+from privaudit.data.repairs import RepairLimit
 from privaudit.core.formatting import guarantee_text, num
 from privaudit.core.outputs import check_outputs
 from privaudit.release.tabular import ReleaseOptions, default_stationary, release_logs
@@ -22,15 +23,20 @@ Before counting, the logs are validated (rules that cannot be repaired are
 fatal: the same located errors as `privaudit validate`), then bounded: at
 most k episodes per privacy unit, steps h < H, rewards clipped into the
 declared range and scaled to [0, 1]; with --max-per-cell C, at most C
-steps per unit and cell. What bounding dropped is printed on
-stderr and written to DIR.local-log.json beside (not inside) DIR: these
-are private facts for the data holder, never part of the release.
+steps per unit and cell. What bounding clipped or dropped (counts and
+shares of the logs) is printed on stderr and written to DIR.local-log.json
+beside (not inside) DIR: these are private facts for the data holder,
+never part of the release. When a repair changes more than
+--max-repair-share of the logs (default 0.05), the release stops before
+any noise is drawn unless given --accept-repairs: a share that large
+usually means a wrong declaration (reward_range, H, k, return_bound).
 
 --seed makes the noise reproducible, for tests only: the manifest then says
 rng "seeded-insecure" (the seed itself is never written), since anyone who
 knows the seed can subtract the noise.
 
-Exit codes: 0 ok; 1 invalid or unreadable logs; 2 usage or spec error
+Exit codes: 0 ok; 1 invalid or unreadable logs, or repairs above
+--max-repair-share; 2 usage or spec error
 (e.g. rho <= 0, DIR exists); 3 budget exceeded. On error nothing is written.
 
 --engine spark runs validation's fatal rules, bounding (--max-per-cell
@@ -78,9 +84,10 @@ _HELP = _HELP.replace("\n\nWith --ledger FILE", "\n\n" + budget_sentence(laplace
                    "per step; transitions and rewards follow), in the unit's own order: less noise "
                    "(L2 sensitivity sqrt(2 c k H) pooled instead of sqrt(2) k H), biased counts. Recorded in "
                    "the manifest.")
+@repair_options
 @handle_errors
 def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, out, ledger, seed, as_json,
-            engine, master, remote, max_per_cell):
+            engine, master, remote, max_per_cell, max_repair_share, accept_repairs):
     # before the logs are read or any budget is checked: a new folder, never an input
     check_outputs([("--out", out, None)], [("LOGS", logs), ("--spec", spec_path), ("--ledger", ledger),
                                           ("--ledger", ledger and f"{ledger}.head")], overwrite=None)
@@ -91,7 +98,8 @@ def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, 
     spark = spark_target(engine, master, remote)
     info = release_logs(logs, spec_path, rho=rho, epsilon=epsilon, delta=delta, mechanism=mechanism,
                         stationary=stationary, max_per_cell=max_per_cell, out=out, ledger=ledger, seed=seed,
-                        options=ReleaseOptions(noise=noise, echo=notes.say, engine=engine, spark=spark))
+                        options=ReleaseOptions(noise=noise, echo=notes.say, engine=engine, spark=spark,
+                                               repairs=RepairLimit(max_repair_share, accept_repairs)))
     notes.flush()
     m = info.manifest
     g = m.guarantee

@@ -8,7 +8,7 @@ import click
 
 from privaudit.cli.registry_help import (LiveHelpCommand, LiveHelpOption, RegistryChoice, joined, learner_lines,
                                          private_tabular, release_readers)
-from privaudit.cli.common import Notices, PathArg, as_flags, budget_options, echo_json, handle_errors
+from privaudit.cli.common import Notices, PathArg, as_flags, budget_options, echo_json, handle_errors, repair_options
 from privaudit.core.errors import UsageError
 from privaudit.core.formatting import guarantee_text
 from privaudit.privacy.budget import accepted_budgets
@@ -20,6 +20,7 @@ from privaudit.learners.linear.logs import local_log_path, train_from_logs as li
 from privaudit.learners.policy import save_policy
 from privaudit.learners.tabular.train import check_out_free, train_from_logs, train_from_release
 from privaudit.core.spec import load_spec
+from privaudit.data.repairs import RepairLimit
 from privaudit.release.tabular import default_stationary
 
 
@@ -91,9 +92,10 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the release's noise (rng mode seeded-insecure).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@repair_options
 @handle_errors
 def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, noise, stationary, max_per_cell,
-            failure_prob, c1, c2, c_fallback, ledger, out, seed, as_json):
+            failure_prob, c1, c2, c_fallback, ledger, out, seed, as_json, max_repair_share, accept_repairs):
     """Train a policy and write it as a folder (policy.parquet + policy.json).
 
     \b
@@ -103,11 +105,20 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     The linear learners (LINEAR_LEARNERS) fit one regression per step h
     with the spec's feature map: --stationary does not apply.
 
-    From LOGS, the learners on a release (RELEASE_READERS) and the linear
-    learners print the PRIVATE contribution-bounding facts (episodes dropped
-    above k per unit, truncations, clipped rewards) on stderr and write them
-    beside the output, never inside the policy folder: OUT.release.local-log.json
-    (on a release) or OUT.local-log.json (linear). Do not share them.
+    From LOGS, every learner prints the PRIVATE contribution-bounding facts
+    (episodes dropped above k per unit, truncated at H, with a clipped
+    reward, as counts and shares) on stderr; the learners on a release
+    (RELEASE_READERS) and the linear learners also write them beside the
+    output, never inside the policy folder: OUT.release.local-log.json (on
+    a release) or OUT.local-log.json (linear). Do not share them. When a
+    repair changes more than --max-repair-share of the episodes (default
+    0.05), training stops before spending anything unless given
+    --accept-repairs.
+
+    A learner that releases its own noisy statistics of LOGS and carries a
+    certificate prints it: a lower bound on the learned policy's value from
+    the logs' start distribution (post-processing of its DP releases),
+    holding with probability >= 1 - failure_prob.
 
     Budget (the same flags and meaning in every command; docs/privacy.md,
     "Budget flags"): --rho R (R-zCDP, reported at delta 1e-6); --rho R
@@ -115,9 +126,9 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     converted exactly to rho); --epsilon E alone (pure E-DP, Laplace noise:
     dp-apvi's release only; refused by dp-pbb and dp-vapvi).
 
-    Exit codes: 0 ok; 1 invalid logs or a missing/corrupt release; 2 bad
-    arguments or spec (also a --spec the release was not made under); 3
-    budget exceeded.
+    Exit codes: 0 ok; 1 invalid logs, repairs above --max-repair-share, or a
+    missing/corrupt release; 2 bad arguments or spec (also a --spec the
+    release was not made under); 3 budget exceeded.
 
     \b
     Examples:
@@ -156,6 +167,8 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                              f"{' | '.join(registry.names_with(lambda cls: 'C2' in cls.options))} only.")
         params.update(penalty)
     budget_given = any(v is not None for v in (rho, epsilon, delta))
+    repairs = RepairLimit(max_repair_share, accept_repairs)
+    certificate = None
     linear_algos = registry.names(family="linear")
     private_algos = registry.names(family=registry.OFFLINE, private=True)
 
@@ -190,7 +203,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         log_path = local_log_path(out)
         policy = linear_train_from_logs(logs, spec, algo, budget=BudgetRequest(rho, epsilon, delta), seed=seed,
                                         params=params or None, local_log=log_path,
-                                        context=RunContext(ledger=ledger, output=out, echo=say))
+                                        context=RunContext(ledger=ledger, output=out, echo=say, repairs=repairs))
         say(f"private log (bounding facts; do not share): {log_path}")
         release_used = None
     else:
@@ -224,16 +237,23 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         else:
             notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
                 f"and can reveal patients' records. Use --algo {' or '.join(private_tabular())} for a private policy.")
-        policy = train_from_logs(logs, spec, algo=algo, stationary=stationary,
-                                 budget=BudgetRequest(rho, epsilon, delta, mechanism), noise=noise or "exact",
-                                 release_out=release_used, seed=seed, params=params, max_per_cell=max_per_cell,
-                                 context=RunContext(ledger=ledger, output=out, echo=say))
+        context = RunContext(ledger=ledger, output=out, echo=say, repairs=repairs)
+        if learner.reads == "logs":  # its own noisy releases: the fitted learner holds its certificate
+            run = learner.train_on_logs(logs, spec, stationary=stationary, budget=BudgetRequest(rho, epsilon, delta,
+                                                                                              mechanism),
+                                        seed=seed, params=params, max_per_cell=max_per_cell, context=context)
+            policy, certificate = run.learner.policy_, _certificate(run.learner)
+        else:
+            policy = train_from_logs(logs, spec, algo=algo, stationary=stationary,
+                                     budget=BudgetRequest(rho, epsilon, delta, mechanism), noise=noise or "exact",
+                                     release_out=release_used, seed=seed, params=params, max_per_cell=max_per_cell,
+                                     context=context)
     notes.flush()
     save_policy(policy, out)
     summary = {"policy": str(out), "algorithm": policy.algorithm, "private": policy.privacy.private,
                "release": str(release_used) if release_used is not None else None,
                "stationary": policy.stationary, "shape": list(policy.table.shape),
-               "parameters": policy.parameters}
+               "parameters": policy.parameters, "certificate": certificate}
     if as_json:
         echo_json(summary)
     else:
@@ -243,3 +263,18 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         if g is not None and g.get("epsilon") is not None:
             click.echo(f"guarantee: {guarantee_text(g)}" + ("" if summary["private"] else
                                                             " (does not hold: seeded noise, --seed)"))
+        if certificate is not None:
+            click.echo(f"certificate: the policy's value (expected total reward over H={spec.H} steps, in the "
+                       f"spec's reward units, averaged over the logs' start states) is at least "
+                       f"{certificate['value']:.4f} with probability >= {1 - certificate['failure_prob']:g} "
+                       f"(failure probability {certificate['failure_prob']:g}), when the logs follow the spec's "
+                       "declarations; " + certificate["what"])
+
+
+def _certificate(learner) -> dict | None:
+    """A fitted learner's certificate from its own releases (``certified_value()`` without a d0), or None."""
+    if not hasattr(learner, "certified_value"):
+        return None
+    return {"value": float(learner.certified_value()), "failure_prob": float(learner.failure_prob),
+            "what": "a lower confidence bound from the learner's noisy backups and noisy start counts "
+                    "(post-processing of its DP releases; docs/learners.md, \"DP-PBB\")."}

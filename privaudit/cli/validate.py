@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from privaudit.cli.common import PathArg, echo_json, handle_errors
-from privaudit.data.validate import RULES, validate_logs
+from privaudit.data.prepare import bound_logs
+from privaudit.data.repairs import MAX_REPAIR_SHARE_DEFAULT, RepairLimit, check_repairs, repairs_text
+from privaudit.data.validate import RULES, validate_logs, violation_line
 from privaudit.core.spec import load_spec
 
 _HELP = """Check trajectory logs against a domain spec; writes nothing.
@@ -17,16 +21,20 @@ These figures describe the private data: they are for the data holder only.
 
 Broken rules come in two kinds. FATAL rules block a release (missing
 columns, nulls, NaN rewards, states or actions outside the domain, broken
-episodes, ...): fix them at the source. Three rules are REPAIRED by
-contribution bounding, which release, train and pipeline apply anyway: more
-than k episodes per unit (the first k are kept), steps h >= H (dropped) and
-rewards outside the declared range (clipped). They are listed for
-information; there is nothing to fix, and counting stays per patient
-is not needed.
+episodes, ...): fix them at the source. Four rules are REPAIRED by
+contribution bounding, which release, train and pipeline apply: more than k
+episodes per unit (the k with the smallest hash of their episode id are
+kept), steps h >= H (dropped), rewards outside the declared range (clipped)
+and returns above a declared return_bound (clipped). A repair changes the
+data the results describe: validate says how much (counts and shares of
+the logs), and release, train and pipeline stop before spending anything
+when a share is above --max-repair-share (default 0.05) unless given
+--accept-repairs. A large share usually means a wrong declaration in the
+spec (e.g. reward_range [0, 1] for rewards coded -1/0/+1, or H too short).
 
 Exit codes: 0 no fatal rule broken (the logs can be released; repairs are
-listed); 1 a fatal rule is broken, or the logs cannot be read; 2 usage or
-spec error.
+listed with their shares); 1 a fatal rule is broken, or the logs cannot be
+read; 2 usage or spec error.
 """
 
 
@@ -37,19 +45,28 @@ spec error.
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")
 @click.option("--max-errors", type=click.IntRange(min=0), default=20, show_default=True,
               help="Most examples listed per broken rule (counts are always complete).")
+@click.option("--max-repair-share", type=click.FloatRange(0, 1), default=MAX_REPAIR_SHARE_DEFAULT,
+              show_default=True,
+              help="Say whether release, train and pipeline would stop on these logs: they do when a repair "
+                   "of contribution bounding changes a larger share of the logs (unless --accept-repairs).")
 @handle_errors
-def command(logs: str, spec_path: str, as_json: bool, max_errors: int) -> None:
+def command(logs: str, spec_path: str, as_json: bool, max_errors: int, max_repair_share: float) -> None:
     spec = load_spec(spec_path)
     report = validate_logs(logs, spec, max_errors=max_errors)
+    # what bounding changes, as counts and shares: only for logs a release accepts (else nothing is bounded)
+    bounding = bound_logs(Path(logs), spec)[2] if report.releasable and report.repaired else None
+    over = [] if bounding is None else check_repairs(bounding, RepairLimit(max_repair_share, accept=True), logs)
     if as_json:
-        echo_json(report.to_dict())
+        echo_json({**report.to_dict(),
+                   "bounding": None if bounding is None else bounding.to_dict(),
+                   "repairs_over_max_share": [r.rule for r in over], "max_repair_share": max_repair_share})
     else:
-        click.echo(_human(report, RULES))
+        click.echo(_human(report, RULES, bounding=bounding, over=over, max_share=max_repair_share))
     if not report.releasable:
         raise SystemExit(1)
 
 
-def _human(report, rules) -> str:
+def _human(report, rules, *, bounding=None, over=(), max_share=MAX_REPAIR_SHARE_DEFAULT) -> str:
     ep = "unknown" if report.episodes is None else f"{report.episodes:,}"
     un = "unknown" if report.units is None else f"{report.units:,}"
     lines = [f"{report.path}: {report.rows:,} rows, {ep} episodes, {un} privacy units",
@@ -71,16 +88,21 @@ def _human(report, rules) -> str:
     if repaired:
         if fatal:
             lines.append("")
-        count_lines("repaired by contribution bounding (release, train and pipeline do it; nothing to fix)",
-                    repaired)
+        count_lines("repaired by contribution bounding (release, train and pipeline clip or drop these rows; "
+                    "the results then describe the repaired logs)", repaired)
+    if bounding is not None:
+        lines += ["", "what contribution bounding changes (counts and shares of the logs):", repairs_text(bounding)]
+        if over:
+            lines.append(f"STOP: {len(over)} repair(s) change more than --max-repair-share {max_share:g} of the "
+                         "logs: release, train and pipeline stop before spending anything unless given "
+                         "--accept-repairs. Check the spec's declarations (reward_range, H, k, return_bound).")
+        else:
+            lines.append(f"every repair is within --max-repair-share {max_share:g}: release, train and pipeline "
+                         "apply them and go on (and print them).")
     if report.skipped:
         lines.append("not checked (a column they need is missing or unusable): " + ", ".join(report.skipped))
     if report.violations:
         lines += ["", f"first violations (at most {report.max_errors} per rule):"]
-        for v in report.violations:
-            col = v["column"]
-            if col and v.get("file_column") not in (None, col):
-                col = f"{col} = '{v['file_column']}' in the file"
-            tag = f"{v['rule']}, repaired by bounding" if v["rule"] in report.repaired else v["rule"]
-            lines.append(f"  [{tag}] {v['message']}" + (f" (column {col})" if col else ""))
+        lines += [violation_line(v, f"{v['rule']}, repaired by bounding" if v["rule"] in report.repaired else None)
+                  for v in report.violations]
     return "\n".join(lines)

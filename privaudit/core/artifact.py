@@ -257,7 +257,8 @@ class ArtifactFormat:
         found = doc.get("format_version")
         if isinstance(found, bool) or found not in self.versions:
             noun = self.what.removesuffix(" manifest")
-            known = " and ".join(str(v) for v in self.versions)
+            names = [str(v) for v in self.versions]
+            known = ", ".join(names[:-1]) + " and " + names[-1]  # "1 and 2", "1, 2 and 3"
             newer = isinstance(found, int) and not isinstance(found, bool) and found > max(self.versions)
             raise ArtifactError(f"{where}: unknown {noun} format version: format_version is {found!r}, and this "
                                 f"privaudit reads {noun} format versions {known} only. "

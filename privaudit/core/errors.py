@@ -63,6 +63,13 @@ class ValidationFailed(PrivauditError, ValueError):
         self.report = report
 
 
+class RepairsRefused(ValidationFailed):
+    """Contribution bounding would change more of the logs than the data holder's
+    ``max_repair_share`` allows (``privaudit.data.repairs``), and they did not
+    accept it: the run stops before anything is spent, charged or written
+    (exit 1, as logs refused by validation)."""
+
+
 class ArtifactError(PrivauditError, ValueError):
     """An artifact (release, policy, report, MDP file) is missing, corrupt,
     of an unknown format version, or does not match the spec (exit 1)."""

@@ -234,6 +234,19 @@ def check_sidecar_free(path, what: str, earlier: str, name: str = "out") -> None
                          f"with that {earlier}'s records) or choose another `{name}`.")
 
 
+#: The marker file of an incomplete run's kept output (``privaudit.pipeline.resume``).
+INCOMPLETE_MARKER = "INCOMPLETE.json"
+
+
+def kept_incomplete(output, run: str | None) -> bool:
+    """True when ``output`` holds the incomplete-run marker of run ``run``: what it charged was kept there."""
+    try:
+        doc = json.loads((Path(output) / INCOMPLETE_MARKER).read_text())
+    except (OSError, TypeError, ValueError):
+        return False
+    return isinstance(doc, dict) and run is not None and doc.get("run_id") == run
+
+
 def new_run_id() -> str:
     """A fresh random run identifier (16 hex digits), named in ledger entries and messages."""
     return secrets.token_hex(8)

@@ -277,6 +277,11 @@ for _a in (
               "PUCB (Vietri et al. 2020): tabular, Laplace (eps) or Gaussian (rho) tree counters, eps-JDP"),
     Algorithm("ucb-vi", "online", False, "privaudit.online.explore:build_ucbvi",
               "PUCB's non-private twin (exact counts; UBEV-style UCB-VI)"),
+    Algorithm("dp-ucbvi-batched", "online", True, "privaudit.online.tabular.batched_ucb:build",
+              "batched DP-UCBVI: Gaussian transition counts released once per geometric batch, pooled over h "
+              "when stationary, Bernstein and privacy bonuses, rho-zCDP (learns at (1, 1e-6)-JDP)"),
+    Algorithm("ucbvi-batched", "online", False, "privaudit.online.tabular.batched_ucb:build",
+              "the non-private twin of dp-ucbvi-batched (exact counts, the same batches and bonuses)"),
     Algorithm("lsvi-ucb", "online", False, "privaudit.online.linear.build:build_linear",
               "LSVI-UCB (Jin et al. 2020): linear MDP, non-private", needs_features=True),
     Algorithm("lsvi-ucb-pp", "online", False, "privaudit.online.linear.build:build_linear",

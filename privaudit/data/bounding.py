@@ -84,6 +84,9 @@ class BoundingReport:
         Rows with step h >= H dropped from kept episodes.
     rewards_clipped : int
         Kept rows whose reward lay outside ``reward_range`` and was clipped.
+    episodes_rewards_clipped : int or None
+        Kept episodes with at least one such row (None: not counted, a
+        report made before this count existed).
     returns_clipped : int
         Kept episodes whose scaled return exceeded ``spec.scaled_return_max``
         (declared ``return_bound``) and had their running return clipped.
@@ -124,6 +127,7 @@ class BoundingReport:
     cell_steps_dropped: int | None = 0
     cell_steps_seen: int = 0
     rows_kept: int | None = None
+    episodes_rewards_clipped: int | None = None
 
     @property
     def changed(self) -> bool:
@@ -132,21 +136,51 @@ class BoundingReport:
                     or self.returns_clipped or self.cell_steps_dropped)
 
     def to_dict(self) -> dict:
-        """Plain dict (for the local log)."""
-        return asdict(self)
+        """Plain dict (for the local log), with ``repairs``: rule -> count, of, share (:meth:`repair_counts`)."""
+        return {**asdict(self), "repairs": {r: {"count": n, "of": d, "share": n / d if d else 0.0}
+                                            for r, (n, d) in self.repair_counts().items()}}
+
+    def repair_counts(self) -> dict[str, tuple[int, int]]:
+        """Rule -> (changed, out of): what each repair changed and what it counts in (the shares' one definition).
+
+        Each declared bound is counted in episodes, the unit of a return (a
+        -1 coded once per stay is 1 row in 10 but 1 stay in 4):
+        ``too_many_episodes``: episodes dropped of the episodes;
+        ``episode_too_long``: kept episodes truncated at H of the kept
+        episodes; ``reward_out_of_range``: kept episodes with a clipped reward
+        of the kept episodes (rows clipped of the rows kept when that count is
+        unknown); ``return_above_bound``: returns clipped of the kept
+        episodes; ``max_per_cell`` (only when the cap ran and its count is
+        known): steps dropped of the steps it saw.
+        """
+        kept = self.episodes - self.episodes_dropped
+        rewards = ((self.rewards_clipped, self.rows_kept or 0) if self.episodes_rewards_clipped is None
+                   else (self.episodes_rewards_clipped, kept))
+        out = {"too_many_episodes": (self.episodes_dropped, self.episodes),
+               "episode_too_long": (self.episodes_truncated, kept),
+               "reward_out_of_range": rewards,
+               "return_above_bound": (self.returns_clipped, kept)}
+        if self.max_per_cell is not None and self.cell_steps_dropped is not None:
+            out["max_per_cell"] = (self.cell_steps_dropped, self.cell_steps_seen)
+        return out
 
     def summary(self) -> str:
-        """A few lines for the data holder's terminal."""
+        """A few lines for the data holder's terminal: each repair as a count and a share."""
+        share = {r: f"{n / d:.2%}" if d else "0.00%" for r, (n, d) in self.repair_counts().items()}
         return (
             "contribution bounding (PRIVATE facts about the logs; not part of the release):\n"
             f"  {self.units} privacy units, {self.episodes} episodes\n"
             f"  keep at most k={self.k} episodes per unit: {self.units_over_k} units over k, "
-            f"{self.episodes_dropped} episodes ({self.rows_dropped_with_episodes} rows) dropped\n"
-            f"  keep steps h < H={self.H}: {self.episodes_truncated} episodes truncated, "
-            f"{self.steps_dropped} steps dropped\n"
+            f"{self.episodes_dropped} episodes ({share['too_many_episodes']}; "
+            f"{self.rows_dropped_with_episodes} rows) dropped\n"
+            f"  keep steps h < H={self.H}: {self.episodes_truncated} episodes truncated "
+            f"({share['episode_too_long']} of the kept episodes), {self.steps_dropped} steps dropped\n"
             f"  rewards clipped into the declared range: {self.rewards_clipped}"
-            + (f"\n  episodes whose return was clipped at the declared return bound: {self.returns_clipped}"
-               if self.returns_clipped else "")
+            + (f" rows ({share['reward_out_of_range']} of the rows kept)" if self.episodes_rewards_clipped is None
+               else f" rows, in {self.episodes_rewards_clipped} episodes ({share['reward_out_of_range']} of the "
+                    "kept episodes)")
+            + (f"\n  episodes whose return was clipped at the declared return bound: {self.returns_clipped} "
+               f"({share['return_above_bound']})" if self.returns_clipped else "")
             + ("" if self.max_per_cell is None else
                f"\n  at most c={self.max_per_cell} steps per unit and "
                f"{'(s, a)' if self.cell_cap_stationary else '(h, s, a)'} cell: "
@@ -268,7 +302,9 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
         kept = lf.join(dropped.lazy(), on="episode_id", how="anti")
     out_of_range = (c("reward") < lo) | (c("reward") > hi)
     row_stats = [kept.select((c("step") >= H).sum().alias("over_H"), (c("step") == H).sum().alias("truncated"),
-                             ((c("step") < H) & out_of_range).sum().alias("clipped"), pl.len().alias("rows"))]
+                             ((c("step") < H) & out_of_range).sum().alias("clipped"), pl.len().alias("rows"),
+                             c("episode_id").filter((c("step") < H) & out_of_range).n_unique()
+                             .alias("clipped_episodes"))]
     if n_dropped:
         row_stats.append(lf.select(pl.len().alias("rows")))
     stats = pl.collect_all(row_stats)
@@ -277,6 +313,7 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
         units=n_units, episodes=n_episodes, units_over_k=units_over_k, episodes_dropped=n_dropped,
         rows_dropped_with_episodes=rows_dropped, episodes_truncated=int(stats[0]["truncated"][0]),
         steps_dropped=int(stats[0]["over_H"][0]), rewards_clipped=int(stats[0]["clipped"][0]), k=k, H=H,
+        episodes_rewards_clipped=int(stats[0]["clipped_episodes"][0]),
         rows_kept=int(stats[0]["rows"][0]) - int(stats[0]["over_H"][0]))
     bounded = kept.filter(c("step") < H).with_columns(
         ((c("reward").cast(pl.Float64).clip(lo, hi) - lo) / (hi - lo)).alias("reward"))

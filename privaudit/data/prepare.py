@@ -25,7 +25,8 @@ import polars as pl
 
 from privaudit.data.bounding import BoundingReport, bound_contributions, cap_per_cell
 from privaudit.data.io import ROW, scan_logs
-from privaudit.data.validate import BOUNDING_RULES, RULES, ValidationReport, validate_logs
+from privaudit.data.repairs import RepairLimit, check_repairs
+from privaudit.data.validate import BOUNDING_RULES, RULES, ValidationReport, validate_logs, violation_line
 from privaudit.core.errors import LogReadError, UsageError, ValidationFailed
 from privaudit.core.spec import DomainSpec
 
@@ -157,8 +158,7 @@ def refuse_fatal(report: ValidationReport) -> None:
     examples = [v for v in report.violations if v["rule"] in fatal]
     if examples:
         lines.append(f"first violations (at most {report.max_errors} per rule):")
-        lines += [f"  [{v['rule']}] {v['message']}" + (f" (column {v['column']})" if v["column"] else "")
-                  for v in examples]
+        lines += [violation_line(v) for v in examples]
     d = report.to_dict()
     d["ok"] = False
     d["counts"] = {r: n for r, n in report.counts.items() if r not in BOUNDING_RULES}
@@ -167,8 +167,22 @@ def refuse_fatal(report: ValidationReport) -> None:
     raise ValidationFailed("\n".join(lines), d)
 
 
-def prepare_logs(path: str | Path, spec: DomainSpec) -> PreparedLogs:
-    """Validate the logs once, refuse fatal breaks, bound contributions once.
+def bound_logs(path: Path, spec: DomainSpec) -> tuple[pl.LazyFrame, pl.LazyFrame, BoundingReport]:
+    """(scanned, bounded, report): the logs scanned and bounded (``bounding.bound_contributions``).
+
+    For logs that passed the fatal rules (:func:`refuse_fatal`); a polars
+    failure is a LogReadError naming ``path``. The report is PRIVATE.
+    """
+    scanned = scan_logs(path, spec)
+    try:
+        bounded, bounding = bound_contributions(scanned, spec)
+    except pl.exceptions.PolarsError as e:
+        raise read_failed(path, e) from None
+    return scanned, bounded, bounding
+
+
+def prepare_logs(path: str | Path, spec: DomainSpec, *, repairs: RepairLimit | None = None) -> PreparedLogs:
+    """Validate the logs once, refuse fatal breaks, bound contributions once, stop on large repairs.
 
     Parameters
     ----------
@@ -176,6 +190,10 @@ def prepare_logs(path: str | Path, spec: DomainSpec) -> PreparedLogs:
         A Parquet file or a folder of Parquet parts (``privaudit.data.io``).
     spec : DomainSpec
         The public domain: S, A, H, reward range, privacy unit and k, columns.
+    repairs : RepairLimit, optional
+        The data holder's limit on what bounding may change
+        (``privaudit.data.repairs.check_repairs``); None: no limit (a caller
+        that spends nothing, or that checks the report itself).
 
     Returns
     -------
@@ -188,6 +206,9 @@ def prepare_logs(path: str | Path, spec: DomainSpec) -> PreparedLogs:
         Unreadable logs (missing, not Parquet, corrupt, parts that disagree).
     ValidationFailed
         A rule that bounding cannot repair is broken (:func:`refuse_fatal`).
+    RepairsRefused
+        Bounding changes a larger share of the logs than ``repairs`` allows
+        (a subclass of ValidationFailed; nothing is spent yet).
 
     Notes
     -----
@@ -199,13 +220,11 @@ def prepare_logs(path: str | Path, spec: DomainSpec) -> PreparedLogs:
     path = Path(path)
     report = validate_logs(path, spec, max_errors=MAX_EXAMPLES)
     refuse_fatal(report)
-    scanned = scan_logs(path, spec)
-    try:
-        bounded, bounding = bound_contributions(scanned, spec)
-    except pl.exceptions.PolarsError as e:
-        raise read_failed(path, e) from None
+    scanned, bounded, bounding = bound_logs(path, spec)
+    if repairs is not None:
+        check_repairs(bounding, repairs, path)
     return PreparedLogs(path=path, spec=spec, validation=report, bounding=bounding,
                         raw=scanned.drop(ROW), bounded=bounded)
 
 
-__all__ = ["BOUNDING_RULES", "PreparedLogs", "prepare_logs", "refuse_fatal", "collect_or_raise", "read_failed"]
+__all__ = ["BOUNDING_RULES", "PreparedLogs", "prepare_logs", "bound_logs", "refuse_fatal", "collect_or_raise", "read_failed"]

@@ -180,6 +180,19 @@ class ValidationReport:
                 "max_errors": self.max_errors, "violations": [dict(v) for v in self.violations]}
 
 
+def violation_line(v: dict, tag: str | None = None) -> str:
+    """One located violation as printed everywhere: ``[rule] message (column c = 'name' in the file)``.
+
+    ``v`` is an entry of ``ValidationReport.violations``; the file's own column
+    name is given when the spec maps it to another standard name. ``tag``
+    replaces the rule in the brackets (e.g. ``"rule, repaired by bounding"``).
+    """
+    col = v["column"]
+    if col and v.get("file_column") not in (None, col):
+        col = f"{col} = '{v['file_column']}' in the file"
+    return f"  [{tag or v['rule']}] {v['message']}" + (f" (column {col})" if col else "")
+
+
 def _row_rules(log: OpenLog, spec: DomainSpec, usable: set[str]) -> list[tuple]:
     """(rule, column, expr, message template) for the row rules whose columns are usable.
 

@@ -4,7 +4,11 @@ DP-PBB (:mod:`privaudit.learners.tabular.dp_pbb`) needs lower confidence bounds 
 P_h W(s, a) = E[W(s') | s, a] from a *random* number n of next-state samples
 (the number of logged visits to (s, a) is itself random and depends on the
 samples). A bound that holds for one fixed n does not hold at a random n, so
-every bound here is **time-uniform**: it holds for all n >= 1 at once.
+every bound here is **time-uniform**: it holds for all n >= 1 at once. Because
+W is itself computed from the same logs, DP-PBB's certificate applies the bound
+to the indicators of every subset of next states (:func:`uniform_log_term`),
+which bounds P W for every W at once. Means over privacy units (a unit's
+episodes may be correlated): :func:`unit_mean_lower_bound`.
 
 Construction (our derivation, [D]; the technique is the "stitching" of
 Howard, Ramdas, McAuliffe & Sekhon, *Time-uniform, nonparametric,
@@ -46,31 +50,26 @@ import math
 import numpy as np
 
 from privaudit.core.errors import UsageError
+from privaudit.release.unit_mean import check_alpha, gaussian_tail, unit_mean_lower_bound
 
 #: Number of stitching epochs [2^j, 2^(j+1)): the bounds hold for every n < 2^EPOCHS.
 EPOCHS = 48
 
 
-def _check_alpha(alpha: float) -> float:
-    a = float(alpha)
-    if not (0 < a < 1):
-        raise UsageError(f"`alpha` must lie in (0, 1). Got {alpha!r}.")
-    return a
-
-
 def stitched_log(alpha: float) -> float:
     """L = log(EPOCHS / alpha): the log term of a time-uniform bound failing w.p. <= ``alpha``."""
-    return math.log(EPOCHS / _check_alpha(alpha))
+    return math.log(EPOCHS / check_alpha(alpha))
 
 
-def gaussian_tail(alpha: float) -> float:
-    """t such that P(Z >= t sigma) <= alpha for Z ~ N(0, sigma^2) or the discrete Gaussian N_Z(0, sigma^2).
-
-    t = sqrt(2 log(1 / alpha)), from the sub-Gaussian tail exp(-t^2 / 2), which
-    both laws satisfy (the discrete Gaussian is sigma^2-sub-Gaussian:
-    Canonne, Kamath & Steinke 2020, Cor. 9). One-sided.
-    """
-    return math.sqrt(2.0 * math.log(1.0 / _check_alpha(alpha)))
+def uniform_log_term(alpha: float, n_states: int) -> float:
+    """L = log(EPOCHS / alpha) + S log 2: the log term of a time-uniform bound on P_hat(A) - P(A)
+    that holds for every subset A of the S next states and every n at once w.p. >= 1 - ``alpha``
+    (a union bound over the 2^S subsets; DP-PBB's bound uniform over value functions,
+    docs/certificates.md, "DP-PBB")."""
+    S = int(n_states)
+    if S < 1:
+        raise UsageError(f"`n_states` must be >= 1. Got {n_states!r}.")
+    return stitched_log(alpha) + S * math.log(2.0)
 
 
 def mean_radius(n, v, b, L: float) -> np.ndarray:
@@ -111,27 +110,23 @@ def mean_radius(n, v, b, L: float) -> np.ndarray:
 
 
 def start_mean_lower_bound(values: np.ndarray, noisy_starts: np.ndarray, sigma: float, bound: float, *,
-                           t: float, t_total: float, L: float) -> float:
-    """A lower confidence bound on E_{s ~ d0}[W(s)] from released (noisy) start-state counts.
+                           max_episodes: int, t: float, t_total: float, log_term: float) -> float:
+    """A lower confidence bound on E_{s ~ d0}[W(s)] from released (noisy) start-state counts,
+    uniform over W and concentrated over privacy units.
 
     The one implementation behind DP-PBB's ``certified_value()`` without a
-    public d0 and the pipeline's ``values.start_lower_bound``. With m the
-    exact start counts (N = sum m episodes, their start states a sample of
-    d0), m' = m + Z the released counts (Z independent, each sub-Gaussian
-    with variance proxy sigma^2: the discrete Gaussian, Canonne, Kamath &
-    Steinke 2020, Cor. 9) and W in [0, bound], three kinds of events:
-
-    * m . W >= m' . W - t sigma ||W||_2 (one-sided, fails w.p. <= exp(-t^2/2));
-    * N in [n_lo, n_up] = sum m' -+ t_total sigma sqrt(S) (each side fails
-      w.p. <= exp(-t_total^2/2));
-    * time-uniform Hoeffding (:func:`mean_radius` with v = bound^2 / 4, b = 0):
-      E_d0[W] >= (m . W) / N - r(N) for every N at once (N is random), and
-      r(N) <= r(n_lo) since r is non-increasing (fails w.p. <= EPOCHS exp(-L)).
-
-    On all of them, (m . W) / N >= min(num / n_lo, num / n_up) with
-    num = m' . W - t sigma ||W|| (whatever the sign of num), hence
-    E_d0[W] >= min(num / n_lo, num / n_up) - r(n_lo), clipped into [0, bound]
-    (W's range); 0 when n_lo < 1.
+    public d0 and the pipeline's ``values.start_lower_bound``. m(s) = the
+    episodes starting in s (each unit contributes at most k of them, sharing
+    start states in any way), m' = m + Z the released counts (Z independent,
+    sub-Gaussian with proxy sigma^2), d0 the start distribution of an episode
+    (E[m] / E[N], N = sum m). W in [0, bound]^S may be computed from the same
+    logs (a learner's V_0): the sampling event is taken for every subset A of
+    the S states at once (2^S one-sided events of :func:`unit_mean_lower_bound`
+    with x = 1[s_0 in A], log term ``log_term`` + S log 2), which bounds
+    d0 . W for every W in [0, bound]^S together (W's layer-cake
+    decomposition; docs/certificates.md, "Start distribution"). The noise
+    events: m . W >= m' . W - t sigma ||W||_2 and each side of N in sum m' -+
+    t_total sigma sqrt(S).
 
     Parameters
     ----------
@@ -143,32 +138,25 @@ def start_mean_lower_bound(values: np.ndarray, noisy_starts: np.ndarray, sigma: 
         Noise standard deviation of each count (>= 0).
     bound : float
         The public upper end of W's range (> 0).
+    max_episodes : int
+        k, the most episodes of one privacy unit.
     t, t_total : float
         :func:`gaussian_tail` of the numerator's and of each side of N's
         failure probabilities.
-    L : float
-        :func:`stitched_log` of the sampling bound's failure probability.
+    log_term : float
+        log(1 / beta), beta the sampling event's failure probability.
 
     Returns
     -------
     float
         The bound, in [0, bound], in W's units.
-
-    References
-    ----------
-    Our derivation [D] (docs/learners.md, "Validity", event family 4; docs/pipeline.md,
-    certified values); Hoeffding's case of the stitched bound of the module docstring.
     """
     W = np.clip(np.asarray(values, dtype=np.float64), 0.0, bound)
     m = np.asarray(noisy_starts, dtype=np.float64)
-    tot = float(m.sum())
-    half = t_total * sigma * math.sqrt(m.size)
-    n_lo, n_up = tot - half, tot + half
-    if n_lo < 1.0:
-        return 0.0
-    num = float(m @ W) - t * sigma * float(np.linalg.norm(W))
-    lb = min(num / n_lo, num / n_up) - float(mean_radius(n_lo, bound * bound / 4.0, 0.0, L))
-    return float(min(max(lb, 0.0), bound))
+    return unit_mean_lower_bound(float(m @ W), sigma * float(np.linalg.norm(W)), float(m.sum()),
+                                 sigma * math.sqrt(m.size), bound, max_episodes=max_episodes, t=t,
+                                 t_count=t_total, log_term=log_term + m.size * math.log(2.0))
 
 
-__all__ = ["EPOCHS", "stitched_log", "gaussian_tail", "mean_radius", "start_mean_lower_bound"]
+__all__ = ["EPOCHS", "stitched_log", "gaussian_tail", "mean_radius", "uniform_log_term", "unit_mean_lower_bound",
+           "start_mean_lower_bound"]

@@ -6,15 +6,17 @@ Two small frozen objects shared by the tabular and linear ``train_from_logs`` an
 * :class:`BudgetRequest`: the budget as the user gave it (``rho``, or ``epsilon``
   with ``delta``, and the noise family), resolved by the learner that spends it;
 * :class:`RunContext`: where the run reports (the budget ledger, the run id and
-  output folder named in the ledger entry, the messages to the data holder).
+  output folder named in the ledger entry, the messages to the data holder)
+  and the data holder's limit on what contribution bounding may change.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from privaudit.data.repairs import RepairLimit
 from privaudit.privacy import budget as budget_mod
 from privaudit.privacy.budget import Budget
 
@@ -74,12 +76,17 @@ class RunContext:
         The folder the run writes, named in the ledger entry.
     echo : callable, optional
         Messages for the data holder (stderr in the CLI).
+    repairs : RepairLimit
+        The data holder's limit on what contribution bounding may change
+        before anything is spent (``privaudit.data.repairs``; default: stop
+        above 5% unless accepted), checked on logs the run prepares itself.
     """
 
     ledger: str | Path | None = None
     run: str | None = None
     output: object = None
     echo: Callable[[str], None] | None = None
+    repairs: RepairLimit = field(default_factory=RepairLimit)
 
     def say(self, message: str) -> None:
         """Pass ``message`` to ``echo`` (nothing without one)."""

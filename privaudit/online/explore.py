@@ -189,6 +189,9 @@ def validate_budget(algo: str, epsilon: float | None, rho: float | None,
 def memory_estimate(algo: str, env: EpisodicEnv, n_episodes: int) -> int:
     """Peak bytes of a tabular explorer's state: (L + 6) float64 arrays of C = 2SAH + S^2AH counters.
 
+    The batched explorers (``privaudit.online.tabular.batched_ucb``) hold about eight float64 arrays of their
+    S^2A (pooled) or S^2AH transition counts instead.
+
     (L + 2) per counter family (exact sum, one noise sum per level), plus the
     released copy, the increments and PrivQ's temporaries (about three more).
     Linear explorers report 0 here (their state is a few (H, d, d) arrays).
@@ -196,6 +199,9 @@ def memory_estimate(algo: str, env: EpisodicEnv, n_episodes: int) -> int:
     if ONLINE_ALGOS[algo].needs_features:
         return 0
     S, A, H = env.n_states, env.n_actions, env.horizon
+    if ONLINE_ALGOS[algo].learner.startswith("privaudit.online.tabular.batched_ucb:"):
+        # one (S, A, S) or (H, S, A, S) sum of releases, a batch's counts and noise, the projection's temporaries
+        return 8 * S * S * A * (1 if env.mdp.stationary else H) * 8
     C = 2 * S * A * H + S * S * A * H
     return 8 * C * (tree_levels(n_episodes) + 6)
 

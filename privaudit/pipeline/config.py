@@ -20,6 +20,7 @@ from privaudit.audit.synthetic_pairs import check_synthetic_pair_exists
 from privaudit.core.errors import UsageError
 from privaudit.core.package_data import sample_dir
 from privaudit.core.spec import DomainSpec
+from privaudit.data.repairs import MAX_REPAIR_SHARE_DEFAULT, RepairLimit
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.ope.split import HOLD_OUT_DEFAULT, check_fraction
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
@@ -152,14 +153,25 @@ class PipelineConfig:
         master URL (``local[4]``, ``spark://host:7077``, ``yarn``), or a
         Spark Connect URL ``sc://HOST:PORT``; None: the active session or
         ``local[*]``.
+    max_repair_share : float, default 0.05
+        Stop before anything is spent, charged or written
+        (``privaudit.core.errors.RepairsRefused``, exit 1) when contribution
+        bounding changes a larger share of the logs (rewards clipped, steps
+        dropped beyond H, episodes dropped above k, returns clipped:
+        ``privaudit.data.repairs``), unless ``accept_repairs``. A decision on
+        private counts, by the data holder, before any release: neither it
+        nor these two fields is written to ``summary.json``.
+    accept_repairs : bool
+        Go on whatever bounding changes (the repairs are still printed and
+        written to the private log).
 
     Raises
     ------
     UsageError
         On construction: ``spec`` without ``logs`` or ``logs`` without
         ``spec``, an unknown ``engine``, ``value_share`` > 0 or no ``engine``
-        spark with ``spark``, a ``stationary``, ``audit_trials`` or ``seed``
-        of the wrong type or range.
+        spark with ``spark``, a ``stationary``, ``audit_trials``, ``seed``
+        or ``max_repair_share`` of the wrong type or range.
     TypeError
         ``out`` missing, or an unknown field.
     """
@@ -183,6 +195,8 @@ class PipelineConfig:
     engine: str = "polars"
     spark: Any = None
     hold_out: bool = False
+    max_repair_share: float = MAX_REPAIR_SHARE_DEFAULT
+    accept_repairs: bool = False
     hold_out_fraction: float = HOLD_OUT_DEFAULT
 
     def __post_init__(self):
@@ -208,6 +222,12 @@ class PipelineConfig:
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or (t != 0 and t < MIN_TRIALS):
             raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {t!r}.")
         check_seed(self.seed)
+        RepairLimit(self.max_repair_share, self.accept_repairs)  # refuses a bad share now, before anything is read
+
+    @property
+    def repair_limit(self) -> RepairLimit:
+        """The data holder's limit on what bounding may change (``max_repair_share``, ``accept_repairs``)."""
+        return RepairLimit(self.max_repair_share, self.accept_repairs)
 
     @property
     def bundled(self) -> bool:
@@ -252,7 +272,9 @@ class PipelineConfig:
 
         The budget is not repeated (``privacy.requested`` holds it); ``mdp`` is
         a registered name, ``"file"`` for an MDP file, or None; ``ledger`` says
-        only whether a ledger was charged. Nothing here depends on the logs.
+        only whether a ledger was charged. Nothing here depends on the logs,
+        so the repair limit (``max_repair_share``, ``accept_repairs``: a decision
+        on private counts) is left out.
         """
         mdp = self.mdp if self.mdp is None or str(self.mdp) in MDP_REGISTRY else "file"
         return {"bundled_sample": self.bundled, "mdp": None if mdp is None else str(mdp),

@@ -63,6 +63,8 @@ def format_table(summary: dict, out: str) -> str:
     bl = behaviour_line(summary)
     if bl is not None:
         lines.append(f"  {'clinicians':<{w}}  {bl}")
+    for n in summary.get("not_trained", []):
+        lines.append(f"  not trained {n['name']}: {n['reason']}")
     for p in summary["policies"]:
         dg = p.get("diagnostics")
         if dg and dg["fallback_share"] > 0.5:
@@ -115,7 +117,11 @@ def _values_notes(summary: dict) -> list[str]:
         rl, rh = m["return_range"]
         L += [f"**The clinicians' (behaviour) value, estimated with DP:** {b['estimate']:.4f}, "
               f"{100 * b['confidence']:.0f}% interval [{lo:.4f}, {hi:.4f}] (standard error {b['standard_error']:.4f}: "
-              f"sampling {b['sampling_sd']:.4f}, DP noise {b['noise_sd']:.4f})"
+              + (f"sampling {b['sampling_sd']:.4f}, DP noise {b['noise_sd']:.4f})" if b["sampling_sd"] > 0 else
+                 f"DP noise {b['noise_sd']:.4f} only: the sampling part could not be estimated, its noisy "
+                 "estimate (a sum of squared residuals) fell to 0 or below under the DP noise and was clipped to "
+                 "0, so the interval leaves out the sampling spread of the returns and is too narrow; a larger "
+                 "budget share (`--value-share`) or more data makes it estimable)")
               + ("" if b.get("exact_clinicians") is None else
                  f"; the MDP's clinicians' policy has exact value {b['exact_clinicians']:.4f} (the behaviour of "
                  "these logs only if they were simulated from it)") + ". "
@@ -178,7 +184,8 @@ def render_markdown(summary: dict) -> str:
               + ". Each learned policy is post-processing of a DP output.", ""]
     L += ["| " + " | ".join(VALUES_COLUMNS) + " |", "|" + "---|" * len(VALUES_COLUMNS)]
     L += ["| " + " | ".join(r) + " |" for r in values_table(summary)]
-    L += [""] + _values_notes(summary)
+    L += [""] + [f"**`{n['name']}` was not trained:** {n['reason']}." for n in summary.get("not_trained", [])]
+    L += [""] * bool(summary.get("not_trained")) + _values_notes(summary)
     held = summary.get("held_out_certification")
     if held is not None:  # pipeline.certify (--hold-out)
         L += ["", "**Held-out certification** (`--hold-out`; privaudit's docs/certificates.md): each policy's DP "

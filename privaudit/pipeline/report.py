@@ -172,7 +172,7 @@ class ValueFacts:
 
 def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies: dict, evaluation: dict | None,
                   audit: dict | None, stationary: bool, seeded: bool, values: ValueFacts | None = None,
-                  config: dict | None = None) -> dict:
+                  config: dict | None = None, skipped: dict | None = None) -> dict:
     """The ``summary.json`` document (schema ``schemas/summary.schema.json``).
 
     Holds no seed, no count of rows, episodes or units, no timing (a
@@ -181,7 +181,9 @@ def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies:
     value and diagnostics, the DP estimate of the clinicians' value and the
     start distribution of the certified values. ``config`` is the run's
     public choices (``PipelineConfig.public``: no path, no seed), written
-    under ``config`` when given.
+    under ``config`` when given. ``skipped`` (name -> reason, public: the
+    spec or the engine decides it) lists the learners the run did not train,
+    written under ``not_trained``.
     """
     values = values or ValueFacts()
     diagnostics, certified, values_figure_drawn = values.diagnostics, values.certified, values.figure_drawn
@@ -220,6 +222,7 @@ def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies:
                     "stationary": stationary,
                     "noise_scale": {f: float(p.noise_scale) for f, p in fams.items()}},
         "policies": pol_entries,
+        "not_trained": [{"name": n, "reason": why} for n, why in (skipped or {}).items()],
         "evaluation": evaluation,
         "behaviour_value": values.behaviour,
         "start_distribution": values.start_distribution,

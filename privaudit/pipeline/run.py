@@ -6,8 +6,11 @@ stages of :mod:`privaudit.pipeline.stages` in a temporary folder; the choices ar
 
 What a hospital analyst runs on day one (``privaudit pipeline``). Every
 artifact is built in a temporary folder next to ``out`` and renamed to
-``out`` only when all stages succeeded, so a failure (invalid logs, a bad
-spec, an interrupted run) leaves ``out`` absent or unchanged.
+``out`` when all stages succeeded, so a failure before any charge (invalid
+logs, a bad spec, an interrupted run) leaves ``out`` absent or unchanged; a
+stop after a charge keeps the charged outputs as ``out``, marked incomplete,
+and the same run again finishes them without charging again
+(:mod:`privaudit.pipeline.resume`).
 
 Layout of ``out`` (see docs/pipeline.md)::
 
@@ -46,9 +49,9 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from privaudit.core.errors import SpecError, UsageError
+from privaudit.core.errors import SpecError, Terminated, UsageError
 from privaudit.core.atomic import atomic_dir, atomic_write_text
-from privaudit.core.outputs import check_outputs, folder_output, new_run_id, output_lock
+from privaudit.core.outputs import OutputKind, check_outputs, folder_output, new_run_id, output_lock
 from privaudit.core.spec import DomainSpec, load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.learners.linear.rows import column_dims
@@ -58,6 +61,7 @@ from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
 from privaudit.pipeline.certify import CERTIFIED_POLICIES, certification_charge, split_held_out
 from privaudit.pipeline.config import PipelineConfig, check_seed
+from privaudit.pipeline import resume
 from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, budget_shares, check_split, learner_shares,
                                           pbb_share_of, split_budget)
 from privaudit.pipeline.plans import plan_parts
@@ -80,19 +84,23 @@ def _child_seeds(seed: int | None, n: int) -> list[int | None]:
     return [int(s.generate_state(1, np.uint64)[0] >> np.uint64(1)) for s in np.random.SeedSequence(int(seed)).spawn(n)]
 
 
-#: What ``overwrite`` may replace (``privaudit.core.outputs.check_outputs``).
-PIPELINE_OUTPUT = folder_output(f"a previous pipeline output (a folder with a summary.json of kind {SUMMARY_KIND!r})",
-                                "summary.json", "kind", SUMMARY_KIND)
+#: What ``overwrite`` may replace (``privaudit.core.outputs.check_outputs``): a complete pipeline output, or an
+#: incomplete run kept after a charge (``privaudit.pipeline.resume``).
+_COMPLETE = folder_output("", "summary.json", "kind", SUMMARY_KIND)
+PIPELINE_OUTPUT = OutputKind(f"a previous pipeline output (a folder with a summary.json of kind {SUMMARY_KIND!r}, "
+                             f"or an incomplete run's {resume.MARKER})",
+                             lambda p: _COMPLETE.recognise(p) or resume.is_incomplete(p))
 
 
-def _check_out(config: PipelineConfig) -> None:
-    """Refuse an ``out`` that exists (unless ``overwrite`` and it holds a previous pipeline output), that
-    is or holds an input (the logs, the spec, the ledger, the MDP file), or that cannot be written."""
+def _check_out(config: PipelineConfig, resuming: bool = False) -> None:
+    """Refuse an ``out`` that exists (unless ``overwrite`` and it holds a previous pipeline output, or this run
+    resumes the incomplete run it holds), that is or holds an input (the logs, the spec, the ledger, the MDP
+    file), or that cannot be written."""
     logs, spec, mdp = config.inputs()
     ledger = config.ledger
     reads = [("LOGS", logs), ("spec", spec), ("mdp", mdp), ("ledger", ledger),
              ("ledger", None if ledger is None else f"{ledger}.head")]
-    check_outputs([("out", config.out, PIPELINE_OUTPUT)], reads, config.overwrite)
+    check_outputs([("out", config.out, PIPELINE_OUTPUT)], reads, config.overwrite or resuming)
 
 
 def _resolve_mdp(mdp, spec: DomainSpec, instance_seed: int | None = None):
@@ -141,7 +149,8 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     ``spec`` and the keyword ``options`` (its fields: ``rho`` or ``epsilon``
     and ``delta``, ``out`` (required), ``mdp``, ``instance_seed``, ``seed``,
     ``stationary``, ``audit_trials``, ``linear_share``, ``value_share``,
-    ``overwrite``, ``ledger``, ``progress``, ``engine``, ``spark``; documented
+    ``overwrite``, ``ledger``, ``progress``, ``engine``, ``spark``,
+    ``hold_out``, ``hold_out_fraction``, ``max_repair_share``, ``accept_repairs``; documented
     there) and runs it with :func:`run_pipeline_config`.
 
     Parameters
@@ -166,8 +175,10 @@ def run_pipeline_config(config: PipelineConfig, *, echo: Callable[[str], None] |
     """Run one configured pipeline into the folder ``config.out``.
 
     Every artifact is built in a temporary folder next to ``out`` and renamed
-    to ``out`` only when all stages succeeded (layout: this module's docstring
-    and docs/pipeline.md).
+    to ``out`` when all stages succeeded (layout: this module's docstring
+    and docs/pipeline.md). A stop after a part was charged keeps the charged
+    outputs as ``out``, marked incomplete; when ``out`` holds such a run of
+    the same inputs, this run resumes it (:mod:`privaudit.pipeline.resume`).
 
     Parameters
     ----------
@@ -185,7 +196,8 @@ def run_pipeline_config(config: PipelineConfig, *, echo: Callable[[str], None] |
     Raises
     ------
     UsageError
-        Bad or conflicting arguments, ``out`` exists or is being written by
+        Bad or conflicting arguments, ``out`` holds an incomplete run of other
+        inputs (configuration, spec, logs or ledger), ``out`` exists or is being written by
         another run (refused at once: ``core.outputs.output_lock``; hidden
         temporary folders a killed run left next to ``out`` are removed and
         reported), an MDP that does not fit
@@ -203,6 +215,10 @@ def run_pipeline_config(config: PipelineConfig, *, echo: Callable[[str], None] |
     LogReadError, ValidationFailed
         Unreadable logs, or logs breaking rules that bounding cannot repair
         (the message lists the located errors); nothing is written.
+    RepairsRefused
+        Contribution bounding would change more of the logs than
+        ``max_repair_share`` allows and ``accept_repairs`` is False: nothing
+        is spent, charged or written (a ValidationFailed, exit 1).
     EngineError
         With ``engine="spark"``: Spark itself failed (no JVM, a failed job,
         out of memory); nothing is written or charged.
@@ -219,7 +235,7 @@ def run_pipeline_config(config: PipelineConfig, *, echo: Callable[[str], None] |
         return _run_locked(config, echo or (lambda s: None))
 
 
-def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPlan, str | None]:
+def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
     """Everything decided before any row is read: spec, budget split, MDP, stationarity, every part's plan.
 
     Loads the spec, checks the config against it, resolves and splits the
@@ -228,7 +244,8 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     the MDP, plans every part's noise and event and checks the ledger's
     remaining budget: a refusal leaves the ledger untouched and nothing written.
 
-    Returns the plan and the default-stationarity note to tell once the logs pass (or None).
+    Returns the plan (its ``skipped`` learners are said once the logs pass) and the default-stationarity note
+    to tell then too (or None).
 
     Raises
     ------
@@ -255,9 +272,13 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     pbb_share = 0.0 if config.engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
                                                                   linear_share=linear_share, value_share=value_share,
                                                                   learners=learners)
+    skipped = {}  # learners the run does not train, and why (said once the logs pass, and in the summary)
     if config.engine == "spark" and spec.public_reward is not None:
-        say("engine spark: DP-PBB is not trained (it reads the logs with polars); the budget goes to the "
-            "release, and DP-APVI learns from it.")
+        skipped["dp-pbb"] = ("engine spark: DP-PBB reads the logs with polars; its share goes to the release, and "
+                             "DP-APVI learns from it")
+    elif spec.public_reward is None:
+        skipped["dp-pbb"] = ("the spec declares no public reward ($.public_reward): DP-PBB backs up r(s') + V(s') "
+                             "with a known r; its share goes to the release, and DP-APVI learns from it")
     shares = budget_shares(linear=linear, linear_share=linear_share, value_share=value_share, pbb_share=pbb_share,
                            learners=learners)
     parts = split_budget(budget, linear=linear, linear_share=linear_share, value_share=value_share,
@@ -266,7 +287,8 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     # leaves the ledger untouched and nothing written (the composition is checked again on the events)
     check_split(budget, parts)
     seeds = _child_seeds(config.seed, 5)
-    _check_out(config)
+    stopped = resume.read_checkpoint(Path(config.out))  # an incomplete run of this `out`, to resume
+    _check_out(config, resuming=stopped is not None)
     if linear:  # a bad feature map costs nothing: checked before any row is read
         _check_feature_map(spec)
     the_mdp = _resolve_mdp(mdp, spec, config.instance_seed)
@@ -277,12 +299,31 @@ def plan_run(config: PipelineConfig, say: Callable[[str], None]) -> tuple[RunPla
     # their composition against the total; then, once for all the parts' charges, the ledger's remaining
     # budget: all before any row is read, noise drawn or part charged
     parts_plan = plan_parts(spec, budget, parts, stationary=stationary)
-    if config.ledger is not None:  # with hold_out, the held-out evaluations' charges too
-        held = certification_charge(spec, budget, CERTIFIED_POLICIES) if config.hold_out else 0
-        ledger_mod.check_budget(config.ledger, spec.dataset_id, parts_plan.total + held)
+    fingerprint = resume.fingerprint(config, spec, logs)
+    if stopped is not None and config.overwrite and not _same_run(stopped, fingerprint, config.ledger):
+        stopped = None  # `overwrite` discards an incomplete run of other inputs (what it cost stays spent)
+    if stopped is not None:  # the same command again: reuse what it charged, or refuse (UsageError)
+        resume.check_resumable(stopped, fingerprint, config.ledger)
+    to_charge = {n: b for n, b in parts.items() if stopped is None or n not in stopped.charged}
+    if config.ledger is not None:  # with hold_out, the held-out evaluations' charges too (unless done)
+        held = 0
+        if config.hold_out and (stopped is None or stopped.certification is None):
+            held = certification_charge(spec, budget, CERTIFIED_POLICIES)
+        if to_charge or held:
+            ledger_mod.check_budget(config.ledger, spec.dataset_id,
+                                    (check_split(budget, to_charge) if to_charge else 0) + held)
     return RunPlan(spec=spec, logs=logs, mdp=the_mdp, mdp_name=None if mdp is None else str(mdp),
                    stationary=stationary, budget=budget, parts=parts, shares=shares, parts_plan=parts_plan,
-                   seeds=seeds), said
+                   seeds=seeds, skipped=skipped, fingerprint=fingerprint, resume_from=stopped), said
+
+
+def _same_run(stopped: resume.Checkpoint, fingerprint: dict, ledger) -> bool:
+    """True when the incomplete run ``stopped`` can be resumed by this one (``resume.check_resumable`` passes)."""
+    try:
+        resume.check_resumable(stopped, fingerprint, ledger)
+    except UsageError:
+        return False
+    return True
 
 
 def _check_feature_map(spec: DomainSpec) -> None:
@@ -298,52 +339,95 @@ def _check_feature_map(spec: DomainSpec) -> None:
         feature_map_from_spec(spec)
 
 
-def validate(config: PipelineConfig, plan: RunPlan):
+def validate(config: PipelineConfig, plan: RunPlan, say: Callable[[str], None]):
     """The validate stage: the logs validated and bounded once (polars), before any folder exists.
 
+    Says what bounding changed (private counts and shares, for the data holder)
+    and stops when it changed more than ``config.max_repair_share`` allows
+    (``data.repairs.check_repairs``), before anything is spent or written.
     With Spark, returns the logs as given: Spark validates, bounds and counts
-    them in the release stage (inside the temporary folder, removed if it fails).
+    them in the release stage (inside the temporary folder, removed if it
+    fails), which applies the same limit before any noise is drawn.
 
     Raises
     ------
     LogReadError, ValidationFailed
         Unreadable logs, or rules that bounding cannot repair.
+    RepairsRefused
+        Bounding changes too much of the logs (and ``accept_repairs`` is False).
     """
-    return prepare_logs(plan.logs, plan.spec) if config.engine == "polars" else plan.logs
+    if config.engine != "polars":
+        return plan.logs
+    prepared = prepare_logs(plan.logs, plan.spec, repairs=config.repair_limit)
+    say(prepared.bounding.summary())
+    return prepared
 
 
 def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
-    """The body of :func:`run_pipeline_config`, under the output lock."""
+    """The body of :func:`run_pipeline_config`, under the output lock.
+
+    A stop after a part was charged (any exception, Ctrl-C, SIGTERM) keeps the
+    charged outputs as ``out``, marked incomplete (:mod:`privaudit.pipeline.resume`), says so, and re-raises
+    (an interruption with that line as its message).
+    """
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    plan, said = plan_run(config, say)
+    plan, said = plan_run(config)
     out = Path(config.out)
+    stopped = plan.resume_from
+    if stopped is not None:
+        say(f"resuming the incomplete run in {out} (run {stopped.run_id}): reusing what it charged "
+            f"({', '.join(stopped.charged)}); nothing is charged again for it.")
+        if stopped.stopped_in == "certify":  # its evaluations are charged one by one, and not checkpointed
+            say("it stopped inside its held-out certification: the evaluations it had charged run and are charged "
+                "again (the ledger shows both).")
     bar = _Progress(sys.stderr.isatty() if config.progress is None else bool(config.progress))
+    kept = None
     try:
         bar.stage("validate")
         t = time.perf_counter()
-        prepared = validate(config, plan)
+        prepared = validate(config, plan, say)
         timings["validate"] = time.perf_counter() - t
         bar.done()
         if said is not None:  # after the inputs are validated: not in front of an unrelated error
             say(said)
+        for name, why in plan.skipped.items():
+            say(f"{name} is not trained: {why}.")
         with atomic_dir(out, overwrite=True) as tmp:
             held_out = None
             if config.hold_out:  # every stage but `certify` sees the training part only
                 prepared, held_out = split_held_out(prepared, config.hold_out_fraction)
-            state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, run_id=new_run_id(), say=say,
-                             held_out=held_out)
-            for name, stage in STAGES_AFTER_VALIDATION:
-                bar.stage(name)
-                t = time.perf_counter()
-                stage(config, state)
-                timings[name] = time.perf_counter() - t
-                bar.done()
-            timings["total"] = time.perf_counter() - t0
-            private = {**state.private, "timings_s": timings}
-            atomic_write_text(tmp / "private" / "local-log.json", json.dumps(private, indent=2) + "\n")
+            state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, say=say,
+                             run_id=new_run_id() if stopped is None else stopped.run_id, held_out=held_out,
+                             stage_names=tuple(name for name, _ in STAGES_AFTER_VALIDATION))
+            if stopped is not None:
+                resume.adopt(stopped, tmp)
+            name = None
+            try:
+                for name, stage in STAGES_AFTER_VALIDATION:
+                    bar.stage(name)
+                    t = time.perf_counter()
+                    stage(config, state)
+                    timings[name] = time.perf_counter() - t
+                    state.stages_done.append(name)
+                    bar.done()
+            except BaseException as e:
+                if not state.events:  # nothing charged: the temporary folder goes, as for any failure
+                    raise
+                kept = (e, resume.save(state, name, e))  # what was paid for becomes `out`, marked incomplete
+            else:
+                resume.clear(tmp)
+                timings["total"] = time.perf_counter() - t0
+                private = {**state.private, "timings_s": timings}
+                atomic_write_text(tmp / "private" / "local-log.json", json.dumps(private, indent=2) + "\n")
     finally:
         bar.close()
+    if kept is not None:
+        error, line = kept
+        if isinstance(error, (KeyboardInterrupt, Terminated)):
+            raise type(error)(line) from error
+        say(line)
+        raise error
     summary = dict(state.summary)
     summary["private_log"] = str((out / "private" / "local-log.json").resolve())
     return summary

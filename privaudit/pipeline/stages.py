@@ -33,7 +33,7 @@ from privaudit.core.spec import DomainSpec
 from privaudit.learners.linear import train_from_logs as train_linear
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
 from privaudit.learners.options import RunContext
-from privaudit.learners.policy import save_policy
+from privaudit.learners.policy import load_policy, save_policy
 from privaudit.pipeline import figures
 from privaudit.pipeline import render
 from privaudit.pipeline.certify import certify_stage
@@ -43,6 +43,7 @@ from privaudit.pipeline.audit_release import audit_release
 from privaudit.pipeline.config import PipelineConfig
 from privaudit.pipeline.guarantee import VALUE_PART, composed_guarantee
 from privaudit.pipeline.plans import PartsPlan
+from privaudit.pipeline.resume import Checkpoint
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import event_from_dict
@@ -71,6 +72,12 @@ class RunPlan:
         Every part's planned noise and event (``plans.plan_parts``), checked against its share.
     seeds : list of int or None
         Child seeds: release, DP-VAPVI, audit, behaviour value, DP-PBB (None: OS entropy).
+    skipped : dict[str, str]
+        Learners the run does not train, and why (public reasons: the spec, the engine).
+    fingerprint : dict
+        The run's inputs, hashed (``resume.fingerprint``): kept if the run stops after a charge.
+    resume_from : resume.Checkpoint or None
+        A stopped run of the same inputs in ``out`` whose charged parts this run reuses (not charged again).
     """
 
     spec: DomainSpec
@@ -83,6 +90,9 @@ class RunPlan:
     shares: dict
     parts_plan: PartsPlan
     seeds: list
+    skipped: dict = field(default_factory=dict)
+    fingerprint: dict = field(default_factory=dict)
+    resume_from: Checkpoint | None = None
 
 
 @dataclass
@@ -91,6 +101,8 @@ class RunState:
 
     ``prepared`` is the validated and bounded logs (``privaudit.data.prepare.PreparedLogs``), or with
     ``engine="spark"`` what Spark reads (a path or a DataFrame): the release is then the only reader.
+    ``paid`` holds, per charged tabular learner, its ``V0`` and ``Q`` (what a resumed run needs besides
+    the saved policy); ``stages_done`` the stages completed, in order.
     """
 
     plan: RunPlan
@@ -115,17 +127,29 @@ class RunState:
     private: dict | None = None
     held_out: Any = None
     certification: dict | None = None
+    paid: dict = field(default_factory=dict)
+    stages_done: list = field(default_factory=list)
+    stage_names: tuple = ()
+
+    def reused(self, part: str) -> bool:
+        """True when ``part`` was charged by the stopped run this one resumes: read back, not charged again."""
+        cp = self.plan.resume_from
+        if cp is None or part not in cp.charged:
+            return False
+        self.events[part] = self.plan.parts_plan.events[part]  # a charged event equals its plan (PartsPlan.charged)
+        return True
 
 
 def _charge(config: PipelineConfig, state: RunState, name: str, event, note: str = "") -> None:
     """Keep part ``name``'s event (checked against its plan) and charge the ledger with it, if any."""
     plan = state.plan
-    state.events[name] = plan.parts_plan.charged(name, event)
+    event = plan.parts_plan.charged(name, event)
     if config.ledger is not None:
-        ledger_mod.charge_event(config.ledger, plan.spec.dataset_id, state.events[name],
+        ledger_mod.charge_event(config.ledger, plan.spec.dataset_id, event,
                                 f"pipeline, {name} part: gaussian, rho={plan.parts[name].shown!r}"
                                 + (f" ({note})" if note else ""), plan.parts[name], run=state.run_id,
                                 output=state.out)
+    state.events[name] = event  # charged: what a stopped run keeps (pipeline.resume)
 
 
 def release(config: PipelineConfig, state: RunState) -> None:
@@ -135,15 +159,25 @@ def release(config: PipelineConfig, state: RunState) -> None:
     into ``private/local-log.json``), ``value_stats`` and their ``events``.
     """
     plan = state.plan
-    info = release_logs(state.prepared, plan.spec, stationary=plan.stationary, out=state.tmp / "release",
-                        seed=plan.seeds[0], options=ReleaseOptions(budget=plan.parts["release"], noise="exact",
-                                                                   engine=config.engine, spark=config.spark))
-    _charge(config, state, "release", info.event)
-    state.local = json.loads(info.local_log.read_text())
-    info.local_log.unlink()  # folded into private/local-log.json
-    state.manifest = info.manifest
+    if state.reused("release"):
+        state.manifest = load_release(state.tmp / "release").manifest
+        state.local = plan.resume_from.local
+    else:
+        info = release_logs(state.prepared, plan.spec, stationary=plan.stationary, out=state.tmp / "release",
+                            seed=plan.seeds[0], options=ReleaseOptions(
+                                budget=plan.parts["release"], noise="exact", engine=config.engine,
+                                spark=config.spark, repairs=config.repair_limit,  # Spark: checked before its noise
+                                echo=state.say if config.engine == "spark" else None))
+        state.local = json.loads(info.local_log.read_text())
+        info.local_log.unlink()  # folded into private/local-log.json
+        state.manifest = info.manifest
+        _charge(config, state, "release", info.event)
     value_plan = plan.parts_plan.value
-    if value_plan is not None:  # the behaviour-value part: a second access to the bounded logs
+    if value_plan is None:
+        return
+    if state.reused(VALUE_PART):
+        state.value_stats = plan.resume_from.value_stats
+    else:  # the behaviour-value part: a second access to the bounded logs
         state.value_stats = value_plan.apply(state.prepared.bounded, rng=np.random.default_rng(plan.seeds[3]))
         _charge(config, state, VALUE_PART, value_plan.event)
 
@@ -178,34 +212,55 @@ def train(config: PipelineConfig, state: RunState) -> None:
     on_logs = {f: [e for e in entries if e.family == f and e.name in parts] for f in registry.OFFLINE}
     # tabular learners; each pessimistic one exposes its value at step 0 in declared units
     # (declared_values), which the certified values and diagnostics use
-    tabular = {}
+    learned = {}  # name -> (policy, V_0 or None, the Q that chose the actions)
     for i, entry in enumerate(on_logs["tabular"]):  # their own access to the logs (DP-PBB: the default DP policy)
+        if state.reused(entry.name):  # charged by the stopped run this one resumes
+            learned[entry.name] = _reload(state, entry.name)
+            continue
         cls = entry.load()
         run = cls.train_on_logs(state.prepared, spec, stationary=plan.stationary, budget=parts[entry.name],
                                 seed=_learner_seed(seeds, 4, i), context=RunContext(echo=say))
-        tabular[entry.name] = run.learner
+        learned[entry.name] = _learned(run.learner)
+        policies[entry.name] = run.learner.policy_
+        state.paid[entry.name] = {"V0": learned[entry.name][1], "Q": learned[entry.name][2]}
         _charge(config, state, entry.name, run.learner.event_, getattr(cls, "ledger_note", ""))
     for entry in entries:  # post-processing of the release (DP-APVI, the paper's reference)
         if entry.family == "tabular" and entry.load().reads == "release":
-            tabular[entry.name] = entry.load()().fit(release, release_path="../../release")
+            learned[entry.name] = _learned(entry.load()().fit(release, release_path="../../release"))
     start_values, diagnostics = state.start_values, state.diagnostics
-    for name, learner in tabular.items():
-        policies[name] = learner.policy_
-        start_values[name] = learner.declared_values()[0] if hasattr(learner, "declared_values") else None
-        if start_values[name] is not None:
-            q_choice = getattr(learner, "Q_select_", learner.Q_)  # the values that chose the actions
-            diagnostics[name] = rep.learner_diagnostics(q_choice, start_values[name], learner.policy_.table,
-                                                        plan.mdp, spec.terminal_states, d0=d0)
+    for name, (policy, v0, q_choice) in learned.items():
+        policies[name] = policy
+        start_values[name] = v0
+        if v0 is not None:
+            diagnostics[name] = rep.learner_diagnostics(q_choice, v0, policy.table, plan.mdp, spec.terminal_states,
+                                                        d0=d0)
     for i, entry in enumerate(on_logs["linear"]):  # their own access to the logs (DP-VAPVI)
+        start_values[entry.name] = None  # the linear learners' pessimistic values are not kept
+        if state.reused(entry.name):
+            policies[entry.name] = load_policy(tmp / "policies" / entry.name)
+            continue
         pol = train_linear(state.prepared, spec, entry.name, budget=parts[entry.name], seed=_learner_seed(seeds, 1, i))
         policies[entry.name] = pol
-        start_values[entry.name] = None  # the linear learners' pessimistic values are not kept
         _charge(config, state, entry.name, event_from_dict(pol.privacy.event),
                 getattr(entry.load(), "ledger_note", ""))
     for name, pol in policies.items():
-        save_policy(pol, tmp / "policies" / name)
+        if not (tmp / "policies" / name).exists():  # a reused policy is already there
+            save_policy(pol, tmp / "policies" / name)
     state.guarantee = composed_guarantee(plan.budget, parts, events, spec, shares=plan.shares,
                                          manifest=state.manifest)
+
+
+def _learned(learner) -> tuple:
+    """(policy, V_0 at step 0 in declared units or None, the Q that chose the actions) of a fitted tabular learner."""
+    v0 = learner.declared_values()[0] if hasattr(learner, "declared_values") else None
+    return learner.policy_, v0, getattr(learner, "Q_select_", learner.Q_)
+
+
+def _reload(state: RunState, name: str) -> tuple:
+    """A charged tabular learner of the stopped run: its saved policy and checkpointed V_0 and Q."""
+    arrays = state.plan.resume_from.arrays
+    state.paid[name] = {"V0": arrays.get(f"{name}.V0"), "Q": arrays[f"{name}.Q"]}
+    return load_policy(state.tmp / "policies" / name), state.paid[name]["V0"], state.paid[name]["Q"]
 
 
 def evaluate(config: PipelineConfig, state: RunState) -> None:
@@ -272,7 +327,7 @@ def report(config: PipelineConfig, state: RunState) -> None:
         evaluation=evaluation, audit=state.audit, stationary=plan.stationary, seeded=config.seed is not None,
         values=rep.ValueFacts(diagnostics=diagnostics, certified=certified, behaviour=behaviour,
                               start_distribution=start, figure_drawn=draw),
-        config=config.public())
+        config=config.public(), skipped=plan.skipped)
     if state.certification is not None:  # pipeline.certify (hold_out)
         summary["held_out_certification"] = state.certification
     rep.write_summary(summary, tmp / "summary.json")
@@ -286,6 +341,8 @@ def report(config: PipelineConfig, state: RunState) -> None:
         "engine": config.engine,
         "validation": "passed every rule that contribution bounding cannot repair",
         "bounding": state.local.get("bounding"),
+        # the data holder's stop/go on the repairs' shares: private, never in summary.json
+        "repair_limit": {"max_share": config.max_repair_share, "accepted": config.accept_repairs},
     }
 
 
@@ -299,5 +356,15 @@ def _logs_named(config: PipelineConfig, prepared) -> str:
 
 
 #: The stages after validation, in order (name, function); the run times each one.
+def certify(config: PipelineConfig, state: RunState) -> None:
+    """The held-out certification (``pipeline.certify``, with ``hold_out``), or the stopped run's when it finished
+    it (its evaluations were charged then: read back, not charged again)."""
+    cp = state.plan.resume_from
+    if cp is not None and cp.certification is not None:
+        state.certification = cp.certification
+        return
+    certify_stage(config, state)
+
+
 STAGES_AFTER_VALIDATION = (("release", release), ("train", train), ("evaluate", evaluate),
-                           ("certify", certify_stage), ("audit", audit), ("report", report))
+                           ("certify", certify), ("audit", audit), ("report", report))

@@ -18,9 +18,11 @@ With a known MDP both are shown next to the exact values, and
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound, stitched_log
+from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound
 from privaudit.release.behaviour_value import ValueStatistics
 
 __all__ = ["start_distribution", "certified_value", "certified_entries", "start_lower_bound", "D0_SOURCES",
@@ -91,7 +93,7 @@ def start_distribution(*, value_stats: ValueStatistics | None = None, release=No
 
 
 def start_lower_bound(V0: np.ndarray, noisy_starts: np.ndarray, sigma: float, return_range: tuple[float, float],
-                      terminal_states=(), failure_prob: float = START_FAILURE_PROB) -> float:
+                      terminal_states=(), failure_prob: float = START_FAILURE_PROB, *, max_episodes: int = 1) -> float:
     """A lower confidence bound on E_{s ~ d0}[V_0(s)] from released start counts (declared units).
 
     The plug-in d0' . V_0 with d0' the normalised noisy counts is an
@@ -102,11 +104,11 @@ def start_lower_bound(V0: np.ndarray, noisy_starts: np.ndarray, sigma: float, re
     W = clip(V_0, lo, hi) - lo in [0, hi - lo], terminal states excluded,
     with failure_prob split in three: failure_prob / 3 for the noise of the
     numerator m' . W (sub-Gaussian tail), failure_prob / 6 for each side of
-    the number of episodes N, failure_prob / 3 for the time-uniform Hoeffding
-    bound. Hence E_d0[V_0] >= lo + that bound, w.p. >= 1 - failure_prob; lo
-    when N's lower bound is below 1. Like every single-dataset pessimistic
-    bound here, Hoeffding is applied to V_0 computed from the same episodes
-    (docs/learners.md, "Validity").
+    the number of episodes N, failure_prob / 3 for the Hoeffding bound over
+    privacy units (k = ``max_episodes`` episodes of one unit may share their
+    start state), uniform over every V_0 (V_0 is learned from the same logs).
+    Hence E_d0[V_0] >= lo + that bound, w.p. >= 1 - failure_prob; lo when N's
+    lower bound is below 1 (docs/certificates.md, "Start distribution").
 
     Parameters
     ----------
@@ -122,6 +124,8 @@ def start_lower_bound(V0: np.ndarray, noisy_starts: np.ndarray, sigma: float, re
         Public: no episode starts in one (their counts and values are dropped).
     failure_prob : float
         In (0, 1).
+    max_episodes : int
+        k, the most episodes of one privacy unit (the spec's; public).
 
     Returns
     -------
@@ -133,9 +137,9 @@ def start_lower_bound(V0: np.ndarray, noisy_starts: np.ndarray, sigma: float, re
     keep[list(terminal_states)] = False
     W = np.clip(np.asarray(V0, dtype=np.float64)[keep], lo, hi) - lo
     m = np.asarray(noisy_starts, dtype=np.float64)[keep]
-    return lo + start_mean_lower_bound(W, m, sigma, hi - lo, t=gaussian_tail(failure_prob / 3.0),
-                                       t_total=gaussian_tail(failure_prob / 6.0),
-                                       L=stitched_log(failure_prob / 3.0))
+    return lo + start_mean_lower_bound(W, m, sigma, hi - lo, max_episodes=max_episodes,
+                                       t=gaussian_tail(failure_prob / 3.0), t_total=gaussian_tail(failure_prob / 6.0),
+                                       log_term=math.log(3.0 / failure_prob))
 
 
 def certified_value(V0: np.ndarray, d0: np.ndarray | None, return_range: tuple[float, float] | None = None
@@ -203,7 +207,7 @@ def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str 
             cert = certified_value(V0, d0, return_range)
         elif V0 is not None and d0_source == "value-release" and value_stats is not None and return_range:
             cert = start_lower_bound(V0, value_stats.start_states, value_stats.sigma["start_states"],
-                                     return_range, terminal_states)
+                                     return_range, terminal_states, max_episodes=value_stats.max_episodes)
         v = (exact or {}).get(name)
         out[name] = {"certified_value": cert, "certified_start": d0_source if cert is not None else None,
                      "certificate_held": None if cert is None or v is None else bool(cert <= v + 1e-9)}

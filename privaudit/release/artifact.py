@@ -1,33 +1,36 @@
 """The on-disk release format: Parquet tables + ``manifest.json``; the one reader.
 
-Layout of a release folder (format version 2, written now; see docs/release.md):
+Layout of a release folder (format version 3, written now; see docs/release.md):
 
 ``visits.parquet``       columns (h, state, action, value): n'_h(s, a)
-``transitions.parquet``  one column ``value``: n'_h(s, a, s'), dense, one row group per h
+``transitions.parquet``  columns (h, state, next_state, action_0, ..., action_<A-1>): column
+                         action_<a> of row (h, s, s') is n'_h(s, a, s'); one row group per h
 ``rewards.parquet``      columns (h, state, action, value): R'_h(s, a), only when
                          the reward function is private
 ``manifest.json``        the guarantee, validated by ``schemas/release_manifest.schema.json``
 
-Every table is dense over the declared domain (one row per cell, observed or
-not). ``transitions.parquet`` holds one row group per h (H row groups; one
-for a stationary release) of S*A*S rows: row (s * A + a) * S + s' of row
-group h is n'_h(s, a, s') (row-major order over (state, action, next_state),
-``manifest.DENSE_ORDER``); the manifest records the shape (H, S, A, S), the
-row group shape (S, A, S) and the order (``families.transitions.dense``),
-and the file's Parquet key-value metadata repeats them
-(``privaudit.format_version``, ``privaudit.shape``, ``privaudit.order``), so
-a learner reads one h-slice of S*A*S values at a time and nothing else.
-Visits and rewards (H*S*A cells, small) keep their index columns (h, state,
-action), sorted row-major; stationary releases have no ``h`` column. Index
-columns are int16 (int32 when S or A exceed 32767), value int32 (int64 only
-if a value needs it); zstd level 1, dictionary encoding for ``value``.
+Every table is dense over the declared domain and names its cells with index
+columns and column names, so pyarrow or polars alone reads it
+(``pl.read_parquet(...).unpivot(index=["h", "state", "next_state"],
+variable_name="action")`` gives one row per cell). ``transitions.parquet``
+holds one row group per h (one when stationary) of S*S rows sorted by
+(state, next_state); the manifest (``families.transitions.dense``,
+``manifest.WIDE_ORDER``) and the file's Parquet key-value metadata
+(``privaudit.format_version``, ``privaudit.shape``, ``privaudit.dims``,
+``privaudit.order``) record the layout, so a learner reads one h-slice at a
+time. Stationary releases have no ``h`` column. Index columns are int16
+(int32 when S or A exceed 32767), values int32 (int64 only if a value needs
+it); zstd level 1, dictionary encoding for the values. No column is nested
+and the index columns have S*S rows per h, so naming every cell costs no more
+write CPU than version 2's bare value column and 1.5% more space
+(docs/release.md, "Release format and storage layout").
 
-Format version 1 (read, no longer written) stored transitions.parquet with
-four index columns (h, state, action, next_state) beside ``value``; writing
-them took 2.6 times the CPU of the value column alone. :func:`load_release`
-reads both versions and refuses any other (``ArtifactError`` naming the
-format version); every reader of a release (learners, ``train --release``,
-the pipeline, benchmarks) goes through it.
+Versions 2 (the bare ``value`` column, row-major over (state, action,
+next_state): ``manifest.DENSE_ORDER``) and 1 (index columns h, state,
+action, next_state beside ``value``) are read, no longer written.
+:func:`load_release` reads all three and refuses any other (``ArtifactError``
+naming the format version); every reader of a release (learners,
+``train --release``, the pipeline, benchmarks) goes through it.
 """
 
 from __future__ import annotations
@@ -41,31 +44,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from privaudit.core.errors import ArtifactError, MissingInputError, SpecError
-from privaudit.release.layout import FILES, MANIFEST
-from privaudit.release.manifest import DENSE_ORDER, RELEASE_FORMAT_VERSION, ReleaseManifest
+from privaudit.release.layout import FILES, MANIFEST, action_columns
+from privaudit.release.manifest import DENSE_ORDER, WIDE_ORDER, ReleaseManifest
 from privaudit.release.manifest_check import check_manifest_guarantee
 from privaudit.data.counts_protocol import step_index
-
-#: zstd level 1; dictionary encoding for the noisy values only: the sorted, periodic index
-#: columns compress as well with plain encoding + zstd and are ~30% faster to write.
-_WRITE_OPTS = dict(compression="zstd", compression_level=1, use_dictionary=["value"], write_statistics=False)
-
-
-def index_type(n: int) -> pa.DataType:
-    """Smallest signed integer Arrow type holding 0..n-1 (at least int16)."""
-    return pa.int16() if n <= 2**15 else pa.int32()
-
-
-def arrow_of(v: np.ndarray) -> pa.Array:
-    """Arrow array over the memory of a 1-D numpy integer array (no copy when C-contiguous).
-
-    ``pa.array(ndarray)`` would do the same but first asks whether the array
-    is a pandas object, which imports pandas: about 1 s of CPU on every run
-    that writes a table (issue 19). Built from the buffer instead.
-    """
-    v = np.ascontiguousarray(v)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(v.dtype), v.size, [None, pa.py_buffer(v)])
-
 
 def numpy_of(col: pa.ChunkedArray | pa.Array, where: str) -> np.ndarray:
     """The values of an integer Arrow column without nulls, as a read-only numpy array over its buffers.
@@ -90,103 +72,6 @@ def numpy_of(col: pa.ChunkedArray | pa.Array, where: str) -> np.ndarray:
         return parts[0]
     return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
-
-def value_array(values: np.ndarray) -> pa.Array:
-    """int32 Arrow array of ``values`` (int64 if any value needs it)."""
-    v = np.asarray(values).ravel()
-    if v.size and (v.min() < -(2**31) or v.max() >= 2**31):
-        return arrow_of(v.astype(np.int64, copy=False))
-    return arrow_of(v.astype(np.int32))
-
-
-def _index_arrays(shape: tuple[int, ...], names: list[str]) -> dict[str, pa.Array]:
-    """Row-major index columns of a dense table of ``shape`` (without h)."""
-    out = {}
-    total = int(np.prod(shape))
-    for i, (name, n) in enumerate(zip(names, shape)):
-        inner = int(np.prod(shape[i + 1:]))
-        outer = total // (n * inner)
-        dtype = index_type(n).to_pandas_dtype()
-        out[name] = arrow_of(np.tile(np.repeat(np.arange(n, dtype=dtype), inner), outer))
-    return out
-
-
-def write_sa_table(path: Path, values: np.ndarray, *, stationary: bool) -> None:
-    """Write a dense (H, S, A) or (S, A) table with columns (h,) state, action, value.
-
-    One row group per h (a single one when stationary).
-    """
-    names = ["state", "action"]
-    shape = values.shape if stationary else values.shape[1:]
-    cols = _index_arrays(shape, names)
-    schema = _schema(["h"] if not stationary else [], values.shape, names, value_array(values).type)
-    with pq.ParquetWriter(path, schema, **_WRITE_OPTS) as w:
-        slices = [values] if stationary else list(values)
-        for h, sl in enumerate(slices):
-            tab = _slice_table(schema, h, cols, sl, stationary)
-            w.write_table(tab, row_group_size=tab.num_rows)
-
-
-def _schema(h_cols: list[str], full_shape: tuple[int, ...], names: list[str], vtype) -> pa.Schema:
-    fields = [pa.field("h", index_type(full_shape[0]))] if h_cols else []
-    dims = full_shape[1:] if h_cols else full_shape
-    fields += [pa.field(n, index_type(d)) for n, d in zip(names, dims)]
-    fields.append(pa.field("value", vtype))
-    return pa.schema(fields)
-
-
-def _slice_table(schema: pa.Schema, h: int, cols: dict, values: np.ndarray, stationary: bool) -> pa.Table:
-    arrays = {}
-    n = values.size
-    if not stationary:
-        arrays["h"] = arrow_of(np.full(n, h, dtype=schema.field("h").type.to_pandas_dtype()))
-    arrays.update(cols)
-    v = value_array(values)
-    if v.type != schema.field("value").type:
-        v = v.cast(schema.field("value").type)  # int32 slice into an int64 file
-    arrays["value"] = v
-    return pa.table(arrays, schema=schema)
-
-
-class TransitionWriter:
-    """Write ``transitions.parquet`` (format version 2) one h-slice (S, A, S) at a time, one row group each.
-
-    The file holds one column, ``value``: the slice's S*A*S values in
-    row-major order over (state, action, next_state), with no index columns
-    (their order is documented: ``manifest.DENSE_ORDER``). Its Parquet
-    key-value metadata records the format version, the full shape and the
-    order.
-
-    Parameters
-    ----------
-    path : Path
-    H, S, A : int
-        Declared domain; ``stationary`` writes a single slice (shape (S, A, S)).
-    value_type : pyarrow DataType
-        int32 normally; the caller passes int64 when values may not fit.
-    """
-
-    def __init__(self, path: Path, H: int, S: int, A: int, *, stationary: bool,
-                 value_type: pa.DataType = pa.int32()):
-        self.stationary = stationary
-        self.slice_shape = (S, A, S)
-        shape = [S, A, S] if stationary else [H, S, A, S]
-        meta = {"privaudit.format_version": str(RELEASE_FORMAT_VERSION), "privaudit.shape": json.dumps(shape),
-                "privaudit.row_group_shape": json.dumps([S, A, S]), "privaudit.order": DENSE_ORDER}
-        self.schema = pa.schema([pa.field("value", value_type)], metadata=meta)
-        self.writer = pq.ParquetWriter(path, self.schema, **_WRITE_OPTS)
-
-    def write(self, h: int, values: np.ndarray) -> None:
-        """Append the slice of step ``h`` (row group h): ``values`` of shape (S, A, S), integers."""
-        if tuple(values.shape) != self.slice_shape:
-            raise ValueError(f"a transition slice must have shape {self.slice_shape}; got {values.shape}")
-        v = value_array(values)
-        if v.type != self.schema.field("value").type:
-            v = v.cast(self.schema.field("value").type)  # int32 slice into an int64 file
-        self.writer.write_table(pa.Table.from_arrays([v], schema=self.schema), row_group_size=len(v))
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 # --------------------------------------------------------------------------- reading
@@ -280,8 +165,10 @@ class Release:
         """Noisy transition counts n'_h(s, a, s') of step ``h``, shape (S, A, S), int64.
 
         For a stationary release every h in [0, H) returns the pooled table.
-        Format version 2 reads the ``value`` column of row group h (S*A*S
-        values, row-major over (state, action, next_state)); format version
+        Format version 3 reads row group h (S*S rows: index columns checked
+        to list every (state, next_state) once, sorted, at step h; the A
+        count columns stacked); version 2 reads the ``value`` column of row group h
+        (S*A*S values, row-major over (state, action, next_state)); version
         1 reads the row group with its index columns and checks they list
         every cell once, in that order.
 
@@ -296,20 +183,23 @@ class Release:
         group = step_index(h, self.H, self.stationary)
         S, A = self.S, self.A
         path = self.path / FILES["transitions"]
-        dense = self.manifest.format_version >= 2
+        version = self.manifest.format_version
         try:
             pf = pq.ParquetFile(path)
-            tab = pf.read_row_group(group, columns=["value"] if dense else None)
+            tab = pf.read_row_group(group, columns=["value"] if version == 2 else None)
         except (OSError, pa.ArrowException) as e:
             raise ArtifactError(f"{path}: cannot read row group {group}: {e}") from None
-        if dense:
+        lead = [] if self.stationary else ["h"]
+        if version >= 3:
+            return _wide_slice(path, tab, group, (S, A), None if self.stationary else int(h))
+        if version == 2:
             col = tab.column("value")
             if tab.num_rows != S * A * S or col.null_count or not pa.types.is_integer(col.type):
                 raise ArtifactError(f"{path}: row group {group} must hold {S * A * S} integer values, no nulls "
                                     f"(the dense (S, A, S) slice); found {tab.num_rows} values of type {col.type} "
                                     f"with {col.null_count} nulls. The release is corrupt.")
             return numpy_of(col, f"{path}: value").astype(np.int64).reshape(S, A, S)
-        want = ["state", "action", "next_state", "value"] + ([] if self.stationary else ["h"])
+        want = ["state", "action", "next_state", "value"] + lead
         missing = [c for c in want if c not in tab.column_names]
         if missing or tab.num_rows != S * A * S:
             raise ArtifactError(f"{path}: row group {group} must hold {S * A * S} rows with columns {want}; "
@@ -329,6 +219,28 @@ class Release:
         return (f"Release(H={self.H}, S={self.S}, A={self.A}, stationary={self.stationary}, "
                 f"families={fam}, visits{self.visits.shape}, rewards={r}, "
                 f"mechanism={self.manifest.mechanism!r}, rho={self.manifest.rho:.6g})")
+
+
+def _wide_slice(path: Path, tab: pa.Table, group: int, shape: tuple[int, int], h: int | None) -> np.ndarray:
+    """Format version 3: the (S, A, S) int64 slice of one row group (index columns checked, one column per action).
+
+    Raises
+    ------
+    ArtifactError
+        Not S*S rows listing every (state, next_state) once, sorted (and only step ``h``), or a count column
+        missing or holding nulls or non-integers.
+    """
+    S, A = shape
+    counts = action_columns(A)
+    names = (["state", "next_state"] if h is None else ["h", "state", "next_state"]) + counts
+    missing = [c for c in names if c not in tab.column_names]
+    if missing or tab.num_rows != S * S:
+        raise ArtifactError(f"{path}: row group {group} must hold {S * S} rows with columns {names[:-A]} and "
+                            f"action_0 .. action_{A - 1}; found {tab.num_rows} rows{_missing(missing[:5])}. "
+                            "The release is corrupt.")
+    _check_dense(path, tab, ["state", "next_state"], (S, S), h)
+    cols = [numpy_of(tab.column(c), f"{path}: {c}").reshape(S, S) for c in counts]
+    return np.stack(cols, axis=1).astype(np.int64, copy=False)  # (S, A, S)
 
 
 def _check_dense(path: Path, tab: pa.Table, names: list[str], shape: tuple[int, ...], h: int | None) -> None:
@@ -447,26 +359,40 @@ def load_release(path: str | Path) -> Release:
 
 
 def _check_dense_layout(path: Path, m: ReleaseManifest, schema: pa.Schema) -> None:
-    """Format version 2: the manifest's dense layout and the file's columns must be the ones the format defines.
+    """Format versions 2 and 3: the manifest's dense layout and the file's columns must be the ones the format
+    defines.
 
     Raises
     ------
     ArtifactError
         ``families.transitions`` records another shape, row group shape or
-        order than (H, S, A, S) / (S, A, S) / ``DENSE_ORDER``, or the file
-        holds columns other than one integer ``value``.
+        order than (H, S, A, S) / (S, A, S) / ``DENSE_ORDER`` (version 2) or
+        ``WIDE_ORDER`` (version 3), or the file holds other columns than one
+        integer ``value`` (version 2) or (h,) state, next_state and an
+        integer column ``action_<a>`` per action (version 3).
     """
     d = m.domain
     fam = m.families["transitions"]
+    v3 = m.format_version >= 3
     want_shape = (d.S, d.A, d.S) if d.stationary else (d.H, d.S, d.A, d.S)
     dense = fam.dense
     got = (tuple(fam.shape), dense.row_groups, tuple(dense.row_group_shape), dense.order)
-    want = (want_shape, 1 if d.stationary else d.H, (d.S, d.A, d.S), DENSE_ORDER)
+    want = (want_shape, 1 if d.stationary else d.H, (d.S, d.A, d.S), WIDE_ORDER if v3 else DENSE_ORDER)
     if got != want:
         raise ArtifactError(f"{path.parent / MANIFEST}: families.transitions records shape {got[0]}, {got[1]} row "
-                            f"groups of shape {got[2]}, order {got[3]!r}; format version 2 with this domain means "
-                            f"shape {want[0]}, {want[1]} row groups of shape {want[2]}, order {want[3]!r}. "
-                            "The manifest is inconsistent; do not use this release.")
-    if schema.names != ["value"] or not pa.types.is_integer(schema.field("value").type):
-        raise ArtifactError(f"{path}: format version 2 stores one integer column 'value'; found columns "
-                            f"{schema.names}. The release is corrupt (or its manifest's format version is wrong).")
+                            f"groups of shape {got[2]}, order {got[3]!r}; format version {m.format_version} with this "
+                            f"domain means shape {want[0]}, {want[1]} row groups of shape {want[2]}, order "
+                            f"{want[3]!r}. The manifest is inconsistent; do not use this release.")
+    value = schema.field("value").type if "value" in schema.names else None
+    if not v3:
+        if schema.names != ["value"] or not pa.types.is_integer(value):
+            raise ArtifactError(f"{path}: format version 2 stores one integer column 'value'; found columns "
+                                f"{schema.names}. The release is corrupt (or its manifest's format version is wrong).")
+        return
+    names = ([] if d.stationary else ["h"]) + ["state", "next_state"] + action_columns(d.A)
+    types = [schema.field(n).type for n in schema.names[len(names) - d.A:]] if schema.names == names else []
+    if schema.names != names or not all(pa.types.is_integer(t) for t in types):
+        raise ArtifactError(f"{path}: format version 3 stores integer columns {names[:-d.A]} and action_0 .. "
+                            f"action_{d.A - 1} (a count column per action); found columns {schema.names[:6]}"
+                            f"{' ...' if len(schema.names) > 6 else ''}. The release is corrupt (or its manifest's "
+                            "format version is wrong).")

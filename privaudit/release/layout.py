@@ -4,3 +4,8 @@
 MANIFEST = "manifest.json"
 #: One Parquet table per released family.
 FILES = {"visits": "visits.parquet", "transitions": "transitions.parquet", "rewards": "rewards.parquet"}
+
+
+def action_columns(A: int) -> list[str]:
+    """The count columns of ``transitions.parquet`` (format version 3): ``action_<a>`` for a = 0..A-1."""
+    return [f"action_{a}" for a in range(A)]

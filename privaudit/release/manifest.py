@@ -10,10 +10,12 @@ AttributeError at the line that reads it, not a KeyError (or a silent
 
 Release format versions (``schemas/release_manifest.schema.json``; the
 tables are described in ``privaudit.release.artifact`` and docs/release.md):
-version 2 (written now) stores ``transitions.parquet`` as one dense
-``value`` column, one row group per h, its order and shapes recorded in
-``families.transitions.dense``; version 1 (still read) had four index
-columns beside ``value``. :meth:`ReleaseManifest.to_dict` gives the
+version 3 (written now) stores ``transitions.parquet`` with index columns
+(h,) state, next_state and one count column ``action_<a>`` per action, one
+row group per h, its order and shapes recorded in
+``families.transitions.dense``; version 2 (still read)
+stored the bare ``value`` column in a documented order; version 1 (still
+read) had four index columns beside ``value``. :meth:`ReleaseManifest.to_dict` gives the
 document, checked against the schema on every write;
 :meth:`ReleaseManifest.from_dict` checks the format version (refusing
 versions it does not know) and the schema on every read, and reads
@@ -39,15 +41,20 @@ from privaudit.core.envelope import envelope as policy_envelope
 from privaudit.core.errors import ArtifactError
 
 __all__ = ["ReleaseManifest", "Domain", "UnitRecord", "FamilyRecord", "DenseLayout", "RELEASE_KIND",
-           "RELEASE_FORMAT_VERSION", "READABLE_FORMAT_VERSIONS", "DENSE_ORDER"]
+           "RELEASE_FORMAT_VERSION", "READABLE_FORMAT_VERSIONS", "DENSE_ORDER", "WIDE_ORDER"]
 
-#: The release format version this privaudit writes (2: dense transition slices).
-RELEASE_FORMAT_VERSION = 2
+#: The release format version this privaudit writes (3: transition rows (h, state, next_state) with one count
+#: column per action, readable by pyarrow or polars alone).
+RELEASE_FORMAT_VERSION = 3
 #: The release format versions this privaudit reads; others are refused (ArtifactError).
-READABLE_FORMAT_VERSIONS = (1, 2)
-#: The documented cell order of a dense transition row group (format version 2).
+READABLE_FORMAT_VERSIONS = (1, 2, 3)
+#: The documented cell order of a dense transition row group (format version 2: the bare value column).
 DENSE_ORDER = ("row-major (C order) over (state, action, next_state): cell (s, a, s') is row (s * A + a) * S + s' "
                "of its row group; row group h holds step h (one row group when stationary)")
+#: The same for format version 3: one row per (state, next_state), one count column per action.
+WIDE_ORDER = ("one row per (state, next_state), sorted row-major, with index columns (h,) state, next_state; "
+              "column action_<a> holds the count of action a: n'_h(state, a, next_state); row group h holds "
+              "step h (one row group when stationary)")
 
 #: The manifest's ``kind``.
 RELEASE_KIND = "privaudit-release"
@@ -103,7 +110,7 @@ class UnitRecord(Record):
 
 @dataclass(frozen=True)
 class DenseLayout(Record):
-    """How a dense family table is stored (``families.<f>.dense``, format version 2).
+    """How a dense family table is stored (``families.<f>.dense``, format versions 2 and 3).
 
     Attributes
     ----------
@@ -112,7 +119,7 @@ class DenseLayout(Record):
     row_group_shape : tuple of int
         Shape of one row group's values, (S, A, S) for transitions.
     order : str
-        The cell order inside a row group, in words (:data:`DENSE_ORDER`).
+        The cell order inside a row group, in words (:data:`DENSE_ORDER`; :data:`WIDE_ORDER` in version 3).
     """
 
     row_groups: int
@@ -129,7 +136,8 @@ class FamilyRecord(Record):
     file : str
         Its Parquet file in the release folder.
     columns : tuple of str
-        Index columns then ``value``; only ``("value",)`` for a dense table.
+        Index columns then ``value``; only ``("value",)`` for version-2 transitions; for version-3
+        transitions (h,) state, next_state, then ``action_0`` ... ``action_<A-1>``.
     shape : tuple of int
         Dense shape, e.g. (H, S, A) or (S, A, S).
     value_unit : float
@@ -142,9 +150,10 @@ class FamilyRecord(Record):
     budget : dict
         This family's share: ``{"rho": ...}`` or ``{"epsilon": ...}``.
     dense : DenseLayout or None
-        Set when the table holds the values alone (format version 2
-        transitions); None: index columns beside ``value`` (format 1, and
-        visits and rewards in format 2).
+        Set for the transitions of format versions 2 (the values alone)
+        and 3 (index columns and a count column per action); None: one
+        row per cell, index columns beside ``value`` (format 1, and visits
+        and rewards).
 
     The numbers are written and read exactly as stated (an integer stays an integer).
     """
@@ -206,8 +215,8 @@ class ReleaseManifest(Artifact):
         The release's privacy event (``PrivacyEvent.to_dict()``); None in
         manifests written before events existed.
     format_version : int
-        :data:`RELEASE_FORMAT_VERSION` (2) when written now; 1 for releases
-        written before dense transition slices (still read).
+        :data:`RELEASE_FORMAT_VERSION` (3) when written now; 2 (bare value
+        column) or 1 (one row per cell) for older releases (still read).
     """
 
     FORMAT = ArtifactFormat("release manifest", "release_manifest", RELEASE_FORMAT_VERSION, kind=RELEASE_KIND,

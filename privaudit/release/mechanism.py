@@ -44,8 +44,8 @@ from privaudit.privacy.events import ComposedEvent, Neighbouring, PrivacyUnit
 from privaudit.privacy.noise import noise_family
 from privaudit.privacy import sensitivity
 from privaudit.core.spec import DomainSpec
-from privaudit.release.layout import FILES
-from privaudit.release.manifest import DenseLayout, Domain, FamilyRecord, ReleaseManifest, UnitRecord
+from privaudit.release.layout import FILES, action_columns
+from privaudit.release.manifest import WIDE_ORDER, DenseLayout, Domain, FamilyRecord, ReleaseManifest, UnitRecord
 
 __all__ = ["TabularRelease", "FamilyNoise", "NoisyCounts", "reward_quantum", "count_noise_bound",
            "NEGLIGIBLE_NOISE_SD",
@@ -361,9 +361,10 @@ class TabularRelease:
         H, S, A = spec.H, spec.S, spec.A
         lead = [] if stationary else ["h"]
         shape_sa = [S, A] if stationary else [H, S, A]
-        # format version 2: transitions hold the value column alone, one dense row group per h
+        # format version 3: transition rows (h,) state, next_state with a count column per action, a row group per h
         layout = {"visits": (lead + ["state", "action", "value"], shape_sa, None),
-                  "transitions": (["value"], shape_sa + [S], DenseLayout(1 if stationary else H, (S, A, S))),
+                  "transitions": (lead + ["state", "next_state"] + action_columns(A), shape_sa + [S],
+                                  DenseLayout(1 if stationary else H, (S, A, S), WIDE_ORDER)),
                   "rewards": (lead + ["state", "action", "value"], shape_sa, None)}
         families = {}
         for f, p in self.families.items():
@@ -406,7 +407,8 @@ class TabularRelease:
                           + ("(L2 in quadrature); family rho_f = l2_f^2 / (2 sigma^2)"
                              if gaussian else "(L1 summed); family eps_f = l1_f / b")
                           + "; reward sensitivities and scales are in stored units (x reward_quantum)"),
-            values="noisy integer counts (value * value_unit), every cell of the declared domain, "
+            values="noisy integer counts (stored value * value_unit; a transition count is in column action_<a> "
+                   "of row (h, state, next_state)), every cell of the declared domain, "
                    "before any clipping at 0 (clipping and projection are the learner's post-processing)",
             public_reward=spec.public_reward,
             reward_quantum=self.families["rewards"].quantum if rewards else None,

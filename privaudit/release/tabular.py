@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from privaudit.data.bounding import BoundingReport
 from privaudit.data.prepare import PreparedLogs, prepare_logs, read_failed
+from privaudit.data.repairs import RepairLimit, check_repairs
 from privaudit.core.errors import UsageError
 from privaudit.core import progress
 from privaudit.core.formatting import num
@@ -53,8 +54,8 @@ from privaudit.data import counts
 from privaudit.release.manifest import ReleaseManifest
 from privaudit.release.mechanism import TabularRelease
 from privaudit.release.size import check_release_size
-from privaudit.release.artifact import (FILES, MANIFEST, Release, TransitionWriter, load_release,
-                                      write_sa_table)
+from privaudit.release.artifact import FILES, MANIFEST, Release, load_release
+from privaudit.release.writer import TransitionWriter, write_sa_table
 
 __all__ = ["release_logs", "ReleaseOptions", "default_stationary", "STEP_RULE", "ReleaseInfo", "load_release",
            "Release", "local_log_path"]
@@ -202,6 +203,11 @@ class ReleaseOptions:
     run_output : str or Path, optional
         The output the ledger entry names (default ``out``; the pipeline
         passes its own folder).
+    repairs : RepairLimit
+        The data holder's limit on what contribution bounding may change
+        (``privaudit.data.repairs``; default: stop above 5% unless accepted),
+        checked on logs this call prepares (a path, or Spark) before any noise
+        is drawn; logs passed prepared were checked by their caller.
     """
 
     budget: Budget | None = None
@@ -211,6 +217,7 @@ class ReleaseOptions:
     echo: Callable[[str], Any] | None = None
     run: str | None = None
     run_output: str | Path | None = None
+    repairs: RepairLimit = field(default_factory=RepairLimit)
 
 
 def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None = None,
@@ -295,6 +302,9 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
         row is read or noise drawn.
     LogReadError, ValidationFailed
         Unreadable logs, or rules broken that bounding cannot repair.
+    RepairsRefused
+        Bounding would change a larger share of the logs than
+        ``options.repairs`` allows (before any noise is drawn or anything written).
 
     References
     ----------
@@ -367,10 +377,11 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, stationary, m
                                                              rewards=rewards, quantum=quantum,
                                                              max_per_cell=max_per_cell)
         logs = logs if isinstance(logs, (str, Path)) else "a Spark DataFrame"
+        check_repairs(report, options.repairs, logs)  # before any noise is drawn
     else:
         if prepared is None:
             with clock.stage("validate", cpu=time.process_time):  # validation and bounding: the first rows read
-                prepared = prepare_logs(logs, spec)
+                prepared = prepare_logs(logs, spec, repairs=options.repairs)
         if prepared.bounding.max_per_cell is not None:  # capped by the caller: it must be this plan's cap
             if (prepared.bounding.max_per_cell, prepared.bounding.cell_cap_stationary) != (max_per_cell, stationary):
                 raise UsageError(f"the prepared logs are capped at c={prepared.bounding.max_per_cell} per "

@@ -340,3 +340,36 @@ def test_pooled_release_above_its_claim_is_flagged_with_the_default_canary(tmp_p
     assert "not shareable: the pair replaces a real unit of the logs (canary-repeat)" in rep.output
     assert "not shareable: D and D' are the private logs plus synthetic units" in res.output
     assert [load_report(tmp_path / f"{n}.json")["shareable"] for n in ("default", "repeat", "rare")] == [False] * 3
+
+
+HOOKED = '''
+import numpy as np
+
+class Hooked:                                       # a mechanism object with gray-box hooks
+    def __call__(self, logs, rng):
+        return np.array([float(logs.height) + rng.laplace(0, 10.0)])
+
+    def exact_statistics(self, logs):
+        return {"rows": np.array([float(logs.height)])}
+
+    def declared_sensitivity(self):
+        return {"rows": {"l1": 0.0, "l2": 0.0}}     # false on purpose: a gray-box check would catch it
+
+hooked = Hooked()
+'''
+
+
+def test_a_users_gray_box_hooks_are_not_ignored_without_a_word(files):
+    """Issue 29 item 6: the CLI calls FILE.py:NAME as fn(logs, rng); hooks it cannot use are said on stderr."""
+    (files / "hooked.py").write_text(HOOKED)
+    res = _run(["--mechanism", f"{files / 'hooked.py'}:hooked", "--logs", files / "logs.parquet", "--spec",
+                files / "spec.json", "--claim-epsilon", "1", "--delta", "0", "--trials", "100", "--jobs", "1",
+                "--seed", "0", "--out", files / "hooked.json"])
+    assert res.exit_code in (0, 3), res.output
+    assert "defines the hook(s) exact_statistics, declared_sensitivity, which the CLI does not use" in res.stderr
+    assert "no gray-box sensitivity check runs" in res.stderr
+    plain = _run(["--mechanism", f"{files / 'mine.py'}:laplace_release", "--logs", files / "logs.parquet", "--spec",
+                  files / "spec.json", "--claim-epsilon", "1", "--delta", "0", "--trials", "100", "--seed", "0",
+                  "--out", files / "plain.json"])
+    assert plain.exit_code in (0, 3), plain.output
+    assert "which the CLI does not use" not in plain.stderr  # a plain function has nothing to ignore

@@ -66,7 +66,9 @@ def test_pipeline_interrupted_after_its_release_says_what_it_charged(files, tmp_
     assert "interrupted" in res.output and f"ledger {led} was charged" in res.output
     assert f"entry #1, rho={entry['rho']}, run {entry['run']}, output {out.absolute()}" in res.output
     assert f"entry #2, rho={value['rho']}" in res.output
-    assert not out.exists()
+    # issue 29: what was charged is kept, marked incomplete, and the same command again does not spend it again
+    assert json.loads((out / "INCOMPLETE.json").read_text())["charged"] == ["release", "behaviour-value"]
+    assert "a retry spends it again" not in res.output and "reuses it without charging" in res.output
 
 
 def test_a_failure_before_any_charge_mentions_no_ledger(files, tmp_path, monkeypatch):

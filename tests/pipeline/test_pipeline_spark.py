@@ -132,7 +132,7 @@ def test_bundled_sample_with_spark_trains_dp_apvi_on_the_whole_budget(spark, tmp
     the logs with polars), says so, and gives the release the whole budget."""
     res = run("--rho", 1, "--audit-trials", 0, "--out", tmp_path / "out", "--engine", "spark", "--json")
     assert res.exit_code == 0, res.output
-    assert "DP-PBB is not trained" in res.output and "--value-share 0" in res.output
+    assert "dp-pbb is not trained: engine spark" in res.output and "--value-share 0" in res.output
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [p["name"] for p in summary["policies"]] == ["dp-apvi"]
     assert [p["name"] for p in summary["privacy"]["parts"]] == ["release"]

@@ -17,6 +17,7 @@ import jsonschema
 import numpy as np
 import polars as pl
 import pytest
+from scipy import optimize
 from scipy import stats as sps
 
 from privaudit.data.bounding import bound_contributions
@@ -28,6 +29,7 @@ from privaudit.privacy import accounting
 from privaudit.privacy.budget import resolve_budget
 from privaudit.core.schemas import load_schema
 from privaudit.core.spec import DomainSpec
+from privaudit.release.unit_mean import unit_ratio_lower_bound
 from privaudit.release.behaviour_value import (MECHANISM_VERSION, UNIT_FAMILIES, VALUE_FAMILIES,
                                              BehaviourValueRelease, ValueStatistics, estimate_behaviour_value,
                                              return_range, value_families)
@@ -191,9 +193,10 @@ def test_interval_covers_the_behaviour_value_at_the_stated_rate():
 
     If the coverage were exactly 0.95, the number of covering intervals is
     Binomial(400, 0.95) (mean 380, sd 4.4); the test fails below 362 (4.1 sd
-    below), false-failure probability < 1e-4. The intervals are not wide for
-    nothing: their mean half-width is within 10% of 1.96 times the exact
-    standard error (sampling of the returns + the noise of T and N).
+    below), false-failure probability < 1e-4. The reported standard error is
+    within 10% of the exact one (sampling of the returns + the noise of T and
+    N), and the interval (Hoeffding over units, finite-sample) is at least
+    the normal one's width, 1.96 standard errors.
     """
     mdp, pi, spec, chunks = _chunks(400, 1000, seed=2026)
     v = evaluate_policy(mdp, pi)
@@ -208,10 +211,33 @@ def test_interval_covers_the_behaviour_value_at_the_stated_rate():
     sig = rel.describe()["statistics"]
     se = math.sqrt(G.var() / 1000 + sig["return_sum"]["sigma"] ** 2 / 1000 ** 2
                    + v * v * sig["episode_count"]["sigma"] ** 2 / 1000 ** 2)
+    assert abs(np.mean([r["standard_error"] for r in res]) / se - 1) < 0.10
     half = np.mean([(r["interval"][1] - r["interval"][0]) / 2 for r in res])
-    assert abs(half / (1.96 * se) - 1) < 0.10, (half, se)
+    assert half >= 1.96 * se, (half, se)
     # the estimates are unbiased up to their noise: mean of 400 within 4 sd of the mean
     assert abs(np.mean([r["estimate"] for r in res]) - v) < 4 * se / math.sqrt(400)
+
+
+@pytest.mark.slow
+def test_interval_has_its_coverage_with_few_stays_and_a_value_near_1():
+    """Issue 28 item 1: 60 stays whose return is 1 w.p. 0.9 (else 0), return range [0, 1], the value part's
+    rho = 4. The normal interval of today's main covered 91.8% of 2,000 simulations here (stated 95%). The
+    interval must cover at >= 95%: covering count ~ Binomial(2000, p >= 0.95); we assert it is at least the
+    0.01% quantile of Binomial(2000, 0.95) (false failure <= 1e-4)."""
+    spec = toy_spec(return_bound=[0.0, 1.0])
+    rel = BehaviourValueRelease.plan(spec, resolve_budget(rho=4.0))
+    rng = np.random.default_rng(28)
+    n, p, sims = 60, 0.9, 2000
+    G = rng.random((sims, n)) < p
+    c = np.where(G, 1, -1).astype(np.int64) << (rel.bits - 1)           # c = G - 1/2 on the lattice 2^-b
+    start = np.bincount(np.zeros(n, dtype=np.int64), minlength=S)
+    covered = 0
+    for row in c:
+        ex = {"episode_count": n, "return_sum": int(row.sum()), "return_squares": int((row * row).sum()),
+              "start_states": start}
+        lo, hi = estimate_behaviour_value(rel.noisy(ex, rng=rng))["interval"]
+        covered += lo <= p <= hi
+    assert covered >= sps.binom.ppf(1e-4, sims, 0.95), covered
 
 
 def test_estimate_by_hand():
@@ -222,9 +248,20 @@ def test_estimate_by_hand():
     r = estimate_behaviour_value(st, confidence=0.9)
     c, s2 = 0.2, 0.5 - 0.04
     se = math.sqrt(s2 / 100 + (9 + c * c * 4) / 100 ** 2)
-    z = sps.norm.ppf(0.95)
     assert r["estimate"] == pytest.approx(c) and r["standard_error"] == pytest.approx(se, rel=1e-12)
-    assert r["interval"] == pytest.approx([c - z * se - 2.0 ** -12, c + z * se + 2.0 ** -12], rel=1e-12)
+    # the interval by hand: Hoeffding and empirical Bernstein, each side of each missing w.p. 0.1 / 4
+    side = 0.1 / 4
+    t, t_n, lt = math.sqrt(2 * math.log(3 / side)), math.sqrt(2 * math.log(6 / side)), math.log(3 / side)
+    n_lo, n_up = 100 - 2 * t_n, 100 + 2 * t_n
+    sig_x = math.sqrt(9 + 36 * 4)                                     # sigma_T^2 + C^2 sigma_N^2, C = 6
+    ends = []
+    for sign in (1, -1):
+        num = sign * 20 + 6 * 100 - t * sig_x - 12 * math.sqrt(n_up * lt / 2)
+        hoeffding = min(max(min(num / n_lo, num / n_up), 0.0), 12.0) - 6
+        bernstein = unit_ratio_lower_bound((sign * 20.0, 100.0, 50.0, sign * 20.0, 100.0), (3.0, 2.0, 4.0, 3.0, 2.0),
+                                           6.0, max_episodes=1, miss=side)
+        ends.append(max(hoeffding, bernstein))
+    assert r["interval"] == pytest.approx([ends[0] - 2.0 ** -12, -ends[1] + 2.0 ** -12], rel=1e-12)
     # a noisy count below 1 is read as 1; the interval never leaves the return range
     wild = ValueStatistics(episodes=-3.0, return_sum=100.0, return_squares=0.0, start_states=np.zeros(4),
                            sigma=st.sigma, low=-6.0, high=6.0)
@@ -234,13 +271,30 @@ def test_estimate_by_hand():
         estimate_behaviour_value(st, confidence=1.0)
 
 
+def test_empirical_bernstein_bound_is_the_root_of_its_inequality():
+    """unit_ratio_lower_bound without noise, k = 1: the smallest gamma with T - gamma N <= sqrt(2 L f (Q - 2 gamma T
+    + gamma^2 N)) + 14 C L f / 3 (Maurer & Pontil 2009, Thm 4; L = log(16 / miss), f = N / (N - 1)), found here by
+    root finding; the search's answer lies within one cell (2C / 2000) below it. It is far tighter than the range
+    when the values spread little: 4,000 values in {0.4, 0.6} on a declared [-5, 5]."""
+    rng = np.random.default_rng(3)
+    c = np.where(rng.random(4000) < 0.5, 0.4, 0.6)
+    T, N, Q, C, miss = c.sum(), 4000.0, (c * c).sum(), 5.0, 0.01
+    L, f = math.log(16 / miss), 4000 / 3999
+    excess = lambda g: T - g * N - math.sqrt(2 * L * f * max(Q - 2 * g * T + g * g * N, 0)) - 14 * C * L * f / 3
+    root = optimize.brentq(excess, -C, T / N)
+    got = unit_ratio_lower_bound((T, N, Q, T, N), (0.0,) * 5, C, max_episodes=1, miss=miss)
+    assert root - 2 * C / 2000 <= got <= root + 1e-12
+    assert c.mean() - 0.08 < got < c.mean() - 0.02     # Hoeffding on [-5, 5]: mean - 10 sqrt(log(300) / 8000) = - 0.27
+
+
 def test_estimate_by_hand_over_units():
     """k = 3: the sampling variance is the units' squared residuals sum_u (t_u - c n_u)^2 / n^2 =
     (Q - 2cB + c^2 D) / n^2, computed here from three units by hand (no noise: sigma 0)."""
     # units: (t_u, n_u) = (2.5, 3), (-1, 1), (0.5, 2): N = 6, T = 2, Q = 6.25 + 1 + 0.25, B = 7.5 - 1 + 1, D = 14
     t, n = np.array([2.5, -1.0, 0.5]), np.array([3.0, 1.0, 2.0])
     st = ValueStatistics(episodes=6.0, return_sum=2.0, return_squares=7.5, start_states=np.zeros(4),
-                         sigma={"episode_count": 0.0, "return_sum": 0.0}, low=-1.0, high=1.0,
+                         sigma={"episode_count": 0.0, "return_sum": 0.0, "return_squares": 0.0, "unit_return_cross": 0.0,
+                                "unit_count_squares": 0.0}, low=-1.0, high=1.0,
                          unit_cross=7.5, unit_count_squares=14.0, max_episodes=3)
     r = estimate_behaviour_value(st)
     c = 2.0 / 6.0

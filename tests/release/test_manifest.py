@@ -14,7 +14,7 @@ from privaudit.core.errors import ArtifactError, PrivauditError
 from privaudit.privacy.budget import resolve_budget
 from privaudit.core.schemas import schema_errors
 from privaudit.core.spec import load_spec
-from privaudit.release.manifest import FamilyRecord, ReleaseManifest
+from privaudit.release.manifest import WIDE_ORDER, FamilyRecord, ReleaseManifest
 from privaudit.release.mechanism import TabularRelease
 from tests._release_logs import write_spec
 
@@ -50,10 +50,10 @@ def test_schema_checked_on_write_and_on_read(manifest):
 
 def test_format_version_refused_with_its_number(manifest):
     """A future version is refused naming it and the versions read; so is a non-integer or a missing one."""
-    assert manifest.format_version == 2 == manifest.to_dict()["format_version"]
-    d = dict(manifest.to_dict(), format_version=3)
-    with pytest.raises(ArtifactError, match=r"unknown release format version: format_version is 3, and this "
-                                            r"privaudit reads release format versions 1 and 2 only\. The release "
+    assert manifest.format_version == 3 == manifest.to_dict()["format_version"]
+    d = dict(manifest.to_dict(), format_version=4)
+    with pytest.raises(ArtifactError, match=r"unknown release format version: format_version is 4, and this "
+                                            r"privaudit reads release format versions 1, 2 and 3 only\. The release "
                                             r"was written by a newer privaudit: upgrade"):
         ReleaseManifest.from_dict(d, "x/manifest.json")
     for bad in (0, "2", True, None):
@@ -63,12 +63,14 @@ def test_format_version_refused_with_its_number(manifest):
         ReleaseManifest.from_dict([], "x/manifest.json")
 
 
-def test_version_2_requires_the_dense_layout_and_version_1_forbids_it(manifest):
-    """The schema ties the dense transition layout to format version 2 (and only to it)."""
+def test_versions_2_and_3_require_the_dense_layout_and_version_1_forbids_it(manifest):
+    """The schema ties the dense transition layout to format versions 2 (bare value column) and 3 (index
+    columns and a count column per action), and to them only."""
     d = manifest.to_dict()
     t = d["families"]["transitions"]
-    assert t["columns"] == ["value"] and t["dense"]["row_groups"] == 3 and t["dense"]["row_group_shape"] == [4, 2, 4]
-    assert t["shape"] == [3, 4, 2, 4] and "row-major" in t["dense"]["order"]
+    assert t["columns"] == ["h", "state", "next_state", "action_0", "action_1"] and t["dense"]["row_groups"] == 3
+    assert t["dense"]["row_group_shape"] == [4, 2, 4] and t["dense"]["order"] == WIDE_ORDER
+    assert t["shape"] == [3, 4, 2, 4]
     no_dense = json.loads(json.dumps(d))
     del no_dense["families"]["transitions"]["dense"]
     with pytest.raises(ArtifactError, match=r"\$\.families\.transitions: 'dense' is a required property"):
@@ -76,10 +78,12 @@ def test_version_2_requires_the_dense_layout_and_version_1_forbids_it(manifest):
     v1_with_dense = dict(json.loads(json.dumps(d)), format_version=1)
     with pytest.raises(ArtifactError, match=r"\$\.families\.transitions: .*should not be valid"):
         ReleaseManifest.from_dict(v1_with_dense, "x/manifest.json")
-    index_cols = json.loads(json.dumps(d))
-    index_cols["families"]["transitions"]["columns"] = ["h", "state", "action", "next_state", "value"]
-    with pytest.raises(ArtifactError, match=r"\$\.families\.transitions\.columns"):
-        ReleaseManifest.from_dict(index_cols, "x/manifest.json")
+    for version, columns in ((3, ["h", "state", "action", "next_state", "value"]), (3, ["value"]),
+                             (2, ["h", "state", "next_state", "action_0", "action_1"])):
+        bad = dict(json.loads(json.dumps(d)), format_version=version)
+        bad["families"]["transitions"]["columns"] = columns
+        with pytest.raises(ArtifactError, match=r"\$\.families\.transitions\.columns"):
+            ReleaseManifest.from_dict(bad, "x/manifest.json")
 
 
 def test_older_manifests_read(manifest):

@@ -256,8 +256,8 @@ def test_dense_domain_unvisited_cells_get_noise(data, tmp_path):
     assert (rel.visits[:, 7:9] != 0).mean() > 0.75  # 250 cells: P(fail) < 1e-6
     assert (t < 0).any()  # released before any clipping at 0
     pf = pq.ParquetFile(tmp_path / "r" / "transitions.parquet")
-    assert pf.num_row_groups == H and pf.metadata.num_rows == H * S * A * S
-    assert pf.schema_arrow.names == ["value"]  # format version 2: dense values, row-major (s, a, s') per row group
+    assert pf.num_row_groups == H and pf.metadata.num_rows == H * S * S  # format version 3: a row per (h, s, s')
+    assert pf.schema_arrow.names == ["h", "state", "next_state"] + [f"action_{a}" for a in range(A)]
     assert "visits(5, 30, 5)" in repr(rel) and str(int(rel.visits[0, 0, 0])) + "," not in repr(rel)
 
 
@@ -278,8 +278,8 @@ def test_reader_refuses_unknown_version_and_bad_manifest(data, tmp_path):
     out = release_logs(data["logs"], data["spec_public"], rho=1.0, out=tmp_path / "r", seed=2).out
     mpath = out / "manifest.json"
     m = json.loads(mpath.read_text())
-    mpath.write_text(json.dumps({**m, "format_version": 3}))
-    with pytest.raises(ArtifactError, match="unknown release format version: format_version is 3"):
+    mpath.write_text(json.dumps({**m, "format_version": 4}))
+    with pytest.raises(ArtifactError, match="unknown release format version: format_version is 4"):
         load_release(out)
     bad = dict(m)
     del bad["guarantee"]
@@ -436,7 +436,7 @@ def test_bounding_rules_do_not_refuse_but_are_reported_locally(tmp_path):
     assert val.exit_code == 0 and "too_many_episodes" in val.output and "episode_too_long" in val.output
     assert "valid for release" in val.output and "repaired by contribution bounding" in val.output
     assert "INVALID" not in val.output
-    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1")
+    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1", "--accept-repairs")
     assert res.exit_code == 0, res.output
     local = json.loads((tmp_path / "r.local-log.json").read_text())["bounding"]
     assert local["episodes_dropped"] > 0 and local["steps_dropped"] > 0 and local["rewards_clipped"] > 0
@@ -467,7 +467,8 @@ def test_unit_mapping_that_disagrees_with_the_privacy_unit_is_refused(tmp_path):
     doc["columns"] = {"unit_id": "stay_owner"}
     spec = tmp_path / "mismatch.json"
     spec.write_text(json.dumps(doc))
-    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1")
+    # one of the patient's two stays is dropped (k = 1): half the episodes, accepted
+    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1", "--accept-repairs")
     assert res.exit_code == 2, res.output
     assert "$.columns.unit_id" in res.output and "$.privacy_unit.column" in res.output
     assert "'stay_owner'" in res.output and "'patient_id'" in res.output and str(spec) in res.output
@@ -475,7 +476,8 @@ def test_unit_mapping_that_disagrees_with_the_privacy_unit_is_refused(tmp_path):
     # a unit mapping without a declared unit is refused too (it would be ignored: each episode its own unit)
     doc["privacy_unit"]["column"] = None
     spec.write_text(json.dumps(doc))
-    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1")
+    # one of the patient's two stays is dropped (k = 1): half the episodes, accepted
+    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1", "--accept-repairs")
     assert res.exit_code == 2 and "absent" in res.output and "$.columns.unit_id" in res.output
 
 
@@ -488,7 +490,8 @@ def test_manifest_records_the_file_column_grouped_on(tmp_path, unit_column, mapp
     doc["columns"] = {"episode_id": "stay"} | ({"unit_id": mapped} if mapped else {})
     spec = tmp_path / "s.json"
     spec.write_text(json.dumps(doc))
-    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1")
+    # one of the patient's two stays is dropped (k = 1): half the episodes, accepted
+    res = _cli(logs, "--spec", spec, "--rho", "1", "--out", tmp_path / "r", "--seed", "1", "--accept-repairs")
     assert res.exit_code == 0, res.output
     m = load_release(tmp_path / "r").manifest.to_dict()
     assert m["privacy_unit"]["file_column"] == expect and m["privacy_unit"]["max_episodes"] == 1

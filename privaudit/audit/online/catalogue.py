@@ -27,6 +27,8 @@ luyo:data-range                 the target noise scaled to the largest reward   
 pucb:add-remove                 counters calibrated for add/remove neighbours       Vietri et al. (2020);
                                 (l1 = H per family) under a replacement claim:      add/remove vs replace
                                 half the noise
+dp-ucbvi-batched:noise-reused   one noise draw added to every batch release         reusing noise across
+                                (consecutive releases differ by the data exactly)   batches (docs/online.md)
 ==============================  ==================================================  =====================
 
 The world of every entry is small (riverswim, H = 2, S = 2 + 4 scripted
@@ -57,6 +59,7 @@ from privaudit.online.linear.luyo import LuyoLSVIUCB
 from privaudit.online.linear.ngo import NgoLSVIUCB
 from privaudit.online.linear.build import make_linear_agent
 from privaudit.online.linear.numerics import TIE_DECIMALS, bonus_table, psd_inverse
+from privaudit.online.tabular.batched_ucb import BatchedUCBVI
 from privaudit.online.tabular.pucb import PUCB
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
 from privaudit.privacy.budget import resolve_budget
@@ -150,6 +153,22 @@ class ExactSwitchNgo(NgoLSVIUCB):
         return psd_inverse(self._gram_release(self._released), self.c.floor)
 
 
+class ReusedNoiseBatched(BatchedUCBVI):
+    """Batched DP-UCBVI that draws its noise once and adds the same draw to every batch release (the
+    parallel-composition argument needs a fresh draw per batch: two releases then differ by the data alone)."""
+
+    def noise(self, shape):
+        if getattr(self, "_first", None) is None:
+            self._first = super().noise(shape)
+        return self._first
+
+
+def _batched(world, rng, rho, cls=BatchedUCBVI):
+    """Batched DP-UCBVI with one user per batch (the audit world sees k's release and the next one)."""
+    return cls(world.reward, world.horizon, world.n_states, world.n_episodes, rho=rho,
+               stationary=world.env.mdp.stationary, first_batch=1, growth=1.0, rng=rng)
+
+
 # --------------------------------------------------------------------------- entries
 
 @dataclass(frozen=True)
@@ -230,12 +249,17 @@ CATALOGUE = {e.name: e for e in [
     OnlineEntry("luyo:no-lower-clip", "luyo", True, "no lower clip on the value targets", {"rho": 0.1}),
     OnlineEntry("luyo:data-range", "luyo", True, "target noise scaled to the observed reward range", {"rho": 0.1},
                 decoy="null"),
+    OnlineEntry("dp-ucbvi-batched", "dp-ucbvi-batched", False, "-", {"rho": 0.1}),
+    OnlineEntry("dp-ucbvi-batched:per-user", "dp-ucbvi-batched", False, "-", {"rho": 0.1}),
+    OnlineEntry("dp-ucbvi-batched:noise-reused", "dp-ucbvi-batched", True, "one noise draw reused by every batch release",
+                {"rho": 0.1}),
     OnlineEntry("pucb:add-remove", "pucb", True, "replacement calibrated as add/remove", {"epsilon": 1.0},
                 trials=20000, world={"horizon": 1, "states": 2, "n_episodes": 1, "canary_user": 0, "n_after": 0}),
 ]}
 #: The correct twin of each broken entry.
 TWIN = {"luyo:no-lower-clip": "luyo", "dp-lsvi-ucb-pp:noise-once": "dp-lsvi-ucb-pp", "dp-lsvi-ucb-pp:k1-accumulated": "dp-lsvi-ucb-pp",
-        "ngo:exact-switch": "ngo-null", "luyo:data-range": "luyo-null", "pucb:add-remove": "pucb"}
+        "ngo:exact-switch": "ngo-null", "luyo:data-range": "luyo-null", "pucb:add-remove": "pucb",
+        "dp-ucbvi-batched:noise-reused": "dp-ucbvi-batched:per-user"}
 BROKEN = tuple(n for n, e in CATALOGUE.items() if e.broken)
 CORRECT = tuple(n for n, e in CATALOGUE.items() if not e.broken)
 
@@ -262,6 +286,12 @@ def entry_mechanism(entry: OnlineEntry, view: str | None = None, budget: dict | 
     elif entry.name == "luyo:data-range":
         def build(w, r):
             return _RewardRangeLuyo.build(w, r, rho)
+    elif entry.name == "dp-ucbvi-batched:per-user":
+        def build(w, r):
+            return _batched(w, r, rho)
+    elif entry.name == "dp-ucbvi-batched:noise-reused":
+        def build(w, r):
+            return _batched(w, r, rho, ReusedNoiseBatched)
     elif entry.name == "pucb:add-remove":
         def build(w, r):  # the add/remove calibration: Delta_1 = H per family, i.e. the scale of 2 eps
             return PUCB(w.n_states, w.n_actions, w.horizon, w.n_episodes, epsilon=2 * eps, rng=r)

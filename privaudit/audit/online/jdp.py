@@ -28,6 +28,11 @@ covers, so a lower bound on it is a lower bound for the claim):
       sequence). Each value is the lane's count (0 or 1; reward 1) plus one
       exact discrete-Laplace node noise: the Laplace likelihood-ratio score
       (``laplace_lr``) is the Neyman-Pearson test.
+    * Batched DP-UCBVI: every batch release from user k's batch on (the batch's own noisy counts, before
+      they are summed), at user k's lane cells (L, a, L) projected on her known contribution
+      u^L_a = min(c, #{h : pi_k(h, L) = a}) and divided by ||u^L||, for both lanes: shape (releases, 2)
+      (``views.batched_billboard``). Fixed scores: the projection of her batch's release, and its
+      difference with the next release (where a noise reused across batches cancels).
     * Ngo, Luyo: the Gram trees' node values at the (c, c) and (x, x) entries
       for every h (decoded as above: one GOE node noise each), the target
       vector releases after k at coordinates c and x (released value = user
@@ -67,17 +72,19 @@ import numpy as np
 from privaudit.audit import bounds as B
 from privaudit.audit.online.recording import NoisePool, RecordingNoise
 from privaudit.audit.online.streams import AuditWorld
-from privaudit.audit.online.views import actions_view, pp_billboard, pucb_billboard, tree_billboard
+from privaudit.audit.online.views import (TABULAR, actions_view, batched_billboard, pp_billboard, pucb_billboard,
+                                          tree_billboard)
 from privaudit.core.errors import UsageError
 from privaudit.online.linear.lattice import NoiseSource
 from privaudit.online.linear.lsvi_ucb_pp import LSVIUCBPlusPlus
 from privaudit.online.linear.build import make_linear_agent
+from privaudit.online.tabular.batched_ucb import BatchedUCBVI
 from privaudit.online.tabular.pucb import PUCB
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.events import leaves
 
 #: Explorers the online auditor knows (private ones: their claims are tested).
-EXPLORERS = ("pucb", "luyo", "ngo", "dp-lsvi-ucb-pp")
+EXPLORERS = ("pucb", "luyo", "ngo", "dp-lsvi-ucb-pp", "dp-ucbvi-batched")
 #: Views of an explorer's output (module docstring).
 VIEWS = ("billboard", "actions")
 
@@ -167,7 +174,7 @@ class ExplorerMechanism:
         their own noise source (the catalogue) keep it.
         """
         agent = self._build(world, rng) if self._build is not None else self.default_build(world, rng)
-        if self.algo != "pucb":
+        if self.algo not in TABULAR:
             if type(agent.noise) is NoiseSource:
                 agent.noise = pool.source if pool is not None else RecordingNoise(agent.rng)
             elif not isinstance(agent.noise, RecordingNoise):
@@ -181,6 +188,9 @@ class ExplorerMechanism:
         if self.algo == "pucb":
             return PUCB(world.n_states, world.n_actions, world.horizon, world.n_episodes, epsilon=self.epsilon,
                         constants=self.constants, rng=rng)
+        if self.algo == "dp-ucbvi-batched":   # the audit world's scripted lanes are absorbing: stationary
+            return BatchedUCBVI(world.reward, world.horizon, world.n_states, world.n_episodes, rho=self.rho,
+                                stationary=world.env.mdp.stationary, rng=rng)
         return make_linear_agent(self.algo, world.phi, world.reward, world.horizon, world.n_episodes,
                                  rho=self.rho, delta=self.delta, constants=self.constants, rng=rng)
 
@@ -221,6 +231,17 @@ class ExplorerMechanism:
                 v = X.reshape(len(X), -1, 2)  # (..., lane): lane 0 = x (D's unit), 1 = y (D''s)
                 return (np.abs(v[..., 1]) - np.abs(v[..., 1] - 1) + np.abs(v[..., 0] - 1) - np.abs(v[..., 0])).sum(1)
             return [("canary_laplace_lr", lr)]
+        if self.algo == "dp-ucbvi-batched":
+            # X: (releases, 2) per run, lane 0 = x (D's unit), 1 = y (D''s); the release of user k's batch, and
+            # its difference with the next release (a noise reused across releases cancels there)
+            def proj_b(X):
+                v = X.reshape(len(X), -1, 2)
+                return v[:, 0, 1] - v[:, 0, 0]
+
+            def diff_b(X):
+                v = X.reshape(len(X), -1, 2)
+                return (v[:, 0, 1] - v[:, 0, 0]) - (v[:, 1, 1] - v[:, 1, 0]) if v.shape[1] > 1 else proj_b(X)
+            return [("canary_projection", proj_b), ("canary_release_difference", diff_b)]
         c = self.default_build(world, np.random.default_rng(0)).c
         w_gram = 1.0 / max(2.0 * c.noise_gram ** 2, 1e-300)
         H, m = world.horizon, world.n_after
@@ -276,6 +297,8 @@ class ExplorerMechanism:
         if self.view != "billboard":
             raise UsageError("fixed events exist for the billboard view only (the projection on user k's known "
                              "change); the actions view chooses its event on a selection split.")
+        if self.algo == "dp-ucbvi-batched":
+            return [(name, fn, 0.0, "+") for name, fn in self.attack_scores(pair)]
         (name, fn), = self.attack_scores(pair)
         if self.algo == "pucb":
             return [(name, fn, float(t), "+") for t in (2.0, 4.0, 5.0)]
@@ -321,6 +344,8 @@ class ExplorerMechanism:
         if self.algo == "pucb" or world is None:
             raise UsageError("gaussian_tv_per_run needs a Gaussian explorer bound to its world (prepare).")
         agent = (self._build or (lambda w, r: self.default_build(w, r)))(world, np.random.default_rng(0))
+        if self.algo == "dp-ucbvi-batched":   # integer counts (lattice unit 1): every cell of every release
+            return float(agent.released_.size * len(agent.ends_) * B.lattice_gaussian_tv(1.0 / agent.sigma_))
         c, lat, H, U, d = agent.c, agent.lattice, world.horizon, world.n_users, agent.d
         if lat is None:
             return 0.0
@@ -347,7 +372,7 @@ class ExplorerMechanism:
             raise UsageError(f"an explorer is audited on an AuditWorld (a user stream). Got {type(world).__name__}.")
         n = int(n_runs)
         *runs, r_pool = rng.spawn(n + 1)
-        pool = NoisePool(r_pool, n * world.n_users) if self.algo != "pucb" else None
+        pool = NoisePool(r_pool, n * world.n_users) if self.algo not in TABULAR else None
         return np.stack([self.run_once(world, r, pool=pool) for r in runs])
 
     def run_once(self, world: AuditWorld, rng: np.random.Generator, pool: "NoisePool | None" = None) -> np.ndarray:
@@ -357,6 +382,8 @@ class ExplorerMechanism:
             return actions_view(world, agent, self.algo)
         if self.algo == "pucb":
             return pucb_billboard(world, agent)
+        if self.algo == "dp-ucbvi-batched":
+            return batched_billboard(world, agent)
         if isinstance(agent, LSVIUCBPlusPlus):
             return pp_billboard(world, agent)
         self.targets_seen = []

@@ -19,12 +19,15 @@ from privaudit.online.linear.luyo import LuyoLSVIUCB
 from privaudit.online.linear.ngo import NgoLSVIUCB
 from privaudit.online.tabular.pucb import FAMILIES
 
+#: The tabular explorers the auditor knows (no probe state, no feature directions).
+TABULAR = ("pucb", "dp-ucbvi-batched")
+
 
 def actions_view(world: AuditWorld, agent, algo: str) -> np.ndarray:
     H, k = world.horizon, world.canary_user
     x, y, p = world.state("x"), world.state("y"), world.state("p")
     rows, cols = [h for h in range(H) for _ in (0, 1)], [s for _ in range(H) for s in (x, y)]
-    if algo != "pucb":
+    if algo not in TABULAR:
         rows, cols = rows + [0], cols + [p]
     out = []
 
@@ -132,3 +135,35 @@ def tree_billboard(world: AuditWorld, agent, targets_seen: list) -> np.ndarray:
     if isinstance(agent, NgoLSVIUCB):
         parts.append(np.asarray(switched))
     return np.concatenate(parts)
+
+
+def batched_billboard(world: AuditWorld, agent) -> np.ndarray:
+    """Batched DP-UCBVI's billboard view: every batch release from user k's batch on, projected on her change.
+
+    User k stays in her lane L (x in D, y in D') for H steps, acting pi_k(h, L), with pi_k fixed before
+    she arrived (releases of earlier batches and data-independent coins); her pooled, capped counts
+    at (L, a, L) are u^L_a = min(c, #{h : pi_k(h, L) = a}), and no other user visits the lanes. The
+    view of each release r (the batch's noisy counts, before they are summed) is
+    (u^x . r[x, :, x] / ||u^x||, u^y . r[y, :, y] / ||u^y||): user k's count along her known direction
+    plus N(0, sigma^2). Shape (releases, 2).
+    """
+    lanes = [world.state("x"), world.state("y")]
+    k = world.canary_user
+    seen = {"n": agent.n_released, "sum": agent.released_.copy()}
+    rows, u = [], {}
+
+    def keep_policy(t, ag):
+        if t == k:
+            pi = np.asarray(ag.policy())
+            for j, L in enumerate(lanes):
+                u[j] = np.minimum(np.bincount(pi[:, L], minlength=ag.A), ag.cap).astype(np.float64)
+
+    def read(t, ag):
+        if ag.n_released == seen["n"]:
+            return
+        release = ag.released_ - seen["sum"]
+        seen["n"], seen["sum"] = ag.n_released, ag.released_.copy()
+        if t >= k:
+            rows.append([u[j] @ release[L, :, L] / np.linalg.norm(u[j]) for j, L in enumerate(lanes)])
+    world.play(agent, on_prepare=keep_policy, on_update=read)
+    return np.asarray(rows, dtype=np.float64)

@@ -61,6 +61,7 @@ def bound_contributions(df: DataFrame, spec: DomainSpec) -> tuple[DataFrame, Bou
     rows = kept.agg(F.sum((c("step") >= H).cast("long")).alias("over_H"),
                     F.sum((c("step") == H).cast("long")).alias("truncated"),
                     F.sum(((c("step") < H) & out_of_range).cast("long")).alias("clipped"),
+                    F.countDistinct(F.when((c("step") < H) & out_of_range, c("episode_id"))).alias("clipped_episodes"),
                     F.count(F.lit(1)).alias("rows"))
     reward = (clipped_reward(spec) - lo) / (hi - lo)
     bounded = kept.filter(c("step") < H).withColumn("reward", reward)
@@ -76,6 +77,7 @@ def bound_contributions(df: DataFrame, spec: DomainSpec) -> tuple[DataFrame, Bou
                             rows_dropped_with_episodes=int(r["all_rows"]) - int(r["rows"]),
                             episodes_truncated=int(r["truncated"] or 0), steps_dropped=int(r["over_H"] or 0),
                             rewards_clipped=int(r["clipped"] or 0), k=k, H=H,
+                            episodes_rewards_clipped=int(r["clipped_episodes"] or 0),
                             rows_kept=int(r["rows"]) - int(r["over_H"] or 0),
                             returns_clipped=int(r.get("returns") or 0))
     if clip:

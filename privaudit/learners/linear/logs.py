@@ -62,8 +62,12 @@ def local_log_path(out) -> Path:
     return out.with_name(out.name + ".local-log.json")
 
 
-def write_local_log(path, report, logs, spec: DomainSpec, policy_out=None) -> Path:
-    """Write the PRIVATE bounding facts of a training run (same layout as a release's local log)."""
+def write_local_log(path, report, logs, spec: DomainSpec, policy_out=None, features_clipped: dict | None = None) -> Path:
+    """Write the PRIVATE bounding facts of a training run (same layout as a release's local log).
+
+    ``features_clipped`` (per-row features only): ``{"count", "of", "share"}`` of the rows whose
+    feature vector had norm > 1 and was clipped (:func:`features_clipped`).
+    """
 
     path = Path(path)
     atomic_write_text(path, json.dumps({
@@ -71,8 +75,18 @@ def write_local_log(path, report, logs, spec: DomainSpec, policy_out=None) -> Pa
         "policy": None if policy_out is None else str(policy_out),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "spec_hash": spec.hash(), "logs": str(logs), "bounding": report.to_dict(),
+        **({} if features_clipped is None else {"features_clipped": features_clipped}),
     }, indent=2) + "\n")
     return path
+
+
+def features_clipped(df: pl.DataFrame) -> dict:
+    """Rows of ``df`` whose ``features`` vector has Euclidean norm > 1 (clipped by ``rows.clip_features``). PRIVATE.
+
+    Returns ``{"count", "of", "share"}``: the clipped rows, the rows, their ratio (0 without rows).
+    """
+    n = int((df["features"].list.eval(pl.element().cast(pl.Float64) ** 2).list.sum() > 1.0).sum())
+    return {"count": n, "of": df.height, "share": n / df.height if df.height else 0.0}
 
 
 def data_from_frame(df: pl.DataFrame, spec: DomainSpec, episode_mask: np.ndarray | None = None) -> LinearData:
@@ -212,7 +226,8 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, budget: BudgetRequest 
     SpecError
         The spec has no usable ``features``.
     LogReadError, ValidationFailed
-        From reading or validating the logs.
+        From reading or validating the logs (``RepairsRefused``: bounding
+        changes more than ``context.repairs`` allows, before any noise).
     BudgetExceededError
         The ledger's remaining budget is below rho (exit code 3).
     """
@@ -245,11 +260,15 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, budget: BudgetRequest 
     learner, event, m, fmap = _plan(algo, spec, budget, params)
     if ctx.ledger is not None:
         ledger_mod.check_event(Path(ctx.ledger), spec.dataset_id, event, budget)
-    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
+    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec, repairs=ctx.repairs)
     prepared.check_spec(spec)
     logs, report = prepared.path, prepared.bounding
     df = _rows(prepared, features=row_features)
     ctx.say(report.summary())
+    clipped = features_clipped(df) if row_features else None
+    if clipped is not None:  # another clipped field: said with its share, as bounding's repairs
+        ctx.say(f"  feature vectors clipped to norm 1 (column-x-action): {clipped['count']} of {clipped['of']} rows "
+                f"({clipped['share']:.2%})")
     rng = np.random.default_rng(seed)
     split_rng, noise_rng = rng.spawn(2)
     data_var = None
@@ -285,7 +304,7 @@ def train_from_logs(logs, spec: DomainSpec, algo: str, *, budget: BudgetRequest 
                                 f"train {algo}: gaussian, rho={budget.rho!r} (5H releases)", budget,
                                 run=ctx.run or new_run_id(), output=ctx.output)
     if local_log is not None:
-        write_local_log(local_log, report, logs, spec)
+        write_local_log(local_log, report, logs, spec, features_clipped=clipped)
     return policy
 
 

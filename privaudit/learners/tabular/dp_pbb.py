@@ -9,11 +9,15 @@ V_{h+1}(s') over the logged transitions (a "private Bellman backup"), with
 fresh Gaussian noise that is independent of W_{h+1}. The error of a backup
 is then one Gaussian draw of standard deviation sigma per (s, a), divided by
 the visit count, instead of S noisy cells. Pessimism comes from lower
-confidence bounds that hold simultaneously for every (h, s, a) with
+confidence bounds that hold simultaneously for every (h, s, a) and every
+value function (the backed-up W is learned from the same logs) with
 probability >= 1 - failure_prob, so the learner's value at the start
 distribution (``certified_value``) is a lower bound on the true value of the
-policy it outputs (docs/learners.md, "DP-PBB": privacy proof and validity
-argument).
+policy it outputs (docs/learners.md, "DP-PBB": the privacy proof;
+docs/certificates.md, "DP-PBB": the theorem and its proof). Values are reused
+across steps only for pooled counts (time-homogeneous dynamics, the caller's
+declaration) with a reward the same at every step; otherwise every step is
+backed up.
 
 The modules: :mod:`privaudit.learners.tabular.pbb_counts` (the exact capped counts, PRIVATE),
 :mod:`privaudit.learners.tabular.pbb_noise` (sensitivities and the noise plan, public facts only),
@@ -35,7 +39,7 @@ from privaudit.core.errors import UsageError
 from privaudit.core.outputs import new_run_id
 from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.learners.tabular.base import TabularLearnerBase, greedy_with_ties, known_reward
-from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound, stitched_log
+from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound, stitched_log, uniform_log_term
 from privaudit.learners.tabular import pbb_noise
 from privaudit.learners.tabular.pbb_backup import Widths, backup, backup_ranges, n_events
 from privaudit.learners.options import BudgetRequest, RunContext
@@ -108,7 +112,7 @@ class DPPBB(TabularLearnerBase):
 
     References
     ----------
-    docs/learners.md "DP-PBB" (privacy proof, validity argument). Pessimism:
+    docs/learners.md "DP-PBB" (privacy proof), docs/certificates.md "DP-PBB" (validity). Pessimism:
     Jin, Yang & Wang 2021 (PEVI), Yin & Wang 2021 (APVI); Bellman backups
     released with fresh noise: the "private Q-value" idea of Vietri et al.
     2020 applied offline; time-uniform bounds: Howard et al. 2021.
@@ -188,6 +192,8 @@ class DPPBB(TabularLearnerBase):
             raise UsageError(f"{self.algorithm} needs a public reward: the spec's public_reward (r(s')) or a known r(s, a).")
         reward, kind = known_reward(reward, S, A, H)
         next_state = kind == "next_state"
+        invariant = reward.ndim < 3 or bool((reward == reward[:1]).all())   # r the same at every step h
+        reuse = bool(counts.stationary) and invariant      # reusing values across steps is valid only then
         frame = reward_frame(reward_range)
         reward = frame.scale * reward + frame.shift
         share = (SPLIT_DEFAULT if self.split is None else self.split).get("starts", 0.0)
@@ -197,7 +203,7 @@ class DPPBB(TabularLearnerBase):
         plan, ranges = self.plan(rho, horizon=H, n_states=S, max_episodes=counts.max_episodes,
                                  max_per_cell=counts.max_per_cell, stationary=counts.stationary,
                                  next_state_reward=next_state, reward_range=reward_range, return_bound=return_bound,
-                                 starts=use_starts, unit_column=counts.unit_column)
+                                 starts=use_starts, unit_column=counts.unit_column, time_invariant_reward=invariant)
         K = len(plan.backups)
         self.ranges_ = ranges
         seeded = bool(seeded) or self.random_state is not None
@@ -213,7 +219,7 @@ class DPPBB(TabularLearnerBase):
         self.guarantee_ = budget.guarantee(self.event_) if plan.private else None
 
         G = 1 if counts.stationary else H
-        alpha = self.failure_prob / n_events(K, G, S * A, plan.second_moments, use_starts)
+        alpha = self.failure_prob / n_events(K, G, S * A, use_starts)
         self.alpha_event_ = alpha
         t_gauss, L = gaussian_tail(alpha), stitched_log(alpha)
 
@@ -224,7 +230,8 @@ class DPPBB(TabularLearnerBase):
         n_up = visits + t_gauss * plan.sigma_visits
         self.starts_noisy_ = pbb_noise.add_noise(counts.starts, plan.sigma_starts, rs, paths) if use_starts else None
         self._t_gauss, self._L = t_gauss, L
-        widths = Widths(t_gauss, L, plan.second_moments)
+        widths_sel = Widths(t_gauss, L, plan.second_moments)                      # the selection's bounds
+        widths = Widths(t_gauss, L, plan.second_moments, uniform=uniform_log_term(alpha, S))  # the certificate's
 
         terminals = np.asarray(list(terminal_states), dtype=np.int64)
         used = np.broadcast_to(self.visits_noisy_, (H, S, A)) if counts.stationary else self.visits_noisy_
@@ -247,8 +254,8 @@ class DPPBB(TabularLearnerBase):
             q_h = np.where(ok, np.clip(lcb, 0.0, ranges[h][1]), 0.0).reshape(S, A)
             if chain_a:  # the selection's own backups of its own values (no validity needed: only the choice)
                 lcb_a, est_a, ok_a = backup(N, V_sel[h + 1] + reward if next_state else V_sel[h + 1], r_h,
-                                            ranges[h][0], plan.select_backups[i], n_lo[g], n_up[g], widths, rb_a,
-                                            paths)
+                                            ranges[h][0], plan.select_backups[i], n_lo[g], n_up[g], widths_sel,
+                                            rb_a, paths)
             else:
                 lcb_a, est_a, ok_a = lcb, est, ok
             sel = np.where(ok_a, np.clip(est_a - self.selection * (est_a - lcb_a), 0.0, ranges[h][1]),
@@ -261,10 +268,10 @@ class DPPBB(TabularLearnerBase):
             gap[h] = np.where(ok, np.maximum(est - lcb, 0.0), np.inf).reshape(S, A)
             trusted[h] = ok.reshape(S, A)
             V[h] = (pi[h] * q_h).sum(axis=1)                  # certificate: the lower bound of the chosen action
-            if h < H - 1:                                     # monotone: keep step h+1's action and value
+            if reuse and h < H - 1:                           # monotone: keep step h+1's action and value
                 keep = V[h + 1] > V[h]
                 V[h, keep], pi[h, keep] = V[h + 1, keep], pi[h + 1, keep]
-        h0 = H - K
+        h0 = H - K                                            # 0 unless reuse (plan: K = H otherwise)
         for h in range(h0 - 1, -1, -1):                       # no more backups: reuse step h0 (monotone)
             Q[h], Qsel[h], pi[h], gap[h], trusted[h], V[h] = Q[h0], Qsel[h0], pi[h0], gap[h0], trusted[h0], V[h0]
             if terminals.size:
@@ -296,11 +303,15 @@ class DPPBB(TabularLearnerBase):
     def plan(self, rho: float, *, horizon: int, n_states: int, max_episodes: int, max_per_cell: int | None,
              stationary: bool, next_state_reward: bool = True, reward_range: Sequence[float] | None = None,
              return_bound: float | None = None, starts: bool = True,
-             unit_column: str = "episode_id") -> tuple[PBBPlan, list]:
+             unit_column: str = "episode_id", time_invariant_reward: bool = True) -> tuple[PBBPlan, list]:
         """The noise plan of a fit with these public facts (before any row is read): ``(plan, ranges)``.
 
         ``plan.event`` is what a fit will spend (for a ledger check up front); ``ranges`` the per-step
-        (bound on W, bound on Q) in planning units.
+        (bound on W, bound on Q) in planning units. K = min(``n_backups``, H) backups only with pooled
+        counts (``stationary``: time-homogeneous dynamics, the caller's declaration) and a reward that is
+        the same at every step (checked by ``fit`` on the reward it is given); otherwise K = H, a backup
+        at every step (reusing a later step's values is valid only for a time-homogeneous MDP:
+        docs/certificates.md, "DP-PBB").
 
         Raises
         ------
@@ -311,7 +322,7 @@ class DPPBB(TabularLearnerBase):
         K = H if self.n_backups is None else self.n_backups
         if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
             raise UsageError(f"`n_backups` must be an integer >= 1 or None (H). Got {self.n_backups!r}.")
-        K = min(int(K), H)
+        K = min(int(K), H) if (stationary and time_invariant_reward) else H
         ranges = backup_ranges(H, reward_frame(reward_range), return_bound, next_state_reward)
         plan = plan_noise(rho, horizon=H, n_states=n_states, max_episodes=max_episodes, max_per_cell=max_per_cell,
                           stationary=stationary, backup_ranges=[ranges[H - 1 - i][0] for i in range(int(K))],
@@ -401,6 +412,9 @@ class DPPBB(TabularLearnerBase):
             No budget, a Laplace request, no public reward, bad parameters.
         BudgetExceededError
             The ledger's remaining budget is below rho (before any row is read).
+        RepairsRefused
+            Logs given as a path whose bounding changes more than ``context.repairs`` allows
+            (``privaudit.data.repairs``), before any noise is drawn.
         """
         ctx = context or RunContext()
         if budget is None or (isinstance(budget, BudgetRequest) and not budget.given):
@@ -414,12 +428,18 @@ class DPPBB(TabularLearnerBase):
         rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
         if ctx.ledger is not None:  # before any row is read or noise drawn
             ledger_mod.check_event(Path(ctx.ledger), spec.dataset_id, plan.event, budget)
-        prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
+        if isinstance(logs, PreparedLogs):
+            prepared = logs
+        else:  # validated, bounded and checked against the data holder's repair limit here
+            prepared = prepare_logs(logs, spec, repairs=ctx.repairs)
+            ctx.say(prepared.bounding.summary())
         prepared.check_spec(spec)
         counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
         ctx.say(f"{cls.algorithm}: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
                 f"{'(s, a)' if stationary else '(h, s, a)'} cell, {budget.text}): "
-                "this spends privacy budget.")
+                "this spends privacy budget."
+                + (" Counts pooled over h assume time-homogeneous dynamics: the certified value holds only then "
+                   "(--per-step otherwise)." if stationary else ""))
         learner.fit(counts, reward, terminal_states=spec.terminal_states, reward_range=spec.reward_range,
                     return_bound=rb, budget=budget, spec_hash=spec.hash(), rng=np.random.default_rng(seed),
                     seeded=seed is not None)
@@ -451,7 +471,7 @@ class DPPBB(TabularLearnerBase):
         d0 : ndarray (S,), optional
             A public start distribution (a known MDP): d0 . V_0. None: a
             lower confidence bound on E_{s ~ d0}[V_0(s)] from the released
-            start counts (docs/learners.md, "Validity", event family 4).
+            start counts (docs/certificates.md, "Start distribution": over privacy units, uniform over V_0).
 
         Raises
         ------
@@ -463,8 +483,10 @@ class DPPBB(TabularLearnerBase):
             return self.value_estimate(d0)
         if self.starts_noisy_ is None:
             raise UsageError("certified_value needs a public `d0` or start counts (fit with counts.starts).")
-        # 4 of the union bound's events, alpha each: the numerator, both sides of N, the sampling bound
+        # 4 of the union bound's events, alpha each: the numerator, both sides of N, the sampling event
+        # (uniform over V_0, concentrated over privacy units)
         lb = start_mean_lower_bound(self.V_[0], self.starts_noisy_, self.plan_.sigma_starts,
                                     self.ranges_[0][1],  # the public bound on V_0
-                                    t=self._t_gauss, t_total=self._t_gauss, L=self._L)
+                                    max_episodes=self.plan_.unit.k, t=self._t_gauss, t_total=self._t_gauss,
+                                    log_term=math.log(1.0 / self.alpha_event_))
         return float(self.reward_frame_.declared(np.array(lb), H))

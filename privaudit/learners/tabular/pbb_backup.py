@@ -1,4 +1,4 @@
-"""DP-PBB's private Bellman backup and its lower confidence bound (docs/learners.md, "DP-PBB").
+"""DP-PBB's private Bellman backup and its lower confidence bound (docs/certificates.md, "DP-PBB").
 
 One backup at step h releases the noisy (s, a)-sums of the quantised
 W_{h+1}(s') = r(s') + V_{h+1}(s') over the logged transitions (and, with
@@ -40,10 +40,15 @@ def backup_ranges(H: int, frame: RewardFrame, return_bound, next_state: bool) ->
     return out
 
 
-def n_events(K: int, G: int, SA: int, second: bool, starts: bool) -> int:
-    """Number of one-sided events in the union bound (docs/learners.md, "Validity"); K backups."""
-    per_cell = 7 if second else 2
-    return per_cell * K * SA + 2 * G * SA + (4 if starts else 0)
+def n_events(K: int, G: int, SA: int, starts: bool) -> int:
+    """Number of events in the certificate's union bound (docs/certificates.md, "DP-PBB"); K backups.
+
+    Per backup and cell one noise event (the first moment's noise >= -t sigma): K SA; per slice and
+    cell the two sides of the visit count (2 G SA) and one event uniform over every subset of next
+    states (G SA; its own log term carries the 2^S subsets); 4 for the start bound (its noise, both
+    sides of N, its sampling event).
+    """
+    return K * SA + 3 * G * SA + (4 if starts else 0)
 
 
 @dataclass(frozen=True)
@@ -59,11 +64,17 @@ class Widths:
         The stitched log term of the time-uniform mean radius (``confidence.stitched_log``).
     second : bool
         Second moments are released (Bernstein widths on top of Hoeffding).
+    uniform : float or None
+        The certificate's log term (``confidence.uniform_log_term``): the radius is then
+        range x r(n) for the indicators of every subset of next states, a bound that holds for every
+        W at once (W is computed from the same logs); L and ``second`` are not used. None: the
+        fixed-W bounds (the selection chain, which needs no validity).
     """
 
     t: float
     L: float
     second: bool
+    uniform: float | None = None
 
 
 def backup(N, W, r_sa, B: float, bq: BackupNoise, n_lo, n_up, widths: Widths, rng, paths: set | None = None):
@@ -110,7 +121,7 @@ def backup(N, W, r_sa, B: float, bq: BackupNoise, n_lo, n_up, widths: Widths, rn
 
 
 def lower_bound(T, s2, n_lo, n_up, bq: BackupNoise, widths: Widths):
-    """Lower confidence bound on E[W - m/q] per cell from noisy sums (docs/learners.md, "Validity").
+    """Lower confidence bound on E[W - m/q] per cell from noisy sums (docs/certificates.md, "DP-PBB").
 
     ``T`` (S * A,): noisy first-moment sums in units of W; ``s2``: noisy second-moment sums (units of
     W^2) or None. Returns (lcb, plug-in estimate, ok) with ok where n_lo >= 1.
@@ -120,10 +131,13 @@ def lower_bound(T, s2, n_lo, n_up, bq: BackupNoise, widths: Widths):
     ok = n_lo >= 1.0
     nl = np.where(ok, n_lo, 1.0)
     nu = np.where(ok, n_up, 1.0)
+    est = T / np.where(ok, np.maximum((n_lo + n_up) / 2.0, 1.0), 1.0)
     half = bq.b_u / bq.q                          # centred values lie in [-m/q, b_u/q]
     lo_c, hi_c = -bq.m / bq.q, half
     T_lo = T - t * bq.sigma / bq.q
     xc_lo = np.minimum(T_lo / nl, T_lo / nu)
+    if widths.uniform is not None:                # uniform over W: (P_hat - P) W >= -R sup_A (P - P_hat)(A)
+        return np.maximum(xc_lo - R * mean_radius(nl, 0.25, 0.0, widths.uniform), lo_c), est, ok
     r_h = mean_radius(nl, R * R / 4.0, 0.0, L)
     lcb = xc_lo - r_h                             # Hoeffding
     if second:
@@ -137,6 +151,5 @@ def lower_bound(T, s2, n_lo, n_up, bq: BackupNoise, widths: Widths):
         m2_up = S2_up / nl + mean_radius(nl, R2 * R2 / 4.0, 0.0, L)
         v = np.clip(m2_up - min_sq, 0.0, R * R / 4.0)
         lcb = np.maximum(lcb, xc_lo - mean_radius(nl, v, R, L))  # Bernstein with the private variance bound
-    est = T / np.where(ok, np.maximum((n_lo + n_up) / 2.0, 1.0), 1.0)
     lcb = np.maximum(lcb, lo_c)
     return lcb, est, ok

@@ -151,7 +151,8 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
         A budget given to a non-private algorithm, none to dp-apvi, or a
         missing ``release_out``.
     LogReadError, ValidationFailed, BudgetExceededError
-        From reading, validating or releasing the logs.
+        From reading, validating or releasing the logs (``RepairsRefused``, a
+        ValidationFailed: bounding changes more than ``context.repairs`` allows).
     """
     tabular = registry.names(family="tabular")
     if algo not in tabular:
@@ -174,13 +175,17 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
             raise UsageError(f"{algo} on logs needs a release folder to write (release_out).")
         release_logs(logs, spec, rho=request.rho, epsilon=request.epsilon, delta=request.delta,
                      mechanism=request.mechanism, stationary=stationary, out=release_out, ledger=ctx.ledger,
-                     seed=seed, options=ReleaseOptions(noise=noise, echo=ctx.say))
+                     seed=seed, options=ReleaseOptions(noise=noise, echo=ctx.say, repairs=ctx.repairs))
         return train_from_release(release_out, algo=algo, spec=spec, params=params)
     if request.given:
         raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`). "
                          f"Use `algo` {' or '.join(registry.names(family='tabular', private=True))} for a "
                          "differentially private policy.")
-    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)  # same gate as a release
+    if isinstance(logs, PreparedLogs):
+        prepared = logs
+    else:  # the same gates as a release
+        prepared = prepare_logs(logs, spec, repairs=ctx.repairs)
+        ctx.say(prepared.bounding.summary())
     prepared.check_spec(spec)
     counts = exact_counts(prepared.bounded, spec, stationary=stationary)
     learner = _learner(algo, params).fit(counts, spec.public_reward_scaled(), terminal_states=spec.terminal_states,

@@ -237,11 +237,24 @@ def _jin_lam(which: str) -> float:
     return 1.0 if which == "theory" else PRACTICAL["lam"]
 
 
+def optimistic_radius(beta: float, which: str, horizon: int, diagonal: float) -> float:
+    """The practical radius raised to keep optimism: max(beta, H sqrt(diagonal)). [D]
+
+    An untried direction phi = e_i (one-hot features: an untried (s, a)) has ||phi||_{Lambda^-1} =
+    1 / sqrt(diagonal), diagonal = lambda, so its index is
+    beta / sqrt(diagonal) and must reach the value range H for the optimism the regret analysis rests
+    on (Jin et al. 2020); the practical multipliers alone give 0.005 d H sqrt(iota) / sqrt(0.1),
+    below H when d is small (issue 31, D1). The theory radius d H sqrt(iota) >= H sqrt(lambda) needs no floor.
+    """
+    return beta if which == "theory" else max(beta, horizon * math.sqrt(diagonal))
+
+
 def lsvi_ucb_constants(pb: Problem, which: str = "theory") -> JinConstants:
-    """LSVI-UCB (Jin et al. 2020): lambda = 1, beta = d H sqrt(iota) (x multiplier)."""
+    """LSVI-UCB (Jin et al. 2020): lambda = 1, beta = d H sqrt(iota) (x multiplier, floored: :func:`optimistic_radius`)."""
     _check_set(which)
-    beta = pb.dim * pb.horizon * math.sqrt(_jin_iota(pb)) * _m(which, "beta")
     lam = _jin_lam(which)
+    beta = optimistic_radius(pb.dim * pb.horizon * math.sqrt(_jin_iota(pb)) * _m(which, "beta"), which,
+                             pb.horizon, lam)
     return JinConstants(lam=lam, beta=beta, floor=lam, n_batches=pb.n_episodes,
                         switch_ratio=1.0, n_max=pb.n_episodes, name=which)
 
@@ -256,7 +269,10 @@ def _private_jin(pb: Problem, which: str, s_tree: float, levels: int, n_rel: int
     floor = _jin_lam(which) + lam_t
     beta = (d * H * math.sqrt(_jin_iota(pb)) + (H + 1) * math.sqrt(3.0 * d * lam_t)
             + y / math.sqrt(floor)) * _m(which, "beta")
-    return 2.0 * lam_t, floor, beta
+    # without noise (rho = inf) floored as LSVI-UCB's, so that the private versions reduce to it; with noise
+    # the radius is left as it was (flooring it there too changes the audit catalogue's broken Luyo, whose
+    # negative targets the larger bonus hides: docs/online.md, "Constants")
+    return 2.0 * lam_t, floor, beta if s_tree > 0 else optimistic_radius(beta, which, H, _jin_lam(which))
 
 
 def luyo_batches(pb: Problem, rho: float, delta: float) -> int:

@@ -29,7 +29,8 @@ from privaudit.data.prepare import prepare_logs  # noqa: E402
 from privaudit.privacy import ledger as ledger_mod  # noqa: E402
 from privaudit.data.spark import session as spark_sessions  # noqa: E402
 from privaudit.data.counts import sparse_counts  # noqa: E402
-from privaudit.release.tabular import release_logs  # noqa: E402
+from privaudit.data.repairs import RepairLimit  # noqa: E402
+from privaudit.release.tabular import ReleaseOptions, release_logs  # noqa: E402
 from tests._release_logs import spec_doc  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.data.spark.test_spark_engine import Q, _logs  # noqa: E402
@@ -68,10 +69,11 @@ def test_cli_release_through_spark_connect_equals_polars(spark, connect_url, tmp
     spec_file.write_text(json.dumps(spec_doc(**SPEC)))
     common = ["--spec", str(spec_file), "--rho", "1", "--seed", "3", "--per-step"]
     res = _run(CLI, "release", str(path), *common, "--out", str(tmp_path / "connect"), "--engine", "spark",
-               "--remote", connect_url)
+               "--remote", connect_url, "--accept-repairs")  # the random logs are bounded heavily on purpose
     assert res.returncode == 0, res.stderr
     assert not _noise(res.stderr), res.stderr
-    ref = release_logs(path, spec, rho=1, out=tmp_path / "polars", seed=3, stationary=False)
+    ref = release_logs(path, spec, rho=1, out=tmp_path / "polars", seed=3, stationary=False,
+                       options=ReleaseOptions(repairs=RepairLimit(accept=True)))
     _same_release(ref.out, tmp_path / "connect")
 
 
@@ -176,5 +178,6 @@ def test_cli_spark_start_is_quiet(early_runs, tmp_path):
     res = run.result()
     assert res.returncode == 0, res.stderr
     assert "contribution bounding" in res.stderr and not _noise(res.stderr), res.stderr
-    ref = release_logs(run.logs, run.spec, rho=1, out=tmp_path / "polars", seed=5, stationary=True)
+    ref = release_logs(run.logs, run.spec, rho=1, out=tmp_path / "polars", seed=5, stationary=True,
+                       options=ReleaseOptions(repairs=RepairLimit(accept=True)))
     _same_release(ref.out, run.out)

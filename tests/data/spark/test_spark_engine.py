@@ -21,6 +21,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from privaudit.cli import main  # noqa: E402
 from privaudit.data.prepare import prepare_logs  # noqa: E402
+from privaudit.data.repairs import RepairLimit  # noqa: E402
 from privaudit.data.validate import validate_logs  # noqa: E402
 from privaudit.core.errors import ValidationFailed  # noqa: E402
 from privaudit.privacy import ledger as ledger_mod  # noqa: E402
@@ -305,7 +306,8 @@ def _release_both(tmp_path, path, doc: dict, seed: int):
     for engine in ("polars", "spark"):
         outs[engine] = tmp_path / f"rel-{engine}"
         res = CliRunner().invoke(main, ["release", str(path), "--spec", str(spec_file), "--rho", "1", "--seed",
-                                        str(seed), "--out", str(outs[engine]), "--engine", engine])
+                                        str(seed), "--out", str(outs[engine]), "--engine", engine,
+                                        "--accept-repairs"])  # the random logs are bounded heavily on purpose
         assert res.exit_code == 0, res.output
         said.append(res.output)
     return outs, said
@@ -349,7 +351,7 @@ def _release_args(tmp_path, path, *extra):
     ledger_mod.init_ledger(led, "tiny-release", 10)
     before = led.read_text()
     args = ["release", str(path), "--spec", str(spec_file), "--rho", "1", "--stationary", "--out",
-            str(tmp_path / "rel"), "--ledger", str(led), "--engine", "spark", *extra]
+            str(tmp_path / "rel"), "--ledger", str(led), "--engine", "spark", "--accept-repairs", *extra]
     return args, led, before
 
 
@@ -525,8 +527,9 @@ def test_transitions_come_to_the_driver_one_step_at_a_time(spark, tmp_path, monk
 
     monkeypatch.setattr(spark_counts, "_to_polars", spy)
     per_h = spec.S * spec.A * spec.S
+    accept = RepairLimit(accept=True)  # the random logs are bounded heavily on purpose
     info = release_logs(str(path), spec, rho=1, out=tmp_path / "spark", seed=9,
-                        options=ReleaseOptions(engine="spark", spark=spark))
+                        options=ReleaseOptions(engine="spark", spark=spark, repairs=accept))
     slices = [t for t in collected if t.columns == ["i", "n"]]
     assert len(slices) == spec.H  # one collection per step h, in order, each holding step h's cells only
     for h, t in enumerate(slices):
@@ -534,6 +537,6 @@ def test_transitions_come_to_the_driver_one_step_at_a_time(spark, tmp_path, monk
     tables = [t for t in collected if "j" in t.columns]
     assert len(tables) == 1  # visits and reward sums together, once
     assert not any("i" in t.columns and t.height > max(s.height for s in slices) for t in collected)
-    ref = release_logs(path, spec, rho=1, out=tmp_path / "polars", seed=9)
+    ref = release_logs(path, spec, rho=1, out=tmp_path / "polars", seed=9, options=ReleaseOptions(repairs=accept))
     for f in ("visits.parquet", "rewards.parquet", "transitions.parquet"):
         assert pl.read_parquet(ref.out / f).equals(pl.read_parquet(info.out / f))

@@ -93,3 +93,22 @@ def test_spec_errors(files):
     doc["features"].pop("state_table")
     with pytest.raises(UsageError, match="features"):
         train_from_logs(files / "logs.parquet", DomainSpec.from_dict(doc), "vapvi")
+
+
+def test_clipped_feature_vectors_are_counted_and_said(files, tmp_path):
+    """Per-row clipping to norm 1 changes the data like bounding's repairs: its count and share are said on
+    stderr and written to the private local log (issue 29 item 2: any clipped field)."""
+    df = pl.read_parquet(files / "logs.parquet")
+    big = (df["state"] == 0).to_numpy()
+    X = np.eye(S)[df["state"].to_numpy()] * np.where(big, 2.0, 1.0)[:, None]  # norm 2 in state 0, else 1
+    write_logs(df.with_columns(pl.Series("features", X.tolist())), tmp_path / "logs.parquet")
+    (tmp_path / "x.npy").write_bytes((files / "x.npy").read_bytes())
+    (tmp_path / "rows.json").write_text((files / "rows.json").read_text())
+    r = CliRunner().invoke(main, [str(x) for x in ("train", tmp_path / "logs.parquet", "--spec", tmp_path / "rows.json",
+                                                   "--algo", "vapvi", "--out", tmp_path / "pol")])
+    assert r.exit_code == 0, r.output
+    n, rows = int(big.sum()), df.height
+    assert 0 < n < rows
+    assert f"feature vectors clipped to norm 1 (column-x-action): {n} of {rows} rows" in r.stderr
+    log = json.loads((tmp_path / "pol.local-log.json").read_text())
+    assert log["features_clipped"] == {"count": n, "of": rows, "share": n / rows}

@@ -245,15 +245,16 @@ def test_budget_too_small_is_refused():
 
 
 def test_zero_noise_is_the_exact_lower_bound():
-    """rho = inf: Q at the last step is the Hoeffding/Bernstein lower bound of the exact empirical mean
-    (recomputed here cell by cell), and a huge finite rho gives the same policy."""
+    """rho = inf: Q at the last step is the lower bound of the exact empirical mean that is uniform over
+    value functions (time-uniform Hoeffding on every subset of next states, log term + S log 2;
+    recomputed here cell by cell), and a huge finite rho gives the same policy."""
     mdp = tiny_mdp()
     counts = capped_counts(mdp, 3000, np.random.default_rng(5))
     L = DPPBB(rho=math.inf, split={"visits": 1, "backups": 1, "starts": 0.1}, n_backups=1).fit(
         counts, REWARD, terminal_states=TERMINALS, return_bound=1.0)
     N = counts.transitions[0].toarray()
-    n_events = 2 * 1 * S * A + 2 * S * A + 4          # K = 1 backup, 2 count events per cell, 4 for starts
-    Lg = stitched_log(0.05 / n_events)
+    n_events = 1 * S * A + 3 * S * A + 4              # K = 1 noise event, 2 count + 1 uniform per cell, 4 starts
+    Lg = stitched_log(0.05 / n_events) + S * math.log(2.0)
     for cell in range(S * A):
         s = cell // A
         if s in TERMINALS:
@@ -319,28 +320,34 @@ def test_certificate_coverage_tiny_mdp(monkeypatch):
 
 def test_one_start_margin_serves_dp_pbb_and_the_pipeline():
     """DP-PBB's certified_value() without d0 and pipeline.values.start_lower_bound are the same margin
-    (learners.confidence.start_mean_lower_bound), checked against a hand computation; a negative numerator
-    divides by the lower bound of N (min of the two quotients)."""
+    (learners.confidence.start_mean_lower_bound), checked against a hand computation: Hoeffding over privacy
+    units of k episodes (k width sqrt(n_up L / 2), L = log(1/beta) + S log 2, uniform over W); a negative
+    numerator divides by the lower bound of N (min of the two quotients)."""
     from privaudit.pipeline.values import start_lower_bound
     W, m, sigma = np.array([1.0, 0.5, 0.0]), np.array([600.0, 400.0, 0.0]), 4.0
-    t, t2, L = gaussian_tail(0.01 / 3), gaussian_tail(0.01 / 6), stitched_log(0.01 / 3)
-    num = 800.0 - t * sigma * math.sqrt(1.25)
+    t, t2, lt = gaussian_tail(0.01 / 3), gaussian_tail(0.01 / 6), math.log(3 / 0.01)
     n_lo, n_up = 1000.0 - t2 * sigma * math.sqrt(3), 1000.0 + t2 * sigma * math.sqrt(3)
-    want = num / n_up - float(mean_radius(n_lo, 0.25, 0.0, L))
-    got = start_mean_lower_bound(W, m, sigma, 1.0, t=t, t_total=t2, L=L)
-    assert got == pytest.approx(want, rel=1e-12) and 0.65 < got < 0.8  # plug-in 0.8, minus the margins
+    for k in (1, 5):
+        num = 800.0 - t * sigma * math.sqrt(1.25) - k * math.sqrt(n_up * (lt + 3 * math.log(2)) / 2)
+        want = num / n_up
+        got = start_mean_lower_bound(W, m, sigma, 1.0, max_episodes=k, t=t, t_total=t2, log_term=lt)
+        assert got == pytest.approx(want, rel=1e-12)
+    assert 0.65 < start_mean_lower_bound(W, m, sigma, 1.0, max_episodes=1, t=t, t_total=t2, log_term=lt) < 0.8
     # the pipeline: declared units [lo, hi], terminal states dropped, failure 0.01 split 1/3, 1/6 + 1/6, 1/3
-    assert start_lower_bound(2.0 * W - 1.0, m, sigma, (-1.0, 1.0), ()) == pytest.approx(
-        -1.0 + start_mean_lower_bound(2.0 * W, m, sigma, 2.0, t=t, t_total=t2, L=L), rel=1e-12)
-    assert start_mean_lower_bound(W, np.array([0.3, 0.2, 0.0]), sigma, 1.0, t=t, t_total=t2, L=L) == 0.0  # N < 1
-    neg = start_mean_lower_bound(W, np.array([-5.0, 0.0, 1000.0]), sigma, 1.0, t=0.0, t_total=0.0, L=L)
+    assert start_lower_bound(2.0 * W - 1.0, m, sigma, (-1.0, 1.0), (), max_episodes=5) == pytest.approx(
+        -1.0 + start_mean_lower_bound(2.0 * W, m, sigma, 2.0, max_episodes=5, t=t, t_total=t2, log_term=lt),
+        rel=1e-12)
+    kw = dict(max_episodes=1, t=t, t_total=t2, log_term=lt)
+    assert start_mean_lower_bound(W, np.array([0.3, 0.2, 0.0]), sigma, 1.0, **kw) == 0.0  # N < 1
+    neg = start_mean_lower_bound(W, np.array([-5.0, 0.0, 1000.0]), sigma, 1.0, **kw)
     assert neg == 0.0  # clipped: the numerator is negative
     # DP-PBB: certified_value() is the shared margin of its own V_0, noisy starts and per-event alpha
     mdp = tiny_mdp()
     L_ = DPPBB(rho=5.0).fit(capped_counts(mdp, 2000, np.random.default_rng(1)), REWARD, terminal_states=TERMINALS,
                             return_bound=1.0, rng=np.random.default_rng(2))
     direct = start_mean_lower_bound(L_.V_[0], L_.starts_noisy_, L_.plan_.sigma_starts, L_.ranges_[0][1],
-                                    t=L_._t_gauss, t_total=L_._t_gauss, L=L_._L)
+                                    max_episodes=L_.plan_.unit.k, t=L_._t_gauss, t_total=L_._t_gauss,
+                                    log_term=math.log(1 / L_.alpha_event_))
     assert L_.certified_value() == pytest.approx(float(L_.reward_frame_.declared(np.array(direct), mdp.horizon)))
     assert L_.certified_value() <= L_.certified_value(mdp.d0) + 0.2
 

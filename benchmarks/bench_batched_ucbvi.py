@@ -1,0 +1,77 @@
+"""Batched DP-UCBVI at (1, 1e-6)-JDP against its non-private twin and privaudit's UCB-VI: regret and CPU time.
+
+For each environment and algorithm, one run of K users (``run_explore``, the code ``privaudit explore``
+runs) in a fresh subprocess; prints and appends to --out one JSON line per run: cumulative regret,
+mean regret per user over the first and the last 10% of users, wall and CPU seconds.
+
+Targets (issue 31): RiverSwim defaults (H = 20, S = 6), K = 1e5, (1, 1e-6)-JDP: last-10% mean regret
+<= 0.5 and cumulative regret <= 3x UCB-VI's in the same run; the K = 1e5 run in at most 2 CPU minutes.
+
+Usage: python benchmarks/bench_batched_ucbvi.py [--env riverswim] [--episodes 100000]
+       [--algos dp-ucbvi-batched ucbvi-batched ucb-vi] [--seeds 0] [--out FILE.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: environment name -> make_env options (ICU-Sepsis at H = 20, as the issue asks)
+ENVS = {"riverswim": {}, "random-tabular": {}, "icu-sepsis": {"horizon": 20}}
+
+
+def one(env_name: str, algo: str, K: int, seed: int) -> dict:
+    """One run in this process; returns its regret summary and timings."""
+    sys.path.insert(0, str(ROOT))
+    from privaudit.online.env import make_env
+    from privaudit.online.explore import run_explore, validate_budget
+    from privaudit.privacy.budget import resolve_budget
+
+    env = make_env(env_name, **ENVS[env_name])
+    rho = resolve_budget(epsilon=1.0, delta=1e-6).rho
+    budget = validate_budget(algo, None, rho, 1e-6) if algo.startswith("dp-") else None
+    t0, c0 = time.perf_counter(), time.process_time()
+    _, res = run_explore(env, algo, K, budget, seed=seed)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    tenth = max(1, K // 10)
+    return {"env": env_name, "algo": algo, "K": K, "seed": seed, "budget": "(1, 1e-6)-JDP" if budget else "none",
+            "cumulative_regret": round(float(res.regret.sum()), 1),
+            "mean_regret_first_10pct": round(float(res.regret[:tenth].mean()), 4),
+            "mean_regret_last_10pct": round(float(res.regret[-tenth:].mean()), 4),
+            "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--env", nargs="+", default=["riverswim"], choices=sorted(ENVS))
+    ap.add_argument("--episodes", type=int, default=100_000)
+    ap.add_argument("--algos", nargs="+", default=["dp-ucbvi-batched", "ucbvi-batched", "ucb-vi"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--single", nargs=3, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.single is not None:
+        env_name, algo, seed = args.single
+        print(json.dumps(one(env_name, algo, args.episodes, int(seed))))
+        return
+    print("load average before:", " ".join(Path("/proc/loadavg").read_text().split()[:3]))
+    for env_name in args.env:
+        for seed in args.seeds:
+            for algo in args.algos:
+                out = subprocess.run([sys.executable, __file__, "--episodes", str(args.episodes),
+                                      "--single", env_name, algo, str(seed)], capture_output=True, text=True)
+                line = out.stdout.strip().splitlines()[-1] if out.returncode == 0 else json.dumps(
+                    {"env": env_name, "algo": algo, "seed": seed, "error": out.stderr.strip().splitlines()[-1]})
+                print(line, flush=True)
+                if args.out is not None:
+                    with open(args.out, "a") as f:
+                        f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""Batched DP-UCBVI: a tabular explorer that learns under (1, 1e-6)-JDP (docs/online.md, "Batched DP-UCBVI").
+
+The users are cut into public geometric batches (sizes ``first_batch * growth^j``,
+fixed by K alone). During batch j the agent plays one policy, computed from the
+released counts of batches 0..j-1; at the end of batch j it releases the
+transition counts of batch j's users only, each cell plus fresh exact discrete
+Gaussian noise, and adds them to the running sums. Every user is in exactly one
+batch and every batch's release reads only its own users, so the releases compose
+in parallel: the whole run costs the zCDP budget rho of one release per user
+(billboard lemma, Hsu et al. 2016 as used by Vietri et al. 2020: the policy of a
+user is a function of earlier batches' releases and of data-independent coins).
+
+One counter family: the transition counts m(s, a, s'), pooled over the step h
+when the simulator is stationary (a public fact), else per h. Visit counts are
+their sums over s' (no second family) and the rewards are public (the
+environment's reward function): neither costs budget. Pooled, a user may visit a
+pair (s, a) many times; only her first ``per_user_cap`` visits of each pair enter
+the counts (the later ones are dropped, which keeps the transitions kept an
+unbiased sample: each is drawn from P(. | s, a) given the past), so her count
+vector x has sum_{s,a} (sum_{s'} x)^2 <= floor(H / c) c^2 + (H mod c)^2 and one
+user's replacement moves it by l2 <= sqrt(2) times the square root of that.
+
+Planning (post-processing of the releases): the noisy counts of each (s, a) are
+clipped at 0 and projected onto the simplex of the noisy visit count
+n~(s, a) = sum_{s'} m~(s, a, s') (``privaudit.privacy.projection.project_counts``,
+Qiao & Wang (2023), eq. (2), with E = 0); optimistic backward induction with the
+Bernstein bonus of UCB-VI (Azar, Osband & Munos 2017, UCB-VI-BF, its first two terms,
+the second with the practical weight :data:`SECOND_ORDER`) plus a Gaussian privacy
+bonus z sd ||V_{h+1} - (P~ V_{h+1}) 1||_2 / n~, the high-probability size of what this
+pair's summed noise (sd = sigma sqrt(releases)) does to P~ V_{h+1} (Qiao & Wang (2023b),
+DP-UCBVI, use a worst-case l1 bound instead); a pair whose n~ is within z sd sqrt(S)
+of 0 gets the optimistic value H - h. [D] docs/online.md, "Batched DP-UCBVI".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privaudit.core.errors import UsageError
+from privaudit.online.protocol import Agent
+from privaudit.privacy.noise import gaussian_sigma
+from privaudit.privacy.events import GaussianEvent, PrivacyUnit
+from privaudit.privacy.projection import project_counts
+from privaudit.privacy.samplers import exact_noise
+
+#: Default failure probability of the confidence bounds (sampling and noise).
+DEFAULT_BETA = 0.05
+#: Default schedule: the first batch's size and the growth ratio of the sizes.
+DEFAULT_FIRST_BATCH = 64
+DEFAULT_GROWTH = 2.0
+#: Practical weight of the Bernstein bonus's second-order term c2 L span / n (Azar et al. 2017: 7/3; 0.5
+#: here, measured on RiverSwim: docs/online.md, "Batched DP-UCBVI"). The first-order term keeps its constant.
+SECOND_ORDER = 0.5
+#: Default per-user cap on the visits of one (s, a) that enter pooled counts.
+DEFAULT_CAP = 2
+
+
+def batch_ends(n_episodes: int, first_batch: int, growth: float) -> np.ndarray:
+    """The public batch schedule: the end (exclusive) of each batch, shape (J,), int64, last = K.
+
+    Batch j has ceil(first_batch * growth^j) users (the last one truncated at K);
+    growth 1 gives equal batches, ``first_batch`` 1 and growth 1 an update after every user.
+
+    Raises
+    ------
+    UsageError
+        K < 1, ``first_batch`` < 1 or ``growth`` < 1.
+    """
+    K = int(n_episodes)
+    if K < 1 or int(first_batch) < 1 or not (math.isfinite(growth) and growth >= 1.0):
+        raise UsageError(f"the batch schedule needs K >= 1, `first_batch` >= 1 and `growth` >= 1. Got K={K}, "
+                         f"first_batch={first_batch}, growth={growth}.")
+    if growth == 1.0:
+        return np.minimum(np.arange(1, -(-K // int(first_batch)) + 1, dtype=np.int64) * int(first_batch), K)
+    ends, size, t = [], float(first_batch), 0
+    while t < K:  # O(log K) batches
+        t = min(K, t + math.ceil(size))
+        ends.append(t)
+        size *= growth
+    return np.asarray(ends, dtype=np.int64)
+
+
+def pooled_l2(horizon: int, cap: int) -> float:
+    """Replacement l2 sensitivity of one user's pooled, capped transition counts.
+
+    A user's count vector x >= 0 over (s, a, s') has at most ``cap`` entries on each (s, a) and
+    H in all, so ||x||_2^2 <= sum_{(s, a)} n(s, a)^2 <= floor(H / c) c^2 + (H mod c)^2; two users'
+    vectors are non-negative, so ||x - x'||_2^2 <= ||x||_2^2 + ||x'||_2^2 (docs/online.md).
+    """
+    H, c = int(horizon), int(cap)
+    return math.sqrt(2.0 * ((H // c) * c * c + (H % c) ** 2))
+
+
+def capped_counts(states: np.ndarray, actions: np.ndarray, S: int, A: int, *, pooled: bool,
+                  cap: int) -> np.ndarray:
+    """The transition counts of a batch of users, each user's contribution bounded.
+
+    Parameters
+    ----------
+    states : ndarray, shape (B, H + 1), int
+        s_0..s_H of each user of the batch.
+    actions : ndarray, shape (B, H), int
+    S, A : int
+    pooled : bool
+        True: counts over (s, a, s') summed over h, each user's first ``cap`` visits of each (s, a)
+        only. False: counts over (h, s, a, s') (one entry per step and user: no cap needed).
+    cap : int
+
+    Returns
+    -------
+    ndarray, shape (S, A, S) (pooled) or (H, S, A, S), int64
+    """
+    B, H = actions.shape
+    sa = states[:, :H].astype(np.int64) * A + actions
+    cell = sa * S + states[:, 1:]
+    if not pooled:
+        cell = cell + np.arange(H, dtype=np.int64)[None, :] * (S * A * S)
+        return np.bincount(cell.ravel(), minlength=H * S * A * S).reshape(H, S, A, S)
+    key = (np.arange(B, dtype=np.int64)[:, None] * (S * A) + sa).ravel()
+    order = np.argsort(key, kind="stable")            # by user and pair, steps in order within a group
+    k = key[order]
+    first = np.r_[True, k[1:] != k[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(k.size), 0))
+    keep = np.empty(k.size, dtype=bool)
+    keep[order] = (np.arange(k.size) - start) < cap   # rank of the visit within (user, pair)
+    return np.bincount(cell.ravel()[keep], minlength=S * A * S).reshape(S, A, S)
+
+
+class BatchedUCBVI(Agent):
+    """Batched DP-UCBVI (module docstring); with ``rho`` = inf, its non-private twin (exact counts).
+
+    Parameters
+    ----------
+    reward : array_like, shape (H, S, A)
+        The public expected reward r_h(s, a) in [0, 1].
+    horizon : int
+        H.
+    n_states : int
+        S (A is read off ``reward``).
+    n_episodes : int
+        K, the public number of users (fixes the schedule and the union bounds).
+    rho : float
+        zCDP budget of the whole run (each user's data enters one release); ``math.inf``: no noise.
+    stationary : bool
+        Pool the counts over h (a public fact of the environment).
+    per_user_cap : int
+        c, the visits of one (s, a) per user that enter pooled counts (ignored unpooled).
+    first_batch, growth : int, float
+        The schedule (:func:`batch_ends`).
+    beta : float
+        Failure probability of the bonuses.
+    rng : numpy.random.Generator
+        Noise and tie-breaking (independent child streams).
+
+    Attributes
+    ----------
+    ends_ : ndarray (J,)
+        Batch ends (public).
+    sigma_ : float
+        Noise sd per cell of one release (0 for the twin).
+    l2_ : float
+        Replacement l2 sensitivity of one user's counts.
+    events_ : list of PrivacyEvent
+        One Gaussian event (empty for the twin).
+    released_ : ndarray
+        Sum of the released (noisy) counts so far, (S, A, S) or (H, S, A, S).
+    """
+
+    acts_by_policy = True
+
+    def __init__(self, reward, horizon: int, n_states: int, n_episodes: int, *, rho: float,
+                 stationary: bool, per_user_cap: int = DEFAULT_CAP, first_batch: int = DEFAULT_FIRST_BATCH,
+                 growth: float = DEFAULT_GROWTH, beta: float = DEFAULT_BETA, rng: np.random.Generator):
+        H, S, K = int(horizon), int(n_states), int(n_episodes)
+        R = np.asarray(reward, dtype=np.float64)
+        if R.ndim != 3 or R.shape[:2] != (H, S) or not np.isfinite(R).all() or R.min() < 0 or R.max() > 1:
+            raise UsageError(f"`reward` must be an (H, S, A) = ({H}, {S}, A) table in [0, 1]. Got shape {R.shape}.")
+        if not (rho > 0) or (isinstance(per_user_cap, bool) or int(per_user_cap) != per_user_cap
+                             or per_user_cap < 1) or not 0 < beta < 1:
+            raise UsageError(f"`rho` must be > 0, `per_user_cap` an integer >= 1 and `beta` in (0, 1). Got "
+                             f"rho={rho}, per_user_cap={per_user_cap}, beta={beta}.")
+        A = R.shape[2]
+        self.H, self.S, self.A, self.K, self.R = H, S, A, K, R
+        self.pooled, self.cap, self.rho, self.beta = bool(stationary), int(per_user_cap), float(rho), float(beta)
+        self.ends_ = batch_ends(K, first_batch, growth)
+        self.l2_ = pooled_l2(H, self.cap) if self.pooled else math.sqrt(2.0 * H)
+        self.sigma_ = 0.0 if math.isinf(rho) else gaussian_sigma(self.l2_, rho)
+        self._noise_rng, self._tie_rng = rng.spawn(2)
+        shape = (S, A, S) if self.pooled else (H, S, A, S)
+        self.released_ = np.zeros(shape)
+        self.events_ = [] if self.sigma_ == 0 else [GaussianEvent(
+            family="batched-ucbvi:transitions", unit=PrivacyUnit("user", 1), l2=self.l2_, sigma=self.sigma_,
+            noise="exact")]
+        size = int(np.diff(np.r_[0, self.ends_]).max())
+        self._states = np.empty((size, H + 1), dtype=np.int64)   # the current batch's trajectories
+        self._actions = np.empty((size, H), dtype=np.int64)
+        self._log = math.log(S * A * H * K / self.beta)
+        cells = S * A * (1 if self.pooled else H) * len(self.ends_)   # union bound: pairs x releases
+        self._z = math.sqrt(2 * math.log(2 * cells / self.beta))   # two-sided Gaussian tail, union bound
+        self._episodes, self._batch, self._row = 0, 0, 0
+        self._pi = self._plan()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(S={self.S}, A={self.A}, H={self.H}, K={self.K}, rho={self.rho:g}, "
+                f"pooled={self.pooled}, batches={len(self.ends_)}, episodes={self._episodes})")
+
+    # -- the protocol -------------------------------------------------------------------
+    def start_episode(self, k: int) -> None:
+        """User ``k`` arrives: she gets the current batch's policy."""
+        if self._episodes >= self.K:
+            raise UsageError(f"this agent was calibrated for K={self.K} users; it cannot serve more.")
+
+    def policy(self) -> np.ndarray:
+        """The current batch's policy, shape (H, S), int."""
+        return self._pi
+
+    def observe(self, h: int, s: int, a: int, r: float, s_next: int) -> None:
+        """Record step h of the current user (rewards are public: not kept)."""
+        self._states[self._row, h], self._actions[self._row, h] = s, a
+        self._states[self._row, h + 1] = s_next
+
+    def observe_episode(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """The whole trajectory of the current user."""
+        self._states[self._row], self._actions[self._row] = states, actions
+
+    def end_episode(self) -> None:
+        """Close the user; at the end of a batch, release its noisy counts and plan the next policy."""
+        self._episodes += 1
+        self._row += 1
+        if self._episodes == self.ends_[self._batch]:
+            counts = capped_counts(self._states[:self._row], self._actions[:self._row], self.S, self.A,
+                                   pooled=self.pooled, cap=self.cap)
+            self.released_ += counts
+            if self.sigma_ > 0:   # fresh noise for every release: batches are disjoint in users
+                self.released_ += self.noise(counts.shape)
+            self._batch += 1
+            self._row = 0
+            if self._episodes < self.K:
+                self._pi = self._plan()
+
+    def noise(self, shape: tuple) -> np.ndarray:
+        """Fresh exact discrete Gaussian noise N_Z(0, sigma^2) for one release, int64 of ``shape``."""
+        return exact_noise("gaussian", self.sigma_, math.prod(shape), rng=self._noise_rng).reshape(shape)
+
+    @property
+    def n_released(self) -> int:
+        """Number of batches released so far."""
+        return self._batch
+
+    # -- planning (post-processing of the releases) ----------------------------------------
+    def _plan(self) -> np.ndarray:
+        """Greedy policy of the optimistic Q on the released counts, ties broken at random."""
+        H, S, A = self.H, self.S, self.A
+        m = self.released_
+        n = m.sum(-1)                                    # n~(s, a) = sum_s' m~(s, a, s')
+        x, _ = project_counts(np.maximum(m, 0.0), np.maximum(n, 0.0), 0.0)
+        sd = self.sigma_ * math.sqrt(self._batch)        # noise sd per cell after `_batch` releases
+        known = n > max(self._z * sd * math.sqrt(S), 0.5)   # |noise of n~| below n~, w.h.p.
+        n_pos = np.where(known, n, 1.0)
+        P = x / n_pos[..., None]
+        Q = np.empty((H, S, A))
+        V = np.zeros(S)
+        for h in range(H - 1, -1, -1):   # backward over steps; vectorised over (s, a, s')
+            Ph, nh, kh = (P, n_pos, known) if self.pooled else (P[h], n_pos[h], known[h])
+            span = float(H - h - 1)
+            pv = Ph @ V
+            var = np.maximum(Ph @ (V * V) - pv * pv, 0.0)
+            # the noise moves P~ V by z . (V - P~ V) / n~: Gaussian, sd = sd ||V - P~ V||_2 / n~
+            dev = np.sqrt(np.maximum(V @ V - 2 * pv * V.sum() + S * pv * pv, 0.0))
+            bonus = (np.sqrt(2 * var * self._log / nh) + SECOND_ORDER * self._log * span / nh
+                     + self._z * sd * dev / nh)
+            q = np.where(kh, self.R[h] + pv + bonus, np.inf)
+            Q[h] = np.clip(q, 0.0, float(H - h))
+            V = Q[h].max(-1)
+        keys = np.where(Q == Q.max(-1, keepdims=True), self._tie_rng.random(Q.shape), -1.0)
+        self.Q_ = Q
+        return keys.argmax(-1)
+
+
+def build(env, n_episodes: int, budget, constants: str, beta: float, rng, *, algo: str) -> BatchedUCBVI:
+    """The builder of ``privaudit explore --algo dp-ucbvi-batched`` and of its twin ``ucbvi-batched``.
+
+    The environment supplies the public reward function (``env.mdp.expected_reward``) and whether it is
+    stationary (``env.mdp.stationary``: the counts are pooled over h). ``budget``: a Gaussian
+    :class:`~privaudit.privacy.budget.Budget` (its rho), or None (no noise: the twin).
+
+    Raises
+    ------
+    UsageError
+        A pure-epsilon (Laplace) budget, or ``constants`` other than ``"practical"``.
+    """
+    if constants != "practical":
+        raise UsageError(f"`algo` {algo} has one constant set, 'practical' (docs/online.md, \"Batched DP-UCBVI\"). "
+                         f"Got {constants!r}.")
+    if budget is not None and budget.family.pure:
+        raise UsageError(f"`algo` {algo} adds Gaussian noise (rho-zCDP): give `rho` (reported as (eps, delta)-JDP "
+                         "at `delta`), not a pure `epsilon`.")
+    reward = np.stack([env.mdp.expected_reward(h) for h in range(env.horizon)])
+    rho = math.inf if budget is None else float(budget.rho)
+    return BatchedUCBVI(reward, env.horizon, env.n_states, n_episodes, rho=rho, stationary=env.mdp.stationary,
+                        beta=beta, rng=rng)
