@@ -14,6 +14,8 @@ from privaudit.core.spec import load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, held_out_units_estimate, improvement_certified,
                                        split_held_out)
+from privaudit.pipeline.config import PipelineConfig
+from privaudit.pipeline.resume import fingerprint
 from privaudit.privacy.ledger import ledger_status
 from tests.cli.test_evaluate_logs_cli import run
 
@@ -101,3 +103,12 @@ def test_held_out_units_estimate_scales_the_training_count():
     assert held_out_units_estimate(stats, 0.3) == pytest.approx(7_000 * 0.3 / 0.7)
     assert held_out_units_estimate(SimpleNamespace(episodes=-5.0, max_episodes=1), 0.5) == 0.0
     assert held_out_units_estimate(None, 0.5) is None
+
+
+def test_resume_fingerprint_holds_the_held_out_fraction(files):
+    """A run stopped with one split is not resumed with another (its policies trained on other units)."""
+    spec = load_spec(files / "spec.json")
+    conf = dict(logs=str(files / "logs.parquet"), spec=str(files / "spec.json"), rho=1.0, out="o", hold_out=True)
+    a = fingerprint(PipelineConfig(**conf), spec, files / "logs.parquet")["configuration"]
+    b = fingerprint(PipelineConfig(**conf, hold_out_fraction=0.3), spec, files / "logs.parquet")["configuration"]
+    assert a != b
