@@ -75,8 +75,8 @@ def run(sizes, epsilons, coverages, seed, out, failure_probs=(0.05,), hold_outs=
                     rows += _at_budget(mdp, spec, clin, train, held, n, f, eps, coverages, failure_probs, rng)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1))
-    print("| n | held out | eps | failure_prob | m | true value | lower bound (95%) | interval | clinicians' DP interval "
-          "| gap |")
+    print("| n | held out | eps | failure_prob | m | true value | lower bound (95%) | interval "
+          "| clinicians' DP interval | gap |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['n']:,} | {r['hold_out']:g} | {r['epsilon']} | {r['failure_prob']:g} | {r['coverage']:,.0f}"

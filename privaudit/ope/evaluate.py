@@ -52,7 +52,7 @@ CONFIDENCE_DEFAULT = 0.95
 COVERAGE_DEFAULT = 10_000.0
 #: The coverage rule's target for the noise tail of V' (a fraction of the start's range R_0).
 NOISE_TARGET = 0.04
-#: The coverage rule's bias guard: m at least (estimated number of units) / UNITS_PER_COVERAGE.
+#: The coverage rule lets m grow with the units: m >= (estimated units) / UNITS_PER_COVERAGE (importance ratio ~50).
 UNITS_PER_COVERAGE = 50.0
 #: Shares of the budget: the model value, the absorbed mass and the variance proxy.
 SHARES = {"value": 0.7, "lost_mass": 0.1, "variance": 0.2}

@@ -88,7 +88,8 @@ def improvement_certified(lower_bound: float, clinicians_interval) -> bool:
 
 
 def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, budget: Budget, *,
-                     ledger=None, seed: int | None = None, clinicians_interval=None, units: float | None = None) -> dict:
+                     ledger=None, seed: int | None = None, clinicians_interval=None,
+                     units: float | None = None) -> dict:
     """Evaluate each policy table on the held-out part; the verdict against the clinicians' interval.
 
     Parameters

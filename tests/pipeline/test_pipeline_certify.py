@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 from privaudit.core.spec import load_spec
 from privaudit.data.prepare import prepare_logs
-from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, held_out_units_estimate, improvement_certified,
-                                       split_held_out)
+from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, held_out_units_estimate,
+                                       improvement_certified, split_held_out)
 from privaudit.pipeline.config import PipelineConfig
 from privaudit.pipeline.resume import fingerprint
 from privaudit.privacy.ledger import ledger_status
