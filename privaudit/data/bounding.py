@@ -307,7 +307,8 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
                              .alias("clipped_episodes"))]
     if n_dropped:
         row_stats.append(lf.select(pl.len().alias("rows")))
-    stats = pl.collect_all(row_stats)
+    # one streaming query each: collect_all would cache the scan they share (all its rows) in memory
+    stats = [q.collect(engine="streaming") for q in row_stats]
     rows_dropped = int(stats[1]["rows"][0]) - int(stats[0]["rows"][0]) if n_dropped else 0
     report = BoundingReport(
         units=n_units, episodes=n_episodes, units_over_k=units_over_k, episodes_dropped=n_dropped,

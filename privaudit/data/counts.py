@@ -241,17 +241,27 @@ def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
     cols = ["state", "action", "next_state"] if stationary else ["step", "state", "action", "next_state"]
     sizes = [S, A, S] if stationary else [H, S, A, S]
     lf = _counted_rows(frame, spec, cols)
-    rng_ = lf.select([e for c in cols for e in (pl.col(c).min().alias(c + "_lo"), pl.col(c).max().alias(c + "_hi"))])
     aggs = [pl.len().cast(pl.Int64).alias("n")]
     if rewards:
         r = pl.col("reward").cast(pl.Float64)
         aggs.append((r * int(quantum)).round(0).cast(pl.Int64).sum().alias("r") if quantum is not None
                     else r.sum().alias("r"))
-    cells_lf = lf.group_by(_cell_index(cols, sizes).alias("i")).agg(aggs).sort("i")
+    # a row with an index outside the domain falls in cell -1 (a null index stays null, as before), so one
+    # pass both counts and detects it; the ranges for the error message are read only then. (Collecting the
+    # ranges beside the group-by with pl.collect_all made polars cache the shared scan: memory grew with the
+    # rows, issue 33.)
+    outside = pl.any_horizontal([(pl.col(c) < 0) | (pl.col(c) >= n) for c, n in zip(cols, sizes)])
+    cell = pl.when(outside).then(pl.lit(-1, dtype=pl.Int64)).otherwise(_cell_index(cols, sizes))
+    cells_lf = lf.group_by(cell.alias("i")).agg(aggs).sort("i")
     # integer sums stream (memory: the groups, not the rows); float sums keep the in-memory engine's order
     engine = "streaming" if not rewards or quantum is not None else "auto"
-    bounds, cells = pl.collect_all([rng_, cells_lf], engine=engine)
-    _check_domain(bounds, spec, cols)
+    cells = cells_lf.collect(engine=engine)
+    if (cells["i"] == -1).any():
+        _check_domain(lf.select([e for c in cols for e in (pl.col(c).min().alias(c + "_lo"),
+                                                           pl.col(c).max().alias(c + "_hi"))])
+                      .collect(engine="streaming"), spec, cols)
+        raise ValidationFailed("a row's index lies outside the declared domain (after bounding). "
+                               "Run `privaudit validate` on the logs and fix the rows it lists.")
     return SparseCounts(spec, stationary, cells, quantum if rewards else None)
 
 

@@ -46,6 +46,13 @@ from privaudit.data.io import ROW, OpenLog
 HASH_SEED = 0x5EED_0F_A11
 #: Most rows re-read at once when checking flagged episodes exactly.
 CHUNK_ROWS = 2_000_000
+#: Most rows the episode table aggregates in one pass: above it, the episodes are split into parts by a
+#: hash of the id and aggregated one part after the other (the streaming group-by holds about 150 bytes
+#: per episode of the part; issue 33). The table does not depend on the split: every row of an episode
+#: falls in the same part.
+EPISODE_PASS_ROWS = 8_000_000
+#: Seed of the hash that splits the episodes into parts (which part an episode falls in changes nothing).
+EPISODE_PASS_SEED = 0x33
 _P32 = 2**32
 
 
@@ -93,6 +100,9 @@ def episode_table(log: OpenLog, check_chain: bool, check_units: bool) -> Episode
     """Aggregate every episode in one streaming pass (see module docstring).
 
     Rows with a null ``episode_id`` are left out (the null rule reports them).
+    Above :data:`EPISODE_PASS_ROWS` rows, one pass per part of the episodes
+    (a hash of the id): memory about 150 bytes per episode of a part, plus
+    the table itself (about 40 bytes per episode); the table is the same.
     """
     c = pl.col
     hc = _clipped("step", log.dtypes["step"], -1, 2**30)
@@ -117,14 +127,22 @@ def episode_table(log: OpenLog, check_chain: bool, check_units: bool) -> Episode
         aggs += [c("unit_id").min().alias("unit"), c("unit_id").max().alias("unit_max")]
         suspect = suspect | (c("unit") != c("unit_max")).fill_null(False)
     keep = ["episode_id", "n", "hmax", "row0", "suspect"] + (["unit"] if check_units else [])
-    frame = (log.frame.filter(c("episode_id").is_not_null())
-             .with_columns(rows)
-             .group_by("episode_id").agg(aggs)
-             .with_columns(post)
-             .with_columns(suspect.fill_null(True).alias("suspect"))
-             .select(keep)
-             .collect(engine="streaming"))
-    return EpisodeTable(frame)
+
+    def table_of(rows_in: pl.LazyFrame) -> pl.DataFrame:
+        return (rows_in.filter(c("episode_id").is_not_null())
+                .with_columns(rows)
+                .group_by("episode_id").agg(aggs)
+                .with_columns(post)
+                .with_columns(suspect.fill_null(True).alias("suspect"))
+                .select(keep)
+                .collect(engine="streaming"))
+
+    # whole episodes per pass, one pass after the other: the group-by's state is that of one part's episodes
+    passes = max(1, -(-sum(p.n_rows for p in log.parts) // EPISODE_PASS_ROWS))
+    if passes == 1:
+        return EpisodeTable(table_of(log.frame))
+    part = c("episode_id").hash(EPISODE_PASS_SEED) % passes
+    return EpisodeTable(pl.concat([table_of(log.frame.filter(part == p)) for p in range(passes)]))
 
 
 def _chunks(suspects: pl.DataFrame) -> list[pl.Series]:

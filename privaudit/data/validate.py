@@ -257,11 +257,13 @@ def _reward_not_public(spec: DomainSpec, state_usable: bool) -> tuple:
     reward function).
     """
     c, S = pl.col, spec.n_states
-    keys, vals = public_reward_table(spec)
     tol = spec.public_reward_tolerance()
     r = c("reward").cast(pl.Float64)
     ns = c("next_state")
-    pub = ns.cast(pl.Int64, strict=False).replace_strict(keys, vals, default=0.0, return_dtype=pl.Float64)
+    # r(next_state): a gather from r of shape (S,) at next_state clipped into [0, S - 1] (rows outside are
+    # not checked), evaluated batch by batch. replace_strict over the declared states is not streamed: it
+    # held the whole column and made validation's peak grow with the rows (issue 33, docs/benchmarks.md).
+    pub = pl.lit(pl.Series("r", spec.public_reward_vector(), dtype=pl.Float64)).gather(ns.clip(0, S - 1))
     checked = r.is_finite() & (ns >= 0) & (ns < S)
     if spec.terminal_states and state_usable:
         checked = checked & ~c("state").is_in(list(spec.terminal_states)).fill_null(False)
@@ -466,11 +468,17 @@ def _return_rules(log: OpenLog, spec: DomainSpec) -> dict[str, pl.DataFrame]:
     r = c("reward").cast(pl.Float64)
     rows = (log.frame.filter((c("step") < H) & r.is_finite())
             .select(ROW, "episode_id", "step", r.clip(r_lo, r_hi).alias("_r")))
+    # plain sums per episode, and only the episodes that break a bound leave the streaming group-by (its
+    # state is two floats per episode); the last step of those below G_min is found on their rows only
     per_ep = (rows.group_by("episode_id")
-              .agg(c("_r").sum().alias("_G"), c("_r").clip(lower_bound=0.0).sum().alias("_P"),
-                   c(ROW).sort_by("step").last().alias(ROW), c("step").max().alias("step"))
+              .agg(c("_r").sum().alias("_G"), c("_r").clip(lower_bound=0.0).sum().alias("_P"))
+              .filter((c("_G") < g_lo) | (c("_P") > g_hi))
               .collect(engine="streaming"))
-    below = (per_ep.filter(c("_G") < g_lo)
+    low = per_ep.filter(c("_G") < g_lo).select("episode_id", "_G")
+    last = ((rows.join(low.lazy(), on="episode_id", how="semi") if low.height else rows.head(0))
+            .group_by("episode_id").agg(c(ROW).sort_by("step").last().alias(ROW), c("step").max().alias("step"))
+            .collect(engine="streaming"))
+    below = (low.join(last, on="episode_id")
              .select(ROW, "episode_id", "step", pl.lit("reward").alias("column"),
                      pl.format(f"the episode's return {{}} is below return_bound G_min={g_lo}", c("_G")).alias("detail")))
     suspects = per_ep.filter(c("_P") > g_hi).select("episode_id")

@@ -339,10 +339,13 @@ class BehaviourValueRelease:
         lf = bounded.lazy() if isinstance(bounded, pl.DataFrame) else bounded
         c = pl.col
         unit = unit_column_of(lf)
+        # one streaming group-by with plain aggregations (the rows stay on disk; a filter().first() inside the
+        # aggregation kept every row in memory, issue 33): validated logs have one step-0 row per episode
+        # and one unit per episode, so the minimum is that row's state and that unit
         per_ep = (lf.group_by("episode_id")
                   .agg(c("reward").sum().alias("r"), pl.len().alias("L"),
-                       c("state").filter(c("step") == 0).first().alias("s0"), c(unit).first().alias("_unit"))
-                  .select("r", "L", "s0", "_unit").collect())
+                       pl.when(c("step") == 0).then(c("state")).min().alias("s0"), c(unit).min().alias("_unit"))
+                  .select("r", "L", "s0", "_unit").collect(engine="streaming"))
         L = per_ep["L"].to_numpy().astype(np.float64)
         G = L * r_lo + (r_hi - r_lo) * per_ep["r"].to_numpy()        # declared units
         G = np.clip(G, self.low, self.high)

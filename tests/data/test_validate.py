@@ -349,6 +349,29 @@ def test_hash_screen_finds_exactly_the_broken_episodes(tmp_path, monkeypatch):
     assert all(df2["step"][v["row"]] == 0 and df2["episode_id"][v["row"]] == v["episode_id"] for v in mism)
 
 
+def test_episode_table_in_several_passes_gives_the_same_report(tmp_path, monkeypatch):
+    """Issue 33: above EPISODE_PASS_ROWS rows the episodes are aggregated part by part (a hash of the id);
+    every rule's count and example is the same as in one pass (broken chains, a split unit, k exceeded)."""
+    rng = np.random.default_rng(33)
+    H, S, A = 6, 9, 3
+    df = random_log(rng, 300, H, S, A)
+    df = df.with_columns(unit_id=pl.col("episode_id") // 2,  # two episodes per unit: k = 1 is exceeded
+                         next_state=pl.when((pl.col("episode_id") % 7 == 0) & (pl.col("step") == 0))
+                         .then((pl.col("next_state") + 1) % S).otherwise(pl.col("next_state")))
+    df = df.with_columns(unit_id=pl.when((pl.col("episode_id") == 5) & (pl.col("step") == 0)).then(999)
+                         .otherwise(pl.col("unit_id")))  # episode 5 split across two units
+    path = tmp_path / "l.parquet"
+    df.write_parquet(path)
+    spec = DomainSpec.from_dict(tiny_spec_doc(H=H, S=S, A=A, terminals=(), unit_column="unit_id"))
+    one = validate_logs(path, spec, max_errors=1000).to_dict()
+    monkeypatch.setattr(episode_checks, "EPISODE_PASS_ROWS", 97)
+    assert -(-df.height // 97) >= 5
+    several = validate_logs(path, spec, max_errors=1000).to_dict()
+    assert one["counts"]["next_state_mismatch"] > 0 and one["counts"]["unit_not_unique"] == 1
+    assert one["counts"]["too_many_episodes"] > 0
+    assert several == one
+
+
 def test_scan_logs_standard_names_and_row_index(tmp_path):
     names = {"episode_id": "stay", "state": "s"}
     df = table().rename(names)

@@ -1,0 +1,98 @@
+"""The registry-scale memory guard (issue 33): peak resident memory of the CLI on generated logs.
+
+Peak memory on a fixed workload does not depend on the machine's load, where time does: each command
+runs in a fresh child process and its own peak RSS is read from ``os.wait4`` (the child's rusage,
+stdlib). The logs are ICU-Sepsis stays of the clinicians' policy (``privaudit.mdp.simulate``, fixed
+seed), written into a temporary folder, at two sizes: SMALL and LARGE stays (about 8.1 rows per
+stay). Each of ``validate``, ``release`` (the release step on its own) and ``pipeline`` must stay
+under an absolute bound at LARGE and under a bound on the ratio of its two peaks: memory that grows
+with the rows shows in the ratio, a fixed cost that grows shows in the bound. The bounds and what
+they would have caught are in docs/benchmarks.md ("The memory guard").
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from privaudit.mdp.icu_sepsis import clinicians_policy, load_icu_sepsis
+from privaudit.mdp.simulate import simulate, write_logs
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = REPO / "sample_data" / "icu_sepsis_spec.json"
+#: The two sizes (stays): 0.8 M and 3.2 M rows.
+SMALL, LARGE = 100_000, 400_000
+#: Command -> (largest peak RSS at LARGE, MiB; largest peak(LARGE) / peak(SMALL)). Measured on polars 2.1.0,
+#: numpy 2.4.6, pyarrow 26.0.1, Python 3.11 (2026-12-02, docs/benchmarks.md "The memory guard"): validate
+#: 252 -> 304 MiB (ratio 1.21), release 404 -> 394 (0.98), pipeline 609 -> 612 (1.00). With the
+#: replace_strict lookup of reward_not_public put back, validate went 243 -> 355 MiB (ratio 1.46), and
+#: 247 -> 373 MiB with the later episode-table and return-rule changes: it fails. Peak RSS of a fixed workload does not move with the machine's load; the children
+#: run on 2 polars threads (CI's 2 cores), as the thread count changes the streaming engine's buffers.
+BOUNDS = {
+    "validate": (340.0, 1.33),
+    "release": (480.0, 1.15),
+    "pipeline": (720.0, 1.15),
+}
+
+
+#: The child: the CLI, then (atexit, also after sys.exit) its own peak RSS (VmHWM of /proc/self/status, in
+#: KiB) into the file named by argv[1]. Not ``ru_maxrss``: Linux carries the parent's peak into a child
+#: over fork and exec, and the parent here (pytest, with the logs it simulated) is large.
+CHILD = """
+import atexit, re, sys
+from pathlib import Path
+def peak(out=sys.argv[1]):
+    Path(out).write_text(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1))
+atexit.register(peak)
+from privaudit.cli import main
+sys.argv = ["privaudit", *sys.argv[2:]]
+sys.exit(main())
+"""
+
+
+def command(name: str, logs: Path, out: Path) -> list[str]:
+    """The CLI arguments of ``privaudit NAME`` on ``logs`` (the release and pipeline write into ``out``)."""
+    return {"validate": ["validate", str(logs), "--spec", str(SPEC)],
+            "release": ["release", str(logs), "--spec", str(SPEC), "--rho", "1", "--out", str(out)],
+            "pipeline": ["pipeline", str(logs), "--spec", str(SPEC), "--rho", "1", "--out", str(out)]}[name]
+
+
+def peak_mib(args: list[str], cwd: Path) -> float:
+    """Run ``privaudit ARGS`` in a fresh child process; its own peak resident set size in MiB."""
+    peak = cwd / "peak.txt"
+    res = subprocess.run([sys.executable, "-c", CHILD, str(peak), *args], cwd=cwd, capture_output=True, text=True,
+                         env={**os.environ, "POLARS_MAX_THREADS": "2",
+                              "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])})
+    assert res.returncode == 0, res.stderr[-2000:]
+    return int(peak.read_text()) / 1024
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory) -> dict[int, Path]:
+    """SMALL simulated ICU-Sepsis stays (seed 33); LARGE: LARGE // SMALL copies of them, ids shifted."""
+    return make_logs(tmp_path_factory.mktemp("memory-guard"))
+
+
+def make_logs(folder: Path) -> dict[int, Path]:
+    """Write the two logs into ``folder`` (simulating SMALL stays once; copies make LARGE distinct stays)."""
+    df = simulate(load_icu_sepsis(), clinicians_policy(), SMALL, np.random.default_rng(33))
+    big = pl.concat([df.with_columns(pl.col("episode_id") + i * SMALL, pl.col("unit_id") + i * SMALL)
+                     for i in range(LARGE // SMALL)])
+    return {SMALL: write_logs(df, folder / "small.parquet"), LARGE: write_logs(big, folder / "large.parquet")}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc (Linux)")
+@pytest.mark.parametrize("name", list(BOUNDS))
+def test_peak_memory_does_not_grow_with_the_rows(name, logs, tmp_path):
+    peak = {n: peak_mib(command(name, logs[n], tmp_path / f"out-{n}"), tmp_path) for n in (SMALL, LARGE)}
+    bound, ratio = BOUNDS[name]
+    got = f"privaudit {name}: peak RSS {peak[SMALL]:.0f} MiB at {SMALL:,} stays, {peak[LARGE]:.0f} MiB at {LARGE:,}"
+    assert peak[LARGE] <= bound, f"{got}: above the bound {bound:.0f} MiB"
+    assert peak[LARGE] / peak[SMALL] <= ratio, f"{got}: ratio {peak[LARGE] / peak[SMALL]:.2f} above {ratio}"
