@@ -2,15 +2,17 @@
 
 Reproduce::
 
-    python experiments/certify_icu.py --sizes 200000 1000000 --epsilons 1 5
+    python experiments/certify_icu.py --sizes 200000 1000000 --epsilons 1 5 --hold-outs 0.5 0.3 \
+        --failure-probs 0.05 1e-6 --seed 2029 --out experiments/results/certify_icu_rule_seed2029.json
 
 Protocol
 --------
 * Logs: ``n`` stays simulated with the clinicians' policy (``mdp.simulate``),
   one stay per privacy unit, written to Parquet and prepared (validated,
   bounded) once.
-* Split: units by ``ope.split.unit_part`` (a public hash of the unit id):
-  part 0 trains, part 1 (held out, about n/2 units) certifies.
+* Split: units by ``ope.split.unit_part`` (a public hash of the unit id and
+  the public fraction f, ``--hold-outs``): part 0 trains, part 1 (held out,
+  about f n units) certifies.
 * At each (epsilon, delta = 1e-6): DP-PBB (pooled counts, its defaults;
   ``--failure-probs`` adds more pessimistic alternatives, each its own run)
   trained on part 0 with the whole budget; on part 1, 3/4 of the budget to
@@ -18,9 +20,11 @@ Protocol
   1/4 to the clinicians' DP value interval (``release.behaviour_value``).
   The parts hold disjoint units, so the run is (epsilon, delta)-DP by
   parallel composition (docs/certificates.md, "Held-out certification").
-* The coverage scale m is reported over a grid; the certificate is valid for
-  an m fixed before looking at the data (a grid with a union bound would
-  cost log(grid size) in the width).
+* The coverage scale m: ``ope.evaluate.coverage_rule`` from the evaluation's
+  budget and the clinicians' DP episode count of part 1 (k = 1, released
+  before the evaluation reads a stay); ``--coverages`` adds fixed values of
+  m for comparison (a choice among them after the fact would be a
+  selection).
 * The true values come from the MDP (exact backward induction).
 
 Writes ``experiments/results/certify_icu.json`` and prints a markdown table.
@@ -44,13 +48,13 @@ from privaudit.learners.tabular.train import train_dp_pbb
 from privaudit.mdp.icu_sepsis import clinicians_policy, icu_sepsis_spec_doc, load_icu_sepsis
 from privaudit.mdp.simulate import simulate, write_logs
 from privaudit.mdp.tabular import evaluate_policy
-from privaudit.ope.evaluate import evaluate_policy_on_logs
+from privaudit.ope.evaluate import coverage_rule, evaluate_policy_on_logs
 from privaudit.ope.split import HELD_OUT, in_part
 from privaudit.privacy.budget import resolve_budget
 from privaudit.release.behaviour_value import BehaviourValueRelease, estimate_behaviour_value
 
 
-def run(sizes, epsilons, coverages, seed, out, failure_probs=(0.05,)):
+def run(sizes, epsilons, coverages, seed, out, failure_probs=(0.05,), hold_outs=(0.5,)):
     mdp = load_icu_sepsis()
     spec = DomainSpec.from_dict(icu_sepsis_spec_doc())
     clin = clinicians_policy()
@@ -62,55 +66,74 @@ def run(sizes, epsilons, coverages, seed, out, failure_probs=(0.05,)):
             path = write_logs(simulate(mdp, clin, n, rng), Path(tmp) / "logs.parquet")
             prepared = prepare_logs(path, spec)
             unit = unit_column_of(prepared.bounded)
-            train = replace(prepared, bounded=prepared.bounded.filter(in_part(unit, 1 - HELD_OUT)).collect().lazy())
-            held = replace(prepared, bounded=prepared.bounded.filter(in_part(unit, HELD_OUT)).collect().lazy())
             print(f"n={n}: simulated and prepared in {time.perf_counter() - t0:.0f}s", flush=True)
-            for eps in epsilons:
-                budget = resolve_budget(epsilon=eps, delta=1e-6)
-                parts = budget.split({"evaluate": 0.75, "clinicians": 0.25})
-                bv = BehaviourValueRelease.plan(spec, parts["clinicians"])
-                clin_ci = estimate_behaviour_value(bv.apply(held.bounded, rng=rng))
-                for fp, m in ((fp, m) for fp in failure_probs for m in coverages):
-                    t1 = time.perf_counter()
-                    if m == coverages[0]:  # one DP-PBB policy per failure_prob (each an alternative run)
-                        pbb = train_dp_pbb(train, spec, stationary=True, budget=budget, seed=int(rng.integers(2**31)),
-                                           params={"failure_prob": fp})
-                        pi = pbb.learner.policy_.table
-                        true = evaluate_policy(mdp, pi)
-                    res = evaluate_policy_on_logs(held, spec, pi, budget=parts["evaluate"], coverage=m,
-                                                  seed=int(rng.integers(2**31)))
-                    row = {"n": n, "epsilon": eps, "coverage": m, "failure_prob": fp, "true_value": true,
-                           "dp_pbb_own_certificate": float(pbb.learner.declared_values()[0] @ mdp.d0),
-                           "estimate": res["estimate"], "lower_bound": res["lower_bound"],
-                           "interval": res["interval"], "sampling_width": res["sampling_width"],
-                           "noise_width": res["noise_width"], "clinicians_interval": clin_ci["interval"],
-                           "clinicians_true": evaluate_policy(mdp, clin),
-                           "gap_to_improvement": clin_ci["interval"][1] - res["lower_bound"],
-                           "seconds": time.perf_counter() - t1}
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+            for f in hold_outs:
+                train = replace(prepared, bounded=prepared.bounded.filter(in_part(unit, 1 - HELD_OUT, f))
+                                .collect().lazy())
+                held = replace(prepared, bounded=prepared.bounded.filter(in_part(unit, HELD_OUT, f)).collect().lazy())
+                for eps in epsilons:
+                    rows += _at_budget(mdp, spec, clin, train, held, n, f, eps, coverages, failure_probs, rng)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1))
-    print("| n | eps | failure_prob | m | true value | lower bound (95%) | interval | clinicians' DP interval | gap |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| n | held out | eps | failure_prob | m | true value | lower bound (95%) | interval "
+          "| clinicians' DP interval | gap |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['n']:,} | {r['epsilon']} | {r['failure_prob']:g} | {r['coverage']:,.0f} | {r['true_value']:.3f} | "
+        print(f"| {r['n']:,} | {r['hold_out']:g} | {r['epsilon']} | {r['failure_prob']:g} | {r['coverage']:,.0f}"
+              f"{' (rule)' if r['coverage_rule'] else ''} | {r['true_value']:.3f} | "
               f"{r['lower_bound']:.3f} | [{r['interval'][0]:.3f}, {r['interval'][1]:.3f}] | "
               f"[{r['clinicians_interval'][0]:.3f}, {r['clinicians_interval'][1]:.3f}] | "
               f"{r['gap_to_improvement']:.3f} |")
+
+
+def _at_budget(mdp, spec, clin, train, held, n, f, eps, coverages, failure_probs, rng):
+    """The rows of one (size, hold-out fraction, epsilon): one DP-PBB policy per failure_prob, each m."""
+    rows = []
+    budget = resolve_budget(epsilon=eps, delta=1e-6)
+    parts = budget.split({"evaluate": 0.75, "clinicians": 0.25})
+    bv = BehaviourValueRelease.plan(spec, parts["clinicians"])
+    stats = bv.apply(held.bounded, rng=rng)
+    clin_ci = estimate_behaviour_value(stats)
+    # the rule's m: from the clinicians' DP episode count of the held-out part (k = 1: units = episodes),
+    # released before the evaluation reads any stay
+    rule_m = coverage_rule(spec, parts["evaluate"], units=stats.episodes)
+    for fp in failure_probs:
+        t1 = time.perf_counter()
+        pbb = train_dp_pbb(train, spec, stationary=True, budget=budget, seed=int(rng.integers(2**31)),
+                           params={"failure_prob": fp})
+        pi = pbb.learner.policy_.table
+        true = evaluate_policy(mdp, pi)
+        for m in [rule_m] + [c for c in coverages if c]:
+            res = evaluate_policy_on_logs(held, spec, pi, budget=parts["evaluate"], coverage=m,
+                                          seed=int(rng.integers(2**31)))
+            row = {"n": n, "epsilon": eps, "hold_out": f, "coverage": m, "coverage_rule": m == rule_m,
+                   "failure_prob": fp, "true_value": true,
+                   "dp_pbb_own_certificate": float(pbb.learner.declared_values()[0] @ mdp.d0),
+                   "estimate": res["estimate"], "lower_bound": res["lower_bound"],
+                   "interval": res["interval"], "sampling_width": res["sampling_width"],
+                   "noise_width": res["noise_width"], "clinicians_interval": clin_ci["interval"],
+                   "clinicians_true": evaluate_policy(mdp, clin),
+                   "gap_to_improvement": clin_ci["interval"][1] - res["lower_bound"],
+                   "seconds": time.perf_counter() - t1}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[200_000, 1_000_000])
     p.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 5.0])
-    p.add_argument("--coverages", type=float, nargs="+", default=[5_000, 10_000, 20_000, 40_000])
+    p.add_argument("--coverages", type=float, nargs="*", default=[],
+                   help="fixed coverage scales m reported next to the rule's (ope.evaluate.coverage_rule)")
     p.add_argument("--failure-probs", type=float, nargs="+", default=[0.05],
                    help="DP-PBB's failure_prob: smaller = more pessimistic = closer to the clinicians' support")
+    p.add_argument("--hold-outs", type=float, nargs="+", default=[0.5],
+                   help="fractions of the units held out to certify (ope.split)")
     p.add_argument("--seed", type=int, default=2028)
     p.add_argument("--out", type=Path, default=Path("experiments/results/certify_icu.json"))
     a = p.parse_args()
-    run(a.sizes, a.epsilons, a.coverages, a.seed, a.out, a.failure_probs)
+    run(a.sizes, a.epsilons, a.coverages, a.seed, a.out, a.failure_probs, a.hold_outs)
 
 
 if __name__ == "__main__":

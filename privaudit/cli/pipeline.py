@@ -116,6 +116,9 @@ _HELP = _HELP.replace("\n\nThe budget is the total", "\n\n" + budget_sentence(la
                    "unit id; every other stage sees the rest): each gets a DP lower bound next to the "
                    "clinicians' DP interval, and 'improvement over the clinicians certified' only when it is "
                    "above their upper end (docs/certificates.md).")
+@click.option("--hold-out-fraction", "hold_out_fraction", type=float, default=0.5, show_default=True,
+              help="With --hold-out: the fraction of the privacy units held out to certify (in (0, 1); the rest "
+                   "trains), e.g. 0.3: 70% train the policies, 30% certify them.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @engine_options
 @repair_options

@@ -43,12 +43,17 @@ from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring,
 from privaudit.privacy.fixed_point import discrete_gaussian_batch, to_grid_nearest
 from privaudit.privacy.noise import gaussian_sigma
 
-__all__ = ["PolicyEvaluation", "evaluate_policy_on_logs", "CONFIDENCE_DEFAULT", "COVERAGE_DEFAULT", "SHARES"]
+__all__ = ["PolicyEvaluation", "evaluate_policy_on_logs", "coverage_rule", "CONFIDENCE_DEFAULT", "COVERAGE_DEFAULT",
+           "SHARES", "NOISE_TARGET", "UNITS_PER_COVERAGE"]
 
 #: Default level of the lower bound and of the two-sided interval.
 CONFIDENCE_DEFAULT = 0.95
 #: Default coverage scale m (public): cells are trusted up to an importance ratio of about n / m.
 COVERAGE_DEFAULT = 10_000.0
+#: The coverage rule's target for the noise tail of V' (a fraction of the start's range R_0).
+NOISE_TARGET = 0.04
+#: The coverage rule lets m grow with the units: m >= (estimated units) / UNITS_PER_COVERAGE (importance ratio ~50).
+UNITS_PER_COVERAGE = 50.0
 #: Shares of the budget: the model value, the absorbed mass and the variance proxy.
 SHARES = {"value": 0.7, "lost_mass": 0.1, "variance": 0.2}
 #: Shares of a failure probability a: sampling (the martingale), the noise of V', of Q (and of L, upper side).
@@ -204,6 +209,47 @@ class PolicyEvaluation:
         return {"coverage": self.coverage, "shares": dict(SHARES),
                 "statistics": {f: {"l2": self.l2_lattice[f] * self.step(f), "sigma": self.sigma(f)}
                                for f in SHARES}}
+
+
+def coverage_rule(spec: DomainSpec, budget: Budget, units: float | None = None,
+                  confidence: float = CONFIDENCE_DEFAULT) -> float:
+    """The coverage scale m, fixed before the evaluated stays are read (docs/certificates.md, "Choosing m").
+
+    m = max(m_noise, units / UNITS_PER_COVERAGE), where m_noise is the m at
+    which the noise tail of V' in the lower bound (level ``confidence``)
+    equals NOISE_TARGET R_0 (the tail is proportional to 1/m), and ``units``
+    is an estimate of the number of evaluated units that does not depend on
+    their stays (a DP count released before, or a public figure); without
+    it, m = m_noise.
+
+    Parameters
+    ----------
+    spec : DomainSpec
+    budget : Budget
+        The evaluation's Gaussian budget.
+    units : float, optional
+        Estimated number of privacy units evaluated (>= 0).
+    confidence : float
+        Level of the lower bound.
+
+    Returns
+    -------
+    float
+        m >= 1.
+
+    Raises
+    ------
+    UsageError
+        As :meth:`PolicyEvaluation.plan`, or ``confidence`` outside (0, 1).
+    """
+    if not (0 < float(confidence) < 1):
+        raise UsageError(f"`confidence` must lie in (0, 1). Found {confidence!r}.")
+    ref = PolicyEvaluation.plan(spec, budget, COVERAGE_DEFAULT)
+    alpha = 1.0 - float(confidence)
+    tail = ref.sigma("value") * math.sqrt(2.0 * math.log(1.0 / (_FAILURE["value"] * alpha)))
+    m_noise = COVERAGE_DEFAULT * tail / (NOISE_TARGET * float(_ranges(spec, ref.lipschitz)[0]))
+    m_bias = 0.0 if units is None else max(float(units), 0.0) / UNITS_PER_COVERAGE
+    return float(max(m_noise, m_bias, 1.0))
 
 
 def _ranges(spec: DomainSpec, lipschitz: np.ndarray) -> np.ndarray:

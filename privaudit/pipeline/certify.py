@@ -25,13 +25,14 @@ from fractions import Fraction
 from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import unit_column_of
 from privaudit.data.prepare import PreparedLogs
-from privaudit.ope.evaluate import COVERAGE_DEFAULT, PolicyEvaluation, evaluate_policy_on_logs
-from privaudit.ope.split import HELD_OUT, SPLIT_HASH_SEED, in_part
+from privaudit.ope.evaluate import COVERAGE_DEFAULT, PolicyEvaluation, coverage_rule, evaluate_policy_on_logs
+from privaudit.ope.split import HELD_OUT, HOLD_OUT_DEFAULT, SPLIT_HASH_SEED, in_part
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.ledger import charge_of
 from privaudit.release.behaviour_value import estimate_behaviour_value
 
-__all__ = ["IMPROVEMENT", "NO_IMPROVEMENT", "CERTIFIED_POLICIES", "split_held_out", "certification_budgets",
+__all__ = ["IMPROVEMENT", "NO_IMPROVEMENT", "CERTIFIED_POLICIES", "split_held_out", "held_out_units_estimate",
+           "certification_budgets",
            "certification_charge", "improvement_certified", "certify_policies", "certification_lines", "certify_stage",
            "summary_entry"]
 
@@ -43,11 +44,25 @@ NO_IMPROVEMENT = "no improvement certified"
 CERTIFIED_POLICIES = ("dp-pbb", "dp-apvi")
 
 
-def split_held_out(prepared: PreparedLogs) -> tuple[PreparedLogs, PreparedLogs]:
-    """(training part, held-out part) of prepared logs, by ``ope.split.in_part`` on the unit column."""
+def split_held_out(prepared: PreparedLogs, fraction: float = HOLD_OUT_DEFAULT) -> tuple[PreparedLogs, PreparedLogs]:
+    """(training part, held-out part) of prepared logs, by ``ope.split.in_part`` on the unit column.
+
+    ``fraction`` (public, in (0, 1)) of the units are held out.
+    """
     unit = unit_column_of(prepared.bounded)
-    return (replace(prepared, bounded=prepared.bounded.filter(in_part(unit, 1 - HELD_OUT))),
-            replace(prepared, bounded=prepared.bounded.filter(in_part(unit, HELD_OUT))))
+    return (replace(prepared, bounded=prepared.bounded.filter(in_part(unit, 1 - HELD_OUT, fraction))),
+            replace(prepared, bounded=prepared.bounded.filter(in_part(unit, HELD_OUT, fraction))))
+
+
+def held_out_units_estimate(value_stats, fraction: float) -> float | None:
+    """Estimated number of held-out units from the training part's DP episode count (None without it).
+
+    N'/k (at least that many training units hold N' episodes) times fraction/(1 - fraction): a
+    post-processing of a release of the training part only, so it does not depend on the held-out stays.
+    """
+    if value_stats is None:
+        return None
+    return max(float(value_stats.episodes), 0.0) / int(value_stats.max_episodes) * fraction / (1.0 - fraction)
 
 
 def certification_budgets(budget: Budget, names) -> dict:
@@ -73,7 +88,8 @@ def improvement_certified(lower_bound: float, clinicians_interval) -> bool:
 
 
 def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, budget: Budget, *,
-                     ledger=None, seed: int | None = None, clinicians_interval=None) -> dict:
+                     ledger=None, seed: int | None = None, clinicians_interval=None,
+                     units: float | None = None) -> dict:
     """Evaluate each policy table on the held-out part; the verdict against the clinicians' interval.
 
     Parameters
@@ -91,6 +107,10 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
         Tests only.
     clinicians_interval : [lo, hi] or None
         The clinicians' DP interval (declared units).
+    units : float, optional
+        Estimated number of held-out units, independent of their stays
+        (:func:`held_out_units_estimate`): sets each evaluation's coverage
+        scale by ``ope.evaluate.coverage_rule``.
 
     Returns
     -------
@@ -102,6 +122,7 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
     out = {}
     for name, part in certification_budgets(budget, tables).items():
         res = evaluate_policy_on_logs(held_out, spec, tables[name], budget=part, ledger=ledger, seed=seed,
+                                      coverage=coverage_rule(spec, part, units),
                                       description=f"pipeline, held-out certification of {name}")
         out[name] = {k: res[k] for k in ("estimate", "lower_bound", "interval", "confidence", "coverage",
                                          "guarantee")}
@@ -136,14 +157,18 @@ def certify_stage(config, state) -> None:
     tables = {n: state.policies[n].table for n in CERTIFIED_POLICIES if n in state.policies}
     clinicians = None if state.value_stats is None else estimate_behaviour_value(state.value_stats)["interval"]
     seed = None if config.seed is None else int(config.seed) + 1
+    fraction = float(config.hold_out_fraction)
     results = certify_policies(state.held_out, spec, tables, state.plan.budget, ledger=config.ledger, seed=seed,
-                               clinicians_interval=clinicians)
-    state.certification = summary_entry(results, clinicians)
+                               clinicians_interval=clinicians,
+                               units=held_out_units_estimate(state.value_stats, fraction))
+    state.certification = summary_entry(results, clinicians, fraction)
 
 
-def summary_entry(results: dict, clinicians_interval) -> dict:
+def summary_entry(results: dict, clinicians_interval, fraction: float = HOLD_OUT_DEFAULT) -> dict:
     """summary.json's ``held_out_certification``: the split rule, the composition, each policy, the clinicians."""
-    return {"split": f"privacy units by xxh64(unit id text, seed {SPLIT_HASH_SEED}) mod 2: 0 trains, 1 certifies",
+    return {"split": (f"privacy units by xxh64(unit id text, seed {SPLIT_HASH_SEED}): held out (certify) when its "
+                      f"low 32 bits < {fraction:g} * 2^32, else train"),
+            "hold_out_fraction": float(fraction),
             "composition": ("parallel: the held-out evaluations and everything else run on disjoint units "
                             "(the ledger charges both, conservatively)"),
             "clinicians_interval": None if clinicians_interval is None else [float(x) for x in clinicians_interval],

@@ -22,6 +22,7 @@ from privaudit.core.package_data import sample_dir
 from privaudit.core.spec import DomainSpec
 from privaudit.data.repairs import MAX_REPAIR_SHARE_DEFAULT, RepairLimit
 from privaudit.mdp.registry import MDP_REGISTRY
+from privaudit.ope.split import HOLD_OUT_DEFAULT, check_fraction
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
 
 #: Bundled sample: 20,000 ICU-Sepsis episodes under the clinicians' policy, and its spec.
@@ -143,6 +144,10 @@ class PipelineConfig:
         split by a public hash of their id, every other stage sees the
         training part only, and each policy gets a DP lower bound on the
         held-out part, next to the clinicians' DP interval. Polars engine only.
+    hold_out_fraction : float, default 0.5
+        With ``hold_out``: the fraction of the privacy units held out
+        (``ope.split``; a public function of the unit id), in (0, 1); the
+        rest trains.
     spark : SparkSession or str, optional
         With ``engine="spark"``: the session (classic or Spark Connect), a
         master URL (``local[4]``, ``spark://host:7077``, ``yarn``), or a
@@ -192,6 +197,7 @@ class PipelineConfig:
     hold_out: bool = False
     max_repair_share: float = MAX_REPAIR_SHARE_DEFAULT
     accept_repairs: bool = False
+    hold_out_fraction: float = HOLD_OUT_DEFAULT
 
     def __post_init__(self):
         if self.logs is None and self.spec is not None:
@@ -205,6 +211,9 @@ class PipelineConfig:
                              f"value reads them with polars: pass `value_share` 0. Found {self.value_share!r}.")
         if self.hold_out and self.engine == "spark":
             raise UsageError("`hold_out` needs `engine` 'polars' (the held-out evaluation reads the logs with polars).")
+        check_fraction(self.hold_out_fraction)
+        if not self.hold_out and float(self.hold_out_fraction) != HOLD_OUT_DEFAULT:
+            raise UsageError(f"`hold_out_fraction` needs `hold_out`. Found {self.hold_out_fraction!r} without it.")
         if self.engine != "spark" and self.spark is not None:
             raise UsageError("`spark` (a session or master URL) needs `engine` 'spark'.")
         if self.stationary is not None and not isinstance(self.stationary, bool):

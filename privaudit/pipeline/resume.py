@@ -123,6 +123,9 @@ def fingerprint(config, spec: DomainSpec, logs) -> dict:
     :func:`logs_digest`; ``ledger``: the ledger's absolute path (or none).
     """
     conf = {k: getattr(config, k) for k in _CONFIG_FIELDS}
+    if config.hold_out:  # the split decides which units train and which certify; a checkpoint written before the
+        # fraction existed (an older split rule) then no longer matches, so it is not resumed into another split
+        conf["hold_out_fraction"] = float(config.hold_out_fraction)
     conf["mdp"] = None if conf["mdp"] is None else str(conf["mdp"])
     ledger = None if config.ledger is None else str(Path(config.ledger).absolute())
     data = logs_digest(logs)

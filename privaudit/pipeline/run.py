@@ -150,7 +150,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     and ``delta``, ``out`` (required), ``mdp``, ``instance_seed``, ``seed``,
     ``stationary``, ``audit_trials``, ``linear_share``, ``value_share``,
     ``overwrite``, ``ledger``, ``progress``, ``engine``, ``spark``,
-    ``hold_out``, ``max_repair_share``, ``accept_repairs``; documented
+    ``hold_out``, ``hold_out_fraction``, ``max_repair_share``, ``accept_repairs``; documented
     there) and runs it with :func:`run_pipeline_config`.
 
     Parameters
@@ -396,7 +396,7 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
         with atomic_dir(out, overwrite=True) as tmp:
             held_out = None
             if config.hold_out:  # every stage but `certify` sees the training part only
-                prepared, held_out = split_held_out(prepared)
+                prepared, held_out = split_held_out(prepared, config.hold_out_fraction)
             state = RunState(plan=plan, prepared=prepared, tmp=tmp, out=out, say=say,
                              run_id=new_run_id() if stopped is None else stopped.run_id, held_out=held_out,
                              stage_names=tuple(name for name, _ in STAGES_AFTER_VALIDATION))

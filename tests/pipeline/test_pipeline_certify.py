@@ -6,12 +6,16 @@ Before issue 28 the pipeline had no held-out certification and no rule for claim
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
 from privaudit.core.spec import load_spec
 from privaudit.data.prepare import prepare_logs
-from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, improvement_certified, split_held_out)
+from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, held_out_units_estimate,
+                                       improvement_certified, split_held_out)
+from privaudit.pipeline.config import PipelineConfig
+from privaudit.pipeline.resume import fingerprint
 from privaudit.privacy.ledger import ledger_status
 from tests.cli.test_evaluate_logs_cli import run
 
@@ -70,3 +74,41 @@ def test_pipeline_hold_out_certifies_each_policy_and_charges_the_ledger(files, t
     assert "**Held-out certification**" in (tmp_path / "o" / "report.md").read_text()
     entries = ledger_status(ledger)["entries"]
     assert sum("held-out certification" in e.get("description", "") for e in entries) == len(held["policies"])
+
+
+def test_pipeline_hold_out_fraction_from_the_cli(files, tmp_path):
+    """--hold-out-fraction 0.3: 30% of the units certify, with m from the coverage rule (not the default)."""
+    res = run("pipeline", files / "logs.parquet", "--spec", files / "spec.json", "--rho", 2, "--out",
+              tmp_path / "o", "--hold-out", "--hold-out-fraction", 0.3, "--audit-trials", 0, "--mdp",
+              files / "mdp.npz", "--seed", 3)
+    assert res.exit_code == 0, res.output
+    held = json.loads((tmp_path / "o" / "summary.json").read_text())["held_out_certification"]
+    assert held["hold_out_fraction"] == 0.3 and "< 0.3 * 2^32" in held["split"]
+    assert held["policies"] and all(c["coverage"] != 10_000.0 for c in held["policies"].values())
+
+
+@pytest.mark.parametrize("extra, said", [(["--hold-out", "--hold-out-fraction", "1.2"],
+                                          "held-out fraction must lie strictly between 0 and 1"),
+                                         (["--hold-out-fraction", "0.3"], "`--hold-out-fraction` needs `--hold-out`")])
+def test_pipeline_bad_hold_out_fraction_is_one_line_and_writes_nothing(files, tmp_path, extra, said):
+    res = run("pipeline", files / "logs.parquet", "--spec", files / "spec.json", "--rho", 2, "--out",
+              tmp_path / "o", "--audit-trials", 0, *extra)
+    assert res.exit_code != 0 and said in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_held_out_units_estimate_scales_the_training_count():
+    """N'/k training units at least; times f/(1-f) held out; None without the clinicians' release."""
+    stats = SimpleNamespace(episodes=14_000.0, max_episodes=2)
+    assert held_out_units_estimate(stats, 0.3) == pytest.approx(7_000 * 0.3 / 0.7)
+    assert held_out_units_estimate(SimpleNamespace(episodes=-5.0, max_episodes=1), 0.5) == 0.0
+    assert held_out_units_estimate(None, 0.5) is None
+
+
+def test_resume_fingerprint_holds_the_held_out_fraction(files):
+    """A run stopped with one split is not resumed with another (its policies trained on other units)."""
+    spec = load_spec(files / "spec.json")
+    conf = dict(logs=str(files / "logs.parquet"), spec=str(files / "spec.json"), rho=1.0, out="o", hold_out=True)
+    a = fingerprint(PipelineConfig(**conf), spec, files / "logs.parquet")["configuration"]
+    b = fingerprint(PipelineConfig(**conf, hold_out_fraction=0.3), spec, files / "logs.parquet")["configuration"]
+    assert a != b
