@@ -88,17 +88,22 @@ class Candidate:
         ``score(X: (n, d) float64) -> (n,) float64``.
     info : dict
         JSON-able description of what was fitted (no private data).
+    weights : ndarray, shape (d,), or None
+        Per-cell weights of a linear or indicator score (the report's explanation names the cells).
     """
 
     name: str
     score: Callable[[np.ndarray], np.ndarray]
     info: dict = field(default_factory=dict)
+    #: Per-cell weights of a linear or indicator score (for the report's explanation), else None.
+    weights: np.ndarray | None = field(default=None, repr=False)
 
 
 def _linear(name: str, w: np.ndarray, transform: Callable, info: dict) -> Candidate:
     def score(X, w=w):
         return transform(X) @ w
-    return Candidate(name, score, {**info, "nonzero_weights": int(np.count_nonzero(w))})
+    whole = info.get("kind") in ("linear", "indicator")  # one weight per output cell (not a cell subset)
+    return Candidate(name, score, {**info, "nonzero_weights": int(np.count_nonzero(w))}, w if whole else None)
 
 
 def _lr_table(k0: np.ndarray, k1: np.ndarray):
