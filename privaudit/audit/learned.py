@@ -7,7 +7,7 @@ the event {p(y) > t} is the region. Thresholding the classifier's log-odds is
 the same as thresholding p, so the candidate's score is the log-odds.
 
 Features of a flattened output ``y`` (any length d, discrete or real, NaN for
-the padding of a variable-length sequence, :mod:`privaudit.audit.outputs`):
+the padding of a variable-length sequence, :class:`privaudit.audit.inputs.SequenceOutput`):
 
 * every cell, standardised (non-finite values as 0), and an indicator of its
   non-finite values (absent entries of a sequence);
@@ -21,7 +21,10 @@ the padding of a variable-length sequence, :mod:`privaudit.audit.outputs`):
   correlation between cells whose marginal laws do not move).
 
 At most :data:`MAX_FEATURES` features (the interactions are dropped first);
-outputs wider than :data:`MAX_DIM` cells get the linear features only.
+outputs wider than :data:`MAX_DIM` cells get the linear features only, and
+outputs wider than :data:`MAX_LEARNED_DIM` no learned attack (memory and time:
+the fixed scores cover them). Features are built in blocks of rows of at most
+:data:`FEATURE_CELLS` cells.
 
 Departure from DP-Sniper: DP-Sniper puts its threshold at t_c, the value of
 p whose probability under D is a fixed target c, and breaks ties at t_c at
@@ -51,10 +54,14 @@ MAX_FEATURES = 1000
 MAX_DIM = 200
 #: Fitting runs per side used at most (the first ones); more only slows the fit.
 MAX_FIT_RUNS = 20_000
+#: Outputs with more cells than this get no learned attack (the fixed scores only).
+MAX_LEARNED_DIM = 2000
+#: Feature cells held in memory at once (fitting rows, and scoring blocks of rows): 8 bytes each.
+FEATURE_CELLS = 4_000_000
 #: Quantiles of each real-valued cell (fitting runs) where its hinge features max(0, z - knot) bend.
 KNOTS = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98)
 #: L2 penalty on the weights of the standardised features (per fitting run: the log-loss is a mean).
-RIDGE = 1e-4
+RIDGE = 1e-3
 
 
 class _Features:
@@ -125,7 +132,7 @@ def _fit_logistic(Z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         g = (0.5 * (1.0 + np.tanh(0.5 * m)) - y) / n
         return ll.mean() + 0.5 * RIDGE * w @ w, np.concatenate([Z.T @ g + RIDGE * w, [g.sum()]])
 
-    res = optimize.minimize(loss, np.zeros(p + 1), jac=True, method="L-BFGS-B", options={"maxiter": 200})
+    res = optimize.minimize(loss, np.zeros(p + 1), jac=True, method="L-BFGS-B", options={"maxiter": 100})
     return res.x[:p], float(res.x[p])
 
 
@@ -143,8 +150,12 @@ def learned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
         ``learned_logistic``, score shape (n,), larger = more like D'; None
         when every output cell is constant on the fitting runs (nothing to learn).
     """
-    X0 = np.asarray(X0, dtype=np.float64)[:MAX_FIT_RUNS]
-    X1 = np.asarray(X1, dtype=np.float64)[:MAX_FIT_RUNS]
+    d = np.asarray(X0).shape[1]
+    if d > MAX_LEARNED_DIM:
+        return None
+    rows = min(MAX_FIT_RUNS, max(1000, FEATURE_CELLS // (2 * (MAX_FEATURES if d <= MAX_DIM else 2 * d))))
+    X0 = np.asarray(X0, dtype=np.float64)[:rows]
+    X1 = np.asarray(X1, dtype=np.float64)[:rows]
     X = np.concatenate([X0, X1])
     if np.all(finite(X) == finite(X[:1])) and np.all(np.isnan(X) == np.isnan(X[:1])):
         return None
@@ -152,8 +163,11 @@ def learned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
     y = np.concatenate([np.zeros(len(X0)), np.ones(len(X1))])
     w, b = _fit_logistic(feats(X), y)
 
-    def score(Xn, f=feats, w=w, b=b):
-        return f(Xn) @ w + b
+    block = max(256, FEATURE_CELLS // len(w))
+
+    def score(Xn, f=feats, w=w, b=b):  # blocks of rows: the features are up to MAX_FEATURES wide
+        return np.concatenate([f(Xn[i:i + block]) @ w + b for i in range(0, len(Xn), block)]) \
+            if len(Xn) else np.zeros(0)
 
     return Candidate("learned_logistic", score, {
         "kind": "learned", "model": "logistic regression (L2 ridge), DP-Sniper-style rejection region",

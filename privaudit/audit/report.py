@@ -304,7 +304,7 @@ class AuditReport:
                 else " (e.g. `canary` repeat for statistics pooled over h)")
         if best.get("explanation"):
             inputs = (pair or {}).get("inputs") or f"the {(pair or {}).get('kind', 'given')} pair"
-            msgs.append(f"decided by: {best['explanation']}; pair: {inputs} "
+            msgs.append(f"decided by: {best['explanation']}, on {inputs} "
                         f"({(pair or {}).get('relation', 'substitution')} neighbours)")
         if (pair or {}).get("warning"):
             msgs.append(f"pair: {pair['warning']}")
