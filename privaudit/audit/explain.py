@@ -56,6 +56,9 @@ def describe_event(cand: Candidate, t: float, direction: str, name: Callable[[in
     cmp = "above" if above else "at most"
     kind = cand.info.get("kind")
     w = getattr(cand, "weights", None)
+    own = cand.words(t, direction, name) if getattr(cand, "words", None) else None
+    if own:
+        return f"{own} ({side})"
     if kind == "linear" and w is not None:
         nz = np.flatnonzero(w)
         if len(nz) == 1:
