@@ -88,17 +88,27 @@ class Candidate:
         ``score(X: (n, d) float64) -> (n,) float64``.
     info : dict
         JSON-able description of what was fitted (no private data).
+    weights : ndarray, shape (d,), or None
+        Per-cell weights of a linear or indicator score (the report's explanation names the cells).
+    words : callable or None
+        ``words(t, direction, name) -> str``: the event {score > t} ("+") or {score <= t} ("-") as a
+        condition on the output cells, for scores whose event is one (``name(j)``: words for cell j).
     """
 
     name: str
     score: Callable[[np.ndarray], np.ndarray]
     info: dict = field(default_factory=dict)
+    #: Per-cell weights of a linear or indicator score (for the report's explanation), else None.
+    weights: np.ndarray | None = field(default=None, repr=False)
+    #: The event as a condition on the cells (see ``words`` above), else None.
+    words: Callable | None = field(default=None, repr=False)
 
 
 def _linear(name: str, w: np.ndarray, transform: Callable, info: dict) -> Candidate:
     def score(X, w=w):
         return transform(X) @ w
-    return Candidate(name, score, {**info, "nonzero_weights": int(np.count_nonzero(w))})
+    whole = info.get("kind") in ("linear", "indicator")  # one weight per output cell (not a cell subset)
+    return Candidate(name, score, {**info, "nonzero_weights": int(np.count_nonzero(w))}, w if whole else None)
 
 
 def _lr_table(k0: np.ndarray, k1: np.ndarray):
@@ -185,11 +195,25 @@ def fit_candidates(X0: np.ndarray, X1: np.ndarray, extra: list[Candidate] | None
         def laplace_lr(X, j=moved, a=med0[moved], b=med1[moved]):
             Y = finite(np.asarray(X)[:, j])
             return (np.abs(Y - a) - np.abs(Y - b)).sum(axis=1)
-        out.append(Candidate("laplace_lr", laplace_lr, {"kind": "likelihood_ratio", "cells": int(moved.size)}))
+        words = _median_words(int(moved[0]), float(med0[moved[0]]), float(med1[moved[0]])) if moved.size == 1 else None
+        out.append(Candidate("laplace_lr", laplace_lr, {"kind": "likelihood_ratio", "cells": int(moved.size)},
+                             words=words))
     coarse = _is_integer(X0 * 2.0 ** COARSE_GRID_BITS).all() and _is_integer(X1 * 2.0 ** COARSE_GRID_BITS).all()
     if hint is not None and not coarse:  # float outputs finer than a 2^-30 grid only
         out += [Candidate(name, fn, info) for name, fn, info in sampler_scores(X0, X1, hint)]
     return out + list(extra or [])
+
+
+def _median_words(j: int, a: float, b: float) -> Callable:
+    """The laplace_lr event on one cell j as a threshold on it: the score |y - a| - |y - b| (a, b the
+    medians on D and D') is monotone in y between a and b and constant outside."""
+    def words(t, direction, name):
+        if not -abs(b - a) <= t < abs(b - a):  # the event holds for every output or for none
+            return None
+        c = (t + a + b) / 2 if b > a else (a + b - t) / 2
+        word = {("+", True): "above", ("+", False): "below", ("-", True): "at most", ("-", False): "at least"}
+        return f"outputs whose {name(j)} is {word[(direction, b > a)]} {c:.4g}"
+    return words
 
 
 #: Rows centred at a time by :func:`within_scatter` (bounds its temporary to SCATTER_BLOCK x d).

@@ -28,32 +28,46 @@ def _unit_fingerprints(df: pl.DataFrame, unit: str) -> pl.DataFrame:
         pl.len().alias("n"))
 
 
-def check_neighbours(d: pl.DataFrame, d_prime: pl.DataFrame) -> dict:
-    """Check that (D, D') differ by the substitution of at most one unit.
+def check_neighbours(d: pl.DataFrame, d_prime: pl.DataFrame, unit: str | None = None,
+                     relation: str = "substitution") -> dict:
+    """Check that (D, D') differ by the substitution of at most one unit (or, with
+    ``relation="add/remove"``, by one unit added or removed).
+
+    ``unit``: the privacy unit's column (default ``unit_id``, else ``episode_id``, the trajectory
+    schema's).
 
     Returns
     -------
     dict
-        ``{"kind": "identical" | "explicit", "relation": "substitution",
+        ``{"kind": "identical" | "explicit", "relation": relation,
         "removed_units": int, "added_units": int}``.
 
     Raises
     ------
     UsageError
-        If the columns differ, or more than one unit differs, or the pair is
-        an addition/removal (then a lower bound above the claim would not show
-        a violation of a substitution claim).
+        If the columns differ, the unit column is missing, or the pair is not
+        a neighbour under ``relation`` (e.g. an addition or removal under
+        substitution: a lower bound above the claim would not show a violation
+        of a substitution claim).
     """
     if set(d.columns) != set(d_prime.columns):
         raise UsageError(f"the pair's columns differ: D has {sorted(d.columns)}, D' has {sorted(d_prime.columns)}.")
     d_prime = d_prime.select(d.columns).cast(d.schema)
-    unit = unit_column(d)
+    unit = unit or unit_column(d)
+    if unit not in d.columns:
+        raise UsageError(f"the tables have no privacy-unit column `{unit}` (columns: {', '.join(d.columns)}); "
+                         "name the column that identifies a privacy unit (`unit=`).")
     f0, f1 = _unit_fingerprints(d, unit), _unit_fingerprints(d_prime, unit)
     both = f0.join(f1, on=unit, how="full", suffix="_1", coalesce=True)
     same = (pl.col("a") == pl.col("a_1")) & (pl.col("b") == pl.col("b_1")) & (pl.col("n") == pl.col("n_1"))
     differ = both.filter(~same.fill_null(False))                  # a unit absent on one side differs too
     removed = differ.filter(pl.col("n").is_not_null()).height      # units of D with no identical twin in D'
     added = differ.filter(pl.col("n_1").is_not_null()).height      # units of D' with no identical twin in D
+    if relation == "add/remove":
+        if (removed, added) not in ((1, 0), (0, 1)):
+            raise UsageError(f"D and D' must differ by adding or removing exactly one privacy unit ({unit}); found "
+                             f"{removed} unit(s) of D not in D' and {added} unit(s) of D' not in D.")
+        return {"kind": "explicit", "relation": relation, "removed_units": removed, "added_units": added}
     if (removed, added) not in ((0, 0), (1, 1)):
         raise UsageError(
             f"D and D' must differ by replacing exactly one privacy unit ({unit}); "

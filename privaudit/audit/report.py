@@ -23,6 +23,7 @@ import numpy as np
 from privaudit import __version__
 from privaudit.audit import bounds as B
 from privaudit.audit.claim import Claim
+from privaudit.audit.guidance import below_claim_message
 from privaudit.audit.plotting import plot_report
 from privaudit.core.artifact import ArtifactFormat
 from privaudit.core.errors import ArtifactError
@@ -79,6 +80,8 @@ def sharing(pair: dict | None, self_contained: bool) -> tuple[bool, str]:
                        "logs outside any DP mechanism")
     if kind in ("explicit", "identical"):
         return False, "the pair was read from files (an explicit `pair` D D2) that the auditor cannot tell are public"
+    if kind == "custom":
+        return False, "the pair was given in Python (`input_pair`): the auditor cannot tell whether its inputs are public"
     if kind not in SYNTHETIC_KINDS + ("online-canary",):
         return False, f"unknown pair kind {kind!r}"
     if not self_contained:
@@ -299,6 +302,10 @@ class AuditReport:
                 and f["l2"] < 0.5 * f["declared_l2"]]
         hint = ("" if (pair or {}).get("kind") in ("canary-repeat", "synthetic-repeat")
                 else " (e.g. `canary` repeat for statistics pooled over h)")
+        if best.get("explanation"):
+            inputs = (pair or {}).get("inputs") or f"the {(pair or {}).get('kind', 'given')} pair"
+            msgs.append(f"decided by: {best['explanation']}, on {inputs} "
+                        f"({(pair or {}).get('relation', 'substitution')} neighbours)")
         if (pair or {}).get("warning"):
             msgs.append(f"pair: {pair['warning']}")
         for f in weak:
@@ -316,6 +323,8 @@ class AuditReport:
                         f"the largest provable epsilon ({test} test) is {cap:.3g}; events rarer than about "
                         f"{resolution['min_detectable_probability']:.2g} are invisible. This does not show the "
                         "mechanism is private.")
+        if not violated and eps_lb is not None and can_refute:
+            msgs.append(below_claim_message(eps_lb, claim.epsilon, evaluation_trials, claim.delta, context.confidence))
         if not can_refute:
             msgs.append(f"the {test} test's resolution {cap:.3g} is not above the claimed epsilon "
                         f"{claim.epsilon:.4g}: this audit could not have refuted the claim at this run count "

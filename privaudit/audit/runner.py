@@ -47,7 +47,9 @@ from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
 from privaudit.audit.choice import choose_event, min_trials, selection_size
 from privaudit.audit.claim import Claim
 from privaudit.audit.float_attacks import sampler_verdict
+from privaudit.audit.explain import cell_namer, describe_event
 from privaudit.audit.graybox import graybox_check, sampler_hint
+from privaudit.audit.learned import learned_candidate
 from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
 from privaudit.audit.mechanisms.dp_pbb import DPPBBMechanism
 from privaudit.audit.mechanisms.dp_vapvi import DPVAPVIMechanism
@@ -56,7 +58,7 @@ from privaudit.audit.neighbours import make_pair
 from privaudit.audit.pairs import NeighbouringPair
 from privaudit.audit.protocol import FileFunction, is_batched
 from privaudit.audit.report import AuditReport, ReportContext, RunFacts
-from privaudit.audit.sampling import CHUNK_CELLS, Sampler, pair_leaves_output_unchanged
+from privaudit.audit.sampling import CHUNK_CELLS, Sampler, pair_unchanged_warning
 from privaudit.core.errors import UsageError
 
 
@@ -265,17 +267,15 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         s0_sel, s1_sel = r_sel.spawn(2)
         X0 = sampler.draw(pair.d, n_sel, s0_sel)
         X1 = sampler.draw(pair.d_prime, n_sel, s1_sel)
-        if pair_leaves_output_unchanged(sampler, pair):  # after the first draws: their errors come first
-            context = replace(context, pair={**context.pair, "warning": (
-                "the pair does not change the mechanism's output: with the same random draws, D and D' gave "
-                "identical outputs in 3 of 3 tries, so no test can tell them apart and the bound says nothing "
-                "about the claim. Use a pair that changes what the mechanism computes (another `pair` D D2, or "
-                "another `canary`).")})
+        warning = pair_unchanged_warning(sampler, pair)  # after the first draws: their errors come first
+        if warning:
+            context = replace(context, pair={**context.pair, "warning": warning})
         extra = [fixed_candidate(n, f, sampler.shape) for n, f in scores]
         if hasattr(mech, "attack_scores"):
             extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
         nf = n_sel // 2  # cross-fitting: fit on the first half, choose on the second
         cands = fit_candidates(X0[:nf], X1[:nf], extra, hint=sampler_hint(mech, pair, X0[:nf], X1[:nf]))
+        cands += [c for c in (learned_candidate(X0[:nf], X1[:nf]),) if c is not None]  # DP-Sniper-style
         objective = "gaussian" if claim.kind == "gaussian" else "generic"
         _, cand, t, d = choose_event(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective)
         del X0, X1
@@ -297,6 +297,7 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     e0, e1 = np.concatenate(ev_scores[0]), np.concatenate(ev_scores[1])
     events = [_evaluate_event(cand, t, d, e0, e1, alpha_b, claim.delta, gdp_joint=claim.kind == "gaussian",
                               gdp_alpha=gdp_alpha)]
+    events[0]["explanation"] = describe_event(cand, t, d, cell_namer(sampler.shape, mech))
     evidence = sampler_verdict([c.info for c in cands if c.info.get("kind") == "known_sampler"])
     runs = RunFacts(trials=int(trials), alpha_per_bound=alpha_b, candidates=[c.name for c in cands],
                     batched=batched, output_shape=list(sampler.shape or ()), float_sampler=evidence,
@@ -365,6 +366,8 @@ def _run_fixed(sampler: Sampler, pair: NeighbouringPair, fixed: FixedEvents, con
     events = [_evaluate_event(c, float(t), d, e0[j], e1[j], plan.alpha_b, claim.delta, gdp_joint=gdp_joint,
                               gdp_alpha=plan.gdp_alpha)
               for j, (c, (_, _, t, d)) in enumerate(zip(cands, fixed.events))]
+    for ev, c, (_, _, t, d) in zip(events, cands, fixed.events):  # a handful of fixed events
+        ev["explanation"] = describe_event(c, float(t), d, cell_namer(sampler.shape))
     runs = RunFacts(trials=plan.trials, alpha_per_bound=plan.alpha_b, candidates=[c.name for c in cands],
                     batched=sampler.batched, output_shape=list(sampler.shape or ()), gdp_lattice=plan.lattice,
                     fixed_events=fixed.reason)

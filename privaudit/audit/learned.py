@@ -1,0 +1,176 @@
+"""The learned attack: a logistic-regression classifier of the outputs, fitted on the selection split.
+
+DP-Sniper (Bichsel, Steffen, Bogunovic & Vechev 2021) learns the rejection
+region of a test of D against D' instead of drawing it from a fixed menu: a
+classifier trained on runs of the mechanism estimates p(y) = P[D' | y], and
+the event {p(y) > t} is the region. Thresholding the classifier's log-odds is
+the same as thresholding p, so the candidate's score is the log-odds.
+
+Features of a flattened output ``y`` (any length d, discrete or real, NaN for
+the padding of a variable-length sequence, :class:`privaudit.audit.inputs.SequenceOutput`):
+
+* every cell, standardised (non-finite values as 0), and an indicator of its
+  non-finite values (absent entries of a sequence);
+* the square of every real-valued cell (a variance or tail difference);
+* a one-hot code of every cell with at most :data:`MAX_LEVELS` distinct
+  values on the fitting runs (an argmax index, SVT's answer bits);
+* the products of each one-hot level with each real-valued cell (report-noisy-
+  max that also returns its noisy value: the value's meaning depends on
+  the index) and the pairwise products of the cells that vary (SVT: the
+  joint pattern of the answers, which the shared noisy threshold couples; a
+  correlation between cells whose marginal laws do not move).
+
+At most :data:`MAX_FEATURES` features (the interactions are dropped first);
+outputs wider than :data:`MAX_DIM` cells get the linear features only, and
+outputs wider than :data:`MAX_LEARNED_DIM` no learned attack (memory and time:
+the fixed scores cover them). Features are built in blocks of rows of at most
+:data:`FEATURE_CELLS` cells.
+
+Departure from DP-Sniper: DP-Sniper puts its threshold at t_c, the value of
+p whose probability under D is a fixed target c, and breaks ties at t_c at
+random so that the event's probability is exactly c. Here the candidate is
+handed to the same cross-fitted choice as every other score
+(:func:`privaudit.audit.choice.choose_event`), which tries the thresholds t_c
+for every c on a grid of the choice half's quantiles and keeps the one whose
+bound, proved on the choice half, is largest; ties are not broken at random
+(docs/audit.md, Background, rule 5), so a discrete output can only reach
+the probabilities its atoms allow. The evaluation split, independent of the
+fit and of the choice, gives the bound, so its validity does not depend on
+the classifier being any good.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import optimize
+
+from privaudit.audit.attacks import Candidate, finite
+
+#: Cells with at most this many distinct values on the fitting runs get a one-hot code.
+MAX_LEVELS = 8
+#: Largest number of features (one-hot interactions are dropped first, then the pairwise products).
+MAX_FEATURES = 1000
+#: Outputs with more cells than this get the linear features only (standardised cells, non-finite flags).
+MAX_DIM = 200
+#: Fitting runs per side used at most (the first ones); more only slows the fit.
+MAX_FIT_RUNS = 20_000
+#: Outputs with more cells than this get no learned attack (the fixed scores only).
+MAX_LEARNED_DIM = 2000
+#: Feature cells held in memory at once (fitting rows, and scoring blocks of rows): 8 bytes each.
+FEATURE_CELLS = 4_000_000
+#: Quantiles of each real-valued cell (fitting runs) where its hinge features max(0, z - knot) bend.
+KNOTS = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98)
+#: L2 penalty on the weights of the standardised features (per fitting run: the log-loss is a mean).
+RIDGE = 1e-3
+
+
+class _Features:
+    """The feature map, its levels and scales fitted on the fitting runs (see the module docstring)."""
+
+    def __init__(self, X: np.ndarray):
+        F = finite(X)
+        d = F.shape[1]
+        self.mean, sd = F.mean(axis=0), F.std(axis=0)
+        self.sd = np.where(sd > 0, sd, 1.0)
+        self.nonfinite = np.flatnonzero((~np.isfinite(X)).any(axis=0))
+        self.levels, self.real = [], []
+        if d <= MAX_DIM:
+            for j in range(d):  # a loop over cells (columns), never over runs
+                u = np.unique(F[:, j])
+                if 1 < len(u) <= MAX_LEVELS:
+                    self.levels.append((j, u))
+                elif len(u) > MAX_LEVELS:
+                    self.real.append(j)
+        self.disc = [j for j, _ in self.levels]
+        self.knots = np.quantile((F[:, self.real] - self.mean[self.real]) / self.sd[self.real], KNOTS, axis=0) \
+            if self.real else np.zeros((0, 0))
+        budget = (MAX_FEATURES - d - len(self.nonfinite) - (1 + len(KNOTS)) * len(self.real)
+                  - sum(len(u) for _, u in self.levels))
+        self.paired = np.array(self.disc + self.real, dtype=int)  # cells whose pairwise products are features
+        n_pairs = len(self.paired) * (len(self.paired) - 1) // 2
+        self.pairs = n_pairs <= max(budget, 0)
+        budget -= n_pairs if self.pairs else 0
+        self.cross = sum(len(u) for _, u in self.levels) * len(self.real) <= max(budget, 0)
+        Z = self._raw(X)
+        self.zmean, zsd = Z.mean(axis=0), Z.std(axis=0)
+        self.zsd = np.where(zsd > 0, zsd, 1.0)
+
+    def _raw(self, X: np.ndarray) -> np.ndarray:
+        F = finite(X)
+        Zc = (F - self.mean) / self.sd
+        parts = [Zc, (~np.isfinite(X[:, self.nonfinite])).astype(float)]
+        if self.real:
+            R = Zc[:, self.real]
+            parts.append(R ** 2)
+            parts += [np.maximum(R - k, 0.0) for k in self.knots]
+        onehots = [(F[:, [j]] == u[None, :]).astype(float) for j, u in self.levels]
+        parts += onehots
+        if self.pairs and len(self.paired) > 1:
+            i, k = np.triu_indices(len(self.paired), 1)
+            D = Zc[:, self.paired]
+            parts.append(D[:, i] * D[:, k])
+        if self.cross and onehots and self.real:
+            R = Zc[:, self.real]
+            parts += [(oh[:, :, None] * R[:, None, :]).reshape(len(X), -1) for oh in onehots]
+        return np.concatenate(parts, axis=1)
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        return (self._raw(np.asarray(X, dtype=np.float64)) - self.zmean) / self.zsd
+
+
+def _fit_logistic(Z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Ridge-penalised logistic regression (mean log-loss + RIDGE |w|^2 / 2) by L-BFGS.
+
+    Returns (weights (p,), intercept)."""
+    n, p = Z.shape
+
+    def loss(theta):
+        w, b = theta[:p], theta[p]
+        m = Z @ w + b
+        # log(1 + e^m) - y m, computed stably; gradient (sigmoid(m) - y)
+        ll = np.logaddexp(0.0, m) - y * m
+        g = (0.5 * (1.0 + np.tanh(0.5 * m)) - y) / n
+        return ll.mean() + 0.5 * RIDGE * w @ w, np.concatenate([Z.T @ g + RIDGE * w, [g.sum()]])
+
+    res = optimize.minimize(loss, np.zeros(p + 1), jac=True, method="L-BFGS-B", options={"maxiter": 100})
+    return res.x[:p], float(res.x[p])
+
+
+def learned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
+    """The learned attack fitted on the fitting runs: log-odds of "D'" given the output.
+
+    Parameters
+    ----------
+    X0, X1 : ndarray, shape (n0, d), (n1, d)
+        Flattened outputs of the fitting runs on D and on D' (NaN allowed).
+
+    Returns
+    -------
+    Candidate or None
+        ``learned_logistic``, score shape (n,), larger = more like D'; None
+        when every output cell is constant on the fitting runs (nothing to learn).
+    """
+    d = np.asarray(X0).shape[1]
+    if d > MAX_LEARNED_DIM:
+        return None
+    rows = min(MAX_FIT_RUNS, max(1000, FEATURE_CELLS // (2 * (MAX_FEATURES if d <= MAX_DIM else 2 * d))))
+    X0 = np.asarray(X0, dtype=np.float64)[:rows]
+    X1 = np.asarray(X1, dtype=np.float64)[:rows]
+    X = np.concatenate([X0, X1])
+    if np.all(finite(X) == finite(X[:1])) and np.all(np.isnan(X) == np.isnan(X[:1])):
+        return None
+    feats = _Features(X)
+    y = np.concatenate([np.zeros(len(X0)), np.ones(len(X1))])
+    w, b = _fit_logistic(feats(X), y)
+
+    block = max(256, FEATURE_CELLS // len(w))
+
+    def score(Xn, f=feats, w=w, b=b):  # blocks of rows: the features are up to MAX_FEATURES wide
+        return np.concatenate([f(Xn[i:i + block]) @ w + b for i in range(0, len(Xn), block)]) \
+            if len(Xn) else np.zeros(0)
+
+    return Candidate("learned_logistic", score, {
+        "kind": "learned", "model": "logistic regression (L2 ridge), DP-Sniper-style rejection region",
+        "features": int(len(w)), "one_hot_cells": [int(j) for j in feats.disc],
+        "real_cells": [int(j) for j in feats.real], "pairwise_products": bool(feats.pairs and len(feats.paired) > 1),
+        "index_value_products": bool(feats.cross and feats.levels and feats.real)})
