@@ -22,6 +22,7 @@ import numpy as np
 from privaudit.audit import bounds as B
 from privaudit.audit.choice import selection_size
 from privaudit.core.errors import UsageError
+from privaudit.core.formatting import privacy_param
 
 #: Largest evaluation-run count the search considers.
 MAX_RUNS = 10 ** 12
@@ -126,5 +127,5 @@ def below_claim_message(eps_lb: float, claim_epsilon: float, n_ev: int, delta: f
             f"likely as a Laplace mechanism's best one; smaller excesses or rarer events need more runs "
             f"(privaudit.audit.guidance.trials_needed)." if x is not None else "")
     return (f"what the bound shows: with confidence {confidence:g} the mechanism's epsilon on this pair is at least "
-            f"{eps_lb:.3g}. It does not show that it is at most the claimed {claim_epsilon:.4g}: a leak this audit "
+            f"{eps_lb:.3g}. It does not show that it is at most the claimed {privacy_param(claim_epsilon)}: a leak this audit "
             f"did not see (a weaker one, a rarer event, another pair, a better attack) is not excluded.{seen}")

@@ -18,7 +18,6 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 
 from privaudit import __version__
 from privaudit.audit import bounds as B
@@ -327,7 +326,7 @@ class AuditReport:
             msgs.append(below_claim_message(eps_lb, claim.epsilon, evaluation_trials, claim.delta, context.confidence))
         if not can_refute:
             msgs.append(f"the {test} test's resolution {cap:.3g} is not above the claimed epsilon "
-                        f"{claim.epsilon:.4g}: this audit could not have refuted the claim at this run count "
+                        f"{privacy_param(claim.epsilon)}: this audit could not have refuted the claim at this run count "
                         "(run more trials)")
         d.update({
             "verdict": verdict, "trials": runs.trials,

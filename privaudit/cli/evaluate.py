@@ -134,11 +134,17 @@ def _from_logs(policy, logs, spec, budget, options: dict, as_json: bool) -> None
     g, lo, hi = res["guarantee"], res["interval"][0], res["interval"][1]
     level = f"{100 * res['confidence']:g}%"
     click.echo(f"policy {policy} on {logs} (one stay per privacy unit, coverage m = {num(res['coverage'])})")
-    click.echo(f"estimate        {res['estimate']:.4f}  (noisy capped model value, biased low)")
+    click.echo(f"estimate        {res['estimate']:.4f}  (noisy capped model value, biased low, clipped to the "
+               "value range)")
     click.echo(f"lower bound     {res['lower_bound']:.4f}  (one-sided, {level})")
     click.echo(f"interval        [{lo:.4f}, {hi:.4f}]  (two-sided, {level})")
     click.echo(f"guarantee: {guarantee_text(g)}; neighbouring: substitution of one privacy unit"
                + (f"; charged to {options['ledger']}" if options["ledger"] else ""))
+    if res["absorbed_mass"] > 0.5:
+        click.echo(f"WARNING: the coverage caps absorb about {res['absorbed_mass']:.0%} of the policy's mass "
+                   f"(m = {num(res['coverage'])} against the visits of the logs' cells; at a small m the noise alone "
+                   "can say so), so the lower bound says little; choose m for logs of this size (fix m before looking at the data: "
+                   "docs/certificates.md, 'Policy evaluation from logs').", err=True)
     if res["rng"] != "os-entropy":
         click.echo("WARNING: seeded noise (--seed): for tests only; not private against anyone who knows the seed.",
                    err=True)

@@ -171,7 +171,11 @@ class PolicyEvaluation:
         -------
         dict
             Declared reward units: ``estimate`` (the noisy model value, biased
-            low by the caps), ``lower_bound``, ``interval`` [lo, hi],
+            low by the caps, clipped to the value range [0, V_max]; unclipped:
+            ``estimate_unclipped``), ``absorbed_mass`` (the noisy share of the
+            policy's mass the coverage caps absorb, clipped to [0, 1]: near 1,
+            m is too large for these logs and the bound is empty),
+            ``lower_bound``, ``interval`` [lo, hi],
             ``confidence``, ``sampling_width`` (one-sided, at 3 alpha / 4),
             ``noise_width``, ``coverage``, ``method``.
         """
@@ -197,7 +201,9 @@ class PolicyEvaluation:
                + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 4))))
         scale = float(self.spec.reward_range[1])
         clip = (lambda x: float(np.clip(x, 0.0, top)) * scale)
-        return {"estimate": V * scale, "lower_bound": clip(lower), "interval": [clip(lo2), clip(hi2)],
+        return {"estimate": clip(V), "estimate_unclipped": V * scale,
+                "absorbed_mass": float(np.clip(L, 0.0, 1.0)),
+                "lower_bound": clip(lower), "interval": [clip(lo2), clip(hi2)],
                 "confidence": conf, "sampling_width": width(alpha) * scale,
                 "noise_width": noise("value", _FAILURE["value"] * alpha) * scale, "coverage": self.coverage,
                 "method": ("capped per-step model of the policy on one stay per privacy unit; lower bound = "

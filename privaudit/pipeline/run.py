@@ -305,10 +305,13 @@ def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
     if stopped is not None:  # the same command again: reuse what it charged, or refuse (UsageError)
         resume.check_resumable(stopped, fingerprint, config.ledger)
     to_charge = {n: b for n, b in parts.items() if stopped is None or n not in stopped.charged}
-    if config.ledger is not None:  # with hold_out, the held-out evaluations' charges too (unless done)
-        held = 0
-        if config.hold_out and (stopped is None or stopped.certification is None):
+    held = 0  # with hold_out, the held-out evaluations are planned (and refused) here, before anything is read
+    if config.hold_out and (stopped is None or stopped.certification is None):
+        try:
             held = certification_charge(spec, budget, CERTIFIED_POLICIES)
+        except UsageError as e:
+            raise UsageError(f"--hold-out (the held-out certification): {e}") from None
+    if config.ledger is not None:  # the held-out evaluations' charges too (unless done)
         if to_charge or held:
             ledger_mod.check_budget(config.ledger, spec.dataset_id,
                                     (check_split(budget, to_charge) if to_charge else 0) + held)

@@ -101,3 +101,20 @@ def test_budget_beyond_the_ledger_is_refused_before_reading(files):
               "--rho", 1, "--ledger", ledger)
     assert res.exit_code == 3, res.output
     assert len(ledger_status(ledger)["entries"]) == 0
+
+
+@pytest.mark.parametrize("coverage", [1, 10_000_000])
+def test_the_estimate_stays_in_the_value_range_and_an_empty_bound_is_said(files, coverage):
+    """A fresh user saw `estimate 1460.7300` at --coverage 1 and `-0.0301` with m above the units (at m = 1
+    the noise of the model value is large; with m above the units all the mass is absorbed): the printed estimate is
+    clipped to [0, V_max] (post-processing) and a mostly absorbed policy is warned about."""
+    V_max = load_spec(files / "spec.json").horizon * 1.0  # rewards in [0, 1], H steps
+    res = run("evaluate", files / "pi.npy", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
+              "--rho", 1, "--coverage", coverage, "--seed", 2, "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert 0.0 <= out["estimate"] <= V_max and 0.0 <= out["absorbed_mass"] <= 1.0
+    text = run("evaluate", files / "pi.npy", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
+               "--rho", 1, "--coverage", coverage, "--seed", 2)
+    if coverage > 20_000:  # 20,000 stays: m = 1e7 absorbs all the mass (at m = 1 the noise may say so too)
+        assert "the coverage caps absorb" in text.stderr

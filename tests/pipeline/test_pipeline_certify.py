@@ -6,6 +6,7 @@ Before issue 28 the pipeline had no held-out certification and no rule for claim
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import polars as pl
@@ -112,3 +113,19 @@ def test_resume_fingerprint_holds_the_held_out_fraction(files):
     a = fingerprint(PipelineConfig(**conf), spec, files / "logs.parquet")["configuration"]
     b = fingerprint(PipelineConfig(**conf, hold_out_fraction=0.3), spec, files / "logs.parquet")["configuration"]
     assert a != b
+
+
+def test_hold_out_with_negative_rewards_is_refused_before_anything_runs_and_names_hold_out(tmp_path):
+    """A fresh user's -1/0/+1 spec with --hold-out was refused only by the evaluator's message (no mention of
+    --hold-out), and without a ledger the refusal came from the certify stage, after the rest had spent."""
+    sample = Path(__file__).resolve().parents[2] / "sample_data"
+    doc = json.loads((sample / "icu_sepsis_spec.json").read_text())
+    doc.update(reward_range=[-1.0, 1.0], return_bound=[-1.0, 1.0])
+    doc.pop("public_reward")
+    (tmp_path / "spec.json").write_text(json.dumps(doc))
+    out = tmp_path / "run"
+    res = run("pipeline", sample / "icu_sepsis_clinicians_20k.parquet", "--spec", tmp_path / "spec.json",
+              "--rho", 1, "--hold-out", "--out", out)
+    assert res.exit_code == 2, res.output
+    assert "--hold-out (the held-out certification): policy evaluation from logs needs reward_range" in res.stderr
+    assert "Traceback" not in res.output and not out.exists()

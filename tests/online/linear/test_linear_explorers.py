@@ -399,11 +399,13 @@ def test_dp_lsvi_ucb_pp_switch_margin_and_non_monotone_options():
 
 @pytest.mark.slow
 def test_lsvi_ucb_regret_is_sublinear():
-    """Slope of log cumulative regret between K = 10^3 and 10^4 below 0.8 (one run, fixed seed).
+    """Slope of log cumulative regret between K = 10^3 and 10^4 below 0.9 (one run, fixed seed): sublinear.
 
     One run of K = 10^4 users of the synthetic-linear environment (response
     trees of world key 0, the project's phi/3 map), read at 10^3 and 10^4 (the
-    constants are those of K = 10^4). Deterministic: LSVI-UCB draws no noise.
+    constants are those of K = 10^4). Deterministic: LSVI-UCB draws no noise. The practical radius
+    floored at H sqrt(lambda) (optimism for an untried direction, docs/online.md) explores more early:
+    the slope is 0.817 with the floor (0.8 was the bound before it); linear regret would give 1.
     """
     K = 10_000
     env = make_env("synthetic-linear", world_key=0)
@@ -411,7 +413,7 @@ def test_lsvi_ucb_regret_is_sublinear():
     agent = make_linear_agent("lsvi-ucb", env.phi, reward, H, K, constants="practical")
     cum = np.cumsum(run_episodes(env, agent, K).regret)
     slope = math.log(cum[-1] / cum[999]) / math.log(10.0)
-    assert slope < 0.8, slope
+    assert slope < 0.9, slope
 
 
 def test_psd_inverse_floors_eigenvalues():
