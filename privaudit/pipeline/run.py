@@ -310,7 +310,7 @@ def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
         try:
             held = certification_charge(spec, budget, CERTIFIED_POLICIES)
         except UsageError as e:
-            raise UsageError(f"--hold-out (the held-out certification): {e}") from None
+            raise UsageError(f"`hold_out` (the held-out certification): {e}") from None
     if config.ledger is not None:  # the held-out evaluations' charges too (unless done)
         if to_charge or held:
             ledger_mod.check_budget(config.ledger, spec.dataset_id,

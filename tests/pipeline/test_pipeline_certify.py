@@ -127,5 +127,5 @@ def test_hold_out_with_negative_rewards_is_refused_before_anything_runs_and_name
     res = run("pipeline", sample / "icu_sepsis_clinicians_20k.parquet", "--spec", tmp_path / "spec.json",
               "--rho", 1, "--hold-out", "--out", out)
     assert res.exit_code == 2, res.output
-    assert "--hold-out (the held-out certification): policy evaluation from logs needs reward_range" in res.stderr
+    assert "`--hold-out` (the held-out certification): policy evaluation from logs needs reward_range" in res.stderr
     assert "Traceback" not in res.output and not out.exists()
