@@ -74,10 +74,13 @@ def certification_budgets(budget: Budget, names) -> dict:
     return budget.split({n: share for n in names})
 
 
-def certification_charge(spec: DomainSpec, budget: Budget, names) -> Fraction:
-    """What the ledger will be charged for the held-out evaluations (planned, nothing read)."""
+def certification_charge(spec: DomainSpec, budget: Budget, names, done=()) -> Fraction:
+    """What the ledger will be charged for the held-out evaluations (planned, nothing read); ``done``: the
+    policies whose evaluation a stopped run already charged (not charged again)."""
     total = Fraction(0)
     for name, part in certification_budgets(budget, names).items():
+        if name in done:
+            continue
         total += Fraction(charge_of(PolicyEvaluation.plan(spec, part, COVERAGE_DEFAULT).event, part))
     return total
 
@@ -89,7 +92,7 @@ def improvement_certified(lower_bound: float, clinicians_interval) -> bool:
 
 def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, budget: Budget, *,
                      ledger=None, seed: int | None = None, clinicians_interval=None,
-                     units: float | None = None) -> dict:
+                     units: float | None = None, done: dict | None = None) -> dict:
     """Evaluate each policy table on the held-out part; the verdict against the clinicians' interval.
 
     Parameters
@@ -111,6 +114,10 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
         Estimated number of held-out units, independent of their stays
         (:func:`held_out_units_estimate`): sets each evaluation's coverage
         scale by ``ope.evaluate.coverage_rule``.
+    done : dict, optional
+        Policy -> its entry from an earlier, stopped run (charged then): reused, not evaluated or charged
+        again. Each new entry is added to it as soon as its evaluation is charged and done, so that a run
+        stopped in the middle keeps what it paid for (``pipeline.resume``).
 
     Returns
     -------
@@ -119,14 +126,19 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
         ``coverage``, ``guarantee`` (of that evaluation) and
         ``improvement_certified`` (:func:`improvement_certified`).
     """
+    done = {} if done is None else done
     out = {}
     for name, part in certification_budgets(budget, tables).items():
+        if name in done:
+            out[name] = done[name]
+            continue
         res = evaluate_policy_on_logs(held_out, spec, tables[name], budget=part, ledger=ledger, seed=seed,
                                       coverage=coverage_rule(spec, part, units),
                                       description=f"pipeline, held-out certification of {name}")
         out[name] = {k: res[k] for k in ("estimate", "lower_bound", "interval", "confidence", "coverage",
                                          "guarantee")}
         out[name]["improvement_certified"] = improvement_certified(res["lower_bound"], clinicians_interval)
+        done[name] = out[name]
     return out
 
 
@@ -167,7 +179,7 @@ def certify_stage(config, state) -> None:
     fraction = float(config.hold_out_fraction)
     results = certify_policies(state.held_out, spec, tables, state.plan.budget, ledger=config.ledger, seed=seed,
                                clinicians_interval=clinicians,
-                               units=held_out_units_estimate(state.value_stats, fraction))
+                               units=held_out_units_estimate(state.value_stats, fraction), done=state.certified)
     state.certification = summary_entry(results, clinicians, fraction)
 
 

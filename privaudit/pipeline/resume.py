@@ -78,6 +78,9 @@ class Checkpoint:
         ``"<part>.V0"`` (shape (S,)) and ``"<part>.Q"`` (shape (H, S, A)) of the charged tabular learners.
     certification : dict or None
         The held-out certification (``hold_out``: DP estimates and bounds, charged), when the stopped run finished it.
+    certified : dict
+        The held-out evaluations the stopped run finished (and charged), by policy, when it stopped inside
+        the certification: reused, not charged again.
     stopped_in : str
         The stage the run stopped in.
     """
@@ -91,6 +94,7 @@ class Checkpoint:
     arrays: dict
     certification: dict | None = None
     stopped_in: str = ""
+    certified: dict = dataclasses.field(default_factory=dict)
 
 
 def _sha(obj) -> str:
@@ -160,7 +164,8 @@ def read_checkpoint(out: Path) -> Checkpoint | None:
             **{**stats, "start_states": arrays.pop("value.start_states")})
         return Checkpoint(out=out, run_id=str(doc["run_id"]), fingerprint=dict(doc["fingerprint"]),
                           charged=tuple(doc["charged"]), local=dict(doc["local"]), value_stats=value_stats,
-                          arrays=arrays, certification=doc.get("certification"), stopped_in=str(doc["stopped_in"]))
+                          arrays=arrays, certification=doc.get("certification"), stopped_in=str(doc["stopped_in"]),
+                          certified=dict(doc.get("certified") or {}))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ArtifactError(f"{out}: marked incomplete ({MARKER}) but its checkpoint ({CHECKPOINT}, {ARRAYS}) "
                             f"cannot be read ({e}); its charged outputs cannot be reused. Keep the folder with "
@@ -242,7 +247,8 @@ def save(state, stopped_in: str, error: BaseException) -> str:
                "run_id": state.run_id, "fingerprint": state.plan.fingerprint, "charged": charged,
                "stopped_in": stopped_in, "error": f"{type(error).__name__}: {error}", "local": state.local,
                "value_stats": stats,
-               "certification": state.certification if "certify" in state.stages_done else None}
+               "certification": state.certification if "certify" in state.stages_done else None,
+               "certified": state.certified}
     atomic_write_text(tmp / CHECKPOINT, json.dumps(private, indent=2, default=float) + "\n")
     missing = [s for s in state.stage_names if s not in state.stages_done]
     marker = {"kind": INCOMPLETE_KIND, "status": "incomplete", "run_id": state.run_id, "stopped_in": stopped_in,

@@ -308,7 +308,8 @@ def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
     held = 0  # with hold_out, the held-out evaluations are planned (and refused) here, before anything is read
     if config.hold_out and (stopped is None or stopped.certification is None):
         try:
-            held = certification_charge(spec, budget, CERTIFIED_POLICIES)
+            held = certification_charge(spec, budget, CERTIFIED_POLICIES,
+                                        done=() if stopped is None else tuple(stopped.certified))
         except UsageError as e:
             raise UsageError(f"`hold_out` (the held-out certification): {e}") from None
     if config.ledger is not None:  # the held-out evaluations' charges too (unless done)
@@ -381,9 +382,9 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
     if stopped is not None:
         say(f"resuming the incomplete run in {out} (run {stopped.run_id}): reusing what it charged "
             f"({', '.join(stopped.charged)}); nothing is charged again for it.")
-        if stopped.stopped_in == "certify":  # its evaluations are charged one by one, and not checkpointed
-            say("it stopped inside its held-out certification: the evaluations it had charged run and are charged "
-                "again (the ledger shows both).")
+        if stopped.stopped_in == "certify":  # its evaluations are charged one by one, each checkpointed when done
+            say("it stopped inside its held-out certification: the evaluations it finished are reused "
+                f"({', '.join(stopped.certified) or 'none'}); the others run and are charged now.")
     bar = _Progress(sys.stderr.isatty() if config.progress is None else bool(config.progress))
     kept = None
     try:

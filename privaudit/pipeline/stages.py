@@ -127,6 +127,7 @@ class RunState:
     private: dict | None = None
     held_out: Any = None
     certification: dict | None = None
+    certified: dict = field(default_factory=dict)  # held-out evaluations finished (charged) so far, by policy
     paid: dict = field(default_factory=dict)
     stages_done: list = field(default_factory=list)
     stage_names: tuple = ()
@@ -363,6 +364,8 @@ def certify(config: PipelineConfig, state: RunState) -> None:
     if cp is not None and cp.certification is not None:
         state.certification = cp.certification
         return
+    if cp is not None:  # a run stopped inside it: the evaluations it finished were charged; they are reused
+        state.certified = dict(cp.certified)
     certify_stage(config, state)
 
 

@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+import privaudit.pipeline.certify as certify_mod
 import privaudit.pipeline.stages as stages_mod
 from privaudit.cli import main
 from privaudit.core.errors import ArtifactError
@@ -213,3 +214,44 @@ def test_a_finished_held_out_certification_is_not_charged_again(world, tmp_path,
     assert res.exit_code == 0, res.output
     assert ledger_status(led)["entries"] == entries
     assert json.loads((out / "summary.json").read_text())["held_out_certification"]["policies"]
+
+
+@pytest.mark.slow  # two pipeline runs with DP-PBB and two held-out evaluations: about 6 s
+def test_a_stop_inside_the_held_out_certification_reuses_the_evaluations_it_finished(tmp_path, monkeypatch):
+    """The certify stage charges one evaluation per policy; a Ctrl-C between them used to re-run (and re-charge)
+    the finished one on resume. Now each finished evaluation is checkpointed: the rerun charges only the rest,
+    and the ledger ends with what an uninterrupted run charges."""
+    mdp = random_tabular_mdp(5, 3, 4, instance_seed=3)
+    logs = simulate(mdp, behaviour_policy("mix:0.5", mdp), 3000, np.random.default_rng(5))
+    logs.with_columns(reward=(pl.col("next_state") == 2).cast(pl.Float64)).write_parquet(tmp_path / "logs.parquet")
+    doc = dict(random_tabular_spec_doc(mdp, dataset_id="rt-resume"),
+               public_reward={"kind": "next_state", "values": {"2": 1.0}})
+    (tmp_path / "spec.json").write_text(json.dumps(doc))
+
+    def run(out, led):
+        return CliRunner().invoke(main, ["pipeline", str(tmp_path / "logs.parquet"), "--spec",
+                                         str(tmp_path / "spec.json"), "--rho", "4", "--out", str(out), "--ledger",
+                                         str(led), "--audit-trials", "0", "--hold-out"])
+    init_ledger(tmp_path / "a.jsonl", "rt-resume", 50)
+    init_ledger(tmp_path / "b.jsonl", "rt-resume", 50)
+    assert run(tmp_path / "a", tmp_path / "a.jsonl").exit_code == 0
+    uninterrupted = [e["description"] for e in ledger_status(tmp_path / "a.jsonl")["entries"]]
+    assert sum("held-out certification" in d for d in uninterrupted) == 2  # dp-pbb and dp-apvi
+    real, calls = certify_mod.evaluate_policy_on_logs, []
+
+    def second_one_stops(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(certify_mod, "evaluate_policy_on_logs", second_one_stops)
+    assert run(tmp_path / "b", tmp_path / "b.jsonl").exit_code == 130
+    monkeypatch.undo()
+    first = [e["description"] for e in ledger_status(tmp_path / "b.jsonl")["entries"]]
+    assert sum("held-out certification" in d for d in first) == 1  # one evaluation finished and was charged
+    res = run(tmp_path / "b", tmp_path / "b.jsonl")
+    assert res.exit_code == 0, res.output
+    assert "the evaluations it finished are reused" in res.stderr
+    assert sorted(e["description"] for e in ledger_status(tmp_path / "b.jsonl")["entries"]) == sorted(uninterrupted)
+    cert = json.loads((tmp_path / "b" / "summary.json").read_text())["held_out_certification"]["policies"]
+    assert set(cert) == {"dp-pbb", "dp-apvi"}
