@@ -29,18 +29,20 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "sample_data" / "icu_sepsis_spec.json"
 #: The two sizes (stays): 0.8 M and 3.2 M rows.
 SMALL, LARGE = 100_000, 400_000
-#: Command -> (largest peak RSS at LARGE, MiB; largest peak(LARGE) / peak(SMALL)). Measured on polars 2.1.0,
+#: Command -> (largest growth peak(LARGE) - peak(SMALL), MiB; largest peak(LARGE) / peak(SMALL)). Growth, not the
+#: absolute peak: the fixed part differs between environments (CI's fresh venv: validate 321 -> 397 MiB, 70 MiB
+#: above the development venv's 251 -> 330 for the same work), the growth with the rows does not. Measured on polars 2.1.0,
 #: numpy 2.4.6, pyarrow 26.0.1, Python 3.11 (2026-12-02, docs/benchmarks.md "The memory guard"): validate
 #: 252 -> 304 MiB (ratio 1.21), release 404 -> 394 (0.98), pipeline 609 -> 612 (1.00); after the merges of
 #: 2026-12-02, three runs each: validate 250 -> 333 (1.33), release 412-432 -> 436-514 (up to 1.26), pipeline
-#: 617-667 -> 718-780 (up to 1.26): the streaming engine's peaks vary run to run, the bounds clear them by 10%. With the
+#: 617-667 -> 718-780 (up to 1.26): the streaming engine's peaks vary run to run, the bounds clear them. With the
 #: replace_strict lookup of reward_not_public put back, validate went 243 -> 355 MiB (ratio 1.46), and
-#: 247 -> 373 MiB with the later episode-table and return-rule changes: it fails (ratio above 1.42). The children
+#: 247 -> 373 MiB with the later episode-table and return-rule changes: it fails (growth 126 MiB, ratio 1.51). The children
 #: run on 2 polars threads (CI's 2 cores), as the thread count changes the streaming engine's buffers.
 BOUNDS = {
-    "validate": (370.0, 1.42),
-    "release": (580.0, 1.40),
-    "pipeline": (880.0, 1.40),
+    "validate": (105.0, 1.42),
+    "release": (150.0, 1.40),
+    "pipeline": (220.0, 1.40),
 }
 
 
@@ -97,5 +99,5 @@ def test_peak_memory_does_not_grow_with_the_rows(name, logs, tmp_path):
     peak = {n: peak_mib(command(name, logs[n], tmp_path / f"out-{n}"), tmp_path) for n in (SMALL, LARGE)}
     bound, ratio = BOUNDS[name]
     got = f"privaudit {name}: peak RSS {peak[SMALL]:.0f} MiB at {SMALL:,} stays, {peak[LARGE]:.0f} MiB at {LARGE:,}"
-    assert peak[LARGE] <= bound, f"{got}: above the bound {bound:.0f} MiB"
+    assert peak[LARGE] - peak[SMALL] <= bound, f"{got}: grows by more than {bound:.0f} MiB"
     assert peak[LARGE] / peak[SMALL] <= ratio, f"{got}: ratio {peak[LARGE] / peak[SMALL]:.2f} above {ratio}"
