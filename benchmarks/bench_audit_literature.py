@@ -12,7 +12,8 @@ Stages (run in this order; each prints one line per case and appends JSON lines 
 * ``search``: every StatDP input pattern audited at ``--search`` runs per side, then the best one audited
   afresh at ``--trials`` runs per side (the verdict; independent of the search).
 * ``confirm``: the pair of DP-Sniper's witness pattern (no search) and, with ``--chosen FILE``, the pair a
-  previous ``search`` stage chose (its search runs are independent of these), audited at ``--trials``.
+  previous ``search`` stage chose (its search runs are independent of these), audited at ``--trials``;
+  with ``--all-pairs`` every pair of each case (one audit each: a verdict per pair, not per mechanism).
 * ``false-alarms``: the correct cases on their main pair, ``--seeds`` seeds x ``--trials`` runs per side.
 
 CPU seconds are ``time.process_time()`` of one ``run_audit`` call (this process, all its threads).
@@ -58,10 +59,14 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--chosen", default=None, help="JSON lines of a search stage: its chosen pairs")
+    ap.add_argument("--all-pairs", action="store_true", help="confirm: audit every pair of each case")
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--selection-fraction", type=float, default=None,
+                    help="AuditSettings.selection_fraction of the deciding audit (default: privaudit's 10%%)")
+    ap.add_argument("--status", choices=["broken", "correct"], default=None, help="only the cases of this status")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    names = a.only or list(CASES)
+    names = [n for n in (a.only or list(CASES)) if a.status in (None, CASES[n].status)]
     print(f"stage {a.stage}, {a.trials} runs per side, load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores", flush=True)
     if a.stage == "false-alarms":
@@ -80,10 +85,12 @@ def main(argv=None) -> None:
     for name in names:
         case = CASES[name]
         if a.stage == "search":
-            rows = [audit_case(case, a.search, a.trials, a.seed)]
+            rows = [audit_case(case, a.search, a.trials, a.seed, a.selection_fraction)]
         else:
             pairs = [case.main_pair] + ([chosen[name]] if chosen.get(name, case.main_pair) != case.main_pair else [])
-            rows = [audit_case(_with_main(case, p), 0, a.trials, a.seed + k) for k, p in enumerate(pairs)]
+            pairs = list(case.pairs) if a.all_pairs else pairs
+            rows = [audit_case(_with_main(case, p), 0, a.trials, a.seed + k, a.selection_fraction)
+                    for k, p in enumerate(pairs)]
         for r in rows:
             _print_row(r)
             _emit({"stage": a.stage, **r}, a.out)

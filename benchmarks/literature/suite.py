@@ -121,19 +121,23 @@ def _named(case: Case) -> Callable:
     return fn
 
 
-def audit_pair(case: Case, pair_name: str, trials: int, seed: int | None) -> tuple[object, float]:
-    """One privaudit audit of ``case`` on one named pair: (AuditReport, CPU seconds of the audit)."""
+def audit_pair(case: Case, pair_name: str, trials: int, seed: int | None,
+               selection_fraction: float | None = None) -> tuple[object, float]:
+    """One privaudit audit of ``case`` on one named pair: (AuditReport, CPU seconds of the audit).
+
+    ``selection_fraction``: ``AuditSettings.selection_fraction`` (None: privaudit's default split)."""
     d, dp = case.pairs[pair_name]
     pair = input_pair(d, dp, relation=case.relation)
     t = time.process_time()
     rep = run_audit(_named(case), pair=pair, claim=case.claim, trials=int(trials), seed=seed, progress=False,
-                    settings=AuditSettings(n_jobs=1))
+                    settings=AuditSettings(n_jobs=1, selection_fraction=selection_fraction))
     return rep, time.process_time() - t
 
 
-def audit_case(case: Case, n_search: int, n_audit: int, seed: int) -> dict:
+def audit_case(case: Case, n_search: int, n_audit: int, seed: int, selection_fraction: float | None = None) -> dict:
     """Search the pairs at ``n_search`` runs each (skipped when 0: the case's main pair), then audit the best
-    pair afresh at ``n_audit`` runs per side. Returns the row of the results table."""
+    pair afresh at ``n_audit`` runs per side (with ``selection_fraction``, see :func:`audit_pair`). Returns
+    the row of the results table."""
     search = {}
     if n_search and len(case.pairs) > 1:
         for k, name in enumerate(case.pairs):
@@ -142,13 +146,14 @@ def audit_case(case: Case, n_search: int, n_audit: int, seed: int) -> dict:
         chosen = max(search, key=search.get)
     else:
         chosen = case.main_pair
-    rep, cpu = audit_pair(case, chosen, n_audit, seed * 1000 + 999)
+    rep, cpu = audit_pair(case, chosen, n_audit, seed * 1000 + 999, selection_fraction)
     ev = rep.data.get("chosen_event") or {}
     return {"case": case.name, "family": case.family, "status": case.status, "claim_epsilon": case.claim.epsilon,
             "pair": chosen, "inputs": rep.data["neighbouring_pair"].get("inputs", chosen),
             "verdict": rep.verdict, "epsilon_lower_bound": round(float(rep.epsilon_lower_bound), 4),
             "candidate": ev.get("candidate"), "explanation": ev.get("explanation"),
-            "cpu_s": round(cpu, 1), "runs_per_side": n_audit + n_search * len(search), "search": search}
+            "cpu_s": round(cpu, 1), "runs_per_side": n_audit + n_search * len(search), "search": search,
+            "selection_fraction": selection_fraction}
 
 
 def false_alarms(case: Case, seeds: int, trials: int) -> dict:

@@ -4,7 +4,7 @@ mechanisms' output shapes, and the published-bounds table (no number where the p
 
 Verdicts are at fixed seeds. A correct mechanism is flagged with probability at most 0.05 per audit
 (confidence 0.95); the broken ones asserted flagged here are flagged by a wide margin (eps_lb at least 3
-against claims of 0.1 and 0.53 in the benchmark's runs at 2e4), so these fixed-seed outcomes are not
+against claims of 0.1 and 0.43 in the benchmark's runs at 2e4), so these fixed-seed outcomes are not
 knife-edge draws."""
 
 from __future__ import annotations
