@@ -1,14 +1,16 @@
 """The lower bounds on epsilon that DP-Sniper and StatDP report for the literature's mechanisms.
 
 Source. Bichsel, Steffen, Bogunovic & Vechev 2021 ("DP-Sniper: Black-Box Discovery of Differential Privacy
-Violations using Classifiers") report their results as a bar chart of powers (the lower bound each tool
-proves, per mechanism, every mechanism claiming eps = 0.1), not as a table. The exact values of that chart
-are the authors' published reference results: repository eth-sri/dp-sniper, folder
+Violations using Classifiers") report their results as a figure of powers (the lower bound each tool
+proves, per mechanism, every mechanism claiming eps = 0.1). The values are cited from the authors' published
+reference results, from which their artifact's eval_sp2021/plots/create_plots.py draws that figure (the
+paper's text was not available when this table was written, so no table or row of the paper is cited):
+repository eth-sri/dp-sniper, folder
 eval_sp2021/reference-results/ (commit ee087b2), the field ``eps_lcb`` of dd_search_reg_data.log (DD-Search
 with logistic regression), dd_search_mlp_data.log (with a neural network), statdp_1_data.log (their re-run
 of StatDP with a fix, "StatDP-Fixed", first run) and floating_point_data.log (the float Laplace, neural
-network on the output's bits). DP-Sniper's bounds hold with confidence 0.9 and use 10.7 million samples per
-input to train and 200 million to estimate the final bound; they are not at privaudit's run counts.
+network on the output's bits). DP-Sniper's bounds (default configuration) hold with confidence 0.9 and use
+10.7 million samples per input to train and 200 million to estimate the final bound; they are not at privaudit's run counts.
 
 Ding, Wang, Wang, Zhang & Kifer 2018 ("Detecting Violations of Differential Privacy", StatDP) report
 p-values against a grid of test epsilons in figures, not lower bounds: "not reported" for StatDP itself.
