@@ -7,7 +7,8 @@ model's value V', absorbed mass L and weighted variance proxy
 Q = sum_j R_j^2 q_j of the policy (``ope.model.capped_model_value``, a public
 coverage scale m), and release the three with exact discrete Gaussian noise
 on 2^-b lattices. Sensitivities under substitution of one unit (reward units
-r'' of ``ope.model.evaluation_frame``, non-negative for any declared range; l_j from ``ope.model.lipschitz_bounds``, R_j = min(l_j, b_j), j = 0
+r'' of ``ope.model.evaluation_frame``, non-negative for any declared range;
+l_j from ``ope.model.lipschitz_bounds``, R_j = min(l_j, b_j), j = 0
 the start and j = 1..H the steps h = j - 1, T_j = sum_{j' > j} R_{j'}^2):
 
     Delta(V') = 2 sum_j l_j / m,   Delta(L) = 6 (H + 1) / m,   Delta(Q) = 2 sum_j (R_j^2 + 4 T_j) / m^2,
@@ -219,10 +220,10 @@ class PolicyEvaluation:
 
 
 def coverage_rule(spec: DomainSpec, budget: Budget, units: float | None = None,
-                  confidence: float = CONFIDENCE_DEFAULT) -> float:
+                  confidence: float = CONFIDENCE_DEFAULT, units_per_coverage: float = UNITS_PER_COVERAGE) -> float:
     """The coverage scale m, fixed before the evaluated stays are read (docs/certificates.md, "Choosing m").
 
-    m = max(m_noise, units / UNITS_PER_COVERAGE), where m_noise is the m at
+    m = max(m_noise, units / units_per_coverage), where m_noise is the m at
     which the noise tail of V' in the lower bound (level ``confidence``)
     equals NOISE_TARGET R_0 (the tail is proportional to 1/m), and ``units``
     is an estimate of the number of evaluated units that does not depend on
@@ -238,6 +239,9 @@ def coverage_rule(spec: DomainSpec, budget: Budget, units: float | None = None,
         Estimated number of privacy units evaluated (>= 0).
     confidence : float
         Level of the lower bound.
+    units_per_coverage : float
+        The trusted importance ratio, about n / m (default :data:`UNITS_PER_COVERAGE`; a public constant of
+        the evaluated policy's learner, e.g. ``pipeline.certify.UNITS_PER_COVERAGE_OF``).
 
     Returns
     -------
@@ -255,7 +259,9 @@ def coverage_rule(spec: DomainSpec, budget: Budget, units: float | None = None,
     alpha = 1.0 - float(confidence)
     tail = ref.sigma("value") * math.sqrt(2.0 * math.log(1.0 / (_FAILURE["value"] * alpha)))
     m_noise = COVERAGE_DEFAULT * tail / (NOISE_TARGET * float(_ranges(spec, ref.lipschitz)[0]))
-    m_bias = 0.0 if units is None else max(float(units), 0.0) / UNITS_PER_COVERAGE
+    if not (math.isfinite(float(units_per_coverage)) and float(units_per_coverage) > 0):
+        raise UsageError(f"`units_per_coverage` must be finite and > 0. Found {units_per_coverage!r}.")
+    m_bias = 0.0 if units is None else max(float(units), 0.0) / float(units_per_coverage)
     return float(max(m_noise, m_bias, 1.0))
 
 

@@ -150,7 +150,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     and ``delta``, ``out`` (required), ``mdp``, ``instance_seed``, ``seed``,
     ``stationary``, ``audit_trials``, ``linear_share``, ``value_share``,
     ``overwrite``, ``ledger``, ``progress``, ``engine``, ``spark``,
-    ``hold_out``, ``hold_out_fraction``, ``max_repair_share``, ``accept_repairs``; documented
+    ``hold_out``, ``hold_out_fraction``, ``dp_apvi_c2``, ``max_repair_share``, ``accept_repairs``; documented
     there) and runs it with :func:`run_pipeline_config`.
 
     Parameters

@@ -6,11 +6,11 @@ Before issue 28 the pipeline had no held-out certification and no rule for claim
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import polars as pl
 import pytest
+from privaudit.core.errors import UsageError
 from privaudit.core.spec import load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, held_out_units_estimate,
@@ -96,6 +96,29 @@ def test_pipeline_bad_hold_out_fraction_is_one_line_and_writes_nothing(files, tm
               tmp_path / "o", "--audit-trials", 0, *extra)
     assert res.exit_code != 0 and said in res.output and "Traceback" not in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_pipeline_dp_apvi_c2_is_used_certified_on_held_out_units_and_resumes_only_with_the_same_c2(files, tmp_path):
+    """--dp-apvi-c2 0: DP-APVI without its privacy term C2 S H E iota / n (the paper's 16 by default); its own
+    pessimistic value is never a certificate; --hold-out certifies the policy on held-out units instead."""
+    res = run("pipeline", files / "logs.parquet", "--spec", files / "spec.json", "--rho", 2, "--out",
+              tmp_path / "o", "--hold-out", "--audit-trials", 0, "--mdp", files / "mdp.npz", "--seed", 4,
+              "--dp-apvi-c2", 0)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    apvi = next(p for p in summary["policies"] if p["name"] == "dp-apvi")
+    assert json.loads((tmp_path / "o" / apvi["path"] / "policy.json").read_text())["parameters"]["C2"] == 0.0
+    assert apvi["certified_value"] is None and apvi["pessimistic_estimate"] is not None
+    c = summary["held_out_certification"]["policies"]["dp-apvi"]
+    assert c["lower_bound"] <= apvi["value"]  # seeded; fails w.p. < 5% for a fresh seed
+    assert "dp-apvi: certified value" in res.stdout and "is a pessimistic estimate, not a certificate" in res.stdout
+    spec = load_spec(files / "spec.json")
+    conf = dict(logs=str(files / "logs.parquet"), spec=str(files / "spec.json"), rho=1.0, out="o")
+    assert (fingerprint(PipelineConfig(**conf, dp_apvi_c2=0.0), spec, files / "logs.parquet")["configuration"]
+            != fingerprint(PipelineConfig(**conf), spec, files / "logs.parquet")["configuration"])
+    for bad in (-1.0, float("nan"), "0"):
+        with pytest.raises(UsageError, match="`dp_apvi_c2` must be a finite number >= 0"):
+            PipelineConfig(**conf, dp_apvi_c2=bad)
 
 
 def test_held_out_units_estimate_scales_the_training_count():
