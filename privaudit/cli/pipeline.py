@@ -123,6 +123,9 @@ _HELP = _HELP.replace("\n\nThe budget is the total", "\n\n" + budget_sentence(la
               help="DP-APVI's constant C2 (default: the paper's 16). 0 drops its privacy term: it learns far more "
                    "at large sizes, and with --hold-out its policy is certified on held-out units (its own "
                    "pessimistic value is never a certificate; docs/certificates.md).")
+@click.option("--pbb-share", "pbb_share", type=float, default=None,
+              help="DP-PBB's share of the budget in [0, 1) (default: 0.6, less next to DP-VAPVI). 0: DP-PBB is not "
+                   "trained; its share goes to the release DP-APVI learns from.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @engine_options
 @repair_options

@@ -149,6 +149,12 @@ class PipelineConfig:
         With ``hold_out``: the fraction of the privacy units held out
         (``ope.split``; a public function of the unit id), in (0, 1); the
         rest trains.
+    pbb_share : float, optional
+        DP-PBB's share of the budget, in [0, 1) (None: the rule
+        ``pipeline.guarantee.pbb_share_of``, 0.6 by default). 0: DP-PBB is not
+        trained and its share goes to the release, so DP-APVI learns from a
+        release of (1 - value_share) of the budget, and ``hold_out`` certifies
+        DP-APVI alone with the whole held-out budget.
     dp_apvi_c2 : float, optional
         DP-APVI's constant C2 of the privacy term C2 S H E iota / n (None: the
         paper's 16, Qiao & Wang 2023). 0 drops that term: DP-APVI then learns
@@ -207,6 +213,7 @@ class PipelineConfig:
     accept_repairs: bool = False
     hold_out_fraction: float = HOLD_OUT_DEFAULT
     dp_apvi_c2: float | None = None
+    pbb_share: float | None = None
 
     def __post_init__(self):
         if self.logs is None and self.spec is not None:
@@ -223,6 +230,10 @@ class PipelineConfig:
         check_fraction(self.hold_out_fraction)
         if not self.hold_out and float(self.hold_out_fraction) != HOLD_OUT_DEFAULT:
             raise UsageError(f"`hold_out_fraction` needs `hold_out`. Found {self.hold_out_fraction!r} without it.")
+        ps = self.pbb_share
+        if ps is not None and (isinstance(ps, bool) or not isinstance(ps, (int, float, np.integer, np.floating))
+                               or not (0 <= float(ps) < 1)):
+            raise UsageError(f"`pbb_share` must be a number in [0, 1) (or None: the default rule). Found {ps!r}.")
         c2 = self.dp_apvi_c2
         if c2 is not None and (isinstance(c2, bool) or not isinstance(c2, (int, float, np.integer, np.floating))
                                or not math.isfinite(float(c2)) or float(c2) < 0):

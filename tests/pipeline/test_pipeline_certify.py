@@ -6,6 +6,7 @@ Before issue 28 the pipeline had no held-out certification and no rule for claim
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import polars as pl
@@ -119,6 +120,27 @@ def test_pipeline_dp_apvi_c2_is_used_certified_on_held_out_units_and_resumes_onl
     for bad in (-1.0, float("nan"), "0"):
         with pytest.raises(UsageError, match="`dp_apvi_c2` must be a finite number >= 0"):
             PipelineConfig(**conf, dp_apvi_c2=bad)
+
+
+def test_pbb_share_zero_gives_the_release_its_part_and_certifies_dp_apvi_alone(files, tmp_path):
+    """--pbb-share 0: DP-PBB is not trained (said in summary.json), the release gets 1 - value_share of the
+    budget, and --hold-out certifies DP-APVI with the whole held-out budget (docs/results.md's setting)."""
+    sample = Path(__file__).resolve().parents[2] / "sample_data"  # a public reward: DP-PBB would run
+    res = run("pipeline", sample / "icu_sepsis_clinicians_20k.parquet", "--spec", sample / "icu_sepsis_spec.json",
+              "--rho", 2, "--out", tmp_path / "o", "--hold-out", "--hold-out-fraction", 0.2, "--audit-trials", 0,
+              "--seed", 6, "--dp-apvi-c2", 0, "--pbb-share", 0)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [p["name"] for p in summary["policies"]] == ["dp-apvi"]
+    assert any(n["name"] == "dp-pbb" and "pbb_share 0" in n["reason"] for n in summary["not_trained"])
+    parts = {p["name"]: p["rho"] for p in summary["privacy"]["parts"]}
+    assert parts["release"] == pytest.approx(0.9 * 2)
+    held = summary["held_out_certification"]["policies"]
+    assert list(held) == ["dp-apvi"] and held["dp-apvi"]["guarantee"]["rho"] == pytest.approx(2.0)
+    for bad in ("1", "-0.1"):
+        r = run("pipeline", files / "logs.parquet", "--spec", files / "spec.json", "--rho", 2, "--out",
+                tmp_path / f"b{bad}", "--pbb-share", bad)
+        assert r.exit_code == 2 and "pbb-share` must be a number in [0, 1)" in r.output and "Traceback" not in r.output
 
 
 def test_held_out_units_estimate_scales_the_training_count():
