@@ -4,6 +4,9 @@ Reproduce::
 
     python experiments/certify_icu.py --sizes 200000 1000000 --epsilons 1 5 --hold-outs 0.5 0.3 \
         --failure-probs 0.05 1e-6 --seed 2029 --out experiments/results/certify_icu_rule_seed2029.json
+    python experiments/certify_icu.py --sizes 1000000 200000 --epsilons 5 1 --hold-outs 0.2 0.3 \
+        --failure-probs 1e-6 --learners dp-apvi-c2-0 dp-pbb --coverages 10000 --seed 2029 \
+        --out experiments/results/certify_icu_apvi_seed2029.json
 
 Protocol
 --------
@@ -13,16 +16,19 @@ Protocol
 * Split: units by ``ope.split.unit_part`` (a public hash of the unit id and
   the public fraction f, ``--hold-outs``): part 0 trains, part 1 (held out,
   about f n units) certifies.
-* At each (epsilon, delta = 1e-6): DP-PBB (pooled counts, its defaults;
-  ``--failure-probs`` adds more pessimistic alternatives, each its own run)
-  trained on part 0 with the whole budget; on part 1, 3/4 of the budget to
+* At each (epsilon, delta = 1e-6): each learner of ``--learners`` trained on
+  part 0 with the whole budget: DP-PBB (pooled counts, its defaults;
+  ``--failure-probs`` adds more pessimistic alternatives, each its own run),
+  and/or DP-APVI with C2 = 0 (``dp-apvi-c2-0``: a pooled count release of
+  part 0, then DP-APVI without its privacy term, as ``pipeline --dp-apvi-c2 0``); on part 1, 3/4 of the budget to
   ``ope.evaluate`` (the policy's DP lower bound at 95% and its interval) and
   1/4 to the clinicians' DP value interval (``release.behaviour_value``).
   The parts hold disjoint units, so the run is (epsilon, delta)-DP by
   parallel composition (docs/certificates.md, "Held-out certification").
 * The coverage scale m: ``ope.evaluate.coverage_rule`` from the evaluation's
-  budget and the clinicians' DP episode count of part 1 (k = 1, released
-  before the evaluation reads a stay); ``--coverages`` adds fixed values of
+  budget, the clinicians' DP episode count of part 1 (k = 1, released
+  before the evaluation reads a stay) and the learner's public constant
+  (``pipeline.certify.UNITS_PER_COVERAGE_OF``); ``--coverages`` adds fixed values of
   m for comparison (a choice among them after the fact would be a
   selection).
 * The true values come from the MDP (exact backward induction).
