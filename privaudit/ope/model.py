@@ -44,7 +44,9 @@ class EvaluationFrame:
     terminal state (declared reward 0) earns ``terminal`` = -low / width per
     remaining step. A declared value v over H steps is then width v'' + H low
     (:meth:`declared`), an increasing affine map. For r_min = 0 the frame is
-    r'' = r / r_max (scale 1, shift 0, terminal 0).
+    r'' = r / r_max (scale 1, shift 0, terminal 0). The learners plan in the same
+    frame (``learners.tabular.pessimism.RewardFrame``; the import layers keep
+    ``ope`` and ``learners`` apart, hence this copy of its three formulas).
     """
 
     scale: float
