@@ -26,6 +26,9 @@ Three studies, each failure counted against the failure probability the certific
    W = (1, 0, 0.5) on d0 = (0.5, 0.5, 0), units of k stays sharing a start state, noisy counts;
    and the **negative control**: the same bound told k = 1 (stays as independent draws, the
    pre-issue-28 radius) on logs with k = 20.
+4. **DP policy evaluation from logs** (``evaluate --logs`` and ``pipeline --hold-out``): lower bound and
+   interval, fixed and held-out learned policies, every kind plus rewards in [-1, 1]
+   (``experiments/coverage_ope.py``).
 3. **Clinicians' interval** (``release.behaviour_value.estimate_behaviour_value``, stated 95%):
    units of k stays whose returns are Bernoulli(p_u) with a unit-level p_u in {0.75, 0.95}
    (strong correlation within a unit), the behaviour-value release's noise at rho in {0.5, 4};
@@ -53,6 +56,9 @@ from privaudit.mdp.random_tabular import random_tabular_mdp
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy
 from privaudit.privacy.budget import resolve_budget
 from privaudit.release.behaviour_value import BehaviourValueRelease, estimate_behaviour_value
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from coverage_ope import study_ope  # noqa: E402 - the study 4 module, next to this script
 
 OUT = Path(__file__).resolve().parent / "results" / "certificate_coverage"
 KINDS = ("stationary", "reward-varies-with-h", "non-stationary", "late-reward-per-step", "late-reward-stationary")
@@ -233,18 +239,32 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=40, help="DP-PBB runs per cell (each a new MDP instance and log)")
     ap.add_argument("--sims", type=int, default=2000, help="simulations per cell of studies 2 and 3")
+    ap.add_argument("--ope-runs", type=int, default=100, help="runs per cell of study 4 (experiments/coverage_ope.py)")
+    ap.add_argument("--studies", nargs="+", default=["certificates", "ope"], choices=["certificates", "ope"],
+                    help="certificates: studies 1-3 (certificate_coverage.{json,md}); ope: study 4 "
+                         "(certificate_coverage_ope.{json,md})")
     ap.add_argument("--seed", type=int, default=28)
     args = ap.parse_args(argv)
-    t0 = time.time()
-    rows = study_start(args.sims, args.seed) + study_interval(args.sims, args.seed + 1)
-    rows += study_dppbb(args.runs, args.seed + 2)
-    meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "seconds": round(time.time() - t0, 1),
-            "command": "python experiments/certificate_coverage.py " + " ".join(sys.argv[1:] if argv is None else argv)}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    OUT.with_suffix(".md").write_text(f"{meta['command']} ({meta['date']}, {meta['seconds']} s)\n\n{table(rows)}\n")
-    print(table(rows))
+    command = "python experiments/certificate_coverage.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if "certificates" in args.studies:
+        t0 = time.time()
+        rows = study_start(args.sims, args.seed) + study_interval(args.sims, args.seed + 1)
+        rows += study_dppbb(args.runs, args.seed + 2)
+        _write(OUT, rows, command, t0)
+    if "ope" in args.studies:
+        t0 = time.time()
+        rows = study_ope(args.ope_runs, args.seed + 3, KINDS + ("rewards-in-[-1,1]",), KS, make_mdp,
+                         simulate_counts, clopper_pearson)
+        _write(OUT.with_name(OUT.name + "_ope"), rows, command, t0)
     return 0
+
+
+def _write(out: Path, rows: list[dict], command: str, t0: float) -> None:
+    meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "seconds": round(time.time() - t0, 1), "command": command}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    out.with_suffix(".md").write_text(f"{meta['command']} ({meta['date']}, {meta['seconds']} s)\n\n{table(rows)}\n")
+    print(table(rows))
 
 
 if __name__ == "__main__":

@@ -70,7 +70,8 @@ def command(policy, mdp, logs, rho, epsilon, delta, ledger, coverage, confidence
     --confidence (docs/certificates.md, "Policy evaluation from logs"). One
     stay per privacy unit is used; the logs must come from patients the
     policy was not trained on. The guarantee is printed and, with --ledger,
-    charged once. Needs reward_range [0, r_max].
+    charged once. Any reward_range: negative rewards are shifted by the
+    range's lower end, and the widths scale with the range.
 
     Exit codes: 0 ok, 1 unreadable or invalid policy/MDP file or logs, 2 bad
     arguments or spec (also a --spec the policy was not trained under, or

@@ -119,6 +119,13 @@ _HELP = _HELP.replace("\n\nThe budget is the total", "\n\n" + budget_sentence(la
 @click.option("--hold-out-fraction", "hold_out_fraction", type=float, default=0.5, show_default=True,
               help="With --hold-out: the fraction of the privacy units held out to certify (in (0, 1); the rest "
                    "trains), e.g. 0.3: 70% train the policies, 30% certify them.")
+@click.option("--dp-apvi-c2", "dp_apvi_c2", type=float, default=None,
+              help="DP-APVI's constant C2 (default: the paper's 16). 0 drops its privacy term: it learns far more "
+                   "at large sizes, and with --hold-out its policy is certified on held-out units (its own "
+                   "pessimistic value is never a certificate; docs/certificates.md).")
+@click.option("--pbb-share", "pbb_share", type=float, default=None,
+              help="DP-PBB's share of the budget in [0, 1) (default: 0.6, less next to DP-VAPVI). 0: DP-PBB is not "
+                   "trained; its share goes to the release DP-APVI learns from.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @engine_options
 @repair_options

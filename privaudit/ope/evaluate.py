@@ -6,8 +6,9 @@ one stay per privacy unit (``ope.model.held_out_stays``), compute the capped
 model's value V', absorbed mass L and weighted variance proxy
 Q = sum_j R_j^2 q_j of the policy (``ope.model.capped_model_value``, a public
 coverage scale m), and release the three with exact discrete Gaussian noise
-on 2^-b lattices. Sensitivities under substitution of one unit (scaled reward
-units; l_j from ``ope.model.lipschitz_bounds``, R_j = min(l_j, b_j), j = 0
+on 2^-b lattices. Sensitivities under substitution of one unit (reward units
+r'' of ``ope.model.evaluation_frame``, non-negative for any declared range;
+l_j from ``ope.model.lipschitz_bounds``, R_j = min(l_j, b_j), j = 0
 the start and j = 1..H the steps h = j - 1, T_j = sum_{j' > j} R_{j'}^2):
 
     Delta(V') = 2 sum_j l_j / m,   Delta(L) = 6 (H + 1) / m,   Delta(Q) = 2 sum_j (R_j^2 + 4 T_j) / m^2,
@@ -20,7 +21,9 @@ confidence bound of Q (never above the public Q_max = sum_j R_j^2 / m),
 
 a lower bound on the policy's value at its start distribution with
 probability >= 1 - alpha over the held-out stays and the noise; the
-two-sided interval adds the absorbed mass on its upper side.
+two-sided interval adds the absorbed mass on its upper side. Results are
+mapped back to declared units by the frame's increasing affine map
+(width x + H low), so every width is multiplied by the range's width.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ import numpy as np
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.prepare import PreparedLogs, prepare_logs
-from privaudit.ope.model import (ModelValue, capped_model_value, held_out_stays, lipschitz_bounds,
-                                 policy_table_for)
+from privaudit.ope.model import (ModelValue, capped_model_value, evaluation_frame, frame_value_bounds,
+                                 held_out_stays, lipschitz_bounds, policy_table_for)
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
@@ -98,9 +101,10 @@ class PolicyEvaluation:
         Raises
         ------
         UsageError
-            A Laplace budget, coverage m not finite and > 0, a reward range
-            whose r_min is not 0 (the bound needs rewards >= 0 in the
-            declared units), or an event costing more than the budget.
+            A Laplace budget, coverage m not finite and > 0, or an event
+            costing more than the budget. Any reward range is accepted: the
+            statistics are in the non-negative frame of
+            ``ope.model.evaluation_frame`` (docs/certificates.md, "Reward ranges").
         """
         if budget.family.pure:
             raise UsageError("policy evaluation from logs needs a Gaussian (zCDP) budget: give `rho`, or "
@@ -108,9 +112,6 @@ class PolicyEvaluation:
         m = float(coverage)
         if not (math.isfinite(m) and m > 0):
             raise UsageError(f"the coverage scale m must be finite and > 0. Found {coverage!r}.")
-        if float(spec.reward_range[0]) != 0.0:
-            raise UsageError(f"policy evaluation from logs needs reward_range [0, r_max] (rewards >= 0 in the "
-                             f"declared units). Found {list(spec.reward_range)}.")
         ell = lipschitz_bounds(spec)
         H = spec.horizon
         R2 = _ranges(spec, ell) ** 2
@@ -199,9 +200,10 @@ class PolicyEvaluation:
         lo2 = V - noise("value", _FAILURE["value"] * alpha / 2) - width(alpha / 2)
         hi2 = (V + noise("value", _FAILURE["value"] * alpha / 4) + width(alpha / 4)  # L takes alpha/4 of alpha/2
                + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 4))))
-        scale = float(self.spec.reward_range[1])
-        clip = (lambda x: float(np.clip(x, 0.0, top)) * scale)
-        return {"estimate": clip(V), "estimate_unclipped": V * scale,
+        frame, H = evaluation_frame(self.spec), self.spec.horizon  # r'' units -> declared: width x + H low
+        clip = (lambda x: frame.declared(np.clip(x, 0.0, top), H))
+        scale = frame.width
+        return {"estimate": clip(V), "estimate_unclipped": frame.declared(V, H),
                 "absorbed_mass": float(np.clip(L, 0.0, 1.0)),
                 "lower_bound": clip(lower), "interval": [clip(lo2), clip(hi2)],
                 "confidence": conf, "sampling_width": width(alpha) * scale,
@@ -218,10 +220,10 @@ class PolicyEvaluation:
 
 
 def coverage_rule(spec: DomainSpec, budget: Budget, units: float | None = None,
-                  confidence: float = CONFIDENCE_DEFAULT) -> float:
+                  confidence: float = CONFIDENCE_DEFAULT, units_per_coverage: float = UNITS_PER_COVERAGE) -> float:
     """The coverage scale m, fixed before the evaluated stays are read (docs/certificates.md, "Choosing m").
 
-    m = max(m_noise, units / UNITS_PER_COVERAGE), where m_noise is the m at
+    m = max(m_noise, units / units_per_coverage), where m_noise is the m at
     which the noise tail of V' in the lower bound (level ``confidence``)
     equals NOISE_TARGET R_0 (the tail is proportional to 1/m), and ``units``
     is an estimate of the number of evaluated units that does not depend on
@@ -237,6 +239,9 @@ def coverage_rule(spec: DomainSpec, budget: Budget, units: float | None = None,
         Estimated number of privacy units evaluated (>= 0).
     confidence : float
         Level of the lower bound.
+    units_per_coverage : float
+        The trusted importance ratio, about n / m (default :data:`UNITS_PER_COVERAGE`; a public constant of
+        the evaluated policy's learner, e.g. ``pipeline.certify.UNITS_PER_COVERAGE_OF``).
 
     Returns
     -------
@@ -254,14 +259,16 @@ def coverage_rule(spec: DomainSpec, budget: Budget, units: float | None = None,
     alpha = 1.0 - float(confidence)
     tail = ref.sigma("value") * math.sqrt(2.0 * math.log(1.0 / (_FAILURE["value"] * alpha)))
     m_noise = COVERAGE_DEFAULT * tail / (NOISE_TARGET * float(_ranges(spec, ref.lipschitz)[0]))
-    m_bias = 0.0 if units is None else max(float(units), 0.0) / UNITS_PER_COVERAGE
+    if not (math.isfinite(float(units_per_coverage)) and float(units_per_coverage) > 0):
+        raise UsageError(f"`units_per_coverage` must be finite and > 0. Found {units_per_coverage!r}.")
+    m_bias = 0.0 if units is None else max(float(units), 0.0) / float(units_per_coverage)
     return float(max(m_noise, m_bias, 1.0))
 
 
 def _ranges(spec: DomainSpec, lipschitz: np.ndarray) -> np.ndarray:
     """R_j = min(l_j, b_j) for j = 0 (the start) and j = 1..H (steps h = j - 1): the targets' ranges."""
     H = spec.horizon
-    R = np.minimum(lipschitz[:H], spec.value_bounds()[:H])
+    R = np.minimum(lipschitz[:H], frame_value_bounds(spec)[:H])
     return np.concatenate([R[:1], R])
 
 

@@ -31,7 +31,53 @@ from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import episode_id_text, episode_priority, unit_column_of
 
 __all__ = ["HeldOutStays", "held_out_stays", "ModelValue", "capped_model_value", "policy_table_for",
-           "lipschitz_bounds"]
+           "lipschitz_bounds", "EvaluationFrame", "evaluation_frame", "frame_value_bounds"]
+
+
+@dataclass(frozen=True)
+class EvaluationFrame:
+    """The non-negative reward units the evaluation works in (docs/certificates.md, "Reward ranges").
+
+    With the declared range [r_min, r_max] and low = min(r_min, 0), width =
+    max(r_max, 0) - low, a bounded reward r' = (r - r_min) / (r_max - r_min)
+    becomes r'' = scale r' + shift = (r - low) / width in [0, 1], and a
+    terminal state (declared reward 0) earns ``terminal`` = -low / width per
+    remaining step. A declared value v over H steps is then width v'' + H low
+    (:meth:`declared`), an increasing affine map. For r_min = 0 the frame is
+    r'' = r / r_max (scale 1, shift 0, terminal 0). The learners plan in the same
+    frame (``learners.tabular.pessimism.RewardFrame``; the import layers keep
+    ``ope`` and ``learners`` apart, hence this copy of its three formulas).
+    """
+
+    scale: float
+    shift: float
+    terminal: float
+    low: float
+    width: float
+
+    def declared(self, x: float, steps: int) -> float:
+        """A value in r'' units over ``steps`` steps -> declared reward units."""
+        return self.width * float(x) + steps * self.low
+
+
+def evaluation_frame(spec: DomainSpec) -> EvaluationFrame:
+    """The :class:`EvaluationFrame` of the spec's declared ``reward_range`` (public)."""
+    lo, hi = (float(x) for x in spec.reward_range)
+    low, width = min(lo, 0.0), max(hi, 0.0) - min(lo, 0.0)
+    return EvaluationFrame(scale=(hi - lo) / width, shift=(lo - low) / width, terminal=-low / width, low=low,
+                           width=width)
+
+
+def frame_value_bounds(spec: DomainSpec) -> np.ndarray:
+    """b''_h, h = 0..H: bounds of any value-to-go from step h in r'' units (shape (H + 1,)).
+
+    A step earns scale r' + shift alive or ``terminal`` dead, and the scaled rewards of any suffix sum to at
+    most ``spec.value_bounds()[h]`` (bounding clips the running scaled return), so
+    b''_h = min(H - h, scale b'_h + (H - h) max(shift, terminal)); for r_min = 0, b'_h itself.
+    """
+    f = evaluation_frame(spec)
+    left = np.arange(spec.horizon, -1, -1, dtype=float)
+    return np.minimum(left, f.scale * spec.value_bounds() + left * max(f.shift, f.terminal))
 
 
 @dataclass(frozen=True, repr=False)
@@ -45,8 +91,11 @@ class HeldOutStays:
     step, state, action, next_state : ndarray of int64, shape (T,)
         The kept stays' transitions (T rows, every step h < H).
     reward : ndarray of float, shape (T,)
-        The reward of each transition, scaled to [0, 1] (the spec's public
-        reward of the next state when it declares one, else the logged one).
+        The reward of each transition in the evaluation frame's r'' units
+        (:func:`evaluation_frame`; the spec's public reward of the next state
+        when it declares one, else the logged one), plus, on a transition
+        into a terminal state at step h, the frame's terminal reward for each
+        of the H - h - 1 remaining steps (0 when r_min >= 0).
     """
 
     start_states: np.ndarray
@@ -104,6 +153,11 @@ def held_out_stays(bounded: pl.LazyFrame | pl.DataFrame, spec: DomainSpec) -> He
     s2 = rows["next_state"].to_numpy().astype(np.int64)
     public = spec.public_reward_scaled()
     r = public[s2] if public is not None else rows["reward"].to_numpy().astype(np.float64)
+    f = evaluation_frame(spec)
+    r = f.scale * r + f.shift
+    if f.terminal > 0 and spec.terminal_states:  # the dead earn `terminal` per remaining step in r'' units
+        dead = np.isin(s2, np.asarray(spec.terminal_states, dtype=np.int64))
+        r = r + dead * f.terminal * (spec.horizon - h - 1)
     return HeldOutStays(start_states=rows["state"].to_numpy().astype(np.int64)[h == 0], step=h,
                         state=rows["state"].to_numpy().astype(np.int64),
                         action=rows["action"].to_numpy().astype(np.int64), next_state=s2, reward=r)
@@ -159,10 +213,13 @@ def lipschitz_bounds(spec: DomainSpec) -> np.ndarray:
     if public is None:
         out[:H] = np.arange(H, 0, -1, dtype=float)
         return out
+    f = evaluation_frame(spec)
+    public = f.scale * public + f.shift
     nonterminal = np.ones(spec.n_states, dtype=bool)
     nonterminal[list(spec.terminal_states)] = False
     for h in range(H - 1, -1, -1):
-        out[h] = min(H - h, float(np.max(public + nonterminal * out[h + 1])))
+        after = np.where(nonterminal, out[h + 1], f.terminal * (H - h - 1))
+        out[h] = min(H - h, float(np.max(public + after)))
     return out
 
 

@@ -25,13 +25,14 @@ from fractions import Fraction
 from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import unit_column_of
 from privaudit.data.prepare import PreparedLogs
-from privaudit.ope.evaluate import COVERAGE_DEFAULT, PolicyEvaluation, coverage_rule, evaluate_policy_on_logs
+from privaudit.ope.evaluate import (COVERAGE_DEFAULT, UNITS_PER_COVERAGE, PolicyEvaluation, coverage_rule,
+                                   evaluate_policy_on_logs)
 from privaudit.ope.split import HELD_OUT, HOLD_OUT_DEFAULT, SPLIT_HASH_SEED, in_part
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.ledger import charge_of
 from privaudit.release.behaviour_value import estimate_behaviour_value
 
-__all__ = ["IMPROVEMENT", "NO_IMPROVEMENT", "CERTIFIED_POLICIES", "split_held_out", "held_out_units_estimate",
+__all__ = ["IMPROVEMENT", "NO_IMPROVEMENT", "CERTIFIED_POLICIES", "UNITS_PER_COVERAGE_OF", "split_held_out", "held_out_units_estimate",
            "certification_budgets",
            "certification_charge", "improvement_certified", "certify_policies", "certification_lines", "certify_stage",
            "summary_entry"]
@@ -42,6 +43,11 @@ IMPROVEMENT = "improvement over the clinicians certified"
 NO_IMPROVEMENT = "no improvement certified"
 #: The tabular policies the pipeline certifies (DP-VAPVI's table may be a placeholder).
 CERTIFIED_POLICIES = ("dp-pbb", "dp-apvi")
+#: The coverage rule's trusted importance ratio n / m per learner (public constants; the others use
+#: ``ope.evaluate.UNITS_PER_COVERAGE`` = 50). DP-APVI's policy stays on the clinicians' support (its
+#: pessimism falls back to the most-visited action), so few cells are capped and a larger m pays: read off
+#: ICU-Sepsis seed 2028 (1M stays, epsilon 5; docs/results.md), like the rule's other constants.
+UNITS_PER_COVERAGE_OF = {"dp-apvi": 20.0}
 
 
 def split_held_out(prepared: PreparedLogs, fraction: float = HOLD_OUT_DEFAULT) -> tuple[PreparedLogs, PreparedLogs]:
@@ -132,8 +138,9 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
         if name in done:
             out[name] = done[name]
             continue
+        m = coverage_rule(spec, part, units, units_per_coverage=UNITS_PER_COVERAGE_OF.get(name, UNITS_PER_COVERAGE))
         res = evaluate_policy_on_logs(held_out, spec, tables[name], budget=part, ledger=ledger, seed=seed,
-                                      coverage=coverage_rule(spec, part, units),
+                                      coverage=m,
                                       description=f"pipeline, held-out certification of {name}")
         out[name] = {k: res[k] for k in ("estimate", "lower_bound", "interval", "confidence", "coverage",
                                          "guarantee")}

@@ -9,6 +9,7 @@ into ``summary.json`` under ``config``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,19 @@ class PipelineConfig:
         With ``hold_out``: the fraction of the privacy units held out
         (``ope.split``; a public function of the unit id), in (0, 1); the
         rest trains.
+    pbb_share : float, optional
+        DP-PBB's share of the budget, in [0, 1) (None: the rule
+        ``pipeline.guarantee.pbb_share_of``, 0.6 by default). 0: DP-PBB is not
+        trained and its share goes to the release, so DP-APVI learns from a
+        release of (1 - value_share) of the budget, and ``hold_out`` certifies
+        DP-APVI alone with the whole held-out budget.
+    dp_apvi_c2 : float, optional
+        DP-APVI's constant C2 of the privacy term C2 S H E iota / n (None: the
+        paper's 16, Qiao & Wang 2023). 0 drops that term: DP-APVI then learns
+        far more at 1M stays (docs/results.md) and its own pessimistic value
+        is not a certificate (it never is: ``pipeline.values.PROVEN_CERTIFICATES``);
+        with ``hold_out`` its policy is certified on held-out units. Privacy
+        is unchanged (post-processing of the release). >= 0.
     spark : SparkSession or str, optional
         With ``engine="spark"``: the session (classic or Spark Connect), a
         master URL (``local[4]``, ``spark://host:7077``, ``yarn``), or a
@@ -198,6 +212,8 @@ class PipelineConfig:
     max_repair_share: float = MAX_REPAIR_SHARE_DEFAULT
     accept_repairs: bool = False
     hold_out_fraction: float = HOLD_OUT_DEFAULT
+    dp_apvi_c2: float | None = None
+    pbb_share: float | None = None
 
     def __post_init__(self):
         if self.logs is None and self.spec is not None:
@@ -214,6 +230,14 @@ class PipelineConfig:
         check_fraction(self.hold_out_fraction)
         if not self.hold_out and float(self.hold_out_fraction) != HOLD_OUT_DEFAULT:
             raise UsageError(f"`hold_out_fraction` needs `hold_out`. Found {self.hold_out_fraction!r} without it.")
+        ps = self.pbb_share
+        if ps is not None and (isinstance(ps, bool) or not isinstance(ps, (int, float, np.integer, np.floating))
+                               or not (0 <= float(ps) < 1)):
+            raise UsageError(f"`pbb_share` must be a number in [0, 1) (or None: the default rule). Found {ps!r}.")
+        c2 = self.dp_apvi_c2
+        if c2 is not None and (isinstance(c2, bool) or not isinstance(c2, (int, float, np.integer, np.floating))
+                               or not math.isfinite(float(c2)) or float(c2) < 0):
+            raise UsageError(f"`dp_apvi_c2` must be a finite number >= 0 (or None: the paper's 16). Found {c2!r}.")
         if self.engine != "spark" and self.spark is not None:
             raise UsageError("`spark` (a session or master URL) needs `engine` 'spark'.")
         if self.stationary is not None and not isinstance(self.stationary, bool):

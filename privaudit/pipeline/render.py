@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from privaudit.core.formatting import guarantee_text, num, privacy_param
 from privaudit.pipeline.certify import certification_lines
+from privaudit.pipeline.values import NOT_A_CERTIFICATE
 
 
 def _f(x, nd=4) -> str:
@@ -66,6 +67,9 @@ def format_table(summary: dict, out: str) -> str:
     for n in summary.get("not_trained", []):
         lines.append(f"  not trained {n['name']}: {n['reason']}")
     for p in summary["policies"]:
+        if p.get("pessimistic_estimate") is not None:
+            lines.append(f"  note        {p['name']}: {p['pessimistic_estimate']:.4f} is a {NOT_A_CERTIFICATE}")
+    for p in summary["policies"]:
         dg = p.get("diagnostics")
         if dg and dg["fallback_share"] > 0.5:
             lines.append(f"  note        {p['name']} falls back to the tie-break (imitation of the behaviour) at "
@@ -108,8 +112,15 @@ def _values_notes(summary: dict) -> list[str]:
               "falls back to imitation everywhere certifies its lowest value (0 reward per step, or the "
               "lowest reward when the range is negative): a true but uninformative certificate.", ""]
     else:
-        L += ["No certified values: no learner exposes a pessimistic value, or no start distribution is "
-              "released or public (stationary release with `--value-share 0` and no `--mdp`).", ""]
+        L += ["No certified values: no learner with a proven certificate (docs/certificates.md) ran, or no start "
+              "distribution is released or public (stationary release with `--value-share 0` and no `--mdp`).", ""]
+    shy = [p for p in summary["policies"] if p.get("pessimistic_estimate") is not None]
+    if shy:
+        L += ["**Pessimistic estimates, not certificates**: " + "; ".join(
+            f"`{p['name']}` {p['pessimistic_estimate']:.4f}" for p in shy) + ". Each is the learner's own "
+              "pessimistic value at step 0 averaged over the same start distribution, but its lower-bound claim "
+              "rests on the learner's paper's analysis, which docs/certificates.md does not prove: it is not "
+              "shown as *certified*. `--hold-out` certifies these policies on units held out from training.", ""]
     b = summary.get("behaviour_value")
     if b is not None:
         m = b["mechanism"]
@@ -202,6 +213,8 @@ def render_markdown(summary: dict) -> str:
             continue
         cert = "" if dg["certified_value"] is None else (
             f" Its own pessimistic (certified) value estimate is {dg['certified_value']:.4f}.")
+        if p.get("pessimistic_estimate") is not None:
+            cert = f" Its own pessimistic value is {p['pessimistic_estimate']:.4f}: a {NOT_A_CERTIFICATE}."
         L += [f"**How much `{p['name']}` learned.**{cert} At {100 * dg['fallback_share']:.1f}% of the steps "
               f"(weighted by {dg['fallback_weighting']}) every action's pessimistic value is 0: there the "
               "policy is only the tie-break, the action with the largest noisy visit count, i.e. an "

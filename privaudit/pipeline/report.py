@@ -23,6 +23,7 @@ from privaudit.core.artifact import ArtifactFormat
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline.figures import plot_values, values_figure  # noqa: F401 - the values figure lives there
+from privaudit.pipeline.values import upgrade_policy_entry
 from privaudit.release.manifest import ReleaseManifest
 
 SUMMARY_KIND = "privaudit-pipeline-summary"
@@ -193,7 +194,7 @@ def build_summary(*, spec, manifest: ReleaseManifest, guarantee: dict, policies:
              "privacy_part": "release" if registry.get(name).load().reads == "release" else name,
              "value": None, "optimal_value": None, "clinicians_value": None, "gap": None,
              **(certified or {}).get(name, {"certified_value": None, "certified_start": None,
-                                           "certificate_held": None})}
+                                           "certificate_held": None, "pessimistic_estimate": None})}
         if evaluation is not None and name in evaluation["values"]:  # absent: placeholder table, not scored
             v = evaluation["values"][name]
             e.update(value=v, optimal_value=evaluation["optimal_value"],
@@ -263,11 +264,15 @@ def write_summary(summary: dict, path: Path) -> Path:
 def load_summary(path: str | Path) -> dict:
     """Read a ``summary.json`` and check its format version and schema (:data:`SUMMARY_FORMAT`).
 
-    Summaries written before the ``config`` field existed load as they are (it is optional).
+    Summaries written before the ``config`` field existed load as they are (it is optional). Summaries
+    written before ``pessimistic_estimate`` existed are read as today's
+    (``pipeline.values.upgrade_policy_entry``: a DP-APVI number they called certified is a pessimistic estimate).
 
     Raises
     ------
     ArtifactError
         Unreadable, another format version, or schema errors.
     """
-    return SUMMARY_FORMAT.read(path)
+    doc = SUMMARY_FORMAT.read(path)
+    doc["policies"] = [upgrade_policy_entry(p) for p in doc["policies"]]
+    return doc

@@ -130,6 +130,10 @@ def fingerprint(config, spec: DomainSpec, logs) -> dict:
     if config.hold_out:  # the split decides which units train and which certify; a checkpoint written before the
         # fraction existed (an older split rule) then no longer matches, so it is not resumed into another split
         conf["hold_out_fraction"] = float(config.hold_out_fraction)
+    if config.dp_apvi_c2 is not None:  # another DP-APVI constant learns another policy from the same release
+        conf["dp_apvi_c2"] = float(config.dp_apvi_c2)
+    if config.pbb_share is not None:  # another split of the budget
+        conf["pbb_share"] = float(config.pbb_share)
     conf["mdp"] = None if conf["mdp"] is None else str(conf["mdp"])
     ledger = None if config.ledger is None else str(Path(config.ledger).absolute())
     data = logs_digest(logs)

@@ -150,7 +150,7 @@ def run_pipeline(logs: str | Path | None = None, spec: str | Path | DomainSpec |
     and ``delta``, ``out`` (required), ``mdp``, ``instance_seed``, ``seed``,
     ``stationary``, ``audit_trials``, ``linear_share``, ``value_share``,
     ``overwrite``, ``ledger``, ``progress``, ``engine``, ``spark``,
-    ``hold_out``, ``hold_out_fraction``, ``max_repair_share``, ``accept_repairs``; documented
+    ``hold_out``, ``hold_out_fraction``, ``dp_apvi_c2``, ``pbb_share``, ``max_repair_share``, ``accept_repairs``; documented
     there) and runs it with :func:`run_pipeline_config`.
 
     Parameters
@@ -272,8 +272,12 @@ def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
     pbb_share = 0.0 if config.engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
                                                                   linear_share=linear_share, value_share=value_share,
                                                                   learners=learners)
+    if config.pbb_share is not None and pbb_share > 0:  # the user's share instead of the rule's
+        pbb_share = float(config.pbb_share)
     skipped = {}  # learners the run does not train, and why (said once the logs pass, and in the summary)
-    if config.engine == "spark" and spec.public_reward is not None:
+    if config.pbb_share is not None and float(config.pbb_share) == 0 and spec.public_reward is not None:
+        skipped["dp-pbb"] = "pbb_share 0: its share goes to the release, and DP-APVI learns from it"
+    elif config.engine == "spark" and spec.public_reward is not None:
         skipped["dp-pbb"] = ("engine spark: DP-PBB reads the logs with polars; its share goes to the release, and "
                              "DP-APVI learns from it")
     elif spec.public_reward is None:

@@ -227,7 +227,9 @@ def train(config: PipelineConfig, state: RunState) -> None:
         _charge(config, state, entry.name, run.learner.event_, getattr(cls, "ledger_note", ""))
     for entry in entries:  # post-processing of the release (DP-APVI, the paper's reference)
         if entry.family == "tabular" and entry.load().reads == "release":
-            learned[entry.name] = _learned(entry.load()().fit(release, release_path="../../release"))
+            c2 = config.dp_apvi_c2 if entry.name == "dp-apvi" else None
+            params = {} if c2 is None else {"C2": float(c2)}
+            learned[entry.name] = _learned(entry.load()(**params).fit(release, release_path="../../release"))
     start_values, diagnostics = state.start_values, state.diagnostics
     for name, (policy, v0, q_choice) in learned.items():
         policies[name] = policy

@@ -26,7 +26,7 @@ from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound
 from privaudit.release.behaviour_value import ValueStatistics
 
 __all__ = ["start_distribution", "certified_value", "certified_entries", "start_lower_bound", "D0_SOURCES",
-           "START_FAILURE_PROB"]
+           "START_FAILURE_PROB", "PROVEN_CERTIFICATES", "NOT_A_CERTIFICATE", "upgrade_policy_entry"]
 
 #: Where a start distribution can come from, in the order they are used.
 D0_SOURCES = {
@@ -34,6 +34,14 @@ D0_SOURCES = {
     "value-release": "the noisy start-state counts of the behaviour-value release (DP), normalised by their sum",
     "release-h0": "the release's noisy visit counts at h = 0 summed over actions (DP), normalised by their sum",
 }
+
+#: The learners whose pessimistic value d0 . V_0 is proven here to lower-bound the policy's value
+#: (docs/certificates.md, "DP-PBB: the certified value"). Any other learner's (APVI, DP-APVI: their papers'
+#: analyses, Yin & Wang 2021, Qiao & Wang 2023) is a pessimistic estimate, not a certificate.
+PROVEN_CERTIFICATES = ("dp-pbb",)
+#: What summary.json, stdout and report.md say of such a number.
+NOT_A_CERTIFICATE = ("pessimistic estimate, not a certificate (it rests on the learner's paper's analysis, which "
+                     "docs/certificates.md does not prove; certify the policy on held-out units: --hold-out)")
 
 #: Failure probability spent on the start distribution when d0 is released, not public: the
 #: certificate then holds with probability >= 1 - failure_prob(learner) - START_FAILURE_PROB.
@@ -168,7 +176,11 @@ def certified_value(V0: np.ndarray, d0: np.ndarray | None, return_range: tuple[f
 def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str | None,
                       exact: dict | None, return_range: tuple[float, float] | None = None, *,
                       value_stats: ValueStatistics | None = None, terminal_states=()) -> dict:
-    """Per policy: ``certified_value``, ``certified_start`` and ``certificate_held``.
+    """Per policy: ``certified_value``, ``certified_start``, ``certificate_held`` and ``pessimistic_estimate``.
+
+    Only a learner of :data:`PROVEN_CERTIFICATES` gets a ``certified_value``; any other's number (computed
+    the same way) is its ``pessimistic_estimate``, not a certificate (:data:`NOT_A_CERTIFICATE`), and its
+    ``certified_value``, ``certified_start`` and ``certificate_held`` are None.
 
     With a public d0 (source ``mdp``) the certified value is d0 . V_0; with
     the behaviour-value release's noisy start counts (``value-release``) it
@@ -197,8 +209,9 @@ def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str 
     -------
     dict[str, dict]
         ``certified_value`` (float or None), ``certified_start`` (a key of
-        :data:`D0_SOURCES` or None) and ``certificate_held`` (certified <=
-        exact + 1e-9; None unless both are known).
+        :data:`D0_SOURCES` or None), ``certificate_held`` (certified <=
+        exact + 1e-9; None unless both are known) and ``pessimistic_estimate``
+        (the same number for a learner whose certificate is not proven here, else None).
     """
     out = {}
     for name, V0 in start_values.items():
@@ -208,7 +221,29 @@ def certified_entries(start_values: dict, d0: np.ndarray | None, d0_source: str 
         elif V0 is not None and d0_source == "value-release" and value_stats is not None and return_range:
             cert = start_lower_bound(V0, value_stats.start_states, value_stats.sigma["start_states"],
                                      return_range, terminal_states, max_episodes=value_stats.max_episodes)
+        estimate = None
+        if name not in PROVEN_CERTIFICATES:
+            cert, estimate = None, cert
         v = (exact or {}).get(name)
         out[name] = {"certified_value": cert, "certified_start": d0_source if cert is not None else None,
-                     "certificate_held": None if cert is None or v is None else bool(cert <= v + 1e-9)}
+                     "certificate_held": None if cert is None or v is None else bool(cert <= v + 1e-9),
+                     "pessimistic_estimate": estimate}
+    return out
+
+
+def upgrade_policy_entry(entry: dict) -> dict:
+    """A summary.json policy entry written before ``pessimistic_estimate`` existed, read as today's.
+
+    Such a summary printed every pessimistic learner's d0 . V_0 as ``certified_value``; for a learner
+    outside :data:`PROVEN_CERTIFICATES` that number moves to ``pessimistic_estimate`` (the certificate
+    fields become None). An entry that has the key is returned as it is.
+    """
+    if "pessimistic_estimate" in entry:
+        return entry
+    if entry.get("name") in PROVEN_CERTIFICATES:
+        return {**entry, "pessimistic_estimate": None}
+    out = {**entry, "pessimistic_estimate": entry.get("certified_value"), "certified_value": None,
+           "certified_start": None, "certificate_held": None}
+    if out.get("diagnostics"):
+        out["diagnostics"] = {**out["diagnostics"], "certified_value": None}
     return out

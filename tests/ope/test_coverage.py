@@ -32,28 +32,41 @@ def late_reward_mdp() -> TabularMDP:
     return TabularMDP(P=P, r=r, d0=np.full(S, 1 / S), horizon=H, terminal_states=(), name="late-reward")
 
 
-def spec_for(mdp: TabularMDP, k: int) -> DomainSpec:
+def negative_reward_mdp() -> TabularMDP:
+    """Per-step dynamics, rewards r_h(s, a) in [-1, 1], a terminal state 3 (declared reward 0 once there)."""
+    rng = np.random.default_rng(9)
+    H, S, A = 4, 4, 2
+    P = rng.dirichlet(np.full(S, 0.5), size=(H, S, A))
+    r = rng.uniform(-1.0, 1.0, size=(H, S, A))
+    return TabularMDP(P=P, r=r, d0=np.array([1 / 3, 1 / 3, 1 / 3, 0.0]), horizon=H, terminal_states=(3,),
+                      name="negative-rewards")
+
+
+def spec_for(mdp: TabularMDP, k: int, reward_range=(0.0, 1.0)) -> DomainSpec:
     doc = random_tabular_spec_doc(mdp)
     doc["privacy_unit"] = {"column": "unit_id", "max_episodes": k}
+    doc["reward_range"] = list(reward_range)
     return DomainSpec.from_dict(doc)
 
 
-def logs_with_copies(mdp, behaviour, units: int, k: int, rng) -> pl.DataFrame:
-    """``units`` units, each holding k identical copies of one simulated stay."""
-    one = simulate(mdp, behaviour, units, rng)
+def logs_with_copies(mdp, behaviour, units: int, k: int, rng, reward_range=(0.0, 1.0)) -> pl.DataFrame:
+    """``units`` units, each holding k identical copies of one simulated stay (rewards scaled to [0, 1] by the
+    range, as bounding scales them)."""
+    lo, hi = reward_range
+    one = simulate(mdp, behaviour, units, rng).with_columns(reward=(pl.col("reward") - lo) / (hi - lo))
     copies = [one.with_columns(unit_id=pl.col("episode_id"), episode_id=pl.col("episode_id") * k + j)
               for j in range(k)]
     return pl.concat(copies)
 
 
-def lower_bounds(mdp, pi, *, units, k, coverage, runs, confidence, seed, noiseless=False):
-    spec = spec_for(mdp, k)
+def lower_bounds(mdp, pi, *, units, k, coverage, runs, confidence, seed, noiseless=False, reward_range=(0.0, 1.0)):
+    spec = spec_for(mdp, k, reward_range)
     plan = PolicyEvaluation.plan(spec, resolve_budget(rho=1.0), coverage)
     rng = np.random.default_rng(seed)
     behaviour = np.full((mdp.horizon, spec.n_states, spec.n_actions), 1.0 / spec.n_actions)
     out = []
     for _ in range(runs):
-        stays = held_out_stays(logs_with_copies(mdp, behaviour, units, k, rng), spec)
+        stays = held_out_stays(logs_with_copies(mdp, behaviour, units, k, rng, reward_range), spec)
         model = capped_model_value(stays, pi, spec, coverage)
         if noiseless:  # negative control: the plug-in value itself, no width
             out.append(model.value)
@@ -62,9 +75,10 @@ def lower_bounds(mdp, pi, *, units, k, coverage, runs, confidence, seed, noisele
     return np.array(out)
 
 
-#: case -> (MDP, k, units, coverage m)
-CASES = {"random non-stationary, k=3": (lambda: random_tabular_mdp(4, 2, 4, 11), 3, 3000, 200),
-         "late reward, per-step dynamics, k=1": (late_reward_mdp, 1, 10000, 1000)}
+#: case -> (MDP, k, units, coverage m, declared reward range)
+CASES = {"random non-stationary, k=3": (lambda: random_tabular_mdp(4, 2, 4, 11), 3, 3000, 200, (0.0, 1.0)),
+         "late reward, per-step dynamics, k=1": (late_reward_mdp, 1, 10000, 1000, (0.0, 1.0)),
+         "rewards in [-1, 1], terminal state, k=2": (negative_reward_mdp, 2, 3000, 200, (-1.0, 1.0))}
 
 
 def _policy(mdp, seed=5):
@@ -73,12 +87,12 @@ def _policy(mdp, seed=5):
 
 def coverage_run(case, *, alpha, runs, seed, shrink=1):
     """(failures, lower bounds, true value) of ``runs`` runs of a case at level 1 - alpha."""
-    make, k, units, m = CASES[case]
+    make, k, units, m, reward_range = CASES[case]
     mdp = make()
     pi = _policy(mdp)
     v = evaluate_policy(mdp, pi)
     lb = lower_bounds(mdp, pi, units=units // shrink, k=k, coverage=m / shrink, runs=runs, confidence=1 - alpha,
-                      seed=seed)
+                      seed=seed, reward_range=reward_range)
     return int(np.sum(lb > v)), lb, v
 
 
@@ -88,7 +102,9 @@ def test_lower_bound_covers_at_the_stated_level(case):
     alpha, runs = 0.2, 40
     fails, lb, v = coverage_run(case, alpha=alpha, runs=runs, seed=1)
     assert fails <= alpha * runs + 3 * math.sqrt(alpha * (1 - alpha) * runs), (fails, v, lb.max())
-    assert lb.mean() > 0.5 * v, (lb.mean(), v)  # informative, not vacuous
+    lo, hi = CASES[case][4]
+    floor = min(lo, 0.0) * 4  # the least value of H = 4 steps in declared units (terminal states earn 0)
+    assert lb.mean() > floor + 0.5 * (v - floor), (lb.mean(), v)  # informative, not vacuous
 
 
 def test_negative_control_the_plug_in_value_fails():

@@ -9,14 +9,16 @@ import pytest
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.ope.evaluate import PolicyEvaluation, _ranges
-from privaudit.ope.model import capped_model_value, held_out_stays, lipschitz_bounds, policy_table_for
+from privaudit.ope.model import (capped_model_value, evaluation_frame, held_out_stays, lipschitz_bounds,
+                                 policy_table_for)
 from privaudit.privacy.budget import resolve_budget
 
 S, A, H = 4, 2, 3
 
 
-def _spec(public: bool) -> DomainSpec:
-    doc = {"format_version": 1, "dataset_id": "tiny", "n_states": S, "n_actions": A, "horizon": H, "reward_range": [0.0, 1.0],
+def _spec(public: bool, reward_range=(0.0, 1.0)) -> DomainSpec:
+    doc = {"format_version": 1, "dataset_id": "tiny", "n_states": S, "n_actions": A, "horizon": H,
+           "reward_range": list(reward_range),
            "terminal_states": [3], "privacy_unit": {"column": "unit_id", "max_episodes": 1}}
     if public:
         doc["public_reward"] = {"kind": "next_state", "values": {"3": 1.0}}
@@ -42,9 +44,11 @@ def _stats(rows, spec, pi, m, plan):
 
 
 @pytest.mark.parametrize("public", [True, False])
-def test_substituting_one_unit_moves_each_statistic_by_at_most_its_sensitivity(public):
-    """150 random (dataset, substitution) pairs on a tiny domain with m near the counts, where the caps bind."""
-    spec = _spec(public)
+@pytest.mark.parametrize("reward_range", [(0.0, 1.0), (-1.0, 1.0)])
+def test_substituting_one_unit_moves_each_statistic_by_at_most_its_sensitivity(public, reward_range):
+    """150 random (dataset, substitution) pairs on a tiny domain with m near the counts, where the caps bind;
+    with r_min < 0 the terminal state earns the frame's terminal reward for each remaining step."""
+    spec = _spec(public, reward_range)
     rng = np.random.default_rng(11)
     worst = np.zeros(3)
     for trial in range(150):
@@ -64,6 +68,42 @@ def test_substituting_one_unit_moves_each_statistic_by_at_most_its_sensitivity(p
 def test_lipschitz_bounds_use_the_public_terminal_reward():
     assert lipschitz_bounds(_spec(True)).tolist() == [1.0, 1.0, 1.0, 0.0]  # one reward, on entering state 3
     assert lipschitz_bounds(_spec(False)).tolist() == [3.0, 2.0, 1.0, 0.0]
+
+
+def test_lipschitz_bounds_with_negative_rewards_count_the_terminal_reward_of_the_remaining_steps():
+    """Range [-1, 1]: r'' = (r + 1) / 2, so r''(3) = 1, r''(other) = 1/2, and the dead earn 1/2 per step."""
+    # h = 2: max(1 + 0, 1/2 + 0) = 1; h = 1: entering 3 earns 1 + 1/2 (one dead step), elsewhere 1/2 + 1;
+    # h = 0: entering 3 earns 1 + 2 (1/2), elsewhere 1/2 + 1.5
+    assert lipschitz_bounds(_spec(True, (-1.0, 1.0))).tolist() == [2.0, 1.5, 1.0, 0.0]
+    assert lipschitz_bounds(_spec(False, (-1.0, 1.0))).tolist() == [3.0, 2.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("reward_range", [(-1.0, 1.0), (-2.0, -0.5), (0.5, 2.0)])
+def test_model_value_maps_back_to_the_declared_value_for_any_reward_range(reward_range):
+    """m -> 0 (no caps): the frame's declared value equals backward induction on the empirical model in
+    declared units, the terminal state earning 0 (logs given in bounded, scaled units)."""
+    spec = _spec(False, reward_range)
+    lo, hi = reward_range
+    rng = np.random.default_rng(3)
+    rows = sum([_unit(rng, u) for u in range(300)], [])
+    raw = rng.uniform(lo, hi, len(rows))
+    df = pl.DataFrame(rows).with_columns(reward=(raw - lo) / (hi - lo))  # as bounding scales them
+    pi = rng.dirichlet(np.ones(A), size=(H, S))
+    mv = capped_model_value(held_out_stays(df, spec), pi, spec, 1e-9)
+    a = {c: df[c].to_numpy() for c in ("step", "state", "action", "next_state")}
+    n = np.zeros((H, S, A)); N = np.zeros((H, S, A, S)); Rs = np.zeros((H, S, A))
+    np.add.at(n, (a["step"], a["state"], a["action"]), 1)
+    np.add.at(N, (a["step"], a["state"], a["action"], a["next_state"]), 1)
+    np.add.at(Rs, (a["step"], a["state"], a["action"]), raw)
+    V = np.zeros(S)
+    for h in range(H - 1, -1, -1):
+        V[3] = 0.0  # terminal: declared reward 0 from then on
+        with np.errstate(invalid="ignore", divide="ignore"):
+            Q = np.where(n[h] > 0, (Rs[h] + N[h] @ V) / n[h], 0.0)
+        V = (pi[h] * Q).sum(axis=1)
+    d0 = np.bincount(a["state"][a["step"] == 0], minlength=S) / 300
+    assert (n[:, :3] > 0).all()  # every cell visited: no mass absorbed
+    assert evaluation_frame(spec).declared(mv.value, H) == pytest.approx(float(d0 @ V), rel=1e-9, abs=1e-12)
 
 
 def test_a_policy_row_that_is_not_a_distribution_is_refused_with_its_step_and_state():

@@ -28,6 +28,7 @@ from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline import load_summary, run_pipeline
 from privaudit.pipeline.render import format_table, render_markdown
 from privaudit.pipeline.run import _child_seeds
+from privaudit.pipeline.values import upgrade_policy_entry
 from privaudit.privacy import accounting
 from privaudit.core.schemas import schema_errors
 from privaudit.release.behaviour_value import BehaviourValueRelease, estimate_behaviour_value
@@ -87,8 +88,10 @@ def test_every_artifact_and_a_valid_summary(linear_run):
              *arts["policies"].values(), *arts["figures"].values()]
     assert all((out / p).exists() for p in named)
     assert set(arts["policies"]) == {"dp-apvi", "dp-vapvi"}
-    dg = next(p for p in s["policies"] if p["name"] == "dp-apvi")["diagnostics"]
-    assert 0.0 <= dg["fallback_share"] <= 1.0 and dg["certified_value"] is not None
+    apvi = next(p for p in s["policies"] if p["name"] == "dp-apvi")
+    dg = apvi["diagnostics"]  # DP-APVI's pessimistic value: an estimate, not a certificate (not proven here)
+    assert 0.0 <= dg["fallback_share"] <= 1.0 and dg["certified_value"] is None
+    assert apvi["pessimistic_estimate"] is not None
     assert "How much `dp-apvi` learned" in (out / "report.md").read_text()
     # a --seed run is for tests only: anyone who knows the seed can subtract the noise
     assert s["sharing"]["may_leave"] == [] and s["rng"] == "seeded-insecure"
@@ -208,8 +211,11 @@ def test_rho_budget_without_features_and_no_audit(world, tmp_path):
     # --value-share 0: no behaviour value; a stationary release has no h = 0 visits, so the certified
     # value is averaged over the known MDP's (public) d0
     assert s["behaviour_value"] is None and s["start_distribution"]["source"] == "mdp"
+    # DP-APVI's pessimistic value rests on its paper's analysis, not proven in docs/certificates.md: an
+    # estimate, not a certificate (issue 28 item 2; before, it was printed as *certified*)
     p = s["policies"][0]
-    assert p["certified_start"] == "mdp" and p["certificate_held"] == (p["certified_value"] <= p["value"] + 1e-9)
+    assert p["certified_value"] is None and p["certified_start"] is None and p["certificate_held"] is None
+    assert p["pessimistic_estimate"] is not None
 
 
 def test_stationary_release_is_audited_on_the_pooled_worst_case(world, tmp_path):
@@ -224,7 +230,7 @@ def test_stationary_release_is_audited_on_the_pooled_worst_case(world, tmp_path)
     assert a["claim"]["kind"] == "generic" and math.isclose(a["claim"]["rho"], 0.9, rel_tol=1e-9)
     # no MDP: the certified value is averaged over the released start counts; nothing to check it against
     p = s["policies"][0]
-    assert p["certified_start"] == "value-release" and p["certified_value"] is not None
+    assert p["name"] == "dp-apvi" and p["certified_value"] is None and p["pessimistic_estimate"] is not None
     assert p["certificate_held"] is None and s["start_distribution"]["source"] == "value-release"
     lo, hi = s["behaviour_value"]["interval"]
     assert lo <= s["behaviour_value"]["estimate"] <= hi
@@ -464,17 +470,30 @@ def test_value_estimates_are_post_processing_of_the_noisy_statistics(world, tmp_
     # (preferred to the released start counts, which need margins)
     learner = DPAPVI().fit(load_release(out / "release"))
     p = next(p for p in s["policies"] if p["name"] == "dp-apvi")
-    assert p["certified_start"] == "mdp" and s["start_distribution"]["source"] == "mdp"
-    assert p["certified_value"] == pytest.approx(float(mdp.d0 @ learner.declared_values()[0]), rel=1e-12,
-                                                 abs=1e-12)
-    assert p["certificate_held"] == (p["certified_value"] <= p["value"] + 1e-9)
+    assert s["start_distribution"]["source"] == "mdp"
+    assert p["pessimistic_estimate"] == pytest.approx(float(mdp.d0 @ learner.declared_values()[0]), rel=1e-12,
+                                                      abs=1e-12)
+    assert p["certified_value"] is None and p["certificate_held"] is None  # not a certificate (not proven here)
     assert schema_errors(load_summary(out / "summary.json"), "summary") == []
+    # a summary written before `pessimistic_estimate` existed called DP-APVI's number certified: it is read as
+    # today's (pipeline.values.upgrade_policy_entry); DP-PBB's certificate would stay one
+    older = json.loads((out / "summary.json").read_text())
+    for q in older["policies"]:
+        q.pop("pessimistic_estimate")
+        q.update(certified_value=0.123, certified_start="mdp", certificate_held=True)
+    (out.parent / "older.json").write_text(json.dumps(older))
+    back = {q["name"]: q for q in load_summary(out.parent / "older.json")["policies"]}
+    assert back["dp-apvi"]["pessimistic_estimate"] == 0.123 and back["dp-apvi"]["certified_value"] is None
+    assert back["dp-apvi"]["certificate_held"] is None
+    assert upgrade_policy_entry({"name": "dp-pbb", "certified_value": 0.2})["certified_value"] == 0.2
     # shown in report.md and in the table
     md = (out / "report.md").read_text()
     assert "| policy | value | certified | held | clinicians | optimal |" in md
     assert f"{b['estimate']:.4f}" in md and "estimated with DP" in md
     table = format_table(load_summary(out / "summary.json"), str(out))
     assert f"DP estimate {b['estimate']:.4f}" in table and "certified" in table
+    assert f"dp-apvi: {p['pessimistic_estimate']:.4f} is a pessimistic estimate, not a certificate" in table
+    assert "**Pessimistic estimates, not certificates**" in md
 
 
 def test_certified_value_from_h0_visits_without_value_share(world, tmp_path):

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import polars as pl
 import pytest
+from privaudit.core.errors import UsageError
 from privaudit.core.spec import load_spec
 from privaudit.data.prepare import prepare_logs
 from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, held_out_units_estimate,
@@ -98,6 +99,50 @@ def test_pipeline_bad_hold_out_fraction_is_one_line_and_writes_nothing(files, tm
     assert not (tmp_path / "o").exists()
 
 
+def test_pipeline_dp_apvi_c2_is_used_certified_on_held_out_units_and_resumes_only_with_the_same_c2(files, tmp_path):
+    """--dp-apvi-c2 0: DP-APVI without its privacy term C2 S H E iota / n (the paper's 16 by default); its own
+    pessimistic value is never a certificate; --hold-out certifies the policy on held-out units instead."""
+    res = run("pipeline", files / "logs.parquet", "--spec", files / "spec.json", "--rho", 2, "--out",
+              tmp_path / "o", "--hold-out", "--audit-trials", 0, "--mdp", files / "mdp.npz", "--seed", 4,
+              "--dp-apvi-c2", 0)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    apvi = next(p for p in summary["policies"] if p["name"] == "dp-apvi")
+    assert json.loads((tmp_path / "o" / apvi["path"] / "policy.json").read_text())["parameters"]["C2"] == 0.0
+    assert apvi["certified_value"] is None and apvi["pessimistic_estimate"] is not None
+    c = summary["held_out_certification"]["policies"]["dp-apvi"]
+    assert c["lower_bound"] <= apvi["value"]  # seeded; fails w.p. < 5% for a fresh seed
+    assert "dp-apvi: certified value" in res.stdout and "is a pessimistic estimate, not a certificate" in res.stdout
+    spec = load_spec(files / "spec.json")
+    conf = dict(logs=str(files / "logs.parquet"), spec=str(files / "spec.json"), rho=1.0, out="o")
+    assert (fingerprint(PipelineConfig(**conf, dp_apvi_c2=0.0), spec, files / "logs.parquet")["configuration"]
+            != fingerprint(PipelineConfig(**conf), spec, files / "logs.parquet")["configuration"])
+    for bad in (-1.0, float("nan"), "0"):
+        with pytest.raises(UsageError, match="`dp_apvi_c2` must be a finite number >= 0"):
+            PipelineConfig(**conf, dp_apvi_c2=bad)
+
+
+def test_pbb_share_zero_gives_the_release_its_part_and_certifies_dp_apvi_alone(files, tmp_path):
+    """--pbb-share 0: DP-PBB is not trained (said in summary.json), the release gets 1 - value_share of the
+    budget, and --hold-out certifies DP-APVI with the whole held-out budget (docs/results.md's setting)."""
+    sample = Path(__file__).resolve().parents[2] / "sample_data"  # a public reward: DP-PBB would run
+    res = run("pipeline", sample / "icu_sepsis_clinicians_20k.parquet", "--spec", sample / "icu_sepsis_spec.json",
+              "--rho", 2, "--out", tmp_path / "o", "--hold-out", "--hold-out-fraction", 0.2, "--audit-trials", 0,
+              "--seed", 6, "--dp-apvi-c2", 0, "--pbb-share", 0)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [p["name"] for p in summary["policies"]] == ["dp-apvi"]
+    assert any(n["name"] == "dp-pbb" and "pbb_share 0" in n["reason"] for n in summary["not_trained"])
+    parts = {p["name"]: p["rho"] for p in summary["privacy"]["parts"]}
+    assert parts["release"] == pytest.approx(0.9 * 2)
+    held = summary["held_out_certification"]["policies"]
+    assert list(held) == ["dp-apvi"] and held["dp-apvi"]["guarantee"]["rho"] == pytest.approx(2.0)
+    for bad in ("1", "-0.1"):
+        r = run("pipeline", files / "logs.parquet", "--spec", files / "spec.json", "--rho", 2, "--out",
+                tmp_path / f"b{bad}", "--pbb-share", bad)
+        assert r.exit_code == 2 and "pbb-share` must be a number in [0, 1)" in r.output and "Traceback" not in r.output
+
+
 def test_held_out_units_estimate_scales_the_training_count():
     """N'/k training units at least; times f/(1-f) held out; None without the clinicians' release."""
     stats = SimpleNamespace(episodes=14_000.0, max_episodes=2)
@@ -115,17 +160,19 @@ def test_resume_fingerprint_holds_the_held_out_fraction(files):
     assert a != b
 
 
-def test_hold_out_with_negative_rewards_is_refused_before_anything_runs_and_names_hold_out(tmp_path):
-    """A fresh user's -1/0/+1 spec with --hold-out was refused only by the evaluator's message (no mention of
-    --hold-out), and without a ledger the refusal came from the certify stage, after the rest had spent."""
-    sample = Path(__file__).resolve().parents[2] / "sample_data"
-    doc = json.loads((sample / "icu_sepsis_spec.json").read_text())
-    doc.update(reward_range=[-1.0, 1.0], return_bound=[-1.0, 1.0])
-    doc.pop("public_reward")
+def test_hold_out_with_negative_rewards_certifies_in_declared_units(files, tmp_path):
+    """Before: a -1/0/+1 spec with --hold-out was refused (the evaluation needed reward_range [0, r_max]). Now the
+    evaluation shifts by the range's lower end (docs/certificates.md, "Reward ranges"): the same logs under
+    reward_range [-1, 1] are certified, and the bound lies in the declared value range [-H, H]."""
+    doc = json.loads((files / "spec.json").read_text())
+    doc["reward_range"] = [-1.0, 1.0]
     (tmp_path / "spec.json").write_text(json.dumps(doc))
-    out = tmp_path / "run"
-    res = run("pipeline", sample / "icu_sepsis_clinicians_20k.parquet", "--spec", tmp_path / "spec.json",
-              "--rho", 1, "--hold-out", "--out", out)
-    assert res.exit_code == 2, res.output
-    assert "`--hold-out` (the held-out certification): policy evaluation from logs needs reward_range" in res.stderr
-    assert "Traceback" not in res.output and not out.exists()
+    res = run("pipeline", files / "logs.parquet", "--spec", tmp_path / "spec.json", "--rho", 2, "--out",
+              tmp_path / "o", "--hold-out", "--audit-trials", 0, "--mdp", files / "mdp.npz", "--seed", 5)
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    held = summary["held_out_certification"]["policies"]
+    assert held
+    for name, c in held.items():
+        exact = next(p for p in summary["policies"] if p["name"] == name)["value"]
+        assert -3.0 <= c["lower_bound"] <= exact <= c["interval"][1] <= 3.0  # fails w.p. < 10% per policy (seeded)

@@ -376,27 +376,35 @@ def test_start_distribution_sources_and_certificates():
     assert src == "mdp" and d0 == pytest.approx(mdp.d0)
     assert start_distribution() == (None, None)
     V0 = np.array([1.0, -2.0, 0.0, 0.0])
-    out = certified_entries({"a": V0, "b": None}, np.array([0.5, 0.5, 0, 0]), "mdp", {"a": -0.4, "b": 0.3})
-    assert out["a"] == {"certified_value": -0.5, "certified_start": "mdp", "certificate_held": True}
-    assert out["b"] == {"certified_value": None, "certified_start": None, "certificate_held": None}
-    out = certified_entries({"a": V0}, np.array([1.0, 0, 0, 0]), "mdp", {"a": 0.5})
-    assert out["a"]["certificate_held"] is False
+    # DP-PBB's certificate is proven in docs/certificates.md (pipeline.values.PROVEN_CERTIFICATES)
+    out = certified_entries({"dp-pbb": V0, "b": None}, np.array([0.5, 0.5, 0, 0]), "mdp",
+                            {"dp-pbb": -0.4, "b": 0.3})
+    assert out["dp-pbb"] == {"certified_value": -0.5, "certified_start": "mdp", "certificate_held": True,
+                             "pessimistic_estimate": None}
+    assert out["b"] == {"certified_value": None, "certified_start": None, "certificate_held": None,
+                        "pessimistic_estimate": None}
+    out = certified_entries({"dp-pbb": V0}, np.array([1.0, 0, 0, 0]), "mdp", {"dp-pbb": 0.5})
+    assert out["dp-pbb"]["certificate_held"] is False
+    # any other learner's (DP-APVI: its paper's analysis) is a pessimistic estimate, not a certificate
+    out = certified_entries({"dp-apvi": V0}, np.array([0.5, 0.5, 0, 0]), "mdp", {"dp-apvi": -0.4})
+    assert out["dp-apvi"] == {"certified_value": None, "certified_start": None, "certificate_held": None,
+                              "pessimistic_estimate": -0.5}
     # released d0: the lower confidence bound of start_lower_bound, never the plug-in average
     st2 = ValueStatistics(episodes=1e4, return_sum=0.0, return_squares=0.0,
                           start_states=np.array([5000.0, 5000.0, 0.0, 0.0]), sigma={"start_states": 10.0})
     Vh = np.array([1.0, 0.5, 0.0, 0.0])
-    out = certified_entries({"a": Vh}, np.array([0.5, 0.5, 0, 0]), "value-release", None, (0.0, 1.0),
+    out = certified_entries({"dp-pbb": Vh}, np.array([0.5, 0.5, 0, 0]), "value-release", None, (0.0, 1.0),
                             value_stats=st2, terminal_states=(SURVIVE, DIE))
-    assert out["a"]["certified_value"] == pytest.approx(
+    assert out["dp-pbb"]["certified_value"] == pytest.approx(
         start_lower_bound(Vh, st2.start_states, 10.0, (0.0, 1.0), (SURVIVE, DIE)))
-    assert 0.70 < out["a"]["certified_value"] < 0.75  # below the plug-in 0.75, by the margins
-    assert out["a"]["certified_start"] == "value-release"
-    assert certified_entries({"a": Vh}, np.array([0.5, 0.5, 0, 0]), "release-h0", None,
-                             (0.0, 1.0))["a"]["certified_value"] is None
+    assert 0.70 < out["dp-pbb"]["certified_value"] < 0.75  # below the plug-in 0.75, by the margins
+    assert out["dp-pbb"]["certified_start"] == "value-release"
+    assert certified_entries({"dp-pbb": Vh}, np.array([0.5, 0.5, 0, 0]), "release-h0", None,
+                             (0.0, 1.0))["dp-pbb"]["certified_value"] is None
     assert certified_entries({"a": V0}, None, None, None)["a"]["certified_value"] is None
     # clipped into the declared return range: every policy's value lies in it
-    low = certified_entries({"a": np.full(4, -6.0)}, np.array([1.0, 0, 0, 0]), "mdp", None, (-1.0, 1.0))
-    assert low["a"]["certified_value"] == -1.0
+    low = certified_entries({"dp-pbb": np.full(4, -6.0)}, np.array([1.0, 0, 0, 0]), "mdp", None, (-1.0, 1.0))
+    assert low["dp-pbb"]["certified_value"] == -1.0
 
 
 def test_released_start_distribution_estimates_d0():
