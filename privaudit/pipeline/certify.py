@@ -23,10 +23,9 @@ from dataclasses import replace
 from fractions import Fraction
 
 from privaudit.core.spec import DomainSpec
-from privaudit.data.bounding import unit_column_of
 from privaudit.data.prepare import PreparedLogs
 from privaudit.ope.evaluate import COVERAGE_DEFAULT, PolicyEvaluation, coverage_rule, evaluate_policy_on_logs
-from privaudit.ope.split import HELD_OUT, HOLD_OUT_DEFAULT, SPLIT_HASH_SEED, in_part
+from privaudit.ope.split import HELD_OUT, HOLD_OUT_DEFAULT, SPLIT_HASH_SEED, part_of
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.ledger import charge_of
 from privaudit.release.behaviour_value import estimate_behaviour_value
@@ -45,13 +44,14 @@ CERTIFIED_POLICIES = ("dp-pbb", "dp-apvi")
 
 
 def split_held_out(prepared: PreparedLogs, fraction: float = HOLD_OUT_DEFAULT) -> tuple[PreparedLogs, PreparedLogs]:
-    """(training part, held-out part) of prepared logs, by ``ope.split.in_part`` on the unit column.
+    """(training part, held-out part) of prepared logs, by ``ope.split.part_of`` on the unit column.
 
-    ``fraction`` (public, in (0, 1)) of the units are held out.
+    ``fraction`` (public, in (0, 1)) of the units are held out. ``prepared`` is polars'
+    ``PreparedLogs`` or the Spark engine's prepared logs (any frozen dataclass whose ``bounded`` is a
+    pyspark DataFrame): Spark then splits on the cluster, by the same hash.
     """
-    unit = unit_column_of(prepared.bounded)
-    return (replace(prepared, bounded=prepared.bounded.filter(in_part(unit, 1 - HELD_OUT, fraction))),
-            replace(prepared, bounded=prepared.bounded.filter(in_part(unit, HELD_OUT, fraction))))
+    return (replace(prepared, bounded=part_of(prepared.bounded, 1 - HELD_OUT, fraction)),
+            replace(prepared, bounded=part_of(prepared.bounded, HELD_OUT, fraction)))
 
 
 def held_out_units_estimate(value_stats, fraction: float) -> float | None:
