@@ -26,7 +26,7 @@ two-sided interval adds the absorbed mass on its upper side.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -284,8 +284,9 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
     logs : path, PreparedLogs or pyspark DataFrame
         Parquet logs (validated and bounded here, by ``engine``), logs
         already prepared under ``spec`` (polars' ``PreparedLogs``, or the
-        Spark engine's prepared logs: anything with ``bounded`` and
-        ``check_spec``), or a Spark DataFrame of raw logs (``engine`` spark).
+        Spark engine's prepared logs: a dataclass with ``bounded``, checked
+        with its ``check_spec`` when it has one), or a Spark DataFrame of
+        raw logs (``engine`` spark).
     spec : DomainSpec
         The logs' spec (r_min must be 0).
     pi : ndarray, shape (H, S, A) or (S, A)
@@ -343,8 +344,9 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
     if ledger is not None:
         ledger_mod.check_event(Path(ledger), spec.dataset_id, plan.event, budget)
-    if isinstance(logs, PreparedLogs) or callable(getattr(type(logs), "check_spec", None)):  # either engine
-        logs.check_spec(spec)
+    if isinstance(logs, PreparedLogs) or (is_dataclass(logs) and hasattr(logs, "bounded")):  # either engine
+        if callable(getattr(logs, "check_spec", None)):
+            logs.check_spec(spec)
         bounded = logs.bounded
     elif engine == "spark":
         from privaudit.data.spark.engine import spark_bounded_logs  # pyspark only with engine spark

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
+from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.prepare import PreparedLogs
 from privaudit.ope.evaluate import COVERAGE_DEFAULT, PolicyEvaluation, coverage_rule, evaluate_policy_on_logs
@@ -50,6 +51,9 @@ def split_held_out(prepared: PreparedLogs, fraction: float = HOLD_OUT_DEFAULT) -
     ``PreparedLogs`` or the Spark engine's prepared logs (any frozen dataclass whose ``bounded`` is a
     pyspark DataFrame): Spark then splits on the cluster, by the same hash.
     """
+    if getattr(prepared, "bounded", None) is None:  # a Spark run given the logs as read, not as prepared
+        raise UsageError("`hold_out` with `engine` spark needs the Spark engine's prepared logs (read, checked and "
+                         "bounded once before the stages); these logs were passed as read. Nothing was charged.")
     return (replace(prepared, bounded=part_of(prepared.bounded, 1 - HELD_OUT, fraction)),
             replace(prepared, bounded=part_of(prepared.bounded, HELD_OUT, fraction)))
 
