@@ -34,6 +34,7 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
+from privaudit.data.exact_sums import REWARD_BITS
 from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.ope.model import (ModelValue, capped_model_value, held_out_stays, lipschitz_bounds,
                                  policy_table_for)
@@ -198,7 +199,8 @@ class PolicyEvaluation:
         lower = V - noise("value", _FAILURE["value"] * alpha) - width(alpha)
         lo2 = V - noise("value", _FAILURE["value"] * alpha / 2) - width(alpha / 2)
         hi2 = (V + noise("value", _FAILURE["value"] * alpha / 4) + width(alpha / 4)  # L takes alpha/4 of alpha/2
-               + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 4))))
+               + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 4)))
+               + self.spec.horizon * 2.0 ** -REWARD_BITS)  # the rewards' floor to 2^-52 (ope.model)
         scale = float(self.spec.reward_range[1])
         clip = (lambda x: float(np.clip(x, 0.0, top)) * scale)
         return {"estimate": clip(V), "estimate_unclipped": V * scale,

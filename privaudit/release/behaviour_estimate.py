@@ -44,7 +44,9 @@ class ValueStatistics:
     low, high : float
         The declared return range; ``mid`` = (low + high) / 2 is the centre.
     rounding : float
-        Largest lattice rounding of one episode's c (2^-b), declared units.
+        Largest error of one episode's c, declared units: its lattice rounding
+        (2^-b) plus the bound on the error of its summed return
+        (``BehaviourValueRelease.sum_error``, about 10^-14 H r_max).
     unit_cross : float or None
         B' (noisy sum over units of t_u n_u, declared units); None when k = 1
         (then B = T).

@@ -64,7 +64,16 @@ Each sigma = L2 / sqrt(2 share), rounded up until the exact rational cost
 fits its share. The event is one Gaussian leaf per statistic
 (``privaudit.privacy.events``); the pipeline composes it with the release's.
 
-The estimate (:func:`estimate_behaviour_value`) is post-processing. The
+Engines: :meth:`BehaviourValueRelease.exact_statistics` takes polars'
+bounded frame or the Spark engine's (``privaudit.data.spark.stats``) and
+returns the same integers: each episode's scaled rewards are summed as
+integers after a floor to 2^-52 (``privaudit.data.exact_sums``), and G, its
+clipping and c run the same float64 operations in both; the error of G
+this leaves (< 4 H max|r| 2^-52, :attr:`BehaviourValueRelease.sum_error`)
+widens the interval with the lattice rounding.
+
+The estimate (:func:`estimate_behaviour_value`, in
+:mod:`privaudit.release.behaviour_estimate`) is post-processing. The
 estimand is the mean return per episode, the ratio R = E[t_u] / E[n_u] over
 patients (m + R in declared units): with n = max(N', 1) and c-hat =
 clip(T'/n, -C, C), G-hat = m + c-hat. Its interval is finite-sample (issue
@@ -110,7 +119,7 @@ import polars as pl
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import unit_column_of
-from privaudit.data.exact_sums import value_sums
+from privaudit.data.exact_sums import REWARD_BITS, value_sums
 from privaudit.privacy import accounting
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
@@ -263,6 +272,15 @@ class BehaviourValueRelease:
         """The mechanism's privacy event: one Gaussian leaf per statistic."""
         return ComposedEvent(tuple(self.family_event(f) for f in self.families), label="behaviour-value")
 
+    @property
+    def sum_error(self) -> float:
+        """A bound on how far an episode's computed return G is from its exact value, declared units:
+        4 H max(|r_min|, |r_max|) 2^-52 covers the limbs' floor (< H (r_max - r_min) 2^-52,
+        ``privaudit.data.exact_sums``) and the float64 rounding of G (< H max|r| 2^-53 per operation).
+        Added to the interval's rounding widening (far below one lattice step)."""
+        r = max(abs(float(x)) for x in self.spec.reward_range)
+        return 4.0 * self.spec.horizon * r * 2.0 ** -REWARD_BITS
+
     def step(self, family: str) -> float:
         """Lattice step of a family in real (declared) units: 1, 2^-b or 2^-2b."""
         return {"return_sum": math.ldexp(1.0, -self.bits), "unit_return_cross": math.ldexp(1.0, -self.bits),
@@ -328,7 +346,7 @@ class BehaviourValueRelease:
             return_squares=noisy["return_squares"],
             start_states=noisy["start_states"].astype(np.float64),
             sigma={f: self.sigma_lattice[f] * self.step(f) for f in fams},
-            low=self.low, high=self.high, rounding=self.step("return_sum"),
+            low=self.low, high=self.high, rounding=self.step("return_sum") + self.sum_error,
             unit_cross=noisy.get("unit_return_cross"), unit_count_squares=noisy.get("unit_count_squares"),
             max_episodes=int(self.spec.max_episodes_per_unit))
 
