@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pickle
 import resource
 import subprocess
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_spark import _jvm_usage, _vm_hwm_mb, make_logs  # noqa: E402  (the same cached logs and probes)
+from bench_spark import _jvm_usage, _vm_hwm_mb, bench_session, make_logs  # noqa: E402  (the same cached logs and probes)
 
 
 def child(engine: str, logs: str, spec_path: str, out: str, master: str, driver_memory: str) -> None:
@@ -45,15 +44,9 @@ def child(engine: str, logs: str, spec_path: str, out: str, master: str, driver_
         bounded = prepare_logs(logs, spec).bounded
         phases["bound"] = time.perf_counter() - t
     else:
-        from pyspark.sql import SparkSession
-
         from privaudit.data.spark.engine import spark_bounded_logs
 
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        spark = (SparkSession.builder.master(master).appName("privaudit-bench")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.memory", driver_memory).getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = bench_session(master, driver_memory)
         phases["session"] = time.perf_counter() - t
         bounded = spark_bounded_logs(logs, spec, spark=spark)[0].persist()  # bounded once, read twice
         phases["bound"] = time.perf_counter() - t
