@@ -90,7 +90,7 @@ def test_value_statistics_and_stay_cells_are_identical_on_spark(spark, tmp_path,
     assert set(got) == set(exp) == set(plan.families)
     for f in plan.families:
         np.testing.assert_array_equal(np.asarray(got[f]), np.asarray(exp[f]), err_msg=f)
-    assert exp["episode_count"] > 40 and exp["return_squares"] > 0  # the logs hold stays and returns
+    assert exp["episode_count"] > 30 and exp["return_squares"] > 0  # the logs hold stays and returns
     a, b = held_out_stays(lf, spec), held_out_stays(sdf, spec)
     for name in ("start_counts", "step", "state", "action", "next_state", "count", "reward_hi", "reward_lo"):
         np.testing.assert_array_equal(getattr(b, name), getattr(a, name), err_msg=name)
