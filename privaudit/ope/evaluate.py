@@ -351,9 +351,9 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
             logs.check_spec(spec)
         bounded = logs.bounded
     elif engine == "spark":
-        from privaudit.data.spark.engine import spark_bounded_logs  # pyspark only with engine spark
+        from privaudit.data.spark import engine as spark_engine  # optional dependency: only with engine spark
 
-        bounded = spark_bounded_logs(logs, spec, spark=spark)[0]
+        bounded = spark_engine.spark_bounded_logs(logs, spec, spark=spark)[0]
     else:
         prepared = prepare_logs(logs, spec)
         prepared.check_spec(spec)

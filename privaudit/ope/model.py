@@ -148,11 +148,10 @@ def held_out_stays(bounded, spec: DomainSpec) -> HeldOutStays:
     if isinstance(bounded, (pl.LazyFrame, pl.DataFrame)):
         cells, starts = stay_tables(bounded)
     else:
-        from privaudit.data.spark.session import spark_errors  # pyspark only with a Spark frame
-        from privaudit.data.spark.stats import spark_stay_cells
+        from privaudit.data.spark import session, stats  # optional dependency: pyspark only with a Spark frame
 
-        with spark_errors("aggregating the evaluated stays"):
-            cells, starts = spark_stay_cells(bounded, max_episodes=int(spec.max_episodes_per_unit))
+        with session.spark_errors("aggregating the evaluated stays"):
+            cells, starts = stats.spark_stay_cells(bounded, max_episodes=int(spec.max_episodes_per_unit))
     return HeldOutStays.from_tables(cells, starts, spec.n_states)
 
 

@@ -87,6 +87,7 @@ def part_of(bounded, part: int, fraction: float = HOLD_OUT_DEFAULT):
     """
     if isinstance(bounded, (pl.LazyFrame, pl.DataFrame)):
         return bounded.filter(in_part(unit_column_of(bounded.lazy()), part, fraction))
-    from privaudit.data.spark.stats import spark_unit_part  # pyspark only with a Spark frame
+    from privaudit.data.spark import stats  # optional dependency: pyspark only with a Spark frame
 
-    return bounded.filter(spark_unit_part(bounded["unit_id"], _threshold(fraction), SPLIT_HASH_SEED) == int(part))
+    return bounded.filter(stats.spark_unit_part(bounded["unit_id"], _threshold(fraction), SPLIT_HASH_SEED)
+                          == int(part))

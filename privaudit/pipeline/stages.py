@@ -191,9 +191,9 @@ def bounded_logs(config: PipelineConfig, state: RunState):
     bounded = getattr(state.prepared, "bounded", None)
     if bounded is not None:
         return bounded
-    from privaudit.data.spark.engine import spark_bounded_logs  # pyspark only on a Spark run
+    from privaudit.data.spark import engine as spark_engine  # optional dependency: only on a Spark run
 
-    return spark_bounded_logs(state.prepared, state.plan.spec, spark=config.spark)[0]
+    return spark_engine.spark_bounded_logs(state.prepared, state.plan.spec, spark=config.spark)[0]
 
 
 def _learner_seed(seeds: list, slot: int, index: int) -> int | None:

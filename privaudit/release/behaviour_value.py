@@ -322,11 +322,10 @@ class BehaviourValueRelease:
         if isinstance(bounded, (pl.LazyFrame, pl.DataFrame)):
             lf = bounded.lazy()
             return value_sums(lf, unit_column_of(lf), **lattice)
-        from privaudit.data.spark.session import spark_errors  # pyspark only with a Spark frame
-        from privaudit.data.spark.stats import spark_value_sums
+        from privaudit.data.spark import session, stats  # optional dependency: pyspark only with a Spark frame
 
-        with spark_errors("computing the clinicians' value statistics"):
-            return spark_value_sums(bounded, **lattice)
+        with session.spark_errors("computing the clinicians' value statistics"):
+            return stats.spark_value_sums(bounded, **lattice)
 
     def noisy(self, exact: dict, *, rng: np.random.Generator) -> ValueStatistics:
         """Add exact discrete Gaussian noise to every statistic and convert to real units.
