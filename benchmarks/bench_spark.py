@@ -98,6 +98,18 @@ def _jvm_usage(spark) -> tuple[float, float]:
     return cpu, _vm_hwm_mb(pid)
 
 
+def bench_session(master: str, driver_memory: str):
+    """The benchmarks' SparkSession: ``master``, a driver heap of ``driver_memory``, no UI, Spark's log at ERROR."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (SparkSession.builder.master(master).appName("privaudit-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", driver_memory).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def _fetch_like_release(counts) -> None:
     """What the release reads of the exact counts: the (H, S, A) tables, then one (S, A, S) slice per h."""
     counts.visits, counts.rewards
@@ -128,15 +140,9 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
         t_start = 0.0
         _fetch_like_release(counts)
     else:
-        from pyspark.sql import SparkSession
-
         from privaudit.data.spark.engine import spark_sparse_counts
 
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        spark = (SparkSession.builder.master(master).appName("privaudit-bench")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.memory", driver_memory).getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = bench_session(master, driver_memory)
         t_start = time.perf_counter() - t
         counts, report = spark_sparse_counts(logs, spec, spark=spark, stationary=False, quantum=quantum)
         phases["count"] = (time.perf_counter() - t, _jvm_usage(spark)[0])  # rules, bounding, cells cached

@@ -37,7 +37,7 @@ TOP_IMPORTS_ONLY = ("", "audit", "audit/mechanisms", "audit/online", "cli", "cor
 LAZY_LIBRARIES = ("matplotlib",)
 # Modules of an optional extra (their library may be absent): imported where they are asked for.
 OPTIONAL_EXTRA_MODULES = tuple(f"privaudit.data.spark.{m}" for m in (  # pyspark, extra [spark]
-    "engine", "session", "logs", "fatal_rules", "bounding", "counts"))
+    "engine", "session", "logs", "fatal_rules", "bounding", "counts", "stats"))
 
 
 def _modules():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from privaudit.cli.common import PathArg, budget_options, echo_json, handle_errors
+from privaudit.cli.common import PathArg, budget_options, echo_json, engine_options, handle_errors, spark_target
 from privaudit.core.errors import SpecError, UsageError
 from privaudit.core.formatting import guarantee_text, num
 from privaudit.learners.linear.logs import PLACEHOLDER_TABLE
@@ -43,9 +43,10 @@ from privaudit.privacy.noise import GAUSSIAN
               help="The logs' spec: names the MDP instance ($.mdp) and, for a policy folder, must be the spec "
                    "the policy was trained under. Its S, A, terminal states and public reward must be the MDP's.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON only: value, optimal_value, gap, references.")
+@engine_options
 @handle_errors
 def command(policy, mdp, logs, rho, epsilon, delta, ledger, coverage, confidence, seed, horizon, instance_seed,
-            spec_path, as_json):
+            spec_path, as_json, engine, master, remote):
     """Evaluate POLICY exactly (backward induction, no sampling) on an MDP,
     or with DP from logs (--logs) when no MDP is known.
 
@@ -71,7 +72,11 @@ def command(policy, mdp, logs, rho, epsilon, delta, ledger, coverage, confidence
     stay per privacy unit is used; the logs must come from patients the
     policy was not trained on. The guarantee is printed and, with --ledger,
     charged once. Any reward_range: negative rewards are shifted by the
-    range's lower end, and the widths scale with the range.
+    range's lower end, and the widths scale with the range. --engine spark
+    has Apache Spark read, check and bound LOGS and aggregate the evaluated
+    stays' cells (--master URL or --remote sc://HOST:PORT); the noise is
+    drawn here, and the output for a given --seed is the same as with
+    polars. A failure of Spark exits 1 with one line, nothing charged.
 
     Exit codes: 0 ok, 1 unreadable or invalid policy/MDP file or logs, 2 bad
     arguments or spec (also a --spec the policy was not trained under, or
@@ -90,6 +95,9 @@ def command(policy, mdp, logs, rho, epsilon, delta, ledger, coverage, confidence
         raise UsageError("give exactly one of --mdp (exact value on a known MDP) and --logs (DP value from logs).")
     if logs is None and any(v is not None for v in (rho, epsilon, delta, ledger, seed)):
         raise UsageError("--rho, --epsilon, --delta, --ledger and --seed apply to --logs only.")
+    if logs is None and engine != "polars":
+        raise UsageError("--engine spark applies to --logs only.")
+    spark = spark_target(engine, master, remote)
     if logs is not None and spec_path is None:
         raise UsageError("--logs needs --spec SPEC (the logs' domain spec).")
     spec = load_spec(spec_path) if spec_path else None
@@ -107,7 +115,8 @@ def command(policy, mdp, logs, rho, epsilon, delta, ledger, coverage, confidence
                                 f"{spec_path} hashes to {spec.hash()}. Pass the spec of the policy's logs.")
     if logs is not None:
         _from_logs(policy, logs, spec, resolve_budget(rho=rho, epsilon=epsilon, delta=delta, families=(GAUSSIAN.name,)),
-                   dict(coverage=coverage, confidence=confidence, ledger=ledger, seed=seed), as_json)
+                   dict(coverage=coverage, confidence=confidence, ledger=ledger, seed=seed, engine=engine, spark=spark),
+                   as_json)
         return
     m = resolve_mdp(mdp, horizon, instance_seed=instance_seed, spec=spec)
     if spec is not None:  # S, A, terminal states and public reward of the spec must be the MDP's (exit 2)

@@ -59,9 +59,11 @@ marked rng "seeded-insecure" (the seed itself is written nowhere).
 --engine spark has Apache Spark validate, bound and count the logs for
 the release (--master URL, default local[*], with a Java runtime; or
 --remote sc://HOST:PORT, a Spark Connect server; pip install
-'privaudit[spark]'); the release is the same, the rest runs here. Tabular specs only (no feature map); DP-PBB and the
-behaviour-value estimate, which read the logs with polars, are off
-(--value-share 0), so DP-APVI on the release is the DP policy.
+'privaudit[spark]'); the release is the same, the rest runs here. Tabular specs only (no feature map). Spark also
+computes the clinicians' value statistics and, with --hold-out, splits
+and aggregates the held-out stays: the same as polars. DP-PBB, which
+reads the logs with polars, is off, so DP-APVI on the release is the DP
+policy.
 
 Exit codes: 0 ok; 1 invalid or unreadable logs, repairs above
 --max-repair-share, or Spark failed (nothing written or charged); 2 usage
@@ -103,8 +105,7 @@ _HELP = _HELP.replace("\n\nThe budget is the total", "\n\n" + budget_sentence(la
                    "for a spec without one).")
 @click.option("--value-share", type=click.FloatRange(0, 1, max_open=True), default=None,
               help=f"Share of rho spent on the DP estimate of the clinicians' (behaviour) value and the start "
-                   f"distribution of the certified values (0: neither). Default {VALUE_SHARE_DEFAULT}; 0 with "
-                   "--engine spark (the estimate reads the logs with polars).")
+                   f"distribution of the certified values (0: neither). Default {VALUE_SHARE_DEFAULT}.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the noise and the audit (rng seeded-insecure; never written).")
 @click.option("--overwrite", is_flag=True, help="Replace DIR if it holds a previous pipeline output.")
@@ -136,10 +137,7 @@ def command(as_json, master, remote, **choices):
     engine = choices["engine"]
     spark = spark_target(engine, master, remote)
     if choices["value_share"] is None:
-        choices["value_share"] = 0.0 if engine == "spark" else VALUE_SHARE_DEFAULT
-        if engine == "spark":
-            click.echo("--engine spark: no DP estimate of the clinicians' value (--value-share 0; the estimate "
-                       "reads the logs with polars): the whole budget goes to the release.", err=True)
+        choices["value_share"] = VALUE_SHARE_DEFAULT
     config = PipelineConfig(**choices, spark=spark)
     summary = run_pipeline_config(config, echo=lambda s: click.echo(as_flags(s), err=True))
     private_log = summary.pop("private_log")

@@ -29,7 +29,7 @@ mapped back to declared units by the frame's increasing affine map
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -37,6 +37,7 @@ import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
+from privaudit.data.exact_sums import REWARD_BITS
 from privaudit.data.prepare import PreparedLogs, prepare_logs
 from privaudit.ope.model import (ModelValue, capped_model_value, evaluation_frame, frame_value_bounds,
                                  held_out_stays, lipschitz_bounds, policy_table_for)
@@ -199,7 +200,8 @@ class PolicyEvaluation:
         lower = V - noise("value", _FAILURE["value"] * alpha) - width(alpha)
         lo2 = V - noise("value", _FAILURE["value"] * alpha / 2) - width(alpha / 2)
         hi2 = (V + noise("value", _FAILURE["value"] * alpha / 4) + width(alpha / 4)  # L takes alpha/4 of alpha/2
-               + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 4))))
+               + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 4)))
+               + self.spec.horizon * 2.0 ** -REWARD_BITS)  # the rewards' floor to 2^-52 (ope.model)
         frame, H = evaluation_frame(self.spec), self.spec.horizon  # r'' units -> declared: width x + H low
         clip = (lambda x: frame.declared(np.clip(x, 0.0, top), H))
         scale = frame.width
@@ -282,14 +284,18 @@ def _martingale_width(q_plus: float, q_max: float, a: float) -> float:
 def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, pi: np.ndarray, *, budget: Budget,
                             coverage: float = COVERAGE_DEFAULT, confidence: float = CONFIDENCE_DEFAULT,
                             ledger: str | Path | None = None, seed: int | None = None, units=None,
-                            description: str = "policy evaluation") -> dict:
+                            description: str = "policy evaluation", engine: str = "polars",
+                            spark=None) -> dict:
     """Evaluate policy ``pi`` on the logs with DP: the Python side of ``privaudit evaluate --logs``.
 
     Parameters
     ----------
-    logs : path or PreparedLogs
-        Parquet logs (validated and bounded here) or logs already prepared
-        under ``spec``.
+    logs : path, PreparedLogs or pyspark DataFrame
+        Parquet logs (validated and bounded here, by ``engine``), logs
+        already prepared under ``spec`` (polars' ``PreparedLogs``, or the
+        Spark engine's prepared logs: a dataclass with ``bounded``, checked
+        with its ``check_spec`` when it has one), or a Spark DataFrame of
+        raw logs (``engine`` spark).
     spec : DomainSpec
         The logs' spec (r_min must be 0).
     pi : ndarray, shape (H, S, A) or (S, A)
@@ -304,11 +310,21 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         Checked with the event before any row is read; charged once after.
     seed : int, optional
         Noise seed, for tests only (the report then says ``seeded-insecure``).
-    units : polars expression, optional
+    units : polars expression or Spark column, optional
         A filter on the bounded rows (a public function of the unit id, e.g.
         ``ope.split.in_part``): only those units are evaluated.
     description : str
         The ledger entry's description.
+    engine : {"polars", "spark"}
+        Who reads, checks and bounds ``logs`` when it is a path: polars, or
+        Spark (``privaudit.data.spark.engine.spark_bounded_logs``; the
+        stays' cells are then aggregated on the cluster and only they reach
+        the driver). The statistics, hence the output for a given ``seed``,
+        are the same with either.
+    spark : SparkSession or str, optional
+        With ``engine`` spark: the session or a master URL (``local[4]``,
+        ``spark://...``, ``sc://...``); default the active session or
+        ``local[*]``.
 
     Returns
     -------
@@ -324,6 +340,8 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         The ledger refuses the evaluation (nothing read, nothing charged).
     LogReadError, ValidationFailed
         Unreadable or invalid logs (nothing charged).
+    EngineError
+        With Spark: Spark itself failed (one line; nothing charged).
     """
     table = policy_table_for(pi, spec)
     plan = PolicyEvaluation.plan(spec, budget, coverage)
@@ -331,11 +349,24 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         raise UsageError(f"`confidence` must lie in (0, 1). Found {confidence!r}.")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise UsageError(f"`seed` must be a non-negative integer. Found {seed!r}.")
+    if engine not in ("polars", "spark"):
+        raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
     if ledger is not None:
         ledger_mod.check_event(Path(ledger), spec.dataset_id, plan.event, budget)
-    prepared = logs if isinstance(logs, PreparedLogs) else prepare_logs(logs, spec)
-    prepared.check_spec(spec)
-    bounded = prepared.bounded if units is None else prepared.bounded.filter(units)
+    if isinstance(logs, PreparedLogs) or (is_dataclass(logs) and hasattr(logs, "bounded")):  # either engine
+        if callable(getattr(logs, "check_spec", None)):
+            logs.check_spec(spec)
+        bounded = logs.bounded
+    elif engine == "spark":
+        from privaudit.data.spark import engine as spark_engine  # optional dependency: only with engine spark
+
+        bounded = spark_engine.spark_bounded_logs(logs, spec, spark=spark)[0]
+    else:
+        prepared = prepare_logs(logs, spec)
+        prepared.check_spec(spec)
+        bounded = prepared.bounded
+    if units is not None:
+        bounded = bounded.filter(units)
     model = capped_model_value(held_out_stays(bounded, spec), table, spec, plan.coverage)
     noisy = plan.noisy(model, rng=np.random.default_rng(seed))
     del model

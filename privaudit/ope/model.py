@@ -14,9 +14,14 @@ the next distribution is d'_{h+1}(s') = sum over transitions into s' of w
 V' = sum over steps and transitions of w r. The start is a cell of its own:
 mass 1, n = number of units, so d'_0(s) = min(1, n/m) n_0(s) / n.
 
-Every quantity is a function of the kept stays' (step, state, action,
-next state, reward) rows; the loops run over the H steps only (each step
-is vectorised over its transitions).
+Every quantity is a function of the kept stays' observed cells (h, s, a, s'):
+their transition counts and reward sums (:class:`HeldOutStays`), which either
+engine aggregates (polars: :func:`stay_tables`; Spark:
+``privaudit.data.spark.stats.spark_stay_cells``, the same tables), so the
+driver never holds the rows. The rewards of a cell are summed exactly as
+integer limbs (``privaudit.data.exact_sums``: each scaled reward floored to
+a multiple of 2^-52), so both engines give the same bits; the loops run over
+the H steps only (each step is vectorised over its cells).
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ import polars as pl
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import episode_id_text, episode_priority, unit_column_of
+from privaudit.data.exact_sums import limbs_value, reward_limbs
 
-__all__ = ["HeldOutStays", "held_out_stays", "ModelValue", "capped_model_value", "policy_table_for",
+__all__ = ["HeldOutStays", "held_out_stays", "stay_tables", "ModelValue", "capped_model_value", "policy_table_for",
            "lipschitz_bounds", "EvaluationFrame", "evaluation_frame", "frame_value_bounds"]
 
 
@@ -82,39 +88,49 @@ def frame_value_bounds(spec: DomainSpec) -> np.ndarray:
 
 @dataclass(frozen=True, repr=False)
 class HeldOutStays:
-    """One stay per privacy unit, as flat arrays in step order. PRIVATE.
+    """One stay per privacy unit, aggregated into its observed cells (sorted by h, s, a, s'). PRIVATE.
 
     Attributes
     ----------
-    start_states : ndarray of int64, shape (n,)
-        s_0 of each unit's kept stay (n = number of units).
-    step, state, action, next_state : ndarray of int64, shape (T,)
-        The kept stays' transitions (T rows, every step h < H).
-    reward : ndarray of float, shape (T,)
-        The reward of each transition in the evaluation frame's r'' units
-        (:func:`evaluation_frame`; the spec's public reward of the next state
-        when it declares one, else the logged one), plus, on a transition
-        into a terminal state at step h, the frame's terminal reward for each
-        of the H - h - 1 remaining steps (0 when r_min >= 0).
+    start_counts : ndarray of int64, shape (S,)
+        n_0(s): kept stays starting in state s (their sum is the number of units n).
+    step, state, action, next_state : ndarray of int64, shape (C,)
+        The observed cells (h, s, a, s') of the kept stays' transitions (every step h < H), sorted.
+    count : ndarray of int64, shape (C,)
+        Transitions in each cell.
+    reward_hi, reward_lo : ndarray of int64, shape (C,)
+        The summed limbs (``privaudit.data.exact_sums``) of the logged scaled rewards of each
+        cell's transitions.
     """
 
-    start_states: np.ndarray
+    start_counts: np.ndarray
     step: np.ndarray
     state: np.ndarray
     action: np.ndarray
     next_state: np.ndarray
-    reward: np.ndarray
+    count: np.ndarray
+    reward_hi: np.ndarray
+    reward_lo: np.ndarray
 
     @property
     def n_units(self) -> int:
-        return int(self.start_states.size)
+        return int(self.start_counts.sum())
 
     def __repr__(self) -> str:  # private: sizes only
-        return f"HeldOutStays(units=?, rows=?)"
+        return "HeldOutStays(units=?, cells=?)"
+
+    @classmethod
+    def from_tables(cls, cells: pl.DataFrame, starts: pl.DataFrame, n_states: int) -> "HeldOutStays":
+        """From the tables of :func:`stay_tables` (or of its Spark twin)."""
+        col = (lambda name: cells[name].to_numpy().astype(np.int64))
+        start = np.zeros(int(n_states), dtype=np.int64)
+        start[starts["state"].to_numpy().astype(np.int64)] = starts["n"].to_numpy().astype(np.int64)
+        return cls(start_counts=start, step=col("step"), state=col("state"), action=col("action"),
+                   next_state=col("next_state"), count=col("n"), reward_hi=col("r_hi"), reward_lo=col("r_lo"))
 
 
-def held_out_stays(bounded: pl.LazyFrame | pl.DataFrame, spec: DomainSpec) -> HeldOutStays:
-    """Keep one stay per privacy unit of bounded logs and return its rows as arrays.
+def stay_tables(bounded: pl.LazyFrame | pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One stay per privacy unit of bounded logs, aggregated: (cells, starts) tables (polars).
 
     Parameters
     ----------
@@ -123,13 +139,14 @@ def held_out_stays(bounded: pl.LazyFrame | pl.DataFrame, spec: DomainSpec) -> He
         ``episode_id``, ``step``, ``state``, ``action``, ``next_state``,
         ``reward`` (scaled to [0, 1]) and ``unit_id`` (absent: each episode is
         its own unit).
-    spec : DomainSpec
-        Its public reward (``public_reward``), when declared, replaces the
-        logged reward (scaled as bounding scales rewards).
 
     Returns
     -------
-    HeldOutStays
+    cells : polars.DataFrame
+        ``step, state, action, next_state, n, r_hi, r_lo`` (Int64), one row per
+        observed cell of the kept stays, sorted by the four indices.
+    starts : polars.DataFrame
+        ``state, n`` (Int64), sorted by state.
 
     Notes
     -----
@@ -137,7 +154,8 @@ def held_out_stays(bounded: pl.LazyFrame | pl.DataFrame, spec: DomainSpec) -> He
     (``data.bounding.episode_priority``, ties by the id's text): a function
     of the unit's own data, so replacing another unit never changes it. One
     stay per unit makes the units' stays independent (a patient's stays may
-    be correlated in any way).
+    be correlated in any way). The Spark twin is
+    ``privaudit.data.spark.stats.spark_stay_cells``: the same tables.
     """
     lf = bounded.lazy() if isinstance(bounded, pl.DataFrame) else bounded
     unit = unit_column_of(lf)
@@ -148,19 +166,39 @@ def held_out_stays(bounded: pl.LazyFrame | pl.DataFrame, spec: DomainSpec) -> He
                 .with_columns(episode_priority(ep).alias("_p"), episode_id_text(ep).alias("_t"))
                 .sort(unit, "_p", "_t").group_by(unit, maintain_order=True).first().select("episode_id"))
         lf = lf.join(keep, on="episode_id", how="semi")
-    rows = lf.select("episode_id", "step", "state", "action", "next_state", "reward").sort("step").collect()
-    h = rows["step"].to_numpy().astype(np.int64)
-    s2 = rows["next_state"].to_numpy().astype(np.int64)
-    public = spec.public_reward_scaled()
-    r = public[s2] if public is not None else rows["reward"].to_numpy().astype(np.float64)
-    f = evaluation_frame(spec)
-    r = f.scale * r + f.shift
-    if f.terminal > 0 and spec.terminal_states:  # the dead earn `terminal` per remaining step in r'' units
-        dead = np.isin(s2, np.asarray(spec.terminal_states, dtype=np.int64))
-        r = r + dead * f.terminal * (spec.horizon - h - 1)
-    return HeldOutStays(start_states=rows["state"].to_numpy().astype(np.int64)[h == 0], step=h,
-                        state=rows["state"].to_numpy().astype(np.int64),
-                        action=rows["action"].to_numpy().astype(np.int64), next_state=s2, reward=r)
+    keys = ["step", "state", "action", "next_state"]
+    hi, lo = reward_limbs(c("reward"))
+    cells = (lf.group_by([c(k).cast(pl.Int64) for k in keys])
+             .agg(pl.len().cast(pl.Int64).alias("n"), hi.sum(), lo.sum()).sort(keys))
+    starts = (lf.filter(c("step") == 0).group_by(c("state").cast(pl.Int64))
+              .agg(pl.len().cast(pl.Int64).alias("n")).sort("state"))
+    cells, starts = pl.collect_all([cells, starts])
+    return cells, starts
+
+
+def held_out_stays(bounded, spec: DomainSpec) -> HeldOutStays:
+    """Keep one stay per privacy unit of bounded logs and aggregate it into its cells.
+
+    Parameters
+    ----------
+    bounded : polars frame or pyspark DataFrame
+        Bounded logs (:func:`stay_tables`); a Spark frame is aggregated on the
+        cluster (``privaudit.data.spark.stats.spark_stay_cells``, the same tables).
+    spec : DomainSpec
+        S, and k (the Spark engine keeps a unit's first stay only when k > 1).
+
+    Returns
+    -------
+    HeldOutStays
+    """
+    if isinstance(bounded, (pl.LazyFrame, pl.DataFrame)):
+        cells, starts = stay_tables(bounded)
+    else:
+        from privaudit.data.spark import session, stats  # optional dependency: pyspark only with a Spark frame
+
+        with session.spark_errors("aggregating the evaluated stays"):
+            cells, starts = stats.spark_stay_cells(bounded, max_episodes=int(spec.max_episodes_per_unit))
+    return HeldOutStays.from_tables(cells, starts, spec.n_states)
 
 
 def policy_table_for(pi: np.ndarray, spec: DomainSpec) -> np.ndarray:
@@ -249,7 +287,7 @@ def capped_model_value(stays: HeldOutStays, pi: np.ndarray, spec: DomainSpec, co
     Parameters
     ----------
     stays : HeldOutStays
-        One stay per unit (:func:`held_out_stays`).
+        One stay per unit, aggregated (:func:`held_out_stays`).
     pi : ndarray, shape (H, S, A)
         pi_h(a | s) (:func:`policy_table_for`).
     spec : DomainSpec
@@ -266,30 +304,44 @@ def capped_model_value(stays: HeldOutStays, pi: np.ndarray, spec: DomainSpec, co
     Per step h: x = d'_h(s) pi_h(a|s), w = x / max(n_h(s,a), m x) (0 where
     x = 0), value += sum of w r over the step's transitions, L += sum of
     x - n w, q_{h+1} = sum of w^2, d'_{h+1} = sum of w into each next state,
-    terminal states set to 0. Cost O(T + H S A).
+    terminal states set to 0; each sum over transitions is taken over the
+    step's cells (count times the cell's weight). Rewards are in the evaluation frame's r''
+    units (:func:`evaluation_frame`): the cell's reward sum r' times scale, plus
+    count times shift, plus, into a terminal state, count times the frame's
+    terminal reward per remaining step. Cost O(C + H S A) for C
+    observed cells.
     """
     S, A, H = spec.n_states, spec.n_actions, spec.horizon
     m = float(coverage)
     n = stays.n_units
     y0 = min(1.0, n / m) if n else 0.0
-    d = y0 * np.bincount(stays.start_states, minlength=S) / max(n, 1)
+    d = y0 * stays.start_counts / max(n, 1)
     lost = 1.0 - y0
     value = 0.0
     q = np.zeros(H + 1)
     q[0] = y0 * y0 / n if n else 0.0
     bounds = np.searchsorted(stays.step, np.arange(H + 1))
     terminal = list(spec.terminal_states)
+    public = spec.public_reward_scaled()
+    count = stays.count.astype(np.float64)
+    reward = count * public[stays.next_state] if public is not None else limbs_value(stays.reward_hi,
+                                                                                     stays.reward_lo)
+    f = evaluation_frame(spec)  # r'' = scale r' + shift; the dead earn `terminal` per remaining step
+    reward = f.scale * reward + f.shift * count
+    if f.terminal > 0 and terminal:
+        dead = np.isin(stays.next_state, np.asarray(terminal, dtype=np.int64))
+        reward = reward + count * dead * f.terminal * (H - stays.step - 1)
     for h in range(H):
         sl = slice(bounds[h], bounds[h + 1])
         cell = stays.state[sl] * A + stays.action[sl]
-        n_sa = np.bincount(cell, minlength=S * A).astype(np.float64)
+        n_sa = np.bincount(cell, weights=count[sl], minlength=S * A)
         x = (d[:, None] * pi[h]).reshape(-1)
         M = np.maximum(n_sa, m * x)
         f = np.divide(x, M, out=np.zeros_like(x), where=M > 0)
         lost += float(np.sum(x - f * n_sa))
         q[h + 1] = float(np.dot(n_sa, f * f))
         w = f[cell]
-        value += float(np.dot(w, stays.reward[sl]))
-        d = np.bincount(stays.next_state[sl], weights=w, minlength=S)
+        value += float(np.dot(w, reward[sl]))
+        d = np.bincount(stays.next_state[sl], weights=w * count[sl], minlength=S)
         d[terminal] = 0.0
     return ModelValue(value=value, lost_mass=min(max(lost, 0.0), 1.0), weight_squares=q)

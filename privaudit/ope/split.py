@@ -16,9 +16,9 @@ import polars as pl
 import polars_hash as plh
 
 from privaudit.core.errors import UsageError
-from privaudit.data.bounding import episode_id_text
+from privaudit.data.bounding import episode_id_text, unit_column_of
 
-__all__ = ["SPLIT_HASH_SEED", "HELD_OUT", "HOLD_OUT_DEFAULT", "check_fraction", "in_part", "unit_part"]
+__all__ = ["SPLIT_HASH_SEED", "HELD_OUT", "HOLD_OUT_DEFAULT", "check_fraction", "in_part", "unit_part", "part_of"]
 
 #: Seed of XXH64 in the split (public, not a noise seed; differs from the keep-k key's seed 42).
 SPLIT_HASH_SEED = 28
@@ -40,6 +40,10 @@ def check_fraction(fraction: float) -> float:
     return f
 
 
+def _threshold(fraction: float) -> int:
+    return math.floor(check_fraction(fraction) * 2 ** _BITS)
+
+
 def unit_part(unit: pl.Expr, fraction: float = HOLD_OUT_DEFAULT) -> pl.Expr:
     """0 (train) or 1 (held out) for each row, from its privacy unit's id and the public ``fraction``.
 
@@ -50,7 +54,7 @@ def unit_part(unit: pl.Expr, fraction: float = HOLD_OUT_DEFAULT) -> pl.Expr:
     UsageError
         ``fraction`` not strictly between 0 and 1.
     """
-    threshold = math.floor(check_fraction(fraction) * 2 ** _BITS)
+    threshold = _threshold(fraction)
     h = plh.NonCryptographicHashingNameSpace(episode_id_text(unit)).xxhash64(seed=SPLIT_HASH_SEED)
     return ((h % (2 ** _BITS)) < threshold).cast(pl.Int8)
 
@@ -58,3 +62,32 @@ def unit_part(unit: pl.Expr, fraction: float = HOLD_OUT_DEFAULT) -> pl.Expr:
 def in_part(unit_column: str, part: int, fraction: float = HOLD_OUT_DEFAULT) -> pl.Expr:
     """Filter expression: the rows whose unit (column ``unit_column``) is in ``part`` (0 or 1)."""
     return unit_part(pl.col(unit_column), fraction) == part
+
+
+def part_of(bounded, part: int, fraction: float = HOLD_OUT_DEFAULT):
+    """The rows of bounded logs whose privacy unit is in ``part`` (0 train, 1 held out), either engine.
+
+    Parameters
+    ----------
+    bounded : polars LazyFrame / DataFrame, or pyspark DataFrame
+        Bounded logs; the unit column is ``unit_id`` (a polars frame without it: ``episode_id``, each
+        episode its own unit; the Spark engine always has ``unit_id``).
+    part : {0, 1}
+    fraction : float
+        The public held-out fraction, strictly between 0 and 1.
+
+    Returns
+    -------
+    The same kind of frame, filtered (lazily).
+
+    Raises
+    ------
+    UsageError
+        ``fraction`` not strictly between 0 and 1.
+    """
+    if isinstance(bounded, (pl.LazyFrame, pl.DataFrame)):
+        return bounded.filter(in_part(unit_column_of(bounded.lazy()), part, fraction))
+    from privaudit.data.spark import stats  # optional dependency: pyspark only with a Spark frame
+
+    return bounded.filter(stats.spark_unit_part(bounded["unit_id"], _threshold(fraction), SPLIT_HASH_SEED)
+                          == int(part))

@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
+from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
-from privaudit.data.bounding import unit_column_of
 from privaudit.data.prepare import PreparedLogs
 from privaudit.ope.evaluate import (COVERAGE_DEFAULT, UNITS_PER_COVERAGE, PolicyEvaluation, coverage_rule,
                                    evaluate_policy_on_logs)
-from privaudit.ope.split import HELD_OUT, HOLD_OUT_DEFAULT, SPLIT_HASH_SEED, in_part
+from privaudit.ope.split import HELD_OUT, HOLD_OUT_DEFAULT, SPLIT_HASH_SEED, part_of
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.ledger import charge_of
 from privaudit.release.behaviour_value import estimate_behaviour_value
@@ -51,13 +51,17 @@ UNITS_PER_COVERAGE_OF = {"dp-apvi": 20.0}
 
 
 def split_held_out(prepared: PreparedLogs, fraction: float = HOLD_OUT_DEFAULT) -> tuple[PreparedLogs, PreparedLogs]:
-    """(training part, held-out part) of prepared logs, by ``ope.split.in_part`` on the unit column.
+    """(training part, held-out part) of prepared logs, by ``ope.split.part_of`` on the unit column.
 
-    ``fraction`` (public, in (0, 1)) of the units are held out.
+    ``fraction`` (public, in (0, 1)) of the units are held out. ``prepared`` is polars'
+    ``PreparedLogs`` or the Spark engine's prepared logs (any frozen dataclass whose ``bounded`` is a
+    pyspark DataFrame): Spark then splits on the cluster, by the same hash.
     """
-    unit = unit_column_of(prepared.bounded)
-    return (replace(prepared, bounded=prepared.bounded.filter(in_part(unit, 1 - HELD_OUT, fraction))),
-            replace(prepared, bounded=prepared.bounded.filter(in_part(unit, HELD_OUT, fraction))))
+    if getattr(prepared, "bounded", None) is None:  # a Spark run given the logs as read, not as prepared
+        raise UsageError("`hold_out` with `engine` spark needs the Spark engine's prepared logs (read, checked and "
+                         "bounded once before the stages); these logs were passed as read. Nothing was charged.")
+    return (replace(prepared, bounded=part_of(prepared.bounded, 1 - HELD_OUT, fraction)),
+            replace(prepared, bounded=part_of(prepared.bounded, HELD_OUT, fraction)))
 
 
 def held_out_units_estimate(value_stats, fraction: float) -> float | None:

@@ -110,8 +110,8 @@ class PipelineConfig:
         the noisy start-state counts the certified values are averaged over
         when no MDP is known. 0: neither (certified values then use a
         per-step release's h = 0 visits or the MDP's d0, else are absent).
-        Must be 0 with ``engine="spark"`` (the estimate reads the logs with
-        polars; the CLI then defaults it to 0).
+        With ``engine="spark"`` Spark computes its statistics (the same
+        integers as polars, so the same estimate for the same seed).
     overwrite : bool
         Replace ``out`` if it holds a previous pipeline output (a
         ``summary.json`` of this kind); any other existing path is refused.
@@ -136,15 +136,17 @@ class PipelineConfig:
         (same counts, so the same tables for the same seed); with Spark the
         fatal rules are checked by Spark inside the release stage, after the
         budget and the ledger were checked. Tabular only: a spec with a
-        feature map (DP-VAPVI reads per-row features with polars) is refused,
-        and so is ``value_share`` > 0; DP-PBB (which also reads the logs with
-        polars) is not trained, so DP-APVI on the release is the DP policy.
+        feature map (DP-VAPVI reads per-row features with polars) is refused.
+        The behaviour-value statistics and the held-out split and
+        evaluation run on Spark too, identical to polars.
     hold_out : bool, default False
         Certify the learned tabular policies on privacy units held out from
         training (``pipeline.certify``, docs/certificates.md): the units are
         split by a public hash of their id, every other stage sees the
         training part only, and each policy gets a DP lower bound on the
-        held-out part, next to the clinicians' DP interval. Polars engine only.
+        held-out part, next to the clinicians' DP interval. With
+        ``engine="spark"`` Spark splits (the same hash) and aggregates the
+        held-out stays; it needs the Spark engine's prepared logs.
     hold_out_fraction : float, default 0.5
         With ``hold_out``: the fraction of the privacy units held out
         (``ope.split``; a public function of the unit id), in (0, 1); the
@@ -183,7 +185,7 @@ class PipelineConfig:
     ------
     UsageError
         On construction: ``spec`` without ``logs`` or ``logs`` without
-        ``spec``, an unknown ``engine``, ``value_share`` > 0 or no ``engine``
+        ``spec``, an unknown ``engine``, no ``engine``
         spark with ``spark``, a ``stationary``, ``audit_trials``, ``seed``
         or ``max_repair_share`` of the wrong type or range.
     TypeError
@@ -222,11 +224,6 @@ class PipelineConfig:
             raise UsageError("LOGS needs `spec` SPEC (the public domain spec of the logs).")
         if self.engine not in ENGINES:
             raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {self.engine!r}.")
-        if self.engine == "spark" and self.value_share:
-            raise UsageError("`engine` spark counts the logs for the release only; the DP estimate of the behaviour "
-                             f"value reads them with polars: pass `value_share` 0. Found {self.value_share!r}.")
-        if self.hold_out and self.engine == "spark":
-            raise UsageError("`hold_out` needs `engine` 'polars' (the held-out evaluation reads the logs with polars).")
         check_fraction(self.hold_out_fraction)
         if not self.hold_out and float(self.hold_out_fraction) != HOLD_OUT_DEFAULT:
             raise UsageError(f"`hold_out_fraction` needs `hold_out`. Found {self.hold_out_fraction!r} without it.")

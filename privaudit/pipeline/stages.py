@@ -99,8 +99,9 @@ class RunPlan:
 class RunState:
     """What the stages produced so far (each stage fills its own fields).
 
-    ``prepared`` is the validated and bounded logs (``privaudit.data.prepare.PreparedLogs``), or with
-    ``engine="spark"`` what Spark reads (a path or a DataFrame): the release is then the only reader.
+    ``prepared`` is the validated and bounded logs (``privaudit.data.prepare.PreparedLogs``, or the Spark
+    engine's prepared logs, whose ``bounded`` is a Spark DataFrame), or with ``engine="spark"`` what Spark
+    reads (a path or a DataFrame): the release and the value part (:func:`bounded_logs`) then read it.
     ``paid`` holds, per charged tabular learner, its ``V0`` and ``Q`` (what a resumed run needs besides
     the saved policy); ``stages_done`` the stages completed, in order.
     """
@@ -179,8 +180,20 @@ def release(config: PipelineConfig, state: RunState) -> None:
     if state.reused(VALUE_PART):
         state.value_stats = plan.resume_from.value_stats
     else:  # the behaviour-value part: a second access to the bounded logs
-        state.value_stats = value_plan.apply(state.prepared.bounded, rng=np.random.default_rng(plan.seeds[3]))
+        state.value_stats = value_plan.apply(bounded_logs(config, state), rng=np.random.default_rng(plan.seeds[3]))
         _charge(config, state, VALUE_PART, value_plan.event)
+
+
+def bounded_logs(config: PipelineConfig, state: RunState):
+    """The bounded logs of the run, either engine: the prepared logs' ``bounded`` (a polars LazyFrame or a Spark
+    DataFrame), or, on a Spark run whose ``prepared`` is the logs as Spark reads them (a path or a DataFrame),
+    Spark's reading, fatal rules and bounding of them (``privaudit.data.spark.engine.spark_bounded_logs``)."""
+    bounded = getattr(state.prepared, "bounded", None)
+    if bounded is not None:
+        return bounded
+    from privaudit.data.spark import engine as spark_engine  # optional dependency: only on a Spark run
+
+    return spark_engine.spark_bounded_logs(state.prepared, state.plan.spec, spark=config.spark)[0]
 
 
 def _learner_seed(seeds: list, slot: int, index: int) -> int | None:

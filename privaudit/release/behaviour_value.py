@@ -64,7 +64,16 @@ Each sigma = L2 / sqrt(2 share), rounded up until the exact rational cost
 fits its share. The event is one Gaussian leaf per statistic
 (``privaudit.privacy.events``); the pipeline composes it with the release's.
 
-The estimate (:func:`estimate_behaviour_value`) is post-processing. The
+Engines: :meth:`BehaviourValueRelease.exact_statistics` takes polars'
+bounded frame or the Spark engine's (``privaudit.data.spark.stats``) and
+returns the same integers: each episode's scaled rewards are summed as
+integers after a floor to 2^-52 (``privaudit.data.exact_sums``), and G, its
+clipping and c run the same float64 operations in both; the error of G
+this leaves (< 4 H max|r| 2^-52, :attr:`BehaviourValueRelease.sum_error`)
+widens the interval with the lattice rounding.
+
+The estimate (:func:`estimate_behaviour_value`, in
+:mod:`privaudit.release.behaviour_estimate`) is post-processing. The
 estimand is the mean return per episode, the ratio R = E[t_u] / E[n_u] over
 patients (m + R in declared units): with n = max(N', 1) and c-hat =
 clip(T'/n, -C, C), G-hat = m + c-hat. Its interval is finite-sample (issue
@@ -107,14 +116,15 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 
-from privaudit.data.bounding import unit_column_of
 from privaudit.core.errors import UsageError
+from privaudit.core.spec import DomainSpec
+from privaudit.data.bounding import unit_column_of
+from privaudit.data.exact_sums import REWARD_BITS, value_sums
 from privaudit.privacy import accounting
-from privaudit.release.unit_mean import unit_ratio_interval
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
-from privaudit.privacy.fixed_point import MAX_SIGMA_UNITS, discrete_gaussian_batch, to_grid_toward_zero
-from privaudit.core.spec import DomainSpec
+from privaudit.privacy.fixed_point import MAX_SIGMA_UNITS, discrete_gaussian_batch
+from privaudit.release.behaviour_estimate import CONFIDENCE_DEFAULT, ValueStatistics, estimate_behaviour_value
 
 __all__ = ["BehaviourValueRelease", "ValueStatistics", "estimate_behaviour_value", "return_range",
            "VALUE_FAMILIES", "UNIT_FAMILIES", "value_families", "CONFIDENCE_DEFAULT", "MECHANISM_VERSION"]
@@ -125,8 +135,6 @@ VALUE_FAMILIES = ("episode_count", "return_sum", "return_squares", "start_states
 UNIT_FAMILIES = ("unit_return_cross", "unit_count_squares")
 #: Version of the mechanism and interval (module docstring "Versions"); written in ``describe()``.
 MECHANISM_VERSION = 2
-#: Confidence of the reported interval.
-CONFIDENCE_DEFAULT = 0.95
 #: |c| <= 2^_C_BITS lattice units.
 _C_BITS = 15
 #: Most one-ulp increases of a sigma while fitting the exact cost into the budget.
@@ -168,53 +176,6 @@ def _shares(k: int) -> dict[str, Fraction]:
         return {f: Fraction(1, 4) for f in VALUE_FAMILIES}
     second = ("return_squares",) + UNIT_FAMILIES
     return {f: Fraction(1, 12) if f in second else Fraction(1, 4) for f in value_families(k)}
-
-
-@dataclass(frozen=True)
-class ValueStatistics:
-    """The released (noisy) statistics, in real units, and the public facts needed to read them.
-
-    Attributes
-    ----------
-    episodes : float
-        N' (noisy episode count).
-    return_sum : float
-        T' (noisy sum of centred clipped returns, declared reward units).
-    return_squares : float
-        Q' (noisy sum over privacy units of the squared unit totals of c,
-        units squared; the sum of c^2 when k = 1).
-    start_states : ndarray of float, shape (S,)
-        n'_0(s), noisy start-state counts (may be negative).
-    sigma : dict[str, float]
-        Noise standard deviation of each family, real units.
-    low, high : float
-        The declared return range; ``mid`` = (low + high) / 2 is the centre.
-    rounding : float
-        Largest lattice rounding of one episode's c (2^-b), declared units.
-    unit_cross : float or None
-        B' (noisy sum over units of t_u n_u, declared units); None when k = 1
-        (then B = T).
-    unit_count_squares : float or None
-        D' (noisy sum over units of n_u^2); None when k = 1 (then D = N).
-    max_episodes : int
-        k, the most episodes one unit contributes (public, from the spec).
-    """
-
-    episodes: float
-    return_sum: float
-    return_squares: float
-    start_states: np.ndarray = field(repr=False)
-    sigma: dict = field(default_factory=dict)
-    low: float = 0.0
-    high: float = 1.0
-    rounding: float = 0.0
-    unit_cross: float | None = None
-    unit_count_squares: float | None = None
-    max_episodes: int = 1
-
-    @property
-    def mid(self) -> float:
-        return 0.5 * (self.low + self.high)
 
 
 @dataclass(frozen=True)
@@ -311,22 +272,34 @@ class BehaviourValueRelease:
         """The mechanism's privacy event: one Gaussian leaf per statistic."""
         return ComposedEvent(tuple(self.family_event(f) for f in self.families), label="behaviour-value")
 
+    @property
+    def sum_error(self) -> float:
+        """A bound on how far an episode's computed return G is from its exact value, declared units:
+        4 H max(|r_min|, |r_max|) 2^-52 covers the limbs' floor (< H (r_max - r_min) 2^-52,
+        ``privaudit.data.exact_sums``) and the float64 rounding of G (< H max|r| 2^-53 per operation).
+        Added to the interval's rounding widening (far below one lattice step)."""
+        r = max(abs(float(x)) for x in self.spec.reward_range)
+        return 4.0 * self.spec.horizon * r * 2.0 ** -REWARD_BITS
+
     def step(self, family: str) -> float:
         """Lattice step of a family in real (declared) units: 1, 2^-b or 2^-2b."""
         return {"return_sum": math.ldexp(1.0, -self.bits), "unit_return_cross": math.ldexp(1.0, -self.bits),
                 "return_squares": math.ldexp(1.0, -2 * self.bits)}.get(family, 1.0)
 
-    def exact_statistics(self, bounded: pl.LazyFrame | pl.DataFrame) -> dict:
+    def exact_statistics(self, bounded) -> dict:
         """The exact statistics of the bounded logs, in lattice units. PRIVATE.
 
         Parameters
         ----------
-        bounded : polars frame
-            Bounded logs (``PreparedLogs.bounded``): columns ``episode_id``,
-            ``step``, ``state``, ``reward`` (scaled into [0, 1]) and the unit
-            column ``unit_id`` (absent: each episode is its own unit); at
-            most k episodes per unit, steps h < H, every episode with its
-            step 0.
+        bounded : polars frame or pyspark DataFrame
+            Bounded logs (``PreparedLogs.bounded``, or the Spark engine's
+            ``privaudit.data.spark.bounding.bound_contributions``): columns
+            ``episode_id``, ``step``, ``state``, ``reward`` (scaled into
+            [0, 1]) and the unit column ``unit_id`` (absent in a polars frame:
+            each episode is its own unit); at most k episodes per unit, steps
+            h < H, every episode with its step 0. A Spark frame is aggregated
+            on the cluster (``privaudit.data.spark.stats.spark_value_sums``):
+            the same integers as polars.
 
         Returns
         -------
@@ -334,34 +307,25 @@ class BehaviourValueRelease:
             ``episode_count``, ``return_sum``, ``return_squares`` (int, exact:
             Python ints), ``start_states`` (int64 array (S,)) and, when
             k > 1, ``unit_return_cross`` and ``unit_count_squares`` (int).
+
+        Notes
+        -----
+        Each episode's scaled rewards are summed exactly as integer limbs
+        (``privaudit.data.exact_sums``: floor(r 2^52) each, so the return is
+        the float sum of the rewards up to less than 2^-52 per step, and the
+        same bits in every engine and partition order); G, its clipping and
+        c follow with the same float64 operations in both engines.
         """
-        r_lo, r_hi = (float(x) for x in self.spec.reward_range)
-        lf = bounded.lazy() if isinstance(bounded, pl.DataFrame) else bounded
-        c = pl.col
-        unit = unit_column_of(lf)
-        # one streaming group-by with plain aggregations (the rows stay on disk; a filter().first() inside the
-        # aggregation kept every row in memory, issue 33): validated logs have one step-0 row per episode
-        # and one unit per episode, so the minimum is that row's state and that unit
-        per_ep = (lf.group_by("episode_id")
-                  .agg(c("reward").sum().alias("r"), pl.len().alias("L"),
-                       pl.when(c("step") == 0).then(c("state")).min().alias("s0"), c(unit).min().alias("_unit"))
-                  .select("r", "L", "s0", "_unit").collect(engine="streaming"))
-        L = per_ep["L"].to_numpy().astype(np.float64)
-        G = L * r_lo + (r_hi - r_lo) * per_ep["r"].to_numpy()        # declared units
-        G = np.clip(G, self.low, self.high)
-        cl = np.clip(to_grid_toward_zero(G - 0.5 * (self.low + self.high), self.bits), -self.c_max, self.c_max)
-        s0 = per_ep["s0"].to_numpy()
-        out = {"episode_count": int(cl.size), "return_sum": _exact_sum(cl),
-               "start_states": np.bincount(s0.astype(np.int64), minlength=self.spec.n_states).astype(np.int64)}
-        if int(self.spec.max_episodes_per_unit) == 1:  # one episode per unit: t_u = c, B = T, D = N
-            out["return_squares"] = _exact_sum(cl * cl)
-            return out
-        per_unit = (pl.DataFrame({"_unit": per_ep["_unit"], "c": cl}).group_by("_unit")
-                    .agg(c("c").sum().alias("t"), pl.len().cast(pl.Int64).alias("n")))
-        t, n = per_unit["t"].to_numpy().astype(np.int64), per_unit["n"].to_numpy().astype(np.int64)
-        out.update(return_squares=_exact_sum(t * t), unit_return_cross=_exact_sum(t * n),
-                   unit_count_squares=_exact_sum(n * n))
-        return out
+        lattice = dict(n_states=self.spec.n_states, max_episodes=int(self.spec.max_episodes_per_unit),
+                       reward_range=self.spec.reward_range, low=self.low, high=self.high, bits=self.bits,
+                       c_max=self.c_max)
+        if isinstance(bounded, (pl.LazyFrame, pl.DataFrame)):
+            lf = bounded.lazy()
+            return value_sums(lf, unit_column_of(lf), **lattice)
+        from privaudit.data.spark import session, stats  # optional dependency: pyspark only with a Spark frame
+
+        with session.spark_errors("computing the clinicians' value statistics"):
+            return stats.spark_value_sums(bounded, **lattice)
 
     def noisy(self, exact: dict, *, rng: np.random.Generator) -> ValueStatistics:
         """Add exact discrete Gaussian noise to every statistic and convert to real units.
@@ -381,7 +345,7 @@ class BehaviourValueRelease:
             return_squares=noisy["return_squares"],
             start_states=noisy["start_states"].astype(np.float64),
             sigma={f: self.sigma_lattice[f] * self.step(f) for f in fams},
-            low=self.low, high=self.high, rounding=self.step("return_sum"),
+            low=self.low, high=self.high, rounding=self.step("return_sum") + self.sum_error,
             unit_cross=noisy.get("unit_return_cross"), unit_count_squares=noisy.get("unit_count_squares"),
             max_episodes=int(self.spec.max_episodes_per_unit))
 
@@ -401,15 +365,6 @@ class BehaviourValueRelease:
                                    "sigma": self.sigma_lattice[f] * self.step(f)} for f in self.families}}
 
 
-def _exact_sum(x: np.ndarray) -> int:
-    """Exact sum of an int64 array as a Python int (no overflow for fewer than 2^31 terms).
-
-    Each x = hi 2^32 + lo with 0 <= lo < 2^32: both partial sums fit int64.
-    """
-    x = np.asarray(x, dtype=np.int64)
-    return (int((x >> 32).sum()) << 32) + int((x & 0xFFFFFFFF).sum())
-
-
 def _l2_lattice(family: str, k: int, c_max: int) -> float:
     """L2 sensitivity of one statistic in its lattice units (module docstring)."""
     if family == "episode_count":
@@ -425,81 +380,3 @@ def _l2_lattice(family: str, k: int, c_max: int) -> float:
     if family == "start_states":
         return float(np.nextafter(k * math.sqrt(2.0), math.inf))
     raise UsageError(f"`family` must be one of {VALUE_FAMILIES + UNIT_FAMILIES}. Found {family!r}.")
-
-
-def estimate_behaviour_value(stats: ValueStatistics, confidence: float = CONFIDENCE_DEFAULT) -> dict:
-    """The behaviour policy's value and a confidence interval from the noisy statistics (post-processing).
-
-    Parameters
-    ----------
-    stats : ValueStatistics
-        From :meth:`BehaviourValueRelease.apply`.
-    confidence : float
-        Nominal coverage of the interval, in (0, 1).
-
-    Returns
-    -------
-    dict
-        ``estimate`` (declared reward units), ``interval`` [lo, hi] (inside
-        the return range), ``confidence``, ``standard_error`` and its parts
-        ``sampling_sd``, ``noise_sd`` (of the estimate), ``method``.
-        ``sampling_sd`` is over i.i.d. privacy units (cluster-robust).
-
-    Raises
-    ------
-    UsageError
-        ``confidence`` outside (0, 1).
-
-    Notes
-    -----
-    n = max(N', 1); c-hat = clip(T'/n, -C, C); the units' squared residuals
-    V = clip(Q' - 2 c-hat B' + c-hat^2 D', 0, k C^2 n), with B' = c-hat n and
-    D' = n when k = 1 (B = T, D = N there);
-    Var = V/n^2 + sigma_T^2/n^2 + c-hat^2 sigma_N^2/n^2: the delta-method
-    (sandwich) variance of the ratio estimator sum_u t_u / sum_u n_u over
-    i.i.d. privacy units (Cochran 1977, Sec. 6.4 and 9.2; Liang & Zeger
-    1986), plus the first-order effect of the independent noises of T and N
-    (``standard_error`` = sqrt(Var)). At k = 1, V = Q' - c-hat^2 n = n s^2 with s^2 = Q'/n - c-hat^2 clipped to [0, C^2]. The
-    ``interval`` is not est -+ z se (a normal interval undercovers with few
-    units or values near the range's ends) but the finite-sample interval of
-    :func:`_interval` (Hoeffding and empirical Bernstein over privacy units and
-    the noise's Gaussian tails; docs/certificates.md).
-    """
-    conf = float(confidence)
-    if not (0 < conf < 1):
-        raise UsageError(f"`confidence` must lie in (0, 1). Found {confidence!r}.")
-    C = 0.5 * (stats.high - stats.low)
-    k = int(stats.max_episodes)
-    n = max(stats.episodes, 1.0)
-    c_hat = float(np.clip(stats.return_sum / n, -C, C))
-    B = c_hat * n if stats.unit_cross is None else stats.unit_cross
-    D = n if stats.unit_count_squares is None else stats.unit_count_squares
-    resid = float(np.clip(stats.return_squares - 2.0 * c_hat * B + c_hat * c_hat * D, 0.0, k * C * C * n))
-    sampling = resid / (n * n)
-    noise = (stats.sigma["return_sum"] ** 2 + c_hat * c_hat * stats.sigma["episode_count"] ** 2) / (n * n)
-    se = math.sqrt(sampling + noise)
-    est = stats.mid + c_hat
-    lo, hi = _interval(stats, 1.0 - conf)
-    return {"estimate": est, "interval": [lo, hi], "confidence": conf, "standard_error": se,
-            "sampling_sd": math.sqrt(sampling), "noise_sd": math.sqrt(noise),
-            "method": ("mean of the clipped episode returns from noisy sums (N', T'); interval: the intersection "
-                       f"of a Hoeffding and an empirical-Bernstein interval over the privacy units (k = {k} episodes "
-                       "each, correlated in any way), widened by the DP noise (union bound; coverage >= the "
-                       "confidence in finite samples); standard error: delta method for a ratio (noisy "
-                       "unit-level Q'" + (")" if k == 1 else ", B', D')"))}
-
-
-def _interval(stats: ValueStatistics, miss: float) -> tuple[float, float]:
-    """The finite-sample interval of :func:`estimate_behaviour_value`, missing w.p. <= ``miss``:
-    ``unit_mean.unit_ratio_interval`` on (T', N', Q', B', D') (B = T and D = N at k = 1), each end widened
-    by the lattice rounding (< 2^-b per episode), inside [low, high]. Proof: docs/certificates.md, "The
-    clinicians' value interval"."""
-    sg = stats.sigma
-    B, sB = ((stats.return_sum, sg["return_sum"]) if stats.unit_cross is None
-             else (stats.unit_cross, sg["unit_return_cross"]))
-    D, sD = ((stats.episodes, sg["episode_count"]) if stats.unit_count_squares is None
-             else (stats.unit_count_squares, sg["unit_count_squares"]))
-    lo, hi = unit_ratio_interval((stats.return_sum, stats.episodes, stats.return_squares, B, D),
-                                 (sg["return_sum"], sg["episode_count"], sg["return_squares"], sB, sD),
-                                 0.5 * (stats.high - stats.low), max_episodes=int(stats.max_episodes), miss=miss)
-    return max(stats.low, stats.mid + lo - stats.rounding), min(stats.high, stats.mid + hi + stats.rounding)

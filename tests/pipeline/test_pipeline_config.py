@@ -17,7 +17,6 @@ from privaudit.pipeline.config import SAMPLE_LOGS, SAMPLE_MDP, SAMPLE_SPEC
     ({"spec": "s.json"}, "`spec` needs LOGS"),
     ({"logs": "l.parquet"}, "LOGS needs `spec`"),
     ({"logs": "l.parquet", "spec": "s.json", "engine": "dask"}, "`engine` must be 'polars' or 'spark'"),
-    ({"engine": "spark", "value_share": 0.1}, "pass `value_share` 0"),
     ({"spark": "local[2]"}, "needs `engine` 'spark'"),
     ({"stationary": "yes"}, "`stationary` must be True, False or None"),
     ({"audit_trials": 5}, "`audit_trials` must be 0"),

@@ -32,13 +32,14 @@ def run(*args):
 
 
 def test_spark_pipeline_gives_the_polars_release_and_policy(spark, world, tmp_path):
-    """Same logs and seed: release tables, manifest's guarantee, policy and values are the polars run's."""
+    """Same logs and seed: release tables, manifest's guarantee, policy, values and the clinicians' DP value (the
+    default value share on both engines) are the polars run's."""
     outs = {}
     for engine in ("polars", "spark"):
         outs[engine] = tmp_path / engine
         res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 1, "--per-step",
                   "--mdp", world["dir"] / "mdp.npz", "--audit-trials", 0, "--seed", 5, "--out", outs[engine],
-                  "--engine", engine, *(["--value-share", 0] if engine == "polars" else []))  # spark: 0 by default
+                  "--engine", engine)
         assert res.exit_code == 0, res.output
     p, s = outs["polars"], outs["spark"]
     tables = sorted(f.relative_to(p) for f in (p / "release").rglob("*.parquet"))
@@ -48,6 +49,9 @@ def test_spark_pipeline_gives_the_polars_release_and_policy(spark, world, tmp_pa
     summaries = [json.loads((o / "summary.json").read_text()) for o in (p, s)]
     assert summaries[0]["privacy"] == summaries[1]["privacy"]
     assert [x["value"] for x in summaries[0]["policies"]] == [x["value"] for x in summaries[1]["policies"]]
+    assert summaries[0]["behaviour_value"]["interval"][0] > 0  # the value part ran, on Spark too: the same floats
+    assert summaries[0]["behaviour_value"] == summaries[1]["behaviour_value"]
+    assert summaries[1]["config"]["value_share"] == 0.1
     private = [json.loads((o / "private" / "local-log.json").read_text()) for o in (p, s)]
     assert private[0]["bounding"] == private[1]["bounding"] and private[1]["engine"] == "spark"
 
@@ -68,9 +72,6 @@ def test_budget_and_ledger_are_checked_before_spark_reads(spark, world, tmp_path
     res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 0.4,
               "--audit-trials", 0, "--out", tmp_path / "out", "--master", "local[1]")
     assert res.exit_code == 2 and "--master needs --engine spark" in res.output
-    res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 0.4,
-              "--audit-trials", 0, "--out", tmp_path / "out", "--engine", "spark", "--value-share", 0.1)
-    assert res.exit_code == 2 and "`--value-share` 0" in res.output and reads == []
 
 
 def test_invalid_logs_stop_the_spark_pipeline_with_nothing_written_or_charged(spark, world, tmp_path):
@@ -127,14 +128,12 @@ def test_a_return_bound_the_logs_break_below_stops_the_spark_pipeline(spark, wor
 
 
 @pytest.mark.slow
-def test_bundled_sample_with_spark_trains_dp_apvi_on_the_whole_budget(spark, tmp_path):
+def test_bundled_sample_with_spark_trains_dp_apvi_and_the_clinicians_value(spark, tmp_path):
     """ICU-Sepsis declares a public reward, so polars would train DP-PBB on 60% of rho: Spark cannot (DP-PBB reads
-    the logs with polars), says so, and gives the release the whole budget."""
+    the logs with polars), says so, and gives its share to the release; the clinicians' value part runs on Spark."""
     res = run("--rho", 1, "--audit-trials", 0, "--out", tmp_path / "out", "--engine", "spark", "--json")
     assert res.exit_code == 0, res.output
-    assert "dp-pbb is not trained: engine spark" in res.output and "--value-share 0" in res.output
+    assert "dp-pbb is not trained: engine spark" in res.output
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [p["name"] for p in summary["policies"]] == ["dp-apvi"]
-    assert [p["name"] for p in summary["privacy"]["parts"]] == ["release"]
-    manifest = json.loads((tmp_path / "out" / "release" / "manifest.json").read_text())
-    assert manifest["guarantee"]["rho"] == pytest.approx(1.0, rel=1e-12)
+    assert [p["name"] for p in summary["privacy"]["parts"]] == ["release", "behaviour-value"]

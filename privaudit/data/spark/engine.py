@@ -70,6 +70,41 @@ from privaudit.data.spark.logs import read_logs
 from privaudit.data.spark.session import spark_errors, spark_session
 
 
+def spark_bounded_logs(source, spec: DomainSpec, *, spark=None):
+    """Read, check the fatal rules and bound logs with Spark: the bounded frame (lazy) and its report.
+
+    What the statistics of ``privaudit evaluate --logs --engine spark`` read
+    (``privaudit.ope.model.held_out_stays`` on a Spark frame).
+
+    Parameters
+    ----------
+    source : pyspark DataFrame, str or Path
+    spec : DomainSpec
+    spark : SparkSession or str, optional
+        The session, or a master URL for :func:`spark_session` (None: the
+        active session or ``local[*]``).
+
+    Returns
+    -------
+    bounded : pyspark DataFrame
+        :func:`bound_contributions`'s (keep-k, cut at H, rewards clipped and scaled, returns clipped).
+    report : BoundingReport
+        PRIVATE.
+
+    Raises
+    ------
+    LogReadError, ValidationFailed, UsageError
+    EngineError
+        Spark itself failed.
+    """
+    if spark is None or isinstance(spark, str):
+        spark = spark_session(spark) if isinstance(source, (str, Path)) else None
+    with spark_errors("reading, checking and bounding the logs"):
+        df = read_logs(source, spec, spark)
+        check_fatal_rules(df, spec)
+        return bound_contributions(df, spec)
+
+
 def spark_sparse_counts(source, spec: DomainSpec, *, spark=None, stationary: bool = False,
                         rewards: bool = True, quantum: int | None = None,
                         max_per_cell: int | None = None) -> tuple[SparkSparseCounts, BoundingReport]:
