@@ -179,7 +179,8 @@ def release(config: PipelineConfig, state: RunState) -> None:
     if state.reused(VALUE_PART):
         state.value_stats = plan.resume_from.value_stats
     else:  # the behaviour-value part: a second access to the bounded logs
-        state.value_stats = value_plan.apply(state.prepared.bounded, rng=np.random.default_rng(plan.seeds[3]))
+        state.value_stats = value_plan.apply(state.prepared.bounded, rng=np.random.default_rng(plan.seeds[3]),
+                                             rows=state.prepared.bounding.rows_kept)
         _charge(config, state, VALUE_PART, value_plan.event)
 
 

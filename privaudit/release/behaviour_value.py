@@ -108,6 +108,7 @@ import numpy as np
 import polars as pl
 
 from privaudit.data.bounding import unit_column_of
+from privaudit.data.parts import hash_parts, part_count
 from privaudit.core.errors import UsageError
 from privaudit.privacy import accounting
 from privaudit.release.unit_mean import unit_ratio_interval
@@ -129,6 +130,9 @@ MECHANISM_VERSION = 2
 CONFIDENCE_DEFAULT = 0.95
 #: |c| <= 2^_C_BITS lattice units.
 _C_BITS = 15
+#: Most rows aggregated per pass of :meth:`BehaviourValueRelease.exact_statistics` (a part's episodes in
+#: memory, about 200 bytes each); the seed of the hash of the unit that splits the parts (changes nothing).
+VALUE_PASS_ROWS, VALUE_PASS_SEED = 8_000_000, 0x56
 #: Most one-ulp increases of a sigma while fitting the exact cost into the budget.
 _FIT_STEPS = 16
 
@@ -316,7 +320,7 @@ class BehaviourValueRelease:
         return {"return_sum": math.ldexp(1.0, -self.bits), "unit_return_cross": math.ldexp(1.0, -self.bits),
                 "return_squares": math.ldexp(1.0, -2 * self.bits)}.get(family, 1.0)
 
-    def exact_statistics(self, bounded: pl.LazyFrame | pl.DataFrame) -> dict:
+    def exact_statistics(self, bounded: pl.LazyFrame | pl.DataFrame, rows: int | None = None) -> dict:
         """The exact statistics of the bounded logs, in lattice units. PRIVATE.
 
         Parameters
@@ -327,6 +331,12 @@ class BehaviourValueRelease:
             column ``unit_id`` (absent: each episode is its own unit); at
             most k episodes per unit, steps h < H, every episode with its
             step 0.
+        rows : int, optional
+            Its number of rows (``BoundingReport.rows_kept``): above
+            ``VALUE_PASS_ROWS`` the units are aggregated in parts, split by a
+            hash of the unit (``privaudit.data.parts``), so that memory holds
+            one part's episodes (issue 33). Every sum is exact, so the
+            statistics do not depend on the split. None: one pass.
 
         Returns
         -------
@@ -335,10 +345,18 @@ class BehaviourValueRelease:
             Python ints), ``start_states`` (int64 array (S,)) and, when
             k > 1, ``unit_return_cross`` and ``unit_count_squares`` (int).
         """
-        r_lo, r_hi = (float(x) for x in self.spec.reward_range)
         lf = bounded.lazy() if isinstance(bounded, pl.DataFrame) else bounded
-        c = pl.col
         unit = unit_column_of(lf)
+        out: dict = {}
+        for part in hash_parts(lf, unit, part_count(rows, VALUE_PASS_ROWS), VALUE_PASS_SEED):
+            got = self._part_statistics(part, unit)
+            out = {f: out[f] + v for f, v in got.items()} if out else got
+        return out
+
+    def _part_statistics(self, lf: pl.LazyFrame, unit: str) -> dict:
+        """:meth:`exact_statistics` of the rows of whole units ``lf`` (one part)."""
+        r_lo, r_hi = (float(x) for x in self.spec.reward_range)
+        c = pl.col
         # one streaming group-by with plain aggregations (the rows stay on disk; a filter().first() inside the
         # aggregation kept every row in memory, issue 33): validated logs have one step-0 row per episode
         # and one unit per episode, so the minimum is that row's state and that unit
@@ -385,9 +403,9 @@ class BehaviourValueRelease:
             unit_cross=noisy.get("unit_return_cross"), unit_count_squares=noisy.get("unit_count_squares"),
             max_episodes=int(self.spec.max_episodes_per_unit))
 
-    def apply(self, bounded, *, rng: np.random.Generator) -> ValueStatistics:
-        """:meth:`exact_statistics` then :meth:`noisy` (the mechanism)."""
-        return self.noisy(self.exact_statistics(bounded), rng=rng)
+    def apply(self, bounded, *, rng: np.random.Generator, rows: int | None = None) -> ValueStatistics:
+        """:meth:`exact_statistics` (``rows``: its row count, for the parts) then :meth:`noisy` (the mechanism)."""
+        return self.noisy(self.exact_statistics(bounded, rows), rng=rng)
 
     def describe(self) -> dict:
         """Public description for summary.json: version, interval unit, return range, lattice,
