@@ -54,7 +54,7 @@ def command(logs: str, spec_path: str, as_json: bool, max_errors: int, max_repai
     spec = load_spec(spec_path)
     report = validate_logs(logs, spec, max_errors=max_errors)
     # what bounding changes, as counts and shares: only for logs a release accepts (else nothing is bounded)
-    bounding = bound_logs(Path(logs), spec)[2] if report.releasable and report.repaired else None
+    bounding = bound_logs(Path(logs), spec, report.episodes)[2] if report.releasable and report.repaired else None
     over = [] if bounding is None else check_repairs(bounding, RepairLimit(max_repair_share, accept=True), logs)
     if as_json:
         echo_json({**report.to_dict(),

@@ -50,11 +50,17 @@ import polars_hash as plh
 
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
+from privaudit.data.parts import hash_parts, part_count
 
 #: Seed of XXH64 in the episode priority key. A public constant, not a noise
 #: seed: the keep-k rule must be deterministic and data-independent. 42 is the
 #: seed of Spark's built-in ``xxhash64``, so Spark computes the same key.
 PRIORITY_HASH_SEED = 42
+
+#: Most episodes per pass of bounding's per-unit and per-episode aggregates, when the number of episodes
+#: is known (a streaming group-by holds about 150 bytes per group; issue 33), and the seed of the hash
+#: that splits them (which part a unit or episode falls in changes nothing).
+BOUNDING_PASS_EPISODES, BOUNDING_PASS_SEED = 1_000_000, 0xB0
 
 #: The keep-k priority key, as recorded in the release manifest.
 PRIORITY_KEY = (f"xxh64(utf8(string(episode_id)), seed={PRIORITY_HASH_SEED}) as signed int64, "
@@ -244,7 +250,8 @@ def unit_column_of(lf: pl.LazyFrame) -> str:
     return "unit_id" if "unit_id" in lf.collect_schema().names() else "episode_id"
 
 
-def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFrame, BoundingReport]:
+def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec,
+                        n_episodes: int | None = None) -> tuple[pl.LazyFrame, BoundingReport]:
     """Apply the keep-k, truncate-to-H and clip-and-scale-rewards rules.
 
     Parameters
@@ -258,6 +265,12 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
         0..L-1 once each, one unit per episode.
     spec : DomainSpec
         Supplies k (``max_episodes_per_unit``), H and ``reward_range``.
+    n_episodes : int, optional
+        The number of episodes when known (validation counts them): above
+        :data:`BOUNDING_PASS_EPISODES` the per-unit and per-episode
+        aggregates run in parts, split by a hash of the unit or episode, so
+        that memory holds one part's groups. The result does not depend on
+        it. None: one pass each.
 
     Returns
     -------
@@ -283,17 +296,23 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
     lo, hi = spec.reward_range
     unit = unit_column_of(lf)
     c = pl.col
-    episodes = (lf.filter(c("step") == 0)
-                .select(c("episode_id"), c(unit).alias("_unit")).unique())
-    per_unit = episodes.group_by("_unit").agg(pl.len().cast(pl.Int64).alias("_m"))
-    unit_stats, = pl.collect_all([per_unit.select(pl.len().alias("units"), c("_m").sum().alias("episodes"),
-                                                  (c("_m") > k).sum().alias("over"),
-                                                  (c("_m") - k).clip(lower_bound=0).sum().alias("dropped"))])
-    n_units, n_episodes, units_over_k, n_dropped = (int(unit_stats[x][0] or 0)
+    passes = part_count(n_episodes, BOUNDING_PASS_EPISODES)
+    starts = lf.filter(c("step") == 0).select(c("episode_id"), c(unit).alias("_unit"))
+
+    def per_unit(rows: pl.LazyFrame) -> pl.LazyFrame:
+        return rows.unique().group_by("_unit").agg(pl.len().cast(pl.Int64).alias("_m"))
+
+    # the units in parts (a hash of the unit, whole units per part: the sums add up exactly), so that the
+    # unique and the group-by hold one part's episodes (issue 33); one part when the episodes are not known
+    unit_stats = [per_unit(part).select(pl.len().alias("units"), c("_m").sum().alias("episodes"),
+                                        (c("_m") > k).sum().alias("over"),
+                                        (c("_m") - k).clip(lower_bound=0).sum().alias("dropped"))
+                  .collect(engine="streaming") for part in hash_parts(starts, "_unit", passes, BOUNDING_PASS_SEED)]
+    n_units, n_episodes, units_over_k, n_dropped = (sum(int(st[x][0] or 0) for st in unit_stats)
                                                     for x in ("units", "episodes", "over", "dropped"))
     kept = lf
     if n_dropped:
-        dropped = (episodes.join(per_unit.filter(c("_m") > k), on="_unit")
+        dropped = (starts.unique().join(per_unit(starts).filter(c("_m") > k), on="_unit")
                    .with_columns(episode_priority(c("episode_id")).alias("_key"),
                                  episode_id_text(c("episode_id")).alias("_text"))
                    .sort(["_unit", "_key", "_text"])
@@ -302,29 +321,31 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec) -> tuple[pl.LazyFram
         kept = lf.join(dropped.lazy(), on="episode_id", how="anti")
     out_of_range = (c("reward") < lo) | (c("reward") > hi)
     row_stats = [kept.select((c("step") >= H).sum().alias("over_H"), (c("step") == H).sum().alias("truncated"),
-                             ((c("step") < H) & out_of_range).sum().alias("clipped"), pl.len().alias("rows"),
-                             c("episode_id").filter((c("step") < H) & out_of_range).n_unique()
-                             .alias("clipped_episodes"))]
+                             ((c("step") < H) & out_of_range).sum().alias("clipped"), pl.len().alias("rows")),
+                 # the clipped rows' episodes filtered first: inside the select, n_unique held every row's id
+                 kept.filter((c("step") < H) & out_of_range).select(c("episode_id").n_unique()
+                                                                     .alias("clipped_episodes"))]
     if n_dropped:
         row_stats.append(lf.select(pl.len().alias("rows")))
     # one streaming query each: collect_all would cache the scan they share (all its rows) in memory
     stats = [q.collect(engine="streaming") for q in row_stats]
-    rows_dropped = int(stats[1]["rows"][0]) - int(stats[0]["rows"][0]) if n_dropped else 0
+    rows_dropped = int(stats[2]["rows"][0]) - int(stats[0]["rows"][0]) if n_dropped else 0
     report = BoundingReport(
         units=n_units, episodes=n_episodes, units_over_k=units_over_k, episodes_dropped=n_dropped,
         rows_dropped_with_episodes=rows_dropped, episodes_truncated=int(stats[0]["truncated"][0]),
         steps_dropped=int(stats[0]["over_H"][0]), rewards_clipped=int(stats[0]["clipped"][0]), k=k, H=H,
-        episodes_rewards_clipped=int(stats[0]["clipped_episodes"][0]),
+        episodes_rewards_clipped=int(stats[1]["clipped_episodes"][0]),
         rows_kept=int(stats[0]["rows"][0]) - int(stats[0]["over_H"][0]))
     bounded = kept.filter(c("step") < H).with_columns(
         ((c("reward").cast(pl.Float64).clip(lo, hi) - lo) / (hi - lo)).alias("reward"))
     if spec.return_bound is not None and spec.scaled_return_max < H:
-        bounded, n_clipped = clip_returns(bounded, spec.scaled_return_max)
+        kept_episodes = None if passes == 1 else n_episodes - n_dropped
+        bounded, n_clipped = clip_returns(bounded, spec.scaled_return_max, kept_episodes)
         report = replace(report, returns_clipped=n_clipped)
     return bounded, report
 
 
-def clip_returns(bounded: pl.LazyFrame, bound: float) -> tuple[pl.LazyFrame, int]:
+def clip_returns(bounded: pl.LazyFrame, bound: float, n_episodes: int | None = None) -> tuple[pl.LazyFrame, int]:
     """Clip each episode's running scaled return at ``bound`` (rule 4 of the module docstring).
 
     Parameters
@@ -333,6 +354,9 @@ def clip_returns(bounded: pl.LazyFrame, bound: float) -> tuple[pl.LazyFrame, int
         Rows with ``episode_id``, ``step`` and ``reward`` scaled into [0, 1].
     bound : float
         B >= 0, the largest scaled return an episode may keep.
+    n_episodes : int, optional
+        Episodes in ``bounded`` if known: the returns are summed in parts of
+        at most :data:`BOUNDING_PASS_EPISODES` episodes (same result).
 
     Returns
     -------
@@ -344,8 +368,10 @@ def clip_returns(bounded: pl.LazyFrame, bound: float) -> tuple[pl.LazyFrame, int
         Episodes changed (PRIVATE).
     """
     c = pl.col
-    over = (bounded.group_by("episode_id").agg(c("reward").sum().alias("_G"))
-            .filter(c("_G") > bound).select("episode_id").collect(engine="streaming"))
+    over = pl.concat([part.group_by("episode_id").agg(c("reward").sum().alias("_G"))
+                      .filter(c("_G") > bound).select("episode_id").collect(engine="streaming")
+                      for part in hash_parts(bounded, "episode_id", part_count(n_episodes, BOUNDING_PASS_EPISODES),
+                                             BOUNDING_PASS_SEED)])
     if over.height == 0:
         return bounded, 0
     run = c("reward").cum_sum().over("episode_id", order_by="step")
@@ -469,12 +495,9 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
     seen = report.rows_kept
     if seen is None:  # a report not made by bound_contributions: count the rows (a pass without the window)
         seen = int(bounded.select(pl.len()).collect().item())
-    parts = max(1, -(-seen // CAP_PARTITION_ROWS))
-    if parts == 1:
-        capped = capped_rows(bounded)
-    else:  # whole units per part, one part at a time: the windows of one part in memory, not of all rows
-        part = c(unit).hash(CAP_PARTITION_SEED) % parts
-        capped = pl.concat([capped_rows(bounded.filter(part == p)) for p in range(parts)], parallel=False)
+    # whole units per part, one part at a time: the windows of one part in memory, not of all rows
+    parts = hash_parts(bounded, unit, part_count(seen, CAP_PARTITION_ROWS), CAP_PARTITION_SEED)
+    capped = pl.concat([capped_rows(p) for p in parts], parallel=False) if len(parts) > 1 else capped_rows(bounded)
     report = replace(report, max_per_cell=max_per_cell, cell_cap_stationary=bool(stationary),
                      cell_steps_dropped=None, cell_steps_seen=seen)
     return capped, report

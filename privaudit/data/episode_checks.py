@@ -36,11 +36,13 @@ flagged episode is then checked exactly, so reported violations are exact.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import polars as pl
 
 from privaudit.data.io import ROW, OpenLog
+from privaudit.data.parts import hash_parts, part_count
 
 #: Fixed hash seed (a constant of the algorithm, not randomness).
 HASH_SEED = 0x5EED_0F_A11
@@ -83,6 +85,23 @@ def _balanced(at_extra: pl.Expr) -> pl.Expr:
     return (lo == 0) & (hi == 0)
 
 
+@dataclass(frozen=True)
+class ReturnBounds:
+    """What the return rules compare: steps h < H, rewards clipped into [r_lo, r_hi], the return bound
+    [g_lo, g_hi] (the spec's ``horizon``, ``reward_range`` and ``return_bound``, declared units)."""
+
+    H: int
+    r_lo: float
+    r_hi: float
+    g_lo: float
+    g_hi: float
+
+
+def _any_flag(flags: Sequence[str]) -> pl.Expr:
+    """True on a row carrying any of the flag columns (a null flag is false)."""
+    return pl.any_horizontal([pl.col(f).fill_null(False) for f in flags])
+
+
 @dataclass
 class EpisodeTable:
     """One row per episode (memory proportional to the number of episodes).
@@ -90,19 +109,32 @@ class EpisodeTable:
     Columns: ``episode_id``; ``n`` (rows); ``hmax`` (largest step, clipped
     into [-1, 2^30]); ``row0`` (first row index); ``suspect`` (bool: the hash
     test flags broken steps, a broken next_state chain or several units);
-    ``unit`` (the episode's smallest unit_id) when units are checked.
+    ``unit`` (the episode's smallest unit_id) when units are checked;
+    ``flag_suspect``, ``return_low``, ``return_high`` when asked for
+    (:func:`episode_table`).
     """
 
     frame: pl.DataFrame
 
 
-def episode_table(log: OpenLog, check_chain: bool, check_units: bool) -> EpisodeTable:
+def episode_table(log: OpenLog, check_chain: bool, check_units: bool, flags: Sequence[str] = (),
+                  returns: ReturnBounds | None = None) -> EpisodeTable:
     """Aggregate every episode in one streaming pass (see module docstring).
 
     Rows with a null ``episode_id`` are left out (the null rule reports them).
     Above :data:`EPISODE_PASS_ROWS` rows, one pass per part of the episodes
     (a hash of the id): memory about 150 bytes per episode of a part, plus
     the table itself (about 40 bytes per episode); the table is the same.
+
+    ``flags`` (the usable terminated/truncated columns) adds ``flag_suspect``:
+    the episode has two flagged rows or one before its largest step, a
+    superset of the episodes :func:`flag_not_last` reports. ``returns`` adds
+    ``return_low`` / ``return_high``: the episode's return (rewards clipped
+    into ``reward_range``, steps h < H) is below G_min / its positive part
+    exceeds G_max (the episodes :func:`return_rules` reports). Both are
+    screened in this same pass, so those rules re-read only the rows of the
+    episodes they flag (issue 33: a join or group-by over every episode held
+    memory proportional to the episodes on top of the table).
     """
     c = pl.col
     hc = _clipped("step", log.dtypes["step"], -1, 2**30)
@@ -127,22 +159,36 @@ def episode_table(log: OpenLog, check_chain: bool, check_units: bool) -> Episode
         aggs += [c("unit_id").min().alias("unit"), c("unit_id").max().alias("unit_max")]
         suspect = suspect | (c("unit") != c("unit_max")).fill_null(False)
     keep = ["episode_id", "n", "hmax", "row0", "suspect"] + (["unit"] if check_units else [])
+    flagged = []
+    if flags:
+        any_flag = _any_flag(flags)
+        aggs += [any_flag.sum().alias("_nflag"), hc.filter(any_flag).max().alias("_hflag")]
+        flagged.append(((c("_nflag") > 1) | (c("_hflag") < c("hmax"))).fill_null(False).alias("flag_suspect"))
+        keep.append("flag_suspect")
+    if returns is not None:
+        r = c("reward").cast(pl.Float64)
+        counted = (c("step") < returns.H) & r.is_finite()
+        clipped = pl.when(counted).then(r.clip(returns.r_lo, returns.r_hi))
+        aggs += [counted.sum().alias("_nr"), clipped.sum().alias("_G"),
+                 clipped.clip(lower_bound=0.0).sum().alias("_P")]
+        some = c("_nr") > 0
+        flagged += [(some & (c("_G") < returns.g_lo)).fill_null(False).alias("return_low"),
+                    (some & (c("_P") > returns.g_hi)).fill_null(False).alias("return_high")]
+        keep += ["return_low", "return_high"]
 
     def table_of(rows_in: pl.LazyFrame) -> pl.DataFrame:
         return (rows_in.filter(c("episode_id").is_not_null())
                 .with_columns(rows)
                 .group_by("episode_id").agg(aggs)
                 .with_columns(post)
-                .with_columns(suspect.fill_null(True).alias("suspect"))
+                .with_columns(suspect.fill_null(True).alias("suspect"), *flagged)
                 .select(keep)
                 .collect(engine="streaming"))
 
     # whole episodes per pass, one pass after the other: the group-by's state is that of one part's episodes
-    passes = max(1, -(-sum(p.n_rows for p in log.parts) // EPISODE_PASS_ROWS))
-    if passes == 1:
-        return EpisodeTable(table_of(log.frame))
-    part = c("episode_id").hash(EPISODE_PASS_SEED) % passes
-    return EpisodeTable(pl.concat([table_of(log.frame.filter(part == p)) for p in range(passes)]))
+    passes = part_count(sum(p.n_rows for p in log.parts), EPISODE_PASS_ROWS)
+    return EpisodeTable(pl.concat([table_of(f) for f in hash_parts(log.frame, "episode_id", passes,
+                                                                    EPISODE_PASS_SEED)]))
 
 
 def _chunks(suspects: pl.DataFrame) -> list[pl.Series]:
@@ -222,44 +268,105 @@ def _exact(d: pl.DataFrame, check_chain: bool, check_units: bool) -> dict[str, p
     return res
 
 
-def flag_not_last(log: OpenLog, table: EpisodeTable, flags: list[str]) -> pl.LazyFrame:
+def flag_not_last(log: OpenLog, table: EpisodeTable, flags: list[str]) -> pl.DataFrame:
     """Rows carrying a terminated/truncated flag before their episode's last step.
 
-    Joins only the flagged rows with the episode table (memory proportional
-    to the episodes). Columns: ``row, episode_id, step, column, detail``.
+    Only the episodes the table's ``flag_suspect`` screen flags are re-read
+    (none in valid logs), joined with their largest step. Columns: ``row,
+    episode_id, step, column, detail``. The table must have been built with
+    the same ``flags``.
     """
     c = pl.col
-    any_flag = pl.any_horizontal([c(f).fill_null(False) for f in flags])
     which = c(flags[0]).fill_null(False)
     col = (pl.when(which).then(pl.lit(flags[0])).otherwise(pl.lit(flags[-1]))) if len(flags) > 1 else pl.lit(flags[0])
-    last = table.frame.lazy().select("episode_id", "hmax")
+    last = table.frame.filter(c("flag_suspect")).select("episode_id", "hmax")
     hc = _clipped("step", log.dtypes["step"], -1, 2**30)
-    return (log.frame.filter(any_flag & c("step").is_not_null())
+    rows = log.frame if last.height else log.frame.head(0)
+    return (rows.filter(_any_flag(flags) & c("step").is_not_null())
             .select(ROW, "episode_id", "step", hc.alias("_h"), col.alias("column"))
-            .join(last, on="episode_id", how="inner")
+            .join(last.lazy(), on="episode_id", how="inner")
             .filter(c("_h") < c("hmax"))
             .select(ROW, "episode_id", "step", "column",
                     pl.format("{} flag at step {} but the episode continues to step {}", "column", "step", "hmax")
-                    .alias("detail")))
+                    .alias("detail"))
+            .collect(engine="streaming"))
 
 
-def too_many_episodes(table: EpisodeTable, k: int) -> tuple[int, pl.DataFrame]:
-    """Units with more than k episodes.
+def units_and_surplus(table: EpisodeTable, k: int) -> tuple[int, int, pl.DataFrame | None]:
+    """The number of privacy units and the units with more than k episodes (rule ``too_many_episodes``).
 
-    Returns the number of such units and, for each, its (k+1)-th episode by
-    first row (columns ``row, episode_id, step, column, detail``).
+    Returns
+    -------
+    units : int
+        Distinct ``unit`` values of the table (a null unit counts as one value, as ``n_unique``).
+    over : int
+        Units with more than k episodes.
+    examples : DataFrame or None
+        For each such unit its (k+1)-th episode by first row (columns ``row,
+        episode_id, step, column, detail``); None when no unit is over k.
+
+    Notes
+    -----
+    The episodes per unit come from a sort of the unit column (the units'
+    runs), not a hash group-by: the group-by held about 60 bytes per unit
+    beside the table (issue 33); the sort holds a sorted copy of the column
+    and the runs' starts. Only the units over k are then ranked.
     """
     c = pl.col
-    e = table.frame.filter(c("unit").is_not_null())
-    per_unit = e.group_by("unit").agg(pl.len().alias("_m"))
-    over = per_unit.filter(c("_m") > k)
-    if over.height == 0:
-        return 0, None
-    ex = (e.join(over, on="unit").sort("row0")
+    u = table.frame["unit"]
+    s = u.drop_nulls().sort()
+    units = int(u.null_count() > 0)
+    if s.len() == 0:
+        return units, 0, None
+    starts = (s != s.shift(1)).fill_null(True).arg_true()
+    per_unit = np.diff(np.append(starts.to_numpy(), s.len()))
+    over = per_unit > k
+    units += starts.len()
+    if not over.any():
+        return units, 0, None
+    surplus = pl.DataFrame({"unit": s.gather(starts.filter(pl.Series(over))), "_m": per_unit[over]})
+    e = table.frame.filter(c("unit").is_in(surplus["unit"].implode()))
+    ex = (e.join(surplus, on="unit").sort("row0")
           .with_columns(pl.int_range(pl.len()).over("unit").alias("_rank"))
           .filter(c("_rank") == k)
           .select(c("row0").alias(ROW), "episode_id", pl.lit(None, dtype=pl.Int64).alias("step"),
                   pl.lit("unit_id").alias("column"),
                   pl.format("unit {} has {} episodes; at most {} allowed (spec privacy_unit.max_episodes); "
                             "this is its episode number {}", "unit", "_m", pl.lit(k), pl.lit(k + 1)).alias("detail")))
-    return over.height, ex
+    return units, surplus.height, ex
+
+
+def return_rules(log: OpenLog, table: EpisodeTable, returns: ReturnBounds) -> dict[str, pl.DataFrame]:
+    """One row per episode breaking the declared return bound: ``row, episode_id, step, column, detail``.
+
+    The return sums the episode's finite rewards over steps h < H, each
+    clipped into ``reward_range`` (what bounding keeps). Above: the running
+    return (in step order) exceeds G_max at some step; reported at the first
+    such step. Only episodes whose positive rewards sum above G_max can
+    (``return_high`` of the table, built with the same ``returns``); the
+    ordered running sum runs on their rows only. Below: the whole return is
+    under G_min (``return_low``); reported at the last step < H. Only the
+    flagged episodes' rows are read (none in logs that keep the bound).
+    """
+    c, H = pl.col, returns.H
+    g_lo, g_hi = returns.g_lo, returns.g_hi
+    r = c("reward").cast(pl.Float64)
+    rows = (log.frame.filter((c("step") < H) & r.is_finite())
+            .select(ROW, "episode_id", "step", r.clip(returns.r_lo, returns.r_hi).alias("_r")))
+    low = table.frame.filter(c("return_low")).select("episode_id")
+    high = table.frame.filter(c("return_high")).select("episode_id")
+    below = ((rows.join(low.lazy(), on="episode_id", how="semi") if low.height else rows.head(0))
+             .group_by("episode_id")
+             .agg(c("_r").sum().alias("_G"), c(ROW).sort_by("step").last().alias(ROW), c("step").max().alias("step"))
+             .select(ROW, "episode_id", "step", pl.lit("reward").alias("column"),
+                     pl.format(f"the episode's return {{}} is below return_bound G_min={g_lo}", c("_G"))
+                     .alias("detail"))
+             .collect(engine="streaming"))
+    above = (rows.join(high.lazy(), on="episode_id", how="semi")
+             .with_columns(c("_r").cum_sum().over("episode_id", order_by="step").alias("_run"))
+             .filter(c("_run") > g_hi).sort(["episode_id", "step"]).unique("episode_id", keep="first")
+             .select(ROW, "episode_id", "step", pl.lit("reward").alias("column"),
+                     pl.format(f"the episode's running return {{}} exceeds return_bound G_max={g_hi} "
+                               "(bounding clips it)", c("_run")).alias("detail"))
+             .collect()) if high.height else below.clear()
+    return {"return_above_bound": above, "return_below_bound": below}

@@ -167,15 +167,18 @@ def refuse_fatal(report: ValidationReport) -> None:
     raise ValidationFailed("\n".join(lines), d)
 
 
-def bound_logs(path: Path, spec: DomainSpec) -> tuple[pl.LazyFrame, pl.LazyFrame, BoundingReport]:
+def bound_logs(path: Path, spec: DomainSpec,
+               episodes: int | None = None) -> tuple[pl.LazyFrame, pl.LazyFrame, BoundingReport]:
     """(scanned, bounded, report): the logs scanned and bounded (``bounding.bound_contributions``).
 
     For logs that passed the fatal rules (:func:`refuse_fatal`); a polars
-    failure is a LogReadError naming ``path``. The report is PRIVATE.
+    failure is a LogReadError naming ``path``. ``episodes``: their number
+    (``ValidationReport.episodes``), which lets bounding aggregate in parts
+    of bounded memory. The report is PRIVATE.
     """
     scanned = scan_logs(path, spec)
     try:
-        bounded, bounding = bound_contributions(scanned, spec)
+        bounded, bounding = bound_contributions(scanned, spec, episodes)
     except pl.exceptions.PolarsError as e:
         raise read_failed(path, e) from None
     return scanned, bounded, bounding
@@ -220,7 +223,7 @@ def prepare_logs(path: str | Path, spec: DomainSpec, *, repairs: RepairLimit | N
     path = Path(path)
     report = validate_logs(path, spec, max_errors=MAX_EXAMPLES)
     refuse_fatal(report)
-    scanned, bounded, bounding = bound_logs(path, spec)
+    scanned, bounded, bounding = bound_logs(path, spec, report.episodes)
     if repairs is not None:
         check_repairs(bounding, repairs, path)
     return PreparedLogs(path=path, spec=spec, validation=report, bounding=bounding,

@@ -1,11 +1,13 @@
 """Validate trajectory logs against a domain spec.
 
 Every rule is a polars expression over a lazy scan of the log, collected
-with the streaming engine: row rules in one pass that sums their violations
-(plus one pass per broken rule for its first examples), episode rules from
-a per-episode aggregate (see :mod:`privaudit.data.episode_checks`). Memory
-grows with the number of episodes, not of rows; no Python loop runs over
-rows. Validation reads and never writes.
+with the streaming engine: row rules (:mod:`privaudit.data.row_rules`) in
+one pass that sums their violations (plus one pass per broken rule for its
+first examples); episode and unit rules from one per-episode aggregate that
+screens them all, after which only the flagged episodes' rows are re-read
+(:mod:`privaudit.data.episode_checks`). Memory grows with the number of
+episodes (about 40 bytes each), not of rows; no Python loop runs over rows.
+Validation reads and never writes.
 
 The rule names below are stable (scripts may match on them); see
 docs/validate.md for examples.
@@ -20,6 +22,7 @@ import polars as pl
 
 from privaudit.data import episode_checks as ec
 from privaudit.data.io import FLAG_COLUMNS, ROW, OpenLog, dtype_problem, open_log
+from privaudit.data.row_rules import row_rules
 from privaudit.core.errors import LogReadError, UsageError
 from privaudit.core.spec import DomainSpec
 
@@ -86,25 +89,6 @@ RULES: dict[str, tuple[str, str]] = {
 #: cannot repair it without guessing, and counting such rows would break the
 #: domain or the sensitivity argument.
 BOUNDING_RULES = ("too_many_episodes", "episode_too_long", "reward_out_of_range", "return_above_bound")
-
-
-def public_reward_table(spec: DomainSpec) -> tuple[list[int], list[float]]:
-    """The declared public reward as (states, values), for a join-free lookup of r(next_state).
-
-    Parameters
-    ----------
-    spec : DomainSpec
-        A spec that declares ``public_reward`` (kind ``next_state``).
-
-    Returns
-    -------
-    states : list of int
-        The states ``$.public_reward.values`` lists (each in [0, S), checked by the spec).
-    values : list of float
-        r(s') of each, in reward units. Unlisted states earn 0.
-    """
-    values = spec.public_reward["values"]
-    return [int(k) for k in values], [float(v) for v in values.values()]
 
 
 @dataclass(frozen=True)
@@ -191,86 +175,6 @@ def violation_line(v: dict, tag: str | None = None) -> str:
     if col and v.get("file_column") not in (None, col):
         col = f"{col} = '{v['file_column']}' in the file"
     return f"  [{tag or v['rule']}] {v['message']}" + (f" (column {col})" if col else "")
-
-
-def _row_rules(log: OpenLog, spec: DomainSpec, usable: set[str]) -> list[tuple]:
-    """(rule, column, expr, message template) for the row rules whose columns are usable.
-
-    The template is a polars expression giving the message from the row.
-    """
-    c, S, A, H = pl.col, spec.n_states, spec.n_actions, spec.horizon
-    lo, hi = spec.reward_range
-    out = []
-    for std in log.source:
-        if std in usable:
-            out.append(("null_value", std, c(std).is_null(), pl.lit(f"{std} is null")))
-    if "reward" in usable and log.dtypes["reward"].is_float():
-        out.append(("not_finite", "reward", c("reward").is_not_null() & ~c("reward").is_finite(),
-                    pl.format("reward is {}", "reward")))
-    if "features" in usable:
-        f = c("features")
-        if isinstance(log.dtypes["features"], pl.Array):
-            f = f.arr.to_list()
-        el = pl.element()
-        bad = f.list.eval(el.is_null() | ~el.cast(pl.Float64).is_finite()).list.any()
-        out.append(("not_finite", "features", bad.fill_null(False), pl.lit("features hold a null, NaN or infinity")))
-    for std, n, sym in (("state", S, "S"), ("action", A, "A"), ("next_state", S, "S")):
-        if std in usable:
-            out.append((f"{std}_out_of_range", std, (c(std) < 0) | (c(std) >= n),
-                        pl.format(f"{std} {{}} is outside [0, {sym}={n})", std)))
-    if "reward" in usable:
-        r = c("reward").cast(pl.Float64)
-        out.append(("reward_out_of_range", "reward", r.is_finite() & ((r < lo) | (r > hi)),
-                    pl.format(f"reward {{}} is outside reward_range [{lo}, {hi}]", "reward")))
-    if "step" in usable:
-        out.append(("episode_too_long", "step", c("step") >= H,
-                    pl.format(f"step {{}} >= H={H}: the episode has more than H steps", "step")))
-    if {"terminated", "truncated"} <= usable:
-        out.append(("terminated_and_truncated", "truncated", c("terminated") & c("truncated"),
-                    pl.lit("both terminated and truncated are true; at most one may be")))
-    if spec.public_reward is not None and {"reward", "next_state"} <= usable:
-        out.append(_reward_not_public(spec, "state" in usable))
-    terminals = list(spec.terminal_states)
-    if terminals and "state" in usable:
-        out.append(("continues_after_terminal", "state", c("state").is_in(terminals),
-                    pl.format("state {} is terminal; the episode should have ended at the step entering it", "state")))
-    if terminals and {"terminated", "next_state"} <= usable:
-        into = c("next_state").is_in(terminals)
-        out.append(("terminated_mismatch", "terminated", c("terminated") != into,
-                    pl.when(into).then(pl.format("next_state {} is terminal but terminated is false", "next_state"))
-                    .otherwise(pl.format("terminated is true but next_state {} is not a terminal state",
-                                         "next_state"))))
-    return out
-
-
-def _reward_not_public(spec: DomainSpec, state_usable: bool) -> tuple:
-    """The row rule ``reward_not_public``: |reward - r(next_state)| > ``spec.public_reward_tolerance()``.
-
-    Rows whose reward is null or not finite, whose next_state is null or
-    outside [0, S), or whose state is terminal are left to the rules that
-    already report them (``null_value``, ``not_finite``,
-    ``next_state_out_of_range``, ``continues_after_terminal``): r(next_state)
-    is undefined there, or the row should not exist. A reward outside
-    ``reward_range`` is compared as logged: the declared values lie inside
-    the range, so it differs from r(next_state) unless within the tolerance
-    (both rules then report the row; clipping would not make it the declared
-    reward function).
-    """
-    c, S = pl.col, spec.n_states
-    tol = spec.public_reward_tolerance()
-    r = c("reward").cast(pl.Float64)
-    ns = c("next_state")
-    # r(next_state): a gather from r of shape (S,) at next_state clipped into [0, S - 1] (rows outside are
-    # not checked), evaluated batch by batch. replace_strict over the declared states is not streamed: it
-    # held the whole column and made validation's peak grow with the rows (issue 33, docs/benchmarks.md).
-    pub = pl.lit(pl.Series("r", spec.public_reward_vector(), dtype=pl.Float64)).gather(ns.clip(0, S - 1))
-    checked = r.is_finite() & (ns >= 0) & (ns < S)
-    if spec.terminal_states and state_usable:
-        checked = checked & ~c("state").is_in(list(spec.terminal_states)).fill_null(False)
-    bad = (checked & ((r - pub).abs() > tol)).fill_null(False)
-    msg = pl.format(f"reward {{}} differs from the spec's public reward r(next_state={{}}) = {{}} "
-                    f"(tolerance {tol:g}; $.public_reward)", "reward", "next_state", pub)
-    return ("reward_not_public", "reward", bad, msg)
 
 
 def _records(df: pl.DataFrame | None, rule: str, log: OpenLog, n: int) -> list[dict]:
@@ -388,7 +292,7 @@ def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationRe
         return _report(counts, viol, rows, 0, 0, set(RULES) - set(counts), path, n)
 
     # --- row rules: one streaming pass for all counts, one per broken rule for examples
-    rules = _row_rules(log, spec, usable)
+    rules = row_rules(log, spec, usable)
     ctx = [c for c in ("episode_id", "step") if c in usable]
     if rules:
         sums = log.frame.select([e.sum().alias(str(i)) for i, (_, _, e, _) in enumerate(rules)]) \
@@ -402,30 +306,32 @@ def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationRe
                   .sort(ROW).head(n).collect(engine="streaming"))
             viol.setdefault(rule, []).extend(_records(df, rule, log, n))
 
-    # --- episode and unit rules
+    # --- episode and unit rules: one aggregate per episode screens them all; flagged episodes are re-read
     episodes = units = None
     if {"episode_id", "step"} <= usable:
         check_chain = {"state", "next_state"} <= usable
         check_units = not log.unit_is_episode and "unit_id" in usable
-        table = ec.episode_table(log, check_chain, check_units)
+        flags = [f for f in FLAG_COLUMNS if f in usable]
+        returns = (ec.ReturnBounds(spec.horizon, *spec.reward_range, *spec.return_bound)
+                   if spec.return_bound is not None and "reward" in usable else None)
+        table = ec.episode_table(log, check_chain, check_units, flags, returns)
         episodes = table.frame.height
-        units = episodes if log.unit_is_episode else (table.frame["unit"].n_unique() if check_units else None)
+        units = episodes if log.unit_is_episode else None
         for rule, df in ec.exact_episode_checks(log, table, check_chain, check_units).items():
             if rule == "next_state_mismatch" and not check_chain or rule == "unit_not_unique" and not check_units:
                 continue
             counts[rule] = 0 if df is None else df.height
             viol[rule] = _records(df, rule, log, n)
-        flags = [f for f in FLAG_COLUMNS if f in usable]
         if flags:
-            fl = ec.flag_not_last(log, table, flags).collect(engine="streaming")
+            fl = ec.flag_not_last(log, table, flags)
             counts["flag_not_last"] = fl.height
             viol["flag_not_last"] = _records(fl, "flag_not_last", log, n)
         if check_units:
-            k, df = ec.too_many_episodes(table, spec.max_episodes_per_unit)
+            units, k, df = ec.units_and_surplus(table, spec.max_episodes_per_unit)
             counts["too_many_episodes"] = k
             viol["too_many_episodes"] = _records(df, "too_many_episodes", log, n)
-        if spec.return_bound is not None and "reward" in usable:
-            for rule, df in _return_rules(log, spec).items():
+        if returns is not None:
+            for rule, df in ec.return_rules(log, table, returns).items():
                 counts[rule] = df.height
                 viol[rule] = _records(df, rule, log, n)
     skipped = set(RULES) - set(counts)
@@ -450,46 +356,6 @@ def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationRe
     if "features" not in log.source and "reward" in usable and not log.dtypes["reward"].is_float():
         skipped -= {"not_finite"}
     return _report(counts, viol, rows, episodes, units, skipped, path, n)
-
-
-def _return_rules(log: OpenLog, spec: DomainSpec) -> dict[str, pl.DataFrame]:
-    """One row per episode breaking the declared return bound: ``row, episode_id, step, column, detail``.
-
-    The return sums the episode's finite rewards over steps h < H, each
-    clipped into ``reward_range`` (what bounding keeps). Above: the running
-    return (in step order) exceeds G_max at some step; reported at the first
-    such step. Only episodes whose positive rewards sum above G_max can (a
-    group-by finds them; the ordered running sum runs on their rows only).
-    Below: the whole return is under G_min; reported at the last step < H.
-    """
-    c, H = pl.col, spec.horizon
-    r_lo, r_hi = spec.reward_range
-    g_lo, g_hi = spec.return_bound
-    r = c("reward").cast(pl.Float64)
-    rows = (log.frame.filter((c("step") < H) & r.is_finite())
-            .select(ROW, "episode_id", "step", r.clip(r_lo, r_hi).alias("_r")))
-    # plain sums per episode, and only the episodes that break a bound leave the streaming group-by (its
-    # state is two floats per episode); the last step of those below G_min is found on their rows only
-    per_ep = (rows.group_by("episode_id")
-              .agg(c("_r").sum().alias("_G"), c("_r").clip(lower_bound=0.0).sum().alias("_P"))
-              .filter((c("_G") < g_lo) | (c("_P") > g_hi))
-              .collect(engine="streaming"))
-    low = per_ep.filter(c("_G") < g_lo).select("episode_id", "_G")
-    last = ((rows.join(low.lazy(), on="episode_id", how="semi") if low.height else rows.head(0))
-            .group_by("episode_id").agg(c(ROW).sort_by("step").last().alias(ROW), c("step").max().alias("step"))
-            .collect(engine="streaming"))
-    below = (low.join(last, on="episode_id")
-             .select(ROW, "episode_id", "step", pl.lit("reward").alias("column"),
-                     pl.format(f"the episode's return {{}} is below return_bound G_min={g_lo}", c("_G")).alias("detail")))
-    suspects = per_ep.filter(c("_P") > g_hi).select("episode_id")
-    above = (rows.join(suspects.lazy(), on="episode_id", how="semi")
-             .with_columns(c("_r").cum_sum().over("episode_id", order_by="step").alias("_run"))
-             .filter(c("_run") > g_hi).sort(["episode_id", "step"]).unique("episode_id", keep="first")
-             .select(ROW, "episode_id", "step", pl.lit("reward").alias("column"),
-                     pl.format(f"the episode's running return {{}} exceeds return_bound G_max={g_hi} "
-                               "(bounding clips it)", c("_run")).alias("detail"))
-             .collect()) if suspects.height else below.clear()
-    return {"return_above_bound": above, "return_below_bound": below}
 
 
 def _report(counts, viol, rows, episodes, units, skipped, path, n) -> ValidationReport:

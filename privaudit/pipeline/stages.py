@@ -180,7 +180,9 @@ def release(config: PipelineConfig, state: RunState) -> None:
     if state.reused(VALUE_PART):
         state.value_stats = plan.resume_from.value_stats
     else:  # the behaviour-value part: a second access to the bounded logs
-        state.value_stats = value_plan.apply(bounded_logs(config, state), rng=np.random.default_rng(plan.seeds[3]))
+        bounding = getattr(state.prepared, "bounding", None)  # rows kept: the parts of the polars pass (issue 33)
+        state.value_stats = value_plan.apply(bounded_logs(config, state), rng=np.random.default_rng(plan.seeds[3]),
+                                             rows=getattr(bounding, "rows_kept", None))
         _charge(config, state, VALUE_PART, value_plan.event)
 
 

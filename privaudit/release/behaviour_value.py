@@ -119,6 +119,7 @@ import polars as pl
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import unit_column_of
+from privaudit.data.parts import hash_parts, part_count
 from privaudit.data.exact_sums import REWARD_BITS, value_sums
 from privaudit.privacy import accounting
 from privaudit.privacy.budget import Budget
@@ -137,6 +138,9 @@ UNIT_FAMILIES = ("unit_return_cross", "unit_count_squares")
 MECHANISM_VERSION = 2
 #: |c| <= 2^_C_BITS lattice units.
 _C_BITS = 15
+#: Most rows aggregated per pass of :meth:`BehaviourValueRelease.exact_statistics` (a part's episodes in
+#: memory, about 200 bytes each); the seed of the hash of the unit that splits the parts (changes nothing).
+VALUE_PASS_ROWS, VALUE_PASS_SEED = 8_000_000, 0x56
 #: Most one-ulp increases of a sigma while fitting the exact cost into the budget.
 _FIT_STEPS = 16
 
@@ -286,7 +290,7 @@ class BehaviourValueRelease:
         return {"return_sum": math.ldexp(1.0, -self.bits), "unit_return_cross": math.ldexp(1.0, -self.bits),
                 "return_squares": math.ldexp(1.0, -2 * self.bits)}.get(family, 1.0)
 
-    def exact_statistics(self, bounded) -> dict:
+    def exact_statistics(self, bounded, rows: int | None = None) -> dict:
         """The exact statistics of the bounded logs, in lattice units. PRIVATE.
 
         Parameters
@@ -300,6 +304,13 @@ class BehaviourValueRelease:
             h < H, every episode with its step 0. A Spark frame is aggregated
             on the cluster (``privaudit.data.spark.stats.spark_value_sums``):
             the same integers as polars.
+        rows : int, optional
+            Its number of rows (``BoundingReport.rows_kept``): above
+            ``VALUE_PASS_ROWS`` a polars frame's units are aggregated in
+            parts, split by a hash of the unit (``privaudit.data.parts``), so
+            that memory holds one part's episodes (issue 33). Every sum is
+            exact, so the statistics do not depend on the split. None: one
+            pass.
 
         Returns
         -------
@@ -321,7 +332,12 @@ class BehaviourValueRelease:
                        c_max=self.c_max)
         if isinstance(bounded, (pl.LazyFrame, pl.DataFrame)):
             lf = bounded.lazy()
-            return value_sums(lf, unit_column_of(lf), **lattice)
+            unit = unit_column_of(lf)
+            out: dict = {}
+            for part in hash_parts(lf, unit, part_count(rows, VALUE_PASS_ROWS), VALUE_PASS_SEED):
+                got = value_sums(part, unit, **lattice)
+                out = {f: out[f] + v for f, v in got.items()} if out else got
+            return out
         from privaudit.data.spark import session, stats  # optional dependency: pyspark only with a Spark frame
 
         with session.spark_errors("computing the clinicians' value statistics"):
@@ -349,9 +365,9 @@ class BehaviourValueRelease:
             unit_cross=noisy.get("unit_return_cross"), unit_count_squares=noisy.get("unit_count_squares"),
             max_episodes=int(self.spec.max_episodes_per_unit))
 
-    def apply(self, bounded, *, rng: np.random.Generator) -> ValueStatistics:
-        """:meth:`exact_statistics` then :meth:`noisy` (the mechanism)."""
-        return self.noisy(self.exact_statistics(bounded), rng=rng)
+    def apply(self, bounded, *, rng: np.random.Generator, rows: int | None = None) -> ValueStatistics:
+        """:meth:`exact_statistics` (``rows``: its row count, for the parts) then :meth:`noisy` (the mechanism)."""
+        return self.noisy(self.exact_statistics(bounded, rows), rng=rng)
 
     def describe(self) -> dict:
         """Public description for summary.json: version, interval unit, return range, lattice,

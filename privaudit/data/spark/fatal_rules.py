@@ -12,7 +12,8 @@ from pyspark.sql import functions as F
 from privaudit.core.errors import ValidationFailed
 from privaudit.core.spec import DomainSpec
 from privaudit.data.spark.logs import clipped_reward, nan_or_inf
-from privaudit.data.validate import BOUNDING_RULES, public_reward_table
+from privaudit.data.row_rules import public_reward_table
+from privaudit.data.validate import BOUNDING_RULES
 
 
 def fatal_rule_counts(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
