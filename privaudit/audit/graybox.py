@@ -15,7 +15,6 @@ import numpy as np
 
 from privaudit.audit import bounds as B
 from privaudit.audit.pairs import NeighbouringPair
-from privaudit.audit.protocol import FileFunction
 from privaudit.core.errors import UsageError
 
 
@@ -66,12 +65,12 @@ def sampler_hint(mech, pair: NeighbouringPair, X0: np.ndarray, X1: np.ndarray) -
     side-channel scores (:mod:`privaudit.audit.float_attacks`).
 
     From the mechanism's ``exact_statistics`` and ``noise`` hooks when their
-    cells line up with the output (concatenated in order); else, for user
-    code, the values are estimated as the rounded medians of the fitting runs
+    cells line up with the output (concatenated in order; a ``FILE.py:NAME``
+    mechanism's hooks too, :class:`privaudit.audit.protocol.FileMechanism`); else the values are estimated as the rounded medians of the fitting runs
     (integer counts) and no scale is known (only the sampler-free score).
     """
     d = X0.shape[1]
-    if not isinstance(mech, FileFunction) and hasattr(mech, "exact_statistics"):
+    if hasattr(mech, "exact_statistics"):
         s0, s1 = mech.exact_statistics(pair.d), mech.exact_statistics(pair.d_prime)
         noise = mech.noise() if hasattr(mech, "noise") else {}
         c0 = np.concatenate([np.asarray(v, dtype=np.float64).reshape(-1) for v in s0.values()])
