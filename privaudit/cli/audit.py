@@ -10,7 +10,7 @@ from privaudit.cli.registry_help import LiveHelpCommand, LiveHelpOption, joined,
 from privaudit.core import registry
 from privaudit.audit import Claim, load_pair, run_audit
 from privaudit.audit.mechanisms.registry import ADAPTERS
-from privaudit.audit.protocol import FileFunction, FileMechanism, hooks_of
+from privaudit.audit.protocol import FileFunction, FileMechanism
 from privaudit.audit.online.catalogue import explore_audit
 from privaudit.audit.online.jdp import ExplorerSetup
 from privaudit.audit.online.streams import StreamSetup
@@ -19,7 +19,7 @@ from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.core.errors import UsageError
 from privaudit.core.atomic import atomic_paths
 from privaudit.audit.plotting import AUDIT_PLOT_MARK
-from privaudit.cli.audit_inputs import resolve_trials, search_pairs
+from privaudit.cli.audit_inputs import resolve_trials, say_hooks, search_pairs
 from privaudit.core.outputs import check_outputs, json_output, png_output
 from privaudit.core.formatting import guarantee_text, privacy_param
 from privaudit.privacy import budget as budget_mod
@@ -242,7 +242,16 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
 
     Errors in user code (FILE.py:NAME for --mechanism or --score: import
     error, wrong signature, an exception, a non-numeric output) are reported
-    naming FILE.py:NAME with exit 2. An existing --out / --plot is refused
+    naming FILE.py:NAME with exit 2. A FILE.py:NAME mechanism's hooks
+    (exact_statistics, declared_sensitivity, noise, prepare, make_pair,
+    attack_scores) are used as from Python, and named on stderr.
+
+    --search patterns:N (the StatDP input patterns on N query answers) or
+    --search FILE.py:NAME (your pairs) audits a FILE.py:NAME mechanism on
+    the pair that an input search picks on selection runs, counted on fresh
+    runs (no --logs, --pair or --spec). --target-excess X instead of
+    --trials: the runs that see an excess X over the claim about half the
+    time (printed); with neither, the error quotes the counts. An existing --out / --plot is refused
     unless --overwrite, which replaces only an earlier audit report / plot,
     never a file the audit reads (exit 2, before any run).
 
@@ -266,6 +275,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
       privaudit audit --mechanism release --logs logs.parquet --spec spec.json --claim-rho 1 --trials 100000 --out rep.json --plot rep.png
       privaudit audit --mechanism release --per-step --logs logs.parquet --spec spec.json --claim-rho 1 --trials 20000 --out per_step.json
       privaudit audit --mechanism mine.py:release --pair D.parquet D2.parquet --spec spec.json --claim-epsilon 1 --delta 0 --trials 20000 --out rep.json
+      privaudit audit --mechanism svt.py:svt --search patterns:10 --claim-epsilon 0.5 --target-excess 0.25 --out svt.json
     """
 
     if (claim_epsilon is None) == (claim_rho is None):
@@ -387,7 +397,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                              "own noise and budget. Remove the option(s).")
         mech = FileMechanism(mechanism)  # its hooks honoured as from Python, and named
         name = mechanism
-        _say_hooks(mechanism, mech)
+        say_hooks(mechanism, mech)
     score_fns = [("user:" + s.rpartition(":")[2], FileFunction(s, role="score")) for s in scores]
     if pair is not None:
         p = load_pair(*pair, spec=spec)
@@ -429,7 +439,7 @@ def _search_audit(mechanism, search, claim, trials, said_trials, scores, seed, c
     code = [("--search", search.rpartition(":")[0] if ".py:" in search else None)]
     _check_outputs(out, plot, overwrite, _reads(None, None, None, mechanism, scores, None) + code)
     mech = FileMechanism(mechanism)
-    _say_hooks(mechanism, mech)
+    say_hooks(mechanism, mech)
     pairs = search_pairs(search)
     if said_trials:
         click.echo(said_trials, err=True)
@@ -438,15 +448,6 @@ def _search_audit(mechanism, search, claim, trials, said_trials, scores, seed, c
     rep = run_audit(mech, claim=claim, search=pairs, trials=trials, scores=score_fns, seed=seed,
                     settings=AuditSettings(confidence=confidence, n_jobs=jobs, mechanism_name=mechanism))
     _finish(rep, out, plot, confidence, as_json)
-
-
-def _say_hooks(mechanism: str, mech: FileMechanism) -> None:
-    """Name the hooks of a FILE.py:NAME mechanism that the audit uses (protocol.FileMechanism)."""
-    used = hooks_of(mech.load())
-    if used:
-        click.echo(f"{mechanism}: using its hook(s) {', '.join(used)}"
-                   + ("; the gray-box sensitivity check runs before any noisy run"
-                      if {"exact_statistics", "declared_sensitivity"} <= set(used) else ""), err=True)
 
 
 #: What --overwrite may replace: a report and a plot written by an earlier audit.

@@ -1,18 +1,21 @@
 """``privaudit audit``'s input search (``--search``) and run-count guidance (``--target-excess``).
 
 Kept apart from :mod:`privaudit.cli.audit` (the command and its checks): these
-turn two options into what :func:`privaudit.audit.run_audit` takes.
+turn two options into what :func:`privaudit.audit.run_audit` takes, and name
+the hooks of a ``FILE.py:NAME`` mechanism that the audit uses.
 """
 
 from __future__ import annotations
 
 import re
 
+import click
+
 from privaudit.audit.choice import MIN_TRIALS
 from privaudit.audit.claim import Claim
 from privaudit.audit.guidance import trials_needed
 from privaudit.audit.pairs import NeighbouringPair
-from privaudit.audit.protocol import FileFunction
+from privaudit.audit.protocol import FileFunction, FileMechanism, hooks_of
 from privaudit.audit.search import candidate_pairs, statdp_pairs
 from privaudit.core.errors import UsageError
 
@@ -96,3 +99,12 @@ def resolve_trials(trials: int | None, target_excess: float | None, target_fpr: 
     return n, (f"trials: {n} per side (--target-excess {target_excess:g}: an audit at this count proves a bound above "
                f"the claimed epsilon {eps:.4g} about half the time when the true epsilon is {eps + target_excess:.4g} on "
                f"{event}, if the attack finds it; a smaller excess or a rarer event can go unseen)")
+
+
+def say_hooks(mechanism: str, mech: FileMechanism) -> None:
+    """Name on stderr the hooks of a FILE.py:NAME mechanism that the audit uses (protocol.FileMechanism)."""
+    used = hooks_of(mech.load())
+    if used:
+        click.echo(f"{mechanism}: using its hook(s) {', '.join(used)}"
+                   + ("; the gray-box sensitivity check runs before any noisy run"
+                      if {"exact_statistics", "declared_sensitivity"} <= set(used) else ""), err=True)

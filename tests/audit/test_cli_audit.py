@@ -410,3 +410,5 @@ def test_float_attack_uses_the_hooks_from_the_cli_as_from_python(files):
     doc = load_report(files / "naive.json")
     assert doc["epsilon_lower_bound"] > 6 and doc["chosen_event"]["candidate"] == "numpy_laplace_lattice"
     assert not doc["graybox"]["violation"] and doc["float_sampler"]["sampler"] == "numpy_laplace"
+    assert ("decided by: outputs more of whose cells (value) numpy's Laplace sampler can produce from D's "
+            "noise-free value than from D''s") in res.stderr  # the event in words (item 5)

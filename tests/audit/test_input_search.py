@@ -106,3 +106,14 @@ def test_search_keeps_the_false_alarm_rate_at_most_alpha():
     alarms = sum(run_audit(_laplace_sum, search=pairs, claim=CLAIM, trials=2000, seed=s,
                            settings=NO_GRAYBOX).violation for s in range(40))
     assert alarms <= stats.binom.ppf(0.999, 40, 0.05), alarms
+
+
+def test_worked_example_input_search_over_a_sum_of_queries():
+    from tests.audit.test_custom_mechanisms import _doc_example
+
+    ns = _doc_example("input search over a sum of queries")
+    fixed, found = ns["fixed"], ns["found"]
+    assert not fixed.violation, fixed                 # at its claim on 'one above' (false failure <= 0.05)
+    assert found.violation and found.epsilon_lower_bound > 1.0, found   # true epsilon 2
+    assert found.data["neighbouring_pair"]["pattern"] in ("all above", "all below")
+    assert "pattern) (substitution neighbours)" in " ".join(found.data["messages"])

@@ -1,0 +1,83 @@
+"""``privaudit audit --search`` and ``--target-excess`` (issue 30 items 2 and 3) from the command line."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from privaudit.audit import load_report
+from privaudit.audit.guidance import trials_needed
+from privaudit.cli import main
+
+USER_CODE = '''
+import numpy as np
+
+def noisy_sum(q, rng, n_runs=1):
+    """Sum of integer query answers + discrete Laplace(scale 2): 0.5-DP if ONE answer moves by 1; the
+    StatDP patterns move several (all above: the sum moves by 4, true epsilon 2)."""
+    p = 1.0 - np.exp(-0.5)
+    return np.asarray(q, dtype=float).sum() + (rng.geometric(p, (n_runs, 1)) - rng.geometric(p, (n_runs, 1)))
+
+def my_pairs():
+    yield [1.0, 1.0, 1.0, 1.0], [2.0, 1.0, 1.0, 1.0]
+    yield [1.0, 1.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0]
+
+def broken_pairs():
+    yield [1.0], [2.0]
+    raise RuntimeError("no more inputs")
+'''
+
+
+@pytest.fixture
+def code(tmp_path):
+    (tmp_path / "mine.py").write_text(USER_CODE)
+    return tmp_path
+
+
+def _run(args):
+    return CliRunner().invoke(main, ["audit", *map(str, args)])
+
+
+def test_search_patterns_from_the_cli_names_the_pair(code):
+    res = _run(["--mechanism", f"{code / 'mine.py'}:noisy_sum", "--search", "patterns:4", "--claim-epsilon", "0.5",
+                "--trials", "2000", "--seed", "0", "--out", code / "rep.json"])
+    assert res.exit_code == 3, res.output                   # true epsilon 2 on 'all above' / 'all below'
+    assert "search: 8 candidate pairs (patterns:4)" in res.stderr
+    doc = load_report(code / "rep.json")
+    assert doc["neighbouring_pair"]["pattern"] in ("all above", "all below") and doc["epsilon_lower_bound"] > 1
+    assert len(doc["neighbouring_pair"]["search"]["pairs"]) == 8 and not doc["shareable"]
+    assert "pattern) (substitution neighbours)" in res.stderr and "input search: 8 candidate pairs" in res.stderr
+
+
+def test_search_with_the_users_pairs_and_its_errors(code):
+    res = _run(["--mechanism", f"{code / 'mine.py'}:noisy_sum", "--search", f"{code / 'mine.py'}:my_pairs",
+                "--claim-epsilon", "0.5", "--trials", "2000", "--seed", "0", "--out", code / "mine.json"])
+    assert res.exit_code == 3, res.output
+    assert load_report(code / "mine.json")["neighbouring_pair"]["pattern"] == "pair 1"  # the 'all above' one
+    broken = _run(["--mechanism", f"{code / 'mine.py'}:noisy_sum", "--search", f"{code / 'mine.py'}:broken_pairs",
+                   "--claim-epsilon", "0.5", "--trials", "2000", "--out", code / "b.json"])
+    assert broken.exit_code == 2 and "broken_pairs raised RuntimeError: no more inputs" in broken.output
+    assert "Traceback" not in broken.output and not (code / "b.json").exists()
+    for extra, words in ((["--spec", code / "mine.py"], "--spec does not apply with --search"),
+                         (["--search", "patterns"], "expected patterns:N")):
+        args = ["--mechanism", f"{code / 'mine.py'}:noisy_sum", "--search", "patterns:4", "--claim-epsilon", "0.5",
+                "--trials", "2000", "--out", code / "x.json", *extra]
+        bad = _run(args)
+        assert bad.exit_code == 2 and words in bad.output, bad.output
+    builtin = _run(["--mechanism", "release", "--search", "patterns:4", "--claim-epsilon", "0.5", "--trials", "2000",
+                    "--out", code / "x.json"])
+    assert builtin.exit_code == 2 and "--search needs --mechanism FILE.py:NAME" in builtin.output
+
+
+def test_trials_from_a_target_excess_or_an_error_that_quotes_the_counts(code):
+    base = ["--mechanism", f"{code / 'mine.py'}:noisy_sum", "--search", "patterns:4", "--claim-epsilon", "0.5",
+            "--seed", "0"]
+    none = _run([*base, "--out", code / "n.json"])
+    assert none.exit_code == 2 and "give --trials N (runs per side) or --target-excess X" in none.output
+    assert f"0.5 -> {trials_needed(0.5, 0.5):,}" in none.output and not (code / "n.json").exists()
+    both = _run([*base, "--trials", "2000", "--target-excess", "1", "--out", code / "b.json"])
+    assert both.exit_code == 2 and "not both" in both.output
+    res = _run([*base, "--target-excess", "1", "--out", code / "t.json"])
+    n = trials_needed(0.5, 1.0)
+    assert res.exit_code in (0, 3) and f"trials: {max(n, 65)} per side (--target-excess 1:" in res.stderr, res.output
+    assert load_report(code / "t.json")["trials"] == max(n, 65)
