@@ -149,12 +149,17 @@ class FileFunction:
 
     def guarded(self, fn: Callable, what: str, *args, **kwargs):
         """``fn(*args, **kwargs)`` behind the user-code boundary: an exception becomes a
-        :class:`~privaudit.core.errors.UserCodeError` naming ``what`` (Ctrl-C and SIGTERM pass)."""
+        :class:`~privaudit.core.errors.UserCodeError` naming ``what`` and how privaudit calls this role
+        (Ctrl-C and SIGTERM pass)."""
+        return self._boundary(fn, what, args, kwargs, hint=True)
+
+    def _boundary(self, fn: Callable, what: str, args, kwargs, hint: bool):
         try:
             return fn(*args, **kwargs)
         except BaseException as e:  # user code: report it, without the traceback (sys.exit included)
             _reraise_control(e)
-            raise UserCodeError(f"{what} raised {type(e).__name__}: {e}.{self._expected()}") from None
+            raise UserCodeError(f"{what} raised {type(e).__name__}: {e}."
+                                + (self._expected() if hint else "")) from None
 
     def __call__(self, *args, **kwargs):
         return self.guarded(self.callee(), self.ref, *args, **kwargs)
@@ -200,7 +205,7 @@ class FileMechanism(FileFunction):
         if self._bound is None:
             return self.load()
         if self._prepared is None:
-            self._prepared = self.guarded(self.load().prepare, f"{self.ref}.prepare", *self._bound)
+            self._prepared = self._boundary(self.load().prepare, f"{self.ref}.prepare", self._bound, {}, hint=False)
         return self._prepared
 
     def __getattr__(self, name: str):
@@ -215,7 +220,7 @@ class FileMechanism(FileFunction):
         hook = getattr(self.callee(), name, None)
         if not callable(hook):
             raise AttributeError(name)
-        return lambda *a, **k: self.guarded(hook, f"{self.ref}.{name}", *a, **k)
+        return lambda *a, **k: self._boundary(hook, f"{self.ref}.{name}", a, k, hint=False)
 
 
 def _reraise_control(e: BaseException) -> None:

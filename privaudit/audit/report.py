@@ -248,7 +248,8 @@ class AuditReport:
                          f"{f['non_finite']}), declared L1 {f['declared_l1']} / L2 {f['declared_l2']}"
                          for f in excess]
             + ([f"at the mechanism's noise this pair costs epsilon {lb:.4g} at delta {privacy_param(claim.delta)}"]
-               if lb else []),
+               if lb else [])
+            + ([f"decided by: the gray-box check, on {pair_words(context.pair)}"] if context.pair.get("inputs") else []),
         })
         return cls(VIOLATION, None, d, runtime_s=runtime_s)
 

@@ -3,7 +3,7 @@
 A mechanism can be within its claim on one neighbouring pair and far outside
 it on another (a sparse vector whose queries all move at once, a noisy max
 whose every answer rises). StatDP (Ding, Wang, Wang, Zhang & Kifer 2018,
-"Detecting Violations of Differential Privacy", Section 4.3) tries a fixed
+"Detecting Violations of Differential Privacy") tries a fixed
 set of input patterns for mechanisms over a vector of query answers of
 sensitivity 1; :func:`statdp_pairs` builds them. :func:`candidate_pairs` takes
 any user's generator of pairs instead.
@@ -64,7 +64,7 @@ def statdp_pairs(n_queries: int, base: float = 1.0, shift: float = 1.0,
     (the first query up), one below, one above rest below (the first up, the
     others down), one below rest above, half half (the first half up, the
     rest down), all above, all below, x shape (D' swaps which half is
-    lower). Ding et al. 2018, Section 4.3 ("component-wise" neighbours: every
+    lower). Ding et al. 2018 ("component-wise" neighbours: every
     query answer differs by at most its sensitivity, as for the queries of a
     sparse vector or a noisy max). Patterns that coincide for small
     ``n_queries`` are kept once. The swapped pairs (D' vs D) are not added: the

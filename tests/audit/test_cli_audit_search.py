@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -81,3 +82,46 @@ def test_trials_from_a_target_excess_or_an_error_that_quotes_the_counts(code):
     n = trials_needed(0.5, 1.0)
     assert res.exit_code in (0, 3) and f"trials: {max(n, 65)} per side (--target-excess 1:" in res.stderr, res.output
     assert load_report(code / "t.json")["trials"] == max(n, 65)
+
+
+HOOKS = '''
+import numpy as np
+
+class Prepared:
+    """prepare binds a scale to the pair; the prepared object is the mechanism and has the hooks."""
+    def __init__(self, scale=None):
+        self.scale = scale
+
+    def prepare(self, d, d_prime):
+        return Prepared(scale=1.0 + abs(float(np.sum(d_prime)) - float(np.sum(d))))
+
+    def __call__(self, x, rng, n_runs=1):
+        return float(np.sum(x)) + rng.laplace(0.0, self.scale, (n_runs, 1))
+
+    def exact_statistics(self, x):
+        return {"sum": np.array([float(np.sum(x))])}
+
+    def declared_sensitivity(self):
+        raise ValueError("sensitivity unknown")
+
+prepared = Prepared()
+'''
+
+
+def test_file_mechanism_forwards_prepare_and_hooks_behind_the_user_code_boundary(tmp_path):
+    import pickle
+
+    from privaudit.audit.protocol import FileMechanism
+    from privaudit.core.errors import UserCodeError
+
+    (tmp_path / "hooks.py").write_text(HOOKS)
+    m = FileMechanism(f"{tmp_path / 'hooks.py'}:prepared")
+    assert hasattr(m, "prepare") and not hasattr(m, "noise") and not hasattr(m, "SELF_CONTAINED")
+    bound = m.prepare(np.zeros(2), np.array([1.0, 2.0]))
+    assert not hasattr(bound, "prepare")                   # prepared once
+    assert bound.callee().scale == 4.0 and bound.exact_statistics(np.ones(3))["sum"][0] == 3.0
+    again = pickle.loads(pickle.dumps(bound))               # a worker process re-prepares from the pair
+    assert again.callee().scale == 4.0 and again(np.ones(2), np.random.default_rng(0)).shape == (1, 1)
+    with pytest.raises(UserCodeError, match=r"hooks.py:prepared.declared_sensitivity raised ValueError: "
+                                            "sensitivity unknown"):
+        bound.declared_sensitivity()

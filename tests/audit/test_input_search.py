@@ -117,3 +117,24 @@ def test_worked_example_input_search_over_a_sum_of_queries():
     assert found.violation and found.epsilon_lower_bound > 1.0, found   # true epsilon 2
     assert found.data["neighbouring_pair"]["pattern"] in ("all above", "all below")
     assert "pattern) (substitution neighbours)" in " ".join(found.data["messages"])
+
+
+class _SumWithHooks:
+    """The noisy sum with gray-box hooks declaring the sensitivity of one query (1): wrong for the patterns
+    that move several answers in the same direction."""
+
+    def __call__(self, q, rng, n_runs=1):
+        return _laplace_sum(q, rng, n_runs)
+
+    def exact_statistics(self, q):
+        return {"sum": np.array([float(np.sum(q))])}
+
+    def declared_sensitivity(self):
+        return {"sum": {"l1": 1.0, "l2": 1.0}}
+
+
+def test_a_gray_box_finding_on_any_candidate_decides_and_names_its_pair():
+    rep = run_audit(_SumWithHooks(), search=statdp_pairs(3), claim=CLAIM, trials=2000, seed=0)
+    assert rep.violation and rep.data["method"]["test"] == "gray-box" and rep.data["trials"] == 0
+    assert rep.data["neighbouring_pair"]["pattern"] == "all above"  # the first pattern that moves the sum by 3
+    assert "decided by: the gray-box check, on (1, 1, 1) vs (2, 2, 2) ('all above' pattern)" in rep.data["messages"]
