@@ -191,7 +191,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         the evaluation split drawn, on it alone (so the bound needs no
         correction for the number of pairs). Costs ``(K - 1) x`` the selection
         runs on top of ``trials`` per side; recorded in
-        ``neighbouring_pair.search``. Not with ``pair`` or ``fixed``.
+        ``neighbouring_pair.search``. A gray-box finding on a candidate (the
+        first, in order) fixes the pair. Not with ``pair`` or ``fixed``.
 
     Returns
     -------
@@ -260,6 +261,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     gbs = [graybox_check(m, p, claim.delta) if cfg.graybox else {"checked": False, "violation": False,
                                                                   "families": []} for m, p in zip(mechs, pairs)]
     hit = next((i for i, g in enumerate(gbs) if g["violation"]), 0)  # a gray-box finding on any candidate
+    if gbs[hit]["violation"]:  # fixes the pair (without stop_on_graybox, the noisy runs are drawn on it alone)
+        pairs, mechs, gbs, hit = [pairs[hit]], [mechs[hit]], [gbs[hit]], 0
     mech, pair, gb = mechs[hit], pairs[hit], gbs[hit]
     cap = B.perfect_separation_cap(n_ev, n_ev, alpha_b, claim.delta)
     if claim.delta > 0:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.audit import Claim, run_audit
+from privaudit.audit import AuditSettings, Claim, run_audit
 from privaudit.audit.inputs import input_pair
 from privaudit.audit.search import MAX_PAIRS, PATTERNS, candidate_pairs, statdp_pairs
 from privaudit.core.errors import UsageError
@@ -138,3 +138,8 @@ def test_a_gray_box_finding_on_any_candidate_decides_and_names_its_pair():
     assert rep.violation and rep.data["method"]["test"] == "gray-box" and rep.data["trials"] == 0
     assert rep.data["neighbouring_pair"]["pattern"] == "all above"  # the first pattern that moves the sum by 3
     assert "decided by: the gray-box check, on (1, 1, 1) vs (2, 2, 2) ('all above' pattern)" in rep.data["messages"]
+    # without stop_on_graybox the noisy runs are drawn on that pair alone, and the finding still decides
+    on = run_audit(_SumWithHooks(), search=statdp_pairs(3), claim=CLAIM, trials=2000, seed=0,
+                   settings=AuditSettings(stop_on_graybox=False))
+    assert on.violation and on.data["graybox"]["violation"] and on.data["neighbouring_pair"]["pattern"] == "all above"
+    assert len(on.data["neighbouring_pair"]["search"]["pairs"]) == 1
