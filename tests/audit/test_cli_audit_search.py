@@ -125,3 +125,23 @@ def test_file_mechanism_forwards_prepare_and_hooks_behind_the_user_code_boundary
     with pytest.raises(UserCodeError, match=r"hooks.py:prepared.declared_sensitivity raised ValueError: "
                                             "sensitivity unknown"):
         bound.declared_sensitivity()
+
+
+def test_malformed_hook_outputs_are_located_errors_not_tracebacks(code):
+    (code / "bad_hooks.py").write_text(USER_CODE + '''
+class Listed:
+    def __call__(self, q, rng, n_runs=1):
+        return noisy_sum(q, rng, n_runs)
+
+    def exact_statistics(self, q):
+        return [float(np.sum(q))]                  # not a dict
+
+    def declared_sensitivity(self):
+        return {"sum": {"l1": 1.0}}
+
+listed = Listed()
+''')
+    res = _run(["--mechanism", f"{code / 'bad_hooks.py'}:listed", "--search", "patterns:2", "--claim-epsilon", "0.5",
+                "--trials", "2000", "--out", code / "l.json"])
+    assert res.exit_code == 2 and "exact_statistics must return a dict {name: array}" in res.output, res.output
+    assert "Traceback" not in res.output and not (code / "l.json").exists()
