@@ -17,6 +17,9 @@ from privaudit.audit.attacks import Candidate
 
 #: Terms of a weighted sum named in an explanation.
 SHOWN_TERMS = 3
+#: The float-lattice scores' samplers in words (:mod:`privaudit.audit.float_attacks`).
+SAMPLER_WORDS = {"numpy_laplace": "numpy's Laplace sampler", "numpy_normal": "numpy's normal sampler",
+                 "any_float_noise": "adding any float noise"}
 
 
 def cell_namer(shape: tuple, mechanism=None) -> Callable[[int], str]:
@@ -83,6 +86,12 @@ def describe_event(cand: Candidate, t: float, direction: str, name: Callable[[in
     if kind == "learned":
         return (f"outputs to which the learned classifier (logistic regression on the output's features, fitted "
                 f"on the selection runs) gives log-odds of D' {cmp} {t:.4g} ({side})")
+    if kind == "known_sampler":
+        who = SAMPLER_WORDS.get(cand.info.get("sampler"), str(cand.info.get("sampler")))
+        cells = ", ".join(name(int(j)) for j in cand.info.get("cells", [])[:SHOWN_TERMS])
+        more, less = ("D'", "D") if above else ("D", "D'")
+        return (f"outputs more of whose cells ({cells}) {who} can produce from {more}'s noise-free value than "
+                f"from {less}'s (the float side channel: reachable from D' minus from D {cmp} {t:.4g}; {side})")
     if cand.name == "output_identity":
         return (f"outputs whose exact value was seen more often under {'D' + chr(39) if above else 'D'} on the "
                 f"fitting runs (log frequency ratio {cmp} {t:.4g}; {side})")

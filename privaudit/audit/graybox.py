@@ -15,8 +15,24 @@ import numpy as np
 
 from privaudit.audit import bounds as B
 from privaudit.audit.pairs import NeighbouringPair
-from privaudit.audit.protocol import FileFunction
 from privaudit.core.errors import UsageError
+
+
+def exact_pair(mech, pair: NeighbouringPair) -> tuple[dict, dict]:
+    """The ``exact_statistics`` hook on D and D', checked: two dicts with the same names.
+
+    Raises
+    ------
+    UsageError
+        The hook returns something else than a dict of statistics, or other names on D and D'
+        (a user's hook, e.g. from ``FILE.py:NAME``: a located error, not a traceback).
+    """
+    s0, s1 = mech.exact_statistics(pair.d), mech.exact_statistics(pair.d_prime)
+    if not (isinstance(s0, dict) and isinstance(s1, dict)) or set(s0) != set(s1):
+        raise UsageError(f"the mechanism's exact_statistics must return a dict {{name: array}} with the same names "
+                         f"on D and D'; found {type(s0).__name__} {sorted(s0) if isinstance(s0, dict) else ''} and "
+                         f"{type(s1).__name__} {sorted(s1) if isinstance(s1, dict) else ''}.")
+    return s0, s1
 
 
 def graybox_check(mech, pair: NeighbouringPair, delta: float) -> dict:
@@ -33,9 +49,12 @@ def graybox_check(mech, pair: NeighbouringPair, delta: float) -> dict:
     """
     if not (hasattr(mech, "exact_statistics") and hasattr(mech, "declared_sensitivity")):
         return {"checked": False, "violation": False, "families": []}
-    s0, s1 = mech.exact_statistics(pair.d), mech.exact_statistics(pair.d_prime)
+    s0, s1 = exact_pair(mech, pair)
     declared = mech.declared_sensitivity()
     noise = mech.noise() if hasattr(mech, "noise") else {}
+    if not (isinstance(declared, dict) and isinstance(noise, dict)):
+        raise UsageError("the mechanism's declared_sensitivity and noise hooks must return dicts {name: {...}}; found "
+                         f"{type(declared).__name__} and {type(noise).__name__}.")
     fams, bad = [], False
     for name in s0:
         a, b = np.asarray(s0[name], dtype=np.float64), np.asarray(s1[name], dtype=np.float64)
@@ -66,14 +85,15 @@ def sampler_hint(mech, pair: NeighbouringPair, X0: np.ndarray, X1: np.ndarray) -
     side-channel scores (:mod:`privaudit.audit.float_attacks`).
 
     From the mechanism's ``exact_statistics`` and ``noise`` hooks when their
-    cells line up with the output (concatenated in order); else, for user
-    code, the values are estimated as the rounded medians of the fitting runs
+    cells line up with the output (concatenated in order; a ``FILE.py:NAME``
+    mechanism's hooks too, :class:`privaudit.audit.protocol.FileMechanism`); else the values are estimated as the rounded medians of the fitting runs
     (integer counts) and no scale is known (only the sampler-free score).
     """
     d = X0.shape[1]
-    if not isinstance(mech, FileFunction) and hasattr(mech, "exact_statistics"):
-        s0, s1 = mech.exact_statistics(pair.d), mech.exact_statistics(pair.d_prime)
+    if hasattr(mech, "exact_statistics"):
+        s0, s1 = exact_pair(mech, pair)
         noise = mech.noise() if hasattr(mech, "noise") else {}
+        noise = noise if isinstance(noise, dict) else {}
         c0 = np.concatenate([np.asarray(v, dtype=np.float64).reshape(-1) for v in s0.values()])
         c1 = np.concatenate([np.asarray(s1[k], dtype=np.float64).reshape(-1) for k in s0])
         if c0.size == d:

@@ -30,10 +30,17 @@ SHOWN_ENTRIES = 6
 
 
 def _show(x: np.ndarray) -> str:
+    """A number or vector in words: every entry up to SHOWN_ENTRIES; a longer vector of at most that many
+    runs of equal entries as ``value xcount`` runs ("(1 x10, 0 x10)"); else its first entries and its size."""
     flat = x.ravel()
-    body = ", ".join(f"{v:g}" for v in flat[:SHOWN_ENTRIES])
-    if flat.size > SHOWN_ENTRIES:
-        body += f", ... ({flat.size} entries)"
+    starts = np.flatnonzero(np.concatenate([[True], flat[1:] != flat[:-1]])) if flat.size else np.zeros(0, int)
+    if flat.size <= SHOWN_ENTRIES:
+        body = ", ".join(f"{v:g}" for v in flat)
+    elif len(starts) <= SHOWN_ENTRIES:
+        lengths = np.diff(np.append(starts, flat.size))
+        body = ", ".join(f"{flat[i]:g}" if n == 1 else f"{flat[i]:g} x{n}" for i, n in zip(starts, lengths))
+    else:
+        body = ", ".join(f"{v:g}" for v in flat[:SHOWN_ENTRIES]) + f", ... ({flat.size} entries)"
     return f"({body})" if x.ndim else body
 
 
@@ -46,7 +53,7 @@ def input_pair(d, d_prime, *, relation: str = "substitution", unit: str | None =
         D and D', passed unchanged to the mechanism ``fn(data, rng)``. Numbers
         and array-likes become float64 arrays (same shape required) and are
         shown in the report (``neighbouring_pair.inputs``, e.g. ``(1, 1, 1) vs
-        (2, 0, 0)``): a report of a pair of real data is not shareable. Tables
+        (2, 0, 0)``, or runs of equal entries ``(1 x10, 0 x10)``): a report of a pair of real data is not shareable. Tables
         are checked to be neighbours under ``relation`` unit by unit
         (:func:`privaudit.audit.explicit_pairs.check_neighbours`); other
         objects are taken as the user states.

@@ -43,9 +43,13 @@ def is_batched(fn: Callable) -> bool:
     return "n_runs" in params
 
 
-#: The optional hooks of this module's docstring. A ``FILE.py:NAME`` mechanism (:class:`FileFunction`)
-#: is called as ``fn(logs, rng)`` only: its hooks are not used (the CLI warns: :func:`hooks_of`).
+#: The optional hooks of this module's docstring. A ``FILE.py:NAME`` mechanism (:class:`FileMechanism`)
+#: has them honoured as from Python, each call behind the user-code boundary (the CLI names them: :func:`hooks_of`).
 HOOKS = ("make_pair", "prepare", "exact_statistics", "declared_sensitivity", "noise", "attack_scores")
+#: Further attributes a :class:`FileMechanism` forwards: the report's words for an output cell
+#: (:class:`privaudit.audit.inputs.SequenceOutput`). ``SELF_CONTAINED`` is never forwarded: user code is
+#: never privaudit's own mechanism, so its reports are never shareable.
+FORWARDED = HOOKS + ("cell_name",)
 
 
 def hooks_of(obj) -> list[str]:
@@ -139,16 +143,84 @@ class FileFunction:
     def __getstate__(self):
         return {"ref": self.ref, "role": self.role, "path": self.path, "name": self.name, "_fn": None}
 
-    def __call__(self, *args, **kwargs):
-        fn = self.load()
+    def callee(self) -> Callable:
+        """The callable a call runs (the loaded ``NAME``)."""
+        return self.load()
+
+    def guarded(self, fn: Callable, what: str, *args, **kwargs):
+        """``fn(*args, **kwargs)`` behind the user-code boundary: an exception becomes a
+        :class:`~privaudit.core.errors.UserCodeError` naming ``what`` and how privaudit calls this role
+        (Ctrl-C and SIGTERM pass)."""
+        return self._boundary(fn, what, args, kwargs, hint=True)
+
+    def _boundary(self, fn: Callable, what: str, args, kwargs, hint: bool):
         try:
             return fn(*args, **kwargs)
         except BaseException as e:  # user code: report it, without the traceback (sys.exit included)
             _reraise_control(e)
-            raise UserCodeError(f"{self.ref} raised {type(e).__name__}: {e}.{self._expected()}") from None
+            raise UserCodeError(f"{what} raised {type(e).__name__}: {e}."
+                                + (self._expected() if hint else "")) from None
+
+    def __call__(self, *args, **kwargs):
+        return self.guarded(self.callee(), self.ref, *args, **kwargs)
 
     def __repr__(self):
         return f"{self.path}:{self.name}"
+
+
+class FileMechanism(FileFunction):
+    """A ``FILE.py:NAME`` mechanism whose hooks are honoured as when the object is passed from Python.
+
+    ``hasattr(m, hook)`` is true for each hook of :data:`FORWARDED` that the
+    user's object defines, and calling it calls the user's method behind the
+    same boundary as the mechanism itself (an exception in it becomes a
+    :class:`~privaudit.core.errors.UserCodeError` naming ``FILE.py:NAME.hook``).
+    ``prepare(d, d_prime)`` returns a FileMechanism bound to the pair: it
+    calls the user's ``prepare`` in whichever process loads it (worker
+    processes too: it stays picklable, carrying the pair) and forwards to
+    the prepared object.
+
+    Parameters
+    ----------
+    ref : str
+        ``FILE.py:NAME``.
+    bound : (d, d_prime), optional
+        The pair ``prepare`` was called with (set by :meth:`prepare`).
+
+    Raises
+    ------
+    UsageError, UserCodeError
+        As :class:`FileFunction` (role "mechanism").
+    """
+
+    def __init__(self, ref: str, bound: tuple | None = None):
+        self._bound, self._prepared = bound, None
+        super().__init__(ref, role="mechanism")
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "_bound": self._bound, "_prepared": None}
+
+    def callee(self) -> Callable:
+        """The user's object, prepared for the bound pair when ``prepare`` was called."""
+        if self._bound is None:
+            return self.load()
+        if self._prepared is None:
+            self._prepared = self._boundary(self.load().prepare, f"{self.ref}.prepare", self._bound, {}, hint=False)
+        return self._prepared
+
+    def __getattr__(self, name: str):
+        # only the hooks, looked up on the user's object: other names (pickle's, privaudit's own
+        # markers such as SELF_CONTAINED) are not forwarded
+        if name not in FORWARDED or name.startswith("_"):
+            raise AttributeError(name)
+        if name == "prepare":
+            if self._bound is not None or not callable(getattr(self.load(), "prepare", None)):
+                raise AttributeError(name)
+            return lambda d, d_prime: FileMechanism(self.ref, bound=(d, d_prime))
+        hook = getattr(self.callee(), name, None)
+        if not callable(hook):
+            raise AttributeError(name)
+        return lambda *a, **k: self._boundary(hook, f"{self.ref}.{name}", a, k, hint=False)
 
 
 def _reraise_control(e: BaseException) -> None:

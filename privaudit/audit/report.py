@@ -24,6 +24,7 @@ from privaudit.audit import bounds as B
 from privaudit.audit.claim import Claim
 from privaudit.audit.guidance import below_claim_message
 from privaudit.audit.plotting import plot_report
+from privaudit.audit.search import pair_words, search_message
 from privaudit.core.artifact import ArtifactFormat
 from privaudit.core.errors import ArtifactError
 from privaudit.core.formatting import privacy_param
@@ -80,7 +81,8 @@ def sharing(pair: dict | None, self_contained: bool) -> tuple[bool, str]:
     if kind in ("explicit", "identical"):
         return False, "the pair was read from files (an explicit `pair` D D2) that the auditor cannot tell are public"
     if kind == "custom":
-        return False, "the pair was given in Python (`input_pair`): the auditor cannot tell whether its inputs are public"
+        return False, ("the pair's inputs were given by the user (`input_pair`, or an input search): the auditor "
+                       "cannot tell whether they are public")
     if kind not in SYNTHETIC_KINDS + ("online-canary",):
         return False, f"unknown pair kind {kind!r}"
     if not self_contained:
@@ -246,7 +248,8 @@ class AuditReport:
                          f"{f['non_finite']}), declared L1 {f['declared_l1']} / L2 {f['declared_l2']}"
                          for f in excess]
             + ([f"at the mechanism's noise this pair costs epsilon {lb:.4g} at delta {privacy_param(claim.delta)}"]
-               if lb else []),
+               if lb else [])
+            + ([f"decided by: the gray-box check, on {pair_words(context.pair)}"] if context.pair.get("inputs") else []),
         })
         return cls(VIOLATION, None, d, runtime_s=runtime_s)
 
@@ -302,9 +305,10 @@ class AuditReport:
         hint = ("" if (pair or {}).get("kind") in ("canary-repeat", "synthetic-repeat")
                 else " (e.g. `canary` repeat for statistics pooled over h)")
         if best.get("explanation"):
-            inputs = (pair or {}).get("inputs") or f"the {(pair or {}).get('kind', 'given')} pair"
-            msgs.append(f"decided by: {best['explanation']}, on {inputs} "
+            msgs.append(f"decided by: {best['explanation']}, on {pair_words(pair or {})} "
                         f"({(pair or {}).get('relation', 'substitution')} neighbours)")
+        if (pair or {}).get("search"):
+            msgs.append(search_message(pair["search"]))
         if (pair or {}).get("warning"):
             msgs.append(f"pair: {pair['warning']}")
         for f in weak:
@@ -318,10 +322,10 @@ class AuditReport:
                         "trials would give a larger bound.")
         can_refute = cap > claim.epsilon
         if not violated:
-            msgs.append(f"no violation found at this resolution: with {evaluation_trials} evaluation runs per side "
-                        f"the largest provable epsilon ({test} test) is {cap:.3g}; events rarer than about "
-                        f"{resolution['min_detectable_probability']:.2g} are invisible. This does not show the "
-                        "mechanism is private.")
+            msgs.append(f"no violation found, which does not show the mechanism is private: {evaluation_trials} "
+                        f"evaluation runs per side can prove at most {cap:.3g} ({test} test), and only when the "
+                        "outputs of D and D' never overlap; a weaker leak needs more runs (below), and events "
+                        f"rarer than about {resolution['min_detectable_probability']:.2g} are invisible.")
         if not violated and eps_lb is not None and can_refute:
             msgs.append(below_claim_message(eps_lb, claim.epsilon, evaluation_trials, claim.delta, context.confidence))
         if not can_refute:

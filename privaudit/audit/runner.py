@@ -59,6 +59,7 @@ from privaudit.audit.pairs import NeighbouringPair
 from privaudit.audit.protocol import FileFunction, is_batched
 from privaudit.audit.report import AuditReport, ReportContext, RunFacts
 from privaudit.audit.sampling import CHUNK_CELLS, Sampler, pair_unchanged_warning
+from privaudit.audit.search import candidate_pairs, search_block
 from privaudit.core.errors import UsageError
 
 
@@ -142,7 +143,8 @@ class FixedEvents:
 def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, *, claim: Claim,
               pair: NeighbouringPair | None = None, canary: str | None = None, trials: int = 100_000,
               seed: int | None = None, progress: bool | None = None, scores: Sequence[tuple[str, Callable]] = (),
-              fixed: FixedEvents | str | None = None, settings: AuditSettings | None = None) -> AuditReport:
+              fixed: FixedEvents | str | None = None, settings: AuditSettings | None = None,
+              search=None) -> AuditReport:
     """Audit ``mechanism`` against ``claim`` on a neighbouring pair.
 
     Parameters
@@ -182,6 +184,15 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         projection on its exact change.
     settings : AuditSettings, optional
         Confidence, selection share, workers, gray-box switches, report name.
+    search : iterable of NeighbouringPair or (D, D') tuples, optional
+        Input search (:mod:`privaudit.audit.search`; e.g. ``statdp_pairs(n)``),
+        instead of ``pair``: each candidate gets its own selection split, the
+        pair whose choice half proves the largest bound wins, and only then is
+        the evaluation split drawn, on it alone (so the bound needs no
+        correction for the number of pairs). Costs ``(K - 1) x`` the selection
+        runs on top of ``trials`` per side; recorded in
+        ``neighbouring_pair.search``. A gray-box finding on a candidate (the
+        first, in order) fixes the pair. Not with ``pair`` or ``fixed``.
 
     Returns
     -------
@@ -191,7 +202,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     ------
     UsageError
         Bad trials / confidence / fractions, no logs and no pair, a mechanism
-        whose output shape changes.
+        whose output shape changes, ``search`` with ``pair`` or ``fixed`` or
+        not a list of pairs (:func:`privaudit.audit.search.candidate_pairs`).
     """
     t_start = time.perf_counter()
     cfg = settings or AuditSettings()
@@ -204,13 +216,21 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         raise UsageError(f"`selection_fraction` must lie in (0, 1). Found {selection_fraction}.")
     rng = np.random.default_rng(seed)
     r_pair, r_sel, r_ev = rng.spawn(3)
-    if pair is None:
-        canary = canary or default_canary(mechanism)
-        if logs is None or spec is None:
-            raise UsageError("an audit needs the logs and the spec (to build a canary) or an explicit pair.")
-        maker = getattr(mechanism, "make_pair", None)  # an adapter may aim its canary (e.g. dp-vapvi)
-        pair = maker(logs, spec, canary, rng=r_pair) if maker else make_pair(logs, spec, canary, rng=r_pair)
-    mech = mechanism.prepare(pair.d, pair.d_prime) if hasattr(mechanism, "prepare") else mechanism
+    if search is not None:
+        if pair is not None or fixed is not None:
+            raise UsageError("`search` chooses the pair (and its event) on selection runs: give it without "
+                             "`pair` and `fixed`.")
+        pairs = candidate_pairs(search)
+    else:
+        if pair is None:
+            canary = canary or default_canary(mechanism)
+            if logs is None or spec is None:
+                raise UsageError("an audit needs the logs and the spec (to build a canary) or an explicit pair.")
+            maker = getattr(mechanism, "make_pair", None)  # an adapter may aim its canary (e.g. dp-vapvi)
+            pair = maker(logs, spec, canary, rng=r_pair) if maker else make_pair(logs, spec, canary, rng=r_pair)
+        pairs = [pair]
+    mechs = [mechanism.prepare(p.d, p.d_prime) if hasattr(mechanism, "prepare") else mechanism for p in pairs]
+    mech, pair = mechs[0], pairs[0]
     name = cfg.mechanism_name or getattr(mechanism, "name", None) or getattr(mechanism, "__name__", repr(mechanism))
     alpha = 1 - confidence
     alpha_b = alpha / 2  # one chosen event (either direction) x (TPR lower, FPR upper)
@@ -238,8 +258,12 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
                    "why": "discrete Gaussian noise on a fine lattice: within total variation tv_per_run of a "
                           "post-processed continuous Gaussian mechanism per run (bounds.lattice_gaussian_tv), "
                           "so the GDP test runs at alpha minus 2 n tv"}
-    gb = graybox_check(mech, pair, claim.delta) if cfg.graybox else {"checked": False, "violation": False,
-                                                                      "families": []}
+    gbs = [graybox_check(m, p, claim.delta) if cfg.graybox else {"checked": False, "violation": False,
+                                                                  "families": []} for m, p in zip(mechs, pairs)]
+    hit = next((i for i, g in enumerate(gbs) if g["violation"]), 0)  # a gray-box finding on any candidate
+    if gbs[hit]["violation"]:  # fixes the pair (without stop_on_graybox, the noisy runs are drawn on it alone)
+        pairs, mechs, gbs, hit = [pairs[hit]], [mechs[hit]], [gbs[hit]], 0
+    mech, pair, gb = mechs[hit], pairs[hit], gbs[hit]
     cap = B.perfect_separation_cap(n_ev, n_ev, alpha_b, claim.delta)
     if claim.delta > 0:
         cap["epsilon_gaussian"] = B.gdp_eps(cap["mu"], claim.delta)
@@ -251,34 +275,31 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         return AuditReport.graybox_only(context, runtime_s=time.perf_counter() - t_start)
     plan = _Evaluation(claim, n_ev, alpha_b, gdp_alpha, lattice, int(trials), t_start)
 
-    # a FileFunction stays wrapped: its calls are the user-code boundary (errors named, no traceback)
-    fn = mech
-    batched = is_batched(mech.load() if isinstance(mech, FileFunction) else mech)
-    jobs = cfg.n_jobs or os.cpu_count() or 1
     show = sys.stderr.isatty() if progress is None else progress
     bar = None
     if show:
-        bar = tqdm(total=2 * int(trials), desc="audit runs", unit="run", file=sys.stderr)
-    who = mech.ref if isinstance(mech, FileFunction) else f"mechanism {name}"
-    sampler = Sampler(fn, batched, jobs, bar.update if bar else (lambda k: None), who)
+        bar = tqdm(total=2 * (int(trials) + (len(pairs) - 1) * n_sel), desc="audit runs", unit="run",
+                   file=sys.stderr)
+    samplers = [_sampler(m, name, cfg, bar) for m in mechs]
+    sampler = samplers[hit]
     try:
         if fixed is not None:
             return _run_fixed(sampler, pair, fixed, context, r_ev, plan)
-        s0_sel, s1_sel = r_sel.spawn(2)
-        X0 = sampler.draw(pair.d, n_sel, s0_sel)
-        X1 = sampler.draw(pair.d_prime, n_sel, s1_sel)
+        streams = [r_sel.spawn(2)] if len(pairs) == 1 else [r.spawn(2) for r in r_sel.spawn(len(pairs))]
+        picks = [_select(sm, m, p, n_sel, st, scores, alpha_b, claim)
+                 for sm, m, p, st in zip(samplers, mechs, pairs, streams)]
+        k = int(np.argmax([v for v, *_ in picks]))  # the first of equal values
+        _, cand, t, d, cands = picks[k]
+        sampler, mech, pair = samplers[k], mechs[k], pairs[k]
+        for other in samplers[:k] + samplers[k + 1:]:
+            other.close()
+        context = replace(context, pair=pair.description, graybox=gbs[k])
+        if search is not None:
+            block = search_block([p.description for p in pairs], [v for v, *_ in picks], k, n_sel, n_ev)
+            context = replace(context, pair={**context.pair, "search": block})
         warning = pair_unchanged_warning(sampler, pair)  # after the first draws: their errors come first
         if warning:
             context = replace(context, pair={**context.pair, "warning": warning})
-        extra = [fixed_candidate(n, f, sampler.shape) for n, f in scores]
-        if hasattr(mech, "attack_scores"):
-            extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
-        nf = n_sel // 2  # cross-fitting: fit on the first half, choose on the second
-        cands = fit_candidates(X0[:nf], X1[:nf], extra, hint=sampler_hint(mech, pair, X0[:nf], X1[:nf]))
-        cands += [c for c in (learned_candidate(X0[:nf], X1[:nf]),) if c is not None]  # DP-Sniper-style
-        objective = "gaussian" if claim.kind == "gaussian" else "generic"
-        _, cand, t, d = choose_event(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective)
-        del X0, X1
         ev_scores = ([], [])
         per = max(1, CHUNK_CELLS // max(1, int(np.prod(sampler.shape))))
         sizes = [min(per, n_ev - s) for s in range(0, n_ev, per)]
@@ -288,10 +309,12 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
                 X = sampler.draw(data, size, r)
                 ev_scores[side].append(cand.score(X))
     except BaseException:  # Ctrl-C, SIGTERM (privaudit.core.errors.Terminated), an error: cancel the queued chunks
-        sampler.close(abort=True)
+        for s in samplers:
+            s.close(abort=True)
         raise
     finally:
-        sampler.close()
+        for s in samplers:
+            s.close()
         if bar:
             bar.close()
     e0, e1 = np.concatenate(ev_scores[0]), np.concatenate(ev_scores[1])
@@ -300,9 +323,41 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     events[0]["explanation"] = describe_event(cand, t, d, cell_namer(sampler.shape, mech))
     evidence = sampler_verdict([c.info for c in cands if c.info.get("kind") == "known_sampler"])
     runs = RunFacts(trials=int(trials), alpha_per_bound=alpha_b, candidates=[c.name for c in cands],
-                    batched=batched, output_shape=list(sampler.shape or ()), float_sampler=evidence,
+                    batched=sampler.batched, output_shape=list(sampler.shape or ()), float_sampler=evidence,
                     gdp_lattice=lattice)
     return AuditReport.from_events(context, events, runs, runtime_s=time.perf_counter() - t_start)
+
+
+def _sampler(mech, name: str, cfg: AuditSettings, bar) -> Sampler:
+    """The sampler of one (prepared) mechanism: batched if it takes ``n_runs``; a FileFunction stays
+    wrapped (its calls are the user-code boundary: errors named, no traceback)."""
+    batched = is_batched(mech.callee() if isinstance(mech, FileFunction) else mech)
+    who = mech.ref if isinstance(mech, FileFunction) else f"mechanism {name}"
+    return Sampler(mech, batched, cfg.n_jobs or os.cpu_count() or 1, bar.update if bar else (lambda k: None), who)
+
+
+def _select(sampler: Sampler, mech, pair: NeighbouringPair, n_sel: int, streams, scores, alpha_b: float,
+            claim: Claim) -> tuple:
+    """The selection split of one pair (protocol step 2): ``n_sel`` runs per side, the scores fitted on
+    the first half, the event chosen on the second.
+
+    Returns
+    -------
+    (value, candidate, threshold, direction, candidates)
+        ``value``: the bound the choice half proves for the chosen event (``choice.choose_event``), by
+        which an input search compares pairs.
+    """
+    X0 = sampler.draw(pair.d, n_sel, streams[0])
+    X1 = sampler.draw(pair.d_prime, n_sel, streams[1])
+    extra = [fixed_candidate(n, f, sampler.shape) for n, f in scores]
+    if hasattr(mech, "attack_scores"):
+        extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
+    nf = n_sel // 2  # cross-fitting: fit on the first half, choose on the second
+    cands = fit_candidates(X0[:nf], X1[:nf], extra, hint=sampler_hint(mech, pair, X0[:nf], X1[:nf]))
+    cands += [c for c in (learned_candidate(X0[:nf], X1[:nf]),) if c is not None]  # DP-Sniper-style
+    objective = "gaussian" if claim.kind == "gaussian" else "generic"
+    value, cand, t, d = choose_event(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective)
+    return value, cand, t, d, cands
 
 
 def _fixed_events(fixed: FixedEvents | str | None, mech, pair: NeighbouringPair) -> FixedEvents | None:

@@ -10,7 +10,7 @@ from privaudit.cli.registry_help import LiveHelpCommand, LiveHelpOption, joined,
 from privaudit.core import registry
 from privaudit.audit import Claim, load_pair, run_audit
 from privaudit.audit.mechanisms.registry import ADAPTERS
-from privaudit.audit.protocol import FileFunction, hooks_of
+from privaudit.audit.protocol import FileFunction, FileMechanism
 from privaudit.audit.online.catalogue import explore_audit
 from privaudit.audit.online.jdp import ExplorerSetup
 from privaudit.audit.online.streams import StreamSetup
@@ -19,6 +19,7 @@ from privaudit.data.prepare import collect_or_raise, prepare_logs
 from privaudit.core.errors import UsageError
 from privaudit.core.atomic import atomic_paths
 from privaudit.audit.plotting import AUDIT_PLOT_MARK
+from privaudit.cli.audit_inputs import resolve_trials, say_hooks, search_pairs
 from privaudit.core.outputs import check_outputs, json_output, png_output
 from privaudit.core.formatting import guarantee_text, privacy_param
 from privaudit.privacy import budget as budget_mod
@@ -154,8 +155,20 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "against the spec.")
 @click.option("--score", "scores", multiple=True, metavar="FILE.py:NAME",
               help="Extra attack score fn(outputs (n, *shape)) -> (n,), larger = more like D'. Repeatable.")
-@click.option("--trials", required=True, type=click.IntRange(min=MIN_TRIALS),
-              help=f"Runs per side (selection + evaluation), at least {MIN_TRIALS}.")
+@click.option("--trials", type=click.IntRange(min=MIN_TRIALS), default=None,
+              help=f"Runs per side (selection + evaluation), at least {MIN_TRIALS}; or --target-excess.")
+@click.option("--target-excess", type=float, default=None, metavar="X",
+              help="Instead of --trials: the runs at which an audit proves a bound above the claim about half the "
+                   "time when the true epsilon exceeds the claim by X (guidance.trials_needed; printed). Without "
+                   "either, the error quotes the counts for a few X.")
+@click.option("--target-fpr", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None, metavar="P",
+              help="With --target-excess: the leaking event's probability under D (default: a Laplace mechanism's "
+                   "most likely event); rarer events need more runs.")
+@click.option("--search", "search", default=None, metavar="patterns:N|FILE.py:NAME",
+              help="FILE.py:NAME mechanisms, instead of --logs/--pair/--spec: search the neighbouring pair. "
+                   "patterns:N: the StatDP patterns on N query answers (one above, ..., x shape); FILE.py:NAME: a "
+                   "function returning your pairs (input_pair(d, d2) or (D, D') tuples). Each pair gets a selection "
+                   "split; the best is counted on fresh runs (docs/audit.md, Input search).")
 @click.option("--confidence", type=click.FloatRange(0.5, 1, max_open=True), default=0.95, show_default=True)
 @click.option("--release-mechanism", type=click.Choice(["gaussian", "laplace"]), default=None,
               help="Built-ins: noise family (default: laplace for a pure-DP claim, else gaussian).")
@@ -201,7 +214,7 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
 def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, claim_kind, canary, pair, scores,
             trials, confidence, release_mechanism, mechanism_rho, mechanism_epsilon, stationary, noise, out, plot,
             overwrite, seed, jobs, as_json, env_name, horizon, states, actions, instance_seed, episodes, canary_user,
-            users_after, decoy, view, constants, fixed_event):
+            users_after, decoy, view, constants, fixed_event, target_excess, target_fpr, search):
     """Run MECHANISM many times on D and on a neighbour D', attack the outputs,
     and report a valid lower bound on epsilon (confidence --confidence) next to
     the claim. "no violation found" never means "private": it means none was
@@ -229,7 +242,16 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
 
     Errors in user code (FILE.py:NAME for --mechanism or --score: import
     error, wrong signature, an exception, a non-numeric output) are reported
-    naming FILE.py:NAME with exit 2. An existing --out / --plot is refused
+    naming FILE.py:NAME with exit 2. A FILE.py:NAME mechanism's hooks
+    (exact_statistics, declared_sensitivity, noise, prepare, make_pair,
+    attack_scores) are used as from Python, and named on stderr.
+
+    --search patterns:N (the StatDP input patterns on N query answers) or
+    --search FILE.py:NAME (your pairs) audits a FILE.py:NAME mechanism on
+    the pair that an input search picks on selection runs, counted on fresh
+    runs (no --logs, --pair or --spec). --target-excess X instead of
+    --trials: the runs that see an excess X over the claim about half the
+    time (printed); with neither, the error quotes the counts. An existing --out / --plot is refused
     unless --overwrite, which replaces only an earlier audit report / plot,
     never a file the audit reads (exit 2, before any run).
 
@@ -253,12 +275,18 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
       privaudit audit --mechanism release --logs logs.parquet --spec spec.json --claim-rho 1 --trials 100000 --out rep.json --plot rep.png
       privaudit audit --mechanism release --per-step --logs logs.parquet --spec spec.json --claim-rho 1 --trials 20000 --out per_step.json
       privaudit audit --mechanism mine.py:release --pair D.parquet D2.parquet --spec spec.json --claim-epsilon 1 --delta 0 --trials 20000 --out rep.json
+      privaudit audit --mechanism svt.py:svt --search patterns:10 --claim-epsilon 0.5 --target-excess 0.25 --out svt.json
     """
 
     if (claim_epsilon is None) == (claim_rho is None):
         raise UsageError("give exactly one claim, in the budget flags of every command: --claim-rho R [--delta D] "
                          "(rho-zCDP), --claim-epsilon E --delta D ((E, D)-DP) or --claim-epsilon E alone (pure "
                          "E-DP); --rho and --epsilon are the same flags.")
+    if claim_rho is not None:
+        claim = Claim.from_rho(claim_rho, DEFAULT_REPORT_DELTA if delta is None else delta, kind=claim_kind)
+    else:  # --claim-epsilon alone: pure epsilon-DP, as --epsilon alone everywhere
+        claim = Claim.from_epsilon(claim_epsilon, 0.0 if delta is None else delta, kind=claim_kind)
+    n_trials, said_trials = resolve_trials(trials, target_excess, target_fpr, claim, confidence)
     explore_opts = {"--env": env_name, "--horizon": horizon, "--states": states, "--actions": actions,
                     "--instance-seed": instance_seed, "--episodes": episodes, "--fixed-event": fixed_event}
     if mechanism.startswith("explore:"):
@@ -269,6 +297,8 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {mechanism}: an online explorer is audited on "
                              "simulated user streams (--env) it builds itself. Remove the option(s).")
         _check_outputs(out, plot, overwrite, _reads(logs_path, spec_path, pair, mechanism, scores, env_name))
+        if said_trials:
+            click.echo(said_trials, err=True)
         env_options = {"horizon": horizon if horizon is not None else (
                            2 if env_name in (None, "riverswim", "random-tabular") else None),
                        "states": states if states is not None else (2 if env_name in (None, "riverswim") else None),
@@ -280,7 +310,7 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
                             streams=StreamSetup(env_name=env_name or "riverswim", env_options=env_options,
                                                 episodes=episodes, canary_user=canary_user, users_after=users_after,
                                                 decoy=decoy),
-                            trials=trials, confidence=confidence, seed=seed, fixed=bool(fixed_event))
+                            trials=n_trials, confidence=confidence, seed=seed, fixed=bool(fixed_event))
         _finish(rep, out, plot, confidence, as_json)
     if mechanism not in ADAPTERS and ".py:" not in mechanism:  # a typo: say so before asking for --spec
         raise UsageError(f"--mechanism {mechanism!r}: expected a built-in ({', '.join(ADAPTERS)}), explore:ALGO "
@@ -288,16 +318,19 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     bad = [o for o, v in explore_opts.items() if v is not None]
     if bad:
         raise UsageError(f"{', '.join(bad)} appl{'ies' if len(bad) == 1 else 'y'} to --mechanism explore:ALGO only.")
+    if search is not None:
+        _search_audit(mechanism, search, claim, n_trials, said_trials, scores, seed, confidence, jobs, out, plot,
+                      overwrite, as_json, given={"--logs": logs_path, "--pair": pair, "--spec": spec_path,
+                                                 "--canary": canary, "--release-mechanism": release_mechanism,
+                                                 "--mechanism-rho": mechanism_rho,
+                                                 "--mechanism-epsilon": mechanism_epsilon,
+                                                 "--stationary/--per-step": stationary, "--noise": noise})
     if spec_path is None:
         raise UsageError("--spec is required (except for --mechanism explore:ALGO).")
     if (logs_path is None) == (pair is None):
         raise UsageError("give exactly one input: --logs LOGS (a canary pair is built) or --pair D D2.")
     _check_outputs(out, plot, overwrite, _reads(logs_path, spec_path, pair, mechanism, scores, env_name))
     spec = load_spec(spec_path)
-    if claim_rho is not None:
-        claim = Claim.from_rho(claim_rho, DEFAULT_REPORT_DELTA if delta is None else delta, kind=claim_kind)
-    else:  # --claim-epsilon alone: pure epsilon-DP, as --epsilon alone everywhere
-        claim = Claim.from_epsilon(claim_epsilon, 0.0 if delta is None else delta, kind=claim_kind)
     # Validate the input before anything runs: a broken log (duplicated step, NaN reward) must be
     # reported as bad input (exit 1, located errors), never as a violation of the mechanism.
     prepared = [prepare_logs(path, spec) for path in ([logs_path] if pair is None else list(pair))]
@@ -362,15 +395,9 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to the built-in "
                              f"mechanisms ({', '.join(ADAPTERS)}) only; {mechanism} is your code, which sets its "
                              "own noise and budget. Remove the option(s).")
-        mech = FileFunction(mechanism, role="mechanism")
+        mech = FileMechanism(mechanism)  # its hooks honoured as from Python, and named
         name = mechanism
-        ignored = hooks_of(mech.load())
-        if ignored:  # said, not silently dropped: the gray-box check in particular does not run
-            click.echo(f"warning: {mechanism} defines the hook(s) {', '.join(ignored)}, which the CLI does not use: "
-                       "it calls your mechanism as fn(logs, rng) only, so "
-                       + ("no gray-box sensitivity check runs and " if "exact_statistics" in ignored else "")
-                       + "the verdict rests on the noisy runs alone. To use the hooks, pass the object itself "
-                       "to privaudit.audit.run_audit from Python (docs/audit.md).", err=True)
+        say_hooks(mechanism, mech)
     score_fns = [("user:" + s.rpartition(":")[2], FileFunction(s, role="score")) for s in scores]
     if pair is not None:
         p = load_pair(*pair, spec=spec)
@@ -391,8 +418,35 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
             shown, why = "linear", f"{mechanism}'s canary aimed at its audited statistics; --canary random for a typical one"
         click.echo(f"canary: {shown} ({why})", err=True)
     design = "design" if hasattr(mech, "design_events") and not score_fns else None
-    rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=trials, scores=score_fns, seed=seed,
+    if said_trials:  # the audited claim (a learner's share of its total claim) sets the count
+        n_trials, said_trials = resolve_trials(None, target_excess, target_fpr, claim, confidence)
+        click.echo(said_trials, err=True)
+    rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=n_trials, scores=score_fns, seed=seed,
                     fixed=design, settings=AuditSettings(confidence=confidence, n_jobs=jobs, mechanism_name=name))
+    _finish(rep, out, plot, confidence, as_json)
+
+
+def _search_audit(mechanism, search, claim, trials, said_trials, scores, seed, confidence, jobs, out, plot,
+                  overwrite, as_json, given) -> None:
+    """``--search``: a FILE.py:NAME mechanism audited on the pair an input search chooses (exits)."""
+    if ".py:" not in mechanism:
+        raise UsageError(f"--search needs --mechanism FILE.py:NAME (your mechanism over the searched inputs); "
+                         f"{mechanism} reads trajectory logs (--logs or --pair).")
+    extra = [o for o, v in given.items() if v is not None]
+    if extra:
+        raise UsageError(f"{', '.join(extra)} {'does' if len(extra) == 1 else 'do'} not apply with --search: the "
+                         "inputs are the searched pairs. Remove the option(s).")
+    code = [("--search", search.rpartition(":")[0] if ".py:" in search else None)]
+    _check_outputs(out, plot, overwrite, _reads(None, None, None, mechanism, scores, None) + code)
+    mech = FileMechanism(mechanism)
+    say_hooks(mechanism, mech)
+    pairs = search_pairs(search)
+    if said_trials:
+        click.echo(said_trials, err=True)
+    click.echo(f"search: {len(pairs)} candidate pairs ({search})", err=True)
+    score_fns = [("user:" + s.rpartition(":")[2], FileFunction(s, role="score")) for s in scores]
+    rep = run_audit(mech, claim=claim, search=pairs, trials=trials, scores=score_fns, seed=seed,
+                    settings=AuditSettings(confidence=confidence, n_jobs=jobs, mechanism_name=mechanism))
     _finish(rep, out, plot, confidence, as_json)
 
 
