@@ -56,12 +56,13 @@ stderr and in the summary) and DP-APVI on the release is the DP policy.
 --seed makes the noise reproducible, for tests only: the outputs are then
 marked rng "seeded-insecure" (the seed itself is written nowhere).
 
---engine spark has Apache Spark validate, bound and count the logs for
-the release (--master URL, default local[*], with a Java runtime; or
---remote sc://HOST:PORT, a Spark Connect server; pip install
-'privaudit[spark]'); the release is the same, the rest runs here. Tabular specs only (no feature map); DP-PBB and the
-behaviour-value estimate, which read the logs with polars, are off
-(--value-share 0), so DP-APVI on the release is the DP policy.
+--engine spark has Apache Spark validate and bound the logs once and
+count them for the release and DP-PBB (--master URL, default local[*],
+with a Java runtime; or --remote sc://HOST:PORT, a Spark Connect server;
+pip install 'privaudit[spark]'); only per-cell counts come back, the
+noise and the rest run here: the same outputs as polars. Tabular specs
+only (no feature map); the behaviour-value estimate (--value-share) and
+--hold-out, which read the logs with polars, are off (--value-share 0).
 
 Exit codes: 0 ok; 1 invalid or unreadable logs, repairs above
 --max-repair-share, or Spark failed (nothing written or charged); 2 usage
@@ -132,7 +133,7 @@ def command(as_json, master, remote, **choices):
         choices["value_share"] = 0.0 if engine == "spark" else VALUE_SHARE_DEFAULT
         if engine == "spark":
             click.echo("--engine spark: no DP estimate of the clinicians' value (--value-share 0; the estimate "
-                       "reads the logs with polars): the whole budget goes to the release.", err=True)
+                       "reads the logs with polars): the budget goes to the release and DP-PBB.", err=True)
     config = PipelineConfig(**choices, spark=spark)
     summary = run_pipeline_config(config, echo=lambda s: click.echo(as_flags(s), err=True))
     private_log = summary.pop("private_log")

@@ -129,15 +129,17 @@ class PipelineConfig:
     progress : bool, optional
         Progress bars on stderr (default: only when stderr is a terminal).
     engine : {"polars", "spark"}
-        Who validates, bounds and counts for the release stage
-        (``privaudit.release.tabular.release_logs``): polars here, or Apache
-        Spark (the ``privaudit[spark]`` extra). The release is the same either way
-        (same counts, so the same tables for the same seed); with Spark the
-        fatal rules are checked by Spark inside the release stage, after the
-        budget and the ledger were checked. Tabular only: a spec with a
-        feature map (DP-VAPVI reads per-row features with polars) is refused,
-        and so is ``value_share`` > 0; DP-PBB (which also reads the logs with
-        polars) is not trained, so DP-APVI on the release is the DP policy.
+        Who validates, bounds and counts the logs (``privaudit.data.engines.prepare_on``,
+        once per run, in the validate stage): polars here, or Apache Spark
+        (the ``privaudit[spark]`` extra: its fatal rules and bounding on the
+        cluster, the bounded rows cached there; the release's counts and
+        DP-PBB's capped counts aggregated there, only per-cell aggregates
+        coming back). The outputs are the same either way (same counts, so
+        the same release, policies and summary for the same seed); Spark
+        reads the logs after the budget, the ledger and every part's plan
+        were checked. Tabular only: a spec with a feature map (DP-VAPVI reads
+        per-row features with polars) is refused, and so are, for now,
+        ``value_share`` > 0 and ``hold_out``.
     hold_out : bool, default False
         Certify the learned tabular policies on privacy units held out from
         training (``pipeline.certify``, docs/certificates.md): the units are
@@ -207,7 +209,7 @@ class PipelineConfig:
         if self.engine not in ENGINES:
             raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {self.engine!r}.")
         if self.engine == "spark" and self.value_share:
-            raise UsageError("`engine` spark counts the logs for the release only; the DP estimate of the behaviour "
+            raise UsageError("`engine` spark counts the logs for the release and DP-PBB; the DP estimate of the behaviour "
                              f"value reads them with polars: pass `value_share` 0. Found {self.value_share!r}.")
         if self.hold_out and self.engine == "spark":
             raise UsageError("`hold_out` needs `engine` 'polars' (the held-out evaluation reads the logs with polars).")
