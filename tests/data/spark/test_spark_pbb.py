@@ -149,3 +149,21 @@ def test_cli_train_spark_failure_is_one_line_nothing_written_or_charged(spark, t
     assert len(errors) == 1 and "ran out of memory" in errors[0] and "no budget was charged" in errors[0]
     assert "Traceback" not in res.output
     assert not out.exists() and not list(tmp_path.glob(".o*")) and led.read_bytes() == before
+
+
+def test_cli_train_dp_pbb_refuses_a_fatal_rule_with_both_engines(spark, tmp_path):
+    """Logs whose rewards contradict the public r(s') (one row): both engines refuse them (reward_not_public, exit 1)
+    with nothing written or charged. Every fatal rule's count on Spark is polars' (test_spark_engine.py); this is
+    the rule DP-PBB's input adds."""
+    path, doc, spec = spark_pbb_logs(tmp_path, ids="int", k=2, n_units=30)
+    bad = pl.read_parquet(path).with_columns(
+        reward=pl.when(pl.int_range(pl.len()) == 3).then(pl.col("reward") + 0.125).otherwise(pl.col("reward")))
+    bad.write_parquet(path)
+    led = tmp_path / "budget.jsonl"
+    ledger_mod.init_ledger(led, spec.dataset_id, 10)
+    before = led.read_bytes()
+    for engine in ("polars", "spark"):
+        out = tmp_path / engine
+        res = CliRunner().invoke(main, _train_args(tmp_path, path, doc, out, "--engine", engine, "--ledger", str(led)))
+        assert res.exit_code == 1 and "reward_not_public" in res.output, res.output
+        assert "Traceback" not in res.output and not out.exists() and led.read_bytes() == before
