@@ -105,6 +105,26 @@ def _fetch_like_release(counts) -> None:
         pass
 
 
+def local_session(master: str, driver_memory: str):
+    """The benchmarks' Spark session: ``master``, no UI, ``driver_memory``, Spark's log at ERROR."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (SparkSession.builder.master(master).appName("privaudit-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", driver_memory).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_options(ap: argparse.ArgumentParser, rows: float) -> None:
+    """``--rows``, ``--parts-of``, ``--master`` and ``--driver-memory``: the options of the Spark benchmarks."""
+    ap.add_argument("--rows", type=float, default=rows)
+    ap.add_argument("--parts-of", type=float, default=rows, help="rows per Parquet part")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--driver-memory", default="4g")
+
+
 def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, driver_memory: str) -> None:
     """One engine's data side; writes its cell table, prints timings and usage as JSON."""
     from privaudit.core.spec import load_spec
@@ -128,15 +148,9 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
         t_start = 0.0
         _fetch_like_release(counts)
     else:
-        from pyspark.sql import SparkSession
-
         from privaudit.data.spark.engine import spark_sparse_counts
 
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        spark = (SparkSession.builder.master(master).appName("privaudit-bench")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.memory", driver_memory).getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_session(master, driver_memory)
         t_start = time.perf_counter() - t
         counts, report = spark_sparse_counts(logs, spec, spark=spark, stationary=False, quantum=quantum)
         phases["count"] = (time.perf_counter() - t, _jvm_usage(spark)[0])  # rules, bounding, cells cached
@@ -156,11 +170,8 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=float, default=1e7)
-    ap.add_argument("--parts-of", type=float, default=1e7, help="rows per Parquet part")
+    spark_options(ap, 1e7)
     ap.add_argument("--engines", default="polars,spark")
-    ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--sizes", default=None,
                     help="scaling run: comma-separated row counts (multiples of --parts-of), each the first parts "
                          "of one folder of max(sizes) rows; both engines at each size")

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_spark import _jvm_usage, _vm_hwm_mb, make_logs
+from bench_spark import _jvm_usage, _vm_hwm_mb, local_session, make_logs, spark_options
 from childproc import cache_dir, run_child
 
 
@@ -60,13 +60,7 @@ def child(mode: str, logs: str, spec_path: str, out: str, master: str, driver_me
     t = time.perf_counter()
     spark, t_start = None, 0.0
     if mode != "polars":
-        from pyspark.sql import SparkSession
-
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        spark = (SparkSession.builder.master(master).appName("privaudit-bench")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.memory", driver_memory).getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_session(master, driver_memory)
         t_start = time.perf_counter() - t
     if mode == "spark-release":
         release_logs(logs, spec, rho=1.0, stationary=True, out=out, seed=1,
@@ -103,20 +97,15 @@ def assert_identical(a: Path, b: Path) -> int:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=float, default=1e6)
-    ap.add_argument("--parts-of", type=float, default=1e6, help="rows per Parquet part")
+    spark_options(ap, 1e6)
     ap.add_argument("--modes", default="polars,spark,spark-release")
-    ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        child(*a.child)
-        return
+        return child(*a.child)
     import polars as pl
 
-    cache = cache_dir()
-    t = time.perf_counter()
+    t, cache = time.perf_counter(), cache_dir()
     logs, spec = make_logs(int(a.rows), int(a.parts_of), cache)
     spec = pipeline_spec(spec)
     rows = pl.scan_parquet(logs / "*.parquet").select(pl.len()).collect().item()
