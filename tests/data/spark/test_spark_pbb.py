@@ -94,6 +94,7 @@ def _train_args(tmp_path, path, doc, out, *extra):
             "--per-step", "--max-per-cell", "2", "--accept-repairs", "--out", str(out), *extra]
 
 
+@pytest.mark.slow  # the default suite runs train's Spark path through the failure and fatal-rule tests below
 def test_cli_train_dp_pbb_with_spark_writes_the_polars_policy(spark, tmp_path):
     path, doc, _ = spark_pbb_logs(tmp_path, ids="string", k=2, n_units=40, parts=2)
     outs = {}
