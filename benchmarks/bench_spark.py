@@ -117,6 +117,14 @@ def _fetch_like_release(counts) -> None:
         pass
 
 
+def spark_options(ap: argparse.ArgumentParser, rows: float) -> None:
+    """``--rows``, ``--parts-of``, ``--master`` and ``--driver-memory``: the options of the Spark benchmarks."""
+    ap.add_argument("--rows", type=float, default=rows)
+    ap.add_argument("--parts-of", type=float, default=rows, help="rows per Parquet part")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--driver-memory", default="4g")
+
+
 def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, driver_memory: str) -> None:
     """One engine's data side; writes its cell table, prints timings and usage as JSON."""
     from privaudit.core.spec import load_spec
@@ -162,11 +170,8 @@ def child(engine: str, logs: str, spec_path: str, cells_out: str, master: str, d
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=float, default=1e7)
-    ap.add_argument("--parts-of", type=float, default=1e7, help="rows per Parquet part")
+    spark_options(ap, 1e7)
     ap.add_argument("--engines", default="polars,spark")
-    ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--sizes", default=None,
                     help="scaling run: comma-separated row counts (multiples of --parts-of), each the first parts "
                          "of one folder of max(sizes) rows; both engines at each size")

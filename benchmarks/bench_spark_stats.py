@@ -44,11 +44,11 @@ def child(engine: str, logs: str, spec_path: str, out: str, master: str, driver_
         bounded = prepare_logs(logs, spec).bounded
         phases["bound"] = time.perf_counter() - t
     else:
-        from privaudit.data.spark.engine import spark_bounded_logs
+        from privaudit.data.spark.prepare import prepare_spark_logs
 
         spark = bench_session(master, driver_memory)
         phases["session"] = time.perf_counter() - t
-        bounded = spark_bounded_logs(logs, spec, spark=spark)[0].persist()  # bounded once, read twice
+        bounded = prepare_spark_logs(logs, spec, spark=spark).bounded  # bounded once (cached), read twice
         phases["bound"] = time.perf_counter() - t
     value = plan.exact_statistics(bounded)
     phases["value"] = time.perf_counter() - t

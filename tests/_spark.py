@@ -112,6 +112,28 @@ def spark_test_logs(tmp_path: Path, *, ids: str, k: int, n_units: int, parts: in
     return path, spec
 
 
+#: r(s') of :func:`spark_pbb_logs`: exact binary fractions, so both engines' float sums (returns, clipping) agree.
+PUBLIC_REWARD = {0: 1.0, 1: 0.5, 2: 0.25, 3: 0.0, 4: 0.75}
+
+
+def spark_pbb_logs(tmp_path: Path, *, ids: str, k: int, n_units: int, parts: int = 1, seed: int = 5,
+                   return_bound=None):
+    """:func:`spark_test_logs` whose rewards are the public r(s') of :data:`PUBLIC_REWARD` (DP-PBB's input).
+
+    Returns (path, spec document with ``public_reward`` and, if given, ``return_bound``, DomainSpec).
+    """
+    path, _ = spark_test_logs(tmp_path, ids=ids, k=k, n_units=n_units, parts=parts, seed=seed)
+    files = [path] if parts == 1 else sorted(path.iterdir())
+    for f in files:
+        df = pl.read_parquet(f)
+        df.with_columns(reward=pl.col("next_state").replace_strict(PUBLIC_REWARD, return_dtype=pl.Float64)
+                        ).write_parquet(f)
+    doc = spec_doc(H=4, S=5, A=3, k=k, terminals=(4,), unit_column="patient", public_reward=PUBLIC_REWARD)
+    if return_bound is not None:
+        doc["return_bound"] = list(return_bound)
+    return path, doc, DomainSpec.from_dict(doc)
+
+
 #: The quiet-start test (tests/data/spark/test_spark_connect.py) whose CLI run :func:`start_quiet_cli_release` starts.
 QUIET_START_TEST = "tests/data/spark/test_spark_connect.py::test_cli_spark_start_is_quiet"
 

@@ -147,15 +147,15 @@ def stderr_is_tty() -> bool:
 
 def engine_options(fn: Callable) -> Callable:
     """``--engine``, ``--master`` and ``--remote`` for a command whose counts may run on Spark
-    (``release``, ``pipeline``); :func:`spark_target` reads them."""
+    (``release``, ``train``, ``pipeline``); :func:`spark_target` reads them."""
     fn = click.option("--remote", default=None, metavar="sc://HOST:PORT",
                       help="With --engine spark: a Spark Connect server to run on instead of --master (it reads "
                            "LOGS: a path its cluster sees).")(fn)
     fn = click.option("--master", default=None, help="With --engine spark: Spark master URL (default local[*]).")(fn)
     return click.option("--engine", type=click.Choice(["polars", "spark"]), default="polars", show_default=True,
-                        help="Who validates, bounds and counts for the release: polars on this machine, or Apache "
+                        help="Who validates, bounds and counts the logs: polars on this machine, or Apache "
                              "Spark (pip install 'privaudit[spark]'; LOGS may then be any path Spark reads). The "
-                             "noise is added here either way: same release.")(fn)
+                             "noise is added here either way: the same outputs.")(fn)
 
 
 def repair_options(fn: Callable) -> Callable:

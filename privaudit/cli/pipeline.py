@@ -56,14 +56,13 @@ stderr and in the summary) and DP-APVI on the release is the DP policy.
 --seed makes the noise reproducible, for tests only: the outputs are then
 marked rng "seeded-insecure" (the seed itself is written nowhere).
 
---engine spark has Apache Spark validate, bound and count the logs for
-the release (--master URL, default local[*], with a Java runtime; or
---remote sc://HOST:PORT, a Spark Connect server; pip install
-'privaudit[spark]'); the release is the same, the rest runs here. Tabular specs only (no feature map). Spark also
-computes the clinicians' value statistics and, with --hold-out, splits
-and aggregates the held-out stays: the same as polars. DP-PBB, which
-reads the logs with polars, is off, so DP-APVI on the release is the DP
-policy.
+--engine spark has Apache Spark validate and bound the logs once and
+aggregate them for the release, DP-PBB, the clinicians' value and, with
+--hold-out, the held-out stays (--master URL, default local[*], with a
+Java runtime; or --remote sc://HOST:PORT, a Spark Connect server; pip
+install 'privaudit[spark]'); only per-cell and per-unit aggregates come
+back, the noise and the rest run here: the same outputs as polars.
+Tabular specs only (no feature map).
 
 Exit codes: 0 ok; 1 invalid or unreadable logs, repairs above
 --max-repair-share, or Spark failed (nothing written or charged); 2 usage

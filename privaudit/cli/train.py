@@ -8,7 +8,8 @@ import click
 
 from privaudit.cli.registry_help import (LiveHelpCommand, LiveHelpOption, RegistryChoice, joined, learner_lines,
                                          private_tabular, release_readers)
-from privaudit.cli.common import Notices, PathArg, as_flags, budget_options, echo_json, handle_errors, repair_options
+from privaudit.cli.common import (Notices, PathArg, as_flags, budget_options, echo_json, engine_options, handle_errors,
+                                  repair_options, spark_target)
 from privaudit.core.errors import UsageError
 from privaudit.core.formatting import guarantee_text
 from privaudit.privacy.budget import accepted_budgets
@@ -92,10 +93,12 @@ def release_dir_for(out: Path) -> Path:
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="TESTS ONLY: seed the release's noise (rng mode seeded-insecure).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+@engine_options
 @repair_options
 @handle_errors
 def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, noise, stationary, max_per_cell,
-            failure_prob, c1, c2, c_fallback, ledger, out, seed, as_json, max_repair_share, accept_repairs):
+            failure_prob, c1, c2, c_fallback, ledger, out, seed, as_json, max_repair_share, accept_repairs,
+            engine, master, remote):
     """Train a policy and write it as a folder (policy.parquet + policy.json).
 
     \b
@@ -104,6 +107,12 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
 
     The linear learners (LINEAR_LEARNERS) fit one regression per step h
     with the spec's feature map: --stationary does not apply.
+
+    --engine spark has Apache Spark read, check, bound and count LOGS for
+    the learners that release their own noisy statistics (dp-pbb: its
+    capped counts and start counts; dp-apvi: its count release); only
+    per-cell aggregates come back here, where the noise is added: the same
+    policy as polars for the same --seed.
 
     From LOGS, every learner prints the PRIVATE contribution-bounding facts
     (episodes dropped above k per unit, truncated at H, with a clipped
@@ -126,8 +135,9 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     converted exactly to rho); --epsilon E alone (pure E-DP, Laplace noise:
     dp-apvi's release only; refused by dp-pbb and dp-vapvi).
 
-    Exit codes: 0 ok; 1 invalid logs, repairs above --max-repair-share, or a
-    missing/corrupt release; 2 bad arguments or spec (also a --spec the
+    Exit codes: 0 ok; 1 invalid logs, repairs above --max-repair-share, a
+    missing/corrupt release, or Spark failed (one line; nothing written or
+    charged); 2 bad arguments or spec (also a --spec the
     release was not made under); 3 budget exceeded.
 
     \b
@@ -144,6 +154,12 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
 
     if (logs is None) == (release_dir is None):
         raise UsageError("give exactly one input: LOGS (with --spec SPEC) or --release DIR.")
+    spark = spark_target(engine, master, remote)
+    on_spark = registry.names_with(lambda cls: cls.reads in ("logs", "release"), family="tabular")
+    if engine == "spark" and (release_dir is not None or algo not in on_spark):
+        raise UsageError(f"--engine spark reads LOGS for --algo {' | '.join(on_spark)}"
+                         + (" (--release reads no logs)." if release_dir is not None else
+                            f"; --algo {algo} reads them with polars."))
     out = Path(out)
     # before the logs are read or any budget is checked: a new folder, never an input
     check_outputs([("--out", out, None)], [("LOGS", logs), ("--spec", spec_path), ("--release", release_dir),
@@ -237,7 +253,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         else:
             notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private "
                 f"and can reveal patients' records. Use --algo {' or '.join(private_tabular())} for a private policy.")
-        context = RunContext(ledger=ledger, output=out, echo=say, repairs=repairs)
+        context = RunContext(ledger=ledger, output=out, echo=say, repairs=repairs, engine=engine, spark=spark)
         if learner.reads == "logs":  # its own noisy releases: the fitted learner holds its certificate
             run = learner.train_on_logs(logs, spec, stationary=stationary, budget=BudgetRequest(rho, epsilon, delta,
                                                                                               mechanism),

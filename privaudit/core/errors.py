@@ -101,10 +101,19 @@ class EngineError(PrivauditError, RuntimeError):
     """The compute engine (Apache Spark, ``--engine spark``) failed while it read,
     checked, bounded or counted the logs: the JVM could not start, a query failed
     analysis, a job failed (out of memory, a lost executor, a corrupt part), or
-    the driver lost the JVM (exit 1). Raised before any output is written or
-    any budget charged; the message names the cause in one line."""
+    the driver lost the JVM (exit 1). Raised before the failing part's output is
+    written or its budget charged; the message names the cause in one line and
+    ends with :data:`NOTHING_DONE` (a pipeline that had charged earlier parts
+    says :data:`PARTS_KEPT` instead)."""
 
     exit_code = 1
+
+
+#: How an :class:`EngineError` ends: what the failure left (nothing).
+NOTHING_DONE = "Nothing was written and no budget was charged."
+#: How it ends in a pipeline that had already charged parts (kept, marked incomplete: said on the line before).
+PARTS_KEPT = ("Nothing more was written or charged: only the parts charged before it are kept (see above; the "
+              "same command finishes the run).")
 
 
 EXIT_CODES = {

@@ -182,13 +182,22 @@ class SparseCounts:
     #: transitions_at returns a new array on every call: TabularRelease.apply noises it in place.
     fresh_transitions = True
 
+    def cells_at(self, h: int) -> tuple[np.ndarray, np.ndarray]:
+        """The observed transition cells of step h (the pooled slice if stationary): ``(j, n)``, int64.
+
+        ``j`` is the index ``(s*A + a)*S + s'`` inside the slice (sorted), ``n`` its count (> 0).
+        """
+        g = step_index(h, self.spec.H, self.stationary)
+        lo, hi = self._bounds[g], self._bounds[g + 1]
+        return (self.cells["i"][lo:hi].to_numpy() - g * self._per_h,
+                self.cells["n"][lo:hi].to_numpy().astype(np.int64, copy=False))
+
     def transitions_at(self, h: int) -> np.ndarray:
         """n_h(s, a, s') of step h (the pooled table if stationary), shape (S, A, S), int64, fresh."""
         S, A = self.spec.S, self.spec.A
-        g = step_index(h, self.spec.H, self.stationary)
-        lo, hi = self._bounds[g], self._bounds[g + 1]
+        j, n = self.cells_at(h)
         out = np.zeros(self._per_h, dtype=np.int64)
-        out[self.cells["i"][lo:hi].to_numpy() - g * self._per_h] = self.cells["n"][lo:hi].to_numpy()
+        out[j] = n
         return out.reshape(S, A, S)
 
     def iter_transitions(self) -> Iterator[tuple[int, np.ndarray]]:

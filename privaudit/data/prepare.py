@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
 import polars as pl
 
@@ -57,6 +58,9 @@ class PreparedLogs:
         Standard columns (with ``row``); at most k episodes per unit, steps
         h < H, ``reward`` Float64 in [0, 1]. Lazy: each consumer selects its
         columns and collects them (the bounding decisions are already made).
+    engine : "polars"
+        Which engine prepared the logs (Spark's twin,
+        ``privaudit.data.spark.prepare.SparkPreparedLogs``, says "spark").
     """
 
     path: Path
@@ -65,6 +69,11 @@ class PreparedLogs:
     bounding: BoundingReport
     raw: pl.LazyFrame
     bounded: pl.LazyFrame
+
+    engine: ClassVar[str] = "polars"
+
+    def close(self) -> None:
+        """Nothing to release (Spark's twin drops its cached rows): every consumer of a run may call it."""
 
     def check_spec(self, spec: DomainSpec) -> None:
         """Raise UsageError unless ``spec`` is the spec these logs were prepared under."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from privaudit.data.repairs import RepairLimit
 from privaudit.privacy import budget as budget_mod
@@ -80,6 +80,11 @@ class RunContext:
         The data holder's limit on what contribution bounding may change
         before anything is spent (``privaudit.data.repairs``; default: stop
         above 5% unless accepted), checked on logs the run prepares itself.
+    engine : {"polars", "spark"}
+        Who reads, checks, bounds and counts logs the run prepares itself
+        (``privaudit.data.engines.prepare_on``): polars here, or Apache Spark.
+    spark : SparkSession or str, optional
+        With ``engine="spark"``: the session, a master URL or a Spark Connect URL.
     """
 
     ledger: str | Path | None = None
@@ -87,6 +92,8 @@ class RunContext:
     output: object = None
     echo: Callable[[str], None] | None = None
     repairs: RepairLimit = field(default_factory=RepairLimit)
+    engine: str = "polars"
+    spark: Any = None
 
     def say(self, message: str) -> None:
         """Pass ``message`` to ``echo`` (nothing without one)."""

@@ -38,7 +38,8 @@ import numpy as np
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.exact_sums import REWARD_BITS
-from privaudit.data.prepare import PreparedLogs, prepare_logs
+from privaudit.data.engines import prepare_on
+from privaudit.data.prepare import PreparedLogs
 from privaudit.ope.model import (ModelValue, capped_model_value, evaluation_frame, frame_value_bounds,
                                  held_out_stays, lipschitz_bounds, policy_table_for)
 from privaudit.privacy import ledger as ledger_mod
@@ -317,7 +318,7 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         The ledger entry's description.
     engine : {"polars", "spark"}
         Who reads, checks and bounds ``logs`` when it is a path: polars, or
-        Spark (``privaudit.data.spark.engine.spark_bounded_logs``; the
+        Spark (``privaudit.data.engines.prepare_on``; the
         stays' cells are then aggregated on the cluster and only they reach
         the driver). The statistics, hence the output for a given ``seed``,
         are the same with either.
@@ -353,21 +354,21 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
     if ledger is not None:
         ledger_mod.check_event(Path(ledger), spec.dataset_id, plan.event, budget)
+    own = None  # logs this call prepares (and closes: Spark drops its cached rows)
     if isinstance(logs, PreparedLogs) or (is_dataclass(logs) and hasattr(logs, "bounded")):  # either engine
         if callable(getattr(logs, "check_spec", None)):
             logs.check_spec(spec)
         bounded = logs.bounded
-    elif engine == "spark":
-        from privaudit.data.spark import engine as spark_engine  # optional dependency: only with engine spark
-
-        bounded = spark_engine.spark_bounded_logs(logs, spec, spark=spark)[0]
     else:
-        prepared = prepare_logs(logs, spec)
-        prepared.check_spec(spec)
-        bounded = prepared.bounded
-    if units is not None:
-        bounded = bounded.filter(units)
-    model = capped_model_value(held_out_stays(bounded, spec), table, spec, plan.coverage)
+        own = prepare_on(engine, logs, spec, spark=spark)
+        bounded = own.bounded
+    try:
+        if units is not None:
+            bounded = bounded.filter(units)
+        model = capped_model_value(held_out_stays(bounded, spec), table, spec, plan.coverage)
+    finally:
+        if own is not None:
+            own.close()
     noisy = plan.noisy(model, rng=np.random.default_rng(seed))
     del model
     out = plan.certify(noisy, confidence)

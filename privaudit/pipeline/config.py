@@ -130,15 +130,17 @@ class PipelineConfig:
     progress : bool, optional
         Progress bars on stderr (default: only when stderr is a terminal).
     engine : {"polars", "spark"}
-        Who validates, bounds and counts for the release stage
-        (``privaudit.release.tabular.release_logs``): polars here, or Apache
-        Spark (the ``privaudit[spark]`` extra). The release is the same either way
-        (same counts, so the same tables for the same seed); with Spark the
-        fatal rules are checked by Spark inside the release stage, after the
-        budget and the ledger were checked. Tabular only: a spec with a
-        feature map (DP-VAPVI reads per-row features with polars) is refused.
-        The behaviour-value statistics and the held-out split and
-        evaluation run on Spark too, identical to polars.
+        Who validates, bounds and counts the logs (``privaudit.data.engines.prepare_on``,
+        once per run, in the validate stage): polars here, or Apache Spark
+        (the ``privaudit[spark]`` extra: its fatal rules and bounding on the
+        cluster, the bounded rows cached there; the release's counts,
+        DP-PBB's capped counts, the clinicians' value statistics and the
+        held-out split and stays aggregated there, only per-cell and
+        per-unit aggregates coming back). The outputs are the same either
+        way (same counts, so the same release, policies and summary for the
+        same seed); Spark reads the logs after the budget, the ledger and
+        every part's plan were checked. Tabular only: a spec with a feature
+        map (DP-VAPVI reads per-row features with polars) is refused.
     hold_out : bool, default False
         Certify the learned tabular policies on privacy units held out from
         training (``pipeline.certify``, docs/certificates.md): the units are

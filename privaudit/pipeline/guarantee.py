@@ -92,8 +92,8 @@ def learner_shares(spec: DomainSpec, *, engine: str = "polars") -> dict:
     A private learner reading the logs whose class declares a float
     ``pipeline_share`` runs in the pipeline at that share of the total rho: a
     linear one when the spec declares a feature map, a tabular one on the
-    polars engine (it reads the logs with polars, as DP-PBB). DP-PBB and
-    DP-VAPVI (share rules) are not in it.
+    polars engine (only DP-PBB, a share rule, is known to count its
+    statistics on Spark). DP-PBB and DP-VAPVI (share rules) are not in it.
     """
     out = {}
     for name in registry.pipeline_names():

@@ -49,11 +49,11 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from privaudit.core.errors import SpecError, Terminated, UsageError
+from privaudit.core.errors import NOTHING_DONE, PARTS_KEPT, EngineError, SpecError, Terminated, UsageError
 from privaudit.core.atomic import atomic_dir, atomic_write_text
 from privaudit.core.outputs import OutputKind, check_outputs, folder_output, new_run_id, output_lock
 from privaudit.core.spec import DomainSpec, load_spec
-from privaudit.data.prepare import prepare_logs
+from privaudit.data.engines import prepare_on
 from privaudit.learners.linear.rows import column_dims
 from privaudit.mdp.evaluation import resolve_mdp
 from privaudit.mdp.registry import MDP_REGISTRY
@@ -269,17 +269,13 @@ def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
     budget = budget_mod.resolve_budget(rho=config.rho, epsilon=config.epsilon, delta=config.delta,
                                        families=(GAUSSIAN.name,))  # once; zCDP only (the budget is split)
     learners = learner_shares(spec, engine=config.engine)  # other registry learners with a fixed share
-    pbb_share = 0.0 if config.engine == "spark" else pbb_share_of(spec.public_reward is not None, linear=linear,
-                                                                  linear_share=linear_share, value_share=value_share,
-                                                                  learners=learners)
+    pbb_share = pbb_share_of(spec.public_reward is not None, linear=linear, linear_share=linear_share,
+                             value_share=value_share, learners=learners)
     if config.pbb_share is not None and pbb_share > 0:  # the user's share instead of the rule's
         pbb_share = float(config.pbb_share)
     skipped = {}  # learners the run does not train, and why (said once the logs pass, and in the summary)
     if config.pbb_share is not None and float(config.pbb_share) == 0 and spec.public_reward is not None:
         skipped["dp-pbb"] = "pbb_share 0: its share goes to the release, and DP-APVI learns from it"
-    elif config.engine == "spark" and spec.public_reward is not None:
-        skipped["dp-pbb"] = ("engine spark: DP-PBB reads the logs with polars; its share goes to the release, and "
-                             "DP-APVI learns from it")
     elif spec.public_reward is None:
         skipped["dp-pbb"] = ("the spec declares no public reward ($.public_reward): DP-PBB backs up r(s') + V(s') "
                              "with a known r; its share goes to the release, and DP-APVI learns from it")
@@ -348,14 +344,14 @@ def _check_feature_map(spec: DomainSpec) -> None:
 
 
 def validate(config: PipelineConfig, plan: RunPlan, say: Callable[[str], None]):
-    """The validate stage: the logs validated and bounded once (polars), before any folder exists.
+    """The validate stage: the logs validated and bounded once, before any folder exists.
 
-    Says what bounding changed (private counts and shares, for the data holder)
-    and stops when it changed more than ``config.max_repair_share`` allows
-    (``data.repairs.check_repairs``), before anything is spent or written.
-    With Spark, returns the logs as given: Spark validates, bounds and counts
-    them in the release stage (inside the temporary folder, removed if it
-    fails), which applies the same limit before any noise is drawn.
+    By ``config.engine`` (``data.engines.prepare_on``): polars, or Spark (its
+    fatal rules and bounding on the cluster, the bounded rows cached there for
+    every later reader: the release, DP-PBB). Says what bounding changed
+    (private counts and shares, for the data holder) and stops when it changed
+    more than ``config.max_repair_share`` allows (``data.repairs.check_repairs``),
+    before anything is spent or written.
 
     Raises
     ------
@@ -363,10 +359,10 @@ def validate(config: PipelineConfig, plan: RunPlan, say: Callable[[str], None]):
         Unreadable logs, or rules that bounding cannot repair.
     RepairsRefused
         Bounding changes too much of the logs (and ``accept_repairs`` is False).
+    EngineError
+        Spark failed (nothing written or charged).
     """
-    if config.engine != "polars":
-        return plan.logs
-    prepared = prepare_logs(plan.logs, plan.spec, repairs=config.repair_limit)
+    prepared = prepare_on(config.engine, plan.logs, plan.spec, spark=config.spark, repairs=config.repair_limit)
     say(prepared.bounding.summary())
     return prepared
 
@@ -390,7 +386,7 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
             say("it stopped inside its held-out certification: the evaluations it finished are reused "
                 f"({', '.join(stopped.certified) or 'none'}); the others run and are charged now.")
     bar = _Progress(sys.stderr.isatty() if config.progress is None else bool(config.progress))
-    kept = None
+    kept = prepared = None
     try:
         bar.stage("validate")
         t = time.perf_counter()
@@ -430,11 +426,15 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
                 atomic_write_text(tmp / "private" / "local-log.json", json.dumps(private, indent=2) + "\n")
     finally:
         bar.close()
+        if prepared is not None:
+            prepared.close()  # Spark: the bounded rows cached on the cluster are dropped
     if kept is not None:
         error, line = kept
         if isinstance(error, (KeyboardInterrupt, Terminated)):
             raise type(error)(line) from error
         say(line)
+        if isinstance(error, EngineError):  # its "nothing charged" no longer holds: the parts above were
+            raise EngineError(str(error).replace(NOTHING_DONE, PARTS_KEPT)) from None
         raise error
     summary = dict(state.summary)
     summary["private_log"] = str((out / "private" / "local-log.json").resolve())

@@ -99,9 +99,9 @@ class RunPlan:
 class RunState:
     """What the stages produced so far (each stage fills its own fields).
 
-    ``prepared`` is the validated and bounded logs (``privaudit.data.prepare.PreparedLogs``, or the Spark
-    engine's prepared logs, whose ``bounded`` is a Spark DataFrame), or with ``engine="spark"`` what Spark
-    reads (a path or a DataFrame): the release and the value part (:func:`bounded_logs`) then read it.
+    ``prepared`` is the validated and bounded logs: ``privaudit.data.prepare.PreparedLogs``, or with
+    ``engine="spark"`` ``privaudit.data.spark.prepare.SparkPreparedLogs`` (the bounded rows cached on the
+    cluster; the release and DP-PBB aggregate them there).
     ``paid`` holds, per charged tabular learner, its ``V0`` and ``Q`` (what a resumed run needs besides
     the saved policy); ``stages_done`` the stages completed, in order.
     """
@@ -168,8 +168,7 @@ def release(config: PipelineConfig, state: RunState) -> None:
         info = release_logs(state.prepared, plan.spec, stationary=plan.stationary, out=state.tmp / "release",
                             seed=plan.seeds[0], options=ReleaseOptions(
                                 budget=plan.parts["release"], noise="exact", engine=config.engine,
-                                spark=config.spark, repairs=config.repair_limit,  # Spark: checked before its noise
-                                echo=state.say if config.engine == "spark" else None))
+                                spark=config.spark))  # prepared (and the repairs checked) by the validate stage
         state.local = json.loads(info.local_log.read_text())
         info.local_log.unlink()  # folded into private/local-log.json
         state.manifest = info.manifest
@@ -187,15 +186,9 @@ def release(config: PipelineConfig, state: RunState) -> None:
 
 
 def bounded_logs(config: PipelineConfig, state: RunState):
-    """The bounded logs of the run, either engine: the prepared logs' ``bounded`` (a polars LazyFrame or a Spark
-    DataFrame), or, on a Spark run whose ``prepared`` is the logs as Spark reads them (a path or a DataFrame),
-    Spark's reading, fatal rules and bounding of them (``privaudit.data.spark.engine.spark_bounded_logs``)."""
-    bounded = getattr(state.prepared, "bounded", None)
-    if bounded is not None:
-        return bounded
-    from privaudit.data.spark import engine as spark_engine  # optional dependency: only on a Spark run
-
-    return spark_engine.spark_bounded_logs(state.prepared, state.plan.spec, spark=config.spark)[0]
+    """The bounded logs of the run, either engine: the prepared logs' ``bounded`` (a polars LazyFrame, or a Spark
+    DataFrame cached on the cluster by ``privaudit.data.spark.prepare``)."""
+    return state.prepared.bounded
 
 
 def _learner_seed(seeds: list, slot: int, index: int) -> int | None:
@@ -368,8 +361,9 @@ def _logs_named(config: PipelineConfig, prepared) -> str:
     """How the private log names the logs: an absolute path, a URL as given, or 'a Spark DataFrame'."""
     if config.engine == "polars":
         return str(prepared.path.resolve())
-    if isinstance(prepared, (str, Path)):
-        return str(prepared.resolve()) if isinstance(prepared, Path) else prepared
+    source = prepared.source  # privaudit.data.spark.prepare.SparkPreparedLogs
+    if isinstance(source, (str, Path)):
+        return str(source.resolve()) if isinstance(source, Path) else source
     return "a Spark DataFrame"
 
 

@@ -38,8 +38,9 @@ import polars as pl
 import pyarrow as pa
 
 from privaudit.data.bounding import BoundingReport
-from privaudit.data.prepare import PreparedLogs, prepare_logs, read_failed
-from privaudit.data.repairs import RepairLimit, check_repairs
+from privaudit.data.engines import ENGINES, spark_module
+from privaudit.data.prepare import prepare_logs, read_failed
+from privaudit.data.repairs import RepairLimit
 from privaudit.core.errors import UsageError
 from privaudit.core import progress
 from privaudit.core.formatting import num
@@ -235,11 +236,13 @@ def release_logs(logs, spec, *, rho: float | None = None, epsilon: float | None 
 
     Parameters
     ----------
-    logs : str, Path or PreparedLogs
+    logs : str, Path, PreparedLogs or SparkPreparedLogs
         A Parquet file or folder of parts (``privaudit.data.io.scan_logs``),
         prepared here once the arguments, size and budget have passed; or logs
-        the caller already prepared under ``spec``
-        (``privaudit.data.prepare.prepare_logs``: the pipeline's single pass).
+        the caller already prepared under ``spec`` with this ``engine``
+        (``privaudit.data.prepare.prepare_logs`` or, with Spark,
+        ``privaudit.data.spark.prepare.prepare_spark_logs``: the pipeline's
+        single pass; not read, checked or bounded again).
     spec : DomainSpec, str or Path
         The public domain spec (or its file).
     rho : float, optional
@@ -348,13 +351,14 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, stationary, m
     check_sidecar_free(log_path, "the release's private bounding log", "release")
     if engine not in ("polars", "spark"):
         raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
-    prepared = logs if isinstance(logs, PreparedLogs) else None
+    prepared = logs if getattr(logs, "engine", None) in ENGINES else None  # PreparedLogs or SparkPreparedLogs
     if prepared is not None:
-        if engine == "spark":
-            raise UsageError("logs prepared by polars cannot be counted by Spark: pass the path or DataFrame.")
+        if prepared.engine != engine:
+            raise UsageError(f"logs prepared by {prepared.engine} cannot be counted by {engine}: pass `engine` "
+                             f"{prepared.engine!r}, or the path or DataFrame.")
         prepared.check_spec(spec)
     if engine == "spark":
-        spark_engine = _spark_engine()  # an install problem is reported before anything is read
+        spark_engine = spark_module("engine")  # an install problem is reported before anything is read
     logs = prepared.path if prepared is not None else logs if engine == "spark" else Path(logs)
     release = TabularRelease.plan(spec, budget, stationary=stationary, noise=noise,
                                   max_per_cell=max_per_cell)  # may raise on bad H, k, c
@@ -372,21 +376,20 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, stationary, m
     quantum = release.families["rewards"].quantum if rewards else None
     if engine == "spark":
         with clock.stage("spark", cpu=time.process_time):  # the first rows read, on the cluster
-            session = spark if spark is None or not isinstance(spark, str) else spark_engine.spark_session(spark)
-            exact, report = spark_engine.spark_sparse_counts(logs, spec, spark=session, stationary=stationary,
-                                                             rewards=rewards, quantum=quantum,
-                                                             max_per_cell=max_per_cell)
-        logs = logs if isinstance(logs, (str, Path)) else "a Spark DataFrame"
-        check_repairs(report, options.repairs, logs)  # before any noise is drawn
+            if prepared is None:  # read, checked, bounded (the repair limit checked) here, before any count
+                prepared = spark_engine.prepare_spark_logs(logs, spec, spark=spark, repairs=options.repairs,
+                                                           cache=False)
+            _check_cap(prepared, max_per_cell, stationary)
+            exact, report = spark_engine.spark_sparse_counts(prepared, spec, stationary=stationary, rewards=rewards,
+                                                             quantum=quantum, max_per_cell=max_per_cell
+                                                             if prepared.bounding.max_per_cell is None else None)
+        logs = prepared.path
     else:
         if prepared is None:
             with clock.stage("validate", cpu=time.process_time):  # validation and bounding: the first rows read
                 prepared = prepare_logs(logs, spec, repairs=options.repairs)
         if prepared.bounding.max_per_cell is not None:  # capped by the caller: it must be this plan's cap
-            if (prepared.bounding.max_per_cell, prepared.bounding.cell_cap_stationary) != (max_per_cell, stationary):
-                raise UsageError(f"the prepared logs are capped at c={prepared.bounding.max_per_cell} per "
-                                 f"{'(s, a)' if prepared.bounding.cell_cap_stationary else '(h, s, a)'} cell; "
-                                 f"this release asks for max_per_cell={max_per_cell} with stationary={stationary}.")
+            _check_cap(prepared, max_per_cell, stationary)
         else:
             with clock.stage("cell_cap", cpu=time.process_time):
                 prepared = prepared.with_cell_cap(max_per_cell, stationary=stationary)
@@ -434,14 +437,13 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, stationary, m
                        event=event)
 
 
-def _spark_engine():
-    """The Spark engine module, imported only when asked for (pyspark is the optional extra ``spark``)."""
-    try:
-        from privaudit.data.spark import engine as spark_engine  # optional dependency: imported on demand, not at module top
-    except ImportError as e:
-        raise UsageError(f"engine='spark' needs pyspark ({e}). Install it with: pip install 'privaudit[spark]' "
-                         "(and a Java runtime).") from None
-    return spark_engine
+def _check_cap(prepared, max_per_cell: int | None, stationary: bool) -> None:
+    """Refuse prepared logs a caller capped with another cap than this release's (UsageError)."""
+    b = prepared.bounding
+    if b.max_per_cell is not None and (b.max_per_cell, b.cell_cap_stationary) != (max_per_cell, stationary):
+        raise UsageError(f"the prepared logs are capped at c={b.max_per_cell} per "
+                         f"{'(s, a)' if b.cell_cap_stationary else '(h, s, a)'} cell; "
+                         f"this release asks for max_per_cell={max_per_cell} with stationary={stationary}.")
 
 
 def _ledger_description(out: Path, release: TabularRelease) -> str:

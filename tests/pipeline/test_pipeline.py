@@ -415,9 +415,9 @@ def test_a_split_above_the_total_is_refused_before_any_read_or_charge(world, tmp
     def prepare(*a, **kw):
         reads.append(a)
         return real_prepare(*a, **kw)
-    real_prepare = run_mod.prepare_logs
+    real_prepare = run_mod.prepare_on
     monkeypatch.setattr(run_mod, "split_budget", over)
-    monkeypatch.setattr(run_mod, "prepare_logs", prepare)
+    monkeypatch.setattr(run_mod, "prepare_on", prepare)
     led = tmp_path / "ledger"
     led.mkdir()
     init_ledger(led / "budget.jsonl", "rt-pipeline", 10.0)

@@ -119,12 +119,12 @@ def test_a_later_part_calibrated_above_its_share_is_refused_before_any_read_or_c
                                                                                         monkeypatch, part):
     """Before, a part's calibration was checked only at its own charge: the release, behaviour-value (and
     DP-PBB) parts had been charged and the logs read when DP-VAPVI's (or DP-PBB's) charge refused."""
-    reads, real_prepare = [], run_mod.prepare_logs
+    reads, real_prepare = [], run_mod.prepare_on
 
     def prepare(*a, **kw):
         reads.append(a)
         return real_prepare(*a, **kw)
-    monkeypatch.setattr(run_mod, "prepare_logs", prepare)
+    monkeypatch.setattr(run_mod, "prepare_on", prepare)
     _too_little_noise(part, monkeypatch)
     led = tmp_path / "ledger"
     led.mkdir()

@@ -48,7 +48,7 @@ def test_pipeline_refuses_logs_that_contradict_the_public_reward(wrong, tmp_path
 def test_pipeline_with_mdp_refuses_the_spec_before_reading_a_row(wrong, tmp_path, monkeypatch):
     logs, spec, ledger, before = wrong
     reads = []
-    monkeypatch.setattr(run_mod, "prepare_logs", lambda *a, **kw: reads.append(a))
+    monkeypatch.setattr(run_mod, "prepare_on", lambda *a, **kw: reads.append(a))
     res = CliRunner().invoke(main, ["pipeline", str(logs), "--spec", str(spec), "--rho", "1", "--audit-trials", "0",
                                     "--mdp", "icu-sepsis", "--ledger", str(ledger), "--out", str(tmp_path / "out")])
     assert res.exit_code == 2, res.output

@@ -21,7 +21,7 @@ from privaudit.data.validate import validate_logs  # noqa: E402
 from privaudit.mdp.simulate import write_logs  # noqa: E402
 from privaudit.privacy.ledger import init_ledger, ledger_status  # noqa: E402
 from privaudit.core.spec import load_spec  # noqa: E402
-from privaudit.data.spark import engine as spark_engine  # noqa: E402
+from privaudit.data.spark import prepare as spark_prepare  # noqa: E402
 from tests.pipeline.test_pipeline import world  # noqa: E402,F401  the pipeline tests' small world (a module fixture)
 
 pytestmark = pytest.mark.spark
@@ -60,7 +60,7 @@ def test_budget_and_ledger_are_checked_before_spark_reads(spark, world, tmp_path
     ledger = tmp_path / "budget.jsonl"
     init_ledger(ledger, "rt-pipeline", 0.5)
     reads = []
-    monkeypatch.setattr(spark_engine, "read_logs", lambda *a, **kw: reads.append(a))
+    monkeypatch.setattr(spark_prepare, "read_logs", lambda *a, **kw: reads.append(a))
     res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", 1, "--audit-trials", 0,
               "--ledger", ledger, "--out", tmp_path / "out", "--engine", "spark")
     assert res.exit_code == 3, res.output
@@ -128,12 +128,21 @@ def test_a_return_bound_the_logs_break_below_stops_the_spark_pipeline(spark, wor
 
 
 @pytest.mark.slow
-def test_bundled_sample_with_spark_trains_dp_apvi_and_the_clinicians_value(spark, tmp_path):
-    """ICU-Sepsis declares a public reward, so polars would train DP-PBB on 60% of rho: Spark cannot (DP-PBB reads
-    the logs with polars), says so, and gives its share to the release; the clinicians' value part runs on Spark."""
-    res = run("--rho", 1, "--audit-trials", 0, "--out", tmp_path / "out", "--engine", "spark", "--json")
-    assert res.exit_code == 0, res.output
-    assert "dp-pbb is not trained: engine spark" in res.output
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [p["name"] for p in summary["policies"]] == ["dp-apvi"]
-    assert [p["name"] for p in summary["privacy"]["parts"]] == ["release", "behaviour-value"]
+def test_bundled_sample_with_spark_trains_dp_pbb_as_polars(spark, tmp_path):
+    """ICU-Sepsis declares a public reward: Spark trains DP-PBB with the share polars gives it, computes the
+    clinicians' value part on the cluster, and the run's parts, policies and guarantee are polars' (same seed)."""
+    summaries = {}
+    for engine in ("polars", "spark"):
+        res = run("--rho", 1, "--audit-trials", 0, "--out", tmp_path / engine, "--engine", engine, "--json",
+                  "--seed", 3)
+        assert res.exit_code == 0, res.output
+        assert "dp-pbb is not trained" not in res.output
+        summaries[engine] = json.loads((tmp_path / engine / "summary.json").read_text())
+    p, s = summaries["polars"], summaries["spark"]
+    assert [x["name"] for x in s["policies"]] == [x["name"] for x in p["policies"]] and "dp-pbb" in \
+        [x["name"] for x in s["policies"]]
+    assert {x["name"] for x in s["privacy"]["details"]["parts"]} == {"release", "behaviour-value", "dp-pbb"}
+    assert s["privacy"] == p["privacy"] and s["policies"] == p["policies"]
+    assert s["behaviour_value"] == p["behaviour_value"]
+    for f in ("policies/dp-pbb/policy.parquet", "release/transitions.parquet"):
+        assert (tmp_path / "polars" / f).read_bytes() == (tmp_path / "spark" / f).read_bytes(), f

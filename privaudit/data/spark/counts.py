@@ -22,7 +22,7 @@ from privaudit.data.counts import SparseCounts, _check_domain
 from privaudit.data.spark.session import spark_errors
 
 
-def _to_polars(df: DataFrame) -> pl.DataFrame:
+def to_polars(df: DataFrame) -> pl.DataFrame:
     """Collect a (small) Spark result to the driver as Arrow. Every collection of cells goes through here."""
     return pl.from_arrow(df.toArrow())
 
@@ -63,7 +63,7 @@ class SparkSparseCounts(SparseCounts):
     def cells(self) -> pl.DataFrame:
         if self._all is None:
             with spark_errors("collecting the exact cells"):
-                self._all = _to_polars(self._cells).sort("i")
+                self._all = to_polars(self._cells).sort("i")
         return self._all
 
     @property
@@ -78,7 +78,7 @@ class SparkSparseCounts(SparseCounts):
         if self._sa_cells is None:  # visits and reward sums of every (h, s, a): one collection
             sums = [F.sum(x).cast("long").alias(x) for x in (["n", "r"] if self._rewards else ["n"])]
             with spark_errors("collecting the visit counts"):
-                self._sa_cells = _to_polars(self._cells.groupBy(F.expr(f"i div {int(self.spec.S)}").alias("j"))
+                self._sa_cells = to_polars(self._cells.groupBy(F.expr(f"i div {int(self.spec.S)}").alias("j"))
                                             .agg(*sums))
         if column not in self._tables:
             out = np.zeros(int(np.prod(self.sa_shape)), dtype=dtype)
@@ -86,19 +86,27 @@ class SparkSparseCounts(SparseCounts):
             self._tables[column] = out.reshape(self.sa_shape)
         return self._tables[column]
 
-    def transitions_at(self, h: int) -> np.ndarray:
-        """n_h(s, a, s'), shape (S, A, S), int64: the observed cells of step h only, collected now."""
-        S, A = self.spec.S, self.spec.A
+    def cells_at(self, h: int) -> tuple[np.ndarray, np.ndarray]:
+        """The observed transition cells of step h only, collected now (Arrow): ``(j, n)``, int64.
+
+        ``j`` is the index ``(s*A + a)*S + s'`` inside the slice (sorted), ``n`` its count; the pooled
+        slice for every h when stationary. At most S*A*S rows reach the driver.
+        """
         g = 0 if self.stationary else int(h)
         if not 0 <= g < (1 if self.stationary else self.spec.H):
             raise UsageError(f"`h` must be in [0, {self.spec.H}). Found {h!r}.")
         lo = g * self._per_h
         with spark_errors(f"collecting the transition counts of step {g}"):
-            part = _to_polars(self._cells.filter((F.col("i") >= lo) & (F.col("i") < lo + self._per_h))
-                              .select("i", "n"))
+            part = to_polars(self._cells.filter((F.col("i") >= lo) & (F.col("i") < lo + self._per_h))
+                             .select("i", "n")).sort("i")
+        return part["i"].to_numpy() - lo, part["n"].to_numpy().astype(np.int64, copy=False)
+
+    def transitions_at(self, h: int) -> np.ndarray:
+        """n_h(s, a, s'), shape (S, A, S), int64: the observed cells of step h only, collected now."""
+        j, n = self.cells_at(h)
         out = np.zeros(self._per_h, dtype=np.int64)
-        out[part["i"].to_numpy() - lo] = part["n"].to_numpy()
-        return out.reshape(S, A, S)
+        out[j] = n
+        return out.reshape(self.spec.S, self.spec.A, self.spec.S)
 
     def close(self) -> None:
         """Drop the cached cells from the cluster (best effort: the release is complete by then, and a
@@ -163,7 +171,7 @@ def exact_counts(bounded: DataFrame, spec: DomainSpec, *, stationary: bool = Fal
     bounds = by_columns.agg(*[e for col in cols for e in (F.min(col).alias(col + "_lo"),
                                                           F.max(col).alias(col + "_hi"))])
     try:
-        _check_domain(_to_polars(bounds), spec, cols)
+        _check_domain(to_polars(bounds), spec, cols)
     except ValidationFailed:
         by_columns.unpersist()
         raise

@@ -59,50 +59,11 @@ pyspark is imported only in :mod:`privaudit.data.spark` (the ``privaudit[spark]`
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import BoundingReport
-from privaudit.data.spark.bounding import bound_contributions, cap_per_cell
-from privaudit.data.spark.counts import SparkSparseCounts, exact_counts
-from privaudit.data.spark.fatal_rules import check_fatal_rules
-from privaudit.data.spark.logs import read_logs
-from privaudit.data.spark.session import spark_errors, spark_session
-
-
-def spark_bounded_logs(source, spec: DomainSpec, *, spark=None):
-    """Read, check the fatal rules and bound logs with Spark: the bounded frame (lazy) and its report.
-
-    What the statistics of ``privaudit evaluate --logs --engine spark`` read
-    (``privaudit.ope.model.held_out_stays`` on a Spark frame).
-
-    Parameters
-    ----------
-    source : pyspark DataFrame, str or Path
-    spec : DomainSpec
-    spark : SparkSession or str, optional
-        The session, or a master URL for :func:`spark_session` (None: the
-        active session or ``local[*]``).
-
-    Returns
-    -------
-    bounded : pyspark DataFrame
-        :func:`bound_contributions`'s (keep-k, cut at H, rewards clipped and scaled, returns clipped).
-    report : BoundingReport
-        PRIVATE.
-
-    Raises
-    ------
-    LogReadError, ValidationFailed, UsageError
-    EngineError
-        Spark itself failed.
-    """
-    if spark is None or isinstance(spark, str):
-        spark = spark_session(spark) if isinstance(source, (str, Path)) else None
-    with spark_errors("reading, checking and bounding the logs"):
-        df = read_logs(source, spec, spark)
-        check_fatal_rules(df, spec)
-        return bound_contributions(df, spec)
+from privaudit.data.spark.counts import SparkSparseCounts
+from privaudit.data.spark.prepare import SparkPreparedLogs, prepare_spark_logs
+from privaudit.data.spark.session import spark_errors
 
 
 def spark_sparse_counts(source, spec: DomainSpec, *, spark=None, stationary: bool = False,
@@ -112,13 +73,15 @@ def spark_sparse_counts(source, spec: DomainSpec, *, spark=None, stationary: boo
 
     Parameters
     ----------
-    source : pyspark DataFrame, str or Path
-        A DataFrame (e.g. a Databricks table; classic or Spark Connect) or a
-        path Spark reads.
+    source : pyspark DataFrame, str, Path or SparkPreparedLogs
+        A DataFrame (e.g. a Databricks table; classic or Spark Connect), a
+        path Spark reads, or logs a run already prepared
+        (:func:`~privaudit.data.spark.prepare.prepare_spark_logs`: not read,
+        checked or bounded again).
     spec : DomainSpec
-    spark : SparkSession, optional
+    spark : SparkSession or str, optional
         The session to read a path with (a notebook passes its ``spark``,
-        classic or Spark Connect).
+        classic or Spark Connect), or a master / Spark Connect URL.
     stationary, rewards, quantum
         As :func:`exact_counts`.
     max_per_cell : int, optional
@@ -139,15 +102,16 @@ def spark_sparse_counts(source, spec: DomainSpec, *, spark=None, stationary: boo
     EngineError
         Spark itself failed (:func:`spark_errors`); nothing was returned.
     """
-    if isinstance(source, (str, Path)) and spark is None:
-        spark = spark_session()
-    with spark_errors("reading, checking, bounding and counting the logs"):
-        df = read_logs(source, spec, spark)
-        check_fatal_rules(df, spec)
-        bounded, report = bound_contributions(df, spec)
-        if max_per_cell is not None:
-            bounded, report = cap_per_cell(bounded, report, max_per_cell, stationary=stationary)
-        counts = exact_counts(bounded, spec, stationary=stationary, rewards=rewards, quantum=quantum)
-        if max_per_cell is not None:  # the cap's drop count from the rows counted (no row of validated logs
-            report = report.with_cell_kept(int(counts.visits.sum()))  # sits in a terminal state)
-        return counts, report
+    if isinstance(source, SparkPreparedLogs):
+        source.check_spec(spec)
+        prepared = source
+    else:  # one consumer: the bounded rows are not cached
+        prepared = prepare_spark_logs(source, spec, spark=spark, cache=False)
+    capped = prepared.with_cell_cap(max_per_cell, stationary=stationary)
+    counts = capped.count_cells(stationary=stationary, rewards=rewards, quantum=quantum)
+    report = capped.bounding
+    if report.max_per_cell is not None and report.cell_steps_dropped is None:
+        # the cap's drop count from the rows counted (no row of validated logs sits in a terminal state)
+        with spark_errors("counting the logs"):
+            report = report.with_cell_kept(int(counts.visits.sum()))
+    return counts, report

@@ -146,10 +146,13 @@ def _reward_not_public(spec: DomainSpec):
     return checked & (F.abs(r - pub) > spec.public_reward_tolerance())
 
 
-def check_fatal_rules(df: DataFrame, spec: DomainSpec) -> None:
-    """Raise :class:`ValidationFailed` naming every broken fatal rule (see :func:`fatal_rule_counts`)."""
-    broken = {r: n for r, n in fatal_rule_counts(df, spec).items() if n}
+def check_fatal_rules(df: DataFrame, spec: DomainSpec) -> dict[str, int]:
+    """Raise :class:`ValidationFailed` naming every broken fatal rule; else return the (zero) counts of
+    :func:`fatal_rule_counts` (PRIVATE facts, for the data holder)."""
+    counts = fatal_rule_counts(df, spec)
+    broken = {r: n for r, n in counts.items() if n}
     if broken:
         raise ValidationFailed("the logs break fatal validation rules (contribution bounding cannot repair "
                                "them): " + ", ".join(f"{r} ({n})" for r, n in broken.items())
                                + ". Run `privaudit validate` on a sample to see examples.")
+    return counts

@@ -28,7 +28,7 @@ from pyspark.errors import PySparkException
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from privaudit.core.errors import EngineError, UsageError
+from privaudit.core.errors import NOTHING_DONE, EngineError, UsageError
 
 try:  # the Spark Connect client (grpcio, pandas...: pyspark's [connect] extra, part of privaudit[spark]); a
     # classic session works without it, --remote sc:// then says what to install
@@ -38,7 +38,7 @@ except ImportError as _e:
     DefaultChannelBuilder, _CONNECT_MISSING = None, str(_e)
 
 _MAX_MESSAGE = 400  # characters of Spark's own message kept in an EngineError
-_DONE = "Nothing was written and no budget was charged."
+_DONE = NOTHING_DONE
 
 #: log4j2 configuration given to the JVMs :func:`spark_session` starts: Spark's log at ERROR on stderr
 #: from the first line (no "Using Spark's default log4j profile", no WARN start-up lines).

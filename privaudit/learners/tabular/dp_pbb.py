@@ -37,7 +37,7 @@ import numpy as np
 from privaudit.core.envelope import envelope
 from privaudit.core.errors import UsageError
 from privaudit.core.outputs import new_run_id
-from privaudit.data.prepare import PreparedLogs, prepare_logs
+from privaudit.data.engines import ENGINES, prepare_on
 from privaudit.learners.tabular.base import TabularLearnerBase, greedy_with_ties, known_reward
 from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound, stitched_log, uniform_log_term
 from privaudit.learners.tabular import pbb_noise
@@ -385,7 +385,14 @@ class DPPBB(TabularLearnerBase):
 
         Parameters
         ----------
-        logs : path or PreparedLogs
+        logs : path, pyspark DataFrame, PreparedLogs or SparkPreparedLogs
+            Logs to prepare here with ``context.engine`` (polars, or Spark:
+            ``privaudit.data.engines.prepare_on``), or logs a caller prepared.
+            On Spark, the per-unit per-cell capped transition counts and the
+            start counts are aggregated by Spark and only the observed cells
+            reach the driver, one step h at a time
+            (:func:`privaudit.learners.tabular.pbb_counts.capped_counts_from_logs`):
+            the same :class:`CappedCounts` as polars, hence the same policy.
         spec : DomainSpec
             Must declare a public reward; its ``return_bound`` (if any) bounds the backed-up values.
         stationary : bool
@@ -415,6 +422,8 @@ class DPPBB(TabularLearnerBase):
         RepairsRefused
             Logs given as a path whose bounding changes more than ``context.repairs`` allows
             (``privaudit.data.repairs``), before any noise is drawn.
+        EngineError
+            With Spark: Spark failed (one line); nothing was noised or charged.
         """
         ctx = context or RunContext()
         if budget is None or (isinstance(budget, BudgetRequest) and not budget.given):
@@ -428,13 +437,17 @@ class DPPBB(TabularLearnerBase):
         rb = spec.return_bound[1] if getattr(spec, "return_bound", None) is not None else None
         if ctx.ledger is not None:  # before any row is read or noise drawn
             ledger_mod.check_event(Path(ctx.ledger), spec.dataset_id, plan.event, budget)
-        if isinstance(logs, PreparedLogs):
+        if getattr(logs, "engine", None) in ENGINES:  # prepared by the caller (polars or Spark)
             prepared = logs
-        else:  # validated, bounded and checked against the data holder's repair limit here
-            prepared = prepare_logs(logs, spec, repairs=ctx.repairs)
-            ctx.say(prepared.bounding.summary())
-        prepared.check_spec(spec)
-        counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
+            prepared.check_spec(spec)
+            counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
+        else:  # validated, bounded and checked against the data holder's repair limit here, by ctx.engine
+            prepared = prepare_on(ctx.engine, logs, spec, spark=ctx.spark, repairs=ctx.repairs)
+            try:
+                ctx.say(prepared.bounding.summary())
+                counts = capped_counts_from_logs(prepared, spec, stationary=stationary, max_per_cell=c)
+            finally:
+                prepared.close()  # Spark: the cached rows dropped; only the exact counts are needed now
         ctx.say(f"{cls.algorithm}: private Bellman backups of {prepared.path} ({len(plan.backups)} backups, c={c} per "
                 f"{'(s, a)' if stationary else '(h, s, a)'} cell, {budget.text}): "
                 "this spends privacy budget."

@@ -152,18 +152,18 @@ class CappedCounts:
     @classmethod
     def from_sparse(cls, counts, *, starts: np.ndarray | None, max_episodes: int, max_per_cell: int | None,
                     unit_column: str = "episode_id") -> "CappedCounts":
-        """From :class:`privaudit.data.counts.SparseCounts` of capped logs (one sparse matrix per slice)."""
+        """From exact sparse counts of capped logs (one sparse matrix per slice, one slice at a time).
+
+        ``counts`` is a :class:`privaudit.data.counts.SparseCounts` or its Spark
+        twin (``privaudit.data.spark.counts.SparkSparseCounts``): each slice's
+        observed cells are read with ``counts.cells_at(h)`` (on Spark, collected
+        one step h at a time), never the whole cell table at once.
+        """
         S, A, H = counts.n_states, counts.n_actions, counts.horizon
-        per = S * A * S
-        i = counts.cells["i"].to_numpy()
-        v = counts.cells["n"].to_numpy()
-        G = 1 if counts.stationary else H
-        g = i // per
         mats = []
-        for k in range(G):
-            sel = g == k
-            j = i[sel] - k * per
-            mats.append(sparse.csr_matrix((v[sel], (j // S, j % S)), shape=(S * A, S)))
+        for h in range(1 if counts.stationary else H):
+            j, n = counts.cells_at(h)
+            mats.append(sparse.csr_matrix((n, (j // S, j % S)), shape=(S * A, S)))
         return cls(tuple(mats), starts, H, int(max_episodes), max_per_cell, unit_column, bool(counts.stationary))
 
     def __repr__(self) -> str:  # shapes only
@@ -176,9 +176,13 @@ def capped_counts_from_logs(prepared, spec, *, stationary: bool, max_per_cell: i
 
     Parameters
     ----------
-    prepared : privaudit.data.prepare.PreparedLogs
+    prepared : PreparedLogs or SparkPreparedLogs
         Validated and bounded logs (k episodes per unit, h < H, rewards
-        clipped and scaled, returns clipped at the spec's return bound).
+        clipped and scaled, returns clipped at the spec's return bound):
+        ``privaudit.data.prepare.PreparedLogs`` (polars) or
+        ``privaudit.data.spark.prepare.SparkPreparedLogs`` (Spark aggregates
+        the capped cells and the start states; only the observed cells reach
+        the driver, as Arrow, one step h at a time; the same counts).
     spec : DomainSpec
     stationary : bool
         Pool over h (the cap's cells are then (s, a); per step (h, s, a)).
@@ -192,8 +196,17 @@ def capped_counts_from_logs(prepared, spec, *, stationary: bool, max_per_cell: i
         See :func:`capped_counts_from_frames`.
     """
     capped = prepared.with_cell_cap(max_per_cell, stationary=stationary)
-    return capped_counts_from_frames(capped.bounded, prepared.bounded, spec, stationary=stationary,
-                                     max_per_cell=max_per_cell)
+    if prepared.engine == "polars":
+        return capped_counts_from_frames(capped.bounded, prepared.bounded, spec, stationary=stationary,
+                                         max_per_cell=max_per_cell)
+    # Spark (privaudit.data.spark.prepare.SparkPreparedLogs): the cells aggregated and cached on the cluster,
+    # collected one step h at a time; the start counts, S rows at most
+    counts = capped.count_cells(stationary=stationary, rewards=False)
+    try:
+        return CappedCounts.from_sparse(counts, starts=prepared.start_counts(), max_episodes=spec.max_episodes_per_unit,
+                                        max_per_cell=max_per_cell, unit_column=spec.unit_column or "episode_id")
+    finally:
+        counts.close()
 
 
 def capped_counts_from_frames(capped, bounded, spec, *, stationary: bool, max_per_cell: int | None) -> CappedCounts:

@@ -139,7 +139,9 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
         (default :data:`privaudit.learners.tabular.dp_pbb.MAX_PER_CELL_DEFAULT`).
     context : RunContext, optional
         The ledger checked and charged (dp-apvi: by the release; dp-pbb: its
-        event), the run and output named in its entry (dp-pbb), the messages.
+        event), the run and output named in its entry (dp-pbb), the messages,
+        and the engine that reads the logs (``engine="spark"``: dp-pbb and
+        dp-apvi's release only).
 
     Returns
     -------
@@ -175,8 +177,13 @@ def train_from_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, *, algo: 
             raise UsageError(f"{algo} on logs needs a release folder to write (release_out).")
         release_logs(logs, spec, rho=request.rho, epsilon=request.epsilon, delta=request.delta,
                      mechanism=request.mechanism, stationary=stationary, out=release_out, ledger=ctx.ledger,
-                     seed=seed, options=ReleaseOptions(noise=noise, echo=ctx.say, repairs=ctx.repairs))
+                     seed=seed, options=ReleaseOptions(noise=noise, echo=ctx.say, repairs=ctx.repairs,
+                                                       engine=ctx.engine, spark=ctx.spark))
         return train_from_release(release_out, algo=algo, spec=spec, params=params)
+    if ctx.engine != "polars" or getattr(logs, "engine", "polars") != "polars":
+        spark_ok = registry.names_with(lambda cls: cls.reads in ("logs", "release"), family="tabular")
+        raise UsageError(f"`algo` {algo} counts the exact logs with polars; `engine` spark applies to "
+                         f"{' / '.join(spark_ok)}.")
     if request.given:
         raise UsageError(f"`algo` {algo} is not private: it takes no budget (`rho`/`epsilon`/`delta`). "
                          f"Use `algo` {' or '.join(registry.names(family='tabular', private=True))} for a "

@@ -28,6 +28,7 @@ from privaudit.privacy import ledger as ledger_mod  # noqa: E402
 from privaudit.core.spec import DomainSpec  # noqa: E402
 from privaudit.data.spark import counts as spark_counts, engine as se, fatal_rules  # noqa: E402
 from privaudit.data.spark import logs as spark_logs  # noqa: E402
+from privaudit.data.spark import prepare as spark_prepare  # noqa: E402
 from privaudit.data.counts import sparse_counts  # noqa: E402
 from tests._release_logs import spec_doc  # noqa: E402
 from tests._spark import spark_test_logs as _logs  # noqa: E402
@@ -333,7 +334,7 @@ def test_cli_spark_release_checks_the_ledger_before_spark_reads(spark, tmp_path,
     led = tmp_path / "budget.jsonl"
     ledger_mod.init_ledger(led, spec.dataset_id, 0.5)
     reads = []
-    monkeypatch.setattr(se, "read_logs", lambda *a, **kw: reads.append(a))
+    monkeypatch.setattr(spark_prepare, "read_logs", lambda *a, **kw: reads.append(a))
     res = CliRunner().invoke(main, ["release", str(path), "--spec", str(spec_file), "--rho", "0.6",
                                     "--out", str(tmp_path / "r"), "--ledger", str(led), "--engine", "spark"])
     assert res.exit_code == 3 and "exceed" in res.output, res.output
@@ -407,7 +408,7 @@ def test_out_of_memory_and_lost_jvm_are_one_line_errors(spark, tmp_path, monkeyp
     def boom(*a, **kw):
         raise exc
 
-    monkeypatch.setattr(se, "exact_counts", boom)
+    monkeypatch.setattr(spark_prepare, "exact_counts", boom)
     path, _ = _logs(tmp_path, ids="int", k=2, n_units=30)
     args, led, before = _release_args(tmp_path, path)
     res = CliRunner().invoke(main, args)
@@ -518,14 +519,14 @@ def test_transitions_come_to_the_driver_one_step_at_a_time(spark, tmp_path, monk
 
     path, spec = _logs(tmp_path, ids="int", k=2, n_units=40)
     collected = []
-    real = spark_counts._to_polars
+    real = spark_counts.to_polars
 
     def spy(df):
         out = real(df)
         collected.append(out)
         return out
 
-    monkeypatch.setattr(spark_counts, "_to_polars", spy)
+    monkeypatch.setattr(spark_counts, "to_polars", spy)
     per_h = spec.S * spec.A * spec.S
     accept = RepairLimit(accept=True)  # the random logs are bounded heavily on purpose
     info = release_logs(str(path), spec, rho=1, out=tmp_path / "spark", seed=9,

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.spark
 
 def _both(path, spec, spark):
     """The bounded logs of each engine: (polars LazyFrame, Spark DataFrame)."""
-    return prepare_logs(path, spec).bounded, se.spark_bounded_logs(str(path), spec, spark=spark)[0]
+    return prepare_logs(path, spec).bounded, prepare_spark_logs(str(path), spec, spark=spark).bounded
 
 
 def _return_bound_spec(k: int) -> DomainSpec:
@@ -167,7 +167,7 @@ def test_a_failing_spark_frame_is_an_engine_error_in_the_value_statistics(spark,
     from pyspark.sql import functions as F
 
     path, spec = _logs(tmp_path, ids="int", k=2, n_units=30)
-    sdf = se.spark_bounded_logs(str(path), spec, spark=spark)[0].withColumn(
+    sdf = prepare_spark_logs(str(path), spec, spark=spark).bounded.withColumn(
         "state", F.when(F.col("step") == 2, F.raise_error(F.lit("bad row"))).otherwise(F.col("state")))
     plan = BehaviourValueRelease.plan(spec, resolve_budget(rho=0.5))
     with pytest.raises(EngineError, match=r"^Spark failed while computing the clinicians' value statistics") as e:
@@ -192,7 +192,7 @@ def test_held_out_certification_on_spark_prepared_logs_equals_polars(spark, tmp_
 
     path, spec = _logs(tmp_path, ids="string", k=2, n_units=40)
     polars_prepared = prepare_logs(path, spec)
-    spark_prepared = SparkPrepared(se.spark_bounded_logs(str(path), spec, spark=spark)[0], spec)
+    spark_prepared = SparkPrepared(prepare_spark_logs(str(path), spec, spark=spark).bounded, spec)
     rng = np.random.default_rng(9)
     tables = {"dp-pbb": rng.dirichlet(np.ones(spec.A), size=(spec.H, spec.S)),
               "dp-apvi": np.eye(spec.A)[rng.integers(0, spec.A, (spec.H, spec.S))]}
