@@ -38,7 +38,8 @@ from collections.abc import Mapping
 from privaudit.core.artifact import Guarantee
 from privaudit.core.errors import ArtifactError
 
-__all__ = ["envelope", "as_envelope", "privacy_unit", "ENVELOPE_KEYS", "EXPLORE_WORDS", "PIPELINE_DETAILS"]
+__all__ = ["envelope", "as_envelope", "privacy_unit", "noise_mode", "ENVELOPE_KEYS", "EXPLORE_WORDS",
+           "PIPELINE_DETAILS"]
 
 #: The keys every guarantee holds after its statement, in their order on disk.
 ENVELOPE_KEYS = ("sampler", "mechanism", "noise", "neighbouring", "privacy_unit", "rng", "event", "details")
@@ -95,6 +96,13 @@ def envelope(statement: Mapping, *, mechanism: str | None, noise: str | None, ne
     doc.update(sampler=statement.get("sampler") if sampler is None else sampler, mechanism=mechanism, noise=noise,
                neighbouring=neighbouring, privacy_unit=unit, rng=rng, event=event, details=dict(details or {}))
     return Guarantee(doc)
+
+
+def noise_mode(modes) -> str | None:
+    """The ``noise`` of several mechanisms' noise modes: ``exact`` when every one is, else the first other mode
+    in alphabetical order (``continuous`` before ``rounded``); None when there is none (no noise drawn)."""
+    modes = set(modes)
+    return None if not modes else "exact" if modes == {"exact"} else min(modes - {"exact"})
 
 
 def privacy_unit(guarantee: Mapping):
@@ -172,29 +180,37 @@ def as_envelope(guarantee: Mapping, **facts) -> Guarantee:
 def _explore(g: dict) -> Guarantee:
     """An explore run's flat joint-DP record (format version 1 before the envelope) in the envelope's shape."""
     events = list(g.get("events") or [])
-    leaves = [leaf for e in events for leaf in (e.get("events") or [e])]
+    leaves = [leaf for e in events for leaf in _leaf_dicts(e)]
     mechanisms = {leaf.get("mechanism", leaf.get("kind")) for leaf in leaves}
-    noises = {leaf.get("noise") for leaf in leaves}
     statement = {k: v for k, v in g.items() if k not in EXPLORE_WORDS + ("events",)}
     details = {**{k: g[k] for k in EXPLORE_WORDS if k in g}, **({"grid": g["grid"]} if "grid" in g else {})}
     return envelope(statement, mechanism=min(mechanisms) if mechanisms else None,
-                    noise=(None if not noises else "exact" if noises == {"exact"} else min(noises - {"exact"})),
+                    noise=noise_mode(leaf.get("noise") for leaf in leaves),
                     neighbouring=g["neighbouring"], unit=g["privacy_unit"], rng=g.get("rng"),
                     event={"kind": "composed", "label": _EXPLORE_LABEL, "events": events} if events else None,
                     sampler=g.get("sampler"), details=details)
 
 
 def _pipeline(g: dict) -> Guarantee:
-    """summary.json's ``privacy`` before the envelope in the envelope's shape (a zCDP composition of Gaussian
-    mechanisms; the release part's sampler, if recorded, is the summary's sampler)."""
+    """summary.json's ``privacy`` before the envelope in the envelope's shape: a zCDP composition of Gaussian
+    mechanisms; the noise of its event's leaves (summaries written before events: of the release part's
+    sampler, exact when it adds nothing), the release part's sampler (if recorded) as the summary's."""
     sampler = next((p["sampler"] for p in g["parts"] if "sampler" in p), None)
+    if g.get("event") is not None:
+        noise = noise_mode(leaf.get("noise", "exact") for leaf in _leaf_dicts(g["event"]))
+    else:
+        noise = None if sampler is None else "exact" if sampler.get("total_variation_per_draw") == 0 else "continuous"
     statement = {k: v for k, v in g.items() if k not in PIPELINE_DETAILS}
-    return envelope(statement, mechanism="gaussian",
-                    noise=None if sampler is None else _sampler_noise(sampler), neighbouring=g["neighbouring"],
-                    unit=g["privacy_unit"], rng=g.get("rng", "secure"), event=g.get("event"), sampler=sampler,
+    return envelope(statement, mechanism="gaussian", noise=noise, neighbouring=g["neighbouring"],
+                    unit=g["privacy_unit"], rng=g.get("rng"), event=g.get("event"), sampler=sampler,
                     details={k: g[k] for k in PIPELINE_DETAILS})
 
 
-def _sampler_noise(sampler: Mapping) -> str:
-    """The noise mode a sampler statement describes: certified (total variation recorded) means exact here."""
-    return "exact" if sampler.get("total_variation_per_draw") == 0 else "continuous"
+def _leaf_dicts(event: Mapping):
+    """The leaves of a privacy event as written (``PrivacyEvent.to_dict()``: composed events nest theirs under
+    ``events``, self-composed ones under ``event``; a first-version explore record is its own leaf)."""
+    if event.get("kind") == "composed":
+        return [leaf for e in event["events"] for leaf in _leaf_dicts(e)]
+    if event.get("kind") == "self_composed":
+        return _leaf_dicts(event["event"])
+    return [event]

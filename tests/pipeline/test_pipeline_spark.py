@@ -135,6 +135,6 @@ def test_bundled_sample_with_spark_trains_dp_apvi_on_the_whole_budget(spark, tmp
     assert "dp-pbb is not trained: engine spark" in res.output and "--value-share 0" in res.output
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [p["name"] for p in summary["policies"]] == ["dp-apvi"]
-    assert [p["name"] for p in summary["privacy"]["parts"]] == ["release"]
+    assert [p["name"] for p in summary["privacy"]["details"]["parts"]] == ["release"]
     manifest = json.loads((tmp_path / "out" / "release" / "manifest.json").read_text())
     assert manifest["guarantee"]["rho"] == pytest.approx(1.0, rel=1e-12)
