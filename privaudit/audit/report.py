@@ -25,6 +25,7 @@ from privaudit.audit.claim import Claim
 from privaudit.audit.guidance import below_claim_message
 from privaudit.audit.plotting import plot_report
 from privaudit.core.artifact import ArtifactFormat
+from privaudit.core.envelope import claim_envelope
 from privaudit.core.errors import ArtifactError
 from privaudit.core.formatting import privacy_param
 from privaudit.core.jsonio import json_default
@@ -213,7 +214,8 @@ class AuditReport:
             "format_version": REPORT_FORMAT_VERSION,
             "software": {"name": "privaudit", "version": __version__},
             "mechanism": c.mechanism,
-            "claim": claim.to_dict(),
+            "claim": claim_envelope(claim.to_dict(), relation=(pair or {}).get("relation", "substitution"),
+                                    rng=c.rng_mode).to_dict(),
             "claimed_epsilon": claim.epsilon,
             "delta": claim.delta,
             "confidence": c.confidence,

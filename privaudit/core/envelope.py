@@ -2,13 +2,14 @@
 
 Every artifact that states a privacy guarantee writes it through
 :func:`envelope`: a policy's ``privacy.guarantee``, a release manifest's
-``guarantee``, an explore manifest's ``guarantee`` and the pipeline
-summary's ``privacy``. The keys are the same, in the same order, in each:
+``guarantee``, an explore manifest's ``guarantee``, the pipeline
+summary's ``privacy`` and the claim an audit report tests (``claim``). The keys are the same, in the same order, in each:
 
 1. the statement (``privaudit.privacy.accounting.guarantee``: ``definition``,
    ``rho``, ``epsilon``, ``delta``, ``conversion``, ...; an explore run's
-   ``private``, ``epsilon``, ``delta``, ``rho``, ``statement``, ``note``), as
-   stated;
+   ``private``, ``epsilon``, ``delta``, ``rho``, ``statement``, ``note``; an
+   audit's claim: ``epsilon``, ``delta``, ``rho``, ``kind``, ``mu``,
+   ``conversion``), as stated;
 2. ``sampler`` (``privaudit.privacy.samplers.noise_statement``, or null),
    ``mechanism`` (``gaussian`` / ``laplace``; null for a non-private explore
    run), ``noise`` (``exact``, ``rounded``, ``continuous``; null likewise),
@@ -16,7 +17,8 @@ summary's ``privacy``. The keys are the same, in the same order, in each:
    "max_episodes"}``, plus a release's ``file_column`` and ``max_per_cell``;
    in words for the simulated users of an explore run, who have no column),
    ``rng``, ``event`` (the privacy event: one mechanism's, or the composed
-   event of several; null when the artifact records none) and ``details``:
+   event of several; null when the artifact records none: an audit's claim
+   states no mechanism, sampler, noise or event) and ``details``:
    the artifact's own facts (DP-VAPVI's words, ``released_object`` and
    lattices; the pipeline's ``composition``, ``split`` and ``parts``; an
    explore run's joint-DP words and lattices), ``{}`` when it has none.
@@ -38,8 +40,8 @@ from collections.abc import Mapping
 from privaudit.core.artifact import Guarantee
 from privaudit.core.errors import ArtifactError
 
-__all__ = ["envelope", "as_envelope", "privacy_unit", "noise_mode", "ENVELOPE_KEYS", "EXPLORE_WORDS",
-           "PIPELINE_DETAILS"]
+__all__ = ["envelope", "as_envelope", "claim_envelope", "report_claim", "privacy_unit", "noise_mode",
+           "ENVELOPE_KEYS", "EXPLORE_WORDS", "PIPELINE_DETAILS", "AUDIT_UNIT"]
 
 #: The keys every guarantee holds after its statement, in their order on disk.
 ENVELOPE_KEYS = ("sampler", "mechanism", "noise", "neighbouring", "privacy_unit", "rng", "event", "details")
@@ -51,6 +53,10 @@ _UNIT_KEYS = ("column", "file_column", "max_episodes", "max_per_cell")
 EXPLORE_WORDS = ("notion", "protected_from", "not_protected")
 #: The pipeline's own facts (``details`` in the envelope; at the top of summary.json's ``privacy`` before it).
 PIPELINE_DETAILS = ("composition", "split", "parts")
+#: The keys of the DP claim an audit tests, as ``privaudit.audit.claim.Claim.to_dict`` states it.
+_CLAIM_KEYS = ("epsilon", "delta", "rho", "kind", "mu", "conversion")
+#: The privacy unit of an audit's claim, in words: the pair decides it (the report's ``neighbouring_pair``).
+AUDIT_UNIT = "one privacy unit: what the audit's neighbouring pair replaces (neighbouring_pair)"
 #: The label of an explore run's composed event (``Accountant.composed("explore")``).
 _EXPLORE_LABEL = "explore"
 
@@ -98,6 +104,34 @@ def envelope(statement: Mapping, *, mechanism: str | None, noise: str | None, ne
     return Guarantee(doc)
 
 
+def claim_envelope(claim: Mapping, *, relation: str, rng: str) -> Guarantee:
+    """The DP claim an audit tests, in the envelope's shape (the audit report's ``claim``).
+
+    The claim as stated (``epsilon``, ``delta``, ``rho``, ``kind``, ``mu``,
+    ``conversion``: ``Claim.to_dict()``), then no sampler, mechanism, noise or
+    event (a claim is tested on any mechanism and states none of them), the
+    pair's neighbouring relation, the unit in words (:data:`AUDIT_UNIT`), the
+    rng of the audit's runs and no details.
+
+    Parameters
+    ----------
+    claim : mapping
+        ``Claim.to_dict()``.
+    relation : str
+        The neighbouring pair's relation (``substitution`` or ``add/remove``).
+    rng : {"secure", "seeded-insecure"}
+        Where the noise of the audit's runs came from (the report's ``rng_mode``).
+    """
+    return envelope(claim, mechanism=None, noise=None, neighbouring=relation, unit=AUDIT_UNIT, rng=rng)
+
+
+def report_claim(report: Mapping) -> Guarantee:
+    """An audit report's claim in the envelope's shape, whichever shape it was written in (:func:`as_envelope`
+    with the report's facts: its pair's relation, its ``rng_mode``). The report is not rewritten."""
+    relation = (report.get("neighbouring_pair") or {}).get("relation", "substitution")
+    return as_envelope(report["claim"], neighbouring=relation, rng=report["rng_mode"])
+
+
 def noise_mode(modes) -> str | None:
     """The ``noise`` of several mechanisms' noise modes: ``exact`` when every one is, else the first other mode
     in alphabetical order (``continuous`` before ``rounded``); None when there is none (no noise drawn)."""
@@ -140,7 +174,11 @@ def as_envelope(guarantee: Mapping, **facts) -> Guarantee:
       in manifests written before it was recorded (never guessed);
     - the pipeline summary's ``privacy``: ``composition``, ``split`` and
       ``parts`` under ``details``; ``facts`` gives the summary's ``rng``; the
-      mechanism (Gaussian) and the noise from its release part's sampler.
+      mechanism (Gaussian) and the noise of its event (or of its release
+      part's sampler);
+    - an audit report's ``claim`` (:func:`claim_envelope`): ``facts`` gives
+      the pair's relation (``neighbouring``) and the report's ``rng_mode``
+      (``rng``); :func:`report_claim` passes them.
 
     Parameters
     ----------
@@ -163,6 +201,9 @@ def as_envelope(guarantee: Mapping, **facts) -> Guarantee:
         return _explore(g)
     if "parts" in g:
         return _pipeline(g)
+    if set(_CLAIM_KEYS) <= set(g) and "mechanism" not in g:
+        return claim_envelope({k: v for k, v in g.items() if k not in ("neighbouring", "rng")},
+                              relation=g["neighbouring"], rng=g["rng"])
     unit = privacy_unit(g)
     missing = [k for k in ("mechanism", "neighbouring", "rng") if k not in g]
     if missing or not isinstance(unit, Mapping):

@@ -333,7 +333,7 @@ def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, re
                                float(res.regret[:tail].mean())))
     check_explore_out(out, overwrite)
     doc = manifest.to_dict()  # checked against its schema before anything is written
-    g = manifest.guarantee
+    g = manifest.envelope
     label = ("non-private" if g.statement is None else g.statement.split(" for")[0]
              + ("" if g.private else " (seeded: not private)"))
     # two lines: on one, "(7.76622, 1e-06)-JDP (seeded: not private)" ran off the 6-inch figure

@@ -352,7 +352,7 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
             "what": (_WHAT[name] if name in _WHAT else registry.get(name).load().pipeline_output).format(
                 families=", ".join(fams.split("+"))),
             "mechanism": _mechanism_text(name, spec)})
-    sampler = manifest.guarantee.get("sampler") if manifest is not None else None
+    sampler = manifest.envelope["sampler"] if manifest is not None else None
     if sampler is not None:  # what the release's noise sampler adds (0 for the exact samplers)
         part_rows[0]["sampler"] = dict(sampler)  # (kept in the release's part, as before the envelope)
     composed = acc.composed("pipeline")

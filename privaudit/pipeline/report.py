@@ -20,7 +20,7 @@ import numpy as np
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.core import registry
 from privaudit.core.artifact import ArtifactFormat, Guarantee
-from privaudit.core.envelope import as_envelope
+from privaudit.core.envelope import as_envelope, report_claim
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline.figures import plot_values, values_figure  # noqa: F401 - the values figure lives there
@@ -125,7 +125,7 @@ def audit_summary(report) -> dict:
     """The audit's public outcome for ``summary.json`` (no canary cells, no unit facts)."""
     d = report.to_dict()
     res = d.get("resolution_limit", {})
-    claim = d["claim"]
+    claim = report_claim(d)
     return {
         "mechanism": d["mechanism"],
         "claim": {"rho": claim.get("rho"), "epsilon": claim["epsilon"], "delta": claim["delta"],

@@ -1,7 +1,8 @@
-"""One shape of the guarantee (the envelope) in the release manifest, the explore manifest and summary.json.
+"""One shape of the guarantee (the envelope) in the release manifest, the explore manifest, summary.json and the
+audit report's claim.
 
 The fixtures in tests/fixtures/before_envelope were written by main before the envelope (a version-3 release of
-300 simulated episodes at rho = 1, two explore runs, a pipeline summary; README.md there): each must still load,
+300 simulated episodes at rho = 1, two explore runs, a pipeline summary, an audit report; README.md there): each must still load,
 be written back byte for byte, and read through its one reader (``as_envelope``) as exactly the envelope today's
 code writes for the same run (a guarantee depends on public facts and the budget only, not on the noise drawn).
 """
@@ -14,12 +15,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from privaudit.audit.claim import Claim
+from privaudit.audit.report import REPORT_FORMAT, AuditReport, load_report
 from privaudit.cli import main
-from privaudit.core.envelope import ENVELOPE_KEYS, EXPLORE_WORDS, PIPELINE_DETAILS, as_envelope, noise_mode
+from privaudit.core.envelope import (AUDIT_UNIT, ENVELOPE_KEYS, EXPLORE_WORDS, PIPELINE_DETAILS, as_envelope,
+                                     claim_envelope, noise_mode, report_claim)
 from privaudit.core.errors import ArtifactError
 from privaudit.online.manifest import ExploreManifest
 from privaudit.pipeline.render import render_markdown
-from privaudit.pipeline.report import SUMMARY_FORMAT, load_summary, summary_guarantee
+from privaudit.pipeline.report import SUMMARY_FORMAT, audit_summary, load_summary, summary_guarantee
 from privaudit.release.manifest import ReleaseManifest
 from privaudit.release.tabular import load_release
 
@@ -131,3 +135,22 @@ def test_a_statement_alone_has_no_envelope_and_noise_modes_combine():
     assert ReleaseManifest.read(OLD / "release" / "manifest.json").envelope["details"] == {}
     assert noise_mode([]) is None and noise_mode(["exact", "exact"]) == "exact"
     assert noise_mode(["exact", "rounded", "continuous"]) == "continuous"
+
+
+def test_an_old_audit_report_loads_and_its_claim_reads_as_the_envelope(tmp_path):
+    """The fixture: ``audit --mechanism release --claim-rho 1 --trials 2000`` on the fixtures' logs."""
+    old = load_report(OLD / "audit_report.json")
+    assert REPORT_FORMAT.dump(old, tmp_path / "r.json").read_text() == (OLD / "audit_report.json").read_text()
+    env = report_claim(old)
+    written_now = claim_envelope(Claim.from_rho(1.0, 1e-6).to_dict(), relation="substitution", rng="secure")
+    assert dict(env) == dict(written_now) and list(env) == list(written_now)
+    assert list(env) == ["epsilon", "delta", "rho", "kind", "mu", "conversion", *ENVELOPE_KEYS]
+    assert env["privacy_unit"] == AUDIT_UNIT and env["mechanism"] is None and env["event"] is None
+    # the same report with the claim in the envelope's shape: valid now, and summarised the same by the pipeline
+    new = {**old, "claim": dict(env)}
+    REPORT_FORMAT.check_write(new)
+    assert report_claim(new) == env
+    summarise = (lambda d: audit_summary(AuditReport(d["verdict"], d["epsilon_lower_bound"], d)))
+    assert summarise(new) == summarise(old)
+    with pytest.raises(ArtifactError, match=r"\$\.claim"):
+        REPORT_FORMAT.check_write({**old, "claim": {**env, "events": []}})
