@@ -136,7 +136,7 @@ def test_explore_rho_reports_eps_delta_and_twin_has_no_guarantee(tmp_path):
     (["--algo", "pucb", "--epsilon", "1", "--rho", "1"], "not both"),
     (["--algo", "pucb", "--delta", "0.1"], "`--delta` alone is not a budget"),
     (["--algo", "luyo", "--epsilon", "1"], "`--epsilon` alone is a pure epsilon-DP budget"),
-    (["--algo", "pucb", "--epsilon", "-1"], "must be a finite number > 0"),
+    (["--algo", "pucb", "--epsilon", "-1"], "must be a positive finite number"),
     (["--algo", "pucb", "--epsilon", "1", "--actions", "3"], "does not apply"),
     # one rule for tiny budgets in every command (privacy.budget.check_reportable), as `release` refuses them
     (["--algo", "pucb", "--rho", "1e-300"], "`--rho` = 1e-300 is too small"),
