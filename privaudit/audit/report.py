@@ -26,6 +26,7 @@ from privaudit.audit.guidance import below_claim_message
 from privaudit.audit.plotting import plot_report
 from privaudit.audit.search import pair_words, search_message
 from privaudit.core.artifact import ArtifactFormat
+from privaudit.core.envelope import claim_envelope
 from privaudit.core.errors import ArtifactError
 from privaudit.core.formatting import privacy_param
 from privaudit.core.jsonio import json_default
@@ -215,7 +216,8 @@ class AuditReport:
             "format_version": REPORT_FORMAT_VERSION,
             "software": {"name": "privaudit", "version": __version__},
             "mechanism": c.mechanism,
-            "claim": claim.to_dict(),
+            "claim": claim_envelope(claim.to_dict(), relation=(pair or {}).get("relation", "substitution"),
+                                    rng=c.rng_mode).to_dict(),
             "claimed_epsilon": claim.epsilon,
             "delta": claim.delta,
             "confidence": c.confidence,

@@ -100,7 +100,7 @@ def command(algo, env_name, episodes, epsilon, rho, delta, constants, beta, seed
     if seed is not None and budget is not None:
         click.echo("WARNING: seeded noise (--seed): for tests only; the run is marked rng seeded-insecure and NOT "
                    "private against anyone who knows the seed (the seed is not written).", err=True)
-    g, s = manifest.guarantee, manifest.summary
+    g, s = manifest.envelope, manifest.summary
     if as_json:
         echo_json({"out": str(out), "summary": s.to_dict(),
                    "guarantee": {"private": g.private, "rng": g.rng, "epsilon": g.epsilon, "delta": g.delta,

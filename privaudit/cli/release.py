@@ -102,7 +102,7 @@ def command(logs, spec_path, rho, epsilon, delta, mechanism, stationary, noise, 
                                                repairs=RepairLimit(max_repair_share, accept_repairs)))
     notes.flush()
     m = info.manifest
-    g = m.guarantee
+    g = m.envelope  # the one reader of a guarantee, whichever shape the manifest was written in
     summary = {"release": str(info.out), "manifest": str(info.out / "manifest.json"),
                "local_log": str(info.local_log), "mechanism": m.mechanism,
                "definition": g["definition"], "rho": g["rho"], "epsilon": g["epsilon"], "delta": g["delta"],

@@ -275,7 +275,7 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     else:
         click.echo(f"wrote {out} ({policy.algorithm}, "
                    f"{'private: ' + str(policy.privacy.definition) if summary['private'] else 'NOT private'})")
-        g = policy.privacy.guarantee
+        g = policy.privacy.envelope
         if g is not None and g.get("epsilon") is not None:
             click.echo(f"guarantee: {guarantee_text(g)}" + ("" if summary["private"] else
                                                             " (does not hold: seeded noise, --seed)"))

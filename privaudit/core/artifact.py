@@ -471,10 +471,15 @@ class Guarantee(Mapping):
 
     @property
     def events(self) -> tuple:
-        """The privacy events recorded (``PrivacyEvent.to_dict()``): ``events``, or the one ``event``."""
+        """The privacy events recorded (``PrivacyEvent.to_dict()``): ``events`` (an explore run's, before the
+        envelope), the parts of a composed ``event`` (an explore run's counter families, a release's families),
+        or the one ``event``."""
         if "events" in self._doc:
             return tuple(copy.deepcopy(self._doc["events"]))
-        return () if self._doc.get("event") is None else (copy.deepcopy(self._doc["event"]),)
+        event = self._doc.get("event")
+        if event is None:
+            return ()
+        return tuple(copy.deepcopy(event["events"] if event.get("kind") == "composed" else [event]))
 
     @property
     def text(self) -> dict:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
 def json_default(o: Any):
-    """``json.dumps(..., default=json_default)``: numpy integers, floats and arrays as JSON numbers and lists.
+    """``json.dumps(..., default=json_default)``: numpy integers, floats and arrays as JSON numbers and lists;
+    a read-only mapping (a stated guarantee, ``privaudit.core.artifact.Guarantee``) as a JSON object.
 
     Raises
     ------
@@ -18,4 +20,6 @@ def json_default(o: Any):
     kind = type(o).__module__.split(".")[0]
     if kind == "numpy" and hasattr(o, "tolist"):
         return o.tolist()  # arrays -> nested lists, scalars -> int / float / bool
+    if isinstance(o, Mapping):
+        return dict(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+from referencing import Registry, Resource
 
 from privaudit import FORMAT_VERSION
 from privaudit.core.errors import ArtifactError
@@ -31,13 +32,20 @@ def load_schema(name: str) -> dict[str, Any]:
         return json.load(f)
 
 
+@lru_cache(maxsize=None)
+def _registry() -> Registry:
+    """Every schema of ``schemas/`` under its ``$id``, so one schema refers to another (the envelope)."""
+    schemas = [json.loads(p.read_text()) for p in sorted(SCHEMA_DIR.glob("*.schema.json"))]
+    return Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas)
+
+
 def schema_errors(instance: Any, name: str) -> list[str]:
     """Validate ``instance`` against schema ``name``; return readable errors.
 
     Each message names the key (as a JSON path such as ``$.privacy_unit.max_episodes``)
     and the reason. An empty list means the instance is valid.
     """
-    validator = jsonschema.Draft202012Validator(load_schema(name))
+    validator = jsonschema.Draft202012Validator(load_schema(name), registry=_registry())
     out = []
     for err in sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path))):
         path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)

@@ -35,6 +35,29 @@ SPEC_FORMAT_VERSION = 1
 PUBLIC_REWARD_RTOL = 1e-6
 
 
+class StateActionSizes:
+    """``n_states`` (S) and ``n_actions`` (A), for every object that states its domain's sizes.
+
+    One definition for the MDPs, feature maps, count containers and
+    environments: a subclass answers :meth:`_sizes` with (S, A), read from
+    wherever it keeps them (an array's shape, the spec, an MDP).
+    """
+
+    def _sizes(self) -> tuple:
+        """(S, A)."""
+        raise NotImplementedError
+
+    @property
+    def n_states(self) -> int:
+        """S."""
+        return int(self._sizes()[0])
+
+    @property
+    def n_actions(self) -> int:
+        """A."""
+        return int(self._sizes()[1])
+
+
 @dataclass(frozen=True)
 class DomainSpec:
     """Public domain of a trajectory dataset (immutable).

@@ -30,8 +30,8 @@ from typing import Iterator
 import numpy as np
 import polars as pl
 
-from privaudit.core.errors import UsageError, ValidationFailed
-from privaudit.core.spec import DomainSpec
+from privaudit.core.errors import ValidationFailed
+from privaudit.core.spec import DomainSpec, StateActionSizes
 from privaudit.data.counts_protocol import step_index
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -78,7 +78,7 @@ def _cell_index(columns: list[str], sizes: list[int]) -> pl.Expr:
     return idx
 
 
-class SparseCounts:
+class SparseCounts(StateActionSizes):
     """The observed cells of one log, from a single polars group-by.
 
     Every statistic (visits, reward sums, transition slices) is a dense
@@ -122,15 +122,8 @@ class SparseCounts:
         """H."""
         return self.spec.H
 
-    @property
-    def n_states(self) -> int:
-        """S."""
-        return self.spec.S
-
-    @property
-    def n_actions(self) -> int:
-        """A."""
-        return self.spec.A
+    def _sizes(self) -> tuple:
+        return self.spec.S, self.spec.A
 
     @property
     def has_reward_sums(self) -> bool:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from privaudit.core.errors import UsageError
+from privaudit.core.spec import StateActionSizes
 
 #: Largest feature dimension accepted (the learners hold several d x d matrices per step).
 MAX_DIM = 4096
@@ -92,7 +93,7 @@ def enforce_norm(table: np.ndarray, mode: str, scale: float | None = None) -> tu
 
 
 @dataclass(frozen=True, repr=False)
-class FeatureMap:
+class FeatureMap(StateActionSizes):
     """A feature map over finite states: phi(s, a) = ``table[s, a]``.
 
     Attributes
@@ -133,15 +134,8 @@ class FeatureMap:
         t.setflags(write=False)
         object.__setattr__(self, "table", t)
 
-    @property
-    def n_states(self) -> int:
-        """S."""
-        return self.table.shape[0]
-
-    @property
-    def n_actions(self) -> int:
-        """A."""
-        return self.table.shape[1]
+    def _sizes(self) -> tuple:
+        return self.table.shape[:2]
 
     @property
     def dim(self) -> int:

@@ -13,6 +13,7 @@ import numpy as np
 from scipy import sparse
 
 from privaudit.core.errors import UsageError
+from privaudit.core.spec import StateActionSizes
 
 #: Exact evaluation multiplies by P_h in compressed sparse rows when at most this share of its
 #: entries is nonzero (ICU-Sepsis: 12%, 1.5 M of 12.8 M; a mat-vec then reads about a fifth of the
@@ -21,7 +22,7 @@ SPARSE_MAX_DENSITY = 0.25
 
 
 @dataclass(frozen=True, repr=False)
-class TabularMDP:
+class TabularMDP(StateActionSizes):
     """An episodic tabular MDP.
 
     Attributes
@@ -114,15 +115,8 @@ class TabularMDP:
         object.__setattr__(self, "horizon", H)
         object.__setattr__(self, "terminal_states", tuple(int(t) for t in self.terminal_states))
 
-    @property
-    def n_states(self) -> int:
-        """S."""
-        return self.P.shape[-1]
-
-    @property
-    def n_actions(self) -> int:
-        """A."""
-        return self.P.shape[-2]
+    def _sizes(self) -> tuple:
+        return self.P.shape[-1], self.P.shape[-2]
 
     @property
     def stationary(self) -> bool:

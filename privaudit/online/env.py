@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from privaudit.core.errors import UsageError
+from privaudit.core.spec import StateActionSizes
 from privaudit.mdp.features import FeatureMap
 from privaudit.mdp.icu_sepsis import load_icu_sepsis
 from privaudit.mdp.io import load_mdp
@@ -97,7 +98,7 @@ class _Philox:
 
 
 @dataclass(frozen=True, repr=False)
-class EpisodicEnv:
+class EpisodicEnv(StateActionSizes):
     """A known tabular MDP whose users are response trees keyed by (world_key, k).
 
     Attributes
@@ -176,15 +177,8 @@ class EpisodicEnv:
         """H."""
         return self.mdp.horizon
 
-    @property
-    def n_states(self) -> int:
-        """S."""
-        return self.mdp.n_states
-
-    @property
-    def n_actions(self) -> int:
-        """A."""
-        return self.mdp.n_actions
+    def _sizes(self) -> tuple:
+        return self.mdp.n_states, self.mdp.n_actions
 
     @property
     def phi(self) -> np.ndarray | None:

@@ -28,7 +28,6 @@ and says whether it takes a privacy budget.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -40,14 +39,16 @@ import pyarrow.parquet as pq
 
 from privaudit import __version__
 from privaudit.core import registry
+from privaudit.core.artifact import Guarantee
+from privaudit.core.envelope import EXPLORE_WORDS, envelope, noise_mode
 from privaudit.core.errors import UsageError
 from privaudit.core.formatting import guarantee_text
 from privaudit.core.atomic import atomic_dir
 from privaudit.core.outputs import check_outputs, folder_output
 from privaudit.online.counters import tree_levels
 from privaudit.online.env import EpisodicEnv
-from privaudit.online.manifest import (EXPLORE_FORMAT_VERSION, EXPLORE_KIND, ExploreEnvironment, ExploreGuarantee,
-                                       ExploreManifest, ExploreSummary)
+from privaudit.online.manifest import (EXPLORE_FORMAT_VERSION, EXPLORE_KIND, ExploreEnvironment, ExploreManifest,
+                                       ExploreSummary)
 from privaudit.online.protocol import Agent, RunResult, run_episodes
 from privaudit.online.tabular.pucb import PUCB, UCBVI
 from privaudit.privacy import accounting, samplers
@@ -105,23 +106,26 @@ def sampler_statement(events, paths=("table",)) -> dict:
     otherwise the statement of the first non-exact kind (``"continuous"`` for
     float Gaussians: not certified, total variation and extra delta None).
     """
-    kinds = {leaf.noise for e in events for leaf, _ in leaves(e)}
-    if kinds <= {"exact"}:
-        return samplers.noise_statement("exact", paths=paths)
-    return samplers.noise_statement(sorted(kinds - {"exact"})[0])
+    mode = noise_mode(leaf.noise for e in events for leaf, _ in leaves(e))
+    return samplers.noise_statement("exact", paths=paths) if mode in (None, "exact") else samplers.noise_statement(mode)
 
 
 #: The note of a seeded run's guarantee (as the release's rng ``seeded-insecure``).
 SEEDED_NOTE = "seeded noise (--seed, rng seeded-insecure): for tests only, not private against anyone who knows the seed"
 
 
-def _guarantee(agent: Agent, budget: Budget | None, seeded: bool = False) -> dict:
+def _guarantee(agent: Agent, budget: Budget | None, seeded: bool = False) -> Guarantee:
+    """The run's joint-DP guarantee in the envelope's shape (``privaudit.core.envelope``): the statement
+    (``private``, ``epsilon``, ``delta``, ``rho``, ``statement``, ``note``), the sampler, the noise family and
+    mode of the events, the JDP relation and unit in words, ``rng``, the composed event (label ``explore``)
+    and, under ``details``, the JDP words (:data:`JDP_TEXT`) and the linear explorers' lattices."""
     events = list(getattr(agent, "events_", []))
-    g = dict(JDP_TEXT)
-    g["rng"] = "seeded-insecure" if seeded else "secure"
+    words = dict(neighbouring=JDP_TEXT["neighbouring"], unit=JDP_TEXT["privacy_unit"],
+                 rng="seeded-insecure" if seeded else "secure")
+    details = {k: JDP_TEXT[k] for k in EXPLORE_WORDS}
     if budget is None or not events:
-        g.update({"private": False, "epsilon": None, "delta": None, "rho": None, "events": [], "sampler": None})
-        return g
+        return envelope({"private": False, "epsilon": None, "delta": None, "rho": None}, mechanism=None,
+                        noise=None, details=details, **words)
     sampler = sampler_statement(events, agent.exact_sampler_paths())
     certified = sampler["extra_delta"] is not None
     acc = Accountant()
@@ -130,21 +134,23 @@ def _guarantee(agent: Agent, budget: Budget | None, seeded: bool = False) -> dic
     pure = acc.is_pure()
     delta = 0.0 if pure else budget.delta
     # derived from the composed event; the budget is stated when the events cost at most it (else: raises)
-    derived = accounting.guarantee(acc.composed("explore"), delta=delta, requested={}, bound=budget.amount)
+    composed = acc.composed("explore")
+    derived = accounting.guarantee(composed, delta=delta, requested={}, bound=budget.amount)
     eps, rho = derived["epsilon"], None if pure else derived["rho"]
-    g.update({"private": True, "epsilon": eps, "delta": delta, "rho": rho,
-              "statement": guarantee_text({"epsilon": eps, "delta": delta, "rho": rho}, "JDP")
-              + " for the actions recommended to all users and the final policy"
-              + ("" if certified else " (of the ideal continuous Gaussian mechanism; not certified for the "
-                 "float sampler that ran: see guarantee.sampler)"),
-              "sampler": sampler,
-              "events": [e.to_dict() for e in events]})
+    statement = {"private": not seeded, "epsilon": eps, "delta": delta, "rho": rho,
+                 "statement": guarantee_text({"epsilon": eps, "delta": delta, "rho": rho}, "JDP")
+                 + " for the actions recommended to all users and the final policy"
+                 + ("" if certified else " (of the ideal continuous Gaussian mechanism; not certified for the "
+                    "float sampler that ran: see guarantee.sampler)"),
+                 # the guarantee is kept for reference; it does not hold against anyone who knows the seed
+                 **({"note": SEEDED_NOTE} if seeded else {})}
     lattice = getattr(agent, "lattice", None)
     if lattice is not None:  # the linear explorers' grids (privaudit.online.linear.lattice)
-        g["grid"] = lattice.describe()
-    if seeded:  # the guarantee is kept for reference; it does not hold against anyone who knows the seed
-        g.update({"private": False, "note": SEEDED_NOTE})
-    return g
+        details["grid"] = lattice.describe()
+    kinds = {leaf.KIND for e in events for leaf, _ in leaves(e)}
+    return envelope(statement, mechanism=kinds.pop() if len(kinds) == 1 else None,
+                    noise=noise_mode(leaf.noise for e in events for leaf, _ in leaves(e)), event=composed.to_dict(),
+                    sampler=sampler, details=details, **words)
 
 
 def budget_families(algo: str) -> tuple[str, ...]:
@@ -321,13 +327,13 @@ def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, re
         config=config,
         environment=ExploreEnvironment(env.name, int(env.horizon), int(env.n_states), int(env.n_actions),
                                        env.world_key),
-        guarantee=ExploreGuarantee.from_dict(guarantee),
+        guarantee=guarantee,
         calibration=_calibration_dict(agent),
         summary=ExploreSummary(K, float(df["cumulative_regret"][-1]), float(res.regret[-tail:].mean()),
                                float(res.regret[:tail].mean())))
     check_explore_out(out, overwrite)
     doc = manifest.to_dict()  # checked against its schema before anything is written
-    g = manifest.guarantee
+    g = manifest.envelope
     label = ("non-private" if g.statement is None else g.statement.split(" for")[0]
              + ("" if g.private else " (seeded: not private)"))
     # two lines: on one, "(7.76622, 1e-06)-JDP (seeded: not private)" ran off the 6-inch figure

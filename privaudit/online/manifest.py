@@ -17,8 +17,12 @@ every read, and reads manifests written before the guarantee recorded ``rng``,
 :class:`privaudit.core.artifact.Record` s and the manifest an
 :class:`~privaudit.core.artifact.Artifact`; the guarantee is the one
 in-memory :class:`privaudit.core.artifact.Guarantee` (``ExploreGuarantee`` is
-its former name), written in the explore manifest's own flat joint-DP shape
-(:func:`explore_guarantee` puts its keys in that order).
+its former name), written in the one envelope shape of every artifact
+(``privaudit.core.envelope``: the run's statement, then sampler, mechanism,
+noise, the JDP relation and unit in words, rng, the composed event and the JDP
+words under ``details``). A manifest written before the envelope keeps its
+flat joint-DP shape on disk (:func:`explore_guarantee` puts its keys in that
+order); :attr:`ExploreManifest.envelope` reads either shape as the envelope.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from privaudit.core.artifact import Artifact, ArtifactFormat, Guarantee, Record, jfield
+from privaudit.core.envelope import as_envelope
 from privaudit.core.errors import MissingInputError
 
 __all__ = ["ExploreManifest", "ExploreEnvironment", "ExploreGuarantee", "ExploreSummary", "EXPLORE_KIND",
@@ -117,10 +122,11 @@ class ExploreManifest(Artifact):
         The run's configuration (never a seed).
     environment : ExploreEnvironment
     guarantee : Guarantee
-        The run's JDP guarantee (``private``, ``epsilon``, ``delta``, ``rho``,
-        ``rng``, ``statement``, ``note``, ``sampler``, ``events``, ``grid``
-        and the JDP words, ``Guarantee.text``), put in the manifest's shape by
-        :func:`explore_guarantee` (a plain dict given here too).
+        The run's JDP guarantee in the envelope's shape (``privaudit.core.envelope``: ``private``,
+        ``epsilon``, ``delta``, ``rho``, ``statement``, ``note``, then ``sampler``, ``mechanism``, ``noise``,
+        ``neighbouring``, ``privacy_unit``, ``rng``, ``event``, ``details``), as ``online.explore`` writes it;
+        a manifest written before the envelope keeps its flat shape, ordered by :func:`explore_guarantee`
+        (:attr:`envelope` reads either in the envelope's shape).
     calibration : dict or None
         The counters' noise calibration (tabular explorers).
     summary : ExploreSummary
@@ -143,8 +149,16 @@ class ExploreManifest(Artifact):
     format_version: int = EXPLORE_FORMAT_VERSION
 
     def __post_init__(self):
-        """The guarantee in the explore manifest's shape (:func:`explore_guarantee`)."""
-        object.__setattr__(self, "guarantee", explore_guarantee(self.guarantee))
+        """The guarantee as a :class:`Guarantee`: the envelope as given, a guarantee written before it in that
+        shape's key order (:func:`explore_guarantee`)."""
+        g = self.guarantee
+        object.__setattr__(self, "guarantee", Guarantee(g) if "details" in g else explore_guarantee(g))
+
+    @property
+    def envelope(self) -> Guarantee:
+        """The run's guarantee in the envelope's shape (``privaudit.core.envelope.as_envelope``: manifests
+        written before the envelope read so too; the file is not rewritten)."""
+        return as_envelope(self.guarantee)
 
 
 def read_explore_manifest(path) -> ExploreManifest:

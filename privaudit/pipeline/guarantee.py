@@ -36,12 +36,14 @@ import math
 from fractions import Fraction
 
 from privaudit.core import registry
+from privaudit.core.artifact import Guarantee
+from privaudit.core.envelope import envelope, noise_mode
 from privaudit.core.errors import AccountingError, UsageError
 from privaudit.core.formatting import num
 from privaudit.privacy import accounting
 from privaudit.privacy.accounting import Accountant
 from privaudit.privacy.budget import Budget
-from privaudit.privacy.events import Neighbouring
+from privaudit.privacy.events import Neighbouring, leaves
 from privaudit.core.spec import DomainSpec
 from privaudit.release.manifest import ReleaseManifest
 
@@ -297,7 +299,7 @@ def check_split(budget: Budget, parts: dict) -> Fraction:
 
 
 def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSpec, *, shares: dict,
-                       manifest: ReleaseManifest | None = None) -> dict:
+                       manifest: ReleaseManifest | None = None, rng: str | None = None) -> Guarantee:
     """Compose the events of the pipeline's parts with the accountant.
 
     Parameters
@@ -313,18 +315,24 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
     shares : dict[str, float]
         The configured share of the total per part (reported as ``split``).
     manifest : ReleaseManifest, optional
-        The release manifest (names its families in the summary).
+        The release manifest (names its families in the summary; its sampler is the summary's, its ``rng``
+        the default of ``rng``).
+    rng : {"secure", "seeded-insecure"}, optional
+        Where the noise came from (default: the release manifest's ``rng``).
 
     Returns
     -------
-    dict
+    Guarantee
+        In the envelope's shape (``privaudit.core.envelope.envelope``):
         ``definition`` "zCDP", ``rho`` (the composition: the sum of the
         parts' stated rho, checked to bound the composed event's cost and to
         stay within the total), ``epsilon`` at ``delta``
-        (CKS), ``delta``, ``conversion``, ``requested``, ``composition``,
-        ``split``, ``parts`` (one per mechanism: name, rho as its artifact
-        states it, its (epsilon, delta) alone, what it released),
-        ``neighbouring``, ``privacy_unit`` {column, max_episodes k}, ``event``.
+        (CKS), ``delta``, ``conversion``, ``requested``; ``sampler`` (the
+        release's), ``mechanism`` gaussian, ``noise`` (of every part's
+        events), ``neighbouring``, ``privacy_unit`` {column, max_episodes k},
+        ``rng``, ``event`` (the composed event) and ``details``:
+        ``composition``, ``split``, ``parts`` (one per mechanism: name, rho as
+        its artifact states it, its (epsilon, delta) alone, what it released).
 
     Raises
     ------
@@ -344,9 +352,9 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
             "what": (_WHAT[name] if name in _WHAT else registry.get(name).load().pipeline_output).format(
                 families=", ".join(fams.split("+"))),
             "mechanism": _mechanism_text(name, spec)})
-    sampler = manifest.guarantee.get("sampler") if manifest is not None else None
+    sampler = manifest.envelope["sampler"] if manifest is not None else None
     if sampler is not None:  # what the release's noise sampler adds (0 for the exact samplers)
-        part_rows[0]["sampler"] = dict(sampler)
+        part_rows[0]["sampler"] = dict(sampler)  # (kept in the release's part, as before the envelope)
     composed = acc.composed("pipeline")
     # the parts' calibrations bound their costs (checked above); state the decimal sum of what the parts'
     # artifacts state (0.3 + 0.6 + 0.1 = 1, Budget.split), never above the total (checked before any run too)
@@ -361,13 +369,13 @@ def composed_guarantee(budget: Budget, parts: dict, events: dict, spec: DomainSp
     # rounded up, never above the total
     stated = budget.shown if total == whole else max(bound, min(accounting.round_up(total), budget.shown))
     g = accounting.guarantee(composed, delta=budget.delta, requested=budget.requested, bound=bound, stated=stated)
-    return {
-        **{k: g[k] for k in ("definition", "rho", "epsilon", "delta", "conversion", "requested")},
-        "composition": "zCDP adds rho over mechanisms (Bun & Steinke 2016, Lemma 2.3; adaptive composition "
-                       "included); policies, evaluation and figures are post-processing and spend nothing",
-        "split": dict(shares),
-        "parts": part_rows,
-        "neighbouring": Neighbouring.SUBSTITUTION.description,
-        "privacy_unit": {"column": spec.unit_column or "episode_id", "max_episodes": spec.max_episodes_per_unit},
-        "event": composed.to_dict(),
-    }
+    return envelope(
+        {k: g[k] for k in ("definition", "rho", "epsilon", "delta", "conversion", "requested")},
+        mechanism="gaussian", noise=noise_mode(leaf.noise for ev in events.values() for leaf, _ in leaves(ev)),
+        neighbouring=Neighbouring.SUBSTITUTION.description,
+        unit={"column": spec.unit_column or "episode_id", "max_episodes": spec.max_episodes_per_unit},
+        rng=manifest.rng if rng is None else rng, event=composed.to_dict(), sampler=sampler,
+        details={"composition": "zCDP adds rho over mechanisms (Bun & Steinke 2016, Lemma 2.3; adaptive "
+                                "composition included); policies, evaluation and figures are post-processing "
+                                "and spend nothing",
+                 "split": dict(shares), "parts": part_rows})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from privaudit.core.formatting import guarantee_text, num, privacy_param
 from privaudit.pipeline.certify import certification_lines
+from privaudit.pipeline.report import summary_guarantee
 from privaudit.pipeline.values import NOT_A_CERTIFICATE
 
 
@@ -49,12 +50,13 @@ def behaviour_line(summary: dict) -> str | None:
 
 def format_table(summary: dict, out: str) -> str:
     """The short table printed on stdout at the end of ``privaudit pipeline``."""
-    g = summary["privacy"]
+    g = summary_guarantee(summary)
+    parts = g["details"]["parts"]
     lines = [f"privaudit pipeline: {out}",
              f"  guarantee   {guarantee_text(g)}; "
              f"unit {g['privacy_unit']['column']}, k={g['privacy_unit']['max_episodes']}, substitution"]
-    if len(g["parts"]) > 1:
-        lines.append("  split       " + ", ".join(f"{p['name']} rho={privacy_param(p['rho'])}" for p in g["parts"]))
+    if len(parts) > 1:
+        lines.append("  split       " + ", ".join(f"{p['name']} rho={privacy_param(p['rho'])}" for p in parts))
     rows = values_table(summary)
     w = max(len(r[0]) for r in rows + [("policy",), ("clinicians",)])
     widths = (w, 8, 9, 4, 10, 8)
@@ -158,7 +160,7 @@ def _interval_text(mechanism: dict) -> str:
 
 def render_markdown(summary: dict) -> str:
     """The human report ``report.md`` (links are relative to the output folder)."""
-    g = summary["privacy"]
+    g = summary_guarantee(summary)
     dom = summary["domain"]
     unit = g["privacy_unit"]
     L = ["# privaudit pipeline report", "",
@@ -176,8 +178,8 @@ def render_markdown(summary: dict) -> str:
           f"* Neighbouring datasets: {g['neighbouring']}.",
           f"* Privacy unit: `{unit['column']}`, at most k = {unit['max_episodes']} episode(s) per unit "
           "(extra episodes are dropped before counting). The guarantee protects one unit's whole contribution.",
-          f"* Composition: {g['composition']}."]
-    for p in g["parts"]:
+          f"* Composition: {g['details']['composition']}."]
+    for p in g["details"]["parts"]:
         L.append(f"* Part `{p['name']}`: rho = {privacy_param(p['rho'])} (alone: epsilon "
                  f"{privacy_param(p['epsilon_alone'])} at delta {privacy_param(g['delta'])}); {p['what']}."
                  + (f" Noise sampler: {p['sampler']['sampler']}; total variation to the ideal law "

@@ -19,7 +19,8 @@ import numpy as np
 
 from privaudit import FORMAT_VERSION, __version__
 from privaudit.core import registry
-from privaudit.core.artifact import ArtifactFormat
+from privaudit.core.artifact import ArtifactFormat, Guarantee
+from privaudit.core.envelope import as_envelope, report_claim
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.tabular import evaluate_policy, value_iteration
 from privaudit.pipeline.figures import plot_values, values_figure  # noqa: F401 - the values figure lives there
@@ -125,7 +126,7 @@ def audit_summary(report) -> dict:
     """The audit's public outcome for ``summary.json`` (no canary cells, no unit facts)."""
     d = report.to_dict()
     res = d.get("resolution_limit", {})
-    claim = d["claim"]
+    claim = report_claim(d)
     return {
         "mechanism": d["mechanism"],
         "claim": {"rho": claim.get("rho"), "epsilon": claim["epsilon"], "delta": claim["delta"],
@@ -259,6 +260,13 @@ def write_summary(summary: dict, path: Path) -> Path:
         If the document breaks the schema (a bug: nothing half-valid is written).
     """
     return SUMMARY_FORMAT.write(summary, path)
+
+
+def summary_guarantee(summary: dict) -> Guarantee:
+    """The composed guarantee of a ``summary.json`` document in the envelope's shape, whichever shape it was
+    written in (``privaudit.core.envelope.as_envelope``; before the envelope, ``composition``, ``split`` and
+    ``parts`` stood at the top of ``privacy`` and ``rng`` only beside it). The file is not rewritten."""
+    return as_envelope(summary["privacy"], rng=summary["rng"])
 
 
 def load_summary(path: str | Path) -> dict:

@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from privaudit.core.errors import AccountingError, UsageError
+from privaudit.core.errors import AccountingError, UsageError, positive_finite
 from privaudit.privacy import accounting
 from privaudit.core.formatting import num, privacy_param
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA, dp_to_zcdp, zcdp_to_dp
@@ -276,14 +276,8 @@ _SHORT_FLOOR_RTOL = Fraction(1, 10 ** 15)
 
 
 def _positive(name: str, v) -> float:
-    if isinstance(v, bool):
-        raise UsageError(f"`{name}` must be a number > 0. Found {v!r}.")
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise UsageError(f"`{name}` must be a number > 0. Found {v!r}.") from None
-    if not (math.isfinite(x) and x > 0):
-        raise UsageError(f"`{name}` must be a finite number > 0. Found {v!r}.")
+    """``positive_finite`` (``privaudit.core.errors``), and a normal float: the ledger refuses subnormals."""
+    x = positive_finite(name, v)
     if x < sys.float_info.min:  # subnormal: no usable noise scale, and the ledger refuses it
         raise UsageError(f"`{name}` must be at least {sys.float_info.min:.6g} (a normal float). Found {v!r}.")
     return x

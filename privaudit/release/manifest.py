@@ -34,10 +34,10 @@ mechanism facts is checked on reading by
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from privaudit.core.artifact import Artifact, ArtifactFormat, Guarantee, Number, Record, jfield
-from privaudit.core.envelope import envelope as policy_envelope
+from privaudit.core.envelope import as_envelope
 from privaudit.core.errors import ArtifactError
 
 __all__ = ["ReleaseManifest", "Domain", "UnitRecord", "FamilyRecord", "DenseLayout", "RELEASE_KIND",
@@ -260,15 +260,21 @@ class ReleaseManifest(Artifact):
         """The stated zCDP rho of the whole release (pure DP: epsilon^2/2)."""
         return float(self.guarantee["rho"])
 
+    @property
     def envelope(self) -> Guarantee:
-        """The release's guarantee in the policy envelope's shape (``privaudit.core.envelope.envelope``).
+        """The release's guarantee in the envelope's shape (``privaudit.core.envelope.as_envelope``).
 
         The accountant's statement and sampler, then mechanism, noise, neighbouring relation, privacy unit (as
-        recorded here: column, file column, k, c), rng; no event (the release's event stays in its manifest)
-        and no details. What a policy fitted on the release states (post-processing).
+        recorded here: column, file column, k, c), rng, the release's event and no details: as written since
+        the envelope, and read so from manifests written before it (from the manifest's own fields).
         """
-        return policy_envelope(self.guarantee, mechanism=self.mechanism, noise=self.noise,
-                               neighbouring=self.neighbouring, unit=self.privacy_unit.to_dict(), rng=self.rng)
+        return as_envelope(self.guarantee, mechanism=self.mechanism, noise=self.noise,
+                           neighbouring=self.neighbouring, privacy_unit=self.privacy_unit.to_dict(), rng=self.rng,
+                           event=self.event)
+
+    def enveloped(self) -> "ReleaseManifest":
+        """This manifest with its guarantee written in the envelope's shape (what the release writer writes)."""
+        return replace(self, guarantee=self.envelope)
 
     def _json_derived(self) -> dict:
         return {**super()._json_derived(), "software": {"name": "privaudit", "version": self.software_version},

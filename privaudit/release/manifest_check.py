@@ -71,7 +71,9 @@ def check_manifest_guarantee(m: ReleaseManifest, where) -> dict:
         recorded sensitivity below the formula; a stored event other than the
         one the facts give; a stated rho, epsilon, epsilon_simple, ledger
         charge or family share below the derived one (relative tolerance
-        REL_TOL); a zCDP guarantee with delta outside (0, 1).
+        REL_TOL); a zCDP guarantee with delta outside (0, 1); a guarantee in
+        the envelope's shape whose mechanism, noise, neighbouring relation,
+        privacy unit, rng or event differ from the manifest's own.
 
     References
     ----------
@@ -154,4 +156,10 @@ def check_manifest_guarantee(m: ReleaseManifest, where) -> dict:
             at = f" at delta = {delta!r}" if key.startswith("epsilon") and not noise_fam.pure else ""
             refuse(f"guarantee.{key} = {g[key]!r}{at} is below the {key} = {derived[key]!r} derived from its "
                    f"event (its sensitivities and noise scales)")
+    if "details" in g:  # the envelope (privaudit.core.envelope) repeats the manifest's facts: they must agree
+        own = {"mechanism": mech, "noise": m.noise, "neighbouring": m.neighbouring, "rng": m.rng,
+               "privacy_unit": m.privacy_unit.to_dict(), "event": m.event}
+        for key, value in own.items():
+            if g[key] != value:
+                refuse(f"guarantee.{key} is {g[key]!r} but the manifest's {key} is {value!r}")
     return {"rho": derived["rho"], "epsilon": derived["epsilon"] if noise_fam.pure else None, "event": event}

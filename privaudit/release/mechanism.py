@@ -413,5 +413,6 @@ class TabularRelease:
             public_reward=spec.public_reward,
             reward_quantum=self.families["rewards"].quantum if rewards else None,
         )
+        m = m.enveloped()  # the guarantee in the one envelope shape (privaudit.core.envelope)
         m.to_dict()  # the schema check, before any row is read
         return m

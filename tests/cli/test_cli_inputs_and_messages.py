@@ -95,7 +95,8 @@ def test_numbers_are_printed_as_users_write_them(logs, tmp_path):
 @pytest.mark.parametrize("edit,needle", [
     # k lowered by hand, in the stored event too (the manifest's own sensitivities, made for k = 2, still pass
     # its consistency check; lowering k without the event is refused by the reader already)
-    (lambda m: [m["privacy_unit"].update(max_episodes=1)] + [leaf["unit"].update(k=1) for leaf in m["event"]["events"]],
+    (lambda m: [u.update(max_episodes=1) for u in (m["privacy_unit"], m["guarantee"]["privacy_unit"])]
+     + [leaf["unit"].update(k=1) for leaf in m["event"]["events"] + m["guarantee"]["event"]["events"]],
      "k (privacy_unit.max_episodes): manifest 1, spec 2"),
     (lambda m: m["domain"].update(reward_range=[-1.0, 1.0]), "reward_range"),
     (lambda m: m["domain"].update(terminal_states=[3]), "terminal_states"),

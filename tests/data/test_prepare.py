@@ -77,7 +77,7 @@ def test_pipeline_with_features_and_ledger_validates_once_and_bounds_once(world,
     descriptions = [c["args"][3] for c in charged]
     assert [d.split(":")[0] for d in descriptions] == ["pipeline, release part", "pipeline, behaviour-value part",
                                                        "pipeline, dp-vapvi part"]
-    parts = {p["name"]: p["rho"] for p in summary["privacy"]["parts"]}
+    parts = {p["name"]: p["rho"] for p in summary["privacy"]["details"]["parts"]}
     assert sorted(float(c["args"][2]) for c in charged) == sorted(parts.values())
     assert sum(parts.values()) <= 2.0 and summary["privacy"]["event"]["kind"] == "composed"
 

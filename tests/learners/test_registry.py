@@ -237,8 +237,8 @@ def test_a_new_private_learner_runs_in_the_pipeline_at_its_declared_share(new_le
     assert json.loads((out / "policies" / "toy-pbb" / "policy.json").read_text())["algorithm"] == "toy-pbb"
     privacy = json.loads((out / "summary.json").read_text())["privacy"]
     # DP-PBB's rule counts the toy's 0.1 with the others: two thirds of 1 - 0.1 - 0.1, rounded down to 0.53
-    assert privacy["split"] == {"release": 0.27, "dp-pbb": 0.53, "behaviour-value": 0.1, "toy-pbb": 0.1}
-    parts = {p["name"]: p for p in privacy["parts"]}
+    assert privacy["details"]["split"] == {"release": 0.27, "dp-pbb": 0.53, "behaviour-value": 0.1, "toy-pbb": 0.1}
+    parts = {p["name"]: p for p in privacy["details"]["parts"]}
     assert parts["toy-pbb"]["rho"] == 0.1 and privacy["rho"] == 1
     policies = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["policies"]}
     assert policies["toy-pbb"]["privacy_part"] == "toy-pbb" and policies["cautious-dp-apvi"]["privacy_part"] == "release"

@@ -50,11 +50,13 @@ def test_explore_writes_regret_manifest_and_plot(tmp_path):
     assert g["rng"] == "seeded-insecure" and "seed" in g["note"] and "seed" not in m["config"]
     assert "seeded" in r.stderr and "guarantee: none" in r.stdout
     assert g["epsilon"] == pytest.approx(2.0) and g["epsilon"] >= 2.0
-    assert sum(event_epsilon(event_from_dict(e)) for e in g["events"]) <= g["epsilon"]
-    assert "replaced" in g["neighbouring"] and "herself" in g["not_protected"]
+    assert sum(event_epsilon(event_from_dict(e)) for e in g["event"]["events"]) <= g["epsilon"]
+    assert event_epsilon(event_from_dict(g["event"])) <= g["epsilon"] and g["event"]["label"] == "explore"
+    assert "replaced" in g["neighbouring"] and "herself" in g["details"]["not_protected"]
+    assert (g["mechanism"], g["noise"], g["privacy_unit"]) == ("laplace", "exact", "one user = one episode")
     # exact discrete counters: the release manifest's sampler statement (total variation 0, no extra delta)
     assert g["sampler"]["total_variation_per_draw"] == 0.0 and g["sampler"]["extra_delta"] == 0.0
-    assert {e["noise"] for e in g["events"]} == {"exact"} and "not certified" not in g["statement"]
+    assert {e["noise"] for e in g["event"]["events"]} == {"exact"} and "not certified" not in g["statement"]
     # and names the samplers its counters drew from
     paths = {c.sampler_path for c in agent.counters_.values()}
     assert paths and None not in paths
@@ -134,7 +136,7 @@ def test_explore_rho_reports_eps_delta_and_twin_has_no_guarantee(tmp_path):
     (["--algo", "pucb", "--epsilon", "1", "--rho", "1"], "not both"),
     (["--algo", "pucb", "--delta", "0.1"], "`--delta` alone is not a budget"),
     (["--algo", "luyo", "--epsilon", "1"], "`--epsilon` alone is a pure epsilon-DP budget"),
-    (["--algo", "pucb", "--epsilon", "-1"], "must be a finite number > 0"),
+    (["--algo", "pucb", "--epsilon", "-1"], "must be a positive finite number"),
     (["--algo", "pucb", "--epsilon", "1", "--actions", "3"], "does not apply"),
     # one rule for tiny budgets in every command (privacy.budget.check_reportable), as `release` refuses them
     (["--algo", "pucb", "--rho", "1e-300"], "`--rho` = 1e-300 is too small"),
@@ -162,7 +164,8 @@ def test_epsilon_inf_is_the_twin(tmp_path):
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["guarantee"]["private"] is False
     m = json.loads((tmp_path / "a" / "manifest.json").read_text())
-    assert m["config"]["epsilon"] == "inf" and not math.isinf(len(m["guarantee"]["events"]))
+    assert m["config"]["epsilon"] == "inf" and m["guarantee"]["event"] is None
+    assert (m["guarantee"]["mechanism"], m["guarantee"]["noise"], m["guarantee"]["sampler"]) == (None, None, None)
 
 
 def test_explore_budget_is_the_shared_budget():

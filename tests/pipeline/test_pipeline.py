@@ -132,11 +132,11 @@ def test_composed_guarantee_is_what_was_asked(linear_run):
     asked_rho = accounting.dp_to_zcdp(4.0, 1e-6)
     assert math.isclose(g["rho"], asked_rho, rel_tol=1e-9)
     # composition: the parts add up; each part is what its artifact records
-    parts = {p["name"]: p for p in g["parts"]}
+    parts = {p["name"]: p for p in g["details"]["parts"]}
     assert set(parts) == {"release", "dp-vapvi", "behaviour-value"}
     assert math.isclose(sum(p["rho"] for p in parts.values()), g["rho"], rel_tol=1e-12)
     # default shares: DP-VAPVI 0.5, the behaviour value 0.1, the release the rest
-    assert g["split"] == pytest.approx({"release": 0.4, "dp-vapvi": 0.5, "behaviour-value": 0.1}, rel=1e-12)
+    assert g["details"]["split"] == pytest.approx({"release": 0.4, "dp-vapvi": 0.5, "behaviour-value": 0.1}, rel=1e-12)
     assert math.isclose(parts["behaviour-value"]["rho"], 0.1 * asked_rho, rel_tol=1e-9)
     manifest = json.loads((out / "release/manifest.json").read_text())
     assert manifest["guarantee"]["rho"] == parts["release"]["rho"]
@@ -201,7 +201,7 @@ def test_rho_budget_without_features_and_no_audit(world, tmp_path):
     g = s["privacy"]
     # the accountant rounds up by at most a few ulps, never down
     assert 0.5 <= g["rho"] <= 0.5 * (1 + 1e-12)
-    assert [p["name"] for p in g["parts"]] == ["release"] and g["split"] == {"release": 1.0}
+    assert [p["name"] for p in g["details"]["parts"]] == ["release"] and g["details"]["split"] == {"release": 1.0}
     assert math.isclose(g["epsilon"], accounting.zcdp_to_dp(0.5, 1e-6), rel_tol=1e-12)
     assert s["audit"] is None and not (out / "audit").exists()
     assert s["artifacts"]["figures"] == {"values": "figures/values.png"}
@@ -505,7 +505,7 @@ def test_certified_value_from_h0_visits_without_value_share(world, tmp_path):
     p = s["policies"][0]
     assert p["certified_value"] is None and p["certified_start"] is None
     assert p["certificate_held"] is None and p["value"] is None
-    assert [x["name"] for x in s["privacy"]["parts"]] == ["release"]
+    assert [x["name"] for x in s["privacy"]["details"]["parts"]] == ["release"]
 
 
 def test_value_share_refusals(world, tmp_path):
@@ -565,9 +565,9 @@ def test_default_pipeline_states_exact_decimal_shares(tmp_path):
     assert res.exit_code == 0, res.output
     g = load_summary(tmp_path / "run" / "summary.json")["privacy"]
     want = {"release": "0.3", "dp-pbb": "0.6", "behaviour-value": "0.1"}
-    assert {k: repr(v) for k, v in g["split"].items()} == want
-    assert {p["name"]: repr(p["rho"]) for p in g["parts"]} == want
-    assert sum(Fraction(repr(p["rho"])) for p in g["parts"]) == 1 and g["rho"] == 1.0
+    assert {k: repr(v) for k, v in g["details"]["split"].items()} == want
+    assert {p["name"]: repr(p["rho"]) for p in g["details"]["parts"]} == want
+    assert sum(Fraction(repr(p["rho"])) for p in g["details"]["parts"]) == 1 and g["rho"] == 1.0
     assert sum(Fraction(v) for v in want.values()) == 1
     assert "release rho=0.3, behaviour-value rho=0.1, dp-pbb rho=0.6" in res.output
     charges = [e["rho"] for e in ledger_status(ledger)["entries"]]
@@ -591,6 +591,6 @@ def test_composed_guarantee_of_a_decimal_rho_whose_double_is_below_it(rho):
     unit = PrivacyUnit("episode_id", 1)
     events = {name: GaussianEvent(family=name, unit=unit, l2=1.0, sigma=float(np.nextafter(
         1.0 / math.sqrt(2 * p.rho), math.inf))) for name, p in parts.items()}
-    g = composed_guarantee(budget, parts, events, spec, shares=shares)
+    g = composed_guarantee(budget, parts, events, spec, shares=shares, rng="secure")
     assert g["rho"] == rho  # the request, as written
-    assert sum(Fraction(repr(p["rho"])) for p in g["parts"]) == Fraction(repr(rho))
+    assert sum(Fraction(repr(p["rho"])) for p in g["details"]["parts"]) == Fraction(repr(rho))

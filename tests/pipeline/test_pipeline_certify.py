@@ -133,7 +133,7 @@ def test_pbb_share_zero_gives_the_release_its_part_and_certifies_dp_apvi_alone(f
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert [p["name"] for p in summary["policies"]] == ["dp-apvi"]
     assert any(n["name"] == "dp-pbb" and "pbb_share 0" in n["reason"] for n in summary["not_trained"])
-    parts = {p["name"]: p["rho"] for p in summary["privacy"]["parts"]}
+    parts = {p["name"]: p["rho"] for p in summary["privacy"]["details"]["parts"]}
     assert parts["release"] == pytest.approx(0.9 * 2)
     held = summary["held_out_certification"]["policies"]
     assert list(held) == ["dp-apvi"] and held["dp-apvi"]["guarantee"]["rho"] == pytest.approx(2.0)

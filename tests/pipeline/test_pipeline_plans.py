@@ -95,7 +95,7 @@ def test_the_plans_are_what_the_parts_charge(world, tmp_path, monkeypatch):
     assert [ev for ev, _ in charges] == list(plan.events.values())
     assert Fraction(ledger_status(led)["rho_spent"]) == plan.total == 2
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [p["name"] for p in summary["privacy"]["parts"]] == list(plan.events)
+    assert [p["name"] for p in summary["privacy"]["details"]["parts"]] == list(plan.events)
     # the artifacts record the planned events too (release manifest, policy manifests)
     manifest = json.loads((tmp_path / "out" / "release" / "manifest.json").read_text())
     assert manifest["event"] == plan.events["release"].to_dict()

@@ -85,7 +85,7 @@ def _check_finished(out, led, kept, spent):
         if name.startswith(("release/", "policies/dp-vapvi/")):
             assert files[name] == data, name
     g = json.loads(files["summary.json"])["privacy"]  # the guarantee composes the reused parts' events
-    assert [p["name"] for p in g["parts"]] == CHARGED and 1.0 <= g["rho"] <= 1.0 * (1 + 1e-12)
+    assert [p["name"] for p in g["details"]["parts"]] == CHARGED and 1.0 <= g["rho"] <= 1.0 * (1 + 1e-12)
 
 
 def _stop_in(monkeypatch, stage, error):

@@ -103,7 +103,8 @@ def test_spark_pipeline_equals_polars_byte_for_byte(spark, tmp_path, monkeypatch
         elif f.suffix != ".png":  # Parquet tables: every byte (figures: drawn from equal summaries)
             assert (p / f).read_bytes() == (s / f).read_bytes(), f
     summary = json.loads((s / "summary.json").read_text())
-    assert [x["name"] for x in summary["privacy"]["parts"]] == ["release", "dp-pbb"]
+    assert [x["name"] for x in summary["privacy"]["details"]["parts"]] == (
+        ["release", "behaviour-value", "dp-pbb"] if value_share else ["release", "dp-pbb"])
     private = [json.loads((o / "private" / "local-log.json").read_text()) for o in (p, s)]
     assert private[0]["bounding"] == private[1]["bounding"] and private[1]["engine"] == "spark"
     assert private[0]["bounding"]["episodes_dropped"] > 0 and private[0]["bounding"]["steps_dropped"] > 0

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from scipy import stats
 
 from privaudit.cli import main
+from privaudit.core.envelope import ENVELOPE_KEYS
 from privaudit.core.errors import ArtifactError, BudgetExceededError, SpecError, UsageError
 from privaudit.privacy import ledger as ledger_mod
 from privaudit.core.schemas import schema_errors
@@ -629,8 +630,8 @@ def test_consistent_sigma_edit_still_refused_by_guarantee(released, tmp_path):
             for fam in m["families"].values():
                 fam["noise_scale"] *= factor
                 fam["budget"]["rho"] /= factor ** 2
-            if event_too:  # the stored event, edited consistently
-                for leaf in m["event"]["events"]:
+            if event_too:  # the stored event, edited consistently (its copy in the guarantee's envelope too)
+                for leaf in m["event"]["events"] + m["guarantee"]["event"]["events"]:
                     leaf["sigma"] *= factor
         return edit
     with pytest.raises(ArtifactError, match=r"guarantee.rho = 1.0 is below the rho = (4.0|3.9999)"):
@@ -647,7 +648,8 @@ def test_manifest_without_event_still_read_and_checked(released, tmp_path, kind)
     from their families, with the same checks."""
     src = released[kind]
     m = json.loads((src / "manifest.json").read_text())
-    old = {k: v for k, v in m.items() if k != "event"}
+    old = {k: v for k, v in m.items() if k != "event"}  # and the guarantee without the envelope's keys, as then
+    old["guarantee"] = {k: v for k, v in m["guarantee"].items() if k not in ENVELOPE_KEYS or k == "sampler"}
     assert load_release(_copy_with_manifest(src, tmp_path / "old", old)).manifest.to_dict() == old
     key = "rho" if kind == "gaussian" else "epsilon"
     bad = json.loads(json.dumps(old))

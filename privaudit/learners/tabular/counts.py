@@ -23,13 +23,13 @@ from typing import Callable
 import numpy as np
 
 from privaudit.core.errors import UsageError
-from privaudit.core.spec import DomainSpec
+from privaudit.core.spec import DomainSpec, StateActionSizes
 from privaudit.data.counts import SparseCounts, sparse_counts
 from privaudit.data.counts_protocol import step_index
 
 
 @dataclass(frozen=True, repr=False)
-class TabularCounts:
+class TabularCounts(StateActionSizes):
     """Visit, transition and reward-sum statistics of tabular logs.
 
     Attributes
@@ -69,15 +69,8 @@ class TabularCounts:
                              f"Got {np.shape(self.reward_sums)}.")
         object.__setattr__(self, "visits", v)
 
-    @property
-    def n_states(self) -> int:
-        """S."""
-        return self.visits.shape[-2]
-
-    @property
-    def n_actions(self) -> int:
-        """A."""
-        return self.visits.shape[-1]
+    def _sizes(self) -> tuple:
+        return self.visits.shape[-2:]
 
     def visits_at(self, h: int) -> np.ndarray:
         """n_h(s, a), shape (S, A) (the pooled table if stationary)."""

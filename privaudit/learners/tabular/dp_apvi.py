@@ -81,7 +81,7 @@ def release_privacy(manifest: ReleaseManifest, release_path: str | None = None) 
     ``seeded-insecure``: the guarantee is kept for reference but does not
     hold against anyone who knows the seed.
     """
-    g = manifest.envelope()
+    g = manifest.envelope.updated(event=None)  # a policy fitted on a release adds no event of its own
     note = (None if manifest.private  # else the release's noise is reproducible from a seed
             else "seeded noise (rng seeded-insecure): not private against anyone who knows the seed")
     return PolicyPrivacy(manifest.private, g, None if release_path is None else str(release_path), note)

@@ -15,6 +15,7 @@ import polars as pl
 from scipy import sparse
 
 from privaudit.core.errors import UsageError
+from privaudit.core.spec import StateActionSizes
 from privaudit.data.counts import sparse_counts
 from privaudit.data.counts_protocol import step_index
 
@@ -22,7 +23,7 @@ __all__ = ["CappedCounts", "capped_counts_from_logs", "capped_counts_from_frames
 
 
 @dataclass(frozen=True, repr=False)
-class CappedCounts:
+class CappedCounts(StateActionSizes):
     """Exact transition counts after the per-unit per-cell cap. PRIVATE: never release them.
 
     Answers the counts protocol (:class:`privaudit.data.counts_protocol.Counts`)
@@ -86,15 +87,9 @@ class CappedCounts:
             object.__setattr__(self, "starts", st)
         object.__setattr__(self, "transitions", tr)
 
-    @property
-    def n_states(self) -> int:
-        """S."""
-        return self.transitions[0].shape[1]
-
-    @property
-    def n_actions(self) -> int:
-        """A."""
-        return self.transitions[0].shape[0] // self.n_states
+    def _sizes(self) -> tuple:
+        S = self.transitions[0].shape[1]
+        return S, self.transitions[0].shape[0] // S
 
     #: Exact counts (the protocol's ``noisy``): DP-PBB adds its own noise.
     noisy = False

@@ -492,15 +492,15 @@ def test_explore_cli_runs_a_linear_explorer(tmp_path):
     assert res.exit_code == 0, res.output
     m = json.loads((out / "manifest.json").read_text())
     assert m["guarantee"]["rho"] == pytest.approx(2.0, rel=1e-9)
-    assert {e["family"].split(" ")[0] for e in m["guarantee"]["events"]} == {"ngo:gram", "ngo:target"}
+    assert {e["family"].split(" ")[0] for e in m["guarantee"]["event"]["events"]} == {"ngo:gram", "ngo:target"}
     # exact discrete Gaussian on lattice statistics: total variation 0, nothing added to delta
     smp = m["guarantee"]["sampler"]
     assert smp["total_variation_per_draw"] == 0.0 and smp["extra_delta"] == 0.0
     # the sampler that drew (lattice noise and GOE trees): named, not the table sampler's text
     assert smp["sampler"] == samplers.noise_statement("exact", paths={"scaled"})["sampler"]
     assert "not certified" not in m["guarantee"]["statement"]
-    assert all(e["noise"] == "exact" for e in m["guarantee"]["events"])
-    assert m["guarantee"]["grid"]["features"].startswith("2^-12")
+    assert all(e["noise"] == "exact" for e in m["guarantee"]["event"]["events"])
+    assert m["guarantee"]["details"]["grid"]["features"].startswith("2^-12")
     # a seeded run is reproducible (the noise stream is the seed's)
     again = tmp_path / "ngo2"
     res = CliRunner().invoke(main, ["explore", "--algo", "ngo", "--env", "synthetic-linear", "--episodes", "40",

@@ -126,7 +126,7 @@ def test_cli_explore_states_the_jdp_guarantee_and_refuses_laplace(tmp_path):
     assert r.exit_code == 0, r.output
     g = json.loads((out / "manifest.json").read_text())["guarantee"]
     assert g["private"] and g["rho"] == pytest.approx(RHO_EPS1) and g["epsilon"] == pytest.approx(1.0, abs=1e-5)
-    (ev,) = g["events"]
+    (ev,) = g["event"]["events"]
     assert ev["kind"] == "gaussian" and ev["noise"] == "exact" and ev["l2"] == pytest.approx(pooled_l2(4, 2))
     bad = CliRunner().invoke(main, ["explore", "--algo", "dp-ucbvi-batched", "--env", "riverswim", "-K", "10",
                                     "--epsilon", "1", "--out", str(tmp_path / "bad")])
