@@ -127,7 +127,7 @@ def test_spark_failure_in_dp_pbb_keeps_only_the_charged_release(spark, tmp_path,
     monkeypatch.setattr(spark_prepare, "to_polars", lost)
     out = tmp_path / "out"
     res = _pipeline([logs, "--spec", spec_file, "--rho", 2, "--seed", 7, "--audit-trials", 0, "--accept-repairs",
-                     "--per-step", "--ledger", ledger], "spark", out)
+                     "--per-step", "--value-share", 0, "--ledger", ledger], "spark", out)
     assert res.exit_code == 1, res.output
     assert "Traceback" not in res.output
     errors = [line for line in res.output.splitlines() if line.startswith("error: ")]

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from privaudit.data.exact_sums import LIMB_BITS, REWARD_BITS
-from privaudit.data.spark.counts import _to_polars
+from privaudit.data.spark.counts import to_polars
 
 __all__ = ["reward_limbs", "limbs_value", "centred_returns", "spark_value_sums", "spark_stay_cells",
            "seed_preimage", "xxhash64_seeded", "spark_unit_part"]
@@ -96,8 +96,8 @@ def spark_value_sums(bounded: DataFrame, *, n_states: int, max_episodes: int, re
                          F.sum((c("t") * c("t")).cast(_EXACT)).alias("return_squares"),
                          F.sum((c("t") * c("n")).cast(_EXACT)).alias("unit_return_cross"),
                          F.sum((c("n") * c("n")).cast(_EXACT)).alias("unit_count_squares")))
-        row = _to_polars(sums).row(0, named=True)
-        starts = _to_polars(per_ep.groupBy("s0").agg(F.count(F.lit(1)).alias("n")))
+        row = to_polars(sums).row(0, named=True)
+        starts = to_polars(per_ep.groupBy("s0").agg(F.count(F.lit(1)).alias("n")))
     finally:
         per_ep.unpersist()
     out = {k: int(v or 0) for k, v in row.items()}
@@ -140,8 +140,8 @@ def spark_stay_cells(bounded: DataFrame, *, max_episodes: int) -> tuple[pl.DataF
     starts = rows.filter(c("step") == 0).groupBy(c("state").cast("long").alias("state")).agg(
         F.count(F.lit(1)).alias("n"))
     as64 = [pl.col(x).cast(pl.Int64) for x in ("n", "r_hi", "r_lo")]
-    return (_to_polars(cells).with_columns(as64).sort("step", "state", "action", "next_state"),
-            _to_polars(starts).with_columns(pl.col("n").cast(pl.Int64)).sort("state"))
+    return (to_polars(cells).with_columns(as64).sort("step", "state", "action", "next_state"),
+            to_polars(starts).with_columns(pl.col("n").cast(pl.Int64)).sort("state"))
 
 
 def _rotl(x: int, r: int) -> int:

@@ -25,7 +25,8 @@ from privaudit.cli import main  # noqa: E402
 from privaudit.core.errors import EngineError  # noqa: E402
 from privaudit.core.spec import DomainSpec  # noqa: E402
 from privaudit.data.prepare import prepare_logs  # noqa: E402
-from privaudit.data.spark import engine as se  # noqa: E402
+from privaudit.data.spark import prepare as spark_prepare  # noqa: E402
+from privaudit.data.spark.prepare import prepare_spark_logs  # noqa: E402
 from privaudit.data.spark.stats import seed_preimage  # noqa: E402
 from privaudit.ope.evaluate import evaluate_policy_on_logs  # noqa: E402
 from privaudit.ope.model import held_out_stays  # noqa: E402
@@ -143,7 +144,7 @@ def test_cli_evaluate_with_spark_checks_the_ledger_before_spark_reads(spark, tmp
     led = tmp_path / "budget.jsonl"
     ledger_mod.init_ledger(led, spec.dataset_id, 0.5)
     reads = []
-    monkeypatch.setattr(se, "read_logs", lambda *a, **kw: reads.append(a))
+    monkeypatch.setattr(spark_prepare, "read_logs", lambda *a, **kw: reads.append(a))
     res = CliRunner().invoke(main, _cli(tmp_path, path, "--engine", "spark", "--ledger", str(led)))
     assert res.exit_code == 3 and "exceed" in res.output, res.output
     assert reads == []
