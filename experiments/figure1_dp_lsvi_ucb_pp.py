@@ -1,8 +1,17 @@
-"""Reproduce Sahu (2025)'s Figure 1: cumulative regret of the linear explorers on the synthetic linear MDP.
+"""Reproduce Sahu (2025)'s Figure 1: regret of the linear explorers on the synthetic linear MDP.
 
 (a) LSVI-UCB, Luyo et al., Ngo et al., LSVI-UCB++ and DP-LSVI-UCB++ at one
-budget (eps = 5, delta = 1e-5, converted to rho exactly); (b) DP-LSVI-UCB++ at
-eps in {0.5, 1, 2, 5, 10} (delta = 1e-5) against LSVI-UCB++. The paper's MDP
+budget (eps = 5, delta = 1e-5, converted to rho exactly): cumulative regret on
+log-log axes and regret per user (mean over the users between two checkpoints)
+on a log x axis; (b) regret per user over the last 10% of the users and the
+final cumulative regret against eps in {0.5, 1, 2, 5, 10} (delta = 1e-5) for the
+three private algorithms, with the non-private LSVI-UCB and LSVI-UCB++ as
+horizontal lines. Both panels draw three reference levels computed exactly from
+the MDP (``privaudit.mdp.tabular.reference_regrets``): uniform play, always
+action 0, and the reward-greedy policy argmax_a r_h(s, a). **Every algorithm is
+given the public reward function** (``make_linear_agent(..., reward_to_all=True)``:
+Q = r + w^T phi + bonus, w regressing V_{h+1} alone, as the ++ algorithms do);
+the format-1 runs (``<constants>/K<K>/``) gave it to the ++ algorithms only. The paper's MDP
 (the synthetic linear MDP of Min et al. 2021 as Qiao & Wang 2023 describe it in
 their appendix "Details for the Evaluation part"; instance seed 0, H = 20) with phi scaled by 1/sqrt(7)
 (||phi|| <= 1, as issue 16 asks); users are the project's response trees
@@ -15,13 +24,12 @@ Ngo and Luyo and even non-private LSVI-UCB, and approaches LSVI-UCB++ as the
 budget grows" (Sahu 2025, Section 4, "Key Takeaways").
 
 Resumable: every run (constants, K, algorithm, epsilon, seed) is its own small
-JSON file ``<results>/figure1/<constants>/K<K>/<algo>_eps<eps|none>_seed<r>.json``
-(format version 1), written atomically when the run finishes; a rerun skips
+JSON file ``<results>/figure1/<constants>/K<K>-reward-all/<algo>_eps<eps|none>_seed<r>.json``
+(format version 2), written atomically when the run finishes; a rerun skips
 the runs whose file exists, so later sessions add seeds. A run shared by both
-panels (LSVI-UCB++, and DP-LSVI-UCB++ at eps = 5) is stored once. Runs are
-started in priority order: panel (a) for every seed, then panel (b), and the
-figures are assembled from whatever files exist, each curve labelled with its
-number of seeds.
+panels is stored once. Runs are started in priority order: panel (a) for every
+seed, then panel (b), and the figures are assembled from whatever files exist,
+each curve labelled with its number of seeds.
 
 Usage::
 
@@ -32,7 +40,7 @@ Usage::
 
 ``run`` runs the missing runs (then plots); ``plot`` only assembles the
 figures (``docs/img/figure1{a,b}_<constants>_K<K>.png``) and prints a Markdown
-table of the final cumulative regret. A run in progress saves its curve so far
+table of the final cumulative regret and of the regret per user over the last 10%. A run in progress saves its curve so far
 every K/20 users (``<run>.partial.json``); a curve without any finished run is
 drawn dashed from those, up to where it got, and labelled so.
 
@@ -63,6 +71,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from privaudit.mdp.synthetic_linear import raw_features  # noqa: E402
+from privaudit.mdp.tabular import reference_regrets  # noqa: E402
 from privaudit.online.env import make_env  # noqa: E402
 from privaudit.online.linear.build import LINEAR_ALGOS, make_linear_agent  # noqa: E402
 from privaudit.online.protocol import run_episodes  # noqa: E402
@@ -74,11 +83,12 @@ DELTA = 1e-5
 PHI = raw_features() / math.sqrt(7.0)
 LABELS = {"lsvi-ucb": "LSVI-UCB", "luyo": "Luyo et al.", "ngo": "Ngo et al.", "lsvi-ucb-pp": "LSVI-UCB++",
           "dp-lsvi-ucb-pp": "DP-LSVI-UCB++"}
-#: One colour per curve, the same in both panels.
-COLORS = {("lsvi-ucb", None): "C0", ("luyo", EPS_PANEL_A): "C1", ("ngo", EPS_PANEL_A): "C2",
-          ("lsvi-ucb-pp", None): "C3", ("dp-lsvi-ucb-pp", 0.5): "C5", ("dp-lsvi-ucb-pp", 1.0): "C6",
-          ("dp-lsvi-ucb-pp", 2.0): "C7", ("dp-lsvi-ucb-pp", 5.0): "C4", ("dp-lsvi-ucb-pp", 10.0): "C8"}
-FORMAT_VERSION = 1
+#: One colour per algorithm, the same in both panels.
+COLORS = {"lsvi-ucb": "C0", "luyo": "C1", "ngo": "C2", "lsvi-ucb-pp": "C3", "dp-lsvi-ucb-pp": "C4"}
+#: The reference policies of ``reference_regrets``: label and line style.
+REFERENCES = {"uniform": ("uniform play", (0, (4, 2))), "action0": ("always action 0", (0, (1, 1))),
+              "reward_greedy": ("reward-greedy argmax_a r(s, a)", (0, (6, 2, 1, 2)))}
+FORMAT_VERSION = 2
 RESULTS = Path(__file__).resolve().parent / "results" / "figure1"
 
 
@@ -92,14 +102,15 @@ def panel_keys(panel: str) -> list[tuple[str, float | None]]:
     if panel == "a":
         return [(a, EPS_PANEL_A if LINEAR_ALGOS[a] else None) for a in LABELS]
     if panel == "b":
-        return [("lsvi-ucb-pp", None)] + [("dp-lsvi-ucb-pp", e) for e in EPS_PANEL_B]
+        return ([("lsvi-ucb", None), ("lsvi-ucb-pp", None)]
+                + [(a, e) for a in ("luyo", "ngo", "dp-lsvi-ucb-pp") for e in EPS_PANEL_B])
     raise ValueError(f"`panel` must be 'a' or 'b'. Got {panel!r}.")
 
 
 def run_path(root: Path, constants: str, K: int, algo: str, eps: float | None, seed: int) -> Path:
     """File of one run (see the module docstring)."""
     tag = "none" if eps is None else f"{eps:g}"
-    return root / constants / f"K{K}" / f"{algo}_eps{tag}_seed{seed}.json"
+    return root / constants / f"K{K}-reward-all" / f"{algo}_eps{tag}_seed{seed}.json"
 
 
 #: A run is played in this many chunks; after each one the curve so far is saved as a partial file.
@@ -134,12 +145,13 @@ def one_run(job: tuple) -> dict:
     reward = np.stack([env.mdp.expected_reward(h) for h in range(env.horizon)])
     rho = dp_to_zcdp(eps, DELTA) if (LINEAR_ALGOS[algo] and eps is not None) else math.inf
     agent = make_linear_agent(algo, PHI, reward, env.horizon, K, rho=rho, delta=DELTA, constants=constants,
-                              rng=np.random.default_rng(1000 + seed))
+                              rng=np.random.default_rng(1000 + seed), reward_to_all=True)
     t0, c0 = time.perf_counter(), time.process_time()
     cps = checkpoints(K)
     rec = {"format_version": FORMAT_VERSION, "experiment": "figure1", "constants": constants, "episodes": K,
            "algo": algo, "epsilon": eps, "delta": DELTA if eps is not None else None,
-           "rho": None if math.isinf(rho) else rho, "seed": seed, "world_key": seed, "noise_seed": 1000 + seed}
+           "rho": None if math.isinf(rho) else rho, "seed": seed, "world_key": seed, "noise_seed": 1000 + seed,
+           "reward_known": "all"}
     regret = np.empty(K)
     bounds = np.linspace(0, K, CHUNKS + 1).round().astype(int)
     for a, b in zip(bounds[:-1], bounds[1:]):
@@ -152,6 +164,8 @@ def one_run(job: tuple) -> dict:
                     "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
         if b < K:
             _write(partial_path(path), rec)
+    tenth = max(K // 10, 1)
+    rec.update({"first10_mean_regret": float(regret[:tenth].mean()), "last10_mean_regret": float(regret[-tenth:].mean())})
     _write(path, rec)
     partial_path(path).unlink(missing_ok=True)
     return rec
@@ -180,7 +194,7 @@ def pending_jobs(root: Path, K: int, seeds, constants: str, panels, algos=None, 
 def load(root: Path, constants: str, K: int, partial: bool = False) -> dict:
     """{(algo, eps): [records sorted by seed]} of every finished run (``partial=True``: of the unfinished ones)."""
     out: dict = {}
-    for p in sorted((root / constants / f"K{K}").glob("*.json")):
+    for p in sorted((root / constants / f"K{K}-reward-all").glob("*.json")):
         if p.name.endswith(".partial.json") != partial:
             continue
         rec = json.loads(p.read_text())
@@ -208,39 +222,112 @@ def curve_label(algo: str, eps: float | None, recs: list[dict], K: int, last_k: 
     return LABELS[algo] + ("" if eps is None else f" (eps={eps:g})") + f", {n} seed{'s' if n > 1 else ''}{part}"
 
 
-def plot(runs: dict, constants: str, K: int, out_dir: Path, partial: dict | None = None) -> list[Path]:
-    """One PNG per panel with at least one curve (panel b: at least one private curve).
+def references() -> dict[str, float]:
+    """Expected regret per user of the reference policies on the Figure-1 MDP (exact, from the MDP)."""
+    return reference_regrets(make_env("synthetic-linear", world_key=0).mdp)
 
-    Finished runs: mean +- s.e. over their seeds (solid). A curve with no finished run is drawn from
-    the unfinished runs' partial files (dashed, up to where they got).
+
+def per_user(x: np.ndarray, cum: np.ndarray, step: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Mean regret per user between every ``step``-th checkpoint: (geometric mid-points, means)."""
+    idx = np.arange(0, len(cum), step)
+    if idx[-1] != len(cum) - 1:
+        idx = np.append(idx, len(cum) - 1)
+    xs, cs = x[idx], cum[idx]
+    return np.sqrt(xs[1:] * (xs[:-1] + 1)), np.diff(cs) / np.diff(xs)
+
+
+def _draw_references(ax, refs: dict, cumulative_at=None) -> None:
+    """Grey reference lines: levels per user, or ``level * k`` over ``cumulative_at`` (k values)."""
+    for name, (label, style) in REFERENCES.items():
+        lab = f"{label}: {refs[name]:.3g} / user"
+        if cumulative_at is None:
+            ax.axhline(refs[name], color="0.45", lw=1, ls=style, label=lab)
+        else:
+            ax.plot(cumulative_at, refs[name] * cumulative_at, color="0.45", lw=1, ls=style, label=lab)
+
+
+def plot(runs: dict, constants: str, K: int, out_dir: Path, partial: dict | None = None) -> list[Path]:
+    """Panel (a): cumulative regret (log-log) and regret per user (log x) of the five algorithms at
+    eps = 5; panel (b): regret per user over the last 10% of the users and final cumulative regret
+    against eps. Mean +- s.e. over the seeds; reference levels from :func:`references`.
+
+    Finished runs are drawn solid; a curve of panel (a) with no finished run is drawn dashed from the
+    unfinished runs' partial files, up to where they got. Panel (b) uses finished runs only.
     """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     partial = partial or {}
+    refs = references()
     x = checkpoints(K)
     paths = []
-    for panel in ("a", "b"):
-        keys = [k for k in panel_keys(panel) if k in runs or k in partial]
-        if not keys or (panel == "b" and not any(e is not None for _, e in keys)):
-            continue
-        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    sub = f"H = 20, K = {K:,}, {constants} constants, reward function given to every algorithm"
+    keys = [k for k in panel_keys("a") if k in runs or k in partial]
+    if keys:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
         for algo, eps in keys:
             recs = runs.get((algo, eps)) or partial[(algo, eps)]
             m, se = summary(recs)
-            style, color = ("-" if (algo, eps) in runs else "--"), COLORS[(algo, eps)]
-            ax.plot(x[:len(m)], m, style, lw=1.5, color=color, label=curve_label(algo, eps, recs, K, int(x[len(m) - 1])))
-            ax.fill_between(x[:len(m)], m - se, m + se, alpha=0.2, color=color)
-        ax.set_xlabel("episode k (users)")
-        ax.set_ylabel("cumulative regret")
-        title = (f"(a) algorithms, eps = {EPS_PANEL_A:g}, delta = 1e-5" if panel == "a"
-                 else "(b) DP-LSVI-UCB++ budgets, delta = 1e-5")
-        ax.set_title(f"{title}\nH = 20, K = {K:,}, {constants} constants; mean +- s.e. over seeds", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+            style, color = ("-" if (algo, eps) in runs else "--"), COLORS[algo]
+            label = curve_label(algo, eps, recs, K, int(x[len(m) - 1]))
+            ax.plot(x[:len(m)], m, style, lw=1.5, color=color, label=label)
+            ax.fill_between(x[:len(m)], np.maximum(m - se, 1e-3), m + se, alpha=0.2, color=color)
+            px, py = per_user(x[:len(m)], m)
+            ax2.plot(px, py, style, marker=".", lw=1.2, color=color, label=label)
+        _draw_references(ax, refs, x.astype(float))
+        _draw_references(ax2, refs)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=max(0.5 * min(refs.values()), 1e-2))
+        ax2.set_xscale("log")
+        ax2.set_ylim(0, 1.05 * max(refs.values()))
+        ax.set_ylabel("cumulative regret (log)")
+        ax2.set_ylabel("regret per user (mean between checkpoints)")
+        for a_ in (ax, ax2):
+            a_.set_xlabel("users k (log)")
+            a_.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="upper left")
+        fig.suptitle(f"(a) algorithms at eps = {EPS_PANEL_A:g}, delta = 1e-5; {sub}; mean +- s.e. over seeds",
+                     fontsize=9)
         fig.tight_layout()
-        p = out_dir / f"figure1{panel}_{constants}_K{K}.png"
+        p = out_dir / f"figure1a_{constants}_K{K}.png"
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        paths.append(p)
+    private = [a for a in ("luyo", "ngo", "dp-lsvi-ucb-pp") if any((a, e) in runs for e in EPS_PANEL_B)]
+    if private:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+        for field, a_ in (("last10_mean_regret", ax), ("cumulative", ax2)):
+            def value(r, field=field):
+                return r["cumulative_regret"][-1] if field == "cumulative" else r[field]
+            scale = K if field == "cumulative" else 1.0
+            for algo in private:
+                es = [e for e in EPS_PANEL_B if (algo, e) in runs]
+                vals = [[value(r) for r in runs[(algo, e)]] for e in es]
+                m = np.array([np.mean(v) for v in vals])
+                se = np.array([np.std(v, ddof=1) / math.sqrt(len(v)) if len(v) > 1 else 0.0 for v in vals])
+                n = min(len(v) for v in vals)
+                a_.errorbar(es, m, yerr=se, marker="o", capsize=3, color=COLORS[algo],
+                            label=f"{LABELS[algo]}, {n}+ seeds")
+            for algo in ("lsvi-ucb", "lsvi-ucb-pp"):
+                if (algo, None) in runs:
+                    v = np.mean([value(r) for r in runs[(algo, None)]])
+                    a_.axhline(v, color=COLORS[algo], lw=1.5, label=f"{LABELS[algo]} (non-private): {v:,.3g}")
+            for name, (label, style) in REFERENCES.items():
+                a_.axhline(refs[name] * scale, color="0.45", lw=1, ls=style,
+                           label=f"{label}: {refs[name] * scale:,.3g}")
+            a_.set_xscale("log")
+            a_.set_xticks(EPS_PANEL_B, [f"{e:g}" for e in EPS_PANEL_B])
+            a_.set_xlabel("epsilon (delta = 1e-5)")
+            a_.set_ylim(0, 1.05 * max(refs.values()) * scale)
+            a_.grid(alpha=0.3)
+        ax.set_ylabel("regret per user, last 10% of the users")
+        ax2.set_ylabel(f"cumulative regret after K = {K:,} users")
+        ax.legend(fontsize=7)
+        fig.suptitle(f"(b) final regret against the budget; {sub}; mean +- s.e. over seeds", fontsize=9)
+        fig.tight_layout()
+        p = out_dir / f"figure1b_{constants}_K{K}.png"
         fig.savefig(p, dpi=120)
         plt.close(fig)
         paths.append(p)
@@ -257,7 +344,7 @@ def table(runs: dict, K: int, partial: dict | None = None) -> str:
     n_common = min(len(summary(recs)[0]) for _, recs in curves)
     k_common = checkpoints(K)[n_common - 1]
     rows = [f"| algorithm | eps | seeds | regret at k = {k_common:,} | users reached k | regret at k | per seed at k "
-            f"| mean switches | CPU s / run |", "|---|---|---|---|---|---|---|---|---|"]
+            f"| per user, last 10% | mean switches | CPU s / run |", "|---|---|---|---|---|---|---|---|---|---|"]
     for key, recs in curves:
         m, se = summary(recs)
         k_done = min(r.get("episodes_done", K) for r in recs)
@@ -266,9 +353,18 @@ def table(runs: dict, K: int, partial: dict | None = None) -> str:
         rows.append(f"| {LABELS[key[0]]} | {'-' if key[1] is None else f'{key[1]:g}'} | {len(recs)} | "
                     f"{m[n_common - 1]:,.0f} +- {se[n_common - 1]:,.0f} | "
                     f"{k_at:,}{'' if k_done >= K else ' (unfinished)'} | {m[-1]:,.0f} +- {se[-1]:,.0f} | {per} | "
-                    f"{np.mean([r['switches'] for r in recs]):,.0f} | "
+                    f"{_last10(recs)} | {np.mean([r['switches'] for r in recs]):,.0f} | "
                     f"{np.mean([r['cpu_seconds'] for r in recs]):.0f} |")
     return "\n".join(rows)
+
+
+def _last10(recs: list[dict]) -> str:
+    """Mean +- s.e. over the seeds of the regret per user over the last 10% of the users ('-' if unfinished)."""
+    v = [r["last10_mean_regret"] for r in recs if "last10_mean_regret" in r]
+    if len(v) < len(recs):
+        return "-"
+    se = np.std(v, ddof=1) / math.sqrt(len(v)) if len(v) > 1 else 0.0
+    return f"{np.mean(v):.3f} +- {se:.3f}"
 
 
 def main(argv=None) -> None:

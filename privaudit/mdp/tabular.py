@@ -247,3 +247,30 @@ def value_iteration(mdp: TabularMDP) -> tuple[np.ndarray, np.ndarray, float]:
         pi[h, np.arange(S), best] = 1.0
         V[h] = Q[np.arange(S), best]
     return pi, V, float(mdp.d0 @ V[0])
+
+
+def reference_regrets(mdp: TabularMDP) -> dict[str, float]:
+    """Expected regret per episode, v* - v^pi, of three policies that learn nothing.
+
+    Reference levels for a regret curve (issue 31, D3): ``uniform`` (pi_h(a | s) = 1/A),
+    ``action0`` (always action 0) and ``reward_greedy`` (argmax_a r_h(s, a), the expected reward
+    of :meth:`TabularMDP.expected_reward`, ties to the lowest action: what an explorer given the
+    reward function plays without learning anything about the transitions). Exact, by backward
+    induction (:func:`evaluate_policy`, :func:`value_iteration`); the start state is drawn from d0.
+
+    Returns
+    -------
+    dict
+        ``{"uniform": float, "action0": float, "reward_greedy": float}``, in reward units per
+        episode (>= 0).
+    """
+    H, S, A = mdp.horizon, mdp.n_states, mdp.n_actions
+    v_star = value_iteration(mdp)[2]
+    greedy = np.zeros((H, S, A))
+    best = np.stack([mdp.expected_reward(h).argmax(-1) for h in range(H)])        # (H, S)
+    np.put_along_axis(greedy, best[..., None], 1.0, axis=2)
+    first = np.zeros((S, A))
+    first[:, 0] = 1.0
+    policies = {"uniform": np.full((S, A), 1.0 / A), "action0": first, "reward_greedy": greedy}
+    return {name: v_star - evaluate_policy(mdp, pi) for name, pi in policies.items()}
+

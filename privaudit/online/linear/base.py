@@ -81,6 +81,23 @@ class LinearExplorer(Agent):
         self.lat: LatticeStats | None = None   # integer lattice statistics of a private run with noise
         self.phi_q: np.ndarray | None = None  # phi on the 2^-12 grid, integer multiples (S, A, d)
 
+    def _checked_reward(self, reward) -> np.ndarray:
+        """The public reward function r_h(s, a) as an (H, S*A) array.
+
+        Raises
+        ------
+        UsageError
+            Not of shape (H, S, A), or a value outside [0, 1] (the value ranges behind the
+            sensitivities and the clip of Q to [0, H] assume it).
+        """
+        r = np.asarray(reward, dtype=np.float64)
+        if r.shape != (self.H, self.S, self.A):
+            raise UsageError(f"`reward` must have shape (H, S, A) = {(self.H, self.S, self.A)}. "
+                             f"Got {r.shape}.")
+        if not (np.isfinite(r).all() and (r >= 0).all() and (r <= 1).all()):
+            raise UsageError("`reward` must lie in [0, 1].")
+        return r.reshape(self.H, -1)
+
     def _use_lattice(self, lattice: Lattice) -> None:
         """Put the feature table on the lattice's grid: every later statistic and Q use it."""
         self.lattice = lattice

@@ -56,7 +56,8 @@ def build_linear(env, n_episodes, budget, constants, fail_prob, rng, *, algo: st
 
 def make_linear_agent(algo: str, phi, reward, horizon: int, n_episodes: int, *,
                       rho: float = math.inf, delta: float = 1e-5, constants: str = "practical",
-                      fail_prob: float = 0.01, rng: np.random.Generator | None = None) -> LinearExplorer:
+                      fail_prob: float = 0.01, rng: np.random.Generator | None = None,
+                      reward_to_all: bool = False) -> LinearExplorer:
     """A linear explorer ready to run K episodes.
 
     Parameters
@@ -66,7 +67,8 @@ def make_linear_agent(algo: str, phi, reward, horizon: int, n_episodes: int, *,
     phi : array_like, shape (S, A, d)
         Public feature map (norms enforced <= 1).
     reward : array_like, shape (H, S, A)
-        Public reward function (used by the ++ algorithms only).
+        Public reward function, values in [0, 1] (used by the ++ algorithms, which assume it known; by
+        the others only with ``reward_to_all``).
     horizon, n_episodes : int
         H and the public K.
     rho : float
@@ -79,6 +81,10 @@ def make_linear_agent(algo: str, phi, reward, horizon: int, n_episodes: int, *,
         Failure probability of the confidence bounds.
     rng : numpy.random.Generator, optional
         Noise stream (OS entropy when omitted).
+    reward_to_all : bool
+        Give the reward function to LSVI-UCB, Luyo and Ngo too (Q = r + w^T phi + bonus, w regressing
+        V_{h+1} alone), so that a comparison gives every explorer the same information (issue 31, D3).
+        False (default): they regress r + V_{h+1} as in their papers.
 
     Raises
     ------
@@ -96,13 +102,14 @@ def make_linear_agent(algo: str, phi, reward, horizon: int, n_episodes: int, *,
         raise UsageError(f"`phi` must have shape (S, A, d). Found shape {table.shape}.")
     S, A, d = table.shape
     pb = Problem(int(horizon), S, A, d, int(n_episodes), fail_prob)
+    known = reward if reward_to_all else None
     if algo == "lsvi-ucb":
-        return LSVIUCB(table, horizon, n_episodes, lsvi_ucb_constants(pb, constants), rng=rng)
+        return LSVIUCB(table, horizon, n_episodes, lsvi_ucb_constants(pb, constants), rng=rng, reward=known)
     if algo == "luyo":
         return LuyoLSVIUCB(table, horizon, n_episodes, luyo_constants(pb, rho, constants, delta=delta),
-                           rng=rng)
+                           rng=rng, reward=known)
     if algo == "ngo":
-        return NgoLSVIUCB(table, horizon, n_episodes, ngo_constants(pb, rho, constants), rng=rng)
+        return NgoLSVIUCB(table, horizon, n_episodes, ngo_constants(pb, rho, constants), rng=rng, reward=known)
     if algo == "lsvi-ucb-pp":
         return LSVIUCBPlusPlus(table, reward, horizon, n_episodes, lsvi_ucb_pp_constants(pb, constants),
                                rng=rng)

@@ -30,7 +30,9 @@ Sources
   H N_max vector releases, det-doubling switches C = 2, public cap
   N_max = ceil(d H log_C(1 + K/(d (lambda + lambda-tilde)))) (the sum over h of
   the per-step doubling counts [D]; the N_max of Sahu's public code,
-  floor(d H log2(log(1 + K/(lambda-tilde d)))), does not have that form).
+  floor(d H log2(log(1 + K/(lambda-tilde d)))), does not have that form). With noise
+  the switches follow a public schedule instead of the noisy test [D]
+  (:func:`ngo_switch_schedule`; issue 31, D2).
 * Private LSVI-UCB radius [D]: Jin's radius plus the regulariser bias of the
   shift, (H+1) sqrt(3 d lambda-tilde), plus the noise term Y / sqrt(lambda +
   lambda-tilde), Y a bound on the vector noise norm (standard private-ridge
@@ -56,6 +58,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from privaudit.core.errors import UsageError
 from privaudit.online.linear.sensitivity import (gram_sensitivity, target_sensitivity, goe_scale,
@@ -140,7 +144,11 @@ class JinConstants:
     switch_ratio : float
         Ngo: determinant ratio C of a switch (2 in the paper; 1 switches whenever det grows).
     n_max : int
-        Ngo: public hard cap on the number of policy switches.
+        Ngo: public hard cap on the number of policy switches (with ``switch_at``: its length).
+    switch_at : tuple of int
+        Ngo: the public switching schedule, the episodes k (users served) at which the policy is
+        recomputed, fixed before the run (:func:`ngo_switch_schedule`); empty: the paper's
+        determinant-doubling test on the released Gram matrices, capped at ``n_max``.
     noise_gram : float
         GOE entry scale s of each Gram-tree node (0: none).
     noise_vec : float
@@ -159,6 +167,7 @@ class JinConstants:
     noise_gram: float = 0.0
     noise_vec: float = 0.0
     name: str = "custom"
+    switch_at: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -326,24 +335,88 @@ def luyo_boundaries(n_episodes: int, n_batches: int) -> int:
     return math.ceil(n_episodes / length) - 1
 
 
+def ngo_switch_schedule(n_episodes: int, dim: int, base: float, switch_ratio: float) -> tuple:
+    """Ngo's public switching schedule [D]: k_j = ceil(d b (C^{j/d} - 1)), j = 1, 2, ..., distinct, < K.
+
+    The episodes at which the determinant-doubling test of Ngo, Vietri & Wu (2022, Algorithm 1) would fire
+    if the data grew every direction alike: with k unit-norm features spread evenly over the d
+    directions, det(b I + (k/d) I) = (b + k/d)^d reaches C^j b^d at k = d b (C^{j/d} - 1). The schedule
+    is a function of public constants only (K, d, the public diagonal b = lambda + lambda-tilde of the
+    release, C), so it reads no data and no release: it costs no privacy (docs/online.md, "Departures").
+    It has about d log_C(1 + K / (d b)) points, the per-step count whose sum over the H steps is
+    :func:`ngo_constants`' cap N_max; C = 1 switches at every episode.
+
+    Parameters
+    ----------
+    n_episodes : int
+        K (public).
+    dim : int
+        d.
+    base : float
+        b > 0, the public diagonal of a released Gram matrix before any data.
+    switch_ratio : float
+        C >= 1.
+
+    Returns
+    -------
+    tuple of int
+        The switch episodes, increasing, in 1..K-1 (k users served before the switch).
+    """
+    K = int(n_episodes)
+    if switch_ratio <= 1.0:
+        return tuple(range(1, K))
+    n = math.floor(dim * math.log1p((K - 1) / (dim * base)) / math.log(switch_ratio)) + 1
+    k = np.ceil(dim * base * np.expm1(np.arange(1, n + 1) * math.log(switch_ratio) / dim))
+    return tuple(int(x) for x in np.unique(k[(k >= 1) & (k < K)]))
+
+
 def ngo_constants(pb: Problem, rho: float, which: str = "theory", *, switch_ratio: float = 2.0,
-                  n_max: int | None = None) -> JinConstants:
+                  n_max: int | None = None, switching: str | None = None) -> JinConstants:
     """Low-switching private LSVI-UCB (Ngo, Vietri & Wu 2022, Algorithm 1).
+
+    Parameters
+    ----------
+    switching : {"schedule", "determinant"}, optional
+        ``"schedule"`` (default with noise, finite rho): switch at the public episodes of
+        :func:`ngo_switch_schedule` [D]; ``"determinant"`` (default at rho = inf): the paper's
+        determinant-doubling test on the released Gram matrices, capped at N_max. With noise the
+        test fires on noise alone (issue 31, D2: about 2.5 times as often as without noise; at
+        eps = 1, H = 5 the cap was used up within the first third of the users and the policy froze).
+    n_max : int, optional
+        Cap on the switches (default: N_max below); with ``"schedule"`` the schedule is thinned to at
+        most ``n_max`` of its points, evenly in index.
 
     Notes
     -----
     rho/2 to H binary trees over the K episodes (Gram released every episode),
-    rho/2 to H N_max target-vector releases (targets in [0, H + 1]). N_max is
-    public and fixed before the run; the algorithm stops switching at it.
+    rho/2 to H n target-vector releases (targets in [0, H + 1]), n = the schedule's length, or the
+    cap N_max = ceil(d H log_C(1 + K/(d b))) with the determinant test. Both are public and fixed
+    before the run.
+
+    Raises
+    ------
+    UsageError
+        ``switch_ratio`` < 1, or an unknown ``switching``.
     """
     _check_set(which)
     H, d, K, p = pb.horizon, pb.dim, pb.n_episodes, pb.fail_prob
     if not switch_ratio >= 1:
         raise UsageError(f"`switch_ratio` must be >= 1. Got {switch_ratio!r}.")
+    if switching is None:
+        switching = "determinant" if math.isinf(rho) else "schedule"
+    if switching not in ("schedule", "determinant"):
+        raise UsageError(f"`switching` must be 'schedule' or 'determinant'. Got {switching!r}.")
     s_tree = 0.0 if math.isinf(rho) else tree_gram_scale(rho / 2, H, K)
     lam_t = goe_opnorm_bound(s_tree * math.sqrt(tree_levels(K)), d, p / (3.0 * H * K))
-    if n_max is None:
-        base = _jin_lam(which) + lam_t * _m(which, "shift")
+    base = _jin_lam(which) + lam_t * _m(which, "shift")
+    schedule: tuple = ()
+    if switching == "schedule":
+        schedule = ngo_switch_schedule(K, d, base, switch_ratio)
+        if n_max is not None and 0 < int(n_max) < len(schedule):
+            idx = np.unique(np.round(np.linspace(0, len(schedule) - 1, int(n_max))).astype(int))
+            schedule = tuple(schedule[i] for i in idx)
+        n_max = len(schedule)
+    elif n_max is None:
         per_h = d * math.log(1.0 + K / (d * base)) / math.log(max(switch_ratio, 1.0 + 1e-12))
         n_max = math.ceil(H * per_h * _m(which, "n_max"))
     n_max = int(min(max(int(n_max), 1), K))
@@ -351,7 +424,7 @@ def ngo_constants(pb: Problem, rho: float, which: str = "theory", *, switch_rati
     shift, floor, beta = _private_jin(pb, which, s_tree, tree_levels(K), K, sigma, n_max)
     return JinConstants(lam=_jin_lam(which), beta=beta, shift=shift, floor=floor, n_batches=K,
                         switch_ratio=float(switch_ratio), n_max=n_max, noise_gram=s_tree,
-                        noise_vec=sigma, name=which)
+                        noise_vec=sigma, name=which, switch_at=schedule)
 
 
 def _plusplus(pb: Problem, which: str, sigma_min: float, lam_t: float, l_v: float,

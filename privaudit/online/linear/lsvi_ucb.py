@@ -46,10 +46,19 @@ from privaudit.privacy.events import PrivacyEvent
 
 
 class LSVIUCBFamily(LinearExplorer):
-    """LSVI-UCB's backward pass over released (inverse Gram, target) statistics."""
+    """LSVI-UCB's backward pass over released (inverse Gram, target) statistics.
 
-    def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
+    ``reward`` (optional, shape (H, S, A), values in [0, 1]): the public reward function. Given, Q_h =
+    r_h + w_h^T phi + bonus with w_h regressing V_{h+1}(s') alone, as LSVI-UCB++ and DP-LSVI-UCB++ do
+    (He et al. 2023; Sahu 2025), so that every explorer of a comparison has the same information
+    (issue 31, D3); omitted (the default, Jin et al. 2020's Algorithm 1), w_h regresses r + V_{h+1}(s').
+    The private versions keep the target sensitivity 2 (H + 1) either way (V alone lies in [0, H]:
+    conservative), so the noise and the guarantee do not depend on it.
+    """
+
+    def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None, reward=None):
         super().__init__(phi, horizon, n_episodes, rng=rng)
+        self.r_known = None if reward is None else self._checked_reward(reward)   # (H, S*A) or None
         self.c = constants
         # the exact Gram carries lambda + shift on its diagonal (the public part of the release)
         self.stats = RidgeStats(self.H, self.S, self.d, constants.lam + constants.shift)
@@ -69,6 +78,8 @@ class LSVIUCBFamily(LinearExplorer):
         if target == self._exact_target:
             return self._backward_exact(inv)
         bon = self.c.beta * bonus_table(self.phi_flat, inv)           # (H, S*A)
+        if self.r_known is not None:
+            bon = bon + self.r_known
         v = np.zeros(self.S)
         for h in range(H - 1, -1, -1):
             index = (self.phi_flat @ (inv[h] @ target(h, v)) + bon[h]).reshape(self.S, self.A)
@@ -89,7 +100,8 @@ class LSVIUCBFamily(LinearExplorer):
         phi_t = self.phi_flat.T
         mT = inv @ phi_t                                                          # (H, d, S*A)
         bon = self.c.beta * np.sqrt(np.maximum((mT * phi_t).sum(axis=1), 0.0))   # (H, S*A)
-        aug = np.concatenate([self.stats.b @ mT, (self.stats.c[:, None, :] @ mT) + bon[:, None, :]], axis=1)
+        const = (self.stats.c[:, None, :] @ mT)[:, 0] if self.r_known is None else self.r_known   # (H, S*A)
+        aug = np.concatenate([self.stats.b @ mT, (const + bon)[:, None, :]], axis=1)
         v_aug = np.zeros(S + 1)                         # (V_{h+1}, 1); V_H = 0
         v_aug[S] = 1.0
         q = self.Q.reshape(H, S * A)
@@ -102,8 +114,9 @@ class LSVIUCBFamily(LinearExplorer):
         _CLIP(self.Q, 0.0, H, out=self.Q)
 
     def _exact_target(self, h: int, v: np.ndarray) -> np.ndarray:
-        """The exact float target sum phi (r + V_{h+1}(s')) (non-private, or rho = inf)."""
-        return self.stats.target(h, v, with_reward=True)
+        """The exact float target sum phi (r + V_{h+1}(s')) (non-private, or rho = inf); sum phi V_{h+1}(s')
+        when the reward function is known."""
+        return self.stats.target(h, v, with_reward=self.r_known is None)
 
     def _private_setup(self, n_leaves: int) -> None:
         """With noise: the lattice, its statistics and the H exact Gram trees; without: float twins."""
@@ -128,8 +141,8 @@ class LSVIUCBFamily(LinearExplorer):
         if self.lat is None:
             return self._exact_target
         eta = self.noise.vector("target", self.c.noise_vec, self.lattice.target_bits, self.H, self.d)
-        bits = self.lattice.target_bits
-        return lambda h, v: release(self.lat.target(h, v) + eta[h], bits)
+        bits, with_reward = self.lattice.target_bits, self.r_known is None
+        return lambda h, v: release(self.lat.target(h, v, with_reward) + eta[h], bits)
 
     def _switch(self, inv: np.ndarray) -> None:
         """A policy update of a private version: fresh target releases and the backward pass over ``inv``."""

@@ -78,19 +78,13 @@ class LSVIUCBPlusPlus(LinearExplorer):
     def __init__(self, phi, reward, horizon, n_episodes, constants: PlusPlusConstants, *,
                  private: bool = False, rng=None):
         super().__init__(phi, horizon, n_episodes, rng=rng)
-        r = np.asarray(reward, dtype=np.float64)
-        if r.shape != (self.H, self.S, self.A):
-            raise UsageError(f"`reward` must have shape (H, S, A) = {(self.H, self.S, self.A)}. "
-                             f"Got {r.shape}.")
-        if not (np.isfinite(r).all() and (r >= 0).all() and (r <= 1).all()):
-            raise UsageError("`reward` must lie in [0, 1].")
+        self.r_flat = self._checked_reward(reward)
         if constants.optimistic not in ("bernstein", "hoeffding"):
             raise UsageError(f"`optimistic` must be 'bernstein' or 'hoeffding'. "
                              f"Got {constants.optimistic!r}.")
         self.c = constants
         self.private = bool(private)
         self.algo = "dp-lsvi-ucb-pp" if private else "lsvi-ucb-pp"
-        self.r_flat = r.reshape(self.H, -1)
         if self.private and constants.noise_gram > 0:
             # exact discrete Gaussian noise on integer lattice statistics (privaudit.online.linear.lattice)
             self._use_lattice(choose_lattice(math.sqrt(2.0) * constants.noise_gram, constants.noise_v,

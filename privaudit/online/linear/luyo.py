@@ -36,8 +36,8 @@ class LuyoLSVIUCB(LSVIUCBFamily):
 
     algo = "luyo"
 
-    def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None):
-        super().__init__(phi, horizon, n_episodes, constants, rng=rng)
+    def __init__(self, phi, horizon, n_episodes, constants: JinConstants, *, rng=None, reward=None):
+        super().__init__(phi, horizon, n_episodes, constants, rng=rng, reward=reward)
         self.batch_len = math.ceil(self.K / constants.n_batches)
         self._private_setup(constants.n_batches)
         self._batch_gram = np.zeros((self.H, self.d, self.d), dtype=np.int64 if self.lat is not None else float)

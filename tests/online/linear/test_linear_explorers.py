@@ -246,7 +246,7 @@ class _WildTree(TreeCounter):
 def test_ngo_switches_never_exceed_the_cap(n_max):
     K = 80
     pb = Problem(H, S, A, D, K)
-    c = ngo_constants(pb, 10.0, "practical", n_max=n_max)
+    c = ngo_constants(pb, 10.0, "practical", n_max=n_max, switching="determinant")
     agent = NgoLSVIUCB(PHI, H, K, c, rng=np.random.default_rng(5))
     play(agent, K)
     assert 1 <= agent.n_switches <= n_max
@@ -519,10 +519,12 @@ def test_explore_cli_runs_a_linear_explorer(tmp_path):
 # exact lattice noise (privaudit.online.linear.lattice)
 
 
-def _noise_rows(algo, K, rho=1.0, seed=8):
-    """Play a private explorer with a recording noise source; (agent, {family: real-unit noise rows})."""
-    agent = make_linear_agent(algo, PHI, REWARD, H, K, rho=rho, constants="practical",
-                              rng=np.random.default_rng(seed))
+def _noise_rows(algo, K, rho=1.0, seed=8, agent=None):
+    """Play a private explorer (``agent``, or ``algo`` built here) with a recording noise source;
+    (agent, {family: real-unit noise rows})."""
+    if agent is None:
+        agent = make_linear_agent(algo, PHI, REWARD, H, K, rho=rho, constants="practical",
+                                  rng=np.random.default_rng(seed))
     rec = _RecordingNoise(agent.rng)
     agent.noise = rec
     play(agent, K)
@@ -557,8 +559,10 @@ def test_dp_lsvi_ucb_pp_noise_is_integer_with_the_events_scale():
 def test_ngo_target_noise_has_the_events_scale():
     """Ngo's target releases: exact N_Z noise whose sd (real units) is the event's sigma (>= 10 releases of
     H x d = 200 coordinates: relative sd of the variance <= sqrt(2/2000) = 0.032, tolerance 20% > 6 sd)."""
-    agent, rows = _noise_rows("ngo", 150, rho=5.0)
-    assert agent.n_switches >= 10
+    K = 150           # a public schedule with C = 1: a switch (H fresh target releases) at every episode
+    c = ngo_constants(Problem(H, S, A, D, K), 5.0, "practical", switch_ratio=1.0)
+    agent, rows = _noise_rows("ngo", K, agent=NgoLSVIUCB(PHI, H, K, c, rng=np.random.default_rng(8)))
+    assert agent.n_switches == K - 1
     ev = {e.family.split(" ")[0]: e for e in agent.events()}
     assert np.var(rows["target"]) == pytest.approx(ev["ngo:target"].sigma ** 2, rel=0.2)
     assert agent.tree.noise == "exact" and agent.tree._exact.dtype == np.int64
