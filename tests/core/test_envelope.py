@@ -64,8 +64,13 @@ def test_an_old_manifest_reads_as_the_envelope_written_now(fresh, name, tmp_path
     old, new = _old_and_new(fresh, name)
     assert "details" not in old.guarantee and list(new.guarantee)[-8:] == list(ENVELOPE_KEYS)
     assert new.envelope == new.guarantee  # written in the envelope's shape: read as written
-    assert dict(old.envelope) == dict(new.guarantee)  # every key and value, in the same order
-    assert list(old.envelope) == list(new.guarantee)
+    old_env, new_env = dict(old.envelope), dict(new.guarantee)
+    if name == "explore_ngo":  # Ngo et al.'s noisy targets are now released on the public switch schedule
+        # (fewer releases, so a different composed event than the fixture's run): the old event, as recorded
+        assert old_env.pop("event")["events"] == list(old.guarantee["events"])
+        new_env.pop("event")
+    assert old_env == new_env  # every key and value, in the same order
+    assert list(old_env) == list(new_env)
     # not rewritten on reading: the old file comes back byte for byte
     src = OLD / ("release/manifest.json" if name == "release" else f"{name}.json")
     assert old.write(tmp_path / "m.json").read_text() == src.read_text()
