@@ -42,8 +42,14 @@ SMALL, LARGE = 100_000, 400_000
 #: second round (later on 2026-12-02): main before it validate 248 -> 268, release 362 -> 362, pipeline 597 -> 598;
 #: after it (2 runs) validate 247-255 -> 307-316, release 359 -> 362-364, pipeline 595-600 -> 600-601. The bounds
 #: were kept: what that round fixed shows only from ~1e6 stays, and validate varies by +-30 MiB on the same code.
+#: Measured again on a quiet machine after that round was merged (2026-12-02, six runs of validate, on the
+#: round's own branch and on main after it): 251-274 -> 369-410 MiB, growth 108-152 MiB, ratio 1.41-1.59 (the
+#: round's screens and parts hold per-episode state up to their part size, 10^6 episodes, so between these two
+#: sizes it grows, and above it no longer: 349 / 452 / 771 MiB at 10^6 / 3 10^6 / 10^7 stays, where main before
+#: the round took 1,598 MiB at 10^7, docs/benchmarks.md). Validate's bound was raised from (105, 1.42) to
+#: (175, 1.70): the replace_strict regression above (+66 MiB of growth) still passes it on top of 152 MiB.
 BOUNDS = {
-    "validate": (105.0, 1.42),
+    "validate": (175.0, 1.70),
     "release": (150.0, 1.40),
     "pipeline": (220.0, 1.40),
 }
