@@ -282,7 +282,8 @@ def _martingale_width(q_plus: float, q_max: float, a: float) -> float:
 def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, pi: np.ndarray, *, budget: Budget,
                             coverage: float = COVERAGE_DEFAULT, confidence: float = CONFIDENCE_DEFAULT,
                             ledger: str | Path | None = None, seed: int | None = None, units=None,
-                            description: str = "policy evaluation") -> dict:
+                            description: str = "policy evaluation", run: str | None = None,
+                            output: str | Path | None = None) -> dict:
     """Evaluate policy ``pi`` on the logs with DP: the Python side of ``privaudit evaluate --logs``.
 
     Parameters
@@ -309,6 +310,8 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         ``ope.split.in_part``): only those units are evaluated.
     description : str
         The ledger entry's description.
+    run, output : optional
+        The ledger entry's run id and output folder (``privacy.ledger.charge``), e.g. a pipeline run's.
 
     Returns
     -------
@@ -341,7 +344,8 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
     del model
     out = plan.certify(noisy, confidence)
     if ledger is not None:
-        ledger_mod.charge_event(Path(ledger), spec.dataset_id, plan.event, description, budget)
+        ledger_mod.charge_event(Path(ledger), spec.dataset_id, plan.event, description, budget, run=run,
+                                output=output)
     out.update(guarantee=budget.guarantee(plan.event), mechanism=plan.describe(),
                rng="seeded-insecure" if seed is not None else "os-entropy")
     return out

@@ -98,7 +98,8 @@ def improvement_certified(lower_bound: float, clinicians_interval) -> bool:
 
 def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, budget: Budget, *,
                      ledger=None, seed: int | None = None, clinicians_interval=None,
-                     units: float | None = None, done: dict | None = None) -> dict:
+                     units: float | None = None, done: dict | None = None, run: str | None = None,
+                     output=None) -> dict:
     """Evaluate each policy table on the held-out part; the verdict against the clinicians' interval.
 
     Parameters
@@ -124,6 +125,8 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
         Policy -> its entry from an earlier, stopped run (charged then): reused, not evaluated or charged
         again. Each new entry is added to it as soon as its evaluation is charged and done, so that a run
         stopped in the middle keeps what it paid for (``pipeline.resume``).
+    run, output : optional
+        The pipeline's run id and output folder, written in each ledger entry.
 
     Returns
     -------
@@ -141,7 +144,8 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
         m = coverage_rule(spec, part, units, units_per_coverage=UNITS_PER_COVERAGE_OF.get(name, UNITS_PER_COVERAGE))
         res = evaluate_policy_on_logs(held_out, spec, tables[name], budget=part, ledger=ledger, seed=seed,
                                       coverage=m,
-                                      description=f"pipeline, held-out certification of {name}")
+                                      description=f"pipeline, held-out certification of {name}", run=run,
+                                      output=output)
         out[name] = {k: res[k] for k in ("estimate", "lower_bound", "interval", "confidence", "coverage",
                                          "guarantee")}
         out[name]["improvement_certified"] = improvement_certified(res["lower_bound"], clinicians_interval)
@@ -186,7 +190,8 @@ def certify_stage(config, state) -> None:
     fraction = float(config.hold_out_fraction)
     results = certify_policies(state.held_out, spec, tables, state.plan.budget, ledger=config.ledger, seed=seed,
                                clinicians_interval=clinicians,
-                               units=held_out_units_estimate(state.value_stats, fraction), done=state.certified)
+                               units=held_out_units_estimate(state.value_stats, fraction), done=state.certified,
+                               run=state.run_id, output=state.out)
     state.certification = summary_entry(results, clinicians, fraction)
 
 
