@@ -45,6 +45,7 @@ from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
 from privaudit.privacy.fixed_point import discrete_gaussian_batch, to_grid_nearest
 from privaudit.privacy.noise import gaussian_sigma
+from privaudit.release.behaviour_value import return_range
 
 __all__ = ["PolicyEvaluation", "evaluate_policy_on_logs", "coverage_rule", "CONFIDENCE_DEFAULT", "COVERAGE_DEFAULT",
            "SHARES", "NOISE_TARGET", "UNITS_PER_COVERAGE"]
@@ -172,7 +173,9 @@ class PolicyEvaluation:
         -------
         dict
             Declared reward units: ``estimate`` (the noisy model value, biased
-            low by the caps, clipped to the value range [0, V_max]; unclipped:
+            low by the caps, clipped to the value range [0, V_max] and into the
+            declared return range, ``release.behaviour_value.return_range``:
+            the estimate, bound and interval alike; unclipped:
             ``estimate_unclipped``), ``absorbed_mass`` (the noisy share of the
             policy's mass the coverage caps absorb, clipped to [0, 1]: near 1,
             m is too large for these logs and the bound is empty),
@@ -201,7 +204,8 @@ class PolicyEvaluation:
         hi2 = (V + noise("value", _FAILURE["value"] * alpha / 4) + width(alpha / 4)  # L takes alpha/4 of alpha/2
                + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 4))))
         frame, H = evaluation_frame(self.spec), self.spec.horizon  # r'' units -> declared: width x + H low
-        clip = (lambda x: frame.declared(np.clip(x, 0.0, top), H))
+        g_lo, g_hi, _ = return_range(self.spec)  # every policy's value lies in it (a declared return_bound)
+        clip = (lambda x: float(np.clip(frame.declared(np.clip(x, 0.0, top), H), g_lo, g_hi)))
         scale = frame.width
         return {"estimate": clip(V), "estimate_unclipped": frame.declared(V, H),
                 "absorbed_mass": float(np.clip(L, 0.0, 1.0)),
