@@ -61,6 +61,11 @@ def format_table(summary: dict, out: str) -> str:
     for r in [VALUES_COLUMNS] + rows:
         lines.append("  " + "  ".join(f"{c:<{wd}}" if i == 0 else f"{c:>{wd}}"
                                       for i, (c, wd) in enumerate(zip(r, widths))))
+    for p in summary["policies"]:
+        if p.get("certified_value") is not None and p.get("certified_confidence") is not None:
+            lines.append(f"  certified   {p['name']}: {p['certified_value']:.4f} is a lower bound on its value, with "
+                         f"probability >= {100 * p['certified_confidence']:g}% when its assumptions hold "
+                         "(docs/certificates.md)")
     bl = behaviour_line(summary)
     if bl is not None:
         lines.append(f"  {'clinicians':<{w}}  {bl}")
