@@ -270,3 +270,6 @@ def test_held_out_charges_name_the_run_and_its_kept_output(world, tmp_path, monk
     assert any("held-out certification" in e["description"] for e in entries)
     assert all(e.get("run") == run_id and e.get("output") == str(out.absolute()) for e in entries), entries
     assert "a retry spends it again" not in res.stderr and "run ?" not in res.stderr
+    marker = json.loads((out / "INCOMPLETE.json").read_text())["charged"]  # names every charge, as the ledger does
+    held = [e["description"].removeprefix("pipeline, ") for e in entries if "held-out" in e["description"]]
+    assert all(h in marker for h in held) and all(h in res.stderr for h in held), (marker, held)
