@@ -159,7 +159,7 @@ PARALLEL_CONDITION = ("parallel: the held-out evaluations and everything else ru
                       "id decides its part); if a replaced unit may change id, the parts add up")
 
 
-def certification_lines(certification: dict, clinicians_interval) -> list[str]:
+def certification_lines(certification: dict, clinicians_interval, clinicians_confidence=None) -> list[str]:
     """One line per policy: certified value (lower bound), interval, and the verdict; then the clinicians'."""
     lines = []
     for name, c in certification.items():
@@ -168,7 +168,8 @@ def certification_lines(certification: dict, clinicians_interval) -> list[str]:
         lines.append(f"{name}: certified value {c['lower_bound']:.4f} (held-out lower bound, "
                      f"{100 * c['confidence']:g}%), interval [{lo:.4f}, {hi:.4f}]; {verdict}")
     if clinicians_interval is not None:
-        lines.append(f"clinicians: DP interval [{clinicians_interval[0]:.4f}, {clinicians_interval[1]:.4f}]")
+        level = "" if clinicians_confidence is None else f" (two-sided, {100 * clinicians_confidence:g}%)"
+        lines.append(f"clinicians: DP interval [{clinicians_interval[0]:.4f}, {clinicians_interval[1]:.4f}]{level}")
     else:
         lines.append("clinicians: no DP interval (value share 0): no improvement can be certified")
     lines.append("composition: " + PARALLEL_CONDITION)

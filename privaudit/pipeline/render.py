@@ -47,6 +47,11 @@ def behaviour_line(summary: dict) -> str | None:
             "(mean logged return)" + ("" if ex is None else f"; the MDP's clinicians' policy: {ex:.4f}"))
 
 
+def _level(summary: dict):
+    """The level of the clinicians' DP interval (None when it was not made)."""
+    return (summary.get("behaviour_value") or {}).get("confidence")
+
+
 def format_table(summary: dict, out: str) -> str:
     """The short table printed on stdout at the end of ``privaudit pipeline``."""
     g = summary["privacy"]
@@ -83,7 +88,7 @@ def format_table(summary: dict, out: str) -> str:
     held = summary.get("held_out_certification")
     if held is not None:  # pipeline.certify: each policy's held-out lower bound next to the clinicians' interval
         lines += [f"  held-out    {line}" for line in certification_lines(held["policies"],
-                                                                           held["clinicians_interval"])]
+                                                                           held["clinicians_interval"], _level(summary))]
     a = summary["audit"]
     if a is None:
         lines.append("  audit       skipped")
@@ -206,7 +211,7 @@ def render_markdown(summary: dict) -> str:
     if held is not None:  # pipeline.certify (--hold-out)
         L += ["", "**Held-out certification** (`--hold-out`; privaudit's docs/certificates.md): each policy's DP "
               f"lower bound on the privacy units held out from training ({held['split']}; {held['composition']}):",
-              ""] + [f"* {line}" for line in certification_lines(held["policies"], held["clinicians_interval"])] + [""]
+              ""] + [f"* {line}" for line in certification_lines(held["policies"], held["clinicians_interval"], _level(summary))] + [""]
     if ev is not None and ev["references"]:
         L += ["Reference policies: " + ", ".join(f"{k} {v:.4f}" for k, v in ev["references"].items())
               + f"; optimal {ev['optimal_value']:.4f}.", ""]
