@@ -47,6 +47,7 @@ from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
 from privaudit.privacy.fixed_point import discrete_gaussian_batch, to_grid_nearest
 from privaudit.privacy.noise import gaussian_sigma
+from privaudit.release.behaviour_value import return_range
 
 __all__ = ["PolicyEvaluation", "evaluate_policy_on_logs", "coverage_rule", "CONFIDENCE_DEFAULT", "COVERAGE_DEFAULT",
            "SHARES", "NOISE_TARGET", "UNITS_PER_COVERAGE"]
@@ -174,7 +175,9 @@ class PolicyEvaluation:
         -------
         dict
             Declared reward units: ``estimate`` (the noisy model value, biased
-            low by the caps, clipped to the value range [0, V_max]; unclipped:
+            low by the caps, clipped to the value range [0, V_max] and into the
+            declared return range, ``release.behaviour_value.return_range``:
+            the estimate, bound and interval alike; unclipped:
             ``estimate_unclipped``), ``absorbed_mass`` (the noisy share of the
             policy's mass the coverage caps absorb, clipped to [0, 1]: near 1,
             m is too large for these logs and the bound is empty),
@@ -204,7 +207,8 @@ class PolicyEvaluation:
                + top * min(1.0, max(0.0, L + noise("lost_mass", alpha / 4)))
                + self.spec.horizon * 2.0 ** -REWARD_BITS)  # the rewards' floor to 2^-52 (ope.model)
         frame, H = evaluation_frame(self.spec), self.spec.horizon  # r'' units -> declared: width x + H low
-        clip = (lambda x: frame.declared(np.clip(x, 0.0, top), H))
+        g_lo, g_hi, _ = return_range(self.spec)  # every policy's value lies in it (a declared return_bound)
+        clip = (lambda x: float(np.clip(frame.declared(np.clip(x, 0.0, top), H), g_lo, g_hi)))
         scale = frame.width
         return {"estimate": clip(V), "estimate_unclipped": frame.declared(V, H),
                 "absorbed_mass": float(np.clip(L, 0.0, 1.0)),
@@ -286,7 +290,7 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
                             coverage: float = COVERAGE_DEFAULT, confidence: float = CONFIDENCE_DEFAULT,
                             ledger: str | Path | None = None, seed: int | None = None, units=None,
                             description: str = "policy evaluation", engine: str = "polars",
-                            spark=None) -> dict:
+                            spark=None, run: str | None = None, output: str | Path | None = None) -> dict:
     """Evaluate policy ``pi`` on the logs with DP: the Python side of ``privaudit evaluate --logs``.
 
     Parameters
@@ -326,6 +330,8 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         With ``engine`` spark: the session or a master URL (``local[4]``,
         ``spark://...``, ``sc://...``); default the active session or
         ``local[*]``.
+    run, output : optional
+        The ledger entry's run id and output folder (``privacy.ledger.charge``), e.g. a pipeline run's.
 
     Returns
     -------
@@ -373,7 +379,8 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
     del model
     out = plan.certify(noisy, confidence)
     if ledger is not None:
-        ledger_mod.charge_event(Path(ledger), spec.dataset_id, plan.event, description, budget)
+        ledger_mod.charge_event(Path(ledger), spec.dataset_id, plan.event, description, budget, run=run,
+                                output=output)
     out.update(guarantee=budget.guarantee(plan.event), mechanism=plan.describe(),
                rng="seeded-insecure" if seed is not None else "os-entropy")
     return out

@@ -102,7 +102,8 @@ def improvement_certified(lower_bound: float, clinicians_interval) -> bool:
 
 def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, budget: Budget, *,
                      ledger=None, seed: int | None = None, clinicians_interval=None,
-                     units: float | None = None, done: dict | None = None) -> dict:
+                     units: float | None = None, done: dict | None = None, run: str | None = None,
+                     output=None) -> dict:
     """Evaluate each policy table on the held-out part; the verdict against the clinicians' interval.
 
     Parameters
@@ -128,6 +129,8 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
         Policy -> its entry from an earlier, stopped run (charged then): reused, not evaluated or charged
         again. Each new entry is added to it as soon as its evaluation is charged and done, so that a run
         stopped in the middle keeps what it paid for (``pipeline.resume``).
+    run, output : optional
+        The pipeline's run id and output folder, written in each ledger entry.
 
     Returns
     -------
@@ -145,7 +148,8 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
         m = coverage_rule(spec, part, units, units_per_coverage=UNITS_PER_COVERAGE_OF.get(name, UNITS_PER_COVERAGE))
         res = evaluate_policy_on_logs(held_out, spec, tables[name], budget=part, ledger=ledger, seed=seed,
                                       coverage=m,
-                                      description=f"pipeline, held-out certification of {name}")
+                                      description=f"pipeline, held-out certification of {name}", run=run,
+                                      output=output)
         out[name] = {k: res[k] for k in ("estimate", "lower_bound", "interval", "confidence", "coverage",
                                          "guarantee")}
         out[name]["improvement_certified"] = improvement_certified(res["lower_bound"], clinicians_interval)
@@ -159,7 +163,7 @@ PARALLEL_CONDITION = ("parallel: the held-out evaluations and everything else ru
                       "id decides its part); if a replaced unit may change id, the parts add up")
 
 
-def certification_lines(certification: dict, clinicians_interval) -> list[str]:
+def certification_lines(certification: dict, clinicians_interval, clinicians_confidence=None) -> list[str]:
     """One line per policy: certified value (lower bound), interval, and the verdict; then the clinicians'."""
     lines = []
     for name, c in certification.items():
@@ -168,7 +172,8 @@ def certification_lines(certification: dict, clinicians_interval) -> list[str]:
         lines.append(f"{name}: certified value {c['lower_bound']:.4f} (held-out lower bound, "
                      f"{100 * c['confidence']:g}%), interval [{lo:.4f}, {hi:.4f}]; {verdict}")
     if clinicians_interval is not None:
-        lines.append(f"clinicians: DP interval [{clinicians_interval[0]:.4f}, {clinicians_interval[1]:.4f}]")
+        level = "" if clinicians_confidence is None else f" (two-sided, {100 * clinicians_confidence:g}%)"
+        lines.append(f"clinicians: DP interval [{clinicians_interval[0]:.4f}, {clinicians_interval[1]:.4f}]{level}")
     else:
         lines.append("clinicians: no DP interval (value share 0): no improvement can be certified")
     lines.append("composition: " + PARALLEL_CONDITION)
@@ -190,7 +195,8 @@ def certify_stage(config, state) -> None:
     fraction = float(config.hold_out_fraction)
     results = certify_policies(state.held_out, spec, tables, state.plan.budget, ledger=config.ledger, seed=seed,
                                clinicians_interval=clinicians,
-                               units=held_out_units_estimate(state.value_stats, fraction), done=state.certified)
+                               units=held_out_units_estimate(state.value_stats, fraction), done=state.certified,
+                               run=state.run_id, output=state.out)
     state.certification = summary_entry(results, clinicians, fraction)
 
 

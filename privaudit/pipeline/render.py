@@ -48,6 +48,11 @@ def behaviour_line(summary: dict) -> str | None:
             "(mean logged return)" + ("" if ex is None else f"; the MDP's clinicians' policy: {ex:.4f}"))
 
 
+def _level(summary: dict):
+    """The level of the clinicians' DP interval (None when it was not made)."""
+    return (summary.get("behaviour_value") or {}).get("confidence")
+
+
 def format_table(summary: dict, out: str) -> str:
     """The short table printed on stdout at the end of ``privaudit pipeline``."""
     g = summary_guarantee(summary)
@@ -63,6 +68,11 @@ def format_table(summary: dict, out: str) -> str:
     for r in [VALUES_COLUMNS] + rows:
         lines.append("  " + "  ".join(f"{c:<{wd}}" if i == 0 else f"{c:>{wd}}"
                                       for i, (c, wd) in enumerate(zip(r, widths))))
+    for p in summary["policies"]:
+        if p.get("certified_value") is not None and p.get("certified_confidence") is not None:
+            lines.append(f"  certified   {p['name']}: {p['certified_value']:.4f} is a lower bound on its value, with "
+                         f"probability >= {100 * p['certified_confidence']:g}% when its assumptions hold "
+                         "(docs/certificates.md)")
     bl = behaviour_line(summary)
     if bl is not None:
         lines.append(f"  {'clinicians':<{w}}  {bl}")
@@ -80,7 +90,7 @@ def format_table(summary: dict, out: str) -> str:
     held = summary.get("held_out_certification")
     if held is not None:  # pipeline.certify: each policy's held-out lower bound next to the clinicians' interval
         lines += [f"  held-out    {line}" for line in certification_lines(held["policies"],
-                                                                           held["clinicians_interval"])]
+                                                                           held["clinicians_interval"], _level(summary))]
     a = summary["audit"]
     if a is None:
         lines.append("  audit       skipped")
@@ -203,7 +213,7 @@ def render_markdown(summary: dict) -> str:
     if held is not None:  # pipeline.certify (--hold-out)
         L += ["", "**Held-out certification** (`--hold-out`; privaudit's docs/certificates.md): each policy's DP "
               f"lower bound on the privacy units held out from training ({held['split']}; {held['composition']}):",
-              ""] + [f"* {line}" for line in certification_lines(held["policies"], held["clinicians_interval"])] + [""]
+              ""] + [f"* {line}" for line in certification_lines(held["policies"], held["clinicians_interval"], _level(summary))] + [""]
     if ev is not None and ev["references"]:
         L += ["Reference policies: " + ", ".join(f"{k} {v:.4f}" for k, v in ev["references"].items())
               + f"; optimal {ev['optimal_value']:.4f}.", ""]

@@ -255,13 +255,14 @@ def save(state, stopped_in: str, error: BaseException) -> str:
                "certified": state.certified}
     atomic_write_text(tmp / CHECKPOINT, json.dumps(private, indent=2, default=float) + "\n")
     missing = [s for s in state.stage_names if s not in state.stages_done]
+    paid = charged + [f"held-out certification of {n}" for n in (state.certified or {})]  # as the ledger says
     marker = {"kind": INCOMPLETE_KIND, "status": "incomplete", "run_id": state.run_id, "stopped_in": stopped_in,
-              "reason": type(error).__name__, "charged": charged, "kept": sorted(keep),
+              "reason": type(error).__name__, "charged": paid, "kept": sorted(keep),
               "missing_stages": missing,
               "to_finish": "run the same command again (same configuration, spec, logs and ledger): the charged "
                            "parts are reused and nothing is charged again"}
     atomic_write_text(tmp / MARKER, json.dumps(marker, indent=2) + "\n")
-    return (f"the pipeline stopped in its {stopped_in} stage; what was already charged ({', '.join(charged)}) is "
+    return (f"the pipeline stopped in its {stopped_in} stage; what was already charged ({', '.join(paid)}) is "
             f"kept in {state.out}, marked incomplete ({MARKER}): run the same command again to finish it "
             "without charging again")
 

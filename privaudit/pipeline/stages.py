@@ -319,6 +319,10 @@ def report(config: PipelineConfig, state: RunState) -> None:
                                       None if evaluation is None else evaluation["values"],
                                       return_range=return_range(spec)[:2], value_stats=value_stats,
                                       terminal_states=spec.terminal_states)
+    for name, c in certified.items():  # the level of each certified value: 1 - failure_prob (- d0's when released)
+        fp = state.policies[name].parameters.get("failure_prob") if name in state.policies else None
+        extra = val.START_FAILURE_PROB if state.d0_source == "value-release" else 0.0
+        c["certified_confidence"] = None if c["certified_value"] is None or fp is None else 1.0 - float(fp) - extra
     for name, dg in diagnostics.items():  # one certified value per policy (clipped into the return range)
         dg["certified_value"] = certified[name]["certified_value"]
     behaviour = None if value_stats is None else {

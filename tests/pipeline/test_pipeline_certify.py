@@ -176,3 +176,10 @@ def test_hold_out_with_negative_rewards_certifies_in_declared_units(files, tmp_p
     for name, c in held.items():
         exact = next(p for p in summary["policies"] if p["name"] == name)["value"]
         assert -3.0 <= c["lower_bound"] <= exact <= c["interval"][1] <= 3.0  # fails w.p. < 10% per policy (seeded)
+
+
+def test_the_held_out_clinicians_interval_says_its_level():
+    """Session 10 (fresh user): the held-out block printed `clinicians: DP interval [lo, hi]` with no level."""
+    cert = {"p": {"lower_bound": 0.5, "interval": [0.5, 1.0], "confidence": 0.95, "improvement_certified": False}}
+    lines = certification_lines(cert, [0.68, 0.70], clinicians_confidence=0.95)
+    assert "clinicians: DP interval [0.6800, 0.7000] (two-sided, 95%)" in lines

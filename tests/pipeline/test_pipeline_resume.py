@@ -255,3 +255,21 @@ def test_a_stop_inside_the_held_out_certification_reuses_the_evaluations_it_fini
     assert sorted(e["description"] for e in ledger_status(tmp_path / "b.jsonl")["entries"]) == sorted(uninterrupted)
     cert = json.loads((tmp_path / "b" / "summary.json").read_text())["held_out_certification"]["policies"]
     assert set(cert) == {"dp-pbb", "dp-apvi"}
+
+
+def test_held_out_charges_name_the_run_and_its_kept_output(world, tmp_path, monkeypatch):
+    """Session 10 (fresh user): a Ctrl-C after the held-out certification printed `run ?, output ?` and `a retry
+    spends it again` for its charge, though the rerun reuses it: its ledger entry named neither the run nor the
+    output, unlike the release's. Every charge of the run now names both."""
+    led, out = _ledger(tmp_path), tmp_path / "run"
+    _stop_in(monkeypatch, "report", KeyboardInterrupt)
+    res = _run(world, out, led, "--hold-out")
+    assert res.exit_code == 130
+    run_id = json.loads((out / "INCOMPLETE.json").read_text())["run_id"]
+    entries = ledger_status(led)["entries"]
+    assert any("held-out certification" in e["description"] for e in entries)
+    assert all(e.get("run") == run_id and e.get("output") == str(out.absolute()) for e in entries), entries
+    assert "a retry spends it again" not in res.stderr and "run ?" not in res.stderr
+    marker = json.loads((out / "INCOMPLETE.json").read_text())["charged"]  # names every charge, as the ledger does
+    held = [e["description"].removeprefix("pipeline, ") for e in entries if "held-out" in e["description"]]
+    assert all(h in marker for h in held) and all(h in res.stderr for h in held), (marker, held)
