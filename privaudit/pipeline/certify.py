@@ -169,6 +169,9 @@ def certification_lines(certification: dict, clinicians_interval, clinicians_con
     for name, c in certification.items():
         lo, hi = c["interval"]
         verdict = IMPROVEMENT if c["improvement_certified"] else NO_IMPROVEMENT
+        if c["improvement_certified"] and clinicians_confidence is not None:  # a union bound over the two claims
+            joint = 1.0 - (1.0 - float(c["confidence"])) - (1.0 - float(clinicians_confidence))
+            verdict += f" (with probability >= {100 * joint:g}%: the lower bound and the clinicians' interval together)"
         lines.append(f"{name}: certified value {c['lower_bound']:.4f} (held-out lower bound, "
                      f"{100 * c['confidence']:g}%), interval [{lo:.4f}, {hi:.4f}]; {verdict}")
     if clinicians_interval is not None:

@@ -183,3 +183,16 @@ def test_the_held_out_clinicians_interval_says_its_level():
     cert = {"p": {"lower_bound": 0.5, "interval": [0.5, 1.0], "confidence": 0.95, "improvement_certified": False}}
     lines = certification_lines(cert, [0.68, 0.70], clinicians_confidence=0.95)
     assert "clinicians: DP interval [0.6800, 0.7000] (two-sided, 95%)" in lines
+
+
+def test_an_improvement_states_the_probability_that_both_claims_hold():
+    """The verdict needs the policy's lower bound and the clinicians' upper end together: a union bound."""
+    from privaudit.pipeline.certify import IMPROVEMENT, certification_lines
+
+    cert = {"dp-apvi": {"lower_bound": 0.71, "interval": [0.70, 0.80], "confidence": 0.95,
+                        "improvement_certified": True},
+            "dp-pbb": {"lower_bound": 0.60, "interval": [0.58, 0.79], "confidence": 0.95,
+                       "improvement_certified": False}}
+    lines = certification_lines(cert, (0.68, 0.69), 0.95)
+    assert IMPROVEMENT in lines[0] and "probability >= 90%" in lines[0]
+    assert "probability" not in lines[1] and "no improvement certified" in lines[1]
