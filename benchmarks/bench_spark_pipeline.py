@@ -8,10 +8,10 @@ Logs: the clinicians' policy simulated on ICU-Sepsis (H=20, S=716, A=25), the fo
 ``bench_spark.make_logs`` (cached under the temp folder), under a spec that keeps ICU-Sepsis's public reward
 r(s') (so DP-PBB trains) and k = 2 episodes per patient of 3. Each mode runs in a fresh child process:
 
-* ``polars``: ``run_pipeline(..., engine="polars")`` (rho = 1, value share 0, no audit, no MDP: pooled
+* ``polars``: ``run_pipeline(..., engine="polars")`` (rho = 1, value share 0.1: the clinicians' value part, no audit, no MDP: pooled
   counts; the release and DP-PBB with its share; DP-APVI on the release);
 * ``spark``: the same with ``engine="spark"`` on a ``local[2]`` session: Spark reads, checks and bounds the
-  logs once, counts them for the release and for DP-PBB's capped counts;
+  logs once, counts them for the release, DP-PBB's capped counts and the clinicians' value statistics;
 * ``spark-release``: ``release_logs(..., engine="spark")`` alone (the release-only Spark path, pooled).
 
 Printed per mode: wall time, CPU time (user + sys of the Python process plus, for Spark, the JVM's, read from
@@ -66,7 +66,7 @@ def child(mode: str, logs: str, spec_path: str, out: str, master: str, driver_me
         release_logs(logs, spec, rho=1.0, stationary=True, out=out, seed=1,
                      options=ReleaseOptions(engine="spark", spark=spark, repairs=RepairLimit(accept=True)))
     else:
-        run_pipeline(logs, spec, rho=1.0, out=out, seed=1, audit_trials=0, value_share=0.0, accept_repairs=True,
+        run_pipeline(logs, spec, rho=1.0, out=out, seed=1, audit_trials=0, value_share=0.1, accept_repairs=True,
                      engine="spark" if spark is not None else "polars", spark=spark, progress=False)
     jvm_cpu = jvm_rss = 0.0
     if spark is not None:
