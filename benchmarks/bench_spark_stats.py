@@ -19,12 +19,12 @@ import pickle
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_spark import _jvm_usage, _vm_hwm_mb, bench_session, make_logs  # noqa: E402  (the same cached logs and probes)
+from bench_spark import _jvm_usage, _vm_hwm_mb, bench_session, make_logs, spark_options  # noqa: E402  (the same cached logs, probes, options)
+from childproc import cache_dir  # noqa: E402
 
 
 def child(engine: str, logs: str, spec_path: str, out: str, master: str, driver_memory: str) -> None:
@@ -66,9 +66,7 @@ def child(engine: str, logs: str, spec_path: str, out: str, master: str, driver_
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=float, default=1e6)
-    ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--driver-memory", default="4g")
+    spark_options(ap, 1e6)
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -77,10 +75,9 @@ def main():
     import numpy as np
     import polars as pl
 
-    cache = Path(tempfile.gettempdir()) / "privaudit-bench"
-    cache.mkdir(exist_ok=True)
+    cache = cache_dir()
     rows = int(a.rows)
-    logs, spec = make_logs(rows, min(rows, int(1e7)), cache)
+    logs, spec = make_logs(rows, min(rows, int(a.parts_of)), cache)
     n = pl.scan_parquet(logs / "*.parquet").select(pl.len()).collect().item()
     print(f"ICU-Sepsis clinicians' logs, {n:,} rows in {len(list(logs.glob('*.parquet')))} part(s); k=2 per "
           f"patient of 3 episodes; Spark {a.master}, driver {a.driver_memory}")
