@@ -26,7 +26,8 @@ import math
 
 import numpy as np
 
-from privaudit.online.linear.constants import Problem, dp_lsvi_ucb_pp_constants
+from privaudit.online.linear.constants import Problem
+from privaudit.online.linear.constants_pp import dp_lsvi_ucb_pp_constants
 from privaudit.online.linear.numerics import psd_inverse
 from privaudit.privacy.accounting import dp_to_zcdp
 

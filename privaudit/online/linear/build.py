@@ -13,9 +13,8 @@ import numpy as np
 from privaudit.core import registry
 from privaudit.core.errors import UsageError
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA
-from privaudit.online.linear.constants import (CONSTANT_SETS, Problem, dp_lsvi_ucb_pp_constants,
-                                               lsvi_ucb_constants, lsvi_ucb_pp_constants,
-                                               luyo_constants, ngo_constants)
+from privaudit.online.linear.constants import CONSTANT_SETS, Problem, lsvi_ucb_constants, luyo_constants, ngo_constants
+from privaudit.online.linear.constants_pp import dp_lsvi_ucb_pp_constants, lsvi_ucb_pp_constants
 from privaudit.online.linear.base import LinearExplorer
 from privaudit.online.linear.lsvi_ucb import LSVIUCB
 from privaudit.online.linear.luyo import LuyoLSVIUCB

@@ -46,7 +46,7 @@ import math
 import numpy as np
 
 from privaudit.core.errors import UsageError
-from privaudit.online.linear.constants import PlusPlusConstants
+from privaudit.online.linear.constants_pp import PlusPlusConstants
 from privaudit.online.linear.base import PRIVACY_UNIT, LinearExplorer, goe_event, vector_event
 from privaudit.online.linear.lattice import LatticeStats, choose_lattice, release
 from privaudit.online.linear.numerics import FlooredInverse, RidgeStats, greedy

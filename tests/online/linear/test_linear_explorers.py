@@ -13,9 +13,9 @@ import pytest
 from privaudit.core.errors import UsageError
 from privaudit.mdp.synthetic_linear import raw_features, synthetic_linear_mdp
 from privaudit.mdp.tabular import value_iteration
-from privaudit.online.linear.constants import (Problem, dp_lsvi_ucb_pp_constants, lsvi_ucb_constants,
-                                               lsvi_ucb_pp_constants, luyo_constants, ngo_constants,
-                                               luyo_boundaries, noise_union_z)
+from privaudit.online.linear.constants import (Problem, lsvi_ucb_constants, luyo_boundaries, luyo_constants,
+                                               ngo_constants)
+from privaudit.online.linear.constants_pp import dp_lsvi_ucb_pp_constants, lsvi_ucb_pp_constants, noise_union_z
 from privaudit.online.linear.lsvi_ucb import LSVIUCB
 from privaudit.online.linear.luyo import LuyoLSVIUCB
 from privaudit.online.linear.ngo import NgoLSVIUCB
