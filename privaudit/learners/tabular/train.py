@@ -213,7 +213,7 @@ def plan_dp_pbb(spec: DomainSpec, budget: Budget, *, stationary: bool = True, pa
 def train_dp_pbb(logs, spec: DomainSpec, *, stationary: bool = True, budget: BudgetRequest | Budget | None = None,
                  seed: int | None = None, params: dict | None = None, max_per_cell: int | None = None,
                  context: RunContext | None = None) -> PBBRun:
-    """DP-PBB on logs: :meth:`privaudit.learners.tabular.dp_pbb.DPPBB.train_on_logs` (parameters, errors)."""
+    """DP-PBB on logs: :func:`privaudit.learners.tabular.pbb_logs.train_on_logs` (parameters, errors)."""
     return dp_pbb.DPPBB.train_on_logs(logs, spec, stationary=stationary, budget=budget, seed=seed, params=params,
                                       max_per_cell=max_per_cell, context=context)
 
