@@ -112,6 +112,10 @@ class AuditSettings:
         Skip the trials when the gray-box check already found a violation.
     mechanism_name : str, optional
         Shown in the report (default: the mechanism's ``name`` or ``__name__``).
+    canary : {"rare", "repeat", "random", "synthetic", "synthetic-repeat"} or None
+        Canary strategy when :func:`run_audit` is given no pair; None: :func:`default_canary`
+        (``synthetic`` / ``synthetic-repeat`` for a built-in release or DP-APVI, per step /
+        pooled; else ``rare``).
     """
 
     confidence: float = 0.95
@@ -120,6 +124,7 @@ class AuditSettings:
     graybox: bool = True
     stop_on_graybox: bool = True
     mechanism_name: str | None = None
+    canary: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,8 +146,8 @@ class FixedEvents:
 
 
 def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, *, claim: Claim,
-              pair: NeighbouringPair | None = None, canary: str | None = None, trials: int = 100_000,
-              seed: int | None = None, progress: bool | None = None, scores: Sequence[tuple[str, Callable]] = (),
+              pair: NeighbouringPair | None = None, trials: int = 100_000, seed: int | None = None,
+              progress: bool | None = None, scores: Sequence[tuple[str, Callable]] = (),
               fixed: FixedEvents | str | None = None, settings: AuditSettings | None = None,
               search=None) -> AuditReport:
     """Audit ``mechanism`` against ``claim`` on a neighbouring pair.
@@ -159,11 +164,7 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     claim : Claim
         The DP claim under test.
     pair : NeighbouringPair, optional
-        An explicit pair (else a canary pair of strategy ``canary``).
-    canary : {"rare", "repeat", "random", "synthetic", "synthetic-repeat"} or None
-        Canary strategy when no pair is given; None: :func:`default_canary`
-        (``synthetic`` / ``synthetic-repeat`` for a built-in release or
-        DP-APVI, per step / pooled; else ``rare``).
+        An explicit pair (else a canary pair of strategy ``settings.canary``).
     trials : int
         Runs per side (selection + evaluation), >= 20.
     seed : int or None
@@ -183,7 +184,7 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         ``(None, None)`` falls back to the selection split), e.g. DP-PBB's
         projection on its exact change.
     settings : AuditSettings, optional
-        Confidence, selection share, workers, gray-box switches, report name.
+        Confidence, selection share, workers, gray-box switches, report name, canary strategy.
     search : iterable of NeighbouringPair or (D, D') tuples, optional
         Input search (:mod:`privaudit.audit.search`; e.g. ``statdp_pairs(n)``),
         instead of ``pair``: each candidate gets its own selection split, the
@@ -223,7 +224,7 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         pairs = candidate_pairs(search)
     else:
         if pair is None:
-            canary = canary or default_canary(mechanism)
+            canary = cfg.canary or default_canary(mechanism)
             if logs is None or spec is None:
                 raise UsageError("an audit needs the logs and the spec (to build a canary) or an explicit pair.")
             maker = getattr(mechanism, "make_pair", None)  # an adapter may aim its canary (e.g. dp-vapvi)

@@ -421,8 +421,8 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     if said_trials:  # the audited claim (a learner's share of its total claim) sets the count
         n_trials, said_trials = resolve_trials(None, target_excess, target_fpr, claim, confidence)
         click.echo(said_trials, err=True)
-    rep = run_audit(mech, logs, spec, claim=claim, pair=p, canary=canary, trials=n_trials, scores=score_fns, seed=seed,
-                    fixed=design, settings=AuditSettings(confidence=confidence, n_jobs=jobs, mechanism_name=name))
+    rep = run_audit(mech, logs, spec, claim=claim, pair=p, trials=n_trials, scores=score_fns, seed=seed, fixed=design,
+                    settings=AuditSettings(confidence=confidence, n_jobs=jobs, mechanism_name=name, canary=canary))
     _finish(rep, out, plot, confidence, as_json)
 
 

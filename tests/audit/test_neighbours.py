@@ -96,12 +96,13 @@ def test_repeat_canary_attains_the_stationary_sensitivity():
 
 
 def test_reports_of_every_canary_strategy_validate():
-    from privaudit.audit import run_audit
+    from privaudit.audit import AuditSettings, run_audit
     from privaudit.audit.mechanisms.catalogue import CatalogueMechanism
 
     spec, logs = tiny_spec(), tiny_logs()
     m = CatalogueMechanism("gaussian", spec)
     for canary in ("rare", "repeat", "random"):
-        r = run_audit(m, logs, spec, claim=m.claim(), canary=canary, trials=200, seed=0, progress=False)
+        r = run_audit(m, logs, spec, claim=m.claim(), trials=200, seed=0, progress=False,
+                      settings=AuditSettings(canary=canary))
         r.validate()
         assert r.data["neighbouring_pair"]["kind"] == f"canary-{canary}"
