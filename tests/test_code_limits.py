@@ -1,7 +1,8 @@
-"""No library function outside cli/ takes more than 12 parameters (issue 27 item 4): settings that travel
-together are one object (``PipelineConfig``, ``AuditSettings``, ``RunContext``, ...), not a long signature.
+"""Limits of the code's shape (issue 27): no module over 500 lines; no library function outside cli/ over 12
+parameters (item 4: settings that travel together are one object, ``PipelineConfig``, ``AuditSettings``,
+``RunContext``, ..., not a long signature).
 
-Counted from the source with ast, so every function counts, nested and private ones too: positional,
+Parameters are counted from the source with ast, so every function counts, nested and private ones too: positional,
 keyword-only, ``*args`` and ``**kwargs`` each count one; ``self`` / ``cls`` of a method do not. The
 command functions of ``privaudit/cli/`` take one parameter per flag (click) and are left out.
 """
@@ -14,6 +15,11 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "privaudit"
 #: The most parameters a library function may take.
 MAX_PARAMETERS = 12
+#: The most lines a module of privaudit/ may have.
+MAX_LINES = 500
+#: Modules over MAX_LINES that another branch of the same session changes: data/bounding.py (503 lines) is
+#: being changed on the s11-guard branch; after merging it, split it if it is still over and remove this.
+LONG_MODULES_EXEMPT = {"data/bounding.py"}
 #: Functions over the limit that another branch of the same session brings down, as "module path:name".
 #: evaluate_policy_on_logs (14 parameters) is being cut to 12 on the s11-cert branch: remove this
 #: exemption once that branch is merged.
@@ -70,3 +76,9 @@ def test_the_count_sees_every_kind_of_parameter(tmp_path):
     assert long_signatures(tmp_path) == ["privaudit/lib.py:1 too_many (13 parameters)",
                                          "privaudit/lib.py:6 static (13 parameters)",
                                          "privaudit/lib.py:9 inner (13 parameters)"]
+
+
+def test_no_module_over_500_lines():
+    long = {p.relative_to(PACKAGE).as_posix(): n for p in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert {m: n for m, n in long.items() if m not in LONG_MODULES_EXEMPT} == {}
