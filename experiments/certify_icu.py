@@ -135,15 +135,28 @@ def _policies(train, spec, budget, learners, failure_probs, rng):
                 pbb = train_dp_pbb(train, spec, stationary=True, budget=budget, seed=int(rng.integers(2**31)),
                                    params={"failure_prob": fp})
                 yield f"dp-pbb fp={fp:g}", fp, pbb.learner.policy_.table
-        elif name == "dp-apvi-c2-0":  # DP-APVI on a count release of the training part, penalty without C2
+        elif name in _RELEASE_LEARNERS:  # DP-APVI on a count release of the training part
             with tempfile.TemporaryDirectory() as tmp:
                 pol = train_from_logs(train, spec, algo="dp-apvi", stationary=True,
                                       budget=BudgetRequest(rho=budget.rho, delta=1e-6),
                                       release_out=Path(tmp) / "release", seed=int(rng.integers(2**31)),
-                                      params={"C2": 0.0})
-            yield "dp-apvi C2=0", None, pol.table
+                                      params=_RELEASE_LEARNERS[name])
+            yield _NAMES[name], None, pol.table
+        elif name in _EXACT_LEARNERS:  # not private: trained on the training part's exact counts
+            algo, params = _EXACT_LEARNERS[name]
+            yield _NAMES[name], None, train_from_logs(train, spec, algo=algo, stationary=True, params=params).table
         else:
-            raise SystemExit(f"unknown learner {name!r}: dp-pbb or dp-apvi-c2-0")
+            raise SystemExit(f"unknown learner {name!r}: one of {', '.join(LEARNERS)}")
+
+
+#: DP-APVI variants: constructor parameters (a pooled count release of the training part first).
+_RELEASE_LEARNERS = {"dp-apvi": None, "dp-apvi-c2-0": {"C2": 0.0}}
+#: Non-private learners: (registry algo, parameters), on the training part's exact pooled counts.
+_EXACT_LEARNERS = {"apvi": ("apvi", None), "apvi-hoeffding": ("apvi-hoeffding", None),
+                   "apvi-lower-order": ("apvi", {"lower_order": True}), "ve": ("ve", None)}
+_NAMES = {"dp-apvi": "dp-apvi", "dp-apvi-c2-0": "dp-apvi C2=0", "apvi": "apvi", "apvi-hoeffding": "apvi-hoeffding",
+          "apvi-lower-order": "apvi+16Hι/n", "ve": "ve"}
+LEARNERS = ["dp-pbb", *_RELEASE_LEARNERS, *_EXACT_LEARNERS]
 
 
 def main():
@@ -156,8 +169,9 @@ def main():
                    help="DP-PBB's failure_prob: smaller = more pessimistic = closer to the clinicians' support")
     p.add_argument("--hold-outs", type=float, nargs="+", default=[0.5],
                    help="fractions of the units held out to certify (ope.split)")
-    p.add_argument("--learners", nargs="+", default=["dp-pbb"], choices=["dp-pbb", "dp-apvi-c2-0"],
-                   help="learners trained on the training part (dp-apvi-c2-0: DP-APVI on a count release with C2 = 0)")
+    p.add_argument("--learners", nargs="+", default=["dp-pbb"], choices=LEARNERS,
+                   help="learners trained on the training part (dp-apvi-c2-0: DP-APVI on a count release with "
+                        "C2 = 0; apvi, apvi-hoeffding, apvi-lower-order, ve: not private, on exact counts)")
     p.add_argument("--seed", type=int, default=2028)
     p.add_argument("--out", type=Path, default=Path("experiments/results/certify_icu.json"))
     a = p.parse_args()
