@@ -25,8 +25,8 @@ from fractions import Fraction
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.prepare import PreparedLogs
-from privaudit.ope.evaluate import (COVERAGE_DEFAULT, UNITS_PER_COVERAGE, PolicyEvaluation, coverage_rule,
-                                   evaluate_policy_on_logs)
+from privaudit.ope.evaluate import (COVERAGE_DEFAULT, UNITS_PER_COVERAGE, LedgerEntry, PolicyEvaluation,
+                                   coverage_rule, evaluate_policy_on_logs)
 from privaudit.ope.split import HELD_OUT, HOLD_OUT_DEFAULT, SPLIT_HASH_SEED, part_of
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.ledger import charge_of
@@ -146,10 +146,9 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
             out[name] = done[name]
             continue
         m = coverage_rule(spec, part, units, units_per_coverage=UNITS_PER_COVERAGE_OF.get(name, UNITS_PER_COVERAGE))
-        res = evaluate_policy_on_logs(held_out, spec, tables[name], budget=part, ledger=ledger, seed=seed,
-                                      coverage=m,
-                                      description=f"pipeline, held-out certification of {name}", run=run,
-                                      output=output)
+        entry = LedgerEntry(ledger, f"pipeline, held-out certification of {name}", run=run, output=output)
+        res = evaluate_policy_on_logs(held_out, spec, tables[name], budget=part, ledger=entry, seed=seed,
+                                      coverage=m)
         out[name] = {k: res[k] for k in ("estimate", "lower_bound", "interval", "confidence", "coverage",
                                          "guarantee")}
         out[name]["improvement_certified"] = improvement_certified(res["lower_bound"], clinicians_interval)
