@@ -34,7 +34,7 @@ from privaudit.release.behaviour_value import estimate_behaviour_value
 
 __all__ = ["IMPROVEMENT", "NO_IMPROVEMENT", "CERTIFIED_POLICIES", "UNITS_PER_COVERAGE_OF", "split_held_out", "held_out_units_estimate",
            "certification_budgets",
-           "certification_charge", "improvement_certified", "certify_policies", "certification_lines", "certify_stage",
+           "certification_charge", "held_out_note", "improvement_certified", "certify_policies", "certification_lines", "certify_stage",
            "summary_entry"]
 
 #: What is printed when a policy's lower bound is above the clinicians' upper bound.
@@ -93,6 +93,16 @@ def certification_charge(spec: DomainSpec, budget: Budget, names, done=()) -> Fr
             continue
         total += Fraction(charge_of(PolicyEvaluation.plan(spec, part, COVERAGE_DEFAULT).event, part))
     return total
+
+
+def held_out_note(parts_charge, held) -> str:
+    """Why a ``hold_out`` run asks the ledger for more than its budget (the message of a refusal)."""
+    return (f"With `hold_out` the ledger is asked for the run's parts ({float(parts_charge):.6g}) plus the "
+            f"held-out certification ({float(held):.6g}), each charged as its own entry: the ledger adds them. "
+            "The two touch disjoint privacy units, so by parallel composition the run's guarantee is the budget "
+            "alone (summary.json states it); the ledger adds them anyway, which stays valid even if a "
+            "substitution could move a unit between the parts (docs/certificates.md, 'Held-out certification'). "
+            "Give the ledger twice the budget, or run with half the budget.")
 
 
 def improvement_certified(lower_bound: float, clinicians_interval) -> bool:
