@@ -1,4 +1,4 @@
-"""Certified values of DP-PBB's policy on ICU-Sepsis clinicians' logs, no MDP given (issue 28, item 4).
+"""Held-out certified values of learned policies on ICU-Sepsis clinicians' logs, no MDP given (issue 28).
 
 Reproduce::
 
@@ -7,6 +7,9 @@ Reproduce::
     python experiments/certify_icu.py --sizes 1000000 200000 --epsilons 5 1 --hold-outs 0.2 0.3 \
         --failure-probs 1e-6 --learners dp-apvi-c2-0 dp-pbb --coverages 10000 --seed 2029 \
         --out experiments/results/certify_icu_apvi_seed2029.json
+    python experiments/certify_icu.py --sizes 200000 --epsilons 5 1 --hold-outs 0.3 --failure-probs 0.05 1e-6 \
+        --learners dp-pbb dp-apvi dp-apvi-c2-0 apvi apvi-hoeffding apvi-lower-order ve --seed 2032 \
+        --out experiments/results/certify_icu_learners_200k_seed2032.json     # every learner (issue 28 item 6)
 
 Protocol
 --------
@@ -20,7 +23,10 @@ Protocol
   part 0 with the whole budget: DP-PBB (pooled counts, its defaults;
   ``--failure-probs`` adds more pessimistic alternatives, each its own run),
   and/or DP-APVI with C2 = 0 (``dp-apvi-c2-0``: a pooled count release of
-  part 0, then DP-APVI without its privacy term, as ``pipeline --dp-apvi-c2 0``); on part 1, 3/4 of the budget to
+  part 0, then DP-APVI without its privacy term, as ``pipeline --dp-apvi-c2 0``), DP-APVI with the paper's
+  constants (``dp-apvi``), and the non-private learners (``apvi``, ``apvi-hoeffding``,
+  ``apvi-lower-order``: APVI with 16 H iota / n, ``ve``) on part 0's exact pooled counts (no budget: only
+  their certificate is private); on part 1, 3/4 of the budget to
   ``ope.evaluate`` (the policy's DP lower bound at 95% and its interval) and
   1/4 to the clinicians' DP value interval (``release.behaviour_value``).
   The parts hold disjoint units, so the run is (epsilon, delta)-DP by
