@@ -1,4 +1,4 @@
-"""Certified values of DP-PBB's policy on ICU-Sepsis clinicians' logs, no MDP given (issue 28, item 4).
+"""Held-out certified values of learned policies on ICU-Sepsis clinicians' logs, no MDP given (issue 28).
 
 Reproduce::
 
@@ -7,6 +7,9 @@ Reproduce::
     python experiments/certify_icu.py --sizes 1000000 200000 --epsilons 5 1 --hold-outs 0.2 0.3 \
         --failure-probs 1e-6 --learners dp-apvi-c2-0 dp-pbb --coverages 10000 --seed 2029 \
         --out experiments/results/certify_icu_apvi_seed2029.json
+    python experiments/certify_icu.py --sizes 200000 --epsilons 5 1 --hold-outs 0.3 --failure-probs 0.05 1e-6 \
+        --learners dp-pbb dp-apvi dp-apvi-c2-0 apvi apvi-hoeffding apvi-lower-order ve --seed 2032 \
+        --out experiments/results/certify_icu_learners_200k_seed2032.json     # every learner (issue 28 item 6)
 
 Protocol
 --------
@@ -20,7 +23,10 @@ Protocol
   part 0 with the whole budget: DP-PBB (pooled counts, its defaults;
   ``--failure-probs`` adds more pessimistic alternatives, each its own run),
   and/or DP-APVI with C2 = 0 (``dp-apvi-c2-0``: a pooled count release of
-  part 0, then DP-APVI without its privacy term, as ``pipeline --dp-apvi-c2 0``); on part 1, 3/4 of the budget to
+  part 0, then DP-APVI without its privacy term, as ``pipeline --dp-apvi-c2 0``), DP-APVI with the paper's
+  constants (``dp-apvi``), and the non-private learners (``apvi``, ``apvi-hoeffding``,
+  ``apvi-lower-order``: APVI with 16 H iota / n, ``ve``) on part 0's exact pooled counts (no budget: only
+  their certificate is private); on part 1, 3/4 of the budget to
   ``ope.evaluate`` (the policy's DP lower bound at 95% and its interval) and
   1/4 to the clinicians' DP value interval (``release.behaviour_value``).
   The parts hold disjoint units, so the run is (epsilon, delta)-DP by
@@ -135,15 +141,28 @@ def _policies(train, spec, budget, learners, failure_probs, rng):
                 pbb = train_dp_pbb(train, spec, stationary=True, budget=budget, seed=int(rng.integers(2**31)),
                                    params={"failure_prob": fp})
                 yield f"dp-pbb fp={fp:g}", fp, pbb.learner.policy_.table
-        elif name == "dp-apvi-c2-0":  # DP-APVI on a count release of the training part, penalty without C2
+        elif name in _RELEASE_LEARNERS:  # DP-APVI on a count release of the training part
             with tempfile.TemporaryDirectory() as tmp:
                 pol = train_from_logs(train, spec, algo="dp-apvi", stationary=True,
                                       budget=BudgetRequest(rho=budget.rho, delta=1e-6),
                                       release_out=Path(tmp) / "release", seed=int(rng.integers(2**31)),
-                                      params={"C2": 0.0})
-            yield "dp-apvi C2=0", None, pol.table
+                                      params=_RELEASE_LEARNERS[name])
+            yield _NAMES[name], None, pol.table
+        elif name in _EXACT_LEARNERS:  # not private: trained on the training part's exact counts
+            algo, params = _EXACT_LEARNERS[name]
+            yield _NAMES[name], None, train_from_logs(train, spec, algo=algo, stationary=True, params=params).table
         else:
-            raise SystemExit(f"unknown learner {name!r}: dp-pbb or dp-apvi-c2-0")
+            raise SystemExit(f"unknown learner {name!r}: one of {', '.join(LEARNERS)}")
+
+
+#: DP-APVI variants: constructor parameters (a pooled count release of the training part first).
+_RELEASE_LEARNERS = {"dp-apvi": None, "dp-apvi-c2-0": {"C2": 0.0}}
+#: Non-private learners: (registry algo, parameters), on the training part's exact pooled counts.
+_EXACT_LEARNERS = {"apvi": ("apvi", None), "apvi-hoeffding": ("apvi-hoeffding", None),
+                   "apvi-lower-order": ("apvi", {"lower_order": True}), "ve": ("ve", None)}
+_NAMES = {"dp-apvi": "dp-apvi", "dp-apvi-c2-0": "dp-apvi C2=0", "apvi": "apvi", "apvi-hoeffding": "apvi-hoeffding",
+          "apvi-lower-order": "apvi+16Hι/n", "ve": "ve"}
+LEARNERS = ["dp-pbb", *_RELEASE_LEARNERS, *_EXACT_LEARNERS]
 
 
 def main():
@@ -156,8 +175,9 @@ def main():
                    help="DP-PBB's failure_prob: smaller = more pessimistic = closer to the clinicians' support")
     p.add_argument("--hold-outs", type=float, nargs="+", default=[0.5],
                    help="fractions of the units held out to certify (ope.split)")
-    p.add_argument("--learners", nargs="+", default=["dp-pbb"], choices=["dp-pbb", "dp-apvi-c2-0"],
-                   help="learners trained on the training part (dp-apvi-c2-0: DP-APVI on a count release with C2 = 0)")
+    p.add_argument("--learners", nargs="+", default=["dp-pbb"], choices=LEARNERS,
+                   help="learners trained on the training part (dp-apvi-c2-0: DP-APVI on a count release with "
+                        "C2 = 0; apvi, apvi-hoeffding, apvi-lower-order, ve: not private, on exact counts)")
     p.add_argument("--seed", type=int, default=2028)
     p.add_argument("--out", type=Path, default=Path("experiments/results/certify_icu.json"))
     a = p.parse_args()

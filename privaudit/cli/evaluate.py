@@ -14,7 +14,7 @@ from privaudit.learners.policy import load_policy, load_policy_table
 from privaudit.mdp.evaluation import evaluate_report, resolve_mdp
 from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.core.spec import load_spec
-from privaudit.ope.evaluate import CONFIDENCE_DEFAULT, COVERAGE_DEFAULT, evaluate_policy_on_logs
+from privaudit.ope.evaluate import CONFIDENCE_DEFAULT, COUNT_SHARE, LedgerEntry, evaluate_policy_on_logs
 from privaudit.privacy.budget import resolve_budget
 from privaudit.privacy.noise import GAUSSIAN
 
@@ -28,8 +28,10 @@ from privaudit.privacy.noise import GAUSSIAN
 @budget_options(laplace=False, epsilon_note="(--logs only.)")
 @click.option("--ledger", type=PathArg(readable=False, path_type=str), default=None,
               help="--logs: budget ledger, checked before any row is read and charged once.")
-@click.option("--coverage", type=float, default=COVERAGE_DEFAULT, show_default=True,
-              help="--logs: public coverage scale m (at most n_h(s,a)/m of the policy's mass passes a cell).")
+@click.option("--coverage", type=float, default=None,
+              help="--logs: public coverage scale m (at most n_h(s,a)/m of the policy's mass passes a cell). "
+                   f"Default: fixed by a rule from a DP count of the evaluated units ({COUNT_SHARE:g} of the "
+                   "budget; docs/certificates.md, 'Choosing m').")
 @click.option("--confidence", type=float, default=CONFIDENCE_DEFAULT, show_default=True,
               help="--logs: level of the lower bound and of the two-sided interval.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
@@ -136,8 +138,8 @@ def command(policy, mdp, logs, rho, epsilon, delta, ledger, coverage, confidence
 def _from_logs(policy, logs, spec, budget, options: dict, as_json: bool) -> None:
     """The --logs mode: ``ope.evaluate.evaluate_policy_on_logs`` and its report."""
     pi = load_policy_table(policy, spec.n_states, spec.n_actions, spec.horizon)
-    res = evaluate_policy_on_logs(logs, spec, pi, budget=budget, description=f"evaluate {policy} on {logs}",
-                                  **options)
+    entry = LedgerEntry(options.pop("ledger"), f"evaluate {policy} on {logs}")
+    res = evaluate_policy_on_logs(logs, spec, pi, budget=budget, ledger=entry, **options)
     if as_json:
         echo_json(res)
         return
@@ -149,7 +151,9 @@ def _from_logs(policy, logs, spec, budget, options: dict, as_json: bool) -> None
     click.echo(f"lower bound     {res['lower_bound']:.4f}  (one-sided, {level})")
     click.echo(f"interval        [{lo:.4f}, {hi:.4f}]  (two-sided, {level})")
     click.echo(f"guarantee: {guarantee_text(g)}; neighbouring: substitution of one privacy unit"
-               + (f"; charged to {options['ledger']}" if options["ledger"] else ""))
+               + (f"; charged to {entry.path}" if entry.path else ""))
+    if "units_released" in res["mechanism"]:
+        click.echo(f"coverage m from the rule on a DP count of the evaluated units: {res['mechanism']['units_released']}")
     if res["absorbed_mass"] > 0.5:
         click.echo(f"WARNING: the coverage caps absorb about {res['absorbed_mass']:.0%} of the policy's mass "
                    f"(m = {num(res['coverage'])} against the visits of the logs' cells; at a small m the noise alone "

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import click
+from click.core import ParameterSource
 
 from privaudit.cli.common import (PathArg, as_flags, budget_options, budget_sentence, echo_json, engine_options,
                                   handle_errors, repair_options, spark_target)
 from privaudit.core.outputs import check_writable
+from privaudit.core.errors import UsageError
 from privaudit.pipeline import PipelineConfig, run_pipeline_config
+from privaudit.pipeline.config import CERTIFY_PRESET
 from privaudit.pipeline.guarantee import VALUE_SHARE_DEFAULT
 from privaudit.pipeline.render import format_table
 
@@ -126,12 +129,18 @@ _HELP = _HELP.replace("\n\nThe budget is the total", "\n\n" + budget_sentence(la
 @click.option("--pbb-share", "pbb_share", type=float, default=None,
               help="DP-PBB's share of the budget in [0, 1) (default: 0.6, less next to DP-VAPVI). 0: DP-PBB is not "
                    "trained; its share goes to the release DP-APVI learns from.")
+@click.option("--certify", "certify", is_flag=True,
+              help="The recommended setting to certify a learned policy against the clinicians without an MDP: "
+                   "the preset --hold-out --hold-out-fraction 0.3 --dp-apvi-c2 0 --pbb-share 0 (pre-registered "
+                   "and measured in docs/results.md). Refused with another value of one of those flags.")
 @click.option("--json", "as_json", is_flag=True, help="Print only summary.json's content on stdout.")
 @engine_options
 @repair_options
 @handle_errors
-def command(as_json, master, remote, **choices):
-    # every option but --json, --master and --remote is a field of PipelineConfig, by name
+def command(as_json, master, remote, certify, **choices):
+    # every option but --json, --master, --remote and --certify is a field of PipelineConfig, by name
+    if certify:
+        choices.update(_certify_preset(choices))
     check_writable(choices["out"], "--out")  # before the logs are read or any budget is checked
     engine = choices["engine"]
     spark = spark_target(engine, master, remote)
@@ -149,3 +158,15 @@ def command(as_json, master, remote, **choices):
         click.echo("AUDIT VIOLATION: the release's privacy claim is false at the stated confidence; "
                    "do not share the outputs. See audit/audit_report.json.", err=True)
         raise SystemExit(3)
+
+
+def _certify_preset(choices: dict) -> dict:
+    """``--certify``'s fields (``CERTIFY_PRESET``); UsageError if one of its flags was given another value."""
+    ctx = click.get_current_context()
+    for name, value in CERTIFY_PRESET.items():
+        given = ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+        if given and choices[name] != value:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"--certify sets {flag} {value:g}; {flag} {choices[name]:g} was also given. Drop one "
+                             "of them (the preset is the pre-registered setting: docs/results.md).")
+    return dict(CERTIFY_PRESET)

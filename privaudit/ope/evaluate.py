@@ -49,17 +49,24 @@ from privaudit.privacy.fixed_point import discrete_gaussian_batch, to_grid_neare
 from privaudit.privacy.noise import gaussian_sigma
 from privaudit.release.behaviour_value import return_range
 
-__all__ = ["PolicyEvaluation", "evaluate_policy_on_logs", "coverage_rule", "CONFIDENCE_DEFAULT", "COVERAGE_DEFAULT",
-           "SHARES", "NOISE_TARGET", "UNITS_PER_COVERAGE"]
+__all__ = ["PolicyEvaluation", "LedgerEntry", "UnitCount", "evaluate_policy_on_logs", "coverage_rule",
+           "CONFIDENCE_DEFAULT", "COVERAGE_DEFAULT", "SHARES", "NOISE_TARGET", "UNITS_PER_COVERAGE", "LEAST_RATIO",
+           "COUNT_SHARE"]
 
 #: Default level of the lower bound and of the two-sided interval.
 CONFIDENCE_DEFAULT = 0.95
-#: Default coverage scale m (public): cells are trusted up to an importance ratio of about n / m.
+#: The reference coverage scale m of :func:`coverage_rule` (the noise tail is computed there, then rescaled).
+#: ``evaluate_policy_on_logs`` no longer defaults to it: without a given m it applies the rule to a DP count.
 COVERAGE_DEFAULT = 10_000.0
 #: The coverage rule's target for the noise tail of V' (a fraction of the start's range R_0).
 NOISE_TARGET = 0.04
 #: The coverage rule lets m grow with the units: m >= (estimated units) / UNITS_PER_COVERAGE (importance ratio ~50).
 UNITS_PER_COVERAGE = 50.0
+#: The coverage rule keeps m <= (estimated units) / LEAST_RATIO: the start cell passes all its mass, and a cell
+#: is capped only where the policy's importance ratio exceeds about 2.
+LEAST_RATIO = 2.0
+#: Without a given m, this share of the evaluation's budget releases the number of evaluated units (``UnitCount``).
+COUNT_SHARE = 0.05
 #: Shares of the budget: the model value, the absorbed mass and the variance proxy.
 SHARES = {"value": 0.7, "lost_mass": 0.1, "variance": 0.2}
 #: Shares of a failure probability a: sampling (the martingale), the noise of V', of Q (and of L, upper side).
@@ -230,12 +237,14 @@ def coverage_rule(spec: DomainSpec, budget: Budget, units: float | None = None,
                   confidence: float = CONFIDENCE_DEFAULT, units_per_coverage: float = UNITS_PER_COVERAGE) -> float:
     """The coverage scale m, fixed before the evaluated stays are read (docs/certificates.md, "Choosing m").
 
-    m = max(m_noise, units / units_per_coverage), where m_noise is the m at
-    which the noise tail of V' in the lower bound (level ``confidence``)
-    equals NOISE_TARGET R_0 (the tail is proportional to 1/m), and ``units``
-    is an estimate of the number of evaluated units that does not depend on
-    their stays (a DP count released before, or a public figure); without
-    it, m = m_noise.
+    m = min(max(m_noise, units / units_per_coverage), units / LEAST_RATIO),
+    where m_noise is the m at which the noise tail of V' in the lower bound
+    (level ``confidence``) equals NOISE_TARGET R_0 (the tail is proportional
+    to 1/m), and ``units`` is an estimate of the number of evaluated units
+    that does not depend on their stays (a DP count, or a public figure);
+    without it, m = m_noise. The cap units / LEAST_RATIO binds only on small
+    logs (fewer units than 2 m_noise): a larger m would cap the start cell
+    itself (it passes min(1, n/m)) and absorb mass the noise cannot repay.
 
     Parameters
     ----------
@@ -268,8 +277,10 @@ def coverage_rule(spec: DomainSpec, budget: Budget, units: float | None = None,
     m_noise = COVERAGE_DEFAULT * tail / (NOISE_TARGET * float(_ranges(spec, ref.lipschitz)[0]))
     if not (math.isfinite(float(units_per_coverage)) and float(units_per_coverage) > 0):
         raise UsageError(f"`units_per_coverage` must be finite and > 0. Found {units_per_coverage!r}.")
-    m_bias = 0.0 if units is None else max(float(units), 0.0) / float(units_per_coverage)
-    return float(max(m_noise, m_bias, 1.0))
+    if units is None:
+        return float(max(m_noise, 1.0))
+    n = max(float(units), 0.0)
+    return float(max(min(max(m_noise, n / float(units_per_coverage)), n / LEAST_RATIO), 1.0))
 
 
 def _ranges(spec: DomainSpec, lipschitz: np.ndarray) -> np.ndarray:
@@ -286,11 +297,57 @@ def _martingale_width(q_plus: float, q_max: float, a: float) -> float:
     return float(np.min(log_term / lam + lam * q_plus / 8.0))
 
 
+@dataclass(frozen=True)
+class LedgerEntry:
+    """The ledger entry of one evaluation (``privacy.ledger.charge``).
+
+    Attributes
+    ----------
+    path : path, optional
+        The budget ledger: checked with the event before any row is read, charged once after. None: no ledger.
+    description : str
+        The entry's description.
+    run, output : optional
+        The entry's run id and output folder, e.g. a pipeline run's.
+    """
+
+    path: str | Path | None = None
+    description: str = "policy evaluation"
+    run: str | None = None
+    output: str | Path | None = None
+
+
+@dataclass(frozen=True)
+class UnitCount:
+    """A DP count of the evaluated privacy units, from which :func:`coverage_rule` fixes m (docs/certificates.md).
+
+    The count n (one kept stay per unit) gets exact discrete Gaussian noise of L2 sensitivity 1: under
+    substitution n changes only if bounding drops a whole unit, by at most 1. The noisy count depends on
+    the stays through n alone, so m = rule(n~) is independent of the stays given n, which the theorem needs.
+    """
+
+    budget: Budget
+    sigma: float
+    unit: PrivacyUnit
+
+    @classmethod
+    def plan(cls, budget: Budget, unit: PrivacyUnit) -> "UnitCount":
+        return cls(budget, gaussian_sigma(1.0, budget.rho), unit)
+
+    @property
+    def event(self) -> GaussianEvent:
+        return GaussianEvent(l2=1.0, sigma=self.sigma, family="ope-units", unit=self.unit,
+                             neighbouring=Neighbouring.SUBSTITUTION, noise="exact")
+
+    def noisy(self, n: int, *, rng: np.random.Generator) -> int:
+        """n + N_Z(0, sigma^2), exact."""
+        return int(n) + int(discrete_gaussian_batch([(Fraction(self.sigma) ** 2, 1)], rng=rng)[0][0])
+
+
 def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, pi: np.ndarray, *, budget: Budget,
-                            coverage: float = COVERAGE_DEFAULT, confidence: float = CONFIDENCE_DEFAULT,
-                            ledger: str | Path | None = None, seed: int | None = None, units=None,
-                            description: str = "policy evaluation", engine: str = "polars",
-                            spark=None, run: str | None = None, output: str | Path | None = None) -> dict:
+                            coverage: float | None = None, confidence: float = CONFIDENCE_DEFAULT,
+                            ledger: str | Path | LedgerEntry | None = None, seed: int | None = None, units=None,
+                            engine: str = "polars", spark=None) -> dict:
     """Evaluate policy ``pi`` on the logs with DP: the Python side of ``privaudit evaluate --logs``.
 
     Parameters
@@ -302,24 +359,25 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         with its ``check_spec`` when it has one), or a Spark DataFrame of
         raw logs (``engine`` spark).
     spec : DomainSpec
-        The logs' spec (r_min must be 0).
+        The logs' spec (any declared reward range).
     pi : ndarray, shape (H, S, A) or (S, A)
         The policy, chosen without these logs (or without the ``units`` part).
     budget : Budget
         Gaussian budget of this evaluation (``privacy.budget.resolve_budget``).
-    coverage : float
-        Public coverage scale m.
+    coverage : float, optional
+        Public coverage scale m. None (default): :data:`COUNT_SHARE` of the
+        budget releases the number of evaluated units (:class:`UnitCount`)
+        and m = :func:`coverage_rule` of that count; the rest evaluates.
     confidence : float
         Level 1 - alpha of the lower bound and of the interval.
-    ledger : path, optional
-        Checked with the event before any row is read; charged once after.
+    ledger : path or LedgerEntry, optional
+        Checked with the event before any row is read; charged once after (a
+        path: an entry described "policy evaluation").
     seed : int, optional
         Noise seed, for tests only (the report then says ``seeded-insecure``).
     units : polars expression or Spark column, optional
         A filter on the bounded rows (a public function of the unit id, e.g.
         ``ope.split.in_part``): only those units are evaluated.
-    description : str
-        The ledger entry's description.
     engine : {"polars", "spark"}
         Who reads, checks and bounds ``logs`` when it is a path: polars, or
         Spark (``privaudit.data.engines.prepare_on``; the
@@ -330,14 +388,13 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         With ``engine`` spark: the session or a master URL (``local[4]``,
         ``spark://...``, ``sc://...``); default the active session or
         ``local[*]``.
-    run, output : optional
-        The ledger entry's run id and output folder (``privacy.ledger.charge``), e.g. a pipeline run's.
 
     Returns
     -------
     dict
         :meth:`PolicyEvaluation.certify`'s keys plus ``guarantee``,
-        ``mechanism`` (:meth:`PolicyEvaluation.describe`), ``rng``.
+        ``mechanism`` (:meth:`PolicyEvaluation.describe`, with
+        ``units_released``: the noisy unit count when m came from the rule), ``rng``.
 
     Raises
     ------
@@ -351,15 +408,27 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
         With Spark: Spark itself failed (one line; nothing charged).
     """
     table = policy_table_for(pi, spec)
-    plan = PolicyEvaluation.plan(spec, budget, coverage)
+    entry = ledger if isinstance(ledger, LedgerEntry) else LedgerEntry(path=ledger)
     if not (0 < float(confidence) < 1):
         raise UsageError(f"`confidence` must lie in (0, 1). Found {confidence!r}.")
+    count, part = None, budget
+    if coverage is None:  # m from a DP count of the evaluated units (rule fixed before their stays are read)
+        if budget.family.pure:
+            PolicyEvaluation.plan(spec, budget)  # its one-line error
+        parts = budget.split({"count": COUNT_SHARE, "evaluate": 1.0 - COUNT_SHARE})
+        part = parts["evaluate"]
+        plan = PolicyEvaluation.plan(spec, part, coverage_rule(spec, part, confidence=confidence))
+        count = UnitCount.plan(parts["count"], plan.unit)
+    else:
+        plan = PolicyEvaluation.plan(spec, budget, coverage)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise UsageError(f"`seed` must be a non-negative integer. Found {seed!r}.")
     if engine not in ("polars", "spark"):
         raise UsageError(f"`engine` must be 'polars' or 'spark'. Found {engine!r}.")
-    if ledger is not None:
-        ledger_mod.check_event(Path(ledger), spec.dataset_id, plan.event, budget)
+    event = _event(plan, count)  # the cost is the budget's whatever m the count gives (noise scales with 1/m)
+    budget.guarantee(event)
+    if entry.path is not None:
+        ledger_mod.check_event(Path(entry.path), spec.dataset_id, event, budget)
     own = None  # logs this call prepares (and closes: Spark drops its cached rows)
     if isinstance(logs, PreparedLogs) or (is_dataclass(logs) and hasattr(logs, "bounded")):  # either engine
         if callable(getattr(logs, "check_spec", None)):
@@ -368,19 +437,39 @@ def evaluate_policy_on_logs(logs: str | Path | PreparedLogs, spec: DomainSpec, p
     else:
         own = prepare_on(engine, logs, spec, spark=spark)
         bounded = own.bounded
+    rng = np.random.default_rng(seed)
     try:
         if units is not None:
             bounded = bounded.filter(units)
-        model = capped_model_value(held_out_stays(bounded, spec), table, spec, plan.coverage)
+        stays = held_out_stays(bounded, spec)
     finally:
         if own is not None:
             own.close()
-    noisy = plan.noisy(model, rng=np.random.default_rng(seed))
+    released = None
+    if count is not None:
+        released = count.noisy(stays.n_units, rng=rng)
+        plan = PolicyEvaluation.plan(spec, part, coverage_rule(spec, part, units=released, confidence=confidence))
+        event = _event(plan, count)
+    model = capped_model_value(stays, table, spec, plan.coverage)
+    del stays
+    noisy = plan.noisy(model, rng=rng)
     del model
     out = plan.certify(noisy, confidence)
-    if ledger is not None:
-        ledger_mod.charge_event(Path(ledger), spec.dataset_id, plan.event, description, budget, run=run,
-                                output=output)
-    out.update(guarantee=budget.guarantee(plan.event), mechanism=plan.describe(),
+    if entry.path is not None:
+        ledger_mod.charge_event(Path(entry.path), spec.dataset_id, event, entry.description, budget, run=entry.run,
+                                output=entry.output)
+    mechanism = plan.describe()
+    if count is not None:
+        mechanism.update(units_released=released, units_sigma=count.sigma, coverage_rule=(
+            f"m = min(max(m_noise, n~/{UNITS_PER_COVERAGE:g}), n~/{LEAST_RATIO:g}) on n~, the evaluated units "
+            f"counted with {COUNT_SHARE:g} of the budget (sigma {count.sigma:.4g})"))
+    out.update(guarantee=budget.guarantee(event), mechanism=mechanism,
                rng="seeded-insecure" if seed is not None else "os-entropy")
     return out
+
+
+def _event(plan: PolicyEvaluation, count: UnitCount | None):
+    """The evaluation's event, with the unit count's leaf first when m came from it."""
+    if count is None:
+        return plan.event
+    return ComposedEvent((count.event, *plan.event.events), label="policy-evaluation")

@@ -25,8 +25,8 @@ from fractions import Fraction
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.prepare import PreparedLogs
-from privaudit.ope.evaluate import (COVERAGE_DEFAULT, UNITS_PER_COVERAGE, PolicyEvaluation, coverage_rule,
-                                   evaluate_policy_on_logs)
+from privaudit.ope.evaluate import (COVERAGE_DEFAULT, UNITS_PER_COVERAGE, LedgerEntry, PolicyEvaluation,
+                                   coverage_rule, evaluate_policy_on_logs)
 from privaudit.ope.split import HELD_OUT, HOLD_OUT_DEFAULT, SPLIT_HASH_SEED, part_of
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.ledger import charge_of
@@ -34,7 +34,7 @@ from privaudit.release.behaviour_value import estimate_behaviour_value
 
 __all__ = ["IMPROVEMENT", "NO_IMPROVEMENT", "CERTIFIED_POLICIES", "UNITS_PER_COVERAGE_OF", "split_held_out", "held_out_units_estimate",
            "certification_budgets",
-           "certification_charge", "improvement_certified", "certify_policies", "certification_lines", "certify_stage",
+           "certification_charge", "held_out_note", "improvement_certified", "certify_policies", "certification_lines", "certify_stage",
            "summary_entry"]
 
 #: What is printed when a policy's lower bound is above the clinicians' upper bound.
@@ -95,6 +95,16 @@ def certification_charge(spec: DomainSpec, budget: Budget, names, done=()) -> Fr
     return total
 
 
+def held_out_note(parts_charge, held) -> str:
+    """Why a ``hold_out`` run asks the ledger for more than its budget (the message of a refusal)."""
+    return (f"With `hold_out` the ledger is asked for the run's parts ({float(parts_charge):.6g}) plus the "
+            f"held-out certification ({float(held):.6g}), each charged as its own entry: the ledger adds them. "
+            "The two touch disjoint privacy units, so by parallel composition the run's guarantee is the budget "
+            "alone (summary.json states it); the ledger adds them anyway, which stays valid even if a "
+            "substitution could move a unit between the parts (docs/certificates.md, 'Held-out certification'). "
+            "Give the ledger twice the budget, or run with half the budget.")
+
+
 def improvement_certified(lower_bound: float, clinicians_interval) -> bool:
     """True only when the policy's lower bound is above the upper end of the clinicians' interval."""
     return clinicians_interval is not None and float(lower_bound) > float(clinicians_interval[1])
@@ -146,10 +156,9 @@ def certify_policies(held_out: PreparedLogs, spec: DomainSpec, tables: dict, bud
             out[name] = done[name]
             continue
         m = coverage_rule(spec, part, units, units_per_coverage=UNITS_PER_COVERAGE_OF.get(name, UNITS_PER_COVERAGE))
-        res = evaluate_policy_on_logs(held_out, spec, tables[name], budget=part, ledger=ledger, seed=seed,
-                                      coverage=m,
-                                      description=f"pipeline, held-out certification of {name}", run=run,
-                                      output=output)
+        entry = LedgerEntry(ledger, f"pipeline, held-out certification of {name}", run=run, output=output)
+        res = evaluate_policy_on_logs(held_out, spec, tables[name], budget=part, ledger=entry, seed=seed,
+                                      coverage=m)
         out[name] = {k: res[k] for k in ("estimate", "lower_bound", "interval", "confidence", "coverage",
                                          "guarantee")}
         out[name]["improvement_certified"] = improvement_certified(res["lower_bound"], clinicians_interval)

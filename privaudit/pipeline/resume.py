@@ -282,6 +282,8 @@ def _prune(tmp: Path, keep: set) -> None:
             for q in p.iterdir():
                 if f"policies/{q.name}" not in keep:
                     shutil.rmtree(q) if q.is_dir() else q.unlink()
+            if not any(p.iterdir()):  # no policy kept: no empty folder either
+                p.rmdir()
             continue
         shutil.rmtree(p) if p.is_dir() else p.unlink()
     for p in (tmp / "private").glob("*") if (tmp / "private").is_dir() else ():

@@ -49,7 +49,7 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from privaudit.core.errors import NOTHING_DONE, PARTS_KEPT, EngineError, SpecError, Terminated, UsageError
+from privaudit.core.errors import NOTHING_DONE, PARTS_KEPT, BudgetExceededError, EngineError, SpecError, Terminated, UsageError
 from privaudit.core.atomic import atomic_dir, atomic_write_text
 from privaudit.core.outputs import OutputKind, check_outputs, folder_output, new_run_id, output_lock
 from privaudit.core.spec import DomainSpec, load_spec
@@ -59,7 +59,7 @@ from privaudit.mdp.evaluation import resolve_mdp
 from privaudit.mdp.registry import MDP_REGISTRY
 from privaudit.mdp.spec_check import check_spec_matches_mdp
 from privaudit.mdp.spec_features import feature_map_from_spec, read_state_table
-from privaudit.pipeline.certify import CERTIFIED_POLICIES, certification_charge, split_held_out
+from privaudit.pipeline.certify import CERTIFIED_POLICIES, certification_charge, held_out_note, split_held_out
 from privaudit.pipeline.config import PipelineConfig, check_seed
 from privaudit.pipeline import resume
 from privaudit.pipeline.guarantee import (LINEAR_SHARE_DEFAULT, budget_shares, check_split, learner_shares,
@@ -314,8 +314,13 @@ def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
             raise UsageError(f"`hold_out` (the held-out certification): {e}") from None
     if config.ledger is not None:  # the held-out evaluations' charges too (unless done)
         if to_charge or held:
-            ledger_mod.check_budget(config.ledger, spec.dataset_id,
-                                    (check_split(budget, to_charge) if to_charge else 0) + held)
+            parts_charge = check_split(budget, to_charge) if to_charge else 0
+            try:
+                ledger_mod.check_budget(config.ledger, spec.dataset_id, parts_charge + held)
+            except BudgetExceededError as e:
+                if not held:
+                    raise
+                raise BudgetExceededError(f"{e} {held_out_note(parts_charge, held)}") from None
     return RunPlan(spec=spec, logs=logs, mdp=the_mdp, mdp_name=None if mdp is None else str(mdp),
                    stationary=stationary, budget=budget, parts=parts, shares=shares, parts_plan=parts_plan,
                    seeds=seeds, skipped=skipped, fingerprint=fingerprint, resume_from=stopped), said

@@ -118,3 +118,32 @@ def test_the_estimate_stays_in_the_value_range_and_an_empty_bound_is_said(files,
                "--rho", 1, "--coverage", coverage, "--seed", 2)
     if coverage > 20_000:  # 20,000 stays: m = 1e7 absorbs all the mass (at m = 1 the noise may say so too)
         assert "the coverage caps absorb" in text.stderr
+
+
+def test_default_coverage_fits_a_small_hospital_and_is_charged_in_the_budget(tmp_path):
+    """Session 10's fresh user: 1,329 patients lost 96% of the policy's mass to the fixed default m = 10,000
+    (the start cell alone passes n/m = 13%). The default m now comes from a DP count of the evaluated units
+    (5% of the budget, inside the stated guarantee and the one ledger charge): m <= n~/2.
+
+    Seeded noise; the count's sigma is about 3.2 at rho 1, so |n~ - 1329| < 30 except with probability < 1e-20."""
+    res = run("simulate", "random-tabular", "--states", 5, "--actions", 2, "--horizon", 3, "--instance-seed", 4,
+              "--episodes", 1329, "--behaviour", "uniform", "--seed", 1, "--out", tmp_path / "logs.parquet",
+              "--spec-out", tmp_path / "spec.json", "--mdp-out", tmp_path / "mdp.npz")
+    assert res.exit_code == 0, res.output
+    np.save(tmp_path / "pi.npy", np.random.default_rng(0).dirichlet(np.ones(2), size=(3, 5)))
+    ledger = _ledger(tmp_path, "small.ledger")
+    args = ("evaluate", tmp_path / "pi.npy", "--logs", tmp_path / "logs.parquet", "--spec", tmp_path / "spec.json",
+            "--rho", 1, "--seed", 5, "--json")
+    default = json.loads(run(*args, "--ledger", ledger).stdout)
+    fixed = json.loads(run(*args, "--coverage", 10_000).stdout)
+    assert abs(default["mechanism"]["units_released"] - 1329) < 30
+    assert default["coverage"] <= default["mechanism"]["units_released"] / 2
+    assert fixed["absorbed_mass"] > 0.8 and default["absorbed_mass"] < 0.3, (fixed, default)
+    truth = evaluate_policy(load_mdp(tmp_path / "mdp.npz"), np.load(tmp_path / "pi.npy"))
+    assert default["lower_bound"] <= truth and default["estimate"] > fixed["estimate"]
+    assert default["guarantee"]["rho"] == 1.0
+    assert "units_released" not in fixed["mechanism"]  # a given m: no count, the whole budget evaluates
+    status = ledger_status(ledger)
+    assert len(status["entries"]) == 1 and float(status["rho_spent"]) == 1.0, status
+    text = run(*args[:-1])
+    assert text.exit_code == 0 and "DP count of the evaluated units" in text.stdout

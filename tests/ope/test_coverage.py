@@ -7,7 +7,9 @@ Gaussian noise of the mechanism. Each run draws fresh logs and noise.
 
 from __future__ import annotations
 
+import inspect
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -17,7 +19,7 @@ from privaudit.core.spec import DomainSpec
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
 from privaudit.mdp.simulate import simulate
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy
-from privaudit.ope.evaluate import PolicyEvaluation
+from privaudit.ope.evaluate import PolicyEvaluation, evaluate_policy_on_logs
 from privaudit.ope.model import capped_model_value, held_out_stays
 from privaudit.privacy.budget import resolve_budget
 
@@ -149,3 +151,65 @@ def test_model_value_is_the_plug_in_value_without_caps():
     d0 = np.bincount(a["state"][a["step"] == 0], minlength=S) / 400
     assert mv.lost_mass == pytest.approx(0.0, abs=1e-12) or (n == 0).any()
     assert mv.value == pytest.approx(float(d0 @ V), rel=1e-12)
+
+
+@dataclass(frozen=True)
+class _Bounded:
+    """Logs already bounded (the ``bounded`` frame ``evaluate_policy_on_logs`` accepts from either engine)."""
+
+    bounded: pl.LazyFrame
+
+
+def _runs_with_the_default_m(case, *, units, runs, alpha, seed):
+    """(lower bounds, coverages m, true value) of ``evaluate_policy_on_logs`` without a coverage."""
+    make, k, _, _, reward_range = CASES[case]
+    mdp = make()
+    pi = _policy(mdp)
+    spec = spec_for(mdp, k, reward_range)
+    behaviour = np.full((mdp.horizon, spec.n_states, spec.n_actions), 1.0 / spec.n_actions)
+    rng = np.random.default_rng(seed)
+    lbs, ms = [], []
+    for _ in range(runs):
+        logs = _Bounded(logs_with_copies(mdp, behaviour, units, k, rng, reward_range).lazy())
+        out = evaluate_policy_on_logs(logs, spec, pi, budget=resolve_budget(rho=1.0), confidence=1 - alpha,
+                                      seed=int(rng.integers(2**31)))
+        lbs.append(out["lower_bound"])
+        ms.append(out["coverage"])
+        assert abs(out["mechanism"]["units_released"] - units) < 6 * out["mechanism"]["units_sigma"]  # P < 1e-8
+    return np.array(lbs), np.array(ms), evaluate_policy(mdp, pi)
+
+
+def test_lower_bound_covers_with_m_from_a_dp_count_of_few_units():
+    """``evaluate_policy_on_logs`` without a coverage on 400 units: m = coverage_rule(DP count of the evaluated
+    units), here n~/2 (the cap binds), so m moves with the count. m depends on the stays only through their
+    number plus independent noise, so the theorem applies given n. 60 runs at alpha = 0.2: failures <= alpha
+    + 3 sd (false failure < 0.2% if the true rate were alpha)."""
+    alpha, runs = 0.2, 60
+    lbs, ms, v = _runs_with_the_default_m("random non-stationary, k=3", units=400, runs=runs, alpha=alpha, seed=4)
+    assert int(np.sum(lbs > v)) <= alpha * runs + 3 * math.sqrt(alpha * (1 - alpha) * runs), (v, lbs.max())
+    assert len(set(ms)) > 1 and ms.max() < 400 / 2 + 6 * 1.0 / math.sqrt(2 * 0.05)  # n~/2, n~ within 6 sigma
+    assert lbs.mean() > 0.2 * v, (lbs.mean(), v)  # not vacuous
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_lower_bound_coverage_with_the_default_m_long(case):
+    """As above on each case's own size (m = m_noise there), 300 runs at alpha = 0.05 (false failure < 0.2%)."""
+    alpha, runs = 0.05, 300
+    lbs, _, v = _runs_with_the_default_m(case, units=CASES[case][2], runs=runs, alpha=alpha, seed=5)
+    assert int(np.sum(lbs > v)) <= alpha * runs + 3 * math.sqrt(alpha * (1 - alpha) * runs), (v, lbs.max())
+
+
+def test_a_given_coverage_is_the_plain_mechanism_with_at_most_12_parameters():
+    """Issue 27's limit (at most 12 parameters; the ledger's description, run and output are one
+    ``LedgerEntry``) with no change of behaviour: a given m evaluates with the whole budget, as before."""
+    assert len(inspect.signature(evaluate_policy_on_logs).parameters) <= 12
+    mdp = late_reward_mdp()
+    spec, pi = spec_for(mdp, 1), _policy(mdp)
+    df = simulate(mdp, np.full((4, 4, 2), 0.5), 2000, np.random.default_rng(8))
+    got = evaluate_policy_on_logs(_Bounded(df.lazy()), spec, pi, budget=resolve_budget(rho=1.0), coverage=200.0,
+                                  seed=3)
+    plan = PolicyEvaluation.plan(spec, resolve_budget(rho=1.0), 200.0)
+    exp = plan.certify(plan.noisy(capped_model_value(held_out_stays(df, spec), pi, spec, 200.0),
+                                  rng=np.random.default_rng(3)))
+    assert {k: got[k] for k in exp} == exp and got["mechanism"] == plan.describe()

@@ -15,7 +15,7 @@ import pytest
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.mdp.icu_sepsis import icu_sepsis_spec_doc
-from privaudit.ope.evaluate import NOISE_TARGET, UNITS_PER_COVERAGE, PolicyEvaluation, coverage_rule
+from privaudit.ope.evaluate import LEAST_RATIO, NOISE_TARGET, UNITS_PER_COVERAGE, PolicyEvaluation, coverage_rule
 from privaudit.ope.split import HELD_OUT, in_part, unit_part
 from privaudit.privacy.budget import resolve_budget
 
@@ -69,4 +69,8 @@ def test_coverage_rule_grows_with_the_estimated_units_and_the_noise():
     small, big = resolve_budget(epsilon=1.0, delta=1e-6), resolve_budget(epsilon=5.0, delta=1e-6)
     assert coverage_rule(spec, small) > 3 * coverage_rule(spec, big)  # noisier budget: larger m
     assert coverage_rule(spec, big, units=1e7) == pytest.approx(1e7 / UNITS_PER_COVERAGE)
-    assert coverage_rule(spec, big, units=10) == coverage_rule(spec, big)
+    m_noise = coverage_rule(spec, big)
+    assert coverage_rule(spec, big, units=4 * m_noise) == pytest.approx(m_noise)  # the noise term rules
+    # few units: m <= units / LEAST_RATIO, so the start cell (which passes min(1, n/m)) is never capped
+    assert coverage_rule(spec, big, units=1329) == pytest.approx(1329 / LEAST_RATIO)
+    assert coverage_rule(spec, big, units=0) == 1.0

@@ -196,3 +196,26 @@ def test_an_improvement_states_the_probability_that_both_claims_hold():
     lines = certification_lines(cert, (0.68, 0.69), 0.95)
     assert IMPROVEMENT in lines[0] and "probability >= 90%" in lines[0]
     assert "probability" not in lines[1] and "no improvement certified" in lines[1]
+
+
+def test_certify_is_the_pre_registered_preset(files, tmp_path):
+    """`--certify` = --hold-out --hold-out-fraction 0.3 --dp-apvi-c2 0 --pbb-share 0 (docs/results.md): the same
+    summary as those flags for a seed; refused with another value of one of them (one line, nothing written)."""
+    common = ("pipeline", files / "logs.parquet", "--spec", files / "spec.json", "--rho", 2, "--audit-trials", 0,
+              "--mdp", files / "mdp.npz", "--seed", 4, "--json")
+    a = run(*common, "--out", tmp_path / "a", "--certify")
+    b = run(*common, "--out", tmp_path / "b", "--hold-out", "--hold-out-fraction", 0.3, "--dp-apvi-c2", 0,
+            "--pbb-share", 0)
+    assert a.exit_code == 0 and b.exit_code == 0, (a.output, b.output)
+    sa, sb = json.loads(a.stdout), json.loads(b.stdout)
+    held = sa["held_out_certification"]
+    assert held["hold_out_fraction"] == 0.3 and set(held["policies"]) == {"dp-apvi"}
+    drop = ("created", "out", "private_log", "run_id")
+    assert json.dumps({k: v for k, v in sa.items() if k not in drop}, sort_keys=True, default=str).replace(
+        str(tmp_path / "a"), "X") == json.dumps({k: v for k, v in sb.items() if k not in drop}, sort_keys=True,
+                                                default=str).replace(str(tmp_path / "b"), "X")
+    bad = run(*common, "--out", tmp_path / "c", "--certify", "--hold-out-fraction", 0.5)
+    assert bad.exit_code == 2 and "--certify sets --hold-out-fraction 0.3" in bad.output
+    assert "Traceback" not in bad.output and not (tmp_path / "c").exists()
+    same = run(*common, "--out", tmp_path / "d", "--certify", "--pbb-share", 0)  # the preset's own value: fine
+    assert same.exit_code == 0, same.output

@@ -273,3 +273,33 @@ def test_held_out_charges_name_the_run_and_its_kept_output(world, tmp_path, monk
     marker = json.loads((out / "INCOMPLETE.json").read_text())["charged"]  # names every charge, as the ledger does
     held = [e["description"].removeprefix("pipeline, ") for e in entries if "held-out" in e["description"]]
     assert all(h in marker for h in held) and all(h in res.stderr for h in held), (marker, held)
+
+
+def test_an_incomplete_run_keeps_no_empty_policies_folder(tmp_path):
+    """Session 10's fresh user: a run stopped before any policy was charged kept an empty `policies/`."""
+    from privaudit.pipeline.resume import _prune
+
+    for rel in ("release/a.json", "policies/dp-apvi/policy.json", "summary.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    _prune(tmp_path, {"release"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["release"]
+    (tmp_path / "policies" / "dp-pbb").mkdir(parents=True)
+    (tmp_path / "policies" / "dp-pbb" / "policy.json").write_text("{}")
+    _prune(tmp_path, {"release", "policies/dp-pbb"})  # a kept policy keeps its folder
+    assert (tmp_path / "policies" / "dp-pbb" / "policy.json").exists()
+
+
+def test_a_ledger_refusing_a_hold_out_run_says_why_it_asks_for_twice_the_budget(world, tmp_path):
+    """Session 10's fresh user: a ledger with 0.3 left refused `pipeline --rho 0.3 --hold-out` with "rho=~0.6" and
+    no reason. The held-out evaluations are charged as their own entries (the conservative reading of parallel
+    composition): the message says so, and nothing is charged or written."""
+    led = tmp_path / "budget.jsonl"
+    init_ledger(led, "rt-resume", 0.3)
+    res = CliRunner().invoke(main, ["pipeline", str(world / "logs.parquet"), "--spec", str(world / "spec.json"),
+                                    "--rho", "0.3", "--out", str(tmp_path / "o"), "--ledger", str(led),
+                                    "--audit-trials", "0", "--hold-out"])
+    assert res.exit_code == 3, res.output
+    assert "held-out certification (0.3)" in res.stderr and "parallel composition" in res.stderr
+    assert "Give the ledger twice the budget" in res.stderr and "Traceback" not in res.output
+    assert ledger_status(led)["entries"] == [] and not (tmp_path / "o").exists()
