@@ -45,11 +45,11 @@ PART_ROWS = 400_000
 JEMALLOC = "dirty_decay_ms:0,muzzy_decay_ms:0"
 #: Command -> (largest growth peak(LARGE) - peak(SMALL), MiB; largest ratio peak(LARGE) / peak(SMALL)).
 #: Measured 2026-12-02 with the settings above (polars 2.1.0, numpy 2.4.6, pyarrow 26.0.1, Python 3.11.7;
-#: shared 2-core machine at load 24-30; docs/benchmarks.md "The memory guard"): validate grew by 5-14 MiB
-#: (7 runs, ratio <= 1.053), release by 3-4 (2 runs, <= 1.008), pipeline by 2-3 (3 runs, <= 1.005). With
-#: a regression of issue 33 put back, validate grew by 37-39 MiB (ratio 1.14-1.15: flag_not_last's join
-#: with every episode, or the unit group-by of too_many_episodes) and 132 MiB (1.46: reward_not_public's
-#: replace_strict). Release and pipeline peak in stages that do not grow (the dense noisy tables, DP-PBB):
+#: shared 2-core machine at load 21-30; docs/benchmarks.md "The memory guard"): validate grew by 5-14 MiB
+#: (9 runs, ratio <= 1.053), release by 3-8 (4 runs, <= 1.018), pipeline by 2-8 (6 runs, <= 1.012). With
+#: a regression of issue 33 put back, validate grew by 37-43 MiB (ratio 1.14-1.16, 3 runs: flag_not_last's
+#: join with every episode), 34-40 MiB (1.13-1.15, 3 runs: the unit group-by of too_many_episodes) and
+#: 132 MiB (1.46, 2 runs: reward_not_public's replace_strict): it fails each. Release and pipeline peak in stages that do not grow (the dense noisy tables, DP-PBB):
 #: their bounds catch growth above those peaks, not a regression of bounding or of the behaviour value at
 #: these sizes (docs/benchmarks.md).
 BOUNDS = {
