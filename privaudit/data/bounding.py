@@ -50,17 +50,17 @@ import polars_hash as plh
 
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
-from privaudit.data.parts import hash_parts, part_count
+from privaudit.data.parts import hash_parts, part_count, part_rows
 
 #: Seed of XXH64 in the episode priority key. A public constant, not a noise
 #: seed: the keep-k rule must be deterministic and data-independent. 42 is the
 #: seed of Spark's built-in ``xxhash64``, so Spark computes the same key.
 PRIORITY_HASH_SEED = 42
 
-#: Most episodes per pass of bounding's per-unit and per-episode aggregates, when the number of episodes
-#: is known (a streaming group-by holds about 150 bytes per group; issue 33), and the seed of the hash
-#: that splits them (which part a unit or episode falls in changes nothing).
-BOUNDING_PASS_EPISODES, BOUNDING_PASS_SEED = 1_000_000, 0xB0
+#: Bounding's per-unit and per-episode aggregates take at most ``part_rows(EPISODE_ROWS)`` episodes per pass
+#: (``privaudit.data.parts``: 10^6 by default; a streaming group-by holds about 150 bytes per group; issue 33)
+#: when the episodes are counted; the hash splitting them has a public seed (a part changes nothing).
+EPISODE_ROWS, BOUNDING_PASS_SEED = 8, 0xB0
 
 #: The keep-k priority key, as recorded in the release manifest.
 PRIORITY_KEY = (f"xxh64(utf8(string(episode_id)), seed={PRIORITY_HASH_SEED}) as signed int64, "
@@ -267,7 +267,7 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec,
         Supplies k (``max_episodes_per_unit``), H and ``reward_range``.
     n_episodes : int, optional
         The number of episodes when known (validation counts them): above
-        :data:`BOUNDING_PASS_EPISODES` the per-unit and per-episode
+        ``part_rows(EPISODE_ROWS)`` the per-unit and per-episode
         aggregates run in parts, split by a hash of the unit or episode, so
         that memory holds one part's groups. The result does not depend on
         it. None: one pass each.
@@ -296,7 +296,7 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec,
     lo, hi = spec.reward_range
     unit = unit_column_of(lf)
     c = pl.col
-    passes = part_count(n_episodes, BOUNDING_PASS_EPISODES)
+    passes = part_count(n_episodes, part_rows(EPISODE_ROWS))
     starts = lf.filter(c("step") == 0).select(c("episode_id"), c(unit).alias("_unit"))
 
     def per_unit(rows: pl.LazyFrame) -> pl.LazyFrame:
@@ -356,7 +356,7 @@ def clip_returns(bounded: pl.LazyFrame, bound: float, n_episodes: int | None = N
         B >= 0, the largest scaled return an episode may keep.
     n_episodes : int, optional
         Episodes in ``bounded`` if known: the returns are summed in parts of
-        at most :data:`BOUNDING_PASS_EPISODES` episodes (same result).
+        at most ``part_rows(EPISODE_ROWS)`` episodes (same result).
 
     Returns
     -------
@@ -370,7 +370,7 @@ def clip_returns(bounded: pl.LazyFrame, bound: float, n_episodes: int | None = N
     c = pl.col
     over = pl.concat([part.group_by("episode_id").agg(c("reward").sum().alias("_G"))
                       .filter(c("_G") > bound).select("episode_id").collect(engine="streaming")
-                      for part in hash_parts(bounded, "episode_id", part_count(n_episodes, BOUNDING_PASS_EPISODES),
+                      for part in hash_parts(bounded, "episode_id", part_count(n_episodes, part_rows(EPISODE_ROWS)),
                                              BOUNDING_PASS_SEED)])
     if over.height == 0:
         return bounded, 0
@@ -381,12 +381,10 @@ def clip_returns(bounded: pl.LazyFrame, bound: float, n_episodes: int | None = N
     return pl.concat([bounded.join(over.lazy(), on="episode_id", how="anti"), fixed]), over.height
 
 
-#: Most rows the per-cell cap ranks at once: above it, the units are split into parts by a hash of the
-#: unit and each part is capped in turn (the windows of one part are in memory, about 90 bytes per row
-#: at c = 1). The kept rows do not depend on the split: every window lies inside one unit.
-CAP_PARTITION_ROWS = 4_000_000
-#: Seed of the hash that splits units into parts (which part a unit falls in changes nothing kept).
-CAP_PARTITION_SEED = 0x19A
+#: The per-cell cap ranks at most ``part_rows(CAP_PER)`` rows at once (half a part, 4·10^6 by default; one
+#: part's windows are in memory, about 90 bytes per row at c = 1): above it, the units are split by a hash of
+#: the unit (public seed) and capped part by part. Every window lies inside one unit: the split keeps the same rows.
+CAP_PER, CAP_PARTITION_SEED = 2, 0x19A
 
 #: The per-cell keep rule, as recorded in the release manifest.
 CELL_KEEP_RULE = ("per privacy unit and cell, the first c steps in the unit's own order: its episodes by the "
@@ -448,12 +446,9 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
     window minimum: the order is unique inside a unit for logs that pass
     validation (one row per episode and step, ``step_duplicate`` is fatal),
     so the row with the smallest order is the one ranked first (a window
-    minimum costs about half of a rank). Memory: above
-    :data:`CAP_PARTITION_ROWS` rows the units are split into parts by a hash
-    of the unit and the parts are capped one after the other (every window
-    lies in one unit, so the kept rows are the same; their order in the
-    frame is not). Per step with c >= k, and pooled with c >= kH, nothing
-    can be dropped.
+    minimum costs about half of a rank). Memory: one part of the units at a
+    time (:data:`CAP_PER`; the same rows kept, in another order). Per step
+    with c >= k, and pooled with c >= kH, nothing can be dropped.
 
     The cap biases the counts: a dropped revisit of (s, a) removes a real
     transition and reward (docs/release.md, "Per-cell contribution bound").
@@ -496,7 +491,7 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
     if seen is None:  # a report not made by bound_contributions: count the rows (a pass without the window)
         seen = int(bounded.select(pl.len()).collect().item())
     # whole units per part, one part at a time: the windows of one part in memory, not of all rows
-    parts = hash_parts(bounded, unit, part_count(seen, CAP_PARTITION_ROWS), CAP_PARTITION_SEED)
+    parts = hash_parts(bounded, unit, part_count(seen, part_rows(CAP_PER)), CAP_PARTITION_SEED)
     capped = pl.concat([capped_rows(p) for p in parts], parallel=False) if len(parts) > 1 else capped_rows(bounded)
     report = replace(report, max_per_cell=max_per_cell, cell_cap_stationary=bool(stationary),
                      cell_steps_dropped=None, cell_steps_seen=seen)

@@ -42,17 +42,17 @@ import numpy as np
 import polars as pl
 
 from privaudit.data.io import ROW, OpenLog
-from privaudit.data.parts import hash_parts, part_count
+from privaudit.data.parts import hash_parts, part_count, part_rows
 
 #: Fixed hash seed (a constant of the algorithm, not randomness).
 HASH_SEED = 0x5EED_0F_A11
-#: Most rows re-read at once when checking flagged episodes exactly.
-CHUNK_ROWS = 2_000_000
-#: Most rows the episode table aggregates in one pass: above it, the episodes are split into parts by a
-#: hash of the id and aggregated one part after the other (the streaming group-by holds about 150 bytes
-#: per episode of the part; issue 33). The table does not depend on the split: every row of an episode
-#: falls in the same part.
-EPISODE_PASS_ROWS = 8_000_000
+#: Most rows re-read at once when checking flagged episodes exactly: ``part_rows(CHUNK_PER)``, a quarter
+#: of a part (2·10^6 rows by default; held in memory with their window columns).
+CHUNK_PER = 4
+#: The episode table aggregates at most ``part_rows()`` rows (``privaudit.data.parts``, 8·10^6 by
+#: default) in one pass: above it, the episodes are split into parts by a hash of the id and aggregated
+#: one part after the other (the streaming group-by holds about 150 bytes per episode of the part; issue
+#: 33). The table does not depend on the split: every row of an episode falls in the same part.
 #: Seed of the hash that splits the episodes into parts (which part an episode falls in changes nothing).
 EPISODE_PASS_SEED = 0x33
 _P32 = 2**32
@@ -122,7 +122,7 @@ def episode_table(log: OpenLog, check_chain: bool, check_units: bool, flags: Seq
     """Aggregate every episode in one streaming pass (see module docstring).
 
     Rows with a null ``episode_id`` are left out (the null rule reports them).
-    Above :data:`EPISODE_PASS_ROWS` rows, one pass per part of the episodes
+    Above ``part_rows()`` rows (``privaudit.data.parts``), one pass per part of the episodes
     (a hash of the id): memory about 150 bytes per episode of a part, plus
     the table itself (about 40 bytes per episode); the table is the same.
 
@@ -186,19 +186,19 @@ def episode_table(log: OpenLog, check_chain: bool, check_units: bool, flags: Seq
                 .collect(engine="streaming"))
 
     # whole episodes per pass, one pass after the other: the group-by's state is that of one part's episodes
-    passes = part_count(sum(p.n_rows for p in log.parts), EPISODE_PASS_ROWS)
+    passes = part_count(sum(p.n_rows for p in log.parts), part_rows())
     return EpisodeTable(pl.concat([table_of(f) for f in hash_parts(log.frame, "episode_id", passes,
                                                                     EPISODE_PASS_SEED)]))
 
 
 def _chunks(suspects: pl.DataFrame) -> list[pl.Series]:
     """Split the suspect episodes (sorted by first row) into chunks of at most
-    CHUNK_ROWS rows (an episode larger than that is a chunk of its own)."""
+    ``part_rows(CHUNK_PER)`` rows (an episode larger than that is a chunk of its own)."""
     if suspects.height == 0:
         return []
     n = suspects["n"].to_numpy().astype(np.int64)
     ends = np.cumsum(n)
-    chunk = (ends - n) // CHUNK_ROWS
+    chunk = (ends - n) // part_rows(CHUNK_PER)
     ids = suspects["episode_id"]
     return [ids.filter(pl.Series(chunk == k)) for k in np.unique(chunk)]
 
@@ -213,7 +213,7 @@ def exact_episode_checks(log: OpenLog, table: EpisodeTable, check_chain: bool,
         rule -> DataFrame with columns ``row, episode_id, step, column, detail``
         (all violations, in row order), for rules ``step_duplicate``,
         ``step_gap``, ``next_state_mismatch`` and ``unit_not_unique``.
-        Memory: at most about CHUNK_ROWS rows at a time (plus the output).
+        Memory: at most about ``part_rows(CHUNK_PER)`` rows at a time (plus the output).
     """
     out: dict[str, list[pl.DataFrame]] = {r: [] for r in
                                           ("step_duplicate", "step_gap", "next_state_mismatch", "unit_not_unique")}

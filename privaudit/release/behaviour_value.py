@@ -119,7 +119,7 @@ import polars as pl
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import unit_column_of
-from privaudit.data.parts import hash_parts, part_count
+from privaudit.data.parts import hash_parts, part_count, part_rows
 from privaudit.data.exact_sums import REWARD_BITS, value_sums
 from privaudit.privacy import accounting
 from privaudit.privacy.budget import Budget
@@ -138,9 +138,9 @@ UNIT_FAMILIES = ("unit_return_cross", "unit_count_squares")
 MECHANISM_VERSION = 2
 #: |c| <= 2^_C_BITS lattice units.
 _C_BITS = 15
-#: Most rows aggregated per pass of :meth:`BehaviourValueRelease.exact_statistics` (a part's episodes in
-#: memory, about 200 bytes each); the seed of the hash of the unit that splits the parts (changes nothing).
-VALUE_PASS_ROWS, VALUE_PASS_SEED = 8_000_000, 0x56
+#: Seed of the hash of the unit that splits :meth:`BehaviourValueRelease.exact_statistics` into parts of at
+#: most ``part_rows()`` rows (``privaudit.data.parts``; a part's episodes in memory, about 200 bytes each).
+VALUE_PASS_SEED = 0x56
 #: Most one-ulp increases of a sigma while fitting the exact cost into the budget.
 _FIT_STEPS = 16
 
@@ -306,7 +306,7 @@ class BehaviourValueRelease:
             the same integers as polars.
         rows : int, optional
             Its number of rows (``BoundingReport.rows_kept``): above
-            ``VALUE_PASS_ROWS`` a polars frame's units are aggregated in
+            ``part_rows()`` a polars frame's units are aggregated in
             parts, split by a hash of the unit (``privaudit.data.parts``), so
             that memory holds one part's episodes (issue 33). Every sum is
             exact, so the statistics do not depend on the split. None: one
@@ -334,7 +334,7 @@ class BehaviourValueRelease:
             lf = bounded.lazy()
             unit = unit_column_of(lf)
             out: dict = {}
-            for part in hash_parts(lf, unit, part_count(rows, VALUE_PASS_ROWS), VALUE_PASS_SEED):
+            for part in hash_parts(lf, unit, part_count(rows, part_rows()), VALUE_PASS_SEED):
                 got = value_sums(part, unit, **lattice)
                 out = {f: out[f] + v for f, v in got.items()} if out else got
             return out

@@ -5,8 +5,8 @@ import polars as pl
 import pytest
 import xxhash
 
-from privaudit.data import bounding
 from privaudit.data.bounding import PRIORITY_HASH_SEED, bound_contributions, cap_per_cell, episode_priority
+from privaudit.data.parts import PART_ROWS_VARIABLE
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import DomainSpec
 from tests._release_logs import spec_doc
@@ -173,7 +173,7 @@ def _reference_cell_cap(df: pl.DataFrame, c: int, stationary: bool, by_unit: boo
 @pytest.mark.parametrize("split", [False, True])
 def test_cell_cap_matches_reference(c, stationary, by_unit, split, monkeypatch):
     if split:  # units split into parts of about 40 rows, capped one after the other: the same rows kept
-        monkeypatch.setattr(bounding, "CAP_PARTITION_ROWS", 40)
+        monkeypatch.setenv(PART_ROWS_VARIABLE, "80")  # part_rows(CAP_PER) = 40
     rng = np.random.default_rng(7)
     n, H = 60, 6
     rows = []

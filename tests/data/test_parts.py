@@ -13,13 +13,12 @@ import polars as pl
 import pytest
 
 from privaudit.core.spec import DomainSpec
-from privaudit.data import bounding, episode_checks
+from privaudit.data import episode_checks
 from privaudit.data.bounding import bound_contributions
 from privaudit.data.io import open_log
-from privaudit.data.parts import hash_parts, part_count
+from privaudit.data.parts import PART_ROWS_VARIABLE, hash_parts, part_count
 from privaudit.data.validate import validate_logs
 from privaudit.privacy.budget import resolve_budget
-from privaudit.release import behaviour_value
 from privaudit.release.behaviour_value import BehaviourValueRelease
 from tests.conftest import tiny_spec_doc
 from tests.data.test_validate import random_log
@@ -85,7 +84,7 @@ def test_screened_rules_report_exactly_the_reference_rows_in_one_and_many_passes
     assert reported(one) == want
     assert {r: one.counts[r] for r in want} == {r: len(v) for r, v in want.items()}
     assert one.units == df["unit_id"].n_unique() and one.episodes == df["episode_id"].n_unique()
-    monkeypatch.setattr(episode_checks, "EPISODE_PASS_ROWS", 97)
+    monkeypatch.setenv(PART_ROWS_VARIABLE, "97")
     many = validate_logs(path, spec(), max_errors=10_000)
     assert many.to_dict() == one.to_dict()
 
@@ -111,7 +110,7 @@ def test_bounding_in_parts_keeps_the_same_rows_and_report(monkeypatch):
     df = broken_log(4).filter(pl.col("step") != 99)
     one_bounded, one = bound_contributions(df.lazy(), spec())
     assert one.episodes_dropped > 0 and one.returns_clipped > 0
-    monkeypatch.setattr(bounding, "BOUNDING_PASS_EPISODES", 7)
+    monkeypatch.setenv(PART_ROWS_VARIABLE, "56")  # parts of 56 // 8 = 7 episodes
     many_bounded, many = bound_contributions(df.lazy(), spec(), n_episodes=df["episode_id"].n_unique())
     assert many == one
     key = ["episode_id", "step"]
@@ -125,7 +124,7 @@ def test_behaviour_value_statistics_in_parts_are_the_same(monkeypatch, k):
     bounded, report = bound_contributions(broken_log(5).lazy(), sp)
     rel = BehaviourValueRelease.plan(sp, resolve_budget(rho=1.0))
     one = rel.exact_statistics(bounded)
-    monkeypatch.setattr(behaviour_value, "VALUE_PASS_ROWS", 50)
+    monkeypatch.setenv(PART_ROWS_VARIABLE, "50")
     many = rel.exact_statistics(bounded, rows=report.rows_kept)
     assert part_count(report.rows_kept, 50) >= 20
     assert set(many) == set(one) and one["episode_count"] == report.episodes - report.episodes_dropped

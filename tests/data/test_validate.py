@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from privaudit.cli import main
 from privaudit.data import episode_checks
 from privaudit.data.io import open_log, scan_logs
+from privaudit.data.parts import PART_ROWS_VARIABLE
 from privaudit.data.validate import BOUNDING_RULES, RULES, validate_logs
 from privaudit.core.errors import LogReadError
 from privaudit.core.spec import DomainSpec
@@ -306,7 +307,7 @@ def random_log(rng: np.random.Generator, n_episodes: int, H: int, S: int, A: int
 def test_hash_screen_finds_exactly_the_broken_episodes(tmp_path, monkeypatch):
     """Breaks chosen at random in shuffled rows are all found, with exact counts,
     also when the flagged episodes are re-read in several small chunks."""
-    monkeypatch.setattr(episode_checks, "CHUNK_ROWS", 50)
+    monkeypatch.setenv(PART_ROWS_VARIABLE, "200")  # chunks of part_rows(4) = 50 rows
     rng = np.random.default_rng(20240601)
     H, S, A = 6, 9, 3
     df = random_log(rng, 400, H, S, A).with_row_index("pos")
@@ -350,7 +351,7 @@ def test_hash_screen_finds_exactly_the_broken_episodes(tmp_path, monkeypatch):
 
 
 def test_episode_table_in_several_passes_gives_the_same_report(tmp_path, monkeypatch):
-    """Issue 33: above EPISODE_PASS_ROWS rows the episodes are aggregated part by part (a hash of the id);
+    """Issue 33: above part_rows() rows the episodes are aggregated part by part (a hash of the id);
     every rule's count and example is the same as in one pass (broken chains, a split unit, k exceeded)."""
     rng = np.random.default_rng(33)
     H, S, A = 6, 9, 3
@@ -364,7 +365,7 @@ def test_episode_table_in_several_passes_gives_the_same_report(tmp_path, monkeyp
     df.write_parquet(path)
     spec = DomainSpec.from_dict(tiny_spec_doc(H=H, S=S, A=A, terminals=(), unit_column="unit_id"))
     one = validate_logs(path, spec, max_errors=1000).to_dict()
-    monkeypatch.setattr(episode_checks, "EPISODE_PASS_ROWS", 97)
+    monkeypatch.setenv(PART_ROWS_VARIABLE, "97")
     assert -(-df.height // 97) >= 5
     several = validate_logs(path, spec, max_errors=1000).to_dict()
     assert one["counts"]["next_state_mismatch"] > 0 and one["counts"]["unit_not_unique"] == 1

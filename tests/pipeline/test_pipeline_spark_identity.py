@@ -1,11 +1,9 @@
 """``pipeline --engine spark`` equals ``--engine polars`` byte for byte: summary, policies, release, guarantee.
 
 Random logs whose rewards are a public r(s') (so DP-PBB trains, with its per-cell cap c = 1), heavy
-repairs on purpose (units over k, episodes beyond H). The same seed on both engines. Normalised, and
-only these: ``summary.json``'s ``created`` (a timestamp) and ``config.engine`` (the engine's name);
-``policy.json``'s ``created``; the release manifest's ``created``; the same timestamp in ``report.md``. The
-figures (PNG) are drawn from the equal summaries and not compared. Everything else, every byte of every
-Parquet table included, must be equal.
+repairs on purpose (units over k, episodes beyond H). The same seed on both engines. What is normalised
+(creation times, the engine's name) and what is compared: ``tests/_identity.py``; every byte of every
+Parquet table must be equal.
 
 Each case is one line of :data:`CASES` (with or without the clinicians' value part, ``value_share``,
 and the held-out certification, ``hold_out``). Uses the session-scoped local[2] SparkSession (tests/conftest.py).
@@ -25,6 +23,7 @@ skip_without_spark()
 from privaudit.cli import main  # noqa: E402
 from privaudit.data.spark import prepare as spark_prepare  # noqa: E402
 from privaudit.privacy.ledger import init_ledger, ledger_status  # noqa: E402
+from tests._identity import assert_same_outputs  # noqa: E402
 from tests._spark import spark_pbb_logs  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -41,29 +40,6 @@ CASES = [
     pytest.param("negative", 1, 2, False, (0.0, 2.0), 0.0, False, id="negative-k1-parts-return-bound",
                  marks=pytest.mark.slow),
 ]
-
-#: Fields that legitimately differ between the two runs, normalised before comparing.
-NORMALISED = {"summary.json": (("created",), ("config", "engine")), "policy.json": (("created",),),
-              "manifest.json": (("created",),)}
-
-
-def _normalised(path) -> dict:
-    doc = json.loads(path.read_text())
-    for keys in NORMALISED.get(path.name, ()):
-        d = doc
-        for key in keys[:-1]:
-            d = d[key]
-        assert keys[-1] in d, (path, keys)  # a field that vanished is a change to look at, not to normalise
-        d[keys[-1]] = "<normalised>"
-    return doc
-
-
-def _report(out) -> str:
-    """report.md with its creation time (the summary's ``created``, once) normalised."""
-    created = json.loads((out / "summary.json").read_text())["created"]
-    text = (out / "report.md").read_text()
-    assert text.count(created) == 1
-    return text.replace(created, "<normalised>")
 
 
 def _pipeline(args, engine, out):
@@ -90,18 +66,9 @@ def test_spark_pipeline_equals_polars_byte_for_byte(spark, tmp_path, monkeypatch
         assert "dp-pbb is not trained" not in res.output
     assert len(reads) == 1  # Spark read (and checked and bounded) the logs once for the whole run
     p, s = outs["polars"], outs["spark"]
-    files = sorted(f.relative_to(p) for f in p.rglob("*") if f.is_file() and f.parts[len(p.parts)] != "private")
-    assert files == sorted(f.relative_to(s) for f in s.rglob("*") if f.is_file()
-                           and f.parts[len(s.parts)] != "private")
+    files = assert_same_outputs(p, s)
     assert {"summary.json", "policies/dp-pbb/policy.parquet", "policies/dp-apvi/policy.parquet",
             "release/transitions.parquet"} <= {str(f) for f in files}
-    for f in files:
-        if f.suffix == ".json":
-            assert _normalised(p / f) == _normalised(s / f), f
-        elif f.suffix == ".md":  # the report: every byte but its creation time (summary.json's `created`)
-            assert _report(p) == _report(s)
-        elif f.suffix != ".png":  # Parquet tables: every byte (figures: drawn from equal summaries)
-            assert (p / f).read_bytes() == (s / f).read_bytes(), f
     summary = json.loads((s / "summary.json").read_text())
     assert [x["name"] for x in summary["privacy"]["details"]["parts"]] == (
         ["release", "behaviour-value", "dp-pbb"] if value_share else ["release", "dp-pbb"])
