@@ -8,6 +8,7 @@ import pytest
 from privaudit.core.errors import UsageError
 from privaudit.online.env import make_env
 from privaudit.online.explore import run_explore, validate_budget
+from privaudit.online import protocol
 from privaudit.online.lockstep import explore_lockstep
 from privaudit.online.protocol import run_episodes, run_lockstep
 from privaudit.online.rollout import philox4x64
@@ -97,10 +98,11 @@ def test_lockstep_seeds_and_budgets_equal_separate_runs():
                               runs[2][0].released_ - runs[1][0].released_)
 
 
-def test_lockstep_independent_user_streams_equal_separate_runs():
+def test_lockstep_independent_user_streams_equal_separate_runs(monkeypatch):
     envs = [make_env("random-tabular", world_key=w) for w in (0, 5)]
     K = 1500
     agents = [_agent(e, K, 7) for e in envs]
+    monkeypatch.setattr(protocol, "STAGE_USERS", 64)      # batches handed over in parts of 32 users
     both = run_lockstep(envs, agents, K, first_user=100, record=True)
     for e, res in zip(envs, both):
         _same(res, run_episodes(e, _agent(e, K, 7), K, first_user=100, record=True))
