@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from childproc import ChildFailed, run_child
+
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("single-user-by-user", "single", "separate-user-by-user", "separate", "lockstep")
 ALGO = "dp-ucbvi-batched"
@@ -79,24 +81,23 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=5, help="R, runs of the separate and lockstep modes")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--single", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.single is not None:
-        print(json.dumps(one(args.single, args.env, args.episodes, args.runs)))
+    if args.child is not None:
+        print(json.dumps(one(args.child, args.env, args.episodes, args.runs)))
         return
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     print("commit", commit, "| load average before:", " ".join(Path("/proc/loadavg").read_text().split()[:3]))
     for mode in args.modes:
-        out = subprocess.run([sys.executable, __file__, "--env", args.env, "--episodes", str(args.episodes),
-                              "--runs", str(args.runs), "--single", mode], capture_output=True, text=True)
-        line = out.stdout.strip().splitlines()[-1] if out.returncode == 0 else json.dumps(
-            {"mode": mode, "error": out.stderr.strip().splitlines()[-1]})
-        print(line, flush=True)
+        try:
+            row = run_child(__file__, mode, "--env", args.env, "--episodes", args.episodes, "--runs", args.runs)
+        except ChildFailed as e:
+            row = {"mode": mode, "error": str(e).splitlines()[-1]}
+        print(json.dumps(row), flush=True)
         if args.out is not None:
             with open(args.out, "a") as f:
-                f.write(line + "\n")
-
+                f.write(json.dumps(row) + "\n")
 
 if __name__ == "__main__":
     main()

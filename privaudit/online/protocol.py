@@ -244,7 +244,7 @@ def run_lockstep(envs, agents, n_episodes: int, *, first_user: int = 0, record: 
     if bad or any(e.mdp is not envs[0].mdp and not _same_tables(e, envs[0]) for e in envs):
         raise UsageError(f"lockstep runs need agents that share policies (policy_users, observe_users) and "
                          f"environments over one MDP. Got agents {sorted(set(bad))} that do not share.")
-    env, (H, S, A) = envs[0], (envs[0].horizon, envs[0].n_states, envs[0].n_actions)
+    H, S, A = envs[0].horizon, envs[0].n_states, envs[0].n_actions
     evs = [RegretEvaluator(e.mdp, K, batch_bytes) for e in envs]
     initial = np.empty((R, K), dtype=np.int64)
     returns = np.empty((R, K))
@@ -258,9 +258,7 @@ def run_lockstep(envs, agents, n_episodes: int, *, first_user: int = 0, record: 
         if n < 1:
             raise UsageError(f"an agent announced {n} users for its current policy; it must be at least 1.")
         pis = np.stack([declared_policy(ag, H, S, A) for ag in agents])
-        users = np.arange(first_user + i, first_user + i + n)
-        keys = np.concatenate([e.keys(users) for e in envs])
-        st, ac, rw = env.rollout_users(np.tile(users, R), pis, np.repeat(np.arange(R), n), keys=keys)
+        st, ac, rw = stage_rollout(envs, np.arange(first_user + i, first_user + i + n), pis)
         total = np.zeros(R * n)
         for h in range(H):       # left to right from 0.0, as the step loop adds
             total += rw[:, h]
@@ -276,6 +274,41 @@ def run_lockstep(envs, agents, n_episodes: int, *, first_user: int = 0, record: 
             progress(R * n)
     return [RunResult(evs[r].finish(), initial[r], returns[r], rec[r][0] if record else None,
                       rec[r][1] if record else None, int(first_user)) for r in range(R)]
+
+
+def stage_rollout(envs, users: np.ndarray, pis: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The same users in R runs, run r under ``pis[r]``: rows r * n .. (r + 1) * n - 1 are run r's.
+
+    Runs on the same environment object share their users, and a user's episode is a function of
+    her key and of the actions taken along it. So the runner plays run 0's policy once, and a run
+    whose policy takes run 0's action at every (h, s_h) that user visited under run 0's policy has
+    that user's very episode (by induction over h: the same state, the same action, the same block);
+    only the other (run, user) pairs are played again, in one call. Converged runs (late batches)
+    therefore cost one rollout between them. Returns states (R n, H + 1), actions (R n, H),
+    rewards (R n, H), equal to ``envs[r].rollout_users(users, pis[r])`` stacked (tested).
+    """
+    R, n, H = len(pis), len(users), pis.shape[1]
+    st0, ac0, rw0 = envs[0].rollout_users(users, pis[0])
+    st, ac, rw = (np.empty((R,) + x.shape, dtype=x.dtype) for x in (st0, ac0, rw0))
+    st[0], ac[0], rw[0] = st0, ac0, rw0
+    h = np.arange(H)
+    todo = []
+    for r in range(1, R):
+        if envs[r] is envs[0]:
+            same = (pis[r][h, st0[:, :H]] == ac0).all(axis=1)
+            st[r][same], ac[r][same], rw[r][same] = st0[same], ac0[same], rw0[same]
+        else:
+            same = np.zeros(n, dtype=bool)
+        todo.append((r, np.flatnonzero(~same)))
+    if any(len(idx) for _, idx in todo):
+        keys = np.concatenate([envs[r].keys(users[idx]) for r, idx in todo])
+        which = np.concatenate([np.full(len(idx), r) for r, idx in todo])
+        s2, a2, r2 = envs[0].rollout_users(np.concatenate([users[idx] for _, idx in todo]), pis, which, keys=keys)
+        at = 0
+        for r, idx in todo:
+            st[r][idx], ac[r][idx], rw[r][idx] = s2[at:at + len(idx)], a2[at:at + len(idx)], r2[at:at + len(idx)]
+            at += len(idx)
+    return st.reshape(R * n, -1), ac.reshape(R * n, -1), rw.reshape(R * n, -1)
 
 
 def _same_tables(a: EpisodicEnv, b: EpisodicEnv) -> bool:
@@ -313,6 +346,11 @@ def run_episodes(env: EpisodicEnv, agent: Agent, n_episodes: int, *, first_user:
                  record: bool = False, progress: Callable[[int], None] | None = None,
                  batch_bytes: int = EVAL_BATCH_BYTES) -> RunResult:
     """Play users first_user .. first_user + K - 1 and measure exact regret.
+
+    An agent that shares policies over runs of users (:func:`shares_policies`: the batched
+    explorers) is played a block of users at a time (:func:`run_lockstep` with R = 1, one
+    ``EpisodicEnv.rollout_users`` call per block); any other user by user. Both give the same
+    result for the same agent (tested).
 
     Parameters
     ----------

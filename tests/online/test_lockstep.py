@@ -10,7 +10,7 @@ from privaudit.online.env import make_env
 from privaudit.online.explore import run_explore, validate_budget
 from privaudit.online import protocol
 from privaudit.online.lockstep import explore_lockstep
-from privaudit.online.protocol import run_episodes, run_lockstep
+from privaudit.online.protocol import run_episodes, run_lockstep, stage_rollout
 from privaudit.online.rollout import philox4x64
 from privaudit.online.tabular.batched_ucb import BatchedUCBVI
 from privaudit.privacy.budget import resolve_budget
@@ -68,6 +68,28 @@ def test_rollout_users_equals_rollout_of_each_user(name, kw):
         env.rollout_users(users, np.full((env.horizon, env.n_states), env.n_actions))
     with pytest.raises(UsageError, match="which"):
         env.rollout_users(users, pis, np.full(len(users), 3))
+
+
+def test_stage_rollout_reuses_only_episodes_that_agree_with_run_0():
+    # run 1 = run 0's policy; run 2 differs at one (h, s) some users visit; run 3 everywhere; run 4 on another
+    # environment object (its users are not assumed equal, even with the same keys)
+    env = make_env("random-tabular")
+    other = make_env("random-tabular", world_key=9)
+    rng = np.random.default_rng(3)
+    p0 = rng.integers(0, env.n_actions, (env.horizon, env.n_states))
+    p2 = p0.copy()
+    p2[2, 4] = (p0[2, 4] + 1) % env.n_actions
+    pis = np.stack([p0, p0, p2, (p0 + 1) % env.n_actions, p0])
+    users = np.arange(500) + 40
+    envs = [env, env, env, env, other]
+    st, ac, rw = stage_rollout(envs, users, pis)
+    for r in range(5):
+        s1, a1, r1 = envs[r].rollout_users(users, pis[r])
+        rows = slice(r * 500, (r + 1) * 500)
+        assert np.array_equal(st[rows], s1) and np.array_equal(ac[rows], a1) and np.array_equal(rw[rows], r1), r
+    visits = (st[:500, 2] == 4).sum()
+    assert 0 < visits < 500                      # the changed entry matters to some users, not to all
+    assert not np.array_equal(st[1000:1500], st[:500])
 
 
 def test_batched_explorer_played_by_batches_equals_user_by_user():
