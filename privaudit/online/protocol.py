@@ -38,9 +38,9 @@ from privaudit.online.env import EpisodicEnv
 #: (B, H, S) policy tables), bytes; at most EVAL_MAX_SLOTS policies per batch.
 EVAL_BATCH_BYTES = 16 * 2 ** 20
 EVAL_MAX_SLOTS = 4096
-#: Users (over all runs) played together by :func:`run_lockstep` at most: bounds its trajectory arrays
-#: (about 0.5 KiB per user at H = 20); an agent cannot tell a batch handed over in parts.
-STAGE_USERS = 1 << 16
+#: User-steps (users of all runs times H + 1) played together by :func:`run_lockstep` at most: bounds
+#: its trajectory arrays (24 bytes per user-step, about 50 MB); an agent cannot tell a batch handed over in parts.
+STAGE_STEPS = 1 << 21
 
 
 class Agent(abc.ABC):
@@ -209,10 +209,9 @@ def run_lockstep(envs, agents, n_episodes: int, *, first_user: int = 0, record: 
 
     Every agent must share policies (:func:`shares_policies`). At each stage the runner asks each
     agent for its policy and how many users get it (``policy_users``), takes the smallest count n
-    (at most :data:`STAGE_USERS` / R), plays those n users of all R runs in one vectorised rollout
-    (``EpisodicEnv.rollout_users``, a leading axis of R x n users) and hands each agent its own n
-    trajectories (``observe_users``).
-    Releases and planning stay per agent (each with its own noise and its own privacy events), and
+    (at most :data:`STAGE_STEPS` / (R (H + 1))), plays those n users of all R runs along a leading
+    axis of R x n users (:func:`stage_rollout`: ``EpisodicEnv.rollout_users``, episodes shared by runs
+    that agree) and hands each agent its own n trajectories (``observe_users``). Releases and planning stay per agent (each with its own noise and its own privacy events), and
     an agent cannot tell a block of n users from n single users, so run r's result EQUALS
     ``run_episodes(envs[r], agents[r], K)`` (tested).
 
@@ -251,7 +250,7 @@ def run_lockstep(envs, agents, n_episodes: int, *, first_user: int = 0, record: 
     rec = [(np.empty((K, H), dtype=np.int64), np.empty((K, H + 1), dtype=np.int64)) for _ in range(R)] if record else []
     i = 0
     while i < K:   # stages are sequential: a stage's policies depend on the releases before it
-        n = min(K - i, max(1, STAGE_USERS // R))
+        n = min(K - i, max(1, STAGE_STEPS // (R * (H + 1))))
         for ag in agents:
             ag.start_episode(first_user + i)
             n = min(n, ag.policy_users())

@@ -124,7 +124,7 @@ def test_lockstep_independent_user_streams_equal_separate_runs(monkeypatch):
     envs = [make_env("random-tabular", world_key=w) for w in (0, 5)]
     K = 1500
     agents = [_agent(e, K, 7) for e in envs]
-    monkeypatch.setattr(protocol, "STAGE_USERS", 64)      # batches handed over in parts of 32 users
+    monkeypatch.setattr(protocol, "STAGE_STEPS", 2 * 32 * 11)      # batches handed over in parts of 32 users
     both = run_lockstep(envs, agents, K, first_user=100, record=True)
     for e, res in zip(envs, both):
         _same(res, run_episodes(e, _agent(e, K, 7), K, first_user=100, record=True))
