@@ -51,6 +51,7 @@ from privaudit.mdp.random_tabular import random_tabular_mdp
 from privaudit.mdp.riverswim import riverswim_mdp
 from privaudit.mdp.synthetic_linear import synthetic_linear_features, synthetic_linear_mdp
 from privaudit.mdp.tabular import TabularMDP
+from privaudit.online.rollout import play
 
 #: Environment names accepted by :func:`make_env` (besides a path to an MDP .npz).
 ENV_NAMES = ("riverswim", "random-tabular", "icu-sepsis", "synthetic-linear")
@@ -315,6 +316,55 @@ class EpisodicEnv(StateActionSizes):
         run["h"], run["s"], run["c2"], run["c3"] = H, s, c2, c3
         return (np.array(states, dtype=np.int64), np.array(actions, dtype=np.int64),
                 np.array(rewards, dtype=np.float64))
+
+    def keys(self, users) -> np.ndarray:
+        """The keys of ``users`` (int array (N,), each >= 0), shape (N, 2) uint64: :meth:`user_key` of each."""
+        users = np.asarray(users, dtype=np.int64)
+        if users.size and users.min() < 0:
+            raise UsageError(f"user index must be >= 0. Got {int(users.min())}.")
+        keys = np.stack([np.full(users.shape, self.world_key, dtype=_U64), users.astype(_U64)], axis=-1)
+        for k, key in self.user_keys.items():   # the few replaced users
+            keys[users == k] = key
+        return keys
+
+    def rollout_users(self, users, pis, which=None, keys=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Many users' episodes at once: user ``users[i]`` follows ``pis[which[i]]`` (vectorised over users).
+
+        Row i equals ``rollout(users[i], pis[which[i]])`` exactly (``privaudit.online.rollout.play``).
+
+        Parameters
+        ----------
+        users : array of int, shape (N,)
+        pis : array of int, shape (H, S) (every user) or (P, H, S) with ``which``
+            Actions in [0, A).
+        which : array of int, shape (N,), optional
+            Index into ``pis`` per user (default: all 0).
+        keys : ndarray, shape (N, 2), uint64, optional
+            The users' keys when not this environment's (:meth:`keys` of another environment with
+            the same MDP: R independent user streams played in lockstep).
+
+        Returns
+        -------
+        states (N, H + 1) int64, actions (N, H) int64, rewards (N, H) float64
+
+        Raises
+        ------
+        UsageError
+            ``pis`` of the wrong shape or with actions outside [0, A), ``which`` out of range.
+        """
+        H, S, A = self.horizon, self.n_states, self.n_actions
+        pis = np.asarray(pis)
+        pis = pis[None] if pis.ndim == 2 else pis
+        if (pis.ndim != 3 or pis.shape[1:] != (H, S) or not np.issubdtype(pis.dtype, np.integer)
+                or pis.min() < 0 or pis.max() >= A):
+            raise UsageError(f"`pis` must hold integer actions in [0, {A}) with shape ({H}, {S}) or (P, {H}, {S}). "
+                             f"Got shape {pis.shape}, dtype {pis.dtype}.")
+        users = np.asarray(users, dtype=np.int64).reshape(-1)
+        which = np.zeros(len(users), dtype=np.int64) if which is None else np.asarray(which, dtype=np.int64)
+        if which.shape != users.shape or (which.size and (which.min() < 0 or which.max() >= len(pis))):
+            raise UsageError(f"`which` must give a policy index in [0, {len(pis)}) per user ({len(users)}).")
+        keys = self.keys(users) if keys is None else np.asarray(keys, dtype=_U64)
+        return play(keys, pis, which, self._cdf, self._rew, self._d0cdf)
 
     def respond(self, k: int, actions) -> tuple[np.ndarray, np.ndarray]:
         """User ``k``'s response to a fixed action sequence (for tests and audits).

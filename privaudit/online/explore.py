@@ -248,13 +248,25 @@ def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget | N
     -------
     (Agent, RunResult)
     """
+    agent = build_agent(env, algo, n_episodes, budget, constants=constants, beta=beta, seed=seed)
+    return agent, run_episodes(env, agent, n_episodes, progress=progress)
+
+
+def build_agent(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget | None, *, constants: str = "practical",
+                beta: float = 0.05, seed: int | None = None) -> Agent:
+    """The agent :func:`run_explore` plays (its registry builder; noise and ties from ``default_rng(seed)``).
+
+    Raises
+    ------
+    UsageError
+        ``algo`` needs a feature map ``env`` lacks, or the run would not fit in memory.
+    """
     entry = ONLINE_ALGOS[algo]
     check_memory(algo, env, n_episodes)
     if entry.needs_features and env.phi is None:
         raise UsageError(f"`algo` {algo} needs a feature map; environment {env.name!r} has none "
                          "(use synthetic-linear).")
-    agent = entry.load()(env, int(n_episodes), budget, constants, beta, np.random.default_rng(seed), algo=algo)
-    return agent, run_episodes(env, agent, n_episodes, progress=progress)
+    return entry.load()(env, int(n_episodes), budget, constants, beta, np.random.default_rng(seed), algo=algo)
 
 
 def regret_frame(res: RunResult) -> pl.DataFrame:

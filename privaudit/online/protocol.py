@@ -38,6 +38,9 @@ from privaudit.online.env import EpisodicEnv
 #: (B, H, S) policy tables), bytes; at most EVAL_MAX_SLOTS policies per batch.
 EVAL_BATCH_BYTES = 16 * 2 ** 20
 EVAL_MAX_SLOTS = 4096
+#: User-steps (users of all runs times H + 1) played together by :func:`run_lockstep` at most: bounds
+#: its trajectory arrays (24 bytes per user-step, about 50 MB); an agent cannot tell a batch handed over in parts.
+STAGE_STEPS = 1 << 21
 
 
 class Agent(abc.ABC):
@@ -168,6 +171,14 @@ class RegretEvaluator:
         self._s0[i] = s0
         self._next = i + 1
 
+    def add_many(self, pi: np.ndarray, s0: np.ndarray) -> None:
+        """Record the next n episodes, all with the policy ``pi`` (H, S): initial states ``s0`` (n,)."""
+        n = len(s0)
+        if n:
+            self.add(pi, int(s0[0]))
+            self._s0[self._next:self._next + n - 1] = s0[1:]
+            self._next += n - 1
+
     def finish(self) -> np.ndarray:
         """Evaluate what is pending; returns ``regret`` (K,) (NaN where no episode was added)."""
         self._flush(self._next)
@@ -191,10 +202,154 @@ class RegretEvaluator:
         self._starts = []
 
 
+def run_lockstep(envs, agents, n_episodes: int, *, first_user: int = 0, record: bool = False,
+                 progress: Callable[[int], None] | None = None, batch_bytes: int = EVAL_BATCH_BYTES
+                 ) -> list[RunResult]:
+    """R independent runs in lockstep: each agent plays users first_user .. first_user + K - 1 of its env.
+
+    Every agent must share policies (:func:`shares_policies`). At each stage the runner asks each
+    agent for its policy and how many users get it (``policy_users``), takes the smallest count n
+    (at most :data:`STAGE_STEPS` / (R (H + 1))), plays those n users of all R runs along a leading
+    axis of R x n users (:func:`stage_rollout`: ``EpisodicEnv.rollout_users``, episodes shared by runs
+    that agree) and hands each agent its own n trajectories (``observe_users``). Releases and planning stay per agent (each with its own noise and its own privacy events), and
+    an agent cannot tell a block of n users from n single users, so run r's result EQUALS
+    ``run_episodes(envs[r], agents[r], K)`` (tested).
+
+    Parameters
+    ----------
+    envs : sequence of EpisodicEnv, length R (or 1: shared)
+        Environments over the same MDP (their user keys may differ: independent user streams).
+    agents : sequence of Agent, length R
+        Independent agents (distinct objects; their noise generators independent).
+    n_episodes, first_user, record, progress, batch_bytes
+        As :func:`run_episodes` (``progress`` counts the users of all runs).
+
+    Returns
+    -------
+    list of RunResult, one per run
+
+    Raises
+    ------
+    UsageError
+        An agent that does not share policies, environments over different MDPs, a policy of the
+        wrong shape, ``n_episodes`` < 1.
+    """
+    K, R = int(n_episodes), len(agents)
+    envs = list(envs) * R if len(envs) == 1 else list(envs)
+    if K < 1 or R < 1 or len(envs) != R or len({id(a) for a in agents}) != R:
+        raise UsageError(f"lockstep runs need K >= 1 and one distinct agent per environment. Got K={n_episodes}, "
+                         f"{R} agents, {len(envs)} environments.")
+    bad = [type(a).__name__ for a in agents if not shares_policies(a)]
+    if bad or any(e.mdp is not envs[0].mdp and not _same_tables(e, envs[0]) for e in envs):
+        raise UsageError(f"lockstep runs need agents that share policies (policy_users, observe_users) and "
+                         f"environments over one MDP. Got agents {sorted(set(bad))} that do not share.")
+    H, S, A = envs[0].horizon, envs[0].n_states, envs[0].n_actions
+    evs = [RegretEvaluator(e.mdp, K, batch_bytes) for e in envs]
+    initial = np.empty((R, K), dtype=np.int64)
+    returns = np.empty((R, K))
+    rec = [(np.empty((K, H), dtype=np.int64), np.empty((K, H + 1), dtype=np.int64)) for _ in range(R)] if record else []
+    i = 0
+    while i < K:   # stages are sequential: a stage's policies depend on the releases before it
+        n = min(K - i, max(1, STAGE_STEPS // (R * (H + 1))))
+        for ag in agents:
+            ag.start_episode(first_user + i)
+            n = min(n, ag.policy_users())
+        if n < 1:
+            raise UsageError(f"an agent announced {n} users for its current policy; it must be at least 1.")
+        pis = np.stack([declared_policy(ag, H, S, A) for ag in agents])
+        st, ac, rw = stage_rollout(envs, np.arange(first_user + i, first_user + i + n), pis)
+        total = np.zeros(R * n)
+        for h in range(H):       # left to right from 0.0, as the step loop adds
+            total += rw[:, h]
+        for r, ag in enumerate(agents):
+            rows = slice(r * n, (r + 1) * n)
+            initial[r, i:i + n], returns[r, i:i + n] = st[rows, 0], total[rows]
+            evs[r].add_many(pis[r], st[rows, 0])
+            if record:
+                rec[r][0][i:i + n], rec[r][1][i:i + n] = ac[rows], st[rows]
+            ag.observe_users(st[rows], ac[rows], rw[rows])
+        i += n
+        if progress is not None:
+            progress(R * n)
+    return [RunResult(evs[r].finish(), initial[r], returns[r], rec[r][0] if record else None,
+                      rec[r][1] if record else None, int(first_user)) for r in range(R)]
+
+
+def stage_rollout(envs, users: np.ndarray, pis: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The same users in R runs, run r under ``pis[r]``: rows r * n .. (r + 1) * n - 1 are run r's.
+
+    Runs on the same environment object share their users, and a user's episode is a function of
+    her key and of the actions taken along it. So the runner plays run 0's policy once, and a run
+    whose policy takes run 0's action at every (h, s_h) that user visited under run 0's policy has
+    that user's very episode (by induction over h: the same state, the same action, the same block);
+    only the other (run, user) pairs are played again, in one call. Converged runs (late batches)
+    therefore cost one rollout between them. Returns states (R n, H + 1), actions (R n, H),
+    rewards (R n, H), equal to ``envs[r].rollout_users(users, pis[r])`` stacked (tested).
+    """
+    R, n, H = len(pis), len(users), pis.shape[1]
+    st0, ac0, rw0 = envs[0].rollout_users(users, pis[0])
+    st, ac, rw = (np.empty((R,) + x.shape, dtype=x.dtype) for x in (st0, ac0, rw0))
+    st[0], ac[0], rw[0] = st0, ac0, rw0
+    h = np.arange(H)
+    todo = []
+    for r in range(1, R):
+        if envs[r] is envs[0]:
+            same = (pis[r][h, st0[:, :H]] == ac0).all(axis=1)
+            st[r][same], ac[r][same], rw[r][same] = st0[same], ac0[same], rw0[same]
+        else:
+            same = np.zeros(n, dtype=bool)
+        todo.append((r, np.flatnonzero(~same)))
+    if any(len(idx) for _, idx in todo):
+        keys = np.concatenate([envs[r].keys(users[idx]) for r, idx in todo])
+        which = np.concatenate([np.full(len(idx), r) for r, idx in todo])
+        s2, a2, r2 = envs[0].rollout_users(np.concatenate([users[idx] for _, idx in todo]), pis, which, keys=keys)
+        at = 0
+        for r, idx in todo:
+            st[r][idx], ac[r][idx], rw[r][idx] = s2[at:at + len(idx)], a2[at:at + len(idx)], r2[at:at + len(idx)]
+            at += len(idx)
+    return st.reshape(R * n, -1), ac.reshape(R * n, -1), rw.reshape(R * n, -1)
+
+
+def _same_tables(a: EpisodicEnv, b: EpisodicEnv) -> bool:
+    """Two environments over equal MDPs (transition and reward tables, initial law)."""
+    m, n = a.mdp, b.mdp
+    return (m.horizon == n.horizon and np.array_equal(m.P, n.P) and np.array_equal(m.r, n.r)
+            and np.array_equal(m.d0, n.d0))
+
+
+def shares_policies(agent: Agent) -> bool:
+    """True when the agent serves runs of users one policy it announces (``policy_users``, ``observe_users``).
+
+    Such an agent (a batched explorer) acts by its declared policy and says how many users from the
+    current one on get it; :func:`run_episodes` then plays them together (``EpisodicEnv.rollout_users``).
+    """
+    return bool(getattr(agent, "acts_by_policy", False)) and callable(getattr(agent, "policy_users", None))
+
+
+def declared_policy(agent: Agent, H: int, S: int, A: int) -> np.ndarray:
+    """The agent's current policy, checked: shape (H, S), integer actions in [0, A).
+
+    Raises
+    ------
+    UsageError
+        Another shape or dtype, or an action outside [0, A).
+    """
+    pi = np.asarray(agent.policy())
+    if pi.shape != (H, S) or not np.issubdtype(pi.dtype, np.integer) or pi.min() < 0 or pi.max() >= A:
+        raise UsageError(f"agent {type(agent).__name__} declared a policy of shape {pi.shape}, dtype "
+                         f"{pi.dtype}; it must be ({H}, {S}) integers in [0, {A}).")
+    return pi
+
+
 def run_episodes(env: EpisodicEnv, agent: Agent, n_episodes: int, *, first_user: int = 0,
                  record: bool = False, progress: Callable[[int], None] | None = None,
                  batch_bytes: int = EVAL_BATCH_BYTES) -> RunResult:
     """Play users first_user .. first_user + K - 1 and measure exact regret.
+
+    An agent that shares policies over runs of users (:func:`shares_policies`: the batched
+    explorers) is played a block of users at a time (:func:`run_lockstep` with R = 1, one
+    ``EpisodicEnv.rollout_users`` call per block); any other user by user. Both give the same
+    result for the same agent (tested).
 
     Parameters
     ----------
@@ -207,7 +362,8 @@ def run_episodes(env: EpisodicEnv, agent: Agent, n_episodes: int, *, first_user:
         Also return every user's actions (K, H) and states (K, H + 1).
     progress : callable, optional
         Called with the number of episodes done since the last call (e.g.
-        ``tqdm.update``), every 1% of the run.
+        ``tqdm.update``), every 1% of the run (an agent that shares policies,
+        :func:`shares_policies`: after each block of users played together).
     batch_bytes : int
         Memory of one regret-evaluation batch (see :class:`RegretEvaluator`).
 
@@ -224,6 +380,10 @@ def run_episodes(env: EpisodicEnv, agent: Agent, n_episodes: int, *, first_user:
     K = int(n_episodes)
     if K < 1:
         raise UsageError(f"`n_episodes` must be >= 1. Got {n_episodes}.")
+    if shares_policies(agent):
+        (res,) = run_lockstep([env], [agent], K, first_user=first_user, record=record, progress=progress,
+                              batch_bytes=batch_bytes)
+        return res
     H, S, A = env.horizon, env.n_states, env.n_actions
     ev = RegretEvaluator(env.mdp, K, batch_bytes)
     initial = np.empty(K, dtype=np.int64)
@@ -235,10 +395,7 @@ def run_episodes(env: EpisodicEnv, agent: Agent, n_episodes: int, *, first_user:
     for i in range(K):  # episodes are sequential: episode k's policy depends on releases after k - 1
         k = first_user + i
         agent.start_episode(k)
-        pi = np.asarray(agent.policy())
-        if pi.shape != (H, S) or not np.issubdtype(pi.dtype, np.integer) or pi.min() < 0 or pi.max() >= A:
-            raise UsageError(f"agent {type(agent).__name__} declared a policy of shape {pi.shape}, dtype "
-                             f"{pi.dtype}; it must be ({H}, {S}) integers in [0, {A}).")
+        pi = declared_policy(agent, H, S, A)
         if fast:   # the agent acts by its declared policy: one call plays the episode (same responses)
             st, ac, rw = env.rollout(k, pi)
             initial[i] = st[0]

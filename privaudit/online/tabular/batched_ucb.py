@@ -229,6 +229,33 @@ class BatchedUCBVI(Agent):
         """Close the user; at the end of a batch, release its noisy counts and plan the next policy."""
         self._episodes += 1
         self._row += 1
+        self._close_batch()
+
+    def policy_users(self) -> int:
+        """How many users from the current one on get the current policy: the rest of the batch (public)."""
+        return int(self.ends_[self._batch]) - self._episodes
+
+    def observe_users(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """The next n users' whole trajectories at once (n <= :meth:`policy_users`), each closed.
+
+        The same as ``start_episode``, ``observe_episode`` and ``end_episode`` for each of them in
+        turn: rows states (n, H + 1), actions (n, H) (rewards (n, H) are public: not kept).
+
+        Raises
+        ------
+        UsageError
+            More users than the rest of the batch.
+        """
+        n = len(actions)
+        if n > self.policy_users():
+            raise UsageError(f"{n} users were given the policy of a batch with {self.policy_users()} places left.")
+        self._states[self._row:self._row + n], self._actions[self._row:self._row + n] = states, actions
+        self._episodes += n
+        self._row += n
+        self._close_batch()
+
+    def _close_batch(self) -> None:
+        """At the end of a batch: release its noisy counts and plan the next policy."""
         if self._episodes == self.ends_[self._batch]:
             counts = capped_counts(self._states[:self._row], self._actions[:self._row], self.S, self.A,
                                    pooled=self.pooled, cap=self.cap)
