@@ -125,7 +125,7 @@ class DomainSpec:
         SpecError
             If the document breaks ``schemas/spec.schema.json`` (the message
             names each offending key and the reason) or is inconsistent
-            (terminal state outside [0, S), r_min > r_max, ``columns.unit_id``
+            (terminal state outside [0, S), r_min >= r_max or an end not finite, ``columns.unit_id``
             naming another column than ``privacy_unit.column``, ...).
         """
         where = f"spec {source}" if source else "spec"
@@ -133,7 +133,8 @@ class DomainSpec:
         S, A = doc["n_states"], doc["n_actions"]
         lo, hi = float(doc["reward_range"][0]), float(doc["reward_range"][1])
         if not (np.isfinite(lo) and np.isfinite(hi)) or lo >= hi:
-            raise SpecError(f"{where}: $.reward_range must hold [r_min, r_max] with r_min < r_max. Found {doc['reward_range']}.")
+            raise SpecError(f"{where}: $.reward_range must hold [r_min, r_max], both finite, "
+                            f"with r_min < r_max. Found {doc['reward_range']}.")
         terminals = tuple(int(t) for t in doc.get("terminal_states", []))
         bad = [t for t in terminals if t >= S]
         if bad:

@@ -42,6 +42,14 @@ def test_inconsistent_reward_range():
         DomainSpec.from_dict(doc)
 
 
+@pytest.mark.parametrize("rr", [(0.0, float("inf")), (float("-inf"), 1.0), (0.0, float("nan"))])
+def test_non_finite_reward_range_says_finite(rr):
+    """[0, inf] has r_min < r_max: the message must name what is wrong, that an end is not finite."""
+    with pytest.raises(SpecError, match="both finite") as ei:
+        DomainSpec.from_dict(tiny_spec_doc(reward_range=rr))
+    assert "reward_range" in str(ei.value)
+
+
 def test_terminal_outside_domain():
     with pytest.raises(SpecError, match="terminal_states"):
         DomainSpec.from_dict(tiny_spec_doc(terminals=(9,)))
