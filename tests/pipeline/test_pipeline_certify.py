@@ -74,6 +74,9 @@ def test_pipeline_hold_out_certifies_each_policy_and_charges_the_ledger(files, t
         assert f"{name}: certified value {c['lower_bound']:.4f}" in res.stdout
     assert "clinicians: DP interval" in res.stdout
     assert "**Held-out certification**" in (tmp_path / "o" / "report.md").read_text()
+    notes = [line for line in res.stdout.splitlines() if "is a pessimistic estimate" in line]
+    assert notes and all("held-out lower bound is the certificate" in line for line in notes)
+    assert "--hold-out)" not in res.stdout + (tmp_path / "o" / "report.md").read_text()  # no advice to do what was done
     entries = ledger_status(ledger)["entries"]
     assert sum("held-out certification" in e.get("description", "") for e in entries) == len(held["policies"])
 
