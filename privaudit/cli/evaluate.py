@@ -135,7 +135,7 @@ def command(policy, mdp, logs, rho, epsilon, delta, ledger, coverage, confidence
 
 def _from_logs(policy, logs, spec, budget, options: dict, as_json: bool) -> None:
     """The --logs mode: ``ope.evaluate.evaluate_policy_on_logs`` and its report."""
-    pi = load_policy_table(policy, spec.n_states, spec.n_actions, spec.horizon)
+    pi = load_policy_table(policy, spec.n_states, spec.n_actions, spec.horizon, domain="the spec")
     res = evaluate_policy_on_logs(logs, spec, pi, budget=budget, description=f"evaluate {policy} on {logs}",
                                   **options)
     if as_json:
