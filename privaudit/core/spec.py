@@ -58,6 +58,28 @@ class StateActionSizes:
         return int(self._sizes()[1])
 
 
+
+def _refuse_shared_columns(doc: dict, where: str) -> None:
+    """Refuse a spec whose ``columns`` (and ``privacy_unit.column``) read one file column as two roles.
+
+    ``{"state": "next_state"}`` read the next state as the state and was refused only at validation, as a
+    puzzling ``next_state_mismatch`` on row 0. The unit may be the episode's own column (each episode a unit).
+    """
+    columns = doc.get("columns", {})
+    roles: dict[str, list[str]] = {}
+    for std in STANDARD_COLUMNS:
+        if std != "unit_id":
+            roles.setdefault(columns.get(std, std), []).append(std)
+    unit = doc["privacy_unit"].get("column")
+    if unit is not None and roles.get(unit, []) not in ([], ["episode_id"]):
+        roles[unit].append("unit_id")
+    shared = {col: r for col, r in roles.items() if len(r) > 1 and r != ["episode_id", "unit_id"]}
+    if shared:
+        col, r = next(iter(shared.items()))
+        raise SpecError(f"{where}: file column {col!r} is read as {' and '.join(r)} ($.columns, "
+                        "$.privacy_unit.column): each role needs its own column. Map each standard name to a "
+                        "different column of the file.")
+
 @dataclass(frozen=True)
 class DomainSpec:
     """Public domain of a trajectory dataset (immutable).
@@ -165,6 +187,7 @@ class DomainSpec:
                 + (f"{unit!r}" if unit is not None else "absent (each episode its own unit)")
                 + ". The two must name the same column: set $.privacy_unit.column to the column that "
                   "identifies a person (e.g. patient_id) and remove $.columns.unit_id or make it equal.")
+        _refuse_shared_columns(doc, where)
         return cls(
             horizon=int(doc["horizon"]),
             n_states=int(S),
