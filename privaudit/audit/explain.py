@@ -64,6 +64,9 @@ def describe_event(cand: Candidate, t: float, direction: str, name: Callable[[in
         return f"{own} ({side})"
     if kind == "linear" and w is not None:
         nz = np.flatnonzero(w)
+        if len(nz) == 0:  # "weighted sum  is above 0" before: the fitting runs of D and D' did not differ
+            return (f"outputs whose {cand.name} score is {cmp} {t:.4g}: every weight is 0 (the fitting runs of D "
+                    f"and D' did not differ), so the event holds for all outputs or none ({side})")
         if len(nz) == 1:
             j, wj = int(nz[0]), float(w[nz[0]])
             word = {(True, True): "above", (True, False): "below", (False, True): "at most",

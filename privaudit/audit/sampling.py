@@ -30,6 +30,13 @@ PARALLEL_MIN_SERIAL_S = 20.0
 _ABORT = None
 
 
+#: Appended to a "fixed shape" error: the way to audit a mechanism whose runs differ in length (an SVT).
+VARIABLE_LENGTH_HINT = (" A run of variable length (an SVT's answered prefix, the indices of answered queries) is "
+                        "audited through privaudit.audit.inputs.sequence_output(fn, max_length), e.g. "
+                        "`svt_runs = sequence_output(svt, max_length=10)` in the file, then FILE.py:svt_runs "
+                        "(docs/audit.md, \"Auditing your own mechanism\").")
+
+
 class _Aborted(Exception):
     """A worker's chunk stopped between two runs because the main process is aborting."""
 
@@ -42,7 +49,7 @@ def _run_serial(fn, logs, rng, n, who="the mechanism"):
         outs.append(numeric_output(fn(logs, rng), who))
     shapes = {o.shape for o in outs}
     if len(shapes) != 1:
-        raise UsageError(f"{who} must return a fixed shape; got shapes {sorted(shapes)}.")
+        raise UsageError(f"{who} must return a fixed shape; got shapes {sorted(shapes)}.{VARIABLE_LENGTH_HINT}")
     return np.stack(outs).reshape(n, -1).astype(np.float64), outs[0].shape
 
 
@@ -123,7 +130,8 @@ class Sampler:
                 if self.shape is None:
                     self.shape = out.shape[1:]
                 elif out.shape[1:] != self.shape:
-                    raise UsageError(f"{self.who} must return a fixed shape; got {out.shape[1:]} after {self.shape}.")
+                    raise UsageError(f"{self.who} must return a fixed shape; got {out.shape[1:]} after {self.shape}."
+                                     f"{VARIABLE_LENGTH_HINT}")
                 parts.append(flat)
                 done += size
                 self.progress(size)
@@ -158,7 +166,8 @@ class Sampler:
         if self.shape is None:
             self.shape = shape
         if shape != self.shape or out.shape[1] != int(np.prod(self.shape)):
-            raise UsageError(f"{self.who} must return a fixed shape; got {out.shape[1]} cells, expected {self.shape}.")
+            raise UsageError(f"{self.who} must return a fixed shape; got {out.shape[1]} cells, expected {self.shape}."
+                             f"{VARIABLE_LENGTH_HINT}")
         return out
 
 

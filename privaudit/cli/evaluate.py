@@ -137,7 +137,7 @@ def command(policy, mdp, logs, rho, epsilon, delta, ledger, coverage, confidence
 
 def _from_logs(policy, logs, spec, budget, options: dict, as_json: bool) -> None:
     """The --logs mode: ``ope.evaluate.evaluate_policy_on_logs`` and its report."""
-    pi = load_policy_table(policy, spec.n_states, spec.n_actions, spec.horizon)
+    pi = load_policy_table(policy, spec.n_states, spec.n_actions, spec.horizon, domain="the spec")
     entry = LedgerEntry(options.pop("ledger"), f"evaluate {policy} on {logs}")
     res = evaluate_policy_on_logs(logs, spec, pi, budget=budget, ledger=entry, **options)
     if as_json:

@@ -58,6 +58,28 @@ class StateActionSizes:
         return int(self._sizes()[1])
 
 
+
+def _refuse_shared_columns(doc: dict, where: str) -> None:
+    """Refuse a spec whose ``columns`` (and ``privacy_unit.column``) read one file column as two roles.
+
+    ``{"state": "next_state"}`` read the next state as the state and was refused only at validation, as a
+    puzzling ``next_state_mismatch`` on row 0. The unit may be the episode's own column (each episode a unit).
+    """
+    columns = doc.get("columns", {})
+    roles: dict[str, list[str]] = {}
+    for std in STANDARD_COLUMNS:
+        if std != "unit_id":
+            roles.setdefault(columns.get(std, std), []).append(std)
+    unit = doc["privacy_unit"].get("column")
+    if unit is not None and roles.get(unit, []) not in ([], ["episode_id"]):
+        roles[unit].append("unit_id")
+    shared = {col: r for col, r in roles.items() if len(r) > 1 and r != ["episode_id", "unit_id"]}
+    if shared:
+        col, r = next(iter(shared.items()))
+        raise SpecError(f"{where}: file column {col!r} is read as {' and '.join(r)} ($.columns, "
+                        "$.privacy_unit.column): each role needs its own column. Map each standard name to a "
+                        "different column of the file.")
+
 @dataclass(frozen=True)
 class DomainSpec:
     """Public domain of a trajectory dataset (immutable).
@@ -125,7 +147,7 @@ class DomainSpec:
         SpecError
             If the document breaks ``schemas/spec.schema.json`` (the message
             names each offending key and the reason) or is inconsistent
-            (terminal state outside [0, S), r_min > r_max, ``columns.unit_id``
+            (terminal state outside [0, S), r_min >= r_max or an end not finite, ``columns.unit_id``
             naming another column than ``privacy_unit.column``, ...).
         """
         where = f"spec {source}" if source else "spec"
@@ -133,7 +155,8 @@ class DomainSpec:
         S, A = doc["n_states"], doc["n_actions"]
         lo, hi = float(doc["reward_range"][0]), float(doc["reward_range"][1])
         if not (np.isfinite(lo) and np.isfinite(hi)) or lo >= hi:
-            raise SpecError(f"{where}: $.reward_range must hold [r_min, r_max] with r_min < r_max. Found {doc['reward_range']}.")
+            raise SpecError(f"{where}: $.reward_range must hold [r_min, r_max], both finite, "
+                            f"with r_min < r_max. Found {doc['reward_range']}.")
         terminals = tuple(int(t) for t in doc.get("terminal_states", []))
         bad = [t for t in terminals if t >= S]
         if bad:
@@ -164,6 +187,7 @@ class DomainSpec:
                 + (f"{unit!r}" if unit is not None else "absent (each episode its own unit)")
                 + ". The two must name the same column: set $.privacy_unit.column to the column that "
                   "identifies a person (e.g. patient_id) and remove $.columns.unit_id or make it equal.")
+        _refuse_shared_columns(doc, where)
         return cls(
             horizon=int(doc["horizon"]),
             n_states=int(S),

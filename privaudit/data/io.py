@@ -13,6 +13,7 @@ log larger than memory with the streaming engine. Only Parquet footers
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,25 @@ class LogPart:
     schema: dict = field(repr=False)
 
 
+
+#: Top-level files by which a folder written by privaudit names its kind, and what to do with each.
+_OUTPUT_FILES = {"manifest.json": "a release is read by `train --release DIR`",
+                 "policy.json": "a policy is read by `evaluate POLICY`",
+                 "summary.json": "a pipeline run's release is DIR/release, its policies DIR/policies/NAME"}
+
+
+def _refuse_privaudit_output(p: Path) -> None:
+    """Refuse a folder that privaudit wrote (its ``kind`` says so) as LOGS: its Parquet files hold DP counts
+    or a policy table, and reading them as logs gave a puzzling error about a missing `action` column."""
+    for name, advice in _OUTPUT_FILES.items():
+        try:
+            kind = json.loads((p / name).read_text()).get("kind")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(kind, str) and kind.startswith("privaudit-"):
+            raise LogReadError(f"{p}: a privaudit output ({name} of kind {kind!r}), not trajectory logs: {advice}. "
+                               "Point LOGS at the Parquet logs themselves.")
+
 def list_parts(path: str | Path) -> list[LogPart]:
     """The Parquet files of a log, in reading order, with their row offsets.
 
@@ -110,14 +130,15 @@ def list_parts(path: str | Path) -> list[LogPart]:
     MissingInputError
         If the path does not exist (a usage error, exit 2).
     LogReadError
-        If a folder holds no ``*.parquet`` file, or a file is not readable
-        Parquet (the message names the file).
+        If a folder holds no ``*.parquet`` file, is a privaudit output (a release, policy or pipeline folder:
+        its Parquet files are not logs), or a file is not readable Parquet (the message names the file).
     """
     p = Path(path)
     if p.is_dir():
         if not os.access(p, os.R_OK | os.X_OK):  # else rglob finds nothing: "holds no *.parquet file"
             raise LogReadError(f"{p}: cannot list the folder (permission denied). Let the user running "
                                "privaudit read it (chmod, or run as its owner).")
+        _refuse_privaudit_output(p)
         files = sorted(f for f in p.rglob("*.parquet") if f.is_file()
                        and not any(part.startswith(".") for part in f.relative_to(p).parts))
         if not files:

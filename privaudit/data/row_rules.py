@@ -35,6 +35,15 @@ def public_reward_table(spec: DomainSpec) -> tuple[list[int], list[float]]:
     return [int(k) for k in values], [float(v) for v in values.values()]
 
 
+def per_row_feature_length(spec: DomainSpec) -> int | None:
+    """m = ``$.features.dim`` / A, each row's features length under the ``column-x-action`` map; else None
+    (no per-row features, or a ``dim`` that the learners refuse with their own SpecError)."""
+    f = spec.features or {}
+    if f.get("map") != "column-x-action" or not isinstance(f.get("dim"), int) or f["dim"] % spec.n_actions:
+        return None
+    return f["dim"] // spec.n_actions
+
+
 def row_rules(log: OpenLog, spec: DomainSpec, usable: set[str]) -> list[tuple]:
     """(rule, column, expr, message template) for the row rules whose columns are usable.
 
@@ -56,6 +65,11 @@ def row_rules(log: OpenLog, spec: DomainSpec, usable: set[str]) -> list[tuple]:
         el = pl.element()
         bad = f.list.eval(el.is_null() | ~el.cast(pl.Float64).is_finite()).list.any()
         out.append(("not_finite", "features", bad.fill_null(False), pl.lit("features hold a null, NaN or infinity")))
+        m = per_row_feature_length(spec)
+        if m is not None:  # else DP-VAPVI refused the row only after the pipeline had charged its release
+            out.append(("features_length", "features", (f.list.len() != m).fill_null(False),
+                        pl.format(f"features hold {{}} numbers; the spec's $.features.dim / A = {m} per row",
+                                  f.list.len())))
     for std, n, sym in (("state", S, "S"), ("action", A, "A"), ("next_state", S, "S")):
         if std in usable:
             out.append((f"{std}_out_of_range", std, (c(std) < 0) | (c(std) >= n),

@@ -22,7 +22,7 @@ import polars as pl
 
 from privaudit.data import episode_checks as ec
 from privaudit.data.io import FLAG_COLUMNS, ROW, OpenLog, dtype_problem, open_log
-from privaudit.data.row_rules import row_rules
+from privaudit.data.row_rules import per_row_feature_length, row_rules
 from privaudit.core.errors import LogReadError, UsageError
 from privaudit.core.spec import DomainSpec
 
@@ -45,6 +45,8 @@ RULES: dict[str, tuple[str, str]] = {
     **_counted_per("row and column", {
         "null_value": "a value is null",
         "not_finite": "reward is NaN or infinite, or features hold a null, NaN or infinity",
+        "features_length": "a row's features list is not of the spec's length $.features.dim / A (checked "
+                           "with the column-x-action map)",
     }),
     **_counted_per("row", {
         "state_out_of_range": "state is outside [0, S)",
@@ -353,6 +355,8 @@ def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationRe
         skipped -= {"flag_not_last"}
     if "truncated" not in log.source:
         skipped -= {"terminated_and_truncated"}
+    if per_row_feature_length(spec) is None:  # no per-row feature map: no declared length to check
+        skipped -= {"features_length"}
     if "features" not in log.source and "reward" in usable and not log.dtypes["reward"].is_float():
         skipped -= {"not_finite"}
     return _report(counts, viol, rows, episodes, units, skipped, path, n)

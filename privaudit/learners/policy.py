@@ -184,7 +184,7 @@ def greedy_table(Q: np.ndarray) -> np.ndarray:
     return pi
 
 
-def load_policy_table(path: str | Path, S: int, A: int, H: int) -> np.ndarray:
+def load_policy_table(path: str | Path, S: int, A: int, H: int, domain: str = "the MDP") -> np.ndarray:
     """Read a policy file as a table pi_h(a | s).
 
     Parameters
@@ -195,7 +195,9 @@ def load_policy_table(path: str | Path, S: int, A: int, H: int) -> np.ndarray:
         which checks its format version), or a ``.npy`` array of shape
         (H, S, A) (per step) or (S, A) (stationary).
     S, A, H : int
-        The MDP's numbers of states, actions and steps.
+        The MDP's (or spec's) numbers of states, actions and steps.
+    domain : str
+        What S, A, H come from, in a shape error ("the MDP", or "the spec" when no MDP is given).
 
     Returns
     -------
@@ -214,8 +216,8 @@ def load_policy_table(path: str | Path, S: int, A: int, H: int) -> np.ndarray:
     if path.is_dir():
         table = load_policy(path).table
         if table.shape != (H, S, A):
-            raise ArtifactError(f"policy {path} has shape {table.shape}; the MDP needs ({H}, {S}, {A}) "
-                                f"(H={H}, S={S}, A={A}). Train it under the MDP's spec (and horizon).")
+            raise ArtifactError(f"policy {path} has shape {table.shape}; {domain} needs ({H}, {S}, {A}) "
+                                f"(H={H}, S={S}, A={A}). Train it under {domain}'s domain (and horizon).")
         return table
     if not path.exists():
         raise MissingInputError(f"{path}: no such policy file or folder. Expected a policy folder written by "
@@ -230,7 +232,7 @@ def load_policy_table(path: str | Path, S: int, A: int, H: int) -> np.ndarray:
         raise ArtifactError(f"policy {path} is an .npz archive; expected a single .npy array of shape "
                             f"({H}, {S}, {A}) or ({S}, {A}).")
     if arr.shape not in ((H, S, A), (S, A)):
-        raise ArtifactError(f"policy {path} has shape {arr.shape}; the MDP needs ({H}, {S}, {A}) "
+        raise ArtifactError(f"policy {path} has shape {arr.shape}; {domain} needs ({H}, {S}, {A}) "
                             f"or ({S}, {A}) (H={H}, S={S}, A={A}).")
     if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
         raise ArtifactError(f"policy {path} has dtype {arr.dtype}; expected real numbers.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from privaudit.core.formatting import guarantee_text, num, privacy_param
 from privaudit.pipeline.certify import certification_lines
 from privaudit.pipeline.report import summary_guarantee
-from privaudit.pipeline.values import NOT_A_CERTIFICATE
+from privaudit.pipeline.values import NOT_A_CERTIFICATE, NOT_A_CERTIFICATE_HELD
 
 
 def _f(x, nd=4) -> str:
@@ -53,6 +53,12 @@ def _level(summary: dict):
     return (summary.get("behaviour_value") or {}).get("confidence")
 
 
+def _not_a_certificate(summary: dict, name: str) -> str:
+    """What a learner's own pessimistic value is: with ``--hold-out`` certifying it, no advice to use --hold-out."""
+    held = (summary.get("held_out_certification") or {}).get("policies") or {}
+    return NOT_A_CERTIFICATE_HELD if name in held else NOT_A_CERTIFICATE
+
+
 def format_table(summary: dict, out: str) -> str:
     """The short table printed on stdout at the end of ``privaudit pipeline``."""
     g = summary_guarantee(summary)
@@ -80,7 +86,8 @@ def format_table(summary: dict, out: str) -> str:
         lines.append(f"  not trained {n['name']}: {n['reason']}")
     for p in summary["policies"]:
         if p.get("pessimistic_estimate") is not None:
-            lines.append(f"  note        {p['name']}: {p['pessimistic_estimate']:.4f} is a {NOT_A_CERTIFICATE}")
+            lines.append(f"  note        {p['name']}: {p['pessimistic_estimate']:.4f} is a "
+                         f"{_not_a_certificate(summary, p['name'])}")
     for p in summary["policies"]:
         dg = p.get("diagnostics")
         if dg and dg["fallback_share"] > 0.5:
@@ -226,7 +233,8 @@ def render_markdown(summary: dict) -> str:
         cert = "" if dg["certified_value"] is None else (
             f" Its own pessimistic (certified) value estimate is {dg['certified_value']:.4f}.")
         if p.get("pessimistic_estimate") is not None:
-            cert = f" Its own pessimistic value is {p['pessimistic_estimate']:.4f}: a {NOT_A_CERTIFICATE}."
+            cert = (f" Its own pessimistic value is {p['pessimistic_estimate']:.4f}: a "
+                    f"{_not_a_certificate(summary, p['name'])}.")
         L += [f"**How much `{p['name']}` learned.**{cert} At {100 * dg['fallback_share']:.1f}% of the steps "
               f"(weighted by {dg['fallback_weighting']}) every action's pessimistic value is 0: there the "
               "policy is only the tie-break, the action with the largest noisy visit count, i.e. an "

@@ -255,7 +255,7 @@ def save(state, stopped_in: str, error: BaseException) -> str:
                "certified": state.certified}
     atomic_write_text(tmp / CHECKPOINT, json.dumps(private, indent=2, default=float) + "\n")
     missing = [s for s in state.stage_names if s not in state.stages_done]
-    paid = charged + [f"held-out certification of {n}" for n in (state.certified or {})]  # as the ledger says
+    paid = paid_parts(charged, state.certified)
     marker = {"kind": INCOMPLETE_KIND, "status": "incomplete", "run_id": state.run_id, "stopped_in": stopped_in,
               "reason": type(error).__name__, "charged": paid, "kept": sorted(keep),
               "missing_stages": missing,
@@ -265,6 +265,11 @@ def save(state, stopped_in: str, error: BaseException) -> str:
     return (f"the pipeline stopped in its {stopped_in} stage; what was already charged ({', '.join(paid)}) is "
             f"kept in {state.out}, marked incomplete ({MARKER}): run the same command again to finish it "
             "without charging again")
+
+
+def paid_parts(charged, certified) -> list[str]:
+    """What a stopped run was charged, as the ledger names it: its parts, then each held-out certification."""
+    return list(charged) + [f"held-out certification of {n}" for n in (certified or {})]
 
 
 def clear(tmp: Path) -> None:

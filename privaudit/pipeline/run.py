@@ -49,7 +49,8 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from privaudit.core.errors import NOTHING_DONE, PARTS_KEPT, BudgetExceededError, EngineError, SpecError, Terminated, UsageError
+from privaudit.core.errors import (NOTHING_DONE, PARTS_KEPT, BudgetExceededError, EngineError, SpecError, Terminated,
+                                   UsageError)
 from privaudit.core.atomic import atomic_dir, atomic_write_text
 from privaudit.core.outputs import OutputKind, check_outputs, folder_output, new_run_id, output_lock
 from privaudit.core.spec import DomainSpec, load_spec
@@ -312,18 +313,26 @@ def plan_run(config: PipelineConfig) -> tuple[RunPlan, str | None]:
                                         done=() if stopped is None else tuple(stopped.certified))
         except UsageError as e:
             raise UsageError(f"`hold_out` (the held-out certification): {e}") from None
-    if config.ledger is not None:  # the held-out evaluations' charges too (unless done)
-        if to_charge or held:
-            parts_charge = check_split(budget, to_charge) if to_charge else 0
-            try:
-                ledger_mod.check_budget(config.ledger, spec.dataset_id, parts_charge + held)
-            except BudgetExceededError as e:
-                if not held:
-                    raise
-                raise BudgetExceededError(f"{e} {held_out_note(parts_charge, held)}") from None
+    if config.ledger is not None and (to_charge or held):  # the held-out evaluations' charges too (unless done)
+        _check_ledger(config.ledger, spec.dataset_id, check_split(budget, to_charge) if to_charge else 0, held)
     return RunPlan(spec=spec, logs=logs, mdp=the_mdp, mdp_name=None if mdp is None else str(mdp),
                    stationary=stationary, budget=budget, parts=parts, shares=shares, parts_plan=parts_plan,
                    seeds=seeds, skipped=skipped, fingerprint=fingerprint, resume_from=stopped), said
+
+
+def _check_ledger(ledger, dataset_id: str, parts_rho, held) -> None:
+    """``ledger_mod.check_budget`` for the run's parts plus its held-out evaluations; a refusal says both.
+
+    The held-out part composes in parallel with the rest (the guarantee is the larger part's), but the ledger
+    charges both, conservatively (docs/pipeline.md, "Held-out certification"): without this the refusal of
+    ``--rho 0.6 --hold-out`` named rho=1.2 and no reason.
+    """
+    try:
+        ledger_mod.check_budget(ledger, dataset_id, parts_rho + held)
+    except BudgetExceededError as e:
+        if not held:
+            raise
+        raise BudgetExceededError(f"{e} {held_out_note(parts_rho, held)}") from None
 
 
 def _same_run(stopped: resume.Checkpoint, fingerprint: dict, ledger) -> bool:
@@ -386,7 +395,7 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
     stopped = plan.resume_from
     if stopped is not None:
         say(f"resuming the incomplete run in {out} (run {stopped.run_id}): reusing what it charged "
-            f"({', '.join(stopped.charged)}); nothing is charged again for it.")
+            f"({', '.join(resume.paid_parts(stopped.charged, stopped.certified))}); nothing is charged again for it.")
         if stopped.stopped_in == "certify":  # its evaluations are charged one by one, each checkpointed when done
             say("it stopped inside its held-out certification: the evaluations it finished are reused "
                 f"({', '.join(stopped.certified) or 'none'}); the others run and are charged now.")

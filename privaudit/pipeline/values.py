@@ -26,7 +26,8 @@ from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound
 from privaudit.release.behaviour_value import ValueStatistics
 
 __all__ = ["start_distribution", "certified_value", "certified_entries", "start_lower_bound", "D0_SOURCES",
-           "START_FAILURE_PROB", "PROVEN_CERTIFICATES", "NOT_A_CERTIFICATE", "upgrade_policy_entry"]
+           "START_FAILURE_PROB", "PROVEN_CERTIFICATES", "NOT_A_CERTIFICATE", "NOT_A_CERTIFICATE_HELD",
+           "upgrade_policy_entry"]
 
 #: Where a start distribution can come from, in the order they are used.
 D0_SOURCES = {
@@ -42,6 +43,9 @@ PROVEN_CERTIFICATES = ("dp-pbb",)
 #: What summary.json, stdout and report.md say of such a number.
 NOT_A_CERTIFICATE = ("pessimistic estimate, not a certificate (it rests on the learner's paper's analysis, which "
                      "docs/certificates.md does not prove; certify the policy on held-out units: --hold-out)")
+#: The same for a policy that ``--hold-out`` certified (the advice above would tell the user to do what was done).
+NOT_A_CERTIFICATE_HELD = ("pessimistic estimate, not a certificate (it rests on the learner's paper's analysis, "
+                          "which docs/certificates.md does not prove; the held-out lower bound is the certificate)")
 
 #: Failure probability spent on the start distribution when d0 is released, not public: the
 #: certificate then holds with probability >= 1 - failure_prob(learner) - START_FAILURE_PROB.

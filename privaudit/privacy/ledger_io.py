@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from privaudit.privacy.ledger_records import HEAD_FORMAT, LEDGER_VERSION, check_
 
 #: Seconds to wait for another process's lock before giving up.
 LOCK_TIMEOUT = 300.0
+#: Seconds of waiting for the lock after which a one-line notice goes to stderr (a silent wait looks hung).
+LOCK_NOTICE_AFTER = 2.0
 
 
 def _lock(path: Path) -> FileLock:
@@ -28,7 +31,17 @@ def _lock(path: Path) -> FileLock:
 
 
 class Locked:
-    """Context manager: the ledger's exclusive lock, with a readable error on timeout."""
+    """Context manager: the ledger's exclusive lock, with a readable error on timeout.
+
+    Waits up to :data:`LOCK_TIMEOUT` seconds for another process's lock; after
+    :data:`LOCK_NOTICE_AFTER` seconds it says so on stderr (one line), so that the
+    wait is not taken for a hang.
+
+    Raises
+    ------
+    UsageError
+        The lock was not obtained within :data:`LOCK_TIMEOUT` seconds, or its lock file cannot be created.
+    """
 
     def __init__(self, path: Path):
         self.path, self.lock = path, _lock(path)
@@ -36,7 +49,15 @@ class Locked:
     def __enter__(self):
         refuse_non_ledger(self.path)  # before FILE.lock is created beside someone's spec or README
         try:
-            self.lock.acquire()
+            try:
+                self.lock.acquire(timeout=min(LOCK_NOTICE_AFTER, LOCK_TIMEOUT))
+            except Timeout:
+                if LOCK_TIMEOUT <= LOCK_NOTICE_AFTER:
+                    raise
+                print(f"{self.path}: waiting for the ledger's lock {self.lock.lock_file}, held by another process "
+                      f"(a release, train, pipeline or budget command on this ledger), for up to {LOCK_TIMEOUT:g} s",
+                      file=sys.stderr, flush=True)
+                self.lock.acquire(timeout=LOCK_TIMEOUT - LOCK_NOTICE_AFTER)
         except Timeout:
             raise UsageError(f"{self.path}: the ledger is locked by another process for more than "
                              f"{LOCK_TIMEOUT:g} s ({self.lock.lock_file}); try again later.") from None

@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from privaudit.audit import AuditSettings, Claim, NeighbouringPair, check_neighbours, run_audit
+from privaudit.audit import AuditSettings, Claim, check_neighbours, run_audit
 from privaudit.audit.attacks import Candidate
 from privaudit.audit.explain import cell_namer, describe_event
 from privaudit.audit.guidance import evaluation_runs_needed, trials_needed, visible_excess
@@ -196,6 +196,18 @@ def test_sequence_output_encodes_without_padding_by_the_user():
     assert X.shape == (50, 3) and np.array_equal(np.isnan(X[:, 1:]).sum(axis=1), 2 - X[:, 0])
 
 
+def test_a_variable_length_output_is_refused_with_the_way_to_audit_it():
+    """Session 11: an SVT returning its answered prefix got "must return a fixed shape" and no hint that
+    sequence_output exists; the error now names it."""
+    def svt_prefix(q, rng):
+        return [0.0] * int(rng.integers(1, 4))
+
+    pair = input_pair([1.0, 0.0], [0.0, 1.0])
+    with pytest.raises(UsageError, match="must return a fixed shape") as ei:
+        run_audit(svt_prefix, pair=pair, claim=Claim.from_epsilon(1.0, 0.0), trials=200, seed=0)
+    assert "sequence_output(fn, max_length)" in str(ei.value)
+
+
 def test_run_count_guidance():
     assert trials_needed(0.1, 0.1) < trials_needed(0.1, 0.05) < trials_needed(0.1, 0.1, fpr=1e-3)
     n = evaluation_runs_needed(1.0, 0.5)
@@ -217,5 +229,8 @@ def test_event_in_words_for_a_one_cell_threshold():
     name = cell_namer((3,))
     assert describe_event(cand, 14.4, "+", name) == "outputs whose coordinate 1 is above 7.2 (more likely under D')"
     assert describe_event(cand, 14.4, "-", name) == "outputs whose coordinate 1 is at most 7.2 (more likely under D)"
+    flat = Candidate("mean_difference", lambda X: X @ np.zeros(3), {"kind": "linear"}, np.zeros(3))
+    said = describe_event(flat, 0.0, "+", name)  # session 11: "outputs whose weighted sum  is above 0"
+    assert "  " not in said and said.startswith("outputs whose mean_difference score is above 0: every weight is 0")
     zero = Candidate("exact_zero", lambda X: X, {"kind": "indicator"}, np.array([0.0, 0.0, -0.3]))
     assert describe_event(zero, -0.1, "+", name).startswith("outputs whose coordinate 2 is not exactly 0")

@@ -65,7 +65,7 @@ def test_logs_mode_text_output_states_level_and_guarantee(files):
 
 
 @pytest.mark.parametrize("case, code, needle", [
-    ("shape", 1, "has shape (5, 3); the MDP needs (3, 5, 2) or (5, 2)"),
+    ("shape", 1, "has shape (5, 3); the spec needs (3, 5, 2) or (5, 2)"),  # no MDP here (session 11)
     ("both", 2, "give exactly one of --mdp"),
     ("no-spec", 2, "--logs needs --spec"),
     ("no-delta", 2, "Gaussian (zCDP) only"),

@@ -54,3 +54,25 @@ def test_unreadable_logs_one_line_exit_1(files, logs, where, what, cmd):
     assert res.output.strip().splitlines()[-1] == f"error: {files / where}: {what} {ADVICE}"
     assert not (files / "out").exists()
     assert sorted(p.name for p in files.iterdir()) == ["closed", "one.parquet", "parts", "spec.json"]
+
+
+@pytest.mark.parametrize("cmd", [["validate"], ["release", "--rho", "1", "--out", "OUT"],
+                                 ["train", "--algo", "dp-apvi", "--rho", "1", "--out", "OUT"]])
+def test_a_privaudit_output_given_as_logs_is_named_not_read(tmp_path, cmd):
+    """Session 11 (fresh user): `train REL --algo dp-apvi` (for `--release REL`) read the release's Parquet files
+    as log parts and said "column 'action' is missing, but rewards.parquet has it"; now one line names the
+    folder as a release and says what reads it, exit 1, nothing written."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(tiny_spec_doc()))
+    logs = tmp_path / "logs.parquet"
+    pl.DataFrame({"episode_id": [0, 0], "step": [0, 1], "state": [0, 1], "action": [0, 1],
+                  "reward": [0.0, 1.0], "next_state": [1, 3]}).write_parquet(logs)
+    rel = tmp_path / "rel"
+    assert CliRunner().invoke(main, ["release", str(logs), "--spec", str(spec), "--rho", "1", "--out",
+                                     str(rel)]).exit_code == 0
+    args = [cmd[0], str(rel), "--spec", str(spec)] + [str(tmp_path / "out") if a == "OUT" else a for a in cmd[1:]]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last.startswith(f"error: {rel}: a privaudit output (manifest.json of kind 'privaudit-release')")
+    assert "`train --release DIR`" in last and not (tmp_path / "out").exists()

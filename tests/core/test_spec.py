@@ -42,6 +42,33 @@ def test_inconsistent_reward_range():
         DomainSpec.from_dict(doc)
 
 
+@pytest.mark.parametrize("rr", [(0.0, float("inf")), (float("-inf"), 1.0), (0.0, float("nan"))])
+def test_non_finite_reward_range_says_finite(rr):
+    """[0, inf] has r_min < r_max: the message must name what is wrong, that an end is not finite."""
+    with pytest.raises(SpecError, match="both finite") as ei:
+        DomainSpec.from_dict(tiny_spec_doc(reward_range=rr))
+    assert "reward_range" in str(ei.value)
+
+
+@pytest.mark.parametrize("columns, unit, needle", [
+    ({"state": "next_state"}, None, "'next_state' is read as state and next_state"),
+    ({"episode_id": "stay", "step": "stay"}, None, "'stay' is read as episode_id and step"),
+    ({}, "action", "'action' is read as action and unit_id"),
+])
+def test_one_file_column_in_two_roles_is_refused(columns, unit, needle):
+    """Session 11: {"state": "next_state"} passed the spec and failed validation as a next_state_mismatch."""
+    doc = dict(tiny_spec_doc(unit_column=unit), columns=columns)
+    with pytest.raises(SpecError, match="each role needs its own column") as ei:
+        DomainSpec.from_dict(doc)
+    assert needle in str(ei.value)
+
+
+@pytest.mark.parametrize("columns, unit", [({}, "episode_id"), ({"episode_id": "stay_id"}, "stay_id"),
+                                           ({"state": "s", "next_state": "s2"}, "patient_id")])
+def test_the_unit_may_be_the_episode_column(columns, unit):
+    assert DomainSpec.from_dict(dict(tiny_spec_doc(unit_column=unit), columns=columns)).unit_column == unit
+
+
 def test_terminal_outside_domain():
     with pytest.raises(SpecError, match="terminal_states"):
         DomainSpec.from_dict(tiny_spec_doc(terminals=(9,)))

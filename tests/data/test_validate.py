@@ -121,6 +121,24 @@ def test_each_rule_alone(tmp_path, rule, changes, spec_over, episode, row, colum
     assert not rep["ok"]
 
 
+def test_features_of_the_wrong_length_are_a_located_fatal_rule(tmp_path):
+    """Session 11: a row with 3 features where the spec's dim / A is 2 passed validation; DP-VAPVI refused it
+    only after the pipeline had charged its release and behaviour value."""
+    doc = dict(tiny_spec_doc(), features={"map": "column-x-action", "dim": 4, "norm": "clip"})  # A = 2: m = 2
+    feats = {"features": [[0.5, 0.1], [0.2, 0.3, 0.4], [0.0, 0.0], [1.0, 0.3]]}
+    code, rep, res = run(tmp_path, table(**feats), doc)
+    assert code == 1 and broken_rules(rep) == {"features_length"} and "features_length" in rep["fatal"], res.output
+    v = rep["violations"][0]
+    assert (v["episode_id"], v["row"], v["column"]) == (10, 1, "features")
+    assert "features hold 3 numbers; the spec's $.features.dim / A = 2 per row" in v["message"]
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "tab").mkdir()
+    code, rep, _ = run(tmp_path / "ok", table(features=[[0.5, 0.1], [0.2, 0.3], [0.0, 0.0], [1.0, 0.3]]), doc)
+    assert code == 0 and "features_length" in rep["counts"]
+    code, rep, _ = run(tmp_path / "tab", table(**feats))  # no per-row feature map: the length is not a rule
+    assert code == 0 and "features_length" not in rep["counts"]
+
+
 def test_episode_too_long(tmp_path):
     # episode 10 gets a fourth step (h = 3 = H) at row 3; episode 11 moves to row 4
     rows = {k: v[:3] + [v[2]] + v[3:] for k, v in BASE.items()}

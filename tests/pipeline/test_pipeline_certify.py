@@ -74,8 +74,25 @@ def test_pipeline_hold_out_certifies_each_policy_and_charges_the_ledger(files, t
         assert f"{name}: certified value {c['lower_bound']:.4f}" in res.stdout
     assert "clinicians: DP interval" in res.stdout
     assert "**Held-out certification**" in (tmp_path / "o" / "report.md").read_text()
+    notes = [line for line in res.stdout.splitlines() if "is a pessimistic estimate" in line]
+    assert notes and all("held-out lower bound is the certificate" in line for line in notes)
+    assert "--hold-out)" not in res.stdout + (tmp_path / "o" / "report.md").read_text()  # no advice to do what was done
     entries = ledger_status(ledger)["entries"]
     assert sum("held-out certification" in e.get("description", "") for e in entries) == len(held["policies"])
+
+
+def test_a_refused_hold_out_run_says_the_ledger_counts_the_held_out_part_too(files, tmp_path):
+    """--rho 0.6 --hold-out on 1 left: refused as rho=~1.2, which named no reason before (the held-out part)."""
+    spec = load_spec(files / "spec.json")
+    ledger = tmp_path / "b.ledger"
+    assert run("budget", "init", ledger, "--dataset", spec.dataset_id, "--rho-total", "1").exit_code == 0
+    res = run("pipeline", files / "logs.parquet", "--spec", files / "spec.json", "--rho", 0.6, "--out",
+              tmp_path / "o", "--hold-out", "--audit-trials", 0, "--ledger", ledger)
+    assert res.exit_code == 3 and "Traceback" not in res.output
+    msg = " ".join(res.output.split())
+    assert "would exceed the budget" in msg and "the run's parts (0.6) plus the held-out certification" in msg
+    assert "parallel composition" in msg and "Give the ledger twice the budget" in msg
+    assert not (tmp_path / "o").exists() and ledger_status(ledger)["n_entries"] == 0
 
 
 def test_pipeline_hold_out_fraction_from_the_cli(files, tmp_path):

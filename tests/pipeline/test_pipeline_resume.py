@@ -213,6 +213,8 @@ def test_a_finished_held_out_certification_is_not_charged_again(world, tmp_path,
     res = _run(world, out, led, "--hold-out")
     assert res.exit_code == 0, res.output
     assert ledger_status(led)["entries"] == entries
+    resumed = next(line for line in res.stderr.splitlines() if line.startswith("resuming the incomplete run"))
+    assert "held-out certification of" in resumed  # session 11: it listed the release parts only
     assert json.loads((out / "summary.json").read_text())["held_out_certification"]["policies"]
 
 

@@ -178,6 +178,21 @@ def test_concurrent_charges_never_lose_or_exceed(tmp_path):
     assert [e["seq"] for e in st["entries"]] == list(range(1, 51))
 
 
+def test_a_wait_for_the_lock_is_said_on_stderr_then_times_out_with_one_line(ledger, monkeypatch, capsys):
+    """Another process's lock: a silent 300 s wait looked hung; now one stderr line says what it waits for."""
+    from filelock import FileLock
+    monkeypatch.setattr(ledger_io, "LOCK_NOTICE_AFTER", 0.05)
+    monkeypatch.setattr(ledger_io, "LOCK_TIMEOUT", 0.3)
+    holder = FileLock(str(ledger) + ".lock")  # a second open file: flock blocks it as another process's
+    with holder:
+        with pytest.raises(UsageError, match="locked by another process for more than 0.3 s"):
+            check_budget(ledger, "icu", "0.1")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "waiting for the ledger's lock" in err and "up to 0.3 s" in err
+    assert check_budget(ledger, "icu", "0.1") == Fraction(3, 10)  # free again: no notice
+    assert capsys.readouterr().err == ""
+
+
 def test_cli_init_show_charge(tmp_path):
     runner = CliRunner()
     path = str(tmp_path / "cli.ledger")

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
-from privaudit.core.errors import SpecError, UsageError
+from privaudit.core.errors import SpecError, ValidationFailed
 from privaudit.learners.linear import train_from_logs
 from privaudit.learners.policy import load_policy
 from privaudit.mdp.random_tabular import random_tabular_mdp, random_tabular_spec_doc
@@ -91,7 +91,7 @@ def test_spec_errors(files):
         train_from_logs(files / "logs.parquet", DomainSpec.from_dict(doc), "vapvi")
     doc["features"].update(norm="clip", dim=2 * S * A)  # m = 2S != the lists' length S
     doc["features"].pop("state_table")
-    with pytest.raises(UsageError, match="features"):
+    with pytest.raises(ValidationFailed, match="features_length"):  # a fatal validation rule since session 11
         train_from_logs(files / "logs.parquet", DomainSpec.from_dict(doc), "vapvi")
 
 
