@@ -3,7 +3,7 @@
 Audits, with and without the learned candidate (``privaudit.audit.learned``), three broken
 mechanisms of the DP-testing literature on the StatDP input patterns (Ding et al. 2018: D = (1, 1, 1, 1, 1)
 and D' one query above / below, one above and the rest below, one below and the rest above, half and half,
-all above, an "x"), each query moved by at most 1:
+all above, all below; and the "x", (1, 1, 0, 0, 0) vs (0, 0, 1, 1, 1)), each query moved by at most 1:
 
 * report-noisy-max that also returns its noisy value (Laplace noise of scale 2/eps);
 * the sparse vector technique without cutoff, query noise Lap(2/eps) (Lyu, Su & Li 2017, Algorithm 6);
@@ -25,11 +25,14 @@ from unittest import mock
 
 import numpy as np
 
+from literature.suite import statdp_patterns
+
 from privaudit.audit import AuditSettings, Claim, input_pair, run_audit
 
-PATTERNS = {"one_above": [2, 1, 1, 1, 1], "one_below": [0, 1, 1, 1, 1], "one_above_rest_below": [2, 0, 0, 0, 0],
-            "one_below_rest_above": [0, 2, 2, 2, 2], "half_half": [2, 2, 0, 0, 0], "all_above": [2, 2, 2, 2, 2],
-            "x_shape": [0, 0, 2, 2, 2]}
+#: The StatDP input patterns for 5 queries, name -> (D, D'), as the literature suite defines them (its
+#: ``x_shape`` is StatDP's X pattern, (1, 1, 0, 0, 0) vs (0, 0, 1, 1, 1); an earlier version of this script
+#: audited (1, ..., 1) vs (0, 0, 2, 2, 2) under that name).
+PATTERNS = statdp_patterns(5)
 
 
 def noisy_max_with_value(q, rng, n_runs=1, eps=0.1):
@@ -71,8 +74,8 @@ def main() -> None:
     for fam, fn in FAMILIES.items():
         mech = functools.partial(fn, eps=a.epsilon)
         mech.__name__ = fam
-        for name, dp in PATTERNS.items():
-            pair = input_pair([1.0] * 5, [float(v) for v in dp])
+        for name, (d, dp) in PATTERNS.items():
+            pair = input_pair(d, dp)
             with mock.patch("privaudit.audit.runner.learned_candidate", lambda X0, X1: None):
                 off = run_audit(mech, pair=pair, claim=claim, trials=a.trials, seed=a.seed, settings=settings)
             t = time.process_time()

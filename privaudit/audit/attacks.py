@@ -66,6 +66,21 @@ def finite(X: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(X), X, 0.0)
 
 
+def finite_median(X: np.ndarray) -> np.ndarray:
+    """Median of each column over its finite cells, shape (d,); NaN for a column with none.
+
+    The absent cells of a variable-length output (NaN padding) are not values: counting them as 0 puts
+    the median of a cell released in fewer than half of the runs at 0, whatever its values."""
+    X = np.asarray(X, dtype=np.float64)
+    out = np.full(X.shape[1], np.nan)
+    ok = np.isfinite(X)
+    some = ok.any(axis=0)
+    if some.any():
+        with np.errstate(invalid="ignore"):
+            out[some] = np.nanmedian(np.where(ok, X, np.nan)[:, some], axis=0)
+    return out
+
+
 def row_hash(X: np.ndarray) -> np.ndarray:
     """A 64-bit hash of each row's exact bit pattern, shape (n,) uint64."""
     B = np.ascontiguousarray(np.asarray(X, dtype=np.float64)).view(np.uint64)
@@ -189,12 +204,13 @@ def fit_candidates(X0: np.ndarray, X1: np.ndarray, extra: list[Candidate] | None
         if np.any(w != 0):
             out.append(_linear(f"granularity_2^-{m}", w, tf, {"kind": "granularity", "cells": cells.tolist()}))
 
-    med0, med1 = np.median(F0, axis=0), np.median(F1, axis=0)
-    moved = np.flatnonzero(med0 != med1)
+    med0, med1 = finite_median(X0), finite_median(X1)
+    moved = np.flatnonzero((med0 != med1) & np.isfinite(med0) & np.isfinite(med1))
     if moved.size:
         def laplace_lr(X, j=moved, a=med0[moved], b=med1[moved]):
-            Y = finite(np.asarray(X)[:, j])
-            return (np.abs(Y - a) - np.abs(Y - b)).sum(axis=1)
+            Y = np.asarray(X, dtype=np.float64)[:, j]
+            with np.errstate(invalid="ignore"):  # an absent (non-finite) cell adds nothing
+                return np.where(np.isfinite(Y), np.abs(Y - a) - np.abs(Y - b), 0.0).sum(axis=1)
         words = _median_words(int(moved[0]), float(med0[moved[0]]), float(med1[moved[0]])) if moved.size == 1 else None
         out.append(Candidate("laplace_lr", laplace_lr, {"kind": "likelihood_ratio", "cells": int(moved.size)},
                              words=words))

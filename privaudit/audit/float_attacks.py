@@ -221,6 +221,16 @@ SAMPLERS = {"numpy_laplace": laplace_reachable, "numpy_normal": normal_reachable
             "any_float_noise": lambda y, c, s: roundtrip(y, c)}
 
 
+def _fine_cells(X0: np.ndarray, X1: np.ndarray) -> np.ndarray:
+    """Cells (shape (d,) bool) with a finite fitting output off the 2^-30 grid: the others (flags,
+    integers, absent cells) carry no float lattice, and would take the place of a cell that does among
+    the :data:`MAX_CELLS` looked at (e.g. a sparse vector's answer bits next to its released values)."""
+    X = np.concatenate([np.asarray(X0, dtype=np.float64), np.asarray(X1, dtype=np.float64)])
+    with np.errstate(invalid="ignore", over="ignore"):
+        Y = X * 2.0 ** 30
+        return (np.isfinite(Y) & (Y != np.round(Y))).any(axis=0)
+
+
 def sampler_scores(X0: np.ndarray, X1: np.ndarray, hint: dict) -> list:
     """Known-sampler candidates fitted on (X0, X1), with the evidence for each sampler.
 
@@ -247,7 +257,7 @@ def sampler_scores(X0: np.ndarray, X1: np.ndarray, hint: dict) -> list:
     """
     c0, c1 = (np.asarray(hint[k], dtype=np.float64) for k in ("c0", "c1"))
     scale = np.asarray(hint.get("scale") if hint.get("scale") is not None else np.zeros_like(c0), dtype=np.float64)
-    cells = np.flatnonzero((c0 != c1) & np.isfinite(c0) & np.isfinite(c1))
+    cells = np.flatnonzero((c0 != c1) & np.isfinite(c0) & np.isfinite(c1) & _fine_cells(X0, X1))
     cells = cells[np.argsort(np.minimum(np.abs(c0[cells]), np.abs(c1[cells])), kind="stable")[:MAX_CELLS]]
     if cells.size == 0:
         return []

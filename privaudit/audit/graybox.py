@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from privaudit.audit import bounds as B
+from privaudit.audit.attacks import finite_median
 from privaudit.audit.pairs import NeighbouringPair
 from privaudit.core.errors import UsageError
 
@@ -100,6 +101,5 @@ def sampler_hint(mech, pair: NeighbouringPair, X0: np.ndarray, X1: np.ndarray) -
             scale = np.concatenate([np.full(np.asarray(v).size, float(noise.get(k, {}).get("scale", 0.0)))
                                     for k, v in s0.items()])
             return {"c0": c0, "c1": c1, "scale": scale}
-    F0, F1 = np.where(np.isfinite(X0), X0, 0.0), np.where(np.isfinite(X1), X1, 0.0)
-    return {"c0": np.rint(np.median(F0, axis=0)), "c1": np.rint(np.median(F1, axis=0)), "scale": None}
+    return {"c0": np.rint(finite_median(X0)), "c1": np.rint(finite_median(X1)), "scale": None}
 

@@ -289,8 +289,8 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         streams = [r_sel.spawn(2)] if len(pairs) == 1 else [r.spawn(2) for r in r_sel.spawn(len(pairs))]
         picks = [_select(sm, m, p, n_sel, st, scores, alpha_b, claim)
                  for sm, m, p, st in zip(samplers, mechs, pairs, streams)]
-        k = int(np.argmax([v for v, *_ in picks]))  # the first of equal values
-        _, cand, t, d, cands = picks[k]
+        k = max(range(len(picks)), key=lambda i: picks[i][5])  # the first of equal ranks
+        _, cand, t, d, cands, _ = picks[k]
         sampler, mech, pair = samplers[k], mechs[k], pairs[k]
         for other in samplers[:k] + samplers[k + 1:]:
             other.close()
@@ -344,9 +344,9 @@ def _select(sampler: Sampler, mech, pair: NeighbouringPair, n_sel: int, streams,
 
     Returns
     -------
-    (value, candidate, threshold, direction, candidates)
-        ``value``: the bound the choice half proves for the chosen event (``choice.choose_event``), by
-        which an input search compares pairs.
+    (value, candidate, threshold, direction, candidates, rank)
+        ``value``: the bound the choice half proves for the chosen event; ``rank``: the key by which an
+        input search compares pairs (both from ``choice.choose_event``).
     """
     X0 = sampler.draw(pair.d, n_sel, streams[0])
     X1 = sampler.draw(pair.d_prime, n_sel, streams[1])
@@ -357,8 +357,8 @@ def _select(sampler: Sampler, mech, pair: NeighbouringPair, n_sel: int, streams,
     cands = fit_candidates(X0[:nf], X1[:nf], extra, hint=sampler_hint(mech, pair, X0[:nf], X1[:nf]))
     cands += [c for c in (learned_candidate(X0[:nf], X1[:nf]),) if c is not None]  # DP-Sniper-style
     objective = "gaussian" if claim.kind == "gaussian" else "generic"
-    value, cand, t, d = choose_event(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective)
-    return value, cand, t, d, cands
+    value, cand, t, d, rank = choose_event(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective)
+    return value, cand, t, d, cands, rank
 
 
 def _fixed_events(fixed: FixedEvents | str | None, mech, pair: NeighbouringPair) -> FixedEvents | None:

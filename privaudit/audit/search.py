@@ -169,7 +169,8 @@ def search_message(block: dict) -> str:
     k = len(block["pairs"])
     best = block["pairs"][block["chosen"]]
     why = (f"bound {best['selection_bound']:.3g} on its selection runs" if best["selection_bound"] > 0 else
-           "no pair proved a positive bound on its selection runs: the first was kept")
+           "no pair proved a positive bound on its selection runs: the one with the best milder prediction "
+           "was kept")
     return (f"input search: {k} candidate pairs, {block['selection_runs_per_pair']} selection runs per side each; "
             f"{best['pair']} chosen ({why}), counted on "
             f"{block['evaluation_runs']} fresh evaluation runs per side ({block['runs_per_side']} runs per side in all)")

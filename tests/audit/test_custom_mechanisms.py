@@ -234,3 +234,16 @@ def test_event_in_words_for_a_one_cell_threshold():
     assert "  " not in said and said.startswith("outputs whose mean_difference score is above 0: every weight is 0")
     zero = Candidate("exact_zero", lambda X: X, {"kind": "indicator"}, np.array([0.0, 0.0, -0.3]))
     assert describe_event(zero, -0.1, "+", name).startswith("outputs whose coordinate 2 is not exactly 0")
+
+
+def test_worked_example_third_party_opendp_laplace():
+    """OpenDP's noise comes from OS entropy (not seedable): the outcomes are random. ``ok``'s eps_lb is a
+    0.95 lower confidence bound on the true 1.0 (about 0.98 when measured, log-ratio sd ~0.02 at these
+    counts): above 1.25 it would be > 10 sd off. ``bad``'s true epsilon 1.0 against a claim of 0.5 is
+    flagged unless the bound falls 0.48 below its ~0.98 (> 20 sd)."""
+    pytest.importorskip("opendp.prelude")
+    ns = _doc_example("a third-party library")
+    ok, bad = ns["ok"], ns["bad"]
+    assert ns["epsilon"] == 1.0
+    assert 0.5 < ok.epsilon_lower_bound <= 1.25, ok
+    assert bad.violation and bad.epsilon_lower_bound > 0.5, bad
