@@ -14,7 +14,7 @@ r(s') (so DP-PBB trains) and k = 2 episodes per patient of 3. Each mode runs in 
   logs once, counts them for the release, DP-PBB's capped counts and the clinicians' value statistics;
 * ``spark-release``: ``release_logs(..., engine="spark")`` alone (the release-only Spark path, pooled).
 
-Printed per mode: wall time, CPU time (user + sys of the Python process plus, for Spark, the JVM's, read from
+Printed per mode: wall time, the number of Spark jobs, CPU time (user + sys of the Python process plus, for Spark, the JVM's, read from
 /proc before it stops), peak RSS (Python, plus the JVM's VmHWM). Asserted: the polars and Spark pipelines'
 release tables and policies are byte-identical and their summaries equal but for ``created`` and
 ``config.engine``. On a shared machine the CPU times, not the wall times, say what idle cores need.
@@ -69,13 +69,15 @@ def child(mode: str, logs: str, spec_path: str, out: str, master: str, driver_me
         run_pipeline(logs, spec, rho=1.0, out=out, seed=1, audit_trials=0, value_share=0.1, accept_repairs=True,
                      engine="spark" if spark is not None else "polars", spark=spark, progress=False)
     jvm_cpu = jvm_rss = 0.0
+    jobs = 0
     if spark is not None:
+        jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup())  # every job (none has a group)
         jvm_cpu, jvm_rss = _jvm_usage(spark)
         spark.stop()
     ru = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"mode": mode, "wall_s": time.perf_counter() - t, "session_start_s": t_start,
                       "py_cpu_s": ru.ru_utime + ru.ru_stime, "jvm_cpu_s": jvm_cpu,
-                      "py_rss_MB": _vm_hwm_mb("self"), "jvm_rss_MB": jvm_rss}))
+                      "py_rss_MB": _vm_hwm_mb("self"), "jvm_rss_MB": jvm_rss, "spark_jobs": jobs}))
 
 
 def _normalised_summary(out: Path) -> dict:
@@ -119,7 +121,7 @@ def main():
         r = run_child(__file__, mode, logs, spec, outs[mode], a.master, a.driver_memory)
         cpu[mode] = r["py_cpu_s"] + r["jvm_cpu_s"]
         rss = r["py_rss_MB"] + r["jvm_rss_MB"]
-        extra = (f" (session start {r['session_start_s']:.1f} s; JVM CPU {r['jvm_cpu_s']:.1f} s, JVM peak "
+        extra = (f" ({r['spark_jobs']} Spark jobs; session start {r['session_start_s']:.1f} s; JVM CPU {r['jvm_cpu_s']:.1f} s, JVM peak "
                  f"{r['jvm_rss_MB']:.0f} MB, Python peak {r['py_rss_MB']:.0f} MB; {a.master}, driver memory "
                  f"{a.driver_memory})" if mode != "polars" else "")
         print(f"  {mode:<13} wall {r['wall_s']:7.1f} s  CPU {cpu[mode]:7.1f} s  ({cpu[mode] / rows * 1e7:.1f} s per "

@@ -197,7 +197,8 @@ def held_out_stays(bounded, spec: DomainSpec) -> HeldOutStays:
         from privaudit.data.spark import session, stats  # optional dependency: pyspark only with a Spark frame
 
         with session.spark_errors("aggregating the evaluated stays"):
-            cells, starts = stats.spark_stay_cells(bounded, max_episodes=int(spec.max_episodes_per_unit))
+            cells, starts = stats.spark_stay_cells(bounded, max_episodes=int(spec.max_episodes_per_unit),
+                                                    horizon=int(spec.H))
     return HeldOutStays.from_tables(cells, starts, spec.n_states)
 
 

@@ -21,6 +21,7 @@ from tests._spark import skip_without_spark
 skip_without_spark()
 
 from privaudit.cli import main  # noqa: E402
+from privaudit.data.spark import counts as spark_counts  # noqa: E402
 from privaudit.data.spark import prepare as spark_prepare  # noqa: E402
 from privaudit.privacy.ledger import init_ledger, ledger_status  # noqa: E402
 from tests._identity import assert_same_outputs  # noqa: E402
@@ -88,10 +89,11 @@ def test_spark_failure_in_dp_pbb_keeps_only_the_charged_release(spark, tmp_path,
     ledger = tmp_path / "budget.jsonl"
     init_ledger(ledger, spec.dataset_id, 10)
 
-    def lost(*a, **kw):  # DP-PBB's start counts (the only collection of privaudit.data.spark.prepare): the JVM
+    def lost(*a, **kw):  # DP-PBB's start counts (read from the release's cells, DP-PBB's only): the JVM
         raise Py4JNetworkError("Answer from Java side is empty")  # stops answering
 
-    monkeypatch.setattr(spark_prepare, "to_polars", lost)
+    monkeypatch.setattr(spark_counts.SparkSparseCounts, "start_counts", lost)
+    monkeypatch.setattr(spark_prepare, "to_polars", lost)  # (their own pass, when the release did not count them)
     out = tmp_path / "out"
     res = _pipeline([logs, "--spec", spec_file, "--rho", 2, "--seed", 7, "--audit-trials", 0, "--accept-repairs",
                      "--per-step", "--value-share", 0, "--ledger", ledger], "spark", out)

@@ -21,7 +21,7 @@ from privaudit.data.bounding import BoundingReport
 from privaudit.data.spark.logs import clipped_reward
 
 
-def bound_contributions(df: DataFrame, spec: DomainSpec) -> tuple[DataFrame, BoundingReport]:
+def bound_contributions(df: DataFrame, spec: DomainSpec, *, by_unit: bool = False) -> tuple[DataFrame, BoundingReport]:
     """Keep k episodes per unit by the portable key, cut at H, clip and scale rewards (Spark).
 
     The Spark twin of :func:`privaudit.data.bounding.bound_contributions`
@@ -32,6 +32,12 @@ def bound_contributions(df: DataFrame, spec: DomainSpec) -> tuple[DataFrame, Bou
     df : pyspark DataFrame
         Logs from :func:`read_logs` that pass the fatal rules.
     spec : DomainSpec
+    by_unit : bool
+        Hash-partition the bounded rows by ``unit_id`` (one shuffle, before
+        the return clipping, whose window then needs none): for rows cached
+        for several consumers, whose windows and group-bys by unit (the
+        cell cap, the per-episode value sums, the held-out stays) then read
+        them without a shuffle of their own. The same rows either way.
 
     Returns
     -------
@@ -80,6 +86,8 @@ def bound_contributions(df: DataFrame, spec: DomainSpec) -> tuple[DataFrame, Bou
                             episodes_rewards_clipped=int(r["clipped_episodes"] or 0),
                             rows_kept=int(r["rows"]) - int(r["over_H"] or 0),
                             returns_clipped=int(r.get("returns") or 0))
+    if by_unit:
+        bounded = bounded.repartition("unit_id")
     if clip:
         bounded = clip_returns(bounded, bound)
     return bounded, report
@@ -97,7 +105,7 @@ def clip_returns(bounded: DataFrame, bound: float) -> DataFrame:
     Parameters
     ----------
     bounded : pyspark DataFrame
-        Rows with ``episode_id``, ``step`` and ``reward`` (double, scaled
+        Rows with ``episode_id``, ``unit_id``, ``step`` and ``reward`` (double, scaled
         into [0, 1]), steps h < H.
     bound : float
         B >= 0 (``DomainSpec.scaled_return_max``).
@@ -118,13 +126,26 @@ def clip_returns(bounded: DataFrame, bound: float) -> DataFrame:
     """
     c = F.col
     b = F.lit(float(bound))
-    run = F.sum("reward").over(Window.partitionBy("episode_id").orderBy("step")
-                               .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    episode = Window.partitionBy("unit_id", "episode_id")  # an episode is in one unit: rows partitioned by unit
+    run = F.sum("reward").over(episode.orderBy("step").rowsBetween(Window.unboundedPreceding, Window.currentRow))
     fixed = F.greatest(F.least(c("_run"), b) - F.least(c("_run") - c("reward"), b), F.lit(0.0))
-    return (bounded.withColumn("_G", F.sum("reward").over(Window.partitionBy("episode_id")))
+    return (bounded.withColumn("_G", F.sum("reward").over(episode))
             .withColumn("_run", run)
             .withColumn("reward", F.when(c("_G") > b, fixed).otherwise(c("reward")))
             .drop("_G", "_run"))
+
+
+def episode_rank():
+    """Each row's episode's rank (1, 2, ...) among its unit's episodes by the keep-k key (Spark column).
+
+    ``dense_rank`` over the unit's rows ordered by ``(xxhash64(string(id)), string(id))``: the rows of
+    one episode share the key, so the rank counts the unit's distinct episodes up to this one, the
+    ``row_number`` of the episode among the unit's episodes. A window over the rows themselves (one
+    shuffle by unit, which the cap's window over (unit, cell) reuses) instead of ranking the
+    episodes apart and joining the ranks back by episode.
+    """
+    text = F.col("episode_id").cast("string")
+    return F.dense_rank().over(Window.partitionBy("unit_id").orderBy(F.xxhash64(text), text))
 
 
 def cap_per_cell(bounded: DataFrame, report: BoundingReport, max_per_cell: int, *,
@@ -171,12 +192,7 @@ def cap_per_cell(bounded: DataFrame, report: BoundingReport, max_per_cell: int, 
         order = c("step").cast("long")
         ranked = bounded
     else:  # rank the unit's (at most k) kept episodes by the keep-k key, then steps inside them
-        text = c("episode_id").cast("string")
-        episodes = (bounded.filter(c("step") == 0).select("episode_id", "unit_id")
-                    .withColumn("_ep", F.row_number().over(Window.partitionBy("unit_id")
-                                                           .orderBy(F.xxhash64(text), text)) - 1)
-                    .select("episode_id", "_ep"))
-        ranked = bounded.join(episodes, "episode_id", "left")
+        ranked = bounded.withColumn("_ep", episode_rank() - 1)
         order = c("_ep").cast("long") * report.H + c("step").cast("long")
     keep = F.row_number().over(Window.partitionBy("unit_id", *cell).orderBy(order)) <= max_per_cell
     capped = ranked.withColumn("_keep", keep).filter(c("_keep")).drop("_keep", "_ep")

@@ -54,6 +54,7 @@ class SparkSparseCounts(SparseCounts):
         self.spec, self.stationary, self.quantum = spec, stationary, quantum
         self._cells, self._cached = cells, cached
         self._rewards = "r" in cells.columns
+        self._starts = "n0" in cells.columns
         self._per_h = spec.S * spec.A * spec.S
         self._tables: dict[str, np.ndarray] = {}
         self._sa_cells: pl.DataFrame | None = None
@@ -63,7 +64,7 @@ class SparkSparseCounts(SparseCounts):
     def cells(self) -> pl.DataFrame:
         if self._all is None:
             with spark_errors("collecting the exact cells"):
-                self._all = to_polars(self._cells).sort("i")
+                self._all = to_polars(self._cells.drop("n0")).sort("i")
         return self._all
 
     @property
@@ -76,7 +77,8 @@ class SparkSparseCounts(SparseCounts):
 
     def _sa(self, column: str, dtype) -> np.ndarray:
         if self._sa_cells is None:  # visits and reward sums of every (h, s, a): one collection
-            sums = [F.sum(x).cast("long").alias(x) for x in (["n", "r"] if self._rewards else ["n"])]
+            sums = [F.sum(x).cast("long").alias(x) for x in
+                    ["n"] + (["r"] if self._rewards else []) + (["n0"] if self._starts else [])]
             with spark_errors("collecting the visit counts"):
                 self._sa_cells = to_polars(self._cells.groupBy(F.expr(f"i div {int(self.spec.S)}").alias("j"))
                                             .agg(*sums))
@@ -85,6 +87,14 @@ class SparkSparseCounts(SparseCounts):
             out[self._sa_cells["j"].to_numpy()] = self._sa_cells[column].to_numpy().astype(dtype, copy=False)
             self._tables[column] = out.reshape(self.sa_shape)
         return self._tables[column]
+
+    def start_counts(self) -> np.ndarray | None:
+        """Step-0 rows counted per state, shape (S,), int64, from the (h, s, a) collection; None unless
+        counted with ``starts``. PRIVATE."""
+        if not self._starts:
+            return None
+        S, A = self.spec.S, self.spec.A
+        return self._sa("n0", np.int64).reshape(-1, S, A).sum(axis=(0, 2))
 
     def cells_at(self, h: int) -> tuple[np.ndarray, np.ndarray]:
         """The observed transition cells of step h only, collected now (Arrow): ``(j, n)``, int64.
@@ -119,7 +129,7 @@ class SparkSparseCounts(SparseCounts):
 
 
 def exact_counts(bounded: DataFrame, spec: DomainSpec, *, stationary: bool = False, rewards: bool = True,
-                 quantum: int | None = None) -> SparkSparseCounts:
+                 quantum: int | None = None, starts: bool = False) -> SparkSparseCounts:
     """The exact cell table of bounded logs, aggregated and cached by Spark.
 
     Parameters
@@ -134,6 +144,11 @@ def exact_counts(bounded: DataFrame, spec: DomainSpec, *, stationary: bool = Fal
     quantum : int
         Each row's scaled reward is rounded to ``round(r * quantum)`` (half
         away from zero, as polars on r >= 0) and summed as int64.
+    starts : bool
+        Also count each cell's step-0 rows (column ``n0``), so that
+        :meth:`SparkSparseCounts.start_counts` answers from the (h, s, a)
+        collection instead of a pass of its own. For validated logs only
+        (no row in a terminal state: every step-0 row is counted).
 
     Returns
     -------
@@ -164,6 +179,8 @@ def exact_counts(bounded: DataFrame, spec: DomainSpec, *, stationary: bool = Fal
     aggs = [F.count(F.lit(1)).cast("long").alias("n")]
     if rewards:
         aggs.append(F.sum(F.round(c("reward") * int(quantum), 0).cast("long")).alias("r"))
+    if starts:
+        aggs.append(F.sum((c("step") == 0).cast("long")).alias("n0"))
     by_columns = lf.groupBy(*[c(col).cast("long").alias(col) for col in cols]).agg(*aggs)
     if not stationary:  # one cached partition per step h: each per-h fetch is H small tasks, not one per
         by_columns = by_columns.repartitionByRange(H, "step")  # shuffle partition (200 by default)
@@ -178,5 +195,5 @@ def exact_counts(bounded: DataFrame, spec: DomainSpec, *, stationary: bool = Fal
     idx = F.lit(0).cast("long")
     for col, n in zip(cols, sizes):
         idx = idx * n + c(col)
-    cells = by_columns.select(idx.alias("i"), "n", *(["r"] if rewards else []))
+    cells = by_columns.select(idx.alias("i"), "n", *(["r"] if rewards else []), *(["n0"] if starts else []))
     return SparkSparseCounts(spec, stationary, cells, quantum if rewards else None, cached=by_columns)

@@ -18,7 +18,7 @@ facts about the private data, for the data holder only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -83,6 +83,7 @@ class SparkPreparedLogs:
     repairs: RepairLimit | None
     bounded: DataFrame
     cached: DataFrame | None = None
+    _counted: dict = field(default_factory=dict, init=False, compare=False)  # this view's uncapped cells
 
     engine: ClassVar[str] = "spark"
 
@@ -121,20 +122,33 @@ class SparkPreparedLogs:
         """The exact cells of ``bounded`` (:func:`privaudit.data.spark.counts.exact_counts`). PRIVATE.
 
         Cached on the cluster, fetched by table and step h; ``close()`` drops them.
+        On uncapped cached logs (a run with several consumers), the cells also count their step-0
+        rows, so that a later :meth:`start_counts` reads them instead of passing over the rows.
 
         Raises
         ------
         EngineError
             Spark failed (one line).
         """
+        shared = self.bounding.max_per_cell is None and self.cached is not None  # uncapped, several consumers
         with spark_errors("counting the logs"):
-            return exact_counts(self.bounded, self.spec, stationary=stationary, rewards=rewards, quantum=quantum)
+            counts = exact_counts(self.bounded, self.spec, stationary=stationary, rewards=rewards, quantum=quantum,
+                                  starts=shared)
+        if shared:
+            self._counted["cells"] = counts
+        return counts
 
     def start_counts(self) -> np.ndarray:
         """Episodes starting in each state (step 0 of each kept episode), shape (S,), int64. PRIVATE.
 
-        One aggregation by Spark; S rows at most come back (Arrow).
+        From the (h, s, a) collection of this view's cells when :meth:`count_cells` counted them (the
+        release: no job of its own, or a job over the cached cells); else one aggregation by Spark. S
+        rows at most come back (Arrow).
         """
+        counted = self._counted.get("cells")
+        if counted is not None:
+            with spark_errors("counting the start states"):
+                return counted.start_counts()
         with spark_errors("counting the start states"):
             st = to_polars(self.bounded.filter(F.col("step") == 0)
                            .groupBy(F.col("state").cast("long").alias("state"))
@@ -208,7 +222,7 @@ def prepare_spark_logs(source, spec: DomainSpec, *, spark=None, repairs: RepairL
     with spark_errors("reading, checking and bounding the logs"):
         df = read_logs(source, spec, session)
         validation = check_fatal_rules(df, spec)
-        bounded, report = bound_contributions(df, spec)
+        bounded, report = bound_contributions(df, spec, by_unit=cache)  # cached: partitioned by unit
     if repairs is not None:
         check_repairs(report, repairs, logs_name(source))  # before anything is counted or any noise drawn
     cached = None

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from privaudit.data.exact_sums import LIMB_BITS, REWARD_BITS
+from privaudit.data.spark.bounding import episode_rank
 from privaudit.data.spark.counts import to_polars
 
 __all__ = ["reward_limbs", "limbs_value", "centred_returns", "spark_value_sums", "spark_stay_cells",
@@ -80,9 +81,9 @@ def spark_value_sums(bounded: DataFrame, *, n_states: int, max_episodes: int, re
     """
     c = F.col
     hi, lo = reward_limbs(c("reward"))
-    per_ep = (bounded.groupBy("episode_id")
+    per_ep = (bounded.groupBy(c("unit_id").alias("_u"), "episode_id")  # by unit first: no shuffle of rows cached by unit
               .agg(F.sum(hi).alias("r_hi"), F.sum(lo).alias("r_lo"), F.count(F.lit(1)).alias("L"),
-                   F.min(F.when(c("step") == 0, c("state"))).cast("long").alias("s0"), F.min("unit_id").alias("_u"))
+                   F.min(F.when(c("step") == 0, c("state"))).cast("long").alias("s0"))
               .select(centred_returns(c("L"), c("r_hi"), c("r_lo"), reward_range=reward_range, low=low, high=high,
                                       bits=bits, c_max=c_max).alias("c"), "s0", "_u")
               .persist())
@@ -106,17 +107,19 @@ def spark_value_sums(bounded: DataFrame, *, n_states: int, max_episodes: int, re
     return out
 
 
-def spark_stay_cells(bounded: DataFrame, *, max_episodes: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+def spark_stay_cells(bounded: DataFrame, *, max_episodes: int, horizon: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """One stay per unit, aggregated into its cells: the twin of ``privaudit.ope.model.stay_tables``.
 
     Parameters
     ----------
     bounded : pyspark DataFrame
         Bounded logs (``episode_id``, ``unit_id``, ``step``, ``state``, ``action``, ``next_state``,
-        ``reward`` scaled into [0, 1]).
+        ``reward`` scaled into [0, 1]), steps h < ``horizon``.
     max_episodes : int
         k: when k > 1, each unit keeps its stay with the smallest keep-k key
         ``(xxhash64(string(id)), string(id))``, as polars.
+    horizon : int
+        H: the cells come to the driver one step h < H at a time.
 
     Returns
     -------
@@ -125,23 +128,31 @@ def spark_stay_cells(bounded: DataFrame, *, max_episodes: int) -> tuple[pl.DataF
         kept stays, sorted by the four indices: n transitions, their rewards' summed limbs.
     starts : polars.DataFrame
         ``state, n`` (int64): kept stays starting in each state, sorted by state.
+
+    Notes
+    -----
+    One pass over the rows aggregates the cells, cached on the cluster with one partition per step h;
+    then H collections, one step's cells each (at most S*A*S rows), so that no single transfer holds
+    the whole table. The starts are the step-0 cells summed per state (each stay has one step-0 row,
+    and validated logs have no row in a terminal state): no pass of their own.
     """
     c = F.col
     rows = bounded
-    if int(max_episodes) > 1:
-        text = c("episode_id").cast("string")
-        first = (bounded.filter(c("step") == 0).select("episode_id", "unit_id")
-                 .withColumn("_r", F.row_number().over(Window.partitionBy("unit_id").orderBy(F.xxhash64(text), text)))
-                 .filter(c("_r") == 1).select("episode_id"))
-        rows = bounded.join(first, "episode_id", "left_semi")
+    if int(max_episodes) > 1:  # the unit's first stay by the keep-k key (no join: a window over the rows)
+        rows = bounded.withColumn("_first", episode_rank() == 1).filter(c("_first")).drop("_first")
     hi, lo = reward_limbs(c("reward"))
     keys = [c(x).cast("long").alias(x) for x in ("step", "state", "action", "next_state")]
-    cells = rows.groupBy(*keys).agg(F.count(F.lit(1)).alias("n"), F.sum(hi).alias("r_hi"), F.sum(lo).alias("r_lo"))
-    starts = rows.filter(c("step") == 0).groupBy(c("state").cast("long").alias("state")).agg(
-        F.count(F.lit(1)).alias("n"))
+    cells = (rows.groupBy(*keys).agg(F.count(F.lit(1)).alias("n"), F.sum(hi).alias("r_hi"), F.sum(lo).alias("r_lo"))
+             .repartitionByRange(int(horizon), "step").persist())
     as64 = [pl.col(x).cast(pl.Int64) for x in ("n", "r_hi", "r_lo")]
-    return (to_polars(cells).with_columns(as64).sort("step", "state", "action", "next_state"),
-            to_polars(starts).with_columns(pl.col("n").cast(pl.Int64)).sort("state"))
+    try:
+        steps = [to_polars(cells.filter(c("step") == h)).with_columns(as64) for h in range(int(horizon))]
+    finally:
+        cells.unpersist()
+    out = pl.concat(steps).sort("step", "state", "action", "next_state")
+    starts = (steps[0].group_by("state").agg(pl.col("n").sum().cast(pl.Int64)).sort("state")
+              .select(pl.col("state").cast(pl.Int64), "n"))
+    return out, starts
 
 
 def _rotl(x: int, r: int) -> int:
