@@ -135,8 +135,8 @@ class BatchedUCBVI(Agent):
 
     Parameters
     ----------
-    reward : array_like, shape (H, S, A)
-        The public expected reward r_h(s, a) in [0, 1].
+    reward : array_like, shape (H, S, A) or (H or 1, S, A, S)
+        The public reward in [0, 1]: r_h(s, a), or r(s, a, s') (:func:`public_reward`).
     horizon : int
         H.
     n_states : int
@@ -168,6 +168,11 @@ class BatchedUCBVI(Agent):
         One Gaussian event (empty for the twin).
     released_ : ndarray
         Sum of the released (noisy) counts so far, (S, A, S) or (H, S, A, S).
+    Q_ : ndarray (H, S, A)
+        The optimistic Q of the current policy.
+    bonus_terms_ : ndarray (H, 3, S, A)
+        Diagnostics of the last plan: the Bernstein first- and second-order terms and the privacy term at
+        the known pairs (NaN elsewhere); ``at_cap_`` (H, S, A): where Q sits at its optimistic cap.
     """
 
     acts_by_policy = True
