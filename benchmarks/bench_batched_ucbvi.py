@@ -2,7 +2,8 @@
 
 For each environment and algorithm, one run of K users (``run_explore``, the code ``privaudit explore``
 runs) in a fresh subprocess; prints and appends to --out one JSON line per run: cumulative regret,
-mean regret per user over the first and the last 10% of users, wall and CPU seconds.
+mean regret per user over the first and the last 10% of users, wall and CPU seconds, and the regret per
+user of three policies that learn nothing (uniform play, always action 0, reward-greedy: reference levels).
 
 Targets (issue 31): RiverSwim defaults (H = 20, S = 6), K = 1e5, (1, 1e-6)-JDP: last-10% mean regret
 <= 0.5 and cumulative regret <= 3x UCB-VI's in the same run; the K = 1e5 run in at most 2 CPU minutes.
@@ -21,18 +22,32 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: environment name -> make_env options (ICU-Sepsis at H = 20, as the issue asks)
-ENVS = {"riverswim": {}, "random-tabular": {}, "icu-sepsis": {"horizon": 20}}
+#: environment name -> make_env options (ICU-Sepsis at H = 20, as the issue asks); "random-tabular-a0.1" is the
+#: default random MDP's sizes and instance with near-deterministic transitions (Dirichlet alpha = 0.1), where
+#: the reward-greedy policy is far from optimal (0.38 per user against 0.016 at alpha = 1)
+ENVS = {"riverswim": {}, "random-tabular": {}, "random-tabular-a0.1": {"alpha": 0.1}, "icu-sepsis": {"horizon": 20}}
+
+
+def make(env_name: str):
+    """The environment of one line of :data:`ENVS`."""
+    from privaudit.mdp.random_tabular import random_tabular_mdp
+    from privaudit.online.env import ENV_DEFAULTS, EpisodicEnv, make_env
+    opts = ENVS[env_name]
+    if "alpha" not in opts:
+        return make_env(env_name, **opts)
+    d = ENV_DEFAULTS["random-tabular"]
+    return EpisodicEnv(random_tabular_mdp(d["states"], d["actions"], d["horizon"], d["instance_seed"], alpha=opts["alpha"]),
+                       name=env_name)
 
 
 def one(env_name: str, algo: str, K: int, seed: int) -> dict:
     """One run in this process; returns its regret summary and timings."""
     sys.path.insert(0, str(ROOT))
-    from privaudit.online.env import make_env
+    from privaudit.mdp.tabular import reference_regrets
     from privaudit.online.explore import run_explore, validate_budget
     from privaudit.privacy.budget import resolve_budget
 
-    env = make_env(env_name, **ENVS[env_name])
+    env = make(env_name)
     rho = resolve_budget(epsilon=1.0, delta=1e-6).rho
     budget = validate_budget(algo, None, rho, 1e-6) if algo.startswith("dp-") else None
     t0, c0 = time.perf_counter(), time.process_time()
@@ -43,7 +58,8 @@ def one(env_name: str, algo: str, K: int, seed: int) -> dict:
             "cumulative_regret": round(float(res.regret.sum()), 1),
             "mean_regret_first_10pct": round(float(res.regret[:tenth].mean()), 4),
             "mean_regret_last_10pct": round(float(res.regret[-tenth:].mean()), 4),
-            "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+            "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+            "reference_per_user": {k: round(v, 4) for k, v in reference_regrets(env.mdp).items()}}
 
 
 def main(argv=None):

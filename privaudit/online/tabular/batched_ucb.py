@@ -13,7 +13,8 @@ user is a function of earlier batches' releases and of data-independent coins).
 One counter family: the transition counts m(s, a, s'), pooled over the step h
 when the simulator is stationary (a public fact), else per h. Visit counts are
 their sums over s' (no second family) and the rewards are public (the
-environment's reward function): neither costs budget. Pooled, a user may visit a
+environment's reward function, :func:`public_reward`: r_h(s, a), or r(s, a, s')
+when the reward depends on the next state, never E[r | s, a] then): neither costs budget. Pooled, a user may visit a
 pair (s, a) many times; only her first ``per_user_cap`` visits of each pair enter
 the counts (the later ones are dropped, which keeps the transitions kept an
 unbiased sample: each is drawn from P(. | s, a) given the past), so her count
@@ -28,8 +29,9 @@ Bernstein bonus of UCB-VI (Azar, Osband & Munos 2017, UCB-VI-BF, its first two t
 the second with the practical weight :data:`SECOND_ORDER`) plus a Gaussian privacy
 bonus z sd ||V_{h+1} - (P~ V_{h+1}) 1||_2 / n~, the high-probability size of what this
 pair's summed noise (sd = sigma sqrt(releases)) does to P~ V_{h+1} (Qiao & Wang (2023b),
-DP-UCBVI, use a worst-case l1 bound instead); a pair whose n~ is within z sd sqrt(S)
-of 0 gets the optimistic value H - h. [D] docs/online.md, "Batched DP-UCBVI".
+DP-UCBVI, use a worst-case l1 bound instead). Every Q is capped at
+max_s' (r + V_{h+1}(s')) >= Q* (P V <= max V), and a pair whose n~ is within z sd sqrt(S)
+of 0 gets that cap (the optimistic cap; before session 11, H - h). [D] docs/online.md, "Batched DP-UCBVI".
 """
 
 from __future__ import annotations
@@ -133,8 +135,8 @@ class BatchedUCBVI(Agent):
 
     Parameters
     ----------
-    reward : array_like, shape (H, S, A)
-        The public expected reward r_h(s, a) in [0, 1].
+    reward : array_like, shape (H, S, A) or (H or 1, S, A, S)
+        The public reward in [0, 1]: r_h(s, a), or r(s, a, s') (:func:`public_reward`).
     horizon : int
         H.
     n_states : int
@@ -166,6 +168,11 @@ class BatchedUCBVI(Agent):
         One Gaussian event (empty for the twin).
     released_ : ndarray
         Sum of the released (noisy) counts so far, (S, A, S) or (H, S, A, S).
+    Q_ : ndarray (H, S, A)
+        The optimistic Q of the current policy.
+    bonus_terms_ : ndarray (H, 3, S, A)
+        Diagnostics of the last plan: the Bernstein first- and second-order terms and the privacy term at
+        the known pairs (NaN elsewhere); ``at_cap_`` (H, S, A): where Q sits at its optimistic cap.
     """
 
     acts_by_policy = True
@@ -175,8 +182,11 @@ class BatchedUCBVI(Agent):
                  growth: float = DEFAULT_GROWTH, beta: float = DEFAULT_BETA, rng: np.random.Generator):
         H, S, K = int(horizon), int(n_states), int(n_episodes)
         R = np.asarray(reward, dtype=np.float64)
-        if R.ndim != 3 or R.shape[:2] != (H, S) or not np.isfinite(R).all() or R.min() < 0 or R.max() > 1:
-            raise UsageError(f"`reward` must be an (H, S, A) = ({H}, {S}, A) table in [0, 1]. Got shape {R.shape}.")
+        ok = (R.ndim == 3 and R.shape[:2] == (H, S)) or (R.ndim == 4 and R.shape[0] in (1, H) and R.shape[1] == S
+                                                         and R.shape[3] == S)
+        if not ok or not np.isfinite(R).all() or R.min() < 0 or R.max() > 1:
+            raise UsageError(f"`reward` must be an (H, S, A) = ({H}, {S}, A) table r_h(s, a), or an (H or 1, S, A, S) "
+                             f"table r(s, a, s'), in [0, 1]. Got shape {R.shape}.")
         if not (rho > 0) or (isinstance(per_user_cap, bool) or int(per_user_cap) != per_user_cap
                              or per_user_cap < 1) or not 0 < beta < 1:
             raise UsageError(f"`rho` must be > 0, `per_user_cap` an integer >= 1 and `beta` in (0, 1). Got "
@@ -288,28 +298,66 @@ class BatchedUCBVI(Agent):
         n_pos = np.where(known, n, 1.0)
         P = x / n_pos[..., None]
         Q = np.empty((H, S, A))
+        self.bonus_terms_ = np.full((H, 3, S, A), np.nan)   # diagnostics: the three terms at known pairs
+        self.at_cap_ = np.zeros((H, S, A), dtype=bool)
         V = np.zeros(S)
         for h in range(H - 1, -1, -1):   # backward over steps; vectorised over (s, a, s')
             Ph, nh, kh = (P, n_pos, known) if self.pooled else (P[h], n_pos[h], known[h])
             span = float(H - h - 1)
-            pv = Ph @ V
-            var = np.maximum(Ph @ (V * V) - pv * pv, 0.0)
-            # the noise moves P~ V by z . (V - P~ V) / n~: Gaussian, sd = sd ||V - P~ V||_2 / n~
-            dev = np.sqrt(np.maximum(V @ V - 2 * pv * V.sum() + S * pv * pv, 0.0))
-            bonus = (np.sqrt(2 * var * self._log / nh) + SECOND_ORDER * self._log * span / nh
-                     + self._z * sd * dev / nh)
-            q = np.where(kh, self.R[h] + pv + bonus, np.inf)
-            Q[h] = np.clip(q, 0.0, float(H - h))
+            mean, var, dev, cap = self._moments(h, Ph, V)
+            # the noise moves P~ W by z . (W - P~ W) / n~: Gaussian, sd = sd ||W - P~ W||_2 / n~
+            terms = (np.sqrt(2 * var * self._log / nh), SECOND_ORDER * self._log * span / nh, self._z * sd * dev / nh)
+            q = np.where(kh, mean + sum(terms), np.inf)
+            self.bonus_terms_[h] = np.where(kh, terms, np.nan)
+            self.at_cap_[h] = q >= cap
+            Q[h] = np.clip(np.minimum(q, cap), 0.0, float(H - h))   # Q*_h <= max_s' (r + V*_{h+1}) <= cap
             V = Q[h].max(-1)
         keys = np.where(Q == Q.max(-1, keepdims=True), self._tie_rng.random(Q.shape), -1.0)
         self.Q_ = Q
         return keys.argmax(-1)
 
+    def _moments(self, h: int, Ph: np.ndarray, V: np.ndarray) -> tuple:
+        """Under P~_h(. | s, a), of W(s') = r(s, a, s') + V(s'): mean, variance, ||W - mean||_2 and max W, each (S, A).
+
+        With rewards r_h(s, a) (``reward`` of shape (H, S, A)) W = r_h(s, a) + V; with rewards r(s, a, s')
+        (shape (H or 1, S, A, S)) the expected reward is P~'s, so its error is covered by the same bonuses.
+        ``max W`` is the optimistic cap of the pair: Q*_h(s, a) <= max_s' (r + V*_{h+1}(s')) <= max W when
+        V >= V*_{h+1} (a pair that is not yet known gets it instead of H - h).
+        """
+        R, S = self.R, self.S
+        if R.ndim == 3:
+            pv = Ph @ V
+            var = np.maximum(Ph @ (V * V) - pv * pv, 0.0)
+            dev = np.sqrt(np.maximum(V @ V - 2 * pv * V.sum() + S * pv * pv, 0.0))
+            return R[h] + pv, var, dev, R[h] + V.max()
+        W = R[h if R.shape[0] > 1 else 0] + V                       # (S, A, S)
+        mean = np.einsum("sat,sat->sa", Ph, W)
+        var = np.maximum(np.einsum("sat,sat,sat->sa", Ph, W, W) - mean * mean, 0.0)
+        dev = np.sqrt(np.maximum(np.einsum("sat,sat->sa", W, W) - 2 * mean * W.sum(-1) + S * mean * mean, 0.0))
+        return mean, var, dev, W.max(-1)
+
+
+def public_reward(mdp) -> np.ndarray:
+    """The reward function an explorer may read: what the simulator's rewards are a function of, no more.
+
+    r_h(s, a), shape (H, S, A), when the MDP's reward does not depend on the next state (RiverSwim, the
+    random tabular MDPs); else r(s, a, s'), shape (H or 1, S, A, S), 0 on the rows of terminal states as the
+    environment pays it (ICU-Sepsis: 1 on entering survival). Never E[r | s, a] of such an MDP: that is
+    P(. | s, a) . r(s, a, .), which would hand the explorer part of the unknown transitions.
+    """
+    if not mdp.reward_next_state:
+        return np.stack([mdp.expected_reward(h) for h in range(mdp.horizon)])
+    r = np.asarray(mdp.r, dtype=np.float64)
+    rew = np.array(r if r.ndim == 4 else r[None])
+    if mdp.terminal_states:
+        rew[:, list(mdp.terminal_states)] = 0.0
+    return rew
+
 
 def build(env, n_episodes: int, budget, constants: str, beta: float, rng, *, algo: str) -> BatchedUCBVI:
     """The builder of ``privaudit explore --algo dp-ucbvi-batched`` and of its twin ``ucbvi-batched``.
 
-    The environment supplies the public reward function (``env.mdp.expected_reward``) and whether it is
+    The environment supplies the public reward function (:func:`public_reward`) and whether it is
     stationary (``env.mdp.stationary``: the counts are pooled over h). ``budget``: a Gaussian
     :class:`~privaudit.privacy.budget.Budget` (its rho), or None (no noise: the twin).
 
@@ -324,7 +372,7 @@ def build(env, n_episodes: int, budget, constants: str, beta: float, rng, *, alg
     if budget is not None and budget.family.pure:
         raise UsageError(f"`algo` {algo} adds Gaussian noise (rho-zCDP): give `rho` (reported as (eps, delta)-JDP "
                          "at `delta`), not a pure `epsilon`.")
-    reward = np.stack([env.mdp.expected_reward(h) for h in range(env.horizon)])
+    reward = public_reward(env.mdp)
     rho = math.inf if budget is None else float(budget.rho)
     return BatchedUCBVI(reward, env.horizon, env.n_states, n_episodes, rho=rho, stationary=env.mdp.stationary,
                         beta=beta, rng=rng)
