@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.audit.helpers import tiny_logs, tiny_spec
 
 #: Runs the CLI with the pool used from the first draw (the default waits for 20 s of serial work).
@@ -117,6 +119,7 @@ def slow(logs, rng):
 """
 
 
+@pytest.mark.slow  # 8 s; the default suite keeps the process-group SIGTERM test
 def test_sigterm_stops_running_chunks_between_runs(tmp_path):
     """An abort waits for one run per worker, not for the worker's whole chunk: DP-APVI audits at
     --jobs 2 on ICU-sized logs ran on for minutes after a SIGTERM (chunks of hundreds of runs), past any

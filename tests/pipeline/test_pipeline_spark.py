@@ -31,6 +31,7 @@ def run(*args):
     return CliRunner().invoke(main, ["pipeline", *[str(a) for a in args]])
 
 
+@pytest.mark.slow  # 7-24 s; test_pipeline_spark_identity.py's default case checks every file byte for byte
 def test_spark_pipeline_gives_the_polars_release_and_policy(spark, world, tmp_path):
     """Same logs and seed: release tables, manifest's guarantee, policy, values and the clinicians' DP value (the
     default value share on both engines) are the polars run's."""

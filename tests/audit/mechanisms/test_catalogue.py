@@ -102,7 +102,10 @@ def test_false_alarm_rate_of_correct_mechanisms_over_10_seeds(spec, logs):
         assert alarms <= 1, (name, alarms)
 
 
-@pytest.mark.parametrize("name", ["gaussian", "laplace", "no_noise", "support_leak"])
+@pytest.mark.parametrize("name", ["gaussian", "no_noise",
+                                  # 6-8 s each: in the slow run only (CI runs -m slow too)
+                                  pytest.param("laplace", marks=pytest.mark.slow),
+                                  pytest.param("support_leak", marks=pytest.mark.slow)])
 def test_identical_datasets_give_a_zero_lower_bound(name, spec, logs):
     # D = D': both sides have the same law, so any positive bound is a false positive of the
     # auditor (probability <= 0.05 per seed; these fixed seeds give 0).

@@ -70,6 +70,7 @@ def test_spark_counts_identical_to_polars(spark, tmp_path, ids, k, parts, statio
     _assert_identical(got, exp, spec, stationary)
 
 
+@pytest.mark.slow  # 10 s; kept out of the default suite's time (CI runs -m slow too)
 def test_spark_takes_a_dataframe(spark, tmp_path):
     path, spec = _logs(tmp_path, ids="int", k=2, n_units=30)
     exp, _ = _polars(path, spec, False)

@@ -103,6 +103,7 @@ def test_value_statistics_and_stay_cells_are_identical_on_spark(spark, tmp_path,
     assert np.array_equal(sa.start_states, sb.start_states)
 
 
+@pytest.mark.slow  # 8-13 s; the default suite keeps the CLI evaluate --engine spark byte-for-byte test
 def test_evaluation_from_logs_is_identical_on_spark_whole_and_held_out_part(spark, tmp_path):
     """evaluate_policy_on_logs, same seed: the same result dict on the whole logs and on the held-out part."""
     path, spec = _logs(tmp_path, ids="string", k=2, n_units=40, parts=2)
