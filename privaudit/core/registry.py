@@ -256,23 +256,33 @@ def pipeline_names() -> tuple[str, ...]:
     return names_with(lambda cls: getattr(cls, "pipeline_share", None) is not None)
 
 
+def _learner(name: str, family: str, private: bool, where: str, summary: str) -> Algorithm:
+    """An offline learner's entry: ``where`` is its ``"module:Class"`` inside ``privaudit.learners.<family>``."""
+    return Algorithm(name, family, private, f"privaudit.learners.{family}.{where}", summary)
+
+
+def _linear_explorer(name: str, private: bool, summary: str) -> Algorithm:
+    """An online explorer of a linear MDP: built by ``privaudit.online.linear.build.build_linear``
+    (which tells them apart by ``algo``), it needs the environment's feature map."""
+    return Algorithm(name, "online", private, "privaudit.online.linear.build:build_linear", summary,
+                     needs_features=True)
+
+
 for _a in (
-    Algorithm("ve", "tabular", False, "privaudit.learners.tabular.ve:ValueIterationCE",
-              "certainty-equivalent value iteration on exact counts (NOT private)"),
-    Algorithm("apvi", "tabular", False, "privaudit.learners.tabular.apvi:APVI",
-              "pessimistic value iteration, Bernstein penalty, on exact counts (NOT private)"),
-    Algorithm("apvi-hoeffding", "tabular", False, "privaudit.learners.tabular.apvi:APVIHoeffding",
-              "APVI with a Hoeffding penalty (NOT private)"),
-    Algorithm("dp-apvi", "tabular", True, "privaudit.learners.tabular.dp_apvi:DPAPVI",
-              "DP-APVI (Qiao & Wang 2023, Alg. 1): post-processing of a DP count release"),
-    Algorithm("dp-pbb", "tabular", True, "privaudit.learners.tabular.dp_pbb:DPPBB",
-              "DP-PBB: pessimistic value iteration with private Bellman backups (rho-zCDP), with a certificate"),
-    Algorithm("pevi", "linear", False, "privaudit.learners.linear.estimators:PEVI",
-              "pessimistic value iteration with linear features (NOT private)"),
-    Algorithm("vapvi", "linear", False, "privaudit.learners.linear.estimators:VAPVI",
-              "variance-aware PEVI with linear features (NOT private)"),
-    Algorithm("dp-vapvi", "linear", True, "privaudit.learners.linear.estimators:DPVAPVI",
-              "DP-VAPVI (Qiao & Wang 2023, Alg. 2): Gaussian noise on its 5H statistics"),
+    _learner("ve", "tabular", False, "ve:ValueIterationCE",
+             "certainty-equivalent value iteration on exact counts (NOT private)"),
+    _learner("apvi", "tabular", False, "apvi:APVI",
+             "pessimistic value iteration, Bernstein penalty, on exact counts (NOT private)"),
+    _learner("apvi-hoeffding", "tabular", False, "apvi:APVIHoeffding", "APVI with a Hoeffding penalty (NOT private)"),
+    _learner("dp-apvi", "tabular", True, "dp_apvi:DPAPVI",
+             "DP-APVI (Qiao & Wang 2023, Alg. 1): post-processing of a DP count release"),
+    _learner("dp-pbb", "tabular", True, "dp_pbb:DPPBB",
+             "DP-PBB: pessimistic value iteration with private Bellman backups (rho-zCDP), with a certificate"),
+    _learner("pevi", "linear", False, "estimators:PEVI",
+             "pessimistic value iteration with linear features (NOT private)"),
+    _learner("vapvi", "linear", False, "estimators:VAPVI", "variance-aware PEVI with linear features (NOT private)"),
+    _learner("dp-vapvi", "linear", True, "estimators:DPVAPVI",
+             "DP-VAPVI (Qiao & Wang 2023, Alg. 2): Gaussian noise on its 5H statistics"),
     Algorithm("pucb", "online", True, "privaudit.online.explore:build_pucb",
               "PUCB (Vietri et al. 2020): tabular, Laplace (eps) or Gaussian (rho) tree counters, eps-JDP"),
     Algorithm("ucb-vi", "online", False, "privaudit.online.explore:build_ucbvi",
@@ -282,19 +292,15 @@ for _a in (
               "when stationary, Bernstein and privacy bonuses, rho-zCDP (learns at (1, 1e-6)-JDP)"),
     Algorithm("ucbvi-batched", "online", False, "privaudit.online.tabular.batched_ucb:build",
               "the non-private twin of dp-ucbvi-batched (exact counts, the same batches and bonuses)"),
-    Algorithm("lsvi-ucb", "online", False, "privaudit.online.linear.build:build_linear",
-              "LSVI-UCB (Jin et al. 2020): linear MDP, non-private", needs_features=True),
-    Algorithm("lsvi-ucb-pp", "online", False, "privaudit.online.linear.build:build_linear",
-              "LSVI-UCB++ (He et al. 2023): variance-weighted, rare switching, non-private", needs_features=True),
-    Algorithm("luyo", "online", True, "privaudit.online.linear.build:build_linear",
-              "private LSVI-UCB through batching (Luyo et al. 2021): Gram trees over batches, rho-zCDP",
-              needs_features=True),
-    Algorithm("ngo", "online", True, "privaudit.online.linear.build:build_linear",
-              "low-switching private LSVI-UCB (Ngo, Vietri & Wu 2022): Gram trees, capped "
-              "det-doubling switches, rho-zCDP", needs_features=True),
-    Algorithm("dp-lsvi-ucb-pp", "online", True, "privaudit.online.linear.build:build_linear",
-              "DP-LSVI-UCB++ (Sahu 2025, corrected): fresh GOE/Gaussian noise per (k, h), rho-zCDP",
-              needs_features=True),
+    _linear_explorer("lsvi-ucb", False, "LSVI-UCB (Jin et al. 2020): linear MDP, non-private"),
+    _linear_explorer("lsvi-ucb-pp", False,
+                     "LSVI-UCB++ (He et al. 2023): variance-weighted, rare switching, non-private"),
+    _linear_explorer("luyo", True, "private LSVI-UCB through batching (Luyo et al. 2021): Gram trees over batches, "
+                                   "rho-zCDP"),
+    _linear_explorer("ngo", True, "low-switching private LSVI-UCB (Ngo, Vietri & Wu 2022): Gram trees, capped "
+                                  "det-doubling switches, rho-zCDP"),
+    _linear_explorer("dp-lsvi-ucb-pp", True, "DP-LSVI-UCB++ (Sahu 2025, corrected): fresh GOE/Gaussian noise per "
+                                             "(k, h), rho-zCDP"),
 ):
     register(_a)
 del _a

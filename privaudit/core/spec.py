@@ -59,6 +59,29 @@ class StateActionSizes:
 
 
 
+class DelegatedSizes(StateActionSizes):
+    """``horizon`` (H), ``n_states`` (S) and ``n_actions`` (A) of an object that keeps its domain in another one.
+
+    A subclass answers :meth:`_domain` with that object (a :class:`DomainSpec`, a tabular MDP: anything
+    with ``horizon``, ``n_states`` and ``n_actions``); one definition for the count containers and
+    environments that used to forward the three by hand.
+    """
+
+    def _domain(self):
+        """The object holding ``horizon``, ``n_states`` and ``n_actions``."""
+        raise NotImplementedError
+
+    @property
+    def horizon(self) -> int:
+        """H."""
+        return self._domain().horizon
+
+    def _sizes(self) -> tuple:
+        domain = self._domain()
+        return domain.n_states, domain.n_actions
+
+
+
 def _refuse_shared_columns(doc: dict, where: str) -> None:
     """Refuse a spec whose ``columns`` (and ``privacy_unit.column``) read one file column as two roles.
 

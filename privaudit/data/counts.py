@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from privaudit.core.errors import ValidationFailed
-from privaudit.core.spec import DomainSpec, StateActionSizes
+from privaudit.core.spec import DelegatedSizes, DomainSpec
 from privaudit.data.counts_protocol import step_index
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -78,7 +78,7 @@ def _cell_index(columns: list[str], sizes: list[int]) -> pl.Expr:
     return idx
 
 
-class SparseCounts(StateActionSizes):
+class SparseCounts(DelegatedSizes):
     """The observed cells of one log, from a single polars group-by.
 
     Every statistic (visits, reward sums, transition slices) is a dense
@@ -117,13 +117,8 @@ class SparseCounts(StateActionSizes):
     def __repr__(self) -> str:  # exact counts are private: shapes only
         return f"SparseCounts(H={self.spec.H}, S={self.spec.S}, A={self.spec.A}, stationary={self.stationary})"
 
-    @property
-    def horizon(self) -> int:
-        """H."""
-        return self.spec.H
-
-    def _sizes(self) -> tuple:
-        return self.spec.S, self.spec.A
+    def _domain(self) -> DomainSpec:
+        return self.spec
 
     @property
     def has_reward_sums(self) -> bool:

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from privaudit.core.errors import UsageError
-from privaudit.core.spec import StateActionSizes
+from privaudit.core.spec import DelegatedSizes
 from privaudit.mdp.features import FeatureMap
 from privaudit.mdp.icu_sepsis import load_icu_sepsis
 from privaudit.mdp.io import load_mdp
@@ -99,7 +99,7 @@ class _Philox:
 
 
 @dataclass(frozen=True, repr=False)
-class EpisodicEnv(StateActionSizes):
+class EpisodicEnv(DelegatedSizes):
     """A known tabular MDP whose users are response trees keyed by (world_key, k).
 
     Attributes
@@ -173,13 +173,8 @@ class EpisodicEnv(StateActionSizes):
                                           "rew_steps": rew.shape[0] > 1, "rew_next": rew.ndim == 4})
 
     # -- public facts ------------------------------------------------------
-    @property
-    def horizon(self) -> int:
-        """H."""
-        return self.mdp.horizon
-
-    def _sizes(self) -> tuple:
-        return self.mdp.n_states, self.mdp.n_actions
+    def _domain(self) -> TabularMDP:
+        return self.mdp
 
     @property
     def phi(self) -> np.ndarray | None:
