@@ -290,6 +290,9 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     n_trials, said_trials = resolve_trials(trials, target_excess, target_fpr, claim, confidence)
     explore_opts = {"--env": env_name, "--horizon": horizon, "--states": states, "--actions": actions,
                     "--instance-seed": instance_seed, "--episodes": episodes, "--fixed-event": fixed_event}
+    src = click.get_current_context().get_parameter_source  # the explorer options with a default, when given
+    explore_opts.update({"--" + n.replace("_", "-"): True for n in ("canary_user", "users_after", "decoy", "view",
+                         "constants") if src(n) not in (click.core.ParameterSource.DEFAULT, None)})
     if mechanism.startswith("explore:"):
         given = [o for o, v in (("--logs", logs_path), ("--pair", pair), ("--spec", spec_path), ("--canary", canary),
                                 ("--release-mechanism", release_mechanism), ("--stationary/--per-step", stationary),

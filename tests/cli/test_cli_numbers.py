@@ -112,3 +112,25 @@ def test_the_k_bound_is_exact_for_the_count_release():
     TabularRelease.plan(dataclasses.replace(spec, max_episodes_per_unit=1158), budget, stationary=True)
     with pytest.raises(NoiseScaleTooLarge, match="^k = 1159 episodes per privacy unit .* k = 1158 is the largest"):
         TabularRelease.plan(dataclasses.replace(spec, max_episodes_per_unit=1159), budget, stationary=True)
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["-K", str(10 ** 20)], "for K=100000000000000000000 users needs about"),  # a numpy traceback before
+    (["-K", "20", "--states", str(10 ** 20)], "for its (H, S, A, S) transition table"),  # a numpy traceback before
+    (["-K", "20", "--horizon", str(10 ** 12)], "riverswim with H=1000000000000"),  # ran for minutes before
+])
+def test_explore_sizes_beyond_memory_are_refused_up_front(tmp_path, extra, needle):
+    res = run("explore", "--algo", "pucb", "--env", "riverswim", "--epsilon", "5", *extra, "--out", tmp_path / "x")
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and "half of this machine's" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("flag,value", [("--users-after", "5"), ("--canary-user", "2"), ("--view", "actions"),
+                                        ("--decoy", "null"), ("--constants", "theory")])
+def test_audit_refuses_explorer_options_given_to_an_offline_mechanism(tmp_path, flag, value):
+    """Before: `audit --mechanism release ... --users-after 5` ran and ignored the option (fresh-user pass)."""
+    res = run("audit", "--mechanism", "release", "--logs", "sample_data/icu_sepsis_clinicians_20k.parquet",
+              "--spec", SAMPLE_SPEC, "--claim-rho", "1", "--trials", "100", flag, value, "--out", tmp_path / "r.json")
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == f"error: {flag} applies to --mechanism explore:ALGO only."
