@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from privaudit.cli.numbers import FLOAT, FloatRange, IntRange
 from privaudit.audit.choice import MIN_TRIALS
 from privaudit.cli.common import PathArg, as_flags, echo_json, handle_errors
 from privaudit.cli.registry_help import LiveHelpCommand, LiveHelpOption, joined, release_readers
@@ -134,11 +135,11 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "Validated against the spec first (the fatal rules of a release).")
 @click.option("--spec", "spec_path", default=None, type=PathArg(readable=False, dir_okay=False),
               help="Domain spec JSON (required except for explore:ALGO).")
-@click.option("--claim-epsilon", "--epsilon", "claim_epsilon", type=float, default=None,
+@click.option("--claim-epsilon", "--epsilon", "claim_epsilon", type=FLOAT, default=None,
               help="Claimed epsilon: with --delta D an (epsilon, D)-DP claim; alone (or --delta 0) pure epsilon-DP.")
-@click.option("--claim-rho", "--rho", "claim_rho", type=float, default=None,
+@click.option("--claim-rho", "--rho", "claim_rho", type=FLOAT, default=None,
               help="Claimed rho-zCDP, compared as (epsilon, delta)-DP at --delta.")
-@click.option("--delta", type=float, default=None,
+@click.option("--delta", type=FLOAT, default=None,
               help=f"delta of an --claim-epsilon claim, or the delta a --claim-rho claim is compared at (default "
                    f"{privacy_param(DEFAULT_REPORT_DELTA)}, the delta every command reports rho at).")
 @click.option("--claim-kind", type=click.Choice(["gaussian", "generic"]), default="generic", cls=LiveHelpOption,
@@ -155,13 +156,13 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "against the spec.")
 @click.option("--score", "scores", multiple=True, metavar="FILE.py:NAME",
               help="Extra attack score fn(outputs (n, *shape)) -> (n,), larger = more like D'. Repeatable.")
-@click.option("--trials", type=click.IntRange(min=MIN_TRIALS), default=None,
+@click.option("--trials", type=IntRange(min=MIN_TRIALS), default=None,
               help=f"Runs per side (selection + evaluation), at least {MIN_TRIALS}; or --target-excess.")
-@click.option("--target-excess", type=float, default=None, metavar="X",
+@click.option("--target-excess", type=FLOAT, default=None, metavar="X",
               help="Instead of --trials: the runs at which an audit proves a bound above the claim about half the "
                    "time when the true epsilon exceeds the claim by X (guidance.trials_needed; printed). Without "
                    "either, the error quotes the counts for a few X.")
-@click.option("--target-fpr", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None, metavar="P",
+@click.option("--target-fpr", type=FloatRange(0, 1, min_open=True, max_open=True), default=None, metavar="P",
               help="With --target-excess: the leaking event's probability under D (default: a Laplace mechanism's "
                    "most likely event); rarer events need more runs.")
 @click.option("--search", "search", default=None, metavar="patterns:N|FILE.py:NAME",
@@ -169,12 +170,12 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "patterns:N: the StatDP patterns on N query answers (one above, ..., x shape); FILE.py:NAME: a "
                    "function returning your pairs (input_pair(d, d2) or (D, D') tuples). Each pair gets a selection "
                    "split; the best is counted on fresh runs (docs/audit.md, Input search).")
-@click.option("--confidence", type=click.FloatRange(0.5, 1, max_open=True), default=0.95, show_default=True)
+@click.option("--confidence", type=FloatRange(0.5, 1, max_open=True), default=0.95, show_default=True)
 @click.option("--release-mechanism", type=click.Choice(["gaussian", "laplace"]), default=None,
               help="Built-ins: noise family (default: laplace for a pure-DP claim, else gaussian).")
-@click.option("--mechanism-rho", type=float, default=None,
+@click.option("--mechanism-rho", type=FLOAT, default=None,
               help="Built-ins: run the mechanism at this rho instead of the claim's (to audit a mis-stated claim).")
-@click.option("--mechanism-epsilon", type=float, default=None,
+@click.option("--mechanism-epsilon", type=FLOAT, default=None,
               help="Built-ins: run the mechanism at this epsilon instead of the claim's.")
 @click.option("--stationary/--per-step", default=None, cls=LiveHelpOption,
               help_fn=lambda: f"Built-ins {_pooled()}: counts pooled over h, or per step h. Default: pooled "
@@ -185,21 +186,21 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
 @click.option("--out", "out", required=True, type=PathArg(dir_okay=False), help="REPORT.json to write.")
 @click.option("--plot", "plot", type=PathArg(dir_okay=False), default=None, help="REPORT.png (trade-off plot).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out / --plot if it is an earlier audit report / plot (only then).")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the audit (OS entropy if omitted).")
-@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Processes for unbatched mechanisms.")
+@click.option("--seed", type=IntRange(min=0), default=None, help="Seed of the audit (OS entropy if omitted).")
+@click.option("--jobs", type=IntRange(min=1), default=None, help="Processes for unbatched mechanisms.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @click.option("--env", "env_name", default=None,
               help="explore:ALGO: background users' environment (riverswim, random-tabular, synthetic-linear, "
                    "icu-sepsis or an MDP .npz; default riverswim).")
-@click.option("--horizon", type=click.IntRange(min=1), default=None, help="explore:ALGO: H (default 2).")
-@click.option("--states", type=click.IntRange(min=2), default=None, help="explore:ALGO: environment states.")
-@click.option("--actions", type=click.IntRange(min=2), default=None, help="explore:ALGO: environment actions.")
-@click.option("--instance-seed", type=click.IntRange(min=0), default=None, help="explore:ALGO: environment instance.")
-@click.option("--episodes", type=click.IntRange(min=1), default=None,
+@click.option("--horizon", type=IntRange(min=1), default=None, help="explore:ALGO: H (default 2).")
+@click.option("--states", type=IntRange(min=2), default=None, help="explore:ALGO: environment states.")
+@click.option("--actions", type=IntRange(min=2), default=None, help="explore:ALGO: environment actions.")
+@click.option("--instance-seed", type=IntRange(min=0), default=None, help="explore:ALGO: environment instance.")
+@click.option("--episodes", type=IntRange(min=1), default=None,
               help="explore:ALGO: the public K the noise is sized for (default k + m + 1).")
-@click.option("--canary-user", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--canary-user", type=IntRange(min=0), default=0, show_default=True,
               help="explore:ALGO: k, the user whose data differs (users before k are the environment's).")
-@click.option("--users-after", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--users-after", type=IntRange(min=0), default=3, show_default=True,
               help="explore:ALGO: m, users after k (silent); the run stops after user k + m.")
 @click.option("--decoy", type=click.Choice(["orthogonal", "null"]), default="orthogonal", show_default=True,
               help="explore:ALGO: user k of D in its own lane (full sensitivity) or a null user.")
@@ -289,6 +290,9 @@ def command(mechanism, logs_path, spec_path, claim_epsilon, claim_rho, delta, cl
     n_trials, said_trials = resolve_trials(trials, target_excess, target_fpr, claim, confidence)
     explore_opts = {"--env": env_name, "--horizon": horizon, "--states": states, "--actions": actions,
                     "--instance-seed": instance_seed, "--episodes": episodes, "--fixed-event": fixed_event}
+    src = click.get_current_context().get_parameter_source  # the explorer options with a default, when given
+    explore_opts.update({"--" + n.replace("_", "-"): True for n in ("canary_user", "users_after", "decoy", "view",
+                         "constants") if src(n) not in (click.core.ParameterSource.DEFAULT, None)})
     if mechanism.startswith("explore:"):
         given = [o for o, v in (("--logs", logs_path), ("--pair", pair), ("--spec", spec_path), ("--canary", canary),
                                 ("--release-mechanism", release_mechanism), ("--stationary/--per-step", stationary),

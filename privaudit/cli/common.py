@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import click
 
+from privaudit.cli.numbers import FLOAT, FloatRange
 from privaudit.core.errors import PrivauditError, Terminated
 from privaudit.core.formatting import privacy_param
 from privaudit.core.outputs import kept_incomplete
@@ -165,7 +166,7 @@ def repair_options(fn: Callable) -> Callable:
     fn = click.option("--accept-repairs", is_flag=True,
                       help="Go on even when contribution bounding changes more than --max-repair-share of the "
                            "logs (the repairs are still printed and written to the private log).")(fn)
-    return click.option("--max-repair-share", type=click.FloatRange(0, 1), default=MAX_REPAIR_SHARE_DEFAULT,
+    return click.option("--max-repair-share", type=FloatRange(0, 1), default=MAX_REPAIR_SHARE_DEFAULT,
                         show_default=True,
                         help="Stop before spending anything (exit 1, nothing written or charged) when "
                              "contribution bounding clips or drops a larger share of the logs: rewards clipped "
@@ -239,13 +240,13 @@ def budget_options(laplace: bool, epsilon_note: str = "") -> Callable[[Callable]
              else "Alone (pure epsilon-DP) refused: Gaussian noise only.")
 
     def decorate(fn: Callable) -> Callable:
-        fn = click.option("--delta", type=float, default=None,
+        fn = click.option("--delta", type=FLOAT, default=None,
                           help="delta of an --epsilon target, or the delta --rho is reported at (default "
                                f"{privacy_param(DEFAULT_REPORT_DELTA)}).")(fn)
-        fn = click.option("--epsilon", type=float, default=None,
+        fn = click.option("--epsilon", type=FLOAT, default=None,
                           help="With --delta: an (epsilon, delta)-DP target, converted exactly to rho (Gaussian). "
                                + alone + (" " + epsilon_note if epsilon_note else ""))(fn)
-        return click.option("--rho", type=float, default=None,
+        return click.option("--rho", type=FLOAT, default=None,
                             help="rho-zCDP budget (Gaussian noise).")(fn)
 
     return decorate

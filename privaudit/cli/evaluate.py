@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from privaudit.cli.numbers import FLOAT, IntRange
 from privaudit.cli.common import PathArg, budget_options, echo_json, engine_options, handle_errors, spark_target
 from privaudit.core.errors import SpecError, UsageError
 from privaudit.core.formatting import guarantee_text, num
@@ -28,17 +29,17 @@ from privaudit.privacy.noise import GAUSSIAN
 @budget_options(laplace=False, epsilon_note="(--logs only.)")
 @click.option("--ledger", type=PathArg(readable=False, path_type=str), default=None,
               help="--logs: budget ledger, checked before any row is read and charged once.")
-@click.option("--coverage", type=float, default=None,
+@click.option("--coverage", type=FLOAT, default=None,
               help="--logs: public coverage scale m (at most n_h(s,a)/m of the policy's mass passes a cell). "
                    f"Default: fixed by a rule from a DP count of the evaluated units ({COUNT_SHARE:g} of the "
                    "budget; docs/certificates.md, 'Choosing m').")
-@click.option("--confidence", type=float, default=CONFIDENCE_DEFAULT, show_default=True,
+@click.option("--confidence", type=FLOAT, default=CONFIDENCE_DEFAULT, show_default=True,
               help="--logs: level of the lower bound and of the two-sided interval.")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
+@click.option("--seed", type=IntRange(min=0), default=None,
               help="--logs: noise seed, for tests only (not private against anyone who knows it).")
-@click.option("--horizon", type=click.IntRange(min=1), default=None,
+@click.option("--horizon", type=IntRange(min=1), default=None,
               help="H for a named MDP (icu-sepsis default 20).")
-@click.option("--instance-seed", type=click.IntRange(min=0), default=None,
+@click.option("--instance-seed", type=IntRange(min=0), default=None,
               help="Instance of a seeded named MDP (synthetic-linear; random-tabular with --spec). Required "
                    "unless --spec records it ($.mdp.instance_seed, written by simulate); must agree with it.")
 @click.option("--spec", "spec_path", type=PathArg(readable=False, dir_okay=False), default=None,

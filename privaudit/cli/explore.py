@@ -8,6 +8,7 @@ import sys
 import click
 from tqdm import tqdm
 
+from privaudit.cli.numbers import FloatRange, IntRange
 from privaudit.cli.common import PathArg, budget_options, echo_json, handle_errors, stderr_is_tty
 from privaudit.online.env import ENV_NAMES, make_env
 from privaudit.online.explore import ONLINE_ALGOS, check_explore_out, run_explore, validate_budget, write_explore
@@ -53,21 +54,21 @@ Example:
 @click.option("--algo", type=click.Choice(list(ONLINE_ALGOS)), required=True, help="The explorer.")
 @click.option("--env", "env_name", required=True, metavar="ENV",
               help=f"One of {', '.join(ENV_NAMES)}, or MDP.npz.")
-@click.option("--episodes", "-K", type=click.IntRange(min=1), required=True, help="K, the number of users.")
+@click.option("--episodes", "-K", type=IntRange(min=1), required=True, help="K, the number of users.")
 @budget_options(laplace=True, epsilon_note="(pucb only; the linear explorers are Gaussian only.) inf: no noise.")
 @click.option("--constants", type=click.Choice(["practical", "theory"]), default="practical", show_default=True,
               help="Constant set of the bonuses and thresholds (docs/online.md).")
-@click.option("--failure-prob", "beta", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+@click.option("--failure-prob", "beta", type=FloatRange(min=0, max=1, min_open=True, max_open=True),
               default=0.05, show_default=True, help="beta of the confidence bounds.")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
+@click.option("--seed", type=IntRange(min=0), default=None,
               help="TESTS ONLY: seed the agent's noise (rng seeded-insecure: NOT private against anyone who knows "
                    "the seed). Default: OS entropy.")
-@click.option("--world-key", type=click.IntRange(min=0, max=2 ** 64 - 1), default=0, show_default=True,
+@click.option("--world-key", type=IntRange(min=0, max=2 ** 64 - 1), default=0, show_default=True,
               help="Key of the simulated user population: user k's key is (world-key, k).")
-@click.option("--horizon", type=click.IntRange(min=1), default=None, help="H (defaults per environment).")
-@click.option("--states", type=click.IntRange(min=1), default=None, help="S (random-tabular, riverswim).")
-@click.option("--actions", type=click.IntRange(min=1), default=None, help="A (random-tabular).")
-@click.option("--instance-seed", type=click.IntRange(min=0), default=None,
+@click.option("--horizon", type=IntRange(min=1), default=None, help="H (defaults per environment).")
+@click.option("--states", type=IntRange(min=1), default=None, help="S (random-tabular, riverswim).")
+@click.option("--actions", type=IntRange(min=1), default=None, help="A (random-tabular).")
+@click.option("--instance-seed", type=IntRange(min=0), default=None,
               help="Instance of random-tabular / synthetic-linear (default 0).")
 @click.option("--out", "out", type=PathArg(file_okay=False), required=True, help="Output folder DIR.")
 @click.option("--overwrite", is_flag=True, help="Replace DIR if it holds a previous explore output (only then).")

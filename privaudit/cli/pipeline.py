@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
+from privaudit.cli.numbers import FLOAT, FloatRange, IntRange
 from privaudit.cli.common import (PathArg, as_flags, budget_options, budget_sentence, echo_json, engine_options,
                                   handle_errors, repair_options, spark_target)
 from privaudit.core.outputs import check_writable
@@ -94,21 +95,21 @@ _HELP = _HELP.replace("\n\nThe budget is the total", "\n\n" + budget_sentence(la
 @click.option("--mdp", default=None,
               help="icu-sepsis, synthetic-linear or MDP.npz (privaudit simulate --mdp-out): evaluate the policies on it "
                    "(default with no LOGS: icu-sepsis).")
-@click.option("--instance-seed", type=click.IntRange(min=0), default=None,
+@click.option("--instance-seed", type=IntRange(min=0), default=None,
               help="Instance of a seeded --mdp (synthetic-linear). Required unless the spec records it "
                    "($.mdp.instance_seed, written by simulate); must agree with it (else exit 2).")
 @click.option("--stationary/--per-step", default=None,
               help="Pool counts over the steps h (a time-homogeneous process) or release one table per h. "
                    "Default: as the --mdp is (icu-sepsis: stationary); without --mdp, stationary.")
-@click.option("--audit-trials", type=click.IntRange(min=0), default=4000, show_default=True,
+@click.option("--audit-trials", type=IntRange(min=0), default=4000, show_default=True,
               help="Runs per side of the release audit (0 skips the audit).")
-@click.option("--linear-share", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+@click.option("--linear-share", type=FloatRange(0, 1, min_open=True, max_open=True), default=None,
               help="Share of rho given to DP-VAPVI when the spec declares a feature map (default 0.5; refused "
                    "for a spec without one).")
-@click.option("--value-share", type=click.FloatRange(0, 1, max_open=True), default=None,
+@click.option("--value-share", type=FloatRange(0, 1, max_open=True), default=None,
               help=f"Share of rho spent on the DP estimate of the clinicians' (behaviour) value and the start "
                    f"distribution of the certified values (0: neither). Default {VALUE_SHARE_DEFAULT}.")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
+@click.option("--seed", type=IntRange(min=0), default=None,
               help="TESTS ONLY: seed the noise and the audit (rng seeded-insecure; never written).")
 @click.option("--overwrite", is_flag=True, help="Replace DIR if it holds a previous pipeline output.")
 @click.option("--ledger", type=PathArg(readable=False, path_type=str), default=None,
@@ -119,16 +120,17 @@ _HELP = _HELP.replace("\n\nThe budget is the total", "\n\n" + budget_sentence(la
                    "unit id; every other stage sees the rest): each gets a DP lower bound next to the "
                    "clinicians' DP interval, and 'improvement over the clinicians certified' only when it is "
                    "above their upper end (docs/certificates.md).")
-@click.option("--hold-out-fraction", "hold_out_fraction", type=float, default=0.5, show_default=True,
+@click.option("--hold-out-fraction", "hold_out_fraction", type=FLOAT, default=0.5, show_default=True,
               help="With --hold-out: the fraction of the privacy units held out to certify (in (0, 1); the rest "
                    "trains), e.g. 0.3: 70% train the policies, 30% certify them.")
-@click.option("--dp-apvi-c2", "dp_apvi_c2", type=float, default=None,
+@click.option("--dp-apvi-c2", "dp_apvi_c2", type=FLOAT, default=None,
               help="DP-APVI's constant C2 (default: the paper's 16). 0 drops its privacy term: it learns far more "
                    "at large sizes, and with --hold-out its policy is certified on held-out units (its own "
                    "pessimistic value is never a certificate; docs/certificates.md).")
-@click.option("--pbb-share", "pbb_share", type=float, default=None,
-              help="DP-PBB's share of the budget in [0, 1) (default: 0.6, less next to DP-VAPVI). 0: DP-PBB is not "
-                   "trained; its share goes to the release DP-APVI learns from.")
+@click.option("--pbb-share", "pbb_share", type=FLOAT, default=None,
+              help="DP-PBB's share of the budget in [0, 1) (default: 0.6; next to DP-VAPVI, two thirds of what it and "
+                   "--value-share leave, rounded down: 0.26 with their defaults). 0: DP-PBB is not trained; its "
+                   "share goes to the release DP-APVI learns from.")
 @click.option("--certify", "certify", is_flag=True,
               help="The recommended setting to certify a learned policy against the clinicians without an MDP: "
                    "the preset --hold-out --hold-out-fraction 0.3 --dp-apvi-c2 0 --pbb-share 0 (pre-registered "

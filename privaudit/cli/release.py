@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from privaudit.cli.numbers import IntRange
 from privaudit.cli.common import (Notices, PathArg, as_flags, budget_options, budget_sentence, echo_json,
                                   engine_options, handle_errors, repair_options, spark_target)
 from privaudit.data.repairs import RepairLimit
@@ -75,11 +76,11 @@ _HELP = _HELP.replace("\n\nWith --ledger FILE", "\n\n" + budget_sentence(laplace
                    "exactly). rounded (numpy float noise) is refused: its guarantee is not certified.")
 @click.option("--out", "out", required=True, type=PathArg(path_type=str), help="Release folder DIR to create.")
 @click.option("--ledger", type=PathArg(readable=False, path_type=str), default=None, help="Budget ledger (privaudit budget init).")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
+@click.option("--seed", type=IntRange(min=0), default=None,
               help="Noise seed, for tests only (rng mode seeded-insecure; never written).")
 @click.option("--json", "as_json", is_flag=True, help="Print only a JSON summary (the manifest path and guarantee).")
 @engine_options
-@click.option("--max-per-cell", "max_per_cell", type=click.IntRange(min=1), default=None,
+@click.option("--max-per-cell", "max_per_cell", type=IntRange(min=1), default=None,
               help="Keep at most C steps of each privacy unit in each released cell ((s, a) pooled, (h, s, a) "
                    "per step; transitions and rewards follow), in the unit's own order: less noise "
                    "(L2 sensitivity sqrt(2 c k H) pooled instead of sqrt(2) k H), biased counts. Recorded in "

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from privaudit.cli.numbers import INT, IntRange
 from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.core.atomic import atomic_paths
 from privaudit.core.outputs import OutputKind, check_outputs, json_output
@@ -46,19 +47,19 @@ MDP_FILE = OutputKind("an MDP file (an .npz written by privaudit simulate --mdp-
 
 @click.command("simulate", help=_HELP, short_help="Simulate logs (Parquet) and their spec from a known MDP.")
 @click.argument("mdp_name", metavar="MDP", type=click.Choice(list(MDP_REGISTRY)))
-@click.option("--episodes", "-n", type=click.IntRange(min=1), required=True, help="Number of episodes n.")
+@click.option("--episodes", "-n", type=IntRange(min=1), required=True, help="Number of episodes n.")
 @click.option("--behaviour", default=None,
               help="Behaviour policy (default: the MDP's first named behaviour, else uniform): uniform | mix:W (W*uniform + (1-W)*base) | a policy the MDP names "
                    "(icu-sepsis: clinicians; synthetic-linear: seed = a 0 w.p. 0.6; also the base of mix:W; elsewhere the base is a fixed random policy).")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
+@click.option("--seed", type=IntRange(min=0), default=None,
               help="Seed of the simulation (default: OS entropy).")
 @click.option("--out", "out", type=PathArg(dir_okay=False), required=True, help="Output Parquet file LOGS.parquet.")
 @click.option("--spec-out", type=PathArg(dir_okay=False), required=True, help="Output domain spec SPEC.json.")
 @click.option("--mdp-out", type=PathArg(dir_okay=False), default=None, help="Also save the MDP as MDP.npz.")
-@click.option("--horizon", type=int, default=None, help="H (icu-sepsis default 20; required for random-tabular).")
-@click.option("--states", type=int, default=None, help="S (random-tabular).")
-@click.option("--actions", type=int, default=None, help="A (random-tabular).")
-@click.option("--instance-seed", type=click.IntRange(min=0), default=None,
+@click.option("--horizon", type=INT, default=None, help="H (icu-sepsis default 20; required for random-tabular).")
+@click.option("--states", type=INT, default=None, help="S (random-tabular).")
+@click.option("--actions", type=INT, default=None, help="A (random-tabular).")
+@click.option("--instance-seed", type=IntRange(min=0), default=None,
               help="Seed naming the MDP instance (random-tabular and synthetic-linear, default 0); recorded in "
                    "the spec as $.mdp.instance_seed, where evaluate and pipeline read it.")
 @click.option("--dataset-id", default=None, help="dataset_id written into the spec (default: '<MDP>-simulated').")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import click
 
+from privaudit.cli.numbers import FloatRange, IntRange
 from privaudit.cli.registry_help import (LiveHelpCommand, LiveHelpOption, RegistryChoice, joined, learner_lines,
                                          private_tabular, release_readers)
 from privaudit.cli.common import (Notices, PathArg, as_flags, budget_options, echo_json, engine_options, handle_errors,
@@ -14,15 +17,15 @@ from privaudit.core.errors import UsageError
 from privaudit.core.formatting import guarantee_text
 from privaudit.privacy.budget import accepted_budgets
 from privaudit.privacy.noise import GAUSSIAN
-from privaudit.core.outputs import check_outputs, output_lock
+from privaudit.core.outputs import check_outputs, check_sidecar_free, output_lock
 from privaudit.core import registry
 from privaudit.learners.options import BudgetRequest, RunContext
 from privaudit.learners.linear.logs import local_log_path, train_from_logs as linear_train_from_logs
-from privaudit.learners.policy import save_policy
-from privaudit.learners.tabular.train import check_out_free, train_from_logs, train_from_release
+from privaudit.learners.policy import POLICY_LOG_OUTPUT, POLICY_OUTPUT, save_policy
+from privaudit.learners.tabular.train import train_from_logs, train_from_release
 from privaudit.core.spec import load_spec
 from privaudit.data.repairs import RepairLimit
-from privaudit.release.tabular import default_stationary
+from privaudit.release.tabular import default_stationary, local_log_path as release_log_path
 
 
 
@@ -70,35 +73,39 @@ def release_dir_for(out: Path) -> Path:
               help="Pool counts over h (stationary MDP, e.g. ICU-Sepsis) or count per step h (tabular "
                    "learners). Default from LOGS: pooled (the rule of every command, printed when it "
                    "applies); from --release: as the release is.")
-@click.option("--failure-prob", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+@click.option("--failure-prob", type=FloatRange(0, 1, min_open=True, max_open=True), default=None,
               help="Learner's failure probability delta (tabular: iota = log(HSA/delta), E; dp-vapvi: "
                    "delta_fail in its E and L). Default 0.05.")
-@click.option("--penalty-c1", "c1", type=click.FloatRange(min=0), default=None, cls=LiveHelpOption,
+@click.option("--penalty-c1", "c1", type=FloatRange(min=0), default=None, cls=LiveHelpOption,
               help_fn=lambda: f"Penalty constant C1 of the variance term ({_with_option('C1')}; paper: sqrt(2)).")
-@click.option("--penalty-c2", "c2", type=click.FloatRange(min=0), default=None, cls=LiveHelpOption,
+@click.option("--penalty-c2", "c2", type=FloatRange(min=0), default=None, cls=LiveHelpOption,
               help_fn=lambda: f"Penalty constant C2 of DP-APVI's S*H*E*iota/n term ({_with_option('C2')}; paper: "
                               "16). Values other than the paper's leave the privacy guarantee intact "
                               "(post-processing) but not the paper's utility bound.")
-@click.option("--penalty-c", "c_fallback", type=click.FloatRange(min=1, min_open=True), default=None,
+@click.option("--penalty-c", "c_fallback", type=FloatRange(min=1, min_open=True), default=None,
               cls=LiveHelpOption,
               help_fn=lambda: f"Fallback penalty C*H where the count is at most E ({_with_option('C')}; "
                               "any C > 1; default 2).")
-@click.option("--max-per-cell", "max_per_cell", type=click.IntRange(min=1), default=None, cls=LiveHelpOption,
+@click.option("--max-per-cell", "max_per_cell", type=IntRange(min=1), default=None, cls=LiveHelpOption,
               help_fn=lambda: f"{_with_option('max_per_cell')}: at most C steps of one privacy unit per (s, a) cell "
                               "(per (h, s, a) with --per-step); default 1.")
 @click.option("--ledger", type=PathArg(readable=False, dir_okay=False), default=None,
               help="Budget ledger: a learner on a release charges the release made from LOGS; a private learner "
                    "reading LOGS is checked before any noise and charged before the policy is written.")
 @click.option("--out", "out", required=True, type=PathArg(), help="Policy folder to write.")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
+@click.option("--overwrite", is_flag=True,
+              help="Replace --out if it holds an earlier policy (only then), and the private bounding log an "
+                   "earlier run wrote beside it; the new policy replaces it only once it is complete. A release "
+                   "made from LOGS (OUT.release) is never replaced.")
+@click.option("--seed", type=IntRange(min=0), default=None,
               help="TESTS ONLY: seed the release's noise (rng mode seeded-insecure).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 @engine_options
 @repair_options
 @handle_errors
 def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, noise, stationary, max_per_cell,
-            failure_prob, c1, c2, c_fallback, ledger, out, seed, as_json, max_repair_share, accept_repairs,
-            engine, master, remote):
+            failure_prob, c1, c2, c_fallback, ledger, out, overwrite, seed, as_json, max_repair_share,
+            accept_repairs, engine, master, remote):
     """Train a policy and write it as a folder (policy.parquet + policy.json).
 
     \b
@@ -161,10 +168,18 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                          + (" (--release reads no logs)." if release_dir is not None else
                             f"; --algo {algo} reads them with polars."))
     out = Path(out)
-    # before the logs are read or any budget is checked: a new folder, never an input
-    check_outputs([("--out", out, None)], [("LOGS", logs), ("--spec", spec_path), ("--release", release_dir),
-                                          ("--ledger", ledger), ("--ledger", ledger and f"{ledger}.head")],
-                  overwrite=None)
+    learner = registry.get(algo).load()  # what the learner reads and which options apply: asked, not branched on
+    linear_algos = registry.names(family="linear")
+    private_algos = registry.names(family=registry.OFFLINE, private=True)
+    log_path = local_log_path(out) if algo in linear_algos and release_dir is None else None
+    # before the logs are read or any budget is checked: never an input; an existing --out only with --overwrite
+    check_outputs([("--out", out, POLICY_OUTPUT), ("--out", log_path if overwrite else None, POLICY_LOG_OUTPUT)],
+                  [("LOGS", logs), ("--spec", spec_path), ("--release", release_dir),
+                   ("--ledger", ledger), ("--ledger", ledger and f"{ledger}.head")], overwrite=overwrite)
+    if log_path is not None and not overwrite:  # an earlier policy's private log: never replaced silently
+        check_sidecar_free(log_path, "the policy's private bounding log", "policy")
+    if release_dir is None and learner.reads == "release" and algo in private_algos:
+        _check_release_free(release_dir_for(out), overwrite)
     # held until the command ends: a second run writing the same --out at once is refused now
     stale = click.get_current_context().with_resource(output_lock(out, "--out"))
     if stale:
@@ -173,7 +188,6 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     spec = load_spec(spec_path) if spec_path else None
     params = {} if failure_prob is None else {"failure_prob": failure_prob}
     penalty = {k: v for k, v in (("C1", c1), ("C2", c2), ("C", c_fallback)) if v is not None}
-    learner = registry.get(algo).load()  # what the learner reads and which options apply: asked, not branched on
     if penalty:
         pessimistic = registry.names_with(lambda cls: {"C1", "C"} <= cls.options)
         if algo not in pessimistic:
@@ -185,21 +199,18 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
     budget_given = any(v is not None for v in (rho, epsilon, delta))
     repairs = RepairLimit(max_repair_share, accept_repairs)
     certificate = None
-    linear_algos = registry.names(family="linear")
-    private_algos = registry.names(family=registry.OFFLINE, private=True)
+    staged_log = None
 
     if release_dir is not None:
         if budget_given or ledger is not None or seed is not None:
             raise UsageError("--release trains on an existing release and spends nothing more: "
                              "--rho/--epsilon/--delta/--ledger/--seed do not apply.")
-        check_out_free(out)
         policy = train_from_release(release_dir, algo=algo, spec=spec,
                                     stationary=stationary, params=params)
         release_used = Path(release_dir)
     elif algo in linear_algos:
         if spec is None:
             raise UsageError("LOGS needs --spec SPEC (the public domain of the logs).")
-        check_out_free(out)
         if algo not in private_algos:
             notes.hold(f"warning: --algo {algo} reads the exact logs; the policy is NOT differentially private.")
 
@@ -216,9 +227,9 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                              f"Gaussian / zCDP only (give {as_flags(accepted_budgets((GAUSSIAN.name,)))})"
                              + ("" if algo in private_algos else f"; {algo} is not private and adds no noise")
                              + ".")
-        log_path = local_log_path(out)
+        staged_log = click.get_current_context().with_resource(_staged(out))  # renamed once the policy is written
         policy = linear_train_from_logs(logs, spec, algo, budget=BudgetRequest(rho, epsilon, delta), seed=seed,
-                                        params=params or None, local_log=log_path,
+                                        params=params or None, local_log=staged_log,
                                         context=RunContext(ledger=ledger, output=out, echo=say, repairs=repairs))
         say(f"private log (bounding facts; do not share): {log_path}")
         release_used = None
@@ -229,7 +240,6 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
             stationary, said = default_stationary()
             notes.hold(as_flags(said))
         release_used = release_dir_for(out) if algo in private_algos else None
-        check_out_free(out, release_used)
         if learner.reads == "logs":
             release_used = None  # its releases (noisy counts, private backups) live inside the learner
             if noise is not None:
@@ -265,7 +275,9 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                                      release_out=release_used, seed=seed, params=params, max_per_cell=max_per_cell,
                                      context=context)
     notes.flush()
-    save_policy(policy, out)
+    save_policy(policy, out, overwrite=overwrite)  # complete in a temporary folder, then swapped in
+    if staged_log is not None:
+        os.replace(staged_log, log_path)
     summary = {"policy": str(out), "algorithm": policy.algorithm, "private": policy.privacy.private,
                "release": str(release_used) if release_used is not None else None,
                "stationary": policy.stationary, "shape": list(policy.table.shape),
@@ -285,6 +297,38 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                        f"{certificate['value']:.4f} with probability >= {1 - certificate['failure_prob']:g} "
                        f"(failure probability {certificate['failure_prob']:g}), when the logs follow the spec's "
                        "declarations; " + certificate["what"])
+
+
+def _check_release_free(release: Path, overwrite: bool) -> None:
+    """Refuse, before any work, a release (or its private log) already where ``train`` would release into.
+
+    A release spent budget: ``--overwrite`` replaces the policy, never a release (as ``release`` never
+    replaces one); the earlier release can be trained on with ``--release``.
+    """
+    for path in (release, release_log_path(release)):
+        if path.exists() or path.is_symlink():
+            what = "its private bounding log" if path != release else "the release an earlier run made"
+            raise UsageError(f"{path} already exists ({what} for this --out). A release spent budget and is "
+                             f"never replaced{', not even with --overwrite (it replaces the policy only)' if overwrite else ''}"
+                             f": train on it with --release {release}, move it away, or choose another --out.")
+
+
+class _staged:
+    """A context manager: a free hidden path next to ``out`` (``.OUT.XXXXXXXX.tmp``, which the next run's
+    ``output_lock`` removes if this one is killed) for a file renamed into place at the end; removed on exit
+    if still there."""
+
+    def __init__(self, out: Path):
+        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+        os.close(fd)
+        os.unlink(name)
+        self.path = Path(name)
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def _certificate(learner) -> dict | None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from privaudit.cli.numbers import FloatRange, IntRange
 from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.data.prepare import bound_logs
 from privaudit.data.repairs import MAX_REPAIR_SHARE_DEFAULT, RepairLimit, check_repairs, repairs_text
@@ -43,9 +44,9 @@ read; 2 usage or spec error.
 @click.option("--spec", "spec_path", required=True, type=PathArg(readable=False, path_type=str),
               help="Domain spec (JSON) with S, A, H, reward range, privacy unit, column mapping.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON report on stdout.")
-@click.option("--max-errors", type=click.IntRange(min=0), default=20, show_default=True,
+@click.option("--max-errors", type=IntRange(min=0), default=20, show_default=True,
               help="Most examples listed per broken rule (counts are always complete).")
-@click.option("--max-repair-share", type=click.FloatRange(0, 1), default=MAX_REPAIR_SHARE_DEFAULT,
+@click.option("--max-repair-share", type=FloatRange(0, 1), default=MAX_REPAIR_SHARE_DEFAULT,
               show_default=True,
               help="Say whether release, train and pipeline would stop on these logs: they do when a repair "
                    "of contribution bounding changes a larger share of the logs (unless --accept-repairs).")

@@ -36,6 +36,13 @@ class UserCodeError(UsageError):
     never turned into this."""
 
 
+class NoiseScaleTooLarge(UsageError):
+    """A noise scale above what the exact sampler draws (its sensitivity too large for the budget; exit 2).
+
+    Raised where the scale is checked; a planner that knows k (episodes per privacy unit) turns it into
+    "k is too large" when a smaller k would fit (``privaudit.privacy.k_bound``)."""
+
+
 class MissingInputError(UsageError):
     """An input path given on the command line does not exist: logs, a spec,
     a release, a policy, an MDP file (exit 2, a usage error as click's own

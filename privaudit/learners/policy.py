@@ -24,8 +24,17 @@ from privaudit import FORMAT_VERSION, __version__
 from privaudit.core.errors import ArtifactError, MissingInputError, UsageError
 from privaudit.core.atomic import atomic_dir
 from privaudit.core.npyio import numpy_load_reason
-from privaudit.learners.policy_manifest import PolicyManifest, PolicyPrivacy
+from privaudit.core.outputs import folder_output, json_output
+from privaudit.learners.policy_manifest import POLICY_KIND, PolicyManifest, PolicyPrivacy
 
+#: What ``train --overwrite`` may replace (``privaudit.core.outputs.check_outputs``): an earlier policy folder.
+POLICY_OUTPUT = folder_output(f"an earlier policy (a folder whose policy.json has kind {POLICY_KIND!r})",
+                              "policy.json", "kind", POLICY_KIND)
+#: ... and the private bounding log an earlier policy run wrote beside it (``POLICY.local-log.json``).
+POLICY_LOG_OUTPUT = json_output("the private bounding log of an earlier policy (a JSON file with its "
+                                "\"policy\" and \"bounding\" keys)",
+                                lambda d: {"WARNING", "policy", "bounding"} <= set(d)
+                                and str(d["WARNING"]).startswith("PRIVATE"))
 #: Largest deviation of a policy row's sum from 1 that is accepted (``load_policy_table``).
 ROW_SUM_TOL = 1e-6
 

@@ -52,6 +52,7 @@ from privaudit.mdp.riverswim import riverswim_mdp
 from privaudit.mdp.synthetic_linear import synthetic_linear_features, synthetic_linear_mdp
 from privaudit.mdp.tabular import TabularMDP
 from privaudit.online.rollout import play
+from privaudit.release.size import physical_memory_bytes
 
 #: Environment names accepted by :func:`make_env` (besides a path to an MDP .npz).
 ENV_NAMES = ("riverswim", "random-tabular", "icu-sepsis", "synthetic-linear")
@@ -437,6 +438,7 @@ def make_env(name: str, *, world_key: int = 0, horizon: int | None = None, state
     if bad:
         raise UsageError(f"{', '.join(f'`{k}`' for k in bad)} {'does' if len(bad) == 1 else 'do'} not apply to {name}.")
     opt = {k: (given[k] if given[k] is not None else d) for k, d in defaults.items()}
+    _check_env_size(name, opt)
     features = None
     if name == "riverswim":
         mdp = riverswim_mdp(horizon=opt["horizon"], states=opt["states"])
@@ -448,3 +450,16 @@ def make_env(name: str, *, world_key: int = 0, horizon: int | None = None, state
         mdp = synthetic_linear_mdp(opt["instance_seed"], opt["horizon"])
         features = synthetic_linear_features()
     return EpisodicEnv(mdp, world_key=world_key, features=features, name=name)
+
+
+def _check_env_size(name: str, opt: dict) -> None:
+    """Refuse, before building it, an environment whose (H, S, A, S) transition table would take more than half
+    the physical memory (``--horizon 10**8`` ran for minutes; ``--states 10**20`` ended in a numpy traceback)."""
+    H, S = opt["horizon"], opt.get("states") or (716 if name == "icu-sepsis" else 2)
+    A = opt.get("actions") or (25 if name == "icu-sepsis" else 100 if name == "synthetic-linear" else 2)
+    need, phys = 8 * H * S * A * S, physical_memory_bytes()
+    if phys is not None and need > phys / 2:
+        raise UsageError(f"{name} with H={H}, S={S}, A={A} needs about {need / 2**30:.3g} GiB for its (H, S, A, S) "
+                         f"transition table, above half of this machine's {phys / 2**30:.1f} GiB. Use a smaller "
+                         "`horizon` or `states`.")
+

@@ -200,16 +200,18 @@ def memory_estimate(algo: str, env: EpisodicEnv, n_episodes: int) -> int:
 
     (L + 2) per counter family (exact sum, one noise sum per level), plus the
     released copy, the increments and PrivQ's temporaries (about three more).
-    Linear explorers report 0 here (their state is a few (H, d, d) arrays).
+    Linear explorers' own state (a few (H, d, d) arrays) is not counted. Every run adds two float64/int64 arrays
+    of K entries (the regret evaluator's regret and start states, ``protocol.RegretEvaluator``).
     """
+    per_user = 16 * int(n_episodes)
     if ONLINE_ALGOS[algo].needs_features:
-        return 0
+        return per_user
     S, A, H = env.n_states, env.n_actions, env.horizon
     if ONLINE_ALGOS[algo].learner.startswith("privaudit.online.tabular.batched_ucb:"):
         # one (S, A, S) or (H, S, A, S) sum of releases, a batch's counts and noise, the projection's temporaries
-        return 8 * S * S * A * (1 if env.mdp.stationary else H) * 8
+        return 8 * S * S * A * (1 if env.mdp.stationary else H) * 8 + per_user
     C = 2 * S * A * H + S * S * A * H
-    return 8 * C * (tree_levels(n_episodes) + 6)
+    return 8 * C * (tree_levels(n_episodes) + 6) + per_user
 
 
 def check_memory(algo: str, env: EpisodicEnv, n_episodes: int) -> None:
@@ -217,9 +219,10 @@ def check_memory(algo: str, env: EpisodicEnv, n_episodes: int) -> None:
     need, phys = memory_estimate(algo, env, n_episodes), physical_memory_bytes()
     if phys is not None and need > phys / 2:
         S, A, H = env.n_states, env.n_actions, env.horizon
-        raise UsageError(f"`algo` {algo} on {env.name} (S={S}, A={A}, H={H}) needs about {need / 2**30:.1f} GiB "
-                         f"for its S^2AH transition counters and their tree levels, above half of this machine's "
-                         f"{phys / 2**30:.1f} GiB. Use a smaller `horizon` or environment.")
+        raise UsageError(f"`algo` {algo} on {env.name} (S={S}, A={A}, H={H}) for K={n_episodes} users needs about "
+                         f"{need / 2**30:.3g} GiB for its counters (S^2AH transitions and their tree levels) and the "
+                         f"regret of every user, above half of this machine's {phys / 2**30:.1f} GiB. Use fewer "
+                         "`episodes`, a smaller `horizon` or a smaller environment.")
 
 
 def run_explore(env: EpisodicEnv, algo: str, n_episodes: int, budget: Budget | None, *, constants: str = "practical",

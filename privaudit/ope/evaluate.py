@@ -29,6 +29,7 @@ mapped back to declared units by the frame's increasing affine map
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field, is_dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -111,7 +112,8 @@ class PolicyEvaluation:
         Raises
         ------
         UsageError
-            A Laplace budget, coverage m not finite and > 0, or an event
+            A Laplace budget, coverage m not finite and > 0 (or so far from 1 that
+            a sensitivity under- or overflows), or an event
             costing more than the budget. Any reward range is accepted: the
             statistics are in the non-negative frame of
             ``ope.model.evaluation_frame`` (docs/certificates.md, "Reward ranges").
@@ -127,7 +129,12 @@ class PolicyEvaluation:
         R2 = _ranges(spec, ell) ** 2
         tails = np.concatenate([np.cumsum(R2[::-1])[::-1][1:], [0.0]])
         sens = {"value": 2.0 * (ell[0] + ell[:H].sum()) / m, "lost_mass": 6.0 * (H + 1) / m,
-                "variance": 2.0 * float(np.sum(R2 + 4.0 * tails)) / (m * m)}
+                "variance": 2.0 * float(np.sum(R2 + 4.0 * tails)) / m / m}
+        if not all(sys.float_info.min <= s < math.inf for s in sens.values()):  # m near the float range's ends
+            raise UsageError(f"the coverage scale m = {coverage!r} is too {'large' if m > 1 else 'small'}: a "
+                             "sensitivity of the evaluation (about 1/m and 1/m^2) leaves the range of floating "
+                             "point. m is on the scale of the visit counts n_h(s, a) a cell needs (e.g. 10 to "
+                             "10^5); without it, a rule picks m from a DP count of the units.")
         parts = budget.split(SHARES)
         bits, l2, sig = {}, {}, {}
         for name, s in sens.items():

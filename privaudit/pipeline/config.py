@@ -238,11 +238,14 @@ class PipelineConfig:
         ps = self.pbb_share
         if ps is not None and (isinstance(ps, bool) or not isinstance(ps, (int, float, np.integer, np.floating))
                                or not (0 <= float(ps) < 1)):
-            raise UsageError(f"`pbb_share` must be a number in [0, 1) (or None: the default rule). Found {ps!r}.")
+            raise UsageError(f"`pbb_share` must be a number in [0, 1); leave it unset for the default: 0.6 of the "
+                             "budget, or two thirds of what DP-VAPVI and the behaviour value leave (rounded down) "
+                             f"when that is less. Found {ps!r}.")
         c2 = self.dp_apvi_c2
         if c2 is not None and (isinstance(c2, bool) or not isinstance(c2, (int, float, np.integer, np.floating))
                                or not math.isfinite(float(c2)) or float(c2) < 0):
-            raise UsageError(f"`dp_apvi_c2` must be a finite number >= 0 (or None: the paper's 16). Found {c2!r}.")
+            raise UsageError(f"`dp_apvi_c2` must be a finite number >= 0; leave it unset for the paper's 16. "
+                             f"Found {c2!r}.")
         if self.engine != "spark" and self.spark is not None:
             raise UsageError("`spark` (a session or master URL) needs `engine` 'spark'.")
         if self.stationary is not None and not isinstance(self.stationary, bool):

@@ -30,7 +30,7 @@ from fractions import Fraction
 import numpy as np
 from mpmath.libmp import from_int, mpi_div, mpi_exp, mpi_neg
 
-from privaudit.core.errors import UsageError, positive_finite
+from privaudit.core.errors import NoiseScaleTooLarge, UsageError, positive_finite
 from privaudit.core.formatting import num
 
 NOISE_FAMILY_NAMES = ("gaussian", "laplace")
@@ -118,7 +118,7 @@ class _GaussianLaw(_Law):
     def parameter(s: float) -> Fraction:
         """x = 1 / (2 sigma^2) from sigma = ``s`` (UsageError above :data:`GAUSSIAN_SIGMA_MAX`)."""
         if s > GAUSSIAN_SIGMA_MAX:
-            raise UsageError(f"the exact discrete Gaussian supports sigma up to {GAUSSIAN_SIGMA_MAX:g}. "
+            raise NoiseScaleTooLarge(f"the exact discrete Gaussian supports sigma up to {GAUSSIAN_SIGMA_MAX:g}. "
                              f"Found sigma={num(s)}: the privacy budget is too small for these sensitivities; "
                              "use a larger budget (rho or epsilon).")
         return 1 / (2 * Fraction(s) ** 2)

@@ -109,6 +109,7 @@ NeurIPS 2020, arXiv:2004.00010 (Thm 14). Cochran, *Sampling Techniques*,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -116,7 +117,7 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 
-from privaudit.core.errors import UsageError
+from privaudit.core.errors import NoiseScaleTooLarge, UsageError
 from privaudit.core.spec import DomainSpec
 from privaudit.data.bounding import unit_column_of
 from privaudit.data.parts import hash_parts, part_count, part_rows
@@ -124,6 +125,7 @@ from privaudit.data.exact_sums import REWARD_BITS, value_sums
 from privaudit.privacy import accounting
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
+from privaudit.privacy.k_bound import k_bound
 from privaudit.privacy.fixed_point import MAX_SIGMA_UNITS, discrete_gaussian_batch
 from privaudit.release.behaviour_estimate import CONFIDENCE_DEFAULT, ValueStatistics, estimate_behaviour_value
 
@@ -225,7 +227,16 @@ class BehaviourValueRelease:
             budget, k >= 2^16 (a unit total's square would overflow int64),
             or a budget so small that a sigma exceeds the exact sampler's
             range (2^47 lattice units).
+            "k is too large", with the largest k that fits, when a
+            smaller k would (``privaudit.privacy.k_bound``).
         """
+        with k_bound(spec.max_episodes_per_unit, budget.rho, "the behaviour-value estimate",
+                     lambda k: cls._plan(dataclasses.replace(spec, max_episodes_per_unit=k), budget)):
+            return cls._plan(spec, budget)
+
+    @classmethod
+    def _plan(cls, spec: DomainSpec, budget: Budget) -> "BehaviourValueRelease":
+        """:meth:`plan` at the spec's k (a too-large scale raises ``NoiseScaleTooLarge``)."""
         if budget.family.pure:
             raise UsageError("the behaviour-value estimate needs a Gaussian (zCDP) budget.")
         lo, hi, source = return_range(spec)
@@ -248,7 +259,7 @@ class BehaviourValueRelease:
             else:
                 raise UsageError(f"no noise scale fits the behaviour-value budget {budget.rho!r} (numerical failure).")
             if s > MAX_SIGMA_UNITS:
-                raise UsageError(f"the behaviour-value budget rho = {budget.rho!r} is too small: its `{fam}` noise "
+                raise NoiseScaleTooLarge(f"the behaviour-value budget rho = {budget.rho!r} is too small: its `{fam}` noise "
                                  f"would exceed the exact sampler's range. Give a larger value share or budget.")
             sig[fam] = s
         rel = cls(spec, budget, lo, hi, source, bits, c_max, sig)

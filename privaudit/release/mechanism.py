@@ -27,6 +27,7 @@ claim are all derived from it by ``privaudit.privacy.accounting``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -41,6 +42,7 @@ from privaudit.core.formatting import num
 from privaudit.privacy import mechanisms, samplers
 from privaudit.privacy.budget import Budget
 from privaudit.privacy.events import ComposedEvent, Neighbouring, PrivacyUnit
+from privaudit.privacy.k_bound import k_bound
 from privaudit.privacy.noise import noise_family
 from privaudit.privacy import sensitivity
 from privaudit.core.spec import DomainSpec
@@ -194,8 +196,20 @@ class TabularRelease:
         ------
         UsageError
             Bad noise mode, H, k or c (``count_sensitivity``), a budget that no
-            scale fits.
+            scale fits (``NoiseScaleTooLarge``: "k is too large", with the largest
+            k that fits, when a smaller k would, ``privaudit.privacy.k_bound``).
         """
+        args = dict(stationary=stationary, noise=noise, max_per_cell=max_per_cell)
+        with k_bound(spec.max_episodes_per_unit, budget.amount, "the count release",
+                     lambda k: cls._plan(dataclasses.replace(spec, max_episodes_per_unit=k), budget, **args,
+                                         probe=True)):
+            return cls._plan(spec, budget, **args)
+
+    @classmethod
+    def _plan(cls, spec: DomainSpec, budget: Budget, *, stationary: bool, noise: str,
+              max_per_cell: int | None, probe: bool = False) -> "TabularRelease":
+        """:meth:`plan` at the spec's k (a too-large scale raises ``NoiseScaleTooLarge``); ``probe`` checks the
+        scales against the exact sampler's range without building its tables (a search over k)."""
         if noise not in mechanisms.NOISE_MODES:
             raise UsageError(f"`noise` must be one of {mechanisms.NOISE_MODES}. Found {noise!r}.")
         fam = budget.family
@@ -215,7 +229,7 @@ class TabularRelease:
             if cost <= budget.amount:
                 if noise == "exact":  # refuse a scale the exact sampler cannot draw at, before any row is read
                     for f in fams.values():
-                        fam.exact_sampler(f.scale)
+                        samplers.law_parameter(fam.name, f.scale) if probe else fam.exact_sampler(f.scale)
                 return rel
             scale = float(np.nextafter(scale, math.inf))
         raise UsageError(f"no noise scale fits the budget {budget.amount!r} exactly (numerical failure).")

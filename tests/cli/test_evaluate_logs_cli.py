@@ -70,6 +70,8 @@ def test_logs_mode_text_output_states_level_and_guarantee(files):
     ("no-spec", 2, "--logs needs --spec"),
     ("no-delta", 2, "Gaussian (zCDP) only"),
     ("logs", 1, "logs"),
+    ("huge-m", 2, "the coverage scale m = 1e+308 is too large"),  # a traceback (math domain error) before
+    ("tiny-m", 2, "the coverage scale m = 1e-300 is too small"),  # a traceback (float division by zero) before
 ])
 def test_bad_input_is_refused_with_one_line_and_nothing_charged(files, tmp_path, case, code, needle):
     ledger = _ledger(files, f"bad-{case}.ledger")
@@ -83,6 +85,8 @@ def test_bad_input_is_refused_with_one_line_and_nothing_charged(files, tmp_path,
         logs.write_bytes(b"not parquet")
     if case == "no-delta":
         extra = ["--epsilon", 1]
+    if case in ("huge-m", "tiny-m"):
+        extra += ["--coverage", "1e308" if case == "huge-m" else "1e-300"]
     args = ["evaluate", pi, "--logs", logs, "--ledger", ledger] + extra
     if case != "no-spec":
         args += ["--spec", files / "spec.json"]

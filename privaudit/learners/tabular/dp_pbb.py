@@ -42,6 +42,7 @@ from privaudit.learners.tabular.pbb_backup import Widths, backup, backup_ranges,
 from privaudit.learners.tabular.pbb_counts import CappedCounts
 from privaudit.learners.tabular.pbb_logs import PBBRun
 from privaudit.learners.tabular.pbb_noise import SPLIT_DEFAULT, PBBPlan, plan_noise
+from privaudit.privacy.k_bound import k_bound
 from privaudit.learners.tabular.pessimism import FAILURE_PROB_DEFAULT, reward_frame
 from privaudit.learners.policy import Policy
 from privaudit.learners.policy_manifest import PolicyPrivacy
@@ -302,7 +303,8 @@ class DPPBB(TabularLearnerBase):
         Raises
         ------
         UsageError
-            Bad ``n_backups``, ``return_bound`` or budget (:func:`plan_noise`).
+            Bad ``n_backups``, ``return_bound`` or budget (:func:`plan_noise`); "k is too large", with the
+            largest k that fits, when a smaller ``max_episodes`` would (``privaudit.privacy.k_bound``).
         """
         H = int(horizon)
         K = H if self.n_backups is None else self.n_backups
@@ -310,9 +312,11 @@ class DPPBB(TabularLearnerBase):
             raise UsageError(f"`n_backups` must be an integer >= 1 or None (H). Got {self.n_backups!r}.")
         K = min(int(K), H) if (stationary and time_invariant_reward) else H
         ranges = backup_ranges(H, reward_frame(reward_range), return_bound, next_state_reward)
-        plan = plan_noise(rho, horizon=H, n_states=n_states, max_episodes=max_episodes, max_per_cell=max_per_cell,
-                          stationary=stationary, backup_ranges=[ranges[H - 1 - i][0] for i in range(int(K))],
-                          split=self.split, starts=starts, unit_column=unit_column)
+        kw = dict(horizon=H, n_states=n_states, max_per_cell=max_per_cell, stationary=stationary,
+                  backup_ranges=[ranges[H - 1 - i][0] for i in range(int(K))], split=self.split, starts=starts,
+                  unit_column=unit_column)
+        with k_bound(max_episodes, rho, "DP-PBB", lambda k: plan_noise(rho, max_episodes=k, **kw)):
+            plan = plan_noise(rho, max_episodes=max_episodes, **kw)
         return plan, ranges
 
     @classmethod

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from privaudit.core.errors import UsageError
+from privaudit.core.errors import NoiseScaleTooLarge, UsageError
 from privaudit.privacy import accounting, fixed_point, samplers
 from privaudit.privacy.events import ComposedEvent, GaussianEvent, Neighbouring, PrivacyUnit
 from privaudit.privacy.sensitivity import check_max_per_cell
@@ -265,7 +265,7 @@ def plan_noise(rho: float, *, horizon: int, n_states: int, max_episodes: int, ma
     for s in [plan.sigma_visits, plan.sigma_starts] + [x for b in plan.backups + plan.select_backups
                                                        for x in (b.sigma, b.sigma_2)]:
         if s > samplers.GAUSSIAN_SIGMA_MAX:
-            raise UsageError(f"the budget rho={rho!r} is too small for DP-PBB on this domain: a noise scale "
+            raise NoiseScaleTooLarge(f"the budget rho={rho!r} is too small for DP-PBB on this domain: a noise scale "
                              f"{s:.4g} exceeds the exact sampler's limit {samplers.GAUSSIAN_SIGMA_MAX:g}. "
                              "Use a larger budget.")
     return plan
