@@ -70,6 +70,10 @@ def min_trials(selection_fraction: float | None = None) -> int:
 
 #: The fewest runs per side with the default selection split (``audit --trials`` refuses fewer).
 MIN_TRIALS = min_trials()
+#: The most runs per side an audit accepts (``audit --trials``, ``pipeline --audit-trials``, ``run_audit``). The
+#: auditor keeps every output in memory (8 bytes per output coordinate per run and side), so 10^9 scalar runs per
+#: side already need 16 GB; a larger count is a typo (``10^20``), refused before any run or budget charge.
+MAX_TRIALS = 10**9
 
 
 def choose_event(cands: list[Candidate], X0, X1, alpha_b, delta, objective):

@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from privaudit.audit import bounds as B
 from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
-from privaudit.audit.choice import choose_event, min_trials, selection_size
+from privaudit.audit.choice import MAX_TRIALS, choose_event, min_trials, selection_size
 from privaudit.audit.claim import Claim
 from privaudit.audit.float_attacks import sampler_verdict
 from privaudit.audit.explain import cell_namer, describe_event
@@ -209,8 +209,9 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
     t_start = time.perf_counter()
     cfg = settings or AuditSettings()
     confidence, selection_fraction = cfg.confidence, cfg.selection_fraction
-    if not isinstance(trials, (int, np.integer)) or trials < 20:
-        raise UsageError(f"`trials` must be an integer >= 20. Found {trials!r}.")
+    if not isinstance(trials, (int, np.integer)) or not 20 <= trials <= MAX_TRIALS:
+        raise UsageError(f"`trials` must be an integer in [20, {MAX_TRIALS:,}] (every output is kept in memory). "
+                         f"Found {trials!r}.")
     if not 0.5 <= confidence < 1:
         raise UsageError(f"`confidence` must lie in [0.5, 1). Found {confidence}.")
     if selection_fraction is not None and not 0 < selection_fraction < 1:

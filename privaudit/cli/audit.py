@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from privaudit.cli.numbers import FLOAT, FloatRange, IntRange
-from privaudit.audit.choice import MIN_TRIALS
+from privaudit.audit.choice import MAX_TRIALS, MIN_TRIALS
 from privaudit.cli.common import PathArg, as_flags, echo_json, handle_errors
 from privaudit.cli.registry_help import LiveHelpCommand, LiveHelpOption, joined, release_readers
 from privaudit.core import registry
@@ -156,7 +156,7 @@ def builtin_budget(claim, release_mechanism, mechanism_rho, mechanism_epsilon):
                    "against the spec.")
 @click.option("--score", "scores", multiple=True, metavar="FILE.py:NAME",
               help="Extra attack score fn(outputs (n, *shape)) -> (n,), larger = more like D'. Repeatable.")
-@click.option("--trials", type=IntRange(min=MIN_TRIALS), default=None,
+@click.option("--trials", type=IntRange(min=MIN_TRIALS, max=MAX_TRIALS), default=None,
               help=f"Runs per side (selection + evaluation), at least {MIN_TRIALS}; or --target-excess.")
 @click.option("--target-excess", type=FLOAT, default=None, metavar="X",
               help="Instead of --trials: the runs at which an audit proves a bound above the claim about half the "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
+from privaudit.audit.choice import MAX_TRIALS
 from privaudit.cli.numbers import FLOAT, FloatRange, IntRange
 from privaudit.cli.common import (PathArg, as_flags, budget_options, budget_sentence, echo_json, engine_options,
                                   handle_errors, repair_options, spark_target)
@@ -101,7 +102,7 @@ _HELP = _HELP.replace("\n\nThe budget is the total", "\n\n" + budget_sentence(la
 @click.option("--stationary/--per-step", default=None,
               help="Pool counts over the steps h (a time-homogeneous process) or release one table per h. "
                    "Default: as the --mdp is (icu-sepsis: stationary); without --mdp, stationary.")
-@click.option("--audit-trials", type=IntRange(min=0), default=4000, show_default=True,
+@click.option("--audit-trials", type=IntRange(min=0, max=MAX_TRIALS), default=4000, show_default=True,
               help="Runs per side of the release audit (0 skips the audit).")
 @click.option("--linear-share", type=FloatRange(0, 1, min_open=True, max_open=True), default=None,
               help="Share of rho given to DP-VAPVI when the spec declares a feature map (default 0.5; refused "

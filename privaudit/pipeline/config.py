@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from privaudit.audit.choice import MIN_TRIALS
+from privaudit.audit.choice import MAX_TRIALS, MIN_TRIALS
 from privaudit.audit.synthetic_pairs import check_synthetic_pair_exists
 from privaudit.core.errors import UsageError
 from privaudit.core.package_data import sample_dir
@@ -105,7 +105,7 @@ class PipelineConfig:
         only setting that fits the 2-minute target (per-step DP-APVI needs
         H = 20 projections of 17,900 rows: about 90 s alone).
     audit_trials : int, default 4000
-        Runs per side of the release audit (>= ``audit.choice.MIN_TRIALS``); 0 skips the audit.
+        Runs per side of the release audit (``audit.choice.MIN_TRIALS`` to ``MAX_TRIALS``); 0 skips the audit.
     linear_share : float or None, default None (0.5)
         Share of the budget given to DP-VAPVI when the spec has a feature map; a share given for a
         spec without one is refused (UsageError) rather than ignored.
@@ -251,8 +251,9 @@ class PipelineConfig:
         if self.stationary is not None and not isinstance(self.stationary, bool):
             raise UsageError(f"`stationary` must be True, False or None (auto). Found {self.stationary!r}.")
         t = self.audit_trials
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or (t != 0 and t < MIN_TRIALS):
-            raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer >= {MIN_TRIALS}. Found {t!r}.")
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or (t != 0 and not MIN_TRIALS <= t <= MAX_TRIALS):
+            raise UsageError(f"`audit_trials` must be 0 (no audit) or an integer in [{MIN_TRIALS}, {MAX_TRIALS:,}]. "
+                             f"Found {t!r}.")
         check_seed(self.seed)
         RepairLimit(self.max_repair_share, self.accept_repairs)  # refuses a bad share now, before anything is read
 

@@ -13,6 +13,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from privaudit.audit.choice import MAX_TRIALS
+from privaudit.audit.runner import run_audit
+from privaudit.audit.claim import Claim
 from privaudit.cli import main
 from privaudit.cli.numbers import Float, FloatRange, Int, IntRange
 from privaudit.core.errors import UsageError
@@ -134,3 +137,23 @@ def test_audit_refuses_explorer_options_given_to_an_offline_mechanism(tmp_path, 
               "--spec", SAMPLE_SPEC, "--claim-rho", "1", "--trials", "100", flag, value, "--out", tmp_path / "r.json")
     assert res.exit_code == 2, res.output
     assert res.output.strip() == f"error: {flag} applies to --mechanism explore:ALGO only."
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["pipeline", "--rho", "1", "--audit-trials", "100000000000000000000", "--out", "o"], "--audit-trials"),
+    (["audit", "--mechanism", "release", "--logs", "l.parquet", "--spec", SAMPLE_SPEC, "--claim-rho", "1",
+      "--trials", "10000000000", "--out", "r.json"], "--trials"),
+])
+def test_run_counts_beyond_memory_are_a_usage_error(tmp_path, monkeypatch, args, flag):
+    """Before: ``--audit-trials 10^20`` was accepted, the pipeline charged its budget and the audit never
+    ended. Now refused at parsing (exit 2, nothing written or charged)."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert f"Invalid value for '{flag}'" in res.output and "1000000000" in res.output, res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_audit_refuses_a_run_count_beyond_max_trials():
+    with pytest.raises(UsageError, match=r"`trials` must be an integer in \[20, 1,000,000,000\]"):
+        run_audit(lambda logs, rng: 0.0, claim=Claim.from_epsilon(1.0, 0.0), trials=MAX_TRIALS + 1)

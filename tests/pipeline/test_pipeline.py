@@ -300,6 +300,9 @@ def test_refusals_before_any_work(world, tmp_path):
         run_pipeline(world["dir"] / "logs.parquet", world["dir"] / "spec.json", rho=1, epsilon=1, out=out)
     with pytest.raises(UsageError, match="audit_trials"):
         run_pipeline(world["dir"] / "logs.parquet", world["dir"] / "spec.json", rho=1, out=out, audit_trials=5)
+    with pytest.raises(UsageError, match="audit_trials"):  # a typo'd 10^20 would charge the budget, then never end
+        run_pipeline(world["dir"] / "logs.parquet", world["dir"] / "spec.json", rho=1, out=out,
+                     audit_trials=10**20)
     assert not out.exists()
     res = run(world["dir"] / "logs.parquet", "--spec", world["dir"] / "spec.json", "--rho", -1, "--out", out)
     assert res.exit_code == 2 and not out.exists()

@@ -665,14 +665,13 @@ def test_untouched_release_trains(released, tmp_path):
 
 
 # ----------------------------------------------------------------------------- size limit, corrupt ledger
-def test_huge_domain_refused_fast_before_reading(data, tmp_path):
-    import time
-
+def test_huge_domain_refused_before_reading(data, tmp_path):
+    """Refused from the spec alone: the logs folder is never listed or opened (watch_reads), and nothing of
+    the 5e12-cell tables is allocated (that would be a MemoryError or a numpy traceback, not this message).
+    No wall-time limit: speed goals live in benchmarks/."""
     spec = write_spec(tmp_path, "huge.json", H=H, S=1_000_000, A=A, terminals=TERMINALS)
-    t = time.perf_counter()
     with watch_reads(data["logs_dir"]) as reads:
         res = _cli(data["logs_dir"], "--spec", spec, "--rho", "1", "--out", tmp_path / "r")
-    assert time.perf_counter() - t < 5
     assert res.exit_code == 2, res.output
     assert "too large" in res.output and "1000000*5*1000000" in res.output and "Traceback" not in res.output
     assert reads == []
