@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from privaudit.core.errors import NoiseScaleTooLarge
-from privaudit.core.formatting import num
 
 __all__ = ["k_bound", "largest_fitting_k"]
 
@@ -35,15 +34,16 @@ def largest_fitting_k(k: int, fits: Callable[[int], bool]) -> int:
 
 
 @contextmanager
-def k_bound(k: int, rho, what: str, plan_at: Callable[[int], object]) -> Iterator[None]:
+def k_bound(k: int, budget: str, what: str, plan_at: Callable[[int], object]) -> Iterator[None]:
     """Turn :class:`NoiseScaleTooLarge` raised inside into "k is too large" when a smaller k would fit.
 
     Parameters
     ----------
     k : int
         The spec's episodes per privacy unit.
-    rho : float
-        The budget of the planned part (zCDP), for the message.
+    budget : str
+        The budget of the planned part as commands print it (``Budget.text``: ``rho=1``,
+        ``pure epsilon=1``), for the message.
     what : str
         What is planned ("the count release", "DP-PBB"), for the message.
     plan_at : callable
@@ -74,6 +74,6 @@ def k_bound(k: int, rho, what: str, plan_at: Callable[[int], object]) -> Iterato
             raise
         raise NoiseScaleTooLarge(
             f"k = {k} episodes per privacy unit (the spec's privacy_unit.max_episodes) is too large for {what} at "
-            f"rho = {num(rho)}: its noise scales grow with k, and at this budget k = {k_max} is the largest whose "
+            f"{budget}: its noise scales grow with k, and at this budget k = {k_max} is the largest whose "
             "scales the exact sampler can draw. Declare the k your logs need (a unit's episodes beyond k are "
             "dropped before counting), or give a larger budget.") from None

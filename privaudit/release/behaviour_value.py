@@ -230,7 +230,7 @@ class BehaviourValueRelease:
             "k is too large", with the largest k that fits, when a
             smaller k would (``privaudit.privacy.k_bound``).
         """
-        with k_bound(spec.max_episodes_per_unit, budget.rho, "the behaviour-value estimate",
+        with k_bound(spec.max_episodes_per_unit, budget.text, "the behaviour-value estimate",
                      lambda k: cls._plan(dataclasses.replace(spec, max_episodes_per_unit=k), budget)):
             return cls._plan(spec, budget)
 

@@ -200,7 +200,7 @@ class TabularRelease:
             k that fits, when a smaller k would, ``privaudit.privacy.k_bound``).
         """
         args = dict(stationary=stationary, noise=noise, max_per_cell=max_per_cell)
-        with k_bound(spec.max_episodes_per_unit, budget.amount, "the count release",
+        with k_bound(spec.max_episodes_per_unit, budget.text, "the count release",
                      lambda k: cls._plan(dataclasses.replace(spec, max_episodes_per_unit=k), budget, **args,
                                          probe=True)):
             return cls._plan(spec, budget, **args)

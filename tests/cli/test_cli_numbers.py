@@ -84,8 +84,10 @@ def test_largest_fitting_k_bisects():
 
 
 @pytest.mark.parametrize("cmd,what,k_max", [
-    (["release", "--rho", "1", "--out"], "the count release at rho = 1", 1158),
-    (["train", "--algo", "dp-pbb", "--rho", "1", "--out"], "DP-PBB at rho = 1", 7327),
+    (["release", "--rho", "1", "--out"], "the count release at rho=1", 1158),
+    (["train", "--algo", "dp-pbb", "--rho", "1", "--out"], "DP-PBB at rho=1", 7327),
+    # Laplace: before, no scale cap, so no message: the exact sampler drew at b ~ 10^13 for hours
+    (["release", "--epsilon", "1", "--out"], "the count release at pure epsilon=1", 209715),
 ])
 def test_huge_k_is_named_with_the_largest_k_that_fits(tmp_path, cmd, what, k_max):
     doc = json.loads(open(SAMPLE_SPEC).read())
@@ -115,6 +117,11 @@ def test_the_k_bound_is_exact_for_the_count_release():
     TabularRelease.plan(dataclasses.replace(spec, max_episodes_per_unit=1158), budget, stationary=True)
     with pytest.raises(NoiseScaleTooLarge, match="^k = 1159 episodes per privacy unit .* k = 1158 is the largest"):
         TabularRelease.plan(dataclasses.replace(spec, max_episodes_per_unit=1159), budget, stationary=True)
+    # Laplace (pure epsilon = 1): the scale cap samplers.LAPLACE_SCALE_MAX sets its bound the same way
+    laplace = resolve_budget(epsilon=1.0, mechanism="laplace")
+    TabularRelease.plan(dataclasses.replace(spec, max_episodes_per_unit=209715), laplace, stationary=True)
+    with pytest.raises(NoiseScaleTooLarge, match="^k = 209716 .* at pure epsilon=1: .* k = 209715 is the largest"):
+        TabularRelease.plan(dataclasses.replace(spec, max_episodes_per_unit=209716), laplace, stationary=True)
 
 
 @pytest.mark.parametrize("extra,needle", [

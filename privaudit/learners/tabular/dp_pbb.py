@@ -35,6 +35,7 @@ import numpy as np
 
 from privaudit.core.envelope import envelope
 from privaudit.core.errors import UsageError
+from privaudit.core.formatting import num
 from privaudit.learners.tabular.base import TabularLearnerBase, greedy_with_ties, known_reward
 from privaudit.learners.confidence import gaussian_tail, start_mean_lower_bound, stitched_log, uniform_log_term
 from privaudit.learners.tabular import pbb_logs, pbb_noise
@@ -315,7 +316,7 @@ class DPPBB(TabularLearnerBase):
         kw = dict(horizon=H, n_states=n_states, max_per_cell=max_per_cell, stationary=stationary,
                   backup_ranges=[ranges[H - 1 - i][0] for i in range(int(K))], split=self.split, starts=starts,
                   unit_column=unit_column)
-        with k_bound(max_episodes, rho, "DP-PBB", lambda k: plan_noise(rho, max_episodes=k, **kw)):
+        with k_bound(max_episodes, f"rho={num(rho)}", "DP-PBB", lambda k: plan_noise(rho, max_episodes=k, **kw)):
             plan = plan_noise(rho, max_episodes=max_episodes, **kw)
         return plan, ranges
 
