@@ -188,9 +188,10 @@ def spark_errors(what: str):
         if oom is not None:
             if oom not in reason:  # wrapped (a failed job, STAGE_MATERIALIZATION_MULTIPLE_FAILURES...): say both
                 reason = _one_line(f"{reason}; caused by {oom}", reason)
-            msg = (f"Spark ran out of memory while {what} ({reason}). {done} Give Spark more memory "
-                   "(spark.driver.memory / spark.executor.memory, e.g. `--conf spark.driver.memory=8g` "
-                   "with spark-submit or in the session's builder) or use more partitions.")
+            msg = (f"Spark ran out of memory while {what} ({reason}). {done} Give Spark more memory: "
+                   "spark.driver.memory (all of it in local mode; Spark's default is 1g) and spark.executor.memory, "
+                   "set before Spark starts (the CLI's own JVM: `SPARK_DRIVER_MEMORY=8g privaudit ...`; "
+                   "spark-submit: `--driver-memory 8g`), or use more partitions.")
         elif isinstance(e, (Py4JNetworkError, ConnectionError)):
             msg = (f"the Spark JVM stopped answering while {what} ({reason}): it may have been killed, e.g. "
                    f"by the system's out-of-memory killer. {done} Check the memory given to Spark.")
