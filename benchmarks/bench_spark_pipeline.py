@@ -17,7 +17,12 @@ r(s') (so DP-PBB trains) and k = 2 episodes per patient of 3. Each mode runs in 
 Printed per mode: wall time, the number of Spark jobs, CPU time (user + sys of the Python process plus, for Spark, the JVM's, read from
 /proc before it stops), peak RSS (Python, plus the JVM's VmHWM). Asserted: the polars and Spark pipelines'
 release tables and policies are byte-identical and their summaries equal but for ``created`` and
-``config.engine``. On a shared machine the CPU times, not the wall times, say what idle cores need.
+``config.engine``. On a shared machine the CPU times, not the wall times, say what idle cores need. A mode
+that fails (Spark out of memory: raise ``--driver-memory``) is printed as FAILED with its wall time and the
+last line of its error, and the other modes still run; the comparisons need both of their modes.
+
+Large logs: ``--parts-of`` writes the simulated logs as a folder of parts of that many rows, simulated one at a
+time (10^8 rows as ten parts of 10^7 rows, about 0.5 GB of Parquet, under ``$TMPDIR/privaudit-bench``).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import time
 from pathlib import Path
 
 from bench_spark import _jvm_usage, _vm_hwm_mb, bench_session, make_logs, spark_options
-from childproc import cache_dir, run_child
+from childproc import ChildFailed, cache_dir, run_child
 
 
 def pipeline_spec(spec_path: Path) -> Path:
@@ -118,7 +123,14 @@ def main():
     for mode in a.modes.split(","):
         outs[mode] = cache / f"pipeline_{mode}_{rows}"
         shutil.rmtree(outs[mode], ignore_errors=True)
-        r = run_child(__file__, mode, logs, spec, outs[mode], a.master, a.driver_memory)
+        t_mode = time.perf_counter()
+        try:
+            r = run_child(__file__, mode, logs, spec, outs[mode], a.master, a.driver_memory)
+        except ChildFailed as e:  # e.g. Spark out of memory: say where and go on with the other modes
+            last = next((ln for ln in reversed(str(e).splitlines()) if ln.strip()), "no message")
+            print(f"  {mode:<13} FAILED after {time.perf_counter() - t_mode:.0f} s wall ({a.master}, driver memory "
+                  f"{a.driver_memory}): {last.strip()}  load {os.getloadavg()[0]:.1f}", flush=True)
+            continue
         cpu[mode] = r["py_cpu_s"] + r["jvm_cpu_s"]
         rss = r["py_rss_MB"] + r["jvm_rss_MB"]
         extra = (f" ({r['spark_jobs']} Spark jobs; session start {r['session_start_s']:.1f} s; JVM CPU {r['jvm_cpu_s']:.1f} s, JVM peak "
@@ -126,7 +138,7 @@ def main():
                  f"{a.driver_memory})" if mode != "polars" else "")
         print(f"  {mode:<13} wall {r['wall_s']:7.1f} s  CPU {cpu[mode]:7.1f} s  ({cpu[mode] / rows * 1e7:.1f} s per "
               f"10^7 rows)  peak RSS {rss:6.0f} MB{extra}  load {os.getloadavg()[0]:.1f}", flush=True)
-    if "polars" in outs and "spark" in outs:
+    if "polars" in cpu and "spark" in cpu:
         n = assert_identical(outs["polars"], outs["spark"])
         print(f"  polars and Spark pipelines: {n} outputs identical (release tables, policies, summary)")
     if "spark" in cpu and "spark-release" in cpu:

@@ -39,6 +39,9 @@ except ImportError as _e:
 
 _MAX_MESSAGE = 400  # characters of Spark's own message kept in an EngineError
 _DONE = NOTHING_DONE
+_MAX_CAUSES = 32  # exceptions looked at, causes and suppressed ones included, for an out-of-memory error
+#: What says the JVM ran out of memory, in a line of an exception's message or of one of its causes.
+_OUT_OF_MEMORY = ("java.lang.OutOfMemoryError", "OutOfMemoryError", "Java heap space", "GC overhead limit exceeded")
 
 #: log4j2 configuration given to the JVMs :func:`spark_session` starts: Spark's log at ERROR on stderr
 #: from the first line (no "Using Spark's default log4j profile", no WARN start-up lines).
@@ -82,21 +85,78 @@ def ensure_java() -> None:
                          "Ubuntu), or set JAVA_HOME to a JDK/JRE 17 or 21.")
 
 
-def _reason(e: BaseException) -> str:
-    """Spark's own message in one line (the Java exception's class and message for a Py4J error)."""
-    text = ""
+def _text(e: BaseException) -> str:
+    """Spark's whole message (all its lines): the Java exception's ``toString()`` for a Py4J error."""
     if isinstance(e, Py4JJavaError):
         try:  # the Java exception's toString(): "java.lang.OutOfMemoryError: Java heap space"
-            text = str(e.java_exception.toString())
+            return str(e.java_exception.toString())
         except Exception:  # the JVM may be gone: fall back to the Python side's text
-            text = e.errmsg or ""
-    else:
-        try:
-            text = str(e)
-        except Exception:
-            text = ""
-    line = next((ln.strip(" :\t") for ln in text.splitlines() if ln.strip(" :\t")), type(e).__name__)
+            return e.errmsg or ""
+    try:
+        return str(e)
+    except Exception:
+        return ""
+
+
+def _one_line(text: str, default: str) -> str:
+    """The first non-blank line of ``text`` (``default`` if none), cut to :data:`_MAX_MESSAGE` characters."""
+    line = next((ln.strip(" :\t") for ln in text.splitlines() if ln.strip(" :\t")), default)
     return line if len(line) <= _MAX_MESSAGE else line[:_MAX_MESSAGE - 3] + "..."
+
+
+def _reason(e: BaseException) -> str:
+    """Spark's own message in one line (the Java exception's class and message for a Py4J error)."""
+    return _one_line(_text(e), type(e).__name__)
+
+
+def _java_causes(jexc, depth: int = _MAX_CAUSES):
+    """The Java exception ``jexc`` and, depth first, its causes and suppressed exceptions (at most ``depth``).
+
+    Spark wraps a failure: a job aborted by a task's ``OutOfMemoryError`` (its cause), several failed
+    stages as ``STAGE_MATERIALIZATION_MULTIPLE_FAILURES`` (the first as the cause, the others suppressed).
+    A JVM that stopped answering ends the walk.
+    """
+    todo, seen = [jexc], 0
+    while todo and seen < depth:
+        j = todo.pop()
+        if j is None:
+            continue
+        seen += 1
+        yield j
+        try:
+            todo.extend(list(j.getSuppressed() or []))
+            todo.append(j.getCause())
+        except Exception:  # the JVM is gone, or not a Java throwable: stop here
+            return
+
+
+def _out_of_memory(e: BaseException) -> str | None:
+    """The line that says Spark ran out of memory, anywhere in ``e``'s message or causes; None if none does.
+
+    Looks at every line of the message (Spark Connect and pyspark's captured errors carry the causes in it),
+    the Python cause chain (``__cause__``, pyspark's ``_cause``) and, for a Py4J error, the Java exception's
+    causes and suppressed exceptions (:func:`_java_causes`).
+    """
+    texts, todo, seen = [], [e], set()
+    while todo and len(seen) < _MAX_CAUSES:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        texts.append(_text(x))
+        todo += [getattr(x, "_cause", None), x.__cause__]
+        origin = x.java_exception if isinstance(x, Py4JJavaError) else getattr(x, "_origin", None)
+        if origin is not None:
+            for j in _java_causes(origin):
+                try:
+                    texts.append(str(j.toString()))
+                except Exception:
+                    break
+    for line in (ln for text in texts for ln in text.splitlines()):
+        for marker in _OUT_OF_MEMORY:
+            if marker in line:  # from the Java class name on ("java.lang.OutOfMemoryError: Java heap space")
+                return _one_line(line[line.index(marker):] if "OutOfMemoryError" in marker else line, marker)
+    return None
 
 
 @contextmanager
@@ -113,7 +173,10 @@ def spark_errors(what: str):
     EngineError
         For pyspark's exceptions (``AnalysisException``, a failed job, a JVM
         that could not start) and Py4J's (a Java exception, a lost JVM). A
-        Java ``OutOfMemoryError`` and a lost JVM get advice on memory.
+        Java ``OutOfMemoryError`` and a lost JVM get advice on memory, also
+        when Spark wraps the ``OutOfMemoryError`` (a job aborted by it,
+        ``STAGE_MATERIALIZATION_MULTIPLE_FAILURES``, any message line or
+        cause or suppressed exception of the error: :func:`_out_of_memory`).
         privaudit's own errors (``ValidationFailed``...) pass through.
     """
     try:
@@ -121,10 +184,14 @@ def spark_errors(what: str):
     except (PySparkException, Py4JError, ConnectionError) as e:
         reason = _reason(e)
         done = _DONE
-        if "OutOfMemoryError" in reason or "Java heap space" in reason:
-            msg = (f"Spark ran out of memory while {what} ({reason}). {done} Give Spark more memory "
-                   "(spark.driver.memory / spark.executor.memory, e.g. `--conf spark.driver.memory=8g` "
-                   "with spark-submit or in the session's builder) or use more partitions.")
+        oom = _out_of_memory(e)
+        if oom is not None:
+            if oom not in reason:  # wrapped (a failed job, STAGE_MATERIALIZATION_MULTIPLE_FAILURES...): say both
+                reason = _one_line(f"{reason}; caused by {oom}", reason)
+            msg = (f"Spark ran out of memory while {what} ({reason}). {done} Give Spark more memory: "
+                   "spark.driver.memory (all of it in local mode; Spark's default is 1g) and spark.executor.memory, "
+                   "set before Spark starts (the CLI's own JVM: `SPARK_DRIVER_MEMORY=8g privaudit ...`; "
+                   "spark-submit: `--driver-memory 8g`), or use more partitions.")
         elif isinstance(e, (Py4JNetworkError, ConnectionError)):
             msg = (f"the Spark JVM stopped answering while {what} ({reason}): it may have been killed, e.g. "
                    f"by the system's out-of-memory killer. {done} Check the memory given to Spark.")
