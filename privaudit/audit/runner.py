@@ -5,7 +5,8 @@ Protocol (docs/audit.md, Background; the rules it numbers are followed as noted)
 1. Gray-box check (zero samples): when the mechanism exposes its pre-noise
    statistics, their L1/L2 change between D and D' is compared with the
    declared sensitivity; an excess is a violation finding.
-2. Selection split: ``n_sel`` runs per side (10% of the trials, at least
+2. Selection split: ``n_sel`` runs per side (10% of the trials up to 10^5,
+   rising to 50% at 10^6, ``choice.default_fraction``; at least
    min(30%, 2000)), cross-fitted: the candidate scores of
    :mod:`privaudit.audit.attacks` are *fitted* on its first half and one
    (candidate, threshold, direction) is *chosen* on its second half, by the

@@ -112,6 +112,8 @@ def test_audit_flags_the_broken_svt():
     bad = _audit(broken_svt)
     assert bad.violation and bad.epsilon_lower_bound > 1.5
     assert "binned_lr" in bad.data["candidates"]
+    meaning = [m for m in bad.data["messages"] if m.startswith("what the flag means")]
+    assert len(meaning) == 1 and "with probability at most 0.05" in meaning[0]
 
 
 def test_audit_does_not_flag_the_correct_svt():
@@ -120,6 +122,7 @@ def test_audit_does_not_flag_the_correct_svt():
     ok = _audit(correct_svt)
     assert not ok.violation and ok.epsilon_lower_bound <= 1.0
     assert "binned_lr" in ok.data["candidates"]
+    assert not any(m.startswith("what the flag means") for m in ok.data["messages"])
 
 
 def test_binned_attack_declines_outputs_with_too_many_cells():
