@@ -10,6 +10,11 @@ a discrete *cell*:
   the fitting runs; a value above the top edge falls in the top bin);
 * a non-finite value (NaN: an absent entry of a variable-length output, or +inf / -inf) is its own token.
 
+Only outputs with a discrete cell or an absent (non-finite) entry get the candidate: on a purely
+real-valued output the cells would be products of quantile bins, coarser than the threshold scores on a
+monotone ratio, and their noisy order cost the GDP opt-in's tightness (mu_lb/mu at mu = 0.2, 10^5 runs per
+side, 10 seeds: worst seed 0.883 with the candidate; docs/audit.md, Tightness).
+
 The whole coded row is hashed to one key: for SVT that outputs its answer's noisy value (Lyu, Su & Li 2017,
 Algorithm 3) the key is (position of the answer, bin of its value); for report-noisy-max with its value it
 is (index, bin of the value). ``bins`` is the largest of :data:`BIN_CHOICES` for which the fitting runs show
@@ -95,13 +100,16 @@ def binned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
     Candidate or None
         ``binned_lr``: score shape (n,), the estimated log likelihood ratio log P[cell | D'] / P[cell | D]
         of each run's cell (larger = more like D'; 0 for a cell not seen on the fitting runs). None when
-        the output has more than :data:`MAX_DIM` cells, when every run falls in one cell, or when even 2 bins
-        per real-valued cell give more than :data:`MAX_CELLS` cells.
+        the output has more than :data:`MAX_DIM` cells, when it has no discrete cell (2 to
+        :data:`MAX_LEVELS` values) and no absent (non-finite) entry on the fitting runs, when every run falls
+        in one cell, or when even 2 bins per real-valued cell give more than :data:`MAX_CELLS` cells.
     """
     X0, X1 = np.asarray(X0, dtype=np.float64), np.asarray(X1, dtype=np.float64)
     if X0.shape[1] > MAX_DIM or not len(X0) or not len(X1):
         return None
     X = np.concatenate([X0, X1])
+    if np.isfinite(X).all() and not any(1 < len(u) for u in _Coder(X, 2).levels.values()):
+        return None  # all real-valued: no joint pattern to bin (the threshold scores cover a monotone ratio)
     for bins in BIN_CHOICES:
         coder = _Coder(X, bins)
         keys = row_hash(coder(X))

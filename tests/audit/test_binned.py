@@ -126,12 +126,17 @@ def test_audit_does_not_flag_the_correct_svt():
 
 
 def test_binned_attack_declines_outputs_with_too_many_cells():
-    """A 16-cell real output: even at 2 bins per cell (65,536 cells possible) 6,000 runs show more than
-    MAX_CELLS distinct cells: no candidate."""
+    """A 16-cell output with one answer bit: even at 2 bins per real cell (2^16 cells possible) 6,000 runs
+    show more than MAX_CELLS distinct cells: no candidate. A purely real-valued output gets none either."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(3_000, 16))
+    X[:, 0] = X[:, 0] > 0
     assert binned_candidate(X, X + 0.1) is None
     assert MAX_CELLS < 2 ** 16
+    Y = rng.normal(size=(3_000, 1))
+    assert binned_candidate(Y, Y + 1.0) is None  # no discrete cell, nothing absent: the threshold scores
+    Y[::7] = np.nan
+    assert binned_candidate(Y, Y + 1.0) is not None  # absent entries: a pattern to bin
     assert binned_candidate(np.zeros((100, 3)), np.zeros((100, 3))) is None  # one cell: nothing to learn
 
 
