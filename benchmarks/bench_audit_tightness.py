@@ -13,7 +13,8 @@ A second table (``--cells 3``) spreads the change over three rounded counts
 cross-fitting, the output_identity lookup table won the selection there and
 scored nothing (mu_lb 0.02 at mu = 0.2).
 
-Usage: python benchmarks/bench_audit_tightness.py [--trials 100000] [--seeds 10] [--cells 1]
+Usage: python benchmarks/bench_audit_tightness.py [--trials 100000] [--seeds 10] [--cells 1] [--mus 0.2 ...]
+       [--selection-fraction F]
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--cells", type=int, default=1)
     ap.add_argument("--mus", type=float, nargs="*", default=list(MUS))
+    ap.add_argument("--selection-fraction", type=float, default=None,
+                    help="AuditSettings.selection_fraction (default: privaudit's, choice.default_fraction)")
     args = ap.parse_args(argv)
     pair = scalar_pair()
     delta = 1e-5
@@ -68,7 +71,7 @@ def main(argv=None):
         r_mu, r_gdp, r_gen = [], [], []
         t = time.perf_counter()
         for seed in range(args.seeds):
-            r = run_audit(mech, claim=claim, pair=pair, trials=args.trials, seed=seed, settings=AuditSettings(graybox=False),
+            r = run_audit(mech, claim=claim, pair=pair, trials=args.trials, seed=seed, settings=AuditSettings(graybox=False, selection_fraction=args.selection_fraction),
                           progress=False)
             m = r.data["method"]
             r_mu.append(m["gaussian"]["mu_lower_bound"] / mu)

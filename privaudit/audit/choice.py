@@ -19,8 +19,15 @@ from scipy import special
 from privaudit.audit import bounds as B
 from privaudit.audit.attacks import Candidate
 
-#: Default share of the trials used to fit and choose the event (see :func:`selection_size`).
+#: Default share of the trials used to fit and choose the event at <= SELECTION_LOW_TRIALS runs per side
+#: (see :func:`default_fraction`).
 SELECTION_FRACTION = 0.1
+#: Default share at >= SELECTION_HIGH_TRIALS runs per side.
+SELECTION_FRACTION_HIGH = 0.5
+#: Runs per side at and below which the default share is SELECTION_FRACTION ...
+SELECTION_LOW_TRIALS = 100_000
+#: ... and at and above which it is SELECTION_FRACTION_HIGH (log-linear in between).
+SELECTION_HIGH_TRIALS = 1_000_000
 #: Default floor of the selection runs per side (capped at 30% of the trials).
 SELECTION_MIN = 2000
 #: Most thresholds tried per candidate on the selection split.
@@ -45,14 +52,46 @@ def _grid(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
     return np.unique(pooled[idx])
 
 
+def default_fraction(trials: int) -> float:
+    """The default share of the runs per side that fits and chooses the event.
+
+    10% at <= 10^5 runs per side, 50% at >= 10^6, linear in log10(trials)
+    in between (0.1 + 0.4 log10(trials / 10^5)); so ``trials *
+    default_fraction(trials)`` increases with ``trials``.
+
+    Why it grows: at a few 10^5 runs the evaluation split's width dominates
+    the bound, so most runs should count; at 10^6 and more the weak,
+    spread-out leaks of the DP-testing literature (sparse-vector variants
+    whose best events have probability 0.005-0.05) are lost in the *choice*:
+    a 5x10^4-run choice half holds a few hundred runs of such an event, too
+    few to rank it (benchmarks/results/audit_literature.md). The share is a
+    function of the public run count only, never of the outputs, so the
+    split is fixed before any run and the validity argument of the split is
+    unchanged (docs/audit.md, Background: validity under selection).
+
+    Parameters
+    ----------
+    trials : int
+        Runs per side (selection + evaluation), >= 1.
+
+    Returns
+    -------
+    float
+        The share, in [SELECTION_FRACTION, SELECTION_FRACTION_HIGH].
+    """
+    lo, hi = math.log10(SELECTION_LOW_TRIALS), math.log10(SELECTION_HIGH_TRIALS)
+    x = min(max((math.log10(max(int(trials), 1)) - lo) / (hi - lo), 0.0), 1.0)
+    return SELECTION_FRACTION + (SELECTION_FRACTION_HIGH - SELECTION_FRACTION) * x
+
+
 def selection_size(trials: int, selection_fraction: float | None) -> int:
     """Selection runs per side: ``selection_fraction * trials``, or by default
-    10% of the trials but at least min(30% of the trials, 2000) (a few
-    thousand runs fit and place a threshold well; more only shrinks the
-    evaluation split, whose size sets the bounds' width)."""
+    ``default_fraction(trials) * trials`` (10% up to 10^5 runs per side, rising
+    to 50% at 10^6) but at least min(30% of the trials, 2000) (a few thousand
+    runs fit and place a threshold well)."""
     if selection_fraction is not None:
         return max(1, int(round(trials * selection_fraction)))
-    return max(int(round(trials * SELECTION_FRACTION)), min(int(round(trials * 0.3)), SELECTION_MIN))
+    return max(int(round(trials * default_fraction(trials))), min(int(round(trials * 0.3)), SELECTION_MIN))
 
 
 def min_trials(selection_fraction: float | None = None) -> int:

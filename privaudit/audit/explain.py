@@ -89,6 +89,12 @@ def describe_event(cand: Candidate, t: float, direction: str, name: Callable[[in
     if kind == "learned":
         return (f"outputs to which the learned classifier (logistic regression on the output's features, fitted "
                 f"on the selection runs) gives log-odds of D' {cmp} {t:.4g} ({side})")
+    if kind == "binned_likelihood_ratio":
+        b = cand.info.get("bins_per_real_cell", 0)
+        how = f", real values in {b} quantile bins" if b else ""
+        return (f"outputs in the cells (exact pattern of the discrete and absent entries{how}) whose estimated "
+                f"log likelihood ratio of D' to D on the fitting runs is {cmp} {t:.4g} "
+                f"({cand.info.get('cells')} cells; {side})")
     if kind == "known_sampler":
         who = SAMPLER_WORDS.get(cand.info.get("sampler"), str(cand.info.get("sampler")))
         cells = ", ".join(name(int(j)) for j in cand.info.get("cells", [])[:SHOWN_TERMS])

@@ -129,3 +129,20 @@ def below_claim_message(eps_lb: float, claim_epsilon: float, n_ev: int, delta: f
     return (f"what the bound shows: with confidence {confidence:g} the mechanism's epsilon on this pair is at least "
             f"{eps_lb:.3g}. It does not show that it is at most the claimed {privacy_param(claim_epsilon)}: a leak this audit "
             f"did not see (a weaker one, a rarer event, another pair, a better attack) is not excluded.{seen}")
+
+
+def flag_meaning(confidence: float, eps_lb: float | None, claim_epsilon: float) -> str:
+    """What a violation found by the statistical test means (the report's message).
+
+    The reported lower bound holds with probability at least ``confidence`` whatever the mechanism (the
+    evaluation split's Clopper-Pearson bounds, docs/audit.md, Background), so a mechanism that meets its
+    claim on this pair is flagged by one audit with probability at most ``1 - confidence``. Over many
+    audits of correct mechanisms about that share may be flagged (a mechanism exactly at its claim, e.g.
+    a discrete Laplace histogram, comes closest); a bound far above the claim is not one of them.
+    """
+    a = 1 - confidence
+    bound = "the bound" if eps_lb is None else f"the bound {eps_lb:.4g}"
+    return (f"what the flag means: {bound} holds with confidence {confidence:g}, so a mechanism that meets its claim "
+            f"of {privacy_param(claim_epsilon)} on this pair is flagged by one audit with probability at most {a:.2g} "
+            f"(at most about 1 in {1 / a:.0f} audits of correct mechanisms). A bound just above the claim is worth "
+            "confirming by one independent audit (a fresh seed); repeating audits until one flags is not a test.")

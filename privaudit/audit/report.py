@@ -22,7 +22,7 @@ from pathlib import Path
 from privaudit import __version__
 from privaudit.audit import bounds as B
 from privaudit.audit.claim import Claim
-from privaudit.audit.guidance import below_claim_message
+from privaudit.audit.guidance import below_claim_message, flag_meaning
 from privaudit.audit.plotting import plot_report
 from privaudit.audit.search import pair_words, search_message
 from privaudit.core.artifact import ArtifactFormat
@@ -306,6 +306,9 @@ class AuditReport:
                 and f["l2"] < 0.5 * f["declared_l2"]]
         hint = ("" if (pair or {}).get("kind") in ("canary-repeat", "synthetic-repeat")
                 else " (e.g. `canary` repeat for statistics pooled over h)")
+        statistical = (mu_lb > claim.mu) if gaussian_valid else (eps_generic > claim.epsilon)
+        if statistical:  # what a flag means (a gray-box excess alone is exact, not a test)
+            msgs.append(flag_meaning(context.confidence, eps_lb, claim.epsilon))
         if best.get("explanation"):
             msgs.append(f"decided by: {best['explanation']}, on {pair_words(pair or {})} "
                         f"({(pair or {}).get('relation', 'substitution')} neighbours)")

@@ -5,7 +5,8 @@ Protocol (docs/audit.md, Background; the rules it numbers are followed as noted)
 1. Gray-box check (zero samples): when the mechanism exposes its pre-noise
    statistics, their L1/L2 change between D and D' is compared with the
    declared sensitivity; an excess is a violation finding.
-2. Selection split: ``n_sel`` runs per side (10% of the trials, at least
+2. Selection split: ``n_sel`` runs per side (10% of the trials up to 10^5,
+   rising to 50% at 10^6, ``choice.default_fraction``; at least
    min(30%, 2000)), cross-fitted: the candidate scores of
    :mod:`privaudit.audit.attacks` are *fitted* on its first half and one
    (candidate, threshold, direction) is *chosen* on its second half, by the
@@ -44,6 +45,7 @@ from tqdm import tqdm
 
 from privaudit.audit import bounds as B
 from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
+from privaudit.audit.binned import binned_candidate
 from privaudit.audit.choice import MAX_TRIALS, choose_event, min_trials, selection_size
 from privaudit.audit.claim import Claim
 from privaudit.audit.float_attacks import sampler_verdict
@@ -103,7 +105,8 @@ class AuditSettings:
         1 - alpha, the probability that a reported lower bound is valid, in [0.5, 1).
     selection_fraction : float or None
         Share of the trials that fit and choose the event, in (0, 1); None:
-        :func:`~privaudit.audit.choice.selection_size` (10%, at least min(30%, 2000) runs).
+        :func:`~privaudit.audit.choice.selection_size` (10% up to 10^5 runs per side, rising to 50% at
+        10^6: :func:`~privaudit.audit.choice.default_fraction`; at least min(30%, 2000) runs).
     n_jobs : int or None
         Worker processes for unbatched mechanisms (default: CPU count).
     graybox : bool
@@ -356,7 +359,8 @@ def _select(sampler: Sampler, mech, pair: NeighbouringPair, n_sel: int, streams,
         extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
     nf = n_sel // 2  # cross-fitting: fit on the first half, choose on the second
     cands = fit_candidates(X0[:nf], X1[:nf], extra, hint=sampler_hint(mech, pair, X0[:nf], X1[:nf]))
-    cands += [c for c in (learned_candidate(X0[:nf], X1[:nf]),) if c is not None]  # DP-Sniper-style
+    learned = (learned_candidate(X0[:nf], X1[:nf]), binned_candidate(X0[:nf], X1[:nf]))  # DP-Sniper-style
+    cands += [c for c in learned if c is not None]
     objective = "gaussian" if claim.kind == "gaussian" else "generic"
     value, cand, t, d, rank = choose_event(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective)
     return value, cand, t, d, cands, rank
