@@ -96,6 +96,7 @@ def early_runs(request, tmp_path_factory):
 SPARK_SESSION_MODULES = frozenset({
     "tests/data/spark/test_spark_connect.py",
     "tests/data/spark/test_spark_engine.py",
+    "tests/data/spark/test_spark_errors.py",
     "tests/data/spark/test_spark_pbb.py",
     "tests/data/spark/test_spark_stats.py",
     "tests/pipeline/test_pipeline_spark.py",
