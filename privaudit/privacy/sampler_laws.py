@@ -99,9 +99,20 @@ class _Law:
 
     #: pure epsilon-DP law (Laplace): the tail is memoryless
     pure = False
+    #: the law's name, its scale's symbol, the largest scale the exact sampler supports, and the budget to raise
+    name, symbol, scale_max, budget = "", "", math.inf, ""
 
     def __init__(self, x: Fraction):
         self.x = x
+
+    @classmethod
+    def parameter(cls, s: float) -> Fraction:
+        """The law parameter x from the scale ``s`` (NoiseScaleTooLarge above :attr:`scale_max`)."""
+        if s > cls.scale_max:
+            raise NoiseScaleTooLarge(f"the exact discrete {cls.name} supports {cls.symbol} up to {cls.scale_max:.0f}. "
+                                     f"Found {cls.symbol}={num(s)}: the privacy budget is too small for these "
+                                     f"sensitivities; use a larger budget ({cls.budget}).")
+        return cls._x(Fraction(s))
 
     def tail_sums(self, T: int, P: int) -> tuple[list, tuple[int, int]]:
         """Intervals (2^-P units) on U(j) = sum_{y > j} w(y) for j = 0..T, and on Z = w(0) + 2 U(0)."""
@@ -119,14 +130,12 @@ class _Law:
 class _GaussianLaw(_Law):
     """w(y) = exp(-x y^2), x = 1/(2 sigma^2): the discrete Gaussian N_Z(0, sigma^2)."""
 
+    name, symbol, scale_max, budget = "Gaussian", "sigma", GAUSSIAN_SIGMA_MAX, "rho or epsilon"
+
     @staticmethod
-    def parameter(s: float) -> Fraction:
-        """x = 1 / (2 sigma^2) from sigma = ``s`` (UsageError above :data:`GAUSSIAN_SIGMA_MAX`)."""
-        if s > GAUSSIAN_SIGMA_MAX:
-            raise NoiseScaleTooLarge(f"the exact discrete Gaussian supports sigma up to {GAUSSIAN_SIGMA_MAX:g}. "
-                             f"Found sigma={num(s)}: the privacy budget is too small for these sensitivities; "
-                             "use a larger budget (rho or epsilon).")
-        return 1 / (2 * Fraction(s) ** 2)
+    def _x(sigma: Fraction) -> Fraction:
+        """x = 1 / (2 sigma^2)."""
+        return 1 / (2 * sigma ** 2)
 
     @staticmethod
     def half_width(x: Fraction) -> int:
@@ -157,14 +166,12 @@ class _LaplaceLaw(_Law):
 
     pure = True
 
+    name, symbol, scale_max, budget = "Laplace", "b", LAPLACE_SCALE_MAX, "epsilon"
+
     @staticmethod
-    def parameter(s: float) -> Fraction:
-        """x = 1 / b from b = ``s`` (NoiseScaleTooLarge above :data:`LAPLACE_SCALE_MAX`)."""
-        if s > LAPLACE_SCALE_MAX:
-            raise NoiseScaleTooLarge(f"the exact discrete Laplace supports scales up to {LAPLACE_SCALE_MAX:.0f}. "
-                                     f"Found b={num(s)}: the privacy budget is too small for these sensitivities; "
-                                     "use a larger budget (epsilon).")
-        return 1 / Fraction(s)
+    def _x(b: Fraction) -> Fraction:
+        """x = 1 / b."""
+        return 1 / b
 
     @staticmethod
     def half_width(x: Fraction) -> int:
