@@ -144,7 +144,7 @@ def test_audit_trials_minimum_is_the_real_one(logs, tmp_path):
     args = ["audit", "--mechanism", "release", "--logs", str(d / "logs.parquet"), "--spec", str(d / "spec.json"),
             "--claim-rho", "1", "--seed", "0"]
     low = CliRunner().invoke(main, args + ["--trials", str(MIN_TRIALS - 1), "--out", str(tmp_path / "a.json")])
-    assert low.exit_code == 2 and f">={MIN_TRIALS}" in low.output.replace(" ", "")
+    assert low.exit_code == 2 and f"range{MIN_TRIALS}<=x" in low.output.replace(" ", ""), low.output
     ok = CliRunner().invoke(main, args + ["--trials", str(MIN_TRIALS), "--out", str(tmp_path / "b.json")])
     assert ok.exit_code in (0, 3) and "selection and" not in ok.output, ok.output
 
@@ -241,7 +241,7 @@ def test_library_errors_of_audit_and_linear_training_name_parameters(logs):
 
     d, _ = logs
     spec = load_spec(d / "spec.json")
-    with pytest.raises(UsageError, match="^`trials` must be an integer >= 20"):
+    with pytest.raises(UsageError, match=r"^`trials` must be an integer in \[20, "):
         run_audit(lambda logs, rng: np.zeros(1), None, spec, claim=None, trials=5)
     with pytest.raises(UsageError, match="^`failure_prob` applies to dp-vapvi"):
         train_linear(d / "logs.parquet", spec, "pevi", params={"failure_prob": 0.1})
