@@ -364,6 +364,10 @@ def write_explore(out: str | Path, env: EpisodicEnv, algo: str, agent: Agent, re
 
 
 def _calibration_dict(agent: Agent) -> dict | None:
+    schedule = getattr(agent, "schedule_", None)
+    if schedule is not None:  # batched DP-UCBVI (and its twin): the public batch schedule and the noise per release
+        return {"mechanism": "gaussian" if agent.sigma_ > 0 else "none", "batch_schedule": dict(schedule),
+                "sigma_per_release": agent.sigma_, "l2_sensitivity": agent.l2_}
     cal = getattr(agent, "calibration_", None)
     if cal is None:
         return None

@@ -166,6 +166,8 @@ class BatchedUCBVI(Agent):
     ----------
     ends_ : ndarray (J,)
         Batch ends (public).
+    schedule_ : dict
+        The public schedule, as the manifest records it: ``first_batch``, ``growth`` and the number of batches.
     sigma_ : float
         Noise sd per cell of one release (0 for the twin).
     l2_ : float
@@ -201,6 +203,7 @@ class BatchedUCBVI(Agent):
         self.H, self.S, self.A, self.K, self.R = H, S, A, K, R
         self.pooled, self.cap, self.rho, self.beta = bool(stationary), int(per_user_cap), float(rho), float(beta)
         self.ends_ = batch_ends(K, first_batch, growth)
+        self.schedule_ = {"first_batch": int(first_batch), "growth": float(growth), "batches": len(self.ends_)}
         self.l2_ = pooled_l2(H, self.cap) if self.pooled else math.sqrt(2.0 * H)
         self.sigma_ = 0.0 if math.isinf(rho) else gaussian_sigma(self.l2_, rho)
         self._noise_rng, self._tie_rng = rng.spawn(2)

@@ -15,8 +15,10 @@ from privaudit.core.errors import UsageError
 from privaudit.online.env import make_env
 from privaudit.online.protocol import run_episodes
 from privaudit.mdp.tabular import TabularMDP, reference_regrets
-from privaudit.online.tabular.batched_ucb import BatchedUCBVI, batch_ends, build, capped_counts, pooled_l2, public_reward
+from privaudit.online.tabular.batched_ucb import (DEFAULT_FIRST_BATCH, DEFAULT_GROWTH, BatchedUCBVI, batch_ends, build,
+                                                  capped_counts, pooled_l2, public_reward)
 from privaudit.privacy.budget import resolve_budget
+from privaudit.privacy.noise import gaussian_sigma
 
 #: rho of (1, 1e-6)-JDP (the exact conversion privaudit uses)
 RHO_EPS1 = resolve_budget(epsilon=1.0, delta=1e-6).rho
@@ -201,7 +203,13 @@ def test_cli_explore_states_the_jdp_guarantee_and_refuses_laplace(tmp_path):
     r = CliRunner().invoke(main, ["explore", "--algo", "dp-ucbvi-batched", "--env", "riverswim", "--horizon", "4",
                                   "-K", "200", "--rho", str(RHO_EPS1), "--delta", "1e-6", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    g = json.loads((out / "manifest.json").read_text())["guarantee"]
+    m = json.loads((out / "manifest.json").read_text())
+    g = m["guarantee"]
+    # the public batch schedule is recorded (its default changed in session 13: 2.0 -> 1.25)
+    sched = m["calibration"]["batch_schedule"]
+    assert (sched["first_batch"], sched["growth"]) == (DEFAULT_FIRST_BATCH, DEFAULT_GROWTH)
+    assert sched["batches"] == len(batch_ends(200, DEFAULT_FIRST_BATCH, DEFAULT_GROWTH))
+    assert m["calibration"]["sigma_per_release"] == pytest.approx(gaussian_sigma(pooled_l2(4, 2), RHO_EPS1))
     assert g["private"] and g["rho"] == pytest.approx(RHO_EPS1) and g["epsilon"] == pytest.approx(1.0, abs=1e-5)
     (ev,) = g["event"]["events"]
     assert ev["kind"] == "gaussian" and ev["noise"] == "exact" and ev["l2"] == pytest.approx(pooled_l2(4, 2))
