@@ -107,7 +107,8 @@ class BoundingReport:
     #: Rows after the keep-k and truncate-to-H rules (the rows every statistic sees); None in a report not made by
     #: :func:`bound_contributions`.
     rows_kept: int | None = None
-    #: Kept episodes with at least one such row (None: not counted, a report made before this count existed).
+    #: Kept episodes with at least one row whose reward was clipped (``rewards_clipped``) (None: not counted, a
+    #: report made before this count existed).
     episodes_rewards_clipped: int | None = None
 
     @property

@@ -114,7 +114,7 @@ class FamilyRecord(Record):
 
     _JSON_ORDER = ("file", "columns", "shape", "dense")
 
-    #: Its Parquet file in the release folder.
+    #: The family's Parquet file in the release folder.
     file: str
     #: Column names (str): index columns then ``value``; only ``("value",)`` for version-2 transitions; for
     #: version-3 transitions (h,) state, next_state, then ``action_0`` ... ``action_<A-1>``.

@@ -92,7 +92,7 @@ class ReleaseInfo:
 
     #: The release folder.
     out: Path
-    #: Its manifest (public; ``manifest.to_dict()`` is ``manifest.json``).
+    #: The release's manifest (public; ``manifest.to_dict()`` is ``manifest.json``).
     manifest: ReleaseManifest
     #: The local, NOT-for-release log of bounding facts next to ``out``.
     local_log: Path
