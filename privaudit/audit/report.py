@@ -95,97 +95,65 @@ def sharing(pair: dict | None, self_contained: bool) -> tuple[bool, str]:
 
 @dataclass(frozen=True)
 class ReportContext:
-    """What every report of an audit states, whether or not trials ran.
+    """What every report of an audit states, whether or not trials ran."""
 
-    Attributes
-    ----------
-    mechanism : str
-        The audited mechanism's name.
-    claim : Claim
-        The claim under test (:class:`privaudit.audit.claim.Claim`).
-    confidence : float
-        1 - alpha.
-    pair : dict
-        The neighbouring pair's description.
-    graybox : dict
-        The gray-box block (``checked``, ``violation``, ``families``).
-    selection_trials, evaluation_trials : int
-        Runs per side of the two splits.
-    rng_mode : {"secure", "seeded-insecure"}
-    resolution : dict
-        The perfect-separation cap (``bounds.perfect_separation_cap``).
-    self_contained : bool
-        The mechanism is a built-in adapter (see :func:`sharing`).
-    """
-
+    #: The audited mechanism's name.
     mechanism: str
+    #: The claim under test (:class:`privaudit.audit.claim.Claim`).
     claim: Claim
+    #: 1 - alpha.
     confidence: float
+    #: The neighbouring pair's description.
     pair: dict
+    #: The gray-box block (``checked``, ``violation``, ``families``).
     graybox: dict
+    #: Runs per side of the selection split.
     selection_trials: int
+    #: Runs per side of the evaluation split.
     evaluation_trials: int
+    #: ``"secure"`` or ``"seeded-insecure"``.
     rng_mode: str
+    #: The perfect-separation cap (``bounds.perfect_separation_cap``).
     resolution: dict
+    #: The mechanism is a built-in adapter (see :func:`sharing`).
     self_contained: bool = False
 
 
 @dataclass(frozen=True)
 class RunFacts:
-    """How the runs of an audit were drawn and counted (the report's ``method`` block).
+    """How the runs of an audit were drawn and counted (the report's ``method`` block)."""
 
-    Attributes
-    ----------
-    trials : int
-        Runs per side.
-    alpha_per_bound : float
-        Error probability of each one-sided Clopper-Pearson bound.
-    candidates : list of str
-        The scores tried.
-    batched : bool
-    output_shape : list of int
-    float_sampler : dict or None
-        The float side-channel evidence (``float_attacks.sampler_verdict``).
-    gdp_lattice : dict or None
-        The GDP test's lattice share of alpha (discrete Gaussian noise).
-    fixed_events : str or None
-        Why the events were fixed before any run (no selection split), else None.
-    """
-
+    #: Runs per side.
     trials: int
+    #: Error probability of each one-sided Clopper-Pearson bound.
     alpha_per_bound: float
+    #: The scores tried (names, str).
     candidates: list
     batched: bool
+    #: A list of int.
     output_shape: list
+    #: The float side-channel evidence (``float_attacks.sampler_verdict``).
     float_sampler: dict | None = None
+    #: The GDP test's lattice share of alpha (discrete Gaussian noise).
     gdp_lattice: dict | None = None
+    #: Why the events were fixed before any run (no selection split), else None.
     fixed_events: str | None = None
 
 
 @dataclass
 class AuditReport:
-    """Result of :func:`privaudit.audit.run_audit`.
+    """Result of :func:`privaudit.audit.run_audit`."""
 
-    Attributes
-    ----------
-    verdict : str
-        ``"violation"`` or ``"no violation found"``.
-    epsilon_lower_bound : float or None
-        The largest eps lower bound valid for the claim (None when only the
-        gray-box check ran).
-    data : dict
-        The full JSON document (``schemas/audit_report.schema.json``).
-    runtime_s : float or None
-        Wall seconds of the run, for whoever ran it; not part of ``data``:
-        a report may be shared (``data["shareable"]``) and a running time is
-        a side channel on the size of the data the mechanism reads.
-    """
-
+    #: ``"violation"`` or ``"no violation found"``.
     verdict: str
+    #: The largest eps lower bound valid for the claim (None when only the gray-box check ran).
     epsilon_lower_bound: float | None
+    #: The full JSON document (``schemas/audit_report.schema.json``).
     data: dict = field(default_factory=dict)
     #: Wall seconds the audit took: shown to whoever ran it, never written into the report
     #: (a running time grows with the data the mechanism reads: a timing side channel).
+    #: Wall seconds of the run, for whoever ran it; not part of ``data``: a report may be shared
+    #: (``data["shareable"]``) and a running time is a side channel on the size of the data the mechanism reads.
     runtime_s: float | None = field(default=None, compare=False)
 
     @property

@@ -105,59 +105,39 @@ def _refuse_shared_columns(doc: dict, where: str) -> None:
 
 @dataclass(frozen=True)
 class DomainSpec:
-    """Public domain of a trajectory dataset (immutable).
+    """Public domain of a trajectory dataset (immutable)."""
 
-    Attributes
-    ----------
-    horizon : int
-        H, the most steps per episode; steps are h = 0..H-1.
-    n_states : int
-        S; states are integers in [0, S).
-    n_actions : int
-        A; actions are integers in [0, A).
-    reward_range : tuple[float, float]
-        (r_min, r_max); rewards are clipped into it and scaled to [0, 1] before
-        any statistic.
-    max_episodes_per_unit : int
-        k, the most episodes one privacy unit may contribute.
-    unit_column : str or None
-        Standard name ``unit_id`` is used when the spec names a unit column;
-        None means each episode is its own privacy unit.
-    terminal_states : tuple[int, ...]
-        States where the MDP ends (absorbing, reward 0 afterwards).
-    public_reward : dict or None
-        ``{"kind": "next_state", "values": {s': r}}`` when the reward function is
-        public (then rewards are not released); None when rewards are private.
-    columns : dict[str, str]
-        Standard name -> the user's column name (identity for unlisted names).
-    features : dict or None
-        Feature-map settings for linear learners.
-    dataset_id : str
-        Dataset name for the budget ledger ("unnamed" if absent).
-    return_bound : tuple[float, float] or None
-        (G_min, G_max), declared: the return of every episode (sum of its
-        rewards over steps h < H, each clipped into ``reward_range``; raw
-        reward units) lies in it. None when not declared. Learners use the
-        scaled image :attr:`scaled_return_max` / :meth:`value_bounds`.
-    raw : dict
-        The JSON document as read (for hashing and writing back).
-    source : Path or None
-        Where the spec was read from (relative feature-table paths resolve there).
-    """
-
+    #: H, the most steps per episode; steps are h = 0..H-1.
     horizon: int
+    #: S; states are integers in [0, S).
     n_states: int
+    #: A; actions are integers in [0, A).
     n_actions: int
+    #: (r_min, r_max); rewards are clipped into it and scaled to [0, 1] before any statistic.
     reward_range: tuple[float, float]
+    #: k, the most episodes one privacy unit may contribute.
     max_episodes_per_unit: int
+    #: Standard name ``unit_id`` is used when the spec names a unit column; None means each episode is its own
+    #: privacy unit.
     unit_column: str | None = None
+    #: States where the MDP ends (absorbing, reward 0 afterwards).
     terminal_states: tuple[int, ...] = ()
+    #: ``{"kind": "next_state", "values": {s': r}}`` when the reward function is public (then rewards are not
+    #: released); None when rewards are private.
     public_reward: dict | None = None
+    #: Standard name -> the user's column name, str -> str (identity for unlisted names).
     columns: dict = field(default_factory=dict)
+    #: Feature-map settings for linear learners.
     features: dict | None = None
+    #: Dataset name for the budget ledger ("unnamed" if absent).
     dataset_id: str = "unnamed"
+    #: (G_min, G_max), declared: the return of every episode (sum of its rewards over steps h < H, each clipped into
+    #: ``reward_range``; raw reward units) lies in it. None when not declared. Learners use the scaled image
+    #: :attr:`scaled_return_max` / :meth:`value_bounds`.
     return_bound: tuple[float, float] | None = None
+    #: The JSON document as read (for hashing and writing back).
     raw: dict = field(default_factory=dict, repr=False, compare=False)
+    #: Where the spec was read from (relative feature-table paths resolve there).
     source: Path | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ construction

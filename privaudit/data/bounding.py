@@ -70,69 +70,45 @@ PRIORITY_KEY = (f"xxh64(utf8(string(episode_id)), seed={PRIORITY_HASH_SEED}) as 
 
 @dataclass(frozen=True)
 class BoundingReport:
-    """What contribution bounding changed. PRIVATE: never put it in a release.
+    """What contribution bounding changed. PRIVATE: never put it in a release."""
 
-    Attributes
-    ----------
-    units : int
-        Privacy units in the input.
-    episodes : int
-        Episodes in the input.
-    units_over_k : int
-        Units that had more than k episodes.
-    episodes_dropped : int
-        Episodes dropped by the keep-k rule.
-    rows_dropped_with_episodes : int
-        Rows (steps) of those dropped episodes.
-    episodes_truncated : int
-        Kept episodes longer than H steps.
-    steps_dropped : int
-        Rows with step h >= H dropped from kept episodes.
-    rewards_clipped : int
-        Kept rows whose reward lay outside ``reward_range`` and was clipped.
-    episodes_rewards_clipped : int or None
-        Kept episodes with at least one such row (None: not counted, a
-        report made before this count existed).
-    returns_clipped : int
-        Kept episodes whose scaled return exceeded ``spec.scaled_return_max``
-        (declared ``return_bound``) and had their running return clipped.
-    k : int
-        The bound k used.
-    H : int
-        The horizon H used.
-    max_per_cell : int or None
-        c of the per-cell cap (:func:`cap_per_cell`), None when not applied.
-    cell_cap_stationary : bool or None
-        The cap's cells: (s, a) pooled over h (True) or (h, s, a) (False).
-    cell_steps_dropped : int or None
-        Steps (rows) dropped by the per-cell cap; None until the capped rows
-        are counted (:func:`cap_per_cell` runs no pass of its own; the
-        statistics that count the kept rows complete it:
-        :meth:`with_cell_kept`).
-    cell_steps_seen : int
-        Steps the cap looked at (rows after the three rules above).
-    rows_kept : int or None
-        Rows after the keep-k and truncate-to-H rules (the rows every
-        statistic sees); None in a report not made by
-        :func:`bound_contributions`.
-    """
-
+    #: Privacy units in the input.
     units: int
+    #: Episodes in the input.
     episodes: int
+    #: Units that had more than k episodes.
     units_over_k: int
+    #: Episodes dropped by the keep-k rule.
     episodes_dropped: int
+    #: Rows (steps) of those dropped episodes.
     rows_dropped_with_episodes: int
+    #: Kept episodes longer than H steps.
     episodes_truncated: int
+    #: Rows with step h >= H dropped from kept episodes.
     steps_dropped: int
+    #: Kept rows whose reward lay outside ``reward_range`` and was clipped.
     rewards_clipped: int
+    #: The bound k used.
     k: int
+    #: The horizon H used.
     H: int
+    #: Kept episodes whose scaled return exceeded ``spec.scaled_return_max`` (declared ``return_bound``) and had
+    #: their running return clipped.
     returns_clipped: int = 0
+    #: c of the per-cell cap (:func:`cap_per_cell`), None when not applied.
     max_per_cell: int | None = None
+    #: The cap's cells: (s, a) pooled over h (True) or (h, s, a) (False).
     cell_cap_stationary: bool | None = None
+    #: Steps (rows) dropped by the per-cell cap; None until the capped rows are counted (:func:`cap_per_cell` runs
+    #: no pass of its own; the statistics that count the kept rows complete it: :meth:`with_cell_kept`).
     cell_steps_dropped: int | None = 0
+    #: Steps the cap looked at (rows after the three rules above).
     cell_steps_seen: int = 0
+    #: Rows after the keep-k and truncate-to-H rules (the rows every statistic sees); None in a report not made by
+    #: :func:`bound_contributions`.
     rows_kept: int | None = None
+    #: Kept episodes with at least one row whose reward was clipped (``rewards_clipped``) (None: not counted, a
+    #: report made before this count existed).
     episodes_rewards_clipped: int | None = None
 
     @property

@@ -67,23 +67,15 @@ def dtype_problem(std: str, dtype: pl.DataType) -> str | None:
 
 @dataclass(frozen=True)
 class LogPart:
-    """One Parquet file of a log.
+    """One Parquet file of a log."""
 
-    Attributes
-    ----------
-    file : Path
-        The file.
-    n_rows : int
-        Rows in this file (from the Parquet footer).
-    offset : int
-        Row index (0-based, in the concatenated input) of this file's first row.
-    schema : dict[str, pl.DataType]
-        Column name (the user's) -> polars dtype.
-    """
-
+    #: The file.
     file: Path
+    #: Rows in this file (from the Parquet footer).
     n_rows: int
+    #: Row index (0-based, in the concatenated input) of this file's first row.
     offset: int
+    #: Column name (the user's, str) -> polars dtype (``pl.DataType``).
     schema: dict = field(repr=False)
 
 
@@ -166,29 +158,19 @@ def list_parts(path: str | Path) -> list[LogPart]:
 
 @dataclass(frozen=True)
 class OpenLog:
-    """A lazily scanned log before strict checks (used by validation).
+    """A lazily scanned log before strict checks (used by validation)."""
 
-    Attributes
-    ----------
-    frame : pl.LazyFrame
-        Standard column names for every present column, plus ``row``.
-    parts : list of LogPart
-    source : dict[str, str]
-        Standard name -> the user's column name, for present columns.
-    dtypes : dict[str, pl.DataType]
-        Standard name -> dtype as stored, for present columns.
-    missing : tuple of str
-        Required standard columns absent from the files.
-    unit_is_episode : bool
-        True when the spec names no privacy-unit column (``unit_id`` is then
-        a copy of ``episode_id``).
-    """
-
+    #: Standard column names for every present column, plus ``row``.
     frame: pl.LazyFrame
+    #: The log's files, a list of ``LogPart``.
     parts: list
+    #: Standard name -> the user's column name (str -> str), for present columns.
     source: dict
+    #: Standard name -> dtype as stored (``pl.DataType``), for present columns.
     dtypes: dict
+    #: Required standard columns (str) absent from the files.
     missing: tuple
+    #: True when the spec names no privacy-unit column (``unit_id`` is then a copy of ``episode_id``).
     unit_is_episode: bool
 
     def locate(self, rows: np.ndarray) -> tuple[list[str], np.ndarray]:

@@ -32,22 +32,16 @@ MAX_REPAIR_SHARE_DEFAULT = 0.05
 class RepairLimit:
     """The data holder's limit on what contribution bounding may change before a run spends anything.
 
-    Attributes
-    ----------
-    max_share : float
-        In [0, 1]: a run stops (:class:`~privaudit.core.errors.RepairsRefused`)
-        when any gated repair of :func:`repairs_of` changes a larger share of
-        what it counts in. Default :data:`MAX_REPAIR_SHARE_DEFAULT`.
-    accept : bool
-        True: go on whatever the shares (they are still reported).
-
     Raises
     ------
     UsageError
         ``max_share`` not a number in [0, 1], ``accept`` not a bool.
     """
 
+    #: In [0, 1]: a run stops (:class:`~privaudit.core.errors.RepairsRefused`) when any gated repair of
+    #: :func:`repairs_of` changes a larger share of what it counts in. Default :data:`MAX_REPAIR_SHARE_DEFAULT`.
     max_share: float = MAX_REPAIR_SHARE_DEFAULT
+    #: True: go on whatever the shares (they are still reported).
     accept: bool = False
 
     def __post_init__(self):

@@ -71,20 +71,13 @@ def explore_guarantee(g) -> Guarantee:
 
 @dataclass(frozen=True)
 class ExploreEnvironment(Record):
-    """The simulated user stream (public: all data is simulated from a known MDP).
-
-    Attributes
-    ----------
-    name : str
-    horizon, n_states, n_actions : int
-    world_key : int or None
-        Key of the users' response trees.
-    """
+    """The simulated user stream (public: all data is simulated from a known MDP)."""
 
     name: str
     horizon: int
     n_states: int
     n_actions: int
+    #: Key of the users' response trees.
     world_key: int | None = None
 
     def _json_derived(self) -> dict:
@@ -93,18 +86,11 @@ class ExploreEnvironment(Record):
 
 @dataclass(frozen=True)
 class ExploreSummary(Record):
-    """The regret summary (simulated users).
+    """The regret summary (simulated users)."""
 
-    Attributes
-    ----------
-    episodes : int
-        K.
-    cumulative_regret : float
-        sum_k V*_0(s_0^k) - V^{pi_k}_0(s_0^k).
-    mean_regret_last_10pct, mean_regret_first_10pct : float
-    """
-
+    #: K.
     episodes: int
+    #: sum_k V*_0(s_0^k) - V^{pi_k}_0(s_0^k).
     cumulative_regret: float
     mean_regret_last_10pct: float
     mean_regret_first_10pct: float
@@ -112,40 +98,28 @@ class ExploreSummary(Record):
 
 @dataclass(frozen=True)
 class ExploreManifest(Artifact):
-    """The public description of one ``privaudit explore`` run.
-
-    Attributes
-    ----------
-    software : dict
-        Versions (privaudit, python, numpy).
-    config : dict
-        The run's configuration (never a seed).
-    environment : ExploreEnvironment
-    guarantee : Guarantee
-        The run's JDP guarantee in the envelope's shape (``privaudit.core.envelope``: ``private``,
-        ``epsilon``, ``delta``, ``rho``, ``statement``, ``note``, then ``sampler``, ``mechanism``, ``noise``,
-        ``neighbouring``, ``privacy_unit``, ``rng``, ``event``, ``details``), as ``online.explore`` writes it;
-        a manifest written before the envelope keeps its flat shape, ordered by :func:`explore_guarantee`
-        (:attr:`envelope` reads either in the envelope's shape).
-    calibration : dict or None
-        The counters' noise calibration (tabular explorers).
-    summary : ExploreSummary
-    files : dict
-        ``regret`` (Parquet) and ``plot`` (PNG), relative to the folder.
-    format_version : int
-        1.
-    """
+    """The public description of one ``privaudit explore`` run."""
 
     FORMAT = ArtifactFormat("explore manifest", "explore_manifest", EXPLORE_FORMAT_VERSION, kind=EXPLORE_KIND)
     _JSON_ORDER = ("format_version", "kind")
 
+    #: Versions (privaudit, python, numpy).
     software: dict = field(repr=False)
+    #: The run's configuration (never a seed).
     config: dict = field(repr=False)
     environment: ExploreEnvironment
+    #: The run's JDP guarantee in the envelope's shape (``privaudit.core.envelope``: ``private``, ``epsilon``,
+    #: ``delta``, ``rho``, ``statement``, ``note``, then ``sampler``, ``mechanism``, ``noise``, ``neighbouring``,
+    #: ``privacy_unit``, ``rng``, ``event``, ``details``), as ``online.explore`` writes it; a manifest written
+    #: before the envelope keeps its flat shape, ordered by :func:`explore_guarantee` (:attr:`envelope` reads either
+    #: in the envelope's shape).
     guarantee: Guarantee
+    #: The counters' noise calibration (tabular explorers).
     calibration: dict | None = jfield(missing=None, repr=False)
     summary: ExploreSummary
+    #: ``regret`` (Parquet) and ``plot`` (PNG), relative to the folder.
     files: dict = field(default_factory=lambda: {"regret": "regret.parquet", "plot": "regret.png"}, repr=False)
+    #: 1.
     format_version: int = EXPLORE_FORMAT_VERSION
 
     def __post_init__(self):

@@ -81,28 +81,20 @@ _LATTICE_BITS = 20
 
 @dataclass(frozen=True)
 class PolicyEvaluation:
-    """The planned mechanism: coverage scale, sensitivities, lattices and noise scales.
-
-    Attributes
-    ----------
-    spec : DomainSpec
-    budget : Budget
-        Gaussian (zCDP) budget of the evaluation.
-    coverage : float
-        m > 0.
-    lipschitz : ndarray, shape (H + 1,)
-        l_h (``ope.model.lipschitz_bounds``).
-    bits, l2_lattice, sigma_lattice : dict
-        Per statistic (``value``, ``lost_mass``): lattice 2^-bits, L2
-        sensitivity and noise sigma in lattice units.
-    """
+    """The planned mechanism: coverage scale, sensitivities, lattices and noise scales."""
 
     spec: DomainSpec = field(repr=False)
+    #: Gaussian (zCDP) budget of the evaluation.
     budget: Budget
+    #: m > 0.
     coverage: float
+    #: Shape (H + 1,): l_h (``ope.model.lipschitz_bounds``).
     lipschitz: np.ndarray = field(repr=False)
+    #: Per statistic (``value``, ``lost_mass``): the lattice 2^-bits.
     bits: dict
+    #: Per statistic: the L2 sensitivity in lattice units.
     l2_lattice: dict
+    #: Per statistic: the noise sigma in lattice units.
     sigma_lattice: dict
 
     @classmethod
@@ -306,21 +298,16 @@ def _martingale_width(q_plus: float, q_max: float, a: float) -> float:
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """The ledger entry of one evaluation (``privacy.ledger.charge``).
+    """The ledger entry of one evaluation (``privacy.ledger.charge``)."""
 
-    Attributes
-    ----------
-    path : path, optional
-        The budget ledger: checked with the event before any row is read, charged once after. None: no ledger.
-    description : str
-        The entry's description.
-    run, output : optional
-        The entry's run id and output folder, e.g. a pipeline run's.
-    """
-
+    #: The budget ledger (a path): checked with the event before any row is read, charged once after. None: no
+    #: ledger.
     path: str | Path | None = None
+    #: The entry's description.
     description: str = "policy evaluation"
+    #: The entry's run id, e.g. a pipeline run's (optional).
     run: str | None = None
+    #: The entry's output folder, e.g. a pipeline run's (optional).
     output: str | Path | None = None
 
 

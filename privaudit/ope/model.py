@@ -88,28 +88,25 @@ def frame_value_bounds(spec: DomainSpec) -> np.ndarray:
 
 @dataclass(frozen=True, repr=False)
 class HeldOutStays:
-    """One stay per privacy unit, aggregated into its observed cells (sorted by h, s, a, s'). PRIVATE.
+    """One stay per privacy unit, aggregated into its observed cells (sorted by h, s, a, s'). PRIVATE."""
 
-    Attributes
-    ----------
-    start_counts : ndarray of int64, shape (S,)
-        n_0(s): kept stays starting in state s (their sum is the number of units n).
-    step, state, action, next_state : ndarray of int64, shape (C,)
-        The observed cells (h, s, a, s') of the kept stays' transitions (every step h < H), sorted.
-    count : ndarray of int64, shape (C,)
-        Transitions in each cell.
-    reward_hi, reward_lo : ndarray of int64, shape (C,)
-        The summed limbs (``privaudit.data.exact_sums``) of the logged scaled rewards of each
-        cell's transitions.
-    """
-
+    #: Shape (S,), int64: n_0(s), kept stays starting in state s (their sum is the number of units n).
     start_counts: np.ndarray
+    #: Shape (C,), int64: h of the observed cells (h, s, a, s') of the kept stays' transitions (every step h < H),
+    #: sorted.
     step: np.ndarray
+    #: Shape (C,), int64: s of those cells.
     state: np.ndarray
+    #: Shape (C,), int64: a of those cells.
     action: np.ndarray
+    #: Shape (C,), int64: s' of those cells.
     next_state: np.ndarray
+    #: Shape (C,), int64: transitions in each cell.
     count: np.ndarray
+    #: Shape (C,), int64: the summed high limbs (``privaudit.data.exact_sums``) of the logged scaled rewards of each
+    #: cell's transitions.
     reward_hi: np.ndarray
+    #: Shape (C,), int64: the summed low limbs of the same.
     reward_lo: np.ndarray
 
     @property
@@ -264,21 +261,14 @@ def lipschitz_bounds(spec: DomainSpec) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ModelValue:
-    """The capped model's statistics (exact, PRIVATE; scaled reward units).
+    """The capped model's statistics (exact, PRIVATE; scaled reward units)."""
 
-    Attributes
-    ----------
-    value : float
-        V' (absorbed mass earns 0), in [0, l_0].
-    lost_mass : float
-        L = mass absorbed by the caps (start cell included), in [0, 1].
-    weight_squares : ndarray, shape (H + 1,)
-        q_j = sum of w^2 over the start cell (j = 0) and over step j - 1's
-        transitions (j = 1..H); each q_j <= 1/m.
-    """
-
+    #: V' (absorbed mass earns 0), in [0, l_0].
     value: float
+    #: L = mass absorbed by the caps (start cell included), in [0, 1].
     lost_mass: float
+    #: Shape (H + 1,): q_j = sum of w^2 over the start cell (j = 0) and over step j - 1's transitions
+    #: (j = 1..H); each q_j <= 1/m.
     weight_squares: np.ndarray
 
 

@@ -58,42 +58,30 @@ _CONFIG_FIELDS = ("rho", "epsilon", "delta", "mdp", "instance_seed", "seed", "st
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """What a stopped run paid for, read back from its folder (:func:`read_checkpoint`).
+    """What a stopped run paid for, read back from its folder (:func:`read_checkpoint`)."""
 
-    Attributes
-    ----------
-    out : Path
-        The incomplete run's folder.
-    run_id : str
-        The stopped run's id (its ledger entries carry it; the rerun keeps it).
-    fingerprint : dict[str, str | None]
-        SHA-256 of the configuration, spec, logs and ledger path (:func:`fingerprint`).
-    charged : tuple of str
-        The parts charged, in order (``release``, the behaviour value, ``dp-pbb``, ``dp-vapvi``).
-    local : dict
-        The release's private bounding facts (for ``private/local-log.json``).
-    value_stats : ValueStatistics or None
-        The behaviour-value release, when charged.
-    arrays : dict[str, ndarray]
-        ``"<part>.V0"`` (shape (S,)) and ``"<part>.Q"`` (shape (H, S, A)) of the charged tabular learners.
-    certification : dict or None
-        The held-out certification (``hold_out``: DP estimates and bounds, charged), when the stopped run finished it.
-    certified : dict
-        The held-out evaluations the stopped run finished (and charged), by policy, when it stopped inside
-        the certification: reused, not charged again.
-    stopped_in : str
-        The stage the run stopped in.
-    """
-
+    #: The incomplete run's folder.
     out: Path
+    #: The stopped run's id (its ledger entries carry it; the rerun keeps it).
     run_id: str
+    #: SHA-256 of the configuration, spec, logs and ledger path (:func:`fingerprint`): str -> str or None.
     fingerprint: dict
+    #: The parts charged (str), in order (``release``, the behaviour value, ``dp-pbb``, ``dp-vapvi``).
     charged: tuple
+    #: The release's private bounding facts (for ``private/local-log.json``).
     local: dict
+    #: The behaviour-value release, when charged.
     value_stats: ValueStatistics | None
+    #: ``"<part>.V0"`` (shape (S,)) and ``"<part>.Q"`` (shape (H, S, A)) of the charged tabular learners:
+    #: str -> ndarray.
     arrays: dict
+    #: The held-out certification (``hold_out``: DP estimates and bounds, charged), when the stopped run finished
+    #: it.
     certification: dict | None = None
+    #: The stage the run stopped in.
     stopped_in: str = ""
+    #: The held-out evaluations the stopped run finished (and charged), by policy, when it stopped inside the
+    #: certification: reused, not charged again.
     certified: dict = dataclasses.field(default_factory=dict)
 
 

@@ -80,17 +80,11 @@ class Neighbouring(str, Enum):
 
 @dataclass(frozen=True)
 class PrivacyUnit:
-    """Who is protected: all rows sharing ``column``, at most ``k`` episodes of them.
+    """Who is protected: all rows sharing ``column``, at most ``k`` episodes of them."""
 
-    Attributes
-    ----------
-    column : str
-        The unit column of the spec (``"episode_id"`` when each episode is a unit).
-    k : int
-        Most episodes one unit contributes after bounding (>= 1).
-    """
-
+    #: The unit column of the spec (``"episode_id"`` when each episode is a unit).
     column: str
+    #: Most episodes one unit contributes after bounding (>= 1).
     k: int
 
     def __post_init__(self):
@@ -124,12 +118,17 @@ def _positive(name: str, v) -> float:
 class _Leaf:
     """Fields shared by the noise-adding events (keyword-only)."""
 
+    #: What was released (the family).
     family: str
+    #: Whom it protects.
     unit: PrivacyUnit
+    #: For which neighbouring relation.
     neighbouring: Neighbouring = Neighbouring.SUBSTITUTION
+    #: How the noise was drawn (:data:`NOISE_KINDS`).
     noise: str = "rounded"
     #: c, the per-cell contribution bound the sensitivity rests on
-    #: (``privaudit.data.bounding.cap_per_cell``); None: no per-cell cap.
+    #: (``privaudit.data.bounding.cap_per_cell``); None: no per-cell cap. A fact of the mechanism, not of the
+    #: unit: events with different c over the same unit compose.
     max_per_cell: int | None = None
 
     def _check_leaf(self):
@@ -169,23 +168,6 @@ class _Leaf:
 class GaussianEvent(_Leaf):
     """Gaussian noise N(0, sigma^2) added to each coordinate of a statistic of L2 sensitivity ``l2``.
 
-    Attributes
-    ----------
-    l2 : float
-        L2 sensitivity under :attr:`neighbouring` for :attr:`unit` (in the
-        statistic's stored units), > 0.
-    sigma : float
-        Noise standard deviation (same units), > 0. Its zCDP cost is
-        rho = l2^2 / (2 sigma^2) (Bun & Steinke 2016, Prop. 1.6); the
-        accountant derives it.
-    family, unit, neighbouring, noise
-        What was released, whom it protects, for which relation, and how the
-        noise was drawn (:data:`NOISE_KINDS`).
-    max_per_cell : int or None
-        The per-cell contribution bound c that ``l2`` assumes (None: none).
-        A fact of the mechanism, not of the unit: events with different c
-        over the same unit compose.
-
     Notes
     -----
     The exact discrete Gaussian with the same sigma satisfies the same
@@ -195,44 +177,34 @@ class GaussianEvent(_Leaf):
     KIND: ClassVar[str] = "gaussian"
     FIELDS: ClassVar[tuple] = ("l2", "sigma")
 
+    #: L2 sensitivity under :attr:`neighbouring` for :attr:`unit` (in the statistic's stored units), > 0.
     l2: float
+    #: Noise standard deviation (same units), > 0. Its zCDP cost is rho = l2^2 / (2 sigma^2) (Bun & Steinke 2016,
+    #: Prop. 1.6); the accountant derives it.
     sigma: float
 
 
 @dataclass(frozen=True, kw_only=True)
 class LaplaceEvent(_Leaf):
-    """Laplace noise Lap(b) added to each coordinate of a statistic of L1 sensitivity ``l1``.
-
-    Attributes
-    ----------
-    l1 : float
-        L1 sensitivity (stored units), > 0.
-    b : float
-        Laplace scale (same units), > 0. Its cost is pure eps = l1 / b
-        (Dwork & Roth 2014, Thm 3.6); the exact discrete Laplace with the
-        same b gives the same eps.
-    """
+    """Laplace noise Lap(b) added to each coordinate of a statistic of L1 sensitivity ``l1``."""
 
     KIND: ClassVar[str] = "laplace"
     FIELDS: ClassVar[tuple] = ("l1", "b")
 
+    #: L1 sensitivity (stored units), > 0.
     l1: float
+    #: Laplace scale (same units), > 0. Its cost is pure eps = l1 / b (Dwork & Roth 2014, Thm 3.6); the exact
+    #: discrete Laplace with the same b gives the same eps.
     b: float
 
 
 @dataclass(frozen=True)
 class ComposedEvent:
-    """Sequential (possibly adaptive) composition of the events in ``events``.
+    """Sequential (possibly adaptive) composition of the events in ``events``."""
 
-    Attributes
-    ----------
-    events : tuple of PrivacyEvent
-        At least one; a list is converted to a tuple.
-    label : str
-        What the composition released (e.g. ``"release"``, ``"dp-vapvi"``).
-    """
-
+    #: The composed events (each a ``PrivacyEvent``): at least one; a list is converted to a tuple.
     events: tuple
+    #: What the composition released (e.g. ``"release"``, ``"dp-vapvi"``).
     label: str = ""
 
     def __post_init__(self):

@@ -26,46 +26,30 @@ CONFIDENCE_DEFAULT = 0.95
 
 @dataclass(frozen=True)
 class ValueStatistics:
-    """The released (noisy) statistics, in real units, and the public facts needed to read them.
+    """The released (noisy) statistics, in real units, and the public facts needed to read them."""
 
-    Attributes
-    ----------
-    episodes : float
-        N' (noisy episode count).
-    return_sum : float
-        T' (noisy sum of centred clipped returns, declared reward units).
-    return_squares : float
-        Q' (noisy sum over privacy units of the squared unit totals of c,
-        units squared; the sum of c^2 when k = 1).
-    start_states : ndarray of float, shape (S,)
-        n'_0(s), noisy start-state counts (may be negative).
-    sigma : dict[str, float]
-        Noise standard deviation of each family, real units.
-    low, high : float
-        The declared return range; ``mid`` = (low + high) / 2 is the centre.
-    rounding : float
-        Largest error of one episode's c, declared units: its lattice rounding
-        (2^-b) plus the bound on the error of its summed return
-        (``BehaviourValueRelease.sum_error``, about 10^-14 H r_max).
-    unit_cross : float or None
-        B' (noisy sum over units of t_u n_u, declared units); None when k = 1
-        (then B = T).
-    unit_count_squares : float or None
-        D' (noisy sum over units of n_u^2); None when k = 1 (then D = N).
-    max_episodes : int
-        k, the most episodes one unit contributes (public, from the spec).
-    """
-
+    #: N' (noisy episode count).
     episodes: float
+    #: T' (noisy sum of centred clipped returns, declared reward units).
     return_sum: float
+    #: Q' (noisy sum over privacy units of the squared unit totals of c, units squared; the sum of c^2 when k = 1).
     return_squares: float
+    #: Float, shape (S,): n'_0(s), noisy start-state counts (may be negative).
     start_states: np.ndarray = field(repr=False)
+    #: Noise standard deviation of each family (str -> float), real units.
     sigma: dict = field(default_factory=dict)
+    #: The declared return range's low end; ``mid`` = (low + high) / 2 is the centre.
     low: float = 0.0
+    #: The declared return range's high end.
     high: float = 1.0
+    #: Largest error of one episode's c, declared units: its lattice rounding (2^-b) plus the bound on the error of
+    #: its summed return (``BehaviourValueRelease.sum_error``, about 10^-14 H r_max).
     rounding: float = 0.0
+    #: B' (noisy sum over units of t_u n_u, declared units); None when k = 1 (then B = T).
     unit_cross: float | None = None
+    #: D' (noisy sum over units of n_u^2); None when k = 1 (then D = N).
     unit_count_squares: float | None = None
+    #: k, the most episodes one unit contributes (public, from the spec).
     max_episodes: int = 1
 
     @property

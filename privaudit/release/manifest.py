@@ -62,68 +62,46 @@ RELEASE_KIND = "privaudit-release"
 
 @dataclass(frozen=True)
 class Domain(Record):
-    """The declared domain of a release (all from the spec).
+    """The declared domain of a release (all from the spec)."""
 
-    Attributes
-    ----------
-    H, S, A : int
-        Horizon, states, actions (>= 1).
-    stationary : bool
-        Counts pooled over h (tables without an h column).
-    terminal_states : tuple of int
-    reward_range : tuple of (float, float)
-        The spec's declared reward range (rewards are scaled from it into [0, 1]).
-    """
-
+    #: Horizon (>= 1).
     H: int  # noqa: N815
+    #: States (>= 1).
     S: int  # noqa: N815
+    #: Actions (>= 1).
     A: int  # noqa: N815
+    #: Counts pooled over h (tables without an h column).
     stationary: bool
     terminal_states: tuple[int, ...]
+    #: The spec's declared reward range, (float, float) (rewards are scaled from it into [0, 1]).
     reward_range: tuple
 
 
 @dataclass(frozen=True)
 class UnitRecord(Record):
-    """Whom the release protects (``privacy_unit``).
-
-    Attributes
-    ----------
-    column : str
-        The unit column (``episode_id`` when the spec names none).
-    max_episodes : int
-        k: most episodes kept per unit.
-    file_column : str or None
-        The column of the log files bounding grouped on; None in manifests
-        written before it was recorded.
-    max_per_cell : int or None
-        c: most steps kept per unit and released cell; None: no per-cell cap.
-    """
+    """Whom the release protects (``privacy_unit``)."""
 
     _JSON_ORDER = ("column", "file_column", "max_episodes", "max_per_cell")
 
+    #: The unit column (``episode_id`` when the spec names none).
     column: str
+    #: k: most episodes kept per unit.
     max_episodes: int
+    #: The column of the log files bounding grouped on; None in manifests written before it was recorded.
     file_column: str | None = jfield(default=None, omit_none=True)
+    #: c: most steps kept per unit and released cell; None: no per-cell cap.
     max_per_cell: int | None = jfield(default=None, omit_none=True)
 
 
 @dataclass(frozen=True)
 class DenseLayout(Record):
-    """How a dense family table is stored (``families.<f>.dense``, format versions 2 and 3).
+    """How a dense family table is stored (``families.<f>.dense``, format versions 2 and 3)."""
 
-    Attributes
-    ----------
-    row_groups : int
-        H (one row group per step h), or 1 when stationary.
-    row_group_shape : tuple of int
-        Shape of one row group's values, (S, A, S) for transitions.
-    order : str
-        The cell order inside a row group, in words (:data:`DENSE_ORDER`; :data:`WIDE_ORDER` in version 3).
-    """
-
+    #: H (one row group per step h), or 1 when stationary.
     row_groups: int
+    #: Shape of one row group's values, (S, A, S) for transitions.
     row_group_shape: tuple[int, ...]
+    #: The cell order inside a row group, in words (:data:`DENSE_ORDER`; :data:`WIDE_ORDER` in version 3).
     order: str = DENSE_ORDER
 
 
@@ -131,44 +109,32 @@ class DenseLayout(Record):
 class FamilyRecord(Record):
     """One released family (``families.<name>``): its table and its noise, in stored value units.
 
-    Attributes
-    ----------
-    file : str
-        Its Parquet file in the release folder.
-    columns : tuple of str
-        Index columns then ``value``; only ``("value",)`` for version-2 transitions; for version-3
-        transitions (h,) state, next_state, then ``action_0`` ... ``action_<A-1>``.
-    shape : tuple of int
-        Dense shape, e.g. (H, S, A) or (S, A, S).
-    value_unit : float
-        A stored value v means v x value_unit (1 for counts, 1/reward_quantum for reward sums).
-    l1_sensitivity, l2_sensitivity : float
-        Sensitivities in stored units under the neighbouring relation.
-    noise_scale : float
-        sigma (Gaussian) or b (Laplace) in stored units.
-    noise_scale_name : {"sigma", "laplace_b"}
-    budget : dict
-        This family's share: ``{"rho": ...}`` or ``{"epsilon": ...}``.
-    dense : DenseLayout or None
-        Set for the transitions of format versions 2 (the values alone)
-        and 3 (index columns and a count column per action); None: one
-        row per cell, index columns beside ``value`` (format 1, and visits
-        and rewards).
-
     The numbers are written and read exactly as stated (an integer stays an integer).
     """
 
     _JSON_ORDER = ("file", "columns", "shape", "dense")
 
+    #: The family's Parquet file in the release folder.
     file: str
+    #: Column names (str): index columns then ``value``; only ``("value",)`` for version-2 transitions; for
+    #: version-3 transitions (h,) state, next_state, then ``action_0`` ... ``action_<A-1>``.
     columns: tuple
+    #: Dense shape, e.g. (H, S, A) or (S, A, S).
     shape: tuple[int, ...]
+    #: A stored value v means v x value_unit (1 for counts, 1/reward_quantum for reward sums); a float.
     value_unit: Number
+    #: L1 sensitivity in stored units under the neighbouring relation; a float.
     l1_sensitivity: Number
+    #: L2 sensitivity in stored units under the neighbouring relation; a float.
     l2_sensitivity: Number
+    #: sigma (Gaussian) or b (Laplace) in stored units; a float.
     noise_scale: Number
+    #: ``"sigma"`` or ``"laplace_b"``.
     noise_scale_name: str
+    #: This family's share: ``{"rho": ...}`` or ``{"epsilon": ...}``.
     budget: dict
+    #: Set for the transitions of format versions 2 (the values alone) and 3 (index columns and a count column per
+    #: action); None: one row per cell, index columns beside ``value`` (format 1, and visits and rewards).
     dense: DenseLayout | None = jfield(default=None, omit_none=True)
 
 
@@ -179,44 +145,6 @@ class ReleaseManifest(Artifact):
     Build it with ``TabularRelease.manifest`` (writer) or :meth:`from_dict`
     (reader); write :meth:`to_dict` (or :meth:`write`). Holds no seed, no
     exact statistic and no count of rows, episodes or units of the private logs.
-
-    Attributes
-    ----------
-    software_version : str
-        privaudit version that wrote it (``software.version``).
-    created : str
-        UTC timestamp, ISO 8601.
-    spec_hash : str
-        ``DomainSpec.hash()`` of the spec used (64 hex digits).
-    dataset_id : str
-        The spec's dataset (the ledger's).
-    domain : Domain
-    privacy_unit : UnitRecord
-    neighbouring : str
-        The relation in words (``Neighbouring.SUBSTITUTION.description``).
-    bounding : dict[str, str]
-        The bounding rules in words (keep-k, steps, rewards, terminal; episode_key).
-    mechanism : {"gaussian", "laplace"}
-    noise : {"exact", "rounded"}
-        ``rounded`` only in old releases and the auditor's simulations.
-    rng : {"secure", "seeded-insecure"}
-    families : dict[str, FamilyRecord]
-        visits, transitions and (private reward) rewards, in that order.
-    guarantee : Guarantee
-        As ``privaudit.privacy.accounting.guarantee`` states it (plus
-        ``sampler``); a plain dict given here becomes a Guarantee.
-    budget_split, values : str
-        The split rule and what the value columns hold, in words.
-    public_reward : dict or None
-        The spec's public reward declaration (rewards not released).
-    reward_quantum : int or None
-        q, when reward sums are released.
-    event : dict or None
-        The release's privacy event (``PrivacyEvent.to_dict()``); None in
-        manifests written before events existed.
-    format_version : int
-        :data:`RELEASE_FORMAT_VERSION` (3) when written now; 2 (bare value
-        column) or 1 (one row per cell) for older releases (still read).
     """
 
     FORMAT = ArtifactFormat("release manifest", "release_manifest", RELEASE_FORMAT_VERSION, kind=RELEASE_KIND,
@@ -225,24 +153,43 @@ class ReleaseManifest(Artifact):
                    "privacy_unit", "neighbouring", "bounding", "mechanism", "noise", "rng", "private", "families",
                    "guarantee", "event", "budget_split", "values", "public_reward", "reward_quantum")
 
+    #: privaudit version that wrote it (``software.version``).
     software_version: str = jfield(skip=True)
+    #: UTC timestamp, ISO 8601.
     created: str
+    #: ``DomainSpec.hash()`` of the spec used (64 hex digits).
     spec_hash: str
+    #: The spec's dataset (the ledger's).
     dataset_id: str
     domain: Domain
     privacy_unit: UnitRecord
+    #: The relation in words (``Neighbouring.SUBSTITUTION.description``).
     neighbouring: str
+    #: The bounding rules in words, str -> str (keep-k, steps, rewards, terminal; episode_key).
     bounding: dict = field(repr=False)
+    #: ``"gaussian"`` or ``"laplace"``.
     mechanism: str
+    #: ``"exact"`` or ``"rounded"``; ``rounded`` only in old releases and the auditor's simulations.
     noise: str
+    #: ``"secure"`` or ``"seeded-insecure"``.
     rng: str
+    #: visits, transitions and (private reward) rewards, in that order.
     families: dict[str, FamilyRecord] = field(repr=False)
+    #: As ``privaudit.privacy.accounting.guarantee`` states it (plus ``sampler``); a plain dict given here becomes a
+    #: Guarantee.
     guarantee: Guarantee = field(repr=False)
+    #: The split rule, in words.
     budget_split: str = field(repr=False)
+    #: What the value columns hold, in words.
     values: str = field(repr=False)
+    #: The spec's public reward declaration (rewards not released).
     public_reward: dict | None = field(repr=False)
+    #: q, when reward sums are released.
     reward_quantum: int | None = jfield(default=None, omit_none=True)
+    #: The release's privacy event (``PrivacyEvent.to_dict()``); None in manifests written before events existed.
     event: dict | None = jfield(default=None, omit_none=True, repr=False)
+    #: :data:`RELEASE_FORMAT_VERSION` (3) when written now; 2 (bare value column) or 1 (one row per cell) for older
+    #: releases (still read).
     format_version: int = RELEASE_FORMAT_VERSION
 
     @property

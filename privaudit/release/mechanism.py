@@ -108,42 +108,30 @@ def count_noise_bound(mechanism: str, scale: float, H: int, S: int, A: int, stat
 
 @dataclass(frozen=True)
 class FamilyNoise:
-    """Noise plan of one released family, in stored value units.
+    """Noise plan of one released family, in stored value units."""
 
-    Attributes
-    ----------
-    family : str
-        ``"visits"``, ``"transitions"`` or ``"rewards"``.
-    l1, l2 : float
-        Sensitivities (``count_sensitivity`` x quantum).
-    scale : float
-        sigma (Gaussian) or b (Laplace), x quantum.
-    quantum : int
-        Stored values are multiples of 1/quantum (1 for counts).
-    """
-
+    #: ``"visits"``, ``"transitions"`` or ``"rewards"``.
     family: str
+    #: L1 sensitivity (``count_sensitivity`` x quantum).
     l1: float
+    #: L2 sensitivity (``count_sensitivity`` x quantum).
     l2: float
+    #: sigma (Gaussian) or b (Laplace), x quantum.
     scale: float
+    #: Stored values are multiples of 1/quantum (1 for counts).
     quantum: int
 
 
 @dataclass(frozen=True)
 class NoisyCounts:
-    """The released values (public): noisy integers in stored units.
+    """The released values (public): noisy integers in stored units."""
 
-    Attributes
-    ----------
-    visits : ndarray of int64, shape (H, S, A) or (S, A)
-    rewards : ndarray of int64 or None, same shape (units of 1/quantum)
-    transitions : iterator of (h, ndarray of int64, shape (S, A, S))
-        Noised lazily, one h-slice at a time (the whole (H, S, A, S) array of
-        a large domain never exists in memory).
-    """
-
+    #: Noisy visit counts, int64, shape (H, S, A) or (S, A).
     visits: np.ndarray = field(repr=False)
+    #: Noisy reward sums, int64 (units of 1/quantum), the same shape; None when rewards are not released.
     rewards: np.ndarray | None = field(repr=False)
+    #: Iterator of (h, ndarray of int64, shape (S, A, S)), noised lazily, one h-slice at a time (the whole
+    #: (H, S, A, S) array of a large domain never exists in memory).
     transitions: Iterator = field(repr=False)
 
 
@@ -154,25 +142,17 @@ class TabularRelease:
     Build it with :meth:`plan` (before any row is read). ``families`` holds
     the noise plan; :attr:`event` what it costs; :meth:`manifest` the public
     description; :meth:`apply` draws the noise; :meth:`noise_bound` gives E.
-
-    Attributes
-    ----------
-    spec : DomainSpec
-    budget : Budget
-    stationary : bool
-    noise : {"rounded", "exact"}
-    families : dict[str, FamilyNoise]
-    max_per_cell : int or None
-        c, the per-cell contribution bound the counts are taken under
-        (``privaudit.data.bounding.cap_per_cell`` with this ``stationary``);
-        None: no cap. The sensitivities, event and manifest follow it.
     """
 
     spec: DomainSpec = field(repr=False)
     budget: Budget
     stationary: bool
+    #: ``"rounded"`` or ``"exact"``.
     noise: str
+    #: Family name (str) -> its ``FamilyNoise``.
     families: dict
+    #: c, the per-cell contribution bound the counts are taken under (``privaudit.data.bounding.cap_per_cell`` with
+    #: this ``stationary``); None: no cap. The sensitivities, event and manifest follow it.
     max_per_cell: int | None = None
 
     @classmethod

@@ -88,33 +88,21 @@ class _Clock:
 
 @dataclass(frozen=True)
 class ReleaseInfo:
-    """What :func:`release_logs` did.
+    """What :func:`release_logs` did."""
 
-    Attributes
-    ----------
-    out : Path
-        The release folder.
-    manifest : ReleaseManifest
-        Its manifest (public; ``manifest.to_dict()`` is ``manifest.json``).
-    local_log : Path
-        The local, NOT-for-release log of bounding facts next to ``out``.
-    bounding : BoundingReport
-        PRIVATE counts of what bounding changed (for the data holder only).
-    event : PrivacyEvent
-        What the release cost (the event stored in the manifest); the
-        caller composes it with its other parts.
-    timings : dict[str, float]
-        Wall seconds per stage: validate, read_count, noise, write (write
-        overlaps the noise of the next h), total; and CPU seconds per stage
-        under ``<stage>_cpu`` (process CPU for validate and read_count, the
-        stage's own thread for noise and write).
-    """
-
+    #: The release folder.
     out: Path
+    #: The release's manifest (public; ``manifest.to_dict()`` is ``manifest.json``).
     manifest: ReleaseManifest
+    #: The local, NOT-for-release log of bounding facts next to ``out``.
     local_log: Path
+    #: PRIVATE counts of what bounding changed (for the data holder only).
     bounding: BoundingReport = field(repr=False)
+    #: Wall seconds per stage: validate, read_count, noise, write (write overlaps the noise of the next h), total;
+    #: and CPU seconds per stage under ``<stage>_cpu`` (process CPU for validate and read_count, the stage's own
+    #: thread for noise and write); str -> float.
     timings: dict = field(default_factory=dict, repr=False)
+    #: What the release cost (the event stored in the manifest); the caller composes it with its other parts.
     event: PrivacyEvent | None = None
 
 
@@ -167,57 +155,37 @@ class ReleaseOptions:
 
     The entry points (the CLI, the pipeline, ``train``) and Spark users set these; a plain
     ``release_logs(logs, spec, rho=..., out=..., seed=...)`` needs none of them.
-
-    Attributes
-    ----------
-    budget : Budget, optional
-        An already resolved budget (an entry point that resolved it, e.g. the
-        pipeline's part); then ``rho``, ``epsilon`` and ``delta`` must be None
-        and ``mechanism`` is the budget's.
-    noise : {"exact"}
-        Exact discrete Gaussian / discrete Laplace samplers
-        (``privaudit.privacy.samplers``; the manifest's ``guarantee.sampler``
-        states total variation 0). ``"rounded"`` (numpy's float samplers,
-        rounded) is refused: their output law is not certified, so no exact
-        guarantee could be stated (docs/privacy.md, "Noise modes").
-    engine : {"polars", "spark"}
-        Who validates, bounds and counts: polars on this machine (default),
-        or Apache Spark (:mod:`privaudit.data.spark.engine`, the
-        ``privaudit[spark]`` extra). With Spark, ``logs`` may also be a Spark
-        DataFrame or any path Spark reads (HDFS, cloud storage); only the
-        exact cell counts come back to this process, which adds the noise:
-        the (H, S, A) tables once, the transition cells one step h at a time
-        (the driver holds one (S, A, S) slice). The budget and the ledger are
-        checked before Spark reads a row.
-    spark : SparkSession or str, optional
-        With ``engine="spark"``: the session to use (classic or Spark
-        Connect: a notebook's ``spark``), a master URL (``local[4]``,
-        ``spark://host:7077``, ``yarn``), or a Spark Connect URL
-        ``sc://HOST:PORT`` (``privaudit.data.spark.session.connect_session``: an unreachable
-        server is an ``EngineError`` before anything is read). None uses the
-        active session or ``local[*]``.
-    echo : callable, optional
-        ``echo(text)`` for messages to the data holder (stderr in the CLI).
-    run : str, optional
-        Identifier of the run, recorded in the ledger entry (default: a new
-        random one).
-    run_output : str or Path, optional
-        The output the ledger entry names (default ``out``; the pipeline
-        passes its own folder).
-    repairs : RepairLimit
-        The data holder's limit on what contribution bounding may change
-        (``privaudit.data.repairs``; default: stop above 5% unless accepted),
-        checked on logs this call prepares (a path, or Spark) before any noise
-        is drawn; logs passed prepared were checked by their caller.
     """
 
+    #: An already resolved budget (an entry point that resolved it, e.g. the pipeline's part); then ``rho``,
+    #: ``epsilon`` and ``delta`` must be None and ``mechanism`` is the budget's.
     budget: Budget | None = None
+    #: Exact discrete Gaussian / discrete Laplace samplers (``privaudit.privacy.samplers``; the manifest's
+    #: ``guarantee.sampler`` states total variation 0). ``"rounded"`` (numpy's float samplers, rounded) is refused:
+    #: their output law is not certified, so no exact guarantee could be stated (docs/privacy.md, "Noise modes").
+    #: The one value accepted: ``"exact"``.
     noise: str = "exact"
+    #: Who validates, bounds and counts: polars on this machine (default), or Apache Spark
+    #: (:mod:`privaudit.data.spark.engine`, the ``privaudit[spark]`` extra). With Spark, ``logs`` may also be a
+    #: Spark DataFrame or any path Spark reads (HDFS, cloud storage); only the exact cell counts come back to this
+    #: process, which adds the noise: the (H, S, A) tables once, the transition cells one step h at a time (the
+    #: driver holds one (S, A, S) slice). The budget and the ledger are checked before Spark reads a row.
+    #: ``"polars"`` or ``"spark"``.
     engine: str = "polars"
+    #: With ``engine="spark"``: the session to use (classic or Spark Connect: a notebook's ``spark``), a master URL
+    #: (``local[4]``, ``spark://host:7077``, ``yarn``), or a Spark Connect URL ``sc://HOST:PORT``
+    #: (``privaudit.data.spark.session.connect_session``: an unreachable server is an ``EngineError`` before
+    #: anything is read). None uses the active session or ``local[*]``. A SparkSession, a str or None.
     spark: Any = None
+    #: ``echo(text)`` for messages to the data holder (stderr in the CLI).
     echo: Callable[[str], Any] | None = None
+    #: Identifier of the run, recorded in the ledger entry (default: a new random one).
     run: str | None = None
+    #: The output the ledger entry names (default ``out``; the pipeline passes its own folder).
     run_output: str | Path | None = None
+    #: The data holder's limit on what contribution bounding may change (``privaudit.data.repairs``; default: stop
+    #: above 5% unless accepted), checked on logs this call prepares (a path, or Spark) before any noise is drawn;
+    #: logs passed prepared were checked by their caller.
     repairs: RepairLimit = field(default_factory=RepairLimit)
 
 

@@ -173,31 +173,19 @@ def _batched(world, rng, rho, cls=BatchedUCBVI):
 
 @dataclass(frozen=True)
 class OnlineEntry:
-    """One catalogue explorer.
-
-    Attributes
-    ----------
-    name : str
-    algo : str
-        The production explorer (the twin).
-    broken : bool
-    bug : str
-    budget : dict
-        ``{"epsilon": ..}`` (PUCB) or ``{"rho": ..}``: the budget the explorer
-        claims (and, for a correct one, runs at).
-    decoy : str
-        Pair kind (``privaudit.audit.online.streams.DECOYS``).
-    trials : int
-        The stated trial budget per side at which the verdict is asserted.
-    view : str
-    """
+    """One catalogue explorer."""
 
     name: str
+    #: The production explorer (the twin).
     algo: str
     broken: bool
     bug: str
+    #: ``{"epsilon": ..}`` (PUCB) or ``{"rho": ..}``: the budget the explorer claims (and, for a correct one, runs
+    #: at).
     budget: dict
+    #: Pair kind (``privaudit.audit.online.streams.DECOYS``).
     decoy: str = "orthogonal"
+    #: The stated trial budget per side at which the verdict is asserted.
     trials: int = 400
     view: str = "billboard"
     world: dict = field(default_factory=lambda: {"horizon": 2, "states": 2, "n_episodes": 4, "canary_user": 0,

@@ -32,41 +32,29 @@ _BINCOUNT_MAX = 20_000_000
 
 @dataclass(frozen=True, repr=False)
 class StepData:
-    """Aggregated rows of one step h.
+    """Aggregated rows of one step h."""
 
-    Attributes
-    ----------
-    s, a : ndarray, shape (m,), int64
-        Distinct (state, action) pairs seen at step h.
-    n : ndarray, shape (m,), float64
-        n_h(s, a), rows per pair.
-    r_sum : ndarray, shape (m,), float64
-        Sum of the (scaled, [0, 1]) rewards of those rows.
-    r_fixed : ndarray, shape (m,), float64 holding integers
-        Sum over those rows of rint(r * 2^REWARD_BITS): each row's reward rounded
-        to the grid before summing (DP-VAPVI's lattice statistics).
-    t_pair : ndarray, shape (t,), int64
-        Index into the pairs of each distinct transition (s, a, s').
-    t_next : ndarray, shape (t,), int64
-        s'; -1 where V_{h+1} = ``end_value`` (terminal next state or last
-        step); -2 where the next state is unknown (V_{h+1} = 0, per-row data).
-    t_n : ndarray, shape (t,), float64
-        n_h(s, a, s').
-    end_value : float
-        V_{h+1} of a terminal next state: the terminal states' per-step
-        reward times the H - h - 1 steps left (0 at h = H - 1, and 0 when
-        the declared reward range starts at 0; see
-        ``privaudit.learners.tabular.pessimism.RewardFrame``).
-    """
-
+    #: Shape (m,), int64: the states s of the distinct (state, action) pairs seen at step h.
     s: np.ndarray
+    #: Shape (m,), int64: the actions a of those pairs.
     a: np.ndarray
+    #: Shape (m,), float64: n_h(s, a), rows per pair.
     n: np.ndarray
+    #: Shape (m,), float64: sum of the (scaled, [0, 1]) rewards of those rows.
     r_sum: np.ndarray
+    #: Shape (m,), float64 holding integers: sum over those rows of rint(r * 2^REWARD_BITS), each row's reward
+    #: rounded to the grid before summing (DP-VAPVI's lattice statistics).
     r_fixed: np.ndarray
+    #: Shape (t,), int64: index into the pairs of each distinct transition (s, a, s').
     t_pair: np.ndarray
+    #: Shape (t,), int64: s'; -1 where V_{h+1} = ``end_value`` (terminal next state or last step); -2 where the
+    #: next state is unknown (V_{h+1} = 0, per-row data).
     t_next: np.ndarray
+    #: Shape (t,), float64: n_h(s, a, s').
     t_n: np.ndarray
+    #: V_{h+1} of a terminal next state: the terminal states' per-step reward times the H - h - 1 steps left
+    #: (0 at h = H - 1, and 0 when the declared reward range starts at 0; see
+    #: ``privaudit.learners.tabular.pessimism.RewardFrame``).
     end_value: float = 0.0
 
     def __repr__(self) -> str:
@@ -75,24 +63,19 @@ class StepData:
 
 @dataclass(frozen=True, repr=False)
 class LinearData:
-    """Aggregated logs: one ``StepData`` per step h = 0..H-1.
+    """Aggregated logs: one ``StepData`` per step h = 0..H-1."""
 
-    Attributes
-    ----------
-    H, S, A : int
-        Horizon, states, actions (from the spec).
-    n_episodes : int
-        K, the number of episodes in the data. A fact about the private logs
-        (with k > 1 episodes per unit it differs between neighbours): the
-        non-private learners use it in their penalty; DP-VAPVI never does (its
-        D/K term takes a declared ``episodes_public``).
-    steps : tuple of StepData, length H
-    """
-
+    #: Horizon (from the spec).
     H: int
+    #: States (from the spec).
     S: int
+    #: Actions (from the spec).
     A: int
+    #: K, the number of episodes in the data. A fact about the private logs (with k > 1 episodes per unit it differs
+    #: between neighbours): the non-private learners use it in their penalty; DP-VAPVI never does (its D/K term
+    #: takes a declared ``episodes_public``).
     n_episodes: int
+    #: One ``StepData`` per step, length H.
     steps: tuple
 
     def __repr__(self) -> str:

@@ -130,26 +130,18 @@ class FiniteFeatures:
 
 @dataclass(frozen=True, repr=False)
 class RowStep:
-    """Rows of one step h (per-row features).
+    """Rows of one step h (per-row features)."""
 
-    Attributes
-    ----------
-    X : ndarray, shape (n, m)
-        Clipped state features, ||x|| <= 1.
-    a : ndarray, shape (n,), int64
-    r : ndarray, shape (n,), float64
-        Rewards in [0, 1].
-    nxt : ndarray, shape (n,), int64
-        Index of the episode's row at step h+1 among that step's rows; -1: terminal
-        next state or h = H-1 (V = ``end_value``); -2: unknown next state (V = 0).
-    end_value : float
-        V_{h+1} of a terminal next state (``pessimism.RewardFrame``; 0 at h = H-1).
-    """
-
+    #: Shape (n, m): clipped state features, ||x|| <= 1.
     X: np.ndarray
+    #: Shape (n,), int64: the rows' actions.
     a: np.ndarray
+    #: Shape (n,), float64: rewards in [0, 1].
     r: np.ndarray
+    #: Shape (n,), int64: index of the episode's row at step h+1 among that step's rows; -1: terminal next state
+    #: or h = H-1 (V = ``end_value``); -2: unknown next state (V = 0).
     nxt: np.ndarray
+    #: V_{h+1} of a terminal next state (``pessimism.RewardFrame``; 0 at h = H-1).
     end_value: float = 0.0
 
     def step_data(self) -> StepData:

@@ -84,23 +84,19 @@ CONSTANT_SETS = ("theory", "practical")
 
 @dataclass(frozen=True)
 class Problem:
-    """Public facts every constant depends on.
+    """Public facts every constant depends on."""
 
-    Attributes
-    ----------
-    horizon, n_states, n_actions, dim : int
-        H, S, A, d.
-    n_episodes : int
-        K, declared in advance (public).
-    fail_prob : float
-        p, failure probability of the confidence bounds (not a privacy parameter).
-    """
-
+    #: H.
     horizon: int
+    #: S.
     n_states: int
+    #: A.
     n_actions: int
+    #: d.
     dim: int
+    #: K, declared in advance (public).
     n_episodes: int
+    #: p, failure probability of the confidence bounds (not a privacy parameter).
     fail_prob: float = 0.01
 
     def __post_init__(self):
@@ -113,46 +109,31 @@ class Problem:
 
 @dataclass(frozen=True)
 class JinConstants:
-    """Constants of LSVI-UCB and its private versions (Luyo, Ngo).
+    """Constants of LSVI-UCB and its private versions (Luyo, Ngo)."""
 
-    Attributes
-    ----------
-    lam : float
-        Ridge regulariser lambda.
-    beta : float
-        Bonus radius.
-    shift : float
-        Added to each released Gram matrix (2 lambda-tilde; 0 without noise).
-    floor : float
-        Eigenvalue floor of a released Gram matrix (lambda + lambda-tilde).
-    n_batches : int
-        Luyo: number of batches B (K for LSVI-UCB's update every episode).
-    switch_ratio : float
-        Ngo: determinant ratio C of a switch (2 in the paper; 1 switches whenever det grows).
-    n_max : int
-        Ngo: public hard cap on the number of policy switches (with ``switch_at``: its length).
-    switch_at : tuple of int
-        Ngo: the public switching schedule, the episodes k (users served) at which the policy is
-        recomputed, fixed before the run (:func:`ngo_switch_schedule`); empty: the paper's
-        determinant-doubling test on the released Gram matrices, capped at ``n_max``.
-    noise_gram : float
-        GOE entry scale s of each Gram-tree node (0: none).
-    noise_vec : float
-        Gaussian sigma of each target-vector release (0: none).
-    name : str
-        ``"theory"``, ``"practical"`` or ``"custom"``.
-    """
-
+    #: Ridge regulariser lambda.
     lam: float
+    #: Bonus radius.
     beta: float
+    #: Added to each released Gram matrix (2 lambda-tilde; 0 without noise).
     shift: float = 0.0
+    #: Eigenvalue floor of a released Gram matrix (lambda + lambda-tilde).
     floor: float = 0.0
+    #: Luyo: number of batches B (K for LSVI-UCB's update every episode).
     n_batches: int = 0
+    #: Ngo: determinant ratio C of a switch (2 in the paper; 1 switches whenever det grows).
     switch_ratio: float = 2.0
+    #: Ngo: public hard cap on the number of policy switches (with ``switch_at``: its length).
     n_max: int = 0
+    #: GOE entry scale s of each Gram-tree node (0: none).
     noise_gram: float = 0.0
+    #: Gaussian sigma of each target-vector release (0: none).
     noise_vec: float = 0.0
+    #: ``"theory"``, ``"practical"`` or ``"custom"``.
     name: str = "custom"
+    #: Ngo: the public switching schedule, the episodes k (users served) at which the policy is recomputed, fixed
+    #: before the run (:func:`ngo_switch_schedule`); empty: the paper's determinant-doubling test on the released
+    #: Gram matrices, capped at ``n_max``. A tuple of int.
     switch_at: tuple = ()
 
 

@@ -74,23 +74,15 @@ NOISE_BLOCK_MAX = 512
 
 @dataclass(frozen=True)
 class Lattice:
-    """The grids of one run (public; recorded in the manifest).
+    """The grids of one run (public; recorded in the manifest)."""
 
-    Attributes
-    ----------
-    weight_bits : int
-        WB: weights on 2^-WB (0: unweighted statistics, weights exactly 1).
-    value_bits : int
-        VB: V_{h+1}, V-check_{h+1} and rewards on 2^-VB.
-    square_bits : int
-        SB: V_{h+1}^2 on 2^-SB (DP-LSVI-UCB++ only).
-    feature_bits : int
-        FB = 12.
-    """
-
+    #: WB: weights on 2^-WB (0: unweighted statistics, weights exactly 1).
     weight_bits: int
+    #: VB: V_{h+1}, V-check_{h+1} and rewards on 2^-VB.
     value_bits: int
+    #: SB: V_{h+1}^2 on 2^-SB (DP-LSVI-UCB++ only).
     square_bits: int = 0
+    #: FB = 12.
     feature_bits: int = FEATURE_BITS
 
     @property

@@ -60,28 +60,18 @@ DEFAULT_BETA = 0.05
 
 @dataclass(frozen=True)
 class PUCBConstants:
-    """The multipliers that distinguish the theory and practical constant sets.
+    """The multipliers that distinguish the theory and practical constant sets."""
 
-    Attributes
-    ----------
-    name : str
-        ``"theory"`` or ``"practical"``.
-    error : str
-        ``"union"``: E is the uniform high-probability bound over all C
-        counters and K releases at beta/2; ``"std"``: E is the standard
-        deviation of one release's noise with L open nodes.
-    c_threshold : float
-        A cell is maximally optimistic while n~ <= c_threshold * E.
-    c_phi : float
-        Multiplier of the sampling bonus (H + 1) sqrt(2 lambda / (n~ - E)).
-    c_psi : float
-        Multiplier of the counter bonus (2 + (S + 1) H) E / n~.
-    """
-
+    #: ``"theory"`` or ``"practical"``.
     name: str
+    #: ``"union"``: E is the uniform high-probability bound over all C counters and K releases at beta/2; ``"std"``:
+    #: E is the standard deviation of one release's noise with L open nodes.
     error: str
+    #: A cell is maximally optimistic while n~ <= c_threshold * E.
     c_threshold: float
+    #: Multiplier of the sampling bonus (H + 1) sqrt(2 lambda / (n~ - E)).
     c_phi: float
+    #: Multiplier of the counter bonus (2 + (S + 1) H) E / n~.
     c_psi: float
 
 
@@ -92,40 +82,26 @@ CONSTANT_SETS = {"theory": THEORY, "practical": PRACTICAL}
 
 @dataclass(frozen=True)
 class PUCBCalibration:
-    """Everything PUCB needs that is a function of public facts only.
+    """Everything PUCB needs that is a function of public facts only."""
 
-    Attributes
-    ----------
-    mechanism : str
-        ``"laplace"``, ``"gaussian"`` or ``"none"`` (the non-private twin).
-    scale : float
-        Node scale b or sigma (0 for ``none``).
-    n_levels : int
-        L.
-    n_counters : int
-        C = 2SAH + S^2AH.
-    step_sensitivity : float
-        Per-family one-step sensitivity: 2H (l1) or sqrt(2H) (l2); 0 for none.
-    family_budget : float or None
-        eps/3 or rho/3 per family.
-    E : float
-        The counter error used by PrivQ (see ``PUCBConstants.error``).
-    log_term : float
-        lambda = ln(2 C K / (beta/2)) of the sampling bonus.
-    constants : PUCBConstants
-    reward_bits : int
-        The reward sums count in units of 2^-reward_bits (:func:`reward_lattice_bits`).
-    """
-
+    #: ``"laplace"``, ``"gaussian"`` or ``"none"`` (the non-private twin).
     mechanism: str
+    #: Node scale b or sigma (0 for ``none``).
     scale: float
+    #: L.
     n_levels: int
+    #: C = 2SAH + S^2AH.
     n_counters: int
+    #: Per-family one-step sensitivity: 2H (l1) or sqrt(2H) (l2); 0 for none.
     step_sensitivity: float
+    #: eps/3 or rho/3 per family.
     family_budget: float | None
+    #: The counter error used by PrivQ (see ``PUCBConstants.error``).
     E: float
+    #: lambda = ln(2 C K / (beta/2)) of the sampling bonus.
     log_term: float
     constants: PUCBConstants
+    #: The reward sums count in units of 2^-reward_bits (:func:`reward_lattice_bits`).
     reward_bits: int = 8
 
 
