@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privaudit.core.errors import ArtifactError, UsageError
+from privaudit.core.errors import UsageError
 from privaudit.mdp.io import load_mdp
 from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
 from privaudit.mdp.tabular import TabularMDP, evaluate_policy, value_iteration

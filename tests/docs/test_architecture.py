@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
 from tests.conftest import REPO
 

@@ -11,7 +11,6 @@ distribution far inside its range.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import jsonschema
 import numpy as np

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from privaudit.core.artifact import Guarantee
-from privaudit.core.errors import ArtifactError, PrivauditError
+from privaudit.core.errors import ArtifactError
 from privaudit.privacy.budget import resolve_budget
 from privaudit.core.schemas import schema_errors
 from privaudit.core.spec import load_spec

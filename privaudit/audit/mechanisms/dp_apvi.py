@@ -15,7 +15,6 @@ import polars as pl
 
 from privaudit.audit.mechanisms.library import LibraryStatistics
 from privaudit.core.errors import UsageError
-from privaudit.data import counts
 from privaudit.learners.tabular.counts import TabularCounts
 from privaudit.learners.tabular.dp_apvi import DPAPVI
 

@@ -53,7 +53,6 @@ def pucb_billboard(world: AuditWorld, agent) -> np.ndarray:
         if t == world.canary_user:
             pi_k["pi"] = np.asarray(ag.policy()).copy()
     world.play(agent, on_prepare=keep_policy)
-    H = world.horizon
     acts = pi_k["pi"][:, lanes]                                    # (H, 2): pi_k(h, lane)
     fams = []
     for f in FAMILIES:

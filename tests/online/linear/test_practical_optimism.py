@@ -4,7 +4,6 @@ covers the value range), so LSVI-UCB with one-hot features explores like a tabul
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from privaudit.online.linear.build import make_linear_agent
 
