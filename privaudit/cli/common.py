@@ -12,7 +12,7 @@ from typing import Any, Callable
 import click
 
 from privaudit.cli.numbers import FLOAT, FloatRange
-from privaudit.core.errors import PrivauditError, Terminated
+from privaudit.core.errors import PrivauditError, Terminated, interrupted_import
 from privaudit.core.formatting import privacy_param
 from privaudit.core.outputs import kept_incomplete
 from privaudit.core.jsonio import json_default
@@ -87,6 +87,10 @@ def handle_errors(fn: Callable) -> Callable:
                  "or a machine with more memory.", 1)
         except KeyboardInterrupt as e:  # a message: what the command kept (the pipeline's paid-for outputs)
             fail(f"interrupted: {str(e) or 'nothing was written (temporary outputs removed)'}", 130)
+        except ImportError as e:  # Ctrl-C during a lazy import of a compiled module (matplotlib's, scipy's)
+            if not interrupted_import(e):
+                raise
+            fail("interrupted: nothing was written (temporary outputs removed)", 130)
         except Terminated as e:  # SIGTERM, see privaudit.cli._terminated
             fail(f"terminated: {str(e) or 'nothing was written (temporary outputs removed)'}", 143)
 
