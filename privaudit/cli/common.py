@@ -57,8 +57,12 @@ def handle_errors(fn: Callable) -> Callable:
         def fail(message: str, code: int):
             click.echo(message, err=True)
             for path, e in charges_by_this_process(mark):
-                retry = ("its output is kept, marked incomplete: the same command again reuses it without charging"
-                         if kept_incomplete(e.get("output"), e.get("run")) else "a retry spends it again")
+                if kept_incomplete(e.get("output"), e.get("run")):
+                    retry = "its output is kept, marked incomplete: the same command again reuses it without charging"
+                elif e.get("output") and os.path.exists(e["output"]):  # e.g. train's OUT.release: complete
+                    retry = "its output is kept: use it rather than spending again"
+                else:
+                    retry = "a retry spends it again"
                 click.echo(f"note: the budget ledger {path} was charged before this stopped, and that budget "
                            f"stays spent ({retry}): entry #{e['seq']}, rho={e['rho']}, "
                            f"run {e.get('run', '?')}, output {e.get('output', '?')}.", err=True)

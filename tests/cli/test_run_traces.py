@@ -111,6 +111,25 @@ def _raise_import_from_interrupt():
     raise ImportError("initialization failed") from KeyboardInterrupt()
 
 
+def test_train_interrupted_after_its_release_names_the_kept_release(files, tmp_path, monkeypatch):
+    """Before: "interrupted: nothing was written" and "a retry spends it again", while POLICY.release was kept
+    and the same command again is refused (it never replaces a release) (fresh-user pass)."""
+    led = tmp_path / "b.jsonl"
+    init_ledger(led, "traces", 2)
+    monkeypatch.setattr(DPAPVI, "fit", lambda self, *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    out = tmp_path / "pol"
+    res = CliRunner().invoke(main, ["train", str(files / "logs.parquet"), "--spec", str(files / "spec.json"),
+                                    "--algo", "dp-apvi", "--rho", "0.5", "--out", str(out), "--ledger", str(led)])
+    assert res.exit_code == 130, res.output
+    release = tmp_path / "pol.release"
+    assert not out.exists() and (release / "manifest.json").exists()
+    assert ledger_status(led)["n_entries"] == 1
+    assert f"interrupted: the policy was not written, but the release {release} was made" in res.output
+    assert f"privaudit train --release {release} --spec {files / 'spec.json'} --algo dp-apvi" in res.output
+    assert "its output is kept: use it rather than spending again" in res.output
+    assert "nothing was written" not in res.output and "a retry spends it again" not in res.output
+
+
 def test_a_failure_before_any_charge_mentions_no_ledger(files, tmp_path, monkeypatch):
     led = tmp_path / "b.jsonl"
     init_ledger(led, "traces", 2)
