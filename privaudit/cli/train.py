@@ -25,6 +25,7 @@ from privaudit.learners.linear.logs import local_log_path, train_from_logs as li
 from privaudit.learners.policy import POLICY_LOG_OUTPUT, POLICY_OUTPUT, save_policy
 from privaudit.learners.tabular.train import train_from_logs, train_from_release
 from privaudit.core.spec import load_spec
+from privaudit.data.io import refuse_privaudit_output
 from privaudit.data.repairs import RepairLimit
 from privaudit.release.tabular import default_stationary, local_log_path as release_log_path
 
@@ -181,6 +182,8 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         check_sidecar_free(log_path, "the policy's private bounding log", "policy")
     if release_dir is None and learner.reads == "release" and algo in private_algos:
         _check_release_free(release_dir_for(out), overwrite)
+    if logs is not None:  # a release given as LOGS: say so before the budget flags are checked
+        refuse_privaudit_output(logs)
     # held until the command ends: a second run writing the same --out at once is refused now
     stale = click.get_current_context().with_resource(output_lock(out, "--out"))
     if stale:
