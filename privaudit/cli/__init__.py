@@ -14,7 +14,7 @@ import sys
 import click
 
 from privaudit import __version__
-from privaudit.core.errors import Terminated
+from privaudit.core.errors import Terminated, interrupted_import
 
 #: command name -> its short help; the command lives in ``privaudit/cli/<name>.py``. Ordered as in
 #: --help; the short help is repeated here so that ``privaudit --help`` imports no command module (a
@@ -44,6 +44,11 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
+            click.echo("interrupted: nothing was written", err=True)
+            sys.exit(130)
+        except ImportError as e:  # Ctrl-C inside a compiled module's initialisation (core.errors.interrupted_import)
+            if not interrupted_import(e):
+                raise
             click.echo("interrupted: nothing was written", err=True)
             sys.exit(130)
         except Terminated:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import click
 
 from privaudit.cli.numbers import FLOAT, FloatRange
-from privaudit.core.errors import PrivauditError, Terminated
+from privaudit.core.errors import PrivauditError, Terminated, interrupted_import
 from privaudit.core.formatting import privacy_param
 from privaudit.core.outputs import kept_incomplete
 from privaudit.core.jsonio import json_default
@@ -57,8 +57,12 @@ def handle_errors(fn: Callable) -> Callable:
         def fail(message: str, code: int):
             click.echo(message, err=True)
             for path, e in charges_by_this_process(mark):
-                retry = ("its output is kept, marked incomplete: the same command again reuses it without charging"
-                         if kept_incomplete(e.get("output"), e.get("run")) else "a retry spends it again")
+                if kept_incomplete(e.get("output"), e.get("run")):
+                    retry = "its output is kept, marked incomplete: the same command again reuses it without charging"
+                elif e.get("output") and os.path.exists(e["output"]):  # e.g. train's OUT.release: complete
+                    retry = "its output is kept: use it rather than spending again"
+                else:
+                    retry = "a retry spends it again"
                 click.echo(f"note: the budget ledger {path} was charged before this stopped, and that budget "
                            f"stays spent ({retry}): entry #{e['seq']}, rho={e['rho']}, "
                            f"run {e.get('run', '?')}, output {e.get('output', '?')}.", err=True)
@@ -87,6 +91,10 @@ def handle_errors(fn: Callable) -> Callable:
                  "or a machine with more memory.", 1)
         except KeyboardInterrupt as e:  # a message: what the command kept (the pipeline's paid-for outputs)
             fail(f"interrupted: {str(e) or 'nothing was written (temporary outputs removed)'}", 130)
+        except ImportError as e:  # Ctrl-C during a lazy import of a compiled module (matplotlib's, scipy's)
+            if not interrupted_import(e):
+                raise
+            fail("interrupted: nothing was written (temporary outputs removed)", 130)
         except Terminated as e:  # SIGTERM, see privaudit.cli._terminated
             fail(f"terminated: {str(e) or 'nothing was written (temporary outputs removed)'}", 143)
 

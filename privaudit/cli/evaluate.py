@@ -154,7 +154,8 @@ def _from_logs(policy, logs, spec, budget, options: dict, as_json: bool) -> None
     click.echo(f"guarantee: {guarantee_text(g)}; neighbouring: substitution of one privacy unit"
                + (f"; charged to {entry.path}" if entry.path else ""))
     if "units_released" in res["mechanism"]:
-        click.echo(f"coverage m from the rule on a DP count of the evaluated units: {res['mechanism']['units_released']}")
+        click.echo(f"coverage m = {num(res['coverage'])}, set by the rule from a DP count of the evaluated units: "
+                   f"{res['mechanism']['units_released']}")
     if res["absorbed_mass"] > 0.5:
         click.echo(f"WARNING: the coverage caps absorb about {res['absorbed_mass']:.0%} of the policy's mass "
                    f"(m = {num(res['coverage'])} against the visits of the logs' cells; at a small m the noise alone "

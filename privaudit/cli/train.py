@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -13,7 +14,7 @@ from privaudit.cli.registry_help import (LiveHelpCommand, LiveHelpOption, Regist
                                          private_tabular, release_readers)
 from privaudit.cli.common import (Notices, PathArg, as_flags, budget_options, echo_json, engine_options, handle_errors,
                                   repair_options, spark_target)
-from privaudit.core.errors import UsageError
+from privaudit.core.errors import Terminated, UsageError
 from privaudit.core.formatting import guarantee_text
 from privaudit.privacy.budget import accepted_budgets
 from privaudit.privacy.noise import GAUSSIAN
@@ -24,6 +25,7 @@ from privaudit.learners.linear.logs import local_log_path, train_from_logs as li
 from privaudit.learners.policy import POLICY_LOG_OUTPUT, POLICY_OUTPUT, save_policy
 from privaudit.learners.tabular.train import train_from_logs, train_from_release
 from privaudit.core.spec import load_spec
+from privaudit.data.io import refuse_privaudit_output
 from privaudit.data.repairs import RepairLimit
 from privaudit.release.tabular import default_stationary, local_log_path as release_log_path
 
@@ -180,6 +182,8 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
         check_sidecar_free(log_path, "the policy's private bounding log", "policy")
     if release_dir is None and learner.reads == "release" and algo in private_algos:
         _check_release_free(release_dir_for(out), overwrite)
+    if logs is not None:  # a release given as LOGS: say so before the budget flags are checked
+        refuse_privaudit_output(logs)
     # held until the command ends: a second run writing the same --out at once is refused now
     stale = click.get_current_context().with_resource(output_lock(out, "--out"))
     if stale:
@@ -270,12 +274,14 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                                         seed=seed, params=params, max_per_cell=max_per_cell, context=context)
             policy, certificate = run.learner.policy_, _certificate(run.learner)
         else:
-            policy = train_from_logs(logs, spec, algo=algo, stationary=stationary,
-                                     budget=BudgetRequest(rho, epsilon, delta, mechanism), noise=noise or "exact",
-                                     release_out=release_used, seed=seed, params=params, max_per_cell=max_per_cell,
-                                     context=context)
+            with _kept_release(release_used, algo, spec_path, out):
+                policy = train_from_logs(logs, spec, algo=algo, stationary=stationary,
+                                         budget=BudgetRequest(rho, epsilon, delta, mechanism), noise=noise or "exact",
+                                         release_out=release_used, seed=seed, params=params,
+                                         max_per_cell=max_per_cell, context=context)
     notes.flush()
-    save_policy(policy, out, overwrite=overwrite)  # complete in a temporary folder, then swapped in
+    with _kept_release(None if release_dir else release_used, algo, spec_path, out):
+        save_policy(policy, out, overwrite=overwrite)  # complete in a temporary folder, then swapped in
     if staged_log is not None:
         os.replace(staged_log, log_path)
     summary = {"policy": str(out), "algorithm": policy.algorithm, "private": policy.privacy.private,
@@ -297,6 +303,21 @@ def command(logs, spec_path, release_dir, algo, rho, epsilon, delta, mechanism, 
                        f"{certificate['value']:.4f} with probability >= {1 - certificate['failure_prob']:g} "
                        f"(failure probability {certificate['failure_prob']:g}), when the logs follow the spec's "
                        "declarations; " + certificate["what"])
+
+
+@contextlib.contextmanager
+def _kept_release(release: Path | None, algo: str, spec_path, out: Path):
+    """Ctrl-C or SIGTERM once the release made from LOGS exists (complete, charged): say that it is kept
+    and how to train on it without spending again (a retry of the same command is refused: it never
+    replaces a release)."""
+    try:
+        yield
+    except (KeyboardInterrupt, Terminated) as e:
+        if release is None or not release.exists() or str(e):
+            raise
+        raise type(e)(f"the policy was not written, but the release {release} was made (its budget is spent) and "
+                      f"is kept: train on it without spending again: privaudit train --release {release} "
+                      f"--spec {spec_path} --algo {algo} --out {out}") from e
 
 
 def _check_release_free(release: Path, overwrite: bool) -> None:

@@ -139,6 +139,17 @@ class Terminated(BaseException):
     """
 
 
+def interrupted_import(e: BaseException) -> bool:
+    """True when ``e`` is a Ctrl-C that an import turned into an ImportError.
+
+    A KeyboardInterrupt during the initialisation of a compiled module built
+    with pybind11 (several of matplotlib's and scipy's, imported lazily by the
+    figures) is re-raised as ``ImportError("initialization failed")`` from
+    it; the CLI treats that as the interrupt it is (exit 130, no traceback).
+    """
+    return isinstance(e, ImportError) and isinstance(e.__cause__ or e.__context__, KeyboardInterrupt)
+
+
 def positive_finite(name: str, value, error: type[PrivauditError] = UsageError) -> float:
     """``float(value)`` if it is a finite number > 0 (not a bool), else ``error`` naming ``name``.
 

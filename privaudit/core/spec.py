@@ -382,7 +382,8 @@ def load_spec(path: str | Path) -> DomainSpec:
     Raises
     ------
     SpecError
-        If the file is missing, not UTF-8, not JSON, or breaks the schema.
+        If the file is missing, not UTF-8, not JSON (or nested too deeply to
+        read), or breaks the schema.
     """
     p = Path(path)
     try:
@@ -399,6 +400,9 @@ def load_spec(path: str | Path) -> DomainSpec:
     except _DuplicateKey as e:
         raise SpecError(f"spec {p}: key {e.args[0]!r} appears twice in one object; JSON readers keep one of the "
                         "two values silently. Keep one.") from None
+    except RecursionError:
+        raise SpecError(f"spec {p} nests its arrays or objects too deeply for the JSON reader (a spec is a few "
+                        "levels deep): is it the right file?") from None
     return DomainSpec.from_dict(doc, source=p.resolve())
 
 

@@ -58,6 +58,10 @@ EPISODE_PASS_SEED = 0x33
 _P32 = 2**32
 
 
+#: Steps are clipped into [-1, _STEP_CLIP] before the episode aggregates (no overflow in the hash keys).
+_STEP_CLIP = 2**30
+
+
 def _clipped(name: str, dtype: pl.DataType, lo: int, hi: int) -> pl.Expr:
     """Integer column ``name`` clipped into [lo, hi] as Int64 (no overflow for any integer type)."""
     if dtype.is_unsigned_integer():
@@ -137,7 +141,7 @@ def episode_table(log: OpenLog, check_chain: bool, check_units: bool, flags: Seq
     memory proportional to the episodes on top of the table).
     """
     c = pl.col
-    hc = _clipped("step", log.dtypes["step"], -1, 2**30)
+    hc = _clipped("step", log.dtypes["step"], -1, _STEP_CLIP)
     aggs = [pl.len().alias("n"), c(ROW).min().alias("row0"), c("_dlo").sum().alias("dlo"),
             c("_dhi").sum().alias("dhi")]
     not0 = pl.when(hc != 0)
@@ -280,14 +284,17 @@ def flag_not_last(log: OpenLog, table: EpisodeTable, flags: list[str]) -> pl.Dat
     which = c(flags[0]).fill_null(False)
     col = (pl.when(which).then(pl.lit(flags[0])).otherwise(pl.lit(flags[-1]))) if len(flags) > 1 else pl.lit(flags[0])
     last = table.frame.filter(c("flag_suspect")).select("episode_id", "hmax")
-    hc = _clipped("step", log.dtypes["step"], -1, 2**30)
+    hc = _clipped("step", log.dtypes["step"], -1, _STEP_CLIP)
     rows = log.frame if last.height else log.frame.head(0)
+    # hmax is clipped at _STEP_CLIP: a larger last step is named as ">= 2^30", not as 2^30 itself
+    until = pl.when(c("hmax") >= _STEP_CLIP).then(pl.lit(f"a step >= {_STEP_CLIP}")).otherwise(
+        pl.format("step {}", "hmax"))
     return (rows.filter(_any_flag(flags) & c("step").is_not_null())
             .select(ROW, "episode_id", "step", hc.alias("_h"), col.alias("column"))
             .join(last.lazy(), on="episode_id", how="inner")
             .filter(c("_h") < c("hmax"))
             .select(ROW, "episode_id", "step", "column",
-                    pl.format("{} flag at step {} but the episode continues to step {}", "column", "step", "hmax")
+                    pl.format("{} flag at step {} but the episode continues to {}", "column", "step", until)
                     .alias("detail"))
             .collect(engine="streaming"))
 

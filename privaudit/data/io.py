@@ -86,6 +86,18 @@ _OUTPUT_FILES = {"manifest.json": "a release is read by `train --release DIR`",
                  "summary.json": "a pipeline run's release is DIR/release, its policies DIR/policies/NAME"}
 
 
+def refuse_privaudit_output(path) -> None:
+    """``LogReadError`` when ``path`` is a local folder privaudit wrote (a release, a policy, a pipeline run).
+
+    For commands to call before any other check: ``train REL --algo dp-apvi`` without a budget said
+    "give a budget" before the read named the mistake (train on a release with ``--release``). Any
+    other path (a file, a Spark URL, a missing one) passes; the read checks it.
+    """
+    p = Path(path)
+    if p.is_dir():
+        _refuse_privaudit_output(p)
+
+
 def _refuse_privaudit_output(p: Path) -> None:
     """Refuse a folder that privaudit wrote (its ``kind`` says so) as LOGS: its Parquet files hold DP counts
     or a policy table, and reading them as logs gave a puzzling error about a missing `action` column."""

@@ -50,7 +50,7 @@ import numpy as np
 from tqdm import tqdm
 
 from privaudit.core.errors import (NOTHING_DONE, PARTS_KEPT, BudgetExceededError, EngineError, SpecError, Terminated,
-                                   UsageError)
+                                   UsageError, interrupted_import)
 from privaudit.core.atomic import atomic_dir, atomic_write_text
 from privaudit.core.outputs import OutputKind, check_outputs, folder_output, new_run_id, output_lock
 from privaudit.core.spec import DomainSpec, load_spec
@@ -444,6 +444,8 @@ def _run_locked(config: PipelineConfig, say: Callable[[str], None]) -> dict:
             prepared.close()  # Spark: the bounded rows cached on the cluster are dropped
     if kept is not None:
         error, line = kept
+        if interrupted_import(error):  # Ctrl-C inside a compiled module's import: the interrupt it is
+            raise KeyboardInterrupt(line) from error
         if isinstance(error, (KeyboardInterrupt, Terminated)):
             raise type(error)(line) from error
         say(line)

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
+from privaudit.core.formatting import num
 from privaudit.core.spec import load_spec
 from privaudit.mdp import evaluate_policy, load_mdp
 from privaudit.privacy.ledger import ledger_status
@@ -62,6 +63,21 @@ def test_logs_mode_text_output_states_level_and_guarantee(files):
     assert "lower bound" in res.stdout and "(one-sided, 90%)" in res.stdout
     assert "epsilon=1" in res.stdout and "delta=1e-6" in res.stdout
     assert "seeded noise" in res.stderr
+
+
+def test_logs_mode_names_the_coverage_the_rule_set_apart_from_the_unit_count(files):
+    """Before: "coverage m from the rule on a DP count of the evaluated units: 63" printed the count, not m
+    (31.5 on the first line), as if it were m (fresh-user pass)."""
+    res = run("evaluate", files / "pi.npy", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
+              "--rho", 1, "--seed", 3, "--json")
+    out = json.loads(res.stdout)
+    m, units = out["coverage"], out["mechanism"]["units_released"]
+    assert m != units  # the rule's m is not the count itself at 20,000 stays
+    res = run("evaluate", files / "pi.npy", "--logs", files / "logs.parquet", "--spec", files / "spec.json",
+              "--rho", 1, "--seed", 3)
+    assert res.exit_code == 0, res.output
+    [line] = [x for x in res.stdout.splitlines() if "set by the rule" in x]
+    assert line.startswith(f"coverage m = {num(m)}, set by") and line.endswith(f"evaluated units: {units}")
 
 
 @pytest.mark.parametrize("case, code, needle", [

@@ -21,6 +21,27 @@ def test_ctrl_c_while_the_command_is_imported_exits_130(monkeypatch):
     assert "Aborted" not in res.output
 
 
+def _import_interrupted(*a, **k):
+    """What a pybind11 module (matplotlib's, scipy's) raises when Ctrl-C lands in its initialisation."""
+    raise ImportError("initialization failed") from KeyboardInterrupt()
+
+
+def test_ctrl_c_inside_a_compiled_module_import_exits_130(monkeypatch):
+    """Before: the ImportError it becomes went through as a traceback (fresh-user pass, `timeout -s INT 1.5`)."""
+    monkeypatch.setattr(cli.importlib, "import_module", _import_interrupted)
+    res = CliRunner().invoke(cli.main, ["pipeline", "--rho", "1", "--out", "x"])
+    assert res.exit_code == 130 and "interrupted: nothing was written" in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_a_real_import_error_is_not_an_interrupt(monkeypatch):
+    def broken(name):
+        raise ImportError("no module named spam")
+    monkeypatch.setattr(cli.importlib, "import_module", broken)
+    res = CliRunner().invoke(cli.main, ["pipeline", "--rho", "1", "--out", "x"])
+    assert isinstance(res.exception, ImportError) and res.exit_code != 130
+
+
 def test_sigint_during_a_pipeline_run_exits_130(tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen([sys.executable, "-c", "from privaudit.cli import main; main()", "pipeline", "--rho", "1",

@@ -35,6 +35,12 @@ def _release(files, out, *extra):
                                      "--rho", "0.5", "--out", str(out), "--seed", "1", *map(str, extra)])
 
 
+def _pipeline(files, out, led):
+    return CliRunner().invoke(main, ["pipeline", str(files / "logs.parquet"), "--spec", str(files / "spec.json"),
+                                     "--rho", "0.5", "--out", str(out), "--audit-trials", "0", "--ledger", str(led),
+                                     "--seed", "1"])
+
+
 def test_ledger_entry_names_the_run_and_its_output(files, tmp_path):
     led = tmp_path / "b.jsonl"
     init_ledger(led, "traces", 2)
@@ -55,9 +61,7 @@ def test_pipeline_interrupted_after_its_release_says_what_it_charged(files, tmp_
 
     monkeypatch.setattr(DPAPVI, "fit", interrupt)
     out = tmp_path / "run"
-    res = CliRunner().invoke(main, ["pipeline", str(files / "logs.parquet"), "--spec", str(files / "spec.json"),
-                                    "--rho", "0.5", "--out", str(out), "--audit-trials", "0", "--ledger", str(led),
-                                    "--seed", "1"])
+    res = _pipeline(files, out, led)
     assert res.exit_code == 130, res.output
     # two charges before the interrupt: the release and the behaviour-value part (default share 0.1)
     entry, value = ledger_status(led)["entries"]
@@ -69,6 +73,61 @@ def test_pipeline_interrupted_after_its_release_says_what_it_charged(files, tmp_
     # issue 29: what was charged is kept, marked incomplete, and the same command again does not spend it again
     assert json.loads((out / "INCOMPLETE.json").read_text())["charged"] == ["release", "behaviour-value"]
     assert "a retry spends it again" not in res.output and "reuses it without charging" in res.output
+
+
+def test_ctrl_c_in_a_lazy_import_after_a_charge_keeps_the_paid_parts(files, tmp_path, monkeypatch):
+    """Ctrl-C inside a compiled module's import (pybind11 re-raises it as ImportError, e.g. matplotlib's at
+    the figures) is the interrupt: exit 130, the charged parts kept; before, a traceback (fresh-user pass)."""
+    led = tmp_path / "b.jsonl"
+    init_ledger(led, "traces", 2)
+
+    def interrupt(self, *a, **k):
+        raise ImportError("initialization failed") from KeyboardInterrupt()
+
+    monkeypatch.setattr(DPAPVI, "fit", interrupt)
+    out = tmp_path / "run"
+    res = _pipeline(files, out, led)
+    assert res.exit_code == 130, res.output
+    assert isinstance(res.exception, SystemExit)
+    assert "interrupted" in res.output and "reuses it without charging" in res.output
+    assert json.loads((out / "INCOMPLETE.json").read_text())["charged"] == ["release", "behaviour-value"]
+
+
+def test_ctrl_c_in_a_lazy_import_before_a_charge_writes_nothing(files, tmp_path, monkeypatch):
+    led = tmp_path / "b.jsonl"
+    init_ledger(led, "traces", 2)
+    monkeypatch.setattr("privaudit.privacy.mechanisms.add_noise",
+                        lambda *a, **k: (_ for _ in ()).throw(ImportError("initialization failed")))
+    res = _release(files, tmp_path / "r", "--ledger", led)
+    assert isinstance(res.exception, ImportError)  # a real ImportError is not an interrupt
+    monkeypatch.setattr("privaudit.privacy.mechanisms.add_noise",
+                        lambda *a, **k: _raise_import_from_interrupt())
+    res = _release(files, tmp_path / "r", "--ledger", led)
+    assert res.exit_code == 130 and "interrupted: nothing was written" in res.output
+    assert not (tmp_path / "r").exists() and ledger_status(led)["n_entries"] == 0
+
+
+def _raise_import_from_interrupt():
+    raise ImportError("initialization failed") from KeyboardInterrupt()
+
+
+def test_train_interrupted_after_its_release_names_the_kept_release(files, tmp_path, monkeypatch):
+    """Before: "interrupted: nothing was written" and "a retry spends it again", while POLICY.release was kept
+    and the same command again is refused (it never replaces a release) (fresh-user pass)."""
+    led = tmp_path / "b.jsonl"
+    init_ledger(led, "traces", 2)
+    monkeypatch.setattr(DPAPVI, "fit", lambda self, *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    out = tmp_path / "pol"
+    res = CliRunner().invoke(main, ["train", str(files / "logs.parquet"), "--spec", str(files / "spec.json"),
+                                    "--algo", "dp-apvi", "--rho", "0.5", "--out", str(out), "--ledger", str(led)])
+    assert res.exit_code == 130, res.output
+    release = tmp_path / "pol.release"
+    assert not out.exists() and (release / "manifest.json").exists()
+    assert ledger_status(led)["n_entries"] == 1
+    assert f"interrupted: the policy was not written, but the release {release} was made" in res.output
+    assert f"privaudit train --release {release} --spec {files / 'spec.json'} --algo dp-apvi" in res.output
+    assert "its output is kept: use it rather than spending again" in res.output
+    assert "nothing was written" not in res.output and "a retry spends it again" not in res.output
 
 
 def test_a_failure_before_any_charge_mentions_no_ledger(files, tmp_path, monkeypatch):

@@ -57,7 +57,10 @@ def test_unreadable_logs_one_line_exit_1(files, logs, where, what, cmd):
 
 
 @pytest.mark.parametrize("cmd", [["validate"], ["release", "--rho", "1", "--out", "OUT"],
-                                 ["train", "--algo", "dp-apvi", "--rho", "1", "--out", "OUT"]])
+                                 ["train", "--algo", "dp-apvi", "--rho", "1", "--out", "OUT"],
+                                 # fresh-user pass: without a budget (none is needed on a release) it said
+                                 # "--algo dp-apvi releases the counts first: give a budget"
+                                 ["train", "--algo", "dp-apvi", "--out", "OUT"]])
 def test_a_privaudit_output_given_as_logs_is_named_not_read(tmp_path, cmd):
     """Session 11 (fresh user): `train REL --algo dp-apvi` (for `--release REL`) read the release's Parquet files
     as log parts and said "column 'action' is missing, but rewards.parquet has it"; now one line names the

@@ -83,6 +83,14 @@ def test_missing_and_malformed_files(tmp_path):
         load_spec(bad)
 
 
+def test_deeply_nested_json_is_a_spec_error(tmp_path):
+    """Before: 10^5 nested brackets raised RecursionError out of json.loads, a traceback (fresh-user pass)."""
+    p = tmp_path / "deep.json"
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SpecError, match=rf"spec {p} nests its arrays or objects too deeply"):
+        load_spec(p)
+
+
 def test_duplicate_key_is_a_spec_error(tmp_path):
     """Before: '"horizon": 20, "horizon": 5' loaded as H = 5 without a word, and validate called the sample
     'valid for release' with 8,695 steps to cut (fresh-user pass)."""

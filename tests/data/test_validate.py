@@ -457,6 +457,17 @@ def test_other_integer_types_and_string_ids(tmp_path):
         ("episode_too_long", "10", 2), ("step_gap", "10", 2)}
 
 
+@pytest.mark.parametrize("last_step, until", [(2**40, "a step >= 1073741824"), (5, "step 5")])
+def test_flag_not_last_names_the_last_step_or_its_clip(tmp_path, last_step, until):
+    """Before: a flag before a step of 2^62 said 'the episode continues to step 1073741824', the clip of the
+    episode table, as if it were the step (fresh-user pass)."""
+    code, rep, _ = run(tmp_path, table(truncated={1: True}, step={2: last_step}))
+    assert code == 1
+    [v] = [v for v in rep["violations"] if v["rule"] == "flag_not_last"]
+    assert (v["row"], v["episode_id"], v["step"]) == (1, 10, 1)
+    assert v["message"].endswith(f"truncated flag at step 1 but the episode continues to {until}")
+
+
 def test_fatal_and_repaired_rules_are_reported_apart(repo_root):
     """Issue 13 item 3: the broken sample breaks 5 fatal rules and 2 that bounding repairs."""
     args = ["validate", str(repo_root / "sample_data" / "broken_logs.parquet"),
