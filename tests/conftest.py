@@ -11,6 +11,17 @@ from xdist.scheduler import LoadGroupScheduling
 
 from tests._spy import heal_patches
 
+#: BLAS thread-count variables set to 1 for the test run (unless already set), here, before any test module
+#: imports numpy; pytest-xdist's workers and the CLI subprocesses of the tests inherit them.
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# One BLAS thread per process: pytest-xdist already runs one worker per core, and the tests' matrices are small
+# (the audits' learned attack fits a logistic regression on ~2,000 x 700 float32 features). With OpenBLAS's
+# default of a thread per core, each worker's BLAS threads wait for a core the other worker holds, spinning:
+# on the 2-core machine under load, one catalogue audit took 3.6 CPU s, 3.3 of them in the 100 L-BFGS steps,
+# against 0.23 s with one thread (tests/audit/mechanisms/test_catalogue.py: 70 -> 10 CPU s), same results.
+for _var in BLAS_THREAD_VARS:
+    os.environ.setdefault(_var, "1")
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_data"
 

@@ -102,10 +102,8 @@ def test_false_alarm_rate_of_correct_mechanisms_over_10_seeds(spec, logs):
         assert alarms <= 1, (name, alarms)
 
 
-@pytest.mark.parametrize("name", ["gaussian", "no_noise",
-                                  # 6-8 s each: in the slow run only (CI runs -m slow too)
-                                  pytest.param("laplace", marks=pytest.mark.slow),
-                                  pytest.param("support_leak", marks=pytest.mark.slow)])
+# 0.5-0.6 CPU s each with one BLAS thread (tests/conftest.py; 6-8 s before, when these two were marked slow)
+@pytest.mark.parametrize("name", ["gaussian", "no_noise", "laplace", "support_leak"])
 def test_identical_datasets_give_a_zero_lower_bound(name, spec, logs):
     # D = D': both sides have the same law, so any positive bound is a false positive of the
     # auditor (probability <= 0.05 per seed; these fixed seeds give 0).
