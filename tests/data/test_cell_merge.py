@@ -33,13 +33,15 @@ def keyed_rows(seed: int, rows: int, keys: int) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize("batch_rows", [1, 7, 5_000, 1 << 20])
-def test_cell_table_is_the_sorted_group_by_at_any_batch_size(batch_rows):
+@pytest.mark.parametrize("sums", [["r", "q"], ["r"], ["q"]])
+def test_cell_table_is_the_sorted_group_by_at_any_batch_size(batch_rows, sums):
     # 2e5 rows over 3e5 possible keys: with small batches new keys keep arriving, and more than 2**16 of them
-    # wait at once, so the pending keys are merged into the table several times
+    # wait at once, so the pending keys are merged into the table several times. One small non-negative sum
+    # ("r") takes the packed sort, a signed wide one ("q") or two sums the argsort.
     frame = keyed_rows(5, 1 if batch_rows == 1 else 200_000, 300_000)
-    got = cell_table(frame.lazy(), "i", ["r", "q"], batch_rows=batch_rows)
-    assert got.equals(reference(frame, ["r", "q"]))
-    assert got.schema == pl.Schema({"i": pl.Int64, "n": pl.Int64, "r": pl.Int64, "q": pl.Int64})
+    got = cell_table(frame.lazy(), "i", sums, batch_rows=batch_rows)
+    assert got.equals(reference(frame, sums))
+    assert got.schema == pl.Schema({"i": pl.Int64, "n": pl.Int64, **{c: pl.Int64 for c in sums}})
 
 
 def test_cell_table_counts_only_and_no_rows():
@@ -47,6 +49,18 @@ def test_cell_table_counts_only_and_no_rows():
     assert cell_table(frame.lazy(), "i", [], batch_rows=999).equals(reference(frame, []))
     empty = cell_table(frame.lazy().filter(pl.col("i") > 10**9), "i", ["r"])
     assert empty.height == 0 and empty.columns == ["i", "n", "r"]
+
+
+def test_group_sums_packed_and_argsort_paths_agree():
+    rng = np.random.default_rng(8)
+    keys = rng.integers(-1, 1 << 30, 50_000)
+    keys[::3] = keys[0]  # repeated keys
+    v = rng.integers(0, 1 << 32, 50_000)
+    packed = group_sums(keys, [v])
+    sorted_ = group_sums(keys, [v, v])
+    assert np.array_equal(packed[0], sorted_[0]) and np.array_equal(packed[1], sorted_[1])
+    assert np.array_equal(packed[2][0], sorted_[2][0]) and np.array_equal(packed[2][0], sorted_[2][1])
+    assert packed[2][0][packed[0] == keys[0]][0] == v[keys == keys[0]].sum()
 
 
 def test_running_cells_merges_repeated_and_new_keys():
