@@ -17,10 +17,13 @@ information (and validation rejects rows after a terminal anyway). The row
 *into* a terminal state (next_state terminal) is a real transition and is
 counted.
 
-All aggregation is a polars group-by over one integer cell index; the sparse
-group-by result is scattered into a dense numpy array, one h-slice at a time
-for transitions, so that a domain like ICU-Sepsis (H=20, S=716, A=25: 256 M
-transition cells) never exists in memory as a whole.
+All aggregation runs over one integer cell index: integer statistics (counts,
+and reward sums in units of 1/quantum) are pulled from polars' streaming
+engine in batches and merged into a running table of the observed cells
+(``privaudit.data.cell_merge``), float reward sums are one in-memory polars
+group-by. The sparse result is scattered into a dense numpy array, one
+h-slice at a time for transitions, so that a domain like ICU-Sepsis (H=20,
+S=716, A=25: 256 M transition cells) never exists in memory as a whole.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import polars as pl
 
 from privaudit.core.errors import ValidationFailed
 from privaudit.core.spec import DelegatedSizes, DomainSpec
+from privaudit.data.cell_merge import cell_table
 from privaudit.data.counts_protocol import step_index
 
 Frame = pl.LazyFrame | pl.DataFrame
@@ -224,35 +228,40 @@ def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
     Raises
     ------
     ValidationFailed
-        If an index lies outside the declared domain (unvalidated input).
+        If an index lies outside the declared domain or is null (unvalidated input).
 
     Notes
     -----
-    One polars group-by over the flat cell index; rows whose state is
-    terminal are left out (see the module docstring). Memory: the sparse
-    result, at most one row per log row; integer statistics (counts, and
-    reward sums with a ``quantum``) run on polars' streaming engine, so the
-    rows themselves are not held in memory.
+    One pass over the rows, aggregated by the flat cell index; rows whose
+    state is terminal are left out (see the module docstring); a null index
+    is refused as an index outside the domain is. Memory: the sparse
+    result, at most one row per observed cell. Integer statistics (counts,
+    and reward sums with a ``quantum``) are streamed in batches into a
+    running table of the observed cells (``privaudit.data.cell_merge``), so
+    neither the rows nor a per-row state of polars' group-by are held (issue
+    33); float sums (``quantum`` None) run one in-memory polars group-by,
+    whose summation order they keep.
     """
     H, S, A = spec.H, spec.S, spec.A
     cols = ["state", "action", "next_state"] if stationary else ["step", "state", "action", "next_state"]
     sizes = [S, A, S] if stationary else [H, S, A, S]
     lf = _counted_rows(frame, spec, cols)
-    aggs = [pl.len().cast(pl.Int64).alias("n")]
-    if rewards:
-        r = pl.col("reward").cast(pl.Float64)
-        aggs.append((r * int(quantum)).round(0).cast(pl.Int64).sum().alias("r") if quantum is not None
-                    else r.sum().alias("r"))
-    # a row with an index outside the domain falls in cell -1 (a null index stays null, as before), so one
-    # pass both counts and detects it; the ranges for the error message are read only then. (Collecting the
-    # ranges beside the group-by with pl.collect_all made polars cache the shared scan: memory grew with the
-    # rows, issue 33.)
+    # a row with an index outside the domain, or a null one, falls in cell -1, so one pass both counts and
+    # detects it; the ranges for the error message are read only then. (Collecting the ranges beside the
+    # count with pl.collect_all made polars cache the shared scan: memory grew with the rows, issue 33.)
     outside = pl.any_horizontal([(pl.col(c) < 0) | (pl.col(c) >= n) for c, n in zip(cols, sizes)])
-    cell = pl.when(outside).then(pl.lit(-1, dtype=pl.Int64)).otherwise(_cell_index(cols, sizes))
-    cells_lf = lf.group_by(cell.alias("i")).agg(aggs).sort("i")
-    # integer sums stream (memory: the groups, not the rows); float sums keep the in-memory engine's order
-    engine = "streaming" if not rewards or quantum is not None else "auto"
-    cells = cells_lf.collect(engine=engine)
+    cell = (pl.when(outside).then(pl.lit(-1, dtype=pl.Int64)).otherwise(_cell_index(cols, sizes))
+            .fill_null(-1).alias("i"))
+    if not rewards or quantum is not None:
+        # integer statistics: pulled in batches and merged into a running table of the observed cells
+        # (data.cell_merge), whose memory does not grow with the rows as polars' streaming group-by's does
+        r = ([(pl.col("reward").cast(pl.Float64) * int(quantum)).round(0).cast(pl.Int64).fill_null(0).alias("r")]
+             if rewards else [])
+        cells = cell_table(lf.select(cell, *r), "i", ["r"] if rewards else [])
+    else:  # float sums keep the in-memory engine's group-by and its summation order
+        cells = (lf.group_by(cell).agg(pl.len().cast(pl.Int64).alias("n"),
+                                       pl.col("reward").cast(pl.Float64).sum().alias("r"))
+                 .sort("i").collect(engine="auto"))
     if (cells["i"] == -1).any():
         _check_domain(lf.select([e for c in cols for e in (pl.col(c).min().alias(c + "_lo"),
                                                            pl.col(c).max().alias(c + "_hi"))])
