@@ -9,6 +9,7 @@ from privaudit.audit.bounds import gdp_mu_from_eps
 from privaudit.core.errors import UsageError
 from privaudit.privacy import accounting
 from privaudit.privacy.accounting import zcdp_to_dp
+from privaudit.privacy.budget import check_not_too_large
 
 CLAIM_KINDS = ("generic", "gaussian")
 
@@ -50,8 +51,10 @@ class Claim:
         Raises
         ------
         UsageError
-            epsilon <= 0, delta outside [0, 1), unknown kind, or a Gaussian
-            claim with delta = 0 (no Gaussian mechanism is pure DP).
+            epsilon <= 0, delta outside [0, 1), unknown kind, a Gaussian
+            claim with delta = 0 (no Gaussian mechanism is pure DP), or an
+            epsilon too large (``privacy.budget.check_not_too_large``, the rule
+            of every budget: a pure epsilon above 1.414e144, else above 1e288).
         """
         _check_claim(epsilon, delta, kind)
         mu = None
@@ -76,10 +79,12 @@ class Claim:
         Raises
         ------
         UsageError
-            rho <= 0 or delta outside (0, 1).
+            rho <= 0, rho above 1e288 (``privacy.budget.check_not_too_large``,
+            the rule of every budget) or delta outside (0, 1).
         """
         if not (isinstance(rho, (int, float)) and math.isfinite(rho) and rho > 0):
             raise UsageError(f"`claim_rho` must be a finite number > 0. Found {rho}.")
+        check_not_too_large(rho, "claim_rho")
         if not 0 < delta < 1:
             raise UsageError(f"`delta` must lie in (0, 1) for a rho claim. Found {delta}.")
         if kind not in CLAIM_KINDS:
@@ -130,3 +135,4 @@ def _check_claim(epsilon, delta, kind):
         raise UsageError(f"`delta` must lie in [0, 1). Found {delta}.")
     if kind not in CLAIM_KINDS:
         raise UsageError(f"`claim_kind` must be one of {CLAIM_KINDS}. Found {kind!r}.")
+    check_not_too_large(epsilon, "claim_epsilon", form="pure" if delta == 0 else "epsilon")

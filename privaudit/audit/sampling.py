@@ -177,7 +177,10 @@ def pair_unchanged_warning(sampler, pair, alpha: float = 0.05) -> str | None:
     D and D' are run under the same random draws (the same generator state on both sides), run by run,
     up to :data:`PROBE_RUNS` times (fewer for a slow unbatched mechanism: about
     :data:`PROBE_BUDGET_S` seconds); the probe stops at the first run whose outputs differ (the usual
-    case: no warning). Equal outputs in all m runs bound the probability p that the pair changes the
+    case: no warning). A batched mechanism is drawn in the growing chunks of :func:`probe_chunks`
+    (10, 30, 100, then the rest), each side's chunk from its own generator in the same state, and the
+    probe stops after the first chunk with a difference: the online explorers are batched but run one
+    episode stream at a time, and drawing all 300 runs per side was a third of their audits' time. Equal outputs in all m runs bound the probability p that the pair changes the
     output under this coupling: p <= 1 - alpha^(1/m) with confidence 1 - alpha, and the total variation
     distance between the output laws on D and D' is at most p (coupling inequality). The warning is
     given only when that bound is at most :data:`PROBE_MAX_TV`: then only an event of probability at most
@@ -199,11 +202,13 @@ def pair_unchanged_warning(sampler, pair, alpha: float = 0.05) -> str | None:
         return None
     update, sampler.progress = sampler.progress, (lambda k: None)
     try:
-        if sampler.batched:
-            a = sampler.draw(pair.d, m, np.random.default_rng(PROBE_SEED))
-            b = sampler.draw(pair.d_prime, m, np.random.default_rng(PROBE_SEED))
-            if a.shape != b.shape or not np.array_equal(a, b, equal_nan=True):
-                return None
+        if sampler.batched:  # in growing chunks, each side from its own generator in the same state
+            rng_d, rng_d_prime = np.random.default_rng(PROBE_SEED), np.random.default_rng(PROBE_SEED)
+            for n in probe_chunks(m):  # stops after the first chunk with a difference
+                a = sampler.draw(pair.d, n, rng_d)
+                b = sampler.draw(pair.d_prime, n, rng_d_prime)
+                if a.shape != b.shape or not np.array_equal(a, b, equal_nan=True):
+                    return None
         else:
             for i in range(m):  # stops at the first difference
                 a = sampler.draw(pair.d, 1, np.random.default_rng([PROBE_SEED, i]))
@@ -219,6 +224,21 @@ def pair_unchanged_warning(sampler, pair, alpha: float = 0.05) -> str | None:
             "changes what the mechanism computes (another `pair` D D2, or another `canary`).")
 
 
+def probe_chunks(m: int) -> list[int]:
+    """Sizes of the batched probe's chunks: :data:`PROBE_CHUNKS` (10, 30, 100) cut to ``m`` runs, then the rest.
+
+    They add up to ``m``; the warning needs all ``m`` runs equal, so the chunking changes only when the probe
+    stops (after the first chunk with a difference), never its answer.
+    """
+    sizes, done = [], 0
+    for c in PROBE_CHUNKS:
+        if done + c >= m:
+            break
+        sizes.append(c)
+        done += c
+    return sizes + [m - done]
+
+
 #: Seed of the probe draws of ``pair_unchanged_warning`` (compared, then discarded).
 PROBE_SEED = 20_250_101
 #: Most probe runs per side of ``pair_unchanged_warning``.
@@ -227,3 +247,5 @@ PROBE_RUNS = 300
 PROBE_BUDGET_S = 10.0
 #: Largest total-variation bound for which the "useless pair" warning is given (m >= 59 equal runs).
 PROBE_MAX_TV = 0.05
+#: First chunk sizes of the batched probe (:func:`probe_chunks`); the last chunk is the rest of the m runs.
+PROBE_CHUNKS = (10, 30, 100)

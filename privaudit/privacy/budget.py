@@ -25,13 +25,22 @@ from fractions import Fraction
 
 import numpy as np
 
-from privaudit.core.errors import AccountingError, UsageError, positive_finite
+from privaudit.core.errors import UsageError, positive_finite
 from privaudit.privacy import accounting
 from privaudit.core.formatting import num, privacy_param
 from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA, dp_to_zcdp, zcdp_to_dp
 from privaudit.privacy.noise import GAUSSIAN, LAPLACE, NOISE_FAMILY_NAMES, NoiseFamily, noise_family
 
-__all__ = ["Budget", "resolve_budget", "accepted_budgets", "check_reportable", "short_floor", "DEFAULT_REPORT_DELTA", "NOISE_FAMILY_NAMES"]
+__all__ = ["Budget", "resolve_budget", "accepted_budgets", "check_reportable", "check_not_too_large", "short_floor",
+           "DEFAULT_REPORT_DELTA", "NOISE_FAMILY_NAMES", "RHO_MAX", "PURE_EPSILON_MAX"]
+
+#: The largest rho every entry point takes, and the largest epsilon of an (epsilon, delta) target (its rho is
+#: below it): the tight conversion (``accounting.zcdp_to_dp``) searches alpha up to 1 + e^45 ~ 3.5e19, and
+#: alpha * rho must stay a finite double (3.5e307 at 1e288); above it no epsilon can be computed.
+RHO_MAX = 1e288
+#: The largest pure epsilon: its rho = epsilon^2/2 (Bun & Steinke 2016 Prop. 1.4, what the ledger charges) is
+#: then at most :data:`RHO_MAX` (sqrt(2e288) = 1.414e144).
+PURE_EPSILON_MAX = math.sqrt(2.0 * RHO_MAX)
 
 @dataclass(frozen=True)
 class Budget:
@@ -381,6 +390,7 @@ def resolve_budget(*, rho=None, epsilon=None, delta=None, mechanism: str | None 
         raise UsageError(f"Gaussian noise needs `epsilon` with `delta` (or `rho`): give {accepted}.")
     eps = _positive("epsilon", epsilon)
     d = _delta(delta)
+    check_not_too_large(eps, "epsilon", form="epsilon")
     r = float(dp_to_zcdp(eps, d))
     if 0 < r < math.inf and zcdp_to_dp(r, d) == 0:  # name the flag the user gave, not the converted rho
         raise UsageError(f"`epsilon` = {num(eps)} is too small: at delta = {num(d)} the largest rho it allows "
@@ -416,18 +426,14 @@ def check_reportable(rho: float, delta: float, name: str = "rho", *, pure: float
     Raises
     ------
     UsageError
-        The conversion of ``rho`` at ``delta`` gives epsilon = 0, or overflows
-        (rho about 1e289 and above).
+        The conversion of ``rho`` at ``delta`` gives epsilon = 0, or a budget
+        above the largest one the conversion takes (:func:`check_not_too_large`).
     """
-    try:  # rho = inf: a pure epsilon whose square overflows
-        eps = float(zcdp_to_dp(rho, delta)) if 0 < rho < math.inf else 0.0 if rho <= 0 else math.inf
-        if eps == math.inf:
-            raise AccountingError("rho overflows")
-    except AccountingError:  # the conversion overflows (rho near 1e289 and above): no finite epsilon
-        what = f"`{name}` = {num(pure)}" if pure is not None else f"`{name}` = {num(rho)}"
-        raise UsageError(f"{what} is too large: its epsilon at delta = {num(delta)} overflows the tight conversion "
-                         "(a budget that large protects nothing and leaves no noise to draw). Give a budget an "
-                         "epsilon can be computed for (rho up to about 1e288, a pure epsilon up to about 1e144).") from None
+    if pure is not None:
+        check_not_too_large(pure, name, form="pure")
+    else:
+        check_not_too_large(rho, name)
+    eps = float(zcdp_to_dp(rho, delta)) if rho > 0 else 0.0
     if eps > 0:
         return
     if pure is not None:
@@ -438,6 +444,43 @@ def check_reportable(rho: float, delta: float, name: str = "rho", *, pure: float
     raise UsageError(f"`{name}` = {num(rho)} is too small: at delta = {num(delta)} its epsilon is exactly 0 "
                      f"(the tight conversion: the mechanism is already (0, {num(delta)})-DP), so the noise "
                      "would drown every count and nothing useful could be released. Give a larger budget.")
+
+
+def check_not_too_large(value: float, name: str = "rho", *, form: str = "rho") -> None:
+    """Refuse a budget too large for the tight zCDP -> (epsilon, delta) conversion: one rule for every entry point.
+
+    Every command and Python entry point (:func:`resolve_budget`, :func:`check_reportable`, the audit's
+    ``Claim``) checks its budget here before converting it, so a huge budget is refused in the same words
+    whatever its form, naming the parameter, the value and the largest one accepted (before: "zCDP->DP
+    conversion failed numerically for rho=1e+308" for ``epsilon`` 1e308 with a delta, or for a rho claim).
+    The limits do not depend on delta: the conversion's search reaches alpha = 1 + e^45 at every delta in
+    (0, 1). A budget that large protects nothing.
+
+    Parameters
+    ----------
+    value : float
+        The budget as given, > 0 (a rho, an epsilon with a delta, or a pure epsilon).
+    name : str
+        The parameter named in the message (the CLI maps it to its flag).
+    form : {"rho", "epsilon", "pure"}
+        ``rho`` and ``epsilon`` (an (epsilon, delta) target, whose rho is below epsilon) are accepted up to
+        :data:`RHO_MAX`; ``pure`` (a pure epsilon, charged as rho = epsilon^2/2) up to :data:`PURE_EPSILON_MAX`.
+
+    Raises
+    ------
+    UsageError
+        ``value`` above its limit (inf included).
+    """
+    limit = PURE_EPSILON_MAX if form == "pure" else RHO_MAX
+    if value <= limit:
+        return
+    why = {"rho": "its epsilon would overflow the tight zCDP -> (epsilon, delta) conversion",
+           "epsilon": "its conversion to rho would overflow the tight zCDP -> (epsilon, delta) conversion",
+           "pure": (f"the rho = epsilon^2/2 it is charged as would exceed {num(RHO_MAX)}, where the tight "
+                    "zCDP -> (epsilon, delta) conversion overflows")}[form]
+    raise UsageError(f"`{name}` = {num(value)} is too large: {why}, and a budget that large protects nothing. "
+                     f"The largest accepted is {num(limit)} (rho, or epsilon with a delta: up to {num(RHO_MAX)}; a "
+                     f"pure epsilon: up to {num(PURE_EPSILON_MAX)}).")
 
 
 def _delta(delta) -> float:

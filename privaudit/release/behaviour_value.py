@@ -231,7 +231,7 @@ class BehaviourValueRelease:
             smaller k would (``privaudit.privacy.k_bound``).
         """
         with k_bound(spec.max_episodes_per_unit, budget.text, "the behaviour-value estimate",
-                     lambda k: cls._plan(dataclasses.replace(spec, max_episodes_per_unit=k), budget)):
+                     lambda k, _: cls._plan(dataclasses.replace(spec, max_episodes_per_unit=k), budget)):
             return cls._plan(spec, budget)
 
     @classmethod

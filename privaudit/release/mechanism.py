@@ -177,12 +177,13 @@ class TabularRelease:
         UsageError
             Bad noise mode, H, k or c (``count_sensitivity``), a budget that no
             scale fits (``NoiseScaleTooLarge``: "k is too large", with the largest
-            k that fits, when a smaller k would, ``privaudit.privacy.k_bound``).
+            k that fits, when a smaller k would; else "H is too large", with k and
+            the largest H that fits, when a smaller H would: ``privaudit.privacy.k_bound``).
         """
         args = dict(stationary=stationary, noise=noise, max_per_cell=max_per_cell)
         with k_bound(spec.max_episodes_per_unit, budget.text, "the count release",
-                     lambda k: cls._plan(dataclasses.replace(spec, max_episodes_per_unit=k), budget, **args,
-                                         probe=True)):
+                     lambda k, H: cls._plan(dataclasses.replace(spec, max_episodes_per_unit=k, horizon=H), budget,
+                                            **args, probe=True), H=spec.horizon):
             return cls._plan(spec, budget, **args)
 
     @classmethod

@@ -19,6 +19,8 @@ from __future__ import annotations
 import pytest
 
 from privaudit.audit import AuditSettings, Claim, run_audit
+from privaudit.core.errors import UsageError
+from privaudit.privacy.budget import PURE_EPSILON_MAX, RHO_MAX
 from privaudit.audit.mechanisms.catalogue import CLAIM_KIND, ClaimKindMechanism, scalar_pair
 
 TRIALS = 20_000
@@ -50,3 +52,15 @@ def test_one_event_one_bonferroni_share():
     r = run_audit(m, claim=m.claim(), pair=scalar_pair(), trials=2000, seed=1, progress=False,
                   settings=AuditSettings(confidence=0.9))
     assert len(r.data["events"]) == 1 and r.data["method"]["bonferroni"]["alpha_per_bound"] == pytest.approx(0.05)
+
+
+def test_claims_follow_the_budget_too_large_rule():
+    """A claim is checked by the rule of every budget (``privacy.budget.check_not_too_large``): before, a rho
+    claim of 1e308 failed with "zCDP->DP conversion failed numerically"."""
+    assert Claim.from_rho(RHO_MAX, 1e-6).epsilon > RHO_MAX
+    assert Claim.from_epsilon(PURE_EPSILON_MAX, 0.0).epsilon == PURE_EPSILON_MAX
+    for make, match in ((lambda: Claim.from_rho(1e308, 1e-6), "^`claim_rho` = 1e308 is too large: its epsilon"),
+                        (lambda: Claim.from_epsilon(1e308, 1e-6), "^`claim_epsilon` = 1e308 is too large: its conv"),
+                        (lambda: Claim.from_epsilon(1e300, 0.0), r"^`claim_epsilon` = 1e300 is too large: the rho")):
+        with pytest.raises(UsageError, match=match):
+            make()

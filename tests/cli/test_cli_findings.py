@@ -145,6 +145,40 @@ def test_a_budget_too_large_to_convert_names_the_flag(tmp_path, cmd):
     assert not (tmp_path / "x").exists()
 
 
+AUDIT_RELEASE = ("audit", "--mechanism", "release", "--logs", LOGS, "--spec", SPEC, "--trials", "100")
+
+
+@pytest.mark.parametrize("cmd, flag, value, says", [
+    (("release", LOGS, "--spec", SPEC, "--epsilon", "1e308", "--delta", "1e-6"), "--epsilon", "1e308",
+     "its conversion to rho would overflow"),
+    (("pipeline", "--epsilon", "1e300", "--delta", "1e-6"), "--epsilon", "1e300", "its conversion to rho"),
+    (AUDIT_RELEASE + ("--claim-rho", "1e308"), "--claim-rho", "1e308", "its epsilon would overflow"),
+    (AUDIT_RELEASE + ("--claim-epsilon", "1e308", "--delta", "1e-5"), "--claim-epsilon", "1e308",
+     "its conversion to rho"),
+    # pure: the rho = epsilon^2/2 it is charged as (before: "its epsilon at delta = 1e-6", a delta never given)
+    (AUDIT_RELEASE + ("--claim-epsilon", "1e308", "--delta", "0"), "--claim-epsilon", "1e308", "epsilon^2/2"),
+    (("audit", "--mechanism", "explore:ngo", "--claim-rho", "1e300", "--trials", "100"), "--claim-rho", "1e300",
+     "its epsilon would overflow"),
+])
+def test_every_huge_budget_gets_the_too_large_message(tmp_path, cmd, flag, value, says):
+    """`release --epsilon 1e308 --delta 1e-6` and `audit --claim-rho 1e308` said "zCDP->DP conversion failed
+    numerically for rho=1e+308" (session 14): every form of every command now gets the one rule of
+    ``budget.check_not_too_large``, naming the flag, the value and the largest accepted; exit 2, nothing written
+    (release: nothing charged to its ledger)."""
+    ledger = tmp_path / "b.jsonl"
+    assert run("budget", "init", ledger, "--dataset", "icu-sepsis-sample", "--rho-total", "10").exit_code == 0
+    before = ledger.read_bytes()
+    extra = ("--ledger", ledger) if cmd[0] == "release" else ()
+    res = run(*cmd, *extra, "--seed", "1", "--out", tmp_path / "x")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"error: `{flag}` = {value} is too large: "), res.stderr
+    assert says in res.stderr and "The largest accepted is " in res.stderr, res.stderr
+    assert "failed numerically" not in res.output and "Traceback" not in res.output
+    if cmd[-1] == "0":
+        assert "delta = 1e-6" not in res.stderr and "The largest accepted is 1.41421e144" in res.stderr
+    assert not (tmp_path / "x").exists() and ledger.read_bytes() == before
+
+
 def _all_params():
     """(command path, parameter) of every option and argument of every command (groups walked)."""
     def walk(name, cmd):

@@ -104,6 +104,44 @@ def test_huge_k_is_named_with_the_largest_k_that_fits(tmp_path, cmd, what, k_max
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("k, budget, says", [
+    (1, ["--rho", "1"], "at this budget and k = 1, H = 23170 is the largest"),
+    (1, ["--epsilon", "1"], "at this budget and k = 1, H = 4194303 is the largest"),
+    # neither k nor H alone: named together, with the largest H at k = 1
+    (10 ** 6, ["--rho", "1"], "(together: no smaller k fits at this H, nor a smaller H at this k): its noise scales "
+                              "grow with H and k, and at this budget and k = 1, H = 23170 is the largest"),
+])
+def test_huge_horizon_is_named_with_k_and_the_largest_h_that_fits(tmp_path, k, budget, says):
+    """A spec horizon of 10^12 said "the privacy budget is too small" (session 14): the cause is H, named with k
+    and the largest H whose noise scales the exact sampler can draw at this budget (a bisection of ~40 plans)."""
+    doc = json.loads(open(SAMPLE_SPEC).read())
+    doc["horizon"], doc["privacy_unit"]["max_episodes"] = 10 ** 12, k
+    (tmp_path / "spec.json").write_text(json.dumps(doc))
+    res = run("release", "sample_data/icu_sepsis_clinicians_20k.parquet", "--spec", tmp_path / "spec.json",
+              *budget, "--out", tmp_path / "o")
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(
+        f"error: H = 1000000000000 steps per episode (the spec's horizon H) is too large for the count release at "
+        f"{'rho=1' if budget[0] == '--rho' else 'pure epsilon=1'} with k = {k} episodes per privacy unit (the "
+        "spec's privacy_unit.max_episodes)"), res.output
+    assert says in res.output and "too small" not in res.output, res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_h_bound_is_exact_for_the_count_release():
+    """H_max plans at rho = 1 (k = 1, pooled counts) and H_max + 1 does not: the message's bound is the planner's."""
+    import dataclasses
+    from privaudit.core.errors import NoiseScaleTooLarge
+    from privaudit.core.spec import load_spec
+    from privaudit.privacy.budget import resolve_budget
+    from privaudit.release.mechanism import TabularRelease
+
+    spec, budget = load_spec(SAMPLE_SPEC), resolve_budget(rho=1.0)
+    TabularRelease.plan(dataclasses.replace(spec, horizon=23170), budget, stationary=True)
+    with pytest.raises(NoiseScaleTooLarge, match="^H = 23171 steps .* H = 23170 is the largest"):
+        TabularRelease.plan(dataclasses.replace(spec, horizon=23171), budget, stationary=True)
+
+
 def test_the_k_bound_is_exact_for_the_count_release():
     """k_max plans at rho = 1 (pooled counts, the CLI's default) and k_max + 1 does not (the message's bound
     is the planner's own)."""

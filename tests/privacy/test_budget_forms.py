@@ -3,12 +3,14 @@ Python (``BudgetRequest``) as from the CLI (docs/privacy.md, "Budget flags")."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from privaudit.core.errors import UsageError
+from privaudit.core.formatting import num
 from privaudit.learners.options import BudgetRequest
-from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA, dp_to_zcdp
-from privaudit.privacy.budget import accepted_budgets, resolve_budget
+from privaudit.privacy.accounting import DEFAULT_REPORT_DELTA, dp_to_zcdp, zcdp_to_dp
+from privaudit.privacy.budget import PURE_EPSILON_MAX, RHO_MAX, accepted_budgets, resolve_budget
 
 
 @pytest.mark.parametrize("kw, want", [
@@ -42,3 +44,21 @@ def test_refusals_name_the_accepted_combinations(kw, match):
 def test_gaussian_only_learners_refuse_epsilon_alone_from_python():
     with pytest.raises(UsageError, match="Gaussian"):
         BudgetRequest(epsilon=1).resolve(families=("gaussian",))
+
+
+@pytest.mark.parametrize("kw, name, limit", [
+    (dict(rho=RHO_MAX), "rho", RHO_MAX),
+    (dict(rho=RHO_MAX, delta=1e-300), "rho", RHO_MAX),
+    (dict(epsilon=RHO_MAX, delta=0.999), "epsilon", RHO_MAX),
+    (dict(epsilon=PURE_EPSILON_MAX), "epsilon", PURE_EPSILON_MAX),
+])
+def test_the_largest_budget_is_accepted_and_the_next_double_refused(kw, name, limit):
+    """One rule (``check_not_too_large``) at every delta: the limit itself converts, the double above it is
+    refused in the words of every entry point (before: "zCDP->DP conversion failed numerically" for epsilon with
+    a delta, and a rho claim in the audit)."""
+    b = resolve_budget(**kw)
+    assert 0 < b.rho <= RHO_MAX * (1 + 1e-15) and zcdp_to_dp(b.rho, b.delta or DEFAULT_REPORT_DELTA) > 0
+    above = {**kw, name: float(np.nextafter(limit, np.inf))}
+    with pytest.raises(UsageError, match=f"^`{name}` = .* is too large: .* The largest accepted is {num(limit)} "):
+        resolve_budget(**above)
+

@@ -316,7 +316,7 @@ class DPPBB(TabularLearnerBase):
         kw = dict(horizon=H, n_states=n_states, max_per_cell=max_per_cell, stationary=stationary,
                   backup_ranges=[ranges[H - 1 - i][0] for i in range(int(K))], split=self.split, starts=starts,
                   unit_column=unit_column)
-        with k_bound(max_episodes, f"rho={num(rho)}", "DP-PBB", lambda k: plan_noise(rho, max_episodes=k, **kw)):
+        with k_bound(max_episodes, f"rho={num(rho)}", "DP-PBB", lambda k, _: plan_noise(rho, max_episodes=k, **kw)):
             plan = plan_noise(rho, max_episodes=max_episodes, **kw)
         return plan, ranges
 
