@@ -42,6 +42,9 @@ GDP_CENTRAL_RATES = (0.05, 0.95)
 #: Generic objective: the choice half's two rates are shrunk to their one-sided Clopper-Pearson bounds at
 #: level Phi(-SHRINK_Z) (about 0.067) before the evaluation bound is predicted (:func:`predicted_evaluation`).
 SHRINK_Z = 1.5
+#: ... used from this many choice runs per side on (2x10^4: from about 2x10^5 runs per side with the default
+#: split); on fewer the simultaneous bound ranks, as before session 14 (see :func:`choose_event`).
+PREDICTED_MIN_RUNS = 20_000
 
 
 def _grid(s0: np.ndarray, s1: np.ndarray) -> np.ndarray:
@@ -151,7 +154,8 @@ def choose_event(cands: list[Candidate], X0, X1, alpha_b, delta, objective, n_ev
         (value, candidate, threshold, direction "+" or "-", rank). ``value``
         is the bound the choice half itself proves for the chosen event,
         simultaneously over every event tried (Bonferroni over candidates x
-        thresholds x directions). Generic objective (session 14): events are
+        thresholds x directions). Generic objective with at least
+        PREDICTED_MIN_RUNS choice runs per side (session 14): events are
         ranked by :func:`predicted_evaluation`, the evaluation bound predicted
         from the choice half's rates shrunk by SHRINK_Z standard deviations;
         before, by the simultaneous bound above, whose correction for
@@ -159,14 +163,22 @@ def choose_event(cands: list[Candidate], X0, X1, alpha_b, delta, objective, n_ev
         evaluation split will (z ~ 2), so it chose events 10 times too
         probable for the weak sparse-vector leaks (svt3 of the literature
         suite: the best event has probability 0.007, the choice took 0.04-0.13;
-        docs/audit.md, "The choice of the event"). ``rank`` = (predicted value,)
-        for the generic objective and (simultaneous value floored at 0, milder
-        value) for the GDP one: by it an input search compares pairs.
+        docs/audit.md, "The choice of the event"). With fewer choice runs, and
+        for the GDP objective, the simultaneous bound (floored at 0) ranks,
+        then a milder prediction (:func:`_mild_level`; the GDP one's own,
+        :func:`_gdp_shrunk`): on a few dozen runs the correction for the
+        thresholds is what keeps a lucky threshold of a many-valued score
+        from beating a one-threshold indicator (an online explorer's audit at
+        150 runs per side lost its violation without it). ``rank`` =
+        (predicted value,) in the first case, (simultaneous value floored at
+        0, milder value) otherwise: by it an input search compares pairs.
         Validity does not depend on the rule: the evaluation split is drawn
         independently of the choice.
     """
     n0, n1 = len(X0), len(X1)
     n_ev = int(n_eval) if n_eval is not None else min(n0, n1)
+    predicted = objective != "gaussian" and min(n0, n1) >= PREDICTED_MIN_RUNS
+    a_mild = _mild_level(alpha_b, len(cands))
     best, rank = (-math.inf, None, None, "+"), (-math.inf,)
     for c in cands:
         s0, s1 = np.sort(c.score(X0)), np.sort(c.score(X1))
@@ -188,11 +200,14 @@ def choose_event(cands: list[Candidate], X0, X1, alpha_b, delta, objective, n_ev
             plus = _gdp_shrunk(gt0, n0, n1 - gt1, n1, a_sel)
             minus = _gdp_shrunk(n1 - gt1, n1, gt0, n0, a_sel)
             mild = (plus, minus)  # the GDP objective keeps its own rule (issue 14)
-        else:
+        elif predicted:
             mild = (predicted_evaluation(gt0, gt1, n0, n1, n_ev, alpha_b, delta),
                     predicted_evaluation(n1 - gt1, n0 - gt0, n1, n0, n_ev, alpha_b, delta))
+        else:
+            mild = (B.predict_objective(gt0, gt1, n0, n1, n0, n1, a_mild, delta, objective),
+                    B.predict_objective(n1 - gt1, n0 - gt0, n1, n0, n1, n0, a_mild, delta, objective))
         for d, v, w in (("+", plus, mild[0]), ("-", minus, mild[1])):
-            if objective == "gaussian":  # the simultaneous bound (floored at 0), then the milder one
+            if not predicted:  # the simultaneous bound (floored at 0), then the milder one
                 i = int(np.lexsort((-np.arange(len(t)), w, np.maximum(v, 0.0)))[-1])
                 r = (max(float(v[i]), 0.0), float(w[i]))
             else:  # the predicted evaluation bound, then the first threshold
@@ -203,8 +218,15 @@ def choose_event(cands: list[Candidate], X0, X1, alpha_b, delta, objective, n_ev
     if best[1] is None:  # no threshold at all: keep the first candidate at its median
         c = cands[0]
         best = (0.0, c, float(np.median(np.concatenate([c.score(X0), c.score(X1)]))), "+")
-        rank = (0.0, 0.0) if objective == "gaussian" else (-math.inf,)
+        rank = (-math.inf,) if predicted else (0.0, 0.0)
     return best + (rank,)
+
+
+def _mild_level(alpha_b: float, n_cands: int) -> float:
+    """Error level of the milder prediction of :func:`choose_event` (fewer than PREDICTED_MIN_RUNS choice
+    runs): Bonferroni over the candidates and the two directions, not over the thresholds (whose events are
+    nested, so strongly dependent)."""
+    return alpha_b / (2 * max(n_cands, 1))
 
 
 def predicted_evaluation(c0, c1, n0: int, n1: int, n_eval: int, alpha_b: float, delta: float) -> np.ndarray:

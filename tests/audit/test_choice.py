@@ -70,19 +70,19 @@ def _weak_leak(seed: int, n: int = 4000):
     return X0, X1
 
 
-def test_weak_leak_is_chosen_by_the_predicted_evaluation_bound():
+def test_weak_leak_choice_falls_back_to_the_milder_prediction():
     """~200 vs ~313 counts: log-ratio 0.45 +- 0.09. Corrected for ~8000 events tried (z ~ 4.5), the choice
-    half proves nothing; the predicted evaluation bound (rates shrunk by 1.5 sd, then the bound at 16,000
-    evaluation runs) is positive for the leaking cell. Over seeds 0-199: the leak's event (at least half of
-    its runs: the jitter lets the choice trim a few) chosen in 176, a smaller part of it, the other
-    direction or the noise cell (1 seed) in 24; seed 7 here (one where the simultaneous bound is 0)."""
+    half proves nothing (on main the first candidate, the noise cell, was then counted at its median); the
+    milder prediction (2 candidates x 2 directions, z ~ 2.5) is positive for the leaking cell. Over seeds
+    0-199: the leak chosen in 191 (in 153 by the milder prediction alone, in 38 the simultaneous bound was
+    already positive), the noise cell in 9 (nothing positive at all); seed 7 here, a milder-only choice."""
     from privaudit.audit.attacks import Candidate
     from privaudit.audit.choice import choose_event
     X0, X1 = _weak_leak(7)
     cands = [Candidate("noise", lambda X: X[:, 0]), Candidate("leak", lambda X: X[:, 1])]
-    value, cand, t, d, rank = choose_event(cands, X0, X1, 0.025, 0.0, "generic", 16_000)
-    assert value == 0.0 and rank[0] > 0.0
-    assert cand.name == "leak" and d == "+" and 0.0 <= t < 1.0005  # {leak cell above t}: the leak
+    value, cand, t, d, rank = choose_event(cands, X0, X1, 0.025, 0.0, "generic")
+    assert rank[0] == 0.0 and rank[1] > 0.0
+    assert cand.name == "leak" and d == "+" and 0.0 <= t < 1.0  # the event {leak cell above t}: the leak
 
 
 def _rare_and_frequent(rng, p, n):
