@@ -76,7 +76,7 @@ def main() -> None:
         mech.__name__ = fam
         for name, (d, dp) in PATTERNS.items():
             pair = input_pair(d, dp)
-            with mock.patch("privaudit.audit.runner.learned_candidate", lambda X0, X1: None):
+            with mock.patch("privaudit.audit.runner.learned_candidates", lambda X0, X1: []):
                 off = run_audit(mech, pair=pair, claim=claim, trials=a.trials, seed=a.seed, settings=settings)
             t = time.process_time()
             on = run_audit(mech, pair=pair, claim=claim, trials=a.trials, seed=a.seed, settings=settings)

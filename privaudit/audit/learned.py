@@ -76,7 +76,7 @@ RIDGE = 1e-3
 class _Features:
     """The feature map, its levels and scales fitted on the fitting runs (see the module docstring)."""
 
-    def __init__(self, X: np.ndarray):
+    def __init__(self, X: np.ndarray, interactions: bool = True):
         F = finite(X)
         d = F.shape[1]
         ok = np.isfinite(X)
@@ -103,9 +103,9 @@ class _Features:
                   - sum(len(u) for _, u in self.levels))
         self.paired = np.array(self.disc + self.real, dtype=int)  # cells whose pairwise products are features
         n_pairs = len(self.paired) * (len(self.paired) - 1) // 2
-        self.pairs = n_pairs <= max(budget, 0)
+        self.pairs = interactions and n_pairs <= max(budget, 0)
         budget -= n_pairs if self.pairs else 0
-        self.cross = sum(len(u) for _, u in self.levels) * len(self.real) <= max(budget, 0)
+        self.cross = interactions and sum(len(u) for _, u in self.levels) * len(self.real) <= max(budget, 0)
         Z = self._raw(X)
         self.zmean, zsd = Z.mean(axis=0), Z.std(axis=0)
         self.zsd = np.where(zsd > 0, zsd, 1.0)
@@ -163,19 +163,23 @@ def _fit_logistic(Z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     return res.x[:p], float(res.x[p])
 
 
-def learned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
+def learned_candidate(X0: np.ndarray, X1: np.ndarray, interactions: bool = True) -> Candidate | None:
     """The learned attack fitted on the fitting runs: log-odds of "D'" given the output.
 
     Parameters
     ----------
     X0, X1 : ndarray, shape (n0, d), (n1, d)
         Flattened outputs of the fitting runs on D and on D' (NaN allowed).
+    interactions : bool
+        Include the pairwise products and the level-by-value products (module docstring). Without
+        them (``learned_main_effects``) the model has a few times fewer features and is fitted on
+        correspondingly more runs (the same :data:`FEATURE_CELLS` budget, up to :data:`MAX_FIT_RUNS`).
 
     Returns
     -------
     Candidate or None
-        ``learned_logistic``, score shape (n,), larger = more like D'; None
-        when every output cell is constant on the fitting runs (nothing to learn).
+        ``learned_logistic`` (``learned_main_effects`` without interactions), score shape (n,), larger =
+        more like D'; None when every output cell is constant on the fitting runs (nothing to learn).
     """
     d = np.asarray(X0).shape[1]
     if d > MAX_LEARNED_DIM:
@@ -184,7 +188,7 @@ def learned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
     head = np.concatenate([X0[:MAP_RUNS], X1[:MAP_RUNS]])
     if np.all(finite(head) == finite(head[:1])) and np.all(np.isnan(head) == np.isnan(head[:1])):
         return None
-    feats = _Features(head)
+    feats = _Features(head, interactions)
     rows = min(MAX_FIT_RUNS, max(MAP_RUNS, FEATURE_CELLS // (2 * len(feats.zmean))))
     X0, X1 = X0[:rows], X1[:rows]
     y = np.concatenate([np.zeros(len(X0)), np.ones(len(X1))])
@@ -195,8 +199,38 @@ def learned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
         return np.concatenate([(f(Xn[i:i + block]) @ w).astype(np.float64) + b for i in range(0, len(Xn), block)]) \
             if len(Xn) else np.zeros(0)
 
-    return Candidate("learned_logistic", score, {
+    return Candidate("learned_logistic" if interactions else "learned_main_effects", score, {
         "kind": "learned", "model": "logistic regression (L2 ridge), DP-Sniper-style rejection region",
         "features": int(len(w)), "fitting_runs_per_side": int(len(X0)), "one_hot_cells": [int(j) for j in feats.disc],
         "real_cells": [int(j) for j in feats.real], "pairwise_products": bool(feats.pairs and len(feats.paired) > 1),
         "index_value_products": bool(feats.cross and feats.levels and feats.real)})
+
+
+def learned_candidates(X0: np.ndarray, X1: np.ndarray) -> list[Candidate]:
+    """The learned attacks of the selection split: :func:`learned_candidate` with the interactions and,
+    when that model has any, without them (fitted on more runs).
+
+    Why both: with a few hundred features the full model fitted on ~23,000 runs per side has
+    coefficient noise of the size of a weak leak's log-ratio (0.1-0.3), and its score then ranks the
+    leak's runs poorly (svt3 of the literature suite: the full model's best threshold on the
+    evaluation split reaches eps 0.05-0.10, the main-effects model's 0.13; benchmarks/results/
+    audit_literature.md, session 14); where the leak is in a joint pattern (svt6) the interactions
+    are needed. Each is one more candidate of the cross-fitted choice.
+
+    Parameters
+    ----------
+    X0, X1 : ndarray, shape (n0, d), (n1, d)
+        Flattened outputs of the fitting runs on D and on D' (NaN allowed).
+
+    Returns
+    -------
+    list of Candidate
+        Zero, one or two candidates.
+    """
+    full = learned_candidate(X0, X1)
+    if full is None:
+        return []
+    if not (full.info["pairwise_products"] or full.info["index_value_products"]):
+        return [full]
+    main = learned_candidate(X0, X1, interactions=False)
+    return [full] + ([main] if main is not None else [])

@@ -51,7 +51,7 @@ from privaudit.audit.claim import Claim
 from privaudit.audit.float_attacks import sampler_verdict
 from privaudit.audit.explain import cell_namer, describe_event
 from privaudit.audit.graybox import graybox_check, sampler_hint
-from privaudit.audit.learned import learned_candidate
+from privaudit.audit.learned import learned_candidates
 from privaudit.audit.mechanisms.dp_apvi import DPAPVIMechanism
 from privaudit.audit.mechanisms.dp_pbb import DPPBBMechanism
 from privaudit.audit.mechanisms.dp_vapvi import DPVAPVIMechanism
@@ -291,7 +291,7 @@ def run_audit(mechanism: Callable, logs: pl.DataFrame | None = None, spec=None, 
         if fixed is not None:
             return _run_fixed(sampler, pair, fixed, context, r_ev, plan)
         streams = [r_sel.spawn(2)] if len(pairs) == 1 else [r.spawn(2) for r in r_sel.spawn(len(pairs))]
-        picks = [_select(sm, m, p, n_sel, st, scores, alpha_b, claim)
+        picks = [_select(sm, m, p, n_sel, n_ev, st, scores, alpha_b, claim)
                  for sm, m, p, st in zip(samplers, mechs, pairs, streams)]
         k = max(range(len(picks)), key=lambda i: picks[i][5])  # the first of equal ranks
         _, cand, t, d, cands, _ = picks[k]
@@ -341,10 +341,10 @@ def _sampler(mech, name: str, cfg: AuditSettings, bar) -> Sampler:
     return Sampler(mech, batched, cfg.n_jobs or os.cpu_count() or 1, bar.update if bar else (lambda k: None), who)
 
 
-def _select(sampler: Sampler, mech, pair: NeighbouringPair, n_sel: int, streams, scores, alpha_b: float,
-            claim: Claim) -> tuple:
+def _select(sampler: Sampler, mech, pair: NeighbouringPair, n_sel: int, n_ev: int, streams, scores,
+            alpha_b: float, claim: Claim) -> tuple:
     """The selection split of one pair (protocol step 2): ``n_sel`` runs per side, the scores fitted on
-    the first half, the event chosen on the second.
+    the first half, the event chosen on the second (its bound predicted at ``n_ev`` evaluation runs).
 
     Returns
     -------
@@ -359,10 +359,10 @@ def _select(sampler: Sampler, mech, pair: NeighbouringPair, n_sel: int, streams,
         extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
     nf = n_sel // 2  # cross-fitting: fit on the first half, choose on the second
     cands = fit_candidates(X0[:nf], X1[:nf], extra, hint=sampler_hint(mech, pair, X0[:nf], X1[:nf]))
-    learned = (learned_candidate(X0[:nf], X1[:nf]), binned_candidate(X0[:nf], X1[:nf]))  # DP-Sniper-style
+    learned = learned_candidates(X0[:nf], X1[:nf]) + [binned_candidate(X0[:nf], X1[:nf])]  # DP-Sniper-style
     cands += [c for c in learned if c is not None]
     objective = "gaussian" if claim.kind == "gaussian" else "generic"
-    value, cand, t, d, rank = choose_event(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective)
+    value, cand, t, d, rank = choose_event(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective, n_ev)
     return value, cand, t, d, cands, rank
 
 
