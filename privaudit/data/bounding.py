@@ -288,12 +288,17 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec,
                                                     for x in ("units", "episodes", "over", "dropped"))
     kept = lf
     if n_dropped:
-        dropped = (starts.unique().join(per_unit(starts).filter(c("_m") > k), on="_unit")
-                   .with_columns(episode_priority(c("episode_id")).alias("_key"),
-                                 episode_id_text(c("episode_id")).alias("_text"))
-                   .sort(["_unit", "_key", "_text"])
-                   .filter(pl.int_range(pl.len()).over("_unit") >= k)
-                   .select("episode_id").collect())
+        def dropped_of(rows: pl.LazyFrame) -> pl.DataFrame:
+            """The episodes keep-k drops from ``rows`` (whole units): ranked within each unit over k."""
+            return (rows.unique().join(per_unit(rows).filter(c("_m") > k), on="_unit")
+                    .with_columns(episode_priority(c("episode_id")).alias("_key"),
+                                  episode_id_text(c("episode_id")).alias("_text"))
+                    .sort(["_unit", "_key", "_text"])
+                    .filter(pl.int_range(pl.len()).over("_unit") >= k)
+                    .select("episode_id").collect())
+
+        # the same parts of whole units: one part's episodes ranked at a time (issue 33; the set is the same)
+        dropped = pl.concat([dropped_of(part) for part in hash_parts(starts, "_unit", passes, BOUNDING_PASS_SEED)])
         kept = lf.join(dropped.lazy(), on="episode_id", how="anti")
     out_of_range = (c("reward") < lo) | (c("reward") > hi)
     row_stats = [kept.select((c("step") >= H).sum().alias("over_H"), (c("step") == H).sum().alias("truncated"),
