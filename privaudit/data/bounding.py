@@ -288,12 +288,17 @@ def bound_contributions(lf: pl.LazyFrame, spec: DomainSpec,
                                                     for x in ("units", "episodes", "over", "dropped"))
     kept = lf
     if n_dropped:
-        dropped = (starts.unique().join(per_unit(starts).filter(c("_m") > k), on="_unit")
-                   .with_columns(episode_priority(c("episode_id")).alias("_key"),
-                                 episode_id_text(c("episode_id")).alias("_text"))
-                   .sort(["_unit", "_key", "_text"])
-                   .filter(pl.int_range(pl.len()).over("_unit") >= k)
-                   .select("episode_id").collect())
+        def dropped_of(rows: pl.LazyFrame) -> pl.DataFrame:
+            """The episodes keep-k drops from ``rows`` (whole units): ranked within each unit over k."""
+            return (rows.unique().join(per_unit(rows).filter(c("_m") > k), on="_unit")
+                    .with_columns(episode_priority(c("episode_id")).alias("_key"),
+                                  episode_id_text(c("episode_id")).alias("_text"))
+                    .sort(["_unit", "_key", "_text"])
+                    .filter(pl.int_range(pl.len()).over("_unit") >= k)
+                    .select("episode_id").collect())
+
+        # the same parts of whole units: one part's episodes ranked at a time (issue 33; the set is the same)
+        dropped = pl.concat([dropped_of(part) for part in hash_parts(starts, "_unit", passes, BOUNDING_PASS_SEED)])
         kept = lf.join(dropped.lazy(), on="episode_id", how="anti")
     out_of_range = (c("reward") < lo) | (c("reward") > hi)
     row_stats = [kept.select((c("step") >= H).sum().alias("over_H"), (c("step") == H).sum().alias("truncated"),
@@ -372,8 +377,8 @@ def cell_columns(stationary: bool) -> list[str]:
     return ["state", "action"] if stationary else ["step", "state", "action"]
 
 
-def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: int, *,
-                 stationary: bool) -> tuple[pl.LazyFrame, BoundingReport]:
+def cap_parts_of(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: int, *,
+                 stationary: bool) -> tuple[list[pl.LazyFrame], BoundingReport]:
     """Keep at most c steps of each privacy unit in each cell (per-partition contribution bound).
 
     Parameters
@@ -393,8 +398,10 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
 
     Returns
     -------
-    capped : polars.LazyFrame
-        The kept rows, same columns.
+    capped : list of polars.LazyFrame
+        The kept rows, same columns, in parts of whole units (one part when
+        the rows fit in ``part_rows(CAP_PER)``); read them one after the
+        other to hold one part's windows at a time.
     report : BoundingReport
         ``report`` with ``max_per_cell``, ``cell_cap_stationary`` and
         ``cell_steps_seen`` set, and ``cell_steps_dropped`` None: the cap
@@ -423,7 +430,8 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
     validation (one row per episode and step, ``step_duplicate`` is fatal),
     so the row with the smallest order is the one ranked first (a window
     minimum costs about half of a rank). Memory: one part of the units at a
-    time (:data:`CAP_PER`; the same rows kept, in another order). Per step
+    time (:data:`CAP_PER`; the same rows kept, in another order) when the
+    parts are read one after the other. Per step
     with c >= k, and pooled with c >= kH, nothing can be dropped.
 
     The cap biases the counts: a dropped revisit of (s, a) removes a real
@@ -466,9 +474,22 @@ def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: in
     seen = report.rows_kept
     if seen is None:  # a report not made by bound_contributions: count the rows (a pass without the window)
         seen = int(bounded.select(pl.len()).collect().item())
-    # whole units per part, one part at a time: the windows of one part in memory, not of all rows
+    # whole units per part: the windows of one part in memory, not of all rows, when the parts are read one
+    # after the other (cap_parts_of); their concatenation is read by polars' streaming engine all at once
     parts = hash_parts(bounded, unit, part_count(seen, part_rows(CAP_PER)), CAP_PARTITION_SEED)
-    capped = pl.concat([capped_rows(p) for p in parts], parallel=False) if len(parts) > 1 else capped_rows(bounded)
+    capped = [capped_rows(p) for p in parts] if len(parts) > 1 else [capped_rows(bounded)]
     report = replace(report, max_per_cell=max_per_cell, cell_cap_stationary=bool(stationary),
                      cell_steps_dropped=None, cell_steps_seen=seen)
     return capped, report
+
+
+def cap_per_cell(bounded: pl.LazyFrame, report: BoundingReport, max_per_cell: int, *,
+                 stationary: bool) -> tuple[pl.LazyFrame, BoundingReport]:
+    """:func:`cap_parts_of`'s kept rows as one lazy frame (its parts concatenated), and its report.
+
+    Same arguments, errors and keep rule as :func:`cap_parts_of`. Memory: polars' streaming engine reads the
+    concatenated parts together (all their windows in memory: about 60-90 bytes per kept row, issue 33), so
+    a consumer that reads every row should read :func:`cap_parts_of`'s parts one after the other instead.
+    """
+    parts, report = cap_parts_of(bounded, report, max_per_cell, stationary=stationary)
+    return (pl.concat(parts, parallel=False) if len(parts) > 1 else parts[0]), report

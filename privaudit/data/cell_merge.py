@@ -128,7 +128,8 @@ class RunningCells:
         self.counts, self.sums = merged[0], merged[1:]
 
 
-def cell_table(query: pl.LazyFrame, key: str, sums: list[str], *, batch_rows: int = BATCH_ROWS) -> pl.DataFrame:
+def cell_table(query: pl.LazyFrame | list[pl.LazyFrame], key: str, sums: list[str], *,
+               batch_rows: int = BATCH_ROWS) -> pl.DataFrame:
     """Per distinct ``key``: its row count and the sum of each ``sums`` column; streamed, memory bounded.
 
     The same table as ``query.group_by(key).agg(pl.len(), *[pl.col(c).sum() for c in sums]).sort(key)``
@@ -136,8 +137,10 @@ def cell_table(query: pl.LazyFrame, key: str, sums: list[str], *, batch_rows: in
 
     Parameters
     ----------
-    query : polars.LazyFrame
-        Int64 columns ``key`` and ``sums``, no nulls (the caller maps a null key to a sentinel).
+    query : polars.LazyFrame or list of polars.LazyFrame
+        Int64 columns ``key`` and ``sums``, no nulls (the caller maps a null key to a sentinel). A list is
+        read one frame after the other into the same table (the table of their concatenation; polars'
+        streaming engine would read a concatenation's inputs together).
     key : str
     sums : list of str
     batch_rows : int
@@ -154,11 +157,12 @@ def cell_table(query: pl.LazyFrame, key: str, sums: list[str], *, batch_rows: in
         Reading the rows failed (the caller turns it into its own error).
     """
     running = RunningCells(len(sums))
-    batches = query.select(key, *sums).collect_batches(chunk_size=batch_rows, maintain_order=False,
-                                                       engine="streaming")
-    for batch in batches:
-        if batch.height:
-            running.add(*group_sums(batch[key].to_numpy(), [batch[c].to_numpy() for c in sums]))
+    for frame in (query if isinstance(query, list) else [query]):
+        batches = frame.select(key, *sums).collect_batches(chunk_size=batch_rows, maintain_order=False,
+                                                           engine="streaming")
+        for batch in batches:
+            if batch.height:
+                running.add(*group_sums(batch[key].to_numpy(), [batch[c].to_numpy() for c in sums]))
     running.flush()
     return pl.DataFrame({key: running.keys, "n": running.counts, **dict(zip(sums, running.sums))},
                         schema={key: pl.Int64, "n": pl.Int64, **{c: pl.Int64 for c in sums}})

@@ -208,9 +208,12 @@ def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
 
     Parameters
     ----------
-    frame : polars LazyFrame or DataFrame
+    frame : polars LazyFrame or DataFrame, or a list of them
         Bounded logs (``privaudit.data.bounding``) with ``step, state,
         action, next_state`` and, if ``rewards``, ``reward`` scaled into [0, 1].
+        A list (``PreparedLogs.bounded_parts``) is counted as its
+        concatenation, one frame after the other when the statistics are
+        integers (so that one part's query is in memory at a time).
     spec : DomainSpec
         Declared domain (H, S, A, terminal states).
     stationary : bool
@@ -245,7 +248,8 @@ def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
     H, S, A = spec.H, spec.S, spec.A
     cols = ["state", "action", "next_state"] if stationary else ["step", "state", "action", "next_state"]
     sizes = [S, A, S] if stationary else [H, S, A, S]
-    lf = _counted_rows(frame, spec, cols)
+    frames = [_counted_rows(f, spec, cols) for f in (frame if isinstance(frame, list) else [frame])]
+    lf = frames[0] if len(frames) == 1 else pl.concat(frames, parallel=False)
     # a row with an index outside the domain, or a null one, falls in cell -1, so one pass both counts and
     # detects it; the ranges for the error message are read only then. (Collecting the ranges beside the
     # count with pl.collect_all made polars cache the shared scan: memory grew with the rows, issue 33.)
@@ -257,7 +261,7 @@ def sparse_counts(frame: Frame, spec: DomainSpec, *, stationary: bool = False,
         # (data.cell_merge), whose memory does not grow with the rows as polars' streaming group-by's does
         r = ([(pl.col("reward").cast(pl.Float64) * int(quantum)).round(0).cast(pl.Int64).fill_null(0).alias("r")]
              if rewards else [])
-        cells = cell_table(lf.select(cell, *r), "i", ["r"] if rewards else [])
+        cells = cell_table([f.select(cell, *r) for f in frames], "i", ["r"] if rewards else [])
     else:  # float sums keep the in-memory engine's group-by and its summation order
         cells = (lf.group_by(cell).agg(pl.len().cast(pl.Int64).alias("n"),
                                        pl.col("reward").cast(pl.Float64).sum().alias("r"))

@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import polars as pl
 
-from privaudit.data.bounding import BoundingReport, bound_contributions, cap_per_cell
+from privaudit.data.bounding import BoundingReport, bound_contributions, cap_parts_of
 from privaudit.data.io import ROW, scan_logs
 from privaudit.data.repairs import RepairLimit, check_repairs
 from privaudit.data.validate import BOUNDING_RULES, RULES, ValidationReport, validate_logs, violation_line
@@ -58,6 +58,10 @@ class PreparedLogs:
         Standard columns (with ``row``); at most k episodes per unit, steps
         h < H, ``reward`` Float64 in [0, 1]. Lazy: each consumer selects its
         columns and collects them (the bounding decisions are already made).
+    parts : tuple of polars.LazyFrame
+        ``bounded`` in parts of whole units, to be read one after the other
+        (:meth:`bounded_parts`); set by :meth:`with_cell_cap`, whose windows
+        polars would otherwise hold for every part at once. Empty: one part.
     engine : "polars"
         Which engine prepared the logs (Spark's twin,
         ``privaudit.data.spark.prepare.SparkPreparedLogs``, says "spark").
@@ -69,6 +73,7 @@ class PreparedLogs:
     bounding: BoundingReport
     raw: pl.LazyFrame
     bounded: pl.LazyFrame
+    parts: tuple[pl.LazyFrame, ...] = ()
 
     engine: ClassVar[str] = "polars"
 
@@ -82,7 +87,7 @@ class PreparedLogs:
                              f"(hash {self.spec.hash()}, given {spec.hash()}); prepare them with this spec.")
 
     def with_cell_cap(self, max_per_cell: int | None, *, stationary: bool) -> "PreparedLogs":
-        """These logs with at most c steps per unit and cell (``data.bounding.cap_per_cell``).
+        """These logs with at most c steps per unit and cell (``data.bounding.cap_parts_of``).
 
         Parameters
         ----------
@@ -112,10 +117,19 @@ class PreparedLogs:
             raise UsageError(f"{self.path}: the logs are already capped at c={self.bounding.max_per_cell} "
                              "per cell; cap the uncapped PreparedLogs instead.")
         try:
-            capped, report = cap_per_cell(self.bounded, self.bounding, max_per_cell, stationary=stationary)
+            parts, report = cap_parts_of(self.bounded, self.bounding, max_per_cell, stationary=stationary)
         except pl.exceptions.PolarsError as e:
             raise read_failed(self.path, e) from None
-        return replace(self, bounded=capped, bounding=report)
+        capped = pl.concat(parts, parallel=False) if len(parts) > 1 else parts[0]
+        return replace(self, bounded=capped, bounding=report, parts=tuple(parts) if len(parts) > 1 else ())
+
+    def bounded_parts(self) -> list[pl.LazyFrame]:
+        """``bounded`` as lazy parts of whole units (``[bounded]`` when not split): count them one by one.
+
+        Reading every row through ``bounded`` gives the same rows, but polars' streaming engine reads the
+        parts of a capped ``bounded`` concurrently, holding every part's per-cell windows (issue 33).
+        """
+        return list(self.parts) or [self.bounded]
 
     def collect(self, columns: list[str]) -> pl.DataFrame:
         """The bounded rows restricted to ``columns`` (raises LogReadError on a read failure)."""

@@ -364,7 +364,8 @@ def _release_locked(logs, spec, *, rho, epsilon, delta, mechanism, stationary, m
         report = prepared.bounding
         with clock.stage("read_count", cpu=time.process_time):  # one streaming pass: the rows stay on disk
             cols = [pl.col(c).cast(pl.Int32) for c in ("step", "state", "action", "next_state")]
-            frame = prepared.bounded.select(cols + ([pl.col("reward")] if rewards else []))
+            # the (capped) rows in parts of whole units, counted one after the other (issue 33)
+            frame = [p.select(cols + ([pl.col("reward")] if rewards else [])) for p in prepared.bounded_parts()]
             try:
                 exact = counts.sparse_counts(frame, spec, stationary=stationary, rewards=rewards, quantum=quantum)
             except pl.exceptions.PolarsError as e:

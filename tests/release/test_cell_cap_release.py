@@ -12,7 +12,12 @@ from privaudit.core.errors import ArtifactError, UsageError
 from privaudit.privacy import accounting
 from privaudit.privacy.events import event_from_dict
 from privaudit.core.schemas import schema_errors
-from privaudit.release.tabular import load_release, release_logs
+from privaudit.core.spec import load_spec
+from privaudit.data.counts import sparse_counts
+from privaudit.data.parts import PART_ROWS_VARIABLE
+from privaudit.data.prepare import prepare_logs
+from privaudit.data.repairs import RepairLimit
+from privaudit.release.tabular import ReleaseOptions, load_release, release_logs
 from tests._release_logs import random_log, slow_counts, write_spec
 from tests.privacy.test_sensitivity import capped_unit
 
@@ -105,3 +110,25 @@ def test_prepared_logs_capped_twice_refused(data):
     p = prepare_logs(data["logs"], load_spec(data["spec"])).with_cell_cap(1, stationary=True)
     with pytest.raises(UsageError, match="already capped"):
         p.with_cell_cap(1, stationary=True)
+
+
+def test_capped_parts_are_counted_one_by_one_with_the_same_release(tmp_path, monkeypatch):
+    """Units of several episodes, capped in many parts (issue 33: the parts are read one after the other,
+    not as one concatenation): the same cells as the concatenation's count, the same release files."""
+    df = random_log(np.random.default_rng(33), 400, H=H, S=S, A=A, n_units=120)
+    df.write_parquet(tmp_path / "logs.parquet")
+    spec = write_spec(tmp_path, H=H, S=S, A=A, k=2, terminals=(), unit_column="patient")
+    outs = {}
+    for rows in ("100000000", "200"):  # one part; parts of 100 rows (CAP_PER = 2): about 15 parts
+        monkeypatch.setenv(PART_ROWS_VARIABLE, rows)
+        p = prepare_logs(tmp_path / "logs.parquet", load_spec(spec)).with_cell_cap(1, stationary=True)
+        parts = p.bounded_parts()
+        assert (len(parts) > 5) == (rows == "200")
+        whole = sparse_counts(p.bounded, p.spec, stationary=True, rewards=True, quantum=64)
+        split = sparse_counts(parts, p.spec, stationary=True, rewards=True, quantum=64)
+        assert whole.cells.equals(split.cells) and whole.cells.height > 10
+        outs[rows] = tmp_path / f"r{rows}"
+        release_logs(tmp_path / "logs.parquet", spec, rho=1.0, stationary=True, max_per_cell=1, seed=5,
+                     out=outs[rows], options=ReleaseOptions(repairs=RepairLimit(accept=True)))
+    for f in ("visits.parquet", "transitions.parquet"):
+        assert (outs["200"] / f).read_bytes() == (outs["100000000"] / f).read_bytes(), f

@@ -192,7 +192,8 @@ def capped_counts_from_logs(prepared, spec, *, stationary: bool, max_per_cell: i
     """
     capped = prepared.with_cell_cap(max_per_cell, stationary=stationary)
     if prepared.engine == "polars":
-        return capped_counts_from_frames(capped.bounded, prepared.bounded, spec, stationary=stationary,
+        # the capped parts counted one after the other: one part's per-cell windows in memory (issue 33)
+        return capped_counts_from_frames(capped.bounded_parts(), prepared.bounded, spec, stationary=stationary,
                                          max_per_cell=max_per_cell)
     # Spark (privaudit.data.spark.prepare.SparkPreparedLogs): the cells aggregated and cached on the cluster,
     # collected one step h at a time; the start counts, S rows at most
@@ -206,6 +207,8 @@ def capped_counts_from_logs(prepared, spec, *, stationary: bool, max_per_cell: i
 
 def capped_counts_from_frames(capped, bounded, spec, *, stationary: bool, max_per_cell: int | None) -> CappedCounts:
     """:class:`CappedCounts` from capped bounded rows (transitions) and bounded rows (start states).
+
+    ``capped`` is a frame or a list of frames counted as their concatenation (``sparse_counts``).
 
     Starts come from the uncapped bounded rows (step 0 of each kept episode):
     each unit starts at most k episodes, whatever the cap.
