@@ -44,12 +44,23 @@ bound, proved on the choice half, is largest; ties are not broken at random
 the probabilities its atoms allow. The evaluation split, independent of the
 fit and of the choice, gives the bound, so its validity does not depend on
 the classifier being any good.
+
+The fit and the scores run their matrix products on one BLAS thread
+(:data:`BLAS_THREADS`, through threadpoolctl, whatever ``OPENBLAS_NUM_THREADS``
+says): the products are matrix-vector ones, which a second thread barely
+speeds up, and on a loaded machine OpenBLAS's default thread per core spins
+waiting for a core (``svt_fresh_value`` and ``numerical_svt`` at 2x10^5 runs
+per side, load 8, 2 cores: 10.5-11.1 CPU s per audit with the default 2
+threads, 3.9-4.4 with one; benchmarks/results/audit_literature.md). One
+thread also makes a seeded audit's learned bound the same at any thread
+setting (the count changes the products' rounding).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from scipy import optimize
+from threadpoolctl import threadpool_limits
 
 from privaudit.audit.attacks import Candidate, finite
 
@@ -71,6 +82,15 @@ FEATURE_CELLS = 24_000_000
 KNOTS = (0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98)
 #: L2 penalty on the weights of the standardised features (per fitting run: the log-loss is a mean).
 RIDGE = 1e-3
+#: BLAS threads of the fit's and the scores' matrix products (module docstring).
+BLAS_THREADS = 1
+
+
+def blas_threads_limited():
+    """A context in which the BLAS libraries numpy and scipy loaded use :data:`BLAS_THREADS` threads
+    (``threadpoolctl.threadpool_limits``; restored on exit; a BLAS threadpoolctl does not know is left
+    as it is)."""
+    return threadpool_limits(limits=BLAS_THREADS, user_api="blas")
 
 
 class _Features:
@@ -192,12 +212,16 @@ def learned_candidate(X0: np.ndarray, X1: np.ndarray, interactions: bool = True)
     rows = min(MAX_FIT_RUNS, max(MAP_RUNS, FEATURE_CELLS // (2 * len(feats.zmean))))
     X0, X1 = X0[:rows], X1[:rows]
     y = np.concatenate([np.zeros(len(X0)), np.ones(len(X1))])
-    w, b = _fit_logistic(feats.matrix(np.concatenate([X0, X1])), y)
+    with blas_threads_limited():
+        w, b = _fit_logistic(feats.matrix(np.concatenate([X0, X1])), y)
     block = max(256, FEATURE_CELLS // (4 * len(w)))
 
     def score(Xn, f=feats, w=w.astype(np.float32), b=b):  # blocks of rows: up to MAX_FEATURES features wide
-        return np.concatenate([(f(Xn[i:i + block]) @ w).astype(np.float64) + b for i in range(0, len(Xn), block)]) \
-            if len(Xn) else np.zeros(0)
+        if not len(Xn):
+            return np.zeros(0)
+        with blas_threads_limited():
+            return np.concatenate([(f(Xn[i:i + block]) @ w).astype(np.float64) + b
+                                   for i in range(0, len(Xn), block)])
 
     return Candidate("learned_logistic" if interactions else "learned_main_effects", score, {
         "kind": "learned", "model": "logistic regression (L2 ridge), DP-Sniper-style rejection region",

@@ -33,9 +33,14 @@ when a share is above --max-repair-share (default 0.05) unless given
 --accept-repairs. A large share usually means a wrong declaration in the
 spec (e.g. reward_range [0, 1] for rewards coded -1/0/+1, or H too short).
 
-Exit codes: 0 no fatal rule broken (the logs can be released; repairs are
-listed with their shares); 1 a fatal rule is broken, or the logs cannot be
-read; 2 usage or spec error.
+Exit codes: 0 the logs can be released (no fatal rule broken, and every
+repair within --max-repair-share or --accept-repairs given; repairs are
+listed with their shares); 1 a fatal rule is broken, the logs cannot be
+read, or a repair is above --max-repair-share without --accept-repairs
+(release, train and pipeline would stop: their exit 1 for it too; --json
+tells the two apart: `releasable`, `repairs_over_max_share`); 2 usage or
+spec error. So `privaudit validate ... && privaudit release ...` goes on
+only when release would (given the same two options).
 """
 
 
@@ -49,9 +54,14 @@ read; 2 usage or spec error.
 @click.option("--max-repair-share", type=FloatRange(0, 1), default=MAX_REPAIR_SHARE_DEFAULT,
               show_default=True,
               help="Say whether release, train and pipeline would stop on these logs: they do when a repair "
-                   "of contribution bounding changes a larger share of the logs (unless --accept-repairs).")
+                   "of contribution bounding changes a larger share of the logs (unless --accept-repairs); "
+                   "exit 1 when they would.")
+@click.option("--accept-repairs", is_flag=True,
+              help="As for release, train and pipeline: repairs above --max-repair-share do not stop them, so "
+                   "validate exits 0 for them (they are still listed).")
 @handle_errors
-def command(logs: str, spec_path: str, as_json: bool, max_errors: int, max_repair_share: float) -> None:
+def command(logs: str, spec_path: str, as_json: bool, max_errors: int, max_repair_share: float,
+            accept_repairs: bool) -> None:
     spec = load_spec(spec_path)
     report = validate_logs(logs, spec, max_errors=max_errors)
     # what bounding changes, as counts and shares: only for logs a release accepts (else nothing is bounded)
@@ -60,14 +70,17 @@ def command(logs: str, spec_path: str, as_json: bool, max_errors: int, max_repai
     if as_json:
         echo_json({**report.to_dict(),
                    "bounding": None if bounding is None else bounding.to_dict(),
-                   "repairs_over_max_share": [r.rule for r in over], "max_repair_share": max_repair_share})
+                   "repairs_over_max_share": [r.rule for r in over], "max_repair_share": max_repair_share,
+                   "accept_repairs": accept_repairs})
     else:
-        click.echo(_human(report, RULES, bounding=bounding, over=over, max_share=max_repair_share))
-    if not report.releasable:
+        click.echo(_human(report, RULES, bounding=bounding, over=over, max_share=max_repair_share,
+                          accept=accept_repairs))
+    # the exit code a script can chain on: non-zero whenever release (with the same options) would refuse
+    if not report.releasable or (over and not accept_repairs):
         raise SystemExit(1)
 
 
-def _human(report, rules, *, bounding=None, over=(), max_share=MAX_REPAIR_SHARE_DEFAULT) -> str:
+def _human(report, rules, *, bounding=None, over=(), max_share=MAX_REPAIR_SHARE_DEFAULT, accept=False) -> str:
     ep = "unknown" if report.episodes is None else f"{report.episodes:,}"
     un = "unknown" if report.units is None else f"{report.units:,}"
     lines = [f"{report.path}: {report.rows:,} rows, {ep} episodes, {un} privacy units",
@@ -93,7 +106,11 @@ def _human(report, rules, *, bounding=None, over=(), max_share=MAX_REPAIR_SHARE_
                     "the results then describe the repaired logs)", repaired)
     if bounding is not None:
         lines += ["", "what contribution bounding changes (counts and shares of the logs):", repairs_text(bounding)]
-        if over:
+        if over and accept:
+            lines.append(f"{len(over)} repair(s) change more than --max-repair-share {max_share:g} of the logs; "
+                         "with --accept-repairs, release, train and pipeline apply them and go on (and print "
+                         "them). Check the spec's declarations (reward_range, H, k, return_bound).")
+        elif over:
             lines.append(f"STOP: {len(over)} repair(s) change more than --max-repair-share {max_share:g} of the "
                          "logs: release, train and pipeline stop before spending anything unless given "
                          "--accept-repairs. Check the spec's declarations (reward_range, H, k, return_bound).")

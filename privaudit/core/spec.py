@@ -359,7 +359,13 @@ def _return_bound(doc: dict, where: str, r_min: float, r_max: float, H: int) -> 
         equal, so there is nothing to estimate or learn, and the learners'
         and the value estimate's clipping ranges need G_min < G_max), or an interval that no episode of
         1..H steps with rewards in [r_min, r_max] can reach (it misses
-        [min(r_min, H r_min), max(r_max, H r_max)]).
+        [min(r_min, H r_min), max(r_max, H r_max)]), or an end beyond
+        [H min(r_min, 0), H max(r_max, 0)], the range every bounded episode's
+        return lies in and the one used without a declaration
+        (``release.behaviour_value.return_range``): such an end clips
+        nothing, yet the clinicians' value estimate would take the declared
+        range as is, and its noise scales with G_max - G_min. The message
+        names the widest meaningful bound.
     """
     rb = doc.get("return_bound")
     if rb is None:
@@ -373,7 +379,21 @@ def _return_bound(doc: dict, where: str, r_min: float, r_max: float, H: int) -> 
         raise SpecError(f"{where}: $.return_bound {rb} is inconsistent with reward_range {[r_min, r_max]} and "
                         f"horizon H={H}: an episode of 1..H steps returns a value in [{reach_lo}, {reach_hi}], "
                         "which the declared interval misses. Fix the bound (it sums the rewards of one episode).")
+    # the range without a declaration: H rewards in the range, 0 after a terminal state (behaviour_value.return_range)
+    h_lo, h_hi = H * min(r_min, 0.0), H * max(r_max, 0.0)
+    if g_lo < h_lo or g_hi > h_hi:
+        widest = [max(g_lo, h_lo), min(g_hi, h_hi)]
+        fix = (f"declare at most {_num_list(widest)}" if widest[0] < widest[1] else "declare a bound inside it")
+        raise SpecError(f"{where}: $.return_bound {rb} is wider than any episode can return: at most H={H} rewards "
+                        f"in reward_range {[r_min, r_max]} (0 after a terminal state) sum to a value in "
+                        f"{_num_list([h_lo, h_hi])}. An end beyond that clips nothing, yet the clinicians' value "
+                        f"estimate would add noise for the whole declared width; {fix}, or omit return_bound.")
     return g_lo, g_hi
+
+
+def _num_list(xs) -> str:
+    """[a, b] with each end as short as it reads (20 rather than 20.0)."""
+    return "[" + ", ".join(f"{x:g}" for x in xs) + "]"
 
 
 def load_spec(path: str | Path) -> DomainSpec:

@@ -3,8 +3,8 @@
 :func:`prepare_on` is the one place an entry point (``train``, ``pipeline``, the release) turns logs
 into prepared logs for its engine: :func:`privaudit.data.prepare.prepare_logs` (polars) or
 :func:`privaudit.data.spark.prepare.prepare_spark_logs` (Spark). Both return prepared logs with the
-same interface (``engine``, ``spec``, ``bounding``, ``bounded``, ``with_cell_cap``, ``check_spec``,
-``close``). pyspark is the optional extra ``privaudit[spark]``: :func:`spark_module` imports the
+same interface (``engine``, ``spec``, ``bounding``, ``bounded``, ``with_cell_cap``, ``restricted``,
+``check_spec``, ``close``). pyspark is the optional extra ``privaudit[spark]``: :func:`spark_module` imports the
 engine's modules only when Spark is asked for.
 """
 

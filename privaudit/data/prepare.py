@@ -18,9 +18,9 @@ holder only (terminal, local log beside an artifact) and never released.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import polars as pl
 
@@ -61,7 +61,10 @@ class PreparedLogs:
     parts : tuple of polars.LazyFrame
         ``bounded`` in parts of whole units, to be read one after the other
         (:meth:`bounded_parts`); set by :meth:`with_cell_cap`, whose windows
-        polars would otherwise hold for every part at once. Empty: one part.
+        polars would otherwise hold for every part at once, and kept by
+        :meth:`restricted`. Empty: one part. Derived from ``bounded``, so not
+        an ``__init__`` argument: ``dataclasses.replace(logs, bounded=...)``
+        resets it to one part rather than keep the parts of another frame.
     engine : "polars"
         Which engine prepared the logs (Spark's twin,
         ``privaudit.data.spark.prepare.SparkPreparedLogs``, says "spark").
@@ -73,7 +76,7 @@ class PreparedLogs:
     bounding: BoundingReport
     raw: pl.LazyFrame
     bounded: pl.LazyFrame
-    parts: tuple[pl.LazyFrame, ...] = ()
+    parts: tuple[pl.LazyFrame, ...] = field(default=(), init=False, compare=False)
 
     engine: ClassVar[str] = "polars"
 
@@ -121,7 +124,29 @@ class PreparedLogs:
         except pl.exceptions.PolarsError as e:
             raise read_failed(self.path, e) from None
         capped = pl.concat(parts, parallel=False) if len(parts) > 1 else parts[0]
-        return replace(self, bounded=capped, bounding=report, parts=tuple(parts) if len(parts) > 1 else ())
+        return replace(self, bounded=capped, bounding=report)._split(parts)
+
+    def restricted(self, keep: Callable[[pl.LazyFrame], pl.LazyFrame]) -> "PreparedLogs":
+        """These logs with ``keep`` applied to ``bounded`` and to each of its parts.
+
+        Parameters
+        ----------
+        keep : callable, LazyFrame -> LazyFrame
+            A row filter that keeps or drops whole privacy units (``ope.split.part_of``: the held-out
+            split), so each filtered part is still made of whole units.
+
+        Returns
+        -------
+        PreparedLogs
+            ``bounded`` and :meth:`bounded_parts` filtered alike (still counted part by part); the same
+            ``raw``, ``validation`` and ``bounding`` (the whole logs' private reports).
+        """
+        return replace(self, bounded=keep(self.bounded))._split([keep(p) for p in self.parts])
+
+    def _split(self, parts) -> "PreparedLogs":
+        """``self`` (just built by ``replace``) with its ``bounded`` in ``parts`` (one part: none kept)."""
+        object.__setattr__(self, "parts", tuple(parts) if len(parts) > 1 else ())
+        return self
 
     def bounded_parts(self) -> list[pl.LazyFrame]:
         """``bounded`` as lazy parts of whole units (``[bounded]`` when not split): count them one by one.

@@ -60,8 +60,19 @@ def split_held_out(prepared: PreparedLogs, fraction: float = HOLD_OUT_DEFAULT) -
     if getattr(prepared, "bounded", None) is None:  # a Spark run given the logs as read, not as prepared
         raise UsageError("`hold_out` with `engine` spark needs the Spark engine's prepared logs (read, checked and "
                          "bounded once before the stages); these logs were passed as read. Nothing was charged.")
-    return (replace(prepared, bounded=part_of(prepared.bounded, 1 - HELD_OUT, fraction)),
-            replace(prepared, bounded=part_of(prepared.bounded, HELD_OUT, fraction)))
+    return _part(prepared, 1 - HELD_OUT, fraction), _part(prepared, HELD_OUT, fraction)
+
+
+def _part(prepared, part: int, fraction: float):
+    """One side of the split: through the prepared logs' own ``restricted`` (which filters their parts
+    too, so no derived frame keeps the other side's units), else (a plain frozen dataclass holding a
+    frame) ``replace``."""
+    def keep(frame):
+        return part_of(frame, part, fraction)
+
+    if hasattr(prepared, "restricted"):
+        return prepared.restricted(keep)
+    return replace(prepared, bounded=keep(prepared.bounded))
 
 
 def held_out_units_estimate(value_stats, fraction: float) -> float | None:

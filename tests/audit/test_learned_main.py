@@ -16,9 +16,12 @@ random seed (the bound's level: the twin is 1-DP); here the seed is fixed.
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from benchmarks.literature import svt
 from privaudit.audit import bounds as B
+from privaudit.audit import learned
 from privaudit.audit.choice import choose_event
 from privaudit.audit.learned import learned_candidates
 
@@ -59,3 +62,36 @@ def test_main_effects_model_only_when_the_full_one_has_interactions():
     assert main.info["features"] < full.info["features"] / 2
     assert main.info["fitting_runs_per_side"] == full.info["fitting_runs_per_side"] == 4000
     assert not main.info["pairwise_products"] and full.info["pairwise_products"]
+
+
+def _blas_threads() -> set[int]:
+    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+
+def test_the_learned_fit_and_its_scores_run_on_one_blas_thread(monkeypatch):
+    """Session 15: on a loaded 2-core machine OpenBLAS's default thread per core spun through the fit's
+    matrix-vector products (10.5-11.1 CPU s per literature audit against 3.9-4.4 on one thread). The fit and
+    the scores now limit BLAS to one thread, whatever the caller's setting, and restore it after."""
+    if not _blas_threads():
+        pytest.skip("threadpoolctl finds no BLAS library in this numpy")
+    seen = []
+    fit, features = learned._fit_logistic, learned._Features.__call__
+
+    def spy_fit(Z, y):
+        seen.append(("fit", _blas_threads()))
+        return fit(Z, y)
+
+    def spy_features(self, X):
+        seen.append(("score", _blas_threads()))
+        return features(self, X)
+
+    monkeypatch.setattr(learned, "_fit_logistic", spy_fit)
+    rng = np.random.default_rng(0)
+    X0, X1 = svt.svt3(D, rng, 400, eps=1.0), svt.svt3(D_PRIME, rng, 400, eps=1.0)
+    with threadpool_limits(limits=2, user_api="blas"):  # the default on a 2-core machine
+        cands = learned_candidates(X0, X1)
+        monkeypatch.setattr(learned._Features, "__call__", spy_features)
+        for c in cands:
+            assert c.score(X0).shape == (len(X0),)
+        assert _blas_threads() == {2}  # restored
+    assert {k for k, _ in seen} == {"fit", "score"} and all(t == {1} for _, t in seen), seen

@@ -74,7 +74,9 @@ def _ledger(d, name):
 def test_validate_says_how_much_bounding_changes_and_never_nothing_to_fix(export):
     d, logs = export
     r = run("validate", logs, "--spec", d / "wrong.json")
-    assert r.exit_code == 0, r.output  # repairs are not fatal: validate lists them
+    # repairs are not fatal (validate lists them), but this share stops release: validate exits 1 as release does
+    assert r.exit_code == 1, r.output
+    assert "valid for release: no fatal rule is broken." in r.output and "INVALID" not in r.output
     assert "nothing to fix" not in r.output
     # counted in stays (the unit of a return): one -1 per dying stay is 1 row in 9 here but 1 stay in 3
     assert (f"episodes with a reward clipped into the declared reward_range ({DEATHS} rows clipped): "
@@ -89,6 +91,24 @@ def test_validate_says_how_much_bounding_changes_and_never_nothing_to_fix(export
     assert rep["bounding"]["repairs"]["episode_too_long"] == {"count": 60, "of": 60, "share": 1.0}
     assert rep["bounding"]["steps_dropped"] == 60
     assert rep["repairs_over_max_share"] == ["episode_too_long"]
+    assert short.exit_code == 1 and rep["releasable"] and rep["accept_repairs"] is False
+
+
+@pytest.mark.parametrize("args,code", [((), 1), (("--accept-repairs",), 0), (("--max-repair-share", 0.34), 0),
+                                       (("--max-repair-share", 0.33), 1)])
+def test_validate_exits_non_zero_exactly_when_release_would_stop(export, tmp_path, args, code):
+    """`privaudit validate ... && privaudit release ...` must not go on to a release that stops on its repairs:
+    validate's exit code follows release's stop for the same --max-repair-share / --accept-repairs (20 of 60
+    stays clipped: 33.3%)."""
+    d, logs = export
+    val = run("validate", logs, "--spec", d / "wrong.json", *args)
+    assert val.exit_code == code, val.output
+    rel = run("release", logs, "--spec", d / "wrong.json", "--rho", 1, "--seed", 1, "--out", tmp_path / "rel", *args)
+    assert rel.exit_code == code, rel.output
+    if code:
+        assert "STOP: 1 repair(s)" in val.output and "max-repair-share" in rel.stderr
+    else:
+        assert "STOP" not in val.output
 
 
 def test_pipeline_stops_before_spending_on_a_wrong_reward_range(export):

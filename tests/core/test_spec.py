@@ -172,6 +172,27 @@ def test_return_bound_refused(bound, needle):
         DomainSpec.from_dict(_with_return(bound))
 
 
+@pytest.mark.parametrize("bound,kw,widest", [
+    ([-100, 100], {"H": 20}, "declare at most [0, 20]"),           # unreachable on both sides
+    ([-1, 1], {}, "declare at most [0, 1]"),                        # rewards in [0, 1]: no return is negative
+    ([0, 4], {}, "declare at most [0, 3]"),                         # H = 3
+    ([-7, 2], {"reward_range": (-2.0, 1.0)}, "declare at most [-6, 2]"),
+    ([3, 5], {}, "declare a bound inside it"),                      # touches [0, 3] only at 3: nothing meaningful
+])
+def test_return_bound_wider_than_H_times_the_range_refused(bound, kw, widest):
+    """A bound no return can reach clips nothing, yet the behaviour value's noise scales with its width (10x at
+    [-100, 100] for [0, 20]): refused when read, naming the field and the widest meaningful bound."""
+    with pytest.raises(SpecError, match=r"\$\.return_bound .* is wider than any episode can return") as e:
+        DomainSpec.from_dict(_with_return(bound, **kw))
+    assert widest in str(e.value)
+
+
+@pytest.mark.parametrize("bound,kw", [([0, 3], {}), ([-6, 3], {"reward_range": (-2.0, 1.0)}), ([0.5, 1], {}),
+                                      ([-0.5, 0], {"reward_range": (-1.0, -0.5)})])
+def test_return_bound_within_H_times_the_range_accepted(bound, kw):
+    assert DomainSpec.from_dict(_with_return(bound, **kw)).return_bound == tuple(map(float, bound))
+
+
 def test_degenerate_return_bound_refused_when_the_spec_is_read(tmp_path):
     """[0, 0] used to pass load_spec and validate, then stop train/pipeline with a message naming no spec."""
     spec = tmp_path / "deg.json"

@@ -109,7 +109,8 @@ CASES = [
 @pytest.mark.parametrize("rule,changes,spec_over,episode,row,column", CASES,
                          ids=[f"{c[0]}-{c[5]}" for c in CASES])
 def test_each_rule_alone(tmp_path, rule, changes, spec_over, episode, row, column):
-    code, rep, res = run(tmp_path, table(**changes), tiny_spec_doc(**spec_over))
+    # one repair in a 2-episode table is a share far above --max-repair-share: accepted here, as release would
+    code, rep, res = run(tmp_path, table(**changes), tiny_spec_doc(**spec_over), "--accept-repairs")
     # issue 13 item 3: the rules bounding repairs do not make validate fail (release accepts them)
     assert code == (0 if rule in BOUNDING_RULES else 1), res.output
     assert rep["releasable"] == (rule in BOUNDING_RULES)
@@ -144,7 +145,7 @@ def test_episode_too_long(tmp_path):
     rows = {k: v[:3] + [v[2]] + v[3:] for k, v in BASE.items()}
     rows.update(step=[0, 1, 2, 3, 0], state=[0, 1, 2, 0, 1], next_state=[1, 2, 0, 1, 3],
                 truncated=[False, False, False, True, False])
-    code, rep, _ = run(tmp_path, pl.DataFrame(rows))
+    code, rep, _ = run(tmp_path, pl.DataFrame(rows), None, "--accept-repairs")  # 1 of 2 episodes: accepted
     assert code == 0 and rep["releasable"] and not rep["ok"]  # repaired by bounding: truncated to H
     assert broken_rules(rep) == {"episode_too_long"}
     v = rep["violations"][0]
@@ -499,7 +500,7 @@ def _return_spec(bound):
 
 def test_return_above_bound_located_and_repaired_by_bounding(tmp_path):
     # episode 10 returns 0 + 0.5 + 1.0: its running return first exceeds G_max = 1 at step 2 (row 2)
-    code, rep, res = run(tmp_path, table(), _return_spec([0, 1]))
+    code, rep, res = run(tmp_path, table(), _return_spec([0, 1]), "--accept-repairs")  # 1 of 2 episodes
     assert code == 0, res.output
     assert broken_rules(rep) == {"return_above_bound"} and rep["counts"]["return_above_bound"] == 1
     v, = [v for v in rep["violations"] if v["rule"] == "return_above_bound"]

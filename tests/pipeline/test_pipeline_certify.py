@@ -6,19 +6,24 @@ Before issue 28 the pipeline had no held-out certification and no rule for claim
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import polars as pl
 import pytest
 from privaudit.core.errors import UsageError
 from privaudit.core.spec import load_spec
+from privaudit.data.parts import PART_ROWS_VARIABLE
 from privaudit.data.prepare import prepare_logs
+from privaudit.data.repairs import RepairLimit
 from privaudit.pipeline.certify import (IMPROVEMENT, certification_lines, held_out_units_estimate,
                                        improvement_certified, split_held_out)
 from privaudit.pipeline.config import PipelineConfig
 from privaudit.pipeline.resume import fingerprint
 from privaudit.privacy.ledger import ledger_status
+from tests._release_logs import random_log, write_spec
 from tests.cli.test_evaluate_logs_cli import run
 
 
@@ -236,3 +241,30 @@ def test_certify_is_the_pre_registered_preset(files, tmp_path):
     assert "Traceback" not in bad.output and not (tmp_path / "c").exists()
     same = run(*common, "--out", tmp_path / "d", "--certify", "--pbb-share", 0)  # the preset's own value: fine
     assert same.exit_code == 0, same.output
+
+
+def test_held_out_split_of_capped_logs_keeps_no_stale_parts(tmp_path, monkeypatch):
+    """Capped logs counted part by part (``bounded_parts``, issue 33), then split: each side's parts must hold
+    its own units only. ``replace(prepared, bounded=...)`` used to keep the whole log's parts, so a count of the
+    training side read the held-out units too (latent: the pipeline splits before it caps)."""
+    df = random_log(np.random.default_rng(5), 300, H=4, S=4, A=2, n_units=90)
+    df.write_parquet(tmp_path / "logs.parquet")
+    spec = load_spec(write_spec(tmp_path, H=4, S=4, A=2, k=4, terminals=(), unit_column="patient"))
+    monkeypatch.setenv(PART_ROWS_VARIABLE, "200")  # parts of about 100 rows: several parts
+    capped = prepare_logs(tmp_path / "logs.parquet", spec, repairs=RepairLimit(accept=True)).with_cell_cap(
+        1, stationary=True)
+    assert len(capped.bounded_parts()) > 3
+
+    def units(frames):
+        return pl.concat([f.select("unit_id") for f in frames]).collect()["unit_id"].to_list()
+
+    train, held = split_held_out(capped, 0.4)
+    for side in (train, held):
+        in_parts = units(side.bounded_parts())
+        assert sorted(in_parts) == sorted(units([side.bounded]))
+        assert len(side.bounded_parts()) == len(capped.bounded_parts())  # still counted part by part
+    assert not set(units([train.bounded])) & set(units([held.bounded]))
+    assert sorted(units([train.bounded]) + units([held.bounded])) == sorted(units([capped.bounded]))
+    # any other replace of the frame drops the parts rather than keep those of another frame
+    other = replace(capped, bounded=capped.bounded.filter(pl.col("unit_id") < 10))
+    assert len(other.bounded_parts()) == 1 and sorted(units(other.bounded_parts())) == sorted(units([other.bounded]))

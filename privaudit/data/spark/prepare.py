@@ -118,6 +118,13 @@ class SparkPreparedLogs:
         capped, report = cap_per_cell(self.bounded, self.bounding, max_per_cell, stationary=stationary)
         return replace(self, bounded=capped, bounding=report)
 
+    def restricted(self, keep) -> "SparkPreparedLogs":
+        """These logs with ``keep`` (a filter of whole privacy units on a pyspark DataFrame, e.g.
+        ``ope.split.part_of``) applied to ``bounded``; the twin of ``PreparedLogs.restricted``. The cells
+        a previous :meth:`count_cells` kept are not carried over (``_counted`` is not an ``__init__``
+        field: ``replace`` starts it empty), and the cache stays shared (closing either drops it)."""
+        return replace(self, bounded=keep(self.bounded))
+
     def count_cells(self, *, stationary: bool, rewards: bool = True, quantum: int | None = None) -> SparkSparseCounts:
         """The exact cells of ``bounded`` (:func:`privaudit.data.spark.counts.exact_counts`). PRIVATE.
 
