@@ -137,7 +137,7 @@ KEEP_K_STATES, KEEP_K_ACTIONS = 35, 5
 #: its episode table). Main before session 14's fix (4219225: DP-PBB's per-cell cap read its whole-unit parts as
 #: one concatenation, all their windows at once) grew by 174-176 MiB (ratio 1.56, 4 runs), and by 176-178
 #: (1.57, 2 runs) with only keep-k's fix put in: it fails both bounds. Keep-k's own regression (one in-memory
-#: ranking of every unit's episodes, 202dde3 without 3f144ee) grew by 48-53 MiB (2 runs): not caught at these
+#: ranking of every unit's episodes: 202dde3, the commit before 3f144ee) grew by 48-53 MiB (2 runs): not caught at these
 #: sizes (it grew from about 2·10^7 rows). docs/benchmarks.md, "The memory guard".
 KEEP_K_BOUND = (90.0, 1.30)
 
@@ -162,6 +162,7 @@ def test_keep_k_pipeline_peak_does_not_grow_with_the_rows(keep_k_logs, tmp_path)
                          "--value-share", "0.1", "--accept-repairs", "--out", str(tmp_path / f"out-{n}")], tmp_path)
             for n in (SMALL_K, LARGE_K)}
     bound, ratio = KEEP_K_BOUND
-    got = f"privaudit pipeline, keep-k: peak RSS {peak[SMALL_K]:.1f} MiB at {SMALL_K:,} rows, {peak[LARGE_K]:.1f} at {LARGE_K:,}"
+    got = (f"privaudit pipeline, keep-k: peak RSS {peak[SMALL_K]:.1f} MiB at {SMALL_K:,} rows, "
+           f"{peak[LARGE_K]:.1f} at {LARGE_K:,}")
     assert peak[LARGE_K] - peak[SMALL_K] <= bound, f"{got}: grows by more than {bound:.0f} MiB"
     assert peak[LARGE_K] / peak[SMALL_K] <= ratio, f"{got}: ratio {peak[LARGE_K] / peak[SMALL_K]:.2f} above {ratio}"
