@@ -38,8 +38,33 @@ from pathlib import Path
 ROWS_PER_EPISODE = 8.1  # ICU-Sepsis, clinicians' policy, H = 20 (bench_simulate)
 
 
-def make_logs(rows: int, parts_of: int, folder: Path) -> tuple[Path, Path]:
-    """Simulate (or reuse) a folder of ICU-Sepsis parts of about ``rows`` rows and its spec."""
+def lumped_states(states: int):
+    """ICU-Sepsis's 716 states lumped into ``states`` >= 4: int64 array of shape (716,), old -> new state.
+
+    A non-terminal state s < 713 goes to s mod (states - 3), the terminal states 713, 714, 715 to the last
+    three, in order; ``states`` = 716 is the identity. A function of the state, so lumped logs keep the chain
+    (next_state = the next row's state), the terminal states and the public next-state reward r(s').
+    """
+    import numpy as np
+
+    from privaudit.mdp.icu_sepsis import N_STATES, TERMINAL_STATES
+
+    if not 4 <= int(states) <= N_STATES:
+        raise ValueError(f"states must be in [4, {N_STATES}]; got {states}")
+    old = np.arange(N_STATES)
+    new = old % (int(states) - len(TERMINAL_STATES))
+    new[list(TERMINAL_STATES)] = np.arange(int(states) - len(TERMINAL_STATES), int(states))
+    return new
+
+
+def make_logs(rows: int, parts_of: int, folder: Path, *, states: int = 716,
+              actions: int = 25) -> tuple[Path, Path]:
+    """Simulate (or reuse) a folder of ICU-Sepsis parts of about ``rows`` rows and its spec.
+
+    ``states`` and ``actions`` below ICU-Sepsis's 716 and 25 lump the simulated logs into a smaller domain
+    (:func:`lumped_states`, action a mod ``actions``): the same episodes, lengths and rewards, dense tables of
+    that size (the memory guard, ``tests/perf/test_memory_guard.py``, so that per-row memory shows).
+    """
     import numpy as np
     import polars as pl
 
@@ -47,8 +72,10 @@ def make_logs(rows: int, parts_of: int, folder: Path) -> tuple[Path, Path]:
     from privaudit.mdp.simulate import behaviour_policy, simulate
     from privaudit.core.spec import write_spec
 
-    logs = folder / f"spark_{rows:.0e}_{parts_of:.0e}"
-    spec = folder / f"spark_{rows:.0e}.spec.json"
+    lumped = "" if (states, actions) == (716, 25) else f"_S{states}A{actions}"
+    lump = lumped_states(states)
+    logs = folder / f"spark_{rows:.0e}_{parts_of:.0e}{lumped}"
+    spec = folder / f"spark_{rows:.0e}{lumped}.spec.json"
     n_parts = max(1, round(rows / parts_of))
     mdp = None
     logs.mkdir(parents=True, exist_ok=True)
@@ -63,17 +90,37 @@ def make_logs(rows: int, parts_of: int, folder: Path) -> tuple[Path, Path]:
         df = simulate(mdp, pi, per_part, rng=np.random.default_rng(1000 + i))
         df = df.with_columns((pl.col("episode_id").cast(pl.Int64) + i * per_part).alias("episode_id"))
         df = df.with_columns((pl.col("episode_id") // 3).alias("patient"))
+        if lumped:
+            df = df.with_columns(*(pl.col(x).map_batches(lambda v: pl.Series(lump[v.to_numpy()]).cast(v.dtype))
+                                   for x in ("state", "next_state")), pl.col("action") % actions)
         tmp = part.with_suffix(".tmp")
         df.write_parquet(tmp, compression="zstd", statistics=True)
         tmp.rename(part)
     doc = MDP_REGISTRY["icu-sepsis"].spec_doc(build_mdp("icu-sepsis") if mdp is None else mdp,
                                               "icu-sepsis-spark-bench", "benchmark log")
     doc["privacy_unit"] = {"column": "patient", "max_episodes": 2}
+    doc["n_states"], doc["n_actions"] = int(states), int(actions)
+    doc["terminal_states"] = sorted({int(lump[s]) for s in doc["terminal_states"]})
     doc.pop("public_reward", None)  # private rewards: the reward sums are counted too
     if not spec.exists():
         write_spec(doc, spec)
     return logs, spec
 
+
+def pipeline_spec(spec_path: Path) -> Path:
+    """``make_logs``' spec with ICU-Sepsis's public reward put back (DP-PBB backs up r(s')), lumped like the logs."""
+    from privaudit.core.spec import write_spec
+    from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
+
+    out = spec_path.with_name(spec_path.stem + ".public-reward.json")
+    if not out.exists():
+        doc = json.loads(spec_path.read_text())
+        full = MDP_REGISTRY["icu-sepsis"].spec_doc(build_mdp("icu-sepsis"), doc["dataset_id"], "benchmark log")
+        lump = lumped_states(doc["n_states"])
+        doc["public_reward"] = {**full["public_reward"],
+                                "values": {str(lump[int(s)]): v for s, v in full["public_reward"]["values"].items()}}
+        write_spec(doc, out)
+    return out
 
 def _quantum(spec) -> int:
     from privaudit.privacy.budget import resolve_budget

@@ -36,22 +36,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench_spark import _jvm_usage, _vm_hwm_mb, bench_session, make_logs, spark_options
+from bench_spark import _jvm_usage, _vm_hwm_mb, bench_session, make_logs, pipeline_spec, spark_options
 from childproc import ChildFailed, cache_dir, run_child
-
-
-def pipeline_spec(spec_path: Path) -> Path:
-    """``bench_spark``'s spec with ICU-Sepsis's public reward put back (DP-PBB backs up r(s'))."""
-    from privaudit.core.spec import write_spec
-    from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
-
-    out = spec_path.with_name(spec_path.stem + ".public-reward.json")
-    if not out.exists():
-        doc = json.loads(spec_path.read_text())
-        full = MDP_REGISTRY["icu-sepsis"].spec_doc(build_mdp("icu-sepsis"), doc["dataset_id"], "benchmark log")
-        doc["public_reward"] = full["public_reward"]
-        write_spec(doc, out)
-    return out
 
 
 def child(mode: str, logs: str, spec_path: str, out: str, master: str, driver_memory: str) -> None:
