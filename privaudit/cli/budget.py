@@ -68,7 +68,7 @@ def show_cmd(file, as_json):
     if as_json:
         echo_json(st)
         return
-    click.echo(f"dataset   {st['dataset_id']}")
+    click.echo(f"dataset   {_one_line(st['dataset_id'])}")
     shown = {"total": _readable(st["rho_total"], "down"), "spent": _readable(st["rho_spent"], "up"),
              "remaining": _readable(st["rho_remaining"], "down")}
     click.echo(f"rho total {shown['total']}")
@@ -85,10 +85,16 @@ def show_cmd(file, as_json):
     for e in st["entries"]:
         rho = _readable(e["rho"], "up")
         shown[e["seq"]] = rho
-        click.echo(f"  #{e['seq']:<3} {e.get('timestamp', '?')}  rho={rho:<12} {e.get('description', '')}")
+        click.echo(f"  #{e['seq']:<3} {e.get('timestamp', '?')}  rho={rho:<12} {_one_line(e.get('description', ''))}")
     if any(v.startswith("~") for v in shown.values()):
         click.echo("(~: rounded to 6 significant digits, spent up, total and remaining down;\n"
                    " `budget show --json` gives the exact values)")
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its control characters escaped (a line break as ``\\n``), so that one entry is one line:
+    a description written through the Python API (or an edited-then-resealed ledger) cannot print as entries."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def _readable(exact: str, direction: str) -> str:
@@ -131,6 +137,9 @@ def charge_cmd(file, dataset_id, rho, epsilon, description, as_json):
         raise UsageError("give exactly one of --rho or --epsilon.")
     if not description.strip():  # the ledger's only record of what spent the budget
         raise UsageError("`--description` is empty: say what was released (it is kept in the ledger).")
+    if not description.isprintable():  # a line break would print as a line of its own in `budget show`
+        raise UsageError(f"`--description` holds a line break or another control character: write it on one "
+                         f"line. Found {description!r}.")
     amount = rho if rho is not None else rho_of_pure_dp(epsilon)
     entry = charge(file, dataset_id, amount, description)
     if as_json:

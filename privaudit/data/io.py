@@ -238,20 +238,25 @@ def open_log(path: str | Path, spec: DomainSpec) -> OpenLog:
     required = list(REQUIRED_COLUMNS) + ([] if unit_is_episode else ["unit_id"])
     missing = tuple(c for c in required if c not in source)
     files = [str(p.file) for p in parts]
-    if all(p.schema[name] == dtypes[std] for p in parts for std, name in source.items()):
+    same_types = all(p.schema[name] == dtypes[std] for p in parts for std, name in source.items())
+    if same_types and not any(ROW in p.schema for p in parts):
         lf = pl.scan_parquet(files, row_index_name=ROW, glob=False, extra_columns="ignore", hive_partitioning=False)
-    else:  # parts of different integer widths (or int/float rewards): each part cast to the common type
+        source_in_lf = source
+    else:  # parts of different integer widths (or int/float rewards): each part cast to the common type; also
+        # when a file has a column named ROW (an ignored column of the user's, or one mapped in the spec), which
+        # the scan's row index would collide with: only the used columns are read, then the index is added
         lf = pl.concat([pl.scan_parquet(f, glob=False, hive_partitioning=False)
-                        .select([pl.col(name).cast(dtypes[std]) for std, name in source.items()]) for f in files],
-                       how="vertical").with_row_index(ROW)
+                        .select([pl.col(name).cast(dtypes[std]).alias(std) for std, name in source.items()])
+                        for f in files], how="vertical").with_row_index(ROW)
+        source_in_lf = {std: std for std in source}
     exprs = [pl.col(ROW)]
-    for std, name in source.items():
+    for std, name in source_in_lf.items():
         e = pl.col(name)
         if std in ID_COLUMNS and isinstance(dtypes[std], (pl.Categorical, pl.Enum)):
             e = e.cast(pl.String)
         exprs.append(e.alias(std))
     if unit_is_episode and "episode_id" in source:
-        exprs.append(pl.col(source["episode_id"]).alias("unit_id"))
+        exprs.append(pl.col(source_in_lf["episode_id"]).alias("unit_id"))
     return OpenLog(frame=lf.select(exprs), parts=parts, source=source, dtypes=dtypes,
                    missing=missing, unit_is_episode=unit_is_episode)
 

@@ -250,7 +250,8 @@ def load_policy_table(path: str | Path, S: int, A: int, H: int, domain: str = "t
     if bad.any():
         h, s = np.argwhere(bad)[0]
         where = f"step h={h}, state s={s}" if arr.ndim == 3 else f"state s={s}"
+        rows = bad if arr.ndim == 3 else bad[0]  # the file's rows, not the H copies of an (S, A) table
         raise ArtifactError(f"policy {path}: row pi(. | {where}) = {pi[h, s].tolist()} is not a probability "
                             f"vector (finite, >= 0, summing to 1 within {ROW_SUM_TOL}); "
-                            f"{int(bad.sum())} bad rows in all.")
+                            f"{int(rows.sum())} bad row{'s' if rows.sum() != 1 else ''} of {rows.size} in all.")
     return pi

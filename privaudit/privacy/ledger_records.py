@@ -52,11 +52,12 @@ def parse_amount(name: str, value) -> tuple[Fraction, str]:
             text = exact_text(value) if is_decimal(value) else str(value)
         else:
             text = str(value).strip()
-        frac = None if "_" in text else Fraction(text)  # Fraction("1_0") is 10 (PEP 515): a typo of 1.0 as likely
+        # Fraction("1_0") is 10 (PEP 515): a typo of 1.0 as likely; Fraction("٣") is 3, stored as "\u0663"
+        frac = None if "_" in text or not text.isascii() else Fraction(text)
     except (ValueError, ZeroDivisionError, TypeError):
         raise UsageError(f"`{name}` must be a positive, finite number. Found {value!r}.") from None
     if frac is None:
-        raise UsageError(f"`{name}` must be a number written without underscores. Found {value!r}.")
+        raise UsageError(f"`{name}` must be a number written in ASCII digits, without underscores. Found {value!r}.")
     problem = amount_problem(frac)
     if problem:
         raise UsageError(f"`{name}` {problem}. Found {value!r}.")

@@ -202,3 +202,21 @@ def test_run_counts_beyond_memory_are_a_usage_error(tmp_path, monkeypatch, args,
 def test_run_audit_refuses_a_run_count_beyond_max_trials():
     with pytest.raises(UsageError, match=r"`trials` must be an integer in \[20, 1,000,000,000\]"):
         run_audit(lambda logs, rng: 0.0, claim=Claim.from_epsilon(1.0, 0.0), trials=MAX_TRIALS + 1)
+
+
+@pytest.mark.parametrize("digit", ["\u0663", "\uff13"])  # ARABIC-INDIC DIGIT THREE, FULLWIDTH DIGIT THREE
+def test_non_ascii_digits_are_refused(tmp_path, digit):
+    """float() and Fraction() read other scripts' digits as numbers: `--rho-total ٣` made a ledger whose total,
+    stored as written, was "\\u0663" (3), and `--rho ３` a release at rho = 3. Both are refused before any work."""
+    res = run("budget", "init", tmp_path / "b.jsonl", "--dataset", "d", "--rho-total", digit)
+    assert res.exit_code == 2 and "ASCII digits" in res.output, res.output
+    assert not (tmp_path / "b.jsonl").exists()
+    with pytest.raises(UsageError, match="ASCII digits"):
+        init_ledger(tmp_path / "b.jsonl", "d", digit)
+    init_ledger(tmp_path / "c.jsonl", "d", "5")
+    res = run("budget", "charge", tmp_path / "c.jsonl", "--dataset", "d", "--rho", digit, "--description", "x")
+    assert res.exit_code == 2 and "ASCII digits" in res.output, res.output
+    assert len((tmp_path / "c.jsonl").read_text().splitlines()) == 1  # the header only: nothing charged
+    res = run("release", "logs.parquet", "--spec", SAMPLE_SPEC, "--rho", digit, "--out", tmp_path / "o")
+    assert res.exit_code == 2 and "Invalid value for '--rho'" in res.output and "ASCII digits" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "o").exists()

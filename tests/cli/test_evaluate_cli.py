@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from privaudit.cli import main
+from privaudit.core.errors import ArtifactError
 from privaudit.mdp import evaluate_policy, load_mdp, value_iteration
 from privaudit.learners.policy import load_policy_table
 from privaudit.mdp.evaluation import evaluate_report
@@ -116,6 +117,19 @@ def test_evaluate_npz_per_step_policy(random_files):
 def test_load_policy_table_broadcasts_and_checks(tmp_path):
     np.save(tmp_path / "p.npy", np.full((2, 3), 1 / 3))
     assert load_policy_table(tmp_path / "p.npy", S=2, A=3, H=4).shape == (4, 2, 3)
+
+
+def test_bad_rows_are_counted_in_the_file_not_in_its_broadcast(tmp_path):
+    """An (S, A) table is used at every step h; its bad rows are counted once (they were counted H times: a
+    (716, 25) table of NaN was '14320 bad rows in all')."""
+    pi = np.full((5, 3), 1 / 3)
+    pi[[1, 3]] = np.nan
+    np.save(tmp_path / "sa.npy", pi)
+    with pytest.raises(ArtifactError, match=r"state s=1\) .* 2 bad rows of 5 in all"):
+        load_policy_table(tmp_path / "sa.npy", S=5, A=3, H=4)
+    np.save(tmp_path / "hsa.npy", np.broadcast_to(pi, (4, 5, 3)))
+    with pytest.raises(ArtifactError, match=r"step h=0, state s=1\) .* 8 bad rows of 20 in all"):
+        load_policy_table(tmp_path / "hsa.npy", S=5, A=3, H=4)
 
 
 def _corrupt(shape, index, row):

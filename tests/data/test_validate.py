@@ -412,6 +412,30 @@ def test_scan_logs_standard_names_and_row_index(tmp_path):
         scan_logs(tmp_path / "t.parquet", spec)
 
 
+def test_a_file_column_named_row_is_ignored_or_mapped(tmp_path):
+    """A column named `row` in the file (the name of the reader's row index) is an ignored column like any other,
+    or a mapped one; it was refused as 'reading the log failed (cannot add row_index ...). A file may be corrupt'."""
+    spec = DomainSpec.from_dict(tiny_spec_doc())
+    table().with_columns(pl.lit("x").alias("row")).write_parquet(tmp_path / "extra.parquet")
+    out = scan_logs(tmp_path / "extra.parquet", spec).collect()
+    assert out["row"].to_list() == [0, 1, 2, 3]
+    assert out["episode_id"].to_list() == BASE["episode_id"]
+    code, rep, _ = run(tmp_path, None, tiny_spec_doc(), logs=tmp_path / "extra.parquet")
+    assert code == 0, rep
+    mapped = DomainSpec.from_dict(tiny_spec_doc() | {"columns": {"step": "row"}})
+    table().rename({"step": "row"}).write_parquet(tmp_path / "mapped.parquet")
+    out = scan_logs(tmp_path / "mapped.parquet", mapped).collect()
+    assert out["row"].to_list() == [0, 1, 2, 3]
+    assert out["step"].to_list() == BASE["step"]
+    code, rep, _ = run(tmp_path, None, tiny_spec_doc() | {"columns": {"step": "row"}}, logs=tmp_path / "mapped.parquet")
+    assert code == 0, rep
+    bad = table(step={2: 1}).rename({"step": "row"})
+    bad.write_parquet(tmp_path / "dup.parquet")
+    code, rep, _ = run(tmp_path, None, tiny_spec_doc() | {"columns": {"step": "row"}}, logs=tmp_path / "dup.parquet")
+    assert code == 1
+    assert {(v["rule"], v["row"]) for v in rep["violations"]} >= {("step_duplicate", 2)}
+
+
 def test_step_screen_without_usable_states(tmp_path):
     """With state unusable the step-only hash test still finds a duplicate step."""
     df = table(step={2: 1}).with_columns(pl.col("state").cast(pl.Float64))

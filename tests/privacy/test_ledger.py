@@ -220,6 +220,26 @@ def test_cli_init_show_charge(tmp_path):
     assert "remaining 0.5" in r.output
 
 
+def test_a_description_prints_on_one_line(tmp_path):
+    """`budget charge --description $'a\\n  #9 ...'` was charged and `budget show` printed its second line as if it
+    were an entry of its own (fresh-user pass): the CLI refuses a control character, and `show` escapes one that a
+    Python caller wrote, so each entry is one line."""
+    path = tmp_path / "b.ledger"
+    init_ledger(path, "icu", "1")
+    before = path.read_bytes()
+    forged = "laplace table\n  #2   2026-01-01T00:00:00Z  rho=0.000001     nothing"
+    r = CliRunner().invoke(main, ["budget", "charge", str(path), "--dataset", "icu", "--rho", "0.5",
+                                  "--description", forged])
+    assert r.exit_code == 2 and "line break" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert path.read_bytes() == before
+    charge(path, "icu", "0.5", forged)  # the Python API keeps the text as given
+    r = CliRunner().invoke(main, ["budget", "show", str(path)])
+    assert r.exit_code == 0
+    entries = [line for line in r.output.splitlines() if re.match(r"\s+#\d", line)]
+    assert entries == ["  #1   " + ledger_status(path)["entries"][0]["timestamp"]
+                       + "  rho=0.5          laplace table\\n  #2   2026-01-01T00:00:00Z  rho=0.000001     nothing"]
+
+
 # ----------------------------------------------------------------------------- corrupt ledgers
 def _append(path, obj):
     with open(path, "a") as f:

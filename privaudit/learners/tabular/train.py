@@ -64,9 +64,10 @@ def train_from_release(release_dir: str | Path, *, algo: str = "dp-apvi", spec: 
     SpecError
         ``spec`` is not the spec the release was made under (its hash differs).
     UsageError
-        A non-DP algorithm, or ``stationary`` contradicting the release.
+        An unknown algorithm name, a non-DP algorithm, or ``stationary`` contradicting the release.
     """
 
+    registry.get(algo)  # a name that is no algorithm at all: 'unknown algorithm', with the registered names
     on_release = registry.names_with(lambda cls: cls.reads == "release")
     if algo not in on_release:
         exact = "/".join(registry.names_with(lambda cls: cls.reads == "counts", family="tabular"))
