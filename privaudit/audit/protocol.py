@@ -262,10 +262,13 @@ def flatten_runs(out, n: int, who: str = "the mechanism") -> np.ndarray:
     Raises
     ------
     UserCodeError
-        Not a real-valued array, or not ``n`` runs on axis 0.
+        Not a real-valued array, not ``n`` runs on axis 0, or no number per run.
     """
     arr = numeric_output(out, who)
     if arr.ndim == 0 or arr.shape[0] != n:
         raise UserCodeError(f"{who}: a batched mechanism must return n_runs={n} runs on axis 0. "
                             f"Found shape {arr.shape}.")
+    if n and arr.size == 0:
+        raise UserCodeError(f"{who} returned an empty output per run (shape {arr.shape}): there is nothing to "
+                            "audit. Return at least one number per run.")
     return arr.reshape(n, -1).astype(np.float64, copy=False)

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from privaudit.audit.protocol import flatten_runs, numeric_output
-from privaudit.core.errors import UsageError
+from privaudit.core.errors import UsageError, UserCodeError
 
 #: Cells per batched chunk (memory of one chunk ~ 8 bytes x this).
 CHUNK_CELLS = 4_000_000
@@ -50,6 +50,9 @@ def _run_serial(fn, logs, rng, n, who="the mechanism"):
     shapes = {o.shape for o in outs}
     if len(shapes) != 1:
         raise UsageError(f"{who} must return a fixed shape; got shapes {sorted(shapes)}.{VARIABLE_LENGTH_HINT}")
+    if outs and outs[0].size == 0:
+        raise UserCodeError(f"{who} returned an empty output (shape {outs[0].shape}): there is nothing to audit. "
+                            "Return at least one number per run.")
     return np.stack(outs).reshape(n, -1).astype(np.float64), outs[0].shape
 
 

@@ -208,6 +208,21 @@ def test_a_variable_length_output_is_refused_with_the_way_to_audit_it():
     assert "sequence_output(fn, max_length)" in str(ei.value)
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_an_empty_output_is_refused(batched):
+    """Session 15: a mechanism returning no number per run (shape (0,), or (n, 0) batched) was audited and
+    reported "no violation found" with the useless-pair warning; it is now refused before any bound."""
+    if batched:
+        def empty(q, rng, n_runs=1):
+            return np.zeros((n_runs, 0))
+    else:
+        def empty(q, rng):
+            return np.zeros(0)
+    pair = input_pair([1.0, 0.0], [0.0, 1.0])
+    with pytest.raises(UserCodeError, match="empty output"):
+        run_audit(empty, pair=pair, claim=Claim.from_epsilon(1.0, 0.0), trials=200, seed=0)
+
+
 def test_run_count_guidance():
     assert trials_needed(0.1, 0.1) < trials_needed(0.1, 0.05) < trials_needed(0.1, 0.1, fpr=1e-3)
     n = evaluation_runs_needed(1.0, 0.5)
