@@ -111,7 +111,7 @@ class EpisodeTable:
     """One row per episode (memory proportional to the number of episodes).
 
     Columns: ``episode_id``; ``n`` (rows); ``hmax`` (largest step, clipped
-    into [-1, 2^30]); ``row0`` (first row index); ``suspect`` (bool: the hash
+    into [-1, 2^30], Int32); ``row0`` (first row index); ``suspect`` (bool: the hash
     test flags broken steps, a broken next_state chain or several units);
     ``unit`` (the episode's smallest unit_id) when units are checked;
     ``flag_suspect``, ``return_low``, ``return_high`` when asked for
@@ -186,7 +186,7 @@ def episode_table(log: OpenLog, check_chain: bool, check_units: bool, flags: Seq
                 .group_by("episode_id").agg(aggs)
                 .with_columns(post)
                 .with_columns(suspect.fill_null(True).alias("suspect"), *flagged)
-                .select(keep)
+                .select(keep).with_columns(c("hmax").cast(pl.Int32))  # in [-1, 2^30]: 4 bytes per episode
                 .collect(engine="streaming"))
 
     # whole episodes per pass, one pass after the other: the group-by's state is that of one part's episodes
@@ -299,48 +299,96 @@ def flag_not_last(log: OpenLog, table: EpisodeTable, flags: list[str]) -> pl.Dat
             .collect(engine="streaming"))
 
 
-def units_and_surplus(table: EpisodeTable, k: int) -> tuple[int, int, pl.DataFrame | None]:
+def units_and_surplus(table: EpisodeTable, k: int,
+                      examples: int | None = None) -> tuple[int, int, pl.DataFrame | None]:
     """The number of privacy units and the units with more than k episodes (rule ``too_many_episodes``).
+
+    Parameters
+    ----------
+    table : EpisodeTable
+        Built with ``check_units`` (column ``unit``).
+    k : int
+        Most episodes per unit (the spec's ``privacy_unit.max_episodes``).
+    examples : int or None
+        Most example rows wanted: those of the units whose (k+1)-th episode
+        starts first. None: one row for every unit over k.
 
     Returns
     -------
     units : int
         Distinct ``unit`` values of the table (a null unit counts as one value, as ``n_unique``).
     over : int
-        Units with more than k episodes.
+        Units with more than k episodes (exact whatever ``examples``).
     examples : DataFrame or None
-        For each such unit its (k+1)-th episode by first row (columns ``row,
-        episode_id, step, column, detail``); None when no unit is over k.
+        For each unit over k, in the order of first rows and at most
+        ``examples`` of them, its (k+1)-th episode by first row (columns
+        ``row, episode_id, step, column, detail``); None when no unit is over
+        k or ``examples`` is 0.
 
     Notes
     -----
     The episodes per unit come from a sort of the unit column (the units'
     runs), not a hash group-by: the group-by held about 60 bytes per unit
     beside the table (issue 33); the sort holds a sorted copy of the column
-    and the runs' starts. Only the units over k are then ranked.
+    and the runs' starts. The examples are ranked in a prefix of the
+    episodes by first row (:func:`_surplus_examples`), not over every unit
+    over k: only the rows reported are formatted.
     """
-    c = pl.col
     u = table.frame["unit"]
     s = u.drop_nulls().sort()
     units = int(u.null_count() > 0)
     if s.len() == 0:
         return units, 0, None
-    starts = (s != s.shift(1)).fill_null(True).arg_true()
-    per_unit = np.diff(np.append(starts.to_numpy(), s.len()))
-    over = per_unit > k
-    units += starts.len()
-    if not over.any():
-        return units, 0, None
-    surplus = pl.DataFrame({"unit": s.gather(starts.filter(pl.Series(over))), "_m": per_unit[over]})
-    e = table.frame.filter(c("unit").is_in(surplus["unit"].implode()))
-    ex = (e.join(surplus, on="unit").sort("row0")
-          .with_columns(pl.int_range(pl.len()).over("unit").alias("_rank"))
-          .filter(c("_rank") == k)
-          .select(c("row0").alias(ROW), "episode_id", pl.lit(None, dtype=pl.Int64).alias("step"),
-                  pl.lit("unit_id").alias("column"),
-                  pl.format("unit {} has {} episodes; at most {} allowed (spec privacy_unit.max_episodes); "
-                            "this is its episode number {}", "unit", "_m", pl.lit(k), pl.lit(k + 1)).alias("detail")))
-    return units, surplus.height, ex
+    # a run starts where the sorted value changes (slices compare without a shifted copy)
+    change = (s.slice(1) != s.slice(0, s.len() - 1)).arg_true() + 1
+    per_unit = np.diff(np.concatenate(([0], change.to_numpy(), [s.len()])))
+    over = int((per_unit > k).sum())
+    units += len(per_unit)
+    del change, per_unit
+    if over == 0 or examples == 0:
+        return units, over, None
+    return units, over, _surplus_examples(table, s, k, over if examples is None else min(examples, over))
+
+
+#: Episodes of the first prefix :func:`_surplus_examples` ranks (at least; it grows fourfold).
+SURPLUS_PREFIX = 2**16
+
+
+def _surplus_examples(table: EpisodeTable, s: pl.Series, k: int, n: int) -> pl.DataFrame:
+    """The n units over k whose (k+1)-th episode by first row starts first, that episode's row each.
+
+    The episodes with first row below a threshold T are ranked within their
+    unit by first row: an episode's rank there is its rank in the whole
+    table (every earlier episode of its unit is below T too), so the
+    episodes of rank k found are (k+1)-th episodes, and any other one starts
+    at T or later. When n are found, they are the first n; else T grows
+    fourfold, up to every episode. Memory: the prefix ranked, about
+    max(``SURPLUS_PREFIX``, 4 n (k+1)) episodes on logs where most units are
+    over k, the whole table (the previous cost) in the worst case. ``s`` is
+    the sorted non-null units (each example's episode count is a binary
+    search in it). Columns: ``row, episode_id, step, column, detail``.
+    """
+    c = pl.col
+    frame = table.frame
+    last = int(frame["row0"].max()) + 1
+    want = max(SURPLUS_PREFIX, 4 * n * (k + 1))
+    # first rows are spread over [0, last): a prefix of about `want` episodes, then fourfold
+    bound = max(1, -(-last * want // frame.height))
+    while True:
+        ex = (frame.lazy().filter((c("row0") < bound) & c("unit").is_not_null())
+              .select("unit", "row0", "episode_id").sort("row0")
+              .filter(pl.int_range(pl.len()).over("unit") == k)
+              .head(n).collect())
+        if ex.height >= n or bound >= last:
+            break
+        bound = min(4 * bound, last)
+    m = s.search_sorted(ex["unit"], side="right") - s.search_sorted(ex["unit"], side="left")
+    return (ex.with_columns(pl.Series("_m", m, dtype=pl.Int64))
+            .select(c("row0").alias(ROW), "episode_id", pl.lit(None, dtype=pl.Int64).alias("step"),
+                    pl.lit("unit_id").alias("column"),
+                    pl.format("unit {} has {} episodes; at most {} allowed (spec privacy_unit.max_episodes); "
+                              "this is its episode number {}", "unit", "_m", pl.lit(k), pl.lit(k + 1))
+                    .alias("detail")))
 
 
 def return_rules(log: OpenLog, table: EpisodeTable, returns: ReturnBounds) -> dict[str, pl.DataFrame]:

@@ -329,7 +329,7 @@ def _validate(log: OpenLog, spec: DomainSpec, n: int, path: str) -> ValidationRe
             counts["flag_not_last"] = fl.height
             viol["flag_not_last"] = _records(fl, "flag_not_last", log, n)
         if check_units:
-            units, k, df = ec.units_and_surplus(table, spec.max_episodes_per_unit)
+            units, k, df = ec.units_and_surplus(table, spec.max_episodes_per_unit, n)
             counts["too_many_episodes"] = k
             viol["too_many_episodes"] = _records(df, "too_many_episodes", log, n)
         if returns is not None:

@@ -140,3 +140,43 @@ def test_hash_parts_split_the_keys_whole_and_disjoint():
     assert sum(p["u"].n_unique() for p in parts) == 300
     assert hash_parts(df.lazy(), "u", 1, seed=0)[0] is not None and part_count(None, 10) == 1
     assert part_count(21, 10) == 3 and part_count(0, 10) == 1
+
+
+def surplus_reference(df: pl.DataFrame, k: int) -> tuple[int, list[str]]:
+    """Brute force, episode by episode: the units over k and, for each in the order of its (k+1)-th episode's
+    first row, the message validation prints for that episode (the rule's text before issue 33's change)."""
+    first_row: dict = {}
+    for row, (ep, unit) in enumerate(zip(df["episode_id"].to_list(), df["unit_id"].to_list())):
+        first_row.setdefault(ep, (row, unit))
+    episodes: dict = {}
+    for ep, (row, unit) in sorted(first_row.items(), key=lambda e: e[1][0]):
+        episodes.setdefault(unit, []).append((row, ep))
+    third = sorted((eps[k], unit, len(eps)) for unit, eps in episodes.items() if len(eps) > k)
+    return len(third), [f"row {row}, episode {ep}: unit {unit} has {m} episodes; at most {k} allowed (spec "
+                        f"privacy_unit.max_episodes); this is its episode number {k + 1}"
+                        for (row, ep), unit, m in third]
+
+
+@pytest.mark.parametrize("text_ids", [False, True])
+def test_too_many_episodes_examples_are_the_brute_force_ones(tmp_path, monkeypatch, text_ids):
+    """Most units over k, their episodes interleaved in the rows: the count is exact and the examples are the
+    first ones by row with the same text, for any max_errors, also when the examples' prefix grows from one
+    episode (SURPLUS_PREFIX = 1: several prefixes, the last one every episode)."""
+    rng = np.random.default_rng(33)
+    n = 900
+    df = random_log(rng, n, H, S, A).sort("episode_id")  # episodes in blocks, units interleaved across them
+    df = df.with_columns(unit_id=pl.lit(pl.Series(rng.integers(0, n // 3, n))).gather(pl.col("episode_id")))
+    if text_ids:
+        df = df.with_columns(pl.format("e{}", "episode_id").alias("episode_id"),
+                             pl.format("u{}", "unit_id").alias("unit_id"))
+    path = tmp_path / "l.parquet"
+    df.write_parquet(path)
+    over, messages = surplus_reference(df, K)
+    assert over > 100 and len(messages) == over
+    for prefix in (episode_checks.SURPLUS_PREFIX, 1):
+        monkeypatch.setattr(episode_checks, "SURPLUS_PREFIX", prefix)
+        for max_errors in (0, 1, 20, 10_000):
+            rep = validate_logs(path, spec(), max_errors=max_errors)
+            got = [v["message"] for v in rep.violations if v["rule"] == "too_many_episodes"]
+            assert rep.counts["too_many_episodes"] == over
+            assert got == messages[:max_errors], (prefix, max_errors)
