@@ -27,8 +27,8 @@ estimated ratio's noise (standard deviation about sqrt(2 / runs in the cell)) th
 between cells that a weak leak is made of. On svt3 of the literature suite (the best event has probability
 0.007 and log-ratio 0.22; docs/audit.md, "The choice of the event") the 16-bin cells ranked by their exact
 ratios allow an expected bound of 0.138 at 5x10^5 evaluation runs, but ranked by their ratios estimated on
-2.5x10^5 fitting runs per side only 0.093-0.112 (five seeds); 4-bin cells allow 0.130 and, estimated, reach
-it (benchmarks/results/audit_literature.md, session 15). The cross-fitted choice picks between them.
+2.5x10^5 fitting runs per side only 0.093-0.114 (eight seeds); 4-bin cells allow 0.130, and estimated
+0.113-0.131 (benchmarks/results/audit_literature.md, session 15). The cross-fitted choice picks between them.
 
 Each key's log likelihood ratio is estimated from the fitting runs with a pseudo-count
 :data:`PSEUDO_COUNT` per side (a cell seen a few times gets a ratio shrunk towards 1), and a key unseen there
