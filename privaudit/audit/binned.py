@@ -21,6 +21,15 @@ is (index, bin of the value). ``bins`` is the largest of :data:`BIN_CHOICES` for
 at most :data:`MAX_CELLS` distinct keys (no candidate when even 2 bins give more: a wide real-valued output,
 which the linear scores and the learned attack cover).
 
+A second, coarse candidate (``binned_lr_coarse``, :func:`binned_candidates`) codes every real-valued cell
+with :data:`COARSE_BINS` bins when the fine one used more. Why both: a fine cell holds few runs, and its
+estimated ratio's noise (standard deviation about sqrt(2 / runs in the cell)) then exceeds the differences
+between cells that a weak leak is made of. On svt3 of the literature suite (the best event has probability
+0.007 and log-ratio 0.22; docs/audit.md, "The choice of the event") the 16-bin cells ranked by their exact
+ratios allow an expected bound of 0.138 at 5x10^5 evaluation runs, but ranked by their ratios estimated on
+2.5x10^5 fitting runs per side only 0.093-0.114 (eight seeds); 4-bin cells allow 0.130, and estimated
+0.113-0.131 (benchmarks/results/audit_literature.md, session 15). The cross-fitted choice picks between them.
+
 Each key's log likelihood ratio is estimated from the fitting runs with a pseudo-count
 :data:`PSEUDO_COUNT` per side (a cell seen a few times gets a ratio shrunk towards 1), and a key unseen there
 scores 0. The candidate's score is this estimate, so the event {score > t} is the set of cells whose estimated
@@ -45,6 +54,8 @@ from privaudit.audit.attacks import Candidate, row_hash
 MAX_LEVELS = 8
 #: Bins per real-valued cell tried, finest first.
 BIN_CHOICES = (16, 8, 4, 2)
+#: Bins per real-valued cell of the coarse candidate (``binned_lr_coarse``).
+COARSE_BINS = 4
 #: Most distinct keys (output cells) the fitting runs may show.
 MAX_CELLS = 4096
 #: Outputs with more cells than this get no binned attack.
@@ -87,13 +98,16 @@ class _Coder:
         return C
 
 
-def binned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
+def binned_candidate(X0: np.ndarray, X1: np.ndarray, bins: int | None = None) -> Candidate | None:
     """The binned likelihood-ratio attack fitted on the fitting runs.
 
     Parameters
     ----------
     X0, X1 : ndarray, shape (n0, d), (n1, d)
         Flattened outputs of the fitting runs on D and on D' (NaN / inf allowed: absent entries).
+    bins : int, optional
+        Bins per real-valued cell. Default: the largest of :data:`BIN_CHOICES` that gives at most
+        :data:`MAX_CELLS` cells.
 
     Returns
     -------
@@ -102,7 +116,7 @@ def binned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
         of each run's cell (larger = more like D'; 0 for a cell not seen on the fitting runs). None when
         the output has more than :data:`MAX_DIM` cells, when it has no discrete cell (2 to
         :data:`MAX_LEVELS` values) and no absent (non-finite) entry on the fitting runs, when every run falls
-        in one cell, or when even 2 bins per real-valued cell give more than :data:`MAX_CELLS` cells.
+        in one cell, or when the bins give more than :data:`MAX_CELLS` cells (by default: even 2 bins).
     """
     X0, X1 = np.asarray(X0, dtype=np.float64), np.asarray(X1, dtype=np.float64)
     if X0.shape[1] > MAX_DIM or not len(X0) or not len(X1):
@@ -110,7 +124,7 @@ def binned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
     X = np.concatenate([X0, X1])
     if np.isfinite(X).all() and not any(1 < len(u) for u in _Coder(X, 2).levels.values()):
         return None  # all real-valued: no joint pattern to bin (the threshold scores cover a monotone ratio)
-    for bins in BIN_CHOICES:
+    for bins in (BIN_CHOICES if bins is None else (int(bins),)):
         coder = _Coder(X, bins)
         keys = row_hash(coder(X))
         uniq, inv = np.unique(keys, return_inverse=True)
@@ -133,3 +147,27 @@ def binned_candidate(X0: np.ndarray, X1: np.ndarray) -> Candidate | None:
         "kind": "binned_likelihood_ratio", "cells": int(k), "bins_per_real_cell": int(bins) if coder.edges else 0,
         "real_cells": sorted(int(j) for j in coder.edges), "discrete_cells": sorted(int(j) for j in coder.levels),
         "pseudo_count": PSEUDO_COUNT, "fitting_runs_per_side": [int(len(X0)), int(len(X1))]})
+
+
+def binned_candidates(X0: np.ndarray, X1: np.ndarray) -> list[Candidate]:
+    """The binned attacks of the selection split: :func:`binned_candidate` at its default resolution and,
+    when that used more than :data:`COARSE_BINS` bins per real-valued cell, ``binned_lr_coarse`` at
+    :data:`COARSE_BINS` (fewer, fuller cells: less noise in each estimated ratio; module docstring).
+
+    Parameters
+    ----------
+    X0, X1 : ndarray, shape (n0, d), (n1, d)
+        Flattened outputs of the fitting runs on D and on D' (NaN / inf allowed).
+
+    Returns
+    -------
+    list of Candidate
+        Zero, one or two candidates.
+    """
+    fine = binned_candidate(X0, X1)
+    if fine is None or fine.info["bins_per_real_cell"] <= COARSE_BINS:
+        return [] if fine is None else [fine]
+    coarse = binned_candidate(X0, X1, bins=COARSE_BINS)
+    if coarse is None:
+        return [fine]
+    return [fine, Candidate("binned_lr_coarse", coarse.score, coarse.info)]

@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from privaudit.audit import bounds as B
 from privaudit.audit.attacks import Candidate, fit_candidates, fixed_candidate
-from privaudit.audit.binned import binned_candidate
+from privaudit.audit.binned import binned_candidates
 from privaudit.audit.choice import MAX_TRIALS, choose_event, min_trials, selection_size
 from privaudit.audit.claim import Claim
 from privaudit.audit.float_attacks import sampler_verdict
@@ -359,7 +359,7 @@ def _select(sampler: Sampler, mech, pair: NeighbouringPair, n_sel: int, n_ev: in
         extra += [fixed_candidate(n, f, sampler.shape) for n, f in mech.attack_scores(pair)]
     nf = n_sel // 2  # cross-fitting: fit on the first half, choose on the second
     cands = fit_candidates(X0[:nf], X1[:nf], extra, hint=sampler_hint(mech, pair, X0[:nf], X1[:nf]))
-    learned = learned_candidates(X0[:nf], X1[:nf]) + [binned_candidate(X0[:nf], X1[:nf])]  # DP-Sniper-style
+    learned = learned_candidates(X0[:nf], X1[:nf]) + binned_candidates(X0[:nf], X1[:nf])  # DP-Sniper-style
     cands += [c for c in learned if c is not None]
     objective = "gaussian" if claim.kind == "gaussian" else "generic"
     value, cand, t, d, rank = choose_event(cands, X0[nf:], X1[nf:], alpha_b, claim.delta, objective, n_ev)

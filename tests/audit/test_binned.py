@@ -14,7 +14,7 @@ import pytest
 
 from privaudit.audit import AuditSettings, Claim, run_audit
 from privaudit.audit import bounds as B
-from privaudit.audit.binned import MAX_CELLS, binned_candidate
+from privaudit.audit.binned import COARSE_BINS, MAX_CELLS, binned_candidate, binned_candidates
 from privaudit.audit.choice import (MIN_TRIALS, SELECTION_MIN, choose_event, default_fraction, min_trials,
                                     selection_size)
 from privaudit.audit.explain import cell_namer, describe_event
@@ -87,6 +87,22 @@ def test_binned_cells_are_position_and_value_bin():
     assert "log likelihood ratio" in words and "16 quantile bins" in words
 
 
+def test_coarse_binned_candidate_next_to_the_fine_one():
+    """binned_candidates: the 16-bin candidate and, since it bins real cells more finely than COARSE_BINS,
+    binned_lr_coarse at 4 bins per value cell ((positions + 1) x 4 cells at most); an output without a
+    real-valued cell gets the one candidate only (nothing to coarsen)."""
+    rng = np.random.default_rng(0)
+    X0, X1 = broken_svt(Q0, rng, 2_000), broken_svt(Q1, rng, 2_000)
+    fine, coarse = binned_candidates(X0, X1)
+    assert (fine.name, coarse.name) == ("binned_lr", "binned_lr_coarse")
+    assert fine.info["bins_per_real_cell"] == 16 and coarse.info["bins_per_real_cell"] == COARSE_BINS == 4
+    assert 4 * 4 < coarse.info["cells"] <= 4 * 4 + 1 < fine.info["cells"]
+    assert np.isfinite(coarse.score(X0)).all()
+    assert "4 quantile bins" in describe_event(coarse, 0.1, "+", cell_namer([8]))
+    only = binned_candidates(X0[:, 0::2], X1[:, 0::2])  # the answer bits alone: no real cell
+    assert [c.name for c in only] == ["binned_lr"] and only[0].info["bins_per_real_cell"] == 0
+
+
 def test_binned_attack_alone_flags_a_broken_sparse_vector():
     """Claim eps = 1; the binned attack alone proves > 1.5 at 2x10^4 runs per side (2.2 / 3.6 / 2.4 at seeds
     0 / 1 / 2 when written; not a statistical risk at this margin)."""
@@ -111,7 +127,7 @@ def test_audit_flags_the_broken_svt():
     decided by binned_lr at this seed when written (2.9 and 3.2 at seeds 4 and 5, by non_finite)."""
     bad = _audit(broken_svt)
     assert bad.violation and bad.epsilon_lower_bound > 1.5
-    assert "binned_lr" in bad.data["candidates"]
+    assert "binned_lr" in bad.data["candidates"] and "binned_lr_coarse" in bad.data["candidates"]
     meaning = [m for m in bad.data["messages"] if m.startswith("what the flag means")]
     assert len(meaning) == 1 and "with probability at most 0.05" in meaning[0]
 
