@@ -60,8 +60,9 @@ does, stage by stage, in [pipeline.md](pipeline.md).
   explore folder (`manifest.json` of its kind), an audit report (JSON with
   privaudit's `software` and a `verdict`) or plot (a PNG marked
   `privaudit_kind: audit-plot`), simulated logs (Parquet metadata
-  `privaudit_kind: simulate-logs`), a spec simulate wrote (its description
-  ends "(privaudit simulate).") or an MDP `.npz` file. `release`, `train` and
+  `privaudit_kind: simulate-logs`), an unedited spec simulate wrote (its
+  `$.written_by` holds the SHA-256 of the rest, so an edited copy of the
+  sample spec is refused) or an MDP `.npz` file. `release`, `train` and
   `budget init` never replace anything (`budget init` also refuses a path
   whose `FILE.head` exists); `validate` and `evaluate` write nothing.
 * **One step rule** for `release`, `train` (from logs), `audit` (built-ins

@@ -10,11 +10,12 @@ import numpy as np
 from privaudit.cli.numbers import INT, IntRange
 from privaudit.cli.common import PathArg, echo_json, handle_errors
 from privaudit.core.atomic import atomic_paths
-from privaudit.core.outputs import OutputKind, check_outputs, json_output
+from privaudit.core.outputs import OutputKind, check_outputs, json_object, json_output
 from privaudit.mdp.io import is_mdp_file, save_mdp
 from privaudit.mdp.registry import MDP_REGISTRY, build_mdp
 from privaudit.mdp.simulate import behaviour_policy, is_simulated_logs, simulate, write_logs
-from privaudit.core.spec import DomainSpec, write_spec
+from privaudit.core.errors import UsageError
+from privaudit.core.spec import WRITTEN_BY_KEY, DomainSpec, mark_written_by, write_spec, written_by
 
 _HELP = """Simulate N (--episodes) episodes of a behaviour policy in MDP and write them as
 a Parquet log in the standard schema (episode_id, step, state, action,
@@ -36,12 +37,17 @@ Example:
 """
 
 
-#: Said at the end of the description of every spec simulate writes: how --overwrite knows its spec.
+#: Said at the end of the description of every spec simulate writes (for people: it is kept in copies).
 SIMULATED_BY = "(privaudit simulate)."
-#: What --overwrite may replace: the logs, spec and MDP file an earlier simulate wrote.
+#: The tool named in the provenance mark ``$.written_by`` of the specs simulate writes.
+SIMULATE_TOOL = "privaudit simulate"
+#: What --overwrite may replace: the logs, spec and MDP file an earlier simulate wrote. A spec only while
+#: unedited: its ``$.written_by`` mark records the SHA-256 of the rest (an edited copy of the bundled
+#: sample spec, whose description still ends SIMULATED_BY, is someone's input).
 SIMULATED_LOGS = OutputKind("simulated logs (a Parquet file written by privaudit simulate)", is_simulated_logs)
-SIMULATED_SPEC = json_output(f"a spec written by privaudit simulate (its description ends {SIMULATED_BY!r})",
-                             lambda d: str(d.get("description", "")).endswith(SIMULATED_BY))
+SIMULATED_SPEC = json_output("an unedited spec written by privaudit simulate (its $.written_by names "
+                             f"{SIMULATE_TOOL!r} with the SHA-256 of the rest of the spec)",
+                             lambda d: written_by(d) == SIMULATE_TOOL)
 MDP_FILE = OutputKind("an MDP file (an .npz written by privaudit simulate --mdp-out)", is_mdp_file)
 
 
@@ -70,6 +76,8 @@ def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon
             instance_seed, dataset_id, overwrite, as_json):
     targets = [Path(p) for p in (out, spec_out, mdp_out) if p]
     # before any episode is simulated; --overwrite replaces only what an earlier simulate wrote
+    if overwrite:
+        _refuse_unmarked_spec(Path(spec_out))
     check_outputs([("--out", out, SIMULATED_LOGS), ("--spec-out", spec_out, SIMULATED_SPEC),
                    ("--mdp-out", mdp_out, MDP_FILE)], [], overwrite)
 
@@ -86,6 +94,7 @@ def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon
     spec_doc = entry.spec_doc(mdp, dataset_id or f"{mdp_name}-simulated", description)
     if seeded:  # machine-readable: evaluate / pipeline --mdp NAME rebuild this very instance
         spec_doc["mdp"] = {"name": mdp_name, "instance_seed": int(instance_seed)}
+    spec_doc = mark_written_by(spec_doc, SIMULATE_TOOL)  # what a later --overwrite recognises
     DomainSpec.from_dict(spec_doc)  # refuse a bad spec before any work
     df = simulate(mdp, pi, episodes, rng=np.random.default_rng(seed))
     with atomic_paths(targets) as tmps:  # all three or none: a failure on the last leaves no logs behind
@@ -103,3 +112,22 @@ def command(mdp_name, episodes, behaviour, seed, out, spec_out, mdp_out, horizon
         click.echo(f"simulated {episodes} episodes ({df.height} rows) of {mdp_name} "
                    f"(H={mdp.horizon}, S={mdp.n_states}, A={mdp.n_actions}) with behaviour {behaviour}")
         click.echo(f"logs: {out}\nspec: {spec_out}" + (f"\nmdp:  {mdp_out}" if mdp_out else ""))
+
+
+def _refuse_unmarked_spec(path: Path) -> None:
+    """Refuse, with its own message, a spec whose description says simulate wrote it but which has no
+    ``$.written_by`` mark (written before the mark existed, or a copy of one with the mark removed):
+    whether it was edited since cannot be told, so ``--overwrite`` does not replace it.
+
+    Raises
+    ------
+    UsageError
+        ``path`` is such a spec.
+    """
+    doc = json_object(path)
+    if doc is None or WRITTEN_BY_KEY in doc or not str(doc.get("description", "")).endswith(SIMULATED_BY):
+        return
+    raise UsageError(f"`--spec-out` {path}: its description says privaudit simulate wrote it, but it has no "
+                     f"$.{WRITTEN_BY_KEY} mark (written by an older privaudit, or a copy someone may have "
+                     "edited), so `--overwrite` cannot tell it is unedited and does not replace it. Remove the "
+                     "file yourself if it is an old simulated spec, or choose another `--spec-out`.")

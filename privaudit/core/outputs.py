@@ -88,23 +88,23 @@ class OutputKind:
     recognise: Callable[[Path], bool]
 
 
-def _json_object(path: Path) -> dict | None:
+def json_object(path: Path) -> dict | None:
     """The JSON object in ``path`` (None: not a readable JSON object file)."""
     try:
         doc = json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 
 
 def json_output(name: str, test: Callable[[dict], bool]) -> OutputKind:
     """An output that is a JSON object file passing ``test`` (e.g. a report with privaudit's ``software``)."""
-    return OutputKind(name, lambda p: (doc := _json_object(p)) is not None and bool(test(doc)))
+    return OutputKind(name, lambda p: (doc := json_object(p)) is not None and bool(test(doc)))
 
 
 def folder_output(name: str, filename: str, key: str, value: str) -> OutputKind:
     """An output folder whose ``filename`` is a JSON object with ``key`` = ``value`` (e.g. summary.json's kind)."""
-    return OutputKind(name, lambda p: p.is_dir() and (_json_object(p / filename) or {}).get(key) == value)
+    return OutputKind(name, lambda p: p.is_dir() and (json_object(p / filename) or {}).get(key) == value)
 
 
 def png_mark(path: Path) -> str | None:

@@ -333,13 +333,13 @@ class DomainSpec:
         return json.loads(json.dumps(self.raw))
 
     def hash(self) -> str:
-        """SHA-256 of the canonical JSON of the spec (sorted keys), as hex.
+        """SHA-256 of the canonical JSON of the spec (sorted keys), as hex, without ``$.written_by``.
 
         Recorded in release manifests so learners can check that a release
-        and a spec belong together.
+        and a spec belong together (:func:`spec_content_hash`: a spec with or without the
+        provenance mark of its writer hashes alike).
         """
-        canon = json.dumps(self.raw, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canon.encode()).hexdigest()
+        return spec_content_hash(self.raw)
 
     def __repr__(self) -> str:
         return (f"DomainSpec(H={self.horizon}, S={self.n_states}, A={self.n_actions}, "
@@ -437,6 +437,47 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
         seen = set()
         raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
     return out
+
+
+#: The key of a spec's provenance mark: ``{"tool": ..., "sha256": ...}`` (:func:`mark_written_by`).
+WRITTEN_BY_KEY = "written_by"
+
+
+def spec_content_hash(doc: dict) -> str:
+    """SHA-256 (hex) of the canonical JSON (sorted keys, no spaces) of spec ``doc`` without ``$.written_by``.
+
+    The hash of :meth:`DomainSpec.hash` and of the provenance mark; ``doc`` is a parsed spec
+    document (any JSON object; nothing is validated).
+    """
+    rest = {k: v for k, v in doc.items() if k != WRITTEN_BY_KEY}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def mark_written_by(doc: dict, tool: str) -> dict:
+    """A copy of spec ``doc`` carrying the provenance mark ``$.written_by = {"tool": tool, "sha256": H}``.
+
+    ``H`` is :func:`spec_content_hash` of the rest, so the mark holds only while nobody edits the
+    spec: ``simulate --overwrite`` replaces a spec only if :func:`written_by` still names it
+    (an edited copy of a simulated spec is someone's input). Readers ignore the mark.
+    """
+    out = {k: v for k, v in doc.items() if k != WRITTEN_BY_KEY}
+    out[WRITTEN_BY_KEY] = {"tool": tool, "sha256": spec_content_hash(out)}
+    return out
+
+
+def written_by(doc: object) -> str | None:
+    """The tool named by the provenance mark of spec document ``doc`` if the mark still holds, else None.
+
+    None when ``doc`` is not a JSON object, has no well-formed ``$.written_by``, or its content
+    was edited since (its :func:`spec_content_hash` differs from the mark's ``sha256``). Never raises.
+    """
+    mark = doc.get(WRITTEN_BY_KEY) if isinstance(doc, dict) else None
+    if not isinstance(mark, dict) or not isinstance(mark.get("tool"), str):
+        return None
+    try:
+        return mark["tool"] if mark.get("sha256") == spec_content_hash(doc) else None
+    except (TypeError, ValueError):  # a value JSON cannot encode (never from a parsed file)
+        return None
 
 
 def write_spec(spec_doc: dict, path: str | Path) -> None:

@@ -214,7 +214,7 @@ def test_simulate_refuses_to_overwrite_existing_files(tmp_path):
     (tmp_path / "s.json").write_text('{"description": "my own spec"}\n')
     assert run(*args[:-4], "--out", tmp_path / "sim.parquet", "--spec-out", tmp_path / "s2.json").exit_code == 0
     res = run(*args[:-4], "--out", tmp_path / "sim.parquet", "--spec-out", tmp_path / "s.json", "--overwrite")
-    assert res.exit_code == 2 and "replaces only a spec written by privaudit simulate" in res.output
+    assert res.exit_code == 2 and "replaces only an unedited spec written by privaudit simulate" in res.output
     assert (tmp_path / "s.json").read_text() == '{"description": "my own spec"}\n'
     res = run(*args[:-4], "--out", tmp_path / "sim.parquet", "--spec-out", tmp_path / "s2.json", "--overwrite")
     assert res.exit_code == 0, res.output  # an earlier simulate's logs and spec are replaced

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from privaudit.cli import main
 from privaudit.core.errors import SpecError
-from privaudit.core.spec import DomainSpec, load_spec
+from privaudit.core.spec import WRITTEN_BY_KEY, DomainSpec, load_spec, mark_written_by, written_by
 from tests.conftest import tiny_spec_doc
 
 
@@ -204,3 +204,20 @@ def test_degenerate_return_bound_refused_when_the_spec_is_read(tmp_path):
 def test_bundled_icu_spec_declares_the_return_bound():
     s = load_spec(Path(__file__).resolve().parents[2] / "sample_data" / "icu_sepsis_spec.json")
     assert s.return_bound == (0.0, 1.0) and s.scaled_return_max == 1.0
+
+
+def test_written_by_mark_is_ignored_by_readers_and_broken_by_an_edit(tmp_path):
+    """The provenance mark simulate writes (``$.written_by``) passes the schema, leaves the spec and its hash
+    unchanged, and holds only until the spec is edited."""
+    doc = tiny_spec_doc()
+    marked = mark_written_by(doc, "privaudit simulate")
+    assert written_by(marked) == "privaudit simulate" and written_by(doc) is None
+    assert marked[WRITTEN_BY_KEY]["sha256"] == DomainSpec.from_dict(doc).hash() == DomainSpec.from_dict(marked).hash()
+    (tmp_path / "m.json").write_text(json.dumps(marked))
+    assert load_spec(tmp_path / "m.json").H == DomainSpec.from_dict(doc).H
+    edited = {**marked, "horizon": marked["horizon"] + 1}
+    assert written_by(edited) is None
+    for bad in ({"tool": "x"}, {"tool": "x", "sha256": "ABC"}, {"tool": "x", "sha256": "0" * 64, "extra": 1}):
+        with pytest.raises(SpecError, match=r"written_by"):
+            DomainSpec.from_dict({**doc, WRITTEN_BY_KEY: bad})
+    assert written_by([1]) is None and written_by({WRITTEN_BY_KEY: "x"}) is None
