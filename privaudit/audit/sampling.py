@@ -3,7 +3,10 @@
 Batched mechanisms (keyword ``n_runs``) are called in chunks of about
 :data:`CHUNK_CELLS` output cells; unbatched ones run in this process, or in a
 pool of spawned worker processes once a timed first run shows that the serial
-work would exceed :data:`PARALLEL_MIN_SERIAL_S` seconds. Every chunk gets its
+work would exceed :data:`PARALLEL_MIN_SERIAL_S` seconds, if a spawned process
+can receive the mechanism (:func:`spawn_can_receive`: not a function defined in
+a notebook, an interactive session or an ``exec``'d namespace, which a worker
+cannot import; those run in this process). Every chunk gets its
 own child of the audit's generator, so the runs are independent whatever the
 chunking.
 """
@@ -11,9 +14,14 @@ chunking.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import io
 import multiprocessing as mp
+import os
+import pickle
 import signal
+import sys
 import time
+import types
 
 import numpy as np
 import polars as pl
@@ -68,6 +76,43 @@ def _worker_init(abort) -> None:
     _ABORT = abort
 
 
+def spawn_can_receive(fn) -> bool:
+    """Whether a spawned worker process can be sent ``fn``: it pickles here, and it is not defined in an
+    interactive ``__main__`` (a notebook cell, the REPL, ``python -c``, a script read from stdin), whose
+    functions pickle by a name a spawned worker cannot import (nor can it re-run such a ``__main__``). A function defined at the top of a script run as ``python script.py`` is
+    sendable (the worker re-imports the script as ``__mp_main__``).
+
+    Parameters
+    ----------
+    fn : callable
+        The mechanism.
+
+    Returns
+    -------
+    bool
+        False when the runs must stay in this process.
+    """
+    pickler = _MainReferences(io.BytesIO())
+    try:
+        pickler.dump(fn)
+    except Exception:  # noqa: BLE001 - any failure to pickle (closures, lambdas, exec'd code) means: serial
+        return False
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    return not (pickler.found and not (main_file and os.path.isfile(main_file)))
+
+
+class _MainReferences(pickle.Pickler):
+    """A pickler that notes whether anything it pickles (the mechanism, or a function or class a wrapper
+    holds) is a function or class of ``__main__``, which pickle sends by name."""
+
+    found = False
+
+    def reducer_override(self, obj):
+        if isinstance(obj, (types.FunctionType, type)) and getattr(obj, "__module__", None) == "__main__":
+            self.found = True
+        return NotImplemented
+
+
 class Sampler:
     """Draws independent runs of one mechanism on one dataset.
 
@@ -92,6 +137,7 @@ class Sampler:
         self.per_run_s = None
         self._pool = None
         self._abort = None
+        self._sendable = None  # spawn_can_receive(fn), decided before the first pool
 
     def close(self, abort: bool = False):
         """Shut the worker pool down (idempotent).
@@ -147,7 +193,10 @@ class Sampler:
             self.progress(1)
             rest = self.draw(logs, n - 1, rng) if n > 1 else first[:0]
             return np.concatenate([first, rest])
-        if self.n_jobs <= 1 or n < 2 * self.n_jobs or self.per_run_s * n < PARALLEL_MIN_SERIAL_S:
+        parallel = self.n_jobs > 1 and n >= 2 * self.n_jobs and self.per_run_s * n >= PARALLEL_MIN_SERIAL_S
+        if parallel and self._sendable is None:
+            self._sendable = spawn_can_receive(self.fn)
+        if not (parallel and self._sendable):
             out, shape = _run_serial(self.fn, logs, rng, n, self.who)
             self.progress(n)
         else:
