@@ -50,7 +50,12 @@ def test_sigint_during_a_pipeline_run_exits_130(tmp_path):
     time.sleep(4)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
-    if p.returncode == 0:  # the run finished within 4 s on a fast machine: nothing to interrupt
+    if (out / "summary.json").exists() and b"do not share" in err.splitlines()[-1]:
+        # the run had finished its outputs before the signal: exit 0 (a fast machine), or, when the signal
+        # landed while the finished process was exiting (seen in CI under load), killed by it (-2) or 130;
+        # either way its outputs are whole
+        assert p.returncode in (0, 130, -signal.SIGINT), err[-500:]
+        assert not (out / "INCOMPLETE.json").exists()
         return
     assert p.returncode == 130, err[-500:]
     if b"marked incomplete (INCOMPLETE.json)" in err:  # stopped after a charge: the paid-for parts are kept
